@@ -1,0 +1,121 @@
+"""The error tree shared by the pure core, the server and the clients (SPEC §13).
+
+Every error carries a machine-readable `reason` (UPPER_SNAKE_CASE, as AIP-193 asks for
+`ErrorInfo.reason`) and string `metadata`. The server maps the class to a gRPC status code and
+packs reason and metadata into `google.rpc.ErrorInfo`; the client rebuilds the same class from
+the reason, so callers switch on types or reasons, never on message text.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class SessionLogError(Exception):
+    """Base of every sessionlog error; `code` names the gRPC status it travels as."""
+
+    code: ClassVar[str] = "INTERNAL"
+    default_reason: ClassVar[str] = "INTERNAL"
+
+    def __init__(
+        self,
+        reason: str | None = None,
+        message: str = "",
+        *,
+        field: str | None = None,
+        **metadata: object,
+    ) -> None:
+        self.reason = reason or self.default_reason
+        self.message = message or self.reason
+        self.field = field
+        self.metadata: dict[str, str] = {k: str(v) for k, v in metadata.items() if v is not None}
+        if field is not None:
+            self.metadata.setdefault("field", field)
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ValidationError(SessionLogError):
+    """Malformed event, bad surface op, seq or structure violation (INVALID_ARGUMENT)."""
+
+    code = "INVALID_ARGUMENT"
+    default_reason = "INVALID_ARGUMENT"
+
+
+class NotFound(SessionLogError):
+    """No such session or seq (NOT_FOUND)."""
+
+    code = "NOT_FOUND"
+    default_reason = "SESSION_NOT_FOUND"
+
+
+class AlreadyExists(SessionLogError):
+    """The session id is taken (ALREADY_EXISTS)."""
+
+    code = "ALREADY_EXISTS"
+    default_reason = "SESSION_EXISTS"
+
+
+class WriterHeld(SessionLogError):
+    """Another live writer holds the session's lease (FAILED_PRECONDITION)."""
+
+    code = "FAILED_PRECONDITION"
+    default_reason = "WRITER_HELD"
+
+
+class ExpectedSeqMismatch(SessionLogError):
+    """The writer's expected next seq is not the log's next seq (FAILED_PRECONDITION)."""
+
+    code = "FAILED_PRECONDITION"
+    default_reason = "EXPECTED_SEQ_MISMATCH"
+
+
+class OwnershipLost(SessionLogError):
+    """The writer's lease was taken over or expired; it must reopen (ABORTED)."""
+
+    code = "ABORTED"
+    default_reason = "OWNERSHIP_LOST"
+
+
+class LimitExceeded(SessionLogError):
+    """A size or rate limit was exceeded (RESOURCE_EXHAUSTED)."""
+
+    code = "RESOURCE_EXHAUSTED"
+    default_reason = "LIMIT_EXCEEDED"
+
+
+class Unauthenticated(SessionLogError):
+    """No or unknown credentials (UNAUTHENTICATED)."""
+
+    code = "UNAUTHENTICATED"
+    default_reason = "UNAUTHENTICATED"
+
+
+class PermissionDenied(SessionLogError):
+    """The credentials do not allow this call (PERMISSION_DENIED)."""
+
+    code = "PERMISSION_DENIED"
+    default_reason = "PERMISSION_DENIED"
+
+
+class Unavailable(SessionLogError):
+    """The outcome is unknown or the service is unreachable; safe to retry with event ids."""
+
+    code = "UNAVAILABLE"
+    default_reason = "UNAVAILABLE"
+
+
+ERROR_CLASSES: tuple[type[SessionLogError], ...] = (
+    ValidationError,
+    NotFound,
+    AlreadyExists,
+    WriterHeld,
+    ExpectedSeqMismatch,
+    OwnershipLost,
+    LimitExceeded,
+    Unauthenticated,
+    PermissionDenied,
+    Unavailable,
+)

@@ -1,0 +1,193 @@
+"""The event envelope (SPEC §2): what a harness proposes and what the log stores.
+
+`NewEvent` is a proposed event (no seq, no time): what a writer sends. `Event` is a committed
+event: the service gave it a `seq` and a `time`. Both are frozen, so a folded log can share them
+without defensive copies. JSON names follow the SPEC (`eventId`, `surfaceOp`,
+`sourceEventSeqs`); Python names are snake_case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+from sessionlog.core.errors import ValidationError
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Replace:
+    """`{"op":"replace","startSeq":S,"endSeq":E}`: replace surface nodes S..E (surface order)."""
+
+    start_seq: int
+    end_seq: int
+
+    def to_json(self) -> JsonObject:
+        return {"op": "replace", "startSeq": self.start_seq, "endSeq": self.end_seq}
+
+
+APPEND: Literal["append"] = "append"
+SurfaceOp = Union[Literal["append"], Replace]
+
+
+def surface_op_to_json(op: SurfaceOp | None) -> Any:
+    """The SPEC's JSON form of a surface op (`"append"` or the replace object)."""
+    if op is None or op == APPEND:
+        return op
+    assert isinstance(op, Replace)
+    return op.to_json()
+
+
+def surface_op_from_json(value: Any) -> SurfaceOp | None:
+    """Parse `surfaceOp` from JSON, refusing anything but the two SPEC forms."""
+    if value is None:
+        return None
+    if value == APPEND:
+        return APPEND
+    if isinstance(value, dict) and value.get("op") == "replace":
+        if set(value) != {"op", "startSeq", "endSeq"}:
+            raise ValidationError(
+                "BAD_SURFACE_OP",
+                "surfaceOp replace takes exactly op, startSeq and endSeq",
+                field="surfaceOp",
+            )
+        start, end = value["startSeq"], value["endSeq"]
+        if not (_is_seq(start) and _is_seq(end)):
+            raise ValidationError(
+                "BAD_SURFACE_OP", "surfaceOp startSeq and endSeq must be non-negative integers",
+                field="surfaceOp",
+            )
+        return Replace(start, end)
+    raise ValidationError(
+        "BAD_SURFACE_OP",
+        'surfaceOp must be "append" or {"op":"replace","startSeq":S,"endSeq":E}',
+        field="surfaceOp",
+    )
+
+
+def _is_seq(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event a writer proposes; the service assigns `seq` and `time` at commit."""
+
+    type: str
+    data: JsonObject = field(default_factory=dict)
+    event_id: str | None = None
+    ignorable: bool = False
+    surface_op: SurfaceOp | None = None
+    source_event_seqs: tuple[int, ...] = ()
+
+    def committed(self, seq: int, time: int) -> Event:
+        """The event as stored at `seq`, committed at `time` (epoch ms)."""
+        return Event(
+            seq=seq,
+            time=time,
+            type=self.type,
+            data=self.data,
+            event_id=self.event_id,
+            ignorable=self.ignorable,
+            surface_op=self.surface_op,
+            source_event_seqs=self.source_event_seqs,
+        )
+
+    def to_json(self) -> JsonObject:
+        """The envelope as JSON, without `seq`/`time`, optional fields only where set."""
+        out: JsonObject = {"type": self.type, "data": self.data}
+        _put_optional(out, self.event_id, self.ignorable, self.surface_op, self.source_event_seqs)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any) -> NewEvent:
+        """Parse an envelope from JSON (SPEC §2 names); `seq` and `time` are ignored."""
+        if not isinstance(obj, dict):
+            raise ValidationError("BAD_ENVELOPE", "an event envelope must be a JSON object")
+        kind = obj.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise ValidationError("BAD_TYPE", "event type must be a non-empty string", field="type")
+        data = obj.get("data", {})
+        if not isinstance(data, dict):
+            raise ValidationError("DATA_NOT_OBJECT", "event data must be a JSON object", field="data")
+        event_id = obj.get("eventId")
+        if event_id is not None and not isinstance(event_id, str):
+            raise ValidationError("BAD_EVENT_ID", "eventId must be a string", field="eventId")
+        ignorable = obj.get("ignorable", False)
+        if not isinstance(ignorable, bool):
+            raise ValidationError("BAD_IGNORABLE", "ignorable must be true or false", field="ignorable")
+        sources = obj.get("sourceEventSeqs") or []
+        if not isinstance(sources, list) or not all(_is_seq(s) for s in sources):
+            raise ValidationError(
+                "BAD_SOURCE_EVENT_SEQS",
+                "sourceEventSeqs must be a list of non-negative integers",
+                field="sourceEventSeqs",
+            )
+        return cls(
+            type=kind,
+            data=data,
+            event_id=event_id,
+            ignorable=ignorable,
+            surface_op=surface_op_from_json(obj.get("surfaceOp")),
+            source_event_seqs=tuple(sources),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A committed event: position `seq` in its session's log, committed at `time` (epoch ms)."""
+
+    seq: int
+    time: int
+    type: str
+    data: JsonObject
+    event_id: str | None = None
+    ignorable: bool = False
+    surface_op: SurfaceOp | None = None
+    source_event_seqs: tuple[int, ...] = ()
+
+    def to_json(self) -> JsonObject:
+        """The SPEC §2 envelope: seq, time, type, data, then optional fields where set."""
+        out: JsonObject = {"seq": self.seq, "time": self.time, "type": self.type, "data": self.data}
+        _put_optional(out, self.event_id, self.ignorable, self.surface_op, self.source_event_seqs)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Event:
+        """Parse a stored envelope (with `seq` and `time`), e.g. from a sessionlog JSONL export."""
+        draft = NewEvent.from_json(obj)
+        seq, time = obj.get("seq"), obj.get("time")
+        if not _is_seq(seq):
+            raise ValidationError("BAD_SEQ", "seq must be a non-negative integer", field="seq")
+        if not (isinstance(time, int) and not isinstance(time, bool)):
+            raise ValidationError("BAD_TIME", "time must be an integer (epoch ms)", field="time")
+        return draft.committed(seq, time)
+
+    def as_new(self) -> NewEvent:
+        """The proposal this event was committed from (used to copy or re-append it)."""
+        return NewEvent(
+            type=self.type,
+            data=self.data,
+            event_id=self.event_id,
+            ignorable=self.ignorable,
+            surface_op=self.surface_op,
+            source_event_seqs=self.source_event_seqs,
+        )
+
+
+def _put_optional(
+    out: JsonObject,
+    event_id: str | None,
+    ignorable: bool,
+    surface_op: SurfaceOp | None,
+    sources: tuple[int, ...],
+) -> None:
+    if event_id is not None:
+        out["eventId"] = event_id
+    if ignorable:
+        out["ignorable"] = True
+    if surface_op is not None:
+        out["surfaceOp"] = surface_op_to_json(surface_op)
+    if sources:
+        out["sourceEventSeqs"] = list(sources)

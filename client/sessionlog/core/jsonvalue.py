@@ -1,0 +1,84 @@
+"""Lossless JSON (SPEC §2): parse strictly, serialise one way, hash canonically.
+
+Payloads must survive a round trip unchanged: integers stay integers, and values JSON cannot
+carry (NaN, Infinity, lone UTF-16 surrogates) are refused at the door instead of being
+stored and failing later. `dumps` is the one storage/wire form; `canonical` is RFC 8785 for
+hashing requests (SPEC §5).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import rfc8785
+
+from sessionlog.core.errors import ValidationError
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValidationError("NON_FINITE_NUMBER", f"{name} is not valid JSON (lossless JSON only)")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def loads(text: str | bytes, *, what: str = "JSON") -> Any:
+    """Parse JSON text strictly: no NaN/Infinity, valid UTF-8, no lone surrogates."""
+    try:
+        if isinstance(text, (bytes, bytearray, memoryview)):
+            text = bytes(text).decode("utf-8")
+        value = _DECODER.decode(text)
+    except UnicodeDecodeError as exc:
+        raise ValidationError("INVALID_UTF8", f"{what} is not valid UTF-8: {exc.reason}") from None
+    except json.JSONDecodeError as exc:
+        raise ValidationError("MALFORMED_JSON", f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValidationError("JSON_TOO_DEEP", f"{what} is nested too deeply") from None
+    if "\\u" in text and _has_lone_surrogate(value):
+        raise ValidationError("INVALID_UTF8", f"{what} contains a lone UTF-16 surrogate escape")
+    return value
+
+
+def dumps(value: Any) -> str:
+    """The compact storage and wire form (UTF-8 text, no ASCII escaping, no NaN)."""
+    try:
+        return _ENCODER.encode(value)
+    except ValueError as exc:
+        raise ValidationError("NON_FINITE_NUMBER", f"value is not lossless JSON: {exc}") from None
+    except RecursionError:
+        raise ValidationError("JSON_TOO_DEEP", "value is nested too deeply") from None
+
+
+def dumps_bytes(value: Any) -> bytes:
+    """`dumps` encoded as UTF-8; a lone surrogate in a string is refused here."""
+    try:
+        return dumps(value).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError("INVALID_UTF8", "a string contains a lone UTF-16 surrogate") from None
+
+
+def canonical(value: Any) -> bytes:
+    """RFC 8785 (JCS) canonical bytes, used for request hashes."""
+    try:
+        return rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
+        raise ValidationError("NOT_CANONICALIZABLE", f"value cannot be canonicalised: {exc}") from None
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

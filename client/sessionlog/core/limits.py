@@ -1,0 +1,21 @@
+"""Size limits applied to proposed events (configurable by the service)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on what one append may carry; over a bound is refused whole (SPEC §13)."""
+
+    max_event_bytes: int = 64 * 1024 * 1024
+    """Largest serialised `data` of one event, blobs included."""
+    max_batch_events: int = 10_000
+    """Most events one batch may carry."""
+    max_batch_bytes: int = 256 * 1024 * 1024
+    """Largest serialised batch."""
+    max_id_chars: int = 128
+    """Longest session id or eventId (SPEC §2)."""
+    max_type_chars: int = 128
+    """Longest event type name."""

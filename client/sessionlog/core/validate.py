@@ -1,0 +1,130 @@
+"""Envelope validation (SPEC §2–§3): one function per rule, each with its own reason.
+
+These checks need nothing but the proposed event itself; rules that depend on the log so far
+(seqs, surface, turn structure) live in the fold. The server, the CLI and offline tools call the
+same functions, so a file that validates offline appends without surprise.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sessionlog.core.errors import LimitExceeded, ValidationError
+from sessionlog.core.events import NewEvent
+from sessionlog.core.limits import Limits
+from sessionlog.core.vocabulary import KNOWN_TYPES, SURFACE_TYPES
+
+_TYPE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)*$")
+_SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~\-]*$")
+
+
+def check_session_id(session_id: str, limits: Limits = Limits()) -> None:
+    """A session id is URL-safe and at most `max_id_chars` long (SPEC §2)."""
+    if not session_id or len(session_id) > limits.max_id_chars:
+        raise ValidationError(
+            "BAD_SESSION_ID",
+            f"session id must be 1 to {limits.max_id_chars} characters",
+            field="session_id",
+        )
+    if not _SESSION_ID_PATTERN.match(session_id):
+        raise ValidationError(
+            "BAD_SESSION_ID",
+            f"session id {session_id!r} is not URL-safe (letters, digits, '.', '_', '~', '-')",
+            field="session_id",
+        )
+
+
+def check_type(event: NewEvent, limits: Limits) -> None:
+    """The type is a well-formed name, and known to the service unless `ignorable`."""
+    if len(event.type) > limits.max_type_chars or not _TYPE_PATTERN.match(event.type):
+        raise ValidationError("BAD_TYPE", f"event type {event.type!r} is not a valid type name", field="type")
+    if event.type not in KNOWN_TYPES and not event.ignorable:
+        raise ValidationError(
+            "UNKNOWN_TYPE",
+            f"unknown event type {event.type!r}: mark it ignorable so readers may skip it",
+            field="type",
+            type=event.type,
+        )
+
+
+def check_event_id(event: NewEvent, limits: Limits) -> None:
+    """An eventId is non-empty and at most `max_id_chars` long."""
+    if event.event_id is not None and not (0 < len(event.event_id) <= limits.max_id_chars):
+        raise ValidationError(
+            "BAD_EVENT_ID", f"eventId must be 1 to {limits.max_id_chars} characters", field="eventId"
+        )
+
+
+def check_data(event: NewEvent) -> None:
+    """`data` is a JSON object."""
+    if not isinstance(event.data, dict):
+        raise ValidationError("DATA_NOT_OBJECT", "event data must be a JSON object", field="data")
+
+
+def check_surface_fields(event: NewEvent) -> None:
+    """Surface types carry a surfaceOp; log-only types carry neither surfaceOp nor sources."""
+    if event.type in SURFACE_TYPES:
+        if event.surface_op is None:
+            raise ValidationError(
+                "SURFACE_OP_MISSING",
+                f"{event.type} is a surface type and needs a surfaceOp",
+                field="surfaceOp",
+            )
+        return
+    if event.surface_op is not None:
+        raise ValidationError(
+            "SURFACE_OP_NOT_ALLOWED",
+            f"{event.type} is not a surface type and cannot carry a surfaceOp",
+            field="surfaceOp",
+        )
+    if event.source_event_seqs:
+        raise ValidationError(
+            "SOURCES_NOT_ALLOWED",
+            f"{event.type} is not a surface type and cannot carry sourceEventSeqs",
+            field="sourceEventSeqs",
+        )
+
+
+def check_size(event: NewEvent, encoded_size: int, limits: Limits) -> None:
+    """The serialised data fits in `max_event_bytes`."""
+    if encoded_size > limits.max_event_bytes:
+        raise LimitExceeded(
+            "EVENT_TOO_LARGE",
+            f"event data is {encoded_size} bytes, over the limit of {limits.max_event_bytes}",
+            field="data",
+            limit=limits.max_event_bytes,
+            size=encoded_size,
+        )
+
+
+def validate_envelope(event: NewEvent, encoded_size: int, limits: Limits = Limits()) -> None:
+    """Every rule that depends on the proposed event alone."""
+    check_type(event, limits)
+    check_event_id(event, limits)
+    check_data(event)
+    check_surface_fields(event)
+    check_size(event, encoded_size, limits)
+
+
+def validate_batch_shape(events: list[NewEvent], limits: Limits = Limits()) -> None:
+    """A batch is non-empty, within the count limit, and uses each eventId once."""
+    if not events:
+        raise ValidationError("EMPTY_BATCH", "a batch must carry at least one event", field="events")
+    if len(events) > limits.max_batch_events:
+        raise LimitExceeded(
+            "BATCH_TOO_LARGE",
+            f"batch has {len(events)} events, over the limit of {limits.max_batch_events}",
+            field="events",
+            limit=limits.max_batch_events,
+        )
+    seen: set[str] = set()
+    for index, event in enumerate(events):
+        if event.event_id is None:
+            continue
+        if event.event_id in seen:
+            raise ValidationError(
+                "DUPLICATE_EVENT_ID_IN_BATCH",
+                f"eventId {event.event_id!r} appears twice in one batch (event {index})",
+                field="eventId",
+            )
+        seen.add(event.event_id)

@@ -1,0 +1,55 @@
+"""The event vocabulary (SPEC §3): which types the service knows and which are surface types.
+
+A type outside `KNOWN_TYPES` must be `ignorable`, so a reader that does not know it may skip it.
+Surface types carry a `surfaceOp` and project to model messages; log-only types never do.
+"""
+
+from __future__ import annotations
+
+SYSTEM_MESSAGE = "system/message"
+USER_MESSAGE = "user/message"
+ASSISTANT_MESSAGE = "assistant/message"
+TOOL_RESULT = "tool/result"
+
+TURN_START = "turn/start"
+TURN_END = "turn/end"
+STEP_START = "step/start"
+STEP_END = "step/end"
+TOOL_CALL = "tool/call"
+REQUEST_HEADER = "request/header"
+REQUEST_CONTEXT = "request/context"
+ASSISTANT_ATTEMPT = "assistant/attempt"
+COMPACTION_START = "compaction/start"
+COMPACTION_SUMMARY = "compaction/summary"
+COMPACTION_END = "compaction/end"
+SESSION_END_SEED = "session/end-seed"
+
+SURFACE_TYPES: frozenset[str] = frozenset({SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT})
+
+LOG_ONLY_TYPES: frozenset[str] = frozenset(
+    {
+        TURN_START,
+        TURN_END,
+        STEP_START,
+        STEP_END,
+        TOOL_CALL,
+        REQUEST_HEADER,
+        REQUEST_CONTEXT,
+        ASSISTANT_ATTEMPT,
+        COMPACTION_START,
+        COMPACTION_SUMMARY,
+        COMPACTION_END,
+        SESSION_END_SEED,
+    }
+)
+
+KNOWN_TYPES: frozenset[str] = SURFACE_TYPES | LOG_ONLY_TYPES
+
+TURN_END_KINDS: frozenset[str] = frozenset(
+    {"completed", "aborted", "blocked", "error", "max-tokens", "interrupted", "forked"}
+)
+
+
+def is_surface_type(event_type: str) -> bool:
+    """True for the types that carry a surfaceOp and project to a model message."""
+    return event_type in SURFACE_TYPES

@@ -1,0 +1,1 @@
+"""The sessionlog service: gRPC transport, use cases, storage, recovery and configuration."""

@@ -1,0 +1,187 @@
+"""Protobuf <-> core conversions, shared by both clients and the server.
+
+The only place that knows both the generated messages and the core dataclasses, so the
+transport layers stay thin and the wire shape is defined once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sessionlog.core import jsonvalue
+from sessionlog.core.errors import ValidationError
+from sessionlog.core.events import APPEND, Event, NewEvent, Replace, SurfaceOp
+from sessionlog.v1 import event_pb2, session_pb2
+
+JsonObject = dict[str, Any]
+
+
+def surface_op_to_pb(op: SurfaceOp | None, target: event_pb2.SurfaceOp) -> None:
+    """Fill `target` from a core surface op (nothing for None)."""
+    if op is None:
+        return
+    if op == APPEND:
+        target.append.SetInParent()
+    else:
+        assert isinstance(op, Replace)
+        target.replace.start_seq = op.start_seq
+        target.replace.end_seq = op.end_seq
+
+
+def surface_op_from_pb(holder: event_pb2.NewEvent | event_pb2.Event) -> SurfaceOp | None:
+    """The core surface op of a NewEvent or Event message."""
+    if not holder.HasField("surface_op"):
+        return None
+    which = holder.surface_op.WhichOneof("op")
+    if which == "append":
+        return APPEND
+    if which == "replace":
+        return Replace(holder.surface_op.replace.start_seq, holder.surface_op.replace.end_seq)
+    raise ValidationError("BAD_SURFACE_OP", "surface_op is set but names no operation", field="surface_op")
+
+
+def data_from_bytes(raw: bytes, *, what: str = "data") -> JsonObject:
+    """Decode a JSON object payload (empty bytes mean `{}`)."""
+    if not raw:
+        return {}
+    value = jsonvalue.loads(raw, what=what)
+    if not isinstance(value, dict):
+        raise ValidationError("DATA_NOT_OBJECT", f"{what} must be a JSON object", field=what)
+    return value
+
+
+def new_event_to_pb(event: NewEvent) -> event_pb2.NewEvent:
+    """A proposed event as a protobuf message."""
+    msg = event_pb2.NewEvent(
+        type=event.type,
+        data_json=jsonvalue.dumps_bytes(event.data),
+        event_id=event.event_id or "",
+        ignorable=event.ignorable,
+        source_event_seqs=event.source_event_seqs,
+    )
+    surface_op_to_pb(event.surface_op, msg.surface_op)
+    return msg
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedEvent:
+    """A proposed event as decoded from the wire, with its serialised size for limits."""
+
+    event: NewEvent
+    data_bytes: int
+
+
+def new_event_from_pb(msg: event_pb2.NewEvent, index: int = 0) -> DecodedEvent:
+    """Decode a proposed event; errors name the event's index in its batch."""
+    try:
+        data = data_from_bytes(msg.data_json)
+        event = NewEvent(
+            type=msg.type,
+            data=data,
+            event_id=msg.event_id or None,
+            ignorable=msg.ignorable,
+            surface_op=surface_op_from_pb(msg),
+            source_event_seqs=tuple(msg.source_event_seqs),
+        )
+    except ValidationError as exc:
+        exc.metadata.setdefault("event_index", str(index))
+        exc.message = f"event {index}: {exc.message}"
+        exc.args = (exc.message,)
+        raise
+    return DecodedEvent(event, len(msg.data_json))
+
+
+def event_to_pb(event: Event, data_json: bytes | None = None) -> event_pb2.Event:
+    """A committed event as a protobuf message (`data_json` skips re-serialising)."""
+    msg = event_pb2.Event(
+        seq=event.seq,
+        time_unix_ms=event.time,
+        type=event.type,
+        data_json=data_json if data_json is not None else jsonvalue.dumps_bytes(event.data),
+        event_id=event.event_id or "",
+        ignorable=event.ignorable,
+        source_event_seqs=event.source_event_seqs,
+    )
+    surface_op_to_pb(event.surface_op, msg.surface_op)
+    return msg
+
+
+def event_from_pb(msg: event_pb2.Event) -> Event:
+    """A committed event from its protobuf message."""
+    return Event(
+        seq=msg.seq,
+        time=msg.time_unix_ms,
+        type=msg.type,
+        data=data_from_bytes(msg.data_json),
+        event_id=msg.event_id or None,
+        ignorable=msg.ignorable,
+        surface_op=surface_op_from_pb(msg),
+        source_event_seqs=tuple(msg.source_event_seqs),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    """A writer lease as the client sees it."""
+
+    session_id: str
+    writer_id: str
+    epoch: int
+    expire_time: int
+
+    def to_json(self) -> JsonObject:
+        return {
+            "sessionId": self.session_id,
+            "writerId": self.writer_id,
+            "epoch": self.epoch,
+            "expireTime": self.expire_time,
+        }
+
+
+def lease_from_pb(msg: session_pb2.Lease) -> LeaseInfo:
+    return LeaseInfo(msg.session_id, msg.writer_id, msg.epoch, msg.expire_time_unix_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A session as the client sees it."""
+
+    id: str
+    create_time: int
+    cwd: str | None
+    metadata: JsonObject
+    parent_session_id: str | None
+    fork_seq: int | None
+    next_seq: int
+    open_turn: bool
+    lease: LeaseInfo | None
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
+            "id": self.id,
+            "createTime": self.create_time,
+            "cwd": self.cwd,
+            "metadata": self.metadata,
+            "nextSeq": self.next_seq,
+            "openTurn": self.open_turn,
+        }
+        if self.parent_session_id is not None:
+            out["parent"] = {"sessionId": self.parent_session_id, "forkSeq": self.fork_seq}
+        if self.lease is not None:
+            out["lease"] = self.lease.to_json()
+        return out
+
+
+def session_from_pb(msg: session_pb2.Session) -> SessionInfo:
+    return SessionInfo(
+        id=msg.id,
+        create_time=msg.create_time_unix_ms,
+        cwd=msg.cwd or None,
+        metadata=data_from_bytes(msg.metadata_json, what="metadata"),
+        parent_session_id=msg.parent.session_id if msg.HasField("parent") else None,
+        fork_seq=msg.parent.fork_seq if msg.HasField("parent") else None,
+        next_seq=msg.next_seq,
+        open_turn=msg.open_turn,
+        lease=lease_from_pb(msg.lease) if msg.HasField("lease") else None,
+    )

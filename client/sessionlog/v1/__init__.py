@@ -1,0 +1,1 @@
+"""Generated gRPC stubs of sessionlog.v1 (do not edit; run scripts/gen_proto.py)."""

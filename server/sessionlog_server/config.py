@@ -1,0 +1,88 @@
+"""Service configuration: one dataclass, filled from flags and `SESSIONLOG_*` environment variables.
+
+Every field has a default that runs a single embedded instance safely (SQLite file under
+./var, loopback only). The table in deploy/CONFIGURATION.md lists each setting; a test keeps
+the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+from sessionlog.core.limits import Limits
+
+ENV_PREFIX = "SESSIONLOG_"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the service can be told; see deploy/CONFIGURATION.md."""
+
+    db: str = "sqlite:///var/sessionlog.db"
+    """Database URL: `sqlite:///PATH` (embedded default) or `postgresql://USER@HOST/DB`."""
+    listen: str = "127.0.0.1:50051"
+    """Address the gRPC server binds (`HOST:PORT`; port 0 picks a free one)."""
+    migrate: bool = True
+    """Run the migration chain on start."""
+    sqlite_synchronous: str = "FULL"
+    """SQLite `synchronous` pragma: FULL (durable on power loss) or NORMAL (durable on crash)."""
+    lease_ttl_ms: int = 30_000
+    """How long a writer lease lasts without a renewal (streaming leases are renewed by the service)."""
+    blob_threshold_bytes: int = 256 * 1024
+    """Payload strings longer than this are stored once as content-addressed blobs."""
+    max_event_bytes: int = 64 * 1024 * 1024
+    """Largest `data` of one event."""
+    max_batch_events: int = 10_000
+    """Most events in one batch."""
+    max_message_bytes: int = 256 * 1024 * 1024
+    """Largest gRPC message the server accepts or sends."""
+    read_page_bytes: int = 4 * 1024 * 1024
+    """A read page stops growing past this many payload bytes (at least one event per page)."""
+    session_cache_size: int = 1024
+    """How many sessions' folded state the service keeps in memory."""
+    group_commit_max_batches: int = 512
+    """Most batches one group commit may carry."""
+    repair_on_start: bool = True
+    """Complete open turns of sessions without a live writer at start-up (SPEC §8)."""
+    shutdown_grace_s: float = 10.0
+    """How long SIGTERM waits for in-flight batches before stopping."""
+    log_level: str = "info"
+    """structlog level: debug, info, warning, error."""
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(max_event_bytes=self.max_event_bytes, max_batch_events=self.max_batch_events)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then `SESSIONLOG_<FIELD>` variables, then explicit (non-None) overrides."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is not None:
+                values[f.name] = _parse(f.type, raw, f.name)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def _parse(kind: Any, raw: str, name: str) -> Any:
+    kind = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    try:
+        if kind == "bool":
+            lowered = raw.strip().lower()
+            if lowered not in {"1", "0", "true", "false", "yes", "no", "on", "off"}:
+                raise ValueError(raw)
+            return lowered in {"1", "true", "yes", "on"}
+        if kind == "int":
+            return int(raw.replace("_", ""))
+        if kind == "float":
+            return float(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind}") from None
+    return raw
+
+
+SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Settings))

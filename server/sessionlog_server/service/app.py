@@ -1,0 +1,310 @@
+"""The sessionlog use cases, independent of gRPC: sessions, leases, appends, reads, tails.
+
+`SessionLogService` owns the moving parts (recorder, group committer, live-session cache,
+subscription hub) and exposes one coroutine per use case. The gRPC servicer converts
+messages and calls these; tests and the benchmark can call them directly too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from sessionlog.convert import DecodedEvent
+from sessionlog.core import jsonvalue, validate
+from sessionlog.core.errors import OwnershipLost, SessionLogError, ValidationError
+from sessionlog.core.events import Event
+from sessionlog.core.fold import SessionFold
+from sessionlog_server.config import Settings
+from sessionlog_server.service.append import plan_append, validate_proposals
+from sessionlog_server.service.clock import now_ms
+from sessionlog_server.service.committer import GroupCommitter
+from sessionlog_server.service.live import LiveSession, LiveSessions
+from sessionlog_server.service.reader import EventReader
+from sessionlog_server.service.subscriptions import SubscriptionHub
+from sessionlog_server.storage.recorder import EventRecorder
+from sessionlog_server.storage.records import PendingBatch, SessionRecord
+
+log = structlog.get_logger("sessionlog.service")
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+DEFAULT_READ_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Seqs of an appended batch (original seqs for retried eventIds) and the next seq."""
+
+    seqs: list[int]
+    next_seq: int
+    lease_expires_at: int = 0
+
+
+class SessionLogService:
+    """Every sessionlog use case, on one recorder."""
+
+    def __init__(self, recorder: EventRecorder, settings: Settings) -> None:
+        self.settings = settings
+        self.recorder = recorder
+        self.limits = settings.limits
+        self.reader = EventReader(recorder)
+        self.committer = GroupCommitter(recorder, max_batches=settings.group_commit_max_batches)
+        self.live = LiveSessions(self._load, settings.session_cache_size)
+        self.hub = SubscriptionHub()
+        self.stream_leases: dict[str, tuple[str, int]] = {}
+        self._keeper: asyncio.Task[None] | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the commit loop and the lease keeper."""
+        self.committer.start()
+        self._keeper = asyncio.get_running_loop().create_task(self._keep_stream_leases(), name="lease-keeper")
+
+    async def stop(self) -> None:
+        """Commit what is queued, release stream leases, stop background tasks."""
+        if self._keeper is not None:
+            self._keeper.cancel()
+        await self.committer.drain_and_stop()
+        for session_id, (writer_id, epoch) in list(self.stream_leases.items()):
+            try:
+                self.recorder.release_lease(session_id, writer_id, epoch)
+            except SessionLogError:
+                log.warning("lease release failed at shutdown", session_id=session_id)
+        self.stream_leases.clear()
+        self.reader.close()
+
+    async def _load(self, session_id: str) -> LiveSession:
+        """Fold a session's whole log (trusted: it was validated when appended)."""
+        record = await self.reader.session(session_id)
+        events = await self.reader.read_all(record)
+        fold = await asyncio.get_running_loop().run_in_executor(None, _replay, events)
+        event_ids = {e.event_id: e.seq for e in events if e.event_id is not None and e.seq > (record.fork_seq or -1)}
+        return LiveSession(record=record, fold=fold, event_ids=event_ids)
+
+    # --- sessions -----------------------------------------------------------------------
+
+    async def create_session(
+        self, session_id: str | None, cwd: str | None, metadata: dict[str, Any], namespace: str = "default"
+    ) -> SessionRecord:
+        """Create an empty session (id generated when not given)."""
+        sid = session_id or str(uuid.uuid4())
+        validate.check_session_id(sid, self.limits)
+        jsonvalue.dumps_bytes(metadata)
+        record = SessionRecord(
+            id=sid, namespace=namespace, create_time=now_ms(), cwd=cwd, metadata=metadata,
+            parent_id=None, fork_seq=None, next_seq=0, last_time=0, writer_id=None, epoch=0,
+            lease_expires_at=None, open_turn=False,
+        )
+        return await self.committer.run_in_writer(self.recorder.create_session, record)
+
+    async def get_session(self, session_id: str) -> SessionRecord:
+        validate.check_session_id(session_id, self.limits)
+        return await self.reader.session(session_id)
+
+    async def list_sessions(
+        self, page_size: int, page_token: str, parent_id: str | None, namespace: str = "default"
+    ) -> tuple[list[SessionRecord], str]:
+        """One page of sessions and the token of the next page ('' on the last)."""
+        if page_size < 0:
+            raise ValidationError("BAD_PAGE_SIZE", "page_size must not be negative", field="page_size")
+        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        after = _decode_page_token(page_token) if page_token else None
+        records = await self.reader.run(self.recorder.list_sessions, namespace, size + 1, after, parent_id)
+        more = len(records) > size
+        records = records[:size]
+        token = _encode_page_token(records[-1]) if more else ""
+        return records, token
+
+    # --- leases -------------------------------------------------------------------------
+
+    async def acquire_lease(self, session_id: str, writer_id: str | None, *, takeover: bool) -> SessionRecord:
+        """Take the writer lease (FAILED_PRECONDITION while another live writer holds it)."""
+        validate.check_session_id(session_id, self.limits)
+        wid = writer_id or str(uuid.uuid4())
+        record = await self.committer.run_in_writer(
+            lambda: self.recorder.acquire_lease(
+                session_id, wid, takeover=takeover, now=now_ms(), ttl_ms=self.settings.lease_ttl_ms
+            )
+        )
+        live = self.live.peek(session_id)
+        if live is not None and live.fold.next_seq != record.next_seq:
+            self.live.invalidate(session_id)  # another instance wrote meanwhile
+            live = None
+        live = live or await self.live.get(session_id)
+        live.record = record
+        live.writer_id, live.epoch, live.header_reported = wid, record.epoch, False
+        log.info("lease acquired", session_id=session_id, writer_id=wid, epoch=record.epoch, takeover=takeover)
+        return record
+
+    async def renew_lease(self, session_id: str, writer_id: str, epoch: int) -> SessionRecord:
+        return await self.committer.run_in_writer(
+            lambda: self.recorder.renew_lease(session_id, writer_id, epoch, now=now_ms(), ttl_ms=self.settings.lease_ttl_ms)
+        )
+
+    async def release_lease(self, session_id: str, writer_id: str, epoch: int) -> None:
+        self.stream_leases.pop(session_id, None)
+        await self.committer.run_in_writer(self.recorder.release_lease, session_id, writer_id, epoch)
+        live = self.live.peek(session_id)
+        if live is not None and live.writer_id == writer_id and live.epoch == epoch:
+            live.writer_id = None
+
+    async def _keep_stream_leases(self) -> None:
+        """Renew the leases of open writer streams, so they last as long as the stream."""
+        interval = max(self.settings.lease_ttl_ms / 3000, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            for session_id, (writer_id, epoch) in list(self.stream_leases.items()):
+                try:
+                    await self.renew_lease(session_id, writer_id, epoch)
+                except OwnershipLost:
+                    self.stream_leases.pop(session_id, None)
+                except SessionLogError as exc:
+                    log.warning("lease renewal failed", session_id=session_id, error=str(exc))
+
+    # --- appends ------------------------------------------------------------------------
+
+    async def start_append(
+        self,
+        session_id: str,
+        writer_id: str,
+        epoch: int,
+        expected_next_seq: int | None,
+        decoded: Sequence[DecodedEvent],
+    ) -> asyncio.Future[AppendResult]:
+        """Validate and queue a batch; the returned future resolves once it is durable.
+
+        Splitting the two lets a streaming writer pipeline: the next batch is validated
+        against this one's effects while this one is still being committed.
+        """
+        proposals = validate_proposals(decoded, self.limits)
+        live = await self.live.get(session_id)
+        async with live.lock:
+            if live.writer_id is not None and (live.writer_id != writer_id or live.epoch != epoch):
+                raise OwnershipLost(
+                    "OWNERSHIP_LOST",
+                    f"writer {writer_id!r} (epoch {epoch}) no longer holds session {session_id!r}; reopen the writer",
+                    session_id=session_id, epoch=live.epoch, holder=live.writer_id,
+                )
+            now = now_ms()
+            plan = plan_append(
+                live, proposals, writer_id=writer_id, epoch=epoch, expected_next_seq=expected_next_seq,
+                now=now, lease_expires_at=now + self.settings.lease_ttl_ms,
+                blob_threshold=self.settings.blob_threshold_bytes,
+                move_nul_to_blobs=self.recorder.move_nul_to_blobs,
+            )
+            if plan.pending is None:
+                done: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+                done.set_result(AppendResult(plan.seqs, live.fold.next_seq, now + self.settings.lease_ttl_ms))
+                return done
+            commit = asyncio.ensure_future(self.committer.submit(plan.pending))
+        pending = plan.pending
+        return asyncio.ensure_future(self._finish_append(live, pending, plan.seqs, commit))
+
+    async def _finish_append(
+        self, live: LiveSession, pending: PendingBatch, seqs: list[int], commit: asyncio.Future[None]
+    ) -> AppendResult:
+        try:
+            await commit
+        except BaseException:
+            # The fold already holds this batch: drop it; the log is re-folded on next use.
+            self.live.invalidate(live.session_id)
+            raise
+        self.hub.publish(live.session_id, pending.events)
+        return AppendResult(seqs, pending.new_next_seq, pending.lease_expires_at)
+
+    async def append(
+        self,
+        session_id: str,
+        writer_id: str,
+        epoch: int,
+        expected_next_seq: int | None,
+        decoded: Sequence[DecodedEvent],
+    ) -> AppendResult:
+        """Validate, commit and publish one batch; returns once it is durable."""
+        future = await self.start_append(session_id, writer_id, epoch, expected_next_seq, decoded)
+        return await future
+
+    # --- reads --------------------------------------------------------------------------
+
+    async def read_events(
+        self, session_id: str, from_seq: int, to_seq: int | None, page_size: int
+    ) -> AsyncIterator[list[Event]]:
+        """Pages of events in seq order, each at most `page_size` events and about
+        `read_page_bytes` of payload."""
+        if page_size < 0:
+            raise ValidationError("BAD_PAGE_SIZE", "page_size must not be negative", field="page_size")
+        record = await self.get_session(session_id)
+        if to_seq is not None and to_seq >= record.next_seq:
+            to_seq = record.next_seq - 1
+        size = min(page_size or DEFAULT_READ_PAGE, 10_000)
+        seq = from_seq
+        while to_seq is None or seq <= to_seq:
+            events = await self.reader.read(record, seq, to_seq, size)
+            if not events:
+                return
+            yield events
+            seq = events[-1].seq + 1
+            if len(events) < size:
+                return
+
+    async def subscribe(self, session_id: str, from_seq: int) -> AsyncIterator[list[Event] | int]:
+        """Replay from `from_seq`, then the next seq (the caught-up marker), then live batches."""
+        record = await self.get_session(session_id)
+        subscriber = self.hub.subscribe(session_id)
+        try:
+            next_seq = from_seq
+            async for page in self.read_events(session_id, from_seq, None, DEFAULT_READ_PAGE):
+                yield page
+                next_seq = page[-1].seq + 1
+            yield max(next_seq, from_seq)
+            while True:
+                try:
+                    batch = await asyncio.wait_for(subscriber.queue.get(), timeout=1.0)
+                except TimeoutError:
+                    # Another instance may be the writer: look at the log itself.
+                    batch = await self.reader.read(record, next_seq, None, DEFAULT_READ_PAGE)
+                    if not batch:
+                        continue
+                if batch is None:  # fell behind: re-read from the log
+                    subscriber = self._resubscribe(session_id, subscriber)
+                    batch = await self.reader.read(record, next_seq, None, DEFAULT_READ_PAGE)
+                fresh = [e for e in batch if e.seq >= next_seq]
+                if fresh and fresh[0].seq > next_seq:
+                    # Never skip: fill a gap from the log before going on.
+                    fresh = await self.reader.read(record, next_seq, fresh[-1].seq, fresh[-1].seq - next_seq + 1)
+                if fresh:
+                    yield fresh
+                    next_seq = fresh[-1].seq + 1
+        finally:
+            self.hub.unsubscribe(session_id, subscriber)
+
+    def _resubscribe(self, session_id: str, old: Any) -> Any:
+        self.hub.unsubscribe(session_id, old)
+        return self.hub.subscribe(session_id)
+
+
+def _replay(events: list[Event]) -> SessionFold:
+    return SessionFold.replay(events, validate=False)
+
+
+def _encode_page_token(record: SessionRecord) -> str:
+    raw = jsonvalue.dumps_bytes([record.create_time, record.id])
+    return base64.urlsafe_b64encode(raw).decode("ascii")
+
+
+def _decode_page_token(token: str) -> tuple[int, str]:
+    try:
+        created, sid = jsonvalue.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+        if not isinstance(created, int) or not isinstance(sid, str):
+            raise ValueError(token)
+    except (ValueError, TypeError, SessionLogError):
+        raise ValidationError("BAD_PAGE_TOKEN", "page_token is not a token this service issued", field="page_token") from None
+    return created, sid

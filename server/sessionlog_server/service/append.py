@@ -1,0 +1,154 @@
+"""Planning an append: validate a batch against the live fold and build what to commit.
+
+Everything here runs under the session's lock and before any I/O: envelope rules, eventId
+de-duplication, the system-head rule, and the fold's seq/surface/structure rules. A batch that
+breaks any rule changes nothing (the fold is rolled back to its checkpoint); a batch that
+passes becomes one `PendingBatch` for the group committer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sessionlog.convert import DecodedEvent
+from sessionlog.core import validate
+from sessionlog.core.errors import ExpectedSeqMismatch, SessionLogError, ValidationError
+from sessionlog.core.events import APPEND, Event, NewEvent
+from sessionlog.core.limits import Limits
+from sessionlog.core.vocabulary import SYSTEM_MESSAGE
+from sessionlog_server.service.live import LiveSession
+from sessionlog_server.storage import blobs
+from sessionlog_server.storage.records import PendingBatch
+
+#: The reserved node 0 of a session whose writer starts without a system prompt (SPEC §4).
+EMPTY_SYSTEM_HEAD = NewEvent(
+    type=SYSTEM_MESSAGE, data={"message": {"role": "system", "content": ""}}, surface_op=APPEND
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendPlan:
+    """What an append will do: the seqs to report and, unless all were retries, the batch."""
+
+    seqs: list[int]
+    """One seq per proposed event, in order (original seqs for retried eventIds)."""
+    pending: PendingBatch | None
+    """The events to commit (None when every event was a retry)."""
+    checkpoint: int | None
+    """Fold checkpoint to roll back to if the commit fails."""
+
+
+def validate_proposals(decoded: Sequence[DecodedEvent], limits: Limits) -> list[NewEvent]:
+    """Envelope and batch-shape rules: the checks that need no session state."""
+    events = [d.event for d in decoded]
+    validate.validate_batch_shape(events, limits)
+    for index, item in enumerate(decoded):
+        try:
+            validate.validate_envelope(item.event, item.data_bytes, limits)
+        except SessionLogError as exc:
+            _name_event(exc, index)
+            raise
+    return events
+
+
+def plan_append(
+    live: LiveSession,
+    proposals: Sequence[NewEvent],
+    *,
+    writer_id: str,
+    epoch: int,
+    expected_next_seq: int | None,
+    now: int,
+    lease_expires_at: int,
+    blob_threshold: int,
+    move_nul_to_blobs: bool,
+    extra_first: Sequence[NewEvent] = (),
+) -> AppendPlan:
+    """Validate `proposals` against the live fold and apply them to it (rolled back on error).
+
+    `extra_first` are service-written events (e.g. repair) committed before the proposals in
+    the same batch; they get seqs but are not reported back.
+    """
+    fold = live.fold
+    seqs: list[int | None] = []
+    fresh: list[NewEvent] = []
+    for event in proposals:
+        known = live.event_ids.get(event.event_id) if event.event_id is not None else None
+        seqs.append(known)
+        if known is None:
+            fresh.append(event)
+    if not fresh and not extra_first:
+        return AppendPlan([s for s in seqs if s is not None], None, None)
+    if expected_next_seq is not None and expected_next_seq != fold.next_seq:
+        raise ExpectedSeqMismatch(
+            "EXPECTED_SEQ_MISMATCH",
+            f"session {live.session_id!r} is at seq {fold.next_seq}, the batch expected {expected_next_seq}",
+            session_id=live.session_id,
+            next_seq=fold.next_seq,
+            expected=expected_next_seq,
+        )
+    to_commit: list[NewEvent] = list(extra_first)
+    first_surface = next((e for e in fresh if e.surface_op is not None), None)
+    if first_surface is not None and fold.first_surface_needs_system_head(first_surface):
+        to_commit.append(EMPTY_SYSTEM_HEAD)
+    head_count = len(to_commit)
+    to_commit.extend(fresh)
+
+    time = max(now, fold.last_time)
+    first_seq = fold.next_seq
+    mark = fold.checkpoint()
+    committed: list[Event] = []
+    try:
+        for offset, proposal in enumerate(to_commit):
+            event = proposal.committed(first_seq + offset, time)
+            try:
+                fold.apply(event)
+            except SessionLogError as exc:
+                if offset >= head_count:
+                    _name_event(exc, _proposal_index(proposals, proposal))
+                raise
+            committed.append(event)
+    except BaseException:
+        fold.rollback(mark)
+        raise
+
+    fresh_seqs = iter(e.seq for e in committed[head_count:])
+    reported = [s if s is not None else next(fresh_seqs) for s in seqs]
+    for event in committed:
+        if event.event_id is not None:
+            live.event_ids[event.event_id] = event.seq
+    pending = PendingBatch(
+        session_id=live.session_id,
+        writer_id=writer_id,
+        epoch=epoch,
+        expected_next_seq=first_seq,
+        events=committed,
+        last_time=time,
+        open_turn=fold.open_turn is not None,
+        lease_expires_at=lease_expires_at,
+    )
+    for event in committed:
+        ext = blobs.externalize(event.data, blob_threshold, move_nul=move_nul_to_blobs)
+        pending.stored.append((ext.data, ext.refs or None))
+        pending.blobs.update(ext.blobs)
+    return AppendPlan(reported, pending, mark)
+
+
+def _proposal_index(proposals: Sequence[NewEvent], proposal: NewEvent) -> int:
+    for index, candidate in enumerate(proposals):
+        if candidate is proposal:
+            return index
+    return -1
+
+
+def _name_event(exc: SessionLogError, index: int) -> None:
+    """Prefix the error with the index of the offending event in its batch."""
+    if index < 0 or "event_index" in exc.metadata:
+        return
+    exc.metadata["event_index"] = str(index)
+    exc.message = f"event {index}: {exc.message}"
+    exc.args = (exc.message,)
+
+
+__all__ = ["EMPTY_SYSTEM_HEAD", "AppendPlan", "ValidationError", "plan_append", "validate_proposals"]

@@ -1,0 +1,90 @@
+"""Reads of a session's log, including the prefix a fork inherits from its parents.
+
+A fork stores only its own events (seqs after `fork_seq`); seqs up to `fork_seq` are read from
+the parent, recursively, so a fork costs the same whatever the prefix length (SPEC §8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+from sessionlog.core.events import Event
+from sessionlog_server.storage.recorder import EventRecorder
+from sessionlog_server.storage.records import SessionRecord
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Seqs `first`..`last` (inclusive; `last` None = open-ended) are stored under `session_id`."""
+
+    session_id: str
+    first: int
+    last: int | None
+
+
+class EventReader:
+    """Reads events and session rows on a pool of reader threads."""
+
+    def __init__(self, recorder: EventRecorder, *, threads: int = 4) -> None:
+        self.recorder = recorder
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sessionlog-reader")
+        self._origins: dict[str, tuple[str | None, int | None]] = {}
+
+    async def run(self, fn: Callable[..., T], *args: object) -> T:
+        """Run a blocking storage call on a reader thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def session(self, session_id: str) -> SessionRecord:
+        """The session row (NotFound if absent)."""
+        record = await self.run(self.recorder.get_session, session_id)
+        self._origins[session_id] = (record.parent_id, record.fork_seq)
+        return record
+
+    async def segments(self, record: SessionRecord) -> list[Segment]:
+        """Where each seq range of the session's log is stored, oldest first."""
+        chain: list[Segment] = []
+        own_first = 0 if record.fork_seq is None else record.fork_seq + 1
+        chain.append(Segment(record.id, own_first, None))
+        parent, cut = record.parent_id, record.fork_seq
+        while parent is not None and cut is not None:
+            origin = self._origins.get(parent)
+            if origin is None:
+                parent_record = await self.session(parent)
+                origin = (parent_record.parent_id, parent_record.fork_seq)
+            grand, grand_cut = origin
+            first = 0 if grand_cut is None else grand_cut + 1
+            chain.append(Segment(parent, first, cut))
+            parent, cut = grand, grand_cut
+        chain.reverse()
+        return chain
+
+    async def read(self, record: SessionRecord, from_seq: int, to_seq: int | None, limit: int) -> list[Event]:
+        """Up to `limit` events with from_seq <= seq <= to_seq, across the fork chain."""
+        out: list[Event] = []
+        for segment in await self.segments(record):
+            if len(out) >= limit:
+                break
+            start = max(from_seq, segment.first)
+            stop = segment.last if to_seq is None else (to_seq if segment.last is None else min(to_seq, segment.last))
+            if stop is not None and start > stop:
+                continue
+            out.extend(await self.run(self.recorder.read_events, segment.session_id, start, stop, limit - len(out)))
+        return out
+
+    async def read_all(self, record: SessionRecord, to_seq: int | None = None, page: int = 5000) -> list[Event]:
+        """Every event up to `to_seq` (inclusive; None = the whole log), in pages."""
+        events: list[Event] = []
+        while True:
+            batch = await self.read(record, len(events), to_seq, page)
+            events.extend(batch)
+            if len(batch) < page:
+                return events
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,35 @@
+"""The PostgreSQL backend (production): psycopg 3, JSONB payloads, pooled connections.
+
+Several service instances may share one database; correctness does not depend on any
+in-process lock, because every append fences itself in its own transaction (see recorder).
+JSONB cannot hold a NUL character in a string, so such strings are moved to blobs.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, create_engine
+from sqlalchemy.dialects import postgresql
+
+from sessionlog.core import jsonvalue
+from sessionlog_server.storage.recorder import BLOBS, EventRecorder
+
+
+class PostgresEventRecorder(EventRecorder):
+    """EventRecorder on PostgreSQL."""
+
+    move_nul_to_blobs = True
+
+    def __init__(self, url: str, *, pool_size: int = 8) -> None:
+        engine = create_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_pre_ping=True,
+            json_serializer=jsonvalue.dumps,
+            json_deserializer=jsonvalue.loads,
+        )
+        super().__init__(engine)
+
+    def _insert_blobs(self, conn: Connection, blobs: dict[str, bytes]) -> None:
+        stmt = postgresql.insert(BLOBS).on_conflict_do_nothing(index_elements=["sha256"])
+        conn.execute(stmt, [{"sha256": k, "size": len(v), "content": v} for k, v in blobs.items()])

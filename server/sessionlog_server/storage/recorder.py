@@ -1,0 +1,378 @@
+"""The event recorder: what sessionlog stores and the one place that talks SQL.
+
+`EventRecorder` holds the rules that are the same on every database; `SQLiteEventRecorder`
+and `PostgresEventRecorder` (in their own modules) hold only what differs: engine set-up,
+transaction start, and the upsert used for blobs. Public methods open a transaction; `_`
+twins take a connection, so several steps (lease, events, blobs) join one commit.
+
+Fencing follows Temporal's history service: the append transaction advances
+`sessions.next_seq` with a compare-and-set on `(writer_id, epoch, next_seq)`. If another
+writer took the lease (epoch moved) or the log moved, the update matches no row and nothing
+of the batch is written.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, func, or_, select, update
+from sqlalchemy import exc as sa_exc
+
+from sessionlog.core.errors import (
+    AlreadyExists,
+    ExpectedSeqMismatch,
+    NotFound,
+    OwnershipLost,
+    SessionLogError,
+    Unavailable,
+    WriterHeld,
+)
+from sessionlog.core.events import APPEND, Event, Replace
+from sessionlog_server.storage import blobs as blob_store
+from sessionlog_server.storage.models import BlobRow, EventRow, SessionRow
+from sessionlog_server.storage.records import PendingBatch, SessionRecord
+
+SESSIONS = SessionRow.__table__
+EVENTS = EventRow.__table__
+BLOBS = BlobRow.__table__
+
+
+class EventRecorder(ABC):
+    """Stores sessions, their writer leases, events and blobs in one SQL database."""
+
+    #: Strings with NUL characters must leave the JSON column (PostgreSQL JSONB refuses them).
+    move_nul_to_blobs: bool = False
+
+    def __init__(self, write_engine: Engine, read_engine: Engine | None = None) -> None:
+        self.write_engine = write_engine
+        self.read_engine = read_engine or write_engine
+
+    # --- transactions -------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A write transaction; driver errors become sessionlog errors at this edge."""
+        try:
+            with self.write_engine.begin() as conn:
+                yield conn
+        except SessionLogError:
+            raise
+        except sa_exc.IntegrityError as exc:
+            raise AlreadyExists("INTEGRITY_ERROR", f"the write conflicts with stored data: {exc.orig}") from exc
+        except sa_exc.DBAPIError as exc:
+            raise Unavailable("STORAGE_UNAVAILABLE", f"storage error: {exc.orig}") from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        try:
+            with self.read_engine.connect() as conn:
+                yield conn
+        except sa_exc.DBAPIError as exc:
+            raise Unavailable("STORAGE_UNAVAILABLE", f"storage error: {exc.orig}") from exc
+
+    @abstractmethod
+    def _insert_blobs(self, conn: Connection, blobs: dict[str, bytes]) -> None:
+        """Insert blobs, skipping those already stored (content-addressed, so equal)."""
+
+    def close(self) -> None:
+        """Release every pooled connection."""
+        self.write_engine.dispose()
+        if self.read_engine is not self.write_engine:
+            self.read_engine.dispose()
+
+    # --- sessions -----------------------------------------------------------------------
+
+    def create_session(self, record: SessionRecord, seed: Sequence[Event] = ()) -> SessionRecord:
+        """Insert a session (and, for a fork, its own first events) in one transaction."""
+        with self._write() as conn:
+            if conn.execute(select(SESSIONS.c.id).where(SESSIONS.c.id == record.id)).first():
+                raise AlreadyExists("SESSION_EXISTS", f"session {record.id!r} already exists", session_id=record.id)
+            conn.execute(
+                SESSIONS.insert().values(
+                    id=record.id,
+                    namespace=record.namespace,
+                    create_time=record.create_time,
+                    cwd=record.cwd,
+                    metadata=record.metadata,
+                    parent_id=record.parent_id,
+                    fork_seq=record.fork_seq,
+                    next_seq=record.next_seq,
+                    last_time=record.last_time,
+                    epoch=0,
+                    open_turn=record.open_turn,
+                )
+            )
+            if seed:
+                self._insert_events(conn, record.id, seed, threshold=None)
+        return record
+
+    def get_session(self, session_id: str) -> SessionRecord:
+        """The session, or NotFound."""
+        with self._read() as conn:
+            return self._get_session(conn, session_id)
+
+    def _get_session(self, conn: Connection, session_id: str) -> SessionRecord:
+        row = conn.execute(select(SESSIONS).where(SESSIONS.c.id == session_id)).mappings().first()
+        if row is None:
+            raise NotFound("SESSION_NOT_FOUND", f"session {session_id!r} not found", session_id=session_id)
+        return _session_record(row)
+
+    def list_sessions(
+        self,
+        namespace: str,
+        page_size: int,
+        after: tuple[int, str] | None = None,
+        parent_id: str | None = None,
+    ) -> list[SessionRecord]:
+        """Sessions ordered by (create_time, id), starting after the `after` key."""
+        query = select(SESSIONS).where(SESSIONS.c.namespace == namespace)
+        if parent_id is not None:
+            query = query.where(SESSIONS.c.parent_id == parent_id)
+        if after is not None:
+            created, sid = after
+            query = query.where(
+                or_(SESSIONS.c.create_time > created, and_(SESSIONS.c.create_time == created, SESSIONS.c.id > sid))
+            )
+        query = query.order_by(SESSIONS.c.create_time, SESSIONS.c.id).limit(page_size)
+        with self._read() as conn:
+            return [_session_record(row) for row in conn.execute(query).mappings()]
+
+    def sessions_to_repair(self, now: int) -> list[SessionRecord]:
+        """Sessions with an open turn and no live writer: an indexed query, no event scan."""
+        query = select(SESSIONS).where(
+            SESSIONS.c.open_turn.is_(True),
+            or_(SESSIONS.c.writer_id.is_(None), SESSIONS.c.lease_expires_at <= now),
+        )
+        with self._read() as conn:
+            return [_session_record(row) for row in conn.execute(query).mappings()]
+
+    # --- leases -------------------------------------------------------------------------
+
+    def acquire_lease(
+        self, session_id: str, writer_id: str, *, takeover: bool, now: int, ttl_ms: int
+    ) -> SessionRecord:
+        """Take the writer lease, bumping the epoch; refuse while another live writer holds it."""
+        with self._write() as conn:
+            current = self._get_session(conn, session_id)
+            if current.lease_live(now) and not takeover:
+                raise WriterHeld(
+                    "WRITER_HELD",
+                    f"session {session_id!r} is held by writer {current.writer_id!r} until "
+                    f"{current.lease_expires_at} (epoch {current.epoch})",
+                    session_id=session_id,
+                    holder=current.writer_id,
+                    expires_at=current.lease_expires_at,
+                    epoch=current.epoch,
+                )
+            result = conn.execute(
+                update(SESSIONS)
+                .where(SESSIONS.c.id == session_id, SESSIONS.c.epoch == current.epoch)
+                .values(writer_id=writer_id, epoch=current.epoch + 1, lease_expires_at=now + ttl_ms)
+            )
+            if result.rowcount != 1:
+                raise WriterHeld(
+                    "WRITER_HELD", f"session {session_id!r} was taken by another writer meanwhile",
+                    session_id=session_id,
+                )
+            return self._get_session(conn, session_id)
+
+    def renew_lease(self, session_id: str, writer_id: str, epoch: int, *, now: int, ttl_ms: int) -> SessionRecord:
+        """Extend a lease still held at `epoch`; OwnershipLost if it was taken over."""
+        with self._write() as conn:
+            result = conn.execute(
+                update(SESSIONS)
+                .where(SESSIONS.c.id == session_id, SESSIONS.c.writer_id == writer_id, SESSIONS.c.epoch == epoch)
+                .values(lease_expires_at=now + ttl_ms)
+            )
+            if result.rowcount != 1:
+                raise self._fencing_error(conn, session_id, writer_id, epoch, None)
+            return self._get_session(conn, session_id)
+
+    def release_lease(self, session_id: str, writer_id: str, epoch: int) -> bool:
+        """Give the lease up if still held at `epoch`; True if it was."""
+        with self._write() as conn:
+            result = conn.execute(
+                update(SESSIONS)
+                .where(SESSIONS.c.id == session_id, SESSIONS.c.writer_id == writer_id, SESSIONS.c.epoch == epoch)
+                .values(writer_id=None, lease_expires_at=None)
+            )
+            return result.rowcount == 1
+
+    def _fencing_error(
+        self, conn: Connection, session_id: str, writer_id: str, epoch: int, expected: int | None
+    ) -> SessionLogError:
+        """Explain why a fenced update matched no row."""
+        current = self._get_session(conn, session_id)
+        if current.writer_id != writer_id or current.epoch != epoch:
+            return OwnershipLost(
+                "OWNERSHIP_LOST",
+                f"writer {writer_id!r} (epoch {epoch}) no longer holds session {session_id!r}: "
+                f"now epoch {current.epoch}, writer {current.writer_id!r}; reopen the writer",
+                session_id=session_id,
+                epoch=current.epoch,
+                holder=current.writer_id,
+            )
+        return ExpectedSeqMismatch(
+            "EXPECTED_SEQ_MISMATCH",
+            f"session {session_id!r} is at seq {current.next_seq}, the batch expected {expected}",
+            session_id=session_id,
+            next_seq=current.next_seq,
+            expected=expected,
+        )
+
+    # --- appends ------------------------------------------------------------------------
+
+    def commit_batches(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
+        """Group commit: every batch in one transaction, each fenced on its own.
+
+        A batch whose fence fails is left out and gets its error; the others commit together.
+        If the shared transaction itself fails, each batch is retried in a transaction of its
+        own, so one bad batch cannot take the others down with it.
+        """
+        try:
+            with self._write() as conn:
+                return [self._commit_batch(conn, batch) for batch in batches]
+        except SessionLogError:
+            if len(batches) == 1:
+                raise
+        results: list[SessionLogError | None] = []
+        for batch in batches:
+            try:
+                with self._write() as conn:
+                    results.append(self._commit_batch(conn, batch))
+            except SessionLogError as exc:
+                results.append(exc)
+        return results
+
+    def _commit_batch(self, conn: Connection, batch: PendingBatch) -> SessionLogError | None:
+        result = conn.execute(
+            update(SESSIONS)
+            .where(
+                SESSIONS.c.id == batch.session_id,
+                SESSIONS.c.writer_id == batch.writer_id,
+                SESSIONS.c.epoch == batch.epoch,
+                SESSIONS.c.next_seq == batch.expected_next_seq,
+            )
+            .values(
+                next_seq=batch.new_next_seq,
+                last_time=batch.last_time,
+                open_turn=batch.open_turn,
+                lease_expires_at=batch.lease_expires_at,
+            )
+        )
+        if result.rowcount != 1:
+            return self._fencing_error(
+                conn, batch.session_id, batch.writer_id, batch.epoch, batch.expected_next_seq
+            )
+        if batch.blobs:
+            self._insert_blobs(conn, batch.blobs)
+        conn.execute(EVENTS.insert(), [_event_row(batch.session_id, e, s) for e, s in zip(batch.events, batch.stored, strict=True)])
+        return None
+
+    def _insert_events(
+        self, conn: Connection, session_id: str, events: Sequence[Event], threshold: int | None
+    ) -> None:
+        stored = []
+        all_blobs: dict[str, bytes] = {}
+        for event in events:
+            ext = blob_store.externalize(event.data, threshold or 1 << 62, move_nul=self.move_nul_to_blobs)
+            all_blobs.update(ext.blobs)
+            stored.append((ext.data, ext.refs or None))
+        if all_blobs:
+            self._insert_blobs(conn, all_blobs)
+        conn.execute(EVENTS.insert(), [_event_row(session_id, e, s) for e, s in zip(events, stored, strict=True)])
+
+    # --- reads --------------------------------------------------------------------------
+
+    def read_events(self, session_id: str, from_seq: int, to_seq: int | None, limit: int) -> list[Event]:
+        """The session's own stored events with from_seq <= seq <= to_seq, blobs resolved."""
+        query = select(EVENTS).where(EVENTS.c.session_id == session_id, EVENTS.c.seq >= from_seq)
+        if to_seq is not None:
+            query = query.where(EVENTS.c.seq <= to_seq)
+        query = query.order_by(EVENTS.c.seq).limit(limit)
+        with self._read() as conn:
+            rows = list(conn.execute(query).mappings())
+            digests = {ref[1] for row in rows for ref in (row["blob_refs"] or ())}
+            contents = self._fetch_blobs(conn, digests) if digests else {}
+        return [_event_from_row(row, contents) for row in rows]
+
+    def _fetch_blobs(self, conn: Connection, digests: set[str]) -> dict[str, bytes]:
+        rows = conn.execute(select(BLOBS.c.sha256, BLOBS.c.content).where(BLOBS.c.sha256.in_(digests)))
+        return {sha: bytes(content) for sha, content in rows}
+
+    def event_ids(self, session_id: str) -> dict[str, int]:
+        """Every eventId of the session's own events, with its seq (for idempotent retries)."""
+        query = select(EVENTS.c.event_id, EVENTS.c.seq).where(
+            EVENTS.c.session_id == session_id, EVENTS.c.event_id.is_not(None)
+        )
+        with self._read() as conn:
+            return {eid: seq for eid, seq in conn.execute(query)}
+
+    def count_events(self, session_id: str) -> int:
+        """How many events the session itself stores (an inherited prefix not included)."""
+        with self._read() as conn:
+            return int(conn.execute(select(func.count()).where(EVENTS.c.session_id == session_id)).scalar_one())
+
+
+def _session_record(row: Any) -> SessionRecord:
+    return SessionRecord(
+        id=row["id"],
+        namespace=row["namespace"],
+        create_time=row["create_time"],
+        cwd=row["cwd"],
+        metadata=row["metadata"] or {},
+        parent_id=row["parent_id"],
+        fork_seq=row["fork_seq"],
+        next_seq=row["next_seq"],
+        last_time=row["last_time"],
+        writer_id=row["writer_id"],
+        epoch=row["epoch"],
+        lease_expires_at=row["lease_expires_at"],
+        open_turn=bool(row["open_turn"]),
+    )
+
+
+def _event_row(session_id: str, event: Event, stored: tuple[dict[str, Any], list[list[Any]] | None]) -> dict[str, Any]:
+    op = event.surface_op
+    data, refs = stored
+    return {
+        "session_id": session_id,
+        "seq": event.seq,
+        "time": event.time,
+        "type": event.type,
+        "data": data,
+        "event_id": event.event_id,
+        "ignorable": event.ignorable,
+        "surface_op": None if op is None else ("append" if op == APPEND else "replace"),
+        "replace_start_seq": op.start_seq if isinstance(op, Replace) else None,
+        "replace_end_seq": op.end_seq if isinstance(op, Replace) else None,
+        "source_event_seqs": list(event.source_event_seqs) or None,
+        "blob_refs": refs,
+    }
+
+
+def _event_from_row(row: Any, contents: dict[str, bytes]) -> Event:
+    kind = row["surface_op"]
+    op = (
+        None
+        if kind is None
+        else APPEND
+        if kind == "append"
+        else Replace(row["replace_start_seq"], row["replace_end_seq"])
+    )
+    data = row["data"]
+    if row["blob_refs"]:
+        data = blob_store.internalize(data, row["blob_refs"], contents)
+    return Event(
+        seq=row["seq"],
+        time=row["time"],
+        type=row["type"],
+        data=data,
+        event_id=row["event_id"],
+        ignorable=bool(row["ignorable"]),
+        surface_op=op,
+        source_event_seqs=tuple(row["source_event_seqs"] or ()),
+    )

@@ -1,0 +1,56 @@
+"""Plain records passed between the service and storage (no ORM objects leak upward)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessionlog.core.events import Event
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A session row as the service sees it."""
+
+    id: str
+    namespace: str
+    create_time: int
+    cwd: str | None
+    metadata: dict[str, Any]
+    parent_id: str | None
+    fork_seq: int | None
+    next_seq: int
+    last_time: int
+    writer_id: str | None
+    epoch: int
+    lease_expires_at: int | None
+    open_turn: bool
+
+    def lease_live(self, now: int) -> bool:
+        """True while a writer holds an unexpired lease."""
+        return self.writer_id is not None and (self.lease_expires_at or 0) > now
+
+
+@dataclass(slots=True)
+class PendingBatch:
+    """One validated batch to commit, with the fencing values the commit must check.
+
+    The commit advances `sessions.next_seq` from `expected_next_seq` to `new_next_seq` only if
+    the row still names this writer and epoch; otherwise nothing of the batch is written.
+    """
+
+    session_id: str
+    writer_id: str
+    epoch: int
+    expected_next_seq: int
+    events: list[Event]
+    last_time: int
+    open_turn: bool
+    lease_expires_at: int
+    stored: list[tuple[dict[str, Any], list[list[Any]] | None]] = field(default_factory=list)
+    """Per event: the data as stored (blob strings taken out) and its blob refs."""
+    blobs: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def new_next_seq(self) -> int:
+        return self.expected_next_seq + len(self.events)

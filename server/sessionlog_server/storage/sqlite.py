@@ -1,0 +1,66 @@
+"""The embedded SQLite backend: WAL, `synchronous=FULL`, one writer connection.
+
+SQLite allows one writer at a time, so the service funnels every write through one
+connection (the group committer's) and takes the write lock up front with
+`BEGIN IMMEDIATE`: a transaction that would upgrade from a read lock later could fail with
+SQLITE_BUSY halfway. Readers use their own pooled connections; WAL lets them read while the
+writer commits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, create_engine, event
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import QueuePool
+
+from sessionlog.core import jsonvalue
+from sessionlog_server.storage.recorder import BLOBS, EventRecorder
+
+
+def _sqlite_engine(url: str, *, synchronous: str, immediate: bool, pool_size: int) -> Engine:
+    engine = create_engine(
+        url,
+        poolclass=QueuePool,
+        pool_size=pool_size,
+        max_overflow=0 if immediate else pool_size,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        json_serializer=jsonvalue.dumps,
+        json_deserializer=jsonvalue.loads,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Take transaction control from pysqlite so BEGIN is ours (IMMEDIATE for the writer).
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class SQLiteEventRecorder(EventRecorder):
+    """EventRecorder on a SQLite file."""
+
+    move_nul_to_blobs = False
+
+    def __init__(self, url: str, *, synchronous: str = "FULL") -> None:
+        if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise ValueError(f"unknown SQLite synchronous mode {synchronous!r}")
+        write = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=True, pool_size=1)
+        read = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=False, pool_size=4)
+        super().__init__(write, read)
+
+    def _insert_blobs(self, conn: Connection, blobs: dict[str, bytes]) -> None:
+        stmt = sqlite.insert(BLOBS).on_conflict_do_nothing(index_elements=["sha256"])
+        conn.execute(stmt, [{"sha256": k, "size": len(v), "content": v} for k, v in blobs.items()])

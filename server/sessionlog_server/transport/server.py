@@ -1,0 +1,85 @@
+"""Build and run the gRPC server: SessionService plus the standard health and reflection services."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sessionlog.v1 import session_service_pb2, session_service_pb2_grpc
+from sessionlog_server.config import Settings
+from sessionlog_server.service.app import SessionLogService
+from sessionlog_server.storage.factory import open_recorder
+from sessionlog_server.storage.migrate import upgrade
+from sessionlog_server.transport.servicer import SessionServicer
+
+log = structlog.get_logger("sessionlog.server")
+SERVICE_NAME = session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
+
+
+@dataclass
+class RunningServer:
+    """A started server: the gRPC server, the use cases behind it, and the port it bound."""
+
+    server: grpc.aio.Server
+    service: SessionLogService
+    health: health.aio.HealthServicer
+    port: int
+
+    async def stop(self, grace: float) -> None:
+        """Stop accepting calls, let in-flight ones finish, commit what is queued, release leases."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        await self.service.stop()
+        self.service.recorder.close()
+
+
+async def start_server(settings: Settings) -> RunningServer:
+    """Migrate (unless told not to), open storage, and start serving on `settings.listen`."""
+    if settings.migrate:
+        await asyncio.get_running_loop().run_in_executor(None, upgrade, settings.db)
+    recorder = open_recorder(settings.db, sqlite_synchronous=settings.sqlite_synchronous)
+    service = SessionLogService(recorder, settings)
+    await service.start()
+    options = [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.aio.server(options=options)
+    session_service_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(service), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    port = server.add_insecure_port(settings.listen)
+    if port == 0:
+        raise OSError(f"could not bind {settings.listen}")
+    await server.start()
+    await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    log.info("serving", listen=settings.listen, port=port, db=_redact(settings.db))
+    return RunningServer(server, service, health_servicer, port)
+
+
+async def serve(settings: Settings) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+    running = await start_server(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down", grace_s=settings.shutdown_grace_s)
+    await running.stop(settings.shutdown_grace_s)
+    log.info("stopped")
+
+
+def _redact(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,212 @@
+"""The gRPC servicer of sessionlog.v1.SessionService: convert, delegate, convert back.
+
+No SQL, no validation and no error mapping here: requests become core values
+(`sessionlog.convert`), the use case runs in `SessionLogService`, and `status.unary` /
+`status.streaming` turn exceptions into rich statuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+import grpc
+
+from sessionlog import convert
+from sessionlog.core import jsonvalue
+from sessionlog.core.errors import AlreadyExists, ValidationError
+from sessionlog.core.events import Event
+from sessionlog.v1 import event_pb2, session_pb2, session_service_pb2 as pb, session_service_pb2_grpc
+from sessionlog_server.service.app import AppendResult, SessionLogService
+from sessionlog_server.service.clock import now_ms
+from sessionlog_server.storage.records import SessionRecord
+from sessionlog_server.transport import status
+from sessionlog_server.transport.status import note
+
+
+def session_to_pb(record: SessionRecord, now: int | None = None) -> session_pb2.Session:
+    """A session row as the API's Session message."""
+    msg = session_pb2.Session(
+        id=record.id,
+        create_time_unix_ms=record.create_time,
+        cwd=record.cwd or "",
+        metadata_json=jsonvalue.dumps_bytes(record.metadata) if record.metadata else b"",
+        next_seq=record.next_seq,
+        open_turn=record.open_turn,
+    )
+    if record.parent_id is not None and record.fork_seq is not None:
+        msg.parent.session_id = record.parent_id
+        msg.parent.fork_seq = record.fork_seq
+    if record.lease_live(now if now is not None else now_ms()):
+        msg.lease.CopyFrom(lease_to_pb(record))
+    return msg
+
+
+def lease_to_pb(record: SessionRecord) -> session_pb2.Lease:
+    return session_pb2.Lease(
+        session_id=record.id,
+        writer_id=record.writer_id or "",
+        epoch=record.epoch,
+        expire_time_unix_ms=record.lease_expires_at or 0,
+    )
+
+
+def decode_events(messages: Sequence[event_pb2.NewEvent]) -> list[convert.DecodedEvent]:
+    return [convert.new_event_from_pb(m, i) for i, m in enumerate(messages)]
+
+
+def optional_field(msg: object, name: str) -> int | None:
+    return getattr(msg, name) if msg.HasField(name) else None  # type: ignore[attr-defined]
+
+
+def pages(events: list[Event], max_bytes: int) -> list[list[event_pb2.Event]]:
+    """Split events into response pages of about `max_bytes` (at least one event each)."""
+    out: list[list[event_pb2.Event]] = [[]]
+    size = 0
+    for event in events:
+        msg = convert.event_to_pb(event)
+        if out[-1] and size + len(msg.data_json) > max_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(msg)
+        size += len(msg.data_json)
+    return out
+
+
+class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
+    """sessionlog.v1.SessionService over a SessionLogService."""
+
+    def __init__(self, service: SessionLogService) -> None:
+        self.service = service
+
+    @status.unary
+    async def CreateSession(self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext) -> pb.CreateSessionResponse:
+        metadata = convert.data_from_bytes(request.metadata_json, what="metadata")
+        record = await self.service.create_session(request.session_id or None, request.cwd or None, metadata)
+        return pb.CreateSessionResponse(session=session_to_pb(record))
+
+    @status.unary
+    async def GetSession(self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext) -> pb.GetSessionResponse:
+        record = await self.service.get_session(request.session_id)
+        return pb.GetSessionResponse(session=session_to_pb(record))
+
+    @status.unary
+    async def ListSessions(self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext) -> pb.ListSessionsResponse:
+        records, token = await self.service.list_sessions(
+            request.page_size, request.page_token, request.parent_session_id or None
+        )
+        return pb.ListSessionsResponse(sessions=[session_to_pb(r) for r in records], next_page_token=token)
+
+    @status.unary
+    async def AcquireLease(self, request: pb.AcquireLeaseRequest, context: grpc.aio.ServicerContext) -> pb.AcquireLeaseResponse:
+        record = await self.service.acquire_lease(request.session_id, request.writer_id or None, takeover=request.takeover)
+        return pb.AcquireLeaseResponse(lease=lease_to_pb(record), next_seq=record.next_seq)
+
+    @status.unary
+    async def AppendEvents(self, request: pb.AppendEventsRequest, context: grpc.aio.ServicerContext) -> pb.AppendEventsResponse:
+        result = await self.service.append(
+            request.session_id, request.writer_id, request.epoch,
+            optional_field(request, "expected_next_seq"), decode_events(request.events),
+        )
+        note(seqs=_seq_range(result), writer_id=request.writer_id, epoch=request.epoch)
+        lease = session_pb2.Lease(
+            session_id=request.session_id, writer_id=request.writer_id, epoch=request.epoch,
+            expire_time_unix_ms=result.lease_expires_at,
+        )
+        return pb.AppendEventsResponse(seqs=result.seqs, next_seq=result.next_seq, lease=lease)
+
+    @status.unary
+    async def RenewLease(self, request: pb.RenewLeaseRequest, context: grpc.aio.ServicerContext) -> pb.RenewLeaseResponse:
+        record = await self.service.renew_lease(request.session_id, request.writer_id, request.epoch)
+        return pb.RenewLeaseResponse(lease=lease_to_pb(record))
+
+    @status.unary
+    async def ReleaseLease(self, request: pb.ReleaseLeaseRequest, context: grpc.aio.ServicerContext) -> pb.ReleaseLeaseResponse:
+        await self.service.release_lease(request.session_id, request.writer_id, request.epoch)
+        return pb.ReleaseLeaseResponse()
+
+    @status.streaming
+    async def ReadEvents(self, request: pb.ReadEventsRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ReadEventsResponse]:
+        to_seq = optional_field(request, "to_seq")
+        if to_seq is not None and to_seq < request.from_seq:
+            raise ValidationError("BAD_RANGE", f"to_seq {to_seq} is before from_seq {request.from_seq}", field="to_seq")
+        max_bytes = self.service.settings.read_page_bytes
+        async for events in self.service.read_events(request.session_id, request.from_seq, to_seq, request.page_size):
+            for page in pages(events, max_bytes):
+                yield pb.ReadEventsResponse(events=page)
+
+    @status.streaming
+    async def SubscribeEvents(self, request: pb.SubscribeEventsRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.SubscribeEventsResponse]:
+        max_bytes = self.service.settings.read_page_bytes
+        async for item in self.service.subscribe(request.session_id, request.from_seq):
+            if isinstance(item, int):
+                yield pb.SubscribeEventsResponse(caught_up=pb.CaughtUp(next_seq=item))
+                continue
+            for page in pages(item, max_bytes):
+                yield pb.SubscribeEventsResponse(events=pb.EventBatch(events=page))
+
+    @status.streaming
+    async def Write(self, request_iterator: AsyncIterator[pb.WriteRequest], context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WriteResponse]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None or first.WhichOneof("kind") != "open":
+            raise ValidationError("WRITER_NOT_OPENED", "the first message on a writer stream must be `open`", field="open")
+        opened = first.open
+        if opened.create_if_missing:
+            with contextlib.suppress(AlreadyExists):
+                await self.service.create_session(opened.session_id, None, {})
+        record = await self.service.acquire_lease(opened.session_id, opened.writer_id or None, takeover=opened.takeover)
+        session_id, writer_id, epoch = record.id, record.writer_id or "", record.epoch
+        self.service.stream_leases[session_id] = (writer_id, epoch)
+        note(session_id=session_id, writer_id=writer_id, epoch=epoch)
+        acks: asyncio.Queue[tuple[int, asyncio.Future[AppendResult]] | BaseException | None] = asyncio.Queue()
+        pump = asyncio.ensure_future(self._pump(request_iterator, session_id, writer_id, epoch, acks))
+        first_seq: int | None = None
+        last_seq: int | None = None
+        try:
+            yield pb.WriteResponse(opened=pb.WriterOpened(lease=lease_to_pb(record), next_seq=record.next_seq))
+            while True:
+                item = await acks.get()
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                batch_id, future = item
+                result = await future
+                if result.seqs:
+                    first_seq = result.seqs[0] if first_seq is None else first_seq
+                    last_seq = result.seqs[-1]
+                yield pb.WriteResponse(ack=pb.BatchAck(batch_id=batch_id, seqs=result.seqs, next_seq=result.next_seq))
+        finally:
+            pump.cancel()
+            note(seqs=None if first_seq is None else [first_seq, last_seq])
+            if self.service.stream_leases.get(session_id) == (writer_id, epoch):
+                await self.service.release_lease(session_id, writer_id, epoch)
+
+    async def _pump(
+        self,
+        requests: AsyncIterator[pb.WriteRequest],
+        session_id: str,
+        writer_id: str,
+        epoch: int,
+        acks: asyncio.Queue[tuple[int, asyncio.Future[AppendResult]] | BaseException | None],
+    ) -> None:
+        """Read batches as they arrive and start their appends without waiting for commits."""
+        try:
+            async for request in requests:
+                if request.WhichOneof("kind") != "batch":
+                    raise ValidationError("WRITER_ALREADY_OPEN", "`open` may only be the first message", field="open")
+                batch = request.batch
+                future = await self.service.start_append(
+                    session_id, writer_id, epoch, optional_field(batch, "expected_next_seq"), decode_events(batch.events)
+                )
+                await acks.put((batch.batch_id, future))
+            await acks.put(None)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            await acks.put(exc)
+
+
+def _seq_range(result: AppendResult) -> list[int] | None:
+    return [result.seqs[0], result.seqs[-1]] if result.seqs else None

@@ -1,0 +1,119 @@
+"""Exceptions -> `google.rpc.Status` (SPEC §13, AIP-193): the one table, in one place.
+
+Every sessionlog error travels as its gRPC code with an `ErrorInfo` detail (reason, domain
+`sessionlog`, metadata) and, when a request field is at fault, a `BadRequest` detail naming it.
+Anything else is a bug: it is logged with its traceback and reported as INTERNAL without
+internals.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from sessionlog.core.errors import SessionLogError
+
+DOMAIN = "sessionlog"
+log = structlog.get_logger("sessionlog.rpc")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_rpc_fields: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("rpc_fields")
+
+
+def note(**fields: Any) -> None:
+    """Add fields (e.g. seqs) to the one log line of the current RPC. Never payloads."""
+    current = _rpc_fields.get(None)
+    if current is not None:
+        current.update(fields)
+
+
+def _log_rpc(method: str, request: Any, started: float, code: str) -> None:
+    fields = _rpc_fields.get({})
+    session_id = getattr(request, "session_id", None)
+    if session_id:
+        fields.setdefault("session_id", session_id)
+    log.info("rpc", method=method, status=code, latency_ms=round((time.perf_counter() - started) * 1000, 3), **fields)
+
+
+def to_status(error: SessionLogError) -> grpc.Status:
+    """The rich status of a sessionlog error."""
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=error.metadata)
+    details = [_pack(info)]
+    if error.field:
+        violation = error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.message)
+        details.append(_pack(error_details_pb2.BadRequest(field_violations=[violation])))
+    status = status_pb2.Status(code=getattr(code_pb2, error.code), message=error.message, details=details)
+    return rpc_status.to_status(status)
+
+
+def internal_status(message: str = "internal error") -> grpc.Status:
+    info = error_details_pb2.ErrorInfo(reason="INTERNAL", domain=DOMAIN)
+    return rpc_status.to_status(status_pb2.Status(code=code_pb2.INTERNAL, message=message, details=[_pack(info)]))
+
+
+def _pack(message: Any) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+async def abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
+    """End the call with the status for `exc` (logging unexpected ones)."""
+    if isinstance(exc, SessionLogError):
+        await context.abort_with_status(to_status(exc))
+    log.exception("unexpected error", method=method, error=repr(exc))
+    await context.abort_with_status(internal_status())
+
+
+def unary(method: F) -> F:
+    """Map errors raised by a unary handler to rich statuses."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started, code = time.perf_counter(), "OK"
+        _rpc_fields.set({})
+        try:
+            return await method(self, request, context)
+        except (SessionLogError, Exception) as exc:
+            if isinstance(exc, grpc.aio.AbortError):
+                raise
+            code = exc.code if isinstance(exc, SessionLogError) else "INTERNAL"
+            await abort(context, exc, method.__name__)
+        finally:
+            _log_rpc(method.__name__, request, started, code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def streaming(method: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    """Map errors raised by a streaming handler to rich statuses."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        started, code = time.perf_counter(), "OK"
+        _rpc_fields.set({})
+        try:
+            async for item in method(self, request, context):
+                yield item
+        except (SessionLogError, Exception) as exc:
+            if isinstance(exc, grpc.aio.AbortError):
+                raise
+            code = exc.code if isinstance(exc, SessionLogError) else "INTERNAL"
+            await abort(context, exc, method.__name__)
+        finally:
+            _log_rpc(method.__name__, request, started, code)
+
+    return wrapper
+
+
+Handler = Callable[..., Awaitable[Any]]

@@ -1,0 +1,518 @@
+"""Turn, step and tool-call structure (SPEC §3), checked at append as a small state machine.
+
+Like the surface, it is split into `plan_structure_event` (validates, mutates nothing) and
+`apply_structure_plan` (commits). The state is what crash repair and resume need: the open
+turn and step, and the tool calls of the open step in transcript order with the seq of their
+`tool/call` when one was recorded.
+
+Decisions (what a harness expects):
+
+- `turn/start`, `turn/end`, `step/start`, `step/end` follow the numbering and nesting rules.
+- Execution events need the open step and name it: `assistant/message` and `tool/result`
+  appends, `tool/call` and `assistant/attempt` must carry `turn` and `step` equal to the open
+  ones.
+- `system/message` and `user/message` appends may stand anywhere: outside any turn (a prompt
+  written before `turn/start`), inside a turn before `step/start`, or inside a step. Harnesses
+  do all three. If they carry `turn` (and optionally `step`), those must name the open turn
+  (and step); `step` without `turn` is refused.
+- Replace events (compaction summaries, tool-result trims, prompt changes) rewrite history:
+  their `turn`/`step` describe the original they restate, so they are not checked against the
+  open turn, and a replacing `tool/result` does not pair with a call.
+- Other known log-only events (`compaction/*`) are free, but a `turn`/`step` they carry must
+  name the open turn/step. `request/*` and `session/end-seed` are allowed anywhere and not
+  checked; unknown (ignorable) types are never checked.
+- `turn/end` kinds `interrupted` and `forked` are accepted here (repair and fork write them
+  through the same fold); `check_turn_end_not_reserved` lets the server refuse them from
+  writers.
+- `step/end` with calls still lacking results is allowed (a cancelled or failed step leaves
+  unrun calls); the calls of a step are forgotten when it ends, as in dsh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from sessionlog.core.errors import ValidationError
+from sessionlog.core.events import Event, Replace
+from sessionlog.core.messages import message_of, tool_call_blocks
+from sessionlog.core.vocabulary import (
+    ASSISTANT_ATTEMPT,
+    ASSISTANT_MESSAGE,
+    COMPACTION_END,
+    COMPACTION_START,
+    COMPACTION_SUMMARY,
+    STEP_END,
+    STEP_START,
+    SYSTEM_MESSAGE,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_END_KINDS,
+    TURN_START,
+    USER_MESSAGE,
+)
+
+RESERVED_TURN_END_KINDS: frozenset[str] = frozenset({"interrupted", "forked"})
+"""Turn-end kinds written only by crash repair and fork, never by a writer (SPEC §3)."""
+
+IN_STEP_TYPES: frozenset[str] = frozenset({ASSISTANT_MESSAGE, TOOL_RESULT, TOOL_CALL, ASSISTANT_ATTEMPT})
+"""Execution events: they must sit in the open step and name it."""
+
+POSITIONED_TYPES: frozenset[str] = frozenset(
+    {SYSTEM_MESSAGE, USER_MESSAGE, COMPACTION_START, COMPACTION_SUMMARY, COMPACTION_END}
+)
+"""Events allowed anywhere, whose optional `turn`/`step` must name the open turn/step."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallState:
+    """One tool call of the open step, opened by a `toolCall` block of an assistant message."""
+
+    call_id: str
+    name: str
+    turn: int
+    step: int
+    block_seq: int
+    call_seq: int | None = None
+    result_seq: int | None = None
+
+
+@dataclass(slots=True)
+class StructureState:
+    """Where the log stands: last/open turn, last/open step, calls of the open step."""
+
+    last_turn: int = 0
+    open_turn: int | None = None
+    last_step: int = 0
+    open_step: int | None = None
+    calls: dict[str, ToolCallState] = field(default_factory=dict)
+
+    @property
+    def pending_calls(self) -> list[ToolCallState]:
+        """Calls of the open step without a result, in transcript order."""
+        return [call for call in self.calls.values() if call.result_seq is None]
+
+    def snapshot(self) -> StructureState:
+        """A copy to restore on rollback: O(calls of the open step)."""
+        return StructureState(
+            self.last_turn, self.open_turn, self.last_step, self.open_step, dict(self.calls)
+        )
+
+    def restore(self, snapshot: StructureState) -> None:
+        """Put back a state taken with `snapshot`."""
+        self.last_turn = snapshot.last_turn
+        self.open_turn = snapshot.open_turn
+        self.last_step = snapshot.last_step
+        self.open_step = snapshot.open_step
+        self.calls = dict(snapshot.calls)
+
+
+PlanKind = Literal["turn_start", "turn_end", "step_start", "step_end", "open_calls", "call_started", "result"]
+
+
+@dataclass(frozen=True, slots=True)
+class StructurePlan:
+    """One validated structural transition that has not mutated the state yet."""
+
+    kind: PlanKind
+    seq: int
+    number: int = 0
+    calls: tuple[ToolCallState, ...] = ()
+    call_id: str = ""
+
+
+def _number(data: dict[str, Any], name: str, event: Event) -> int | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValidationError(
+            f"BAD_{name.upper()}_NUMBER",
+            f"{event.type} at seq {event.seq}: data.{name} must be a positive integer, got {value!r}",
+            field=f"data.{name}",
+            seq=event.seq,
+        )
+    return value
+
+
+def _required(data: dict[str, Any], name: str, event: Event) -> int:
+    value = _number(data, name, event)
+    if value is None:
+        raise ValidationError(
+            "STRUCTURE_FIELD_MISSING",
+            f"{event.type} at seq {event.seq}: data.{name} is required",
+            field=f"data.{name}",
+            seq=event.seq,
+        )
+    return value
+
+
+def check_turn_open(state: StructureState, event: Event, turn: int) -> None:
+    """An event naming a turn needs that turn to be the open one."""
+    if state.open_turn is None:
+        raise ValidationError(
+            "NO_OPEN_TURN",
+            f"{event.type} at seq {event.seq} names turn {turn}, but no turn is open",
+            field="data.turn",
+            seq=event.seq,
+        )
+    if turn != state.open_turn:
+        raise ValidationError(
+            "TURN_MISMATCH",
+            f"{event.type} at seq {event.seq} names turn {turn}, but the open turn is {state.open_turn}",
+            field="data.turn",
+            seq=event.seq,
+        )
+
+
+def check_step_open(state: StructureState, event: Event, step: int) -> None:
+    """An event naming a step needs that step to be the open one."""
+    if state.open_step is None:
+        raise ValidationError(
+            "NO_OPEN_STEP",
+            f"{event.type} at seq {event.seq} names step {step}, but no step is open",
+            field="data.step",
+            seq=event.seq,
+        )
+    if step != state.open_step:
+        raise ValidationError(
+            "STEP_MISMATCH",
+            f"{event.type} at seq {event.seq} names step {step}, but the open step is {state.open_step}",
+            field="data.step",
+            seq=event.seq,
+        )
+
+
+def check_position(state: StructureState, event: Event) -> None:
+    """Optional `turn`/`step` fields must name the open turn/step; `step` needs `turn`."""
+    turn = _number(event.data, "turn", event)
+    step = _number(event.data, "step", event)
+    if step is not None and turn is None:
+        raise ValidationError(
+            "STEP_WITHOUT_TURN",
+            f"{event.type} at seq {event.seq} names step {step} but no turn",
+            field="data.turn",
+            seq=event.seq,
+        )
+    if turn is not None:
+        check_turn_open(state, event, turn)
+    if step is not None:
+        check_step_open(state, event, step)
+
+
+def check_in_step(state: StructureState, event: Event) -> None:
+    """Execution events carry `turn` and `step`, naming the open turn and step."""
+    check_turn_open(state, event, _required(event.data, "turn", event))
+    check_step_open(state, event, _required(event.data, "step", event))
+
+
+def check_turn_start(state: StructureState, event: Event) -> int:
+    """`turn/start {turn}` only when no turn is open, numbered last + 1."""
+    turn = _required(event.data, "turn", event)
+    if state.open_turn is not None:
+        raise ValidationError(
+            "TURN_ALREADY_OPEN",
+            f"turn/start {turn} at seq {event.seq}: turn {state.open_turn} is still open",
+            field="data.turn",
+            seq=event.seq,
+        )
+    if turn != state.last_turn + 1:
+        raise ValidationError(
+            "TURN_NOT_CONTIGUOUS",
+            f"turn/start at seq {event.seq}: turn {turn} does not follow turn {state.last_turn} "
+            f"(expected {state.last_turn + 1})",
+            field="data.turn",
+            seq=event.seq,
+        )
+    return turn
+
+
+def check_turn_end_reason(event: Event) -> None:
+    """`turn/end` carries `reason: {kind}` with a kind from the vocabulary."""
+    reason = event.data.get("reason")
+    kind = reason.get("kind") if isinstance(reason, dict) else None
+    if kind not in TURN_END_KINDS:
+        raise ValidationError(
+            "BAD_TURN_END_REASON",
+            f"turn/end at seq {event.seq}: reason.kind must be one of {sorted(TURN_END_KINDS)}, got {kind!r}",
+            field="data.reason",
+            seq=event.seq,
+        )
+
+
+def check_turn_end(state: StructureState, event: Event) -> int:
+    """`turn/end {turn, reason}` closes the open turn, which has no open step."""
+    turn = _required(event.data, "turn", event)
+    check_turn_open(state, event, turn)
+    if state.open_step is not None:
+        raise ValidationError(
+            "TURN_END_WITH_OPEN_STEP",
+            f"turn/end {turn} at seq {event.seq}: step {state.open_step} is still open",
+            field="type",
+            seq=event.seq,
+        )
+    check_turn_end_reason(event)
+    return turn
+
+
+def check_turn_end_not_reserved(event: Event) -> None:
+    """For the server: a writer may not end a turn as `interrupted` or `forked` (SPEC §3)."""
+    reason = event.data.get("reason")
+    kind = reason.get("kind") if isinstance(reason, dict) else None
+    if event.type == TURN_END and kind in RESERVED_TURN_END_KINDS:
+        raise ValidationError(
+            "RESERVED_TURN_END_KIND",
+            f"turn/end at seq {event.seq}: kind {kind!r} is written only by crash repair or fork",
+            field="data.reason",
+            seq=event.seq,
+        )
+
+
+def check_step_start(state: StructureState, event: Event) -> int:
+    """`step/start {turn, step}` inside the open turn, no step open, numbered last + 1."""
+    turn = _required(event.data, "turn", event)
+    step = _required(event.data, "step", event)
+    check_turn_open(state, event, turn)
+    if state.open_step is not None:
+        raise ValidationError(
+            "STEP_ALREADY_OPEN",
+            f"step/start {step} at seq {event.seq}: step {state.open_step} is still open",
+            field="data.step",
+            seq=event.seq,
+        )
+    if step != state.last_step + 1:
+        raise ValidationError(
+            "STEP_NOT_CONTIGUOUS",
+            f"step/start at seq {event.seq}: step {step} of turn {turn} does not follow step "
+            f"{state.last_step} (expected {state.last_step + 1})",
+            field="data.step",
+            seq=event.seq,
+        )
+    return step
+
+
+def check_tool_call_blocks(state: StructureState, event: Event) -> tuple[ToolCallState, ...]:
+    """An assistant message's `toolCall` blocks each have a string id (new in this step) and name."""
+    turn, step = state.open_turn or 0, state.open_step or 0
+    opened: dict[str, ToolCallState] = {}
+    for block in tool_call_blocks(event):
+        call_id, name = block.get("id"), block.get("name")
+        if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
+            raise ValidationError(
+                "BAD_TOOL_CALL_BLOCK",
+                f"assistant/message at seq {event.seq}: a toolCall block needs a non-empty string id "
+                f"and a string name, got id {call_id!r}, name {name!r}",
+                field="data.message.content",
+                seq=event.seq,
+            )
+        if call_id in opened or call_id in state.calls:
+            raise ValidationError(
+                "TOOL_CALL_ID_DUPLICATE",
+                f"assistant/message at seq {event.seq}: tool call id {call_id!r} is already used in "
+                f"step {step} of turn {turn}",
+                field="data.message.content",
+                seq=event.seq,
+            )
+        opened[call_id] = ToolCallState(call_id, name, turn, step, event.seq)
+    return tuple(opened.values())
+
+
+def check_tool_call(state: StructureState, event: Event) -> str:
+    """`tool/call` pairs with a toolCall block of the open step (same name), once, before its result."""
+    call_id, name = event.data.get("callId"), event.data.get("name")
+    if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
+        raise ValidationError(
+            "BAD_TOOL_CALL",
+            f"tool/call at seq {event.seq}: callId must be a non-empty string and name a string",
+            field="data.callId",
+            seq=event.seq,
+        )
+    call = state.calls.get(call_id)
+    if call is None:
+        raise ValidationError(
+            "TOOL_CALL_UNKNOWN",
+            f"tool/call at seq {event.seq}: call {call_id!r} has no toolCall block in step "
+            f"{state.open_step} of turn {state.open_turn} (the assistant message comes first)",
+            field="data.callId",
+            seq=event.seq,
+        )
+    if name != call.name:
+        raise ValidationError(
+            "TOOL_CALL_NAME_MISMATCH",
+            f"tool/call at seq {event.seq}: call {call_id!r} is named {name!r}, "
+            f"but its toolCall block names {call.name!r}",
+            field="data.name",
+            seq=event.seq,
+        )
+    if call.result_seq is not None:
+        raise ValidationError(
+            "TOOL_CALL_AFTER_RESULT",
+            f"tool/call at seq {event.seq}: call {call_id!r} already has its result at seq {call.result_seq}",
+            field="data.callId",
+            seq=event.seq,
+        )
+    if call.call_seq is not None:
+        raise ValidationError(
+            "TOOL_CALL_DUPLICATE",
+            f"tool/call at seq {event.seq}: call {call_id!r} was already recorded at seq {call.call_seq}",
+            field="data.callId",
+            seq=event.seq,
+        )
+    return call_id
+
+
+def check_tool_error(event: Event) -> None:
+    """`data.error` is allowed only on a result whose message says `isError: true`."""
+    message = message_of(event) or {}
+    if event.data.get("error") is not None and message.get("isError") is not True:
+        raise ValidationError(
+            "TOOL_ERROR_WITHOUT_IS_ERROR",
+            f"tool/result at seq {event.seq}: data.error needs message.isError true",
+            field="data.error",
+            seq=event.seq,
+        )
+
+
+def check_tool_result(state: StructureState, event: Event) -> str:
+    """An appended `tool/result` answers a call of the open step that has no result yet."""
+    message = message_of(event) or {}
+    call_id = message.get("toolCallId")
+    if not isinstance(call_id, str) or not call_id:
+        raise ValidationError(
+            "TOOL_RESULT_CALL_ID_MISSING",
+            f"tool/result at seq {event.seq}: data.message.toolCallId must be a non-empty string",
+            field="data.message.toolCallId",
+            seq=event.seq,
+        )
+    call = state.calls.get(call_id)
+    if call is None:
+        raise ValidationError(
+            "TOOL_RESULT_UNKNOWN_CALL",
+            f"tool/result at seq {event.seq}: call {call_id!r} is not a tool call of step "
+            f"{state.open_step} of turn {state.open_turn}",
+            field="data.message.toolCallId",
+            seq=event.seq,
+        )
+    if call.result_seq is not None:
+        raise ValidationError(
+            "TOOL_RESULT_DUPLICATE",
+            f"tool/result at seq {event.seq}: call {call_id!r} already has its result at seq "
+            f"{call.result_seq}",
+            field="data.message.toolCallId",
+            seq=event.seq,
+        )
+    check_tool_error(event)
+    return call_id
+
+
+def plan_structure_event(state: StructureState, event: Event) -> StructurePlan | None:
+    """Validate one event against the structure and prepare its transition; mutates nothing."""
+    kind = event.type
+    if isinstance(event.surface_op, Replace):
+        return None
+    if kind == TURN_START:
+        return StructurePlan("turn_start", event.seq, check_turn_start(state, event))
+    if kind == TURN_END:
+        return StructurePlan("turn_end", event.seq, check_turn_end(state, event))
+    if kind == STEP_START:
+        return StructurePlan("step_start", event.seq, check_step_start(state, event))
+    if kind == STEP_END:
+        check_in_step(state, event)
+        return StructurePlan("step_end", event.seq)
+    if kind in IN_STEP_TYPES:
+        check_in_step(state, event)
+        if kind == ASSISTANT_MESSAGE:
+            calls = check_tool_call_blocks(state, event)
+            return StructurePlan("open_calls", event.seq, calls=calls) if calls else None
+        if kind == TOOL_CALL:
+            return StructurePlan("call_started", event.seq, call_id=check_tool_call(state, event))
+        if kind == TOOL_RESULT:
+            return StructurePlan("result", event.seq, call_id=check_tool_result(state, event))
+        return None
+    if kind in POSITIONED_TYPES:
+        check_position(state, event)
+    return None
+
+
+def trusted_structure_plan(state: StructureState, event: Event) -> StructurePlan | None:
+    """The transition of an already validated event, without checks (cold load, repair scan).
+
+    Lenient on purpose: an event that the checks would refuse changes nothing it cannot
+    describe, so scanning a window of a log that starts at a `turn/start` is safe.
+    """
+    kind = event.type
+    data = event.data
+    if isinstance(event.surface_op, Replace):
+        return None
+    if kind in (TURN_START, TURN_END, STEP_START):
+        number = data.get("step" if kind == STEP_START else "turn")
+        if not isinstance(number, int) or isinstance(number, bool):
+            return None
+        plan_kind: PlanKind = (
+            "turn_start" if kind == TURN_START else "turn_end" if kind == TURN_END else "step_start"
+        )
+        return StructurePlan(plan_kind, event.seq, number)
+    if kind == STEP_END:
+        return StructurePlan("step_end", event.seq)
+    if kind == ASSISTANT_MESSAGE:
+        turn, step = state.open_turn or 0, state.open_step or 0
+        calls = []
+        for block in tool_call_blocks(event):
+            call_id, name = block.get("id"), block.get("name")
+            if isinstance(call_id, str) and call_id not in state.calls:
+                calls.append(
+                    ToolCallState(call_id, name if isinstance(name, str) else "", turn, step, event.seq)
+                )
+        return StructurePlan("open_calls", event.seq, calls=tuple(calls)) if calls else None
+    if kind == TOOL_CALL:
+        call_id = data.get("callId")
+        if isinstance(call_id, str) and call_id in state.calls:
+            return StructurePlan("call_started", event.seq, call_id=call_id)
+        return None
+    if kind == TOOL_RESULT:
+        call_id = (message_of(event) or {}).get("toolCallId")
+        if isinstance(call_id, str) and call_id in state.calls:
+            return StructurePlan("result", event.seq, call_id=call_id)
+    return None
+
+
+def apply_structure_plan(state: StructureState, plan: StructurePlan | None) -> None:
+    """Commit one previously planned transition."""
+    if plan is None:
+        return
+    kind = plan.kind
+    if kind == "turn_start":
+        state.last_turn = max(state.last_turn, plan.number)
+        state.open_turn = plan.number
+        state.last_step = 0
+        state.open_step = None
+        state.calls = {}
+    elif kind == "turn_end":
+        state.open_turn = None
+        state.open_step = None
+        state.calls = {}
+    elif kind == "step_start":
+        state.last_step = max(state.last_step, plan.number)
+        state.open_step = plan.number
+        state.calls = {}
+    elif kind == "step_end":
+        state.open_step = None
+        state.calls = {}
+    elif kind == "open_calls":
+        for call in plan.calls:
+            state.calls[call.call_id] = call
+    elif kind == "call_started":
+        state.calls[plan.call_id] = replace(state.calls[plan.call_id], call_seq=plan.seq)
+    else:
+        state.calls[plan.call_id] = replace(state.calls[plan.call_id], result_seq=plan.seq)
+
+
+def fold_structure(events: list[Event] | tuple[Event, ...], *, validate: bool = True) -> StructureState:
+    """Fold events into a structure state; with `validate=False` any window that starts at or
+    before the open turn's `turn/start` gives the right open turn, step and calls."""
+    state = StructureState()
+    for event in events:
+        plan = plan_structure_event(state, event) if validate else trusted_structure_plan(state, event)
+        apply_structure_plan(state, plan)
+    return state

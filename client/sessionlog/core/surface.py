@@ -1,0 +1,333 @@
+"""The model-visible surface (SPEC §4): an ordered list of event seqs, folded from the log.
+
+Ported from dsh `surface.ts`: `plan_surface_event` validates one event against the current
+state and returns a plan without mutating anything; `apply_surface_plan` commits it. The full
+fold (`fold_surface`) and the incremental `SessionFold` share both functions, so replay and
+live append cannot disagree. `undo_surface_plan` reverses one applied plan exactly, which is
+what batch rollback needs.
+
+Costs: an append is O(1). A replace looks its endpoints up with `list.index` and splices the
+list, O(surface) in C; replaces are rare (compaction, trimming, prompt changes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sessionlog.core import jsonvalue
+from sessionlog.core.errors import ValidationError
+from sessionlog.core.events import APPEND, Event, Replace
+from sessionlog.core.messages import check_message, project_message
+from sessionlog.core.validate import check_surface_fields
+from sessionlog.core.vocabulary import SURFACE_TYPES, SYSTEM_MESSAGE, TOOL_RESULT
+
+EventLookup = Callable[[int], Event]
+"""`event_at(seq)`: the committed event at an earlier seq (only surface nodes are asked for)."""
+
+
+@dataclass(slots=True)
+class SurfaceState:
+    """The surface: node seqs in surface order, and how many replaces have landed."""
+
+    nodes: list[int] = field(default_factory=list)
+    replace_generation: int = 0
+
+    def view(self) -> dict[str, Any]:
+        """The SPEC's read model `{nodes, replaceGeneration}` (a copy)."""
+        return {"nodes": list(self.nodes), "replaceGeneration": self.replace_generation}
+
+
+@dataclass(frozen=True, slots=True)
+class SurfacePlan:
+    """One validated surface transition that has not mutated the state yet.
+
+    For a replace, `start_index..end_index` (inclusive) are surface positions and `shadowed`
+    the node seqs leaving the surface, in surface order.
+    """
+
+    kind: Literal["append", "replace"]
+    seq: int
+    start_seq: int = -1
+    end_seq: int = -1
+    start_index: int = -1
+    end_index: int = -1
+    shadowed: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SurfaceFold:
+    """Result of a full replay: the final surface and every replace in event order."""
+
+    nodes: list[int]
+    replace_generation: int
+    replacements: tuple[SurfacePlan, ...]
+
+
+def check_surface_head(state: SurfaceState, event: Event) -> None:
+    """Node 0 is reserved for the system prompt: the first surface event is a system/message.
+
+    The service inserts an empty `system/message` before a writer's first other surface event
+    (see `SessionFold.first_surface_needs_system_head`), so a writer never trips this rule.
+    """
+    if not state.nodes and event.type != SYSTEM_MESSAGE:
+        raise ValidationError(
+            "SURFACE_HEAD_NOT_SYSTEM",
+            f"surface: the first surface event must be a system/message (node 0), got {event.type} "
+            f"at seq {event.seq}",
+            field="type",
+            seq=event.seq,
+        )
+
+
+def check_sources_unique(event: Event) -> None:
+    """`sourceEventSeqs` cites each seq once."""
+    sources = event.source_event_seqs
+    if len(set(sources)) != len(sources):
+        duplicates = sorted({s for s in sources if sources.count(s) > 1})
+        raise ValidationError(
+            "SOURCES_DUPLICATE",
+            f"sourceEventSeqs of seq {event.seq} cite {duplicates} more than once",
+            field="sourceEventSeqs",
+            seq=event.seq,
+        )
+
+
+def check_sources_earlier(event: Event) -> None:
+    """`sourceEventSeqs` cite only earlier events (provenance points back in time)."""
+    later = [s for s in event.source_event_seqs if s >= event.seq]
+    if later:
+        raise ValidationError(
+            "SOURCES_NOT_EARLIER",
+            f"sourceEventSeqs of seq {event.seq} must cite earlier seqs, not {later}",
+            field="sourceEventSeqs",
+            seq=event.seq,
+        )
+
+
+def check_sources_cover(event: Event, shadowed: Sequence[int]) -> None:
+    """A replace cites a non-empty source list that covers every node it replaces."""
+    if not event.source_event_seqs:
+        raise ValidationError(
+            "REPLACE_SOURCES_EMPTY",
+            f"surface replace: seq {event.seq} must cite the replaced nodes in sourceEventSeqs",
+            field="sourceEventSeqs",
+            seq=event.seq,
+        )
+    cited = set(event.source_event_seqs)
+    missing = [s for s in shadowed if s not in cited]
+    if missing:
+        raise ValidationError(
+            "REPLACE_SOURCES_NOT_COVERING",
+            f"surface replace: sourceEventSeqs of seq {event.seq} must include every replaced node; "
+            f"missing {missing}",
+            field="sourceEventSeqs",
+            seq=event.seq,
+        )
+
+
+def _endpoint_index(state: SurfaceState, event: Event, name: str, endpoint: int) -> int:
+    if endpoint >= event.seq:
+        raise ValidationError(
+            "SURFACE_REPLACE_NOT_EARLIER",
+            f"surface replace: {name} seq {endpoint} is not earlier than the replacing seq {event.seq}",
+            field="surfaceOp",
+            seq=event.seq,
+        )
+    try:
+        return state.nodes.index(endpoint)
+    except ValueError:
+        raise ValidationError(
+            "SURFACE_RANGE_NOT_FOUND",
+            f"surface replace: {name} seq {endpoint} is not on the surface",
+            field="surfaceOp",
+            seq=event.seq,
+        ) from None
+
+
+def replacement_range(state: SurfaceState, event: Event, op: Replace) -> tuple[int, int]:
+    """Surface positions of a replace's endpoints; start at or before end in SURFACE order."""
+    start_index = _endpoint_index(state, event, "start", op.start_seq)
+    end_index = _endpoint_index(state, event, "end", op.end_seq)
+    if start_index > end_index:
+        raise ValidationError(
+            "SURFACE_RANGE_REVERSED",
+            f"surface replace: start seq {op.start_seq} (position {start_index}) is after end seq "
+            f"{op.end_seq} (position {end_index}) in surface order",
+            field="surfaceOp",
+            seq=event.seq,
+        )
+    return start_index, end_index
+
+
+def _without_content(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with `message.content` removed: what a tool-result trim must leave unchanged."""
+    rest = dict(data)
+    message = data.get("message")
+    if isinstance(message, dict):
+        rest["message"] = {k: v for k, v in message.items() if k != "content"}
+    return rest
+
+
+def check_tool_result_rewrite(event: Event, shadowed: Sequence[int], event_at: EventLookup) -> None:
+    """A tool/result replace rewrites exactly one current tool/result and changes only its content.
+
+    This is the trimming path (a 30 MB output cut down after the fact): everything but
+    `data.message.content` must be canonically equal to the original, so the call pairing,
+    error code and turn/step stay true.
+    """
+    if event.type != TOOL_RESULT:
+        return
+    if len(shadowed) != 1:
+        raise ValidationError(
+            "TOOL_RESULT_REPLACE_NOT_SINGLE",
+            f"surface replace: tool/result seq {event.seq} must replace exactly one node, "
+            f"not {len(shadowed)} ({list(shadowed)})",
+            field="surfaceOp",
+            seq=event.seq,
+        )
+    original = event_at(shadowed[0])
+    if original.type != TOOL_RESULT:
+        raise ValidationError(
+            "TOOL_RESULT_REPLACE_TARGET",
+            f"surface replace: tool/result seq {event.seq} must replace a tool/result, "
+            f"but seq {original.seq} is a {original.type}",
+            field="surfaceOp",
+            seq=event.seq,
+        )
+    before = jsonvalue.canonical(_without_content(original.data))
+    after = jsonvalue.canonical(_without_content(event.data))
+    if before != after:
+        raise ValidationError(
+            "TOOL_RESULT_REPLACE_CHANGES_MORE",
+            f"surface replace: tool/result seq {event.seq} may change only message.content of "
+            f"seq {original.seq}",
+            field="data",
+            seq=event.seq,
+        )
+
+
+def check_system_head(
+    state: SurfaceState, event: Event, start_index: int, end_index: int, event_at: EventLookup
+) -> None:
+    """Node-0 protection: a replace starting at a system/message node 0 is a system/message
+    replacing exactly that node (a prompt change); compaction may not swallow the prompt."""
+    if start_index != 0 or event_at(state.nodes[0]).type != SYSTEM_MESSAGE:
+        return
+    if event.type != SYSTEM_MESSAGE or end_index != 0:
+        raise ValidationError(
+            "SYSTEM_HEAD_PROTECTED",
+            f"surface replace: seq {event.seq} ({event.type}) starts at node 0, the system prompt; "
+            f"only a system/message replacing exactly node 0 may do that "
+            f"(range covers {end_index + 1} nodes)",
+            field="surfaceOp",
+            seq=event.seq,
+        )
+
+
+def plan_surface_event(
+    state: SurfaceState, event: Event, event_at: EventLookup, *, validate: bool = True
+) -> SurfacePlan | None:
+    """Validate one event against the surface and prepare its transition; mutates nothing.
+
+    Returns None for log-only events. With `validate=False` (a trusted cold load) only the
+    positions are computed; a replace whose endpoints are missing still raises, because the
+    state could not be built.
+    """
+    if validate:
+        check_surface_fields(event.as_new())
+    if event.type not in SURFACE_TYPES or event.surface_op is None:
+        return None
+    if validate:
+        check_message(event)
+        check_sources_unique(event)
+        check_sources_earlier(event)
+    op = event.surface_op
+    if op == APPEND:
+        if validate:
+            check_surface_head(state, event)
+        return SurfacePlan("append", event.seq)
+    assert isinstance(op, Replace)
+    start_index, end_index = replacement_range(state, event, op)
+    shadowed = tuple(state.nodes[start_index : end_index + 1])
+    if validate:
+        check_sources_cover(event, shadowed)
+        check_tool_result_rewrite(event, shadowed, event_at)
+        check_system_head(state, event, start_index, end_index, event_at)
+    return SurfacePlan("replace", event.seq, op.start_seq, op.end_seq, start_index, end_index, shadowed)
+
+
+def apply_surface_plan(state: SurfaceState, plan: SurfacePlan | None) -> None:
+    """Commit one previously validated transition: push, or splice and bump the generation."""
+    if plan is None:
+        return
+    if plan.kind == "append":
+        state.nodes.append(plan.seq)
+        return
+    state.nodes[plan.start_index : plan.end_index + 1] = [plan.seq]
+    state.replace_generation += 1
+
+
+def undo_surface_plan(state: SurfaceState, plan: SurfacePlan | None) -> None:
+    """Reverse `apply_surface_plan(state, plan)`; only valid for the latest applied plan."""
+    if plan is None:
+        return
+    if plan.kind == "append":
+        state.nodes.pop()
+        return
+    state.nodes[plan.start_index : plan.start_index + 1] = list(plan.shadowed)
+    state.replace_generation -= 1
+
+
+def fold_surface(events: Sequence[Event], *, validate: bool = True) -> SurfaceFold:
+    """The pure full replay of a log prefix (events must be seqs 0, 1, 2, … in order)."""
+    state = SurfaceState()
+    replacements: list[SurfacePlan] = []
+
+    def event_at(seq: int) -> Event:
+        return events[seq]
+
+    for index, event in enumerate(events):
+        if event.seq != index:
+            raise ValidationError(
+                "SEQ_NOT_CONTIGUOUS",
+                f"surface fold: event at position {index} has seq {event.seq}, expected {index}",
+                field="seq",
+                seq=event.seq,
+            )
+        plan = plan_surface_event(state, event, event_at, validate=validate)
+        apply_surface_plan(state, plan)
+        if plan is not None and plan.kind == "replace":
+            replacements.append(plan)
+    return SurfaceFold(list(state.nodes), state.replace_generation, tuple(replacements))
+
+
+def surface_messages(nodes: Sequence[int], event_at: EventLookup) -> list[dict[str, Any]]:
+    """The model history of `nodes`: each node through `project_message`, None dropped."""
+    out: list[dict[str, Any]] = []
+    for seq in nodes:
+        message = project_message(event_at(seq))
+        if message is not None:
+            out.append(message)
+    return out
+
+
+__all__ = [
+    "EventLookup",
+    "SurfaceFold",
+    "SurfacePlan",
+    "SurfaceState",
+    "apply_surface_plan",
+    "check_sources_cover",
+    "check_sources_earlier",
+    "check_sources_unique",
+    "check_surface_head",
+    "check_system_head",
+    "check_tool_result_rewrite",
+    "fold_surface",
+    "plan_surface_event",
+    "replacement_range",
+    "surface_messages",
+    "undo_surface_plan",
+]

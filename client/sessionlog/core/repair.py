@@ -1,0 +1,156 @@
+"""Completing an open turn (SPEC §8): crash repair and fork share one function.
+
+`open_turn_closers` returns the events that balance a log whose last turn is open; it does not
+write them (dsh `repair.ts`). The caller appends them under its lease like any batch, with the
+commit time set to the last event's time (`SessionFold.repair_time`): reusing the last time
+keeps repair deterministic and never invents a future timestamp.
+
+For the open step, every tool call without a result gets an error `tool/result`, in transcript
+order (`TOOL_OUTCOME_UNKNOWN` when its `tool/call` was recorded, citing that seq; else
+`TOOL_NOT_STARTED`); then `step/end` if a step is open; then `turn/end {kind: cause}`. Calls of
+already closed steps are left alone. A balanced log gets no events.
+
+Deterministic event ids (so a repeated repair after a lost acknowledgement is deduplicated by
+`eventId` instead of appended twice):
+
+- `repair-<cause>-<turn>-<step>-result-<callId>` (when that would exceed 128 characters, the
+  call id is replaced by `sha256-<first 32 hex digits of sha256(callId)>`);
+- `repair-<cause>-<turn>-<step>-step-end`;
+- `repair-<cause>-<turn>-turn-end`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Literal
+
+from sessionlog.core.events import APPEND, Event, JsonObject, NewEvent
+from sessionlog.core.structure import StructureState, ToolCallState, fold_structure
+from sessionlog.core.vocabulary import STEP_END, TOOL_RESULT, TURN_END
+
+RepairCause = Literal["interrupted", "forked"]
+
+TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
+TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
+MAX_EVENT_ID_CHARS = 128
+
+_RETRY_UNKNOWN = (
+    "Retry only if the tool is read-only or idempotent; otherwise verify the external state or ask "
+    "the user first. Do not retry blindly."
+)
+
+
+def repair_text(call: ToolCallState, cause: RepairCause) -> str:
+    """The model-facing explanation of a synthetic tool error."""
+    label = f"Tool call {call.name} ({call.call_id})"
+    started = call.call_seq is not None
+    if cause == "interrupted":
+        if started:
+            return (
+                f"{label} was interrupted: the session stopped after the call started, so its outcome "
+                f"is unknown. {_RETRY_UNKNOWN}"
+            )
+        return f"{label} did not run: the session stopped before it started. Retry it if it is still needed."
+    if started:
+        return (
+            f"{label} has no result in this fork: the session was forked after the call started, and "
+            f"the parent session may have completed it after the fork point, so its outcome is unknown. "
+            f"{_RETRY_UNKNOWN}"
+        )
+    return (
+        f"{label} has no result in this fork: the session was forked before it started, though the "
+        f"parent session may have completed it after the fork point. Retry it if it is still needed."
+    )
+
+
+def repair_reason(cause: RepairCause) -> str:
+    """`error.reason` of a synthetic tool error."""
+    if cause == "interrupted":
+        return "the session was interrupted while this tool call was pending"
+    return "the session was forked while this tool call was pending"
+
+
+def repair_event_id(cause: RepairCause, turn: int, *parts: str) -> str:
+    """A deterministic eventId, at most 128 characters (a long call id is hashed)."""
+    event_id = "-".join(["repair", cause, str(turn), *parts])
+    if len(event_id) <= MAX_EVENT_ID_CHARS:
+        return event_id
+    *head, call_id = parts
+    digest = hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:32]
+    return "-".join(["repair", cause, str(turn), *head, f"sha256-{digest}"])
+
+
+def tool_error_closer(call: ToolCallState, cause: RepairCause, last_time: int) -> NewEvent:
+    """The error `tool/result` for one pending call."""
+    started = call.call_seq is not None
+    message: JsonObject = {
+        "role": "toolResult",
+        "toolCallId": call.call_id,
+        "toolName": call.name,
+        "content": [{"type": "text", "text": repair_text(call, cause)}],
+        "isError": True,
+        "timestamp": last_time,
+    }
+    data: JsonObject = {
+        "turn": call.turn,
+        "step": call.step,
+        "message": message,
+        "error": {
+            "code": TOOL_OUTCOME_UNKNOWN if started else TOOL_NOT_STARTED,
+            "reason": repair_reason(cause),
+        },
+    }
+    return NewEvent(
+        type=TOOL_RESULT,
+        data=data,
+        event_id=repair_event_id(cause, call.turn, str(call.step), "result", call.call_id),
+        surface_op=APPEND,
+        source_event_seqs=(call.call_seq,) if call.call_seq is not None else (),
+    )
+
+
+def open_turn_closers(
+    source: Sequence[Event] | StructureState, cause: RepairCause, last_time: int | None = None
+) -> list[NewEvent]:
+    """The events that complete the open turn, or `[]` for a balanced log.
+
+    `source` is either the structure state of the log (e.g. `SessionFold`'s) or events: the
+    whole log, or any window of it that starts at or before the open turn's `turn/start`.
+    `last_time` defaults to the last event's time when events are given; it is required with a
+    state. It is stamped into the synthetic messages' `timestamp`.
+    """
+    if isinstance(source, StructureState):
+        state = source
+        if last_time is None:
+            raise ValueError("open_turn_closers: last_time is required with a StructureState")
+    else:
+        state = fold_structure(list(source), validate=False)
+        if last_time is None:
+            last_time = source[-1].time if source else 0
+    turn = state.open_turn
+    if turn is None:
+        return []
+    closers = [tool_error_closer(call, cause, last_time) for call in state.pending_calls]
+    if state.open_step is not None:
+        closers.append(
+            NewEvent(
+                type=STEP_END,
+                data={"turn": turn, "step": state.open_step},
+                event_id=repair_event_id(cause, turn, str(state.open_step), "step-end"),
+            )
+        )
+    closers.append(
+        NewEvent(
+            type=TURN_END,
+            data={"turn": turn, "reason": {"kind": cause}},
+            event_id=repair_event_id(cause, turn, "turn-end"),
+        )
+    )
+    return closers
+
+
+def commit_closers(closers: Sequence[NewEvent], next_seq: int, time: int) -> list[Event]:
+    """The closers as committed events (seqs from `next_seq`, all at `time`), e.g. for a
+    read-only reader that shows the repair of a crashed session in memory only."""
+    return [event.committed(next_seq + offset, time) for offset, event in enumerate(closers)]

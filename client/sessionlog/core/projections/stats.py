@@ -1,0 +1,235 @@
+"""Derived metrics (SPEC §5 Stats): counts, tokens and cost, recomputable from the log.
+
+`StatsAccumulator.add(event)` is the one per-event rule; `stats(events)` (the reference for
+`at_seq` reads) and `SessionFold` (incremental) both fold it, so they cannot disagree.
+
+Choices, each recomputable if it proves wrong (SPEC §1.6):
+
+- **usage** is summed over every event that carries one: `data.usage`, or, when absent,
+  `data.message.usage` (Pi keeps an assistant message's usage inside the message, and a tool
+  result's nested model work too). Not counted: surface *replace* events and appended model-only
+  *copies* (`data.source.kind == "copy"`): they restate another event's data, and counting them
+  would bill the same call twice. Shape `{input, output, cacheRead, cacheWrite, cost:{total}}`;
+  when `cost.total` is missing the cost parts are added. Non-numbers are ignored.
+- **model / provider**: the latest by seq of `request/context` `{provider, model}`, a
+  `request/header`'s `config.{provider, model}`, an appended assistant message's
+  `message.{provider, model}`, and Pi's ignorable `pi/model_change {provider, modelId}`.
+- **thinkingLevel**: the latest of a `request/header`'s `config.thinkingLevel` (else
+  `config.reasoningEffort`) and Pi's ignorable `pi/thinking_level_change {thinkingLevel}`.
+- **toolCalls**: `toolCall` blocks of appended assistant messages (what the model asked for;
+  Pi logs have no `tool/call` events). **toolErrors**: appended `tool/result`s with
+  `message.isError` true (repair's synthetic errors included). Copies and replaces excluded.
+- **compactions**: `max(compaction/summary events, compaction landings)`, where a landing is
+  a replace event with `data.source.kind == "compaction"`. dsh writes both for one compaction,
+  an importer may write only one of them; either way each compaction counts once.
+- **replaces**: replace events. **messages**: messages on the surface now (model history).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sessionlog.core.events import Event, JsonObject
+from sessionlog.core.messages import (
+    COMPACTION_SOURCE_KIND,
+    is_copy,
+    is_replace,
+    message_of,
+    source_kind,
+    tool_call_blocks,
+)
+from sessionlog.core.projections.model_history import model_history
+from sessionlog.core.vocabulary import (
+    ASSISTANT_MESSAGE,
+    COMPACTION_SUMMARY,
+    REQUEST_CONTEXT,
+    REQUEST_HEADER,
+    STEP_START,
+    TOOL_RESULT,
+    TURN_START,
+)
+
+PI_MODEL_CHANGE = "pi/model_change"
+PI_THINKING_LEVEL_CHANGE = "pi/thinking_level_change"
+
+STATS_KEYS: tuple[str, ...] = (
+    "events",
+    "model",
+    "provider",
+    "thinkingLevel",
+    "messages",
+    "turns",
+    "steps",
+    "toolCalls",
+    "toolErrors",
+    "compactions",
+    "replaces",
+    "inputTokens",
+    "outputTokens",
+    "cacheReadTokens",
+    "cacheWriteTokens",
+    "costUsd",
+)
+
+
+def _number(value: Any) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return value
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def usage_of(event: Event) -> JsonObject | None:
+    """The usage an event carries: `data.usage`, else `data.message.usage`; None for replaces
+    and copies (they restate another event)."""
+    if is_replace(event) or is_copy(event):
+        return None
+    usage = event.data.get("usage")
+    if isinstance(usage, dict):
+        return usage
+    message = message_of(event)
+    usage = message.get("usage") if message is not None else None
+    return usage if isinstance(usage, dict) else None
+
+
+def cost_of(usage: JsonObject) -> int | float:
+    """`cost.total`, or the sum of the cost parts when the total is missing."""
+    cost = usage.get("cost")
+    if not isinstance(cost, dict):
+        return 0
+    total = cost.get("total")
+    if isinstance(total, (int, float)) and not isinstance(total, bool):
+        return total
+    return sum(_number(cost.get(key)) for key in ("input", "output", "cacheRead", "cacheWrite"))
+
+
+@dataclass(slots=True)
+class StatsAccumulator:
+    """Running totals of the per-event stats (not the surface-derived ones)."""
+
+    model: str | None = None
+    provider: str | None = None
+    thinking_level: str | None = None
+    turns: int = 0
+    steps: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    summaries: int = 0
+    landings: int = 0
+    replaces: int = 0
+    input_tokens: int | float = 0
+    output_tokens: int | float = 0
+    cache_read_tokens: int | float = 0
+    cache_write_tokens: int | float = 0
+    cost_usd: int | float = 0.0
+
+    def copy(self) -> StatsAccumulator:
+        """A snapshot to restore on rollback (sums restored exactly, never subtracted)."""
+        return StatsAccumulator(
+            self.model,
+            self.provider,
+            self.thinking_level,
+            self.turns,
+            self.steps,
+            self.tool_calls,
+            self.tool_errors,
+            self.summaries,
+            self.landings,
+            self.replaces,
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.cost_usd,
+        )
+
+    def add(self, event: Event) -> None:
+        """Fold one event into the totals."""
+        kind = event.type
+        data = event.data
+        if kind == TURN_START:
+            self.turns += 1
+        elif kind == STEP_START:
+            self.steps += 1
+        elif kind == COMPACTION_SUMMARY:
+            self.summaries += 1
+        elif kind in (REQUEST_CONTEXT, PI_MODEL_CHANGE):
+            self._route(data.get("provider"), data.get("model") or data.get("modelId"))
+        elif kind == REQUEST_HEADER:
+            self._header(data)
+        elif kind == PI_THINKING_LEVEL_CHANGE:
+            self.thinking_level = _text(data.get("thinkingLevel")) or self.thinking_level
+        if is_replace(event):
+            self.replaces += 1
+            if source_kind(event) == COMPACTION_SOURCE_KIND:
+                self.landings += 1
+        elif not is_copy(event):
+            self._appended(event)
+        usage = usage_of(event)
+        if usage is not None:
+            self._usage(usage)
+
+    def _route(self, provider: Any, model: Any) -> None:
+        self.provider = _text(provider) or self.provider
+        self.model = _text(model) or self.model
+
+    def _header(self, data: JsonObject) -> None:
+        header = data.get("header")
+        config = header.get("config") if isinstance(header, dict) else None
+        if not isinstance(config, dict):
+            return
+        self._route(config.get("provider"), config.get("model"))
+        level = _text(config.get("thinkingLevel")) or _text(config.get("reasoningEffort"))
+        self.thinking_level = level or self.thinking_level
+
+    def _appended(self, event: Event) -> None:
+        if event.type == ASSISTANT_MESSAGE and event.surface_op is not None:
+            self.tool_calls += len(tool_call_blocks(event))
+            message = message_of(event)
+            if message is not None:
+                self._route(message.get("provider"), message.get("model"))
+        elif event.type == TOOL_RESULT and event.surface_op is not None:
+            message = message_of(event)
+            if message is not None and message.get("isError") is True:
+                self.tool_errors += 1
+
+    def _usage(self, usage: JsonObject) -> None:
+        self.input_tokens += _number(usage.get("input"))
+        self.output_tokens += _number(usage.get("output"))
+        self.cache_read_tokens += _number(usage.get("cacheRead"))
+        self.cache_write_tokens += _number(usage.get("cacheWrite"))
+        self.cost_usd += cost_of(usage)
+
+    def as_dict(self, *, events: int, messages: int) -> dict[str, Any]:
+        """The SPEC's stats read model, with the two counts that come from outside the sums."""
+        return {
+            "events": events,
+            "model": self.model,
+            "provider": self.provider,
+            "thinkingLevel": self.thinking_level,
+            "messages": messages,
+            "turns": self.turns,
+            "steps": self.steps,
+            "toolCalls": self.tool_calls,
+            "toolErrors": self.tool_errors,
+            "compactions": max(self.summaries, self.landings),
+            "replaces": self.replaces,
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "cacheReadTokens": self.cache_read_tokens,
+            "cacheWriteTokens": self.cache_write_tokens,
+            "costUsd": self.cost_usd,
+        }
+
+
+def stats(events: Sequence[Event]) -> dict[str, Any]:
+    """Stats of a log prefix (the reference for `at_seq` reads; blobs already resolved)."""
+    accumulator = StatsAccumulator()
+    for event in events:
+        accumulator.add(event)
+    return accumulator.as_dict(events=len(events), messages=len(model_history(events)))

@@ -1,0 +1,387 @@
+"""Unit tests of the pure core pieces: projection rule, structure allowances, headers, repair,
+checkpoints, transcript and request shapes, stats rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from sessionlog.core.errors import ValidationError
+from sessionlog.core.events import APPEND, Event, NewEvent, Replace
+from sessionlog.core.fold import SessionFold
+from sessionlog.core.headers import HeaderState, check_header, decide_header, fold_headers
+from sessionlog.core.messages import empty_system_head, project_message
+from sessionlog.core.projections.model_history import model_history
+from sessionlog.core.projections.request import request
+from sessionlog.core.projections.stats import stats
+from sessionlog.core.projections.transcript import transcript
+from sessionlog.core.repair import commit_closers, open_turn_closers, repair_event_id
+from sessionlog.core.structure import check_turn_end_not_reserved
+from sessionlog.core.surface import fold_surface
+
+from .builders import Log, result, user
+
+# --------------------------------------------------------------- projection rule
+
+
+def _event(type: str, data: dict[str, object], op: object = APPEND) -> Event:
+    return Event(seq=0, time=0, type=type, data=data, surface_op=op)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("content", ["", []])
+def test_empty_system_message_projects_to_nothing(content: object) -> None:
+    assert project_message(_event("system/message", {"message": {"role": "system", "content": content}})) is None
+
+
+def test_surface_events_project_their_message() -> None:
+    message = {"role": "user", "content": "hi"}
+    assert project_message(_event("user/message", {"message": message, "source": {"kind": "user"}})) is message
+    assert project_message(_event("system/message", {"message": {"role": "system", "content": "p"}})) is not None
+    empty_assistant = {"role": "assistant", "content": []}
+    assert project_message(_event("assistant/message", {"turn": 1, "step": 1, "message": empty_assistant})) is not None
+    assert project_message(_event("turn/start", {"turn": 1}, None)) is None
+
+
+def test_empty_system_head_is_fresh_and_projects_to_nothing() -> None:
+    a, b = empty_system_head(), empty_system_head()
+    assert a.data is not b.data
+    assert project_message(a.committed(0, 0)) is None
+
+
+# --------------------------------------------------------------- structure allowances
+
+
+def test_prompts_may_sit_outside_turns_and_before_steps() -> None:
+    log = Log()
+    log.head()
+    log.say("before the turn")
+    log.turn(1)
+    log.say("after turn/start, before step/start")
+    log.add("user/message", user("named", turn=1), op=APPEND)
+    log.step(1, 1)
+    log.add("user/message", user("in step", turn=1, step=1), op=APPEND)
+    log.reply(1, 1)
+    log.end_step(1, 1)
+    log.end_turn(1)
+    log.add("pi/label", {"turn": 99, "label": "x"}, ignorable=True)  # unknown types are not checked
+    log.add("request/context", {"provider": "p", "model": "m", "turn": 42})  # request/* anywhere
+    log.say("between turns")
+    assert log.fold.open_turn is None
+
+
+def test_replacements_are_not_checked_against_the_open_turn() -> None:
+    log = Log()
+    log.in_step(("c1", "tool"))
+    log.result(1, 1, "c1", "a very long output")
+    log.end_step(1, 1)
+    log.end_turn(1)
+    log.turn(2)
+    trimmed = result(1, 1, "c1", "[trimmed]")
+    log.add("tool/result", trimmed, op=Replace(5, 5), sources=(5,))
+    assert log.fold.model_history()[-1]["content"] == [{"type": "text", "text": "[trimmed]"}]
+
+
+def test_step_end_with_unrun_calls_is_allowed_and_forgets_them() -> None:
+    log = Log()
+    log.in_step(("c1", "tool"))
+    log.end_step(1, 1)
+    assert log.fold.pending_calls == []
+    log.end_turn(1, "aborted")
+    assert log.fold.closers("interrupted") == []
+
+
+def test_reserved_turn_end_kinds_are_for_repair_only() -> None:
+    event = Event(1, 0, "turn/end", {"turn": 1, "reason": {"kind": "interrupted"}})
+    with pytest.raises(ValidationError) as info:
+        check_turn_end_not_reserved(event)
+    assert info.value.reason == "RESERVED_TURN_END_KIND"
+    check_turn_end_not_reserved(Event(1, 0, "turn/end", {"turn": 1, "reason": {"kind": "completed"}}))
+
+
+def test_first_surface_needs_system_head() -> None:
+    fold = SessionFold()
+    prompt = NewEvent("user/message", user("hi"), surface_op=APPEND)
+    assert fold.first_surface_needs_system_head(prompt)
+    assert not fold.first_surface_needs_system_head(NewEvent("turn/start", {"turn": 1}))
+    assert not fold.first_surface_needs_system_head(empty_system_head())
+    fold.apply(empty_system_head().committed(0, 1))
+    assert fold.has_system_head
+    assert not fold.first_surface_needs_system_head(prompt)
+
+
+# --------------------------------------------------------------- headers
+
+
+def _state(header: dict[str, object], generation: int = 0) -> HeaderState:
+    from sessionlog.core import jsonvalue
+
+    return HeaderState(3, header, generation, "initial", False, jsonvalue.canonical(header))
+
+
+H1 = {"config": {"model": "m1", "maxTokens": 10}, "tools": [{"name": "ls"}]}
+H2 = {"config": {"model": "m2", "maxTokens": 10}, "tools": [{"name": "ls"}], "adapterDefaults": {"maxTokens": True}}
+
+
+def test_decide_header_branches() -> None:
+    initial = decide_header(None, H1, first_of_lease=False, generation=4)
+    assert (initial.reason, initial.starts_series, initial.data_to_append) == (
+        "initial",
+        False,
+        {"header": H1, "reason": "initial"},
+    )
+    latest = _state(H1, generation=0)
+    resume = decide_header(latest, H1, first_of_lease=True, generation=0)
+    assert (resume.reason, resume.changed_fields, resume.starts_series) == ("resume", [], False)
+    resume_moved = decide_header(latest, H2, first_of_lease=True, generation=1)
+    assert resume_moved.reason == "resume"
+    assert resume_moved.changed_fields == ["model", "adapterDefaults"]
+    assert resume_moved.data_to_append == {"header": H2, "reason": "resume", "startsSeries": True}
+    change = decide_header(latest, H2, first_of_lease=False, generation=0)
+    assert (change.reason, change.data_to_append) == ("change", {"header": H2, "reason": "change"})
+    series = decide_header(latest, dict(H1), first_of_lease=False, generation=2)
+    assert (series.reason, series.starts_series, series.data_to_append) == (
+        "series",
+        True,
+        {"header": H1, "reason": "series"},
+    )
+    nothing = decide_header(latest, H1, first_of_lease=False, generation=0)
+    assert (nothing.reason, nothing.data_to_append) == (None, None)
+
+
+def test_header_equality_is_canonical() -> None:
+    reordered = {"tools": [{"name": "ls"}], "config": {"maxTokens": 10, "model": "m1"}}
+    assert decide_header(_state(H1), reordered, first_of_lease=False, generation=0).reason is None
+    check_header(reordered)
+
+
+def test_fold_decisions_round_trip_through_the_log() -> None:
+    log = Log()
+    log.head()
+    for first, header in [(True, H1), (False, H1), (False, H2), (True, H2)]:
+        decision = log.fold.decide_header(header, first_of_lease=first)
+        if decision.data_to_append is not None:
+            log.add("request/header", decision.data_to_append)
+    reasons = [e.data["reason"] for e in log.events if e.type == "request/header"]
+    assert reasons == ["initial", "change", "resume"]
+    latest = fold_headers(log.events)
+    assert latest is not None and latest == log.fold.latest_header
+
+
+# --------------------------------------------------------------- repair
+
+
+def test_repair_closes_calls_in_transcript_order() -> None:
+    log = Log()
+    log.in_step(("a", "read"), ("b", "write"), ("c", "ls"))
+    log.call(1, 1, "b", "write")
+    log.result(1, 1, "c")
+    closers = log.fold.closers("interrupted")
+    assert [e.type for e in closers] == ["tool/result", "tool/result", "step/end", "turn/end"]
+    first, second = closers[0], closers[1]
+    assert first.data["error"]["code"] == "TOOL_NOT_STARTED" and first.source_event_seqs == ()
+    assert second.data["error"]["code"] == "TOOL_OUTCOME_UNKNOWN" and second.source_event_seqs == (5,)
+    assert "Do not retry blindly." in second.data["message"]["content"][0]["text"]
+    assert "Retry it if it is still needed." in first.data["message"]["content"][0]["text"]
+    assert first.data["message"]["timestamp"] == log.fold.repair_time == log.events[-1].time
+    assert closers[-1].data == {"turn": 1, "reason": {"kind": "interrupted"}}
+    assert [e.event_id for e in closers] == [
+        "repair-interrupted-1-1-result-a",
+        "repair-interrupted-1-1-result-b",
+        "repair-interrupted-1-1-step-end",
+        "repair-interrupted-1-turn-end",
+    ]
+    assert open_turn_closers(log.events, "interrupted") == closers
+    assert open_turn_closers(log.events[2:], "interrupted") == closers  # a window from turn/start
+    for event in commit_closers(closers, log.fold.next_seq, log.fold.repair_time):
+        log.fold.apply(event)
+    assert log.fold.open_turn is None and log.fold.closers("interrupted") == []
+
+
+def test_fork_closers_say_the_parent_may_have_finished() -> None:
+    log = Log()
+    log.in_step(("a", "deploy"))
+    log.call(1, 1, "a", "deploy")
+    (tool_error, _, turn_end) = log.fold.closers("forked")
+    assert "parent session may have completed it" in tool_error.data["message"]["content"][0]["text"]
+    assert turn_end.data["reason"] == {"kind": "forked"}
+
+
+def test_open_turn_without_step_gets_only_turn_end() -> None:
+    log = Log()
+    log.head()
+    log.turn(1)
+    assert [e.type for e in log.fold.closers("interrupted")] == ["turn/end"]
+    assert open_turn_closers([], "interrupted") == []
+
+
+def test_long_call_ids_are_hashed_into_event_ids() -> None:
+    event_id = repair_event_id("interrupted", 1, "1", "result", "x" * 200)
+    assert len(event_id) <= 128 and event_id.startswith("repair-interrupted-1-1-result-sha256-")
+
+
+# --------------------------------------------------------------- checkpoints
+
+
+def _state_of(fold: SessionFold) -> tuple[object, ...]:
+    return (
+        fold.next_seq,
+        fold.last_time,
+        fold.model_history(),
+        fold.stats(),
+        fold.surface_view(),
+        fold.open_turn,
+        fold.open_step,
+        fold.pending_calls,
+        fold.latest_header,
+    )
+
+
+def test_nested_checkpoints_roll_back_and_release() -> None:
+    log = Log()
+    log.in_step(("a", "t"))
+    before = _state_of(log.fold)
+    outer = log.fold.checkpoint()
+    log.call(1, 1, "a", "t")
+    log.result(1, 1, "a")
+    middle = _state_of(log.fold)
+    inner = log.fold.checkpoint()
+    log.add("user/message", user("summary", source={"kind": "compaction"}), op=Replace(1, 6), sources=(1, 4, 6))
+    log.end_step()
+    log.fold.rollback(inner)
+    assert _state_of(log.fold) == middle
+    log.fold.rollback(outer)
+    assert _state_of(log.fold) == before
+    with pytest.raises(ValueError):
+        log.fold.rollback(inner)
+    mark = log.fold.checkpoint()
+    log.fold.release(mark)
+    assert log.fold._journal == []
+
+
+def test_rollback_to_an_older_mark_undoes_newer_batches() -> None:
+    log = Log()
+    log.head()
+    before = _state_of(log.fold)
+    first = log.fold.checkpoint()
+    log.say("a")
+    second = log.fold.checkpoint()
+    log.say("b")
+    log.fold.rollback(first)
+    assert _state_of(log.fold) == before
+    with pytest.raises(ValueError):
+        log.fold.release(second)
+
+
+# --------------------------------------------------------------- projections
+
+
+def _compacted_log() -> Log:
+    log = Log()
+    log.head("prompt")  # 0
+    log.say("one")  # 1
+    log.turn(1)  # 2
+    log.step(1, 1)  # 3
+    log.reply(1, 1, ("a", "t"))  # 4
+    log.result(1, 1, "a")  # 5
+    log.end_step()  # 6
+    log.end_turn()  # 7
+    log.add("compaction/summary", {"summary": "s", "usage": {"input": 7, "output": 3, "cost": {"total": 0.5}}})  # 8
+    log.add("user/message", user("summary", source={"kind": "compaction"}), op=Replace(1, 5), sources=(1, 4, 5))  # 9
+    log.add("user/message", user("one", source={"kind": "copy"}), op=APPEND, sources=(1,))  # 10
+    return log
+
+
+def test_transcript_rows() -> None:
+    log = _compacted_log()
+    rows = transcript(log.events)
+    assert [r["seq"] for r in rows] == [1, 2, 3, 4, 5, 6, 7, 8, 9]  # no system/message, no copy
+    by_seq = {r["seq"]: r for r in rows}
+    assert by_seq[1] == {
+        "seq": 1,
+        "time": 1001,
+        "kind": "message",
+        "type": "user/message",
+        "data": {"role": "user", "content": "one"},
+        "replacedBy": 9,
+    }
+    assert by_seq[2]["kind"] == "event" and by_seq[2]["replacedBy"] is None
+    marker = by_seq[9]
+    assert (marker["kind"], marker["type"], marker["eventType"], marker["replaces"]) == (
+        "replace",
+        "surface/replace",
+        "user/message",
+        [1, 4, 5],
+    )
+
+
+def test_model_history_request_and_stats_of_a_compacted_log() -> None:
+    log = _compacted_log()
+    history = model_history(log.events)
+    assert [m["content"] for m in history] == ["prompt", "summary", "one"]
+    assert history == log.fold.model_history()
+    assert fold_surface(log.events).nodes == [0, 9, 10]
+    view = request(log.events)
+    assert view["request"] == {"messages": history} and view["headerSeq"] is None
+    assert view == log.fold.request()
+    s = stats(log.events)
+    assert s == log.fold.stats()
+    assert (s["compactions"], s["replaces"], s["messages"], s["toolCalls"], s["costUsd"]) == (1, 1, 3, 1, 0.5)
+
+
+def test_request_includes_header_config_and_tools() -> None:
+    log = Log()
+    log.head("prompt")
+    log.add("request/header", {"header": H1, "reason": "initial"})
+    body = request(log.events)["request"]
+    assert body == {
+        "model": "m1",
+        "maxTokens": 10,
+        "messages": [{"role": "system", "content": "prompt"}],
+        "tools": H1["tools"],
+    }
+
+
+def test_stats_sources() -> None:
+    log = Log()
+    log.head()
+    log.add("pi/model_change", {"provider": "anthropic", "modelId": "claude"}, ignorable=True)
+    log.add("pi/thinking_level_change", {"thinkingLevel": "high"}, ignorable=True)
+    log.add(
+        "pi/usage",
+        {"usage": {"input": 1, "output": 2, "cacheRead": 3, "cacheWrite": 4, "cost": {"input": 0.25}}},
+        ignorable=True,
+    )
+    s = log.fold.stats()
+    assert (s["provider"], s["model"], s["thinkingLevel"]) == ("anthropic", "claude", "high")
+    assert (s["inputTokens"], s["outputTokens"], s["cacheReadTokens"], s["cacheWriteTokens"], s["costUsd"]) == (
+        1,
+        2,
+        3,
+        4,
+        0.25,
+    )
+    log.add("request/header", {"header": {"config": {"model": "m1", "reasoningEffort": "low"}}, "reason": "initial"})
+    log.turn(1)
+    log.step(1, 1)
+    message = {"role": "assistant", "content": [], "provider": "openai", "model": "gpt", "usage": {"input": 10}}
+    log.add("assistant/message", {"turn": 1, "step": 1, "message": message}, op=APPEND)
+    log.add("assistant/attempt", {"turn": 1, "step": 1, "usage": {"output": 5}})
+    s = log.fold.stats()
+    assert (s["provider"], s["model"], s["thinkingLevel"], s["inputTokens"], s["outputTokens"]) == (
+        "openai",
+        "gpt",
+        "low",
+        11,
+        7,
+    )
+    assert s == stats(log.events)
+    assert list(s) == [
+        "events", "model", "provider", "thinkingLevel", "messages", "turns", "steps", "toolCalls", "toolErrors",
+        "compactions", "replaces", "inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "costUsd",
+    ]  # fmt: skip
+
+
+def test_replay_trusting_equals_validating() -> None:
+    log = _compacted_log()
+    trusted = SessionFold.replay(log.events, validate=False)
+    checked = SessionFold.replay(log.events)
+    assert _state_of(trusted) == _state_of(checked) == _state_of(log.fold)

@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+from sessionlog.cli import server_commands, session_commands
+from sessionlog.cli.common import State
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__, pretty_exceptions_enable=False)
+
+
+@app.callback()
+def options(
+    server: Annotated[
+        str | None,
+        typer.Option("--server", envvar="SESSIONLOG_SERVER", help="HOST:PORT of the sessionlog server."),
+    ] = None,
+) -> None:
+    """sessionlog: the event log of AI agent sessions."""
+    if server:
+        State.server = server
+
+
+server_commands.register(app)
+session_commands.register(app)
 
 
 def main() -> None:

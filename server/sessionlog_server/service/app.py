@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import OwnershipLost, SessionLogError, ValidationError
 from sessionlog.core.events import Event
 from sessionlog.core.fold import SessionFold
+
 from sessionlog_server.config import Settings
-from sessionlog_server.service.append import plan_append, validate_proposals
+from sessionlog_server.service.append import AppendPlan, plan_append, validate_proposals
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.live import LiveSession, LiveSessions
@@ -99,9 +99,19 @@ class SessionLogService:
         validate.check_session_id(sid, self.limits)
         jsonvalue.dumps_bytes(metadata)
         record = SessionRecord(
-            id=sid, namespace=namespace, create_time=now_ms(), cwd=cwd, metadata=metadata,
-            parent_id=None, fork_seq=None, next_seq=0, last_time=0, writer_id=None, epoch=0,
-            lease_expires_at=None, open_turn=False,
+            id=sid,
+            namespace=namespace,
+            create_time=now_ms(),
+            cwd=cwd,
+            metadata=metadata,
+            parent_id=None,
+            fork_seq=None,
+            next_seq=0,
+            last_time=0,
+            writer_id=None,
+            epoch=0,
+            lease_expires_at=None,
+            open_turn=False,
         )
         return await self.committer.run_in_writer(self.recorder.create_session, record)
 
@@ -146,7 +156,9 @@ class SessionLogService:
 
     async def renew_lease(self, session_id: str, writer_id: str, epoch: int) -> SessionRecord:
         return await self.committer.run_in_writer(
-            lambda: self.recorder.renew_lease(session_id, writer_id, epoch, now=now_ms(), ttl_ms=self.settings.lease_ttl_ms)
+            lambda: self.recorder.renew_lease(
+                session_id, writer_id, epoch, now=now_ms(), ttl_ms=self.settings.lease_ttl_ms
+            )
         )
 
     async def release_lease(self, session_id: str, writer_id: str, epoch: int) -> None:
@@ -191,12 +203,19 @@ class SessionLogService:
                 raise OwnershipLost(
                     "OWNERSHIP_LOST",
                     f"writer {writer_id!r} (epoch {epoch}) no longer holds session {session_id!r}; reopen the writer",
-                    session_id=session_id, epoch=live.epoch, holder=live.writer_id,
+                    session_id=session_id,
+                    epoch=live.epoch,
+                    holder=live.writer_id,
                 )
             now = now_ms()
             plan = plan_append(
-                live, proposals, writer_id=writer_id, epoch=epoch, expected_next_seq=expected_next_seq,
-                now=now, lease_expires_at=now + self.settings.lease_ttl_ms,
+                live,
+                proposals,
+                writer_id=writer_id,
+                epoch=epoch,
+                expected_next_seq=expected_next_seq,
+                now=now,
+                lease_expires_at=now + self.settings.lease_ttl_ms,
                 blob_threshold=self.settings.blob_threshold_bytes,
                 move_nul_to_blobs=self.recorder.move_nul_to_blobs,
             )
@@ -206,10 +225,10 @@ class SessionLogService:
                 return done
             commit = asyncio.ensure_future(self.committer.submit(plan.pending))
         pending = plan.pending
-        return asyncio.ensure_future(self._finish_append(live, pending, plan.seqs, commit))
+        return asyncio.ensure_future(self._finish_append(live, pending, plan, commit))
 
     async def _finish_append(
-        self, live: LiveSession, pending: PendingBatch, seqs: list[int], commit: asyncio.Future[None]
+        self, live: LiveSession, pending: PendingBatch, plan: AppendPlan, commit: asyncio.Future[None]
     ) -> AppendResult:
         try:
             await commit
@@ -217,8 +236,10 @@ class SessionLogService:
             # The fold already holds this batch: drop it; the log is re-folded on next use.
             self.live.invalidate(live.session_id)
             raise
+        if live.valid and plan.checkpoint is not None:
+            live.fold.release(plan.checkpoint)  # durable: its undo journal is no longer needed
         self.hub.publish(live.session_id, pending.events)
-        return AppendResult(seqs, pending.new_next_seq, pending.lease_expires_at)
+        return AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at)
 
     async def append(
         self,
@@ -306,5 +327,7 @@ def _decode_page_token(token: str) -> tuple[int, str]:
         if not isinstance(created, int) or not isinstance(sid, str):
             raise ValueError(token)
     except (ValueError, TypeError, SessionLogError):
-        raise ValidationError("BAD_PAGE_TOKEN", "page_token is not a token this service issued", field="page_token") from None
+        raise ValidationError(
+            "BAD_PAGE_TOKEN", "page_token is not a token this service issued", field="page_token"
+        ) from None
     return created, sid

@@ -17,6 +17,7 @@ from sessionlog.core.errors import ExpectedSeqMismatch, SessionLogError, Validat
 from sessionlog.core.events import APPEND, Event, NewEvent
 from sessionlog.core.limits import Limits
 from sessionlog.core.vocabulary import SYSTEM_MESSAGE
+
 from sessionlog_server.service.live import LiveSession
 from sessionlog_server.storage import blobs
 from sessionlog_server.storage.records import PendingBatch

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import structlog
-
 from sessionlog.core.errors import SessionLogError, Unavailable
+
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import PendingBatch
 
@@ -74,7 +74,9 @@ class GroupCommitter:
                     results = [exc] * len(group)
                 except Exception as exc:  # an unexpected failure: the outcome is unknown
                     log.exception("group commit failed", batches=len(group))
-                    unknown = Unavailable("COMMIT_OUTCOME_UNKNOWN", f"commit failed: {exc}; retry with the same event ids")
+                    unknown = Unavailable(
+                        "COMMIT_OUTCOME_UNKNOWN", f"commit failed: {exc}; retry with the same event ids"
+                    )
                     results = [unknown] * len(group)
                 self.groups_committed += 1
                 for item, error in zip(group, results, strict=True):

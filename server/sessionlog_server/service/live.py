@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sessionlog.core.fold import SessionFold
+
 from sessionlog_server.storage.records import SessionRecord
 
 

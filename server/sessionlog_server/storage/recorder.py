@@ -18,9 +18,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, or_, select, update
-from sqlalchemy import exc as sa_exc
-
 from sessionlog.core.errors import (
     AlreadyExists,
     ExpectedSeqMismatch,
@@ -31,6 +28,9 @@ from sessionlog.core.errors import (
     WriterHeld,
 )
 from sessionlog.core.events import APPEND, Event, Replace
+from sqlalchemy import Connection, Engine, and_, func, or_, select, update
+from sqlalchemy import exc as sa_exc
+
 from sessionlog_server.storage import blobs as blob_store
 from sessionlog_server.storage.models import BlobRow, EventRow, SessionRow
 from sessionlog_server.storage.records import PendingBatch, SessionRecord
@@ -151,13 +151,15 @@ class EventRecorder(ABC):
 
     # --- leases -------------------------------------------------------------------------
 
-    def acquire_lease(
-        self, session_id: str, writer_id: str, *, takeover: bool, now: int, ttl_ms: int
-    ) -> SessionRecord:
-        """Take the writer lease, bumping the epoch; refuse while another live writer holds it."""
+    def acquire_lease(self, session_id: str, writer_id: str, *, takeover: bool, now: int, ttl_ms: int) -> SessionRecord:
+        """Take the writer lease, bumping the epoch; refuse while another live writer holds it.
+
+        The same writer id may take its own live lease again (a reconnect after a dropped
+        stream); the new epoch fences whatever its old connection still had in flight.
+        """
         with self._write() as conn:
             current = self._get_session(conn, session_id)
-            if current.lease_live(now) and not takeover:
+            if current.lease_live(now) and not takeover and current.writer_id != writer_id:
                 raise WriterHeld(
                     "WRITER_HELD",
                     f"session {session_id!r} is held by writer {current.writer_id!r} until "
@@ -174,7 +176,8 @@ class EventRecorder(ABC):
             )
             if result.rowcount != 1:
                 raise WriterHeld(
-                    "WRITER_HELD", f"session {session_id!r} was taken by another writer meanwhile",
+                    "WRITER_HELD",
+                    f"session {session_id!r} was taken by another writer meanwhile",
                     session_id=session_id,
                 )
             return self._get_session(conn, session_id)
@@ -264,17 +267,16 @@ class EventRecorder(ABC):
             )
         )
         if result.rowcount != 1:
-            return self._fencing_error(
-                conn, batch.session_id, batch.writer_id, batch.epoch, batch.expected_next_seq
-            )
+            return self._fencing_error(conn, batch.session_id, batch.writer_id, batch.epoch, batch.expected_next_seq)
         if batch.blobs:
             self._insert_blobs(conn, batch.blobs)
-        conn.execute(EVENTS.insert(), [_event_row(batch.session_id, e, s) for e, s in zip(batch.events, batch.stored, strict=True)])
+        conn.execute(
+            EVENTS.insert(),
+            [_event_row(batch.session_id, e, s) for e, s in zip(batch.events, batch.stored, strict=True)],
+        )
         return None
 
-    def _insert_events(
-        self, conn: Connection, session_id: str, events: Sequence[Event], threshold: int | None
-    ) -> None:
+    def _insert_events(self, conn: Connection, session_id: str, events: Sequence[Event], threshold: int | None) -> None:
         stored = []
         all_blobs: dict[str, bytes] = {}
         for event in events:

@@ -12,12 +12,13 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 
 import grpc
-
 from sessionlog import convert
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import AlreadyExists, ValidationError
 from sessionlog.core.events import Event
-from sessionlog.v1 import event_pb2, session_pb2, session_service_pb2 as pb, session_service_pb2_grpc
+from sessionlog.v1 import event_pb2, session_pb2, session_service_pb2_grpc
+from sessionlog.v1 import session_service_pb2 as pb
+
 from sessionlog_server.service.app import AppendResult, SessionLogService
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.storage.records import SessionRecord
@@ -81,53 +82,76 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self.service = service
 
     @status.unary
-    async def CreateSession(self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext) -> pb.CreateSessionResponse:
+    async def CreateSession(
+        self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateSessionResponse:
         metadata = convert.data_from_bytes(request.metadata_json, what="metadata")
         record = await self.service.create_session(request.session_id or None, request.cwd or None, metadata)
         return pb.CreateSessionResponse(session=session_to_pb(record))
 
     @status.unary
-    async def GetSession(self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext) -> pb.GetSessionResponse:
+    async def GetSession(
+        self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSessionResponse:
         record = await self.service.get_session(request.session_id)
         return pb.GetSessionResponse(session=session_to_pb(record))
 
     @status.unary
-    async def ListSessions(self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext) -> pb.ListSessionsResponse:
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSessionsResponse:
         records, token = await self.service.list_sessions(
             request.page_size, request.page_token, request.parent_session_id or None
         )
         return pb.ListSessionsResponse(sessions=[session_to_pb(r) for r in records], next_page_token=token)
 
     @status.unary
-    async def AcquireLease(self, request: pb.AcquireLeaseRequest, context: grpc.aio.ServicerContext) -> pb.AcquireLeaseResponse:
-        record = await self.service.acquire_lease(request.session_id, request.writer_id or None, takeover=request.takeover)
+    async def AcquireLease(
+        self, request: pb.AcquireLeaseRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AcquireLeaseResponse:
+        record = await self.service.acquire_lease(
+            request.session_id, request.writer_id or None, takeover=request.takeover
+        )
         return pb.AcquireLeaseResponse(lease=lease_to_pb(record), next_seq=record.next_seq)
 
     @status.unary
-    async def AppendEvents(self, request: pb.AppendEventsRequest, context: grpc.aio.ServicerContext) -> pb.AppendEventsResponse:
+    async def AppendEvents(
+        self, request: pb.AppendEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AppendEventsResponse:
         result = await self.service.append(
-            request.session_id, request.writer_id, request.epoch,
-            optional_field(request, "expected_next_seq"), decode_events(request.events),
+            request.session_id,
+            request.writer_id,
+            request.epoch,
+            optional_field(request, "expected_next_seq"),
+            decode_events(request.events),
         )
         note(seqs=_seq_range(result), writer_id=request.writer_id, epoch=request.epoch)
         lease = session_pb2.Lease(
-            session_id=request.session_id, writer_id=request.writer_id, epoch=request.epoch,
+            session_id=request.session_id,
+            writer_id=request.writer_id,
+            epoch=request.epoch,
             expire_time_unix_ms=result.lease_expires_at,
         )
         return pb.AppendEventsResponse(seqs=result.seqs, next_seq=result.next_seq, lease=lease)
 
     @status.unary
-    async def RenewLease(self, request: pb.RenewLeaseRequest, context: grpc.aio.ServicerContext) -> pb.RenewLeaseResponse:
+    async def RenewLease(
+        self, request: pb.RenewLeaseRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RenewLeaseResponse:
         record = await self.service.renew_lease(request.session_id, request.writer_id, request.epoch)
         return pb.RenewLeaseResponse(lease=lease_to_pb(record))
 
     @status.unary
-    async def ReleaseLease(self, request: pb.ReleaseLeaseRequest, context: grpc.aio.ServicerContext) -> pb.ReleaseLeaseResponse:
+    async def ReleaseLease(
+        self, request: pb.ReleaseLeaseRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReleaseLeaseResponse:
         await self.service.release_lease(request.session_id, request.writer_id, request.epoch)
         return pb.ReleaseLeaseResponse()
 
     @status.streaming
-    async def ReadEvents(self, request: pb.ReadEventsRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ReadEventsResponse]:
+    async def ReadEvents(
+        self, request: pb.ReadEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReadEventsResponse]:
         to_seq = optional_field(request, "to_seq")
         if to_seq is not None and to_seq < request.from_seq:
             raise ValidationError("BAD_RANGE", f"to_seq {to_seq} is before from_seq {request.from_seq}", field="to_seq")
@@ -137,7 +161,9 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                 yield pb.ReadEventsResponse(events=page)
 
     @status.streaming
-    async def SubscribeEvents(self, request: pb.SubscribeEventsRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.SubscribeEventsResponse]:
+    async def SubscribeEvents(
+        self, request: pb.SubscribeEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.SubscribeEventsResponse]:
         max_bytes = self.service.settings.read_page_bytes
         async for item in self.service.subscribe(request.session_id, request.from_seq):
             if isinstance(item, int):
@@ -147,10 +173,14 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                 yield pb.SubscribeEventsResponse(events=pb.EventBatch(events=page))
 
     @status.streaming
-    async def Write(self, request_iterator: AsyncIterator[pb.WriteRequest], context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WriteResponse]:
+    async def Write(
+        self, request_iterator: AsyncIterator[pb.WriteRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WriteResponse]:
         first = await anext(aiter(request_iterator), None)
         if first is None or first.WhichOneof("kind") != "open":
-            raise ValidationError("WRITER_NOT_OPENED", "the first message on a writer stream must be `open`", field="open")
+            raise ValidationError(
+                "WRITER_NOT_OPENED", "the first message on a writer stream must be `open`", field="open"
+            )
         opened = first.open
         if opened.create_if_missing:
             with contextlib.suppress(AlreadyExists):
@@ -198,7 +228,11 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                     raise ValidationError("WRITER_ALREADY_OPEN", "`open` may only be the first message", field="open")
                 batch = request.batch
                 future = await self.service.start_append(
-                    session_id, writer_id, epoch, optional_field(batch, "expected_next_seq"), decode_events(batch.events)
+                    session_id,
+                    writer_id,
+                    epoch,
+                    optional_field(batch, "expected_next_seq"),
+                    decode_events(batch.events),
                 )
                 await acks.put((batch.batch_id, future))
             await acks.put(None)

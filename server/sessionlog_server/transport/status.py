@@ -19,7 +19,6 @@ import structlog
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
-
 from sessionlog.core.errors import SessionLogError
 
 DOMAIN = "sessionlog"

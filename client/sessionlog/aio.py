@@ -1,0 +1,273 @@
+"""The asyncio sessionlog client and its streaming `AsyncWriter` (same shape as the sync one).
+
+```python
+async with AsyncSessionLogClient("127.0.0.1:50051") as client:
+    async with await client.writer("demo", create_if_missing=True) as writer:
+        ack = await writer.append([{"type": "turn/start", "data": {"turn": 1}}])
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from sessionlog import convert
+from sessionlog.core.errors import SessionLogError, Unavailable
+from sessionlog.core.events import Event, NewEvent
+from sessionlog.errors import from_rpc_error
+from sessionlog.requests import (
+    CHANNEL_OPTIONS,
+    DEFAULT_TARGET,
+    AppendResult,
+    CaughtUp,
+    EventLike,
+    append_request,
+    batch_request,
+    create_request,
+    open_request,
+    read_request,
+    subscription_items,
+    with_event_ids,
+)
+from sessionlog.v1 import session_service_pb2 as pb
+from sessionlog.v1.session_service_pb2_grpc import SessionServiceStub
+
+
+async def _call(fn: Any, request: Any, timeout: float | None) -> Any:
+    try:
+        return await fn(request, timeout=timeout)
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from None
+
+
+class AsyncSessionLogClient:
+    """An asyncio connection to a sessionlog server."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        timeout: float | None = 30.0,
+    ) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.channel = (
+            grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
+            if credentials is not None
+            else grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        )
+        self.stub = SessionServiceStub(self.channel)
+
+    async def __aenter__(self) -> AsyncSessionLogClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def create_session(
+        self, session_id: str | None = None, *, cwd: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> convert.SessionInfo:
+        response = await _call(self.stub.CreateSession, create_request(session_id, cwd, metadata), self.timeout)
+        return convert.session_from_pb(response.session)
+
+    async def get_session(self, session_id: str) -> convert.SessionInfo:
+        response = await _call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id), self.timeout)
+        return convert.session_from_pb(response.session)
+
+    async def list_sessions(
+        self, *, parent_session_id: str | None = None, page_size: int = 100
+    ) -> AsyncIterator[convert.SessionInfo]:
+        token = ""
+        while True:
+            request = pb.ListSessionsRequest(
+                page_size=page_size, page_token=token, parent_session_id=parent_session_id or ""
+            )
+            response = await _call(self.stub.ListSessions, request, self.timeout)
+            for session in response.sessions:
+                yield convert.session_from_pb(session)
+            token = response.next_page_token
+            if not token:
+                return
+
+    async def acquire_lease(
+        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False
+    ) -> convert.LeaseInfo:
+        request = pb.AcquireLeaseRequest(session_id=session_id, writer_id=writer_id or "", takeover=takeover)
+        return convert.lease_from_pb((await _call(self.stub.AcquireLease, request, self.timeout)).lease)
+
+    async def append(
+        self,
+        session_id: str,
+        lease: convert.LeaseInfo,
+        events: Iterable[EventLike],
+        *,
+        expected_next_seq: int | None = None,
+    ) -> AppendResult:
+        request = append_request(session_id, lease, with_event_ids(events), expected_next_seq)
+        response = await _call(self.stub.AppendEvents, request, self.timeout)
+        return AppendResult(list(response.seqs), response.next_seq)
+
+    async def renew_lease(self, lease: convert.LeaseInfo) -> convert.LeaseInfo:
+        request = pb.RenewLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
+        return convert.lease_from_pb((await _call(self.stub.RenewLease, request, self.timeout)).lease)
+
+    async def release_lease(self, lease: convert.LeaseInfo) -> None:
+        request = pb.ReleaseLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
+        await _call(self.stub.ReleaseLease, request, self.timeout)
+
+    async def writer(
+        self,
+        session_id: str,
+        *,
+        writer_id: str | None = None,
+        takeover: bool = False,
+        create_if_missing: bool = False,
+        max_in_flight: int = 256,
+    ) -> AsyncWriter:
+        """Open a streaming writer; it holds the lease until closed."""
+        writer = AsyncWriter(self.stub, session_id, writer_id, create_if_missing, max_in_flight)
+        await writer._connect(takeover)
+        return writer
+
+    async def read_events(
+        self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None, page_size: int = 500
+    ) -> AsyncIterator[Event]:
+        try:
+            async for response in self.stub.ReadEvents(read_request(session_id, from_seq, to_seq, page_size)):
+                for message in response.events:
+                    yield convert.event_from_pb(message)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    async def subscribe(self, session_id: str, *, from_seq: int = 0) -> AsyncIterator[Event | CaughtUp]:
+        """Replay, a CaughtUp marker, then live events (until the caller stops iterating)."""
+        call = self.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=session_id, from_seq=from_seq))
+        try:
+            async for response in call:
+                for item in subscription_items(response):
+                    yield item
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                raise from_rpc_error(exc) from None
+        finally:
+            call.cancel()
+
+
+@dataclass(slots=True)
+class _Pending:
+    batch_id: int
+    events: list[NewEvent]
+    expected_next_seq: int | None
+    future: asyncio.Future[AppendResult]
+
+
+class AsyncWriter:
+    """An asyncio streaming writer: holds the lease while open and pipelines batches."""
+
+    def __init__(
+        self, stub: SessionServiceStub, session_id: str, writer_id: str | None, create: bool, max_in_flight: int
+    ) -> None:
+        self._stub = stub
+        self.session_id = session_id
+        self._writer_id = writer_id
+        self._create = create
+        self._ids = itertools.count(1)
+        self._pending: deque[_Pending] = deque()
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._failure: SessionLogError | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self.lease: convert.LeaseInfo
+        self.next_seq = 0
+
+    async def _connect(self, takeover: bool) -> None:
+        self._call = self._stub.Write()
+        try:
+            await self._call.write(open_request(self.session_id, self._writer_id, takeover, self._create))
+            first = await self._call.read()
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        if first is grpc.aio.EOF:
+            raise Unavailable("STREAM_ENDED", "the server closed the writer stream while opening")
+        self.lease = convert.lease_from_pb(first.opened.lease)
+        self.next_seq = first.opened.next_seq
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> AppendResult:
+        """Send a batch and wait for its acknowledgement."""
+        return await (await self.send(events, expected_next_seq=expected_next_seq))
+
+    async def send(
+        self, events: Iterable[EventLike], *, expected_next_seq: int | None = None
+    ) -> asyncio.Future[AppendResult]:
+        """Send a batch without waiting: the future resolves when it is durable (pipelining)."""
+        if self._failure is not None:
+            raise self._failure
+        await self._slots.acquire()
+        pending = _Pending(
+            next(self._ids), with_event_ids(events), expected_next_seq, asyncio.get_running_loop().create_future()
+        )
+        self._pending.append(pending)
+        try:
+            await self._call.write(batch_request(pending.batch_id, pending.events, expected_next_seq))
+        except grpc.RpcError as exc:
+            self._fail(from_rpc_error(exc))
+        return pending.future
+
+    async def _read(self) -> None:
+        try:
+            async for response in self._call:
+                ack = response.ack
+                while self._pending and self._pending[0].batch_id != ack.batch_id:
+                    self._pending.popleft()
+                if self._pending:
+                    pending = self._pending.popleft()
+                    self.next_seq = ack.next_seq
+                    if not pending.future.done():
+                        pending.future.set_result(AppendResult(list(ack.seqs), ack.next_seq))
+                    self._slots.release()
+            if self._pending:
+                self._fail(Unavailable("STREAM_ENDED", "the server ended the stream before acknowledging every batch"))
+        except grpc.RpcError as exc:
+            self._fail(from_rpc_error(exc))
+
+    def _fail(self, error: SessionLogError) -> None:
+        self._failure = error
+        while self._pending:
+            pending = self._pending.popleft()
+            if not pending.future.done():
+                pending.future.set_exception(error)
+            self._slots.release()
+
+    async def flush(self) -> None:
+        for pending in list(self._pending):
+            await pending.future
+
+    async def close(self) -> None:
+        """Flush, end the stream and give the lease back."""
+        try:
+            if self._failure is None:
+                await self.flush()
+        finally:
+            await self._call.done_writing()
+            if self._reader is not None:
+                await self._reader
+
+    async def __aenter__(self) -> AsyncWriter:
+        return self
+
+    async def __aexit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            await self.close()
+        else:
+            self._call.cancel()

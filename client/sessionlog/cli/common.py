@@ -1,0 +1,60 @@
+"""What every CLI command shares: the server address, JSON output, and one-line errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import typer
+
+from sessionlog.client import SessionLogClient
+from sessionlog.core import jsonvalue
+from sessionlog.core.errors import SessionLogError
+from sessionlog.requests import DEFAULT_TARGET
+
+T = TypeVar("T")
+
+
+class State:
+    """Global options, set by the app callback."""
+
+    server: str = os.environ.get("SESSIONLOG_SERVER", DEFAULT_TARGET)
+
+
+def print_json(value: Any) -> None:
+    """One JSON value on one line of stdout (UTF-8, not ASCII-escaped)."""
+    sys.stdout.write(jsonvalue.dumps(value) + "\n")
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print a one-line error on stderr and return the Exit to raise."""
+    sys.stderr.write(f"sessionlog: error: {message}\n")
+    sys.stderr.flush()
+    return typer.Exit(code)
+
+
+def describe(error: SessionLogError) -> str:
+    return f"{error.reason}: {error.message}"
+
+
+@contextmanager
+def connect() -> Iterator[SessionLogClient]:
+    """A client to `--server`, turning sessionlog errors into one-line failures."""
+    client = SessionLogClient(State.server)
+    try:
+        yield client
+    except SessionLogError as exc:
+        raise fail(describe(exc)) from None
+    finally:
+        client.close()
+
+
+def guarded(fn: Callable[[], T]) -> T:
+    """Run `fn`, turning sessionlog errors into one-line failures."""
+    try:
+        return fn()
+    except SessionLogError as exc:
+        raise fail(describe(exc)) from None

@@ -1,0 +1,121 @@
+"""CLI commands that talk to a server: create, append, events, sessions, tail."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import deque
+from concurrent.futures import Future
+from typing import Annotated
+
+import typer
+
+from sessionlog.cli.common import connect, describe, fail, print_json
+from sessionlog.core.errors import SessionLogError
+from sessionlog.core.events import Event, NewEvent
+from sessionlog.core.formats.jsonl import JsonlReader
+from sessionlog.requests import AppendResult, CaughtUp
+
+READ_BYTES = 1 << 20
+
+
+def register(app: typer.Typer) -> None:
+    """Add the server commands to `app`."""
+    app.command("create")(create)
+    app.command("append")(append)
+    app.command("events")(events)
+    app.command("sessions")(sessions)
+    app.command("tail")(tail)
+
+
+def create(
+    session_id: Annotated[str | None, typer.Option("--id", help="Session id (generated if omitted).")] = None,
+    cwd: Annotated[str | None, typer.Option("--cwd", help="The agent's working directory.")] = None,
+) -> None:
+    """Create a session and print it as JSON."""
+    with connect() as client:
+        print_json(client.create_session(session_id, cwd=cwd).to_json())
+
+
+def append(
+    session_id: Annotated[str, typer.Argument(help="The session to append to.")],
+    takeover: Annotated[bool, typer.Option("--takeover", help="Take the lease from a live writer.")] = False,
+) -> None:
+    """Append JSON Lines event envelopes from stdin, printing each committed seq.
+
+    The lease is taken at once and held until stdin closes; lines are sent as they arrive
+    (whatever is available is one batch), so `producer | sessionlog append ID` streams.
+    """
+    reader = JsonlReader()
+    acks: deque[tuple[Future[AppendResult], int]] = deque()
+    with connect() as client, client.writer(session_id, takeover=takeover) as writer:
+        try:
+            while True:
+                chunk = os.read(sys.stdin.fileno(), READ_BYTES)
+                lines = reader.feed_numbered(chunk) if chunk else []
+                if not chunk:
+                    reader.close()
+                batch = [_parse_line(number, obj) for number, obj in lines]
+                if batch:
+                    acks.append((writer.append(batch), lines[0][0]))
+                _print_done(acks, block=not chunk)
+                if not chunk:
+                    return
+        except SessionLogError as exc:
+            raise fail(describe(exc)) from None
+
+
+def _parse_line(number: int, obj: object) -> NewEvent:
+    try:
+        return NewEvent.from_json(obj)
+    except SessionLogError as exc:
+        raise fail(f"line {number}: {describe(exc)}") from None
+
+
+def _print_done(acks: deque[tuple[Future[AppendResult], int]], *, block: bool) -> None:
+    while acks and (block or acks[0][0].done()):
+        future, first_line = acks.popleft()
+        try:
+            result = future.result()
+        except SessionLogError as exc:
+            raise fail(f"batch starting at line {first_line}: {describe(exc)}") from None
+        sys.stdout.write("".join(f"{seq}\n" for seq in result.seqs))
+        sys.stdout.flush()
+
+
+def events(
+    session_id: Annotated[str, typer.Argument(help="The session to read.")],
+    from_seq: Annotated[int, typer.Option("--from", min=0, help="First seq (inclusive).")] = 0,
+    to_seq: Annotated[int | None, typer.Option("--to", min=0, help="Last seq (inclusive).")] = None,
+) -> None:
+    """Print events as JSON Lines envelopes."""
+    with connect() as client:
+        for event in client.read_events(session_id, from_seq=from_seq, to_seq=to_seq):
+            print_json(event.to_json())
+
+
+def sessions(
+    parent: Annotated[str | None, typer.Option("--parent", help="Only forks of this session.")] = None,
+) -> None:
+    """List sessions, one JSON object per line."""
+    with connect() as client:
+        for session in client.list_sessions(parent_session_id=parent):
+            print_json(session.to_json())
+
+
+def tail(
+    session_id: Annotated[str, typer.Argument(help="The session to follow.")],
+    from_seq: Annotated[int, typer.Option("--from", min=0, help="First seq (inclusive).")] = 0,
+) -> None:
+    """Print events as they land (after replaying from --from), until interrupted."""
+    with connect() as client:
+        subscription = client.subscribe(session_id, from_seq=from_seq)
+        try:
+            for item in subscription:
+                if isinstance(item, Event):
+                    print_json(item.to_json())
+                    sys.stdout.flush()
+                elif isinstance(item, CaughtUp):
+                    sys.stderr.write(f"sessionlog: caught up at seq {item.next_seq}\n")
+        except KeyboardInterrupt:
+            subscription.cancel()

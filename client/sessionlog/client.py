@@ -1,0 +1,358 @@
+"""The synchronous sessionlog client, and its streaming `Writer`.
+
+```python
+with SessionLogClient("127.0.0.1:50051") as client:
+    client.create_session("demo")
+    with client.writer("demo") as writer:
+        writer.append([{"type": "turn/start", "data": {"turn": 1}}]).result()
+    for event in client.read_events("demo"):
+        print(event.seq, event.type)
+```
+
+The writer holds the session's lease for as long as it is open, pipelines batches (`append`
+returns a future at once), and after a transient failure reconnects and re-sends every batch
+not yet acknowledged. That is safe because every event carries an eventId (one is generated
+when the caller gives none), so the service returns the original seqs instead of appending
+twice. Ownership loss (ABORTED) is never retried: the caller must reopen.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from sessionlog import convert
+from sessionlog.core.errors import SessionLogError, Unavailable
+from sessionlog.core.events import Event, NewEvent
+from sessionlog.errors import from_rpc_error
+from sessionlog.requests import (
+    CHANNEL_OPTIONS,
+    DEFAULT_TARGET,
+    AppendResult,
+    CaughtUp,
+    EventLike,
+    append_request,
+    batch_request,
+    create_request,
+    open_request,
+    read_request,
+    subscription_items,
+    with_event_ids,
+)
+from sessionlog.v1 import session_service_pb2 as pb
+from sessionlog.v1.session_service_pb2_grpc import SessionServiceStub
+
+_END = object()
+
+
+def _call(fn: Any, request: Any, timeout: float | None = None) -> Any:
+    try:
+        return fn(request, timeout=timeout)
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from None
+
+
+class SessionLogClient:
+    """A connection to a sessionlog server; thread-safe, one channel."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        timeout: float | None = 30.0,
+    ) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.channel = (
+            grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
+            if credentials is not None
+            else grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        )
+        self.stub = SessionServiceStub(self.channel)
+
+    def __enter__(self) -> SessionLogClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.channel.close()
+
+    # --- sessions ---------------------------------------------------------------------
+
+    def create_session(
+        self, session_id: str | None = None, *, cwd: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> convert.SessionInfo:
+        """Create a session (ALREADY_EXISTS if the id is taken)."""
+        response = _call(self.stub.CreateSession, create_request(session_id, cwd, metadata), self.timeout)
+        return convert.session_from_pb(response.session)
+
+    def get_session(self, session_id: str) -> convert.SessionInfo:
+        response = _call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id), self.timeout)
+        return convert.session_from_pb(response.session)
+
+    def list_sessions(
+        self, *, parent_session_id: str | None = None, page_size: int = 100
+    ) -> Iterator[convert.SessionInfo]:
+        """Every session (or every fork of `parent_session_id`), fetching pages as needed."""
+        token = ""
+        while True:
+            request = pb.ListSessionsRequest(
+                page_size=page_size, page_token=token, parent_session_id=parent_session_id or ""
+            )
+            response = _call(self.stub.ListSessions, request, self.timeout)
+            yield from (convert.session_from_pb(s) for s in response.sessions)
+            token = response.next_page_token
+            if not token:
+                return
+
+    # --- unary writing ----------------------------------------------------------------
+
+    def acquire_lease(
+        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False
+    ) -> convert.LeaseInfo:
+        request = pb.AcquireLeaseRequest(session_id=session_id, writer_id=writer_id or "", takeover=takeover)
+        return convert.lease_from_pb(_call(self.stub.AcquireLease, request, self.timeout).lease)
+
+    def append(
+        self,
+        session_id: str,
+        lease: convert.LeaseInfo,
+        events: Iterable[EventLike],
+        *,
+        expected_next_seq: int | None = None,
+    ) -> AppendResult:
+        """Append one batch under `lease`; all events commit together or none do."""
+        request = append_request(session_id, lease, with_event_ids(events), expected_next_seq)
+        response = _call(self.stub.AppendEvents, request, self.timeout)
+        return AppendResult(list(response.seqs), response.next_seq)
+
+    def renew_lease(self, lease: convert.LeaseInfo) -> convert.LeaseInfo:
+        request = pb.RenewLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
+        return convert.lease_from_pb(_call(self.stub.RenewLease, request, self.timeout).lease)
+
+    def release_lease(self, lease: convert.LeaseInfo) -> None:
+        request = pb.ReleaseLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
+        _call(self.stub.ReleaseLease, request, self.timeout)
+
+    def writer(
+        self,
+        session_id: str,
+        *,
+        writer_id: str | None = None,
+        takeover: bool = False,
+        create_if_missing: bool = False,
+        max_in_flight: int = 256,
+        reconnect_attempts: int = 20,
+    ) -> Writer:
+        """Open a streaming writer (takes the lease now; use it as a context manager)."""
+        return Writer(
+            self.stub,
+            session_id,
+            writer_id=writer_id,
+            takeover=takeover,
+            create_if_missing=create_if_missing,
+            max_in_flight=max_in_flight,
+            reconnect_attempts=reconnect_attempts,
+        )
+
+    # --- reading ----------------------------------------------------------------------
+
+    def read_events(
+        self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None, page_size: int = 500
+    ) -> Iterator[Event]:
+        """Events from `from_seq` to `to_seq` (inclusive), in seq order."""
+        try:
+            for response in self.stub.ReadEvents(read_request(session_id, from_seq, to_seq, page_size)):
+                yield from (convert.event_from_pb(m) for m in response.events)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def subscribe(self, session_id: str, *, from_seq: int = 0) -> Subscription:
+        """Replay from `from_seq`, a CaughtUp marker, then live events until cancelled."""
+        call = self.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=session_id, from_seq=from_seq))
+        return Subscription(call)
+
+
+class Subscription:
+    """An iterator of Events and one CaughtUp marker; `cancel()` ends it."""
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+
+    def __iter__(self) -> Iterator[Event | CaughtUp]:
+        try:
+            for response in self._call:
+                yield from subscription_items(response)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise from_rpc_error(exc) from None
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+@dataclass(slots=True)
+class _Pending:
+    batch_id: int
+    events: list[NewEvent]
+    expected_next_seq: int | None
+    future: Future[AppendResult]
+
+
+class Writer:
+    """A streaming writer: holds the lease while open, pipelines batches, retries safely."""
+
+    def __init__(
+        self,
+        stub: SessionServiceStub,
+        session_id: str,
+        *,
+        writer_id: str | None,
+        takeover: bool,
+        create_if_missing: bool,
+        max_in_flight: int,
+        reconnect_attempts: int,
+    ) -> None:
+        self._stub = stub
+        self.session_id = session_id
+        self._writer_id = writer_id
+        self._create = create_if_missing
+        self._reconnect_attempts = reconnect_attempts
+        self._ids = itertools.count(1)
+        self._pending: deque[_Pending] = deque()
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_in_flight)
+        self._closed = False
+        self._failure: SessionLogError | None = None
+        self.lease: convert.LeaseInfo
+        self.next_seq = 0
+        self._connect(takeover)
+
+    # --- public -----------------------------------------------------------------------
+
+    def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> Future[AppendResult]:
+        """Send a batch now; the future resolves with its seqs once it is durable."""
+        batch = with_event_ids(events)
+        self._slots.acquire()
+        with self._lock:
+            if self._failure is not None:
+                self._slots.release()
+                raise self._failure
+            if self._closed:
+                self._slots.release()
+                raise RuntimeError("the writer is closed")
+            pending = _Pending(next(self._ids), batch, expected_next_seq, Future())
+            self._pending.append(pending)
+            self._requests.put(batch_request(pending.batch_id, batch, expected_next_seq))
+        return pending.future
+
+    def flush(self) -> None:
+        """Wait until every batch sent so far is durable (raises the first failure)."""
+        with self._lock:
+            futures = [p.future for p in self._pending]
+        for future in futures:
+            future.result()
+
+    def close(self) -> None:
+        """Flush, end the stream and give the lease back."""
+        try:
+            if self._failure is None:
+                self.flush()
+        finally:
+            with self._lock:
+                self._closed = True
+                self._requests.put(_END)
+            self._reader.join(timeout=30)
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            with self._lock:
+                self._closed = True
+                self._requests.put(_END)
+            self._reader.join(timeout=30)
+
+    # --- stream -----------------------------------------------------------------------
+
+    def _connect(self, takeover: bool) -> None:
+        requests: queue.Queue[Any] = queue.Queue()
+        with self._lock:
+            requests.put(open_request(self.session_id, self._writer_id, takeover, self._create))
+            for pending in self._pending:  # after a reconnect: re-send what was not acknowledged
+                requests.put(batch_request(pending.batch_id, pending.events, pending.expected_next_seq))
+            self._requests = requests
+        self._call = self._stub.Write(iter(requests.get, _END))
+        try:
+            first = next(self._call)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        self.lease = convert.lease_from_pb(first.opened.lease)
+        self._writer_id = self.lease.writer_id
+        self.next_seq = first.opened.next_seq
+        self._reader = threading.Thread(target=self._read, args=(self._call,), daemon=True, name="sessionlog-writer")
+        self._reader.start()
+
+    def _read(self, call: Any) -> None:
+        try:
+            for response in call:
+                ack = response.ack
+                with self._lock:
+                    while self._pending and self._pending[0].batch_id != ack.batch_id:
+                        # An earlier batch re-sent after a reconnect was acknowledged before.
+                        self._pending.popleft()
+                    pending = self._pending.popleft() if self._pending else None
+                    self.next_seq = ack.next_seq
+                if pending is not None:
+                    pending.future.set_result(AppendResult(list(ack.seqs), ack.next_seq))
+                    self._slots.release()
+            if self._pending:
+                self._fail(
+                    Unavailable("STREAM_ENDED", "the server ended the writer stream before acknowledging every batch")
+                )
+        except grpc.RpcError as exc:
+            error = from_rpc_error(exc)
+            if isinstance(error, Unavailable) and not self._closed and self._reconnect():
+                return
+            self._fail(error)
+
+    def _reconnect(self) -> bool:
+        delay = 0.05
+        for _ in range(self._reconnect_attempts):
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            try:
+                self._connect(takeover=False)
+                return True
+            except Unavailable:
+                continue
+            except SessionLogError as exc:
+                self._fail(exc)
+                return True
+        return False
+
+    def _fail(self, error: SessionLogError) -> None:
+        with self._lock:
+            self._failure = error
+            failed = list(self._pending)
+            self._pending.clear()
+        for pending in failed:
+            if not pending.future.done():
+                pending.future.set_exception(error)
+            self._slots.release()

@@ -1,0 +1,106 @@
+"""Request building and response conversion shared by the sync and asyncio clients.
+
+The two clients differ only in how they make the call; everything about the wire shape is
+here, once (kurrentdbclient's pattern).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sessionlog import convert
+from sessionlog.core import jsonvalue
+from sessionlog.core.events import Event, NewEvent
+from sessionlog.v1 import session_service_pb2 as pb
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Seqs of an appended batch, in order, and the log's next seq after it."""
+
+    seqs: list[int]
+    next_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class CaughtUp:
+    """Subscription marker: the replay is complete; later items are live events."""
+
+    next_seq: int
+
+
+EventLike = NewEvent | dict[str, Any]
+
+
+def as_new_event(item: EventLike) -> NewEvent:
+    """Accept a NewEvent or a SPEC §2 JSON envelope."""
+    return item if isinstance(item, NewEvent) else NewEvent.from_json(item)
+
+
+def with_event_ids(events: Iterable[EventLike]) -> list[NewEvent]:
+    """Give every event an eventId, so a retry after an unknown outcome cannot append twice."""
+    out = []
+    for item in events:
+        event = as_new_event(item)
+        out.append(event if event.event_id is not None else replace(event, event_id=str(uuid.uuid4())))
+    return out
+
+
+def create_request(session_id: str | None, cwd: str | None, metadata: dict[str, Any] | None) -> pb.CreateSessionRequest:
+    return pb.CreateSessionRequest(
+        session_id=session_id or "",
+        cwd=cwd or "",
+        metadata_json=jsonvalue.dumps_bytes(metadata) if metadata else b"",
+    )
+
+
+def append_request(
+    session_id: str, lease: convert.LeaseInfo, events: Sequence[NewEvent], expected_next_seq: int | None
+) -> pb.AppendEventsRequest:
+    request = pb.AppendEventsRequest(
+        session_id=session_id,
+        writer_id=lease.writer_id,
+        epoch=lease.epoch,
+        events=[convert.new_event_to_pb(e) for e in events],
+    )
+    if expected_next_seq is not None:
+        request.expected_next_seq = expected_next_seq
+    return request
+
+
+def open_request(session_id: str, writer_id: str | None, takeover: bool, create_if_missing: bool) -> pb.WriteRequest:
+    return pb.WriteRequest(
+        open=pb.OpenWriter(
+            session_id=session_id, writer_id=writer_id or "", takeover=takeover, create_if_missing=create_if_missing
+        )
+    )
+
+
+def batch_request(batch_id: int, events: Sequence[NewEvent], expected_next_seq: int | None = None) -> pb.WriteRequest:
+    batch = pb.WriteBatch(batch_id=batch_id, events=[convert.new_event_to_pb(e) for e in events])
+    if expected_next_seq is not None:
+        batch.expected_next_seq = expected_next_seq
+    return pb.WriteRequest(batch=batch)
+
+
+def read_request(session_id: str, from_seq: int, to_seq: int | None, page_size: int) -> pb.ReadEventsRequest:
+    request = pb.ReadEventsRequest(session_id=session_id, from_seq=from_seq, page_size=page_size)
+    if to_seq is not None:
+        request.to_seq = to_seq
+    return request
+
+
+def subscription_items(response: pb.SubscribeEventsResponse) -> list[Event | CaughtUp]:
+    if response.WhichOneof("kind") == "caught_up":
+        return [CaughtUp(response.caught_up.next_seq)]
+    return [convert.event_from_pb(m) for m in response.events.events]

@@ -1,0 +1,52 @@
+"""Small builders of valid SPEC §3 events for tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def user(text: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "user/message", "data": {"message": {"role": "user", "content": text}}, "surfaceOp": "append", **extra}
+
+
+def system(text: str) -> dict[str, Any]:
+    return {"type": "system/message", "data": {"message": {"role": "system", "content": text}}, "surfaceOp": "append"}
+
+
+def note(n: int, **extra: Any) -> dict[str, Any]:
+    """An ignorable harness event (no structure rules), handy for bulk appends."""
+    return {"type": "test/note", "data": {"n": n}, "ignorable": True, **extra}
+
+
+def turn_start(turn: int) -> dict[str, Any]:
+    return {"type": "turn/start", "data": {"turn": turn}}
+
+
+def turn_end(turn: int, kind: str = "completed") -> dict[str, Any]:
+    return {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": kind}}}
+
+
+def step_start(turn: int, step: int) -> dict[str, Any]:
+    return {"type": "step/start", "data": {"turn": turn, "step": step}}
+
+
+def step_end(turn: int, step: int) -> dict[str, Any]:
+    return {"type": "step/end", "data": {"turn": turn, "step": step}}
+
+
+def assistant(turn: int, step: int, text: str = "", calls: tuple[tuple[str, str], ...] = (), usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    content += [{"type": "toolCall", "id": cid, "name": name, "arguments": {}} for cid, name in calls]
+    data: dict[str, Any] = {"turn": turn, "step": step, "message": {"role": "assistant", "content": content}}
+    if usage is not None:
+        data["usage"] = usage
+    return {"type": "assistant/message", "data": data, "surfaceOp": "append"}
+
+
+def tool_call(turn: int, step: int, call_id: str, name: str) -> dict[str, Any]:
+    return {"type": "tool/call", "data": {"turn": turn, "step": step, "callId": call_id, "name": name, "arguments": "{}"}}
+
+
+def tool_result(turn: int, step: int, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]:
+    message = {"role": "toolResult", "toolCallId": call_id, "content": [{"type": "text", "text": text}], "isError": is_error}
+    return {"type": "tool/result", "data": {"turn": turn, "step": step, "message": message}, "surfaceOp": "append"}

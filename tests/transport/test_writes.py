@@ -1,0 +1,232 @@
+"""The write path through a real gRPC server, on SQLite and PostgreSQL (issue 2)."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import pytest
+
+from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, NotFound, OwnershipLost, ValidationError, WriterHeld
+from tests.support.events import note, user
+from tests.support.servers import ServerThread
+
+
+def seqs_of(client: SessionLogClient, sid: str) -> list[int]:
+    return [e.seq for e in client.read_events(sid)]
+
+
+def test_eight_concurrent_writers_keep_seqs_contiguous(client: SessionLogClient, server: ServerThread) -> None:
+    sids = [f"conc-{i}-{threading.get_ident()}-{id(client)}" for i in range(8)]
+    errors: list[BaseException] = []
+
+    def write(sid: str) -> None:
+        try:
+            with client.writer(sid, create_if_missing=True) as writer:
+                futures = [writer.append([note(i * 5 + j) for j in range(5)]) for i in range(40)]
+                for future in futures:
+                    future.result()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(sid,)) for sid in sids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for sid in sids:
+        events = list(client.read_events(sid))
+        assert [e.seq for e in events] == list(range(200))
+        assert [e.data["n"] for e in events] == list(range(200))
+
+
+def test_second_writer_is_refused_naming_the_holder(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid, writer_id="first"):
+        with pytest.raises(WriterHeld) as refused:
+            client.writer(sid, writer_id="second")
+        assert refused.value.reason == "WRITER_HELD"
+        assert refused.value.metadata["holder"] == "first"
+        assert int(refused.value.metadata["expires_at"]) > 0
+        with pytest.raises(WriterHeld):
+            client.acquire_lease(sid, writer_id="third")
+
+
+def test_takeover_fences_the_old_writer(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    old = client.writer(sid, writer_id="old")
+    old.append([note(0)]).result()
+    new = client.writer(sid, writer_id="new", takeover=True)
+    assert new.lease.epoch > old.lease.epoch
+    with pytest.raises(OwnershipLost):
+        old.append([note(1)]).result()
+    new.append([note(2)]).result()
+    new.close()
+    assert [e.data["n"] for e in client.read_events(sid)] == [0, 2]
+
+
+def test_unary_writer_is_fenced_by_epoch(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    lease = client.acquire_lease(sid, writer_id="a")
+    client.append(sid, lease, [note(0)])
+    newer = client.acquire_lease(sid, writer_id="b", takeover=True)
+    with pytest.raises(OwnershipLost):
+        client.append(sid, lease, [note(1)])
+    client.append(sid, newer, [note(2)])
+    renewed = client.renew_lease(newer)
+    assert renewed.expire_time >= newer.expire_time
+    client.release_lease(newer)
+    client.acquire_lease(sid, writer_id="c")  # released: free at once
+    assert [e.data["n"] for e in client.read_events(sid)] == [0, 2]
+
+
+def test_idempotent_retry_appends_nothing(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    batch = [note(0, eventId="a"), note(1, eventId="b")]
+    first = client.append(sid, lease, batch, expected_next_seq=0)
+    again = client.append(sid, lease, batch, expected_next_seq=0)
+    assert first.seqs == again.seqs == [0, 1]
+    mixed = client.append(sid, lease, [note(1, eventId="b"), note(2, eventId="c")])
+    assert mixed.seqs == [1, 2]
+    assert seqs_of(client, sid) == [0, 1, 2]
+
+
+def test_batch_with_one_bad_event_stores_nothing(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    client.append(sid, lease, [note(0)])
+    with pytest.raises(ValidationError) as bad:
+        client.append(sid, lease, [note(1), {"type": "no/such-type", "data": {}}, note(2)])
+    assert bad.value.reason == "UNKNOWN_TYPE"
+    assert bad.value.metadata["event_index"] == "1"
+    assert seqs_of(client, sid) == [0]
+    assert client.append(sid, lease, [note(3)]).seqs == [1]
+
+
+@pytest.mark.parametrize(
+    ("event", "error", "reason"),
+    [
+        ({"type": "mystery/event", "data": {}}, ValidationError, "UNKNOWN_TYPE"),
+        ({"type": "test/x", "data": [1, 2], "ignorable": True}, ValidationError, "DATA_NOT_OBJECT"),
+        ({"type": "user/message", "data": {"message": {}}}, ValidationError, "SURFACE_OP_MISSING"),
+        ({"type": "turn/start", "data": {"turn": 1}, "surfaceOp": "append"}, ValidationError, "SURFACE_OP_NOT_ALLOWED"),
+    ],
+)
+def test_bad_events_are_refused_and_change_nothing(
+    client: SessionLogClient, sid: str, event: dict, error: type, reason: str
+) -> None:
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    client.append(sid, lease, [note(0)])
+    with pytest.raises(error) as refused:
+        append_raw(client, sid, lease, [event])
+    assert refused.value.reason == reason
+    assert refused.value.grpc_code == grpc.StatusCode.INVALID_ARGUMENT
+    assert seqs_of(client, sid) == [0]
+
+
+def append_raw(client: SessionLogClient, sid: str, lease: object, events: list[dict]) -> None:
+    """Send events as they are, bypassing the client's own validation, so the server judges."""
+    import json
+
+    from sessionlog.errors import from_rpc_error
+    from sessionlog.v1 import event_pb2, session_service_pb2 as pb
+
+    messages = []
+    for event in events:
+        message = event_pb2.NewEvent(
+            type=event["type"], data_json=json.dumps(event["data"]).encode(), ignorable=event.get("ignorable", False)
+        )
+        if event.get("surfaceOp") == "append":
+            message.surface_op.append.SetInParent()
+        messages.append(message)
+    request = pb.AppendEventsRequest(session_id=sid, writer_id=lease.writer_id, epoch=lease.epoch, events=messages)
+    try:
+        client.stub.AppendEvents(request)
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from None
+
+
+def test_nan_and_bad_utf8_payloads_are_refused(client: SessionLogClient, sid: str) -> None:
+    from sessionlog.v1 import event_pb2, session_service_pb2 as pb
+
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    for raw, reason in [
+        (b'{"x": NaN}', "NON_FINITE_NUMBER"),
+        (b'{"x": Infinity}', "NON_FINITE_NUMBER"),
+        (b'{"x": "\\ud800"}', "INVALID_UTF8"),
+        (b'{"x": "\xff"}', "INVALID_UTF8"),
+        (b'{"x": ', "MALFORMED_JSON"),
+    ]:
+        request = pb.AppendEventsRequest(
+            session_id=sid, writer_id=lease.writer_id, epoch=lease.epoch,
+            events=[event_pb2.NewEvent(type="test/raw", ignorable=True, data_json=raw)],
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            client.stub.AppendEvents(request)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        from sessionlog.errors import from_rpc_error
+
+        assert from_rpc_error(refused.value).reason == reason
+    assert seqs_of(client, sid) == []
+
+
+def test_wrong_expected_seq_and_unknown_session(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    client.append(sid, lease, [note(0)])
+    with pytest.raises(ExpectedSeqMismatch) as mismatch:
+        client.append(sid, lease, [note(1)], expected_next_seq=5)
+    assert mismatch.value.grpc_code == grpc.StatusCode.FAILED_PRECONDITION
+    assert mismatch.value.metadata["next_seq"] == "1"
+    assert seqs_of(client, sid) == [0]
+    with pytest.raises(NotFound):
+        client.acquire_lease("no-such-session-" + sid)
+    with pytest.raises(NotFound):
+        list(client.read_events("no-such-session-" + sid))
+
+
+def test_oversize_event_is_refused(db_url: str, sid: str) -> None:
+    server = ServerThread(db_url, max_event_bytes=1000)
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            with pytest.raises(LimitExceeded) as refused:
+                client.append(sid, lease, [note(0), {"type": "test/big", "ignorable": True, "data": {"x": "y" * 2000}}])
+            assert refused.value.grpc_code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert refused.value.metadata["limit"] == "1000"
+            assert seqs_of(client, sid) == []
+    finally:
+        server.stop()
+
+
+def test_twenty_megabyte_payload_round_trips(client: SessionLogClient, sid: str) -> None:
+    big = "".join(chr(0x41 + i % 26) for i in range(1000)) * 20_000 + "é中😀"
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([user("run it"), {"type": "test/out", "ignorable": True, "data": {"out": big, "again": big}}]).result()
+    events = list(client.read_events(sid))
+    assert events[-1].data == {"out": big, "again": big}
+    assert events[1].data["message"]["content"] == "run it"
+
+
+def test_nul_characters_round_trip(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([{"type": "test/bin", "ignorable": True, "data": {"out": "a\x00b", "k": ["\x00"]}}]).result()
+    assert list(client.read_events(sid))[0].data == {"out": "a\x00b", "k": ["\x00"]}
+
+
+def test_group_commit_shares_transactions(client: SessionLogClient, server: ServerThread) -> None:
+    committer = server.service.committer
+    groups_before, batches_before = committer.groups_committed, committer.batches_committed
+    test_eight_concurrent_writers_keep_seqs_contiguous(client, server)
+    batches = committer.batches_committed - batches_before
+    groups = committer.groups_committed - groups_before
+    assert batches >= 320
+    assert groups < batches

@@ -1,0 +1,157 @@
+"""The replay metrics of a Pi session branch (SPEC §11, seed 000), folded from the file alone.
+
+Metrics are derived data (SPEC §1.6): a wrong number is a code fix here, then `recompute`, never a
+re-run of the experiment. What each one means, for the branch from the root to the leaf:
+
+| key | value |
+|---|---|
+| `sessionFormat` | `"v1"`, `"v2"` or `"v3"`: the version the file was written in |
+| `eventsInFile` | JSON lines in the file, header included |
+| `eventsOnBranch` | entries on the path root → leaf |
+| `eventsOffBranch` | the other entries (other branches; with `--at`, also what came later) |
+| `model` | `provider/modelId` as Pi's context reports it (None when no model is known) |
+| `thinking` | Pi's context thinking level (`"off"` by default) |
+| `messages` | messages in the context Pi builds for the leaf (`buildSessionContext`) |
+| `turns` | assistant messages on the branch, aborted and errored ones included |
+| `toolCalls` | `toolCall` blocks of those assistant messages |
+| `compactions` | `compaction` entries on the branch |
+| `inputTokens`, `cacheReadTokens`, `outputTokens`, `cacheWriteTokens`, `totalTokens` | summed usage |
+| `costUsd` | summed `usage.cost.total` |
+| `compactionCostUsd` | the part of `costUsd` spent on compaction summaries (None if none carried usage) |
+
+Usage is summed over **every** entry on the branch that carries one, not only assistant messages:
+any message's `usage` (assistant, and 1.x tool results), `compaction.usage`,
+`branch_summary.usage` and `usage` entries (1.x). A missing `totalTokens` counts as
+`input + output + cacheRead + cacheWrite` (Pi's own rule); a missing `cost.total` as the sum of the
+cost parts. Non-numbers count as 0. Cost is summed exactly (`math.fsum`) and rounded to 12
+decimals, so the order of entries cannot change the last digit. Entries off the branch (abandoned
+branches) are not counted: the metrics describe the branch, like Pi's own context.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sessionlog.core.formats.pi.context import build_context
+from sessionlog.core.formats.pi.entries import (
+    BRANCH_SUMMARY,
+    COMPACTION,
+    MESSAGE,
+    USAGE,
+    JsonObject,
+    PiFile,
+)
+from sessionlog.core.formats.pi.tree import PiTree
+
+COST_DECIMALS = 12
+
+
+def _number(value: Any) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return value
+
+
+def usage_cost(usage: JsonObject) -> int | float:
+    """`cost.total`, else the sum of the cost parts (0 without a cost object)."""
+    cost = usage.get("cost")
+    if not isinstance(cost, dict):
+        return 0
+    total = cost.get("total")
+    if isinstance(total, (int, float)) and not isinstance(total, bool):
+        return total
+    return sum(_number(cost.get(key)) for key in ("input", "output", "cacheRead", "cacheWrite"))
+
+
+def usage_total_tokens(usage: JsonObject) -> int | float:
+    """`totalTokens`, or (when missing or 0, as Pi computes it) the sum of the four counts."""
+    total = _number(usage.get("totalTokens"))
+    if total:
+        return total
+    return sum(_number(usage.get(key)) for key in ("input", "output", "cacheRead", "cacheWrite"))
+
+
+def entry_usage(entry: JsonObject) -> JsonObject | None:
+    """The usage an entry carries: a message's, a compaction's, a branch summary's, a usage entry's."""
+    kind = entry.get("type")
+    if kind == MESSAGE:
+        usage = entry["message"].get("usage")
+    elif kind in (COMPACTION, BRANCH_SUMMARY, USAGE):
+        usage = entry.get("usage")
+    else:
+        return None
+    return usage if isinstance(usage, dict) else None
+
+
+def round_cost(costs: list[int | float]) -> float:
+    """An exact sum rounded to `COST_DECIMALS`, stable whatever the order of the parts."""
+    return round(math.fsum(costs), COST_DECIMALS)
+
+
+def branch_metrics(pi_file: PiFile, tree: PiTree, leaf_id: str | None) -> dict[str, Any]:
+    """All metrics for the branch ending at `leaf_id` (None: Pi's default leaf, the last entry)."""
+    leaf = leaf_id if leaf_id is not None else tree.default_leaf()
+    path = tree.path(leaf) if leaf is not None else []
+    context = build_context(path)
+    turns = tool_calls = compactions = 0
+    tokens: dict[str, int | float] = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}
+    total_tokens: int | float = 0
+    costs: list[int | float] = []
+    compaction_costs: list[int | float] = []
+    for entry in path:
+        kind = entry.get("type")
+        if kind == MESSAGE:
+            message = entry["message"]
+            if message.get("role") == "assistant":
+                turns += 1
+                content = message.get("content")
+                if isinstance(content, list):
+                    tool_calls += sum(
+                        1 for b in content if isinstance(b, dict) and b.get("type") == "toolCall"
+                    )
+        elif kind == COMPACTION:
+            compactions += 1
+        usage = entry_usage(entry)
+        if usage is None:
+            continue
+        for key in tokens:
+            tokens[key] += _number(usage.get(key))
+        total_tokens += usage_total_tokens(usage)
+        cost = usage_cost(usage)
+        costs.append(cost)
+        if kind == COMPACTION:
+            compaction_costs.append(cost)
+    return {
+        "sessionFormat": f"v{pi_file.source_version}",
+        "eventsInFile": pi_file.objects_in_file,
+        "eventsOnBranch": len(path),
+        "eventsOffBranch": len(pi_file.entries) - len(path),
+        "model": model_name(context.get("model")),
+        "thinking": context.get("thinkingLevel"),
+        "messages": len(context["messages"]),
+        "turns": turns,
+        "toolCalls": tool_calls,
+        "compactions": compactions,
+        "inputTokens": tokens["input"],
+        "cacheReadTokens": tokens["cacheRead"],
+        "outputTokens": tokens["output"],
+        "costUsd": round_cost(costs),
+        "cacheWriteTokens": tokens["cacheWrite"],
+        "totalTokens": total_tokens,
+        "compactionCostUsd": round_cost(compaction_costs) if compaction_costs else None,
+    }
+
+
+def model_name(model: Any) -> str | None:
+    """`provider/modelId` from Pi's context model (just the part that is known, or None)."""
+    if not isinstance(model, dict):
+        return None
+    provider, model_id = model.get("provider"), model.get("modelId")
+    parts = [str(p) for p in (provider, model_id) if p is not None]
+    return "/".join(parts) or None
+
+
+def pi_metrics(pi_file: PiFile, at: str | None = None) -> dict[str, Any]:
+    """Metrics of a loaded Pi file at entry `at` (default: the leaf Pi opens, the last entry)."""
+    return branch_metrics(pi_file, PiTree(pi_file.entries), at)

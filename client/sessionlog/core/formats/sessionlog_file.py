@@ -1,0 +1,138 @@
+"""sessionlog's own JSONL export (SPEC §10): a header line, then one committed event per line.
+
+`{"type":"sessionlog","version":1,"session":{…}}` comes first; every following line is an event
+envelope with `seq` and `time` (`Event.from_json`), seqs 0, 1, 2, … without gaps. The replay
+metrics of such a file come from the core's stats projection (`sessionlog.core.projections.stats`,
+SPEC §5), mapped onto the same keys as a Pi replay:
+
+- `sessionFormat` is `"sessionlog-v1"`; `eventsInFile` counts lines, header included;
+- `--at SEQ` folds the prefix `0..SEQ`: `eventsOnBranch` is its length, `eventsOffBranch` the
+  events after it (a sessionlog log has no branches: forks are separate sessions);
+- `model` is `provider/model`, `thinking` the thinking level, `turns` counts `turn/start` events
+  (SPEC turns, where a Pi replay counts assistant messages), the rest as `stats` computes them;
+- `totalTokens` sums each usage's `totalTokens` (or its four counts when missing), and
+  `compactionCostUsd` the cost on `compaction/summary` events (None when there is none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sessionlog.core.errors import ValidationError
+from sessionlog.core.events import Event, JsonObject
+from sessionlog.core.formats.pi.metrics import round_cost, usage_cost, usage_total_tokens
+from sessionlog.core.vocabulary import COMPACTION_SUMMARY
+
+HEADER_TYPE = "sessionlog"
+FORMAT_VERSION = 1
+
+
+@dataclass(slots=True)
+class SessionlogExport:
+    """A parsed export: the `session` object of the header and the events in seq order."""
+
+    session: JsonObject
+    events: list[Event]
+    lines: int
+    """JSON lines in the file, header included."""
+
+
+def parse_sessionlog_objects(records: Iterable[tuple[int, JsonObject]]) -> SessionlogExport:
+    """Check the header and parse every following line as a committed event, seqs contiguous."""
+    session: JsonObject | None = None
+    events: list[Event] = []
+    lines = 0
+    for number, obj in records:
+        lines += 1
+        if session is None:
+            session = _header(obj, number)
+            continue
+        try:
+            event = Event.from_json(obj)
+        except ValidationError as exc:
+            raise ValidationError(exc.reason, f"line {number}: {exc.message}", line=number) from None
+        if event.seq != len(events):
+            raise ValidationError(
+                "SEQ_GAP", f"line {number}: expected seq {len(events)}, found {event.seq}", line=number
+            )
+        events.append(event)
+    if session is None:
+        raise ValidationError(
+            "BAD_SESSIONLOG_HEADER", "the file is empty: a sessionlog export starts with a header"
+        )
+    return SessionlogExport(session, events, lines)
+
+
+def _header(obj: JsonObject, number: int) -> JsonObject:
+    if obj.get("type") != HEADER_TYPE:
+        raise ValidationError(
+            "BAD_SESSIONLOG_HEADER",
+            f'line {number}: the first line must be {{"type":"sessionlog",…}}',
+            line=number,
+        )
+    if obj.get("version") != FORMAT_VERSION:
+        raise ValidationError(
+            "BAD_SESSIONLOG_HEADER",
+            f"line {number}: unsupported sessionlog export version {obj.get('version')!r}",
+            line=number,
+        )
+    session = obj.get("session")
+    if not isinstance(session, dict):
+        raise ValidationError(
+            "BAD_SESSIONLOG_HEADER", f"line {number}: session must be an object", line=number
+        )
+    return session
+
+
+def sessionlog_metrics(export: SessionlogExport, at: str | int | None = None) -> dict[str, Any]:
+    """The replay metrics of the prefix `0..at` (default: the whole log)."""
+    from sessionlog.core.projections.stats import stats, usage_of
+
+    events = export.events
+    if at is not None:
+        seq = _seq(at)
+        if not 0 <= seq < len(events):
+            raise ValidationError(
+                "UNKNOWN_ENTRY", f"no event with seq {seq} in this export ({len(events)} events)"
+            )
+        events = events[: seq + 1]
+    folded = stats(events)
+    total_tokens: int | float = 0
+    compaction_costs: list[int | float] = []
+    for event in events:
+        usage = usage_of(event)
+        if usage is None:
+            continue
+        total_tokens += usage_total_tokens(usage)
+        if event.type == COMPACTION_SUMMARY:
+            compaction_costs.append(usage_cost(usage))
+    provider, model = folded.get("provider"), folded.get("model")
+    return {
+        "sessionFormat": f"sessionlog-v{FORMAT_VERSION}",
+        "eventsInFile": export.lines,
+        "eventsOnBranch": len(events),
+        "eventsOffBranch": len(export.events) - len(events),
+        "model": "/".join(str(p) for p in (provider, model) if p) or None,
+        "thinking": folded.get("thinkingLevel"),
+        "messages": folded.get("messages"),
+        "turns": folded.get("turns"),
+        "toolCalls": folded.get("toolCalls"),
+        "compactions": folded.get("compactions"),
+        "inputTokens": folded.get("inputTokens"),
+        "cacheReadTokens": folded.get("cacheReadTokens"),
+        "outputTokens": folded.get("outputTokens"),
+        "costUsd": round_cost([folded.get("costUsd") or 0]),
+        "cacheWriteTokens": folded.get("cacheWriteTokens"),
+        "totalTokens": total_tokens,
+        "compactionCostUsd": round_cost(compaction_costs) if compaction_costs else None,
+    }
+
+
+def _seq(at: str | int) -> int:
+    if isinstance(at, int):
+        return at
+    if not at.isdigit():
+        raise ValidationError("BAD_AT", f"--at for a sessionlog export is a seq number, not {at!r}")
+    return int(at)

@@ -1,0 +1,345 @@
+"""Replay metrics (SPEC §11, seed 000) of Pi files and sessionlog exports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessionlog.core.errors import ValidationError
+from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
+from sessionlog.core.formats.pi.metrics import pi_metrics, usage_total_tokens
+from sessionlog.core.formats.replay import (
+    ALL_KEYS,
+    METRIC_KEYS,
+    Change,
+    apply_changes,
+    compare_recorded,
+    recompute_changes,
+    replay_file,
+    snake_case,
+    values_equal,
+)
+
+FIXTURES = Path("/work/shared/fixtures")
+GENERATED = FIXTURES / "pi-generated"
+SESSIONS = sorted((GENERATED / "sessions").glob("*.jsonl"))
+T0 = "2026-01-02T03:04:05.678Z"
+
+
+def usage(inp: int, out: int, cache: int = 0, cost: float = 0.0, total: int | None = None) -> dict[str, Any]:
+    u: dict[str, Any] = {"input": inp, "output": out, "cacheRead": cache, "cacheWrite": 1}
+    if total is not None:
+        u["totalTokens"] = total
+    u["cost"] = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": cost}
+    return u
+
+
+def entry(entry_id: str, parent: str | None, entry_type: str, **fields: Any) -> dict[str, Any]:
+    return {"type": entry_type, "id": entry_id, "parentId": parent, "timestamp": T0, **fields}
+
+
+def msg(role: str, **fields: Any) -> dict[str, Any]:
+    return {"role": role, "timestamp": 1, **fields}
+
+
+def tool_call(call_id: str) -> dict[str, Any]:
+    return {"type": "toolCall", "id": call_id, "name": "bash", "arguments": {"command": "ls"}}
+
+
+HEADER = {"type": "session", "version": 3, "id": "s", "timestamp": T0, "cwd": "/w"}
+ENTRIES = [
+    entry("a", None, "model_change", provider="openai", modelId="gpt"),
+    entry("b", "a", "thinking_level_change", thinkingLevel="low"),
+    entry("c", "b", "message", message=msg("user", content="go")),
+    entry(
+        "d",
+        "c",
+        "message",
+        message=msg(
+            "assistant",
+            content=[{"type": "text", "text": "ok"}, tool_call("1"), tool_call("2")],
+            provider="anthropic",
+            model="claude",
+            usage=usage(100, 10, 5, 0.25),  # no totalTokens: counts as 116
+            stopReason="toolUse",
+        ),
+    ),
+    entry("e", "d", "message", message=msg("toolResult", toolCallId="1", content=[], usage=usage(7, 3, cost=0.5))),
+    # an abandoned branch: its usage is not on the branch
+    entry(
+        "x",
+        "e",
+        "message",
+        message=msg("assistant", content=[tool_call("9")], provider="p", model="m", usage=usage(1000, 1000, cost=9)),
+    ),
+    entry(
+        "f", "e", "compaction", summary="S", firstKeptEntryId="c", tokensBefore=9, usage=usage(50, 5, total=55, cost=1)
+    ),
+    entry("g", "f", "branch_summary", fromId="x", summary="went away", usage=usage(20, 2, total=22, cost=2)),
+    entry("h", "g", "usage", kind="cache_warm", provider="openai", model="gpt", usage=usage(3, 0, total=3, cost=4)),
+    entry(
+        "i",
+        "h",
+        "message",
+        message=msg("assistant", content=[], provider="openai", model="gpt", stopReason="aborted", usage=usage(1, 1)),
+    ),
+]
+
+
+def handmade(*entries: dict[str, Any]) -> bytes:
+    objs = [HEADER, *(entries or ENTRIES)]
+    return b"".join(json.dumps(o).encode() + b"\n" for o in objs)
+
+
+def test_usage_on_every_entry_kind_counts_not_only_assistant_messages() -> None:
+    metrics = pi_metrics(load_pi_bytes(handmade()))
+    assert metrics == {
+        "sessionFormat": "v3",
+        "eventsInFile": 11,
+        "eventsOnBranch": 9,
+        "eventsOffBranch": 1,
+        "model": "openai/gpt",
+        "thinking": "low",
+        # summary, kept c d e, then branch summary and the aborted assistant
+        "messages": 6,
+        "turns": 2,
+        "toolCalls": 2,
+        "compactions": 1,
+        "inputTokens": 100 + 7 + 50 + 20 + 3 + 1,
+        "cacheReadTokens": 5,
+        "outputTokens": 10 + 3 + 5 + 2 + 0 + 1,
+        "costUsd": 0.25 + 0.5 + 1 + 2 + 4,
+        "cacheWriteTokens": 6,
+        "totalTokens": 116 + 11 + 55 + 22 + 3 + 3,
+        "compactionCostUsd": 1.0,
+    }
+
+
+def test_at_an_entry_folds_the_branch_up_to_it() -> None:
+    pi_file = load_pi_bytes(handmade())
+    at_x = pi_metrics(pi_file, "x")
+    assert (at_x["eventsOnBranch"], at_x["eventsOffBranch"], at_x["turns"], at_x["toolCalls"]) == (6, 4, 2, 3)
+    assert at_x["model"] == "p/m"
+    assert at_x["compactionCostUsd"] is None
+    assert at_x["costUsd"] == 9.75
+    with pytest.raises(ValidationError) as caught:
+        pi_metrics(pi_file, "nope")
+    assert caught.value.reason == "UNKNOWN_ENTRY"
+
+
+def test_missing_total_tokens_is_the_sum_of_the_counts() -> None:
+    assert usage_total_tokens({"input": 1, "output": 2, "cacheRead": 3, "cacheWrite": 4}) == 10
+    assert usage_total_tokens({"input": 1, "output": 2, "totalTokens": 0}) == 3
+    assert usage_total_tokens({"input": 1, "totalTokens": 50}) == 50
+
+
+def test_cost_sum_is_exact_and_order_free() -> None:
+    entries = [entry("a", None, "message", message=msg("user", content="u"))]
+    parent = "a"
+    for i in range(10):
+        entries.append(entry(f"m{i}", parent, "usage", kind="k", usage=usage(0, 0, cost=0.1)))
+        parent = f"m{i}"
+    assert pi_metrics(load_pi_bytes(handmade(*entries)))["costUsd"] == 1.0
+
+
+def test_empty_session_has_zero_metrics() -> None:
+    metrics = pi_metrics(load_pi_bytes(handmade(*[])[:0] + json.dumps(HEADER).encode() + b"\n"))
+    assert metrics["eventsInFile"] == 1
+    assert metrics["eventsOnBranch"] == 0
+    assert metrics["messages"] == 0
+    assert metrics["model"] is None
+    assert metrics["thinking"] == "off"
+    assert metrics["costUsd"] == 0
+
+
+def _oracle(session: Path) -> dict[str, Any]:
+    oracle: dict[str, Any] = json.loads((GENERATED / "oracle" / (session.stem + ".json")).read_text("utf-8"))
+    return oracle
+
+
+@pytest.mark.parametrize("session", SESSIONS, ids=lambda p: p.stem[:24])
+def test_metrics_agree_with_pis_context_on_every_leaf(session: Path) -> None:
+    oracle = _oracle(session)
+    pi_file = load_pi_file(session)
+    by_id = {e["id"]: e for e in pi_file.entries}
+    leaves = [(oracle["defaultLeafId"], oracle["defaultPath"], oracle["defaultContext"])]
+    leaves += [(o["leafId"], o["path"], o["context"]) for o in oracle["otherLeaves"]]
+    for leaf, path, context in leaves:
+        metrics = pi_metrics(pi_file, leaf)
+        assert metrics["eventsInFile"] == oracle["entryCount"] + 1
+        assert metrics["eventsOnBranch"] == len(path)
+        assert metrics["eventsOffBranch"] == oracle["entryCount"] - len(path)
+        assert metrics["messages"] == len(context["messages"])
+        model = context["model"]
+        assert metrics["model"] == (f"{model['provider']}/{model['modelId']}" if model else None)
+        assert metrics["thinking"] == context["thinkingLevel"]
+        assistants = [by_id[i]["message"] for i in path if by_id[i]["type"] == "message"]
+        assistants = [m for m in assistants if m["role"] == "assistant"]
+        assert metrics["turns"] == len(assistants)
+        calls = sum(1 for m in assistants for b in m["content"] if b["type"] == "toolCall")
+        assert metrics["toolCalls"] == calls
+        assert metrics["compactions"] == sum(1 for i in path if by_id[i]["type"] == "compaction")
+        assert metrics["outputTokens"] == sum(m["usage"]["output"] for m in assistants)
+
+
+def test_default_leaf_replay_of_the_real_fixture() -> None:
+    result = replay_file(FIXTURES / "pi" / "resumed-session.jsonl")
+    assert result.format == "pi"
+    assert result.table_metrics() == {
+        "sessionFormat": "v3",
+        "eventsInFile": 7,
+        "eventsOnBranch": 6,
+        "eventsOffBranch": 0,
+        "model": "openai-codex/gpt-5.5",
+        "thinking": "medium",
+        "messages": 4,
+        "turns": 2,
+        "toolCalls": 0,
+        "compactions": 0,
+        "inputTokens": 3012,
+        "cacheReadTokens": 0,
+        "outputTokens": 15,
+        "costUsd": 0.01551,
+    }
+    assert list(result.table_metrics()) == list(METRIC_KEYS)
+
+
+def test_v1_file_reports_its_source_version(tmp_path: Path) -> None:
+    path = tmp_path / "v1.jsonl"
+    header = {"type": "session", "id": "old", "timestamp": T0, "cwd": "/w"}
+    user = {"type": "message", "timestamp": T0, "message": {"role": "user", "content": "x", "timestamp": 1}}
+    path.write_text(json.dumps(header) + "\n" + json.dumps(user) + "\n")
+    assert replay_file(path).metrics["sessionFormat"] == "v1"
+    assert replay_file(path).metrics["messages"] == 1
+
+
+def test_unknown_format_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"type":"other"}\n')
+    with pytest.raises(ValidationError) as caught:
+        replay_file(path)
+    assert caught.value.reason == "UNKNOWN_SESSION_FORMAT"
+    path.write_text("")
+    with pytest.raises(ValidationError) as caught:
+        replay_file(path)
+    assert caught.value.reason == "EMPTY_SESSION_FILE"
+
+
+# --- comparing with recorded metrics -------------------------------------------------------
+
+COMPUTED = {"costUsd": 0.008091, "inputTokens": 24908, "compactionCostUsd": 0.001598, "toolCalls": 3, "model": "a/b"}
+
+
+def test_keys_have_snake_case_twins() -> None:
+    assert snake_case("cacheReadTokens") == "cache_read_tokens"
+    assert snake_case("costUsd") == "cost_usd"
+    assert len({snake_case(k) for k in ALL_KEYS}) == len(ALL_KEYS)
+
+
+def test_check_compares_only_recorded_metrics_in_either_spelling() -> None:
+    recorded = {"cost_usd": 0.006493, "toolCalls": 3, "tool_errors": 1, "model": "a/b"}
+    assert compare_recorded(recorded, COMPUTED) == [Change("cost_usd", 0.006493, 0.008091)]
+
+
+def test_recompute_reports_new_metrics_and_keeps_the_records_spelling() -> None:
+    recorded = {"cost_usd": 0.006493, "input_tokens": 19956, "tool_calls": 3, "model": "a/b"}
+    changes = recompute_changes(recorded, COMPUTED)
+    assert changes == [
+        Change("input_tokens", 19956, 24908),
+        Change("cost_usd", 0.006493, 0.008091),
+        Change("compaction_cost_usd", None, 0.001598),
+    ]
+    updated = apply_changes(recorded, changes)
+    assert list(updated) == ["cost_usd", "input_tokens", "tool_calls", "model", "compaction_cost_usd"]
+    assert recompute_changes(updated, COMPUTED) == []
+
+
+def test_a_null_metric_the_record_lacks_is_not_a_change() -> None:
+    assert recompute_changes({"costUsd": 1.0}, {"costUsd": 1.0, "compactionCostUsd": None}) == []
+
+
+def test_float_noise_is_not_a_change() -> None:
+    assert values_equal(0.1 + 0.2, 0.3)
+    assert values_equal(20070, 20070.0)
+    assert not values_equal(0.005962, 0.005963)
+    assert not values_equal(True, 1)
+    assert values_equal("v3", "v3")
+
+
+# --- the sessionlog export format ----------------------------------------------------------
+
+
+def _event(seq: int, kind: str, data: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"seq": seq, "time": 1000 + seq, "type": kind, "data": data, **extra}
+
+
+def _export(tmp_path: Path, events: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "export.jsonl"
+    header = {"type": "sessionlog", "version": 1, "session": {"id": "s1"}}
+    path.write_text("".join(json.dumps(o) + "\n" for o in [header, *events]))
+    return path
+
+
+def test_sessionlog_export_uses_the_same_keys(tmp_path: Path) -> None:
+    pytest.importorskip("sessionlog.core.projections.stats")
+    cost = {"total": 0.001}
+    events = [
+        _event(0, "system/message", {"message": {"role": "system", "content": "p"}}, surfaceOp="append"),
+        _event(1, "request/context", {"provider": "openai", "model": "gpt"}),
+        _event(2, "turn/start", {"turn": 1}),
+        _event(3, "step/start", {"turn": 1, "step": 1}),
+        _event(
+            4, "user/message", {"turn": 1, "step": 1, "message": {"role": "user", "content": "hi"}}, surfaceOp="append"
+        ),
+        _event(
+            5,
+            "assistant/message",
+            {
+                "turn": 1,
+                "step": 1,
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "toolCall", "id": "c", "name": "ls", "arguments": {}}],
+                    "usage": {"input": 10, "output": 2, "cacheRead": 5, "cacheWrite": 0, "cost": cost},
+                },
+            },
+            surfaceOp="append",
+        ),
+        _event(
+            6,
+            "compaction/summary",
+            {
+                "summary": "s",
+                "provider": "openai",
+                "model": "gpt",
+                "tokensBefore": 9,
+                "usage": {"input": 100, "output": 20, "cost": cost},
+            },
+        ),
+    ]
+    path = _export(tmp_path, events)
+    result = replay_file(path)
+    assert result.format == "sessionlog"
+    metrics = result.metrics
+    assert set(metrics) == set(ALL_KEYS)
+    assert metrics["sessionFormat"] == "sessionlog-v1"
+    assert (metrics["eventsInFile"], metrics["eventsOnBranch"], metrics["eventsOffBranch"]) == (8, 7, 0)
+    assert metrics["model"] == "openai/gpt"
+    assert (metrics["turns"], metrics["toolCalls"], metrics["compactions"]) == (1, 1, 1)
+    assert (metrics["inputTokens"], metrics["outputTokens"], metrics["cacheReadTokens"]) == (110, 22, 5)
+    assert metrics["costUsd"] == 0.002
+    assert metrics["compactionCostUsd"] == 0.001
+    assert metrics["totalTokens"] == 137
+    at = replay_file(path, at="4").metrics
+    assert (at["eventsOnBranch"], at["eventsOffBranch"], at["costUsd"]) == (5, 2, 0)
+
+
+def test_sessionlog_export_with_a_seq_gap_is_refused(tmp_path: Path) -> None:
+    path = _export(tmp_path, [_event(0, "turn/start", {"turn": 1}), _event(2, "turn/end", {"turn": 1})])
+    with pytest.raises(ValidationError) as caught:
+        replay_file(path)
+    assert caught.value.reason == "SEQ_GAP"
+    assert caught.value.metadata["line"] == "3"

@@ -1,0 +1,223 @@
+"""`sessionlog replay` and `sessionlog recompute` (seed 000), run on a fresh Typer app."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from sessionlog.cli.offline import register
+from sessionlog.core.formats.replay import METRIC_KEYS, replay_file
+
+FIXTURES = Path("/work/shared/fixtures")
+RESUMED = FIXTURES / "pi" / "resumed-session.jsonl"
+GENERATED = sorted((FIXTURES / "pi-generated" / "sessions").glob("*.jsonl"))
+BRANCHY = next(p for p in GENERATED if p.name.startswith("2025-10-04"))
+
+
+@pytest.fixture()
+def app() -> typer.Typer:
+    application = typer.Typer()
+    register(application)
+    return application
+
+
+def run(app: typer.Typer, *args: str) -> Any:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+# --- replay --------------------------------------------------------------------------------
+
+
+def test_replay_prints_the_spec_table(app: typer.Typer) -> None:
+    result = run(app, "replay", RESUMED)
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines()]
+    table = {" ".join(r[:-1]): r[-1] for r in rows if r}
+    assert table == {
+        "session format": "v3",
+        "events in file": "7",
+        "events on branch": "6",
+        "events off branch": "0",
+        "model": "openai-codex/gpt-5.5",
+        "thinking": "medium",
+        "messages": "4",
+        "turns": "2",
+        "tool calls": "0",
+        "compactions": "0",
+        "input tokens": "3012",
+        "cache read tokens": "0",
+        "output tokens": "15",
+        "cost usd": "0.015510",
+    }
+
+
+def test_replay_json_has_exactly_the_spec_keys(app: typer.Typer) -> None:
+    result = run(app, "replay", BRANCHY, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert list(data) == list(METRIC_KEYS)
+    assert data == replay_file(BRANCHY).table_metrics()
+
+
+def test_replay_at_an_entry(app: typer.Typer) -> None:
+    oracle = json.loads((FIXTURES / "pi-generated" / "oracle" / (BRANCHY.stem + ".json")).read_text())
+    other = oracle["otherLeaves"][0]
+    data = json.loads(run(app, "replay", BRANCHY, "--json", "--at", other["leafId"]).output)
+    assert data["eventsOnBranch"] == len(other["path"])
+    assert data["messages"] == len(other["context"]["messages"])
+
+
+def test_replay_unknown_entry_is_an_error(app: typer.Typer) -> None:
+    result = run(app, "replay", RESUMED, "--at", "deadbeef")
+    assert result.exit_code == 2
+    assert "UNKNOWN_ENTRY" in result.output
+
+
+def test_replay_missing_file(app: typer.Typer, tmp_path: Path) -> None:
+    result = run(app, "replay", tmp_path / "none.jsonl")
+    assert result.exit_code == 2
+
+
+def test_replay_truncated_file_strict_then_lenient(app: typer.Typer, tmp_path: Path) -> None:
+    path = tmp_path / "crashed.jsonl"
+    path.write_bytes(RESUMED.read_bytes() + b'{"type":"message","id":"ab')
+    strict = run(app, "replay", path)
+    assert strict.exit_code == 2
+    assert "TRUNCATED_LAST_LINE" in strict.output
+    lenient = run(app, "replay", path, "--lenient", "--json")
+    assert lenient.exit_code == 0
+    assert "dropped a truncated last line of 26 bytes" in lenient.output
+    assert json.loads(lenient.output.splitlines()[-1])["eventsInFile"] == 7
+
+
+def _write_run(tmp_path: Path, metrics: dict[str, Any]) -> Path:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"run_id": "r1", "metrics": metrics}))
+    return path
+
+
+def test_replay_check_matches(app: typer.Typer, tmp_path: Path) -> None:
+    run_file = _write_run(tmp_path, {"cost_usd": 0.01551, "tool_calls": 0, "turns": 2, "wall_seconds": 3})
+    result = run(app, "replay", RESUMED, "--check", run_file)
+    assert result.exit_code == 0, result.output
+    assert "check: all 3 recorded metrics match" in result.output
+
+
+def test_replay_check_reports_differences_and_fails(app: typer.Typer, tmp_path: Path) -> None:
+    run_file = _write_run(tmp_path, {"costUsd": 0.0155, "input_tokens": 3012, "messages": 5})
+    result = run(app, "replay", RESUMED, "--check", run_file)
+    assert result.exit_code == 1
+    assert "costUsd: 0.0155 -> 0.01551" in result.output
+    assert "messages: 5 -> 4" in result.output
+    assert "input_tokens" not in result.output
+    as_json = run(app, "replay", RESUMED, "--check", run_file, "--json")
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.output)["check"]["differences"] == [
+        {"key": "costUsd", "recorded": 0.0155, "replayed": 0.01551},
+        {"key": "messages", "recorded": 5, "replayed": 4},
+    ]
+
+
+def test_replay_check_with_no_known_metric_fails(app: typer.Typer, tmp_path: Path) -> None:
+    result = run(app, "replay", RESUMED, "--check", _write_run(tmp_path, {"wall_seconds": 3}))
+    assert result.exit_code == 1
+    assert "holds no metric" in result.output
+
+
+# --- recompute -----------------------------------------------------------------------------
+
+
+def _runs(tmp_path: Path) -> tuple[Path, Path, list[bytes]]:
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    shutil.copy(RESUMED, sessions / "resumed.jsonl")
+    shutil.copy(BRANCHY, sessions / "branchy.jsonl")
+    good = replay_file(RESUMED).metrics
+    snake = {
+        "cost_usd": good["costUsd"],
+        "input_tokens": good["inputTokens"],
+        "tool_calls": good["toolCalls"],
+    }
+    full = {k: good[k] for k in good if good[k] is not None}
+    lines = [
+        # unchanged: every computed metric recorded, camelCase, null compaction cost omitted
+        json.dumps({"run_id": "ok", "experiment": "e1", "session_file": "resumed.jsonl", "metrics": full}),
+        "",
+        # stale: an old cost that missed compaction usage, snake_case, fewer keys
+        json.dumps(
+            {
+                "run_id": "stale",
+                "experiment": "e1",
+                "session_file": "branchy.jsonl",
+                "metrics": {**snake, "cost_usd": 0.001},
+                "notes": "中文 ✓",
+            },
+            ensure_ascii=False,
+        ),
+        # missing session file
+        json.dumps({"run_id": "lost", "experiment": "e2", "session_file": "gone.jsonl", "metrics": {}}),
+    ]
+    runs = tmp_path / "runs.jsonl"
+    raw = [line.encode() for line in lines]
+    runs.write_bytes(b"\n".join(raw) + b"\n")
+    return runs, sessions, raw
+
+
+def test_recompute_reports_changes_and_counts_unchanged(app: typer.Typer, tmp_path: Path) -> None:
+    runs, sessions, _ = _runs(tmp_path)
+    before = runs.read_bytes()
+    result = run(app, "recompute", runs, "--sessions", sessions)
+    assert result.exit_code == 1, result.output  # one run could not be recomputed
+    out = result.output
+    assert "e1: 1 run(s) changed" in out
+    assert "  stale" in out
+    branchy = replay_file(BRANCHY).metrics
+    assert f"    cost_usd: 0.001 -> {json.dumps(branchy['costUsd'])}" in out
+    assert f"    session_format: null -> {json.dumps(branchy['sessionFormat'])}" in out
+    assert "compaction_cost_usd" not in out  # null, and not recorded
+    assert "lost  error:" in out and "gone.jsonl" in out
+    assert "1 run(s) unchanged" in out
+    assert "1 run(s) differ from the recorded metrics" in out
+    assert "1 run(s) could not be recomputed" in out
+    assert "MB/s" in out
+    assert runs.read_bytes() == before  # no --write, no change
+    assert "recomputing" not in out  # no progress bar off a terminal
+
+
+def test_recompute_write_rewrites_only_changed_lines_atomically(app: typer.Typer, tmp_path: Path) -> None:
+    runs, sessions, raw = _runs(tmp_path)
+    result = run(app, "recompute", runs, "--sessions", sessions, "--write")
+    assert "wrote the new metrics of 1 run(s)" in result.output
+    lines = runs.read_bytes().split(b"\n")
+    assert lines[0] == raw[0] and lines[1] == b"" and lines[3] == raw[3] and lines[4] == b""
+    record = json.loads(lines[2])
+    assert record["notes"] == "中文 ✓"
+    assert record["metrics"]["cost_usd"] == replay_file(BRANCHY).metrics["costUsd"]
+    assert "session_format" in record["metrics"] and "sessionFormat" not in record["metrics"]
+    assert list(tmp_path.glob(".runs.jsonl.*")) == []  # no temp file left behind
+    again = run(app, "recompute", runs, "--sessions", sessions)
+    assert "0 run(s) differ" in again.output
+    assert "2 run(s) unchanged" in again.output
+
+
+def test_recompute_default_session_path_and_bad_runs_file(app: typer.Typer, tmp_path: Path) -> None:
+    shutil.copy(RESUMED, tmp_path / "r9.jsonl")
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps({"run_id": "r9", "metrics": {"turns": 2}}) + "\n")
+    result = run(app, "recompute", runs, "--sessions", tmp_path)
+    assert result.exit_code == 0, result.output
+    # only `turns` was recorded (and is right): the other metrics are new, spelled in camelCase
+    assert "  r9\n" in result.output
+    assert "    sessionFormat: null -> \"v3\"" in result.output
+    assert "turns:" not in result.output
+    assert "1 run(s) differ" in result.output
+    runs.write_text('{"run_id": "r9"\n')
+    bad = run(app, "recompute", runs, "--sessions", tmp_path)
+    assert bad.exit_code == 2
+    assert "MALFORMED_JSON" in bad.output

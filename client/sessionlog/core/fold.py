@@ -99,7 +99,8 @@ class SessionFold:
         self._stats = StatsAccumulator()
         self._journal: list[_Undo] = []
         self._journal_base = 0
-        self._marks: list[int] = []
+        self._marks: list[tuple[int, int]] = []  # (token, journal position), oldest first
+        self._next_token = 0
 
     # ----------------------------------------------------------------- building
 
@@ -211,30 +212,37 @@ class SessionFold:
     # ----------------------------------------------------------------- batches
 
     def checkpoint(self) -> int:
-        """Start journalling; returns a mark to `rollback` to or `release`."""
-        mark = self._journal_base + len(self._journal)
-        self._marks.append(mark)
-        return mark
+        """Start journalling; returns a mark (a unique token) to `rollback` to or `release`."""
+        token = self._next_token
+        self._next_token += 1
+        self._marks.append((token, self._journal_base + len(self._journal)))
+        return token
+
+    def _find_mark(self, mark: int, verb: str) -> int:
+        for index, (token, _) in enumerate(self._marks):
+            if token == mark:
+                return index
+        raise ValueError(f"{verb}: {mark} is not a live checkpoint")
 
     def rollback(self, mark: int) -> None:
-        """Undo every event applied since `mark` (newest first); newer marks are dropped too."""
-        if mark not in self._marks:
-            raise ValueError(f"rollback: {mark} is not a live checkpoint")
-        while self._journal_base + len(self._journal) > mark:
+        """Undo every event applied since `mark` (newest first); marks taken after it are dropped."""
+        index = self._find_mark(mark, "rollback")
+        position = self._marks[index][1]
+        while self._journal_base + len(self._journal) > position:
             self._undo(self._journal.pop())
-        while self._marks and self._marks[-1] >= mark:
-            self._marks.pop()
+        del self._marks[index:]
         self._trim_journal()
 
     def release(self, mark: int) -> None:
-        """Forget `mark` (its batch is durable); the journal older than every live mark is dropped."""
-        if mark not in self._marks:
-            raise ValueError(f"release: {mark} is not a live checkpoint")
-        self._marks.remove(mark)
+        """Forget `mark` (its batch is durable); journal older than every live mark is dropped.
+
+        Call it for every mark that is not rolled back, or the journal keeps growing."""
+        del self._marks[self._find_mark(mark, "release")]
         self._trim_journal()
 
     def _trim_journal(self) -> None:
-        keep_from = self._marks[0] if self._marks else self._journal_base + len(self._journal)
+        position = self._journal_base + len(self._journal)
+        keep_from = min((p for _, p in self._marks), default=position)
         drop = keep_from - self._journal_base
         if drop > 0:
             del self._journal[:drop]

@@ -100,7 +100,7 @@ def source_kind(event: Event | NewEvent) -> str | None:
 
 def is_copy(event: Event | NewEvent) -> bool:
     """An appended model-only copy of an earlier message (`data.source.kind == "copy"`)."""
-    return event.surface_op is not None and source_kind(event) == COPY_SOURCE_KIND
+    return event.surface_op == "append" and source_kind(event) == COPY_SOURCE_KIND
 
 
 def is_replace(event: Event | NewEvent) -> bool:

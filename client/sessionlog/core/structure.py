@@ -15,9 +15,10 @@ Decisions (what a harness expects):
   written before `turn/start`), inside a turn before `step/start`, or inside a step. Harnesses
   do all three. If they carry `turn` (and optionally `step`), those must name the open turn
   (and step); `step` without `turn` is refused.
-- Replace events (compaction summaries, tool-result trims, prompt changes) rewrite history:
-  their `turn`/`step` describe the original they restate, so they are not checked against the
-  open turn, and a replacing `tool/result` does not pair with a call.
+- Replace events (compaction summaries, tool-result trims, prompt changes) and appended
+  model-only copies (`data.source.kind == "copy"`, e.g. Pi's kept entries re-appended after a
+  compaction) rewrite history: their `turn`/`step` describe the original they restate, so they
+  are not checked against the open turn, do not open tool calls and do not pair with one.
 - Other known log-only events (`compaction/*`) are free, but a `turn`/`step` they carry must
   name the open turn/step. `request/*` and `session/end-seed` are allowed anywhere and not
   checked; unknown (ignorable) types are never checked.
@@ -35,7 +36,7 @@ from typing import Any, Literal
 
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event, Replace
-from sessionlog.core.messages import message_of, tool_call_blocks
+from sessionlog.core.messages import is_copy, message_of, tool_call_blocks
 from sessionlog.core.vocabulary import (
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
@@ -95,9 +96,7 @@ class StructureState:
 
     def snapshot(self) -> StructureState:
         """A copy to restore on rollback: O(calls of the open step)."""
-        return StructureState(
-            self.last_turn, self.open_turn, self.last_step, self.open_step, dict(self.calls)
-        )
+        return StructureState(self.last_turn, self.open_turn, self.last_step, self.open_step, dict(self.calls))
 
     def restore(self, snapshot: StructureState) -> None:
         """Put back a state taken with `snapshot`."""
@@ -397,8 +396,7 @@ def check_tool_result(state: StructureState, event: Event) -> str:
     if call.result_seq is not None:
         raise ValidationError(
             "TOOL_RESULT_DUPLICATE",
-            f"tool/result at seq {event.seq}: call {call_id!r} already has its result at seq "
-            f"{call.result_seq}",
+            f"tool/result at seq {event.seq}: call {call_id!r} already has its result at seq {call.result_seq}",
             field="data.message.toolCallId",
             seq=event.seq,
         )
@@ -409,7 +407,7 @@ def check_tool_result(state: StructureState, event: Event) -> str:
 def plan_structure_event(state: StructureState, event: Event) -> StructurePlan | None:
     """Validate one event against the structure and prepare its transition; mutates nothing."""
     kind = event.type
-    if isinstance(event.surface_op, Replace):
+    if isinstance(event.surface_op, Replace) or is_copy(event):
         return None
     if kind == TURN_START:
         return StructurePlan("turn_start", event.seq, check_turn_start(state, event))
@@ -443,15 +441,13 @@ def trusted_structure_plan(state: StructureState, event: Event) -> StructurePlan
     """
     kind = event.type
     data = event.data
-    if isinstance(event.surface_op, Replace):
+    if isinstance(event.surface_op, Replace) or is_copy(event):
         return None
     if kind in (TURN_START, TURN_END, STEP_START):
         number = data.get("step" if kind == STEP_START else "turn")
         if not isinstance(number, int) or isinstance(number, bool):
             return None
-        plan_kind: PlanKind = (
-            "turn_start" if kind == TURN_START else "turn_end" if kind == TURN_END else "step_start"
-        )
+        plan_kind: PlanKind = "turn_start" if kind == TURN_START else "turn_end" if kind == TURN_END else "step_start"
         return StructurePlan(plan_kind, event.seq, number)
     if kind == STEP_END:
         return StructurePlan("step_end", event.seq)
@@ -461,9 +457,7 @@ def trusted_structure_plan(state: StructureState, event: Event) -> StructurePlan
         for block in tool_call_blocks(event):
             call_id, name = block.get("id"), block.get("name")
             if isinstance(call_id, str) and call_id not in state.calls:
-                calls.append(
-                    ToolCallState(call_id, name if isinstance(name, str) else "", turn, step, event.seq)
-                )
+                calls.append(ToolCallState(call_id, name if isinstance(name, str) else "", turn, step, event.seq))
         return StructurePlan("open_calls", event.seq, calls=tuple(calls)) if calls else None
     if kind == TOOL_CALL:
         call_id = data.get("callId")

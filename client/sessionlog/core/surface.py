@@ -19,7 +19,7 @@ from typing import Any, Literal
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import APPEND, Event, Replace
-from sessionlog.core.messages import check_message, project_message
+from sessionlog.core.messages import check_message, is_copy, project_message
 from sessionlog.core.validate import check_surface_fields
 from sessionlog.core.vocabulary import SURFACE_TYPES, SYSTEM_MESSAGE, TOOL_RESULT
 
@@ -74,8 +74,7 @@ def check_surface_head(state: SurfaceState, event: Event) -> None:
     if not state.nodes and event.type != SYSTEM_MESSAGE:
         raise ValidationError(
             "SURFACE_HEAD_NOT_SYSTEM",
-            f"surface: the first surface event must be a system/message (node 0), got {event.type} "
-            f"at seq {event.seq}",
+            f"surface: the first surface event must be a system/message (node 0), got {event.type} at seq {event.seq}",
             field="type",
             seq=event.seq,
         )
@@ -106,6 +105,17 @@ def check_sources_earlier(event: Event) -> None:
         )
 
 
+def check_copy_sources(event: Event) -> None:
+    """An appended model-only copy (`data.source.kind == "copy"`) cites its original."""
+    if is_copy(event) and not event.source_event_seqs:
+        raise ValidationError(
+            "COPY_SOURCES_EMPTY",
+            f"surface: seq {event.seq} is a copy (source.kind copy) and must cite its original in sourceEventSeqs",
+            field="sourceEventSeqs",
+            seq=event.seq,
+        )
+
+
 def check_sources_cover(event: Event, shadowed: Sequence[int]) -> None:
     """A replace cites a non-empty source list that covers every node it replaces."""
     if not event.source_event_seqs:
@@ -120,8 +130,7 @@ def check_sources_cover(event: Event, shadowed: Sequence[int]) -> None:
     if missing:
         raise ValidationError(
             "REPLACE_SOURCES_NOT_COVERING",
-            f"surface replace: sourceEventSeqs of seq {event.seq} must include every replaced node; "
-            f"missing {missing}",
+            f"surface replace: sourceEventSeqs of seq {event.seq} must include every replaced node; missing {missing}",
             field="sourceEventSeqs",
             seq=event.seq,
         )
@@ -201,8 +210,7 @@ def check_tool_result_rewrite(event: Event, shadowed: Sequence[int], event_at: E
     if before != after:
         raise ValidationError(
             "TOOL_RESULT_REPLACE_CHANGES_MORE",
-            f"surface replace: tool/result seq {event.seq} may change only message.content of "
-            f"seq {original.seq}",
+            f"surface replace: tool/result seq {event.seq} may change only message.content of seq {original.seq}",
             field="data",
             seq=event.seq,
         )
@@ -247,6 +255,7 @@ def plan_surface_event(
     if op == APPEND:
         if validate:
             check_surface_head(state, event)
+            check_copy_sources(event)
         return SurfacePlan("append", event.seq)
     assert isinstance(op, Replace)
     start_index, end_index = replacement_range(state, event, op)
@@ -319,6 +328,7 @@ __all__ = [
     "SurfacePlan",
     "SurfaceState",
     "apply_surface_plan",
+    "check_copy_sources",
     "check_sources_cover",
     "check_sources_earlier",
     "check_sources_unique",

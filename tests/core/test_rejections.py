@@ -62,6 +62,12 @@ def _head_not_system(log: Log) -> None:
     log.reject("SURFACE_HEAD_NOT_SYSTEM", "user/message", user("first"), op=APPEND)
 
 
+def _copy_sources_empty(log: Log) -> None:
+    log.head()
+    log.say()
+    log.reject("COPY_SOURCES_EMPTY", "user/message", user("hi", source={"kind": "copy"}), op=APPEND)
+
+
 def _replace_not_earlier(log: Log) -> None:
     log.head()
     log.say()
@@ -329,6 +335,7 @@ CASES: dict[str, Callable[[Log], None]] = {
     "SOURCES_DUPLICATE": _sources_duplicate,
     "SOURCES_NOT_EARLIER": _sources_not_earlier,
     "SURFACE_HEAD_NOT_SYSTEM": _head_not_system,
+    "COPY_SOURCES_EMPTY": _copy_sources_empty,
     "SURFACE_REPLACE_NOT_EARLIER": _replace_not_earlier,
     "SURFACE_RANGE_NOT_FOUND": _range_not_found,
     "SURFACE_RANGE_REVERSED": _range_reversed,

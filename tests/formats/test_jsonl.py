@@ -6,6 +6,7 @@ import io
 from pathlib import Path
 
 import pytest
+
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.formats.jsonl import (
     JsonlReader,

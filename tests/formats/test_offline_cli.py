@@ -214,7 +214,7 @@ def test_recompute_default_session_path_and_bad_runs_file(app: typer.Typer, tmp_
     assert result.exit_code == 0, result.output
     # only `turns` was recorded (and is right): the other metrics are new, spelled in camelCase
     assert "  r9\n" in result.output
-    assert "    sessionFormat: null -> \"v3\"" in result.output
+    assert '    sessionFormat: null -> "v3"' in result.output
     assert "turns:" not in result.output
     assert "1 run(s) differ" in result.output
     runs.write_text('{"run_id": "r9"\n')

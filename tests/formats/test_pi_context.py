@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.formats.pi.context import build_context, js_date_ms, ms_to_iso, session_context
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
@@ -27,9 +28,7 @@ def _cases() -> list[Any]:
     cases = []
     for session in SESSIONS:
         oracle = _oracle(session)
-        leaves = [(oracle["defaultLeafId"], "default")] + [
-            (o["leafId"], "other") for o in oracle["otherLeaves"]
-        ]
+        leaves = [(oracle["defaultLeafId"], "default")] + [(o["leafId"], "other") for o in oracle["otherLeaves"]]
         for leaf, which in leaves:
             cases.append(pytest.param(session, leaf, id=f"{session.stem[:24]}-{which}-{leaf}"))
     return cases
@@ -107,9 +106,7 @@ def chain(*entries: dict[str, Any]) -> list[dict[str, Any]]:
     """Give hand-made entries ids e1, e2, … chained in order."""
     out = []
     for index, entry in enumerate(entries, 1):
-        out.append(
-            {"id": f"e{index}", "parentId": f"e{index - 1}" if index > 1 else None, "timestamp": T0, **entry}
-        )
+        out.append({"id": f"e{index}", "parentId": f"e{index - 1}" if index > 1 else None, "timestamp": T0, **entry})
     return out
 
 
@@ -330,9 +327,7 @@ def test_unknown_fields_and_entry_types_are_kept() -> None:
         ([HEADER, {"type": "label", "id": "a"}, {"type": "label", "id": "a"}], "DUPLICATE_ENTRY_ID", "3"),
     ],
 )
-def test_malformed_sessions_are_refused_naming_the_line(
-    objs: list[dict[str, Any]], reason: str, line: str
-) -> None:
+def test_malformed_sessions_are_refused_naming_the_line(objs: list[dict[str, Any]], reason: str, line: str) -> None:
     with pytest.raises(ValidationError) as caught:
         load_pi_bytes(lines(*objs))
     assert caught.value.reason == reason

@@ -284,7 +284,6 @@ def _export(tmp_path: Path, events: list[dict[str, Any]]) -> Path:
 
 
 def test_sessionlog_export_uses_the_same_keys(tmp_path: Path) -> None:
-    pytest.importorskip("sessionlog.core.projections.stats")
     cost = {"total": 0.001}
     events = [
         _event(0, "system/message", {"message": {"role": "system", "content": "p"}}, surfaceOp="append"),
@@ -343,3 +342,14 @@ def test_sessionlog_export_with_a_seq_gap_is_refused(tmp_path: Path) -> None:
         replay_file(path)
     assert caught.value.reason == "SEQ_GAP"
     assert caught.value.metadata["line"] == "3"
+
+
+def test_sessionlog_export_that_breaks_a_log_rule_is_refused(tmp_path: Path) -> None:
+    events = [
+        _event(0, "system/message", {"message": {"role": "system", "content": "p"}}, surfaceOp="append"),
+        _event(1, "step/start", {"turn": 1, "step": 1}),  # no turn is open
+    ]
+    with pytest.raises(ValidationError) as caught:
+        replay_file(_export(tmp_path, events))
+    assert caught.value.metadata["line"] == "3"
+    assert caught.value.metadata["seq"] == "1"

@@ -138,8 +138,7 @@ class JsonlReader:
         if size > self._max_chunk:
             raise ValidationError(
                 "CHUNK_TOO_LARGE",
-                f"line {self._line + 1}: a read chunk of {size} bytes exceeds the limit of "
-                f"{self._max_chunk} bytes",
+                f"line {self._line + 1}: a read chunk of {size} bytes exceeds the limit of {self._max_chunk} bytes",
                 line=self._line + 1,
                 limit=self._max_chunk,
                 size=size,
@@ -233,9 +232,7 @@ def parse_line(line: bytes, number: int) -> JsonObject:
     try:
         value = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
-        raise ValidationError(
-            "MALFORMED_JSON", f"line {number}: not valid JSON: {exc}", line=number
-        ) from None
+        raise ValidationError("MALFORMED_JSON", f"line {number}: not valid JSON: {exc}", line=number) from None
     except RecursionError:
         raise ValidationError("JSON_TOO_DEEP", f"line {number}: nested too deeply", line=number) from None
     except ValidationError as exc:
@@ -247,9 +244,7 @@ def parse_line(line: bytes, number: int) -> JsonObject:
             line=number,
         )
     if "\\u" in text and _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
-        raise ValidationError(
-            "INVALID_UTF8", f"line {number}: contains a lone UTF-16 surrogate escape", line=number
-        )
+        raise ValidationError("INVALID_UTF8", f"line {number}: contains a lone UTF-16 surrogate escape", line=number)
     return value
 
 

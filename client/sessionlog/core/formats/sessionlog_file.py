@@ -2,8 +2,9 @@
 
 `{"type":"sessionlog","version":1,"session":{…}}` comes first; every following line is an event
 envelope with `seq` and `time` (`Event.from_json`), seqs 0, 1, 2, … without gaps. The replay
-metrics of such a file come from the core's stats projection (`sessionlog.core.projections.stats`,
-SPEC §5), mapped onto the same keys as a Pi replay:
+metrics of such a file come from folding it with the core's `SessionFold` (which checks every
+event as the service would at append, so a damaged export is refused with the line that breaks
+it) and reading its SPEC §5 stats, mapped onto the same keys as a Pi replay:
 
 - `sessionFormat` is `"sessionlog-v1"`; `eventsInFile` counts lines, header included;
 - `--at SEQ` folds the prefix `0..SEQ`: `eventsOnBranch` is its length, `eventsOffBranch` the
@@ -22,7 +23,9 @@ from typing import Any
 
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event, JsonObject
+from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.pi.metrics import round_cost, usage_cost, usage_total_tokens
+from sessionlog.core.projections.stats import usage_of
 from sessionlog.core.vocabulary import COMPACTION_SUMMARY
 
 HEADER_TYPE = "sessionlog"
@@ -37,12 +40,15 @@ class SessionlogExport:
     events: list[Event]
     lines: int
     """JSON lines in the file, header included."""
+    event_lines: list[int]
+    """The physical line number of each event (parallel to `events`)."""
 
 
 def parse_sessionlog_objects(records: Iterable[tuple[int, JsonObject]]) -> SessionlogExport:
     """Check the header and parse every following line as a committed event, seqs contiguous."""
     session: JsonObject | None = None
     events: list[Event] = []
+    event_lines: list[int] = []
     lines = 0
     for number, obj in records:
         lines += 1
@@ -58,11 +64,10 @@ def parse_sessionlog_objects(records: Iterable[tuple[int, JsonObject]]) -> Sessi
                 "SEQ_GAP", f"line {number}: expected seq {len(events)}, found {event.seq}", line=number
             )
         events.append(event)
+        event_lines.append(number)
     if session is None:
-        raise ValidationError(
-            "BAD_SESSIONLOG_HEADER", "the file is empty: a sessionlog export starts with a header"
-        )
-    return SessionlogExport(session, events, lines)
+        raise ValidationError("BAD_SESSIONLOG_HEADER", "the file is empty: a sessionlog export starts with a header")
+    return SessionlogExport(session, events, lines, event_lines)
 
 
 def _header(obj: JsonObject, number: int) -> JsonObject:
@@ -80,25 +85,28 @@ def _header(obj: JsonObject, number: int) -> JsonObject:
         )
     session = obj.get("session")
     if not isinstance(session, dict):
-        raise ValidationError(
-            "BAD_SESSIONLOG_HEADER", f"line {number}: session must be an object", line=number
-        )
+        raise ValidationError("BAD_SESSIONLOG_HEADER", f"line {number}: session must be an object", line=number)
     return session
 
 
 def sessionlog_metrics(export: SessionlogExport, at: str | int | None = None) -> dict[str, Any]:
     """The replay metrics of the prefix `0..at` (default: the whole log)."""
-    from sessionlog.core.projections.stats import stats, usage_of
-
     events = export.events
     if at is not None:
         seq = _seq(at)
         if not 0 <= seq < len(events):
-            raise ValidationError(
-                "UNKNOWN_ENTRY", f"no event with seq {seq} in this export ({len(events)} events)"
-            )
+            raise ValidationError("UNKNOWN_ENTRY", f"no event with seq {seq} in this export ({len(events)} events)")
         events = events[: seq + 1]
-    folded = stats(events)
+    fold = SessionFold()
+    for event in events:
+        try:
+            fold.apply(event)
+        except ValidationError as exc:
+            number = export.event_lines[event.seq]
+            raise ValidationError(
+                exc.reason, f"line {number} (seq {event.seq}): {exc.message}", line=number, seq=event.seq
+            ) from None
+    folded = fold.stats()
     total_tokens: int | float = 0
     compaction_costs: list[int | float] = []
     for event in events:

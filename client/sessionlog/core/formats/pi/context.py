@@ -39,9 +39,7 @@ COMPACTION_SUMMARY_PREFIX = (
     "The conversation history before this point was compacted into the following summary:\n\n<summary>\n"
 )
 COMPACTION_SUMMARY_SUFFIX = "\n</summary>"
-BRANCH_SUMMARY_PREFIX = (
-    "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
-)
+BRANCH_SUMMARY_PREFIX = "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
 BRANCH_SUMMARY_SUFFIX = "</summary>"
 
 
@@ -73,9 +71,7 @@ def build_context(path: list[JsonObject]) -> JsonObject:
             model = _defined(provider=entry.get("provider", _MISSING), modelId=entry.get("modelId", _MISSING))
         elif kind == MESSAGE and entry["message"].get("role") == "assistant":
             message = entry["message"]
-            model = _defined(
-                provider=message.get("provider", _MISSING), modelId=message.get("model", _MISSING)
-            )
+            model = _defined(provider=message.get("provider", _MISSING), modelId=message.get("model", _MISSING))
         elif kind == COMPACTION:
             compaction_at = index
 

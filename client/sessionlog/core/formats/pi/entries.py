@@ -92,9 +92,7 @@ def is_pi_header(obj: JsonObject) -> bool:
     return obj.get("type") == HEADER_TYPE and isinstance(obj.get("id"), str)
 
 
-def parse_pi_objects(
-    records: Iterable[tuple[int, JsonObject]], warnings: list[JsonlWarning] | None = None
-) -> PiFile:
+def parse_pi_objects(records: Iterable[tuple[int, JsonObject]], warnings: list[JsonlWarning] | None = None) -> PiFile:
     """Split numbered JSON objects into the header and the entries, checking their shape.
 
     The first object must be a Pi header; entries need a string `type`, and from v2 on a string
@@ -135,9 +133,7 @@ def parse_pi_objects(
 def _check_entry(obj: JsonObject, number: int, version: int, seen: set[str]) -> None:
     kind = obj.get("type")
     if not isinstance(kind, str) or not kind:
-        raise ValidationError(
-            "BAD_PI_ENTRY", f"line {number}: entry type must be a non-empty string", line=number
-        )
+        raise ValidationError("BAD_PI_ENTRY", f"line {number}: entry type must be a non-empty string", line=number)
     if version >= 2:
         entry_id = obj.get("id")
         if not isinstance(entry_id, str) or not entry_id:

@@ -107,9 +107,7 @@ def branch_metrics(pi_file: PiFile, tree: PiTree, leaf_id: str | None) -> dict[s
                 turns += 1
                 content = message.get("content")
                 if isinstance(content, list):
-                    tool_calls += sum(
-                        1 for b in content if isinstance(b, dict) and b.get("type") == "toolCall"
-                    )
+                    tool_calls += sum(1 for b in content if isinstance(b, dict) and b.get("type") == "toolCall")
         elif kind == COMPACTION:
             compactions += 1
         usage = entry_usage(entry)

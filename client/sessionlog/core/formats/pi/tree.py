@@ -24,9 +24,7 @@ class PiTree:
         for index, entry in enumerate(entries):
             key = entry.get("id")
             if not isinstance(key, str):
-                raise ValidationError(
-                    "BAD_PI_ENTRY", f"entry {index} has no string id (migrate v1 files first)"
-                )
+                raise ValidationError("BAD_PI_ENTRY", f"entry {index} has no string id (migrate v1 files first)")
             self.by_id[key] = entry
             self.position[key] = index
         self._parent: dict[str, str | None] = {}
@@ -74,9 +72,7 @@ class PiTree:
         current: str | None = self._require(leaf_id)
         while current is not None:
             if current in seen:
-                raise ValidationError(
-                    "PARENT_CYCLE", f"entry {current!r} is its own ancestor; the tree has a cycle"
-                )
+                raise ValidationError("PARENT_CYCLE", f"entry {current!r} is its own ancestor; the tree has a cycle")
             seen.add(current)
             path.append(current)
             current = self._parent[current]

@@ -275,6 +275,16 @@ def test_empty_input_and_input_ending_in_lf_are_fine() -> None:
     assert feed_all([b"\n\n"]) == []
 
 
+def test_a_reader_that_raised_accepts_no_more_input() -> None:
+    reader = JsonlReader()
+    with pytest.raises(ValidationError):
+        reader.feed(b"[]\n")
+    with pytest.raises(ValidationError) as caught:
+        reader.feed(b"{}\n")
+    assert caught.value.reason == "READER_CLOSED"
+    reader.close()  # nothing pending: no truncation error on top
+
+
 def test_no_input_after_close() -> None:
     reader = JsonlReader()
     reader.close()

@@ -131,9 +131,21 @@ class JsonlReader:
         return [obj for _, obj in self.feed_numbered(chunk)]
 
     def feed_numbered(self, chunk: bytes) -> list[tuple[int, JsonObject]]:
-        """Like `feed`, pairing each object with its 1-based physical line number."""
+        """Like `feed`, pairing each object with its 1-based physical line number.
+
+        After an error the reader is closed: the stream is not valid JSONL, and resuming past the
+        bad line would silently lose it.
+        """
         if self._closed:
             raise ValidationError("READER_CLOSED", "JSONL reader is closed; no more input is accepted")
+        try:
+            return self._feed(chunk)
+        except ValidationError:
+            self._closed = True
+            self._pending = []
+            raise
+
+    def _feed(self, chunk: bytes) -> list[tuple[int, JsonObject]]:
         size = len(chunk)
         if size > self._max_chunk:
             raise ValidationError(

@@ -396,7 +396,7 @@ def test_rejection(reason: str) -> None:
 def test_every_reason_has_a_case() -> None:
     core = Path(__file__).resolve().parents[2] / "client" / "sessionlog" / "core"
     raised: set[str] = set()
-    for name in ("surface.py", "structure.py", "headers.py", "fold.py", "messages.py"):
+    for name in ("surface.py", "structure.py", "tool_calls.py", "headers.py", "fold.py", "messages.py"):
         text = (core / name).read_text()
         raised |= set(re.findall(r'ValidationError\(\s*"([A-Z][A-Z0-9_]+)"', text))
     raised |= {"BAD_TURN_NUMBER", "BAD_STEP_NUMBER"}  # built as f"BAD_{name}_NUMBER"

@@ -385,3 +385,36 @@ def test_replay_trusting_equals_validating() -> None:
     trusted = SessionFold.replay(log.events, validate=False)
     checked = SessionFold.replay(log.events)
     assert _state_of(trusted) == _state_of(checked) == _state_of(log.fold)
+
+
+def test_pi_style_copies_are_exempt_from_turn_structure() -> None:
+    """Pi import: replace everything after node 0 by a summary, then re-append model-only copies
+    of kept entries (assistant messages with tool calls, tool results) outside any turn."""
+    log = Log()
+    log.in_step(("a", "t"))  # 0 head, 1 prompt, 2 turn, 3 step, 4 assistant
+    log.result(1, 1, "a")  # 5
+    log.end_step()  # 6
+    log.end_turn()  # 7
+    summary = user("summary", source={"kind": "compaction"})
+    log.add("user/message", summary, op=Replace(1, 5), sources=(1, 4, 5))  # 8
+    for original in (log.events[4], log.events[5]):
+        log.add(original.type, dict(original.data, source={"kind": "copy"}), op=APPEND, sources=(original.seq,))
+    assert [m["role"] for m in log.fold.model_history()] == ["user", "assistant", "toolResult"]
+    s = log.fold.stats()
+    assert (s["toolCalls"], s["messages"], s["compactions"]) == (1, 3, 1)
+    assert [r["seq"] for r in transcript(log.events)] == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_release_trims_the_journal_and_end_seed_is_tracked() -> None:
+    log = Log()
+    log.head()
+    first = log.fold.checkpoint()
+    log.say("a")
+    second = log.fold.checkpoint()
+    log.add("session/end-seed", {})
+    assert log.fold.ends_with_end_seed and log.fold.last_event_type == "session/end-seed"
+    log.fold.release(first)
+    assert len(log.fold._journal) == 1  # only the second batch can still be rolled back
+    log.fold.rollback(second)
+    assert not log.fold.ends_with_end_seed and log.fold.next_seq == 2
+    assert log.fold._journal == [] and log.fold._marks == []

@@ -37,6 +37,12 @@ from typing import Any, Literal
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event, Replace
 from sessionlog.core.messages import is_copy, message_of, tool_call_blocks
+from sessionlog.core.tool_calls import (
+    ToolCallState,
+    check_tool_call,
+    check_tool_call_blocks,
+    check_tool_result,
+)
 from sessionlog.core.vocabulary import (
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
@@ -64,19 +70,6 @@ POSITIONED_TYPES: frozenset[str] = frozenset(
     {SYSTEM_MESSAGE, USER_MESSAGE, COMPACTION_START, COMPACTION_SUMMARY, COMPACTION_END}
 )
 """Events allowed anywhere, whose optional `turn`/`step` must name the open turn/step."""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallState:
-    """One tool call of the open step, opened by a `toolCall` block of an assistant message."""
-
-    call_id: str
-    name: str
-    turn: int
-    step: int
-    block_seq: int
-    call_seq: int | None = None
-    result_seq: int | None = None
 
 
 @dataclass(slots=True)
@@ -200,10 +193,12 @@ def check_position(state: StructureState, event: Event) -> None:
         check_step_open(state, event, step)
 
 
-def check_in_step(state: StructureState, event: Event) -> None:
-    """Execution events carry `turn` and `step`, naming the open turn and step."""
-    check_turn_open(state, event, _required(event.data, "turn", event))
-    check_step_open(state, event, _required(event.data, "step", event))
+def check_in_step(state: StructureState, event: Event) -> tuple[int, int]:
+    """Execution events carry `turn` and `step`, naming the open turn and step; returns them."""
+    turn, step = _required(event.data, "turn", event), _required(event.data, "step", event)
+    check_turn_open(state, event, turn)
+    check_step_open(state, event, step)
+    return turn, step
 
 
 def check_turn_start(state: StructureState, event: Event) -> int:
@@ -291,119 +286,6 @@ def check_step_start(state: StructureState, event: Event) -> int:
     return step
 
 
-def check_tool_call_blocks(state: StructureState, event: Event) -> tuple[ToolCallState, ...]:
-    """An assistant message's `toolCall` blocks each have a string id (new in this step) and name."""
-    turn, step = state.open_turn or 0, state.open_step or 0
-    opened: dict[str, ToolCallState] = {}
-    for block in tool_call_blocks(event):
-        call_id, name = block.get("id"), block.get("name")
-        if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
-            raise ValidationError(
-                "BAD_TOOL_CALL_BLOCK",
-                f"assistant/message at seq {event.seq}: a toolCall block needs a non-empty string id "
-                f"and a string name, got id {call_id!r}, name {name!r}",
-                field="data.message.content",
-                seq=event.seq,
-            )
-        if call_id in opened or call_id in state.calls:
-            raise ValidationError(
-                "TOOL_CALL_ID_DUPLICATE",
-                f"assistant/message at seq {event.seq}: tool call id {call_id!r} is already used in "
-                f"step {step} of turn {turn}",
-                field="data.message.content",
-                seq=event.seq,
-            )
-        opened[call_id] = ToolCallState(call_id, name, turn, step, event.seq)
-    return tuple(opened.values())
-
-
-def check_tool_call(state: StructureState, event: Event) -> str:
-    """`tool/call` pairs with a toolCall block of the open step (same name), once, before its result."""
-    call_id, name = event.data.get("callId"), event.data.get("name")
-    if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
-        raise ValidationError(
-            "BAD_TOOL_CALL",
-            f"tool/call at seq {event.seq}: callId must be a non-empty string and name a string",
-            field="data.callId",
-            seq=event.seq,
-        )
-    call = state.calls.get(call_id)
-    if call is None:
-        raise ValidationError(
-            "TOOL_CALL_UNKNOWN",
-            f"tool/call at seq {event.seq}: call {call_id!r} has no toolCall block in step "
-            f"{state.open_step} of turn {state.open_turn} (the assistant message comes first)",
-            field="data.callId",
-            seq=event.seq,
-        )
-    if name != call.name:
-        raise ValidationError(
-            "TOOL_CALL_NAME_MISMATCH",
-            f"tool/call at seq {event.seq}: call {call_id!r} is named {name!r}, "
-            f"but its toolCall block names {call.name!r}",
-            field="data.name",
-            seq=event.seq,
-        )
-    if call.result_seq is not None:
-        raise ValidationError(
-            "TOOL_CALL_AFTER_RESULT",
-            f"tool/call at seq {event.seq}: call {call_id!r} already has its result at seq {call.result_seq}",
-            field="data.callId",
-            seq=event.seq,
-        )
-    if call.call_seq is not None:
-        raise ValidationError(
-            "TOOL_CALL_DUPLICATE",
-            f"tool/call at seq {event.seq}: call {call_id!r} was already recorded at seq {call.call_seq}",
-            field="data.callId",
-            seq=event.seq,
-        )
-    return call_id
-
-
-def check_tool_error(event: Event) -> None:
-    """`data.error` is allowed only on a result whose message says `isError: true`."""
-    message = message_of(event) or {}
-    if event.data.get("error") is not None and message.get("isError") is not True:
-        raise ValidationError(
-            "TOOL_ERROR_WITHOUT_IS_ERROR",
-            f"tool/result at seq {event.seq}: data.error needs message.isError true",
-            field="data.error",
-            seq=event.seq,
-        )
-
-
-def check_tool_result(state: StructureState, event: Event) -> str:
-    """An appended `tool/result` answers a call of the open step that has no result yet."""
-    message = message_of(event) or {}
-    call_id = message.get("toolCallId")
-    if not isinstance(call_id, str) or not call_id:
-        raise ValidationError(
-            "TOOL_RESULT_CALL_ID_MISSING",
-            f"tool/result at seq {event.seq}: data.message.toolCallId must be a non-empty string",
-            field="data.message.toolCallId",
-            seq=event.seq,
-        )
-    call = state.calls.get(call_id)
-    if call is None:
-        raise ValidationError(
-            "TOOL_RESULT_UNKNOWN_CALL",
-            f"tool/result at seq {event.seq}: call {call_id!r} is not a tool call of step "
-            f"{state.open_step} of turn {state.open_turn}",
-            field="data.message.toolCallId",
-            seq=event.seq,
-        )
-    if call.result_seq is not None:
-        raise ValidationError(
-            "TOOL_RESULT_DUPLICATE",
-            f"tool/result at seq {event.seq}: call {call_id!r} already has its result at seq {call.result_seq}",
-            field="data.message.toolCallId",
-            seq=event.seq,
-        )
-    check_tool_error(event)
-    return call_id
-
-
 def plan_structure_event(state: StructureState, event: Event) -> StructurePlan | None:
     """Validate one event against the structure and prepare its transition; mutates nothing."""
     kind = event.type
@@ -419,14 +301,14 @@ def plan_structure_event(state: StructureState, event: Event) -> StructurePlan |
         check_in_step(state, event)
         return StructurePlan("step_end", event.seq)
     if kind in IN_STEP_TYPES:
-        check_in_step(state, event)
+        turn, step = check_in_step(state, event)
         if kind == ASSISTANT_MESSAGE:
-            calls = check_tool_call_blocks(state, event)
+            calls = check_tool_call_blocks(event, state.calls, turn, step)
             return StructurePlan("open_calls", event.seq, calls=calls) if calls else None
         if kind == TOOL_CALL:
-            return StructurePlan("call_started", event.seq, call_id=check_tool_call(state, event))
+            return StructurePlan("call_started", event.seq, call_id=check_tool_call(event, state.calls, turn, step))
         if kind == TOOL_RESULT:
-            return StructurePlan("result", event.seq, call_id=check_tool_result(state, event))
+            return StructurePlan("result", event.seq, call_id=check_tool_result(event, state.calls, turn, step))
         return None
     if kind in POSITIONED_TYPES:
         check_position(state, event)
@@ -510,3 +392,26 @@ def fold_structure(events: list[Event] | tuple[Event, ...], *, validate: bool = 
         plan = plan_structure_event(state, event) if validate else trusted_structure_plan(state, event)
         apply_structure_plan(state, plan)
     return state
+
+
+__all__ = [
+    "IN_STEP_TYPES",
+    "POSITIONED_TYPES",
+    "RESERVED_TURN_END_KINDS",
+    "StructurePlan",
+    "StructureState",
+    "ToolCallState",
+    "apply_structure_plan",
+    "check_in_step",
+    "check_position",
+    "check_step_open",
+    "check_step_start",
+    "check_turn_end",
+    "check_turn_end_not_reserved",
+    "check_turn_end_reason",
+    "check_turn_open",
+    "check_turn_start",
+    "fold_structure",
+    "plan_structure_event",
+    "trusted_structure_plan",
+]

@@ -1,0 +1,143 @@
+"""Tool-call pairing within a step (SPEC §3): toolCall blocks, `tool/call`, `tool/result`.
+
+An assistant message's `toolCall` blocks (Pi shape `{"type": "toolCall", "id", "name",
+"arguments"}`) open the calls of its step; a `tool/call` records that a call really started
+(written before its side effects, so crash repair can say "outcome unknown"); a `tool/result`
+answers one call, once. The checks take the calls of the open step and its numbers, and are
+used by `structure.py`'s state machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sessionlog.core.errors import ValidationError
+from sessionlog.core.events import Event
+from sessionlog.core.messages import message_of, tool_call_blocks
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallState:
+    """One tool call of the open step, opened by a `toolCall` block of an assistant message."""
+
+    call_id: str
+    name: str
+    turn: int
+    step: int
+    block_seq: int
+    call_seq: int | None = None
+    result_seq: int | None = None
+
+
+def check_tool_call_blocks(
+    event: Event, calls: Mapping[str, ToolCallState], turn: int, step: int
+) -> tuple[ToolCallState, ...]:
+    """An assistant message's `toolCall` blocks each have a string id (new in this step) and name."""
+    opened: dict[str, ToolCallState] = {}
+    for block in tool_call_blocks(event):
+        call_id, name = block.get("id"), block.get("name")
+        if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
+            raise ValidationError(
+                "BAD_TOOL_CALL_BLOCK",
+                f"assistant/message at seq {event.seq}: a toolCall block needs a non-empty string id "
+                f"and a string name, got id {call_id!r}, name {name!r}",
+                field="data.message.content",
+                seq=event.seq,
+            )
+        if call_id in opened or call_id in calls:
+            raise ValidationError(
+                "TOOL_CALL_ID_DUPLICATE",
+                f"assistant/message at seq {event.seq}: tool call id {call_id!r} is already used in "
+                f"step {step} of turn {turn}",
+                field="data.message.content",
+                seq=event.seq,
+            )
+        opened[call_id] = ToolCallState(call_id, name, turn, step, event.seq)
+    return tuple(opened.values())
+
+
+def check_tool_call(event: Event, calls: Mapping[str, ToolCallState], turn: int, step: int) -> str:
+    """`tool/call` pairs with a toolCall block of the open step (same name), once, before its result."""
+    call_id, name = event.data.get("callId"), event.data.get("name")
+    if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
+        raise ValidationError(
+            "BAD_TOOL_CALL",
+            f"tool/call at seq {event.seq}: callId must be a non-empty string and name a string",
+            field="data.callId",
+            seq=event.seq,
+        )
+    call = calls.get(call_id)
+    if call is None:
+        raise ValidationError(
+            "TOOL_CALL_UNKNOWN",
+            f"tool/call at seq {event.seq}: call {call_id!r} has no toolCall block in step "
+            f"{step} of turn {turn} (the assistant message comes first)",
+            field="data.callId",
+            seq=event.seq,
+        )
+    if name != call.name:
+        raise ValidationError(
+            "TOOL_CALL_NAME_MISMATCH",
+            f"tool/call at seq {event.seq}: call {call_id!r} is named {name!r}, "
+            f"but its toolCall block names {call.name!r}",
+            field="data.name",
+            seq=event.seq,
+        )
+    if call.result_seq is not None:
+        raise ValidationError(
+            "TOOL_CALL_AFTER_RESULT",
+            f"tool/call at seq {event.seq}: call {call_id!r} already has its result at seq {call.result_seq}",
+            field="data.callId",
+            seq=event.seq,
+        )
+    if call.call_seq is not None:
+        raise ValidationError(
+            "TOOL_CALL_DUPLICATE",
+            f"tool/call at seq {event.seq}: call {call_id!r} was already recorded at seq {call.call_seq}",
+            field="data.callId",
+            seq=event.seq,
+        )
+    return call_id
+
+
+def check_tool_error(event: Event) -> None:
+    """`data.error` is allowed only on a result whose message says `isError: true`."""
+    message = message_of(event) or {}
+    if event.data.get("error") is not None and message.get("isError") is not True:
+        raise ValidationError(
+            "TOOL_ERROR_WITHOUT_IS_ERROR",
+            f"tool/result at seq {event.seq}: data.error needs message.isError true",
+            field="data.error",
+            seq=event.seq,
+        )
+
+
+def check_tool_result(event: Event, calls: Mapping[str, ToolCallState], turn: int, step: int) -> str:
+    """An appended `tool/result` answers a call of the open step that has no result yet."""
+    message = message_of(event) or {}
+    call_id = message.get("toolCallId")
+    if not isinstance(call_id, str) or not call_id:
+        raise ValidationError(
+            "TOOL_RESULT_CALL_ID_MISSING",
+            f"tool/result at seq {event.seq}: data.message.toolCallId must be a non-empty string",
+            field="data.message.toolCallId",
+            seq=event.seq,
+        )
+    call = calls.get(call_id)
+    if call is None:
+        raise ValidationError(
+            "TOOL_RESULT_UNKNOWN_CALL",
+            f"tool/result at seq {event.seq}: call {call_id!r} is not a tool call of step {step} of turn {turn}",
+            field="data.message.toolCallId",
+            seq=event.seq,
+        )
+    if call.result_seq is not None:
+        raise ValidationError(
+            "TOOL_RESULT_DUPLICATE",
+            f"tool/result at seq {event.seq}: call {call_id!r} already has its result at seq {call.result_seq}",
+            field="data.message.toolCallId",
+            seq=event.seq,
+        )
+    check_tool_error(event)
+    return call_id

@@ -7,6 +7,11 @@ plus a RUNS.jsonl whose recorded metrics are stale for a third of the runs, then
 `recompute` command in-process, end to end, and reports the throughput over session bytes.
 
     .venv/bin/python bench/recompute_speed.py [--files 300] [--seed 7] [--keep DIR]
+    .venv/bin/python bench/recompute_speed.py --copies-of /work/shared/fixtures/pi-generated/sessions
+
+`--copies-of DIR` builds the corpus from copies of real session files instead (cycling over the
+`*.jsonl` in DIR), which shows the cost of many small messages: synthetic files have longer
+strings and parse faster per byte.
 """
 
 from __future__ import annotations
@@ -133,18 +138,19 @@ def generate_session(rng: random.Random, index: int) -> str:
     return json.dumps(header) + "\n" + "\n".join(writer.lines) + "\n"
 
 
-def build_corpus(directory: Path, files: int, seed: int) -> tuple[Path, int]:
+def build_corpus(directory: Path, files: int, seed: int, copies_of: Path | None = None) -> tuple[Path, int]:
     """Write the sessions and RUNS.jsonl; return the runs path and the session bytes."""
     rng = random.Random(seed)
     sessions = directory / "sessions"
     sessions.mkdir(parents=True)
+    sources = sorted(copies_of.glob("*.jsonl")) if copies_of is not None else []
     runs: list[str] = []
     total = 0
     for index in range(files):
         name = f"run{index:04d}.jsonl"
-        text = generate_session(rng, index)
-        (sessions / name).write_text(text, encoding="utf-8")
-        total += len(text.encode())
+        data = sources[index % len(sources)].read_bytes() if sources else generate_session(rng, index).encode()
+        (sessions / name).write_bytes(data)
+        total += len(data)
         metrics = {k: v for k, v in replay_file(sessions / name).metrics.items() if v is not None}
         if index % 3 == 0:  # a metrics bug: cost missed the compaction usage
             metrics["costUsd"] = round(metrics["costUsd"] * 0.9, 6)
@@ -164,11 +170,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=3, help="timed runs; the best is reported")
     parser.add_argument("--keep", type=Path, help="write the corpus here and keep it")
+    parser.add_argument("--copies-of", type=Path, help="build the corpus from copies of the session files here")
     args = parser.parse_args()
 
     directory = args.keep or Path(tempfile.mkdtemp(prefix="recompute-bench-"))
     try:
-        runs, total = build_corpus(directory, args.files, args.seed)
+        runs, total = build_corpus(directory, args.files, args.seed, args.copies_of)
         app = typer.Typer()
         register(app)
         best = float("inf")
@@ -179,7 +186,8 @@ def main() -> None:
             if result.exit_code != 0:
                 raise SystemExit(result.output)
         changed = next(line for line in result.output.splitlines() if "differ" in line)
-        print(f"corpus: {args.files} Pi session files, {total / 1e6:.1f} MB ({changed})")
+        origin = f"copies of {args.copies_of}" if args.copies_of else "synthetic"
+        print(f"corpus: {args.files} Pi session files ({origin}), {total / 1e6:.1f} MB ({changed})")
         print(f"recompute end to end: best of {args.repeat}: {best:.2f} s = {total / 1e6 / best:.1f} MB/s")
     finally:
         if args.keep is None:

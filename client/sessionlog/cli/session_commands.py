@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import queue
 import sys
-from collections import deque
+import threading
 from concurrent.futures import Future
 from typing import Annotated
 
@@ -44,25 +45,60 @@ def append(
     """Append JSON Lines event envelopes from stdin, printing each committed seq.
 
     The lease is taken at once and held until stdin closes; lines are sent as they arrive
-    (whatever is available is one batch), so `producer | sessionlog append ID` streams.
+    (whatever is available is one batch), so `producer | sessionlog append ID` streams, and
+    each seq is printed as soon as its batch is durable. Lines read before a bad line may
+    already be committed; the error names the bad line.
     """
     reader = JsonlReader()
-    acks: deque[tuple[Future[AppendResult], int]] = deque()
     with connect() as client, client.writer(session_id, takeover=takeover) as writer:
+        printer = AckPrinter()
         try:
             while True:
                 chunk = os.read(sys.stdin.fileno(), READ_BYTES)
-                lines = reader.feed_numbered(chunk) if chunk else []
                 if not chunk:
                     reader.close()
+                    break
+                lines = reader.feed_numbered(chunk)
                 batch = [_parse_line(number, obj) for number, obj in lines]
                 if batch:
-                    acks.append((writer.append(batch), lines[0][0]))
-                _print_done(acks, block=not chunk)
-                if not chunk:
-                    return
+                    printer.expect(writer.append(batch), lines[0][0])
         except SessionLogError as exc:
             raise fail(describe(exc)) from None
+        finally:
+            printer.finish()
+
+
+class AckPrinter:
+    """Prints each batch's seqs, in input order, as soon as the batch is durable.
+
+    A background thread, because the main thread sits in a blocking read of stdin while a
+    producer thinks; a failed batch ends the process at once with the one-line error.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[tuple[Future[AppendResult], int] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="ack-printer")
+        self._thread.start()
+
+    def expect(self, future: Future[AppendResult], first_line: int) -> None:
+        self._queue.put((future, first_line))
+
+    def finish(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, first_line = item
+            try:
+                result = future.result()
+            except SessionLogError as exc:
+                sys.stdout.flush()
+                sys.stderr.write(f"sessionlog: error: batch starting at line {first_line}: {describe(exc)}\n")
+                sys.stderr.flush()
+                os._exit(1)
+            sys.stdout.write("".join(f"{seq}\n" for seq in result.seqs))
+            sys.stdout.flush()
 
 
 def _parse_line(number: int, obj: object) -> NewEvent:
@@ -70,17 +106,6 @@ def _parse_line(number: int, obj: object) -> NewEvent:
         return NewEvent.from_json(obj)
     except SessionLogError as exc:
         raise fail(f"line {number}: {describe(exc)}") from None
-
-
-def _print_done(acks: deque[tuple[Future[AppendResult], int]], *, block: bool) -> None:
-    while acks and (block or acks[0][0].done()):
-        future, first_line = acks.popleft()
-        try:
-            result = future.result()
-        except SessionLogError as exc:
-            raise fail(f"batch starting at line {first_line}: {describe(exc)}") from None
-        sys.stdout.write("".join(f"{seq}\n" for seq in result.seqs))
-        sys.stdout.flush()
 
 
 def events(

@@ -1,0 +1,5 @@
+"""`python -m sessionlog` runs the CLI."""
+
+from sessionlog.cli.main import main
+
+main()

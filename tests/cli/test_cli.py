@@ -1,0 +1,99 @@
+"""The `sessionlog` command line against a real server (issue 2's CLI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.support.servers import ServerThread
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(server: ServerThread, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SESSIONLOG_SERVER": server.target}
+    return subprocess.run(
+        [sys.executable, "-m", "sessionlog", *args], input=stdin, capture_output=True, text=True, env=env, cwd=ROOT,
+        timeout=60,
+    )
+
+
+def lines(*events: dict) -> str:
+    return "".join(json.dumps(e) + "\n" for e in events)
+
+
+USER = {"type": "user/message", "data": {"message": {"role": "user", "content": "hi"}}, "surfaceOp": "append"}
+
+
+def test_create_append_events_sessions(server: ServerThread, sid: str) -> None:
+    created = run(server, "create", "--id", sid, "--cwd", "/work")
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["id"] == sid
+    note = {"type": "test/note", "data": {"n": 1}, "ignorable": True, "seq": 99, "time": 5}
+    appended = run(server, "append", sid, stdin=lines(USER, {**note, "eventId": "n1"}, note))
+    assert appended.returncode == 0, appended.stderr
+    # seq 0 is the empty system/message the service inserted before the first user message
+    assert appended.stdout.split() == ["1", "2", "3"]
+    events = [json.loads(line) for line in run(server, "events", sid).stdout.splitlines()]
+    assert [e["seq"] for e in events] == [0, 1, 2, 3]
+    assert events[2]["eventId"] == "n1" and events[2]["data"] == {"n": 1} and events[2]["time"] != 5
+    assert [e["seq"] for e in map(json.loads, run(server, "events", sid, "--from", "1", "--to", "2").stdout.splitlines())] == [1, 2]
+    retry = run(server, "append", sid, stdin=lines({**note, "eventId": "n1"}))
+    assert retry.stdout.split() == ["2"]
+    listed = [json.loads(line)["id"] for line in run(server, "sessions").stdout.splitlines()]
+    assert sid in listed
+
+
+def test_bad_input_exits_non_zero_with_one_line(server: ServerThread, sid: str) -> None:
+    run(server, "create", "--id", sid)
+    malformed = run(server, "append", sid, stdin='{"type": "test/x", "ignorable": true}\n{not json\n')
+    assert malformed.returncode != 0
+    assert "line 2" in malformed.stderr and len(malformed.stderr.strip().splitlines()) == 1
+    unknown = run(server, "append", sid, stdin=lines({"type": "who/knows", "data": {}}))
+    assert unknown.returncode != 0 and "UNKNOWN_TYPE" in unknown.stderr
+    missing = run(server, "events", "no-such-" + sid)
+    assert missing.returncode != 0 and "SESSION_NOT_FOUND" in missing.stderr
+    # Lines read before the bad one may have landed (append streams); nothing after it did.
+    assert run(server, "events", sid).stdout.count("\n") <= 1
+
+
+def test_append_streams_and_holds_the_lease(server: ServerThread, sid: str) -> None:
+    run(server, "create", "--id", sid)
+    env = {**os.environ, "SESSIONLOG_SERVER": server.target}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sessionlog", "append", sid], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+    )
+    assert proc.stdin and proc.stdout
+    proc.stdin.write(lines({"type": "test/n", "data": {}, "ignorable": True}))
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "0"  # committed while stdin is still open
+    second = run(server, "append", sid, stdin=lines({"type": "test/n", "data": {}, "ignorable": True}))
+    assert second.returncode != 0 and "WRITER_HELD" in second.stderr
+    proc.stdin.write(lines({"type": "test/n", "data": {}, "ignorable": True}))
+    proc.stdin.close()
+    assert proc.stdout.read().split() == ["1"]
+    assert proc.wait(timeout=30) == 0
+
+
+def test_tail_follows_new_events(server: ServerThread, sid: str) -> None:
+    run(server, "create", "--id", sid)
+    run(server, "append", sid, stdin=lines({"type": "test/n", "data": {"i": 0}, "ignorable": True}))
+    env = {**os.environ, "SESSIONLOG_SERVER": server.target}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sessionlog", "tail", sid], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env, cwd=ROOT,
+    )
+    try:
+        assert proc.stdout
+        assert json.loads(proc.stdout.readline())["seq"] == 0
+        time.sleep(0.2)
+        run(server, "append", sid, stdin=lines({"type": "test/n", "data": {"i": 1}, "ignorable": True}))
+        assert json.loads(proc.stdout.readline())["data"] == {"i": 1}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 
 from sessionlog import convert
+from sessionlog.core import jsonvalue
 from sessionlog.core.errors import SessionLogError, Unavailable
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.errors import from_rpc_error
@@ -40,12 +41,21 @@ from sessionlog.requests import (
     AppendResult,
     CaughtUp,
     EventLike,
+    HeaderReport,
+    ResumeInfo,
     append_request,
     batch_request,
     create_request,
+    header_report_from_pb,
+    header_request,
+    header_write_request,
     open_request,
     read_request,
+    request_view_from_pb,
+    resume_from_pb,
+    scope,
     subscription_items,
+    surface_from_pb,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
@@ -146,6 +156,11 @@ class SessionLogClient:
         request = pb.ReleaseLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
         _call(self.stub.ReleaseLease, request, self.timeout)
 
+    def report_header(self, session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> HeaderReport:
+        """Report the request header about to be used; the service decides whether to log it."""
+        response = _call(self.stub.ReportRequestHeader, header_request(session_id, lease, header), self.timeout)
+        return header_report_from_pb(response)
+
     def writer(
         self,
         session_id: str,
@@ -153,19 +168,69 @@ class SessionLogClient:
         writer_id: str | None = None,
         takeover: bool = False,
         create_if_missing: bool = False,
+        resume: bool = False,
         max_in_flight: int = 256,
         reconnect_attempts: int = 20,
     ) -> Writer:
-        """Open a streaming writer (takes the lease now; use it as a context manager)."""
+        """Open a streaming writer (takes the lease now; use it as a context manager).
+
+        With `resume=True` the session is resumed first (SPEC §8): an open turn is completed,
+        the seed boundary is marked, and `writer.resumed` holds the state to continue from.
+        """
         return Writer(
             self.stub,
             session_id,
             writer_id=writer_id,
             takeover=takeover,
             create_if_missing=create_if_missing,
+            resume=resume,
             max_in_flight=max_in_flight,
             reconnect_attempts=reconnect_attempts,
         )
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def resume(self, session_id: str, *, writer_id: str | None = None, takeover: bool = False) -> ResumeInfo:
+        """Resume a session for unary appends: lease, repair, seed boundary (SPEC §8)."""
+        request = pb.ResumeSessionRequest(session_id=session_id, writer_id=writer_id or "", takeover=takeover)
+        return resume_from_pb(_call(self.stub.ResumeSession, request, self.timeout))
+
+    def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> convert.SessionInfo:
+        """Fork `session_id` after `at_seq` (inclusive); the prefix is shared, not copied."""
+        request = pb.ForkSessionRequest(session_id=session_id, at_seq=at_seq, new_session_id=new_session_id or "")
+        return convert.session_from_pb(_call(self.stub.ForkSession, request, self.timeout).session)
+
+    # --- projections ------------------------------------------------------------------
+
+    def model_history(
+        self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
+    ) -> list[dict[str, Any]]:
+        """The messages the model sees, in order, at the head or at `at_seq`."""
+        request = pb.GetModelHistoryRequest(scope=scope(session_id, at_seq, with_repair))
+        response = _call(self.stub.GetModelHistory, request, self.timeout)
+        return list(jsonvalue.loads(response.messages_json, what="messages"))
+
+    def transcript(
+        self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
+    ) -> list[dict[str, Any]]:
+        """The transcript rows for people (replaced events stay, marked)."""
+        request = pb.GetTranscriptRequest(scope=scope(session_id, at_seq, with_repair))
+        return list(jsonvalue.loads(_call(self.stub.GetTranscript, request, self.timeout).rows_json, what="rows"))
+
+    def request(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
+        """`{"request", "sha256", "headerSeq"}`: the exact request of that prefix."""
+        request = pb.GetRequestRequest(scope=scope(session_id, at_seq, with_repair))
+        return request_view_from_pb(_call(self.stub.GetRequest, request, self.timeout))
+
+    def stats(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
+        """Counts, tokens and cost over every event carrying usage."""
+        request = pb.GetStatsRequest(scope=scope(session_id, at_seq, with_repair))
+        return dict(jsonvalue.loads(_call(self.stub.GetStats, request, self.timeout).stats_json, what="stats"))
+
+    def surface(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
+        """`{"nodes", "replaceGeneration"}` (for debugging)."""
+        request = pb.GetSurfaceRequest(scope=scope(session_id, at_seq, with_repair))
+        return surface_from_pb(_call(self.stub.GetSurface, request, self.timeout))
 
     # --- reading ----------------------------------------------------------------------
 
@@ -209,7 +274,13 @@ class _Pending:
     batch_id: int
     events: list[NewEvent]
     expected_next_seq: int | None
-    future: Future[AppendResult]
+    future: Future[Any]
+    header: dict[str, Any] | None = None
+
+    def request(self) -> pb.WriteRequest:
+        if self.header is not None:
+            return header_write_request(self.batch_id, self.header)
+        return batch_request(self.batch_id, self.events, self.expected_next_seq)
 
 
 class Writer:
@@ -225,6 +296,7 @@ class Writer:
         create_if_missing: bool,
         max_in_flight: int,
         reconnect_attempts: int,
+        resume: bool = False,
     ) -> None:
         self._stub = stub
         self.session_id = session_id
@@ -239,7 +311,10 @@ class Writer:
         self._failure: SessionLogError | None = None
         self.lease: convert.LeaseInfo
         self.next_seq = 0
+        self.resumed: ResumeInfo | None = None
+        self._resume = resume
         self._connect(takeover)
+        self._resume = False  # a reconnect continues the same lifecycle: no second resume
 
     # --- public -----------------------------------------------------------------------
 
@@ -256,7 +331,19 @@ class Writer:
                 raise RuntimeError("the writer is closed")
             pending = _Pending(next(self._ids), batch, expected_next_seq, Future())
             self._pending.append(pending)
-            self._requests.put(batch_request(pending.batch_id, batch, expected_next_seq))
+            self._requests.put(pending.request())
+        return pending.future
+
+    def report_header(self, header: dict[str, Any]) -> Future[HeaderReport]:
+        """Report the request header about to be used, in order with the batches sent so far."""
+        self._slots.acquire()
+        with self._lock:
+            if self._failure is not None:
+                self._slots.release()
+                raise self._failure
+            pending = _Pending(next(self._ids), [], None, Future(), header=dict(header))
+            self._pending.append(pending)
+            self._requests.put(pending.request())
         return pending.future
 
     def flush(self) -> None:
@@ -294,9 +381,9 @@ class Writer:
     def _connect(self, takeover: bool) -> None:
         requests: queue.Queue[Any] = queue.Queue()
         with self._lock:
-            requests.put(open_request(self.session_id, self._writer_id, takeover, self._create))
+            requests.put(open_request(self.session_id, self._writer_id, takeover, self._create, self._resume))
             for pending in self._pending:  # after a reconnect: re-send what was not acknowledged
-                requests.put(batch_request(pending.batch_id, pending.events, pending.expected_next_seq))
+                requests.put(pending.request())
             self._requests = requests
         self._call = self._stub.Write(iter(requests.get, _END))
         try:
@@ -306,21 +393,28 @@ class Writer:
         self.lease = convert.lease_from_pb(first.opened.lease)
         self._writer_id = self.lease.writer_id
         self.next_seq = first.opened.next_seq
+        if first.opened.HasField("resumed"):
+            self.resumed = resume_from_pb(first.opened.resumed)
         self._reader = threading.Thread(target=self._read, args=(self._call,), daemon=True, name="sessionlog-writer")
         self._reader.start()
 
     def _read(self, call: Any) -> None:
         try:
             for response in call:
-                ack = response.ack
+                is_header = response.WhichOneof("kind") == "header_ack"
+                ack = response.header_ack if is_header else response.ack
                 with self._lock:
                     while self._pending and self._pending[0].batch_id != ack.batch_id:
                         # An earlier batch re-sent after a reconnect was acknowledged before.
                         self._pending.popleft()
                     pending = self._pending.popleft() if self._pending else None
-                    self.next_seq = ack.next_seq
+                    if not is_header:
+                        self.next_seq = response.ack.next_seq
                 if pending is not None:
-                    pending.future.set_result(AppendResult(list(ack.seqs), ack.next_seq))
+                    if is_header:
+                        pending.future.set_result(header_report_from_pb(response.header_ack.result))
+                    else:
+                        pending.future.set_result(AppendResult(list(ack.seqs), ack.next_seq))
                     self._slots.release()
             if self._pending:
                 self._fail(

@@ -33,6 +33,46 @@ class AppendResult:
 
 
 @dataclass(frozen=True, slots=True)
+class HeaderReport:
+    """What the service did with a reported request header (SPEC §6).
+
+    `reason` is None when nothing was logged; `header_seq` is then the latest header's seq.
+    """
+
+    reason: str | None
+    starts_series: bool
+    header_seq: int | None
+    appended: bool
+    changed_fields: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeInfo:
+    """The state a resumed writer continues from (SPEC §8)."""
+
+    lease: convert.LeaseInfo
+    next_seq: int
+    latest_header: dict[str, Any] | None
+    latest_header_seq: int | None
+    replace_generation: int
+    repair_seqs: list[int]
+    end_seed_seq: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sessionId": self.lease.session_id,
+            "lease": self.lease.to_json(),
+            "nextSeq": self.next_seq,
+            "latestHeader": self.latest_header,
+            "latestHeaderSeq": self.latest_header_seq,
+            "replaceGeneration": self.replace_generation,
+            "repairSeqs": self.repair_seqs,
+            "endSeedSeq": self.end_seed_seq,
+            "openTurn": None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class CaughtUp:
     """Subscription marker: the replay is complete; later items are live events."""
 
@@ -78,10 +118,16 @@ def append_request(
     return request
 
 
-def open_request(session_id: str, writer_id: str | None, takeover: bool, create_if_missing: bool) -> pb.WriteRequest:
+def open_request(
+    session_id: str, writer_id: str | None, takeover: bool, create_if_missing: bool, resume: bool = False
+) -> pb.WriteRequest:
     return pb.WriteRequest(
         open=pb.OpenWriter(
-            session_id=session_id, writer_id=writer_id or "", takeover=takeover, create_if_missing=create_if_missing
+            session_id=session_id,
+            writer_id=writer_id or "",
+            takeover=takeover,
+            create_if_missing=create_if_missing,
+            resume=resume,
         )
     )
 
@@ -104,3 +150,65 @@ def subscription_items(response: pb.SubscribeEventsResponse) -> list[Event | Cau
     if response.WhichOneof("kind") == "caught_up":
         return [CaughtUp(response.caught_up.next_seq)]
     return [convert.event_from_pb(m) for m in response.events.events]
+
+
+HEADER_REASON_NAMES = {
+    pb.HEADER_REASON_UNSPECIFIED: None,
+    pb.HEADER_REASON_INITIAL: "initial",
+    pb.HEADER_REASON_RESUME: "resume",
+    pb.HEADER_REASON_CHANGE: "change",
+    pb.HEADER_REASON_SERIES: "series",
+}
+
+
+def header_report_from_pb(msg: pb.ReportRequestHeaderResponse) -> HeaderReport:
+    return HeaderReport(
+        reason=HEADER_REASON_NAMES[msg.reason],
+        starts_series=msg.starts_series,
+        header_seq=msg.header_seq if msg.HasField("header_seq") else None,
+        appended=msg.appended,
+        changed_fields=list(msg.changed_fields),
+    )
+
+
+def header_request(session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> pb.ReportRequestHeaderRequest:
+    return pb.ReportRequestHeaderRequest(
+        session_id=session_id, writer_id=lease.writer_id, epoch=lease.epoch, header_json=jsonvalue.dumps_bytes(header)
+    )
+
+
+def header_write_request(batch_id: int, header: dict[str, Any]) -> pb.WriteRequest:
+    return pb.WriteRequest(header=pb.WriteHeader(batch_id=batch_id, header_json=jsonvalue.dumps_bytes(header)))
+
+
+def scope(session_id: str, at_seq: int | None, with_repair: bool) -> pb.ProjectionScope:
+    msg = pb.ProjectionScope(session_id=session_id, with_repair=with_repair)
+    if at_seq is not None:
+        msg.at_seq = at_seq
+    return msg
+
+
+def resume_from_pb(msg: pb.ResumeSessionResponse) -> ResumeInfo:
+    return ResumeInfo(
+        lease=convert.lease_from_pb(msg.lease),
+        next_seq=msg.next_seq,
+        latest_header=convert.data_from_bytes(msg.latest_header_json, what="header")
+        if msg.latest_header_json
+        else None,
+        latest_header_seq=msg.latest_header_seq if msg.HasField("latest_header_seq") else None,
+        replace_generation=msg.replace_generation,
+        repair_seqs=list(msg.repair_seqs),
+        end_seed_seq=msg.end_seed_seq,
+    )
+
+
+def request_view_from_pb(msg: pb.GetRequestResponse) -> dict[str, Any]:
+    return {
+        "request": jsonvalue.loads(msg.request_json, what="request"),
+        "sha256": msg.sha256,
+        "headerSeq": msg.header_seq if msg.HasField("header_seq") else None,
+    }
+
+
+def surface_from_pb(msg: pb.GetSurfaceResponse) -> dict[str, Any]:
+    return {"nodes": list(msg.nodes), "replaceGeneration": msg.replace_generation}

@@ -7,7 +7,7 @@ import queue
 import sys
 import threading
 from concurrent.futures import Future
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -15,7 +15,8 @@ from sessionlog.cli.common import connect, describe, fail, print_json
 from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.formats.jsonl import JsonlReader
-from sessionlog.requests import AppendResult, CaughtUp
+from sessionlog.core.vocabulary import REQUEST_HEADER
+from sessionlog.requests import AppendResult, CaughtUp, HeaderReport
 
 READ_BYTES = 1 << 20
 
@@ -58,10 +59,21 @@ def append(
                 if not chunk:
                     reader.close()
                     break
-                lines = reader.feed_numbered(chunk)
-                batch = [_parse_line(number, obj) for number, obj in lines]
+                batch: list[NewEvent] = []
+                first_line = 0
+                for number, obj in reader.feed_numbered(chunk):
+                    if _is_header_report(obj):
+                        # A header the service decides on: send what came before, then the report.
+                        if batch:
+                            printer.expect(writer.append(batch), first_line)
+                            batch = []
+                        printer.expect(writer.report_header(_header_of(number, obj)), number)
+                        continue
+                    if not batch:
+                        first_line = number
+                    batch.append(_parse_line(number, obj))
                 if batch:
-                    printer.expect(writer.append(batch), lines[0][0])
+                    printer.expect(writer.append(batch), first_line)
         except SessionLogError as exc:
             raise fail(describe(exc)) from None
         finally:
@@ -76,11 +88,11 @@ class AckPrinter:
     """
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[Future[AppendResult], int] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Future[Any], int] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, daemon=True, name="ack-printer")
         self._thread.start()
 
-    def expect(self, future: Future[AppendResult], first_line: int) -> None:
+    def expect(self, future: Future[AppendResult] | Future[HeaderReport], first_line: int) -> None:
         self._queue.put((future, first_line))
 
     def finish(self) -> None:
@@ -97,8 +109,25 @@ class AckPrinter:
                 sys.stderr.write(f"sessionlog: error: batch starting at line {first_line}: {describe(exc)}\n")
                 sys.stderr.flush()
                 os._exit(1)
-            sys.stdout.write("".join(f"{seq}\n" for seq in result.seqs))
+            if isinstance(result, HeaderReport):
+                # Nothing appended: the seq of the latest header stands for this line.
+                sys.stdout.write(f"{result.header_seq}\n")
+            else:
+                sys.stdout.write("".join(f"{seq}\n" for seq in result.seqs))
             sys.stdout.flush()
+
+
+def _is_header_report(obj: dict[str, Any]) -> bool:
+    """A `request/header` line whose data has a header but no reason is a report (SPEC §6)."""
+    data = obj.get("data")
+    return obj.get("type") == REQUEST_HEADER and isinstance(data, dict) and "header" in data and "reason" not in data
+
+
+def _header_of(number: int, obj: dict[str, Any]) -> dict[str, Any]:
+    header = obj["data"]["header"]
+    if not isinstance(header, dict):
+        raise fail(f"line {number}: BAD_HEADER: data.header must be a JSON object")
+    return header
 
 
 def _parse_line(number: int, obj: object) -> NewEvent:

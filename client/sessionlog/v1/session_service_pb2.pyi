@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from sessionlog.v1 import event_pb2 as _event_pb2
 from sessionlog.v1 import session_pb2 as _session_pb2
 import builtins as _builtins
@@ -19,6 +20,38 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _HeaderReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _HeaderReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_HeaderReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    HEADER_REASON_UNSPECIFIED: _HeaderReason.ValueType  # 0
+    """Nothing was logged: the header equals the latest one and no new series began."""
+    HEADER_REASON_INITIAL: _HeaderReason.ValueType  # 1
+    """The session had no header yet."""
+    HEADER_REASON_RESUME: _HeaderReason.ValueType  # 2
+    """The first header of a new writer lease on a session that already had one."""
+    HEADER_REASON_CHANGE: _HeaderReason.ValueType  # 3
+    """The header differs from the latest one."""
+    HEADER_REASON_SERIES: _HeaderReason.ValueType  # 4
+    """Unchanged, but the surface was rewritten since the latest header: a new request series."""
+
+class HeaderReason(_HeaderReason, metaclass=_HeaderReasonEnumTypeWrapper):
+    """Why a request header was logged (SPEC §6)."""
+
+HEADER_REASON_UNSPECIFIED: HeaderReason.ValueType  # 0
+"""Nothing was logged: the header equals the latest one and no new series began."""
+HEADER_REASON_INITIAL: HeaderReason.ValueType  # 1
+"""The session had no header yet."""
+HEADER_REASON_RESUME: HeaderReason.ValueType  # 2
+"""The first header of a new writer lease on a session that already had one."""
+HEADER_REASON_CHANGE: HeaderReason.ValueType  # 3
+"""The header differs from the latest one."""
+HEADER_REASON_SERIES: HeaderReason.ValueType  # 4
+"""Unchanged, but the surface was rewritten since the latest header: a new request series."""
+Global___HeaderReason: _TypeAlias = HeaderReason  # noqa: Y015
 
 @_typing.final
 class CreateSessionRequest(_message.Message):
@@ -186,6 +219,7 @@ class WriteRequest(_message.Message):
 
     OPEN_FIELD_NUMBER: _builtins.int
     BATCH_FIELD_NUMBER: _builtins.int
+    HEADER_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def open(self) -> Global___OpenWriter:
         """Opens the writer; must be the first request and only the first."""
@@ -194,21 +228,52 @@ class WriteRequest(_message.Message):
     def batch(self) -> Global___WriteBatch:
         """A batch of events to append."""
 
+    @_builtins.property
+    def header(self) -> Global___WriteHeader:
+        """A request header report, ordered with the batches around it."""
+
     def __init__(
         self,
         *,
         open: Global___OpenWriter | None = ...,
         batch: Global___WriteBatch | None = ...,
+        header: Global___WriteHeader | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["open", "batch"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["open", "batch", "header"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___WriteRequest: _TypeAlias = WriteRequest  # noqa: Y015
+
+@_typing.final
+class WriteHeader(_message.Message):
+    """A request header report on the writer stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCH_ID_FIELD_NUMBER: _builtins.int
+    HEADER_JSON_FIELD_NUMBER: _builtins.int
+    batch_id: _builtins.int
+    """The writer's correlation id, echoed in the acknowledgement."""
+    header_json: _builtins.bytes
+    """The header: a JSON object `{config, adapterDefaults?, tools?}` as UTF-8 text."""
+    def __init__(
+        self,
+        *,
+        batch_id: _builtins.int = ...,
+        header_json: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "header_json", b"header_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteHeader: _TypeAlias = WriteHeader  # noqa: Y015
 
 @_typing.final
 class OpenWriter(_message.Message):
@@ -220,6 +285,7 @@ class OpenWriter(_message.Message):
     WRITER_ID_FIELD_NUMBER: _builtins.int
     TAKEOVER_FIELD_NUMBER: _builtins.int
     CREATE_IF_MISSING_FIELD_NUMBER: _builtins.int
+    RESUME_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to write."""
     writer_id: _builtins.str
@@ -228,6 +294,8 @@ class OpenWriter(_message.Message):
     """Take the lease even if another writer holds it; that writer is fenced out."""
     create_if_missing: _builtins.bool
     """Create the session if it does not exist yet."""
+    resume: _builtins.bool
+    """Resume the session first (repair an open turn, mark the seed boundary), as ResumeSession."""
     def __init__(
         self,
         *,
@@ -235,10 +303,11 @@ class OpenWriter(_message.Message):
         writer_id: _builtins.str = ...,
         takeover: _builtins.bool = ...,
         create_if_missing: _builtins.bool = ...,
+        resume: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_if_missing", b"create_if_missing", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_if_missing", b"create_if_missing", "resume", b"resume", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -286,6 +355,7 @@ class WriteResponse(_message.Message):
 
     OPENED_FIELD_NUMBER: _builtins.int
     ACK_FIELD_NUMBER: _builtins.int
+    HEADER_ACK_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def opened(self) -> Global___WriterOpened:
         """The writer is open and holds the lease."""
@@ -294,21 +364,54 @@ class WriteResponse(_message.Message):
     def ack(self) -> Global___BatchAck:
         """A batch committed."""
 
+    @_builtins.property
+    def header_ack(self) -> Global___HeaderAck:
+        """A header report was decided (and its header, if any, committed)."""
+
     def __init__(
         self,
         *,
         opened: Global___WriterOpened | None = ...,
         ack: Global___BatchAck | None = ...,
+        header_ack: Global___HeaderAck | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "kind", b"kind", "opened", b"opened"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "header_ack", b"header_ack", "kind", b"kind", "opened", b"opened"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "kind", b"kind", "opened", b"opened"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "header_ack", b"header_ack", "kind", b"kind", "opened", b"opened"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["opened", "ack"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["opened", "ack", "header_ack"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___WriteResponse: _TypeAlias = WriteResponse  # noqa: Y015
+
+@_typing.final
+class HeaderAck(_message.Message):
+    """The outcome of a header report on the writer stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCH_ID_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    batch_id: _builtins.int
+    """The report's correlation id."""
+    @_builtins.property
+    def result(self) -> Global___ReportRequestHeaderResponse:
+        """The decision."""
+
+    def __init__(
+        self,
+        *,
+        batch_id: _builtins.int = ...,
+        result: Global___ReportRequestHeaderResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeaderAck: _TypeAlias = HeaderAck  # noqa: Y015
 
 @_typing.final
 class WriterOpened(_message.Message):
@@ -318,21 +421,27 @@ class WriterOpened(_message.Message):
 
     LEASE_FIELD_NUMBER: _builtins.int
     NEXT_SEQ_FIELD_NUMBER: _builtins.int
+    RESUMED_FIELD_NUMBER: _builtins.int
     next_seq: _builtins.int
     """The seq the next appended event will get."""
     @_builtins.property
     def lease(self) -> _session_pb2.Lease:
         """The lease the stream holds."""
 
+    @_builtins.property
+    def resumed(self) -> Global___ResumeSessionResponse:
+        """Set when the open message asked to resume."""
+
     def __init__(
         self,
         *,
         lease: _session_pb2.Lease | None = ...,
         next_seq: _builtins.int = ...,
+        resumed: Global___ResumeSessionResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "resumed", b"resumed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "next_seq", b"next_seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "next_seq", b"next_seq", "resumed", b"resumed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -768,3 +877,523 @@ class CaughtUp(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CaughtUp: _TypeAlias = CaughtUp  # noqa: Y015
+
+@_typing.final
+class ReportRequestHeaderRequest(_message.Message):
+    """Request of ReportRequestHeader."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    WRITER_ID_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    HEADER_JSON_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session."""
+    writer_id: _builtins.str
+    """The lease holder's id."""
+    epoch: _builtins.int
+    """The lease epoch."""
+    header_json: _builtins.bytes
+    """The header: a JSON object `{config, adapterDefaults?, tools?}` as UTF-8 text."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        writer_id: _builtins.str = ...,
+        epoch: _builtins.int = ...,
+        header_json: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "header_json", b"header_json", "session_id", b"session_id", "writer_id", b"writer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportRequestHeaderRequest: _TypeAlias = ReportRequestHeaderRequest  # noqa: Y015
+
+@_typing.final
+class ReportRequestHeaderResponse(_message.Message):
+    """Response of ReportRequestHeader."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    STARTS_SERIES_FIELD_NUMBER: _builtins.int
+    HEADER_SEQ_FIELD_NUMBER: _builtins.int
+    APPENDED_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELDS_FIELD_NUMBER: _builtins.int
+    reason: Global___HeaderReason.ValueType
+    """Why the header was logged; UNSPECIFIED when nothing was appended."""
+    starts_series: _builtins.bool
+    """Whether the logged header starts a new request series."""
+    header_seq: _builtins.int
+    """The seq of the logged header, or of the latest header when nothing was appended."""
+    appended: _builtins.bool
+    """Whether a `request/header` event was appended."""
+    @_builtins.property
+    def changed_fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """For `resume` (and `change`): the fields that differ from the previous header."""
+
+    def __init__(
+        self,
+        *,
+        reason: Global___HeaderReason.ValueType = ...,
+        starts_series: _builtins.bool = ...,
+        header_seq: _builtins.int | None = ...,
+        appended: _builtins.bool = ...,
+        changed_fields: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_header_seq", b"_header_seq", "header_seq", b"header_seq"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_header_seq", b"_header_seq", "appended", b"appended", "changed_fields", b"changed_fields", "header_seq", b"header_seq", "reason", b"reason", "starts_series", b"starts_series"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__header_seq: _TypeAlias = _typing.Literal["header_seq"]  # noqa: Y015
+    _WhichOneofArgType__header_seq: _TypeAlias = _typing.Literal["_header_seq", b"_header_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__header_seq) -> _WhichOneofReturnType__header_seq | None: ...
+
+Global___ReportRequestHeaderResponse: _TypeAlias = ReportRequestHeaderResponse  # noqa: Y015
+
+@_typing.final
+class ProjectionScope(_message.Message):
+    """Which log prefix a projection reads, and how."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
+    WITH_REPAIR_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session."""
+    at_seq: _builtins.int
+    """See the session as it was after this seq; unset means the latest seq."""
+    with_repair: _builtins.bool
+    """When the session has an open turn and no live writer, show the crash repair in memory
+    (without writing it).
+    """
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        at_seq: _builtins.int | None = ...,
+        with_repair: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq", "at_seq", b"at_seq"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq", "at_seq", b"at_seq", "session_id", b"session_id", "with_repair", b"with_repair"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__at_seq: _TypeAlias = _typing.Literal["at_seq"]  # noqa: Y015
+    _WhichOneofArgType__at_seq: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__at_seq) -> _WhichOneofReturnType__at_seq | None: ...
+
+Global___ProjectionScope: _TypeAlias = ProjectionScope  # noqa: Y015
+
+@_typing.final
+class GetModelHistoryRequest(_message.Message):
+    """Request of GetModelHistory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def scope(self) -> Global___ProjectionScope:
+        """What to project."""
+
+    def __init__(
+        self,
+        *,
+        scope: Global___ProjectionScope | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetModelHistoryRequest: _TypeAlias = GetModelHistoryRequest  # noqa: Y015
+
+@_typing.final
+class GetModelHistoryResponse(_message.Message):
+    """Response of GetModelHistory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_JSON_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
+    messages_json: _builtins.bytes
+    """The messages, a JSON array as UTF-8 text."""
+    at_seq: _builtins.int
+    """The last seq the projection covers."""
+    def __init__(
+        self,
+        *,
+        messages_json: _builtins.bytes = ...,
+        at_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "messages_json", b"messages_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetModelHistoryResponse: _TypeAlias = GetModelHistoryResponse  # noqa: Y015
+
+@_typing.final
+class GetTranscriptRequest(_message.Message):
+    """Request of GetTranscript."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def scope(self) -> Global___ProjectionScope:
+        """What to project."""
+
+    def __init__(
+        self,
+        *,
+        scope: Global___ProjectionScope | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTranscriptRequest: _TypeAlias = GetTranscriptRequest  # noqa: Y015
+
+@_typing.final
+class GetTranscriptResponse(_message.Message):
+    """Response of GetTranscript."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_JSON_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
+    rows_json: _builtins.bytes
+    """The rows, a JSON array as UTF-8 text; each row has seq, time, kind, type, data, replacedBy."""
+    at_seq: _builtins.int
+    """The last seq the projection covers."""
+    def __init__(
+        self,
+        *,
+        rows_json: _builtins.bytes = ...,
+        at_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "rows_json", b"rows_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTranscriptResponse: _TypeAlias = GetTranscriptResponse  # noqa: Y015
+
+@_typing.final
+class GetRequestRequest(_message.Message):
+    """Request of GetRequest."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def scope(self) -> Global___ProjectionScope:
+        """What to project."""
+
+    def __init__(
+        self,
+        *,
+        scope: Global___ProjectionScope | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRequestRequest: _TypeAlias = GetRequestRequest  # noqa: Y015
+
+@_typing.final
+class GetRequestResponse(_message.Message):
+    """Response of GetRequest."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_JSON_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    HEADER_SEQ_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
+    request_json: _builtins.bytes
+    """The request, RFC 8785 canonical JSON as UTF-8 text."""
+    sha256: _builtins.str
+    """Hex sha256 of `request_json`."""
+    header_seq: _builtins.int
+    """The seq of the header the request uses (unset when the session has none)."""
+    at_seq: _builtins.int
+    """The last seq the projection covers."""
+    def __init__(
+        self,
+        *,
+        request_json: _builtins.bytes = ...,
+        sha256: _builtins.str = ...,
+        header_seq: _builtins.int | None = ...,
+        at_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_header_seq", b"_header_seq", "header_seq", b"header_seq"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_header_seq", b"_header_seq", "at_seq", b"at_seq", "header_seq", b"header_seq", "request_json", b"request_json", "sha256", b"sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__header_seq: _TypeAlias = _typing.Literal["header_seq"]  # noqa: Y015
+    _WhichOneofArgType__header_seq: _TypeAlias = _typing.Literal["_header_seq", b"_header_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__header_seq) -> _WhichOneofReturnType__header_seq | None: ...
+
+Global___GetRequestResponse: _TypeAlias = GetRequestResponse  # noqa: Y015
+
+@_typing.final
+class GetStatsRequest(_message.Message):
+    """Request of GetStats."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def scope(self) -> Global___ProjectionScope:
+        """What to project."""
+
+    def __init__(
+        self,
+        *,
+        scope: Global___ProjectionScope | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStatsRequest: _TypeAlias = GetStatsRequest  # noqa: Y015
+
+@_typing.final
+class GetStatsResponse(_message.Message):
+    """Response of GetStats."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATS_JSON_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
+    stats_json: _builtins.bytes
+    """The stats, a JSON object as UTF-8 text (events, model, provider, thinkingLevel, messages,
+    turns, steps, toolCalls, toolErrors, compactions, replaces, tokens and costUsd).
+    """
+    at_seq: _builtins.int
+    """The last seq the projection covers."""
+    def __init__(
+        self,
+        *,
+        stats_json: _builtins.bytes = ...,
+        at_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "stats_json", b"stats_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStatsResponse: _TypeAlias = GetStatsResponse  # noqa: Y015
+
+@_typing.final
+class GetSurfaceRequest(_message.Message):
+    """Request of GetSurface."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def scope(self) -> Global___ProjectionScope:
+        """What to project."""
+
+    def __init__(
+        self,
+        *,
+        scope: Global___ProjectionScope | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSurfaceRequest: _TypeAlias = GetSurfaceRequest  # noqa: Y015
+
+@_typing.final
+class GetSurfaceResponse(_message.Message):
+    """Response of GetSurface."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODES_FIELD_NUMBER: _builtins.int
+    REPLACE_GENERATION_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
+    replace_generation: _builtins.int
+    """How many replaces the surface has seen."""
+    at_seq: _builtins.int
+    """The last seq the projection covers."""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The surface nodes (event seqs) in surface order."""
+
+    def __init__(
+        self,
+        *,
+        nodes: _abc.Iterable[_builtins.int] | None = ...,
+        replace_generation: _builtins.int = ...,
+        at_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "nodes", b"nodes", "replace_generation", b"replace_generation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSurfaceResponse: _TypeAlias = GetSurfaceResponse  # noqa: Y015
+
+@_typing.final
+class ResumeSessionRequest(_message.Message):
+    """Request of ResumeSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    WRITER_ID_FIELD_NUMBER: _builtins.int
+    TAKEOVER_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session to resume."""
+    writer_id: _builtins.str
+    """The new writer's id; empty lets the service generate one."""
+    takeover: _builtins.bool
+    """Take the lease even if another live writer holds it."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        writer_id: _builtins.str = ...,
+        takeover: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResumeSessionRequest: _TypeAlias = ResumeSessionRequest  # noqa: Y015
+
+@_typing.final
+class ResumeSessionResponse(_message.Message):
+    """Response of ResumeSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASE_FIELD_NUMBER: _builtins.int
+    NEXT_SEQ_FIELD_NUMBER: _builtins.int
+    LATEST_HEADER_JSON_FIELD_NUMBER: _builtins.int
+    LATEST_HEADER_SEQ_FIELD_NUMBER: _builtins.int
+    REPLACE_GENERATION_FIELD_NUMBER: _builtins.int
+    REPAIR_SEQS_FIELD_NUMBER: _builtins.int
+    END_SEED_SEQ_FIELD_NUMBER: _builtins.int
+    next_seq: _builtins.int
+    """The seq the next appended event will get."""
+    latest_header_json: _builtins.bytes
+    """The latest request header (JSON object as UTF-8 text), empty if none."""
+    latest_header_seq: _builtins.int
+    """The seq of the latest request header, unset if none."""
+    replace_generation: _builtins.int
+    """The surface's replace generation."""
+    end_seed_seq: _builtins.int
+    """The seq of the `session/end-seed` marker (written now or already last in the log)."""
+    @_builtins.property
+    def lease(self) -> _session_pb2.Lease:
+        """The lease the resumed writer holds (for unary appends)."""
+
+    @_builtins.property
+    def repair_seqs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The seqs of the repair events this resume wrote (empty when no turn was open)."""
+
+    def __init__(
+        self,
+        *,
+        lease: _session_pb2.Lease | None = ...,
+        next_seq: _builtins.int = ...,
+        latest_header_json: _builtins.bytes = ...,
+        latest_header_seq: _builtins.int | None = ...,
+        replace_generation: _builtins.int = ...,
+        repair_seqs: _abc.Iterable[_builtins.int] | None = ...,
+        end_seed_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq", "latest_header_seq", b"latest_header_seq", "lease", b"lease"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq", "end_seed_seq", b"end_seed_seq", "latest_header_json", b"latest_header_json", "latest_header_seq", b"latest_header_seq", "lease", b"lease", "next_seq", b"next_seq", "repair_seqs", b"repair_seqs", "replace_generation", b"replace_generation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__latest_header_seq: _TypeAlias = _typing.Literal["latest_header_seq"]  # noqa: Y015
+    _WhichOneofArgType__latest_header_seq: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__latest_header_seq) -> _WhichOneofReturnType__latest_header_seq | None: ...
+
+Global___ResumeSessionResponse: _TypeAlias = ResumeSessionResponse  # noqa: Y015
+
+@_typing.final
+class ForkSessionRequest(_message.Message):
+    """Request of ForkSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AT_SEQ_FIELD_NUMBER: _builtins.int
+    NEW_SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The source session."""
+    at_seq: _builtins.int
+    """The last seq the fork inherits (inclusive)."""
+    new_session_id: _builtins.str
+    """The new session's id; empty lets the service generate one."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        at_seq: _builtins.int = ...,
+        new_session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "new_session_id", b"new_session_id", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForkSessionRequest: _TypeAlias = ForkSessionRequest  # noqa: Y015
+
+@_typing.final
+class ForkSessionResponse(_message.Message):
+    """Response of ForkSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    REPAIR_SEQS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def session(self) -> _session_pb2.Session:
+        """The new session."""
+
+    @_builtins.property
+    def repair_seqs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The seqs of the `forked` repair events written when the cut fell inside an open turn."""
+
+    def __init__(
+        self,
+        *,
+        session: _session_pb2.Session | None = ...,
+        repair_seqs: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["repair_seqs", b"repair_seqs", "session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForkSessionResponse: _TypeAlias = ForkSessionResponse  # noqa: Y015

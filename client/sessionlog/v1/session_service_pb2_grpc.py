@@ -88,6 +88,46 @@ class SessionServiceStub:
                 request_serializer=sessionlog_dot_v1_dot_session__service__pb2.SubscribeEventsRequest.SerializeToString,
                 response_deserializer=sessionlog_dot_v1_dot_session__service__pb2.SubscribeEventsResponse.FromString,
                 _registered_method=True)
+        self.ReportRequestHeader = channel.unary_unary(
+                '/sessionlog.v1.SessionService/ReportRequestHeader',
+                request_serializer=sessionlog_dot_v1_dot_session__service__pb2.ReportRequestHeaderRequest.SerializeToString,
+                response_deserializer=sessionlog_dot_v1_dot_session__service__pb2.ReportRequestHeaderResponse.FromString,
+                _registered_method=True)
+        self.GetModelHistory = channel.unary_unary(
+                '/sessionlog.v1.SessionService/GetModelHistory',
+                request_serializer=sessionlog_dot_v1_dot_session__service__pb2.GetModelHistoryRequest.SerializeToString,
+                response_deserializer=sessionlog_dot_v1_dot_session__service__pb2.GetModelHistoryResponse.FromString,
+                _registered_method=True)
+        self.GetTranscript = channel.unary_unary(
+                '/sessionlog.v1.SessionService/GetTranscript',
+                request_serializer=sessionlog_dot_v1_dot_session__service__pb2.GetTranscriptRequest.SerializeToString,
+                response_deserializer=sessionlog_dot_v1_dot_session__service__pb2.GetTranscriptResponse.FromString,
+                _registered_method=True)
+        self.GetRequest = channel.unary_unary(
+                '/sessionlog.v1.SessionService/GetRequest',
+                request_serializer=sessionlog_dot_v1_dot_session__service__pb2.GetRequestRequest.SerializeToString,
+                response_deserializer=sessionlog_dot_v1_dot_session__service__pb2.GetRequestResponse.FromString,
+                _registered_method=True)
+        self.GetStats = channel.unary_unary(
+                '/sessionlog.v1.SessionService/GetStats',
+                request_serializer=sessionlog_dot_v1_dot_session__service__pb2.GetStatsRequest.SerializeToString,
+                response_deserializer=sessionlog_dot_v1_dot_session__service__pb2.GetStatsResponse.FromString,
+                _registered_method=True)
+        self.GetSurface = channel.unary_unary(
+                '/sessionlog.v1.SessionService/GetSurface',
+                request_serializer=sessionlog_dot_v1_dot_session__service__pb2.GetSurfaceRequest.SerializeToString,
+                response_deserializer=sessionlog_dot_v1_dot_session__service__pb2.GetSurfaceResponse.FromString,
+                _registered_method=True)
+        self.ResumeSession = channel.unary_unary(
+                '/sessionlog.v1.SessionService/ResumeSession',
+                request_serializer=sessionlog_dot_v1_dot_session__service__pb2.ResumeSessionRequest.SerializeToString,
+                response_deserializer=sessionlog_dot_v1_dot_session__service__pb2.ResumeSessionResponse.FromString,
+                _registered_method=True)
+        self.ForkSession = channel.unary_unary(
+                '/sessionlog.v1.SessionService/ForkSession',
+                request_serializer=sessionlog_dot_v1_dot_session__service__pb2.ForkSessionRequest.SerializeToString,
+                response_deserializer=sessionlog_dot_v1_dot_session__service__pb2.ForkSessionResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -171,6 +211,64 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportRequestHeader(self, request, context):
+        """Reports the request header a writer is about to use; the service decides whether and why
+        to log it (SPEC §6): initial, resume, change, series, or nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetModelHistory(self, request, context):
+        """The model history: the surface's messages in order (SPEC §5).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTranscript(self, request, context):
+        """The transcript for people: appended messages and log-only events in seq order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRequest(self, request, context):
+        """The exact request: the latest header's config, the messages and the tools, canonical JSON.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetStats(self, request, context):
+        """Derived metrics: counts, tokens and cost over every event that carries usage.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSurface(self, request, context):
+        """The surface itself (nodes and replace generation), for debugging.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSession(self, request, context):
+        """Resumes a session in a new process: takes the lease, completes an open turn, marks the
+        seed boundary, and returns the state to continue from (SPEC §8).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForkSession(self, request, context):
+        """Forks a session at a seq: the child shares the parent's prefix without copying it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -223,6 +321,46 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.SubscribeEvents,
                     request_deserializer=sessionlog_dot_v1_dot_session__service__pb2.SubscribeEventsRequest.FromString,
                     response_serializer=sessionlog_dot_v1_dot_session__service__pb2.SubscribeEventsResponse.SerializeToString,
+            ),
+            'ReportRequestHeader': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportRequestHeader,
+                    request_deserializer=sessionlog_dot_v1_dot_session__service__pb2.ReportRequestHeaderRequest.FromString,
+                    response_serializer=sessionlog_dot_v1_dot_session__service__pb2.ReportRequestHeaderResponse.SerializeToString,
+            ),
+            'GetModelHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetModelHistory,
+                    request_deserializer=sessionlog_dot_v1_dot_session__service__pb2.GetModelHistoryRequest.FromString,
+                    response_serializer=sessionlog_dot_v1_dot_session__service__pb2.GetModelHistoryResponse.SerializeToString,
+            ),
+            'GetTranscript': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTranscript,
+                    request_deserializer=sessionlog_dot_v1_dot_session__service__pb2.GetTranscriptRequest.FromString,
+                    response_serializer=sessionlog_dot_v1_dot_session__service__pb2.GetTranscriptResponse.SerializeToString,
+            ),
+            'GetRequest': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRequest,
+                    request_deserializer=sessionlog_dot_v1_dot_session__service__pb2.GetRequestRequest.FromString,
+                    response_serializer=sessionlog_dot_v1_dot_session__service__pb2.GetRequestResponse.SerializeToString,
+            ),
+            'GetStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStats,
+                    request_deserializer=sessionlog_dot_v1_dot_session__service__pb2.GetStatsRequest.FromString,
+                    response_serializer=sessionlog_dot_v1_dot_session__service__pb2.GetStatsResponse.SerializeToString,
+            ),
+            'GetSurface': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSurface,
+                    request_deserializer=sessionlog_dot_v1_dot_session__service__pb2.GetSurfaceRequest.FromString,
+                    response_serializer=sessionlog_dot_v1_dot_session__service__pb2.GetSurfaceResponse.SerializeToString,
+            ),
+            'ResumeSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSession,
+                    request_deserializer=sessionlog_dot_v1_dot_session__service__pb2.ResumeSessionRequest.FromString,
+                    response_serializer=sessionlog_dot_v1_dot_session__service__pb2.ResumeSessionResponse.SerializeToString,
+            ),
+            'ForkSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkSession,
+                    request_deserializer=sessionlog_dot_v1_dot_session__service__pb2.ForkSessionRequest.FromString,
+                    response_serializer=sessionlog_dot_v1_dot_session__service__pb2.ForkSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -499,6 +637,222 @@ class SessionService:
             '/sessionlog.v1.SessionService/SubscribeEvents',
             sessionlog_dot_v1_dot_session__service__pb2.SubscribeEventsRequest.SerializeToString,
             sessionlog_dot_v1_dot_session__service__pb2.SubscribeEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportRequestHeader(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionlog.v1.SessionService/ReportRequestHeader',
+            sessionlog_dot_v1_dot_session__service__pb2.ReportRequestHeaderRequest.SerializeToString,
+            sessionlog_dot_v1_dot_session__service__pb2.ReportRequestHeaderResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetModelHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionlog.v1.SessionService/GetModelHistory',
+            sessionlog_dot_v1_dot_session__service__pb2.GetModelHistoryRequest.SerializeToString,
+            sessionlog_dot_v1_dot_session__service__pb2.GetModelHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTranscript(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionlog.v1.SessionService/GetTranscript',
+            sessionlog_dot_v1_dot_session__service__pb2.GetTranscriptRequest.SerializeToString,
+            sessionlog_dot_v1_dot_session__service__pb2.GetTranscriptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRequest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionlog.v1.SessionService/GetRequest',
+            sessionlog_dot_v1_dot_session__service__pb2.GetRequestRequest.SerializeToString,
+            sessionlog_dot_v1_dot_session__service__pb2.GetRequestResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionlog.v1.SessionService/GetStats',
+            sessionlog_dot_v1_dot_session__service__pb2.GetStatsRequest.SerializeToString,
+            sessionlog_dot_v1_dot_session__service__pb2.GetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSurface(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionlog.v1.SessionService/GetSurface',
+            sessionlog_dot_v1_dot_session__service__pb2.GetSurfaceRequest.SerializeToString,
+            sessionlog_dot_v1_dot_session__service__pb2.GetSurfaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionlog.v1.SessionService/ResumeSession',
+            sessionlog_dot_v1_dot_session__service__pb2.ResumeSessionRequest.SerializeToString,
+            sessionlog_dot_v1_dot_session__service__pb2.ResumeSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionlog.v1.SessionService/ForkSession',
+            sessionlog_dot_v1_dot_session__service__pb2.ForkSessionRequest.SerializeToString,
+            sessionlog_dot_v1_dot_session__service__pb2.ForkSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -63,6 +63,26 @@ class SessionServiceStub:
     """Reads events by seq range, forward, in pages of at most `page_size` events."""
     SubscribeEvents: _grpc.UnaryStreamMultiCallable[_session_service_pb2.SubscribeEventsRequest, _session_service_pb2.SubscribeEventsResponse]
     """Replays events from a seq, sends a caught-up marker, then streams events as they commit."""
+    ReportRequestHeader: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.ReportRequestHeaderRequest, _session_service_pb2.ReportRequestHeaderResponse]
+    """Reports the request header a writer is about to use; the service decides whether and why
+    to log it (SPEC §6): initial, resume, change, series, or nothing.
+    """
+    GetModelHistory: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.GetModelHistoryRequest, _session_service_pb2.GetModelHistoryResponse]
+    """The model history: the surface's messages in order (SPEC §5)."""
+    GetTranscript: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.GetTranscriptRequest, _session_service_pb2.GetTranscriptResponse]
+    """The transcript for people: appended messages and log-only events in seq order."""
+    GetRequest: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.GetRequestRequest, _session_service_pb2.GetRequestResponse]
+    """The exact request: the latest header's config, the messages and the tools, canonical JSON."""
+    GetStats: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.GetStatsRequest, _session_service_pb2.GetStatsResponse]
+    """Derived metrics: counts, tokens and cost over every event that carries usage."""
+    GetSurface: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.GetSurfaceRequest, _session_service_pb2.GetSurfaceResponse]
+    """The surface itself (nodes and replace generation), for debugging."""
+    ResumeSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.ResumeSessionRequest, _session_service_pb2.ResumeSessionResponse]
+    """Resumes a session in a new process: takes the lease, completes an open turn, marks the
+    seed boundary, and returns the state to continue from (SPEC §8).
+    """
+    ForkSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.ForkSessionRequest, _session_service_pb2.ForkSessionResponse]
+    """Forks a session at a seq: the child shares the parent's prefix without copying it."""
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -99,6 +119,26 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Reads events by seq range, forward, in pages of at most `page_size` events."""
     SubscribeEvents: _aio.UnaryStreamMultiCallable[_session_service_pb2.SubscribeEventsRequest, _session_service_pb2.SubscribeEventsResponse]  # type: ignore[assignment]
     """Replays events from a seq, sends a caught-up marker, then streams events as they commit."""
+    ReportRequestHeader: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ReportRequestHeaderRequest, _session_service_pb2.ReportRequestHeaderResponse]  # type: ignore[assignment]
+    """Reports the request header a writer is about to use; the service decides whether and why
+    to log it (SPEC §6): initial, resume, change, series, or nothing.
+    """
+    GetModelHistory: _aio.UnaryUnaryMultiCallable[_session_service_pb2.GetModelHistoryRequest, _session_service_pb2.GetModelHistoryResponse]  # type: ignore[assignment]
+    """The model history: the surface's messages in order (SPEC §5)."""
+    GetTranscript: _aio.UnaryUnaryMultiCallable[_session_service_pb2.GetTranscriptRequest, _session_service_pb2.GetTranscriptResponse]  # type: ignore[assignment]
+    """The transcript for people: appended messages and log-only events in seq order."""
+    GetRequest: _aio.UnaryUnaryMultiCallable[_session_service_pb2.GetRequestRequest, _session_service_pb2.GetRequestResponse]  # type: ignore[assignment]
+    """The exact request: the latest header's config, the messages and the tools, canonical JSON."""
+    GetStats: _aio.UnaryUnaryMultiCallable[_session_service_pb2.GetStatsRequest, _session_service_pb2.GetStatsResponse]  # type: ignore[assignment]
+    """Derived metrics: counts, tokens and cost over every event that carries usage."""
+    GetSurface: _aio.UnaryUnaryMultiCallable[_session_service_pb2.GetSurfaceRequest, _session_service_pb2.GetSurfaceResponse]  # type: ignore[assignment]
+    """The surface itself (nodes and replace generation), for debugging."""
+    ResumeSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ResumeSessionRequest, _session_service_pb2.ResumeSessionResponse]  # type: ignore[assignment]
+    """Resumes a session in a new process: takes the lease, completes an open turn, marks the
+    seed boundary, and returns the state to continue from (SPEC §8).
+    """
+    ForkSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ForkSessionRequest, _session_service_pb2.ForkSessionResponse]  # type: ignore[assignment]
+    """Forks a session at a seq: the child shares the parent's prefix without copying it."""
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     """The sessionlog service: sessions, their single writer, and reads of their logs.
@@ -192,5 +232,73 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_session_service_pb2.SubscribeEventsResponse], _abc.AsyncIterator[_session_service_pb2.SubscribeEventsResponse]]:
         """Replays events from a seq, sends a caught-up marker, then streams events as they commit."""
+
+    @_abc_1.abstractmethod
+    def ReportRequestHeader(
+        self,
+        request: _session_service_pb2.ReportRequestHeaderRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.ReportRequestHeaderResponse, _abc.Awaitable[_session_service_pb2.ReportRequestHeaderResponse]]:
+        """Reports the request header a writer is about to use; the service decides whether and why
+        to log it (SPEC §6): initial, resume, change, series, or nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def GetModelHistory(
+        self,
+        request: _session_service_pb2.GetModelHistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.GetModelHistoryResponse, _abc.Awaitable[_session_service_pb2.GetModelHistoryResponse]]:
+        """The model history: the surface's messages in order (SPEC §5)."""
+
+    @_abc_1.abstractmethod
+    def GetTranscript(
+        self,
+        request: _session_service_pb2.GetTranscriptRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.GetTranscriptResponse, _abc.Awaitable[_session_service_pb2.GetTranscriptResponse]]:
+        """The transcript for people: appended messages and log-only events in seq order."""
+
+    @_abc_1.abstractmethod
+    def GetRequest(
+        self,
+        request: _session_service_pb2.GetRequestRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.GetRequestResponse, _abc.Awaitable[_session_service_pb2.GetRequestResponse]]:
+        """The exact request: the latest header's config, the messages and the tools, canonical JSON."""
+
+    @_abc_1.abstractmethod
+    def GetStats(
+        self,
+        request: _session_service_pb2.GetStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.GetStatsResponse, _abc.Awaitable[_session_service_pb2.GetStatsResponse]]:
+        """Derived metrics: counts, tokens and cost over every event that carries usage."""
+
+    @_abc_1.abstractmethod
+    def GetSurface(
+        self,
+        request: _session_service_pb2.GetSurfaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.GetSurfaceResponse, _abc.Awaitable[_session_service_pb2.GetSurfaceResponse]]:
+        """The surface itself (nodes and replace generation), for debugging."""
+
+    @_abc_1.abstractmethod
+    def ResumeSession(
+        self,
+        request: _session_service_pb2.ResumeSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.ResumeSessionResponse, _abc.Awaitable[_session_service_pb2.ResumeSessionResponse]]:
+        """Resumes a session in a new process: takes the lease, completes an open turn, marks the
+        seed boundary, and returns the state to continue from (SPEC §8).
+        """
+
+    @_abc_1.abstractmethod
+    def ForkSession(
+        self,
+        request: _session_service_pb2.ForkSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.ForkSessionResponse, _abc.Awaitable[_session_service_pb2.ForkSessionResponse]]:
+        """Forks a session at a seq: the child shares the parent's prefix without copying it."""
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

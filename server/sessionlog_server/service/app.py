@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import OwnershipLost, SessionLogError, ValidationError
-from sessionlog.core.events import Event
+from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.fold import SessionFold
-
 from sessionlog_server.config import Settings
 from sessionlog_server.service.append import AppendPlan, plan_append, validate_proposals
 from sessionlog_server.service.clock import now_ms
@@ -59,19 +59,30 @@ class SessionLogService:
         self.live = LiveSessions(self._load, settings.session_cache_size)
         self.hub = SubscriptionHub()
         self.stream_leases: dict[str, tuple[str, int]] = {}
+        self.repairs_written = 0
         self._keeper: asyncio.Task[None] | None = None
+        self._repairer: asyncio.Task[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the commit loop and the lease keeper."""
+        """Start the commit loop and the lease keeper; complete turns left open by a crash."""
+        from sessionlog_server.service.lifecycle import repair_abandoned
+
         self.committer.start()
-        self._keeper = asyncio.get_running_loop().create_task(self._keep_stream_leases(), name="lease-keeper")
+        if self.settings.repair_on_start:
+            repaired = await repair_abandoned(self, expired_only=False)
+            if repaired:
+                log.info("repaired open turns at start-up", sessions=len(repaired))
+        loop = asyncio.get_running_loop()
+        self._keeper = loop.create_task(self._keep_stream_leases(), name="lease-keeper")
+        self._repairer = loop.create_task(self._repair_expired(), name="repairer")
 
     async def stop(self) -> None:
         """Commit what is queued, release stream leases, stop background tasks."""
-        if self._keeper is not None:
-            self._keeper.cancel()
+        for task in (self._keeper, self._repairer):
+            if task is not None:
+                task.cancel()
         await self.committer.drain_and_stop()
         for session_id, (writer_id, epoch) in list(self.stream_leases.items()):
             try:
@@ -181,6 +192,18 @@ class SessionLogService:
                 except SessionLogError as exc:
                     log.warning("lease renewal failed", session_id=session_id, error=str(exc))
 
+    async def _repair_expired(self) -> None:
+        """Complete the open turn of sessions whose writer's lease lapsed (SPEC §8)."""
+        from sessionlog_server.service.lifecycle import repair_abandoned
+
+        interval = max(self.settings.lease_ttl_ms / 2000, 0.1)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await repair_abandoned(self, expired_only=True)
+            except SessionLogError as exc:
+                log.warning("repair sweep failed", error=str(exc))
+
     # --- appends ------------------------------------------------------------------------
 
     async def start_append(
@@ -199,33 +222,55 @@ class SessionLogService:
         proposals = validate_proposals(decoded, self.limits)
         live = await self.live.get(session_id)
         async with live.lock:
-            if live.writer_id is not None and (live.writer_id != writer_id or live.epoch != epoch):
-                raise OwnershipLost(
-                    "OWNERSHIP_LOST",
-                    f"writer {writer_id!r} (epoch {epoch}) no longer holds session {session_id!r}; reopen the writer",
-                    session_id=session_id,
-                    epoch=live.epoch,
-                    holder=live.writer_id,
-                )
-            now = now_ms()
-            plan = plan_append(
-                live,
-                proposals,
-                writer_id=writer_id,
-                epoch=epoch,
-                expected_next_seq=expected_next_seq,
-                now=now,
-                lease_expires_at=now + self.settings.lease_ttl_ms,
-                blob_threshold=self.settings.blob_threshold_bytes,
-                move_nul_to_blobs=self.recorder.move_nul_to_blobs,
+            self.check_writer(live, writer_id, epoch)
+            return self.plan_and_commit(live, writer_id, epoch, proposals, expected_next_seq=expected_next_seq)
+
+    def check_writer(self, live: LiveSession, writer_id: str, epoch: int) -> None:
+        """Refuse a writer this instance knows was fenced out (the commit re-checks in SQL)."""
+        if live.writer_id is not None and (live.writer_id != writer_id or live.epoch != epoch):
+            raise OwnershipLost(
+                "OWNERSHIP_LOST",
+                f"writer {writer_id!r} (epoch {epoch}) no longer holds session {live.session_id!r}; reopen the writer",
+                session_id=live.session_id,
+                epoch=live.epoch,
+                holder=live.writer_id,
             )
-            if plan.pending is None:
-                done: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-                done.set_result(AppendResult(plan.seqs, live.fold.next_seq, now + self.settings.lease_ttl_ms))
-                return done
-            commit = asyncio.ensure_future(self.committer.submit(plan.pending))
-        pending = plan.pending
-        return asyncio.ensure_future(self._finish_append(live, pending, plan, commit))
+
+    def plan_and_commit(
+        self,
+        live: LiveSession,
+        writer_id: str,
+        epoch: int,
+        proposals: Sequence[NewEvent],
+        *,
+        expected_next_seq: int | None = None,
+        service_events: Sequence[NewEvent] = (),
+    ) -> asyncio.Future[AppendResult]:
+        """Plan a batch against the live fold and hand it to the group committer.
+
+        Must run under `live.lock`. `service_events` (repair closers) are committed first, at
+        the last event's time (SPEC §8); they take seqs but are not reported back.
+        """
+        now = now_ms()
+        plan = plan_append(
+            live,
+            proposals,
+            writer_id=writer_id,
+            epoch=epoch,
+            expected_next_seq=expected_next_seq,
+            now=now,
+            lease_expires_at=now + self.settings.lease_ttl_ms,
+            blob_threshold=self.settings.blob_threshold_bytes,
+            move_nul_to_blobs=self.recorder.move_nul_to_blobs,
+            extra_first=service_events,
+        )
+        if plan.pending is None:
+            done: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+            done.set_result(AppendResult(plan.seqs, live.fold.next_seq, now + self.settings.lease_ttl_ms))
+            return done
+        live.begin_commit()
+        commit = asyncio.ensure_future(self.committer.submit(plan.pending))
+        return asyncio.ensure_future(self._finish_append(live, plan.pending, plan, commit))
 
     async def _finish_append(
         self, live: LiveSession, pending: PendingBatch, plan: AppendPlan, commit: asyncio.Future[None]
@@ -236,6 +281,8 @@ class SessionLogService:
             # The fold already holds this batch: drop it; the log is re-folded on next use.
             self.live.invalidate(live.session_id)
             raise
+        finally:
+            live.end_commit()
         if live.valid and plan.checkpoint is not None:
             live.fold.release(plan.checkpoint)  # durable: its undo journal is no longer needed
         self.hub.publish(live.session_id, pending.events)

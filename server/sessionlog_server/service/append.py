@@ -14,18 +14,14 @@ from dataclasses import dataclass
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import validate
 from sessionlog.core.errors import ExpectedSeqMismatch, SessionLogError, ValidationError
-from sessionlog.core.events import APPEND, Event, NewEvent
+from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
-from sessionlog.core.vocabulary import SYSTEM_MESSAGE
-
+from sessionlog.core.messages import empty_system_head
+from sessionlog.core.structure import RESERVED_TURN_END_KINDS
+from sessionlog.core.vocabulary import TURN_END
 from sessionlog_server.service.live import LiveSession
 from sessionlog_server.storage import blobs
 from sessionlog_server.storage.records import PendingBatch
-
-#: The reserved node 0 of a session whose writer starts without a system prompt (SPEC §4).
-EMPTY_SYSTEM_HEAD = NewEvent(
-    type=SYSTEM_MESSAGE, data={"message": {"role": "system", "content": ""}}, surface_op=APPEND
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +43,30 @@ def validate_proposals(decoded: Sequence[DecodedEvent], limits: Limits) -> list[
     for index, item in enumerate(decoded):
         try:
             validate.validate_envelope(item.event, item.data_bytes, limits)
+            check_reserved_turn_end(item.event)
         except SessionLogError as exc:
             _name_event(exc, index)
             raise
     return events
+
+
+def check_reserved_turn_end(event: NewEvent) -> None:
+    """Writers may not end a turn `interrupted` or `forked`: only repair and fork do (SPEC §3).
+
+    A re-import of a log carries such events with the deterministic eventIds repair gives
+    them (`repair-<cause>-...`), so those are accepted: they were written by repair once.
+    """
+    reason = event.data.get("reason")
+    kind = reason.get("kind") if isinstance(reason, dict) else None
+    if event.type != TURN_END or kind not in RESERVED_TURN_END_KINDS:
+        return
+    if event.event_id is not None and event.event_id.startswith(f"repair-{kind}-"):
+        return
+    raise ValidationError(
+        "RESERVED_TURN_END_KIND",
+        f"turn/end kind {kind!r} is written only by crash repair or fork",
+        field="data.reason",
+    )
 
 
 def plan_append(
@@ -69,7 +85,7 @@ def plan_append(
     """Validate `proposals` against the live fold and apply them to it (rolled back on error).
 
     `extra_first` are service-written events (e.g. repair) committed before the proposals in
-    the same batch; they get seqs but are not reported back.
+    the same batch, at the last event's time; they get seqs but are not reported back.
     """
     fold = live.fold
     seqs: list[int | None] = []
@@ -92,17 +108,18 @@ def plan_append(
     to_commit: list[NewEvent] = list(extra_first)
     first_surface = next((e for e in fresh if e.surface_op is not None), None)
     if first_surface is not None and fold.first_surface_needs_system_head(first_surface):
-        to_commit.append(EMPTY_SYSTEM_HEAD)
+        to_commit.append(empty_system_head())
     head_count = len(to_commit)
     to_commit.extend(fresh)
 
     time = max(now, fold.last_time)
+    service_time = fold.repair_time  # repair events take the last event's time (SPEC §8)
     first_seq = fold.next_seq
     mark = fold.checkpoint()
     committed: list[Event] = []
     try:
         for offset, proposal in enumerate(to_commit):
-            event = proposal.committed(first_seq + offset, time)
+            event = proposal.committed(first_seq + offset, service_time if offset < len(extra_first) else time)
             try:
                 fold.apply(event)
             except SessionLogError as exc:
@@ -152,4 +169,4 @@ def _name_event(exc: SessionLogError, index: int) -> None:
     exc.args = (exc.message,)
 
 
-__all__ = ["EMPTY_SYSTEM_HEAD", "AppendPlan", "ValidationError", "plan_append", "validate_proposals"]
+__all__ = ["AppendPlan", "plan_append", "validate_proposals"]

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import structlog
-from sessionlog.core.errors import SessionLogError, Unavailable
 
+from sessionlog.core.errors import SessionLogError, Unavailable
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import PendingBatch
 

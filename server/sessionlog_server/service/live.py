@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sessionlog.core.fold import SessionFold
-
 from sessionlog_server.storage.records import SessionRecord
 
 
@@ -31,6 +30,26 @@ class LiveSession:
     valid: bool = True
     header_reported: bool = False
     """Whether the current lease has reported a request header yet (SPEC §6 `resume`)."""
+    in_flight: int = 0
+    """Batches applied to the fold but not yet durable."""
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set while nothing is in flight."""
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def begin_commit(self) -> None:
+        self.in_flight += 1
+        self.idle.clear()
+
+    def end_commit(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.idle.set()
+
+    async def wait_idle(self) -> None:
+        """Wait until every planned batch is durable (or failed), so the fold is all committed."""
+        await self.idle.wait()
 
     @property
     def session_id(self) -> str:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sessionlog.core.events import Event
-
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import SessionRecord
 

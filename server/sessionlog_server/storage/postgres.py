@@ -7,10 +7,10 @@ JSONB cannot hold a NUL character in a string, so such strings are moved to blob
 
 from __future__ import annotations
 
-from sessionlog.core import jsonvalue
 from sqlalchemy import Connection, create_engine
 from sqlalchemy.dialects import postgresql
 
+from sessionlog.core import jsonvalue
 from sessionlog_server.storage.recorder import BLOBS, EventRecorder
 
 

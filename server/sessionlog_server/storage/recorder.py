@@ -18,6 +18,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from sqlalchemy import Connection, Engine, and_, func, or_, select, update
+from sqlalchemy import exc as sa_exc
+
 from sessionlog.core.errors import (
     AlreadyExists,
     ExpectedSeqMismatch,
@@ -28,9 +31,6 @@ from sessionlog.core.errors import (
     WriterHeld,
 )
 from sessionlog.core.events import APPEND, Event, Replace
-from sqlalchemy import Connection, Engine, and_, func, or_, select, update
-from sqlalchemy import exc as sa_exc
-
 from sessionlog_server.storage import blobs as blob_store
 from sessionlog_server.storage.models import BlobRow, EventRow, SessionRow
 from sessionlog_server.storage.records import PendingBatch, SessionRecord

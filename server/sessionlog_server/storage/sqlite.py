@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessionlog.core import jsonvalue
 from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import QueuePool
 
+from sessionlog.core import jsonvalue
 from sessionlog_server.storage.recorder import BLOBS, EventRecorder
 
 

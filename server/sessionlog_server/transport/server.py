@@ -10,8 +10,8 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from sessionlog.v1 import session_service_pb2, session_service_pb2_grpc
 
+from sessionlog.v1 import session_service_pb2, session_service_pb2_grpc
 from sessionlog_server.config import Settings
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.storage.factory import open_recorder

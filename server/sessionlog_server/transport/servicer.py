@@ -10,17 +10,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import grpc
+
 from sessionlog import convert
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import AlreadyExists, ValidationError
 from sessionlog.core.events import Event
 from sessionlog.v1 import event_pb2, session_pb2, session_service_pb2_grpc
 from sessionlog.v1 import session_service_pb2 as pb
-
+from sessionlog_server.service import lifecycle
 from sessionlog_server.service.app import AppendResult, SessionLogService
 from sessionlog_server.service.clock import now_ms
+from sessionlog_server.service.headers import HeaderReport, start_header_report
+from sessionlog_server.service.projections import Scope, fold_scope, transcript_rows
 from sessionlog_server.storage.records import SessionRecord
 from sessionlog_server.transport import status
 from sessionlog_server.transport.status import note
@@ -51,6 +55,45 @@ def lease_to_pb(record: SessionRecord) -> session_pb2.Lease:
         epoch=record.epoch,
         expire_time_unix_ms=record.lease_expires_at or 0,
     )
+
+
+HEADER_REASONS = {
+    None: pb.HEADER_REASON_UNSPECIFIED,
+    "initial": pb.HEADER_REASON_INITIAL,
+    "resume": pb.HEADER_REASON_RESUME,
+    "change": pb.HEADER_REASON_CHANGE,
+    "series": pb.HEADER_REASON_SERIES,
+}
+
+
+def header_report_to_pb(report: HeaderReport) -> pb.ReportRequestHeaderResponse:
+    msg = pb.ReportRequestHeaderResponse(
+        reason=HEADER_REASONS[report.reason],
+        starts_series=report.starts_series,
+        appended=report.appended,
+        changed_fields=report.changed_fields,
+    )
+    if report.header_seq is not None:
+        msg.header_seq = report.header_seq
+    return msg
+
+
+def resume_to_pb(result: lifecycle.ResumeResult) -> pb.ResumeSessionResponse:
+    msg = pb.ResumeSessionResponse(
+        lease=lease_to_pb(result.record),
+        next_seq=result.next_seq,
+        latest_header_json=jsonvalue.dumps_bytes(result.latest_header) if result.latest_header is not None else b"",
+        replace_generation=result.replace_generation,
+        repair_seqs=result.repair_seqs,
+        end_seed_seq=result.end_seed_seq,
+    )
+    if result.latest_header_seq is not None:
+        msg.latest_header_seq = result.latest_header_seq
+    return msg
+
+
+def scope_from_pb(scope: pb.ProjectionScope) -> Scope:
+    return Scope(scope.session_id, scope.at_seq if scope.HasField("at_seq") else None, scope.with_repair)
 
 
 def decode_events(messages: Sequence[event_pb2.NewEvent]) -> list[convert.DecodedEvent]:
@@ -172,6 +215,77 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
             for page in pages(item, max_bytes):
                 yield pb.SubscribeEventsResponse(events=pb.EventBatch(events=page))
 
+    @status.unary
+    async def ReportRequestHeader(
+        self, request: pb.ReportRequestHeaderRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReportRequestHeaderResponse:
+        header = convert.data_from_bytes(request.header_json, what="header")
+        future = await start_header_report(self.service, request.session_id, request.writer_id, request.epoch, header)
+        report = await future
+        note(reason=report.reason, header_seq=report.header_seq)
+        return header_report_to_pb(report)
+
+    @status.unary
+    async def GetModelHistory(
+        self, request: pb.GetModelHistoryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetModelHistoryResponse:
+        folded = await fold_scope(self.service, scope_from_pb(request.scope))
+        body = jsonvalue.dumps_bytes(folded.fold.model_history())
+        return pb.GetModelHistoryResponse(messages_json=body, at_seq=max(folded.at_seq, 0))
+
+    @status.unary
+    async def GetTranscript(
+        self, request: pb.GetTranscriptRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetTranscriptResponse:
+        rows, at_seq = await transcript_rows(self.service, scope_from_pb(request.scope))
+        return pb.GetTranscriptResponse(rows_json=jsonvalue.dumps_bytes(rows), at_seq=max(at_seq, 0))
+
+    @status.unary
+    async def GetRequest(
+        self, request: pb.GetRequestRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetRequestResponse:
+        folded = await fold_scope(self.service, scope_from_pb(request.scope))
+        view = folded.fold.request()
+        response = pb.GetRequestResponse(
+            request_json=jsonvalue.canonical(view["request"]), sha256=view["sha256"], at_seq=max(folded.at_seq, 0)
+        )
+        if view.get("headerSeq") is not None:
+            response.header_seq = view["headerSeq"]
+        return response
+
+    @status.unary
+    async def GetStats(self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext) -> pb.GetStatsResponse:
+        folded = await fold_scope(self.service, scope_from_pb(request.scope))
+        return pb.GetStatsResponse(stats_json=jsonvalue.dumps_bytes(folded.fold.stats()), at_seq=max(folded.at_seq, 0))
+
+    @status.unary
+    async def GetSurface(
+        self, request: pb.GetSurfaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSurfaceResponse:
+        folded = await fold_scope(self.service, scope_from_pb(request.scope))
+        view = folded.fold.surface_view()
+        return pb.GetSurfaceResponse(
+            nodes=view["nodes"], replace_generation=view["replaceGeneration"], at_seq=max(folded.at_seq, 0)
+        )
+
+    @status.unary
+    async def ResumeSession(
+        self, request: pb.ResumeSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ResumeSessionResponse:
+        result = await lifecycle.resume(
+            self.service, request.session_id, request.writer_id or None, takeover=request.takeover
+        )
+        note(next_seq=result.next_seq, repair_seqs=result.repair_seqs)
+        return resume_to_pb(result)
+
+    @status.unary
+    async def ForkSession(
+        self, request: pb.ForkSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ForkSessionResponse:
+        result = await lifecycle.fork(self.service, request.session_id, request.at_seq, request.new_session_id or None)
+        note(child=result.record.id, fork_seq=request.at_seq)
+        return pb.ForkSessionResponse(session=session_to_pb(result.record), repair_seqs=result.repair_seqs)
+
     @status.streaming
     async def Write(
         self, request_iterator: AsyncIterator[pb.WriteRequest], context: grpc.aio.ServicerContext
@@ -185,16 +299,30 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         if opened.create_if_missing:
             with contextlib.suppress(AlreadyExists):
                 await self.service.create_session(opened.session_id, None, {})
-        record = await self.service.acquire_lease(opened.session_id, opened.writer_id or None, takeover=opened.takeover)
+        resumed = None
+        if opened.resume:
+            resumed = await lifecycle.resume(
+                self.service, opened.session_id, opened.writer_id or None, takeover=opened.takeover
+            )
+            record = resumed.record
+            next_seq = resumed.next_seq
+        else:
+            record = await self.service.acquire_lease(
+                opened.session_id, opened.writer_id or None, takeover=opened.takeover
+            )
+            next_seq = record.next_seq
         session_id, writer_id, epoch = record.id, record.writer_id or "", record.epoch
         self.service.stream_leases[session_id] = (writer_id, epoch)
         note(session_id=session_id, writer_id=writer_id, epoch=epoch)
-        acks: asyncio.Queue[tuple[int, asyncio.Future[AppendResult]] | BaseException | None] = asyncio.Queue()
+        acks: asyncio.Queue[_Ack | BaseException | None] = asyncio.Queue()
         pump = asyncio.ensure_future(self._pump(request_iterator, session_id, writer_id, epoch, acks))
         first_seq: int | None = None
         last_seq: int | None = None
         try:
-            yield pb.WriteResponse(opened=pb.WriterOpened(lease=lease_to_pb(record), next_seq=record.next_seq))
+            welcome = pb.WriterOpened(lease=lease_to_pb(record), next_seq=next_seq)
+            if resumed is not None:
+                welcome.resumed.CopyFrom(resume_to_pb(resumed))
+            yield pb.WriteResponse(opened=welcome)
             while True:
                 item = await acks.get()
                 if item is None:
@@ -203,10 +331,15 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                     raise item
                 batch_id, future = item
                 result = await future
+                if isinstance(result, HeaderReport):
+                    ack = pb.HeaderAck(batch_id=batch_id, result=header_report_to_pb(result))
+                    yield pb.WriteResponse(header_ack=ack)
+                    continue
                 if result.seqs:
                     first_seq = result.seqs[0] if first_seq is None else first_seq
                     last_seq = result.seqs[-1]
-                yield pb.WriteResponse(ack=pb.BatchAck(batch_id=batch_id, seqs=result.seqs, next_seq=result.next_seq))
+                batch_ack = pb.BatchAck(batch_id=batch_id, seqs=result.seqs, next_seq=result.next_seq)
+                yield pb.WriteResponse(ack=batch_ack)
         finally:
             pump.cancel()
             note(seqs=None if first_seq is None else [first_seq, last_seq])
@@ -219,27 +352,37 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         session_id: str,
         writer_id: str,
         epoch: int,
-        acks: asyncio.Queue[tuple[int, asyncio.Future[AppendResult]] | BaseException | None],
+        acks: asyncio.Queue[_Ack | BaseException | None],
     ) -> None:
         """Read batches as they arrive and start their appends without waiting for commits."""
         try:
             async for request in requests:
-                if request.WhichOneof("kind") != "batch":
+                kind = request.WhichOneof("kind")
+                future: asyncio.Future[Any]
+                if kind == "batch":
+                    batch = request.batch
+                    future = await self.service.start_append(
+                        session_id,
+                        writer_id,
+                        epoch,
+                        optional_field(batch, "expected_next_seq"),
+                        decode_events(batch.events),
+                    )
+                    await acks.put((batch.batch_id, future))
+                elif kind == "header":
+                    header = convert.data_from_bytes(request.header.header_json, what="header")
+                    future = await start_header_report(self.service, session_id, writer_id, epoch, header)
+                    await acks.put((request.header.batch_id, future))
+                else:
                     raise ValidationError("WRITER_ALREADY_OPEN", "`open` may only be the first message", field="open")
-                batch = request.batch
-                future = await self.service.start_append(
-                    session_id,
-                    writer_id,
-                    epoch,
-                    optional_field(batch, "expected_next_seq"),
-                    decode_events(batch.events),
-                )
-                await acks.put((batch.batch_id, future))
             await acks.put(None)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
             await acks.put(exc)
+
+
+_Ack = tuple[int, "asyncio.Future[Any]"]
 
 
 def _seq_range(result: AppendResult) -> list[int] | None:

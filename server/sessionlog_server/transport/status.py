@@ -19,6 +19,7 @@ import structlog
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+
 from sessionlog.core.errors import SessionLogError
 
 DOMAIN = "sessionlog"
@@ -38,7 +39,7 @@ def note(**fields: Any) -> None:
 
 def _log_rpc(method: str, request: Any, started: float, code: str) -> None:
     fields = _rpc_fields.get({})
-    session_id = getattr(request, "session_id", None)
+    session_id = getattr(request, "session_id", None) or getattr(getattr(request, "scope", None), "session_id", None)
     if session_id:
         fields.setdefault("session_id", session_id)
     log.info("rpc", method=method, status=code, latency_ms=round((time.perf_counter() - started) * 1000, 3), **fields)

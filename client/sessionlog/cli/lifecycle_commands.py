@@ -1,0 +1,45 @@
+"""CLI commands for a session's lifecycle: resume and fork (SPEC §8)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sessionlog.cli.common import connect, print_json
+
+
+def register(app: typer.Typer) -> None:
+    """Add `resume` and `fork` to `app`."""
+    app.command("resume")(resume)
+    app.command("fork")(fork)
+
+
+def resume(
+    session_id: Annotated[str, typer.Argument(help="The session to resume.")],
+    writer_id: Annotated[str | None, typer.Option("--writer-id", help="The new writer's id.")] = None,
+    takeover: Annotated[bool, typer.Option("--takeover", help="Take the lease from a live writer.")] = False,
+    release: Annotated[
+        bool, typer.Option("--release/--keep", help="Give the lease back once resumed (default), or keep it.")
+    ] = True,
+) -> None:
+    """Resume a session: take the lease, complete an open turn, mark the seed boundary.
+
+    Prints the state to continue from (next seq, latest header, surface generation, repair seqs).
+    """
+    with connect() as client:
+        info = client.resume(session_id, writer_id=writer_id, takeover=takeover)
+        if release:
+            client.release_lease(info.lease)
+        print_json(info.to_json())
+
+
+def fork(
+    session_id: Annotated[str, typer.Argument(help="The session to fork.")],
+    at: Annotated[int, typer.Option("--at", min=0, help="The last seq the fork inherits (inclusive).")],
+    new_id: Annotated[str | None, typer.Option("--id", help="The new session's id (generated if omitted).")] = None,
+) -> None:
+    """Fork a session after seq --at; prints `{"id": ...}`. The prefix is shared, not copied."""
+    with connect() as client:
+        session = client.fork(session_id, at, new_id)
+        print_json({"id": session.id, "parent": session.parent_session_id, "forkSeq": session.fork_seq})

@@ -1,0 +1,60 @@
+"""Request-header reports (SPEC §6): the service, not the harness, decides whether and why to log.
+
+The decision is made under the session's lock against the live fold, after every batch the
+writer sent before the report, so the reason is decided on exactly the log the header will
+follow. A logged header goes through the same plan-and-commit path as any batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sessionlog.core.events import NewEvent
+from sessionlog.core.vocabulary import REQUEST_HEADER
+
+if TYPE_CHECKING:
+    from sessionlog_server.service.app import SessionLogService
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderReport:
+    """The outcome of a report: the reason (None: nothing logged) and the header's seq."""
+
+    reason: str | None
+    starts_series: bool
+    header_seq: int | None
+    changed_fields: list[str]
+
+    @property
+    def appended(self) -> bool:
+        return self.reason is not None
+
+
+async def start_header_report(
+    service: SessionLogService, session_id: str, writer_id: str, epoch: int, header: dict[str, Any]
+) -> asyncio.Future[HeaderReport]:
+    """Decide now (in order with the writer's batches); the future resolves once durable."""
+    live = await service.live.get(session_id)
+    async with live.lock:
+        service.check_writer(live, writer_id, epoch)
+        decision = live.fold.decide_header(header, first_of_lease=not live.header_reported)
+        done: asyncio.Future[HeaderReport] = asyncio.get_running_loop().create_future()
+        if decision.data_to_append is None:
+            latest = live.fold.latest_header
+            done.set_result(HeaderReport(None, False, latest.seq if latest else None, []))
+            return done
+        event = NewEvent(type=REQUEST_HEADER, data=decision.data_to_append)
+        committed = service.plan_and_commit(live, writer_id, epoch, [event])
+        live.header_reported = True
+
+    async def finish() -> HeaderReport:
+        try:
+            result = await committed
+        except BaseException:
+            live.header_reported = False
+            raise
+        return HeaderReport(decision.reason, decision.starts_series, result.seqs[0], decision.changed_fields)
+
+    return asyncio.ensure_future(finish())

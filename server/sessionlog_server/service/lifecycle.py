@@ -1,0 +1,193 @@
+"""Resume, fork and crash repair (SPEC §8): completing open turns instead of truncating.
+
+All three end in the pure core's `open_turn_closers`; what differs is who holds the lease and
+where the events go:
+- resume: the new writer takes the lease, then repair closers and `session/end-seed {}` are
+  committed under it, in one batch;
+- repair of an abandoned session (at start-up, or when a lease expired mid-turn): the service
+  takes the lease itself, commits the closers, and gives the lease back;
+- fork: a new session row pointing at the parent's prefix, plus its own first events
+  (`session/end-seed {inherited:true}` and, if the cut is inside an open turn, `forked`
+  closers), in one transaction. Nothing of the prefix is copied.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from sessionlog.core import validate
+from sessionlog.core.errors import NotFound, SessionLogError, ValidationError, WriterHeld
+from sessionlog.core.events import Event, NewEvent
+from sessionlog.core.repair import commit_closers, open_turn_closers
+from sessionlog.core.vocabulary import SESSION_END_SEED, TURN_END, TURN_START
+from sessionlog_server.service.clock import now_ms
+from sessionlog_server.storage.records import SessionRecord
+
+if TYPE_CHECKING:
+    from sessionlog_server.service.app import SessionLogService
+
+log = structlog.get_logger("sessionlog.lifecycle")
+
+REPAIR_WRITER = "sessionlog-repair"
+#: How far back a fork looks for the open turn's start, per read.
+FORK_SCAN_PAGE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeResult:
+    """The state a resumed writer continues from (SPEC §8)."""
+
+    record: SessionRecord
+    next_seq: int
+    latest_header: dict[str, Any] | None
+    latest_header_seq: int | None
+    replace_generation: int
+    repair_seqs: list[int]
+    end_seed_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForkResult:
+    """A new fork and the `forked` repair events it got."""
+
+    record: SessionRecord
+    repair_seqs: list[int]
+
+
+async def resume(service: SessionLogService, session_id: str, writer_id: str | None, *, takeover: bool) -> ResumeResult:
+    """Take the lease, complete an open turn, mark the seed boundary, return the state."""
+    record = await service.acquire_lease(session_id, writer_id, takeover=takeover)
+    wid, epoch = record.writer_id or "", record.epoch
+    live = await service.live.get(session_id)
+    async with live.lock:
+        closers = live.fold.closers("interrupted")
+        seed = [] if live.fold.ends_with_end_seed and not closers else [NewEvent(type=SESSION_END_SEED, data={})]
+        committed = service.plan_and_commit(live, wid, epoch, seed, service_events=closers)
+    result = await committed
+    fold = live.fold
+    header = fold.latest_header
+    first = result.next_seq - len(seed) - len(closers)
+    repair_seqs = list(range(first, first + len(closers)))
+    end_seed_seq = result.seqs[0] if seed else fold.next_seq - 1
+    if closers:
+        log.info("repaired on resume", session_id=session_id, seqs=repair_seqs)
+    return ResumeResult(
+        record=record,
+        next_seq=result.next_seq,
+        latest_header=header.header if header else None,
+        latest_header_seq=header.seq if header else None,
+        replace_generation=fold.replace_generation,
+        repair_seqs=repair_seqs,
+        end_seed_seq=end_seed_seq,
+    )
+
+
+async def repair_abandoned(service: SessionLogService, *, expired_only: bool) -> list[str]:
+    """Complete the open turn of every session without a live writer (an indexed query).
+
+    At start-up every such session is repaired; afterwards (`expired_only`) only sessions whose
+    writer's lease lapsed mid-turn, so a writer that released its lease between steps on
+    purpose is left alone until it resumes or the service restarts.
+    """
+    now = now_ms()
+    candidates = await service.reader.run(service.recorder.sessions_to_repair, now)
+    repaired = []
+    for record in candidates:
+        if expired_only and record.writer_id is None:
+            continue
+        try:
+            if await repair_session(service, record.id):
+                repaired.append(record.id)
+        except WriterHeld:
+            continue  # a writer (or another instance) got there first
+        except SessionLogError as exc:
+            log.warning("repair failed", session_id=record.id, error=str(exc))
+    return repaired
+
+
+async def repair_session(service: SessionLogService, session_id: str) -> bool:
+    """Take the lease as the service, commit the closers, give the lease back."""
+    record = await service.acquire_lease(session_id, f"{REPAIR_WRITER}-{uuid.uuid4().hex[:8]}", takeover=False)
+    wid, epoch = record.writer_id or "", record.epoch
+    try:
+        live = await service.live.get(session_id)
+        async with live.lock:
+            closers = live.fold.closers("interrupted")
+            if not closers:
+                return False
+            committed = service.plan_and_commit(live, wid, epoch, [], service_events=closers)
+        result = await committed
+        service.repairs_written += 1
+        log.info("repaired abandoned turn", session_id=session_id, next_seq=result.next_seq, events=len(closers))
+        return True
+    finally:
+        await service.release_lease(session_id, wid, epoch)
+
+
+async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: str | None) -> ForkResult:
+    """A new session inheriting `source_id`'s events 0..at_seq (shared, not copied)."""
+    source = await service.get_session(source_id)
+    if at_seq >= source.next_seq:
+        raise NotFound(
+            "SEQ_NOT_FOUND",
+            f"session {source_id!r} has no seq {at_seq} (next seq is {source.next_seq})",
+            session_id=source_id,
+            seq=at_seq,
+        )
+    child_id = new_id or str(uuid.uuid4())
+    validate.check_session_id(child_id, service.limits)
+    window = await _open_turn_window(service, source, at_seq)
+    boundary = window[-1]
+    closers = open_turn_closers(window, "forked", boundary.time) if _window_has_open_turn(window) else []
+    seed = [NewEvent(type=SESSION_END_SEED, data={"inherited": True}), *closers]
+    events = commit_closers(seed, at_seq + 1, boundary.time)
+    record = SessionRecord(
+        id=child_id,
+        namespace=source.namespace,
+        create_time=now_ms(),
+        cwd=source.cwd,
+        metadata=source.metadata,
+        parent_id=source.id,
+        fork_seq=at_seq,
+        next_seq=at_seq + 1 + len(events),
+        last_time=boundary.time,
+        writer_id=None,
+        epoch=0,
+        lease_expires_at=None,
+        open_turn=False,
+    )
+    created = await service.committer.run_in_writer(service.recorder.create_session, record, events)
+    repair_seqs = [e.seq for e in events[1:]]
+    log.info("forked", session_id=child_id, parent=source_id, fork_seq=at_seq, repairs=len(repair_seqs))
+    return ForkResult(created, repair_seqs)
+
+
+async def _open_turn_window(service: SessionLogService, source: SessionRecord, at_seq: int) -> list[Event]:
+    """Events from the start of the turn open at `at_seq` (or just the event at `at_seq`).
+
+    Reads backwards from the cut until a `turn/start` or `turn/end`, so a fork costs the
+    length of the open turn, never the length of the prefix.
+    """
+    window: list[Event] = []
+    high = at_seq
+    while high >= 0:
+        low = max(0, high - FORK_SCAN_PAGE + 1)
+        page = await service.reader.read(source, low, high, FORK_SCAN_PAGE)
+        window = page + window
+        for event in reversed(page):
+            if event.type == TURN_START:
+                return window[window.index(event) :]
+            if event.type == TURN_END:
+                return window[-1:]
+        high = low - 1
+    if not window:
+        raise ValidationError("EMPTY_SOURCE", f"session {source.id!r} has no events to fork")
+    return window[-1:]
+
+
+def _window_has_open_turn(window: list[Event]) -> bool:
+    return window[0].type == TURN_START

@@ -1,0 +1,154 @@
+"""Resume, fork and crash repair through a real server, on SQLite and PostgreSQL (issue 4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import NotFound, ValidationError, WriterHeld
+from tests.support.events import assistant, note, step_start, system, tool_call, turn_end, turn_start, user
+from tests.support.servers import ServerThread
+
+
+def open_turn_log() -> list[dict]:
+    return [
+        system("sys"),
+        user("go"),
+        turn_start(1),
+        step_start(1, 1),
+        assistant(1, 1, "", calls=(("a", "ls"), ("b", "rm"))),
+        tool_call(1, 1, "a", "ls"),
+    ]
+
+
+def test_resume_repairs_an_open_turn_and_marks_the_seed(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append(open_turn_log()).result()
+    with client.writer(sid, resume=True) as writer:
+        resumed = writer.resumed
+        assert resumed is not None and resumed.repair_seqs == [6, 7, 8, 9]
+        assert resumed.end_seed_seq == 10 and resumed.next_seq == 11
+        header = writer.report_header({"config": {"model": "m"}}).result()
+        assert header.reason == "initial"
+    events = list(client.read_events(sid))
+    repair = events[6:]
+    assert [e.type for e in repair] == ["tool/result", "tool/result", "step/end", "turn/end", "session/end-seed", "request/header"]
+    assert repair[0].data["error"]["code"] == "TOOL_OUTCOME_UNKNOWN" and repair[0].source_event_seqs == (5,)
+    assert repair[0].data["message"]["toolCallId"] == "a" and repair[0].data["message"]["isError"] is True
+    assert repair[1].data["error"]["code"] == "TOOL_NOT_STARTED" and repair[1].source_event_seqs == ()
+    assert repair[3].data == {"turn": 1, "reason": {"kind": "interrupted"}}
+    assert {e.time for e in repair[:4]} == {events[5].time}  # repair takes the last event's time
+    assert not client.get_session(sid).open_turn
+    # the log ends with a header, so a new resume marks a new seed boundary...
+    info = client.resume(sid)
+    assert info.repair_seqs == [] and info.end_seed_seq == 12 and info.next_seq == 13
+    client.release_lease(info.lease)
+    # ...but resuming an untouched session does not grow the log
+    again = client.resume(sid)
+    assert again.end_seed_seq == 12 and again.next_seq == 13
+    assert client.report_header(sid, again.lease, {"config": {"model": "m"}}).reason == "resume"
+
+
+def test_read_only_projection_shows_repair_without_writing(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    client.append(sid, lease, open_turn_log())
+    client.release_lease(lease)
+    with_repair = client.model_history(sid, with_repair=True)
+    assert [m["role"] for m in with_repair[-2:]] == ["toolResult", "toolResult"]
+    assert len(client.model_history(sid)) == len(with_repair) - 2
+    assert client.get_session(sid).next_seq == 6  # nothing written
+
+
+def test_fork_shares_the_prefix_and_forks_of_forks(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([system("s"), user("one"), note(1), note(2)]).result()
+    child = client.fork(sid, 2, f"{sid}-child")
+    assert (child.parent_session_id, child.fork_seq, child.next_seq) == (sid, 2, 4)
+    child_events = list(client.read_events(child.id))
+    assert [e.seq for e in child_events] == [0, 1, 2, 3]
+    assert child_events[3].type == "session/end-seed" and child_events[3].data == {"inherited": True}
+    assert child_events[:3] == list(client.read_events(sid, to_seq=2))
+    with client.writer(child.id) as writer:
+        writer.append([user("two in child")]).result()
+    grandchild = client.fork(child.id, 4, f"{sid}-grandchild")
+    assert [m["content"] for m in client.model_history(grandchild.id)] == ["s", "one", "two in child"]
+    assert [e.seq for e in client.read_events(grandchild.id)] == [0, 1, 2, 3, 4, 5]
+    assert [s.id for s in client.list_sessions(parent_session_id=sid)] == [child.id]
+    # the parent is untouched
+    assert [e.seq for e in client.read_events(sid)] == [0, 1, 2, 3]
+    with pytest.raises(NotFound):
+        client.fork(sid, 99)
+
+
+def test_fork_inside_an_open_turn_gets_forked_repair(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([*open_turn_log(), note(9)]).result()
+    child = client.fork(sid, 5)
+    events = list(client.read_events(child.id))
+    tail = events[6:]
+    assert [e.type for e in tail] == ["session/end-seed", "tool/result", "tool/result", "step/end", "turn/end"]
+    assert tail[-1].data["reason"] == {"kind": "forked"}
+    assert "parent session may have completed" in tail[1].data["message"]["content"][0]["text"]
+    assert not client.get_session(child.id).open_turn
+    with client.writer(child.id) as writer:  # the child continues with a new turn
+        writer.append([user("next"), turn_start(2), turn_end(2)]).result()
+
+
+def test_writers_may_not_write_reserved_turn_ends(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    client.append(sid, lease, [turn_start(1)])
+    with pytest.raises(ValidationError) as refused:
+        client.append(sid, lease, [turn_end(1, "interrupted")])
+    assert refused.value.reason == "RESERVED_TURN_END_KIND"
+
+
+def test_start_up_repairs_abandoned_turns(fresh_db: str, sid: str) -> None:
+    first = ServerThread(fresh_db, repair_on_start=False)
+    try:
+        with SessionLogClient(first.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            client.append(sid, lease, open_turn_log())
+            client.release_lease(lease)
+            assert client.get_session(sid).open_turn
+    finally:
+        first.stop()
+    second = ServerThread(fresh_db)
+    try:
+        with SessionLogClient(second.target) as client:
+            assert not client.get_session(sid).open_turn
+            assert [e.type for e in client.read_events(sid, from_seq=6)] == ["tool/result", "tool/result", "step/end", "turn/end"]
+    finally:
+        second.stop()
+
+
+def test_expired_lease_mid_turn_is_repaired(db_url: str, sid: str) -> None:
+    server = ServerThread(db_url, lease_ttl_ms=300)
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            client.append(sid, lease, open_turn_log())  # the writer then goes silent
+            import time
+
+            deadline = time.monotonic() + 10
+            while client.get_session(sid).open_turn and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not client.get_session(sid).open_turn
+            with pytest.raises(Exception):  # the silent writer is fenced out
+                client.append(sid, lease, [note(1)])
+            assert server.service.repairs_written >= 1
+    finally:
+        server.stop()
+
+
+def test_resume_refused_while_another_writer_is_live(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid, writer_id="live"):
+        with pytest.raises(WriterHeld):
+            client.resume(sid)

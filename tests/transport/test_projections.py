@@ -1,0 +1,122 @@
+"""Header reports and projections through a real server, on SQLite and PostgreSQL (issue 3)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from sessionlog.client import SessionLogClient
+from sessionlog.core import jsonvalue
+from sessionlog.core.errors import NotFound, ValidationError
+from tests.support.events import assistant, step_end, step_start, system, tool_call, tool_result, turn_end, turn_start, user
+
+USAGE = {"input": 100, "output": 20, "cacheRead": 50, "cacheWrite": 5, "totalTokens": 175,
+         "cost": {"input": 0.1, "output": 0.2, "cacheRead": 0.01, "cacheWrite": 0.02, "total": 0.33}}
+HEADER = {"config": {"provider": "acme", "model": "m-1", "maxTokens": 1000}, "tools": [{"name": "bash"}]}
+
+
+def one_turn(turn: int, text: str) -> list[dict]:
+    return [
+        user(text),
+        turn_start(turn),
+        step_start(turn, 1),
+        assistant(turn, 1, "", calls=(("c%d" % turn, "bash"),), usage=USAGE),
+        tool_call(turn, 1, "c%d" % turn, "bash"),
+        tool_result(turn, 1, "c%d" % turn, "out %d" % turn),
+        step_end(turn, 1),
+        step_start(turn, 2),
+        assistant(turn, 2, "done %d" % turn, usage=USAGE),
+        step_end(turn, 2),
+        turn_end(turn),
+    ]
+
+
+def test_header_reasons_initial_nothing_change_series_resume(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        first = writer.report_header(HEADER).result()
+        assert (first.reason, first.appended, first.starts_series) == ("initial", True, False)
+        writer.append([system("be brief"), *one_turn(1, "hi")]).result()
+        same = writer.report_header(HEADER).result()
+        assert (same.reason, same.appended, same.header_seq) == (None, False, first.header_seq)
+        changed = writer.report_header({**HEADER, "config": {**HEADER["config"], "model": "m-2"}}).result()
+        assert changed.reason == "change" and changed.changed_fields == ["model"]
+        # a compaction: replace the range after node 0 by a summary
+        history_seqs = client.surface(sid)["nodes"]
+        summary = {"type": "user/message", "data": {"message": {"role": "user", "content": "summary"},
+                   "source": {"kind": "compaction"}}, "surfaceOp": {"op": "replace", "startSeq": history_seqs[1],
+                   "endSeq": history_seqs[-1]}, "sourceEventSeqs": history_seqs[1:]}
+        writer.append([summary]).result()
+        series = writer.report_header({**HEADER, "config": {**HEADER["config"], "model": "m-2"}}).result()
+        assert (series.reason, series.starts_series) == ("series", True)
+    with client.writer(sid) as again:
+        resumed = again.report_header(HEADER).result()
+        assert resumed.reason == "resume" and resumed.changed_fields == ["model"]
+    kinds = [(e.data["reason"], e.data.get("startsSeries")) for e in client.read_events(sid) if e.type == "request/header"]
+    assert kinds == [("initial", None), ("change", None), ("series", None), ("resume", None)]
+
+
+def test_projections_follow_the_log_and_at_seq(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.report_header(HEADER).result()
+        writer.append([system("be brief"), *one_turn(1, "hi")]).result()
+        writer.append(one_turn(2, "again")).result()
+    events = list(client.read_events(sid))
+    history = client.model_history(sid)
+    assert [m["role"] for m in history] == ["system", "user", "assistant", "toolResult", "assistant"] * 1 + [
+        "user", "assistant", "toolResult", "assistant"]
+    at = next(e.seq for e in events if e.type == "turn/end")
+    assert len(client.model_history(sid, at_seq=at)) == 5
+    view = client.request(sid)
+    assert view["request"]["model"] == "m-1" and view["request"]["tools"] == HEADER["tools"]
+    assert view["request"]["messages"] == history
+    assert hashlib.sha256(jsonvalue.canonical(view["request"])).hexdigest() == view["sha256"]
+    assert client.request(sid) == view  # same prefix, same bytes
+    earlier = client.request(sid, at_seq=at)
+    assert earlier["request"]["messages"] == history[:5]  # the later request extends the earlier one
+    stats = client.stats(sid)
+    assert stats["turns"] == 2 and stats["steps"] == 4 and stats["toolCalls"] == 2
+    assert stats["inputTokens"] == 400 and stats["cacheReadTokens"] == 200 and stats["costUsd"] == pytest.approx(1.32)
+    assert stats["model"] == "m-1" and stats["provider"] == "acme" and stats["events"] == len(events)
+    rows = client.transcript(sid)
+    assert [r["seq"] for r in rows] == sorted(r["seq"] for r in rows)
+    assert all(r["replacedBy"] is None for r in rows)
+    with pytest.raises(NotFound):
+        client.model_history(sid, at_seq=len(events) + 5)
+
+
+def test_replaced_events_leave_history_but_stay_in_transcript(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([system("sys"), *one_turn(1, "hi")]).result()
+        nodes = client.surface(sid)["nodes"]
+        result_seq = next(e.seq for e in client.read_events(sid) if e.type == "tool/result")
+        trimmed = tool_result(1, 1, "c1", "[trimmed]")
+        trimmed["surfaceOp"] = {"op": "replace", "startSeq": result_seq, "endSeq": result_seq}
+        trimmed["sourceEventSeqs"] = [result_seq]
+        trim_seq = writer.append([trimmed]).result().seqs[0]
+    history = client.model_history(sid)
+    assert history[3]["content"][0]["text"] == "[trimmed]"
+    assert client.surface(sid) == {"nodes": [*nodes[:3], trim_seq, *nodes[4:]], "replaceGeneration": 1}
+    rows = {r["seq"]: r for r in client.transcript(sid)}
+    assert rows[result_seq]["replacedBy"] == trim_seq
+    assert client.stats(sid)["replaces"] == 1
+
+
+def test_bad_surface_ops_are_refused(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([system("sys"), user("a")]).result()
+    lease = client.acquire_lease(sid)
+    bad = user("x")
+    bad["surfaceOp"] = {"op": "replace", "startSeq": 0, "endSeq": 1}
+    bad["sourceEventSeqs"] = [0, 1]
+    with pytest.raises(ValidationError):  # node 0 can only be replaced by a system/message
+        client.append(sid, lease, [bad])
+    missing = user("y")
+    missing["surfaceOp"] = {"op": "replace", "startSeq": 1, "endSeq": 1}
+    with pytest.raises(ValidationError):  # no sourceEventSeqs
+        client.append(sid, lease, [missing])
+    assert client.get_session(sid).next_seq == 2

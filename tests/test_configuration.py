@@ -1,0 +1,31 @@
+"""Settings: environment parsing, and the configuration reference lists every setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sessionlog_server.config import SETTING_NAMES, Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_setting_is_documented() -> None:
+    reference = (ROOT / "deploy" / "CONFIGURATION.md").read_text()
+    for name in SETTING_NAMES:
+        assert f"`SESSIONLOG_{name.upper()}`" in reference, f"SESSIONLOG_{name.upper()} is not documented"
+
+
+def test_environment_then_flags() -> None:
+    env = {"SESSIONLOG_LEASE_TTL_MS": "1_500", "SESSIONLOG_MIGRATE": "off", "SESSIONLOG_DB": "sqlite:///x.db"}
+    settings = Settings.from_env(env, db="sqlite:///y.db", listen=None)
+    assert settings.lease_ttl_ms == 1500 and settings.migrate is False
+    assert settings.db == "sqlite:///y.db" and settings.listen == "127.0.0.1:50051"
+
+
+def test_bad_values_name_the_variable() -> None:
+    with pytest.raises(ValueError, match="SESSIONLOG_LEASE_TTL_MS"):
+        Settings.from_env({"SESSIONLOG_LEASE_TTL_MS": "soon"})
+    with pytest.raises(ValueError, match="SESSIONLOG_MIGRATE"):
+        Settings.from_env({"SESSIONLOG_MIGRATE": "perhaps"})

@@ -13,14 +13,19 @@ it) and reading its SPEC §5 stats, mapped onto the same keys as a Pi replay:
   (SPEC turns, where a Pi replay counts assistant messages), the rest as `stats` computes them;
 - `totalTokens` sums each usage's `totalTokens` (or its four counts when missing), and
   `compactionCostUsd` the cost on `compaction/summary` events (None when there is none).
+
+Writing (`sessionlog_lines`, `write_sessionlog`) is the inverse of `parse_sessionlog_objects`:
+the header, then each event's SPEC §2 envelope as compact lossless JSON (non-ASCII written raw),
+one per LF-terminated line. Seqs must run 0, 1, 2, … so that the reader accepts what was written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
+from sessionlog.core import jsonvalue
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.fold import SessionFold
@@ -87,6 +92,29 @@ def _header(obj: JsonObject, number: int) -> JsonObject:
     if not isinstance(session, dict):
         raise ValidationError("BAD_SESSIONLOG_HEADER", f"line {number}: session must be an object", line=number)
     return session
+
+
+def sessionlog_header(session: JsonObject) -> JsonObject:
+    """Line 1 of an export: `{"type":"sessionlog","version":1,"session":{…}}`."""
+    return {"type": HEADER_TYPE, "version": FORMAT_VERSION, "session": session}
+
+
+def sessionlog_lines(session: JsonObject, events: Iterable[Event]) -> Iterator[str]:
+    """The lines of an export of `events` (seq order, from 0, no gaps), each ending in LF."""
+    yield jsonvalue.dumps(sessionlog_header(session)) + "\n"
+    for expected, event in enumerate(events):
+        if event.seq != expected:
+            raise ValidationError("SEQ_GAP", f"cannot export: expected seq {expected}, got {event.seq}", seq=event.seq)
+        yield jsonvalue.dumps(event.to_json()) + "\n"
+
+
+def write_sessionlog(out: TextIO, session: JsonObject, events: Iterable[Event]) -> int:
+    """Write an export to `out`; returns the number of lines written (header included)."""
+    count = 0
+    for line in sessionlog_lines(session, events):
+        out.write(line)
+        count += 1
+    return count
 
 
 def sessionlog_metrics(export: SessionlogExport, at: str | int | None = None) -> dict[str, Any]:

@@ -1,0 +1,508 @@
+"""Pi session → sessionlog events (SPEC §11): the pure mapping of a branch, and of the other leaves as forks.
+
+Folding the events of a branch with `SessionFold` gives a model history equal, message for
+message, to the context Pi builds for its leaf (`context.session_context`), and stats whose model
+and thinking level are Pi's. Every entry is kept (see `layout`), so `exporter` rebuilds the file.
+
+**The log of a branch** (seqs are positions in the list):
+
+- seq 0: a `system/message` with empty content, node 0, standing for the prompt Pi does not store
+  (it projects to no message). The service would insert the same event before the first surface
+  event; writing it explicitly keeps every seq predictable. Seq 1: ignorable `pi/session`, whose
+  `data.pi` is the session header.
+- `message`, role `assistant`: [`step/end` of an open step], [`turn/start`], `step/start`,
+  `assistant/message {turn, step, message}`. The step and the turn end right away (`turn/end`, kind
+  from `stopReason`, see `TURN_END_BY_STOP_REASON`) unless a tool call of it gets a result later on
+  the branch.
+- `message`, role `toolResult`: `tool/result {turn, step, message}` in the step of its call, then
+  `step/end` once no pending call of the step gets a result later (the turn stays open for the
+  next model call of the same agent run).
+- `message`, role `user`: [`turn/start` when no turn is open: a prompt starts an agent run], then
+  `user/message {message, source}`. Other roles (`bashExecution`, `custom`, …):
+  `user/message {message, source}`; role `system` with content: `system/message`.
+- `custom_message`: `user/message`, message role `custom` as Pi's context shows it.
+  `branch_summary`: `user/message`, message role `branchSummary` (an empty summary shows nothing in
+  Pi: then an ignorable `pi/branch_summary`).
+- `compaction`: `compaction/summary {summary, firstKeptEntryId, tokensBefore, usage?}`, then the
+  summary message (role `compactionSummary`) lands as a `user/message` with `source.kind`
+  `"compaction"` (below).
+- `model_change`, `thinking_level_change`, `custom`, `label`, `session_info`, `usage`,
+  `context_edit` and unknown types: ignorable `pi/<type>` (`pi/entry` when the type is not a valid
+  event type name). The stats fold reads `pi/model_change {provider, modelId}` and
+  `pi/thinking_level_change {thinkingLevel}`, and the usage of `pi/usage` and `pi/branch_summary`.
+- End of the branch: `step/end` and `turn/end` for what is still open.
+
+`data.source.kind` of a user-side message: `user`, `bash` (bashExecution), `injection` (custom
+messages), `branch-summary`, else the Pi role. Where each entry field lives: `layout`.
+
+**Compaction.** Only the latest compaction on the path counts, and its `firstKeptEntryId` may lie
+before an earlier compaction's cut, so entries the earlier summary replaced come back. When the
+messages of the kept entries are exactly the tail of the surface, the summary replaces the nodes
+between node 0 and them (nothing is copied). Otherwise it replaces everything after node 0 and the
+kept entries' messages are appended again as model-only copies (`source.kind` `"copy"`, citing the
+event that first carried the entry in `sourceEventSeqs`, same event type), which the transcript
+does not show as new rows. A replace cites every node it replaces and the `compaction/summary`.
+
+**Things Pi allows that the structure rules do not** fall back to a `user/message` carrying the
+message unchanged (so the model history stays Pi's): a tool result whose call is not pending in the
+open step (`source.kind` `"pi-unpaired-tool-result"`) and an assistant message whose `toolCall`
+blocks lack ids or repeat one (`"pi-unstructured"`). Tool calls never answered on the branch
+(aborted and errored messages, crashes mid-tool) are left without results, as in Pi: their step
+simply ends.
+
+**Forks.** The branch of the default leaf (the last entry) is the main session. Another leaf
+becomes a fork of it: the child shares the main log up to the last event of the last shared entry,
+gets what the service writes into a fork (`session/end-seed {inherited: true}`, then the closers of
+a turn open at the cut, `turn/end {kind: forked}`), then its own entries. A cut while a tool call is
+pending would make the service answer the call with an error the model would see; the cut then
+moves back to the last entry boundary with no pending call, and the child re-imports the shared
+entries after it.
+
+**Event ids** are deterministic, so a re-sent batch is deduplicated and `import(export(import(f)))`
+equals `import(f)`: `pi:<entryId>:<n>` for the n-th event of an entry, `pi:head:0`,
+`pi:session:0`, `pi:end:<n>` for the closers at the end of a branch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sessionlog.core.errors import SessionLogError, ValidationError
+from sessionlog.core.events import APPEND, JsonObject, NewEvent, Replace
+from sessionlog.core.fold import SessionFold
+from sessionlog.core.formats.pi.context import compaction_summary_message, entry_message
+from sessionlog.core.formats.pi.entries import (
+    BRANCH_SUMMARY,
+    COMPACTION,
+    CUSTOM_MESSAGE,
+    MESSAGE,
+    PiFile,
+)
+from sessionlog.core.formats.pi.layout import MESSAGE_KEYS, PI_KEY, PI_SESSION, split_entry
+from sessionlog.core.formats.pi.tree import PiTree
+from sessionlog.core.messages import COMPACTION_SOURCE_KIND, COPY_SOURCE_KIND, empty_system_head, is_empty_content
+from sessionlog.core.vocabulary import (
+    ASSISTANT_MESSAGE,
+    COMPACTION_SUMMARY,
+    SESSION_END_SEED,
+    STEP_END,
+    STEP_START,
+    SYSTEM_MESSAGE,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+)
+
+PI_TYPE_PREFIX = "pi/"
+FALLBACK_ENTRY_TYPE = "pi/entry"
+UNPAIRED_TOOL_RESULT = "pi-unpaired-tool-result"
+UNSTRUCTURED = "pi-unstructured"
+SOURCE_BY_ROLE: dict[str, str] = {
+    "user": "user",
+    "bashExecution": "bash",
+    "custom": "injection",
+    "branchSummary": "branch-summary",
+}
+"""`data.source.kind` of a user-side message, by its Pi role (other roles: the role itself)."""
+
+TURN_END_BY_STOP_REASON: dict[str, str] = {
+    "stop": "completed",
+    "length": "max-tokens",
+    "error": "error",
+    "aborted": "aborted",
+    "toolUse": "aborted",
+}
+"""`turn/end` kind by the `stopReason` of the turn's last assistant message. `toolUse` means the
+run stopped before the model answered its tool results (a crash or an abort); a turn with no
+assistant message at all ends `aborted` too; any other reason (`deferred`, newer ones) `completed`."""
+
+_TYPE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+MAX_EVENT_ID_CHARS = 128
+
+
+def turn_end_kind(stop_reason: Any) -> str:
+    """The `turn/end` kind for a turn whose last assistant message stopped with `stop_reason`."""
+    if not isinstance(stop_reason, str) or not stop_reason:
+        return "aborted"
+    return TURN_END_BY_STOP_REASON.get(stop_reason, "completed")
+
+
+def pi_event_type(entry_type: Any) -> str:
+    """`pi/<type>` for an entry type that is a valid event type name, else `pi/entry`."""
+    if isinstance(entry_type, str) and _TYPE_NAME.match(entry_type) and len(entry_type) <= 120:
+        return PI_TYPE_PREFIX + entry_type
+    return FALLBACK_ENTRY_TYPE
+
+
+def event_id(owner: str, index: int) -> str:
+    """`pi:<owner>:<index>`, with an over-long owner replaced by a hash (ids hold 128 chars)."""
+    candidate = f"pi:{owner}:{index}"
+    if len(candidate) <= MAX_EVENT_ID_CHARS:
+        return candidate
+    digest = hashlib.sha256(owner.encode("utf-8")).hexdigest()[:32]
+    return f"pi:sha256-{digest}:{index}"
+
+
+def _result_call_id(entry: JsonObject) -> str | None:
+    if entry.get("type") != MESSAGE:
+        return None
+    message = entry["message"]
+    if message.get("role") != "toolResult":
+        return None
+    call_id = message.get("toolCallId")
+    return call_id if isinstance(call_id, str) else None
+
+
+def _tool_call_ids(message: JsonObject) -> list[str] | None:
+    """Ids of the message's `toolCall` blocks, or None when the structure rules would refuse them
+    (an id that is missing, empty or repeated, or a name that is not a string)."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    ids: list[str] = []
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "toolCall":
+            continue
+        call_id, name = block.get("id"), block.get("name")
+        if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or call_id in ids:
+            return None
+        ids.append(call_id)
+    return ids
+
+
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    """The event that first carried an entry's message: what a copy cites and repeats."""
+
+    seq: int
+    type: str
+    message: JsonObject
+
+
+class BranchMapper:
+    """Maps entries, fed in path order, to events; a `SessionFold` of the events so far checks every
+    event as the service will and answers the structural questions (open turn, pending calls)."""
+
+    def __init__(self, header: JsonObject) -> None:
+        self.fold = SessionFold()
+        self.events: list[NewEvent] = []
+        self._owner = "head"
+        self._index = 0
+        self._origin: dict[str, _Origin] = {}
+        self._node: dict[str, int] = {}
+        self._path: list[JsonObject] = []
+        self._future: Counter[str] = Counter()
+        self._stop_reason: Any = None
+        self._emit(empty_system_head())
+        self._owner, self._index = "session", 0
+        self._emit(NewEvent(PI_SESSION, {PI_KEY: header}, ignorable=True))
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next event will have."""
+        return self.fold.next_seq
+
+    # --- driving ---------------------------------------------------------------------------
+
+    def expect(self, entries: Iterable[JsonObject]) -> None:
+        """Declare the entries that will be fed next (in order): their tool results decide whether
+        a step can end as soon as its assistant message or a result is in."""
+        self._future = Counter(c for c in map(_result_call_id, entries) if c is not None)
+
+    def feed(self, entry: JsonObject) -> None:
+        """Map one entry (the next on the path)."""
+        entry_id = entry.get("id")
+        self._owner, self._index = str(entry_id), 0
+        call_id = _result_call_id(entry)
+        if call_id is not None and self._future[call_id] > 0:
+            self._future[call_id] -= 1
+        kind = entry.get("type")
+        if kind == MESSAGE:
+            self._message(entry)
+        elif kind == COMPACTION:
+            self._compaction(entry)
+        elif kind in (CUSTOM_MESSAGE, BRANCH_SUMMARY) and (message := entry_message(entry)) is not None:
+            self._user_side(entry, message, in_message=MESSAGE_KEYS[str(kind)])
+        else:
+            self._ignorable(entry)
+        self._path.append(entry)
+
+    def finish(self) -> None:
+        """End of the branch: close the step and turn still open."""
+        self._owner, self._index = "end", 0
+        self._end_turn()
+
+    def fork(self) -> list[NewEvent]:
+        """Write what the service writes into a fork cut at the current end of the log, and return
+        it: `session/end-seed {inherited: true}`, then the closers of an open turn."""
+        written = [NewEvent(SESSION_END_SEED, {"inherited": True}), *self.fold.closers("forked")]
+        for event in written:
+            self._commit(event)
+        self._stop_reason = None
+        return written
+
+    # --- entries ---------------------------------------------------------------------------
+
+    def _message(self, entry: JsonObject) -> None:
+        message: JsonObject = entry["message"]
+        role = message.get("role")
+        if role == "assistant":
+            self._assistant(entry, message)
+        elif role == "toolResult":
+            self._tool_result(entry, message)
+        else:
+            self._user_side(entry, message, in_message=("message",))
+
+    def _assistant(self, entry: JsonObject, message: JsonObject) -> None:
+        calls = _tool_call_ids(message)
+        if calls is None:
+            self._user_side(entry, message, in_message=("message",), source=UNSTRUCTURED)
+            return
+        state = self.fold.structure
+        if state.open_step is not None and state.open_turn is not None:
+            self._emit(NewEvent(STEP_END, {"turn": state.open_turn, "step": state.open_step}))
+        if state.open_turn is None:
+            self._start_turn()
+        turn = state.open_turn
+        step = state.last_step + 1
+        self._emit(NewEvent(STEP_START, {"turn": turn, "step": step}))
+        self._surface(entry, ASSISTANT_MESSAGE, {"turn": turn, "step": step}, message, in_message=("message",))
+        self._stop_reason = message.get("stopReason")
+        if not any(self._future[c] > 0 for c in calls):
+            self._end_turn()
+
+    def _tool_result(self, entry: JsonObject, message: JsonObject) -> None:
+        state = self.fold.structure
+        call_id = message.get("toolCallId")
+        call = state.calls.get(call_id) if isinstance(call_id, str) and state.open_step is not None else None
+        if call is None or call.result_seq is not None:
+            self._user_side(entry, message, in_message=("message",), source=UNPAIRED_TOOL_RESULT)
+            return
+        position = {"turn": state.open_turn, "step": state.open_step}
+        self._surface(entry, TOOL_RESULT, position, message, in_message=("message",))
+        if not any(self._future[c.call_id] > 0 for c in state.pending_calls):
+            self._emit(NewEvent(STEP_END, position))
+
+    def _user_side(
+        self, entry: JsonObject, message: JsonObject, *, in_message: Sequence[str], source: str | None = None
+    ) -> None:
+        role = message.get("role")
+        if role == "user" and self.fold.open_turn is None:
+            self._start_turn()
+        kind = source or SOURCE_BY_ROLE.get(str(role), str(role))
+        event_type = USER_MESSAGE
+        if role == "system" and source is None and not is_empty_content(message.get("content")):
+            event_type = SYSTEM_MESSAGE
+        self._surface(entry, event_type, {}, message, in_message=in_message, source={"kind": kind})
+
+    def _ignorable(self, entry: JsonObject) -> None:
+        lifted, pi = split_entry(entry)
+        self._emit(NewEvent(pi_event_type(entry.get("type")), {**lifted, PI_KEY: pi}, ignorable=True))
+
+    def _compaction(self, entry: JsonObject) -> None:
+        lifted, pi = split_entry(entry)
+        summary_seq = self._emit(NewEvent(COMPACTION_SUMMARY, {**lifted, PI_KEY: pi}))
+        kept = self._kept(entry)
+        kept_nodes = [self._node[str(e["id"])] for e in kept]
+        body = self.fold.surface_view()["nodes"][1:]
+        data: JsonObject = {
+            "message": compaction_summary_message(entry),
+            "source": {"kind": COMPACTION_SOURCE_KIND, "entryId": entry.get("id")},
+        }
+        if not body:
+            self._emit(NewEvent(USER_MESSAGE, data, surface_op=APPEND, source_event_seqs=(summary_seq,)))
+            return
+        tail = len(body) - len(kept_nodes)
+        keep_in_place = tail > 0 and body[tail:] == kept_nodes
+        replaced = body[:tail] if keep_in_place else body
+        op = Replace(replaced[0], replaced[-1])
+        sources = tuple(sorted({*replaced, summary_seq}))
+        self._emit(NewEvent(USER_MESSAGE, data, surface_op=op, source_event_seqs=sources))
+        if keep_in_place:
+            return
+        for kept_entry in kept:
+            kept_id = str(kept_entry["id"])
+            origin = self._origin[kept_id]
+            copy = {"message": origin.message, "source": {"kind": COPY_SOURCE_KIND, "entryId": kept_id}}
+            seq = self._emit(NewEvent(origin.type, copy, surface_op=APPEND, source_event_seqs=(origin.seq,)))
+            self._node[kept_id] = seq
+
+    def _kept(self, compaction: JsonObject) -> list[JsonObject]:
+        """Entries before the compaction, from `firstKeptEntryId` on, that carry a message (Pi's
+        rule: none when the id is missing or not on the path before it)."""
+        if "firstKeptEntryId" not in compaction:
+            return []
+        first = compaction["firstKeptEntryId"]
+        for index, entry in enumerate(self._path):
+            if entry.get("id") == first:
+                return [e for e in self._path[index:] if str(e.get("id")) in self._node]
+        return []
+
+    # --- events ----------------------------------------------------------------------------
+
+    def _start_turn(self) -> None:
+        self._emit(NewEvent(TURN_START, {"turn": self.fold.last_turn + 1}))
+        self._stop_reason = None
+
+    def _end_turn(self) -> None:
+        state = self.fold.structure
+        turn = state.open_turn
+        if turn is None:
+            return
+        if state.open_step is not None:
+            self._emit(NewEvent(STEP_END, {"turn": turn, "step": state.open_step}))
+        self._emit(NewEvent(TURN_END, {"turn": turn, "reason": {"kind": turn_end_kind(self._stop_reason)}}))
+        self._stop_reason = None
+
+    def _surface(
+        self,
+        entry: JsonObject,
+        event_type: str,
+        position: JsonObject,
+        message: JsonObject,
+        *,
+        in_message: Sequence[str],
+        source: JsonObject | None = None,
+    ) -> None:
+        lifted, pi = split_entry(entry, in_message=in_message)
+        data: JsonObject = {**position, "message": message}
+        if source is not None:
+            data["source"] = source
+        data.update(lifted)
+        data[PI_KEY] = pi
+        seq = self._emit(NewEvent(event_type, data, surface_op=APPEND))
+        entry_id = str(entry.get("id"))
+        self._origin[entry_id] = _Origin(seq, event_type, message)
+        self._node[entry_id] = seq
+
+    def _emit(self, event: NewEvent) -> int:
+        seq = self._commit(replace(event, event_id=event_id(self._owner, self._index)))
+        self._index += 1
+        return seq
+
+    def _commit(self, event: NewEvent) -> int:
+        seq = self.fold.next_seq
+        try:
+            self.fold.apply(event.committed(seq, 0))
+        except SessionLogError as exc:
+            raise ValidationError(
+                exc.reason, f"Pi entry {self._owner}: {event.type} at seq {seq}: {exc.message}", entry=self._owner
+            ) from exc
+        self.events.append(event)
+        return seq
+
+
+# --- whole files -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedBranch:
+    """The events of one leaf's session.
+
+    For the main branch (`fork_seq` None) `events` is the whole log from seq 0. For a fork,
+    the child is the main log up to `fork_seq`, then `inherited` (what the service writes into a
+    fork), then `events`, its own, starting at seq `first_seq`.
+    """
+
+    leaf_id: str | None
+    path_ids: list[str]
+    events: list[NewEvent]
+    fork_seq: int | None = None
+    inherited: list[NewEvent] = field(default_factory=list)
+    first_own_entry: int = 0
+    """Index in `path_ids` of the first entry whose events are in `events`."""
+
+    @property
+    def first_seq(self) -> int:
+        """The seq of `events[0]` in this branch's session."""
+        if self.fork_seq is None:
+            return 0
+        return self.fork_seq + 1 + len(self.inherited)
+
+
+@dataclass(frozen=True, slots=True)
+class PiImport:
+    """A file mapped to sessions: the main branch (default leaf) first, then one fork per other leaf."""
+
+    header: JsonObject
+    branches: list[ImportedBranch]
+
+    @property
+    def main(self) -> ImportedBranch:
+        return self.branches[0]
+
+
+def map_path(header: JsonObject, path: Sequence[JsonObject]) -> list[NewEvent]:
+    """The whole log of one root → leaf path, as its own session (no fork)."""
+    mapper = BranchMapper(header)
+    mapper.expect(path)
+    for entry in path:
+        mapper.feed(entry)
+    mapper.finish()
+    return mapper.events
+
+
+def branch_events(pi_file: PiFile, leaf_id: str | None = None) -> list[NewEvent]:
+    """The whole log of the branch ending at `leaf_id` (default: Pi's leaf, the last entry)."""
+    tree = PiTree(pi_file.entries)
+    leaf = leaf_id if leaf_id is not None else tree.default_leaf()
+    return map_path(pi_file.header, tree.path(leaf) if leaf is not None else [])
+
+
+def import_pi(pi_file: PiFile) -> PiImport:
+    """The main branch and one fork per other leaf (leaves in file order)."""
+    tree = PiTree(pi_file.entries)
+    header = pi_file.header
+    main_leaf = tree.default_leaf()
+    main_path = tree.path(main_leaf) if main_leaf is not None else []
+    mapper = BranchMapper(header)
+    mapper.expect(main_path)
+    safe = [True]
+    for entry in main_path:
+        mapper.feed(entry)
+        safe.append(not mapper.fold.pending_calls)
+    mapper.finish()
+    main_ids = [str(e["id"]) for e in main_path]
+    branches = [ImportedBranch(main_leaf, main_ids, mapper.events)]
+    for leaf in tree.leaves():
+        if leaf == main_leaf:
+            continue
+        path = tree.path(leaf)
+        ids = [str(e["id"]) for e in path]
+        shared = 0
+        while shared < min(len(ids), len(main_ids)) and ids[shared] == main_ids[shared]:
+            shared += 1
+        cut = max(i for i in range(shared + 1) if safe[i])
+        child = BranchMapper(header)
+        child.expect(main_path)
+        for entry in main_path[:cut]:
+            child.feed(entry)
+        fork_seq = child.next_seq - 1
+        own_start = len(child.events)
+        inherited = child.fork()
+        own_start += len(inherited)
+        child.expect(path[cut:])
+        for entry in path[cut:]:
+            child.feed(entry)
+        child.finish()
+        branches.append(ImportedBranch(leaf, ids, child.events[own_start:], fork_seq, inherited, cut))
+    return PiImport(header, branches)
+
+
+__all__ = [
+    "BranchMapper",
+    "ImportedBranch",
+    "PiImport",
+    "branch_events",
+    "event_id",
+    "import_pi",
+    "map_path",
+    "pi_event_type",
+    "turn_end_kind",
+]

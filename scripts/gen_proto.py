@@ -18,8 +18,11 @@ def generate(out_dir: Path) -> None:
     """Compile every proto of sessionlog.v1 into `out_dir` (mirroring proto/)."""
     protos = sorted(str(p.relative_to(ROOT / "proto")) for p in (ROOT / "proto").rglob("*.proto"))
     include = str(Path(protoc.__file__).parent / "_proto")
+    bin_dir = Path(sys.executable).parent  # the mypy-protobuf plugins live beside this python
     args = [
         "protoc",
+        f"--plugin=protoc-gen-mypy={bin_dir / 'protoc-gen-mypy'}",
+        f"--plugin=protoc-gen-mypy_grpc={bin_dir / 'protoc-gen-mypy_grpc'}",
         f"-I{ROOT / 'proto'}",
         f"-I{include}",
         f"--python_out={out_dir}",

@@ -18,7 +18,6 @@ sys.path.insert(0, str(ROOT))
 from sessionlog.client import SessionLogClient  # noqa: E402
 from tests.support.servers import ServerThread  # noqa: E402
 
-
 HUGE = "line\n" * 2000
 
 
@@ -38,9 +37,7 @@ def log_only(kind: str, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def show(client: SessionLogClient, sid: str, title: str, out: list[str]) -> None:
-    events = [
-        {k: v for k, v in e.to_json().items() if k not in {"time", "eventId"}} for e in client.read_events(sid)
-    ]
+    events = [{k: v for k, v in e.to_json().items() if k not in {"time", "eventId"}} for e in client.read_events(sid)]
     out.append(f"### {title}\n\nThe log (`sessionlog events`, `time` and `eventId` left out):\n\n```json")
     out.extend(json.dumps(e, ensure_ascii=False) for e in events)
     out.append("```\n\nThe model history (`sessionlog history`):\n\n```json")
@@ -79,29 +76,56 @@ def compaction(client: SessionLogClient, out: list[str]) -> None:
     sid = "compaction"
     client.create_session(sid)
     with client.writer(sid) as w:
-        w.append([
-            surface("system/message", {"message": msg("system", "You are terse.")}),
-            surface("user/message", {"message": msg("user", "Summarise README.md")}),
-            log_only("turn/start", {"turn": 1}),
-            log_only("step/start", {"turn": 1, "step": 1}),
-            surface("assistant/message", {"turn": 1, "step": 1, "message": msg("assistant", "It describes sessionlog.")}),
-            log_only("step/end", {"turn": 1, "step": 1}),
-            log_only("turn/end", {"turn": 1, "reason": {"kind": "completed"}}),
-        ]).result()
-        w.append([
-            log_only("compaction/start", {}),
-            log_only("compaction/summary", {"summary": "User asked for a README summary; done.", "provider": "acme",
-                                            "model": "m-small", "tokensBefore": 1200,
-                                            "usage": {"input": 1200, "output": 40, "cacheRead": 0, "cacheWrite": 0,
-                                                      "totalTokens": 1240, "cost": {"total": 0.0013}}}),
-            surface("user/message", {"message": msg("user", "[Summary] User asked for a README summary; done."),
-                                     "source": {"kind": "compaction"}},
-                    op={"op": "replace", "startSeq": 1, "endSeq": 4}, sources=[1, 4]),
-            log_only("compaction/end", {}),
-        ]).result()
-    out.append("## 1. Compacting a range into a summary\n\nTurn 1 (user message and answer, seqs 1 and 4) is "
-               "replaced by one summary message; the summariser's usage sits on `compaction/summary`, so "
-               "`sessionlog stats` counts its cost.\n")
+        w.append(
+            [
+                surface("system/message", {"message": msg("system", "You are terse.")}),
+                surface("user/message", {"message": msg("user", "Summarise README.md")}),
+                log_only("turn/start", {"turn": 1}),
+                log_only("step/start", {"turn": 1, "step": 1}),
+                surface(
+                    "assistant/message", {"turn": 1, "step": 1, "message": msg("assistant", "It describes sessionlog.")}
+                ),
+                log_only("step/end", {"turn": 1, "step": 1}),
+                log_only("turn/end", {"turn": 1, "reason": {"kind": "completed"}}),
+            ]
+        ).result()
+        w.append(
+            [
+                log_only("compaction/start", {}),
+                log_only(
+                    "compaction/summary",
+                    {
+                        "summary": "User asked for a README summary; done.",
+                        "provider": "acme",
+                        "model": "m-small",
+                        "tokensBefore": 1200,
+                        "usage": {
+                            "input": 1200,
+                            "output": 40,
+                            "cacheRead": 0,
+                            "cacheWrite": 0,
+                            "totalTokens": 1240,
+                            "cost": {"total": 0.0013},
+                        },
+                    },
+                ),
+                surface(
+                    "user/message",
+                    {
+                        "message": msg("user", "[Summary] User asked for a README summary; done."),
+                        "source": {"kind": "compaction"},
+                    },
+                    op={"op": "replace", "startSeq": 1, "endSeq": 4},
+                    sources=[1, 4],
+                ),
+                log_only("compaction/end", {}),
+            ]
+        ).result()
+    out.append(
+        "## 1. Compacting a range into a summary\n\nTurn 1 (user message and answer, seqs 1 and 4) is "
+        "replaced by one summary message; the summariser's usage sits on `compaction/summary`, so "
+        "`sessionlog stats` counts its cost.\n"
+    )
     show(client, sid, "After the compaction", out)
 
 
@@ -110,26 +134,69 @@ def trim(client: SessionLogClient, out: list[str]) -> None:
     client.create_session(sid)
     huge = HUGE
     with client.writer(sid) as w:
-        w.append([
-            surface("system/message", {"message": msg("system", "You are a coding agent.")}),
-            surface("user/message", {"message": msg("user", "Show the log")}),
-            log_only("turn/start", {"turn": 1}),
-            log_only("step/start", {"turn": 1, "step": 1}),
-            surface("assistant/message", {"turn": 1, "step": 1, "message": {"role": "assistant", "content": [
-                {"type": "toolCall", "id": "c1", "name": "cat", "arguments": {"path": "app.log"}}]}}),
-            log_only("tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "cat", "arguments": '{"path":"app.log"}'}),
-            surface("tool/result", {"turn": 1, "step": 1, "message": {"role": "toolResult", "toolCallId": "c1",
-                                    "content": [{"type": "text", "text": huge}], "isError": False}}),
-        ]).result()
-        w.append([
-            surface("tool/result", {"turn": 1, "step": 1, "message": {"role": "toolResult", "toolCallId": "c1",
-                    "content": [{"type": "text", "text": "[2000 lines trimmed: 'line' repeated]"}], "isError": False}},
-                    op={"op": "replace", "startSeq": 6, "endSeq": 6}, sources=[6]),
-            log_only("step/end", {"turn": 1, "step": 1}),
-            log_only("turn/end", {"turn": 1, "reason": {"kind": "completed"}}),
-        ]).result()
-    out.append("## 2. Trimming a huge tool result\n\nA `tool/result` replace must cover exactly one tool result "
-               "and change only its `content` (the call id and error flag stay).\n")
+        w.append(
+            [
+                surface("system/message", {"message": msg("system", "You are a coding agent.")}),
+                surface("user/message", {"message": msg("user", "Show the log")}),
+                log_only("turn/start", {"turn": 1}),
+                log_only("step/start", {"turn": 1, "step": 1}),
+                surface(
+                    "assistant/message",
+                    {
+                        "turn": 1,
+                        "step": 1,
+                        "message": {
+                            "role": "assistant",
+                            "content": [
+                                {"type": "toolCall", "id": "c1", "name": "cat", "arguments": {"path": "app.log"}}
+                            ],
+                        },
+                    },
+                ),
+                log_only(
+                    "tool/call",
+                    {"turn": 1, "step": 1, "callId": "c1", "name": "cat", "arguments": '{"path":"app.log"}'},
+                ),
+                surface(
+                    "tool/result",
+                    {
+                        "turn": 1,
+                        "step": 1,
+                        "message": {
+                            "role": "toolResult",
+                            "toolCallId": "c1",
+                            "content": [{"type": "text", "text": huge}],
+                            "isError": False,
+                        },
+                    },
+                ),
+            ]
+        ).result()
+        w.append(
+            [
+                surface(
+                    "tool/result",
+                    {
+                        "turn": 1,
+                        "step": 1,
+                        "message": {
+                            "role": "toolResult",
+                            "toolCallId": "c1",
+                            "content": [{"type": "text", "text": "[2000 lines trimmed: 'line' repeated]"}],
+                            "isError": False,
+                        },
+                    },
+                    op={"op": "replace", "startSeq": 6, "endSeq": 6},
+                    sources=[6],
+                ),
+                log_only("step/end", {"turn": 1, "step": 1}),
+                log_only("turn/end", {"turn": 1, "reason": {"kind": "completed"}}),
+            ]
+        ).result()
+    out.append(
+        "## 2. Trimming a huge tool result\n\nA `tool/result` replace must cover exactly one tool result "
+        "and change only its `content` (the call id and error flag stay).\n"
+    )
     show(client, sid, "After the trim", out)
 
 
@@ -139,21 +206,31 @@ def voice(client: SessionLogClient, out: list[str]) -> None:
     answer = "The train leaves at 9:40 from platform 4, and you can buy tickets on board."
     heard = "The train leaves at 9:40 from platform 4,"
     with client.writer(sid) as w:
-        w.append([
-            surface("system/message", {"message": msg("system", "You are a voice assistant.")}),
-            surface("user/message", {"message": msg("user", "When is the next train?")}),
-            log_only("turn/start", {"turn": 1}),
-            log_only("step/start", {"turn": 1, "step": 1}),
-            surface("assistant/message", {"turn": 1, "step": 1, "message": msg("assistant", answer)}),
-            log_only("step/end", {"turn": 1, "step": 1}),
-            log_only("turn/end", {"turn": 1, "reason": {"kind": "aborted"}}),
-        ]).result()
-        w.append([
-            surface("assistant/message", {"turn": 1, "step": 1, "message": msg("assistant", heard), "interrupted": True},
-                    op={"op": "replace", "startSeq": 4, "endSeq": 4}, sources=[4]),
-        ]).result()
-    out.append("## 3. Replacing an interrupted voice answer by the part the user heard\n\nThe user barged in; "
-               "the next request must contain what was heard, not what was generated.\n")
+        w.append(
+            [
+                surface("system/message", {"message": msg("system", "You are a voice assistant.")}),
+                surface("user/message", {"message": msg("user", "When is the next train?")}),
+                log_only("turn/start", {"turn": 1}),
+                log_only("step/start", {"turn": 1, "step": 1}),
+                surface("assistant/message", {"turn": 1, "step": 1, "message": msg("assistant", answer)}),
+                log_only("step/end", {"turn": 1, "step": 1}),
+                log_only("turn/end", {"turn": 1, "reason": {"kind": "aborted"}}),
+            ]
+        ).result()
+        w.append(
+            [
+                surface(
+                    "assistant/message",
+                    {"turn": 1, "step": 1, "message": msg("assistant", heard), "interrupted": True},
+                    op={"op": "replace", "startSeq": 4, "endSeq": 4},
+                    sources=[4],
+                ),
+            ]
+        ).result()
+    out.append(
+        "## 3. Replacing an interrupted voice answer by the part the user heard\n\nThe user barged in; "
+        "the next request must contain what was heard, not what was generated.\n"
+    )
     show(client, sid, "After the replace", out)
 
 

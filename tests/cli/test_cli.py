@@ -17,7 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def run(server: ServerThread, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SESSIONLOG_SERVER": server.target}
     return subprocess.run(
-        [sys.executable, "-m", "sessionlog", *args], input=stdin, capture_output=True, text=True, env=env, cwd=ROOT,
+        [sys.executable, "-m", "sessionlog", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
         timeout=60,
     )
 
@@ -41,7 +46,9 @@ def test_create_append_events_sessions(server: ServerThread, sid: str) -> None:
     events = [json.loads(line) for line in run(server, "events", sid).stdout.splitlines()]
     assert [e["seq"] for e in events] == [0, 1, 2, 3]
     assert events[2]["eventId"] == "n1" and events[2]["data"] == {"n": 1} and events[2]["time"] != 5
-    assert [e["seq"] for e in map(json.loads, run(server, "events", sid, "--from", "1", "--to", "2").stdout.splitlines())] == [1, 2]
+    assert [
+        e["seq"] for e in map(json.loads, run(server, "events", sid, "--from", "1", "--to", "2").stdout.splitlines())
+    ] == [1, 2]
     retry = run(server, "append", sid, stdin=lines({**note, "eventId": "n1"}))
     assert retry.stdout.split() == ["2"]
     listed = [json.loads(line)["id"] for line in run(server, "sessions").stdout.splitlines()]
@@ -65,8 +72,13 @@ def test_append_streams_and_holds_the_lease(server: ServerThread, sid: str) -> N
     run(server, "create", "--id", sid)
     env = {**os.environ, "SESSIONLOG_SERVER": server.target}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sessionlog", "append", sid], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+        [sys.executable, "-m", "sessionlog", "append", sid],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
     )
     assert proc.stdin and proc.stdout
     proc.stdin.write(lines({"type": "test/n", "data": {}, "ignorable": True}))
@@ -85,8 +97,12 @@ def test_tail_follows_new_events(server: ServerThread, sid: str) -> None:
     run(server, "append", sid, stdin=lines({"type": "test/n", "data": {"i": 0}, "ignorable": True}))
     env = {**os.environ, "SESSIONLOG_SERVER": server.target}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sessionlog", "tail", sid], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env, cwd=ROOT,
+        [sys.executable, "-m", "sessionlog", "tail", sid],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
     )
     try:
         assert proc.stdout

@@ -6,7 +6,12 @@ from typing import Any
 
 
 def user(text: str, **extra: Any) -> dict[str, Any]:
-    return {"type": "user/message", "data": {"message": {"role": "user", "content": text}}, "surfaceOp": "append", **extra}
+    return {
+        "type": "user/message",
+        "data": {"message": {"role": "user", "content": text}},
+        "surfaceOp": "append",
+        **extra,
+    }
 
 
 def system(text: str) -> dict[str, Any]:
@@ -34,7 +39,9 @@ def step_end(turn: int, step: int) -> dict[str, Any]:
     return {"type": "step/end", "data": {"turn": turn, "step": step}}
 
 
-def assistant(turn: int, step: int, text: str = "", calls: tuple[tuple[str, str], ...] = (), usage: dict[str, Any] | None = None) -> dict[str, Any]:
+def assistant(
+    turn: int, step: int, text: str = "", calls: tuple[tuple[str, str], ...] = (), usage: dict[str, Any] | None = None
+) -> dict[str, Any]:
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     content += [{"type": "toolCall", "id": cid, "name": name, "arguments": {}} for cid, name in calls]
     data: dict[str, Any] = {"turn": turn, "step": step, "message": {"role": "assistant", "content": content}}
@@ -44,9 +51,17 @@ def assistant(turn: int, step: int, text: str = "", calls: tuple[tuple[str, str]
 
 
 def tool_call(turn: int, step: int, call_id: str, name: str) -> dict[str, Any]:
-    return {"type": "tool/call", "data": {"turn": turn, "step": step, "callId": call_id, "name": name, "arguments": "{}"}}
+    return {
+        "type": "tool/call",
+        "data": {"turn": turn, "step": step, "callId": call_id, "name": name, "arguments": "{}"},
+    }
 
 
 def tool_result(turn: int, step: int, call_id: str, text: str, is_error: bool = False) -> dict[str, Any]:
-    message = {"role": "toolResult", "toolCallId": call_id, "content": [{"type": "text", "text": text}], "isError": is_error}
+    message = {
+        "role": "toolResult",
+        "toolCallId": call_id,
+        "content": [{"type": "text", "text": text}],
+        "isError": is_error,
+    }
     return {"type": "tool/result", "data": {"turn": turn, "step": step, "message": message}, "surfaceOp": "append"}

@@ -23,7 +23,10 @@ RESTARTS = int(os.environ.get("SESSIONLOG_FAULT_RESTARTS", "20"))
 def test_killed_harness_is_repaired_exactly_on_resume(server: ServerThread, sid: str) -> None:
     harness = subprocess.Popen(
         [sys.executable, "-m", "tests.support.harness", server.target, sid],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert harness.stdout and harness.stdout.readline().strip() == "ready"
@@ -34,7 +37,10 @@ def test_killed_harness_is_repaired_exactly_on_resume(server: ServerThread, sid:
     while True:  # another process resumes once the dead writer's stream is gone
         resumer = subprocess.run(
             [sys.executable, "-m", "sessionlog", "--server", server.target, "resume", sid],
-            cwd=ROOT, capture_output=True, text=True, timeout=60,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if resumer.returncode == 0 or time.monotonic() > deadline or "WRITER_HELD" not in resumer.stderr:
             break
@@ -61,7 +67,9 @@ def test_racing_resumes_exactly_one_gets_the_lease(server: ServerThread, sid: st
     with SessionLogClient(server.target) as client:
         client.create_session(sid)
     cmd = [sys.executable, "-m", "sessionlog", "--server", server.target, "resume", sid, "--keep"]
-    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     results = [(p.wait(timeout=60), p.stderr.read() if p.stderr else "") for p in procs]
     codes = sorted(code for code, _ in results)
     assert codes[0] == 0 and codes[1] != 0, results
@@ -84,7 +92,11 @@ class TurnWriter(threading.Thread):
             writer = self._open(client)
             while not self.stop.is_set():
                 turn += 1
-                batches = [[turn_start(turn)], *[[note(turn * 100 + i) for i in range(5)] for _ in range(3)], [turn_end(turn)]]
+                batches = [
+                    [turn_start(turn)],
+                    *[[note(turn * 100 + i) for i in range(5)] for _ in range(3)],
+                    [turn_end(turn)],
+                ]
                 for batch in batches:
                     events = [dict(e, eventId=f"{self.sid}-{turn}-{len(self.acked)}-{i}") for i, e in enumerate(batch)]
                     try:
@@ -99,7 +111,9 @@ class TurnWriter(threading.Thread):
         deadline = time.monotonic() + 60
         while True:
             try:
-                return client.writer(self.sid, writer_id=f"w-{self.sid}", create_if_missing=True, reconnect_attempts=200)
+                return client.writer(
+                    self.sid, writer_id=f"w-{self.sid}", create_if_missing=True, reconnect_attempts=200
+                )
             except SessionLogError:
                 if time.monotonic() > deadline:
                     raise

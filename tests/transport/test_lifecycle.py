@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import NotFound, ValidationError, WriterHeld
+from sessionlog.core.errors import NotFound, OwnershipLost, ValidationError, WriterHeld
 from tests.support.events import assistant, note, step_start, system, tool_call, turn_end, turn_start, user
 from tests.support.servers import ServerThread
 
@@ -33,7 +33,14 @@ def test_resume_repairs_an_open_turn_and_marks_the_seed(client: SessionLogClient
         assert header.reason == "initial"
     events = list(client.read_events(sid))
     repair = events[6:]
-    assert [e.type for e in repair] == ["tool/result", "tool/result", "step/end", "turn/end", "session/end-seed", "request/header"]
+    assert [e.type for e in repair] == [
+        "tool/result",
+        "tool/result",
+        "step/end",
+        "turn/end",
+        "session/end-seed",
+        "request/header",
+    ]
     assert repair[0].data["error"]["code"] == "TOOL_OUTCOME_UNKNOWN" and repair[0].source_event_seqs == (5,)
     assert repair[0].data["message"]["toolCallId"] == "a" and repair[0].data["message"]["isError"] is True
     assert repair[1].data["error"]["code"] == "TOOL_NOT_STARTED" and repair[1].source_event_seqs == ()
@@ -122,7 +129,12 @@ def test_start_up_repairs_abandoned_turns(fresh_db: str, sid: str) -> None:
     try:
         with SessionLogClient(second.target) as client:
             assert not client.get_session(sid).open_turn
-            assert [e.type for e in client.read_events(sid, from_seq=6)] == ["tool/result", "tool/result", "step/end", "turn/end"]
+            assert [e.type for e in client.read_events(sid, from_seq=6)] == [
+                "tool/result",
+                "tool/result",
+                "step/end",
+                "turn/end",
+            ]
     finally:
         second.stop()
 
@@ -140,7 +152,7 @@ def test_expired_lease_mid_turn_is_repaired(db_url: str, sid: str) -> None:
             while client.get_session(sid).open_turn and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert not client.get_session(sid).open_turn
-            with pytest.raises(Exception):  # the silent writer is fenced out
+            with pytest.raises(OwnershipLost):  # the silent writer is fenced out
                 client.append(sid, lease, [note(1)])
             assert server.service.repairs_written >= 1
     finally:
@@ -149,6 +161,5 @@ def test_expired_lease_mid_turn_is_repaired(db_url: str, sid: str) -> None:
 
 def test_resume_refused_while_another_writer_is_live(client: SessionLogClient, sid: str) -> None:
     client.create_session(sid)
-    with client.writer(sid, writer_id="live"):
-        with pytest.raises(WriterHeld):
-            client.resume(sid)
+    with client.writer(sid, writer_id="live"), pytest.raises(WriterHeld):
+        client.resume(sid)

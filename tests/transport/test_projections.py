@@ -9,10 +9,26 @@ import pytest
 from sessionlog.client import SessionLogClient
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import NotFound, ValidationError
-from tests.support.events import assistant, step_end, step_start, system, tool_call, tool_result, turn_end, turn_start, user
+from tests.support.events import (
+    assistant,
+    step_end,
+    step_start,
+    system,
+    tool_call,
+    tool_result,
+    turn_end,
+    turn_start,
+    user,
+)
 
-USAGE = {"input": 100, "output": 20, "cacheRead": 50, "cacheWrite": 5, "totalTokens": 175,
-         "cost": {"input": 0.1, "output": 0.2, "cacheRead": 0.01, "cacheWrite": 0.02, "total": 0.33}}
+USAGE = {
+    "input": 100,
+    "output": 20,
+    "cacheRead": 50,
+    "cacheWrite": 5,
+    "totalTokens": 175,
+    "cost": {"input": 0.1, "output": 0.2, "cacheRead": 0.01, "cacheWrite": 0.02, "total": 0.33},
+}
 HEADER = {"config": {"provider": "acme", "model": "m-1", "maxTokens": 1000}, "tools": [{"name": "bash"}]}
 
 
@@ -21,12 +37,12 @@ def one_turn(turn: int, text: str) -> list[dict]:
         user(text),
         turn_start(turn),
         step_start(turn, 1),
-        assistant(turn, 1, "", calls=(("c%d" % turn, "bash"),), usage=USAGE),
-        tool_call(turn, 1, "c%d" % turn, "bash"),
-        tool_result(turn, 1, "c%d" % turn, "out %d" % turn),
+        assistant(turn, 1, "", calls=((f"c{turn}", "bash"),), usage=USAGE),
+        tool_call(turn, 1, f"c{turn}", "bash"),
+        tool_result(turn, 1, f"c{turn}", f"out {turn}"),
         step_end(turn, 1),
         step_start(turn, 2),
-        assistant(turn, 2, "done %d" % turn, usage=USAGE),
+        assistant(turn, 2, f"done {turn}", usage=USAGE),
         step_end(turn, 2),
         turn_end(turn),
     ]
@@ -44,16 +60,21 @@ def test_header_reasons_initial_nothing_change_series_resume(client: SessionLogC
         assert changed.reason == "change" and changed.changed_fields == ["model"]
         # a compaction: replace the range after node 0 by a summary
         history_seqs = client.surface(sid)["nodes"]
-        summary = {"type": "user/message", "data": {"message": {"role": "user", "content": "summary"},
-                   "source": {"kind": "compaction"}}, "surfaceOp": {"op": "replace", "startSeq": history_seqs[1],
-                   "endSeq": history_seqs[-1]}, "sourceEventSeqs": history_seqs[1:]}
+        summary = {
+            "type": "user/message",
+            "data": {"message": {"role": "user", "content": "summary"}, "source": {"kind": "compaction"}},
+            "surfaceOp": {"op": "replace", "startSeq": history_seqs[1], "endSeq": history_seqs[-1]},
+            "sourceEventSeqs": history_seqs[1:],
+        }
         writer.append([summary]).result()
         series = writer.report_header({**HEADER, "config": {**HEADER["config"], "model": "m-2"}}).result()
         assert (series.reason, series.starts_series) == ("series", True)
     with client.writer(sid) as again:
         resumed = again.report_header(HEADER).result()
         assert resumed.reason == "resume" and resumed.changed_fields == ["model"]
-    kinds = [(e.data["reason"], e.data.get("startsSeries")) for e in client.read_events(sid) if e.type == "request/header"]
+    kinds = [
+        (e.data["reason"], e.data.get("startsSeries")) for e in client.read_events(sid) if e.type == "request/header"
+    ]
     assert kinds == [("initial", None), ("change", None), ("series", None), ("resume", None)]
 
 
@@ -66,7 +87,11 @@ def test_projections_follow_the_log_and_at_seq(client: SessionLogClient, sid: st
     events = list(client.read_events(sid))
     history = client.model_history(sid)
     assert [m["role"] for m in history] == ["system", "user", "assistant", "toolResult", "assistant"] * 1 + [
-        "user", "assistant", "toolResult", "assistant"]
+        "user",
+        "assistant",
+        "toolResult",
+        "assistant",
+    ]
     at = next(e.seq for e in events if e.type == "turn/end")
     assert len(client.model_history(sid, at_seq=at)) == 5
     view = client.request(sid)

@@ -8,7 +8,14 @@ import grpc
 import pytest
 
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, NotFound, OwnershipLost, ValidationError, WriterHeld
+from sessionlog.core.errors import (
+    ExpectedSeqMismatch,
+    LimitExceeded,
+    NotFound,
+    OwnershipLost,
+    ValidationError,
+    WriterHeld,
+)
 from tests.support.events import note, user
 from tests.support.servers import ServerThread
 
@@ -133,7 +140,8 @@ def append_raw(client: SessionLogClient, sid: str, lease: object, events: list[d
     import json
 
     from sessionlog.errors import from_rpc_error
-    from sessionlog.v1 import event_pb2, session_service_pb2 as pb
+    from sessionlog.v1 import event_pb2
+    from sessionlog.v1 import session_service_pb2 as pb
 
     messages = []
     for event in events:
@@ -151,7 +159,8 @@ def append_raw(client: SessionLogClient, sid: str, lease: object, events: list[d
 
 
 def test_nan_and_bad_utf8_payloads_are_refused(client: SessionLogClient, sid: str) -> None:
-    from sessionlog.v1 import event_pb2, session_service_pb2 as pb
+    from sessionlog.v1 import event_pb2
+    from sessionlog.v1 import session_service_pb2 as pb
 
     client.create_session(sid)
     lease = client.acquire_lease(sid)
@@ -163,7 +172,9 @@ def test_nan_and_bad_utf8_payloads_are_refused(client: SessionLogClient, sid: st
         (b'{"x": ', "MALFORMED_JSON"),
     ]:
         request = pb.AppendEventsRequest(
-            session_id=sid, writer_id=lease.writer_id, epoch=lease.epoch,
+            session_id=sid,
+            writer_id=lease.writer_id,
+            epoch=lease.epoch,
             events=[event_pb2.NewEvent(type="test/raw", ignorable=True, data_json=raw)],
         )
         with pytest.raises(grpc.RpcError) as refused:
@@ -209,7 +220,9 @@ def test_twenty_megabyte_payload_round_trips(client: SessionLogClient, sid: str)
     big = "".join(chr(0x41 + i % 26) for i in range(1000)) * 20_000 + "é中😀"
     client.create_session(sid)
     with client.writer(sid) as writer:
-        writer.append([user("run it"), {"type": "test/out", "ignorable": True, "data": {"out": big, "again": big}}]).result()
+        writer.append(
+            [user("run it"), {"type": "test/out", "ignorable": True, "data": {"out": big, "again": big}}]
+        ).result()
     events = list(client.read_events(sid))
     assert events[-1].data == {"out": big, "again": big}
     assert events[1].data["message"]["content"] == "run it"
@@ -219,7 +232,7 @@ def test_nul_characters_round_trip(client: SessionLogClient, sid: str) -> None:
     client.create_session(sid)
     with client.writer(sid) as writer:
         writer.append([{"type": "test/bin", "ignorable": True, "data": {"out": "a\x00b", "k": ["\x00"]}}]).result()
-    assert list(client.read_events(sid))[0].data == {"out": "a\x00b", "k": ["\x00"]}
+    assert next(iter(client.read_events(sid))).data == {"out": "a\x00b", "k": ["\x00"]}
 
 
 def test_group_commit_shares_transactions(client: SessionLogClient, server: ServerThread) -> None:

@@ -9,7 +9,7 @@ without defensive copies. JSON names follow the SPEC (`eventId`, `surfaceOp`,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from sessionlog.core.errors import ValidationError
 
@@ -28,7 +28,7 @@ class Replace:
 
 
 APPEND: Literal["append"] = "append"
-SurfaceOp = Union[Literal["append"], Replace]
+SurfaceOp = Literal["append"] | Replace
 
 
 def surface_op_to_json(op: SurfaceOp | None) -> Any:

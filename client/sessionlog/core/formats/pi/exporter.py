@@ -16,8 +16,8 @@ at its last entry, the leaf, and builds the same context the session's model his
   session is then only approximated by the exported file.
 
 Lines are written as Pi's `JSON.stringify` writes them (`jsjson`: compact, non-ASCII and U+2028
-raw, numbers laid out the JavaScript way), each ending in LF: an imported entry whose fields kept
-their order comes back as the very bytes Pi wrote.
+raw, numbers laid out the JavaScript way), each ending in LF: an imported entry whose nested
+objects kept their key order (pure folds, SQLite) comes back as the very bytes Pi wrote.
 """
 
 from __future__ import annotations
@@ -30,7 +30,14 @@ from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.formats.pi.context import ms_to_iso
 from sessionlog.core.formats.pi.entries import CURRENT_VERSION, HEADER_TYPE, MESSAGE
 from sessionlog.core.formats.pi.jsjson import stringify
-from sessionlog.core.formats.pi.layout import PI_KEY, PI_SESSION, entry_of, order_entry, rebuild_entry
+from sessionlog.core.formats.pi.layout import (
+    PI_KEY,
+    PI_SESSION,
+    entry_of,
+    order_entry,
+    order_header,
+    rebuild_entry,
+)
 from sessionlog.core.messages import is_copy, is_replace, project_message
 
 
@@ -76,7 +83,7 @@ def export_pi(events: Iterable[Event], *, session_id: str | None = None, cwd: st
         if event.type == PI_SESSION:
             pi = event.data.get(PI_KEY)
             if header is None and isinstance(pi, dict):
-                header = dict(pi)
+                header = order_header(pi)
             continue
         if is_copy(event) or is_replace(event):
             continue

@@ -159,7 +159,7 @@ def _result_call_id(entry: JsonObject) -> str | None:
     return call_id if isinstance(call_id, str) else None
 
 
-def _tool_call_ids(message: JsonObject) -> list[str] | None:
+def tool_call_ids(message: JsonObject) -> list[str] | None:
     """Ids of the message's `toolCall` blocks, or None when the structure rules would refuse them
     (an id that is missing, empty or repeated, or a name that is not a string)."""
     content = message.get("content")
@@ -260,7 +260,7 @@ class BranchMapper:
             self._user_side(entry, message, in_message=("message",))
 
     def _assistant(self, entry: JsonObject, message: JsonObject) -> None:
-        calls = _tool_call_ids(message)
+        calls = tool_call_ids(message)
         if calls is None:
             self._user_side(entry, message, in_message=("message",), source=UNSTRUCTURED)
             return
@@ -504,5 +504,6 @@ __all__ = [
     "import_pi",
     "map_path",
     "pi_event_type",
+    "tool_call_ids",
     "turn_end_kind",
 ]

@@ -16,7 +16,9 @@ export can rebuild it exactly (id, parentId, timestamp, unknown fields and all):
 
 Rebuilding is `{**data.pi, **lifted fields present in data, **fields read back from the message}`,
 keys put in the order Pi writes them (`ENTRY_KEY_ORDER`; unknown keys after, in stored order). A
-PostgreSQL JSONB column does not keep key order, which is why the order is restored by rule.
+PostgreSQL JSONB column does not keep key order, which is why the order of entries and of the
+header is restored by rule; objects nested inside them (messages, content blocks) come back in the
+order the storage gives, so an export from PostgreSQL equals Pi's file as JSON, not byte for byte.
 
 Other events the importer writes (turn and step brackets, compaction landings, model-only copies)
 carry no `data.pi`, so "the events that carry `data.pi`, in seq order" is the branch, entry by
@@ -83,6 +85,9 @@ ENTRY_KEY_ORDER: dict[str, tuple[str, ...]] = {
 }
 """The key order of each entry type as Pi 0.73 writes it (observed in files Pi wrote)."""
 
+HEADER_KEY_ORDER: tuple[str, ...] = ("type", "version", "id", "timestamp", "cwd", "parentSession")
+"""The key order of the session header as Pi writes it."""
+
 
 def split_entry(entry: JsonObject, *, in_message: Iterable[str] = ()) -> tuple[JsonObject, JsonObject]:
     """`(lifted, pi)`: the fields to put at the top of `data`, and the rest for `data.pi`.
@@ -128,8 +133,17 @@ def order_entry(entry: JsonObject) -> JsonObject:
     """The entry's keys in the order Pi writes them; unknown keys after, in their given order."""
     kind = entry.get("type")
     order = ENTRY_KEY_ORDER.get(kind, BASE_KEYS) if isinstance(kind, str) else BASE_KEYS
-    out: JsonObject = {key: entry[key] for key in order if key in entry}
-    for key, value in entry.items():
+    return _ordered(entry, order)
+
+
+def order_header(header: JsonObject) -> JsonObject:
+    """The header's keys in the order Pi writes them; others (v1 extras, newer fields) after."""
+    return _ordered(header, HEADER_KEY_ORDER)
+
+
+def _ordered(obj: JsonObject, order: tuple[str, ...]) -> JsonObject:
+    out: JsonObject = {key: obj[key] for key in order if key in obj}
+    for key, value in obj.items():
         if key not in out:
             out[key] = value
     return out

@@ -1,0 +1,282 @@
+"""Moving sessions in and out of a server: `import`, `export` and `ingest` (SPEC §10, §11, seed 002).
+
+- `import FILE... [--format pi|sessionlog] [--id ID]` prints `{"sessions": [{"id", "file", "leaf"}]}`.
+  A Pi file becomes one session per leaf: the branch of its default leaf (the last entry) first,
+  then every other leaf as a fork of it at their divergence point (`ForkSession`, the prefix
+  shared, not copied) followed by that leaf's own entries (`core.formats.pi.importer` says how
+  entries map to events and where the cut lands). `--id` names the main session (one FILE only);
+  forks are then `ID.<leafId>`; without it the ids are generated. A sessionlog export (SPEC §10)
+  becomes one session with the same events (the service assigns new commit times); `leaf` is null.
+- `export SESSION_ID --format pi|sessionlog [-o FILE]` writes a Pi v3 file (the session's branch,
+  entries as they were imported) or the project's own JSONL, to stdout or atomically to FILE.
+- `ingest SESSION_ID --format pi-events < events.jsonl` appends what a `pi --mode json` run did
+  (`core.formats.pi.ingest`), batch by batch as stdin is read, and prints a summary. A message that
+  never got its `message_end` is reported on stderr and kept as an `assistant/attempt` with the
+  partial message, never dropped.
+
+Events are appended through one streaming writer per session, in batches of `BATCH_EVENTS`, each
+sent with the seq it must start at: an import's compaction replaces and copies cite seqs, so a log
+that is not exactly where the plan says fails loudly instead of citing the wrong events. Every
+imported event carries a deterministic eventId, so a batch re-sent after a reconnect is not
+appended twice.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from sessionlog.cli.common import connect, describe, fail, print_json
+from sessionlog.client import SessionLogClient
+from sessionlog.core import validate
+from sessionlog.core.errors import SessionLogError
+from sessionlog.core.events import NewEvent
+from sessionlog.core.fold import SessionFold
+from sessionlog.core.formats.jsonl import DEFAULT_READ_CHUNK_BYTES, JsonlReader, read_file_numbered
+from sessionlog.core.formats.pi.exporter import export_pi
+from sessionlog.core.formats.pi.importer import import_pi
+from sessionlog.core.formats.pi.ingest import StreamIngest
+from sessionlog.core.formats.pi.load import load_pi_file
+from sessionlog.core.formats.pi.stream import IncompleteMessage, PiStreamParser, StreamItem
+from sessionlog.core.formats.sessionlog_file import parse_sessionlog_objects, sessionlog_lines
+
+BATCH_EVENTS = 300
+
+
+class ImportFormat(StrEnum):
+    pi = "pi"
+    sessionlog = "sessionlog"
+
+
+class ExportFormat(StrEnum):
+    pi = "pi"
+    sessionlog = "sessionlog"
+
+
+class IngestFormat(StrEnum):
+    pi_events = "pi-events"
+
+
+def register(app: typer.Typer) -> None:
+    """Add `import`, `export` and `ingest` to `app`."""
+    app.command("import")(import_command)
+    app.command("export")(export_command)
+    app.command("ingest")(ingest_command)
+
+
+# --- import ------------------------------------------------------------------------------------
+
+
+def import_command(
+    files: Annotated[list[Path], typer.Argument(help="Session files to import.", exists=True, dir_okay=False)],
+    fmt: Annotated[ImportFormat, typer.Option("--format", help="The files' format.")] = ImportFormat.pi,
+    session_id: Annotated[
+        str | None, typer.Option("--id", help="Id of the (main) session; forks get ID.<leafId>. One FILE only.")
+    ] = None,
+) -> None:
+    """Import session files; print the sessions created (for Pi: the default leaf first, then forks)."""
+    if session_id is not None and len(files) > 1:
+        raise fail("--id names one session: import one FILE at a time with it")
+    sessions: list[dict[str, Any]] = []
+    with connect() as client:
+        for path in files:
+            try:
+                if fmt == ImportFormat.pi:
+                    sessions += import_pi_file(client, path, session_id)
+                else:
+                    sessions.append(import_sessionlog_file(client, path, session_id))
+            except SessionLogError as exc:
+                raise fail(f"{path}: {describe(exc)}") from None
+    print_json({"sessions": sessions})
+
+
+def import_pi_file(client: SessionLogClient, path: Path, session_id: str | None) -> list[dict[str, Any]]:
+    """Create the main session and one fork per other leaf; returns their `{id, file, leaf}`."""
+    plan = import_pi(load_pi_file(path))
+    header = plan.header
+    main_id = session_id or str(uuid.uuid4())
+    cwd = header.get("cwd") if isinstance(header.get("cwd"), str) else None
+    metadata = {"pi": {"sessionId": header.get("id"), "file": str(path)}}
+    client.create_session(main_id, cwd=cwd or None, metadata=metadata)
+    append_planned(client, main_id, plan.main.events, first_seq=0)
+    out = [{"id": main_id, "file": str(path), "leaf": plan.main.leaf_id}]
+    for branch in plan.branches[1:]:
+        assert branch.fork_seq is not None
+        child_id = _fork_id(main_id, branch.leaf_id) if session_id is not None else None
+        child = client.fork(main_id, branch.fork_seq, child_id)
+        append_planned(client, child.id, branch.events, first_seq=branch.first_seq)
+        out.append({"id": child.id, "file": str(path), "leaf": branch.leaf_id})
+    return out
+
+
+def _fork_id(main_id: str, leaf: str | None) -> str | None:
+    """`<main>.<leaf>` when that is a valid session id, else None (the service names the fork)."""
+    candidate = f"{main_id}.{leaf}"
+    try:
+        validate.check_session_id(candidate)
+    except SessionLogError:
+        return None
+    return candidate
+
+
+def import_sessionlog_file(client: SessionLogClient, path: Path, session_id: str | None) -> dict[str, Any]:
+    """One session with the export's events (new commit times); returns its `{id, file, leaf}`."""
+    export = parse_sessionlog_objects(read_file_numbered(path, JsonlReader()))
+    session = export.session
+    new_id = session_id or str(uuid.uuid4())
+    cwd = session.get("cwd") if isinstance(session.get("cwd"), str) else None
+    metadata = session.get("metadata") if isinstance(session.get("metadata"), dict) else None
+    client.create_session(new_id, cwd=cwd or None, metadata=metadata or None)
+    append_planned(client, new_id, [event.as_new() for event in export.events], first_seq=0)
+    return {"id": new_id, "file": str(path), "leaf": None}
+
+
+def append_planned(client: SessionLogClient, session_id: str, events: Sequence[NewEvent], *, first_seq: int) -> None:
+    """Append `events` so that the first lands at `first_seq`, in pipelined batches, each checked
+    against the seq it must start at; returns once all are durable."""
+    with client.writer(session_id, create_if_missing=True) as writer:
+        if writer.next_seq != first_seq:
+            raise SessionLogError(
+                "IMPORT_SEQ_MISMATCH",
+                f"session {session_id!r} is at seq {writer.next_seq}, the import expected {first_seq}",
+            )
+        for start in range(0, len(events), BATCH_EVENTS):
+            writer.append(events[start : start + BATCH_EVENTS], expected_next_seq=first_seq + start)
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+def export_command(
+    session_id: Annotated[str, typer.Argument(help="The session to export.")],
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="pi: a Pi v3 session file; sessionlog: SPEC §10.")],
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (atomically), not stdout.")] = None,
+) -> None:
+    """Export a session as a Pi session file or as sessionlog JSON Lines."""
+    with connect() as client:
+        info = client.get_session(session_id)
+        events = list(client.read_events(session_id))
+    try:
+        if fmt == ExportFormat.pi:
+            lines: Iterable[str] = list(export_pi(events, session_id=info.id, cwd=info.cwd).lines())
+        else:
+            session = {k: v for k, v in info.to_json().items() if k != "lease"}
+            lines = list(sessionlog_lines(session, events))
+    except SessionLogError as exc:
+        raise fail(describe(exc)) from None
+    if output is None:
+        _write_stdout(lines)
+    else:
+        _write_atomically(output, lines)
+
+
+def _write_stdout(lines: Iterable[str]) -> None:
+    """UTF-8 bytes whatever the locale (Pi files hold emoji and raw U+2028)."""
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    for line in lines:
+        if buffer is not None:
+            buffer.write(line.encode("utf-8"))
+        else:
+            sys.stdout.write(line)
+    if buffer is not None:
+        buffer.flush()
+    sys.stdout.flush()
+
+
+def _write_atomically(path: Path, lines: Iterable[str]) -> None:
+    """A temporary file beside `path`, fsynced, then renamed over it."""
+    directory = path.resolve().parent
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for line in lines:
+                out.write(line.encode("utf-8"))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+# --- ingest ------------------------------------------------------------------------------------
+
+
+def ingest_command(
+    session_id: Annotated[str, typer.Argument(help="The session to append to (created if missing).")],
+    fmt: Annotated[IngestFormat, typer.Option("--format", help="pi-events: the output of `pi --mode json`.")],
+    takeover: Annotated[bool, typer.Option("--takeover", help="Take the lease from a live writer.")] = False,
+    lenient: Annotated[
+        bool, typer.Option("--lenient", help="Drop a truncated last line (a killed pi) with a warning.")
+    ] = False,
+) -> None:
+    """Append the events of a `pi --mode json` run read from stdin; print a summary."""
+    reader = JsonlReader(lenient=lenient)
+    parser = PiStreamParser()
+    appended = 0
+    with connect() as client, client.writer(session_id, create_if_missing=True, takeover=takeover) as writer:
+        prior = list(client.read_events(session_id, to_seq=writer.next_seq - 1)) if writer.next_seq else []
+        ingest = StreamIngest(SessionFold.replay(prior, validate=False))
+        start_seq = ingest.fold.next_seq
+        try:
+            for chunk in _stdin_chunks():
+                items = [item for line, obj in reader.feed_numbered(chunk) for item in parser.feed(obj, line)]
+                appended += _send(writer, ingest, items, start_seq + appended)
+            reader.close()
+            appended += _send(writer, ingest, parser.close(), start_seq + appended)
+        except SessionLogError as exc:
+            raise fail(describe(exc)) from None
+        finally:
+            for warning in reader.warnings:
+                sys.stderr.write(f"sessionlog: warning: {warning.message}\n")
+        writer.flush()
+        next_seq = ingest.fold.next_seq
+        open_turn = ingest.fold.open_turn is not None
+    if open_turn:
+        sys.stderr.write(
+            "sessionlog: warning: the stream ended inside an agent run; the open turn is left for the "
+            "service's crash repair\n"
+        )
+    print_json(
+        {
+            "session": session_id,
+            "appended": appended,
+            "nextSeq": next_seq,
+            "incomplete": len(ingest.incomplete),
+            "openTurn": open_turn,
+        }
+    )
+
+
+def _stdin_chunks() -> Iterator[bytes]:
+    """Whatever stdin has, as it arrives (so `pi --mode json | sessionlog ingest` streams)."""
+    stream = sys.stdin.buffer
+    read = getattr(stream, "read1", stream.read)
+    while chunk := read(DEFAULT_READ_CHUNK_BYTES):
+        yield chunk
+
+
+def _send(writer: Any, ingest: StreamIngest, items: Iterable[StreamItem], first_seq: int) -> int:
+    """Map `items`, report incomplete messages, append the events; returns how many."""
+    events: list[NewEvent] = []
+    for item in items:
+        if isinstance(item, IncompleteMessage):
+            where = f"turn {item.turn}" if item.turn is not None else "outside any turn"
+            kept = "assistant/attempt (partial)" if item.role in (None, "assistant") else "pi/incomplete_message"
+            sys.stderr.write(
+                f"sessionlog: warning: incomplete {item.role or 'unknown'} message ({where}): {item.reason}; "
+                f"appended as {kept}\n"
+            )
+        events += ingest.map(item)
+    for start in range(0, len(events), BATCH_EVENTS):
+        writer.append(events[start : start + BATCH_EVENTS], expected_next_seq=first_seq + start)
+    return len(events)

@@ -1,0 +1,272 @@
+"""`import`, `export` and `ingest` against a real server, on SQLite and PostgreSQL.
+
+Conformance through the service: every file Pi wrote is imported (the default leaf's session and
+one fork per other leaf), and each session's model history, read back from the server, equals the
+context Pi built for that leaf; its stats give Pi's model and thinking level.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+import typer
+from typer.testing import CliRunner, Result
+
+from sessionlog.cli import transfer_commands
+from sessionlog.cli.common import State
+from sessionlog.client import SessionLogClient
+from sessionlog.core.formats.pi.context import session_context
+from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
+from sessionlog.core.formats.pi.tree import PiTree
+from tests.support.servers import ServerThread
+
+FIXTURES = Path("/work/shared/fixtures")
+GENERATED = FIXTURES / "pi-generated"
+SESSIONS = sorted((GENERATED / "sessions").glob("*.jsonl"))
+STREAM = FIXTURES / "pi" / "stream-stdout.jsonl"
+
+app = typer.Typer()
+transfer_commands.register(app)
+
+
+@pytest.fixture
+def cli(server: ServerThread, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
+    """A runner whose commands talk to `server`. The server runs in this process, and unconfigured
+    structlog prints to whatever `sys.stdout` is, which the runner captures: its logs go to the real
+    stderr (warnings only) while a command runs, so stdout holds only what the command printed."""
+    monkeypatch.setattr(State, "server", server.target)
+    saved = structlog.get_config()
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.__stderr__),
+    )
+    try:
+        yield CliRunner()
+    finally:
+        structlog.configure(wrapper_class=saved["wrapper_class"], logger_factory=saved["logger_factory"])
+
+
+def invoke(cli: CliRunner, *args: str, stdin: str | bytes | None = None) -> Result:
+    result = cli.invoke(app, list(args), input=stdin, catch_exceptions=False)
+    return result
+
+
+def imported(cli: CliRunner, *args: str) -> list[dict[str, Any]]:
+    result = invoke(cli, "import", *args)
+    assert result.exit_code == 0, result.stderr
+    sessions: list[dict[str, Any]] = json.loads(result.stdout)["sessions"]
+    return sessions
+
+
+def contexts(session: Path) -> dict[str, dict[str, Any]]:
+    data = json.loads((GENERATED / "oracle" / (session.stem + ".json")).read_text("utf-8"))
+    out = {data["defaultLeafId"]: data["defaultContext"]}
+    out.update({o["leafId"]: o["context"] for o in data["otherLeaves"]})
+    return out
+
+
+def assert_session_is_pis(client: SessionLogClient, session_id: str, context: dict[str, Any]) -> None:
+    assert client.model_history(session_id) == context["messages"]
+    stats = client.stats(session_id)
+    model = context["model"]
+    assert (stats["provider"], stats["model"]) == (model["provider"], model["modelId"])
+    assert stats["thinkingLevel"] == context["thinkingLevel"]
+
+
+# --- conformance with Pi, through the server ----------------------------------------------
+
+
+@pytest.mark.parametrize("session", SESSIONS, ids=lambda p: p.stem[:24])
+def test_imported_sessions_give_pis_context_for_every_leaf(
+    cli: CliRunner, client: SessionLogClient, session: Path
+) -> None:
+    sessions = imported(cli, str(session))
+    expected = contexts(session)
+    data = json.loads((GENERATED / "oracle" / (session.stem + ".json")).read_text("utf-8"))
+    assert [s["leaf"] for s in sessions] == [data["defaultLeafId"]] + [o["leafId"] for o in data["otherLeaves"]]
+    assert all(s["file"] == str(session) for s in sessions)
+    main = sessions[0]["id"]
+    for entry in sessions:
+        assert_session_is_pis(client, entry["id"], expected[entry["leaf"]])
+        info = client.get_session(entry["id"])
+        assert not info.open_turn
+        if entry is not sessions[0]:
+            assert info.parent_session_id == main  # a fork: the shared prefix is not copied
+
+
+def test_id_names_the_main_session_and_its_forks(cli: CliRunner, client: SessionLogClient, sid: str) -> None:
+    session = next(s for s in SESSIONS if s.name.startswith("2025-10-04"))
+    sessions = imported(cli, str(session), "--id", sid)
+    assert sessions[0]["id"] == sid
+    assert [s["id"] for s in sessions[1:]] == [f"{sid}.{s['leaf']}" for s in sessions[1:]]
+    info = client.get_session(sid)
+    assert info.cwd == load_pi_file(session).header["cwd"]
+    assert info.metadata["pi"]["sessionId"] == load_pi_file(session).header["id"]
+    again = invoke(cli, "import", str(session), "--id", sid)
+    assert again.exit_code != 0 and "SESSION_EXISTS" in again.stderr
+    many = invoke(cli, "import", str(session), str(session), "--id", sid)
+    assert many.exit_code != 0 and "one FILE" in many.stderr
+
+
+def test_several_files_and_the_real_resumed_session(cli: CliRunner, client: SessionLogClient) -> None:
+    resumed = FIXTURES / "pi" / "resumed-session.jsonl"
+    small = next(s for s in SESSIONS if s.name.startswith("2025-10-07"))
+    sessions = imported(cli, str(resumed), str(small))
+    assert [s["file"] for s in sessions] == [str(resumed), str(small)]
+    tree = PiTree(load_pi_file(resumed).entries)
+    assert_session_is_pis(client, sessions[0]["id"], session_context(tree))
+    assert_session_is_pis(client, sessions[1]["id"], contexts(small)[sessions[1]["leaf"]])
+
+
+def test_a_file_that_is_not_a_session_is_refused_naming_it(cli: CliRunner, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type":"message"}\n')
+    result = invoke(cli, "import", str(bad))
+    assert result.exit_code != 0 and str(bad) in result.stderr and "NOT_A_PI_SESSION" in result.stderr
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+def test_export_pi_gives_back_pis_lines_for_every_leaf(cli: CliRunner, server: ServerThread, tmp_path: Path) -> None:
+    session = next(s for s in SESSIONS if s.name.startswith("2025-10-04"))
+    raw = session.read_text("utf-8").split("\n")
+    by_id = {json.loads(line)["id"]: line + "\n" for line in raw[1:] if line}
+    expected = contexts(session)
+    for entry in imported(cli, str(session)):
+        result = invoke(cli, "export", entry["id"], "--format", "pi")
+        assert result.exit_code == 0, result.stderr
+        tree = PiTree(load_pi_bytes(result.stdout_bytes).entries)
+        assert tree.default_leaf() == entry["leaf"]
+        assert session_context(tree) == expected[entry["leaf"]]
+        pis = raw[0] + "\n" + "".join(by_id[i] for i in tree.path_ids(entry["leaf"]))
+        assert [json.loads(line) for line in result.stdout.splitlines()] == [json.loads(p) for p in pis.splitlines()]
+        if server.settings.db.startswith("sqlite"):  # JSONB (PostgreSQL) does not keep nested key order
+            assert result.stdout == pis
+        out = tmp_path / f"{entry['leaf']}.jsonl"
+        assert invoke(cli, "export", entry["id"], "--format", "pi", "-o", str(out)).exit_code == 0
+        assert out.read_bytes() == result.stdout_bytes
+        assert imported(cli, str(out))[0]["leaf"] == entry["leaf"]  # Pi's file opens at the same leaf
+
+
+def test_export_sessionlog_and_import_it_back(cli: CliRunner, client: SessionLogClient, tmp_path: Path) -> None:
+    session = next(s for s in SESSIONS if s.name.startswith("2025-09-23"))  # compactions with copies
+    (entry,) = imported(cli, str(session))
+    out = tmp_path / "export.jsonl"
+    result = invoke(cli, "export", entry["id"], "--format", "sessionlog", "-o", str(out))
+    assert result.exit_code == 0, result.stderr
+    lines = out.read_text("utf-8").splitlines()
+    header = json.loads(lines[0])
+    assert header["type"] == "sessionlog" and header["version"] == 1 and header["session"]["id"] == entry["id"]
+    assert "lease" not in header["session"]
+    (copy,) = imported(cli, str(out), "--format", "sessionlog")
+    assert copy["leaf"] is None
+    assert client.model_history(copy["id"]) == contexts(session)[entry["leaf"]]["messages"]
+    original = [e.to_json() for e in client.read_events(entry["id"])]
+    again = [e.to_json() for e in client.read_events(copy["id"])]
+    assert [{k: v for k, v in e.items() if k != "time"} for e in again] == [
+        {k: v for k, v in e.items() if k != "time"} for e in original
+    ]
+
+
+# --- ingest ------------------------------------------------------------------------------------
+
+
+def stream_lines(*events: dict[str, Any]) -> str:
+    return "".join(json.dumps(e) + "\n" for e in events)
+
+
+def test_ingest_the_real_stream(cli: CliRunner, client: SessionLogClient, sid: str) -> None:
+    result = invoke(cli, "ingest", sid, "--format", "pi-events", stdin=STREAM.read_bytes())
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary == {"session": sid, "appended": 8, "nextSeq": 8, "incomplete": 0, "openTurn": False}
+    history = client.model_history(sid)
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    assert history[1]["content"][0]["text"] == "Hi!"
+    stats = client.stats(sid)
+    assert (stats["turns"], stats["steps"], stats["inputTokens"], stats["costUsd"]) == (1, 1, 1488, 0.00762)
+    types = [e.type for e in client.read_events(sid)]
+    assert types == ["pi/session", "turn/start", "step/start", "system/message", "user/message",
+                     "assistant/message", "step/end", "turn/end"]  # fmt: skip
+    exported = invoke(cli, "export", sid, "--format", "pi")
+    assert json.loads(exported.stdout.splitlines()[0])["id"] == "019e7434-08a3-772a-ba93-08265b85f937"
+    # a second run appends after the first: a new turn
+    again = invoke(cli, "ingest", sid, "--format", "pi-events", stdin=STREAM.read_bytes())
+    assert again.exit_code == 0, again.stderr
+    assert client.stats(sid)["turns"] == 2 and len(client.model_history(sid)) == 4
+
+
+ASSISTANT = {"role": "assistant", "provider": "p", "model": "m", "api": "x", "timestamp": 2}
+TOOL_RUN = [
+    {"type": "agent_start"},
+    {"type": "turn_start"},
+    {"type": "message_start", "message": {"role": "user", "content": "list", "timestamp": 1}},
+    {"type": "message_end", "message": {"role": "user", "content": "list", "timestamp": 1}},
+    {"type": "message_start", "message": {**ASSISTANT, "content": []}},
+    {
+        "type": "message_update",
+        "assistantMessageEvent": {"type": "toolcall_start", "contentIndex": 0, "id": "c1", "toolName": "ls"},
+    },
+    {"type": "message_update", "assistantMessageEvent": {"type": "toolcall_delta", "contentIndex": 0, "delta": "{}"}},
+    {
+        "type": "message_end",
+        "message": {
+            **ASSISTANT,
+            "content": [{"type": "toolCall", "id": "c1", "name": "ls", "arguments": {}}],
+            "stopReason": "toolUse",
+        },
+    },
+    {"type": "tool_execution_start", "toolCallId": "c1", "toolName": "ls", "args": {}},
+    {"type": "tool_execution_update", "toolCallId": "c1", "toolName": "ls", "args": {}, "partialResult": {}},
+    {"type": "tool_execution_end", "toolCallId": "c1", "toolName": "ls", "result": {}, "isError": False},
+    {"type": "message_start", "message": {"role": "toolResult", "toolCallId": "c1", "toolName": "ls", "content": []}},
+    {
+        "type": "message_end",
+        "message": {"role": "toolResult", "toolCallId": "c1", "toolName": "ls", "content": [], "isError": False},
+    },
+    {"type": "turn_end"},
+    {"type": "turn_start"},
+    {"type": "message_start", "message": {**ASSISTANT, "content": []}},
+    {"type": "message_update", "assistantMessageEvent": {"type": "text_start", "contentIndex": 0}},
+    {"type": "message_update", "assistantMessageEvent": {"type": "text_delta", "contentIndex": 0, "delta": "two fi"}},
+]
+
+
+def test_ingest_tool_calls_and_an_incomplete_message(cli: CliRunner, client: SessionLogClient, sid: str) -> None:
+    result = invoke(cli, "ingest", sid, "--format", "pi-events", stdin=stream_lines(*TOOL_RUN))
+    assert result.exit_code == 0, result.stderr
+    assert "incomplete assistant message (turn 2)" in result.stderr
+    assert "assistant/attempt (partial)" in result.stderr and "open turn" in result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["incomplete"] == 1 and summary["openTurn"] is True
+    events = list(client.read_events(sid))
+    assert [e.type for e in events] == [
+        "turn/start", "step/start", "system/message", "user/message", "assistant/message", "tool/call",
+        "tool/result", "step/end", "step/start", "assistant/attempt",
+    ]  # fmt: skip
+    call = events[5].data
+    assert (call["callId"], call["name"], call["turn"], call["step"]) == ("c1", "ls", 1, 1)
+    attempt = events[-1].data
+    assert attempt["partial"]["content"] == [{"type": "text", "text": "two fi"}]
+    assert attempt["error"]["code"] == "INCOMPLETE_MESSAGE"
+    assert [m["role"] for m in client.model_history(sid)] == ["user", "assistant", "toolResult"]
+
+
+def test_ingest_refuses_a_truncated_stream_unless_lenient(cli: CliRunner, client: SessionLogClient, sid: str) -> None:
+    text = STREAM.read_text("utf-8")
+    cut = text[: text.rindex("\n", 0, len(text) - 1) + 1] + '{"type":"agent_e'
+    strict = invoke(cli, "ingest", sid, "--format", "pi-events", stdin=cut)
+    assert strict.exit_code != 0 and "TRUNCATED_LAST_LINE" in strict.stderr
+    other = sid + "-lenient"
+    lenient = invoke(cli, "ingest", other, "--format", "pi-events", "--lenient", stdin=cut)
+    assert lenient.exit_code == 0, lenient.stderr
+    assert "dropped a truncated last line" in lenient.stderr
+    assert [m["role"] for m in client.model_history(other)] == ["user", "assistant"]

@@ -177,6 +177,19 @@ def tool_call_ids(message: JsonObject) -> list[str] | None:
 
 
 @dataclass(frozen=True, slots=True)
+class _Saved:
+    """A mapper's state at a fork point (`BranchMapper.save`), to return to after mapping a child."""
+
+    mark: int
+    events: int
+    path: int
+    origin: dict[str, _Origin]
+    node: dict[str, int]
+    future: Counter[str]
+    stop_reason: Any
+
+
+@dataclass(frozen=True, slots=True)
 class _Origin:
     """The event that first carried an entry's message: what a copy cites and repeats."""
 
@@ -237,6 +250,26 @@ class BranchMapper:
         """End of the branch: close the step and turn still open."""
         self._owner, self._index = "end", 0
         self._end_turn()
+
+    def save(self) -> _Saved:
+        """Remember the state here (a fold checkpoint and copies of the maps) for `restore`."""
+        return _Saved(
+            self.fold.checkpoint(),
+            len(self.events),
+            len(self._path),
+            dict(self._origin),
+            dict(self._node),
+            Counter(self._future),
+            self._stop_reason,
+        )
+
+    def restore(self, saved: _Saved) -> None:
+        """Go back to a saved state: everything mapped since is undone (O(events since))."""
+        self.fold.rollback(saved.mark)
+        del self.events[saved.events :]
+        del self._path[saved.path :]
+        self._origin, self._node = saved.origin, saved.node
+        self._future, self._stop_reason = saved.future, saved.stop_reason
 
     def fork(self) -> list[NewEvent]:
         """Write what the service writes into a fork cut at the current end of the log, and return
@@ -456,7 +489,12 @@ def branch_events(pi_file: PiFile, leaf_id: str | None = None) -> list[NewEvent]
 
 
 def import_pi(pi_file: PiFile) -> PiImport:
-    """The main branch and one fork per other leaf (leaves in file order)."""
+    """The main branch and one fork per other leaf (leaves in file order).
+
+    The main path is mapped twice: once to learn where a cut is safe (no pending tool call), once
+    more by a walker that stops at each fork's cut, maps the child from there and rolls back, so
+    a file costs O(entries + the children's own entries), not O(leaves × entries).
+    """
     tree = PiTree(pi_file.entries)
     header = pi_file.header
     main_leaf = tree.default_leaf()
@@ -469,30 +507,36 @@ def import_pi(pi_file: PiFile) -> PiImport:
         safe.append(not mapper.fold.pending_calls)
     mapper.finish()
     main_ids = [str(e["id"]) for e in main_path]
-    branches = [ImportedBranch(main_leaf, main_ids, mapper.events)]
+    forks: list[tuple[str, list[JsonObject], int]] = []
     for leaf in tree.leaves():
         if leaf == main_leaf:
             continue
         path = tree.path(leaf)
-        ids = [str(e["id"]) for e in path]
         shared = 0
-        while shared < min(len(ids), len(main_ids)) and ids[shared] == main_ids[shared]:
+        while shared < min(len(path), len(main_ids)) and path[shared]["id"] == main_ids[shared]:
             shared += 1
-        cut = max(i for i in range(shared + 1) if safe[i])
-        child = BranchMapper(header)
-        child.expect(main_path)
-        for entry in main_path[:cut]:
-            child.feed(entry)
-        fork_seq = child.next_seq - 1
-        own_start = len(child.events)
-        inherited = child.fork()
-        own_start += len(inherited)
-        child.expect(path[cut:])
+        forks.append((leaf, path, max(i for i in range(shared + 1) if safe[i])))
+    mapped: dict[str, ImportedBranch] = {}
+    walker = BranchMapper(header)
+    walker.expect(main_path)
+    position = 0
+    for leaf, path, cut in sorted(forks, key=lambda fork: fork[2]):
+        while position < cut:
+            walker.feed(main_path[position])
+            position += 1
+        saved = walker.save()
+        fork_seq = walker.next_seq - 1
+        inherited = walker.fork()
+        own_start = len(walker.events)
+        walker.expect(path[cut:])
         for entry in path[cut:]:
-            child.feed(entry)
-        child.finish()
-        branches.append(ImportedBranch(leaf, ids, child.events[own_start:], fork_seq, inherited, cut))
-    return PiImport(header, branches)
+            walker.feed(entry)
+        walker.finish()
+        ids = [str(e["id"]) for e in path]
+        mapped[leaf] = ImportedBranch(leaf, ids, walker.events[own_start:], fork_seq, inherited, cut)
+        walker.restore(saved)
+    main = ImportedBranch(main_leaf, main_ids, mapper.events)
+    return PiImport(header, [main, *(mapped[leaf] for leaf, _, _ in forks)])
 
 
 __all__ = [

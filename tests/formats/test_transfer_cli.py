@@ -270,3 +270,20 @@ def test_ingest_refuses_a_truncated_stream_unless_lenient(cli: CliRunner, client
     assert lenient.exit_code == 0, lenient.stderr
     assert "dropped a truncated last line" in lenient.stderr
     assert [m["role"] for m in client.model_history(other)] == ["user", "assistant"]
+
+
+def test_ingest_after_a_killed_run_resumes_the_session(cli: CliRunner, client: SessionLogClient, sid: str) -> None:
+    events = [json.loads(line) for line in STREAM.read_text("utf-8").splitlines()]
+    killed = [e for e in events if e["type"] not in ("turn_end", "agent_end")]  # cut after the reply, mid-run
+    first = invoke(cli, "ingest", sid, "--format", "pi-events", stdin=stream_lines(*killed))
+    assert first.exit_code == 0, first.stderr
+    assert json.loads(first.stdout)["openTurn"] is True
+    second = invoke(cli, "ingest", sid, "--format", "pi-events", stdin=STREAM.read_bytes())
+    assert second.exit_code == 0, second.stderr
+    assert json.loads(second.stdout)["openTurn"] is False
+    types = [e.type for e in client.read_events(sid)]
+    resumed_at = types.index("session/end-seed")
+    assert types[resumed_at - 2 : resumed_at] == ["step/end", "turn/end"]  # the service's repair of run 1
+    ends = [e.data["reason"]["kind"] for e in client.read_events(sid) if e.type == "turn/end"]
+    assert ends == ["interrupted", "completed"]
+    assert [m["role"] for m in client.model_history(sid)] == ["user", "assistant", "user", "assistant"]

@@ -12,7 +12,10 @@
 - `ingest SESSION_ID --format pi-events < events.jsonl` appends what a `pi --mode json` run did
   (`core.formats.pi.ingest`), batch by batch as stdin is read, and prints a summary. A message that
   never got its `message_end` is reported on stderr and kept as an `assistant/attempt` with the
-  partial message, never dropped.
+  partial message, never dropped. A session that already has events is *resumed* (SPEC §8: a turn
+  a crashed run left open is completed by the service, the seed boundary marked) before the new
+  run's events; a missing session is created. Lines read before a bad line may already be
+  committed (the error names the line); `--lenient` drops the truncated last line of a killed run.
 
 Events are appended through one streaming writer per session, in batches of `BATCH_EVENTS`, each
 sent with the seq it must start at: an import's compaction replaces and copies cite seqs, so a log
@@ -35,9 +38,9 @@ from typing import Annotated, Any
 import typer
 
 from sessionlog.cli.common import connect, describe, fail, print_json
-from sessionlog.client import SessionLogClient
+from sessionlog.client import SessionLogClient, Writer
 from sessionlog.core import validate
-from sessionlog.core.errors import SessionLogError
+from sessionlog.core.errors import NotFound, SessionLogError
 from sessionlog.core.events import NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.jsonl import DEFAULT_READ_CHUNK_BYTES, JsonlReader, read_file_numbered
@@ -220,27 +223,14 @@ def ingest_command(
     ] = False,
 ) -> None:
     """Append the events of a `pi --mode json` run read from stdin; print a summary."""
-    reader = JsonlReader(lenient=lenient)
-    parser = PiStreamParser()
-    appended = 0
-    with connect() as client, client.writer(session_id, create_if_missing=True, takeover=takeover) as writer:
-        prior = list(client.read_events(session_id, to_seq=writer.next_seq - 1)) if writer.next_seq else []
-        ingest = StreamIngest(SessionFold.replay(prior, validate=False))
-        start_seq = ingest.fold.next_seq
-        try:
-            for chunk in _stdin_chunks():
-                items = [item for line, obj in reader.feed_numbered(chunk) for item in parser.feed(obj, line)]
-                appended += _send(writer, ingest, items, start_seq + appended)
-            reader.close()
-            appended += _send(writer, ingest, parser.close(), start_seq + appended)
-        except SessionLogError as exc:
-            raise fail(describe(exc)) from None
-        finally:
-            for warning in reader.warnings:
-                sys.stderr.write(f"sessionlog: warning: {warning.message}\n")
-        writer.flush()
-        next_seq = ingest.fold.next_seq
-        open_turn = ingest.fold.open_turn is not None
+    with connect() as client:
+        resume = _has_events(client, session_id)
+        with client.writer(session_id, create_if_missing=True, takeover=takeover, resume=resume) as writer:
+            prior = list(client.read_events(session_id, to_seq=writer.next_seq - 1)) if writer.next_seq else []
+            ingest = StreamIngest(SessionFold.replay(prior, validate=False))
+            appended = _ingest_stdin(writer, ingest, JsonlReader(lenient=lenient))
+            writer.flush()
+    open_turn = ingest.fold.open_turn is not None
     if open_turn:
         sys.stderr.write(
             "sessionlog: warning: the stream ended inside an agent run; the open turn is left for the "
@@ -250,11 +240,38 @@ def ingest_command(
         {
             "session": session_id,
             "appended": appended,
-            "nextSeq": next_seq,
+            "nextSeq": ingest.fold.next_seq,
             "incomplete": len(ingest.incomplete),
             "openTurn": open_turn,
         }
     )
+
+
+def _ingest_stdin(writer: Writer, ingest: StreamIngest, reader: JsonlReader) -> int:
+    """Parse stdin as it arrives, map and append batch by batch; returns how many events."""
+    parser = PiStreamParser()
+    start_seq = ingest.fold.next_seq
+    appended = 0
+    try:
+        for chunk in _stdin_chunks():
+            items = [item for line, obj in reader.feed_numbered(chunk) for item in parser.feed(obj, line)]
+            appended += _send(writer, ingest, items, start_seq + appended)
+        reader.close()
+        appended += _send(writer, ingest, parser.close(), start_seq + appended)
+    except SessionLogError as exc:
+        raise fail(describe(exc)) from None
+    finally:
+        for warning in reader.warnings:
+            sys.stderr.write(f"sessionlog: warning: {warning.message}\n")
+    return appended
+
+
+def _has_events(client: SessionLogClient, session_id: str) -> bool:
+    """The session exists and has events: a new run continues it, so the writer resumes it."""
+    try:
+        return client.get_session(session_id).next_seq > 0
+    except NotFound:
+        return False
 
 
 def _stdin_chunks() -> Iterator[bytes]:
@@ -265,7 +282,7 @@ def _stdin_chunks() -> Iterator[bytes]:
         yield chunk
 
 
-def _send(writer: Any, ingest: StreamIngest, items: Iterable[StreamItem], first_seq: int) -> int:
+def _send(writer: Writer, ingest: StreamIngest, items: Iterable[StreamItem], first_seq: int) -> int:
     """Map `items`, report incomplete messages, append the events; returns how many."""
     events: list[NewEvent] = []
     for item in items:

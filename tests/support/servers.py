@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sessionlog_server.config import Settings
 from sessionlog_server.transport.server import RunningServer, start_server
@@ -71,18 +72,16 @@ class ServerProcess:
         cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", self.target]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
-        channel = grpc.insecure_channel(self.target)
-        try:
+        with grpc.insecure_channel(self.target) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"server exited: {self.proc.stderr.read().decode() if self.proc.stderr else ''}")
                 try:
-                    grpc.channel_ready_future(channel).result(timeout=0.5)
+                    health.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
                     return self
-                except grpc.FutureTimeoutError:
-                    continue
-        finally:
-            channel.close()
+                except grpc.RpcError:
+                    time.sleep(0.05)
         raise TimeoutError("server did not start")
 
     def kill(self) -> None:

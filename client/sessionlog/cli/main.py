@@ -6,7 +6,14 @@ from typing import Annotated
 
 import typer
 
-from sessionlog.cli import lifecycle_commands, offline, projection_commands, server_commands, session_commands
+from sessionlog.cli import (
+    lifecycle_commands,
+    offline,
+    projection_commands,
+    server_commands,
+    session_commands,
+    transfer_commands,
+)
 from sessionlog.cli.common import State
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__, pretty_exceptions_enable=False)
@@ -28,6 +35,7 @@ server_commands.register(app)
 session_commands.register(app)
 projection_commands.register(app)
 lifecycle_commands.register(app)
+transfer_commands.register(app)
 offline.register(app)
 
 

@@ -1,0 +1,1 @@
+"""sessionlog benchmarks: `python -m bench` runs the side-by-side comparison (see bench/README.md)."""

@@ -1,0 +1,371 @@
+"""The sessionlog workloads, each against a running `Server`, each returning a JSON-able dict.
+
+Every event is sent as its own batch and counted only when its acknowledgement arrives, and
+the service acknowledges a batch only after its transaction committed (SQLite WAL with
+`synchronous=FULL`, PostgreSQL with `synchronous_commit=on`). Concurrent sessions may share a
+commit (group commit) - that is the service's design, not a shortcut of the bench.
+
+Each throughput figure also reports the CPU used by the server process and by the client
+(this bench process, or its client worker processes) during the run: on a 2-core machine the
+client competes with the server, and these two numbers say which side was the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import statistics
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bench.aiowriter import BenchWriter
+from bench.procs import Server, process_cpu_seconds
+from bench.workload import as_new_events, session_events, user_message
+from sessionlog.aio import AsyncSessionLogClient
+from sessionlog.client import SessionLogClient
+from sessionlog.core.events import NewEvent
+
+
+def _sid(label: str) -> str:
+    return f"bench-{label}-{uuid.uuid4().hex[:10]}"
+
+
+def _throughput(events: int, seconds: float, server_cpu: float, client_cpu: float, **extra: Any) -> dict[str, Any]:
+    seconds = max(seconds, 1e-9)
+    return {
+        "events": events,
+        "seconds": round(seconds, 3),
+        "events_per_s": round(events / seconds, 1),
+        "server_cpu_pct": round(100 * server_cpu / seconds, 1),
+        "client_cpu_pct": round(100 * client_cpu / seconds, 1),
+        **extra,
+    }
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of already sorted values."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values) + 0.5) - 1))
+    return sorted_values[rank]
+
+
+# --- unary, sequential ------------------------------------------------------------------
+
+
+def unary_sequential(server: Server, events: list[NewEvent], max_seconds: float) -> dict[str, Any]:
+    """One session, one event per AppendEvents call, each waited for before the next."""
+    sid = _sid("unary")
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        client.append(sid, lease, [events[0]])  # warm the channel and the session's fold
+        sent = 1
+        cpu_s, cpu_c = server.cpu_seconds(), time.process_time()
+        start = time.monotonic()
+        deadline = start + max_seconds
+        for event in events[1:]:
+            client.append(sid, lease, [event])
+            sent += 1
+            if time.monotonic() > deadline:
+                break
+        wall = time.monotonic() - start
+        result = _throughput(sent - 1, wall, server.cpu_seconds() - cpu_s, time.process_time() - cpu_c)
+        client.release_lease(lease)
+    return result
+
+
+# --- streaming, pipelined ---------------------------------------------------------------
+
+
+@dataclass
+class _StreamRun:
+    acked: int
+    start: float
+    end: float
+    client_cpu: float
+    latencies: list[float]
+
+
+async def _open_writers(
+    target: str, sids: Sequence[str], window: int, per_channel: int = 64
+) -> tuple[list[AsyncSessionLogClient], list[BenchWriter]]:
+    """Open writers, 50 at a time, one channel per `per_channel` writers (an HTTP/2
+    connection carries many streams, but a server may cap them per connection)."""
+    clients = [AsyncSessionLogClient(target) for _ in range(max(1, (len(sids) + per_channel - 1) // per_channel))]
+    writers = [BenchWriter(clients[i // per_channel], sid, window) for i, sid in enumerate(sids)]
+    for group in range(0, len(writers), 50):
+        await asyncio.gather(*(w.open() for w in writers[group : group + 50]))
+    return clients, writers
+
+
+async def _stream(
+    target: str, sids: Sequence[str], events: list[NewEvent], window: int, max_seconds: float, start_at: float | None
+) -> _StreamRun:
+    clients, writers = await _open_writers(target, sids, window)
+    latencies: list[float] = []
+    acked = 0
+
+    async def one(writer: BenchWriter, deadline: float) -> None:
+        nonlocal acked
+        futures = []
+        for event in events:
+            sent_at = time.monotonic()
+            future = await writer.send([event])
+            future.add_done_callback(lambda _f, t=sent_at: latencies.append(time.monotonic() - t))
+            futures.append(future)
+            if sent_at > deadline:
+                break
+        for future in futures:
+            await future
+            acked += 1
+
+    if start_at is not None:  # a synchronised start across client processes
+        await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+    cpu = time.process_time()
+    start = time.monotonic()
+    await asyncio.gather(*(one(w, start + max_seconds) for w in writers))
+    end = time.monotonic()
+    cpu = time.process_time() - cpu
+    for writer in writers:
+        await writer.close()
+    for client in clients:
+        await client.close()
+    return _StreamRun(acked, start, end, cpu, latencies)
+
+
+def _stream_worker(
+    target: str, sids: list[str], events: list[NewEvent], window: int, max_seconds: float, start_at: float
+) -> _StreamRun:
+    """Entry point of a client worker process."""
+    return asyncio.run(_stream(target, sids, events, window, max_seconds, start_at))
+
+
+def streaming(
+    server: Server,
+    sessions: int,
+    events: list[NewEvent],
+    *,
+    window: int,
+    max_seconds: float,
+    client_procs: int = 1,
+) -> dict[str, Any]:
+    """`sessions` writers, each streaming `events` one per batch with up to `window` in flight.
+
+    With `client_procs` > 1 the sessions are split over that many client processes (each
+    with its own asyncio loop and channels), started together.
+    """
+    sids = [_sid(f"s{sessions}") for _ in range(sessions)]
+    cpu_s = server.cpu_seconds()
+    if client_procs <= 1:
+        run = asyncio.run(_stream(server.target, sids, events, window, max_seconds, None))
+        runs = [run]
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        start_at = time.monotonic() + 3.0 + 0.05 * sessions  # time to spawn, import and open writers
+        parts = [sids[i::client_procs] for i in range(client_procs)]
+        with ctx.Pool(client_procs) as pool:
+            pending = [
+                pool.apply_async(_stream_worker, (server.target, part, events, window, max_seconds, start_at))
+                for part in parts
+                if part
+            ]
+            runs = [p.get(timeout=max_seconds + 120) for p in pending]
+    server_cpu = server.cpu_seconds() - cpu_s
+    start = min(r.start for r in runs)
+    end = max(r.end for r in runs)
+    acked = sum(r.acked for r in runs)
+    latencies = sorted(x for r in runs for x in r.latencies)
+    # Server CPU above includes opening and closing the writers; scale it to the timed part.
+    return _throughput(
+        acked,
+        end - start,
+        server_cpu,
+        sum(r.client_cpu for r in runs),
+        sessions=sessions,
+        window=window,
+        client_procs=client_procs,
+        ack_p50_ms=round(1000 * _percentile(latencies, 50), 2),
+        ack_p99_ms=round(1000 * _percentile(latencies, 99), 2),
+    )
+
+
+# --- latency at a fixed offered rate ------------------------------------------------------
+
+
+async def _fixed_rate(
+    target: str, sessions: int, events: list[NewEvent], rate: float, seconds: float
+) -> dict[str, Any]:
+    sids = [_sid("rate") for _ in range(sessions)]
+    clients, writers = await _open_writers(target, sids, 1024)
+    total = min(int(rate * seconds), len(events) * sessions)
+    from_send: list[float] = []
+    from_schedule: list[float] = []
+    futures = []
+    start = time.monotonic() + 0.1
+    late = 0
+    for i in range(total):
+        scheduled = start + i / rate
+        delay = scheduled - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        elif delay < -0.001:
+            late += 1
+        sent_at = time.monotonic()
+        future = await writers[i % sessions].send([events[i // sessions]])
+
+        def done(_f: object, sent: float = sent_at, sched: float = scheduled) -> None:
+            now = time.monotonic()
+            from_send.append(now - sent)
+            from_schedule.append(now - sched)
+
+        future.add_done_callback(done)
+        futures.append(future)
+    for future in futures:
+        await future
+    wall = time.monotonic() - start
+    for writer in writers:
+        await writer.close()
+    for client in clients:
+        await client.close()
+    from_send.sort()
+    from_schedule.sort()
+    return {
+        "offered_per_s": rate,
+        "sessions": sessions,
+        "events": total,
+        "achieved_per_s": round(total / wall, 1),
+        "p50_ms": round(1000 * _percentile(from_send, 50), 3),
+        "p99_ms": round(1000 * _percentile(from_send, 99), 3),
+        "p999_ms": round(1000 * _percentile(from_send, 99.9), 3),
+        "max_ms": round(1000 * from_send[-1], 3) if from_send else None,
+        "mean_ms": round(1000 * statistics.fmean(from_send), 3) if from_send else None,
+        "p99_from_schedule_ms": round(1000 * _percentile(from_schedule, 99), 3),
+        "sends_late_over_1ms": late,
+    }
+
+
+def fixed_rate(server: Server, events: list[NewEvent], *, rate: float, seconds: float, sessions: int) -> dict[str, Any]:
+    """Open-loop load: event i is due at start + i/rate, spread round-robin over `sessions`.
+
+    Latency is from the moment the event is handed to the writer to its durable ack
+    (`p99_from_schedule_ms` measures from the due time instead, which also counts any delay
+    of the sender: the coordinated-omission-free view).
+    """
+    cpu_s = server.cpu_seconds()
+    result = asyncio.run(_fixed_rate(server.target, sessions, events, rate, seconds))
+    result["server_cpu_pct"] = round(100 * (server.cpu_seconds() - cpu_s) / max(seconds, 1e-9), 1)
+    return result
+
+
+# --- model history --------------------------------------------------------------------------
+
+
+def model_history_available() -> bool:
+    """The projection RPC exists in this checkout's client."""
+    return callable(getattr(SessionLogClient, "model_history", None))
+
+
+def seed_session(target: str, sid: str, n: int, seed: int, batch: int = 500) -> int:
+    """Write an `n`-event session (whole turns) in large batches; not timed. Returns its length."""
+    events = as_new_events(session_events(n, seed, whole_turns=True), sid)
+    with SessionLogClient(target) as client, client.writer(sid, create_if_missing=True) as writer:
+        futures = [writer.append(events[i : i + batch]) for i in range(0, len(events), batch)]
+        for future in futures:
+            future.result(timeout=600)
+    return len(events)
+
+
+def history_figure(db: str, sid: str, events: int, repeats: int = 3) -> dict[str, Any]:
+    """Model history of a stored session: cold (first call on a fresh server process), after
+    one more append, and warm; plus the server's RSS after the cold load."""
+    with Server(db) as server, SessionLogClient(server.target, timeout=600) as client:
+        model_history: Any = client.model_history  # type: ignore[attr-defined]
+        start = time.perf_counter()
+        messages = model_history(sid)
+        cold = time.perf_counter() - start
+        memory = server.memory_mb()
+        with client.writer(sid) as writer:
+            writer.append([user_message("one more question")]).result(timeout=60)
+            after: list[float] = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                again = model_history(sid)
+                after.append(time.perf_counter() - start)
+        rpc = _raw_history_ms(client, sid)
+    payload = sum(len(str(m)) for m in again[-3:])  # touch the result so it is really parsed
+    return {
+        "events": events,
+        "messages": len(messages),
+        "messages_after_append": len(again),
+        "cold_ms": round(1000 * cold, 2),
+        "after_append_ms": round(1000 * after[0], 2),
+        "warm_ms": round(1000 * min(after[1:] or after), 2),
+        "raw_rpc_ms": rpc,
+        "server_rss_after_cold_mb": round(memory.get("VmHWM", 0.0), 1),
+        "tail_chars": payload,
+    }
+
+
+def _raw_history_ms(client: SessionLogClient, sid: str) -> float | None:
+    """The GetModelHistory call alone (bytes on the wire, no JSON parsing in the client)."""
+    stub_call = getattr(client.stub, "GetModelHistory", None)
+    if stub_call is None:
+        return None
+    from sessionlog.v1 import session_service_pb2 as pb
+
+    request = pb.GetModelHistoryRequest(scope=pb.ProjectionScope(session_id=sid))  # type: ignore[attr-defined]
+    start = time.perf_counter()
+    stub_call(request, timeout=600)
+    return round(1000 * (time.perf_counter() - start), 2)
+
+
+# --- RSS with many open writer streams ---------------------------------------------------------
+
+
+async def _hold_streams(target: str, count: int, hold_seconds: float) -> dict[str, Any]:
+    sids = [_sid("rss") for _ in range(count)]
+    start = time.monotonic()
+    clients, writers = await _open_writers(target, sids, 4, per_channel=100)
+    opened_s = time.monotonic() - start
+    hello = as_new_events([user_message("hello")], "hello")
+    await asyncio.gather(*(w.append(hello) for w in writers))
+    await asyncio.sleep(hold_seconds)
+    return {"writers": writers, "clients": clients, "open_seconds": round(opened_s, 2)}
+
+
+async def _close_streams(state: dict[str, Any]) -> None:
+    for writer in state["writers"]:
+        await writer.close()
+    for client in state["clients"]:
+        await client.close()
+
+
+def rss_with_streams(db: str, count: int, hold_seconds: float = 2.0) -> dict[str, Any]:
+    """Peak RSS (VmHWM) of a fresh server process while `count` writer streams are open, each
+    with a session of its own that received one event."""
+    with Server(db) as server:
+        baseline = server.memory_mb()
+
+        async def scenario() -> dict[str, Any]:
+            state = await _hold_streams(server.target, count, hold_seconds)
+            during = server.memory_mb()
+            await _close_streams(state)
+            return {"open_seconds": state["open_seconds"], "during": during}
+
+        outcome = asyncio.run(scenario())
+        after = server.memory_mb()
+    return {
+        "streams": count,
+        "baseline_rss_mb": round(baseline.get("VmRSS", 0.0), 1),
+        "rss_with_streams_mb": round(outcome["during"].get("VmRSS", 0.0), 1),
+        "peak_rss_mb": round(max(outcome["during"].get("VmHWM", 0.0), after.get("VmHWM", 0.0)), 1),
+        "open_seconds": outcome["open_seconds"],
+    }
+
+
+def server_cpu_of(pid: int) -> float:
+    return process_cpu_seconds(pid)

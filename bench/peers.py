@@ -1,0 +1,311 @@
+"""The peers, in the bench process, on the same events with the same durability.
+
+Every peer appends one session's events in order and commits after each event (or after
+each 16 events for the `*_x16` raw-driver limits), on a fresh SQLite file (WAL,
+`synchronous=FULL`, checked with `PRAGMA synchronous` on the peer's own connection) or a
+fresh PostgreSQL database (`synchronous_commit=on`). Each event is serialised with
+`json.dumps` inside the timed loop, as the sessionlog client serialises inside its own.
+
+A peer that cannot be imported is reported as unavailable with the reason; nothing is faked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.procs import create_pg_database, drop_pg_database
+
+Events = list[dict[str, Any]]
+PeerFn = Callable[[Events, float], dict[str, Any]]
+
+
+def _dumps(event: dict[str, Any]) -> str:
+    return json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+
+
+def _result(events: int, seconds: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "events": events,
+        "seconds": round(seconds, 3),
+        "events_per_s": round(events / max(seconds, 1e-9), 1),
+        **extra,
+    }
+
+
+def _sqlite_sync(conn: sqlite3.Connection) -> str:
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[conn.execute("PRAGMA synchronous").fetchone()[0]]
+    return f"journal_mode={mode}, synchronous={sync}"
+
+
+# --- raw sqlite3 -----------------------------------------------------------------------------
+
+
+def raw_sqlite(path: Path, per_commit: int) -> PeerFn:
+    """sqlite3 from the standard library: the floor of what any SQLite-backed log can cost."""
+
+    def run(events: Events, max_seconds: float) -> dict[str, Any]:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(
+            "CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, "
+            "data TEXT NOT NULL, PRIMARY KEY (session_id, seq))"
+        )
+        sid = uuid.uuid4().hex
+        start = time.monotonic()
+        done = 0
+        for first in range(0, len(events), per_commit):
+            chunk = events[first : first + per_commit]
+            conn.execute("BEGIN")
+            conn.executemany(
+                "INSERT INTO events VALUES (?, ?, ?, ?)",
+                [(sid, first + i, e["type"], _dumps(e)) for i, e in enumerate(chunk)],
+            )
+            conn.execute("COMMIT")
+            done += len(chunk)
+            if time.monotonic() - start > max_seconds:
+                break
+        wall = time.monotonic() - start
+        durability = _sqlite_sync(conn)
+        conn.close()
+        return _result(done, wall, durability=durability, per_commit=per_commit)
+
+    return run
+
+
+# --- raw psycopg 3 ---------------------------------------------------------------------------
+
+
+def raw_psycopg(url: str, per_commit: int) -> PeerFn:
+    """psycopg 3 on one connection: the floor of a PostgreSQL-backed log."""
+
+    def run(events: Events, max_seconds: float) -> dict[str, Any]:
+        table = f"raw_events_{per_commit}"
+        with psycopg.connect(url) as conn:
+            conn.execute(
+                f"CREATE TABLE {table} (session_id text NOT NULL, seq bigint NOT NULL, type text NOT NULL, "
+                "data jsonb NOT NULL, PRIMARY KEY (session_id, seq))"
+            )
+            conn.commit()
+            durability = "synchronous_commit=" + str(conn.execute("SHOW synchronous_commit").fetchone()[0])  # type: ignore[index]
+            sid = uuid.uuid4().hex
+            start = time.monotonic()
+            done = 0
+            with conn.cursor() as cur:
+                for first in range(0, len(events), per_commit):
+                    chunk = events[first : first + per_commit]
+                    cur.executemany(
+                        f"INSERT INTO {table} VALUES (%s, %s, %s, %s)",
+                        [(sid, first + i, e["type"], _dumps(e)) for i, e in enumerate(chunk)],
+                    )
+                    conn.commit()
+                    done += len(chunk)
+                    if time.monotonic() - start > max_seconds:
+                        break
+            wall = time.monotonic() - start
+        return _result(done, wall, durability=durability, per_commit=per_commit)
+
+    return run
+
+
+# --- eventsourcing ---------------------------------------------------------------------------
+
+
+def _stored_events(events: Events) -> Any:
+    from eventsourcing.persistence import StoredEvent
+
+    originator = uuid.uuid4()
+    for version, event in enumerate(events, start=1):
+        yield StoredEvent(
+            originator_id=originator, originator_version=version, topic=event["type"], state=_dumps(event).encode()
+        )
+
+
+def eventsourcing_sqlite(path: Path) -> PeerFn:
+    """eventsourcing's SQLiteApplicationRecorder (what its Application uses on SQLite)."""
+
+    def run(events: Events, max_seconds: float) -> dict[str, Any]:
+        from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+
+        datastore = SQLiteDatastore(str(path))
+        recorder = SQLiteApplicationRecorder(datastore)
+        recorder.create_table()
+        with datastore.get_connection(commit=False) as conn:
+            durability = _sqlite_sync(conn._sqlite_conn)
+        start = time.monotonic()
+        done = 0
+        for stored in _stored_events(events):
+            recorder.insert_events([stored])
+            done += 1
+            if time.monotonic() - start > max_seconds:
+                break
+        wall = time.monotonic() - start
+        datastore.close()
+        return _result(done, wall, durability=durability)
+
+    return run
+
+
+def eventsourcing_postgres(url: str) -> PeerFn:
+    """eventsourcing's PostgresApplicationRecorder (its notification log takes a table lock)."""
+
+    def run(events: Events, max_seconds: float) -> dict[str, Any]:
+        from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+        datastore = PostgresDatastore(
+            dbname=parsed.database or "",
+            host=parsed.host or "127.0.0.1",
+            port=parsed.port or 5432,
+            user=parsed.username or "postgres",
+            password=parsed.password or "",
+        )
+        recorder = PostgresApplicationRecorder(datastore)
+        recorder.create_table()
+        start = time.monotonic()
+        done = 0
+        for stored in _stored_events(events):
+            recorder.insert_events([stored])
+            done += 1
+            if time.monotonic() - start > max_seconds:
+                break
+        wall = time.monotonic() - start
+        datastore.close()
+        return _result(done, wall, durability="synchronous_commit=on (server default)")
+
+    return run
+
+
+# --- OpenAI Agents SDK -------------------------------------------------------------------------
+
+
+def openai_sqlite_session(path: Path) -> PeerFn:
+    """agents.SQLiteSession: `await add_items([item])` per event (it commits per call)."""
+
+    def run(events: Events, max_seconds: float) -> dict[str, Any]:
+        from agents import SQLiteSession
+
+        async def go() -> tuple[int, float, str]:
+            session = SQLiteSession(uuid.uuid4().hex, str(path))
+            with sqlite3.connect(path) as probe:
+                probe.execute("PRAGMA journal_mode=WAL")
+                durability = _sqlite_sync(probe) + " (default; not set by the SDK)"
+            start = time.monotonic()
+            done = 0
+            for event in events:
+                await session.add_items([event])  # type: ignore[list-item]
+                done += 1
+                if time.monotonic() - start > max_seconds:
+                    break
+            wall = time.monotonic() - start
+            session.close()
+            return done, wall, durability
+
+        done, wall, durability = asyncio.run(go())
+        return _result(done, wall, durability=durability)
+
+    return run
+
+
+# --- LangGraph -------------------------------------------------------------------------------
+
+
+def langgraph_sqlite_saver(path: Path) -> PeerFn:
+    """langgraph SqliteSaver: one checkpoint per event, whose `messages` channel holds every
+    event so far (what a graph with a messages list stores after each step). Its cost per
+    event grows with the session, so it runs under the same time cap and reports how far
+    it got."""
+
+    def run(events: Events, max_seconds: float) -> dict[str, Any]:
+        from langgraph.checkpoint.base import empty_checkpoint
+        from langgraph.checkpoint.base.id import uuid6
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(path, check_same_thread=False)
+        conn.execute("PRAGMA synchronous=FULL")
+        saver = SqliteSaver(conn)
+        saver.setup()
+        durability = _sqlite_sync(conn)
+        config: dict[str, Any] = {"configurable": {"thread_id": uuid.uuid4().hex, "checkpoint_ns": ""}}
+        messages: list[dict[str, Any]] = []
+        checkpoint = empty_checkpoint()
+        start = time.monotonic()
+        done = 0
+        for step, event in enumerate(events):
+            messages.append(event)
+            checkpoint = {
+                **checkpoint,
+                "id": str(uuid6(clock_seq=step)),
+                "channel_values": {"messages": list(messages)},
+                "channel_versions": {"messages": step + 1},
+            }
+            config = saver.put(config, checkpoint, {"source": "loop", "step": step}, {"messages": step + 1})  # type: ignore[arg-type, typeddict-item]
+            done += 1
+            if time.monotonic() - start > max_seconds:
+                break
+        wall = time.monotonic() - start
+        conn.close()
+        return _result(done, wall, durability=durability, stopped_early=done < len(events))
+
+    return run
+
+
+# --- registry -------------------------------------------------------------------------------
+
+
+PEERS: dict[str, tuple[str, str]] = {
+    "sqlite3_x1": ("sqlite", "raw sqlite3, 1 event/commit"),
+    "sqlite3_x16": ("sqlite", "raw sqlite3, 16 events/commit"),
+    "eventsourcing_sqlite": ("sqlite", "eventsourcing SQLiteApplicationRecorder"),
+    "openai_agents_sqlite_session": ("sqlite", "OpenAI Agents SDK SQLiteSession"),
+    "langgraph_sqlite_saver": ("sqlite", "LangGraph SqliteSaver (checkpoint/event)"),
+    "psycopg_x1": ("postgresql", "raw psycopg 3, 1 event/commit"),
+    "psycopg_x16": ("postgresql", "raw psycopg 3, 16 events/commit"),
+    "eventsourcing_postgres": ("postgresql", "eventsourcing PostgresApplicationRecorder"),
+}
+
+
+def run_peers(
+    events: Events, workdir: Path, max_seconds: float, with_postgres: bool, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Run every peer on its own fresh database; {name: result or {"unavailable": reason}}."""
+    out: dict[str, Any] = {}
+    pg_name = f"sessionlog_bench_peers_{os.getpid()}"
+    pg_url = create_pg_database(pg_name) if with_postgres else ""
+    makers: dict[str, Callable[[], PeerFn]] = {
+        "sqlite3_x1": lambda: raw_sqlite(workdir / "raw1.db", 1),
+        "sqlite3_x16": lambda: raw_sqlite(workdir / "raw16.db", 16),
+        "eventsourcing_sqlite": lambda: eventsourcing_sqlite(workdir / "es.db"),
+        "openai_agents_sqlite_session": lambda: openai_sqlite_session(workdir / "openai.db"),
+        "langgraph_sqlite_saver": lambda: langgraph_sqlite_saver(workdir / "langgraph.db"),
+        "psycopg_x1": lambda: raw_psycopg(pg_url, 1),
+        "psycopg_x16": lambda: raw_psycopg(pg_url, 16),
+        "eventsourcing_postgres": lambda: eventsourcing_postgres(pg_url),
+    }
+    try:
+        for name, (backend, label) in PEERS.items():
+            if backend == "postgresql" and not with_postgres:
+                out[name] = {"unavailable": "PostgreSQL not reachable", "label": label, "backend": backend}
+                continue
+            log(f"peer {name} ...")
+            try:
+                result = makers[name]()(events, max_seconds)
+            except ImportError as exc:
+                result = {"unavailable": f"not installed ({exc}); pip install -e '.[bench]'"}
+            out[name] = {"label": label, "backend": backend, **result}
+    finally:
+        if with_postgres:
+            drop_pg_database(pg_name)
+    return out

@@ -1,0 +1,154 @@
+"""Servers and databases for the bench: `sessionlog serve` child processes, fresh PostgreSQL
+databases, and /proc readings (CPU time, RSS) of the server process.
+
+The server runs as its own process (never in the bench process) so its CPU time and peak RSS
+can be read from /proc alone, and so "cold" really means a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+PG_ADMIN_URL = os.environ.get("SESSIONLOG_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """`sessionlog serve` on loopback as a child process (warnings only on stderr)."""
+
+    def __init__(self, db: str, env: dict[str, str] | None = None) -> None:
+        self.db = db
+        self.port = free_port()
+        self.target = f"127.0.0.1:{self.port}"
+        self.env = {**os.environ, "SESSIONLOG_LOG_LEVEL": "warning", **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stderr_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"sessionlog-bench-{os.getpid()}-{self.port}.err"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 60.0) -> Server:
+        """Start and wait until the port answers (bounded by `timeout`)."""
+        cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", self.target]
+        with self._stderr_path.open("wb") as err:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + timeout
+        # Poll the port with plain TCP connects (a gRPC channel would back off for a second
+        # after its first refused attempt), then confirm the gRPC server answers.
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited at start: {self.stderr()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        channel = grpc.insecure_channel(self.target)
+        try:
+            grpc.channel_ready_future(channel).result(timeout=max(1.0, deadline - time.monotonic()))
+            return self
+        except grpc.FutureTimeoutError:
+            pass
+        finally:
+            channel.close()
+        self.stop()
+        raise TimeoutError(f"server on {self.db} did not start within {timeout}s")
+
+    def stderr(self) -> str:
+        try:
+            return self._stderr_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM (graceful), SIGKILL if it does not exit within `timeout`."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        finally:
+            self._stderr_path.unlink(missing_ok=True)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server process so far."""
+        return process_cpu_seconds(self.pid)
+
+    def memory_mb(self) -> dict[str, float]:
+        """VmRSS and VmHWM (peak RSS) of the server process, in MB."""
+        return process_memory_mb(self.pid)
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), from /proc/PID/stat."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def process_memory_mb(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM of a process, in MB (10^6 bytes)."""
+    out: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) * 1024 / 1e6
+    return out
+
+
+def pg_url(database: str) -> str:
+    base, _, _ = PG_ADMIN_URL.rpartition("/")
+    return f"{base}/{database}"
+
+
+def pg_available() -> bool:
+    try:
+        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
+            return True
+    except psycopg.Error:
+        return False
+
+
+def create_pg_database(name: str) -> str:
+    """Create (or re-create) a bench-owned database; only names starting `sessionlog_bench`."""
+    if not name.startswith("sessionlog_bench"):
+        raise ValueError("the bench only creates and drops databases named sessionlog_bench*")
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return pg_url(name)
+
+
+def drop_pg_database(name: str) -> None:
+    if not name.startswith("sessionlog_bench"):
+        raise ValueError("the bench only drops databases named sessionlog_bench*")
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

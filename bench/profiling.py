@@ -1,0 +1,86 @@
+"""Profile the server process with py-spy while a workload runs, and summarise the samples.
+
+py-spy attaches to the running `sessionlog serve` process from outside (no code change, low
+overhead) and writes collapsed stacks ("frame;frame;frame count" per line). The summary
+ranks functions by self samples (where the CPU was) and by inclusive samples (what the time
+was spent under), labelled `file:function` relative to the repository or site-packages.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+
+
+def py_spy_path() -> str | None:
+    """The py-spy executable next to this interpreter, or on PATH."""
+    local = Path(sys.executable).with_name("py-spy")
+    return str(local) if local.exists() else shutil.which("py-spy")
+
+
+def start_py_spy(pid: int, seconds: float, out: Path, rate: int = 200) -> subprocess.Popen[bytes]:
+    """Start sampling `pid` for `seconds` into `out` (collapsed stacks); returns the process."""
+    exe = py_spy_path()
+    if exe is None:
+        raise FileNotFoundError("py-spy is not installed (pip install -e '.[bench]')")
+    cmd = [
+        exe,
+        "record",
+        "-p",
+        str(pid),
+        "-d",
+        str(max(1, round(seconds))),
+        "-r",
+        str(rate),
+        "-f",
+        "raw",
+        "-o",
+        str(out),
+    ]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _label(frame: str) -> str:
+    match = FRAME.match(frame.strip())
+    if not match:
+        return frame.strip()
+    path = match.group("file")
+    for marker in ("site-packages/", "/server/", "/client/", "/lib/python3"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    return f"{path}:{match.group('func')}"
+
+
+def summarise(collapsed: Path, top: int = 25) -> dict[str, Any]:
+    """Top functions by self and inclusive share of the samples in a py-spy raw file."""
+    self_counts: Counter[str] = Counter()
+    incl_counts: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [_label(f) for f in stack.split(";") if f]
+        if not frames:
+            continue
+        total += count
+        self_counts[frames[-1]] += count
+        for frame in set(frames):
+            incl_counts[frame] += count
+
+    def ranked(counter: Counter[str]) -> list[dict[str, Any]]:
+        return [
+            {"function": name, "samples": n, "pct": round(100 * n / max(total, 1), 1)}
+            for name, n in counter.most_common(top)
+        ]
+
+    return {"samples": total, "self": ranked(self_counts), "inclusive": ranked(incl_counts)}

@@ -1,0 +1,224 @@
+"""Render the bench report as a plain-text table, and check the issue's targets.
+
+Peers are printed as ratios to sessionlog on the same database: `peer ÷ sessionlog`, so a
+ratio below 1.00 means sessionlog is faster. Two ratios are given: against sessionlog's
+one-session unary figure (like for like: one writer, one event per durable commit, waiting
+for each) and against its 16-session streaming figure (what the service is built for).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+def _get(tree: dict[str, Any], *path: str) -> Any:
+    node: Any = tree
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _num(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, (int, float)):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _cell(figure: Any, kind: str) -> str:
+    if figure is None:
+        return "n/a"
+    if isinstance(figure, dict) and "unavailable" in figure:
+        return "unavailable"
+    if kind == "rate":
+        cpu = f"srv {figure['server_cpu_pct']:.0f}% / cli {figure['client_cpu_pct']:.0f}% CPU"
+        return f"{_num(figure['events_per_s'])}  ({cpu})"
+    if kind == "latency":
+        return f"{figure['p50_ms']:.2f} / {figure['p99_ms']:.2f} / {figure['p999_ms']:.2f}"
+    if kind == "history":
+        return f"{_num(figure['cold_ms'], 1)} / {_num(figure['after_append_ms'], 1)}  ({_num(figure['events'])} ev)"
+    if kind == "rss":
+        base = _num(figure["baseline_rss_mb"], 1)
+        return f"{_num(figure['peak_rss_mb'], 1)}  (base {base}, {figure['streams']} streams)"
+    return str(figure)
+
+
+ROWS = (
+    ("unary_sequential", "1 session, unary, sequential (ev/s)", "rate"),
+    ("stream_1", "1 session, streaming, pipelined (ev/s)", "rate"),
+    ("stream_16", "16 sessions, streaming (ev/s)", "rate"),
+    ("stream_64", "64 sessions, streaming (ev/s)", "rate"),
+    ("latency_at_rate", "ack ms p50/p99/p99.9 @1,000 ev/s", "latency"),
+    ("history_1k", "model history ms, cold / +1 append", "history"),
+    ("history_10k", "model history ms, cold / +1 append", "history"),
+    ("history_100k", "model history ms, cold / +1 append", "history"),
+    ("rss_streams", "server peak RSS MB, open writers", "rss"),
+)
+
+
+def render(report: dict[str, Any]) -> str:
+    """The whole report as text: sessionlog figures, peers with ratios, targets."""
+    lines: list[str] = []
+    meta = report["meta"]
+    machine = meta["machine"]
+    lines.append(
+        f"sessionlog bench ({meta['mode']}) @ {meta['sessionlog_commit']} - {machine['cores']} cores, "
+        f"{machine['memory_gib']} GiB, Python {machine['python']}; mean event data "
+        f"{meta['workload']['mean_event_data_bytes']} B, 1 event per batch, acked when durable"
+    )
+    lines.append(f"durability: SQLite {meta['durability']['sqlite']}; PostgreSQL {meta['durability']['postgresql']}")
+    lines.append("")
+    width = 40
+    col = 52
+    lines.append(f"{'sessionlog':<{width}} {'SQLite':<{col}} {'PostgreSQL':<{col}}")
+    lines.append("-" * (width + 2 * col + 2))
+    for key, label, kind in ROWS:
+        cells = []
+        for backend in BACKENDS:
+            tree = report["sessionlog"].get(backend)
+            if isinstance(tree, dict) and "unavailable" in tree:
+                cells.append("unavailable")
+            else:
+                cells.append(_cell(_get(report, "sessionlog", backend, key), kind))
+        lines.append(f"{label:<{width}} {cells[0]:<{col}} {cells[1]:<{col}}")
+    lines.append("")
+    lines.append(
+        f"{'peer (same events, commit per event)':<46} {'ev/s':>10} {'÷ sl unary':>11} {'÷ sl 16 str':>12}  notes"
+    )
+    lines.append("-" * 110)
+    for name, peer in report.get("peers", {}).items():
+        label = peer.get("label", name)
+        backend = peer.get("backend", "sqlite")
+        if "unavailable" in peer:
+            lines.append(f"{label:<46} {'unavailable':>10}  {peer['unavailable']}")
+            continue
+        rate = peer["events_per_s"]
+        unary = _get(report, "sessionlog", backend, "unary_sequential", "events_per_s")
+        stream = _get(report, "sessionlog", backend, "stream_16", "events_per_s")
+        r1 = f"{rate / unary:.2f}" if unary else "n/a"
+        r16 = f"{rate / stream:.2f}" if stream else "n/a"
+        note = f"{backend}; {peer['events']} events"
+        if peer.get("stopped_early"):
+            note += " (time cap: cost per event grows with the session)"
+        lines.append(f"{label:<46} {_num(rate):>10} {r1:>11} {r16:>12}  {note}")
+    lines.append("")
+    lines.append("targets")
+    lines.append("-" * 110)
+    for target in report.get("targets", []):
+        lines.append(f"[{target['status']:<7}] {target['name']}: {target['measured']} (target {target['target']})")
+    profile = report.get("profile")
+    if isinstance(profile, dict) and "self" in profile:
+        lines.append("")
+        lines.append(
+            f"server profile under 16 streaming sessions ({profile['samples']} py-spy samples), top self time:"
+        )
+        for row in profile["self"][:12]:
+            lines.append(f"  {row['pct']:5.1f}%  {row['function']}")
+    return "\n".join(lines)
+
+
+def _check(
+    name: str, target: str, measured: float | None, limit: float | None, higher_is_better: bool, unit: str
+) -> dict[str, Any]:
+    if measured is None or limit is None:
+        return {"name": name, "target": target, "measured": "n/a", "status": "n/a", "gap": None}
+    met = measured >= limit if higher_is_better else measured <= limit
+    if met:
+        gap = None
+    elif higher_is_better:
+        gap = f"missed: {measured / limit:.2f}x of target ({limit / max(measured, 1e-9):.1f}x short)"
+    else:
+        gap = f"missed: {measured / limit:.1f}x over"
+    shown = f"{measured:,.1f} {unit}" + (f" - {gap}" if gap else "")
+    return {"name": name, "target": target, "measured": shown, "status": "met" if met else "MISSED", "gap": gap}
+
+
+def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue-6 targets, each with the measured value and met / missed by how much."""
+    sl = report["sessionlog"]
+    pe = report.get("peers", {})
+    out = [
+        _check(
+            "16 streaming sessions, SQLite",
+            ">= 10,000 ev/s",
+            _get(sl, "sqlite", "stream_16", "events_per_s"),
+            10_000,
+            True,
+            "ev/s",
+        ),
+    ]
+    raw16 = _get(pe, "sqlite3_x16", "events_per_s")
+    out.append(
+        _check(
+            "16 streaming sessions, SQLite vs raw sqlite3 16/commit",
+            ">= 0.5x",
+            (_get(sl, "sqlite", "stream_16", "events_per_s") or 0) / raw16 if raw16 else None,
+            0.5,
+            True,
+            "x",
+        )
+    )
+    out.append(
+        _check(
+            "16 streaming sessions, PostgreSQL",
+            ">= 5,000 ev/s",
+            _get(sl, "postgresql", "stream_16", "events_per_s"),
+            5_000,
+            True,
+            "ev/s",
+        )
+    )
+    out.append(
+        _check(
+            "unary sequential SQLite vs eventsourcing SQLite (in-process)",
+            ">= 1.0x",
+            (_get(sl, "sqlite", "unary_sequential", "events_per_s") or 0)
+            / _get(pe, "eventsourcing_sqlite", "events_per_s")
+            if _get(pe, "eventsourcing_sqlite", "events_per_s")
+            else None,
+            1.0,
+            True,
+            "x",
+        )
+    )
+    for backend in BACKENDS:
+        out.append(
+            _check(
+                f"p99 ack latency at 1,000 ev/s, {backend}",
+                "<= 5 ms",
+                _get(sl, backend, "latency_at_rate", "p99_ms"),
+                5.0,
+                False,
+                "ms",
+            )
+        )
+    for backend in BACKENDS:
+        events = _get(sl, backend, "history_100k", "events")
+        out.append(
+            _check(
+                f"model history after one more append, {events or '100k'}-event session, {backend}",
+                "<= 5 ms",
+                _get(sl, backend, "history_100k", "after_append_ms"),
+                5.0,
+                False,
+                "ms",
+            )
+        )
+    for backend in BACKENDS:
+        streams = _get(sl, backend, "rss_streams", "streams")
+        out.append(
+            _check(
+                f"server peak RSS with {streams or 1000} open writer streams, {backend}",
+                "<= 200 MB",
+                _get(sl, backend, "rss_streams", "peak_rss_mb"),
+                200.0,
+                False,
+                "MB",
+            )
+        )
+    return out

@@ -1,0 +1,289 @@
+"""`python -m bench`: sessionlog against its peers on SQLite and PostgreSQL, one command.
+
+For each database it starts `sessionlog serve` as a child process (SQLite: a file in a temp
+directory; PostgreSQL: a fresh `sessionlog_bench_*` database, dropped afterwards), runs the
+workloads of `bench.figures`, then runs every peer of `bench.peers` on the same events, and
+prints one table (peers as ratios to sessionlog) and writes every figure as JSON.
+
+    .venv/bin/python -m bench                 # full run (~10-15 minutes on 2 cores)
+    .venv/bin/python -m bench --quick         # CI scale, well under a minute
+    .venv/bin/python -m bench --json out.json --profile-seconds 20
+
+Every loop is bounded in count and in time (`--max-seconds` per figure), every address is
+loopback, and nothing outside the temp directory and the bench's own databases is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench import figures, peers, profiling
+from bench.aiowriter import product_async_writer_works
+from bench.procs import ROOT, Server, create_pg_database, drop_pg_database, pg_available
+from bench.report import render, targets
+from bench.workload import as_new_events, mean_data_bytes, session_events
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How much work each figure does (full run vs --quick)."""
+
+    unary_events: int
+    stream1_events: int
+    stream16_events: int
+    stream64_events: int
+    window: int
+    rate: float
+    rate_seconds: float
+    rate_sessions: int
+    history_sizes: tuple[int, int, int]
+    rss_streams: int
+    rss_hold_seconds: float
+    peer_events: int
+    max_seconds: float
+    profile_events: int
+
+
+FULL = Scale(
+    unary_events=3000,
+    stream1_events=10_000,
+    stream16_events=1000,
+    stream64_events=400,
+    window=64,
+    rate=1000.0,
+    rate_seconds=15.0,
+    rate_sessions=16,
+    history_sizes=(1000, 10_000, 100_000),
+    rss_streams=1000,
+    rss_hold_seconds=2.0,
+    peer_events=3000,
+    max_seconds=30.0,
+    profile_events=20_000,
+)
+QUICK = Scale(
+    unary_events=100,
+    stream1_events=300,
+    stream16_events=30,
+    stream64_events=10,
+    window=64,
+    rate=1000.0,
+    rate_seconds=0.5,
+    rate_sessions=16,
+    history_sizes=(50, 100, 200),
+    rss_streams=20,
+    rss_hold_seconds=0.2,
+    peer_events=200,
+    max_seconds=5.0,
+    profile_events=200,
+)
+HISTORY_KEYS = ("history_1k", "history_10k", "history_100k")
+
+
+def _log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cores": os.cpu_count(), "cpu": cpu, "memory_gib": round(mem_gb, 1), "python": platform.python_version()}
+
+
+def backend_figures(backend: str, db: str, scale: Scale, client_procs: int) -> dict[str, Any]:
+    """Every sessionlog figure on one database."""
+    out: dict[str, Any] = {"db": "sqlite file (temp dir)" if backend == "sqlite" else "postgresql (fresh db)"}
+    longest = max(scale.unary_events, scale.stream1_events, scale.stream16_events, scale.stream64_events)
+    rate_per_session = int(scale.rate * scale.rate_seconds / scale.rate_sessions) + 1
+    template = as_new_events(session_events(max(longest, rate_per_session), seed=11), "ev")
+    with Server(db) as server:
+        _log(f"{backend}: unary sequential ({scale.unary_events} events)")
+        out["unary_sequential"] = figures.unary_sequential(server, template[: scale.unary_events], scale.max_seconds)
+        for key, sessions, count in (
+            ("stream_1", 1, scale.stream1_events),
+            ("stream_16", 16, scale.stream16_events),
+            ("stream_64", 64, scale.stream64_events),
+        ):
+            _log(f"{backend}: {sessions} streaming session(s) x {count} events")
+            out[key] = figures.streaming(
+                server,
+                sessions,
+                template[:count],
+                window=scale.window,
+                max_seconds=scale.max_seconds,
+                client_procs=client_procs,
+            )
+        _log(f"{backend}: ack latency at {scale.rate:.0f} events/s for {scale.rate_seconds:.0f}s")
+        out["latency_at_rate"] = figures.fixed_rate(
+            server, template, rate=scale.rate, seconds=scale.rate_seconds, sessions=scale.rate_sessions
+        )
+        history_sids = {}
+        if figures.model_history_available():
+            for key, size in zip(HISTORY_KEYS, scale.history_sizes, strict=True):
+                sid = f"bench-history-{size}"
+                _log(f"{backend}: seeding a {size}-event session for model history")
+                history_sids[key] = (sid, figures.seed_session(server.target, sid, size, seed=size))
+    for key in HISTORY_KEYS:
+        if key not in history_sids:
+            out[key] = {"unavailable": "client.model_history does not exist in this checkout yet"}
+            continue
+        sid, length = history_sids[key]
+        _log(f"{backend}: model history of {length} events (fresh server)")
+        out[key] = figures.history_figure(db, sid, length)
+    _log(f"{backend}: peak RSS with {scale.rss_streams} open writer streams (fresh server)")
+    out["rss_streams"] = figures.rss_with_streams(db, scale.rss_streams, scale.rss_hold_seconds)
+    return out
+
+
+def profile_streaming(db: str, scale: Scale, seconds: float, out_dir: Path) -> dict[str, Any]:
+    """py-spy on the server during the 16-session streaming workload."""
+    raw = out_dir / "profile-stream16.txt"
+    with Server(db) as server:
+        spy = profiling.start_py_spy(server.pid, seconds, raw)
+        time.sleep(1.0)  # let py-spy attach
+        template = as_new_events(session_events(scale.profile_events, seed=13), "pf")
+        run = figures.streaming(server, 16, template, window=scale.window, max_seconds=seconds)
+        try:
+            _, err = spy.communicate(timeout=seconds + 60)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            _, err = spy.communicate()
+    if not raw.exists():
+        return {"unavailable": f"py-spy wrote nothing: {err.decode(errors='replace')[-500:]}"}
+    return {"workload": run, "raw": str(raw), **profiling.summarise(raw)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI scale: small counts, short runs")
+    parser.add_argument("--json", type=Path, help="write every figure here (default: bench/results/latest.json)")
+    parser.add_argument("--backends", default="sqlite,postgresql", help="comma-separated: sqlite,postgresql")
+    parser.add_argument("--no-peers", action="store_true", help="skip the peers")
+    parser.add_argument("--profile-seconds", type=float, default=None, help="py-spy the 16-session run (0: skip)")
+    parser.add_argument("--client-procs", type=int, default=1, help="client processes for the streaming figures")
+    parser.add_argument("--max-seconds", type=float, default=None, help="cap on any one timed loop")
+    args = parser.parse_args(argv)
+
+    scale = QUICK if args.quick else FULL
+    if args.max_seconds is not None:
+        scale = Scale(**{**asdict(scale), "max_seconds": args.max_seconds})
+    profile_seconds = args.profile_seconds if args.profile_seconds is not None else (0.0 if args.quick else 15.0)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    json_path = args.json or (ROOT / "bench" / "results" / ("quick.json" if args.quick else "latest.json"))
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+
+    started = time.monotonic()
+    peer_events = session_events(scale.peer_events, seed=11)
+    report: dict[str, Any] = {
+        "meta": {
+            "mode": "quick" if args.quick else "full",
+            "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "sessionlog_commit": _git_commit(),
+            "machine": _machine(),
+            "durability": {
+                "sqlite": "WAL, synchronous=FULL (sessionlog default; peers set or verified the same)",
+                "postgresql": "synchronous_commit=on, fsync=on (server defaults)",
+            },
+            "workload": {
+                "mean_event_data_bytes": round(mean_data_bytes(session_events(5000, seed=11))),
+                "events_per_batch": 1,
+                "pipeline_window": scale.window,
+                "client_procs": args.client_procs,
+            },
+            "scale": asdict(scale),
+            "versions": {
+                name: _version(name)
+                for name in (
+                    "grpcio",
+                    "sqlalchemy",
+                    "psycopg",
+                    "eventsourcing",
+                    "openai-agents",
+                    "langgraph",
+                    "langgraph-checkpoint-sqlite",
+                    "py-spy",
+                )
+            },
+        },
+        "sessionlog": {},
+        "peers": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="sessionlog-bench-") as tmp:
+        workdir = Path(tmp)
+        have_pg = "postgresql" in backends and pg_available()
+        dbs: dict[str, str] = {}
+        if "sqlite" in backends:
+            dbs["sqlite"] = f"sqlite:///{workdir / 'sessionlog.db'}"
+        pg_name = f"sessionlog_bench_{os.getpid()}"
+        if have_pg:
+            dbs["postgresql"] = create_pg_database(pg_name)
+        elif "postgresql" in backends:
+            report["sessionlog"]["postgresql"] = {"unavailable": "PostgreSQL is not reachable on 127.0.0.1:5432"}
+        try:
+            probe_db = next(iter(dbs.values()), None)
+            if probe_db is not None:
+                import asyncio
+
+                with Server(probe_db) as server:
+                    works = asyncio.run(product_async_writer_works(server.target, "bench-probe-aio"))
+                report["meta"]["async_writer"] = (
+                    "sessionlog.aio.AsyncWriter works, but the bench uses bench.aiowriter (same RPC and messages)"
+                    if works
+                    else "sessionlog.aio.AsyncWriter acknowledged nothing (reader UsageError): "
+                    "bench.aiowriter drives the same Write RPC and messages"
+                )
+            for backend, db in dbs.items():
+                report["sessionlog"][backend] = backend_figures(backend, db, scale, args.client_procs)
+            if profile_seconds > 0 and "sqlite" in dbs:
+                _log(f"profiling the server under 16 streaming sessions for {profile_seconds:.0f}s (py-spy)")
+                profile_db = f"sqlite:///{workdir / 'profile.db'}"
+                report["profile"] = profile_streaming(profile_db, scale, profile_seconds, json_path.parent)
+            if not args.no_peers:
+                report["peers"] = peers.run_peers(peer_events, workdir, scale.max_seconds, have_pg, _log)
+        finally:
+            if have_pg:
+                drop_pg_database(pg_name)
+    report["targets"] = targets(report)
+    report["meta"]["elapsed_s"] = round(time.monotonic() - started, 1)
+    json_path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+    print(render(report))
+    print(f"\nJSON: {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

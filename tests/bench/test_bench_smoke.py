@@ -1,0 +1,62 @@
+"""`python -m bench --quick` runs end to end and reports every figure (speed is not asserted).
+
+Keeps the bench working as the service changes: the CI-scale run starts real servers on
+SQLite and PostgreSQL, runs every workload and every peer, and must produce each figure key.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIGURES = (
+    "unary_sequential",
+    "stream_1",
+    "stream_16",
+    "stream_64",
+    "latency_at_rate",
+    "history_1k",
+    "history_10k",
+    "history_100k",
+    "rss_streams",
+)
+PEERS = (
+    "sqlite3_x1",
+    "sqlite3_x16",
+    "eventsourcing_sqlite",
+    "openai_agents_sqlite_session",
+    "langgraph_sqlite_saver",
+    "psycopg_x1",
+    "psycopg_x16",
+    "eventsourcing_postgres",
+)
+
+
+def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(out.read_text())
+    for backend in ("sqlite", "postgresql"):
+        figures = report["sessionlog"][backend]
+        missing = [key for key in FIGURES if key not in figures]
+        assert not missing, f"{backend} lacks {missing}"
+        for key in ("unary_sequential", "stream_1", "stream_16", "stream_64"):
+            assert figures[key]["events"] > 0
+            assert figures[key]["events_per_s"] > 0
+        assert {"p50_ms", "p99_ms", "p999_ms"} <= figures["latency_at_rate"].keys()
+        assert "peak_rss_mb" in figures["rss_streams"]
+        for key in ("history_1k", "history_10k", "history_100k"):
+            assert "cold_ms" in figures[key] or "unavailable" in figures[key]
+    assert set(PEERS) <= report["peers"].keys()
+    assert report["targets"]
+    assert "sessionlog" in done.stdout and "targets" in done.stdout

@@ -1,0 +1,514 @@
+"""`python -m bench.lifecycle`: fork, start-up repair, resume and model history, one command.
+
+The lifecycle figures of issues 3 and 4, measured through real `sessionlog serve` processes on
+loopback, on SQLite and/or PostgreSQL:
+
+1. fork of a 10-event and a 1,000,000-event source (at the end, in the middle between turns,
+   in the middle inside an open turn, and forks of a fork), with the rows and bytes each child
+   stores: a fork must cost the same whatever the prefix length;
+2. service start-up with 100,000 closed sessions and 100 open turns: process start to SERVING,
+   and a check that exactly the 100 open turns were repaired, as SPEC §8 says;
+3. resume of a 100,000-event session to a ready model history, cold (fresh process) and warm;
+4. model history of 1k, 10k and 100k-event sessions: cold, after one more append (median of
+   20) and warm, server-side and end to end, with the bytes returned.
+
+The data is written straight into migrated databases (see `bench/lifecycle_data.py`: the
+server's own row mapping, validated shapes), not appended through the server: only the
+conditions above are timed.
+
+    .venv/bin/python -m bench.lifecycle                   # full scale, both databases
+    .venv/bin/python -m bench.lifecycle --quick --db sqlite --json out.json
+    .venv/bin/python -m bench.lifecycle --profile         # + py-spy of the 100k history
+
+SQLite files live in a temporary directory; PostgreSQL databases are named
+`sessionlog_lifebench_<pid>_*` and dropped at the end, even after a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import lifecycle_conditions as cond
+from bench import lifecycle_data as data
+from bench.procs import ROOT, Server
+from sessionlog.client import SessionLogClient
+from sessionlog_server.storage.migrate import upgrade
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big each condition is (full run vs --quick)."""
+
+    name: str
+    fork_small: int
+    fork_large: int
+    fork_repeats: int
+    startup_closed: int
+    startup_open: int
+    startup_repeats: int
+    resume_events: int
+    resume_cold: int
+    resume_warm: int
+    history: tuple[tuple[str, int, str], ...]
+    """(label, events, kind): kind `workload` is bench.workload's agent sessions, `lean` short texts."""
+    history_cold: int
+    history_after: int
+    shared_process: bool
+    """--quick only: resume and history share one server process (each session's first call is
+    still a cold fold of that session, but not in a fresh interpreter)."""
+
+
+FULL = Scale(
+    name="full",
+    fork_small=10,
+    fork_large=1_000_000,
+    fork_repeats=7,
+    startup_closed=100_000,
+    startup_open=100,
+    startup_repeats=3,
+    resume_events=100_000,
+    resume_cold=3,
+    resume_warm=5,
+    history=(
+        ("1k", 1_000, "workload"),
+        ("10k", 10_000, "workload"),
+        ("100k", 100_000, "workload"),
+        ("100k_lean", 100_000, "lean"),
+    ),
+    history_cold=3,
+    history_after=20,
+    shared_process=False,
+)
+QUICK = Scale(
+    name="quick",
+    fork_small=10,
+    fork_large=2_000,
+    fork_repeats=2,
+    startup_closed=300,
+    startup_open=5,
+    startup_repeats=1,
+    resume_events=300,
+    resume_cold=1,
+    resume_warm=1,
+    history=(("1k", 60, "workload"), ("10k", 150, "workload"), ("100k", 300, "workload"), ("100k_lean", 300, "lean")),
+    history_cold=1,
+    history_after=2,
+    shared_process=True,
+)
+
+HISTORY_LABELS = ("1k", "10k", "100k", "100k_lean")
+FORK_KINDS = ("end", "closed_mid", "open_mid", "fork_of_fork_head", "fork_of_fork_mid")
+#: Every key a report must have for each database (the smoke test checks them all).
+FIGURE_KEYS: tuple[str, ...] = (
+    *(f"fork.{src}.{kind}.rpc.median_ms" for src in ("small", "large") for kind in FORK_KINDS),
+    *(f"fork.{src}.{kind}.child_event_rows" for src in ("small", "large") for kind in FORK_KINDS),
+    *(f"fork.{src}.{kind}.child_payload_bytes" for src in ("small", "large") for kind in FORK_KINDS),
+    *(f"fork.{src}.{kind}.reads_ok" for src in ("small", "large") for kind in FORK_KINDS),
+    "fork.events_rows_added",
+    "startup.empty.ready.median_ms",
+    "startup.loaded.ready.median_ms",
+    "startup.loaded.repair_median_ms",
+    "startup.loaded_nothing_open.ready.median_ms",
+    "startup.verification.all_ok",
+    "resume.cold.resume_ms.median_ms",
+    "resume.cold.history_ms.median_ms",
+    "resume.cold.total_ms.median_ms",
+    "resume.cold.server_resume_ms.median_ms",
+    "resume.warm.total_ms.median_ms",
+    "resume.history_bytes",
+    *(
+        f"history.{label}.{phase}.{side}.median_ms"
+        for label in HISTORY_LABELS
+        for phase in ("cold", "after_append")
+        for side in ("rpc", "server")
+    ),
+    *(f"history.{label}.after_append.e2e_median_ms" for label in HISTORY_LABELS),
+    *(f"history.{label}.bytes" for label in HISTORY_LABELS),
+    *(f"history.{label}.client_parse.median_ms" for label in HISTORY_LABELS),
+    "history.breakdown.dumps_bytes_ms",
+)
+
+
+def missing_keys(report: dict[str, Any]) -> list[str]:
+    """`backend:key` for every figure key absent from a report's results (none when complete)."""
+    missing = []
+    for backend, results in report["results"].items():
+        for key in FIGURE_KEYS:
+            node: Any = results
+            for part in key.split("."):
+                if not isinstance(node, dict) or part not in node:
+                    missing.append(f"{backend}:{key}")
+                    break
+                node = node[part]
+    return missing
+
+
+def _log(message: str) -> None:
+    print(f"[lifecycle {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- databases ---------------------------------------------------------------------------------
+
+
+class Databases:
+    """Creates the bench's databases (SQLite files or PostgreSQL databases) and removes them all."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self._tmp = Path(tempfile.mkdtemp(prefix="sessionlog-lifebench-"))
+        self._pg: list[str] = []
+
+    def new(self, purpose: str) -> str:
+        """A fresh, empty database URL for `purpose` (migrated by the loader or by `upgrade`)."""
+        if self.backend == "sqlite":
+            return f"sqlite:///{self._tmp / purpose}.db"
+        name = f"{data.DB_PREFIX}{os.getpid()}_{purpose}"
+        self._pg.append(name)
+        return data.create_pg_database(name)
+
+    def cleanup(self) -> None:
+        for name in self._pg:
+            try:
+                data.drop_pg_database(name)
+            except Exception as exc:  # keep dropping the others
+                _log(f"could not drop {name}: {exc}")
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+# --- one backend ---------------------------------------------------------------------------------
+
+
+def run_backend(backend: str, scale: Scale, conditions: set[str], profile_dir: Path | None) -> dict[str, Any]:
+    """Prepare the data of `backend` and run the chosen conditions on it."""
+    dbs = Databases(backend)
+    results: dict[str, Any] = {"prep": {}}
+    t0 = int(time.time() * 1000) - 50_000_000
+    try:
+        if "fork" in conditions:
+            results["fork"] = _timed_prep(results, "fork", lambda: _fork(dbs, scale, t0))
+        if "startup" in conditions:
+            results["startup"] = _timed_prep(results, "startup", lambda: _startup(dbs, scale, t0))
+        if conditions & {"resume", "history"}:
+            results.update(_history_and_resume(dbs, scale, conditions, t0, profile_dir, results))
+    finally:
+        dbs.cleanup()
+    return results
+
+
+def _timed_prep(results: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    start = time.perf_counter()
+    out = fn()
+    results["prep"][name + "_and_run_s"] = round(time.perf_counter() - start, 1)
+    return out
+
+
+def _fork(dbs: Databases, scale: Scale, t0: int) -> dict[str, Any]:
+    url = dbs.new("fork")
+    loader = data.BulkLoader(url)
+    sources = []
+    for label, n in (("small", scale.fork_small), ("large", scale.fork_large)):
+        _log(f"{dbs.backend}: writing the {n:,}-event fork source")
+        plan = data.lean_plan(n)
+        loaded = loader.long_session(f"source-{label}", data.lean_events(plan), t0)
+        sources.append(cond.ForkSource(label, loaded.session_id, loaded.events, data.lean_cuts(plan)))
+    loader.close()
+    _log(f"{dbs.backend}: forking")
+    return cond.fork_condition(url, sources, scale.fork_repeats)
+
+
+def _startup(dbs: Databases, scale: Scale, t0: int) -> dict[str, Any]:
+    url, empty = dbs.new("startup"), dbs.new("empty")
+    upgrade(empty)
+    _log(f"{dbs.backend}: writing {scale.startup_closed:,} closed sessions and {scale.startup_open} open turns")
+    loader = data.BulkLoader(url)
+    closed = loader.sessions(
+        ((f"closed-{i:06d}", data.startup_log(False), False) for i in range(scale.startup_closed)), t0
+    )
+    opened = loader.sessions(
+        ((f"open-{i:04d}", data.startup_log(True), True) for i in range(scale.startup_open)), t0 + len(closed)
+    )
+    loader.close()
+    events = sum(s.events for s in closed) + sum(s.events for s in opened)
+    _log(f"{dbs.backend}: timing start-ups")
+    return cond.startup_condition(cond.StartupData(url, len(closed), opened, events), empty, scale.startup_repeats)
+
+
+def _history_and_resume(
+    dbs: Databases,
+    scale: Scale,
+    conditions: set[str],
+    t0: int,
+    profile_dir: Path | None,
+    results: dict[str, Any],
+) -> dict[str, Any]:
+    start = time.perf_counter()
+    url = dbs.new("history")
+    loader = data.BulkLoader(url)
+    sessions: dict[str, tuple[str, int]] = {}
+    if "history" in conditions:
+        for label, n, kind in scale.history:
+            _log(f"{dbs.backend}: writing the {label} history session ({n:,} {kind} events)")
+            events = (
+                data.workload_events(n, seed=n) if kind == "workload" else list(data.lean_events(data.lean_plan(n)))
+            )
+            loaded = loader.long_session(f"history-{label}", events, t0)
+            sessions[label] = (loaded.session_id, loaded.events)
+    resume_sid = None
+    if "resume" in conditions:
+        _log(f"{dbs.backend}: writing the {scale.resume_events:,}-event session to resume")
+        loaded = loader.long_session("resume", data.workload_events(scale.resume_events, seed=7), t0)
+        resume_sid = (loaded.session_id, loaded.events)
+    loader.close()
+    results["prep"]["history_rows"] = loader.rows_written
+    out: dict[str, Any] = {}
+    shared: Server | None = Server(url, env=cond.INFO).start() if scale.shared_process else None
+    client = SessionLogClient(shared.target, timeout=cond.RPC_TIMEOUT) if shared is not None else None
+    running = (shared, client) if shared is not None and client is not None else None
+    try:
+        if resume_sid is not None:
+            _log(f"{dbs.backend}: resume")
+            out["resume"] = cond.resume_condition(
+                url, resume_sid[0], resume_sid[1], scale.resume_cold, scale.resume_warm, shared=running
+            )
+        if sessions:
+            out["history"] = {}
+            for label, (sid, n) in sessions.items():
+                _log(f"{dbs.backend}: model history {label}")
+                out["history"][label] = cond.history_condition(
+                    url, sid, n, scale.history_cold, scale.history_after, shared=running
+                )
+    finally:
+        if client is not None:
+            client.close()
+        if shared is not None:
+            shared.stop()
+    if sessions:
+        largest = max(sessions.values(), key=lambda item: item[1] if "lean" not in item[0] else -1)
+        _log(f"{dbs.backend}: in-process breakdown of {largest[0]}")
+        out["history"]["breakdown"] = cond.history_breakdown(url, largest[0])
+        if profile_dir is not None:
+            _log(f"{dbs.backend}: profiling {largest[0]} with py-spy")
+            target = profile_dir / dbs.backend
+            target.mkdir(parents=True, exist_ok=True)
+            out["history"]["profile"] = cond.profile_history(url, largest[0], target, rounds=10, max_seconds=120)
+    results["prep"]["history_and_resume_s"] = round(time.perf_counter() - start, 1)
+    return out
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+def _get(results: dict[str, Any], path: str) -> Any:
+    node: Any = results
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _fmt_ms(value: Any) -> str:
+    if value is None:
+        return "-"
+    value = float(value)
+    if value >= 10_000:
+        return f"{value / 1000:.1f} s"
+    if value >= 1000:
+        return f"{value / 1000:.2f} s"
+    if value >= 10:
+        return f"{value:.0f} ms"
+    return f"{value:.2f} ms"
+
+
+def _fmt_bytes(value: Any) -> str:
+    if value is None:
+        return "-"
+    value = float(value)
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
+def table_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """(condition, figure) rows of one database's results, in the order of the issues."""
+    rows: list[tuple[str, str]] = []
+    fork = results.get("fork")
+    if fork:
+        small, large = fork["small"]["source_events"], fork["large"]["source_events"]
+        names = {
+            "end": "fork at the end",
+            "closed_mid": "fork in the middle, between turns",
+            "open_mid": "fork in the middle, inside an open turn",
+            "fork_of_fork_head": "fork of a fork, at its head",
+            "fork_of_fork_mid": "fork of a fork, inside its inherited prefix",
+        }
+        for kind, name in names.items():
+            for label, n in (("small", small), ("large", large)):
+                entry = fork[label][kind]
+                figure = (
+                    f"{_fmt_ms(entry['rpc']['median_ms'])} rpc (server {_fmt_ms(entry['server']['median_ms'])}, "
+                    f"n={entry['rpc']['n']}); child stores 1 session row + {entry['child_event_rows']} event rows, "
+                    f"{_fmt_bytes(entry['child_payload_bytes'])}"
+                )
+                if not entry["reads_ok"]:
+                    figure += "; READS OF THE CHILD ARE WRONG"
+                rows.append((f"1. {name}, {n:,}-event source", figure))
+        rows.append(
+            ("1. events rows added by all forks", f"{fork['events_rows_added']} for {fork['forks_made']} forks")
+        )
+    start = results.get("startup")
+    if start:
+        label = f"{start['closed_sessions']:,} closed sessions + {start['open_turns']} open turns"
+        rows.append(("2. start-up, empty database", f"{_fmt_ms(start['empty']['ready']['median_ms'])} to SERVING"))
+        loaded = start["loaded"]
+        rows.append(
+            (
+                f"2. start-up, {label} ({start['events']:,} events)",
+                f"{_fmt_ms(loaded['ready']['median_ms'])} to SERVING (n={loaded['ready']['n']}); of which repair "
+                f"{_fmt_ms(loaded['repair_median_ms'])}, boot {_fmt_ms(loaded['boot_median_ms'])}",
+            )
+        )
+        rows.append(
+            (
+                "2. start-up, same data, nothing left open",
+                f"{_fmt_ms(start['loaded_nothing_open']['ready']['median_ms'])} to SERVING",
+            )
+        )
+        runs = start["verification"]["runs"]
+        repaired = "/".join(str(r["repaired_sessions"]) for r in runs)
+        rows.append(
+            (
+                "2. open turns repaired exactly as specified",
+                f"{repaired} of {start['open_turns']} per run; still open {runs[-1]['sessions_still_open']}; "
+                f"events added {runs[-1]['events_added']}; all ok: {start['verification']['all_ok']}",
+            )
+        )
+    resume = results.get("resume")
+    if resume:
+        for phase in ("cold", "warm"):
+            entry = resume[phase]
+            rows.append(
+                (
+                    f"3. resume {resume['events']:,}-event session to model history, {phase}",
+                    f"{_fmt_ms(entry['total_ms']['median_ms'])} = resume {_fmt_ms(entry['resume_ms']['median_ms'])} "
+                    f"(server {_fmt_ms(entry['server_resume_ms']['median_ms'])}) + history "
+                    f"{_fmt_ms(entry['history_ms']['median_ms'])} (server "
+                    f"{_fmt_ms(entry['server_history_ms']['median_ms'])}), n={entry['total_ms']['n']}; "
+                    f"{_fmt_bytes(resume['history_bytes'])}",
+                )
+            )
+    history = results.get("history") or {}
+    for label in HISTORY_LABELS:
+        entry = history.get(label)
+        if not entry:
+            continue
+        kind = " (lean texts)" if "lean" in label else ""
+        name = f"4. model history, {entry['events']:,} events{kind}, {entry['messages']:,} msgs, "
+        name += _fmt_bytes(entry["bytes"])
+        for phase, title in (("cold", "cold"), ("after_append", "after one more append")):
+            part = entry[phase]
+            figure = (
+                f"rpc {_fmt_ms(part['rpc']['median_ms'])}, server {_fmt_ms(part['server']['median_ms'])}, "
+                f"end to end {_fmt_ms(part['e2e_median_ms'])} (n={part['rpc']['n']})"
+            )
+            rows.append((f"{name}: {title}", figure))
+    breakdown = history.get("breakdown")
+    if breakdown:
+        after = breakdown["after_append"]
+        rows.append(
+            (
+                f"4. in-process split, {breakdown['events']:,} events",
+                f"read {_fmt_ms(breakdown['read_log_ms'])}, replay {_fmt_ms(breakdown['trusted_replay_ms'])}, "
+                f"model_history {_fmt_ms(breakdown['model_history_ms'])}, "
+                f"dumps {_fmt_ms(breakdown['dumps_bytes_ms'])}; "
+                f"after append: apply {_fmt_ms(after['apply_ms'])}, model_history {_fmt_ms(after['project_ms'])}, "
+                f"dumps {_fmt_ms(after['encode_ms'])}; client loads {_fmt_ms(breakdown['client_loads_ms'])}",
+            )
+        )
+    return rows
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as a Markdown table per database."""
+    out = []
+    for backend, results in report["results"].items():
+        out.append(f"\n### {backend} ({report['meta']['scale']} scale)\n")
+        out.append("| condition | figure |")
+        out.append("|---|---|")
+        out += [f"| {name} | {figure} |" for name, figure in table_rows(results)]
+    return "\n".join(out)
+
+
+def _meta(scale: Scale, args: argparse.Namespace) -> dict[str, Any]:
+    def git(*cmd: str) -> str:
+        done = subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    return {
+        "scale": scale.name,
+        "scale_detail": asdict(scale),
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "working_tree_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "command": " ".join(["python -m bench.lifecycle", *sys.argv[1:]]),
+        "data": (
+            "written straight into migrated databases with the server's own row mapping "
+            "(bench/lifecycle_data.py): lean logs for fork sources and start-up sessions, "
+            "bench.workload agent sessions (~2 KB of data per event) for history and resume, "
+            "plus a lean 100k session; every shape checked by the validating fold first"
+        ),
+        "shapes_checked_events": args.shapes_checked,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.lifecycle", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="CI scale (well under a minute)")
+    parser.add_argument("--db", choices=("sqlite", "postgresql", "both"), default="both")
+    parser.add_argument("--json", type=Path, help="write every figure as JSON here")
+    parser.add_argument(
+        "--only",
+        default="fork,startup,resume,history",
+        help="comma-separated conditions to run (fork, startup, resume, history)",
+    )
+    parser.add_argument("--profile", action="store_true", help="py-spy the 100k model history (full scale)")
+    parser.add_argument("--profile-dir", type=Path, default=Path(tempfile.gettempdir()) / "sessionlog-lifebench-prof")
+    args = parser.parse_args(argv)
+    scale = QUICK if args.quick else FULL
+    conditions = {c.strip() for c in args.only.split(",") if c.strip()}
+    unknown = conditions - {"fork", "startup", "resume", "history"}
+    if unknown:
+        parser.error(f"unknown conditions: {sorted(unknown)}")
+    backends = ["sqlite", "postgresql"] if args.db == "both" else [args.db]
+    if "postgresql" in backends and not data.pg_available():
+        parser.error(f"PostgreSQL is not reachable at {data.PG_ADMIN_URL}")
+    args.shapes_checked = data.check_shapes([data.workload_events(300, seed=3)])
+    report: dict[str, Any] = {"meta": _meta(scale, args), "results": {}}
+    started = time.perf_counter()
+    for backend in backends:
+        report["results"][backend] = run_backend(backend, scale, conditions, args.profile_dir if args.profile else None)
+    report["meta"]["seconds"] = round(time.perf_counter() - started, 1)
+    print(render(report))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2))
+        _log(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

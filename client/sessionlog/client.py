@@ -170,7 +170,7 @@ class SessionLogClient:
         create_if_missing: bool = False,
         resume: bool = False,
         max_in_flight: int = 256,
-        reconnect_attempts: int = 20,
+        reconnect_attempts: int = 120,
     ) -> Writer:
         """Open a streaming writer (takes the lease now; use it as a context manager).
 
@@ -430,7 +430,7 @@ class Writer:
         delay = 0.05
         for _ in range(self._reconnect_attempts):
             time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            delay = min(delay * 2, 0.5)
             try:
                 self._connect(takeover=False)
                 return True

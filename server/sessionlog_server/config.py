@@ -36,6 +36,24 @@ class Settings:
     """Largest `data` of one event."""
     max_batch_events: int = 10_000
     """Most events in one batch."""
+    max_batch_bytes: int = 128 * 1024 * 1024
+    """Largest total `data` of one batch."""
+    max_events_per_second: int = 0
+    """Events per second per namespace (a token bucket with one second of burst); 0: no limit."""
+    max_sessions_per_namespace: int = 0
+    """Sessions one namespace may hold; 0: no limit."""
+    max_open_streams: int = 10_000
+    """Writer and subscription streams open at once on this instance."""
+    tokens_file: str = ""
+    """Bearer tokens (hashed) and their namespaces, JSON Lines; see `sessionlog token new`. Empty: no auth."""
+    tokens: str = ""
+    """The same entries as a JSON array, inline (added to `tokens_file`)."""
+    tls_cert_file: str = ""
+    """PEM certificate chain; with `tls_key_file`, the server speaks TLS only."""
+    tls_key_file: str = ""
+    """PEM private key of `tls_cert_file`."""
+    metrics_listen: str = "127.0.0.1:9464"
+    """`HOST:PORT` of the Prometheus `/metrics` endpoint; empty disables it."""
     max_message_bytes: int = 256 * 1024 * 1024
     """Largest gRPC message the server accepts or sends."""
     read_page_bytes: int = 4 * 1024 * 1024
@@ -53,7 +71,11 @@ class Settings:
 
     @property
     def limits(self) -> Limits:
-        return Limits(max_event_bytes=self.max_event_bytes, max_batch_events=self.max_batch_events)
+        return Limits(
+            max_event_bytes=self.max_event_bytes,
+            max_batch_events=self.max_batch_events,
+            max_batch_bytes=self.max_batch_bytes,
+        )
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

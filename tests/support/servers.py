@@ -27,7 +27,7 @@ class ServerThread:
     """A server on its own event loop in a background thread, bound to a free loopback port."""
 
     def __init__(self, db: str, **settings: Any) -> None:
-        self.settings = Settings(db=db, listen="127.0.0.1:0", **settings)
+        self.settings = Settings(db=db, listen="127.0.0.1:0", **{"metrics_listen": "", **settings})
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="test-server")
         self._thread.start()
@@ -65,12 +65,15 @@ class ServerProcess:
         self.db = db
         self.port = port or free_port()
         self.target = f"127.0.0.1:{self.port}"
-        self.env = {**os.environ, "SESSIONLOG_LOG_LEVEL": "warning", **(env or {})}
+        level = "info" if os.environ.get("SESSIONLOG_TEST_SERVER_LOG") else "warning"
+        self.env = {**os.environ, "SESSIONLOG_LOG_LEVEL": level, "SESSIONLOG_METRICS_LISTEN": "", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
         cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", self.target]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        log_path = os.environ.get("SESSIONLOG_TEST_SERVER_LOG")  # set to keep the server's logs for debugging
+        stderr = open(log_path, "ab") if log_path else subprocess.PIPE  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.monotonic() + timeout
         with grpc.insecure_channel(self.target) as channel:
             health = health_pb2_grpc.HealthStub(channel)

@@ -130,7 +130,7 @@ def test_killed_service_loses_no_acknowledged_event(fresh_db: str, tmp_path: Pat
         for writer in writers:
             writer.start()
         for _ in range(RESTARTS):
-            time.sleep(0.4)
+            time.sleep(1.0)
             server.kill()
             server.start()
         time.sleep(0.5)

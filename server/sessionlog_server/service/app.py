@@ -18,14 +18,17 @@ import structlog
 
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import jsonvalue, validate
-from sessionlog.core.errors import OwnershipLost, SessionLogError, ValidationError
+from sessionlog.core.errors import LimitExceeded, OwnershipLost, SessionLogError, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog_server.config import Settings
+from sessionlog_server.service import access
 from sessionlog_server.service.append import AppendPlan, plan_append, validate_proposals
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.committer import GroupCommitter
+from sessionlog_server.service.limits import RateLimiter
 from sessionlog_server.service.live import LiveSession, LiveSessions
+from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.service.reader import EventReader
 from sessionlog_server.service.subscriptions import SubscriptionHub
 from sessionlog_server.storage.recorder import EventRecorder
@@ -54,11 +57,14 @@ class SessionLogService:
         self.settings = settings
         self.recorder = recorder
         self.limits = settings.limits
+        self.metrics = Metrics()
+        self.rate_limiter = RateLimiter(settings.max_events_per_second)
         self.reader = EventReader(recorder)
-        self.committer = GroupCommitter(recorder, max_batches=settings.group_commit_max_batches)
+        self.committer = GroupCommitter(recorder, max_batches=settings.group_commit_max_batches, metrics=self.metrics)
         self.live = LiveSessions(self._load, settings.session_cache_size)
         self.hub = SubscriptionHub()
         self.stream_leases: dict[str, tuple[str, int]] = {}
+        self.open_streams = 0
         self.repairs_written = 0
         self._keeper: asyncio.Task[None] | None = None
         self._repairer: asyncio.Task[None] | None = None
@@ -102,13 +108,14 @@ class SessionLogService:
 
     # --- sessions -----------------------------------------------------------------------
 
-    async def create_session(
-        self, session_id: str | None, cwd: str | None, metadata: dict[str, Any], namespace: str = "default"
-    ) -> SessionRecord:
-        """Create an empty session (id generated when not given)."""
+    async def create_session(self, session_id: str | None, cwd: str | None, metadata: dict[str, Any]) -> SessionRecord:
+        """Create an empty session in the caller's namespace (id generated when not given)."""
+        access.require_write("CreateSession")
+        namespace = access.current().namespace
         sid = session_id or str(uuid.uuid4())
         validate.check_session_id(sid, self.limits)
         jsonvalue.dumps_bytes(metadata)
+        await self.check_session_quota(namespace)
         record = SessionRecord(
             id=sid,
             namespace=namespace,
@@ -126,14 +133,40 @@ class SessionLogService:
         )
         return await self.committer.run_in_writer(self.recorder.create_session, record)
 
+    def open_stream(self) -> None:
+        """Count a writer or subscription stream in; refuse past `max_open_streams`."""
+        limit = self.settings.max_open_streams
+        if limit and self.open_streams >= limit:
+            raise LimitExceeded(
+                "TOO_MANY_STREAMS", f"this instance already serves its limit of {limit} open streams", limit=limit
+            )
+        self.open_streams += 1
+
+    def close_stream(self) -> None:
+        self.open_streams -= 1
+
+    async def check_session_quota(self, namespace: str) -> None:
+        quota = self.settings.max_sessions_per_namespace
+        if quota and await self.reader.run(self.recorder.count_sessions, namespace) >= quota:
+            raise LimitExceeded(
+                "SESSION_QUOTA_EXCEEDED",
+                f"namespace {namespace!r} already holds its limit of {quota} sessions",
+                limit=quota,
+                namespace=namespace,
+            )
+
     async def get_session(self, session_id: str) -> SessionRecord:
+        """The session, if it exists in the caller's namespace."""
         validate.check_session_id(session_id, self.limits)
-        return await self.reader.session(session_id)
+        record = await self.reader.session(session_id)
+        access.check_namespace(session_id, record.namespace)
+        return record
 
     async def list_sessions(
-        self, page_size: int, page_token: str, parent_id: str | None, namespace: str = "default"
+        self, page_size: int, page_token: str, parent_id: str | None
     ) -> tuple[list[SessionRecord], str]:
-        """One page of sessions and the token of the next page ('' on the last)."""
+        """One page of the caller's sessions and the token of the next page ('' on the last)."""
+        namespace = access.current().namespace
         if page_size < 0:
             raise ValidationError("BAD_PAGE_SIZE", "page_size must not be negative", field="page_size")
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
@@ -147,14 +180,24 @@ class SessionLogService:
     # --- leases -------------------------------------------------------------------------
 
     async def acquire_lease(self, session_id: str, writer_id: str | None, *, takeover: bool) -> SessionRecord:
-        """Take the writer lease (FAILED_PRECONDITION while another live writer holds it)."""
+        """Take the writer lease for the caller (FAILED_PRECONDITION while another live writer holds it)."""
+        access.require_write("taking a writer lease")
+        await self.get_session(session_id)
+        return await self.take_lease(session_id, writer_id, takeover=takeover)
+
+    async def take_lease(self, session_id: str, writer_id: str | None, *, takeover: bool) -> SessionRecord:
+        """Take the writer lease, with no caller check (the service's own repairs use it)."""
         validate.check_session_id(session_id, self.limits)
         wid = writer_id or str(uuid.uuid4())
+        now = now_ms()
+        previous = await self.reader.session(session_id) if takeover else None
         record = await self.committer.run_in_writer(
             lambda: self.recorder.acquire_lease(
-                session_id, wid, takeover=takeover, now=now_ms(), ttl_ms=self.settings.lease_ttl_ms
+                session_id, wid, takeover=takeover, now=now, ttl_ms=self.settings.lease_ttl_ms
             )
         )
+        if previous is not None and previous.lease_live(now) and previous.writer_id != wid:
+            self.metrics.leases_taken_over.inc()
         live = self.live.peek(session_id)
         if live is not None and live.fold.next_seq != record.next_seq:
             self.live.invalidate(session_id)  # another instance wrote meanwhile
@@ -166,6 +209,13 @@ class SessionLogService:
         return record
 
     async def renew_lease(self, session_id: str, writer_id: str, epoch: int) -> SessionRecord:
+        """Extend the caller's lease (a unary writer's heartbeat)."""
+        access.require_write("renewing a lease")
+        await self.get_session(session_id)
+        return await self.extend_lease(session_id, writer_id, epoch)
+
+    async def extend_lease(self, session_id: str, writer_id: str, epoch: int) -> SessionRecord:
+        """Extend a lease, with no caller check (the stream lease keeper uses it)."""
         return await self.committer.run_in_writer(
             lambda: self.recorder.renew_lease(
                 session_id, writer_id, epoch, now=now_ms(), ttl_ms=self.settings.lease_ttl_ms
@@ -173,7 +223,15 @@ class SessionLogService:
         )
 
     async def release_lease(self, session_id: str, writer_id: str, epoch: int) -> None:
-        self.stream_leases.pop(session_id, None)
+        """Give the caller's lease back."""
+        access.require_write("releasing a lease")
+        await self.get_session(session_id)
+        await self.drop_lease(session_id, writer_id, epoch)
+
+    async def drop_lease(self, session_id: str, writer_id: str, epoch: int) -> None:
+        """Give a lease back if still held at `epoch`, with no caller check."""
+        if self.stream_leases.get(session_id) == (writer_id, epoch):
+            self.stream_leases.pop(session_id, None)
         await self.committer.run_in_writer(self.recorder.release_lease, session_id, writer_id, epoch)
         live = self.live.peek(session_id)
         if live is not None and live.writer_id == writer_id and live.epoch == epoch:
@@ -186,7 +244,7 @@ class SessionLogService:
             await asyncio.sleep(interval)
             for session_id, (writer_id, epoch) in list(self.stream_leases.items()):
                 try:
-                    await self.renew_lease(session_id, writer_id, epoch)
+                    await self.extend_lease(session_id, writer_id, epoch)
                 except OwnershipLost:
                     self.stream_leases.pop(session_id, None)
                 except SessionLogError as exc:
@@ -219,11 +277,18 @@ class SessionLogService:
         Splitting the two lets a streaming writer pipeline: the next batch is validated
         against this one's effects while this one is still being committed.
         """
-        proposals = validate_proposals(decoded, self.limits)
-        live = await self.live.get(session_id)
-        async with live.lock:
-            self.check_writer(live, writer_id, epoch)
-            return self.plan_and_commit(live, writer_id, epoch, proposals, expected_next_seq=expected_next_seq)
+        access.require_write("appending")
+        try:
+            proposals = validate_proposals(decoded, self.limits)
+            live = await self.live.get(session_id)
+            access.check_namespace(session_id, live.record.namespace)
+            self.rate_limiter.take(live.record.namespace, len(proposals))
+            async with live.lock:
+                self.check_writer(live, writer_id, epoch)
+                return self.plan_and_commit(live, writer_id, epoch, proposals, expected_next_seq=expected_next_seq)
+        except SessionLogError as exc:
+            self.metrics.batches_refused.labels(exc.reason).inc()
+            raise
 
     def check_writer(self, live: LiveSession, writer_id: str, epoch: int) -> None:
         """Refuse a writer this instance knows was fenced out (the commit re-checks in SQL)."""
@@ -285,6 +350,9 @@ class SessionLogService:
             live.end_commit()
         if live.valid and plan.checkpoint is not None:
             live.fold.release(plan.checkpoint)  # durable: its undo journal is no longer needed
+        self.metrics.batches_appended.inc()
+        self.metrics.events_appended.inc(len(pending.events))
+        self.metrics.batch_size.observe(len(pending.events))
         self.hub.publish(live.session_id, pending.events)
         return AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at)
 
@@ -327,6 +395,7 @@ class SessionLogService:
         """Replay from `from_seq`, then the next seq (the caught-up marker), then live batches."""
         record = await self.get_session(session_id)
         subscriber = self.hub.subscribe(session_id)
+        self.metrics.subscribers.inc()
         try:
             next_seq = from_seq
             async for page in self.read_events(session_id, from_seq, None, DEFAULT_READ_PAGE):
@@ -349,9 +418,11 @@ class SessionLogService:
                     # Never skip: fill a gap from the log before going on.
                     fresh = await self.reader.read(record, next_seq, fresh[-1].seq, fresh[-1].seq - next_seq + 1)
                 if fresh:
+                    self.metrics.subscription_lag.observe(max(0, now_ms() - fresh[-1].time) / 1000)
                     yield fresh
                     next_seq = fresh[-1].seq + 1
         finally:
+            self.metrics.subscribers.dec()
             self.hub.unsubscribe(session_id, subscriber)
 
     def _resubscribe(self, session_id: str, old: Any) -> Any:

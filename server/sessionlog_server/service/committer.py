@@ -9,12 +9,14 @@ the order they were submitted, because there is one loop and each group keeps qu
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import structlog
 
 from sessionlog.core.errors import SessionLogError, Unavailable
+from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import PendingBatch
 
@@ -25,12 +27,14 @@ log = structlog.get_logger("sessionlog.commit")
 class _Item:
     batch: PendingBatch
     done: asyncio.Future[None]
+    queued_at: float
 
 
 class GroupCommitter:
     """Commits PendingBatches in groups on a dedicated writer thread."""
 
-    def __init__(self, recorder: EventRecorder, *, max_batches: int = 512) -> None:
+    def __init__(self, recorder: EventRecorder, *, max_batches: int = 512, metrics: Metrics | None = None) -> None:
+        self._metrics = metrics
         self._recorder = recorder
         self._max_batches = max_batches
         self._queue: list[_Item] = []
@@ -50,7 +54,7 @@ class GroupCommitter:
         if self._closing:
             raise Unavailable("SHUTTING_DOWN", "the service is shutting down; retry against another instance")
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Item(batch, done))
+        self._queue.append(_Item(batch, done, time.perf_counter()))
         self._wakeup.set()
         await asyncio.shield(done)
 
@@ -79,6 +83,11 @@ class GroupCommitter:
                     )
                     results = [unknown] * len(group)
                 self.groups_committed += 1
+                if self._metrics is not None:
+                    finished = time.perf_counter()
+                    self._metrics.group_size.observe(len(group))
+                    for item in group:
+                        self._metrics.commit_latency.observe(finished - item.queued_at)
                 for item, error in zip(group, results, strict=True):
                     if error is None:
                         self.batches_committed += 1

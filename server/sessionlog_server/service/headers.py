@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sessionlog.core.events import NewEvent
 from sessionlog.core.vocabulary import REQUEST_HEADER
+from sessionlog_server.service import access
 
 if TYPE_CHECKING:
     from sessionlog_server.service.app import SessionLogService
@@ -36,7 +37,9 @@ async def start_header_report(
     service: SessionLogService, session_id: str, writer_id: str, epoch: int, header: dict[str, Any]
 ) -> asyncio.Future[HeaderReport]:
     """Decide now (in order with the writer's batches); the future resolves once durable."""
+    access.require_write("reporting a request header")
     live = await service.live.get(session_id)
+    access.check_namespace(session_id, live.record.namespace)
     async with live.lock:
         service.check_writer(live, writer_id, epoch)
         decision = live.fold.decide_header(header, first_of_lease=not live.header_reported)

@@ -24,6 +24,7 @@ from sessionlog.core.errors import NotFound, SessionLogError, ValidationError, W
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.repair import commit_closers, open_turn_closers
 from sessionlog.core.vocabulary import SESSION_END_SEED, TURN_END, TURN_START
+from sessionlog_server.service import access
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.storage.records import SessionRecord
 
@@ -68,6 +69,8 @@ async def resume(service: SessionLogService, session_id: str, writer_id: str | N
         seed = [] if live.fold.ends_with_end_seed and not closers else [NewEvent(type=SESSION_END_SEED, data={})]
         committed = service.plan_and_commit(live, wid, epoch, seed, service_events=closers)
     result = await committed
+    if closers:
+        service.metrics.repairs_written.labels("resume").inc()
     fold = live.fold
     header = fold.latest_header
     first = result.next_seq - len(seed) - len(closers)
@@ -100,7 +103,7 @@ async def repair_abandoned(service: SessionLogService, *, expired_only: bool) ->
         if expired_only and record.writer_id is None:
             continue
         try:
-            if await repair_session(service, record.id):
+            if await repair_session(service, record.id, "lease-expired" if expired_only else "start-up"):
                 repaired.append(record.id)
         except WriterHeld:
             continue  # a writer (or another instance) got there first
@@ -109,9 +112,9 @@ async def repair_abandoned(service: SessionLogService, *, expired_only: bool) ->
     return repaired
 
 
-async def repair_session(service: SessionLogService, session_id: str) -> bool:
+async def repair_session(service: SessionLogService, session_id: str, trigger: str = "sweep") -> bool:
     """Take the lease as the service, commit the closers, give the lease back."""
-    record = await service.acquire_lease(session_id, f"{REPAIR_WRITER}-{uuid.uuid4().hex[:8]}", takeover=False)
+    record = await service.take_lease(session_id, f"{REPAIR_WRITER}-{uuid.uuid4().hex[:8]}", takeover=False)
     wid, epoch = record.writer_id or "", record.epoch
     try:
         live = await service.live.get(session_id)
@@ -122,15 +125,18 @@ async def repair_session(service: SessionLogService, session_id: str) -> bool:
             committed = service.plan_and_commit(live, wid, epoch, [], service_events=closers)
         result = await committed
         service.repairs_written += 1
+        service.metrics.repairs_written.labels(trigger).inc()
         log.info("repaired abandoned turn", session_id=session_id, next_seq=result.next_seq, events=len(closers))
         return True
     finally:
-        await service.release_lease(session_id, wid, epoch)
+        await service.drop_lease(session_id, wid, epoch)
 
 
 async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: str | None) -> ForkResult:
     """A new session inheriting `source_id`'s events 0..at_seq (shared, not copied)."""
+    access.require_write("ForkSession")
     source = await service.get_session(source_id)
+    await service.check_session_quota(source.namespace)
     if at_seq >= source.next_seq:
         raise NotFound(
             "SEQ_NOT_FOUND",

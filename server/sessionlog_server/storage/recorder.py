@@ -140,6 +140,12 @@ class EventRecorder(ABC):
         with self._read() as conn:
             return [_session_record(row) for row in conn.execute(query).mappings()]
 
+    def count_sessions(self, namespace: str) -> int:
+        """How many sessions the namespace holds (an indexed count)."""
+        with self._read() as conn:
+            query = select(func.count()).select_from(SESSIONS).where(SESSIONS.c.namespace == namespace)
+            return int(conn.execute(query).scalar_one())
+
     def sessions_to_repair(self, now: int) -> list[SessionRecord]:
         """Sessions with an open turn and no live writer: an indexed query, no event scan."""
         query = select(SESSIONS).where(

@@ -16,9 +16,12 @@ from sessionlog_server.config import Settings
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.storage.factory import open_recorder
 from sessionlog_server.storage.migrate import upgrade
+from sessionlog_server.tokens import TokenStore
+from sessionlog_server.transport.auth import AuthInterceptor
 from sessionlog_server.transport.servicer import SessionServicer
 
 log = structlog.get_logger("sessionlog.server")
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "ip6-localhost"})
 SERVICE_NAME = session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
 
 
@@ -39,8 +42,31 @@ class RunningServer:
         self.service.recorder.close()
 
 
+def check_exposure(settings: Settings, tokens: TokenStore) -> None:
+    """Without tokens anyone who can connect may do anything: allow that on loopback only."""
+    host = settings.listen.rpartition(":")[0].strip("[]")
+    if not tokens.enabled and host not in LOOPBACK_HOSTS:
+        raise ValueError(
+            f"refusing to listen on {settings.listen} without bearer tokens: configure SESSIONLOG_TOKENS_FILE "
+            "(see `sessionlog token new`) or listen on loopback"
+        )
+
+
+def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    """TLS credentials when a certificate and key are configured (both or neither)."""
+    if bool(settings.tls_cert_file) != bool(settings.tls_key_file):
+        raise ValueError("TLS needs both SESSIONLOG_TLS_CERT_FILE and SESSIONLOG_TLS_KEY_FILE")
+    if not settings.tls_cert_file:
+        return None
+    with open(settings.tls_key_file, "rb") as key, open(settings.tls_cert_file, "rb") as cert:
+        return grpc.ssl_server_credentials([(key.read(), cert.read())])
+
+
 async def start_server(settings: Settings) -> RunningServer:
     """Migrate (unless told not to), open storage, and start serving on `settings.listen`."""
+    tokens = TokenStore.load(settings.tokens_file or None, settings.tokens or None)
+    check_exposure(settings, tokens)
+    credentials = server_credentials(settings)
     if settings.migrate:
         await asyncio.get_running_loop().run_in_executor(None, upgrade, settings.db)
     recorder = open_recorder(settings.db, sqlite_synchronous=settings.sqlite_synchronous)
@@ -51,18 +77,35 @@ async def start_server(settings: Settings) -> RunningServer:
         ("grpc.max_send_message_length", settings.max_message_bytes),
         ("grpc.so_reuseport", 0),
     ]
-    server = grpc.aio.server(options=options)
+    server = grpc.aio.server(options=options, interceptors=[AuthInterceptor(tokens)])
     session_service_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(service), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    port = server.add_insecure_port(settings.listen)
+    if credentials is not None:
+        port = server.add_secure_port(settings.listen, credentials)
+    else:
+        port = server.add_insecure_port(settings.listen)
     if port == 0:
         raise OSError(f"could not bind {settings.listen}")
     await server.start()
     await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    log.info("serving", listen=settings.listen, port=port, db=_redact(settings.db))
+    if settings.metrics_listen:
+        try:
+            service.metrics.serve(settings.metrics_listen)
+        except OSError as exc:
+            log.warning("metrics endpoint not started", listen=settings.metrics_listen, error=str(exc))
+    log.info(
+        "serving",
+        listen=settings.listen,
+        port=port,
+        db=_redact(settings.db),
+        tls=credentials is not None,
+        auth="bearer tokens" if tokens.enabled else "none: no tokens configured, so listening on loopback only",
+        namespaces=sorted({p.namespace for p in tokens.principals.values()}),
+        metrics=settings.metrics_listen or None,
+    )
     return RunningServer(server, service, health_servicer, port)
 
 

@@ -208,12 +208,16 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self, request: pb.SubscribeEventsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.SubscribeEventsResponse]:
         max_bytes = self.service.settings.read_page_bytes
-        async for item in self.service.subscribe(request.session_id, request.from_seq):
-            if isinstance(item, int):
-                yield pb.SubscribeEventsResponse(caught_up=pb.CaughtUp(next_seq=item))
-                continue
-            for page in pages(item, max_bytes):
-                yield pb.SubscribeEventsResponse(events=pb.EventBatch(events=page))
+        self.service.open_stream()
+        try:
+            async for item in self.service.subscribe(request.session_id, request.from_seq):
+                if isinstance(item, int):
+                    yield pb.SubscribeEventsResponse(caught_up=pb.CaughtUp(next_seq=item))
+                    continue
+                for page in pages(item, max_bytes):
+                    yield pb.SubscribeEventsResponse(events=pb.EventBatch(events=page))
+        finally:
+            self.service.close_stream()
 
     @status.unary
     async def ReportRequestHeader(
@@ -295,7 +299,17 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
             raise ValidationError(
                 "WRITER_NOT_OPENED", "the first message on a writer stream must be `open`", field="open"
             )
-        opened = first.open
+        self.service.open_stream()
+        try:
+            async for response in self._write(first.open, request_iterator):
+                yield response
+        finally:
+            self.service.close_stream()
+
+    async def _write(
+        self, opened: pb.OpenWriter, request_iterator: AsyncIterator[pb.WriteRequest]
+    ) -> AsyncIterator[pb.WriteResponse]:
+        """The writer stream after its `open` message: lease, pipelined batches, release."""
         if opened.create_if_missing:
             with contextlib.suppress(AlreadyExists):
                 await self.service.create_session(opened.session_id, None, {})
@@ -313,6 +327,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
             next_seq = record.next_seq
         session_id, writer_id, epoch = record.id, record.writer_id or "", record.epoch
         self.service.stream_leases[session_id] = (writer_id, epoch)
+        self.service.metrics.open_writers.inc()
         note(session_id=session_id, writer_id=writer_id, epoch=epoch)
         acks: asyncio.Queue[_Ack | BaseException | None] = asyncio.Queue()
         pump = asyncio.ensure_future(self._pump(request_iterator, session_id, writer_id, epoch, acks))
@@ -343,8 +358,9 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         finally:
             pump.cancel()
             note(seqs=None if first_seq is None else [first_seq, last_seq])
+            self.service.metrics.open_writers.dec()
             if self.service.stream_leases.get(session_id) == (writer_id, epoch):
-                await self.service.release_lease(session_id, writer_id, epoch)
+                await self.service.drop_lease(session_id, writer_id, epoch)
 
     async def _pump(
         self,

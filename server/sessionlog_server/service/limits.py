@@ -1,0 +1,51 @@
+"""Per-namespace rate limiting: a token bucket per namespace, refilled continuously.
+
+Checked before a batch is planned, so a refused batch writes nothing; the refusal is
+RESOURCE_EXHAUSTED with the limit in its details.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sessionlog.core.errors import LimitExceeded
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    stamp: float
+
+
+class RateLimiter:
+    """At most `rate` events per second per namespace, with bursts up to `burst` events."""
+
+    def __init__(self, rate: float, burst: float | None = None) -> None:
+        self.rate = rate
+        self.burst = burst if burst is not None else rate
+        self._buckets: dict[str, _Bucket] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.rate > 0
+
+    def take(self, namespace: str, events: int) -> None:
+        """Spend `events` tokens of `namespace`'s bucket, or refuse the whole batch."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        bucket = self._buckets.get(namespace)
+        if bucket is None:
+            bucket = self._buckets[namespace] = _Bucket(self.burst, now)
+        bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.stamp) * self.rate)
+        bucket.stamp = now
+        if events > bucket.tokens:
+            raise LimitExceeded(
+                "RATE_LIMITED",
+                f"namespace {namespace!r} is over its limit of {self.rate:g} events per second; retry later",
+                limit=f"{self.rate:g}",
+                namespace=namespace,
+                retry_after_ms=int(1000 * (events - bucket.tokens) / self.rate),
+            )
+        bucket.tokens -= events

@@ -1,0 +1,90 @@
+"""Bearer tokens: configured as sha256 hashes, each mapped to a namespace and a kind.
+
+The configuration never holds a token itself, only its hash, so a leaked tokens file grants
+nothing. A tokens file is JSON Lines (or a JSON array) of
+`{"name": "ci", "namespace": "team-a", "sha256": "<hex>", "readOnly": false}`;
+`sessionlog token new` makes a token and prints its line. `SESSIONLOG_TOKENS` may carry the
+same JSON array inline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sessionlog_server.service.access import Principal
+
+TOKEN_PREFIX = "slt_"
+
+
+def hash_token(token: str) -> str:
+    """The hex sha256 of a token, as stored in the configuration."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token() -> str:
+    """A fresh random token (256 bits)."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenStore:
+    """Token hash -> principal."""
+
+    principals: dict[str, Principal]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.principals)
+
+    def lookup(self, token: str) -> Principal | None:
+        return self.principals.get(hash_token(token))
+
+    @classmethod
+    def empty(cls) -> TokenStore:
+        return cls({})
+
+    @classmethod
+    def load(cls, file: str | None, inline: str | None) -> TokenStore:
+        """Tokens from a file and/or an inline JSON array; an invalid entry is an error."""
+        entries: list[Any] = []
+        if file:
+            text = Path(file).read_text(encoding="utf-8")
+            stripped = text.lstrip()
+            if stripped.startswith("["):
+                entries.extend(json.loads(text))
+            else:
+                entries.extend(json.loads(line) for line in text.splitlines() if line.strip())
+        if inline:
+            entries.extend(json.loads(inline))
+        principals: dict[str, Principal] = {}
+        for index, entry in enumerate(entries):
+            digest, principal = _entry(entry, index)
+            principals[digest] = principal
+        return cls(principals)
+
+
+def _entry(entry: Any, index: int) -> tuple[str, Principal]:
+    if not isinstance(entry, dict):
+        raise ValueError(f"token entry {index} is not an object")
+    digest, namespace = entry.get("sha256"), entry.get("namespace")
+    if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"token entry {index}: sha256 must be 64 lowercase hex characters")
+    if not isinstance(namespace, str) or not namespace:
+        raise ValueError(f"token entry {index}: namespace must be a non-empty string")
+    read_only = entry.get("readOnly", False)
+    if not isinstance(read_only, bool):
+        raise ValueError(f"token entry {index}: readOnly must be true or false")
+    return digest, Principal(namespace, not read_only, str(entry.get("name", "")))
+
+
+def config_line(token: str, namespace: str, *, read_only: bool, name: str) -> str:
+    """The tokens-file line for `token`."""
+    return json.dumps(
+        {"name": name, "namespace": namespace, "sha256": hash_token(token), "readOnly": read_only},
+        separators=(",", ":"),
+    )

@@ -1,0 +1,91 @@
+"""Authentication: a server interceptor that turns `authorization: Bearer <token>` into a Principal.
+
+Each RPC handler is wrapped so the principal is bound inside the handler's own context (an
+interceptor's context is not the handler's in grpc.aio). Health and reflection stay open, so
+load balancers and tools can probe without a token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from sessionlog.core.errors import Unauthenticated
+from sessionlog_server.service import access
+from sessionlog_server.tokens import TokenStore
+from sessionlog_server.transport.status import to_status
+
+OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticates every call of sessionlog's own services against the token store."""
+
+    def __init__(self, tokens: TokenStore) -> None:
+        self.tokens = tokens
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or details.method.startswith(OPEN_SERVICES):
+            return handler
+        principal, error = self._authenticate(details)
+        return _wrap(handler, principal, error)
+
+    def _authenticate(self, details: grpc.HandlerCallDetails) -> tuple[access.Principal | None, Unauthenticated | None]:
+        if not self.tokens.enabled:
+            return access.ANONYMOUS, None
+        header = dict(details.invocation_metadata or ()).get("authorization", "")
+        scheme, _, token = str(header).partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return None, Unauthenticated("TOKEN_MISSING", "a bearer token is required (authorization: Bearer <token>)")
+        principal = self.tokens.lookup(token.strip())
+        if principal is None:
+            return None, Unauthenticated("TOKEN_UNKNOWN", "the bearer token is not valid")
+        return principal, None
+
+
+def _wrap(handler: grpc.RpcMethodHandler, principal: access.Principal | None, error: Unauthenticated | None) -> Any:
+    """The same handler, with the principal bound (or the call refused) inside its context."""
+
+    def unary(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if error is not None:
+                await context.abort_with_status(to_status(error))
+            access.bind(principal or access.ANONYMOUS)
+            return await fn(request, context)
+
+        return call
+
+    def streaming(fn: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            if error is not None:
+                await context.abort_with_status(to_status(error))
+            access.bind(principal or access.ANONYMOUS)
+            async for item in fn(request, context):
+                yield item
+
+        return call
+
+    if handler.unary_unary:
+        return grpc.unary_unary_rpc_method_handler(
+            unary(handler.unary_unary), handler.request_deserializer, handler.response_serializer
+        )
+    if handler.unary_stream:
+        return grpc.unary_stream_rpc_method_handler(
+            streaming(handler.unary_stream), handler.request_deserializer, handler.response_serializer
+        )
+    if handler.stream_stream:
+        return grpc.stream_stream_rpc_method_handler(
+            streaming(handler.stream_stream), handler.request_deserializer, handler.response_serializer
+        )
+    if handler.stream_unary:
+        return grpc.stream_unary_rpc_method_handler(
+            unary(handler.stream_unary), handler.request_deserializer, handler.response_serializer
+        )
+    return handler

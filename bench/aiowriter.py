@@ -98,6 +98,8 @@ class BenchWriter:
 
 async def product_async_writer_works(target: str, session_id: str, timeout: float = 5.0) -> bool:
     """Does `sessionlog.aio.AsyncWriter` acknowledge a pipelined batch within `timeout`?"""
+    # The broken reader task's UsageError would otherwise be printed at garbage collection.
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, _context: None)
     async with AsyncSessionLogClient(target) as client:
         try:
             writer = await client.writer(session_id, create_if_missing=True)

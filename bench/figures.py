@@ -103,7 +103,13 @@ async def _open_writers(
 
 
 async def _stream(
-    target: str, sids: Sequence[str], events: list[NewEvent], window: int, max_seconds: float, start_at: float | None
+    target: str,
+    sids: Sequence[str],
+    events: list[NewEvent],
+    window: int,
+    max_seconds: float,
+    start_at: float | None,
+    batch: int = 1,
 ) -> _StreamRun:
     clients, writers = await _open_writers(target, sids, window)
     latencies: list[float] = []
@@ -112,16 +118,17 @@ async def _stream(
     async def one(writer: BenchWriter, deadline: float) -> None:
         nonlocal acked
         futures = []
-        for event in events:
+        for first in range(0, len(events), batch):
+            chunk = events[first : first + batch]
             sent_at = time.monotonic()
-            future = await writer.send([event])
+            future = await writer.send(chunk)
             future.add_done_callback(lambda _f, t=sent_at: latencies.append(time.monotonic() - t))
-            futures.append(future)
+            futures.append((future, len(chunk)))
             if sent_at > deadline:
                 break
-        for future in futures:
+        for future, size in futures:
             await future
-            acked += 1
+            acked += size
 
     if start_at is not None:  # a synchronised start across client processes
         await asyncio.sleep(max(0.0, start_at - time.monotonic()))
@@ -138,10 +145,10 @@ async def _stream(
 
 
 def _stream_worker(
-    target: str, sids: list[str], events: list[NewEvent], window: int, max_seconds: float, start_at: float
+    target: str, sids: list[str], events: list[NewEvent], window: int, max_seconds: float, start_at: float, batch: int
 ) -> _StreamRun:
     """Entry point of a client worker process."""
-    return asyncio.run(_stream(target, sids, events, window, max_seconds, start_at))
+    return asyncio.run(_stream(target, sids, events, window, max_seconds, start_at, batch))
 
 
 def streaming(
@@ -152,8 +159,10 @@ def streaming(
     window: int,
     max_seconds: float,
     client_procs: int = 1,
+    batch: int = 1,
 ) -> dict[str, Any]:
-    """`sessions` writers, each streaming `events` one per batch with up to `window` in flight.
+    """`sessions` writers, each streaming `events` `batch` per batch (1 unless stated) with up
+    to `window` batches in flight.
 
     With `client_procs` > 1 the sessions are split over that many client processes (each
     with its own asyncio loop and channels), started together.
@@ -161,7 +170,7 @@ def streaming(
     sids = [_sid(f"s{sessions}") for _ in range(sessions)]
     cpu_s = server.cpu_seconds()
     if client_procs <= 1:
-        run = asyncio.run(_stream(server.target, sids, events, window, max_seconds, None))
+        run = asyncio.run(_stream(server.target, sids, events, window, max_seconds, None, batch))
         runs = [run]
     else:
         ctx = multiprocessing.get_context("spawn")
@@ -169,7 +178,7 @@ def streaming(
         parts = [sids[i::client_procs] for i in range(client_procs)]
         with ctx.Pool(client_procs) as pool:
             pending = [
-                pool.apply_async(_stream_worker, (server.target, part, events, window, max_seconds, start_at))
+                pool.apply_async(_stream_worker, (server.target, part, events, window, max_seconds, start_at, batch))
                 for part in parts
                 if part
             ]
@@ -186,6 +195,7 @@ def streaming(
         server_cpu,
         sum(r.client_cpu for r in runs),
         sessions=sessions,
+        events_per_batch=batch,
         window=window,
         client_procs=client_procs,
         ack_p50_ms=round(1000 * _percentile(latencies, 50), 2),
@@ -224,9 +234,11 @@ async def _fixed_rate(
 
         future.add_done_callback(done)
         futures.append(future)
-    for future in futures:
-        await future
+    # Bounded wait: an overloaded server drains its backlog, a dead one fails the futures.
+    _, unacked = await asyncio.wait(futures, timeout=max(60.0, 4 * seconds))
     wall = time.monotonic() - start
+    for future in unacked:
+        future.cancel()
     for writer in writers:
         await writer.close()
     for client in clients:
@@ -245,6 +257,7 @@ async def _fixed_rate(
         "mean_ms": round(1000 * statistics.fmean(from_send), 3) if from_send else None,
         "p99_from_schedule_ms": round(1000 * _percentile(from_schedule, 99), 3),
         "sends_late_over_1ms": late,
+        "unacked_at_timeout": len(unacked),
     }
 
 

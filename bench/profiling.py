@@ -25,8 +25,13 @@ def py_spy_path() -> str | None:
     return str(local) if local.exists() else shutil.which("py-spy")
 
 
-def start_py_spy(pid: int, seconds: float, out: Path, rate: int = 200) -> subprocess.Popen[bytes]:
-    """Start sampling `pid` for `seconds` into `out` (collapsed stacks); returns the process."""
+def start_py_spy(pid: int, seconds: float, out: Path, rate: int = 200, gil: bool = True) -> subprocess.Popen[bytes]:
+    """Start sampling `pid` for `seconds` into `out` (collapsed stacks); returns the process.
+
+    With `gil`, only the thread holding the GIL is sampled: in a Python server that is where
+    the CPU goes, and idle pool threads (which py-spy cannot always tell from busy ones) drop
+    out of the picture.
+    """
     exe = py_spy_path()
     if exe is None:
         raise FileNotFoundError("py-spy is not installed (pip install -e '.[bench]')")

@@ -53,6 +53,7 @@ ROWS = (
     ("stream_1", "1 session, streaming, pipelined (ev/s)", "rate"),
     ("stream_16", "16 sessions, streaming (ev/s)", "rate"),
     ("stream_64", "64 sessions, streaming (ev/s)", "rate"),
+    ("stream_16_batch16", "16 sessions, 16 events/batch (ev/s)", "rate"),
     ("latency_at_rate", "ack ms p50/p99/p99.9 @1,000 ev/s", "latency"),
     ("history_1k", "model history ms, cold / +1 append", "history"),
     ("history_10k", "model history ms, cold / +1 append", "history"),
@@ -72,6 +73,8 @@ def render(report: dict[str, Any]) -> str:
         f"{meta['workload']['mean_event_data_bytes']} B, 1 event per batch, acked when durable"
     )
     lines.append(f"durability: SQLite {meta['durability']['sqlite']}; PostgreSQL {meta['durability']['postgresql']}")
+    load = meta.get("loadavg_at_start"), meta.get("loadavg_at_end")
+    lines.append(f"load average (1/5/15 min) at start {load[0]}, at end {load[1]} (2 cores; other work shares them)")
     lines.append("")
     width = 40
     col = 52

@@ -110,6 +110,21 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def _dirty() -> list[str]:
+    """Files of server/ and client/ that differ from the commit (others may be mid-change)."""
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--", "server", "client"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line[3:] for line in out.splitlines() if line.strip()]
+
+
 def _machine() -> dict[str, Any]:
     cpu = "unknown"
     try:
@@ -146,6 +161,16 @@ def backend_figures(backend: str, db: str, scale: Scale, client_procs: int) -> d
                 max_seconds=scale.max_seconds,
                 client_procs=client_procs,
             )
+        _log(f"{backend}: 16 streaming sessions x {scale.stream16_events} events, 16 events per batch")
+        out["stream_16_batch16"] = figures.streaming(
+            server,
+            16,
+            template[: scale.stream16_events],
+            window=scale.window,
+            max_seconds=scale.max_seconds,
+            client_procs=client_procs,
+            batch=16,
+        )
         _log(f"{backend}: ack latency at {scale.rate:.0f} events/s for {scale.rate_seconds:.0f}s")
         out["latency_at_rate"] = figures.fixed_rate(
             server, template, rate=scale.rate, seconds=scale.rate_seconds, sessions=scale.rate_sessions
@@ -212,7 +237,9 @@ def main(argv: list[str] | None = None) -> int:
             "mode": "quick" if args.quick else "full",
             "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
             "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
             "sessionlog_commit": _git_commit(),
+            "uncommitted_server_client_changes": _dirty(),
             "machine": _machine(),
             "durability": {
                 "sqlite": "WAL, synchronous=FULL (sessionlog default; peers set or verified the same)",
@@ -279,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                 drop_pg_database(pg_name)
     report["targets"] = targets(report)
     report["meta"]["elapsed_s"] = round(time.monotonic() - started, 1)
+    report["meta"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     json_path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
     print(render(report))
     print(f"\nJSON: {json_path}")

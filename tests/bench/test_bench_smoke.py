@@ -17,6 +17,7 @@ FIGURES = (
     "stream_1",
     "stream_16",
     "stream_64",
+    "stream_16_batch16",
     "latency_at_rate",
     "history_1k",
     "history_10k",
@@ -50,7 +51,7 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
         figures = report["sessionlog"][backend]
         missing = [key for key in FIGURES if key not in figures]
         assert not missing, f"{backend} lacks {missing}"
-        for key in ("unary_sequential", "stream_1", "stream_16", "stream_64"):
+        for key in ("unary_sequential", "stream_1", "stream_16", "stream_64", "stream_16_batch16"):
             assert figures[key]["events"] > 0
             assert figures[key]["events_per_s"] > 0
         assert {"p50_ms", "p99_ms", "p999_ms"} <= figures["latency_at_rate"].keys()

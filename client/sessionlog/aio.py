@@ -19,6 +19,8 @@ from typing import Any
 import grpc
 
 from sessionlog import convert
+from sessionlog.auth import aio_interceptors, channel_credentials
+from sessionlog.core import jsonvalue
 from sessionlog.core.errors import SessionLogError, Unavailable
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.errors import from_rpc_error
@@ -28,12 +30,21 @@ from sessionlog.requests import (
     AppendResult,
     CaughtUp,
     EventLike,
+    HeaderReport,
+    ResumeInfo,
     append_request,
     batch_request,
     create_request,
+    header_report_from_pb,
+    header_request,
+    header_write_request,
     open_request,
     read_request,
+    request_view_from_pb,
+    resume_from_pb,
+    scope,
     subscription_items,
+    surface_from_pb,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
@@ -56,13 +67,18 @@ class AsyncSessionLogClient:
         *,
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float | None = 30.0,
+        token: str | None = None,
+        ca_file: str | None = None,
     ) -> None:
+        """Connect to `target`; `token` authenticates, `ca_file` (or `credentials`) turns on TLS."""
         self.target = target
         self.timeout = timeout
+        credentials = credentials or channel_credentials(ca_file)
+        interceptors = aio_interceptors(token)
         self.channel = (
-            grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
+            grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors)
             if credentials is not None
-            else grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+            else grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS, interceptors=interceptors)
         )
         self.stub = SessionServiceStub(self.channel)
 
@@ -133,12 +149,60 @@ class AsyncSessionLogClient:
         writer_id: str | None = None,
         takeover: bool = False,
         create_if_missing: bool = False,
+        resume: bool = False,
         max_in_flight: int = 256,
     ) -> AsyncWriter:
-        """Open a streaming writer; it holds the lease until closed."""
+        """Open a streaming writer; it holds the lease until closed (`resume` as in the sync client)."""
         writer = AsyncWriter(self.stub, session_id, writer_id, create_if_missing, max_in_flight)
-        await writer._connect(takeover)
+        await writer._connect(takeover, resume)
         return writer
+
+    async def report_header(self, session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> HeaderReport:
+        """Report the request header about to be used; the service decides whether to log it."""
+        response = await _call(self.stub.ReportRequestHeader, header_request(session_id, lease, header), self.timeout)
+        return header_report_from_pb(response)
+
+    async def resume(self, session_id: str, *, writer_id: str | None = None, takeover: bool = False) -> ResumeInfo:
+        """Resume a session for unary appends: lease, repair, seed boundary (SPEC §8)."""
+        request = pb.ResumeSessionRequest(session_id=session_id, writer_id=writer_id or "", takeover=takeover)
+        return resume_from_pb(await _call(self.stub.ResumeSession, request, self.timeout))
+
+    async def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> convert.SessionInfo:
+        """Fork `session_id` after `at_seq` (inclusive); the prefix is shared, not copied."""
+        request = pb.ForkSessionRequest(session_id=session_id, at_seq=at_seq, new_session_id=new_session_id or "")
+        return convert.session_from_pb((await _call(self.stub.ForkSession, request, self.timeout)).session)
+
+    async def model_history(
+        self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
+    ) -> list[dict[str, Any]]:
+        """The messages the model sees, in order, at the head or at `at_seq`."""
+        request = pb.GetModelHistoryRequest(scope=scope(session_id, at_seq, with_repair))
+        response = await _call(self.stub.GetModelHistory, request, self.timeout)
+        return list(jsonvalue.loads(response.messages_json, what="messages"))
+
+    async def transcript(
+        self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
+    ) -> list[dict[str, Any]]:
+        """The transcript rows for people (replaced events stay, marked)."""
+        request = pb.GetTranscriptRequest(scope=scope(session_id, at_seq, with_repair))
+        response = await _call(self.stub.GetTranscript, request, self.timeout)
+        return list(jsonvalue.loads(response.rows_json, what="rows"))
+
+    async def request(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
+        """`{"request", "sha256", "headerSeq"}`: the exact request of that prefix."""
+        request = pb.GetRequestRequest(scope=scope(session_id, at_seq, with_repair))
+        return request_view_from_pb(await _call(self.stub.GetRequest, request, self.timeout))
+
+    async def stats(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
+        """Counts, tokens and cost over every event carrying usage."""
+        request = pb.GetStatsRequest(scope=scope(session_id, at_seq, with_repair))
+        response = await _call(self.stub.GetStats, request, self.timeout)
+        return dict(jsonvalue.loads(response.stats_json, what="stats"))
+
+    async def surface(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
+        """`{"nodes", "replaceGeneration"}` (for debugging)."""
+        request = pb.GetSurfaceRequest(scope=scope(session_id, at_seq, with_repair))
+        return surface_from_pb(await _call(self.stub.GetSurface, request, self.timeout))
 
     async def read_events(
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None, page_size: int = 500
@@ -169,7 +233,7 @@ class _Pending:
     batch_id: int
     events: list[NewEvent]
     expected_next_seq: int | None
-    future: asyncio.Future[AppendResult]
+    future: asyncio.Future[Any]
 
 
 class AsyncWriter:
@@ -189,11 +253,12 @@ class AsyncWriter:
         self._reader: asyncio.Task[None] | None = None
         self.lease: convert.LeaseInfo
         self.next_seq = 0
+        self.resumed: ResumeInfo | None = None
 
-    async def _connect(self, takeover: bool) -> None:
+    async def _connect(self, takeover: bool, resume: bool = False) -> None:
         self._call = self._stub.Write()
         try:
-            await self._call.write(open_request(self.session_id, self._writer_id, takeover, self._create))
+            await self._call.write(open_request(self.session_id, self._writer_id, takeover, self._create, resume))
             first = await self._call.read()
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
@@ -201,6 +266,8 @@ class AsyncWriter:
             raise Unavailable("STREAM_ENDED", "the server closed the writer stream while opening")
         self.lease = convert.lease_from_pb(first.opened.lease)
         self.next_seq = first.opened.next_seq
+        if first.opened.HasField("resumed"):
+            self.resumed = resume_from_pb(first.opened.resumed)
         self._reader = asyncio.ensure_future(self._read())
 
     async def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> AppendResult:
@@ -224,16 +291,39 @@ class AsyncWriter:
             self._fail(from_rpc_error(exc))
         return pending.future
 
+    async def report_header(self, header: dict[str, Any]) -> HeaderReport:
+        """Report the request header about to be used, in order with the batches sent so far."""
+        if self._failure is not None:
+            raise self._failure
+        await self._slots.acquire()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        pending = _Pending(next(self._ids), [], None, future)
+        self._pending.append(pending)
+        try:
+            await self._call.write(header_write_request(pending.batch_id, header))
+        except grpc.RpcError as exc:
+            self._fail(from_rpc_error(exc))
+        result: HeaderReport = await future
+        return result
+
     async def _read(self) -> None:
         try:
-            async for response in self._call:
-                ack = response.ack
+            while True:
+                response = await self._call.read()  # read(), as open used it: the two styles cannot mix
+                if response is grpc.aio.EOF:
+                    break
+                is_header = response.WhichOneof("kind") == "header_ack"
+                ack = response.header_ack if is_header else response.ack
                 while self._pending and self._pending[0].batch_id != ack.batch_id:
                     self._pending.popleft()
                 if self._pending:
                     pending = self._pending.popleft()
-                    self.next_seq = ack.next_seq
-                    if not pending.future.done():
+                    if pending.future.done():
+                        pass
+                    elif is_header:
+                        pending.future.set_result(header_report_from_pb(response.header_ack.result))
+                    else:
+                        self.next_seq = response.ack.next_seq
                         pending.future.set_result(AppendResult(list(ack.seqs), ack.next_seq))
                     self._slots.release()
             if self._pending:

@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 
 from sessionlog import convert
+from sessionlog.auth import TokenInterceptor, channel_credentials
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import SessionLogError, Unavailable
 from sessionlog.core.events import Event, NewEvent
@@ -80,15 +81,20 @@ class SessionLogClient:
         *,
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float | None = 30.0,
+        token: str | None = None,
+        ca_file: str | None = None,
     ) -> None:
+        """Connect to `target`; `token` authenticates, `ca_file` (or `credentials`) turns on TLS."""
         self.target = target
         self.timeout = timeout
+        credentials = credentials or channel_credentials(ca_file)
         self.channel = (
             grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
             if credentials is not None
             else grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         )
-        self.stub = SessionServiceStub(self.channel)
+        channel = grpc.intercept_channel(self.channel, TokenInterceptor(token)) if token else self.channel
+        self.stub = SessionServiceStub(channel)
 
     def __enter__(self) -> SessionLogClient:
         return self

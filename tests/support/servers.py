@@ -26,8 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 class ServerThread:
     """A server on its own event loop in a background thread, bound to a free loopback port."""
 
-    def __init__(self, db: str, **settings: Any) -> None:
-        self.settings = Settings(db=db, listen="127.0.0.1:0", **{"metrics_listen": "", **settings})
+    def __init__(self, db: str, listen_override: str | None = None, **settings: Any) -> None:
+        listen = listen_override or "127.0.0.1:0"
+        self.settings = Settings(db=db, listen=listen, **{"metrics_listen": "", **settings})
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="test-server")
         self._thread.start()

@@ -22,6 +22,8 @@ class State:
     """Global options, set by the app callback."""
 
     server: str = os.environ.get("SESSIONLOG_SERVER", DEFAULT_TARGET)
+    token: str | None = os.environ.get("SESSIONLOG_TOKEN") or None
+    ca_file: str | None = os.environ.get("SESSIONLOG_CA_FILE") or None
 
 
 def print_json(value: Any) -> None:
@@ -43,7 +45,7 @@ def describe(error: SessionLogError) -> str:
 @contextmanager
 def connect() -> Iterator[SessionLogClient]:
     """A client to `--server`, turning sessionlog errors into one-line failures."""
-    client = SessionLogClient(State.server)
+    client = SessionLogClient(State.server, token=State.token, ca_file=State.ca_file)
     try:
         yield client
     except SessionLogError as exc:

@@ -25,10 +25,21 @@ def options(
         str | None,
         typer.Option("--server", envvar="SESSIONLOG_SERVER", help="HOST:PORT of the sessionlog server."),
     ] = None,
+    token: Annotated[
+        str | None, typer.Option("--token", envvar="SESSIONLOG_TOKEN", help="Bearer token for the server.")
+    ] = None,
+    ca_file: Annotated[
+        str | None,
+        typer.Option("--ca-file", envvar="SESSIONLOG_CA_FILE", help="PEM CA to trust: connect with TLS."),
+    ] = None,
 ) -> None:
     """sessionlog: the event log of AI agent sessions."""
     if server:
         State.server = server
+    if token:
+        State.token = token
+    if ca_file:
+        State.ca_file = ca_file
 
 
 server_commands.register(app)

@@ -14,10 +14,32 @@ DbOption = Annotated[
 ]
 
 
+token_app = typer.Typer(no_args_is_help=True, help="Bearer tokens for the server's tokens file.")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `serve` and `db upgrade` to `app`."""
+    """Add `serve`, `db upgrade` and `token new` to `app`."""
     app.command("serve")(serve)
     app.add_typer(db_app, name="db")
+    app.add_typer(token_app, name="token")
+
+
+@token_app.command("new")
+def new_token(
+    namespace: Annotated[str, typer.Option("--namespace", help="The namespace the token's sessions live in.")],
+    read_only: Annotated[bool, typer.Option("--read-only", help="An auditor's token: reads only.")] = False,
+    name: Annotated[str, typer.Option("--name", help="A label for logs.")] = "",
+) -> None:
+    """Make a token: prints it (give it to the client) and its tokens-file line (give that to the server).
+
+    The server stores only the token's sha256, so the tokens file grants nothing if it leaks.
+    """
+    from sessionlog_server.tokens import config_line
+    from sessionlog_server.tokens import new_token as make
+
+    token = make()
+    typer.echo(f"token: {token}")
+    typer.echo(f"tokens-file line: {config_line(token, namespace, read_only=read_only, name=name)}")
 
 
 def serve(

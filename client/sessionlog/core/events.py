@@ -55,7 +55,8 @@ def surface_op_from_json(value: Any) -> SurfaceOp | None:
         start, end = value["startSeq"], value["endSeq"]
         if not (_is_seq(start) and _is_seq(end)):
             raise ValidationError(
-                "BAD_SURFACE_OP", "surfaceOp startSeq and endSeq must be non-negative integers",
+                "BAD_SURFACE_OP",
+                "surfaceOp startSeq and endSeq must be non-negative integers",
                 field="surfaceOp",
             )
         return Replace(start, end)

@@ -91,9 +91,7 @@ def check_header_tools(header: JsonObject) -> None:
         return
     tools = header["tools"]
     if not isinstance(tools, list):
-        raise ValidationError(
-            "HEADER_BAD_TOOLS", "request header: tools must be a list", field="header.tools"
-        )
+        raise ValidationError("HEADER_BAD_TOOLS", "request header: tools must be a list", field="header.tools")
     if not tools:
         raise ValidationError(
             "HEADER_EMPTY_TOOLS",
@@ -132,9 +130,7 @@ def changed_fields(previous: JsonObject, header: JsonObject) -> list[str]:
     changed = [
         key
         for key in sorted(set(old_config) | set(new_config))
-        if key not in old_config
-        or key not in new_config
-        or _canon(old_config[key]) != _canon(new_config[key])
+        if key not in old_config or key not in new_config or _canon(old_config[key]) != _canon(new_config[key])
     ]
     for key in ("adapterDefaults", "tools"):
         if _canon(previous.get(key)) != _canon(header.get(key)):
@@ -194,8 +190,7 @@ def check_header_event(latest: HeaderState | None, event: Event, *, generation: 
     if reason not in HEADER_REASONS:
         raise ValidationError(
             "HEADER_REASON_UNKNOWN",
-            f"request/header at seq {event.seq}: reason must be one of {list(HEADER_REASONS)}, "
-            f"got {reason!r}",
+            f"request/header at seq {event.seq}: reason must be one of {list(HEADER_REASONS)}, got {reason!r}",
             field="data.reason",
             seq=event.seq,
         )

@@ -50,9 +50,7 @@ def check_type(event: NewEvent, limits: Limits) -> None:
 def check_event_id(event: NewEvent, limits: Limits) -> None:
     """An eventId is non-empty and at most `max_id_chars` long."""
     if event.event_id is not None and not (0 < len(event.event_id) <= limits.max_id_chars):
-        raise ValidationError(
-            "BAD_EVENT_ID", f"eventId must be 1 to {limits.max_id_chars} characters", field="eventId"
-        )
+        raise ValidationError("BAD_EVENT_ID", f"eventId must be 1 to {limits.max_id_chars} characters", field="eventId")
 
 
 def check_data(event: NewEvent) -> None:

@@ -1,0 +1,104 @@
+"""Tenants and auth (issue 7): a token reaches only its namespace, read-only tokens only read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import NotFound, PermissionDenied, Unauthenticated
+from sessionlog_server.tokens import config_line, new_token
+from tests.support.events import note, system, turn_start, user
+from tests.support.servers import ServerThread
+
+ALICE, BOB, AUDITOR = new_token(), new_token(), new_token()
+
+
+@pytest.fixture(scope="module")
+def secured(db_url: str) -> Iterator[ServerThread]:
+    lines = [
+        config_line(ALICE, "team-a", read_only=False, name="alice"),
+        config_line(BOB, "team-b", read_only=False, name="bob"),
+        config_line(AUDITOR, "team-a", read_only=True, name="auditor"),
+    ]
+    server = ServerThread(db_url, tokens="[" + ",".join(lines) + "]")
+    yield server
+    server.stop()
+
+
+def connect(server: ServerThread, token: str | None) -> SessionLogClient:
+    return SessionLogClient(server.target, token=token)
+
+
+def test_calls_without_a_valid_token_are_unauthenticated(secured: ServerThread, sid: str) -> None:
+    with connect(secured, None) as anonymous, pytest.raises(Unauthenticated) as missing:
+        anonymous.create_session(sid)
+    assert missing.value.reason == "TOKEN_MISSING"
+    with connect(secured, "slt_not-a-real-token") as forged, pytest.raises(Unauthenticated) as unknown:
+        list(forged.list_sessions())
+    assert unknown.value.reason == "TOKEN_UNKNOWN"
+
+
+def test_no_rpc_reaches_another_namespace(secured: ServerThread, sid: str) -> None:
+    with connect(secured, ALICE) as alice, connect(secured, BOB) as bob:
+        alice.create_session(sid)
+        with alice.writer(sid) as writer:
+            writer.append([system("s"), user("secret"), turn_start(1)]).result()
+        assert sid not in {s.id for s in bob.list_sessions()}
+        assert sid in {s.id for s in alice.list_sessions()}
+        attempts = {
+            "get": lambda: bob.get_session(sid),
+            "read": lambda: list(bob.read_events(sid)),
+            "subscribe": lambda: next(iter(bob.subscribe(sid))),
+            "history": lambda: bob.model_history(sid),
+            "transcript": lambda: bob.transcript(sid),
+            "request": lambda: bob.request(sid),
+            "stats": lambda: bob.stats(sid),
+            "surface": lambda: bob.surface(sid),
+            "fork": lambda: bob.fork(sid, 1),
+            "resume": lambda: bob.resume(sid),
+            "acquire": lambda: bob.acquire_lease(sid),
+            "writer": lambda: bob.writer(sid),
+        }
+        for name, attempt in attempts.items():
+            with pytest.raises(NotFound):
+                attempt()
+            assert name
+        lease = alice.acquire_lease(sid, takeover=True)
+        for name, attempt in {
+            "append": lambda: bob.append(sid, lease, [note(1)]),
+            "renew": lambda: bob.renew_lease(lease),
+            "release": lambda: bob.release_lease(lease),
+            "header": lambda: bob.report_header(sid, lease, {"config": {"model": "m"}}),
+        }.items():
+            with pytest.raises(NotFound):
+                attempt()
+            assert name
+        assert [e.seq for e in alice.read_events(sid)] == [0, 1, 2]  # nothing Bob sent landed
+
+
+def test_read_only_tokens_read_and_change_nothing(secured: ServerThread, sid: str) -> None:
+    with connect(secured, ALICE) as alice, connect(secured, AUDITOR) as auditor:
+        alice.create_session(sid)
+        with alice.writer(sid) as writer:
+            writer.append([system("s"), user("hello")]).result()
+        assert [m["content"] for m in auditor.model_history(sid)] == ["s", "hello"]
+        assert auditor.stats(sid)["messages"] == 2
+        assert len(list(auditor.read_events(sid))) == 2
+        for attempt in (
+            lambda: auditor.create_session(),
+            lambda: auditor.acquire_lease(sid),
+            lambda: auditor.writer(sid),
+            lambda: auditor.fork(sid, 1),
+            lambda: auditor.resume(sid),
+        ):
+            with pytest.raises(PermissionDenied) as denied:
+                attempt()
+            assert denied.value.reason == "READ_ONLY_TOKEN"
+        assert alice.get_session(sid).next_seq == 2
+
+
+def test_without_tokens_the_server_listens_on_loopback_only(db_url: str) -> None:
+    with pytest.raises(ValueError, match="without bearer tokens"):
+        ServerThread(db_url, listen_override="0.0.0.0:0")

@@ -1,0 +1,127 @@
+"""TLS with a certificate made at test time, limits that refuse whole batches, the metrics endpoint."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import LimitExceeded, Unavailable
+from sessionlog_server.tokens import config_line, new_token
+from tests.support.events import note, user
+from tests.support.servers import ServerThread, free_port
+
+
+def make_certificate(directory: Path) -> tuple[Path, Path]:
+    key, cert = directory / "key.pem", directory / "cert.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return key, cert
+
+
+def test_tls_round_trip_and_plaintext_refused(db_url: str, tmp_path: Path, sid: str) -> None:
+    key, cert = make_certificate(tmp_path)
+    server = ServerThread(db_url, tls_cert_file=str(cert), tls_key_file=str(key))
+    try:
+        with SessionLogClient(server.target, ca_file=str(cert)) as client:
+            client.create_session(sid)
+            with client.writer(sid) as writer:
+                assert writer.append([note(1)]).result().seqs == [0]
+            assert [e.data for e in client.read_events(sid)] == [{"n": 1}]
+        with SessionLogClient(server.target, timeout=3) as plain, pytest.raises(Unavailable):
+            plain.get_session(sid)
+    finally:
+        server.stop()
+
+
+def test_limits_refuse_whole_batches_with_the_limit_in_details(db_url: str, sid: str) -> None:
+    server = ServerThread(
+        db_url, max_events_per_second=5, max_batch_events=20, max_batch_bytes=2000, max_open_streams=2
+    )
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            with pytest.raises(LimitExceeded) as too_many:
+                client.append(sid, lease, [note(i) for i in range(21)])
+            assert too_many.value.reason == "BATCH_TOO_LARGE" and too_many.value.metadata["limit"] == "20"
+            with pytest.raises(LimitExceeded) as too_big:
+                client.append(sid, lease, [{"type": "t/x", "ignorable": True, "data": {"x": "y" * 3000}}])
+            assert too_big.value.metadata["limit"] == "2000"
+            client.append(sid, lease, [note(i) for i in range(5)])  # the whole burst
+            with pytest.raises(LimitExceeded) as rate:
+                client.append(sid, lease, [note(9), note(10)])
+            assert rate.value.reason == "RATE_LIMITED" and rate.value.metadata["limit"] == "5"
+            assert rate.value.grpc_code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert [e.seq for e in client.read_events(sid)] == [0, 1, 2, 3, 4]
+            client.release_lease(lease)
+            first = client.subscribe(sid)
+            second = client.subscribe(sid)
+            iter_first, iter_second = iter(first), iter(second)
+            next(iter_first)
+            next(iter_second)
+            with pytest.raises(LimitExceeded) as streams:
+                next(iter(client.subscribe(sid)))
+            assert streams.value.reason == "TOO_MANY_STREAMS"
+            first.cancel()
+            second.cancel()
+    finally:
+        server.stop()
+
+
+def test_session_quota_per_namespace(db_url: str, sid: str) -> None:
+    token = new_token()
+    namespace = f"quota-{sid}"  # a namespace of its own, so the count starts at zero
+    server = ServerThread(
+        db_url, max_sessions_per_namespace=2, tokens=f"[{config_line(token, namespace, read_only=False, name='q')}]"
+    )
+    try:
+        with SessionLogClient(server.target, token=token) as client:
+            client.create_session(f"{sid}-1")
+            client.create_session(f"{sid}-2")
+            with pytest.raises(LimitExceeded) as quota:
+                client.create_session(f"{sid}-3")
+            assert quota.value.reason == "SESSION_QUOTA_EXCEEDED" and quota.value.metadata["limit"] == "2"
+            with pytest.raises(LimitExceeded):
+                client.create_session()
+            assert {s.id for s in client.list_sessions()} == {f"{sid}-1", f"{sid}-2"}
+    finally:
+        server.stop()
+
+
+def test_metrics_endpoint_exposes_the_documented_series(db_url: str, sid: str) -> None:
+    port = free_port()
+    server = ServerThread(db_url, metrics_listen=f"127.0.0.1:{port}")
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            with client.writer(sid) as writer:
+                writer.append([user("hi"), note(1)]).result()
+            with client.writer(sid, takeover=True):
+                pass
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        for series in (
+            "sessionlog_events_appended_total 3.0",
+            "sessionlog_batches_appended_total 1.0",
+            "sessionlog_batch_size_events_bucket",
+            "sessionlog_group_commit_batches_bucket",
+            "sessionlog_commit_latency_seconds_bucket",
+            "sessionlog_open_writers 0.0",
+            "sessionlog_leases_taken_over_total",
+            "sessionlog_repairs_written_total",
+            "sessionlog_subscription_lag_seconds_bucket",
+            "sessionlog_subscribers 0.0",
+        ):
+            assert series in body, series
+    finally:
+        server.stop()

@@ -1,0 +1,52 @@
+"""The asyncio client against a real server: writer pipelining, reads, subscriptions, projections."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sessionlog.aio import AsyncSessionLogClient
+from sessionlog.core.errors import OwnershipLost, WriterHeld
+from sessionlog.core.events import Event
+from sessionlog.requests import CaughtUp
+from tests.support.events import note, system, user
+from tests.support.servers import ServerThread
+
+
+def test_async_client_end_to_end(server: ServerThread, sid: str) -> None:
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            await client.create_session(sid, cwd="/w")
+            writer = await client.writer(sid, writer_id="async-1")
+            assert (await writer.report_header({"config": {"model": "m"}})).reason == "initial"
+            futures = [await writer.send([note(i)]) for i in range(50)]  # pipelined
+            seqs = [(await f).seqs[0] for f in futures]
+            assert seqs == list(range(1, 51))
+            ack = await writer.append([system("s"), user("hello")])
+            assert ack.seqs == [51, 52]
+            with pytest.raises(WriterHeld):
+                await client.writer(sid, writer_id="async-2")
+            await writer.close()
+            events = [e async for e in client.read_events(sid, from_seq=49)]
+            assert [e.seq for e in events] == [49, 50, 51, 52]
+            assert (await client.get_session(sid)).cwd == "/w"
+            assert [m["content"] for m in await client.model_history(sid)] == ["s", "hello"]
+            assert (await client.stats(sid))["messages"] == 2
+            items: list[Event | CaughtUp] = []
+            async for item in client.subscribe(sid, from_seq=52):
+                items.append(item)
+                if isinstance(item, CaughtUp):
+                    break
+            assert isinstance(items[-1], CaughtUp) and items[-1].next_seq == 53
+            lease = await client.acquire_lease(sid, writer_id="unary")
+            result = await client.append(sid, lease, [note(99)], expected_next_seq=53)
+            assert result.seqs == [53]
+            newer = await client.acquire_lease(sid, writer_id="other", takeover=True)
+            with pytest.raises(OwnershipLost):
+                await client.append(sid, lease, [note(100)])
+            await client.release_lease(newer)
+            listed = [s.id async for s in client.list_sessions()]
+            assert sid in listed
+
+    asyncio.run(scenario())

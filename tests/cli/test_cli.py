@@ -113,3 +113,28 @@ def test_tail_follows_new_events(server: ServerThread, sid: str) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_header_lines_projections_resume_and_fork(server: ServerThread, sid: str) -> None:
+    run(server, "create", "--id", sid)
+    header = {"type": "request/header", "data": {"header": {"config": {"model": "m-1"}}}}
+    stdin = lines(header, USER, header, {"type": "turn/start", "data": {"turn": 1}})
+    appended = run(server, "append", sid, stdin=stdin)
+    assert appended.returncode == 0, appended.stderr
+    # the first report is logged (seq 0); the same header again logs nothing and prints seq 0 again
+    assert appended.stdout.split() == ["0", "2", "0", "3"]
+    history = json.loads(run(server, "history", sid).stdout)
+    assert history == {"messages": [{"role": "user", "content": "hi"}]}
+    request = json.loads(run(server, "request", sid).stdout)
+    assert request["request"] == {"model": "m-1", "messages": history["messages"]} and len(request["sha256"]) == 64
+    stats = json.loads(run(server, "stats", sid).stdout)
+    assert stats["model"] == "m-1" and stats["turns"] == 1
+    rows = json.loads(run(server, "transcript", sid, "--at", "2").stdout)["rows"]
+    assert [r["seq"] for r in rows] == [0, 2]
+    assert json.loads(run(server, "surface", sid).stdout) == {"nodes": [1, 2], "replaceGeneration": 0}
+    resumed = json.loads(run(server, "resume", sid).stdout)
+    assert resumed["repairSeqs"] == [4] and resumed["endSeedSeq"] == 5 and resumed["nextSeq"] == 6
+    forked = json.loads(run(server, "fork", sid, "--at", "2", "--id", f"{sid}-f").stdout)
+    assert forked == {"id": f"{sid}-f", "parent": sid, "forkSeq": 2}
+    children = [json.loads(line)["id"] for line in run(server, "sessions", "--parent", sid).stdout.splitlines()]
+    assert children == [f"{sid}-f"]

@@ -43,6 +43,7 @@ from sessionlog.requests import (
     CaughtUp,
     EventLike,
     HeaderReport,
+    HistoryCopy,
     ResumeInfo,
     append_request,
     batch_request,
@@ -215,6 +216,14 @@ class SessionLogClient:
         request = pb.GetModelHistoryRequest(scope=scope(session_id, at_seq, with_repair))
         response = _call(self.stub.GetModelHistory, request, self.timeout)
         return list(jsonvalue.loads(response.messages_json, what="messages"))
+
+    def history_copy(self, session_id: str) -> HistoryCopy:
+        """An empty local copy of the model history; pass it to `refresh_history`."""
+        return HistoryCopy(session_id)
+
+    def refresh_history(self, copy: HistoryCopy) -> list[dict[str, Any]]:
+        """Bring `copy` up to date, fetching only the messages it lacks (all after a replace)."""
+        return copy.apply(_call(self.stub.GetModelHistory, copy.request(), self.timeout))
 
     def transcript(
         self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False

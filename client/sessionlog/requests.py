@@ -217,3 +217,35 @@ def request_view_from_pb(msg: pb.GetRequestResponse) -> dict[str, Any]:
 
 def surface_from_pb(msg: pb.GetSurfaceResponse) -> dict[str, Any]:
     return {"nodes": list(msg.nodes), "replaceGeneration": msg.replace_generation}
+
+
+class HistoryCopy:
+    """A reader's copy of a model history, kept current by fetching only new messages.
+
+    While no replace happens, the history only grows, so a refresh asks for the messages from
+    the copy's length on, quoting the replace generation it was read at; the server answers
+    with just the tail, or with everything when the surface was rewritten meanwhile. A harness
+    building each request from this copy pays O(new messages) per step.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.messages: list[dict[str, Any]] = []
+        self.generation: int | None = None
+
+    def request(self) -> pb.GetModelHistoryRequest:
+        msg = pb.GetModelHistoryRequest(scope=scope(self.session_id, None, False), from_index=len(self.messages))
+        if self.generation is not None:
+            msg.if_generation = self.generation
+        return msg
+
+    def apply(self, response: pb.GetModelHistoryResponse) -> list[dict[str, Any]]:
+        """Merge a response into the copy; returns the whole history."""
+        fresh = list(jsonvalue.loads(response.messages_json, what="messages"))
+        if response.from_index == 0:
+            self.messages = fresh
+        else:
+            del self.messages[response.from_index :]
+            self.messages.extend(fresh)
+        self.generation = response.replace_generation
+        return self.messages

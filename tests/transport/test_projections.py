@@ -145,3 +145,25 @@ def test_bad_surface_ops_are_refused(client: SessionLogClient, sid: str) -> None
     with pytest.raises(ValidationError):  # no sourceEventSeqs
         client.append(sid, lease, [missing])
     assert client.get_session(sid).next_seq == 2
+
+
+def test_history_copy_fetches_only_the_tail_until_a_replace(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    copy = client.history_copy(sid)
+    with client.writer(sid) as writer:
+        writer.append([system("sys"), user("one")]).result()
+        assert [m["content"] for m in client.refresh_history(copy)] == ["sys", "one"]
+        writer.append([user("two")]).result()
+        request = copy.request()
+        assert request.from_index == 2 and request.if_generation == 0
+        response = client.stub.GetModelHistory(request)
+        assert (response.from_index, response.message_count) == (2, 3)
+        assert jsonvalue.loads(response.messages_json) == [{"role": "user", "content": "two"}]
+        assert [m["content"] for m in client.refresh_history(copy)] == ["sys", "one", "two"]
+        summary = user("summary")
+        summary["surfaceOp"] = {"op": "replace", "startSeq": 1, "endSeq": 2}
+        summary["sourceEventSeqs"] = [1, 2]
+        writer.append([summary]).result()
+    assert [m["content"] for m in client.refresh_history(copy)] == ["sys", "summary"]
+    assert copy.generation == 1
+    assert client.refresh_history(copy) == client.model_history(sid)

@@ -347,6 +347,12 @@ class SessionFold:
             self._history = [m for m in self._messages if m is not None]
         return list(self._history)
 
+    def model_history_since(self, index: int) -> list[JsonObject]:
+        """The messages from `index` on: O(returned messages) while no replace rebuilt the cache."""
+        if self._history is None:
+            self._history = [m for m in self._messages if m is not None]
+        return self._history[index:]
+
     def message_count(self) -> int:
         """How many messages the model history holds, in O(1)."""
         return len(self._messages) - self._none_messages

@@ -995,6 +995,17 @@ class GetModelHistoryRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SCOPE_FIELD_NUMBER: _builtins.int
+    FROM_INDEX_FIELD_NUMBER: _builtins.int
+    IF_GENERATION_FIELD_NUMBER: _builtins.int
+    from_index: _builtins.int
+    """Return only the messages from this index on: a reader that already holds the first
+    `from_index` messages fetches just the tail (the history only grows while no replace
+    happens). 0 returns every message.
+    """
+    if_generation: _builtins.int
+    """The replace generation the reader's copy was read at. If the surface was rewritten since,
+    `from_index` is ignored and the whole history is returned (`from_index` 0 in the response).
+    """
     @_builtins.property
     def scope(self) -> Global___ProjectionScope:
         """What to project."""
@@ -1003,12 +1014,16 @@ class GetModelHistoryRequest(_message.Message):
         self,
         *,
         scope: Global___ProjectionScope | None = ...,
+        from_index: _builtins.int = ...,
+        if_generation: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_if_generation", b"_if_generation", "if_generation", b"if_generation", "scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_generation", b"_if_generation", "from_index", b"from_index", "if_generation", b"if_generation", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__if_generation: _TypeAlias = _typing.Literal["if_generation"]  # noqa: Y015
+    _WhichOneofArgType__if_generation: _TypeAlias = _typing.Literal["_if_generation", b"_if_generation"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__if_generation) -> _WhichOneofReturnType__if_generation | None: ...
 
 Global___GetModelHistoryRequest: _TypeAlias = GetModelHistoryRequest  # noqa: Y015
 
@@ -1020,19 +1035,31 @@ class GetModelHistoryResponse(_message.Message):
 
     MESSAGES_JSON_FIELD_NUMBER: _builtins.int
     AT_SEQ_FIELD_NUMBER: _builtins.int
+    FROM_INDEX_FIELD_NUMBER: _builtins.int
+    MESSAGE_COUNT_FIELD_NUMBER: _builtins.int
+    REPLACE_GENERATION_FIELD_NUMBER: _builtins.int
     messages_json: _builtins.bytes
-    """The messages, a JSON array as UTF-8 text."""
+    """The messages from `from_index` on, a JSON array as UTF-8 text."""
     at_seq: _builtins.int
     """The last seq the projection covers."""
+    from_index: _builtins.int
+    """The index of the first returned message (0 when the whole history is returned)."""
+    message_count: _builtins.int
+    """How many messages the whole history holds."""
+    replace_generation: _builtins.int
+    """The surface's replace generation at `at_seq`."""
     def __init__(
         self,
         *,
         messages_json: _builtins.bytes = ...,
         at_seq: _builtins.int = ...,
+        from_index: _builtins.int = ...,
+        message_count: _builtins.int = ...,
+        replace_generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "messages_json", b"messages_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "from_index", b"from_index", "message_count", b"message_count", "messages_json", b"messages_json", "replace_generation", b"replace_generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

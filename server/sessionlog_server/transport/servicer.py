@@ -234,8 +234,24 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self, request: pb.GetModelHistoryRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetModelHistoryResponse:
         folded = await fold_scope(self.service, scope_from_pb(request.scope))
-        body = jsonvalue.dumps_bytes(folded.fold.model_history())
-        return pb.GetModelHistoryResponse(messages_json=body, at_seq=max(folded.at_seq, 0))
+        fold = folded.fold
+        generation = fold.replace_generation
+        count = fold.message_count()
+        start = request.from_index
+        if request.HasField("if_generation") and request.if_generation != generation:
+            start = 0  # the surface was rewritten: the reader's copy is stale
+        if start > count:
+            raise ValidationError(
+                "BAD_FROM_INDEX", f"from_index {start} is past the {count} messages of the history", field="from_index"
+            )
+        body = jsonvalue.dumps_bytes(fold.model_history_since(start))
+        return pb.GetModelHistoryResponse(
+            messages_json=body,
+            at_seq=max(folded.at_seq, 0),
+            from_index=start,
+            message_count=count,
+            replace_generation=generation,
+        )
 
     @status.unary
     async def GetTranscript(

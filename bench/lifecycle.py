@@ -122,6 +122,7 @@ FIGURE_KEYS: tuple[str, ...] = (
     "startup.loaded.repair_median_ms",
     "startup.loaded_nothing_open.ready.median_ms",
     "startup.verification.all_ok",
+    "startup.repair_query.uses_open_turn_index",
     "resume.cold.resume_ms.median_ms",
     "resume.cold.history_ms.median_ms",
     "resume.cold.total_ms.median_ms",
@@ -201,16 +202,22 @@ def run_backend(backend: str, scale: Scale, conditions: set[str], profile_dir: P
         if "startup" in conditions:
             results["startup"] = _timed_prep(results, "startup", lambda: _startup(dbs, scale, t0))
         if conditions & {"resume", "history"}:
-            results.update(_history_and_resume(dbs, scale, conditions, t0, profile_dir, results))
+            both = _timed_prep(
+                results, "history_and_resume", lambda: _history_and_resume(dbs, scale, conditions, t0, profile_dir)
+            )
+            results.update(both)
     finally:
         dbs.cleanup()
     return results
 
 
 def _timed_prep(results: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    start = time.perf_counter()
+    """Run one condition (data preparation included), recording its duration and the machine's
+    load average before and after (other work on the machine shows up in the timings)."""
+    start, load = time.perf_counter(), os.getloadavg()
     out = fn()
     results["prep"][name + "_and_run_s"] = round(time.perf_counter() - start, 1)
+    results.setdefault("load_average", {})[name] = {"before": load, "after": os.getloadavg()}
     return out
 
 
@@ -251,9 +258,7 @@ def _history_and_resume(
     conditions: set[str],
     t0: int,
     profile_dir: Path | None,
-    results: dict[str, Any],
 ) -> dict[str, Any]:
-    start = time.perf_counter()
     url = dbs.new("history")
     loader = data.BulkLoader(url)
     sessions: dict[str, tuple[str, int]] = {}
@@ -271,8 +276,7 @@ def _history_and_resume(
         loaded = loader.long_session("resume", data.workload_events(scale.resume_events, seed=7), t0)
         resume_sid = (loaded.session_id, loaded.events)
     loader.close()
-    results["prep"]["history_rows"] = loader.rows_written
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"history_rows_written": loader.rows_written}
     shared: Server | None = Server(url, env=cond.INFO).start() if scale.shared_process else None
     client = SessionLogClient(shared.target, timeout=cond.RPC_TIMEOUT) if shared is not None else None
     running = (shared, client) if shared is not None and client is not None else None
@@ -303,7 +307,6 @@ def _history_and_resume(
             target = profile_dir / dbs.backend
             target.mkdir(parents=True, exist_ok=True)
             out["history"]["profile"] = cond.profile_history(url, largest[0], target, rounds=10, max_seconds=120)
-    results["prep"]["history_and_resume_s"] = round(time.perf_counter() - start, 1)
     return out
 
 
@@ -387,6 +390,14 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
                 f"{_fmt_ms(start['loaded_nothing_open']['ready']['median_ms'])} to SERVING",
             )
         )
+        query = start["repair_query"]
+        rows.append(
+            (
+                "2. start-up query for open turns (in-process)",
+                f"{_fmt_ms(query['time']['median_ms'])}, finds {query['found']}; uses ix_sessions_open_turn: "
+                f"{query['uses_open_turn_index']} ({' / '.join(query['plan'])[:90]})",
+            )
+        )
         runs = start["verification"]["runs"]
         repaired = "/".join(str(r["repaired_sessions"]) for r in runs)
         rows.append(
@@ -445,7 +456,10 @@ def render(report: dict[str, Any]) -> str:
     """The report as a Markdown table per database."""
     out = []
     for backend, results in report["results"].items():
-        out.append(f"\n### {backend} ({report['meta']['scale']} scale)\n")
+        loads = results.get("load_average", {})
+        spread = [v for phase in loads.values() for v in (phase["before"][0], phase["after"][0])]
+        load = f"; 1-min load average {min(spread):.1f}-{max(spread):.1f} on {os.cpu_count()} CPUs" if spread else ""
+        out.append(f"\n### {backend} ({report['meta']['scale']} scale{load})\n")
         out.append("| condition | figure |")
         out.append("|---|---|")
         out += [f"| {name} | {figure} |" for name, figure in table_rows(results)]

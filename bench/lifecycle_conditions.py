@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import statistics
@@ -20,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -321,6 +324,7 @@ def startup_condition(data: StartupData, empty_url: str, repeats: int) -> dict[s
     """Start-up on an empty database, then with the closed sessions and the open turns (reset
     to open before each start, and checked after it), then once more with nothing left open."""
     engine = db_engine(data.url)
+    query = repair_query(data.url)
     empty = [timed_start(empty_url) for _ in range(repeats)]
     loaded, checks = [], []
     for rep in range(repeats):
@@ -339,11 +343,50 @@ def startup_condition(data: StartupData, empty_url: str, repeats: int) -> dict[s
         "empty": _startup_summary(empty),
         "loaded": _startup_summary(loaded),
         "loaded_nothing_open": _startup_summary(nothing_open),
+        "repair_query": query,
         "verification": {
             "runs": checks,
             "all_ok": all(c["ok"] for c in checks),
             "events_unchanged_when_nothing_open": after_clean == data.events + 3 * len(data.opened),
         },
+    }
+
+
+def repair_query(url: str, runs: int = 5) -> dict[str, Any]:
+    """The start-up query (`recorder.sessions_to_repair`, timed in this process while the turns
+    are open) and its plan: does it use `ix_sessions_open_turn`, or read every session row?
+
+    The plan is of the same SQLAlchemy expression the recorder builds, compiled for the
+    database with literal values.
+    """
+    from sqlalchemy import or_, select
+
+    from sessionlog_server.storage.factory import open_recorder
+    from sessionlog_server.storage.recorder import SESSIONS
+
+    recorder = open_recorder(url)
+    times, found = [], 0
+    try:
+        for _ in range(runs):
+            start = time.perf_counter()
+            found = len(recorder.sessions_to_repair(int(time.time() * 1000)))
+            times.append(ms(time.perf_counter() - start))
+    finally:
+        recorder.close()
+    query = select(SESSIONS).where(
+        SESSIONS.c.open_turn.is_(True), or_(SESSIONS.c.writer_id.is_(None), SESSIONS.c.lease_expires_at <= 0)
+    )
+    engine = db_engine(url)
+    sql = str(query.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))
+    explain = "EXPLAIN QUERY PLAN " if engine.dialect.name == "sqlite" else "EXPLAIN "
+    with engine.connect() as conn:
+        plan = [" ".join(str(c) for c in row) for row in conn.exec_driver_sql(explain + sql)]
+    engine.dispose()
+    return {
+        "found": found,
+        "time": summary(times),
+        "plan": plan,
+        "uses_open_turn_index": any("ix_sessions_open_turn" in line for line in plan),
     }
 
 
@@ -675,17 +718,15 @@ def _append_one(fold: Any, seq: int, at: int) -> float:
 def profile_history(db: str, session_id: str, out_dir: Path, rounds: int, max_seconds: float) -> dict[str, Any]:
     """py-spy on a fresh server: one profile of the cold first call, one of appends each
     followed by a history read (at most `rounds` of them and `max_seconds`)."""
-    from bench.profiling import py_spy_path, summarise
-
-    exe = py_spy_path()
+    exe = _py_spy_path()
     if exe is None:
-        return {"error": "py-spy is not installed"}
+        return {"error": "py-spy is not installed (pip install py-spy)"}
     out: dict[str, Any] = {}
     with info_server(db) as (server, client):
         client.get_session(session_id)
         with _py_spy(exe, server.pid, out_dir / "cold.txt") as cold_file:
             raw_history(client, session_id)
-        out["cold"] = summarise(cold_file, top=15)
+        out["cold"] = summarise_profile(cold_file)
         with client.writer(session_id) as writer, _py_spy(exe, server.pid, out_dir / "after.txt") as after_file:
             deadline = time.monotonic() + max_seconds
             done = 0
@@ -693,13 +734,19 @@ def profile_history(db: str, session_id: str, out_dir: Path, rounds: int, max_se
                 writer.append([user_message(f"profiled {done}")]).result(timeout=RPC_TIMEOUT)
                 raw_history(client, session_id)
                 done += 1
-        out["after_append"] = {"rounds": done, **summarise(after_file, top=15)}
+        out["after_append"] = {"rounds": done, **summarise_profile(after_file)}
+    out["files"] = [str(out_dir / "cold.txt"), str(out_dir / "after.txt")]
     return out
+
+
+def _py_spy_path() -> str | None:
+    local = Path(sys.executable).with_name("py-spy")
+    return str(local) if local.exists() else shutil.which("py-spy")
 
 
 @contextmanager
 def _py_spy(exe: str, pid: int, path: Path) -> Iterator[Path]:
-    """Sample `pid` (all threads, native frames off) while the block runs; SIGINT ends it."""
+    """Sample `pid` (all threads, no native frames) while the block runs; SIGINT ends it."""
     cmd = [exe, "record", "-p", str(pid), "-r", "250", "-f", "raw", "-o", str(path), "--nonblocking"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)  # let py-spy attach before the work starts
@@ -712,3 +759,66 @@ def _py_spy(exe: str, pid: int, path: Path) -> Iterator[Path]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
+
+
+#: Where a sample's innermost frame is, by file (first match wins): the profile's buckets.
+BUCKETS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("JSON encode (jsonvalue.dumps*, json.encoder)", ("json/encoder.py", "jsonvalue.py:dumps")),
+    ("JSON decode (jsonvalue.loads, json.decoder)", ("json/decoder.py", "jsonvalue.py:loads", "jsonvalue.py:_has")),
+    ("SQL driver and SQLAlchemy rows", ("sqlalchemy/", "sqlite3", "psycopg/")),
+    ("stored row -> Event (recorder)", ("storage/recorder.py", "storage/blobs.py", "__create_fn__")),
+    ("fold (SessionFold.replay and parts)", ("sessionlog/core/",)),
+    ("gRPC/asyncio C code (protobuf, send)", ("asyncio/events.py:Handle._run",)),
+    ("event loop wait", ("selectors.py", "base_events.py:BaseEventLoop._run_once")),
+)
+_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
+
+
+def _label(frame: str) -> str:
+    match = _FRAME.match(frame.strip())
+    if not match:
+        return frame.strip()
+    path = match.group("file")
+    for marker in ("site-packages/", "/server/", "/client/", "/lib/python3.11/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    return f"{path}:{match.group('func')}"
+
+
+def summarise_profile(path: Path, top: int = 12) -> dict[str, Any]:
+    """A py-spy raw profile as buckets (by innermost frame), the top functions by self time,
+    and the project's own functions by inclusive time (`file:function`, % of samples)."""
+    self_counts: Counter[str] = Counter()
+    project: Counter[str] = Counter()
+    buckets: Counter[str] = Counter()
+    total = 0
+    text_in = path.read_text(errors="replace") if path.exists() else ""
+    for line in text_in.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [_label(f) for f in stack.split(";") if f]
+        if not frames:
+            continue
+        total += count
+        leaf = frames[-1]
+        self_counts[leaf] += count
+        buckets[next((name for name, keys in BUCKETS if any(k in leaf for k in keys)), "other")] += count
+        for frame in set(frames):
+            if frame.startswith(("sessionlog/", "sessionlog_server/")) and "cli/" not in frame:
+                project[frame] += count
+
+    def ranked(counter: Counter[str], limit: int) -> list[dict[str, Any]]:
+        return [
+            {"function": name, "samples": n, "pct": round(100 * n / max(total, 1), 1)}
+            for name, n in counter.most_common(limit)
+        ]
+
+    return {
+        "samples": total,
+        "buckets": ranked(buckets, len(BUCKETS) + 1),
+        "self": ranked(self_counts, top),
+        "project_inclusive": ranked(project, top),
+    }

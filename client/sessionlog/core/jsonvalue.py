@@ -20,7 +20,8 @@ def _refuse_constant(name: str) -> Any:
     raise ValidationError("NON_FINITE_NUMBER", f"{name} is not valid JSON (lossless JSON only)")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+"""Standard JSON decoding that refuses NaN and Infinity (raising ValidationError)."""
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
@@ -29,14 +30,14 @@ def loads(text: str | bytes, *, what: str = "JSON") -> Any:
     try:
         if isinstance(text, (bytes, bytearray, memoryview)):
             text = bytes(text).decode("utf-8")
-        value = _DECODER.decode(text)
+        value = STRICT_DECODER.decode(text)
     except UnicodeDecodeError as exc:
         raise ValidationError("INVALID_UTF8", f"{what} is not valid UTF-8: {exc.reason}") from None
     except json.JSONDecodeError as exc:
         raise ValidationError("MALFORMED_JSON", f"{what} is not valid JSON: {exc}") from None
     except RecursionError:
         raise ValidationError("JSON_TOO_DEEP", f"{what} is nested too deeply") from None
-    if "\\u" in text and _has_lone_surrogate(value):
+    if "\\u" in text and has_lone_surrogate(value):
         raise ValidationError("INVALID_UTF8", f"{what} contains a lone UTF-16 surrogate escape")
     return value
 
@@ -67,7 +68,8 @@ def canonical(value: Any) -> bytes:
         raise ValidationError("NOT_CANONICALIZABLE", f"value cannot be canonicalised: {exc}") from None
 
 
-def _has_lone_surrogate(value: Any) -> bool:
+def has_lone_surrogate(value: Any) -> bool:
+    """True if a string (or key) anywhere in `value` holds a lone UTF-16 surrogate."""
     stack = [value]
     while stack:
         item = stack.pop()

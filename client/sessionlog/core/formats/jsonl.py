@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from sessionlog.core.errors import ValidationError
+from sessionlog.core.jsonvalue import STRICT_DECODER, has_lone_surrogate
 
 JsonObject = dict[str, Any]
 
@@ -45,13 +46,6 @@ DEFAULT_READ_CHUNK_BYTES = 1024 * 1024
 
 _BLANK = b" \t\r"
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValidationError("NON_FINITE_NUMBER", f"{name} is not valid JSON (lossless JSON only)")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +236,7 @@ def parse_line(line: bytes, number: int) -> JsonObject:
             offset=exc.start,
         ) from None
     try:
-        value = _DECODER.decode(text)
+        value = STRICT_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise ValidationError("MALFORMED_JSON", f"line {number}: not valid JSON: {exc}", line=number) from None
     except RecursionError:
@@ -255,7 +249,7 @@ def parse_line(line: bytes, number: int) -> JsonObject:
             f"line {number}: a JSONL line must be a JSON object, not {_json_kind(value)}",
             line=number,
         )
-    if "\\u" in text and _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text) and has_lone_surrogate(value):
         raise ValidationError("INVALID_UTF8", f"line {number}: contains a lone UTF-16 surrogate escape", line=number)
     return value
 
@@ -270,23 +264,6 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     return "a number"
-
-
-def _has_lone_surrogate(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
 
 
 def iter_chunks(stream: IO[bytes], chunk_size: int = DEFAULT_READ_CHUNK_BYTES) -> Iterator[bytes]:

@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -139,6 +140,8 @@ FIGURE_KEYS: tuple[str, ...] = (
     *(f"history.{label}.bytes" for label in HISTORY_LABELS),
     *(f"history.{label}.client_parse.median_ms" for label in HISTORY_LABELS),
     "history.breakdown.dumps_bytes_ms",
+    "history.breakdown.suggested_cached_encoding.join_per_read_ms",
+    "history.breakdown_lean.suggested_cached_encoding.join_per_read_ms",
 )
 
 
@@ -300,8 +303,10 @@ def _history_and_resume(
             shared.stop()
     if sessions:
         largest = max(sessions.values(), key=lambda item: item[1] if "lean" not in item[0] else -1)
-        _log(f"{dbs.backend}: in-process breakdown of {largest[0]}")
-        out["history"]["breakdown"] = cond.history_breakdown(url, largest[0])
+        for key, label in (("breakdown", largest[0]), ("breakdown_lean", sessions.get("100k_lean", ("", 0))[0])):
+            if label:
+                _log(f"{dbs.backend}: in-process breakdown of {label}")
+                out["history"][key] = cond.history_breakdown(url, label)
         if profile_dir is not None:
             _log(f"{dbs.backend}: profiling {largest[0]} with py-spy")
             target = profile_dir / dbs.backend
@@ -436,17 +441,27 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
                 f"end to end {_fmt_ms(part['e2e_median_ms'])} (n={part['rpc']['n']})"
             )
             rows.append((f"{name}: {title}", figure))
-    breakdown = history.get("breakdown")
-    if breakdown:
+    for key, kind in (("breakdown", ""), ("breakdown_lean", " (lean texts)")):
+        breakdown = history.get(key)
+        if not breakdown:
+            continue
         after = breakdown["after_append"]
         rows.append(
             (
-                f"4. in-process split, {breakdown['events']:,} events",
+                f"4. in-process split, {breakdown['events']:,} events{kind}, {_fmt_bytes(breakdown['bytes'])}",
                 f"read {_fmt_ms(breakdown['read_log_ms'])}, replay {_fmt_ms(breakdown['trusted_replay_ms'])}, "
                 f"model_history {_fmt_ms(breakdown['model_history_ms'])}, "
                 f"dumps {_fmt_ms(breakdown['dumps_bytes_ms'])}; "
                 f"after append: apply {_fmt_ms(after['apply_ms'])}, model_history {_fmt_ms(after['project_ms'])}, "
                 f"dumps {_fmt_ms(after['encode_ms'])}; client loads {_fmt_ms(breakdown['client_loads_ms'])}",
+            )
+        )
+        cached = breakdown["suggested_cached_encoding"]
+        rows.append(
+            (
+                f"4. proposal{kind}: per-message bytes cached when folded, joined per read",
+                f"join {_fmt_ms(cached['join_per_read_ms'])} per read (one-off encode "
+                f"{_fmt_ms(cached['encode_each_message_once_ms'])}); same bytes as today: {cached['same_bytes']}",
             )
         )
     return rows
@@ -502,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="py-spy the 100k model history (full scale)")
     parser.add_argument("--profile-dir", type=Path, default=Path(tempfile.gettempdir()) / "sessionlog-lifebench-prof")
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the bench's databases and temp files are still removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     scale = QUICK if args.quick else FULL
     conditions = {c.strip() for c in args.only.split(",") if c.strip()}
     unknown = conditions - {"fork", "startup", "resume", "history"}

@@ -292,10 +292,26 @@ def seed_session(target: str, sid: str, n: int, seed: int, batch: int = 500) -> 
     return len(events)
 
 
-def history_figure(db: str, sid: str, events: int, repeats: int = 3) -> dict[str, Any]:
-    """Model history of a stored session: cold (first call on a fresh server process), after
-    one more append, and warm; plus the server's RSS after the cold load."""
-    with Server(db) as server, SessionLogClient(server.target, timeout=600) as client:
+def history_figures(db: str, sessions: dict[str, tuple[str, int]], fresh_process_each: bool) -> dict[str, Any]:
+    """Model history of stored sessions ({key: (session id, events)}), each on a fresh server
+    process (or, with `fresh_process_each` False - the quick mode - one fresh process for all,
+    so only the first is process-cold; the others are still session-cold)."""
+    out: dict[str, Any] = {}
+    keys = list(sessions)
+    groups = [[key] for key in keys] if fresh_process_each else [keys]
+    for group in groups:
+        with Server(db) as server:
+            for key in group:
+                sid, events = sessions[key]
+                out[key] = _history_figure(server, sid, events)
+                out[key]["cold_means"] = "fresh server process" if fresh_process_each else "fresh session load"
+    return out
+
+
+def _history_figure(server: Server, sid: str, events: int, repeats: int = 3) -> dict[str, Any]:
+    """Model history: cold (first call), after one more append, and warm; plus the server's
+    peak RSS after the cold load."""
+    with SessionLogClient(server.target, timeout=600) as client:
         model_history: Any = client.model_history  # type: ignore[attr-defined]
         start = time.perf_counter()
         messages = model_history(sid)

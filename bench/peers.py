@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sqlite3
 import time
 import uuid
@@ -22,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-
-from bench.procs import create_pg_database, drop_pg_database
 
 Events = list[dict[str, Any]]
 PeerFn = Callable[[Events, float], dict[str, Any]]
@@ -87,11 +84,11 @@ def raw_sqlite(path: Path, per_commit: int) -> PeerFn:
 # --- raw psycopg 3 ---------------------------------------------------------------------------
 
 
-def raw_psycopg(url: str, per_commit: int) -> PeerFn:
+def raw_psycopg(url: str, per_commit: int, tag: str = "") -> PeerFn:
     """psycopg 3 on one connection: the floor of a PostgreSQL-backed log."""
 
     def run(events: Events, max_seconds: float) -> dict[str, Any]:
-        table = f"raw_events_{per_commit}"
+        table = f"raw_events_{per_commit}{tag}"
         with psycopg.connect(url) as conn:
             conn.execute(
                 f"CREATE TABLE {table} (session_id text NOT NULL, seq bigint NOT NULL, type text NOT NULL, "
@@ -157,7 +154,7 @@ def eventsourcing_sqlite(path: Path) -> PeerFn:
     return run
 
 
-def eventsourcing_postgres(url: str) -> PeerFn:
+def eventsourcing_postgres(url: str, tag: str = "") -> PeerFn:
     """eventsourcing's PostgresApplicationRecorder (its notification log takes a table lock)."""
 
     def run(events: Events, max_seconds: float) -> dict[str, Any]:
@@ -172,7 +169,7 @@ def eventsourcing_postgres(url: str) -> PeerFn:
             user=parsed.username or "postgres",
             password=parsed.password or "",
         )
-        recorder = PostgresApplicationRecorder(datastore)
+        recorder = PostgresApplicationRecorder(datastore, events_table_name=f"stored_events{tag}")
         recorder.create_table()
         start = time.monotonic()
         done = 0
@@ -277,35 +274,44 @@ PEERS: dict[str, tuple[str, str]] = {
 }
 
 
-def run_peers(
-    events: Events, workdir: Path, max_seconds: float, with_postgres: bool, log: Callable[[str], None]
+def run_peer_round(
+    backend: str,
+    events: Events,
+    workdir: Path,
+    pg_url: str,
+    round_no: int,
+    max_seconds: float,
+    log: Callable[[str], None],
 ) -> dict[str, Any]:
-    """Run every peer on its own fresh database; {name: result or {"unavailable": reason}}."""
-    out: dict[str, Any] = {}
-    pg_name = f"sessionlog_bench_peers_{os.getpid()}"
-    pg_url = create_pg_database(pg_name) if with_postgres else ""
+    """One run of every peer of `backend`, each on a fresh file / fresh tables."""
+    tag = f"_r{round_no}"
     makers: dict[str, Callable[[], PeerFn]] = {
-        "sqlite3_x1": lambda: raw_sqlite(workdir / "raw1.db", 1),
-        "sqlite3_x16": lambda: raw_sqlite(workdir / "raw16.db", 16),
-        "eventsourcing_sqlite": lambda: eventsourcing_sqlite(workdir / "es.db"),
-        "openai_agents_sqlite_session": lambda: openai_sqlite_session(workdir / "openai.db"),
-        "langgraph_sqlite_saver": lambda: langgraph_sqlite_saver(workdir / "langgraph.db"),
-        "psycopg_x1": lambda: raw_psycopg(pg_url, 1),
-        "psycopg_x16": lambda: raw_psycopg(pg_url, 16),
-        "eventsourcing_postgres": lambda: eventsourcing_postgres(pg_url),
+        "sqlite3_x1": lambda: raw_sqlite(workdir / f"raw1{tag}.db", 1),
+        "sqlite3_x16": lambda: raw_sqlite(workdir / f"raw16{tag}.db", 16),
+        "eventsourcing_sqlite": lambda: eventsourcing_sqlite(workdir / f"es{tag}.db"),
+        "openai_agents_sqlite_session": lambda: openai_sqlite_session(workdir / f"openai{tag}.db"),
+        "langgraph_sqlite_saver": lambda: langgraph_sqlite_saver(workdir / f"langgraph{tag}.db"),
+        "psycopg_x1": lambda: raw_psycopg(pg_url, 1, tag),
+        "psycopg_x16": lambda: raw_psycopg(pg_url, 16, tag),
+        "eventsourcing_postgres": lambda: eventsourcing_postgres(pg_url, tag),
     }
-    try:
-        for name, (backend, label) in PEERS.items():
-            if backend == "postgresql" and not with_postgres:
-                out[name] = {"unavailable": "PostgreSQL not reachable", "label": label, "backend": backend}
-                continue
-            log(f"peer {name} ...")
-            try:
-                result = makers[name]()(events, max_seconds)
-            except ImportError as exc:
-                result = {"unavailable": f"not installed ({exc}); pip install -e '.[bench]'"}
-            out[name] = {"label": label, "backend": backend, **result}
-    finally:
-        if with_postgres:
-            drop_pg_database(pg_name)
+    out: dict[str, Any] = {}
+    for name, (peer_backend, label) in PEERS.items():
+        if peer_backend != backend:
+            continue
+        log(f"peer {name} (round {round_no + 1})")
+        try:
+            result = makers[name]()(events, max_seconds)
+        except ImportError as exc:
+            result = {"unavailable": f"not installed ({exc}); pip install -e '.[bench]'"}
+        out[name] = {"label": label, "backend": backend, **result}
     return out
+
+
+def unavailable(backend: str, reason: str) -> dict[str, Any]:
+    """Every peer of `backend`, marked unavailable with `reason`."""
+    return {
+        name: {"label": label, "backend": peer_backend, "unavailable": reason}
+        for name, (peer_backend, label) in PEERS.items()
+        if peer_backend == backend
+    }

@@ -106,6 +106,8 @@ def render(report: dict[str, Any]) -> str:
         r1 = f"{rate / unary:.2f}" if unary else "n/a"
         r16 = f"{rate / stream:.2f}" if stream else "n/a"
         note = f"{backend}; {peer['events']} events"
+        if len(peer.get("runs", [])) > 1:
+            note += f"; median of {len(peer['runs'])}"
         if peer.get("stopped_early"):
             note += " (time cap: cost per event grows with the session)"
         lines.append(f"{label:<46} {_num(rate):>10} {r1:>11} {r16:>12}  {note}")

@@ -70,6 +70,8 @@ class DecodedEvent:
 
     event: NewEvent
     data_bytes: int
+    raw: bytes = b""
+    """The `data_json` as received (validated), so storage need not encode it again."""
 
 
 def new_event_from_pb(msg: event_pb2.NewEvent, index: int = 0) -> DecodedEvent:
@@ -89,7 +91,7 @@ def new_event_from_pb(msg: event_pb2.NewEvent, index: int = 0) -> DecodedEvent:
         exc.message = f"event {index}: {exc.message}"
         exc.args = (exc.message,)
         raise
-    return DecodedEvent(event, len(msg.data_json))
+    return DecodedEvent(event, len(msg.data_json), msg.data_json)
 
 
 def event_to_pb(event: Event, data_json: bytes | None = None) -> event_pb2.Event:

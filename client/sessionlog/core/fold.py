@@ -242,7 +242,8 @@ class SessionFold:
 
     def _trim_journal(self) -> None:
         position = self._journal_base + len(self._journal)
-        keep_from = min((p for _, p in self._marks), default=position)
+        # Marks are taken in journal order, so the oldest live mark holds the lowest position.
+        keep_from = self._marks[0][1] if self._marks else position
         drop = keep_from - self._journal_base
         if drop > 0:
             del self._journal[:drop]

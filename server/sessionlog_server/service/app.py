@@ -18,7 +18,7 @@ import structlog
 
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import jsonvalue, validate
-from sessionlog.core.errors import LimitExceeded, OwnershipLost, SessionLogError, ValidationError
+from sessionlog.core.errors import LimitExceeded, OwnershipLost, SessionLogError, Unavailable, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog_server.config import Settings
@@ -285,7 +285,14 @@ class SessionLogService:
             self.rate_limiter.take(live.record.namespace, len(proposals))
             async with live.lock:
                 self.check_writer(live, writer_id, epoch)
-                return self.plan_and_commit(live, writer_id, epoch, proposals, expected_next_seq=expected_next_seq)
+                return self.plan_and_commit(
+                    live,
+                    writer_id,
+                    epoch,
+                    proposals,
+                    expected_next_seq=expected_next_seq,
+                    raw=[d.raw for d in decoded],
+                )
         except SessionLogError as exc:
             self.metrics.batches_refused.labels(exc.reason).inc()
             raise
@@ -310,6 +317,7 @@ class SessionLogService:
         *,
         expected_next_seq: int | None = None,
         service_events: Sequence[NewEvent] = (),
+        raw: Sequence[bytes] | None = None,
     ) -> asyncio.Future[AppendResult]:
         """Plan a batch against the live fold and hand it to the group committer.
 
@@ -328,33 +336,48 @@ class SessionLogService:
             blob_threshold=self.settings.blob_threshold_bytes,
             move_nul_to_blobs=self.recorder.move_nul_to_blobs,
             extra_first=service_events,
+            raw=raw,
         )
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[AppendResult] = loop.create_future()
         if plan.pending is None:
-            done: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-            done.set_result(AppendResult(plan.seqs, live.fold.next_seq, now + self.settings.lease_ttl_ms))
-            return done
-        live.begin_commit()
-        commit = asyncio.ensure_future(self.committer.submit(plan.pending))
-        return asyncio.ensure_future(self._finish_append(live, plan.pending, plan, commit))
-
-    async def _finish_append(
-        self, live: LiveSession, pending: PendingBatch, plan: AppendPlan, commit: asyncio.Future[None]
-    ) -> AppendResult:
+            result.set_result(AppendResult(plan.seqs, live.fold.next_seq, now + self.settings.lease_ttl_ms))
+            return result
+        pending = plan.pending
         try:
-            await commit
-        except BaseException:
+            done = self.committer.enqueue(pending)
+        except SessionLogError:
+            self.live.invalidate(live.session_id)  # planned into the fold, never committed
+            raise
+        live.begin_commit()
+        done.add_done_callback(lambda committed: self._finish_append(live, pending, plan, committed, result))
+        return result
+
+    def _finish_append(
+        self,
+        live: LiveSession,
+        pending: PendingBatch,
+        plan: AppendPlan,
+        committed: asyncio.Future[None],
+        result: asyncio.Future[AppendResult],
+    ) -> None:
+        """Once durable: trim the fold's journal, count, publish, acknowledge (a callback, no task)."""
+        live.end_commit()
+        error = committed.exception() if not committed.cancelled() else Unavailable("COMMIT_CANCELLED", "cancelled")
+        if error is not None:
             # The fold already holds this batch: drop it; the log is re-folded on next use.
             self.live.invalidate(live.session_id)
-            raise
-        finally:
-            live.end_commit()
+            if not result.done():
+                result.set_exception(error)
+            return
         if live.valid and plan.checkpoint is not None:
             live.fold.release(plan.checkpoint)  # durable: its undo journal is no longer needed
         self.metrics.batches_appended.inc()
         self.metrics.events_appended.inc(len(pending.events))
         self.metrics.batch_size.observe(len(pending.events))
         self.hub.publish(live.session_id, pending.events)
-        return AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at)
+        if not result.done():
+            result.set_result(AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at))
 
     async def append(
         self,

@@ -21,6 +21,7 @@ from sessionlog.core.structure import RESERVED_TURN_END_KINDS
 from sessionlog.core.vocabulary import TURN_END
 from sessionlog_server.service.live import LiveSession
 from sessionlog_server.storage import blobs
+from sessionlog_server.storage.recorder import stored_form
 from sessionlog_server.storage.records import PendingBatch
 
 
@@ -90,6 +91,7 @@ def plan_append(
     blob_threshold: int,
     move_nul_to_blobs: bool,
     extra_first: Sequence[NewEvent] = (),
+    raw: Sequence[bytes] | None = None,
 ) -> AppendPlan:
     """Validate `proposals` against the live fold and apply them to it (rolled back on error).
 
@@ -99,11 +101,13 @@ def plan_append(
     fold = live.fold
     seqs: list[int | None] = []
     fresh: list[NewEvent] = []
-    for event in proposals:
+    fresh_raw: list[bytes | None] = []
+    for index, event in enumerate(proposals):
         known = live.event_ids.get(event.event_id) if event.event_id is not None else None
         seqs.append(known)
         if known is None:
             fresh.append(event)
+            fresh_raw.append(raw[index] if raw is not None else None)
     if not fresh and not extra_first:
         return AppendPlan([s for s in seqs if s is not None], None, None)
     if expected_next_seq is not None and expected_next_seq != fold.next_seq:
@@ -155,11 +159,26 @@ def plan_append(
         open_turn=fold.open_turn is not None,
         lease_expires_at=lease_expires_at,
     )
-    for event in committed:
-        ext = blobs.externalize(event.data, blob_threshold, move_nul=move_nul_to_blobs)
-        pending.stored.append((ext.data, ext.refs or None))
-        pending.blobs.update(ext.blobs)
+    wire: list[bytes | None] = [None] * head_count + fresh_raw
+    for event, text in zip(committed, wire, strict=True):
+        pending.stored.append(_stored(event, text, blob_threshold, move_nul_to_blobs, pending.blobs))
     return AppendPlan(reported, pending, mark)
+
+
+def _stored(
+    event: Event, raw: bytes | None, threshold: int, move_nul: bool, blob_sink: dict[str, bytes]
+) -> tuple[str, str | None]:
+    """The data's JSON text for storage, with blob strings taken out.
+
+    When the whole payload as received is shorter than the blob threshold, no string in it can
+    be over it, so the validated wire text is stored as is: no walk, no second encoding. (A NUL
+    can only appear escaped in JSON text, so one search tells whether it must leave JSONB.)
+    """
+    if raw is not None and len(raw) <= threshold and not (move_nul and b"\\u0000" in raw):
+        return (raw.decode("utf-8") if raw else "{}"), None
+    ext = blobs.externalize(event.data, threshold, move_nul=move_nul)
+    blob_sink.update(ext.blobs)
+    return stored_form(ext.data, ext.refs or None)
 
 
 def _proposal_index(proposals: Sequence[NewEvent], proposal: NewEvent) -> int:

@@ -49,14 +49,18 @@ class GroupCommitter:
         """Start the commit loop on the running event loop."""
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-committer")
 
-    async def submit(self, batch: PendingBatch) -> None:
-        """Queue a batch and wait until it is durable (or raise why it was not)."""
+    def enqueue(self, batch: PendingBatch) -> asyncio.Future[None]:
+        """Queue a batch; the future resolves once it is durable (or fails with why it was not).
+
+        A future rather than a coroutine: no task per batch, and a caller that goes away does
+        not cancel the commit (an acknowledged-or-not outcome is resolved by eventId retries).
+        """
         if self._closing:
             raise Unavailable("SHUTTING_DOWN", "the service is shutting down; retry against another instance")
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append(_Item(batch, done, time.perf_counter()))
         self._wakeup.set()
-        await asyncio.shield(done)
+        return done
 
     async def run_in_writer(self, fn, *args):  # type: ignore[no-untyped-def]
         """Run another write (lease, session creation) on the writer thread, in queue order."""

@@ -11,13 +11,21 @@ from sqlalchemy import Connection, create_engine
 from sqlalchemy.dialects import postgresql
 
 from sessionlog.core import jsonvalue
-from sessionlog_server.storage.recorder import BLOBS, EventRecorder
+from sessionlog_server.storage.recorder import BLOBS, EVENT_COLUMNS, EventRecorder
 
 
 class PostgresEventRecorder(EventRecorder):
     """EventRecorder on PostgreSQL."""
 
     move_nul_to_blobs = True
+    advance_sql = (
+        "UPDATE sessions SET next_seq = %s, last_time = %s, open_turn = %s, lease_expires_at = %s "
+        "WHERE id = %s AND writer_id = %s AND epoch = %s AND next_seq = %s"
+    )
+    insert_events_sql = (
+        f"INSERT INTO events ({EVENT_COLUMNS}) "
+        "VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb)"
+    )
 
     def __init__(self, url: str, *, pool_size: int = 8) -> None:
         engine = create_engine(

@@ -13,14 +13,16 @@ of the batch is written.
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import Connection, Engine, and_, func, or_, select, update
 from sqlalchemy import exc as sa_exc
 
+from sessionlog.core import jsonvalue
 from sessionlog.core.errors import (
     AlreadyExists,
     ExpectedSeqMismatch,
@@ -45,6 +47,11 @@ class EventRecorder(ABC):
 
     #: Strings with NUL characters must leave the JSON column (PostgreSQL JSONB refuses them).
     move_nul_to_blobs: bool = False
+    #: The fenced compare-and-set (driver SQL: built once, no per-batch statement construction).
+    #: Parameters: next_seq, last_time, open_turn, lease_expires_at; id, writer_id, epoch, expected.
+    advance_sql: ClassVar[str]
+    #: The event insert (driver SQL, executemany), parameters in `EVENT_COLUMNS` order.
+    insert_events_sql: ClassVar[str]
 
     def __init__(self, write_engine: Engine, read_engine: Engine | None = None) -> None:
         self.write_engine = write_engine
@@ -235,15 +242,15 @@ class EventRecorder(ABC):
     # --- appends ------------------------------------------------------------------------
 
     def commit_batches(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
-        """Group commit: every batch in one transaction, each fenced on its own.
+        """Group commit: every batch in one transaction, each session fenced on its own.
 
-        A batch whose fence fails is left out and gets its error; the others commit together.
-        If the shared transaction itself fails, each batch is retried in a transaction of its
-        own, so one bad batch cannot take the others down with it.
+        A session whose fence fails gets its error; the others commit together. If the shared
+        transaction itself fails, each batch is retried in a transaction of its own, so one bad
+        batch cannot take the others down with it.
         """
         try:
             with self._write() as conn:
-                return [self._commit_batch(conn, batch) for batch in batches]
+                return self._commit_group(conn, batches)
         except SessionLogError:
             if len(batches) == 1:
                 raise
@@ -251,47 +258,73 @@ class EventRecorder(ABC):
         for batch in batches:
             try:
                 with self._write() as conn:
-                    results.append(self._commit_batch(conn, batch))
+                    results.extend(self._commit_group(conn, [batch]))
             except SessionLogError as exc:
                 results.append(exc)
         return results
 
-    def _commit_batch(self, conn: Connection, batch: PendingBatch) -> SessionLogError | None:
-        result = conn.execute(
-            update(SESSIONS)
-            .where(
-                SESSIONS.c.id == batch.session_id,
-                SESSIONS.c.writer_id == batch.writer_id,
-                SESSIONS.c.epoch == batch.epoch,
-                SESSIONS.c.next_seq == batch.expected_next_seq,
-            )
-            .values(
-                next_seq=batch.new_next_seq,
-                last_time=batch.last_time,
-                open_turn=batch.open_turn,
-                lease_expires_at=batch.lease_expires_at,
-            )
+    def _commit_group(self, conn: Connection, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
+        """Fence every session once, then insert all their events with one executemany.
+
+        A session's batches in one group are contiguous (its writer planned them in order under
+        its lock), so one compare-and-set from the first batch's expected seq to the last
+        batch's new one fences them all. If it misses, the batches are fenced one by one, which
+        also explains the failure of each.
+        """
+        results: list[SessionLogError | None] = [None] * len(batches)
+        by_session: dict[str, list[int]] = {}
+        for index, batch in enumerate(batches):
+            by_session.setdefault(batch.session_id, []).append(index)
+        accepted: list[PendingBatch] = []
+        for indexes in by_session.values():
+            run = [batches[i] for i in indexes]
+            if _contiguous(run) and self._advance(conn, run[0], run[-1]):
+                accepted.extend(run)
+                continue
+            for index in indexes:
+                batch = batches[index]
+                if self._advance(conn, batch, batch):
+                    accepted.append(batch)
+                else:
+                    results[index] = self._fencing_error(
+                        conn, batch.session_id, batch.writer_id, batch.epoch, batch.expected_next_seq
+                    )
+        blobs = {digest: content for batch in accepted for digest, content in batch.blobs.items()}
+        if blobs:
+            self._insert_blobs(conn, blobs)
+        rows = [
+            _event_params(batch.session_id, event, stored)
+            for batch in accepted
+            for event, stored in zip(batch.events, batch.stored, strict=True)
+        ]
+        if rows:
+            conn.exec_driver_sql(self.insert_events_sql, rows)
+        return results
+
+    def _advance(self, conn: Connection, first: PendingBatch, last: PendingBatch) -> bool:
+        """The fenced compare-and-set: move next_seq from `first`'s expected to `last`'s new one."""
+        params = (
+            last.new_next_seq,
+            last.last_time,
+            last.open_turn,
+            last.lease_expires_at,
+            first.session_id,
+            first.writer_id,
+            first.epoch,
+            first.expected_next_seq,
         )
-        if result.rowcount != 1:
-            return self._fencing_error(conn, batch.session_id, batch.writer_id, batch.epoch, batch.expected_next_seq)
-        if batch.blobs:
-            self._insert_blobs(conn, batch.blobs)
-        conn.execute(
-            EVENTS.insert(),
-            [_event_row(batch.session_id, e, s) for e, s in zip(batch.events, batch.stored, strict=True)],
-        )
-        return None
+        return conn.exec_driver_sql(self.advance_sql, params).rowcount == 1
 
     def _insert_events(self, conn: Connection, session_id: str, events: Sequence[Event], threshold: int | None) -> None:
-        stored = []
+        rows = []
         all_blobs: dict[str, bytes] = {}
         for event in events:
             ext = blob_store.externalize(event.data, threshold or 1 << 62, move_nul=self.move_nul_to_blobs)
             all_blobs.update(ext.blobs)
-            stored.append((ext.data, ext.refs or None))
+            rows.append(_event_params(session_id, event, stored_form(ext.data, ext.refs)))
         if all_blobs:
             self._insert_blobs(conn, all_blobs)
-        conn.execute(EVENTS.insert(), [_event_row(session_id, e, s) for e, s in zip(events, stored, strict=True)])
+        conn.exec_driver_sql(self.insert_events_sql, rows)
 
     # --- reads --------------------------------------------------------------------------
 
@@ -343,23 +376,47 @@ def _session_record(row: Any) -> SessionRecord:
     )
 
 
-def _event_row(session_id: str, event: Event, stored: tuple[dict[str, Any], list[list[Any]] | None]) -> dict[str, Any]:
+StoredData = tuple[str, str | None]
+"""An event's data as stored: its JSON text (blob strings nulled) and its blob refs as JSON text."""
+
+
+def stored_form(data: dict[str, Any], refs: list[list[Any]] | None) -> StoredData:
+    """Serialise data and refs for storage (the JSON texts bound into the insert)."""
+    return jsonvalue.dumps(data), jsonvalue.dumps(refs) if refs else None
+
+
+def _contiguous(run: Sequence[PendingBatch]) -> bool:
+    """Whether one writer's batches follow each other seq for seq."""
+    return all(
+        b.writer_id == a.writer_id and b.epoch == a.epoch and b.expected_next_seq == a.new_next_seq
+        for a, b in itertools.pairwise(run)
+    )
+
+
+def _event_params(session_id: str, event: Event, stored: StoredData) -> tuple[Any, ...]:
+    """The insert's parameters, in the column order of `insert_events_sql`."""
     op = event.surface_op
-    data, refs = stored
-    return {
-        "session_id": session_id,
-        "seq": event.seq,
-        "time": event.time,
-        "type": event.type,
-        "data": data,
-        "event_id": event.event_id,
-        "ignorable": event.ignorable,
-        "surface_op": None if op is None else ("append" if op == APPEND else "replace"),
-        "replace_start_seq": op.start_seq if isinstance(op, Replace) else None,
-        "replace_end_seq": op.end_seq if isinstance(op, Replace) else None,
-        "source_event_seqs": list(event.source_event_seqs) or None,
-        "blob_refs": refs,
-    }
+    data_text, refs_text = stored
+    return (
+        session_id,
+        event.seq,
+        event.time,
+        event.type,
+        data_text,
+        event.event_id,
+        event.ignorable,
+        None if op is None else ("append" if op == APPEND else "replace"),
+        op.start_seq if isinstance(op, Replace) else None,
+        op.end_seq if isinstance(op, Replace) else None,
+        jsonvalue.dumps(list(event.source_event_seqs)) if event.source_event_seqs else None,
+        refs_text,
+    )
+
+
+EVENT_COLUMNS = (
+    "session_id, seq, time, type, data, event_id, ignorable, surface_op, "
+    "replace_start_seq, replace_end_seq, source_event_seqs, blob_refs"
+)
 
 
 def _event_from_row(row: Any, contents: dict[str, bytes]) -> Event:

@@ -47,8 +47,8 @@ class PendingBatch:
     last_time: int
     open_turn: bool
     lease_expires_at: int
-    stored: list[tuple[dict[str, Any], list[list[Any]] | None]] = field(default_factory=list)
-    """Per event: the data as stored (blob strings taken out) and its blob refs."""
+    stored: list[tuple[str, str | None]] = field(default_factory=list)
+    """Per event: the data's JSON text as stored (blob strings taken out) and its blob refs' JSON text."""
     blobs: dict[str, bytes] = field(default_factory=dict)
 
     @property

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import QueuePool
 
 from sessionlog.core import jsonvalue
-from sessionlog_server.storage.recorder import BLOBS, EventRecorder
+from sessionlog_server.storage.recorder import BLOBS, EVENT_COLUMNS, EventRecorder
 
 
 def _sqlite_engine(url: str, *, synchronous: str, immediate: bool, pool_size: int) -> Engine:
@@ -53,6 +53,11 @@ class SQLiteEventRecorder(EventRecorder):
     """EventRecorder on a SQLite file."""
 
     move_nul_to_blobs = False
+    advance_sql = (
+        "UPDATE sessions SET next_seq = ?, last_time = ?, open_turn = ?, lease_expires_at = ? "
+        "WHERE id = ? AND writer_id = ? AND epoch = ? AND next_seq = ?"
+    )
+    insert_events_sql = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
     def __init__(self, url: str, *, synchronous: str = "FULL") -> None:
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:

@@ -34,6 +34,7 @@ from sessionlog.requests import (
     ResumeInfo,
     append_request,
     batch_request,
+    coalesce,
     create_request,
     header_report_from_pb,
     header_request,
@@ -254,6 +255,9 @@ class AsyncWriter:
         self.lease: convert.LeaseInfo
         self.next_seq = 0
         self.resumed: ResumeInfo | None = None
+        self._outbox: list[pb.WriteRequest] = []
+        self._outbox_ready = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
 
     async def _connect(self, takeover: bool, resume: bool = False) -> None:
         self._call = self._stub.Write()
@@ -269,6 +273,23 @@ class AsyncWriter:
         if first.opened.HasField("resumed"):
             self.resumed = resume_from_pb(first.opened.resumed)
         self._reader = asyncio.ensure_future(self._read())
+        self._sender = asyncio.ensure_future(self._send_loop())
+
+    def _post(self, request: pb.WriteRequest) -> None:
+        self._outbox.append(request)
+        self._outbox_ready.set()
+
+    async def _send_loop(self) -> None:
+        """Write queued requests; what queued up during a write goes as one message next."""
+        try:
+            while True:
+                await self._outbox_ready.wait()
+                self._outbox_ready.clear()
+                queued, self._outbox = self._outbox, []
+                for request in coalesce(queued):
+                    await self._call.write(request)
+        except grpc.RpcError as exc:
+            self._fail(from_rpc_error(exc))
 
     async def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> AppendResult:
         """Send a batch and wait for its acknowledgement."""
@@ -285,10 +306,7 @@ class AsyncWriter:
             next(self._ids), with_event_ids(events), expected_next_seq, asyncio.get_running_loop().create_future()
         )
         self._pending.append(pending)
-        try:
-            await self._call.write(batch_request(pending.batch_id, pending.events, expected_next_seq))
-        except grpc.RpcError as exc:
-            self._fail(from_rpc_error(exc))
+        self._post(batch_request(pending.batch_id, pending.events, expected_next_seq))
         return pending.future
 
     async def report_header(self, header: dict[str, Any]) -> HeaderReport:
@@ -299,10 +317,7 @@ class AsyncWriter:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         pending = _Pending(next(self._ids), [], None, future)
         self._pending.append(pending)
-        try:
-            await self._call.write(header_write_request(pending.batch_id, header))
-        except grpc.RpcError as exc:
-            self._fail(from_rpc_error(exc))
+        self._post(header_write_request(pending.batch_id, header))
         result: HeaderReport = await future
         return result
 
@@ -312,24 +327,27 @@ class AsyncWriter:
                 response = await self._call.read()  # read(), as open used it: the two styles cannot mix
                 if response is grpc.aio.EOF:
                     break
-                is_header = response.WhichOneof("kind") == "header_ack"
-                ack = response.header_ack if is_header else response.ack
-                while self._pending and self._pending[0].batch_id != ack.batch_id:
-                    self._pending.popleft()
-                if self._pending:
-                    pending = self._pending.popleft()
-                    if pending.future.done():
-                        pass
-                    elif is_header:
-                        pending.future.set_result(header_report_from_pb(response.header_ack.result))
-                    else:
-                        self.next_seq = response.ack.next_seq
-                        pending.future.set_result(AppendResult(list(ack.seqs), ack.next_seq))
-                    self._slots.release()
+                kind = response.WhichOneof("kind")
+                if kind == "header_ack":
+                    header = response.header_ack
+                    self._acknowledge(header.batch_id, header_report_from_pb(header.result))
+                    continue
+                for ack in response.acks.acks if kind == "acks" else [response.ack]:
+                    self.next_seq = ack.next_seq
+                    self._acknowledge(ack.batch_id, AppendResult(list(ack.seqs), ack.next_seq))
             if self._pending:
                 self._fail(Unavailable("STREAM_ENDED", "the server ended the stream before acknowledging every batch"))
         except grpc.RpcError as exc:
             self._fail(from_rpc_error(exc))
+
+    def _acknowledge(self, batch_id: int, result: Any) -> None:
+        while self._pending and self._pending[0].batch_id != batch_id:
+            self._pending.popleft()
+        if self._pending:
+            pending = self._pending.popleft()
+            if not pending.future.done():
+                pending.future.set_result(result)
+            self._slots.release()
 
     def _fail(self, error: SessionLogError) -> None:
         self._failure = error
@@ -349,6 +367,8 @@ class AsyncWriter:
             if self._failure is None:
                 await self.flush()
         finally:
+            if self._sender is not None:
+                self._sender.cancel()
             await self._call.done_writing()
             if self._reader is not None:
                 await self._reader
@@ -360,4 +380,6 @@ class AsyncWriter:
         if exc_type is None:
             await self.close()
         else:
+            if self._sender is not None:
+                self._sender.cancel()
             self._call.cancel()

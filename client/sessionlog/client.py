@@ -39,6 +39,7 @@ from sessionlog.errors import from_rpc_error
 from sessionlog.requests import (
     CHANNEL_OPTIONS,
     DEFAULT_TARGET,
+    MAX_COALESCED_BATCHES,
     AppendResult,
     CaughtUp,
     EventLike,
@@ -47,6 +48,7 @@ from sessionlog.requests import (
     ResumeInfo,
     append_request,
     batch_request,
+    coalesce,
     create_request,
     header_report_from_pb,
     header_request,
@@ -265,6 +267,28 @@ class SessionLogClient:
         return Subscription(call)
 
 
+def _coalescing(requests: queue.Queue[Any]) -> Iterator[pb.WriteRequest]:
+    """The request stream of a writer: whatever queued up while gRPC was busy goes as one message."""
+    while True:
+        first = requests.get()
+        if first is _END:
+            return
+        pending = [first]
+        ended = False
+        while len(pending) < MAX_COALESCED_BATCHES:
+            try:
+                item = requests.get_nowait()
+            except queue.Empty:
+                break
+            if item is _END:
+                ended = True
+                break
+            pending.append(item)
+        yield from coalesce(pending)
+        if ended:
+            return
+
+
 class Subscription:
     """An iterator of Events and one CaughtUp marker; `cancel()` ends it."""
 
@@ -400,7 +424,7 @@ class Writer:
             for pending in self._pending:  # after a reconnect: re-send what was not acknowledged
                 requests.put(pending.request())
             self._requests = requests
-        self._call = self._stub.Write(iter(requests.get, _END))
+        self._call = self._stub.Write(_coalescing(requests))
         try:
             first = next(self._call)
         except grpc.RpcError as exc:
@@ -416,21 +440,13 @@ class Writer:
     def _read(self, call: Any) -> None:
         try:
             for response in call:
-                is_header = response.WhichOneof("kind") == "header_ack"
-                ack = response.header_ack if is_header else response.ack
-                with self._lock:
-                    while self._pending and self._pending[0].batch_id != ack.batch_id:
-                        # An earlier batch re-sent after a reconnect was acknowledged before.
-                        self._pending.popleft()
-                    pending = self._pending.popleft() if self._pending else None
-                    if not is_header:
-                        self.next_seq = response.ack.next_seq
-                if pending is not None:
-                    if is_header:
-                        pending.future.set_result(header_report_from_pb(response.header_ack.result))
-                    else:
-                        pending.future.set_result(AppendResult(list(ack.seqs), ack.next_seq))
-                    self._slots.release()
+                kind = response.WhichOneof("kind")
+                if kind == "header_ack":
+                    header = response.header_ack
+                    self._acknowledge(header.batch_id, header_report_from_pb(header.result), None)
+                    continue
+                for ack in response.acks.acks if kind == "acks" else [response.ack]:
+                    self._acknowledge(ack.batch_id, AppendResult(list(ack.seqs), ack.next_seq), ack.next_seq)
             if self._pending:
                 self._fail(
                     Unavailable("STREAM_ENDED", "the server ended the writer stream before acknowledging every batch")
@@ -440,6 +456,18 @@ class Writer:
             if isinstance(error, Unavailable) and not self._closed and self._reconnect():
                 return
             self._fail(error)
+
+    def _acknowledge(self, batch_id: int, result: Any, next_seq: int | None) -> None:
+        """Resolve the pending batch `batch_id` (earlier ones re-sent after a reconnect were acked before)."""
+        with self._lock:
+            while self._pending and self._pending[0].batch_id != batch_id:
+                self._pending.popleft()
+            pending = self._pending.popleft() if self._pending else None
+            if next_seq is not None:
+                self.next_seq = next_seq
+        if pending is not None:
+            pending.future.set_result(result)
+            self._slots.release()
 
     def _reconnect(self) -> bool:
         delay = 0.05

@@ -249,3 +249,36 @@ class HistoryCopy:
             self.messages.extend(fresh)
         self.generation = response.replace_generation
         return self.messages
+
+
+#: Most batches one coalesced writer message carries.
+MAX_COALESCED_BATCHES = 256
+
+
+def coalesce(requests: list[pb.WriteRequest]) -> list[pb.WriteRequest]:
+    """Merge runs of consecutive batch requests into `batches` requests, keeping order.
+
+    Each batch stays atomic and acknowledged on its own; only the per-message cost is shared.
+    Open and header requests keep their place between the runs.
+    """
+    out: list[pb.WriteRequest] = []
+    run: list[pb.WriteBatch] = []
+
+    def flush() -> None:
+        if len(run) == 1:
+            out.append(pb.WriteRequest(batch=run[0]))
+        elif run:
+            out.append(pb.WriteRequest(batches=pb.WriteBatches(batches=run)))
+        run.clear()
+
+    for request in requests:
+        if request.WhichOneof("kind") == "batch" and len(run) < MAX_COALESCED_BATCHES:
+            run.append(request.batch)
+            continue
+        flush()
+        if request.WhichOneof("kind") == "batch":
+            run.append(request.batch)
+        else:
+            out.append(request)
+    flush()
+    return out

@@ -220,6 +220,7 @@ class WriteRequest(_message.Message):
     OPEN_FIELD_NUMBER: _builtins.int
     BATCH_FIELD_NUMBER: _builtins.int
     HEADER_FIELD_NUMBER: _builtins.int
+    BATCHES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def open(self) -> Global___OpenWriter:
         """Opens the writer; must be the first request and only the first."""
@@ -232,22 +233,53 @@ class WriteRequest(_message.Message):
     def header(self) -> Global___WriteHeader:
         """A request header report, ordered with the batches around it."""
 
+    @_builtins.property
+    def batches(self) -> Global___WriteBatches:
+        """Several batches in one message (each still atomic on its own): a writer sends what
+        queued up while the stream was busy in one message, saving per-message cost.
+        """
+
     def __init__(
         self,
         *,
         open: Global___OpenWriter | None = ...,
         batch: Global___WriteBatch | None = ...,
         header: Global___WriteHeader | None = ...,
+        batches: Global___WriteBatches | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "batches", b"batches", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "batches", b"batches", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["open", "batch", "header"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["open", "batch", "header", "batches"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___WriteRequest: _TypeAlias = WriteRequest  # noqa: Y015
+
+@_typing.final
+class WriteBatches(_message.Message):
+    """Consecutive batches of one writer, each appended atomically and acknowledged on its own."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCHES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def batches(self) -> _containers.RepeatedCompositeFieldContainer[Global___WriteBatch]:
+        """The batches, in order."""
+
+    def __init__(
+        self,
+        *,
+        batches: _abc.Iterable[Global___WriteBatch] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteBatches: _TypeAlias = WriteBatches  # noqa: Y015
 
 @_typing.final
 class WriteHeader(_message.Message):
@@ -356,6 +388,7 @@ class WriteResponse(_message.Message):
     OPENED_FIELD_NUMBER: _builtins.int
     ACK_FIELD_NUMBER: _builtins.int
     HEADER_ACK_FIELD_NUMBER: _builtins.int
+    ACKS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def opened(self) -> Global___WriterOpened:
         """The writer is open and holds the lease."""
@@ -368,22 +401,51 @@ class WriteResponse(_message.Message):
     def header_ack(self) -> Global___HeaderAck:
         """A header report was decided (and its header, if any, committed)."""
 
+    @_builtins.property
+    def acks(self) -> Global___BatchAcks:
+        """Several batches committed (acknowledgements that were ready together)."""
+
     def __init__(
         self,
         *,
         opened: Global___WriterOpened | None = ...,
         ack: Global___BatchAck | None = ...,
         header_ack: Global___HeaderAck | None = ...,
+        acks: Global___BatchAcks | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "header_ack", b"header_ack", "kind", b"kind", "opened", b"opened"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "acks", b"acks", "header_ack", b"header_ack", "kind", b"kind", "opened", b"opened"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "header_ack", b"header_ack", "kind", b"kind", "opened", b"opened"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "acks", b"acks", "header_ack", b"header_ack", "kind", b"kind", "opened", b"opened"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["opened", "ack", "header_ack"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["opened", "ack", "header_ack", "acks"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___WriteResponse: _TypeAlias = WriteResponse  # noqa: Y015
+
+@_typing.final
+class BatchAcks(_message.Message):
+    """Acknowledgements of consecutive batches, in order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACKS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def acks(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchAck]:
+        """The acknowledgements."""
+
+    def __init__(
+        self,
+        *,
+        acks: _abc.Iterable[Global___BatchAck] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchAcks: _TypeAlias = BatchAcks  # noqa: Y015
 
 @_typing.final
 class HeaderAck(_message.Message):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -345,7 +346,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self.service.stream_leases[session_id] = (writer_id, epoch)
         self.service.metrics.open_writers.inc()
         note(session_id=session_id, writer_id=writer_id, epoch=epoch)
-        acks: asyncio.Queue[_Ack | BaseException | None] = asyncio.Queue()
+        acks = _AckQueue()
         pump = asyncio.ensure_future(self._pump(request_iterator, session_id, writer_id, epoch, acks))
         first_seq: int | None = None
         last_seq: int | None = None
@@ -366,11 +367,16 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                     ack = pb.HeaderAck(batch_id=batch_id, result=header_report_to_pb(result))
                     yield pb.WriteResponse(header_ack=ack)
                     continue
-                if result.seqs:
-                    first_seq = result.seqs[0] if first_seq is None else first_seq
-                    last_seq = result.seqs[-1]
-                batch_ack = pb.BatchAck(batch_id=batch_id, seqs=result.seqs, next_seq=result.next_seq)
-                yield pb.WriteResponse(ack=batch_ack)
+                ready = [(batch_id, result), *acks.take_ready_appends()]
+                for _, done in ready:
+                    if done.seqs:
+                        first_seq = done.seqs[0] if first_seq is None else first_seq
+                        last_seq = done.seqs[-1]
+                batch_acks = [pb.BatchAck(batch_id=b, seqs=r.seqs, next_seq=r.next_seq) for b, r in ready]
+                if len(batch_acks) == 1:
+                    yield pb.WriteResponse(ack=batch_acks[0])
+                else:  # acknowledgements that are ready together travel in one message
+                    yield pb.WriteResponse(acks=pb.BatchAcks(acks=batch_acks))
         finally:
             pump.cancel()
             note(seqs=None if first_seq is None else [first_seq, last_seq])
@@ -384,37 +390,72 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         session_id: str,
         writer_id: str,
         epoch: int,
-        acks: asyncio.Queue[_Ack | BaseException | None],
+        acks: _AckQueue,
     ) -> None:
         """Read batches as they arrive and start their appends without waiting for commits."""
         try:
             async for request in requests:
                 kind = request.WhichOneof("kind")
                 future: asyncio.Future[Any]
-                if kind == "batch":
-                    batch = request.batch
-                    future = await self.service.start_append(
-                        session_id,
-                        writer_id,
-                        epoch,
-                        optional_field(batch, "expected_next_seq"),
-                        decode_events(batch.events),
-                    )
-                    await acks.put((batch.batch_id, future))
+                if kind in ("batch", "batches"):
+                    for batch in [request.batch] if kind == "batch" else request.batches.batches:
+                        future = await self.service.start_append(
+                            session_id,
+                            writer_id,
+                            epoch,
+                            optional_field(batch, "expected_next_seq"),
+                            decode_events(batch.events),
+                        )
+                        acks.put((batch.batch_id, future))
                 elif kind == "header":
                     header = convert.data_from_bytes(request.header.header_json, what="header")
                     future = await start_header_report(self.service, session_id, writer_id, epoch, header)
-                    await acks.put((request.header.batch_id, future))
+                    acks.put((request.header.batch_id, future))
                 else:
                     raise ValidationError("WRITER_ALREADY_OPEN", "`open` may only be the first message", field="open")
-            await acks.put(None)
+            acks.put(None)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            await acks.put(exc)
+            acks.put(exc)
 
 
 _Ack = tuple[int, "asyncio.Future[Any]"]
+
+
+class _AckQueue:
+    """Pending acknowledgements of one writer stream, in the order its requests arrived."""
+
+    def __init__(self) -> None:
+        self._items: deque[_Ack | BaseException | None] = deque()
+        self._ready = asyncio.Event()
+
+    def put(self, item: _Ack | BaseException | None) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    async def get(self) -> _Ack | BaseException | None:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._items.popleft()
+
+    def take_ready_appends(self) -> list[tuple[int, AppendResult]]:
+        """The batch acknowledgements at the head of the queue that are already durable."""
+        ready: list[tuple[int, AppendResult]] = []
+        while self._items:
+            head = self._items[0]
+            if not isinstance(head, tuple):
+                break
+            batch_id, future = head
+            if not future.done() or future.cancelled() or future.exception() is not None:
+                break
+            result = future.result()
+            if not isinstance(result, AppendResult):
+                break
+            self._items.popleft()
+            ready.append((batch_id, result))
+        return ready
 
 
 def _seq_range(result: AppendResult) -> list[int] | None:

@@ -9,6 +9,8 @@ hashing requests (SPEC §5).
 from __future__ import annotations
 
 import json
+import math
+import sys
 from typing import Any
 
 import rfc8785
@@ -20,8 +22,32 @@ def _refuse_constant(name: str) -> Any:
     raise ValidationError("NON_FINITE_NUMBER", f"{name} is not valid JSON (lossless JSON only)")
 
 
-STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
-"""Standard JSON decoding that refuses NaN and Infinity (raising ValidationError)."""
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # e.g. 1e400: a JSON number no double can hold
+        raise ValidationError("NUMBER_OUT_OF_RANGE", f"the number {text[:40]} is out of range (lossless JSON only)")
+    return value
+
+
+class _StrictDecoder(json.JSONDecoder):
+    """Standard JSON decoding that refuses NaN, Infinity and numbers out of range.
+
+    An integer literal over Python's conversion limit (4300 digits) raises a bare ValueError
+    from inside the scanner; it becomes a ValidationError like every other refusal.
+    """
+
+    def decode(self, s: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().decode(s, *args, **kwargs)
+        except json.JSONDecodeError:
+            raise
+        except ValueError:
+            limit = sys.get_int_max_str_digits()
+            raise ValidationError("NUMBER_OUT_OF_RANGE", f"an integer has more than {limit} digits") from None
+
+
+STRICT_DECODER = _StrictDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+"""Standard JSON decoding that refuses NaN, Infinity and out-of-range numbers (ValidationError)."""
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 

@@ -146,9 +146,6 @@ def plan_append(
 
     fresh_seqs = iter(e.seq for e in committed[head_count:])
     reported = [s if s is not None else next(fresh_seqs) for s in seqs]
-    for event in committed:
-        if event.event_id is not None:
-            live.event_ids[event.event_id] = event.seq
     pending = PendingBatch(
         session_id=live.session_id,
         writer_id=writer_id,
@@ -160,8 +157,15 @@ def plan_append(
         lease_expires_at=lease_expires_at,
     )
     wire: list[bytes | None] = [None] * head_count + fresh_raw
-    for event, text in zip(committed, wire, strict=True):
-        pending.stored.append(_stored(event, text, blob_threshold, move_nul_to_blobs, pending.blobs))
+    try:
+        for event, text in zip(committed, wire, strict=True):
+            pending.stored.append(_stored(event, text, blob_threshold, move_nul_to_blobs, pending.blobs))
+    except BaseException:
+        fold.rollback(mark)  # nothing of a batch that cannot be stored may stay in the live state
+        raise
+    for event in committed:  # only now: a remembered eventId is acknowledged on retry
+        if event.event_id is not None:
+            live.event_ids[event.event_id] = event.seq
     return AppendPlan(reported, pending, mark)
 
 

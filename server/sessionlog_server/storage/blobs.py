@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sessionlog.core.errors import ValidationError
+
 Path = list[str | int]
 
 
@@ -63,7 +65,10 @@ def externalize(data: dict[str, Any], threshold: int, *, move_nul: bool) -> Exte
 
     if not _may_need_blob(data, threshold, move_nul):
         return Externalized(data, [], {})
-    stored = walk(data, [])
+    try:
+        stored = walk(data, [])
+    except RecursionError:
+        raise ValidationError("JSON_TOO_DEEP", "event data is nested too deeply to store", field="data") from None
     return Externalized(stored, refs, blobs)
 
 

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -138,6 +139,8 @@ FIGURE_KEYS: tuple[str, ...] = (
     ),
     *(f"history.{label}.after_append.e2e_median_ms" for label in HISTORY_LABELS),
     *(f"history.{label}.bytes" for label in HISTORY_LABELS),
+    *(f"history.{label}.incremental_after_append.e2e.median_ms" for label in HISTORY_LABELS),
+    *(f"history.{label}.incremental_after_append.server.median_ms" for label in HISTORY_LABELS),
     *(f"history.{label}.client_parse.median_ms" for label in HISTORY_LABELS),
     "history.breakdown.dumps_bytes_ms",
     "history.breakdown.suggested_cached_encoding.join_per_read_ms",
@@ -208,7 +211,7 @@ def run_backend(backend: str, scale: Scale, conditions: set[str], profile_dir: P
             both = _timed_prep(
                 results, "history_and_resume", lambda: _history_and_resume(dbs, scale, conditions, t0, profile_dir)
             )
-            results.update(both)
+            results.update(both if "error" not in both else {c: both for c in ("resume", "history") if c in conditions})
     finally:
         dbs.cleanup()
     return results
@@ -216,9 +219,17 @@ def run_backend(backend: str, scale: Scale, conditions: set[str], profile_dir: P
 
 def _timed_prep(results: dict[str, Any], name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run one condition (data preparation included), recording its duration and the machine's
-    load average before and after (other work on the machine shows up in the timings)."""
+    load average before and after (other work on the machine shows up in the timings).
+
+    A condition that fails is reported as `{"error": ...}` (the traceback goes to stderr) and
+    the others still run, so one failure does not lose a long run's figures.
+    """
     start, load = time.perf_counter(), os.getloadavg()
-    out = fn()
+    try:
+        out = fn()
+    except Exception as exc:  # report it, keep measuring the other conditions
+        traceback.print_exc()
+        out = {"error": f"{type(exc).__name__}: {exc}"}
     results["prep"][name + "_and_run_s"] = round(time.perf_counter() - start, 1)
     results.setdefault("load_average", {})[name] = {"before": load, "after": os.getloadavg()}
     return out
@@ -352,7 +363,12 @@ def _fmt_bytes(value: Any) -> str:
 
 def table_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
     """(condition, figure) rows of one database's results, in the order of the issues."""
-    rows: list[tuple[str, str]] = []
+    rows: list[tuple[str, str]] = [
+        (f"{name}: FAILED", results[name]["error"])
+        for name in ("fork", "startup", "resume", "history")
+        if isinstance(results.get(name), dict) and "error" in results[name]
+    ]
+    results = {k: v for k, v in results.items() if not (isinstance(v, dict) and "error" in v)}
     fork = results.get("fork")
     if fork:
         small, large = fork["small"]["source_events"], fork["large"]["source_events"]
@@ -441,6 +457,15 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
                 f"end to end {_fmt_ms(part['e2e_median_ms'])} (n={part['rpc']['n']})"
             )
             rows.append((f"{name}: {title}", figure))
+        incremental = entry["incremental_after_append"]
+        rows.append(
+            (
+                f"{name}: after one more append, incremental (refresh_history)",
+                f"end to end {_fmt_ms(incremental['e2e']['median_ms'])}, server "
+                f"{_fmt_ms(incremental['server']['median_ms'])} (n={incremental['e2e']['n']}); "
+                f"copy correct: {incremental['copy_grew_by_the_appended_message']}",
+            )
+        )
     for key, kind in (("breakdown", ""), ("breakdown_lean", " (lean texts)")):
         breakdown = history.get(key)
         if not breakdown:
@@ -538,7 +563,12 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))
         _log(f"wrote {args.json}")
-    return 0
+    failed = [
+        f"{b}:{c}" for b, r in report["results"].items() for c, v in r.items() if isinstance(v, dict) and "error" in v
+    ]
+    if failed:
+        _log(f"FAILED conditions: {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -621,13 +621,15 @@ def history_condition(
                 for _ in range(3):
                     body, seconds = raw_history(client, session_id)
                     warm_rpc.append(ms(seconds))
+                incremental = _incremental(client, session_id, after_runs)
                 stderr = server.stderr()
             else:
                 cold_server.append(rpc_latencies(server.stderr(), "GetModelHistory", session_id)[0])
     server_all = rpc_latencies(stderr, "GetModelHistory", session_id)
     cold_server.append(server_all[0])
     after_server = server_all[1 : 1 + after_runs]
-    warm_server = server_all[1 + after_runs :]
+    warm_server = server_all[1 + after_runs : 4 + after_runs]
+    incremental["server"] = summary(server_all[5 + after_runs :])
     parse_ms = statistics.median(parses)
     return {
         "events": events,
@@ -643,7 +645,32 @@ def history_condition(
         },
         "warm": {"rpc": summary(warm_rpc), "server": summary(warm_server)},
         "client_parse": summary(parses),
+        "incremental_after_append": incremental,
     }
+
+
+def _incremental(client: SessionLogClient, session_id: str, runs: int) -> dict[str, Any]:
+    """After one more append, the reader's copy brought up to date with only the new message
+    (`SessionLogClient.refresh_history`: GetModelHistory from_index/if_generation).
+
+    One full refresh fills the copy first (not counted); each timed refresh is end to end
+    (RPC and parse of the tail), and must leave the copy equal in length to the history plus
+    the appended message.
+    """
+    copy = client.history_copy(session_id)
+    client.refresh_history(copy)
+    times: list[float] = []
+    ok = True
+    with client.writer(session_id) as writer:
+        for index in range(runs):
+            marker = f"incremental {index}-{time.time_ns()}"
+            before = len(copy.messages)
+            writer.append([user_message(marker)]).result(timeout=RPC_TIMEOUT)
+            start = time.perf_counter()
+            messages = client.refresh_history(copy)
+            times.append(ms(time.perf_counter() - start))
+            ok = ok and len(messages) == before + 1 and messages[-1]["content"] == marker
+    return {"e2e": summary(times), "copy_grew_by_the_appended_message": ok}
 
 
 def _plus(values: list[float], extra: float) -> float:

@@ -6,7 +6,8 @@ resume and model history are). So the rows are written in bulk, but they are the
 itself would have written:
 
 - every event is built as a `NewEvent`, committed at its seq and time, and turned into a row by
-  the recorder's own mapping (`recorder._event_row`), with an eventId like a client's;
+  the recorder's own mapping (`recorder._event_params` over `recorder.stored_form`, the
+  parameters of the server's insert), with an eventId like a client's;
 - seqs are contiguous from 0, times never decrease, and each `sessions` row carries the
   matching `next_seq`, `last_time` and `open_turn`;
 - an open turn is a real one: `turn/start`, `user/message`, `step/start`, an `assistant/message`
@@ -32,31 +33,18 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
 from bench.workload import session_events
-from sessionlog.core import jsonvalue
 from sessionlog.core.events import APPEND, Event, NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog_server.storage.factory import normalise_url
 from sessionlog_server.storage.migrate import upgrade
-from sessionlog_server.storage.recorder import _event_row
+from sessionlog_server.storage.recorder import EVENT_COLUMNS as RECORDER_EVENT_COLUMNS
+from sessionlog_server.storage.recorder import _event_params, stored_form
 
 PG_ADMIN_URL = os.environ.get("SESSIONLOG_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 DB_PREFIX = "sessionlog_lifebench_"
-EVENT_COLUMNS = (
-    "session_id",
-    "seq",
-    "time",
-    "type",
-    "data",
-    "event_id",
-    "ignorable",
-    "surface_op",
-    "replace_start_seq",
-    "replace_end_seq",
-    "source_event_seqs",
-    "blob_refs",
-)
+#: The columns of the server's event insert, in the order `_event_params` fills them.
+EVENT_COLUMNS = tuple(column.strip() for column in RECORDER_EVENT_COLUMNS.split(","))
 SESSION_COLUMNS = ("id", "namespace", "create_time", "cwd", "metadata", "next_seq", "last_time", "epoch", "open_turn")
-JSON_EVENT_COLUMNS = frozenset({"data", "source_event_seqs", "blob_refs"})
 CHUNK = 20_000
 #: The size of each lean turn shape, in events.
 SHAPE_SIZES = {"tool": 11, "tool_only": 8, "simple": 6, "context": 1, "open": 5}
@@ -375,12 +363,8 @@ class BulkLoader:
 
 
 def _row(session_id: str, event: Event) -> tuple[Any, ...]:
-    """The server's own row for `event`, JSON columns serialised as the server's engine does."""
-    row = _event_row(session_id, event, (event.data, None))
-    return tuple(
-        (None if row[c] is None else jsonvalue.dumps(row[c])) if c in JSON_EVENT_COLUMNS else row[c]
-        for c in EVENT_COLUMNS
-    )
+    """The server's own insert parameters for `event` (in EVENT_COLUMNS order, no blobs)."""
+    return _event_params(session_id, event, stored_form(event.data, None))
 
 
 def _session_row(sid: str, create_time: int, next_seq: int, last_time: int, open_turn: bool) -> tuple[Any, ...]:

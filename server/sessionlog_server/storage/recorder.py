@@ -30,6 +30,7 @@ from sessionlog.core.errors import (
     OwnershipLost,
     SessionLogError,
     Unavailable,
+    ValidationError,
     WriterHeld,
 )
 from sessionlog.core.events import APPEND, Event, Replace
@@ -69,6 +70,8 @@ class EventRecorder(ABC):
             raise
         except sa_exc.IntegrityError as exc:
             raise AlreadyExists("INTEGRITY_ERROR", f"the write conflicts with stored data: {exc.orig}") from exc
+        except (sa_exc.DataError, OverflowError) as exc:
+            raise _unstorable(exc) from exc
         except sa_exc.DBAPIError as exc:
             raise Unavailable("STORAGE_UNAVAILABLE", f"storage error: {exc.orig}") from exc
 
@@ -77,6 +80,8 @@ class EventRecorder(ABC):
         try:
             with self.read_engine.connect() as conn:
                 yield conn
+        except (sa_exc.DataError, OverflowError) as exc:
+            raise _unstorable(exc) from exc
         except sa_exc.DBAPIError as exc:
             raise Unavailable("STORAGE_UNAVAILABLE", f"storage error: {exc.orig}") from exc
 
@@ -356,6 +361,15 @@ class EventRecorder(ABC):
         """How many events the session itself stores (an inherited prefix not included)."""
         with self._read() as conn:
             return int(conn.execute(select(func.count()).where(EVENTS.c.session_id == session_id)).scalar_one())
+
+
+def _unstorable(exc: BaseException) -> ValidationError:
+    """A value of the request the database cannot hold or compare: an integer beyond 64 bits
+    (OverflowError on SQLite, DataError on PostgreSQL), a NUL character in a text column or a
+    JSONB key, a string over its column's length. The request is at fault and a retry can only
+    fail again, so it is INVALID_ARGUMENT, not UNAVAILABLE."""
+    detail = getattr(exc, "orig", None) or exc
+    return ValidationError("UNSTORABLE_VALUE", f"the database cannot hold a value of this request: {detail}")
 
 
 def _session_record(row: Any) -> SessionRecord:

@@ -465,8 +465,8 @@ def _encode_page_token(record: SessionRecord) -> str:
 def _decode_page_token(token: str) -> tuple[int, str]:
     try:
         created, sid = jsonvalue.loads(base64.urlsafe_b64decode(token.encode("ascii")))
-        if not isinstance(created, int) or not isinstance(sid, str):
-            raise ValueError(token)
+        if type(created) is not int or not 0 <= created < 2**63 or not isinstance(sid, str):
+            raise ValueError(token)  # (a bool is an int to isinstance, and reached SQL as one)
     except (ValueError, TypeError, SessionLogError):
         raise ValidationError(
             "BAD_PAGE_TOKEN", "page_token is not a token this service issued", field="page_token"

@@ -67,15 +67,15 @@ class BenchWriter:
                 response = await self._call.read()
                 if response is grpc.aio.EOF:
                     break
-                ack = response.ack
-                while self._pending and self._pending[0][0] != ack.batch_id:
-                    self._pending.popleft()[1].cancel()
-                if self._pending:
-                    _, future = self._pending.popleft()
-                    self.next_seq = ack.next_seq
-                    if not future.done():
-                        future.set_result(ack)
-                    self._window.release()
+                kind = response.WhichOneof("kind")
+                if kind == "acks":  # several consecutive acknowledgements in one message
+                    acks = list(response.acks.acks)
+                elif kind == "ack":
+                    acks = [response.ack]
+                else:  # nothing this writer sends asks for other kinds; ignore them
+                    continue
+                for ack in acks:
+                    self._settle(ack)
         except grpc.RpcError as exc:
             error = exc
         failure = error or RuntimeError(f"writer stream for {self.session_id} ended with batches unacknowledged")
@@ -83,6 +83,26 @@ class BenchWriter:
             _, future = self._pending.popleft()
             if not future.done():
                 future.set_exception(failure)
+            self._window.release()
+
+    def cancel(self) -> None:
+        """Abandon the stream (after a stall): cancel the RPC and every pending future."""
+        if self._call is not None:
+            self._call.cancel()
+        for _, future in self._pending:
+            future.cancel()
+
+    def _settle(self, ack: Any) -> None:
+        """Resolve the batch `ack` names (earlier unacknowledged ones cannot exist: the
+        server acknowledges in order, so any skipped future is cancelled, not left waiting)."""
+        while self._pending and self._pending[0][0] != ack.batch_id:
+            self._pending.popleft()[1].cancel()
+            self._window.release()
+        if self._pending:
+            _, future = self._pending.popleft()
+            self.next_seq = ack.next_seq
+            if not future.done():
+                future.set_result(ack)
             self._window.release()
 
     async def close(self) -> None:

@@ -28,6 +28,10 @@ from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.core.events import NewEvent
 
+#: How long past its time budget a streaming run may wait for acknowledgements before it is
+#: reported as stalled (a server that stops acknowledging must not hang the bench).
+STALL_SECONDS = 60.0
+
 
 def _sid(label: str) -> str:
     return f"bench-{label}-{uuid.uuid4().hex[:10]}"
@@ -88,6 +92,7 @@ class _StreamRun:
     end: float
     client_cpu: float
     latencies: list[float]
+    stalled: bool = False
 
 
 async def _open_writers(
@@ -118,30 +123,46 @@ async def _stream(
     async def one(writer: BenchWriter, deadline: float) -> None:
         nonlocal acked
         futures = []
+
+        def done(future: asyncio.Future[Any], sent_at: float, size: int) -> None:
+            nonlocal acked
+            if not future.cancelled() and future.exception() is None:
+                latencies.append(time.monotonic() - sent_at)
+                acked += size
+
         for first in range(0, len(events), batch):
             chunk = events[first : first + batch]
             sent_at = time.monotonic()
             future = await writer.send(chunk)
-            future.add_done_callback(lambda _f, t=sent_at: latencies.append(time.monotonic() - t))
-            futures.append((future, len(chunk)))
+            future.add_done_callback(lambda f, t=sent_at, n=len(chunk): done(f, t, n))
+            futures.append(future)
             if sent_at > deadline:
                 break
-        for future, size in futures:
+        for future in futures:
             await future
-            acked += size
 
     if start_at is not None:  # a synchronised start across client processes
         await asyncio.sleep(max(0.0, start_at - time.monotonic()))
     cpu = time.process_time()
     start = time.monotonic()
-    await asyncio.gather(*(one(w, start + max_seconds) for w in writers))
+    stalled = False
+    try:
+        # Bounded: a server that stops acknowledging must not hang the bench.
+        await asyncio.wait_for(
+            asyncio.gather(*(one(w, start + max_seconds) for w in writers)), timeout=max_seconds + STALL_SECONDS
+        )
+    except TimeoutError:
+        stalled = True
     end = time.monotonic()
     cpu = time.process_time() - cpu
     for writer in writers:
-        await writer.close()
+        if stalled:
+            writer.cancel()
+        else:
+            await writer.close()
     for client in clients:
         await client.close()
-    return _StreamRun(acked, start, end, cpu, latencies)
+    return _StreamRun(acked, start, end, cpu, latencies, stalled)
 
 
 def _stream_worker(
@@ -200,6 +221,11 @@ def streaming(
         client_procs=client_procs,
         ack_p50_ms=round(1000 * _percentile(latencies, 50), 2),
         ack_p99_ms=round(1000 * _percentile(latencies, 99), 2),
+        **(
+            {"stalled": f"acknowledgements stopped; gave up {STALL_SECONDS:.0f}s past the time budget"}
+            if any(r.stalled for r in runs)
+            else {}
+        ),
     )
 
 

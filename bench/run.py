@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -264,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client-procs", type=int, default=1, help="client processes for the streaming figures")
     parser.add_argument("--max-seconds", type=float, default=None, help="cap on any one timed loop")
     args = parser.parse_args(argv)
+    # SIGTERM runs the `finally` blocks too: servers stopped, bench databases dropped.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
 
     scale = QUICK if args.quick else FULL
     if args.max_seconds is not None:

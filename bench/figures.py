@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import statistics
 import time
 import uuid
@@ -27,6 +28,15 @@ from bench.workload import as_new_events, session_events, user_message
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.core.events import NewEvent
+
+#: Environment switch read by every client process: "product" uses sessionlog.aio.AsyncWriter
+#: (which coalesces queued batches into one message), "bench" the bench's own writer.
+WRITER_ENV = "SESSIONLOG_BENCH_WRITER"
+
+
+def use_product_writer() -> bool:
+    return os.environ.get(WRITER_ENV, "product") == "product"
+
 
 #: How long past its time budget a streaming run may wait for acknowledgements before it is
 #: reported as stalled (a server that stops acknowledging must not hang the bench).
@@ -97,13 +107,27 @@ class _StreamRun:
 
 async def _open_writers(
     target: str, sids: Sequence[str], window: int, per_channel: int = 64
-) -> tuple[list[AsyncSessionLogClient], list[BenchWriter]]:
+) -> tuple[list[AsyncSessionLogClient], list[Any]]:
     """Open writers, 50 at a time, one channel per `per_channel` writers (an HTTP/2
     connection carries many streams, but a server may cap them per connection)."""
     clients = [AsyncSessionLogClient(target) for _ in range(max(1, (len(sids) + per_channel - 1) // per_channel))]
-    writers = [BenchWriter(clients[i // per_channel], sid, window) for i, sid in enumerate(sids)]
-    for group in range(0, len(writers), 50):
-        await asyncio.gather(*(w.open() for w in writers[group : group + 50]))
+    writers: list[Any] = []
+    for group in range(0, len(sids), 50):
+        if use_product_writer():
+            opened = await asyncio.gather(
+                *(
+                    clients[i // per_channel].writer(sids[i], create_if_missing=True, max_in_flight=window)
+                    for i in range(group, min(group + 50, len(sids)))
+                )
+            )
+        else:
+            opened = await asyncio.gather(
+                *(
+                    BenchWriter(clients[i // per_channel], sids[i], window).open()
+                    for i in range(group, min(group + 50, len(sids)))
+                )
+            )
+        writers.extend(opened)
     return clients, writers
 
 
@@ -120,7 +144,7 @@ async def _stream(
     latencies: list[float] = []
     acked = 0
 
-    async def one(writer: BenchWriter, deadline: float) -> None:
+    async def one(writer: Any, deadline: float) -> None:
         nonlocal acked
         futures = []
 
@@ -157,7 +181,7 @@ async def _stream(
     cpu = time.process_time() - cpu
     for writer in writers:
         if stalled:
-            writer.cancel()
+            writer._call.cancel()  # both writers keep their grpc call in `_call`
         else:
             await writer.close()
     for client in clients:
@@ -335,33 +359,49 @@ def history_figures(db: str, sessions: dict[str, tuple[str, int]], fresh_process
 
 
 def _history_figure(server: Server, sid: str, events: int, repeats: int = 3) -> dict[str, Any]:
-    """Model history: cold (first call), after one more append, and warm; plus the server's
-    peak RSS after the cold load."""
+    """Model history: cold (first full read), after one more append, and warm; plus the
+    server's peak RSS after the cold load.
+
+    When the client has `refresh_history` (a local copy refreshed with only the new messages,
+    what a harness does before each model call), "after one more append" is that refresh;
+    the full `model_history` read after the append is reported too (`after_append_full_ms`).
+    """
     with SessionLogClient(server.target, timeout=600) as client:
-        model_history: Any = client.model_history  # type: ignore[attr-defined]
+        api: Any = client
+        incremental = callable(getattr(api, "refresh_history", None))
+        copy = api.history_copy(sid) if incremental else None
         start = time.perf_counter()
-        messages = model_history(sid)
+        messages = api.refresh_history(copy) if incremental else api.model_history(sid)
         cold = time.perf_counter() - start
+        n_cold = len(messages)
         memory = server.memory_mb()
         with client.writer(sid) as writer:
             writer.append([user_message("one more question")]).result(timeout=60)
-            after: list[float] = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                again = model_history(sid)
-                after.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        again = api.refresh_history(copy) if incremental else api.model_history(sid)
+        after = time.perf_counter() - start
+        n_after = len(again)
+        warm: list[float] = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            api.refresh_history(copy) if incremental else api.model_history(sid)
+            warm.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        full = api.model_history(sid)
+        after_full = time.perf_counter() - start
         rpc = _raw_history_ms(client, sid)
-    payload = sum(len(str(m)) for m in again[-3:])  # touch the result so it is really parsed
     return {
         "events": events,
-        "messages": len(messages),
-        "messages_after_append": len(again),
+        "messages": n_cold,
+        "messages_after_append": n_after,
+        "full_read_matches_copy": len(full) == n_after,
+        "after_append_is": "incremental refresh_history" if incremental else "full model_history",
         "cold_ms": round(1000 * cold, 2),
-        "after_append_ms": round(1000 * after[0], 2),
-        "warm_ms": round(1000 * min(after[1:] or after), 2),
-        "raw_rpc_ms": rpc,
+        "after_append_ms": round(1000 * after, 2),
+        "warm_ms": round(1000 * min(warm), 2),
+        "after_append_full_ms": round(1000 * after_full, 2),
+        "raw_rpc_full_ms": rpc,
         "server_rss_after_cold_mb": round(memory.get("VmHWM", 0.0), 1),
-        "tail_chars": payload,
     }
 
 

@@ -180,11 +180,12 @@ def backend_figures(
     peer_runs: dict[str, list[dict[str, Any]]] = {}
     with Server(db) as server:
         works = asyncio.run(product_async_writer_works(server.target, "bench-probe-aio"))
+        os.environ[figures.WRITER_ENV] = "product" if works else "bench"
         out["async_writer"] = (
-            "sessionlog.aio.AsyncWriter works; the bench still uses bench.aiowriter (same RPC and messages)"
+            "sessionlog.aio.AsyncWriter (coalesces queued batches into one message)"
             if works
-            else "sessionlog.aio.AsyncWriter acknowledged nothing (reader UsageError): "
-            "bench.aiowriter drives the same Write RPC and messages"
+            else "sessionlog.aio.AsyncWriter acknowledged nothing: bench.aiowriter drives the same Write RPC "
+            "and messages, one batch per message"
         )
         for round_no in range(scale.repeats):
             tag = f"round {round_no + 1}/{scale.repeats}"

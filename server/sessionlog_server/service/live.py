@@ -89,7 +89,7 @@ class LiveSessions:
             self._loading.pop(session_id, None)
         future.set_result(live)
         self._sessions[session_id] = live
-        self._evict()
+        self._evict(keep=session_id)
         return live
 
     def peek(self, session_id: str) -> LiveSession | None:
@@ -103,15 +103,26 @@ class LiveSessions:
         if live is not None:
             live.valid = False
 
-    def _evict(self) -> None:
+    def _evict(self, keep: str) -> None:
+        """Drop least recently used sessions while over capacity (never `keep`, just loaded).
+
+        A session whose lock is held or that has batches in flight is never dropped: its fold
+        holds batches not yet durable, and folding it again from the log would plan the next
+        batch without them. Any other session may go (sessions without a writer first): a
+        writer's lease must not pin it, since a unary writer may never give its lease back.
+        """
         while len(self._sessions) > self._capacity:
-            for sid, live in self._sessions.items():
-                # Never evict a session a writer is using right now.
-                if not live.lock.locked() and live.writer_id is None:
-                    del self._sessions[sid]
+            victim: str | None = None
+            for sid, live in self._sessions.items():  # least recently used first
+                if sid == keep or live.lock.locked() or live.in_flight:
+                    continue
+                if live.writer_id is None:
+                    victim = sid
                     break
-            else:
+                victim = victim or sid
+            if victim is None:
                 return
+            del self._sessions[victim]
 
     def __len__(self) -> int:
         return len(self._sessions)

@@ -1,0 +1,1 @@
+"""Reliability tests (issue 7): fuzzing through the real server, several instances, soak smoke."""

@@ -1,0 +1,726 @@
+"""Soak test: many streaming writers and subscribers while the service is SIGKILLed and restarted.
+
+    python -m bench.soak --minutes 10 --db sqlite
+    python -m bench.soak --seconds 20 --restart-every 7 --db postgresql
+
+What runs (all on loopback, bounded in time and in counts):
+
+- one `sessionlog serve` child process on a fresh database (a SQLite file in a temporary
+  directory, or a fresh PostgreSQL database that is dropped afterwards);
+- `--sessions` (64) streaming writers on one asyncio client. Each writes complete agent turns
+  (turn/start + user message, step/start + assistant message with usage, notes, step/end +
+  turn/end), one batch in flight at a time, every event with a deterministic eventId. When the
+  stream fails (the service was killed) the writer reconnects with the same writer id and
+  re-sends the unacknowledged batch with the same eventIds: the service answers the original
+  seqs if it had committed it, so a retry can never duplicate;
+- `--subscribers` (4) subscriptions that follow some sessions live and check that they see
+  every event exactly once and in seq order, resubscribing from the next expected seq after
+  each restart;
+- every `--restart-every` seconds (60) the service is killed with SIGKILL (nothing flushed
+  beyond what was committed) and started again on the same port;
+- every `--rss-every` seconds (2) the service's VmRSS is read from /proc/PID/status.
+
+At the end the writers finish their open turn, the service is killed and restarted once more,
+and the log is verified against what the writers were told: every acknowledged event must be
+stored exactly once, at its acknowledged seq, with contiguous seqs. The summary reports events
+written (acknowledged), events verified, losses, duplicates, and RSS min/max per restart epoch
+with a growth check. The exit status is 1 on any loss, duplicate, misplaced event, subscriber gap
+or duplicate, or writer error; 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sessionlog.aio import AsyncSessionLogClient, AsyncWriter
+from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import NotFound, OwnershipLost, SessionLogError, Unavailable
+from sessionlog.requests import CaughtUp
+
+ROOT = Path(__file__).resolve().parents[1]
+PG_ADMIN_URL = os.environ.get(
+    "SESSIONLOG_SOAK_PG", os.environ.get("SESSIONLOG_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+)
+"""Where fresh PostgreSQL databases are created (and dropped) for `--db postgresql`."""
+APPEND_TIMEOUT_S = 30.0
+"""Longest wait for one acknowledgement before the writer treats the stream as dead."""
+GRACE_S = 120.0
+"""How long, after the run, writers may take to finish their turn and subscribers to catch up."""
+
+
+# --- configuration and results ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """What to run (see `parse_args`)."""
+
+    seconds: float
+    db: str
+    sessions: int = 64
+    subscribers: int = 4
+    restart_every: float = 60.0
+    rss_every: float = 2.0
+    pace: float = 0.2
+    payload_bytes: int = 256
+    lease_ttl_ms: int = 30_000
+    seed: int = 1
+    keep: bool = False
+    json_path: str | None = None
+
+
+@dataclass
+class WriterStats:
+    """One session writer's account: what it was told is durable, and how it got there."""
+
+    sid: str
+    acked: dict[int, list[int]] = field(default_factory=dict)
+    """batch number -> the seqs the service acknowledged for its events."""
+    batches: dict[int, list[str]] = field(default_factory=dict)
+    """batch number -> the eventIds it carried."""
+    retries: int = 0
+    reconnects: int = 0
+    ownership_lost: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SubscriberStats:
+    """One subscription's account: what it saw, in which order."""
+
+    sid: str
+    expected: int = 0
+    """The next seq the subscriber expects."""
+    event_ids: list[str | None] = field(default_factory=list)
+    gaps: int = 0
+    duplicates: int = 0
+    resubscribes: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RssSample:
+    t: float
+    epoch: int
+    kb: int
+
+
+@dataclass
+class Outage:
+    epoch: int
+    downtime_ms: float
+
+
+# --- the service process --------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Service:
+    """`sessionlog serve` as a child process on a fixed loopback port, killed with SIGKILL."""
+
+    def __init__(self, db: str, workdir: Path, lease_ttl_ms: int) -> None:
+        self.db = db
+        self.port = free_port()
+        self.target = f"127.0.0.1:{self.port}"
+        self.log_path = workdir / "service.log"
+        self.env = {
+            **os.environ,
+            "SESSIONLOG_LOG_LEVEL": "warning",
+            "SESSIONLOG_LEASE_TTL_MS": str(lease_ttl_ms),
+            "SESSIONLOG_METRICS_LISTEN": "",
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start and wait (at most `timeout`) until the health service answers SERVING."""
+        cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", self.target]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + timeout
+        with grpc.insecure_channel(self.target) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"the service exited at start; see {self.log_path}")
+                try:
+                    health.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                    return
+                except grpc.RpcError:
+                    time.sleep(0.05)
+        raise TimeoutError(f"the service did not start within {timeout} s")
+
+    def kill(self) -> None:
+        """SIGKILL and reap."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def rss_kb(self) -> int | None:
+        """VmRSS of the running service, or None between a kill and a start."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        except (OSError, ValueError):
+            return None
+        return None
+
+
+# --- databases ------------------------------------------------------------------------------
+
+
+def create_database(kind: str, workdir: Path) -> tuple[str, str | None]:
+    """A fresh database URL, and the PostgreSQL database name to drop afterwards (if any)."""
+    if kind == "sqlite":
+        return f"sqlite:///{workdir / 'soak.db'}", None
+    import psycopg
+
+    name = f"sessionlog_soak_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = PG_ADMIN_URL.rpartition("/")
+    return f"{base}/{name}", name
+
+
+def drop_database(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# --- the workload ---------------------------------------------------------------------------
+
+
+def turn_batches(turn: int, filler: str) -> list[list[dict[str, Any]]]:
+    """The four batches of one complete agent turn (SPEC §3): every structure rule is exercised."""
+    usage = {
+        "input": 100 + turn,
+        "output": 20,
+        "cacheRead": 50,
+        "cacheWrite": 0,
+        "totalTokens": 170 + turn,
+        "cost": {"input": 0.0003, "output": 0.0006, "cacheRead": 0.00001, "cacheWrite": 0, "total": 0.00091},
+    }
+    return [
+        [
+            {"type": "turn/start", "data": {"turn": turn}},
+            {
+                "type": "user/message",
+                "data": {"turn": turn, "message": {"role": "user", "content": f"question {turn}"}},
+                "surfaceOp": "append",
+            },
+        ],
+        [
+            {"type": "step/start", "data": {"turn": turn, "step": 1}},
+            {
+                "type": "assistant/message",
+                "data": {
+                    "turn": turn,
+                    "step": 1,
+                    "message": {"role": "assistant", "content": [{"type": "text", "text": f"answer {turn}"}]},
+                    "usage": usage,
+                },
+                "surfaceOp": "append",
+            },
+        ],
+        [{"type": "soak/note", "ignorable": True, "data": {"turn": turn, "i": i, "text": filler}} for i in range(3)],
+        [
+            {"type": "step/end", "data": {"turn": turn, "step": 1}},
+            {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}},
+        ],
+    ]
+
+
+class Soak:
+    """Runs the workload against one service and verifies the log afterwards."""
+
+    def __init__(self, config: Config, service: Service) -> None:
+        self.config = config
+        self.service = service
+        self.run_id = uuid.uuid4().hex[:6]
+        self.writers = [WriterStats(f"soak-{self.run_id}-{i:03d}") for i in range(config.sessions)]
+        followed = self.writers[: max(0, min(config.subscribers, config.sessions))]
+        self.subscribers = [SubscriberStats(w.sid) for w in followed]
+        self.rss: list[RssSample] = []
+        self.outages: list[Outage] = []
+        self.epoch = 0
+        self.stop_writing = asyncio.Event()
+        self.started = 0.0
+        self.write_ended = 0.0
+        self.filler = "x" * config.payload_bytes
+
+    # --- tasks ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self.started = time.monotonic()
+        async with AsyncSessionLogClient(self.service.target, timeout=APPEND_TIMEOUT_S) as client:
+            sampler = asyncio.ensure_future(self._sample_rss())
+            restarter = asyncio.ensure_future(self._restart_loop())
+            subscribers = [asyncio.ensure_future(self._subscribe(client, s)) for s in self.subscribers]
+            writers = [asyncio.ensure_future(self._write(client, w, i)) for i, w in enumerate(self.writers)]
+            await asyncio.sleep(self.config.seconds)
+            self.stop_writing.set()
+            restarter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await restarter
+            await asyncio.wait(writers, timeout=GRACE_S)
+            for task in writers:
+                task.cancel()
+            self.write_ended = time.monotonic()
+            await self._await_subscribers(client, subscribers)
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+
+    async def _sample_rss(self) -> None:
+        while True:
+            kb = self.service.rss_kb()
+            if kb is not None:
+                self.rss.append(RssSample(time.monotonic() - self.started, self.epoch, kb))
+            await asyncio.sleep(self.config.rss_every)
+
+    async def _restart_loop(self) -> None:
+        if self.config.restart_every <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        for _ in range(1_000_000):  # bounded; cancelled when the run ends
+            await asyncio.sleep(self.config.restart_every)
+            began = time.monotonic()
+            self.service.kill()
+            self.epoch += 1
+            await loop.run_in_executor(None, self.service.start)
+            self.outages.append(Outage(self.epoch, (time.monotonic() - began) * 1000))
+
+    async def _write(self, client: AsyncSessionLogClient, stats: WriterStats, index: int) -> None:
+        """Write complete turns until told to stop, then finish the open turn and close."""
+        rnd = random.Random(self.config.seed * 1_000_003 + index)
+        await asyncio.sleep(rnd.random() * min(1.0, self.config.pace * 5))  # spread the starts
+        writer: AsyncWriter | None = None
+        batch_no = 0
+        turn = 0
+        deadline = self.started + self.config.seconds + GRACE_S
+        try:
+            while time.monotonic() < deadline:
+                turn += 1
+                for batch in turn_batches(turn, self.filler):
+                    ids = [f"{stats.sid}-{batch_no}-{k}" for k in range(len(batch))]
+                    events = [dict(e, eventId=eid) for e, eid in zip(batch, ids, strict=True)]
+                    stats.batches[batch_no] = ids
+                    writer, seqs = await self._append_until_acked(client, stats, writer, events, deadline)
+                    stats.acked[batch_no] = seqs
+                    batch_no += 1
+                    await asyncio.sleep(self.config.pace * (0.5 + rnd.random()))
+                if self.stop_writing.is_set():
+                    break
+        except SessionLogError as exc:
+            stats.errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            if writer is not None:
+                try:
+                    await asyncio.wait_for(writer.close(), timeout=APPEND_TIMEOUT_S)
+                except (SessionLogError, TimeoutError, grpc.RpcError):
+                    await writer.__aexit__(RuntimeError, None, None)
+
+    async def _append_until_acked(
+        self,
+        client: AsyncSessionLogClient,
+        stats: WriterStats,
+        writer: AsyncWriter | None,
+        events: list[dict[str, Any]],
+        deadline: float,
+    ) -> tuple[AsyncWriter, list[int]]:
+        """Append one batch, reconnecting and re-sending (same eventIds) until it is acknowledged."""
+        delay = 0.05
+        attempt = 0
+        while time.monotonic() < deadline:
+            attempt += 1
+            try:
+                if writer is None:
+                    writer = await client.writer(stats.sid, writer_id=f"w-{stats.sid}", create_if_missing=True)
+                    if attempt > 1 or stats.acked:
+                        stats.reconnects += 1
+                if attempt > 1:
+                    stats.retries += 1
+                result = await asyncio.wait_for(writer.append(events), timeout=APPEND_TIMEOUT_S)
+                return writer, list(result.seqs)
+            except (Unavailable, TimeoutError, OwnershipLost) as exc:
+                if isinstance(exc, OwnershipLost):
+                    # Never expected: the same writer id re-takes its own lease after a restart.
+                    stats.ownership_lost += 1
+                if writer is not None:
+                    await writer.__aexit__(RuntimeError, None, None)
+                    writer = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        raise Unavailable("SOAK_DEADLINE", f"batch {events[0]['eventId']} was never acknowledged")
+
+    async def _subscribe(self, client: AsyncSessionLogClient, stats: SubscriberStats) -> None:
+        """Follow one session; after every failure resubscribe from the next expected seq."""
+        for _ in range(100_000):  # bounded; cancelled at the end
+            try:
+                async for item in client.subscribe(stats.sid, from_seq=stats.expected):
+                    if isinstance(item, CaughtUp):
+                        continue
+                    if item.seq < stats.expected:
+                        stats.duplicates += 1
+                        continue
+                    if item.seq > stats.expected:
+                        stats.gaps += 1
+                        stats.event_ids.extend([None] * (item.seq - stats.expected))
+                    stats.event_ids.append(item.event_id)
+                    stats.expected = item.seq + 1
+            except NotFound:
+                pass  # the writer has not created the session yet
+            except Unavailable:
+                stats.resubscribes += 1  # the service was killed: follow it again from `expected`
+            except SessionLogError as exc:
+                stats.errors.append(f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(0.1)
+
+    async def _await_subscribers(self, client: AsyncSessionLogClient, tasks: list[asyncio.Future[None]]) -> None:
+        """Wait (bounded) until every subscriber has seen its session's whole log, then stop them."""
+        deadline = time.monotonic() + GRACE_S
+        for stats in self.subscribers:
+            while time.monotonic() < deadline:
+                try:
+                    target = (await client.get_session(stats.sid)).next_seq
+                except SessionLogError:
+                    target = -1
+                if stats.expected >= target >= 0:
+                    break
+                await asyncio.sleep(0.2)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# --- verification and report ----------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """What the log says about the writers' and subscribers' accounts."""
+
+    events_acknowledged: int = 0
+    events_verified: int = 0
+    events_stored: int = 0
+    losses: int = 0
+    duplicates: int = 0
+    misplaced: int = 0
+    unacknowledged_stored: int = 0
+    gaps_in_seqs: int = 0
+    open_turns: int = 0
+    repair_events: int = 0
+    subscriber_events: int = 0
+    subscriber_gaps: int = 0
+    subscriber_duplicates: int = 0
+    subscriber_mismatches: int = 0
+    writer_errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.losses
+            or self.duplicates
+            or self.misplaced
+            or self.gaps_in_seqs
+            or self.subscriber_gaps
+            or self.subscriber_duplicates
+            or self.subscriber_mismatches
+            or self.writer_errors
+        )
+
+
+def verify(soak: Soak, target: str) -> Verdict:
+    """Read every session back and hold it against what writers and subscribers were told."""
+    verdict = Verdict()
+    with SessionLogClient(target, timeout=120) as client:
+        logs = {}
+        for stats in soak.writers:
+            try:
+                events = list(client.read_events(stats.sid))
+                open_turn = client.get_session(stats.sid).open_turn
+            except SessionLogError as exc:
+                if stats.acked:
+                    verdict.writer_errors.append(f"{stats.sid}: cannot be read back: {exc}")
+                events, open_turn = [], False
+            logs[stats.sid] = events
+            verdict.events_stored += len(events)
+            verdict.open_turns += int(open_turn)
+            if [e.seq for e in events] != list(range(len(events))):
+                verdict.gaps_in_seqs += 1
+            by_id: dict[str, int] = {}
+            for event in events:
+                if event.type == "turn/end" and event.data.get("reason", {}).get("kind") == "interrupted":
+                    verdict.repair_events += 1
+                if event.event_id is None:
+                    continue
+                if event.event_id in by_id:
+                    verdict.duplicates += 1
+                by_id[event.event_id] = event.seq
+            acked_ids = set()
+            for batch_no, seqs in stats.acked.items():
+                for event_id, seq in zip(stats.batches[batch_no], seqs, strict=True):
+                    acked_ids.add(event_id)
+                    verdict.events_acknowledged += 1
+                    stored = by_id.get(event_id)
+                    if stored is None:
+                        verdict.losses += 1
+                    elif stored != seq:
+                        verdict.misplaced += 1
+                    else:
+                        verdict.events_verified += 1
+            verdict.unacknowledged_stored += sum(
+                1 for eid in by_id if eid.startswith(stats.sid) and eid not in acked_ids
+            )
+            verdict.writer_errors.extend(f"{stats.sid}: {e}" for e in stats.errors)
+        for sub in soak.subscribers:
+            verdict.subscriber_events += len(sub.event_ids)
+            verdict.subscriber_gaps += sub.gaps
+            verdict.subscriber_duplicates += sub.duplicates
+            stored_ids = [e.event_id for e in logs.get(sub.sid, [])]
+            if sub.event_ids != stored_ids:
+                verdict.subscriber_mismatches += 1
+            verdict.writer_errors.extend(f"subscriber {sub.sid}: {e}" for e in sub.errors)
+    return verdict
+
+
+def rss_report(samples: list[RssSample]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per epoch: min/max/last RSS (MB). Growth: flagged when RSS keeps climbing.
+
+    Two checks, both on epochs with at least 5 samples: the largest epoch maximum after the first
+    epoch against the first epoch's maximum (restarts must bring RSS back to the same level: a
+    ratio over 1.5 and +64 MB means state that survives restarts, e.g. a cache sized by the
+    database), and within the longest epoch the slope of a least-squares line over its second
+    half (more than 16 MB per minute means memory that grows with time, not with load).
+    """
+    epochs: dict[int, list[RssSample]] = {}
+    for sample in samples:
+        epochs.setdefault(sample.epoch, []).append(sample)
+    rows = []
+    for epoch, items in sorted(epochs.items()):
+        kbs = [s.kb for s in items]
+        rows.append(
+            {
+                "epoch": epoch,
+                "samples": len(items),
+                "from_s": round(items[0].t, 1),
+                "to_s": round(items[-1].t, 1),
+                "min_mb": round(min(kbs) / 1024, 1),
+                "max_mb": round(max(kbs) / 1024, 1),
+                "last_mb": round(kbs[-1] / 1024, 1),
+            }
+        )
+    growth: dict[str, Any] = {"flagged": False, "reasons": []}
+    full = [r for r in rows if r["samples"] >= 5]
+    if len(full) >= 2:
+        first, later = full[0]["max_mb"], max(r["max_mb"] for r in full[1:])
+        growth["epoch_max_ratio"] = round(later / first, 3) if first else None
+        if first and later / first > 1.5 and later - first > 64:
+            growth["flagged"] = True
+            growth["reasons"].append(f"epoch maximum grew from {first} MB to {later} MB across restarts")
+    if full:
+        longest = max(epochs.values(), key=len)
+        tail = longest[len(longest) // 2 :]
+        if len(tail) >= 5 and tail[-1].t - tail[0].t >= 10:
+            ts = [s.t for s in tail]
+            mbs = [s.kb / 1024 for s in tail]
+            slope = statistics.linear_regression(ts, mbs).slope * 60
+            growth["slope_mb_per_min_longest_epoch"] = round(slope, 2)
+            if slope > 16:
+                growth["flagged"] = True
+                growth["reasons"].append(f"RSS grew {slope:.1f} MB/min in the second half of the longest epoch")
+    return rows, growth
+
+
+def summary(config: Config, soak: Soak, verdict: Verdict) -> dict[str, Any]:
+    writers = soak.writers
+    written_s = max(soak.write_ended - soak.started, 1e-9)
+    epochs, growth = rss_report(soak.rss)
+    downtimes = [o.downtime_ms for o in soak.outages]
+    return {
+        "config": asdict(config),
+        "duration_s": round(written_s, 1),
+        "events_written_acknowledged": verdict.events_acknowledged,
+        "batches_acknowledged": sum(len(w.acked) for w in writers),
+        "events_per_second": round(verdict.events_acknowledged / written_s, 1),
+        "events_verified": verdict.events_verified,
+        "events_stored": verdict.events_stored,
+        "losses": verdict.losses,
+        "duplicates": verdict.duplicates,
+        "misplaced": verdict.misplaced,
+        "unacknowledged_stored": verdict.unacknowledged_stored,
+        "sessions_with_seq_gaps": verdict.gaps_in_seqs,
+        "open_turns_at_end": verdict.open_turns,
+        "interrupted_turns_repaired": verdict.repair_events,
+        "retries": sum(w.retries for w in writers),
+        "reconnects": sum(w.reconnects for w in writers),
+        "ownership_lost": sum(w.ownership_lost for w in writers),
+        "restarts": len(soak.outages),
+        "downtime_ms_mean": round(statistics.fmean(downtimes), 1) if downtimes else None,
+        "downtime_ms_max": round(max(downtimes), 1) if downtimes else None,
+        "subscribers": len(soak.subscribers),
+        "subscriber_events": verdict.subscriber_events,
+        "subscriber_gaps": verdict.subscriber_gaps,
+        "subscriber_duplicates": verdict.subscriber_duplicates,
+        "subscriber_mismatches": verdict.subscriber_mismatches,
+        "resubscribes": sum(s.resubscribes for s in soak.subscribers),
+        "rss_epochs": epochs,
+        "rss_growth": growth,
+        "errors": verdict.writer_errors[:20],
+        "result": "PASS" if verdict.ok else "FAIL",
+    }
+
+
+def print_summary(report: dict[str, Any]) -> None:
+    c = report["config"]
+    print(
+        f"sessionlog soak: {c['db']}, {report['duration_s']} s of writing, {c['sessions']} streaming sessions, "
+        f"{report['subscribers']} subscribers, kill -9 every {c['restart_every']} s ({report['restarts']} restarts, "
+        f"downtime mean {report['downtime_ms_mean']} ms, max {report['downtime_ms_max']} ms)"
+    )
+    print(
+        f"events written (acknowledged): {report['events_written_acknowledged']} in "
+        f"{report['batches_acknowledged']} batches ({report['events_per_second']} events/s)"
+    )
+    print(f"events verified:               {report['events_verified']} (stored: {report['events_stored']})")
+    print(f"losses:                        {report['losses']}")
+    print(f"duplicates:                    {report['duplicates']}")
+    print(
+        f"misplaced: {report['misplaced']}, unacknowledged but stored: {report['unacknowledged_stored']}, "
+        f"sessions with seq gaps: {report['sessions_with_seq_gaps']}, "
+        f"open turns at end: {report['open_turns_at_end']}, "
+        f"interrupted turns repaired: {report['interrupted_turns_repaired']}"
+    )
+    print(
+        f"writers: {report['retries']} batches re-sent after a failure, {report['reconnects']} reconnects, "
+        f"{report['ownership_lost']} ownership lost"
+    )
+    print(
+        f"subscribers: {report['subscriber_events']} events seen, gaps {report['subscriber_gaps']}, "
+        f"duplicates {report['subscriber_duplicates']}, mismatches with the log {report['subscriber_mismatches']}, "
+        f"{report['resubscribes']} resubscribes"
+    )
+    print("service RSS per restart epoch (MB):")
+    for row in report["rss_epochs"]:
+        print(
+            f"  epoch {row['epoch']:>3}  {row['from_s']:>7.1f}-{row['to_s']:<7.1f}s  "
+            f"min {row['min_mb']:>7.1f}  max {row['max_mb']:>7.1f}  last {row['last_mb']:>7.1f}  "
+            f"({row['samples']} samples)"
+        )
+    growth = report["rss_growth"]
+    details = {k: v for k, v in growth.items() if k not in {"flagged", "reasons"}}
+    verdict = "FLAGGED: " + "; ".join(growth["reasons"]) if growth["flagged"] else "no unbounded growth"
+    print(f"RSS growth: {verdict} {details}")
+    for error in report["errors"]:
+        print(f"error: {error}")
+    print(f"result: {report['result']}")
+
+
+# --- entry point ----------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--minutes", type=float, help="how long to write (default 10)")
+    length.add_argument("--seconds", type=float, help="how long to write, in seconds (for CI)")
+    parser.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--sessions", type=int, default=64, help="streaming sessions (default 64)")
+    parser.add_argument("--subscribers", type=int, default=4, help="subscriptions following sessions (default 4)")
+    parser.add_argument("--restart-every", type=float, default=60.0, help="seconds between SIGKILLs (0: never)")
+    parser.add_argument("--rss-every", type=float, default=2.0, help="seconds between RSS samples")
+    parser.add_argument("--pace", type=float, default=0.2, help="mean pause between a writer's batches (s)")
+    parser.add_argument("--payload-bytes", type=int, default=256, help="text per note event")
+    parser.add_argument("--lease-ttl-ms", type=int, default=30_000, help="the service's writer lease")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the database and the service log")
+    parser.add_argument("--json", dest="json_path", help="also write the report as JSON to this file")
+    args = parser.parse_args(argv)
+    seconds = args.seconds if args.seconds is not None else 60.0 * (args.minutes if args.minutes is not None else 10)
+    if seconds <= 0 or args.sessions < 1:
+        parser.error("the run needs a positive length and at least one session")
+    return Config(
+        seconds=seconds,
+        db=args.db,
+        sessions=args.sessions,
+        subscribers=args.subscribers,
+        restart_every=args.restart_every,
+        rss_every=args.rss_every,
+        pace=args.pace,
+        payload_bytes=args.payload_bytes,
+        lease_ttl_ms=args.lease_ttl_ms,
+        seed=args.seed,
+        keep=args.keep,
+        json_path=args.json_path,
+    )
+
+
+def run(config: Config) -> dict[str, Any]:
+    """Run one soak and return its report (also printed)."""
+    workdir = Path(tempfile.mkdtemp(prefix="sessionlog-soak-"))
+    url, pg_name = create_database(config.db, workdir)
+    service = Service(url, workdir, config.lease_ttl_ms)
+    try:
+        service.start()
+        soak = Soak(config, service)
+        asyncio.run(soak.run())
+        # A last SIGKILL: everything acknowledged must survive it, too.
+        service.kill()
+        service.start()
+        verdict = verify(soak, service.target)
+        report = summary(config, soak, verdict)
+    finally:
+        service.kill()
+        if not config.keep:
+            if pg_name is not None:
+                drop_database(pg_name)
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"kept: {url} and {service.log_path}")
+    print_summary(report)
+    if config.json_path:
+        Path(config.json_path).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    report = run(parse_args(argv))
+    return 0 if report["result"] == "PASS" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -55,6 +55,7 @@ class Scale:
 
     name: str
     fork_small: int
+    fork_medium: int
     fork_large: int
     fork_repeats: int
     startup_closed: int
@@ -75,6 +76,7 @@ class Scale:
 FULL = Scale(
     name="full",
     fork_small=10,
+    fork_medium=10_000,
     fork_large=1_000_000,
     fork_repeats=7,
     startup_closed=100_000,
@@ -96,6 +98,7 @@ FULL = Scale(
 QUICK = Scale(
     name="quick",
     fork_small=10,
+    fork_medium=300,
     fork_large=2_000,
     fork_repeats=2,
     startup_closed=300,
@@ -111,13 +114,14 @@ QUICK = Scale(
 )
 
 HISTORY_LABELS = ("1k", "10k", "100k", "100k_lean")
+FORK_SOURCES = ("small", "medium", "large")
 FORK_KINDS = ("end", "closed_mid", "open_mid", "fork_of_fork_head", "fork_of_fork_mid")
 #: Every key a report must have for each database (the smoke test checks them all).
 FIGURE_KEYS: tuple[str, ...] = (
-    *(f"fork.{src}.{kind}.rpc.median_ms" for src in ("small", "large") for kind in FORK_KINDS),
-    *(f"fork.{src}.{kind}.child_event_rows" for src in ("small", "large") for kind in FORK_KINDS),
-    *(f"fork.{src}.{kind}.child_payload_bytes" for src in ("small", "large") for kind in FORK_KINDS),
-    *(f"fork.{src}.{kind}.reads_ok" for src in ("small", "large") for kind in FORK_KINDS),
+    *(f"fork.{src}.{kind}.rpc.median_ms" for src in FORK_SOURCES for kind in FORK_KINDS),
+    *(f"fork.{src}.{kind}.child_event_rows" for src in FORK_SOURCES for kind in FORK_KINDS),
+    *(f"fork.{src}.{kind}.child_payload_bytes" for src in FORK_SOURCES for kind in FORK_KINDS),
+    *(f"fork.{src}.{kind}.reads_ok" for src in FORK_SOURCES for kind in FORK_KINDS),
     "fork.events_rows_added",
     "startup.empty.ready.median_ms",
     "startup.loaded.ready.median_ms",
@@ -239,7 +243,7 @@ def _fork(dbs: Databases, scale: Scale, t0: int) -> dict[str, Any]:
     url = dbs.new("fork")
     loader = data.BulkLoader(url)
     sources = []
-    for label, n in (("small", scale.fork_small), ("large", scale.fork_large)):
+    for label, n in (("small", scale.fork_small), ("medium", scale.fork_medium), ("large", scale.fork_large)):
         _log(f"{dbs.backend}: writing the {n:,}-event fork source")
         plan = data.lean_plan(n)
         loaded = loader.long_session(f"source-{label}", data.lean_events(plan), t0)
@@ -371,7 +375,6 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
     results = {k: v for k, v in results.items() if not (isinstance(v, dict) and "error" in v)}
     fork = results.get("fork")
     if fork:
-        small, large = fork["small"]["source_events"], fork["large"]["source_events"]
         names = {
             "end": "fork at the end",
             "closed_mid": "fork in the middle, between turns",
@@ -379,17 +382,21 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
             "fork_of_fork_head": "fork of a fork, at its head",
             "fork_of_fork_mid": "fork of a fork, inside its inherited prefix",
         }
+        sizes = " / ".join(f"{fork[label]['source_events']:,}" for label in FORK_SOURCES)
         for kind, name in names.items():
-            for label, n in (("small", small), ("large", large)):
-                entry = fork[label][kind]
-                figure = (
-                    f"{_fmt_ms(entry['rpc']['median_ms'])} rpc (server {_fmt_ms(entry['server']['median_ms'])}, "
-                    f"n={entry['rpc']['n']}); child stores 1 session row + {entry['child_event_rows']} event rows, "
-                    f"{_fmt_bytes(entry['child_payload_bytes'])}"
-                )
-                if not entry["reads_ok"]:
-                    figure += "; READS OF THE CHILD ARE WRONG"
-                rows.append((f"1. {name}, {n:,}-event source", figure))
+            entries = [fork[label][kind] for label in FORK_SOURCES]
+            times = " / ".join(
+                f"{_fmt_ms(e['rpc']['median_ms'])} ({_fmt_ms(e['server']['median_ms'])})" for e in entries
+            )
+            counts = "/".join(sorted({str(e["child_event_rows"]) for e in entries}))
+            sizes_b = [e["child_payload_bytes"] for e in entries]
+            span = _fmt_bytes(min(sizes_b)) + ("" if min(sizes_b) == max(sizes_b) else f"-{_fmt_bytes(max(sizes_b))}")
+            figure = (
+                f"{times}, n={entries[0]['rpc']['n']} each; child stores 1 session row + {counts} event rows, {span}"
+            )
+            if not all(e["reads_ok"] for e in entries):
+                figure += "; READS OF THE CHILD ARE WRONG"
+            rows.append((f"1. {name}; sources of {sizes} events: rpc (server)", figure))
         rows.append(
             ("1. events rows added by all forks", f"{fork['events_rows_added']} for {fork['forks_made']} forks")
         )

@@ -210,7 +210,8 @@ def streaming(
     to `window` batches in flight.
 
     With `client_procs` > 1 the sessions are split over that many client processes (each
-    with its own asyncio loop and channels), started together.
+    with its own asyncio loop and channels), started together; the server CPU share then also
+    counts the writers' opening while the workers start, so it overstates a little.
     """
     sids = [_sid(f"s{sessions}") for _ in range(sessions)]
     cpu_s = server.cpu_seconds()

@@ -27,6 +27,11 @@ pytest: $(STAMP)
 	bash scripts/ensure_postgres.sh
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
+bench: $(STAMP)  ## sessionlog and its peers on SQLite and PostgreSQL (see bench/README.md)
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[bench]"
+	bash scripts/ensure_postgres.sh
+	$(PY) -m bench $(BENCH_ARGS)
+
 proto: $(STAMP)  ## Regenerate client/sessionlog/v1 from proto/
 	$(PY) scripts/gen_proto.py
 

@@ -9,7 +9,9 @@ What runs (all on loopback, bounded in time and in counts):
   directory, or a fresh PostgreSQL database that is dropped afterwards);
 - `--sessions` (64) streaming writers on one asyncio client. Each writes complete agent turns
   (turn/start + user message, step/start + assistant message with usage, notes, step/end +
-  turn/end), one batch in flight at a time, every event with a deterministic eventId. When the
+  turn/end), one batch in flight at a time, every event with a deterministic eventId, into one
+  session (or a fresh session every `--turns-per-session` turns, so the number of sessions grows
+  instead of their length: the service's memory is then bounded by its session cache). When the
   stream fails (the service was killed) the writer reconnects with the same writer id and
   re-sends the unacknowledged batch with the same eventIds: the service answers the original
   seqs if it had committed it, so a retry can never duplicate;
@@ -84,6 +86,7 @@ class Config:
     pace: float = 0.2
     payload_bytes: int = 256
     lease_ttl_ms: int = 30_000
+    turns_per_session: int = 0
     seed: int = 1
     keep: bool = False
     json_path: str | None = None
@@ -91,13 +94,15 @@ class Config:
 
 @dataclass
 class WriterStats:
-    """One session writer's account: what it was told is durable, and how it got there."""
+    """One writer's account: what it was told is durable, and how it got there."""
 
-    sid: str
+    name: str
+    sessions: list[str] = field(default_factory=list)
+    """The sessions it wrote, in order (one, unless `--turns-per-session` rotates them)."""
     acked: dict[int, list[int]] = field(default_factory=dict)
     """batch number -> the seqs the service acknowledged for its events."""
-    batches: dict[int, list[str]] = field(default_factory=dict)
-    """batch number -> the eventIds it carried."""
+    batches: dict[int, tuple[str, list[str]]] = field(default_factory=dict)
+    """batch number -> the session it went to and the eventIds it carried."""
     retries: int = 0
     reconnects: int = 0
     ownership_lost: int = 0
@@ -273,7 +278,7 @@ class Soak:
         self.run_id = uuid.uuid4().hex[:6]
         self.writers = [WriterStats(f"soak-{self.run_id}-{i:03d}") for i in range(config.sessions)]
         followed = self.writers[: max(0, min(config.subscribers, config.sessions))]
-        self.subscribers = [SubscriberStats(w.sid) for w in followed]
+        self.subscribers = [SubscriberStats(f"{w.name}-0") for w in followed]  # each writer's first session
         self.rss: list[RssSample] = []
         self.outages: list[Outage] = []
         self.epoch = 0
@@ -332,14 +337,20 @@ class Soak:
         batch_no = 0
         turn = 0
         deadline = self.started + self.config.seconds + GRACE_S
+        stats.sessions.append(f"{stats.name}-0")
         try:
             while time.monotonic() < deadline:
+                if self.config.turns_per_session and turn == self.config.turns_per_session:
+                    await self._close(writer)  # this session is done: go on in a fresh one
+                    writer, turn = None, 0
+                    stats.sessions.append(f"{stats.name}-{len(stats.sessions)}")
+                sid = stats.sessions[-1]
                 turn += 1
                 for batch in turn_batches(turn, self.filler):
-                    ids = [f"{stats.sid}-{batch_no}-{k}" for k in range(len(batch))]
+                    ids = [f"{sid}-{batch_no}-{k}" for k in range(len(batch))]
                     events = [dict(e, eventId=eid) for e, eid in zip(batch, ids, strict=True)]
-                    stats.batches[batch_no] = ids
-                    writer, seqs = await self._append_until_acked(client, stats, writer, events, deadline)
+                    stats.batches[batch_no] = (sid, ids)
+                    writer, seqs = await self._append_until_acked(client, stats, sid, writer, events, deadline)
                     stats.acked[batch_no] = seqs
                     batch_no += 1
                     await asyncio.sleep(self.config.pace * (0.5 + rnd.random()))
@@ -348,16 +359,23 @@ class Soak:
         except SessionLogError as exc:
             stats.errors.append(f"{type(exc).__name__}: {exc}")
         finally:
-            if writer is not None:
-                try:
-                    await asyncio.wait_for(writer.close(), timeout=APPEND_TIMEOUT_S)
-                except (SessionLogError, TimeoutError, grpc.RpcError):
-                    await writer.__aexit__(RuntimeError, None, None)
+            await self._close(writer)
+
+    @staticmethod
+    async def _close(writer: AsyncWriter | None) -> None:
+        """Flush and close a writer (its lease is given back); cancel it if that fails."""
+        if writer is None:
+            return
+        try:
+            await asyncio.wait_for(writer.close(), timeout=APPEND_TIMEOUT_S)
+        except (SessionLogError, TimeoutError, grpc.RpcError):
+            await writer.__aexit__(RuntimeError, None, None)
 
     async def _append_until_acked(
         self,
         client: AsyncSessionLogClient,
         stats: WriterStats,
+        sid: str,
         writer: AsyncWriter | None,
         events: list[dict[str, Any]],
         deadline: float,
@@ -369,8 +387,8 @@ class Soak:
             attempt += 1
             try:
                 if writer is None:
-                    writer = await client.writer(stats.sid, writer_id=f"w-{stats.sid}", create_if_missing=True)
-                    if attempt > 1 or stats.acked:
+                    writer = await client.writer(sid, writer_id=f"w-{sid}", create_if_missing=True)
+                    if attempt > 1:
                         stats.reconnects += 1
                 if attempt > 1:
                     stats.retries += 1
@@ -389,9 +407,11 @@ class Soak:
 
     async def _subscribe(self, client: AsyncSessionLogClient, stats: SubscriberStats) -> None:
         """Follow one session; after every failure resubscribe from the next expected seq."""
+        following = False
         for _ in range(100_000):  # bounded; cancelled at the end
             try:
                 async for item in client.subscribe(stats.sid, from_seq=stats.expected):
+                    following = True
                     if isinstance(item, CaughtUp):
                         continue
                     if item.seq < stats.expected:
@@ -405,7 +425,9 @@ class Soak:
             except NotFound:
                 pass  # the writer has not created the session yet
             except Unavailable:
-                stats.resubscribes += 1  # the service was killed: follow it again from `expected`
+                if following:  # the service was killed: follow it again from `expected`
+                    stats.resubscribes += 1
+                following = False
             except SessionLogError as exc:
                 stats.errors.append(f"{type(exc).__name__}: {exc}")
             await asyncio.sleep(0.1)
@@ -469,15 +491,20 @@ def verify(soak: Soak, target: str) -> Verdict:
     verdict = Verdict()
     with SessionLogClient(target, timeout=120) as client:
         logs = {}
-        for stats in soak.writers:
+        acked_by_sid: dict[str, list[tuple[list[str], list[int]]]] = {}
+        for w in soak.writers:
+            for batch_no, seqs in w.acked.items():
+                batch_sid, batch_ids = w.batches[batch_no]
+                acked_by_sid.setdefault(batch_sid, []).append((batch_ids, seqs))
+        for sid in [sid for w in soak.writers for sid in w.sessions]:
             try:
-                events = list(client.read_events(stats.sid))
-                open_turn = client.get_session(stats.sid).open_turn
+                events = list(client.read_events(sid))
+                open_turn = client.get_session(sid).open_turn
             except SessionLogError as exc:
-                if stats.acked:
-                    verdict.writer_errors.append(f"{stats.sid}: cannot be read back: {exc}")
+                if sid in acked_by_sid:
+                    verdict.writer_errors.append(f"{sid}: cannot be read back: {exc}")
                 events, open_turn = [], False
-            logs[stats.sid] = events
+            logs[sid] = events
             verdict.events_stored += len(events)
             verdict.open_turns += int(open_turn)
             if [e.seq for e in events] != list(range(len(events))):
@@ -492,8 +519,8 @@ def verify(soak: Soak, target: str) -> Verdict:
                     verdict.duplicates += 1
                 by_id[event.event_id] = event.seq
             acked_ids = set()
-            for batch_no, seqs in stats.acked.items():
-                for event_id, seq in zip(stats.batches[batch_no], seqs, strict=True):
+            for batch_ids, seqs in acked_by_sid.get(sid, []):
+                for event_id, seq in zip(batch_ids, seqs, strict=True):
                     acked_ids.add(event_id)
                     verdict.events_acknowledged += 1
                     stored = by_id.get(event_id)
@@ -504,9 +531,10 @@ def verify(soak: Soak, target: str) -> Verdict:
                     else:
                         verdict.events_verified += 1
             verdict.unacknowledged_stored += sum(
-                1 for eid in by_id if eid.startswith(stats.sid) and eid not in acked_ids
+                1 for eid in by_id if eid.startswith(f"{sid}-") and eid not in acked_ids
             )
-            verdict.writer_errors.extend(f"{stats.sid}: {e}" for e in stats.errors)
+        for stats in soak.writers:
+            verdict.writer_errors.extend(f"{stats.name}: {e}" for e in stats.errors)
         for sub in soak.subscribers:
             verdict.subscriber_events += len(sub.event_ids)
             verdict.subscriber_gaps += sub.gaps
@@ -576,6 +604,7 @@ def summary(config: Config, soak: Soak, verdict: Verdict) -> dict[str, Any]:
         "duration_s": round(written_s, 1),
         "events_written_acknowledged": verdict.events_acknowledged,
         "batches_acknowledged": sum(len(w.acked) for w in writers),
+        "sessions_written": sum(len(w.sessions) for w in writers),
         "events_per_second": round(verdict.events_acknowledged / written_s, 1),
         "events_verified": verdict.events_verified,
         "events_stored": verdict.events_stored,
@@ -614,7 +643,8 @@ def print_summary(report: dict[str, Any]) -> None:
     )
     print(
         f"events written (acknowledged): {report['events_written_acknowledged']} in "
-        f"{report['batches_acknowledged']} batches ({report['events_per_second']} events/s)"
+        f"{report['batches_acknowledged']} batches, {report['sessions_written']} sessions "
+        f"({report['events_per_second']} events/s)"
     )
     print(f"events verified:               {report['events_verified']} (stored: {report['events_stored']})")
     print(f"losses:                        {report['losses']}")
@@ -666,6 +696,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--pace", type=float, default=0.2, help="mean pause between a writer's batches (s)")
     parser.add_argument("--payload-bytes", type=int, default=256, help="text per note event")
     parser.add_argument("--lease-ttl-ms", type=int, default=30_000, help="the service's writer lease")
+    parser.add_argument(
+        "--turns-per-session", type=int, default=0, help="start a fresh session after this many turns (0: never)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the database and the service log")
     parser.add_argument("--json", dest="json_path", help="also write the report as JSON to this file")
@@ -683,6 +716,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         pace=args.pace,
         payload_bytes=args.payload_bytes,
         lease_ttl_ms=args.lease_ttl_ms,
+        turns_per_session=args.turns_per_session,
         seed=args.seed,
         keep=args.keep,
         json_path=args.json_path,

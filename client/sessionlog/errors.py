@@ -65,6 +65,13 @@ def from_rpc_error(error: grpc.RpcError) -> SessionLogError:
                 info = error_details_pb2.ErrorInfo()
                 detail.Unpack(info)
                 reason, metadata = info.reason, dict(info.metadata)
+    if code == grpc.StatusCode.INTERNAL and not reason:
+        # The service's own INTERNAL always carries an ErrorInfo. Without one, gRPC made the
+        # status itself: the asyncio client reports a write on a stream whose server died as
+        # "Internal error from Core" (grpc/grpc#36066). The outcome is unknown, like UNAVAILABLE.
+        exc: SessionLogError = Unavailable("TRANSPORT_ERROR", message or code.name)
+        exc.grpc_code = code  # type: ignore[attr-defined]
+        return exc
     cls = _BY_REASON.get(reason) or _BY_CODE.get(code, ServerError)
     exc = cls(reason or code.name, message or code.name, **metadata)
     exc.grpc_code = code  # type: ignore[attr-defined]

@@ -507,6 +507,12 @@ def render(report: dict[str, Any]) -> str:
         spread = [v for phase in loads.values() for v in (phase["before"][0], phase["after"][0])]
         load = f"; 1-min load average {min(spread):.1f}-{max(spread):.1f} on {os.cpu_count()} CPUs" if spread else ""
         out.append(f"\n### {backend} ({report['meta']['scale']} scale{load})\n")
+        meta = report["meta"]
+        moved = meta.get("commits_landed_during_run") or []
+        code = f"commit {meta['commit']}" + (" + uncommitted changes" if meta["working_tree_dirty"] else "")
+        if moved:
+            code += f"; {len(moved)} commits landed during the run (see the JSON)"
+        out.append(f"Code: {code}.\n")
         out.append("| condition | figure |")
         out.append("|---|---|")
         out += [f"| {name} | {figure} |" for name, figure in table_rows(results)]
@@ -534,6 +540,19 @@ def _meta(scale: Scale, args: argparse.Namespace) -> dict[str, Any]:
         ),
         "shapes_checked_events": args.shapes_checked,
     }
+
+
+def _code_moved(start_commit: str) -> dict[str, Any]:
+    """The commit at the end of the run and any commits that landed while it ran: the server
+    is imported by each child process, so a change landing mid-run is measured from then on."""
+
+    def git(*cmd: str) -> str:
+        done = subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    end = git("rev-parse", "--short", "HEAD")
+    landed = git("log", "--format=%h %s", f"{start_commit}..{end}").splitlines() if end != start_commit else []
+    return {"commit_at_end": end, "commits_landed_during_run": landed}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -565,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     for backend in backends:
         report["results"][backend] = run_backend(backend, scale, conditions, args.profile_dir if args.profile else None)
     report["meta"]["seconds"] = round(time.perf_counter() - started, 1)
+    report["meta"].update(_code_moved(report["meta"]["commit"]))
     print(render(report))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -594,6 +594,19 @@ def rss_report(samples: list[RssSample]) -> tuple[list[dict[str, Any]], dict[str
     return rows, growth
 
 
+def rss_timeline(samples: list[RssSample], buckets: int = 20) -> list[tuple[float, float]]:
+    """(seconds into the run, largest RSS in MB) for about `buckets` equal slices of the run."""
+    if not samples:
+        return []
+    width = max(samples[-1].t / buckets, 1e-9)
+    peaks: dict[int, RssSample] = {}
+    for sample in samples:
+        key = min(int(sample.t / width), buckets - 1)
+        if key not in peaks or sample.kb > peaks[key].kb:
+            peaks[key] = sample
+    return [(round(peaks[k].t, 1), round(peaks[k].kb / 1024, 1)) for k in sorted(peaks)]
+
+
 def summary(config: Config, soak: Soak, verdict: Verdict) -> dict[str, Any]:
     writers = soak.writers
     written_s = max(soak.write_ended - soak.started, 1e-9)
@@ -628,6 +641,7 @@ def summary(config: Config, soak: Soak, verdict: Verdict) -> dict[str, Any]:
         "subscriber_mismatches": verdict.subscriber_mismatches,
         "resubscribes": sum(s.resubscribes for s in soak.subscribers),
         "rss_epochs": epochs,
+        "rss_timeline_mb": rss_timeline(soak.rss),
         "rss_growth": growth,
         "errors": verdict.writer_errors[:20],
         "result": "PASS" if verdict.ok else "FAIL",
@@ -671,6 +685,7 @@ def print_summary(report: dict[str, Any]) -> None:
             f"min {row['min_mb']:>7.1f}  max {row['max_mb']:>7.1f}  last {row['last_mb']:>7.1f}  "
             f"({row['samples']} samples)"
         )
+    print("service RSS over time (s: MB): " + ", ".join(f"{t:.0f}: {mb:.0f}" for t, mb in report["rss_timeline_mb"]))
     growth = report["rss_growth"]
     details = {k: v for k, v in growth.items() if k not in {"flagged", "reasons"}}
     verdict = "FLAGGED: " + "; ".join(growth["reasons"]) if growth["flagged"] else "no unbounded growth"

@@ -9,8 +9,8 @@ hashing requests (SPEC §5).
 from __future__ import annotations
 
 import json
-import re
 import math
+import re
 import sys
 from typing import Any
 

@@ -364,7 +364,7 @@ class BulkLoader:
 
 def _row(session_id: str, event: Event) -> tuple[Any, ...]:
     """The server's own insert parameters for `event` (in EVENT_COLUMNS order, no blobs)."""
-    return _event_params(session_id, event, stored_form(event.data, None))
+    return tuple(_event_params(session_id, event, stored_form(event.data, None)))
 
 
 def _session_row(sid: str, create_time: int, next_seq: int, last_time: int, open_turn: bool) -> tuple[Any, ...]:

@@ -163,3 +163,16 @@ def test_resume_refused_while_another_writer_is_live(client: SessionLogClient, s
     client.create_session(sid)
     with client.writer(sid, writer_id="live"), pytest.raises(WriterHeld):
         client.resume(sid)
+
+
+def test_fork_of_a_fork_cut_inside_its_inherited_prefix(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([system("s"), *[note(i) for i in range(18)]]).result()
+    child = client.fork(sid, 18, f"{sid}-c")
+    grandchild = client.fork(child.id, 6, f"{sid}-g")  # cut below the child's own events
+    events = list(client.read_events(grandchild.id))
+    assert [e.seq for e in events] == list(range(8))
+    assert events[:7] == list(client.read_events(sid, to_seq=6))
+    assert events[7].type == "session/end-seed"
+    assert [m["content"] for m in client.model_history(grandchild.id)] == ["s"]

@@ -60,7 +60,8 @@ class EventReader:
             grand, grand_cut = origin
             first = 0 if grand_cut is None else grand_cut + 1
             chain.append(Segment(parent, first, cut))
-            parent, cut = grand, grand_cut
+            # An ancestor contributes only up to the lowest cut seen so far on the way up.
+            parent, cut = grand, None if grand_cut is None else min(grand_cut, cut)
         chain.reverse()
         return chain
 

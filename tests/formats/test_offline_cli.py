@@ -13,10 +13,11 @@ from typer.testing import CliRunner
 
 from sessionlog.cli.offline import register
 from sessionlog.core.formats.replay import METRIC_KEYS, replay_file
+from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
+from tests.support.fixtures import oracle as pi_oracle
 
-FIXTURES = Path("/work/shared/fixtures")
-RESUMED = FIXTURES / "pi" / "resumed-session.jsonl"
-GENERATED = sorted((FIXTURES / "pi-generated" / "sessions").glob("*.jsonl"))
+RESUMED = fixture(RESUMED_SESSION)
+GENERATED = pi_generated_sessions()
 BRANCHY = next(p for p in GENERATED if p.name.startswith("2025-10-04"))
 
 
@@ -66,7 +67,7 @@ def test_replay_json_has_exactly_the_spec_keys(app: typer.Typer) -> None:
 
 
 def test_replay_at_an_entry(app: typer.Typer) -> None:
-    oracle = json.loads((FIXTURES / "pi-generated" / "oracle" / (BRANCHY.stem + ".json")).read_text())
+    oracle = pi_oracle(BRANCHY)
     other = oracle["otherLeaves"][0]
     data = json.loads(run(app, "replay", BRANCHY, "--json", "--at", other["leafId"]).output)
     assert data["eventsOnBranch"] == len(other["path"])

@@ -22,10 +22,10 @@ from sessionlog.core.formats.replay import (
     snake_case,
     values_equal,
 )
+from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
+from tests.support.fixtures import oracle as _oracle
 
-FIXTURES = Path("/work/shared/fixtures")
-GENERATED = FIXTURES / "pi-generated"
-SESSIONS = sorted((GENERATED / "sessions").glob("*.jsonl"))
+SESSIONS = pi_generated_sessions()
 T0 = "2026-01-02T03:04:05.678Z"
 
 
@@ -155,11 +155,6 @@ def test_empty_session_has_zero_metrics() -> None:
     assert metrics["costUsd"] == 0
 
 
-def _oracle(session: Path) -> dict[str, Any]:
-    oracle: dict[str, Any] = json.loads((GENERATED / "oracle" / (session.stem + ".json")).read_text("utf-8"))
-    return oracle
-
-
 @pytest.mark.parametrize("session", SESSIONS, ids=lambda p: p.stem[:24])
 def test_metrics_agree_with_pis_context_on_every_leaf(session: Path) -> None:
     oracle = _oracle(session)
@@ -186,7 +181,7 @@ def test_metrics_agree_with_pis_context_on_every_leaf(session: Path) -> None:
 
 
 def test_default_leaf_replay_of_the_real_fixture() -> None:
-    result = replay_file(FIXTURES / "pi" / "resumed-session.jsonl")
+    result = replay_file(fixture(RESUMED_SESSION))
     assert result.format == "pi"
     assert result.table_metrics() == {
         "sessionFormat": "v3",

@@ -170,7 +170,7 @@ class TimelineFold:
         self.requests.append(request)
         if usage is None:
             return request
-        request["usage"] = _usage_view(usage)
+        request["usage"] = usage_view(usage)
         cache_read = request["usage"]["cacheRead"]
         if self.previous is not None and cache_read < self.previous.cache_read:
             request["drop"] = self._drop(event, cache_read)
@@ -306,7 +306,7 @@ def _appended(event: Event) -> bool:
     return event.surface_op == "append" and not is_copy(event)
 
 
-def _usage_view(usage: JsonObject) -> JsonObject:
+def usage_view(usage: JsonObject) -> JsonObject:
     """The per-request token figures the chart and the export need."""
     input_tokens = _tokens(usage, "input")
     cache_read = _tokens(usage, "cacheRead")

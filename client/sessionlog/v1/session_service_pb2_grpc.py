@@ -29,7 +29,8 @@ class SessionServiceStub:
     """The sessionlog service: sessions, their single writer, and reads of their logs.
 
     Errors are `google.rpc.Status` with an `ErrorInfo` detail (domain `sessionlog`) whose
-    `reason` is machine-readable, e.g. `WRITER_HELD`, `OWNERSHIP_LOST`, `UNKNOWN_TYPE`.
+    `reason` is the name of an `ErrorReason` (error_reason.proto lists every one, with its code,
+    its metadata keys and what a client should do), e.g. `WRITER_HELD`, `OWNERSHIP_LOST`.
     """
 
     def __init__(self, channel):
@@ -134,7 +135,8 @@ class SessionServiceServicer:
     """The sessionlog service: sessions, their single writer, and reads of their logs.
 
     Errors are `google.rpc.Status` with an `ErrorInfo` detail (domain `sessionlog`) whose
-    `reason` is machine-readable, e.g. `WRITER_HELD`, `OWNERSHIP_LOST`, `UNKNOWN_TYPE`.
+    `reason` is the name of an `ErrorReason` (error_reason.proto lists every one, with its code,
+    its metadata keys and what a client should do), e.g. `WRITER_HELD`, `OWNERSHIP_LOST`.
     """
 
     def CreateSession(self, request, context):
@@ -374,7 +376,8 @@ class SessionService:
     """The sessionlog service: sessions, their single writer, and reads of their logs.
 
     Errors are `google.rpc.Status` with an `ErrorInfo` detail (domain `sessionlog`) whose
-    `reason` is machine-readable, e.g. `WRITER_HELD`, `OWNERSHIP_LOST`, `UNKNOWN_TYPE`.
+    `reason` is the name of an `ErrorReason` (error_reason.proto lists every one, with its code,
+    its metadata keys and what a client should do), e.g. `WRITER_HELD`, `OWNERSHIP_LOST`.
     """
 
     @staticmethod

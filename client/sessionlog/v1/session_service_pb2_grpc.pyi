@@ -30,7 +30,8 @@ class SessionServiceStub:
     """The sessionlog service: sessions, their single writer, and reads of their logs.
 
     Errors are `google.rpc.Status` with an `ErrorInfo` detail (domain `sessionlog`) whose
-    `reason` is machine-readable, e.g. `WRITER_HELD`, `OWNERSHIP_LOST`, `UNKNOWN_TYPE`.
+    `reason` is the name of an `ErrorReason` (error_reason.proto lists every one, with its code,
+    its metadata keys and what a client should do), e.g. `WRITER_HELD`, `OWNERSHIP_LOST`.
     """
 
     @_typing.overload
@@ -89,7 +90,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """The sessionlog service: sessions, their single writer, and reads of their logs.
 
     Errors are `google.rpc.Status` with an `ErrorInfo` detail (domain `sessionlog`) whose
-    `reason` is machine-readable, e.g. `WRITER_HELD`, `OWNERSHIP_LOST`, `UNKNOWN_TYPE`.
+    `reason` is the name of an `ErrorReason` (error_reason.proto lists every one, with its code,
+    its metadata keys and what a client should do), e.g. `WRITER_HELD`, `OWNERSHIP_LOST`.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -144,7 +146,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     """The sessionlog service: sessions, their single writer, and reads of their logs.
 
     Errors are `google.rpc.Status` with an `ErrorInfo` detail (domain `sessionlog`) whose
-    `reason` is machine-readable, e.g. `WRITER_HELD`, `OWNERSHIP_LOST`, `UNKNOWN_TYPE`.
+    `reason` is the name of an `ErrorReason` (error_reason.proto lists every one, with its code,
+    its metadata keys and what a client should do), e.g. `WRITER_HELD`, `OWNERSHIP_LOST`.
     """
 
     @_abc_1.abstractmethod

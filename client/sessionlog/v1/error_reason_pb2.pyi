@@ -734,6 +734,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: service
     Client: Fork after the source has events, or create a fresh session.
     """
+    SEQ_OUT_OF_RANGE: _ErrorReason.ValueType  # 127
+    """A request diff's seqs are not `0 <= from <= to <` the log's length.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`
+    Raised by: core
+    Client: Fix the request; nothing was changed. Sent unchanged, it fails the same way.
+    """
     BLANK_LINE: _ErrorReason.ValueType  # 85
     """A JSONL file has a blank line.
 
@@ -1828,6 +1836,14 @@ Code: INVALID_ARGUMENT
 Metadata: none
 Raised by: service
 Client: Fork after the source has events, or create a fresh session.
+"""
+SEQ_OUT_OF_RANGE: ErrorReason.ValueType  # 127
+"""A request diff's seqs are not `0 <= from <= to <` the log's length.
+
+Code: INVALID_ARGUMENT
+Metadata: `field`
+Raised by: core
+Client: Fix the request; nothing was changed. Sent unchanged, it fails the same way.
 """
 BLANK_LINE: ErrorReason.ValueType  # 85
 """A JSONL file has a blank line.

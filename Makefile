@@ -2,6 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+# The session page's chart library, built from the pinned npm lock file (see web/).
+VIEW_ASSETS := client/sessionlog/view/vendor/uPlot.iife.min.js
 
 .PHONY: serve test lint typecheck pytest proto bench clean
 
@@ -12,7 +14,10 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-serve: $(STAMP)  ## Run the service on the embedded SQLite default (var/sessionlog.db, 127.0.0.1:50051)
+$(VIEW_ASSETS): web/package-lock.json scripts/build_view_assets.sh
+	bash scripts/build_view_assets.sh
+
+serve: $(STAMP) $(VIEW_ASSETS)  ## Run the service on the embedded SQLite default (var/sessionlog.db, 127.0.0.1:50051)
 	$(VENV)/bin/sessionlog serve
 
 test: lint typecheck pytest  ## Lint, type-check and run the whole suite on SQLite and PostgreSQL
@@ -23,8 +28,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) $(VIEW_ASSETS)
 	bash scripts/ensure_postgres.sh
+	bash scripts/ensure_chromium.sh
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)  ## sessionlog and its peers on SQLite and PostgreSQL (see bench/README.md)

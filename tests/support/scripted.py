@@ -129,3 +129,17 @@ COMPACTION_REPLACE_SEQ = 32
 def committed(script: list[dict[str, Any]] = SCRIPT, *, start: int = 1_700_000_000_000) -> list[Event]:
     """The script as a committed log (seq = position, one second between events)."""
     return [NewEvent.from_json(envelope).committed(seq, start + 1000 * seq) for seq, envelope in enumerate(script)]
+
+
+def write_scripted(client: Any, session_id: str) -> str:
+    """Write the script to a real server, let crash repair close turn 4 (a resume after the
+    writer left), and fork the result; returns the fork's id (its page shows all four)."""
+    client.create_session(session_id, cwd="/work/demo")
+    lease = client.acquire_lease(session_id)
+    client.append(session_id, lease, SCRIPT, expected_next_seq=0)
+    client.release_lease(lease)
+    resumed = client.resume(session_id)
+    assert resumed.repair_seqs == [51, 52, 53, 54], resumed.repair_seqs  # c5, c6, step/end, turn/end
+    client.release_lease(resumed.lease)
+    last = client.get_session(session_id).next_seq - 1
+    return str(client.fork(session_id, last, f"{session_id}-fork").id)

@@ -13,6 +13,7 @@ from sessionlog.cli import (
     server_commands,
     session_commands,
     transfer_commands,
+    view_commands,
 )
 from sessionlog.cli.common import State
 
@@ -48,6 +49,7 @@ projection_commands.register(app)
 lifecycle_commands.register(app)
 transfer_commands.register(app)
 offline.register(app)
+view_commands.register(app)
 
 
 def main() -> None:

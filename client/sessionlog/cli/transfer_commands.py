@@ -39,11 +39,12 @@ import typer
 
 from sessionlog.cli.common import connect, describe, fail, print_json
 from sessionlog.client import SessionLogClient, Writer
-from sessionlog.core import validate
+from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import NotFound, SessionLogError
 from sessionlog.core.events import NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.jsonl import DEFAULT_READ_CHUNK_BYTES, JsonlReader, read_file_numbered
+from sessionlog.core.formats.otlp import otlp_traces
 from sessionlog.core.formats.pi.exporter import export_pi
 from sessionlog.core.formats.pi.importer import import_pi
 from sessionlog.core.formats.pi.ingest import StreamIngest
@@ -62,6 +63,7 @@ class ImportFormat(StrEnum):
 class ExportFormat(StrEnum):
     pi = "pi"
     sessionlog = "sessionlog"
+    otlp_json = "otlp-json"
 
 
 class IngestFormat(StrEnum):
@@ -160,16 +162,27 @@ def append_planned(client: SessionLogClient, session_id: str, events: Sequence[N
 
 def export_command(
     session_id: Annotated[str, typer.Argument(help="The session to export.")],
-    fmt: Annotated[ExportFormat, typer.Option("--format", help="pi: a Pi v3 session file; sessionlog: SPEC §10.")],
+    fmt: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format",
+            help="pi: a Pi v3 session file; sessionlog: SPEC §10; otlp-json: OTLP/JSON traces (GenAI conventions).",
+        ),
+    ],
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (atomically), not stdout.")] = None,
+    content: Annotated[
+        bool, typer.Option("--with-content", help="otlp-json: include gen_ai.input/output.messages.")
+    ] = False,
 ) -> None:
-    """Export a session as a Pi session file or as sessionlog JSON Lines."""
+    """Export a session as a Pi session file, sessionlog JSON Lines, or OTLP/JSON traces."""
     with connect() as client:
         info = client.get_session(session_id)
         events = list(client.read_events(session_id))
     try:
         if fmt == ExportFormat.pi:
             lines: Iterable[str] = list(export_pi(events, session_id=info.id, cwd=info.cwd).lines())
+        elif fmt == ExportFormat.otlp_json:
+            lines = [jsonvalue.dumps(otlp_traces(events, info.id, content=content)) + "\n"]
         else:
             session = {k: v for k, v in info.to_json().items() if k != "lease"}
             lines = list(sessionlog_lines(session, events))

@@ -26,7 +26,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from sessionlog.core.errors import NotFound, SessionLogError, ValidationError
+from sessionlog.core.errors import NotFound, SessionLogError
 from sessionlog.core.events import Event
 from sessionlog.view.page import MissingAssets, SessionRef, render_page
 from sessionlog_server.service import access
@@ -100,6 +100,9 @@ class AdminHttp:
         session_id = path[len(SESSIONS_PREFIX) :]
         try:
             at = _at_seq(environ.get("QUERY_STRING", ""))
+        except ValueError as exc:
+            return _text(start_response, "400 Bad Request", f"{exc}\n")
+        try:
             html = self.page(principal, session_id, at)
         except NotFound as exc:
             return _text(start_response, "404 Not Found", f"{exc.reason}: {exc.message}\n")
@@ -157,16 +160,14 @@ class AdminHttp:
 
 
 def _at_seq(query: str) -> int | None:
+    """`?at=SEQ` (the last one wins); ValueError names a value that is not a seq."""
     values = parse_qs(query).get("at")
     if not values:
         return None
-    try:
-        at = int(values[-1])
-    except ValueError:
-        at = -1
-    if at < 0:
-        raise ValidationError("BAD_AT_SEQ", f"at must be a non-negative integer, got {values[-1]!r}", field="at")
-    return at
+    value = values[-1]
+    if not value.isdigit():
+        raise ValueError(f"at must be a non-negative integer (a seq), got {value!r}")
+    return int(value)
 
 
 def _text(

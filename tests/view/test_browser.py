@@ -14,9 +14,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.request_diff import request_diff
+from tests.support.browser import chromium
 from tests.support.scripted import COMPACTION_REPLACE_SEQ, write_scripted
 from tests.support.servers import ServerThread
-from tests.view.browser import chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -39,6 +39,7 @@ from sessionlog.requests import (
     header_report_from_pb,
     header_request,
     header_write_request,
+    history_request,
     open_request,
     read_request,
     request_view_from_pb,
@@ -46,6 +47,7 @@ from sessionlog.requests import (
     scope,
     subscription_items,
     surface_from_pb,
+    transcript_request,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
@@ -176,18 +178,32 @@ class AsyncSessionLogClient:
     async def model_history(
         self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
     ) -> list[dict[str, Any]]:
-        """The messages the model sees, in order, at the head or at `at_seq`."""
-        request = pb.GetModelHistoryRequest(scope=scope(session_id, at_seq, with_repair))
-        response = await _call(self.stub.GetModelHistory, request, self.timeout)
-        return list(jsonvalue.loads(response.messages_json, what="messages"))
+        """The messages the model sees, in order, at the head or at `at_seq` (all pages)."""
+        messages: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            response = await _call(
+                self.stub.GetModelHistory, history_request(session_id, at_seq, with_repair, token), self.timeout
+            )
+            messages.extend(jsonvalue.loads(response.messages_json, what="messages"))
+            token = response.next_page_token
+            if not token:
+                return messages
 
     async def transcript(
         self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
     ) -> list[dict[str, Any]]:
-        """The transcript rows for people (replaced events stay, marked)."""
-        request = pb.GetTranscriptRequest(scope=scope(session_id, at_seq, with_repair))
-        response = await _call(self.stub.GetTranscript, request, self.timeout)
-        return list(jsonvalue.loads(response.rows_json, what="rows"))
+        """The transcript rows for people (replaced events stay, marked), all pages."""
+        rows: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            response = await _call(
+                self.stub.GetTranscript, transcript_request(session_id, at_seq, with_repair, token), self.timeout
+            )
+            rows.extend(jsonvalue.loads(response.rows_json, what="rows"))
+            token = response.next_page_token
+            if not token:
+                return rows
 
     async def request(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
         """`{"request", "sha256", "headerSeq"}`: the exact request of that prefix."""

@@ -232,15 +232,23 @@ class HistoryCopy:
         self.session_id = session_id
         self.messages: list[dict[str, Any]] = []
         self.generation: int | None = None
+        self.page_token = ""
+
+    @property
+    def complete(self) -> bool:
+        """False while the server has more pages of the history being fetched."""
+        return not self.page_token
 
     def request(self) -> pb.GetModelHistoryRequest:
+        if self.page_token:  # the next page of the history being fetched
+            return pb.GetModelHistoryRequest(scope=scope(self.session_id, None, False), page_token=self.page_token)
         msg = pb.GetModelHistoryRequest(scope=scope(self.session_id, None, False), from_index=len(self.messages))
         if self.generation is not None:
             msg.if_generation = self.generation
         return msg
 
     def apply(self, response: pb.GetModelHistoryResponse) -> list[dict[str, Any]]:
-        """Merge a response into the copy; returns the whole history."""
+        """Merge one page into the copy; returns the history so far (see `complete`)."""
         fresh = list(jsonvalue.loads(response.messages_json, what="messages"))
         if response.from_index == 0:
             self.messages = fresh
@@ -248,7 +256,22 @@ class HistoryCopy:
             del self.messages[response.from_index :]
             self.messages.extend(fresh)
         self.generation = response.replace_generation
+        self.page_token = response.next_page_token
         return self.messages
+
+
+def history_request(
+    session_id: str, at_seq: int | None, with_repair: bool, page_token: str = ""
+) -> pb.GetModelHistoryRequest:
+    """GetModelHistory for a whole history, page by page (follow `next_page_token`)."""
+    return pb.GetModelHistoryRequest(scope=scope(session_id, at_seq, with_repair), page_token=page_token)
+
+
+def transcript_request(
+    session_id: str, at_seq: int | None, with_repair: bool, page_token: str = ""
+) -> pb.GetTranscriptRequest:
+    """GetTranscript, page by page (follow `next_page_token`)."""
+    return pb.GetTranscriptRequest(scope=scope(session_id, at_seq, with_repair), page_token=page_token)
 
 
 #: Most batches one coalesced writer message carries.

@@ -59,7 +59,16 @@ class Settings:
     read_page_bytes: int = 4 * 1024 * 1024
     """A read page stops growing past this many payload bytes (at least one event per page)."""
     session_cache_size: int = 1024
-    """How many sessions' folded state the service keeps in memory."""
+    """How many sessions' folded state the service keeps in memory (see also `session_cache_bytes`)."""
+    session_cache_bytes: int = 256 * 1024 * 1024
+    """Bytes the cached sessions' folded state may take (estimated; about 120 bytes a surface node)."""
+    message_cache_bytes: int = 64 * 1024 * 1024
+    """Bytes of projected message JSON kept for model histories, shared by all sessions."""
+    snapshot_every_events: int = 1000
+    """A fold snapshot is stored once this many events (or, for a large surface, an eighth of its
+    nodes) have been appended since the last one; loading a session folds at most about that many."""
+    snapshot_every_bytes: int = 16 * 1024 * 1024
+    """A fold snapshot is also stored once this many payload bytes have been appended since the last one."""
     group_commit_max_batches: int = 512
     """Most batches one group commit may carry."""
     repair_on_start: bool = True

@@ -118,10 +118,3 @@ def test_a_snapshot_with_the_wrong_shape_is_refused() -> None:
             decode_snapshot(zlib.compress(jsonvalue.dumps_bytes(body)))
     with pytest.raises(SnapshotUnusable):
         decode_snapshot(b"not zlib at all")
-
-
-def test_a_snapshot_is_refused_while_a_batch_is_in_flight() -> None:
-    fold = SessionFold(keep_messages=False)
-    fold.checkpoint()
-    with pytest.raises(RuntimeError, match="in flight"):
-        fold.snapshot()

@@ -410,6 +410,11 @@ class SessionFold:
         self._need_messages()
         return [self._messages[seq] for seq in self.history_seqs_since(index)]
 
+    @property
+    def surface_size(self) -> int:
+        """How many nodes the surface holds, in O(1)."""
+        return len(self._surface.nodes)
+
     def message_count(self) -> int:
         """How many messages the model history holds, in O(1)."""
         return len(self._surface.nodes) - len(self._empty)
@@ -430,9 +435,9 @@ class SessionFold:
     # ----------------------------------------------------------------- snapshots
 
     def snapshot(self) -> FoldSnapshot:
-        """The whole state as plain data (see `core.snapshot`); only with no batch in flight."""
-        if self._marks:
-            raise RuntimeError("a snapshot needs a fold with no batch in flight (a mark is held)")
+        """The whole state as plain data (see `core.snapshot`): the state after the last applied
+        event. With batches in flight it is the state once they are durable (the server stores
+        it in the same transaction as the batch that reached it)."""
         return FoldSnapshot(
             next_seq=self._next_seq,
             last_time=self._last_time,

@@ -1059,6 +1059,8 @@ class GetModelHistoryRequest(_message.Message):
     SCOPE_FIELD_NUMBER: _builtins.int
     FROM_INDEX_FIELD_NUMBER: _builtins.int
     IF_GENERATION_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     from_index: _builtins.int
     """Return only the messages from this index on: a reader that already holds the first
     `from_index` messages fetches just the tail (the history only grows while no replace
@@ -1067,6 +1069,15 @@ class GetModelHistoryRequest(_message.Message):
     if_generation: _builtins.int
     """The replace generation the reader's copy was read at. If the surface was rewritten since,
     `from_index` is ignored and the whole history is returned (`from_index` 0 in the response).
+    """
+    page_size: _builtins.int
+    """At most this many messages per response; 0 means the default (1000). A page also stops
+    growing past the server's `read_page_bytes`.
+    """
+    page_token: _builtins.str
+    """`next_page_token` of the previous page: the next page of the same history (read at the
+    same seq even if the session grew since). When set, `from_index` and `if_generation` are
+    taken from the token.
     """
     @_builtins.property
     def scope(self) -> Global___ProjectionScope:
@@ -1078,10 +1089,12 @@ class GetModelHistoryRequest(_message.Message):
         scope: Global___ProjectionScope | None = ...,
         from_index: _builtins.int = ...,
         if_generation: _builtins.int | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_if_generation", b"_if_generation", "if_generation", b"if_generation", "scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_generation", b"_if_generation", "from_index", b"from_index", "if_generation", b"if_generation", "scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_generation", b"_if_generation", "from_index", b"from_index", "if_generation", b"if_generation", "page_size", b"page_size", "page_token", b"page_token", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__if_generation: _TypeAlias = _typing.Literal["if_generation"]  # noqa: Y015
     _WhichOneofArgType__if_generation: _TypeAlias = _typing.Literal["_if_generation", b"_if_generation"]  # noqa: Y015
@@ -1100,6 +1113,7 @@ class GetModelHistoryResponse(_message.Message):
     FROM_INDEX_FIELD_NUMBER: _builtins.int
     MESSAGE_COUNT_FIELD_NUMBER: _builtins.int
     REPLACE_GENERATION_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     messages_json: _builtins.bytes
     """The messages from `from_index` on, a JSON array as UTF-8 text."""
     at_seq: _builtins.int
@@ -1110,6 +1124,8 @@ class GetModelHistoryResponse(_message.Message):
     """How many messages the whole history holds."""
     replace_generation: _builtins.int
     """The surface's replace generation at `at_seq`."""
+    next_page_token: _builtins.str
+    """Empty on the last page; otherwise pass it as `page_token` for the next messages."""
     def __init__(
         self,
         *,
@@ -1118,10 +1134,11 @@ class GetModelHistoryResponse(_message.Message):
         from_index: _builtins.int = ...,
         message_count: _builtins.int = ...,
         replace_generation: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "from_index", b"from_index", "message_count", b"message_count", "messages_json", b"messages_json", "replace_generation", b"replace_generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "from_index", b"from_index", "message_count", b"message_count", "messages_json", b"messages_json", "next_page_token", b"next_page_token", "replace_generation", b"replace_generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1134,6 +1151,16 @@ class GetTranscriptRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SCOPE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """At most this many rows per response; 0 means the default (500). A page also stops
+    growing past the server's `read_page_bytes`.
+    """
+    page_token: _builtins.str
+    """`next_page_token` of the previous page: the next rows of the same transcript (read at the
+    same seq even if the session grew since).
+    """
     @_builtins.property
     def scope(self) -> Global___ProjectionScope:
         """What to project."""
@@ -1142,10 +1169,12 @@ class GetTranscriptRequest(_message.Message):
         self,
         *,
         scope: Global___ProjectionScope | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1159,19 +1188,23 @@ class GetTranscriptResponse(_message.Message):
 
     ROWS_JSON_FIELD_NUMBER: _builtins.int
     AT_SEQ_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     rows_json: _builtins.bytes
     """The rows, a JSON array as UTF-8 text; each row has seq, time, kind, type, data, replacedBy."""
     at_seq: _builtins.int
     """The last seq the projection covers."""
+    next_page_token: _builtins.str
+    """Empty on the last page; otherwise pass it as `page_token` for the next rows."""
     def __init__(
         self,
         *,
         rows_json: _builtins.bytes = ...,
         at_seq: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "rows_json", b"rows_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "next_page_token", b"next_page_token", "rows_json", b"rows_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

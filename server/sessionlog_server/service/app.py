@@ -20,14 +20,15 @@ from sessionlog.convert import DecodedEvent
 from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import LimitExceeded, OwnershipLost, SessionLogError, Unavailable, ValidationError
 from sessionlog.core.events import Event, NewEvent
-from sessionlog.core.fold import SessionFold
 from sessionlog_server.config import Settings
 from sessionlog_server.service import access
 from sessionlog_server.service.append import AppendPlan, plan_append, validate_proposals
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.limits import RateLimiter
-from sessionlog_server.service.live import LiveSession, LiveSessions
+from sessionlog_server.service.live import RECENT_IDS, LiveSession, LiveSessions
+from sessionlog_server.service.loader import SessionLoader, SnapshotPolicy
+from sessionlog_server.service.messages import MessageCache
 from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.service.reader import EventReader
 from sessionlog_server.service.subscriptions import SubscriptionHub
@@ -61,7 +62,10 @@ class SessionLogService:
         self.rate_limiter = RateLimiter(settings.max_events_per_second)
         self.reader = EventReader(recorder)
         self.committer = GroupCommitter(recorder, max_batches=settings.group_commit_max_batches, metrics=self.metrics)
-        self.live = LiveSessions(self._load, settings.session_cache_size)
+        self.loader = SessionLoader(self.reader)
+        self.snapshots = SnapshotPolicy(settings.snapshot_every_events, settings.snapshot_every_bytes)
+        self.messages = MessageCache(self.reader, settings.message_cache_bytes)
+        self.live = LiveSessions(self._load, settings.session_cache_size, settings.session_cache_bytes)
         self.hub = SubscriptionHub()
         self.stream_leases: dict[str, tuple[str, int]] = {}
         self.open_streams = 0
@@ -99,12 +103,34 @@ class SessionLogService:
         self.reader.close()
 
     async def _load(self, session_id: str) -> LiveSession:
-        """Fold a session's whole log (trusted: it was validated when appended)."""
+        """Load a session: its latest snapshot, then the events after it (trusted: validated
+        when appended). A load that had to fold many events stores a snapshot at its head, so
+        the next cold load is short."""
         record = await self.reader.session(session_id)
-        events = await self.reader.read_all(record)
-        fold = await asyncio.get_running_loop().run_in_executor(None, _replay, events)
-        event_ids = {e.event_id: e.seq for e in events if e.event_id is not None and e.seq > (record.fork_seq or -1)}
-        return LiveSession(record=record, fold=fold, event_ids=event_ids)
+        loaded = await self.loader.fold_at(record)
+        live = LiveSession(record=record, fold=loaded.fold, durable_next_seq=loaded.fold.next_seq)
+        recent = await self.reader.run(self.recorder.recent_event_ids, record.id, RECENT_IDS + 1)
+        for event_id, seq in reversed(recent):
+            live.recent_ids[event_id] = seq
+        live.ids_complete = len(recent) <= RECENT_IDS
+        if loaded.folded_events >= self.snapshots.every_events and live.fold.next_seq > 0:
+            stored = self.snapshots.stored(record.id, live.fold)
+            try:
+                await self.committer.run_in_writer(self.recorder.save_snapshot, stored)
+            except SessionLogError as exc:  # a cache: the load stands without it
+                log.warning("snapshot not stored", session_id=session_id, error=str(exc))
+        return live
+
+    async def catch_up(self, live: LiveSession, record: SessionRecord) -> None:
+        """Fast-forward a cached session that another instance wrote to (under its lock, with
+        nothing in flight): fold only the missing events, remember their eventIds."""
+        if live.in_flight or live.fold.next_seq >= record.next_seq:
+            return
+        for event in await self.loader.catch_up(live.fold, record, record.next_seq - 1):
+            if event.event_id is not None and event.seq > (-1 if record.fork_seq is None else record.fork_seq):
+                live.remember(event.event_id, event.seq)
+        live.durable_next_seq = live.fold.next_seq
+        live.record = record
 
     # --- sessions -----------------------------------------------------------------------
 
@@ -198,11 +224,13 @@ class SessionLogService:
         )
         if previous is not None and previous.lease_live(now) and previous.writer_id != wid:
             self.metrics.leases_taken_over.inc()
-        live = self.live.peek(session_id)
-        if live is not None and live.fold.next_seq != record.next_seq:
-            self.live.invalidate(session_id)  # another instance wrote meanwhile
-            live = None
-        live = live or await self.live.get(session_id)
+        live = await self.live.get(session_id)
+        async with live.lock:
+            await live.wait_idle()
+            if live.fold.next_seq > record.next_seq:
+                self.live.invalidate(session_id)  # ahead of the log: batches this instance lost
+                live = await self.live.get(session_id)
+            await self.catch_up(live, record)  # another instance wrote meanwhile
         live.record = record
         live.writer_id, live.epoch, live.header_reported = wid, record.epoch, False
         log.info("lease acquired", session_id=session_id, writer_id=wid, epoch=record.epoch, takeover=takeover)
@@ -283,6 +311,7 @@ class SessionLogService:
             live = await self.live.get(session_id)
             access.check_namespace(session_id, live.record.namespace)
             self.rate_limiter.take(live.record.namespace, len(proposals))
+            await self._look_up_ids(live, proposals)
             async with live.lock:
                 self.check_writer(live, writer_id, epoch)
                 return self.plan_and_commit(
@@ -296,6 +325,15 @@ class SessionLogService:
         except SessionLogError as exc:
             self.metrics.batches_refused.labels(exc.reason).inc()
             raise
+
+    async def _look_up_ids(self, live: LiveSession, proposals: Sequence[NewEvent]) -> None:
+        """Find the stored seqs of eventIds the recent set cannot answer for: one indexed lookup
+        per batch, and none at all while the recent set is complete. Found ids are remembered,
+        so planning (under the lock) answers a retry with its original seq."""
+        unknown = live.unknown_ids([e.event_id for e in proposals if e.event_id is not None])
+        if unknown:
+            for event_id, seq in (await self.reader.find_event_ids(live.record, unknown)).items():
+                live.remember(event_id, seq)
 
     def check_writer(self, live: LiveSession, writer_id: str, epoch: int) -> None:
         """Refuse a writer this instance knows was fenced out (the commit re-checks in SQL)."""
@@ -344,6 +382,7 @@ class SessionLogService:
             result.set_result(AppendResult(plan.seqs, live.fold.next_seq, now + self.settings.lease_ttl_ms))
             return result
         pending = plan.pending
+        self._maybe_snapshot(live, pending)
         try:
             done = self.committer.enqueue(pending)
         except SessionLogError:
@@ -352,6 +391,15 @@ class SessionLogService:
         live.begin_commit()
         done.add_done_callback(lambda committed: self._finish_append(live, pending, plan, committed, result))
         return result
+
+    def _maybe_snapshot(self, live: LiveSession, pending: PendingBatch) -> None:
+        """Attach a fold snapshot to the batch when the policy says one is due: it is the state
+        after this batch, committed in the batch's own transaction (never ahead of the log)."""
+        live.events_since_snapshot += len(pending.events)
+        live.bytes_since_snapshot += sum(len(text) for text, _ in pending.stored)
+        if self.snapshots.due(live.events_since_snapshot, live.bytes_since_snapshot, live.fold.surface_size):
+            pending.snapshot = self.snapshots.stored(live.session_id, live.fold)
+            live.events_since_snapshot = live.bytes_since_snapshot = 0
 
     def _finish_append(
         self,
@@ -372,6 +420,7 @@ class SessionLogService:
             return
         if live.valid and plan.checkpoint is not None:
             live.fold.release(plan.checkpoint)  # durable: its undo journal is no longer needed
+            live.durable_next_seq = max(live.durable_next_seq, pending.new_next_seq)
         self.metrics.batches_appended.inc()
         self.metrics.events_appended.inc(len(pending.events))
         self.metrics.batch_size.observe(len(pending.events))
@@ -451,10 +500,6 @@ class SessionLogService:
     def _resubscribe(self, session_id: str, old: Any) -> Any:
         self.hub.unsubscribe(session_id, old)
         return self.hub.subscribe(session_id)
-
-
-def _replay(events: list[Event]) -> SessionFold:
-    return SessionFold.replay(events, validate=False)
 
 
 def _encode_page_token(record: SessionRecord) -> str:

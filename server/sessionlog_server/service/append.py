@@ -103,7 +103,7 @@ def plan_append(
     fresh: list[NewEvent] = []
     fresh_raw: list[bytes | None] = []
     for index, event in enumerate(proposals):
-        known = live.event_ids.get(event.event_id) if event.event_id is not None else None
+        known = live.known_seq(event.event_id) if event.event_id is not None else None
         seqs.append(known)
         if known is None:
             fresh.append(event)
@@ -165,7 +165,7 @@ def plan_append(
         raise
     for event in committed:  # only now: a remembered eventId is acknowledged on retry
         if event.event_id is not None:
-            live.event_ids[event.event_id] = event.seq
+            live.remember(event.event_id, event.seq)
     return AppendPlan(reported, pending, mark)
 
 

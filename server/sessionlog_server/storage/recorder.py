@@ -35,12 +35,13 @@ from sessionlog.core.errors import (
 )
 from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog_server.storage import blobs as blob_store
-from sessionlog_server.storage.models import BlobRow, EventRow, SessionRow
-from sessionlog_server.storage.records import PendingBatch, SessionRecord
+from sessionlog_server.storage.models import BlobRow, EventRow, FoldSnapshotRow, SessionRow
+from sessionlog_server.storage.records import PendingBatch, SessionRecord, StoredSnapshot
 
 SESSIONS = SessionRow.__table__
 EVENTS = EventRow.__table__
 BLOBS = BlobRow.__table__
+SNAPSHOTS = FoldSnapshotRow.__table__
 
 
 class EventRecorder(ABC):
@@ -304,6 +305,9 @@ class EventRecorder(ABC):
         ]
         if rows:
             conn.exec_driver_sql(self.insert_events_sql, rows)
+        snapshots = [batch.snapshot for batch in accepted if batch.snapshot is not None]
+        if snapshots:
+            conn.execute(SNAPSHOTS.insert(), [s._asdict() for s in snapshots])
         return results
 
     def _advance(self, conn: Connection, first: PendingBatch, last: PendingBatch) -> bool:
@@ -349,18 +353,63 @@ class EventRecorder(ABC):
         rows = conn.execute(select(BLOBS.c.sha256, BLOBS.c.content).where(BLOBS.c.sha256.in_(digests)))
         return {sha: bytes(content) for sha, content in rows}
 
-    def event_ids(self, session_id: str) -> dict[str, int]:
-        """Every eventId of the session's own events, with its seq (for idempotent retries)."""
+    def read_events_at(self, session_id: str, seqs: Sequence[int]) -> list[Event]:
+        """The session's own stored events at `seqs` (any order in, seq order out), blobs resolved."""
+        if not seqs:
+            return []
+        query = (
+            select(EVENTS)
+            .where(EVENTS.c.session_id == session_id, EVENTS.c.seq.in_(list(seqs)))
+            .order_by(EVENTS.c.seq)
+        )
+        with self._read() as conn:
+            rows = list(conn.execute(query).mappings())
+            digests = {ref[1] for row in rows for ref in (row["blob_refs"] or ())}
+            contents = self._fetch_blobs(conn, digests) if digests else {}
+        return [_event_from_row(row, contents) for row in rows]
+
+    def find_event_ids(self, session_id: str, event_ids: Sequence[str]) -> dict[str, int]:
+        """Which of `event_ids` the session itself stores, with their seqs (the unique index)."""
+        if not event_ids:
+            return {}
         query = select(EVENTS.c.event_id, EVENTS.c.seq).where(
-            EVENTS.c.session_id == session_id, EVENTS.c.event_id.is_not(None)
+            EVENTS.c.session_id == session_id, EVENTS.c.event_id.in_(list(event_ids))
         )
         with self._read() as conn:
             return {eid: seq for eid, seq in conn.execute(query)}
 
-    def count_events(self, session_id: str) -> int:
-        """How many events the session itself stores (an inherited prefix not included)."""
+    def recent_event_ids(self, session_id: str, limit: int) -> list[tuple[str, int]]:
+        """The session's own latest `limit` eventIds with their seqs, newest first."""
+        query = (
+            select(EVENTS.c.event_id, EVENTS.c.seq)
+            .where(EVENTS.c.session_id == session_id, EVENTS.c.event_id.is_not(None))
+            .order_by(EVENTS.c.seq.desc())
+            .limit(limit)
+        )
         with self._read() as conn:
-            return int(conn.execute(select(func.count()).where(EVENTS.c.session_id == session_id)).scalar_one())
+            return [(eid, seq) for eid, seq in conn.execute(query)]
+
+    def snapshots_before(self, session_id: str, max_seq: int, limit: int) -> list[StoredSnapshot]:
+        """The session's own latest `limit` snapshots at or before `max_seq`, newest first."""
+        query = (
+            select(SNAPSHOTS.c.session_id, SNAPSHOTS.c.seq, SNAPSHOTS.c.fold_version, SNAPSHOTS.c.state)
+            .where(SNAPSHOTS.c.session_id == session_id, SNAPSHOTS.c.seq <= max_seq)
+            .order_by(SNAPSHOTS.c.seq.desc())
+            .limit(limit)
+        )
+        with self._read() as conn:
+            return [StoredSnapshot(sid, seq, version, bytes(state)) for sid, seq, version, state in conn.execute(query)]
+
+    def save_snapshot(self, snapshot: StoredSnapshot) -> None:
+        """Store a snapshot unless one is already stored at that seq (it would be equal)."""
+        with self._write() as conn:
+            exists = conn.execute(
+                select(SNAPSHOTS.c.seq).where(
+                    SNAPSHOTS.c.session_id == snapshot.session_id, SNAPSHOTS.c.seq == snapshot.seq
+                )
+            ).first()
+            if exists is None:
+                conn.execute(SNAPSHOTS.insert(), [snapshot._asdict()])
 
 
 def _unstorable(exc: BaseException) -> ValidationError:
@@ -442,7 +491,7 @@ def _event_from_row(row: Any, contents: dict[str, bytes]) -> Event:
         if kind == "append"
         else Replace(row["replace_start_seq"], row["replace_end_seq"])
     )
-    data = row["data"]
+    data = jsonvalue.loads(row["data"], what=f"stored data of seq {row['seq']}")
     if row["blob_refs"]:
         data = blob_store.internalize(data, row["blob_refs"], contents)
     return Event(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sessionlog.core.events import Event
 
@@ -31,6 +31,16 @@ class SessionRecord:
         return self.writer_id is not None and (self.lease_expires_at or 0) > now
 
 
+class StoredSnapshot(NamedTuple):
+    """A fold snapshot as stored: the session whose rows hold it, the last seq folded into it,
+    the fold code version that wrote it, and its bytes (see `sessionlog.core.snapshot`)."""
+
+    session_id: str
+    seq: int
+    fold_version: int
+    state: bytes
+
+
 @dataclass(slots=True)
 class PendingBatch:
     """One validated batch to commit, with the fencing values the commit must check.
@@ -50,6 +60,8 @@ class PendingBatch:
     stored: list[tuple[str, str | None]] = field(default_factory=list)
     """Per event: the data's JSON text as stored (blob strings taken out) and its blob refs' JSON text."""
     blobs: dict[str, bytes] = field(default_factory=dict)
+    snapshot: StoredSnapshot | None = None
+    """A fold snapshot at this batch's last seq, committed with it (so it never runs ahead)."""
 
     @property
     def new_next_seq(self) -> int:

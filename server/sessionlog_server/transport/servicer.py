@@ -25,7 +25,7 @@ from sessionlog_server.service import lifecycle
 from sessionlog_server.service.app import AppendResult, SessionLogService
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.headers import HeaderReport, start_header_report
-from sessionlog_server.service.projections import Scope, fold_scope, transcript_rows
+from sessionlog_server.service.projections import Scope, fold_scope, history_page, request_of, transcript_page
 from sessionlog_server.storage.records import SessionRecord
 from sessionlog_server.transport import status
 from sessionlog_server.transport.status import note
@@ -234,41 +234,41 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     async def GetModelHistory(
         self, request: pb.GetModelHistoryRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetModelHistoryResponse:
-        folded = await fold_scope(self.service, scope_from_pb(request.scope))
-        fold = folded.fold
-        generation = fold.replace_generation
-        count = fold.message_count()
-        start = request.from_index
-        if request.HasField("if_generation") and request.if_generation != generation:
-            start = 0  # the surface was rewritten: the reader's copy is stale
-        if start > count:
-            raise ValidationError(
-                "BAD_FROM_INDEX", f"from_index {start} is past the {count} messages of the history", field="from_index"
-            )
-        body = jsonvalue.dumps_bytes(fold.model_history_since(start))
+        page = await history_page(
+            self.service,
+            scope_from_pb(request.scope),
+            from_index=request.from_index,
+            if_generation=request.if_generation if request.HasField("if_generation") else None,
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
         return pb.GetModelHistoryResponse(
-            messages_json=body,
-            at_seq=max(folded.at_seq, 0),
-            from_index=start,
-            message_count=count,
-            replace_generation=generation,
+            messages_json=page.messages_json,
+            at_seq=page.at_seq,
+            from_index=page.from_index,
+            message_count=page.message_count,
+            replace_generation=page.replace_generation,
+            next_page_token=page.next_page_token,
         )
 
     @status.unary
     async def GetTranscript(
         self, request: pb.GetTranscriptRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetTranscriptResponse:
-        rows, at_seq = await transcript_rows(self.service, scope_from_pb(request.scope))
-        return pb.GetTranscriptResponse(rows_json=jsonvalue.dumps_bytes(rows), at_seq=max(at_seq, 0))
+        page = await transcript_page(
+            self.service, scope_from_pb(request.scope), page_size=request.page_size, page_token=request.page_token
+        )
+        return pb.GetTranscriptResponse(
+            rows_json=jsonvalue.dumps_bytes(page.rows), at_seq=page.at_seq, next_page_token=page.next_page_token
+        )
 
     @status.unary
     async def GetRequest(
         self, request: pb.GetRequestRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetRequestResponse:
-        folded = await fold_scope(self.service, scope_from_pb(request.scope))
-        view = folded.fold.request()
+        view, at_seq = await request_of(self.service, scope_from_pb(request.scope))
         response = pb.GetRequestResponse(
-            request_json=jsonvalue.canonical(view["request"]), sha256=view["sha256"], at_seq=max(folded.at_seq, 0)
+            request_json=jsonvalue.canonical(view["request"]), sha256=view["sha256"], at_seq=max(at_seq, 0)
         )
         if view.get("headerSeq") is not None:
             response.header_seq = view["headerSeq"]

@@ -70,7 +70,6 @@ class MessageCache:
             raise Unavailable(
                 "STORAGE_UNAVAILABLE",
                 f"session {record.id!r}: surface events {absent[:5]} could not be read; retry",
-                session_id=record.id,
             )
         return [found[seq] for seq in seqs]
 

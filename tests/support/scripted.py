@@ -18,6 +18,7 @@ from tests.support.events import step_end, step_start, system, tool_call, tool_r
 
 READ = {"name": "read", "description": "Read a file", "parameters": {"type": "object"}}
 BASH = {"name": "bash", "description": "Run a command", "parameters": {"type": "object"}}
+SCRIPT_LIKE = "def stats(): ... # </script><!--<script>document.title='owned'</script>"
 HEADER_1 = {"config": {"provider": "acme", "model": "m-1", "temperature": 0}, "tools": [READ]}
 HEADER_2 = {"config": {"provider": "acme", "model": "m-1", "temperature": 0}, "tools": [READ, BASH]}
 
@@ -56,7 +57,7 @@ SCRIPT: list[dict[str, Any]] = [
     step_start(1, 1),  # 4
     answer(1, 1, usage(1000, 0, 50), ("c1", "read")),  # 5  request 1: cold cache
     tool_call(1, 1, "c1", "read"),  # 6
-    tool_result(1, 1, "c1", "def stats(): ..."),  # 7
+    tool_result(1, 1, "c1", SCRIPT_LIKE),  # 7 content that must stay text on the page
     step_end(1, 1),  # 8
     step_start(1, 2),  # 9
     answer(1, 2, usage(200, 1000, 40), ("c2", "read")),  # 10 request 2: warm

@@ -15,7 +15,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from sessionlog.client import SessionLogClient
 from sessionlog.core.request_diff import request_diff
 from tests.support.browser import chromium
-from tests.support.scripted import COMPACTION_REPLACE_SEQ, write_scripted
+from tests.support.scripted import COMPACTION_REPLACE_SEQ, SCRIPT_LIKE, write_scripted
 from tests.support.servers import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,6 +67,9 @@ def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient
             By.CSS_SELECTOR, f'#transcript .row.kind-replace[data-seq="{COMPACTION_REPLACE_SEQ}"]'
         )
         assert sorted(map(int, landing.get_attribute("data-replaces").split(","))) == sorted(replaced)
+        # Session content is text: a tool result holding </script><!--<script> changed nothing.
+        row = driver.find_element(By.CSS_SELECTOR, '#transcript .row[data-seq="7"] .text')
+        assert row.text == SCRIPT_LIKE and driver.title == f"sessionlog · {child}"
         # Every cache-read drop names its cause.
         causes = {
             e.get_attribute("data-request-seq"): e.get_attribute("data-cause")

@@ -7,8 +7,12 @@
   const D = JSON.parse(document.getElementById("sessionlog-data").textContent);
   const PAGE_ROWS = 100;
   const PAGE_TURNS = 25;
+  // Header changes are marked by reason (SPEC §6); the other markers by kind.
   const MARKER_KINDS = [
-    ["header", "header change", "#7b3fbf"],
+    ["header:initial", "header: initial", "#845ef7"],
+    ["header:resume", "header: resume", "#5f3dc4"],
+    ["header:change", "header: change", "#ae3ec9"],
+    ["header:series", "header: series", "#e64980"],
     ["compaction", "compaction", "#d9480f"],
     ["replace", "surface replace", "#e8590c"],
     ["repair", "repair", "#c92a2a"],
@@ -36,6 +40,7 @@
   const pct = (x) => (100 * x).toFixed(1) + "%";
   const secs = (ms) => (ms === null || ms === undefined ? "open" : (ms / 1000).toFixed(ms < 10000 ? 2 : 0) + " s");
 
+  const markerKey = (m) => (m.kind === "header" ? `header:${m.reason}` : m.kind);
   const requestBySeq = new Map(D.requests.map((r) => [r.seq, r]));
   const rowBySeq = new Map(D.transcript.map((r, i) => [r.seq, i]));
 
@@ -92,7 +97,7 @@
     }
     const markerColumns = MARKER_KINDS.map(([kind], k) => {
       const col = column();
-      for (const m of D.markers) if (m.kind === kind) col[at.get(m.seq)] = 0.97 - 0.05 * k;
+      for (const m of D.markers) if (markerKey(m) === kind) col[at.get(m.seq)] = 0.97 - 0.05 * k;
       return col;
     });
     const line = (label, stroke, scale, extra) => Object.assign({ label, stroke, scale, width: 2, spanGaps: true, points: { show: x.length < 400 } }, extra || {});
@@ -128,15 +133,20 @@
     const pages = Math.max(1, Math.ceil(total / perPage));
     let current = 0;
     const info = el("span", { class: "page-info" });
+    const goto = el("input", { type: "number", min: 1, max: pages, class: "page-input", title: "page" });
+    goto.addEventListener("change", () => show(Number(goto.value) - 1));
     const show = (page) => {
       current = Math.max(0, Math.min(pages - 1, page));
       body.replaceChildren();
       draw(current * perPage, Math.min(total, (current + 1) * perPage), body);
-      info.textContent = `page ${current + 1} of ${pages} (${num(total)} ${label})`;
+      goto.value = current + 1;
+      info.textContent = ` of ${pages} (${num(total)} ${label})`;
     };
     nav.append(
       el("button", { type: "button", onclick: () => show(0) }, "«"),
       el("button", { type: "button", onclick: () => show(current - 1) }, "‹"),
+      "page ",
+      goto,
       info,
       el("button", { type: "button", onclick: () => show(current + 1) }, "›"),
       el("button", { type: "button", onclick: () => show(pages - 1) }, "»"),

@@ -147,8 +147,16 @@ def page_data(events: Sequence[Event], session: SessionRef, *, link: str = "{id}
 
 
 def _script_safe(text: str) -> str:
-    """Text that cannot end its <script> element early."""
-    return text.replace("</", "<\\/")
+    """Script text that cannot end its <script> element early nor open an HTML comment in it
+    (`<\\/` and `<\\!--` mean the same inside JavaScript strings and regular expressions)."""
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def _json_safe(text: str) -> str:
+    """JSON inside a <script> element: every `<` as `\\u003c` (only strings hold one), so
+    session content such as `</script>` or `<!--<script>` can neither end the element nor
+    switch the HTML parser into its escaped-script states."""
+    return text.replace("<", "\\u003c")
 
 
 def render_page(events: Sequence[Event], session: SessionRef, *, link: str = "{id}.html") -> str:
@@ -159,7 +167,7 @@ def render_page(events: Sequence[Event], session: SessionRef, *, link: str = "{i
     return TEMPLATE.format(
         title=_escape(title),
         css=uplot_css + "\n" + app_css,
-        data=_script_safe(data),
+        data=_json_safe(data),
         uplot=_script_safe(uplot_js),
         app=_script_safe(app_js),
     )

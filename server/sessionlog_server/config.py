@@ -72,7 +72,7 @@ class Settings:
     group_commit_max_batches: int = 512
     """Most batches one group commit may carry."""
     repair_on_start: bool = True
-    """Complete open turns of sessions without a live writer at start-up (SPEC §8)."""
+    """Complete open turns of sessions without a live writer at start-up (docs/repair.md)."""
     shutdown_grace_s: float = 10.0
     """How long SIGTERM waits for in-flight batches before stopping."""
     log_level: str = "info"

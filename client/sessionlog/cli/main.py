@@ -1,4 +1,7 @@
-"""The `sessionlog` command line: serve, talk to a server, and fold files offline."""
+"""The `sessionlog` command line: serve, talk to a server, and fold files offline.
+
+Concepts and contract: docs/README.md in the sessionlog repository.
+"""
 
 from __future__ import annotations
 

@@ -101,7 +101,7 @@ def replay_command(
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object."),
     lenient: bool = typer.Option(False, "--lenient", help="Drop a truncated last line with a warning."),
 ) -> None:
-    """Fold a session file without a server and print its metrics (SPEC §11)."""
+    """Fold a session file without a server and print its metrics (docs/formats.md says what each means)."""
     try:
         result = replay_file(file, at=at, lenient=lenient)
         recorded = _load_recorded(check) if check is not None else None

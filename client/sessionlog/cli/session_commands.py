@@ -118,7 +118,7 @@ class AckPrinter:
 
 
 def _is_header_report(obj: dict[str, Any]) -> bool:
-    """A `request/header` line whose data has a header but no reason is a report (SPEC §6)."""
+    """A `request/header` line whose data has a header but no reason is a report (docs/headers.md)."""
     data = obj.get("data")
     return obj.get("type") == REQUEST_HEADER and isinstance(data, dict) and "header" in data and "reason" not in data
 

@@ -1,18 +1,18 @@
-"""Moving sessions in and out of a server: `import`, `export` and `ingest` (SPEC §10, §11, seed 002).
+"""Moving sessions in and out of a server: `import`, `export` and `ingest` (docs/formats.md).
 
 - `import FILE... [--format pi|sessionlog] [--id ID]` prints `{"sessions": [{"id", "file", "leaf"}]}`.
   A Pi file becomes one session per leaf: the branch of its default leaf (the last entry) first,
   then every other leaf as a fork of it at their divergence point (`ForkSession`, the prefix
   shared, not copied) followed by that leaf's own entries (`core.formats.pi.importer` says how
   entries map to events and where the cut lands). `--id` names the main session (one FILE only);
-  forks are then `ID.<leafId>`; without it the ids are generated. A sessionlog export (SPEC §10)
+  forks are then `ID.<leafId>`; without it the ids are generated. A sessionlog export (docs/formats.md)
   becomes one session with the same events (the service assigns new commit times); `leaf` is null.
 - `export SESSION_ID --format pi|sessionlog [-o FILE]` writes a Pi v3 file (the session's branch,
   entries as they were imported) or the project's own JSONL, to stdout or atomically to FILE.
 - `ingest SESSION_ID --format pi-events < events.jsonl` appends what a `pi --mode json` run did
   (`core.formats.pi.ingest`), batch by batch as stdin is read, and prints a summary. A message that
   never got its `message_end` is reported on stderr and kept as an `assistant/attempt` with the
-  partial message, never dropped. A session that already has events is *resumed* (SPEC §8: a turn
+  partial message, never dropped. A session that already has events is *resumed* (docs/repair.md: a turn
   a crashed run left open is completed by the service, the seed boundary marked) before the new
   run's events; a missing session is created. Lines read before a bad line may already be
   committed (the error names the line); `--lenient` drops the truncated last line of a killed run.
@@ -166,7 +166,8 @@ def export_command(
         ExportFormat,
         typer.Option(
             "--format",
-            help="pi: a Pi v3 session file; sessionlog: SPEC §10; otlp-json: OTLP/JSON traces (GenAI conventions).",
+            help="pi: a Pi v3 session file; sessionlog: JSON Lines (docs/formats.md); "
+            "otlp-json: OTLP/JSON traces (GenAI conventions).",
         ),
     ],
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (atomically), not stdout.")] = None,

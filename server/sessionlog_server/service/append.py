@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import validate
-from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, SessionLogError, ValidationError
+from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, SessionLogError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
 from sessionlog.core.messages import empty_system_head
-from sessionlog.core.structure import RESERVED_TURN_END_KINDS
-from sessionlog.core.vocabulary import TURN_END
+from sessionlog.core.repair import check_writer_turn_end
 from sessionlog_server.service.live import LiveSession
 from sessionlog_server.storage import blobs
 from sessionlog_server.storage.recorder import stored_form
@@ -53,30 +52,11 @@ def validate_proposals(decoded: Sequence[DecodedEvent], limits: Limits) -> list[
     for index, item in enumerate(decoded):
         try:
             validate.validate_envelope(item.event, item.data_bytes, limits)
-            check_reserved_turn_end(item.event)
+            check_writer_turn_end(item.event)
         except SessionLogError as exc:
             _name_event(exc, index)
             raise
     return events
-
-
-def check_reserved_turn_end(event: NewEvent) -> None:
-    """Writers may not end a turn `interrupted` or `forked`: only repair and fork do (SPEC §3).
-
-    A re-import of a log carries such events with the deterministic eventIds repair gives
-    them (`repair-<cause>-...`), so those are accepted: they were written by repair once.
-    """
-    reason = event.data.get("reason")
-    kind = reason.get("kind") if isinstance(reason, dict) else None
-    if event.type != TURN_END or kind not in RESERVED_TURN_END_KINDS:
-        return
-    if event.event_id is not None and event.event_id.startswith(f"repair-{kind}-"):
-        return
-    raise ValidationError(
-        "RESERVED_TURN_END_KIND",
-        f"turn/end kind {kind!r} is written only by crash repair or fork",
-        field="data.reason",
-    )
 
 
 def plan_append(

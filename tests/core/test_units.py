@@ -379,8 +379,9 @@ def test_stats_sources() -> None:
     )
     assert s == stats(log.events)
     assert list(s) == [
-        "events", "model", "provider", "thinkingLevel", "messages", "turns", "steps", "toolCalls", "toolErrors",
-        "compactions", "replaces", "inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "costUsd",
+        "events", "model", "provider", "thinkingLevel", "messages", "turns", "modelCalls", "steps", "toolCalls",
+        "toolErrors", "compactions", "replaces", "inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens",
+        "costUsd",
     ]  # fmt: skip
 
 

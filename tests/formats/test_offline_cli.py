@@ -49,6 +49,7 @@ def test_replay_prints_the_spec_table(app: typer.Typer) -> None:
         "thinking": "medium",
         "messages": "4",
         "turns": "2",
+        "model calls": "2",
         "tool calls": "0",
         "compactions": "0",
         "input tokens": "3012",

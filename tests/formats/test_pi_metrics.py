@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from sessionlog.core.errors import ValidationError
+from sessionlog.core.formats.pi.importer import branch_events
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
-from sessionlog.core.formats.pi.metrics import pi_metrics, usage_total_tokens
+from sessionlog.core.formats.pi.metrics import pi_metrics
 from sessionlog.core.formats.replay import (
     ALL_KEYS,
     METRIC_KEYS,
@@ -22,6 +23,8 @@ from sessionlog.core.formats.replay import (
     snake_case,
     values_equal,
 )
+from sessionlog.core.formats.sessionlog_file import sessionlog_lines
+from sessionlog.core.usage import usage_total_tokens
 from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
 from tests.support.fixtures import oracle as _oracle
 
@@ -105,7 +108,8 @@ def test_usage_on_every_entry_kind_counts_not_only_assistant_messages() -> None:
         "thinking": "low",
         # summary, kept c d e, then branch summary and the aborted assistant
         "messages": 6,
-        "turns": 2,
+        "turns": 1,  # one agent run: d's calls keep it open until the aborted i ends it
+        "modelCalls": 2,
         "toolCalls": 2,
         "compactions": 1,
         "inputTokens": 100 + 7 + 50 + 20 + 3 + 1,
@@ -121,7 +125,7 @@ def test_usage_on_every_entry_kind_counts_not_only_assistant_messages() -> None:
 def test_at_an_entry_folds_the_branch_up_to_it() -> None:
     pi_file = load_pi_bytes(handmade())
     at_x = pi_metrics(pi_file, "x")
-    assert (at_x["eventsOnBranch"], at_x["eventsOffBranch"], at_x["turns"], at_x["toolCalls"]) == (6, 4, 2, 3)
+    assert (at_x["eventsOnBranch"], at_x["eventsOffBranch"], at_x["modelCalls"], at_x["toolCalls"]) == (6, 4, 2, 3)
     assert at_x["model"] == "p/m"
     assert at_x["compactionCostUsd"] is None
     assert at_x["costUsd"] == 9.75
@@ -173,7 +177,7 @@ def test_metrics_agree_with_pis_context_on_every_leaf(session: Path) -> None:
         assert metrics["thinking"] == context["thinkingLevel"]
         assistants = [by_id[i]["message"] for i in path if by_id[i]["type"] == "message"]
         assistants = [m for m in assistants if m["role"] == "assistant"]
-        assert metrics["turns"] == len(assistants)
+        assert metrics["modelCalls"] == len(assistants)
         calls = sum(1 for m in assistants for b in m["content"] if b["type"] == "toolCall")
         assert metrics["toolCalls"] == calls
         assert metrics["compactions"] == sum(1 for i in path if by_id[i]["type"] == "compaction")
@@ -192,6 +196,7 @@ def test_default_leaf_replay_of_the_real_fixture() -> None:
         "thinking": "medium",
         "messages": 4,
         "turns": 2,
+        "modelCalls": 2,
         "toolCalls": 0,
         "compactions": 0,
         "inputTokens": 3012,
@@ -348,3 +353,23 @@ def test_sessionlog_export_that_breaks_a_log_rule_is_refused(tmp_path: Path) -> 
         replay_file(_export(tmp_path, events))
     assert caught.value.metadata["line"] == "3"
     assert caught.value.metadata["seq"] == "1"
+
+
+FILE_SHAPE = ("sessionFormat", "eventsInFile", "eventsOnBranch", "eventsOffBranch")
+SAME_WHATEVER_THE_FORMAT = [k for k in ALL_KEYS if k not in FILE_SHAPE]
+
+
+@pytest.mark.parametrize("session", SESSIONS, ids=lambda p: p.stem[:24])
+def test_a_pi_file_and_its_export_report_the_same_figures(session: Path, tmp_path: Path) -> None:
+    """One session, one set of figures: `turns` (agent runs) and `modelCalls` (assistant messages)
+    mean the same whether the session is replayed from Pi's file or from sessionlog's export."""
+    pi_file = load_pi_file(session)
+    oracle = _oracle(session)
+    for leaf in [oracle["defaultLeafId"], *(o["leafId"] for o in oracle["otherLeaves"])]:
+        events = [e.committed(seq, 1000 + seq) for seq, e in enumerate(branch_events(pi_file, leaf))]
+        export = tmp_path / f"{leaf}.jsonl"
+        export.write_text("".join(sessionlog_lines({"id": "s"}, events)), "utf-8")
+        from_pi = replay_file(session, at=leaf).metrics
+        from_export = replay_file(export).metrics
+        for key in SAME_WHATEVER_THE_FORMAT:
+            assert (key, from_pi[key]) == (key, from_export[key])

@@ -40,6 +40,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "thinking",
     "messages",
     "turns",
+    "modelCalls",
     "toolCalls",
     "compactions",
     "inputTokens",
@@ -47,7 +48,10 @@ METRIC_KEYS: tuple[str, ...] = (
     "outputTokens",
     "costUsd",
 )
-"""The SPEC §11 table, in order: exactly the keys of `replay --json`."""
+"""The replay table (docs/formats.md), in order: exactly the keys of `replay --json`.
+
+`turns` are runs of the agent loop and `modelCalls` assistant messages, in every output: seed
+000's table called model calls "turns"; here each has its own name (docs/projections.md)."""
 
 EXTRA_KEYS: tuple[str, ...] = ("cacheWriteTokens", "totalTokens", "compactionCostUsd")
 """Also computed and compared by `recompute` (a run record may hold them)."""

@@ -253,8 +253,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     fork write.
 
     Code: INVALID_ARGUMENT
-    Metadata: `field`, `seq`
-    Raised by: service, core
+    Metadata: `field`
+    Raised by: core
     Client: Use `aborted`, `error` or another writer kind.
     """
     SEQ_NOT_CONTIGUOUS: _ErrorReason.ValueType  # 28
@@ -1356,8 +1356,8 @@ RESERVED_TURN_END_KIND: ErrorReason.ValueType  # 27
 fork write.
 
 Code: INVALID_ARGUMENT
-Metadata: `field`, `seq`
-Raised by: service, core
+Metadata: `field`
+Raised by: core
 Client: Use `aborted`, `error` or another writer kind.
 """
 SEQ_NOT_CONTIGUOUS: ErrorReason.ValueType  # 28

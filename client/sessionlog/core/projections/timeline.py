@@ -35,10 +35,11 @@ from typing import Any
 from sessionlog.core.events import Event, JsonObject, Replace
 from sessionlog.core.headers import HeaderState, changed_fields, header_state
 from sessionlog.core.messages import is_copy, message_of, project_message, source_kind, tool_call_blocks
-from sessionlog.core.projections.stats import StatsAccumulator, cost_of, usage_of
+from sessionlog.core.projections.stats import StatsAccumulator, usage_of
 from sessionlog.core.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
 from sessionlog.core.request_diff import SurfaceDelta, describe, header_change
 from sessionlog.core.surface import SurfaceState, apply_surface_plan, plan_surface_event
+from sessionlog.core.usage import number, usage_cost
 from sessionlog.core.vocabulary import (
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
@@ -59,13 +60,6 @@ REPAIR_TURN_ENDS: frozenset[str] = frozenset({"interrupted", "forked"})
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _tokens(usage: JsonObject, key: str) -> int | float:
-    value = usage.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0
-    return value
 
 
 @dataclass(slots=True)
@@ -113,7 +107,7 @@ class TimelineFold:
         self.since_usage.record(event, plan)
         self.totals.add(event)
         if request is not None:
-            request["cumulativeCost"] = self.totals.cost_usd
+            request["cumulativeCost"] = self.totals.cost.value()
         if kind == REQUEST_HEADER:
             self._header(event)
         elif isinstance(event.surface_op, Replace):
@@ -308,18 +302,18 @@ def _appended(event: Event) -> bool:
 
 def usage_view(usage: JsonObject) -> JsonObject:
     """The per-request token figures the chart and the export need."""
-    input_tokens = _tokens(usage, "input")
-    cache_read = _tokens(usage, "cacheRead")
-    cache_write = _tokens(usage, "cacheWrite")
+    input_tokens = number(usage.get("input"))
+    cache_read = number(usage.get("cacheRead"))
+    cache_write = number(usage.get("cacheWrite"))
     context = input_tokens + cache_read + cache_write
     return {
         "input": input_tokens,
         "cacheRead": cache_read,
         "cacheWrite": cache_write,
-        "output": _tokens(usage, "output"),
+        "output": number(usage.get("output")),
         "context": context,
         "cacheShare": (cache_read / context) if context else 0.0,
-        "cost": cost_of(usage),
+        "cost": usage_cost(usage),
     }
 
 

@@ -54,7 +54,9 @@ class CostSum:
     """An exact running sum of costs: `value()` equals `round(math.fsum(all added), 12)`.
 
     `partials` are non-overlapping floats whose exact sum is the total (a handful in practice),
-    so the state stays small and plain (a list of floats) however many costs were added.
+    so the state stays small and plain (a list of floats) however many costs were added. `add`
+    updates the list in place, so a structure that must stay plain data (a fold's stats, which
+    snapshots store as JSON) can keep the list and wrap it: `CostSum(stats.cost_partials)`.
     """
 
     partials: list[float] = field(default_factory=list)
@@ -75,7 +77,7 @@ class CostSum:
                 kept.append(low)
             x = high
         kept.append(x)
-        self.partials = kept
+        self.partials[:] = kept
 
     def copy(self) -> CostSum:
         """An independent copy (a fold's checkpoint)."""

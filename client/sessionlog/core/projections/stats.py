@@ -116,7 +116,8 @@ class StatsAccumulator:
     output_tokens: int | float = 0
     cache_read_tokens: int | float = 0
     cache_write_tokens: int | float = 0
-    cost: CostSum = field(default_factory=CostSum)
+    cost_partials: list[float] = field(default_factory=list)
+    """The exact running cost (`usage.CostSum`'s partials: plain data, so snapshots store it)."""
 
     def copy(self) -> StatsAccumulator:
         """A snapshot to restore on rollback (sums restored exactly, never subtracted)."""
@@ -136,7 +137,7 @@ class StatsAccumulator:
             self.output_tokens,
             self.cache_read_tokens,
             self.cache_write_tokens,
-            self.cost.copy(),
+            list(self.cost_partials),
         )
 
     def add(self, event: Event) -> None:
@@ -200,7 +201,11 @@ class StatsAccumulator:
         self.output_tokens += number(usage.get("output"))
         self.cache_read_tokens += number(usage.get("cacheRead"))
         self.cache_write_tokens += number(usage.get("cacheWrite"))
-        self.cost.add(usage_cost(usage))
+        CostSum(self.cost_partials).add(usage_cost(usage))
+
+    def cost_usd(self) -> float:
+        """The cost so far, as every output reports it (exact sum, 12 decimals)."""
+        return CostSum(self.cost_partials).value()
 
     def as_dict(self, *, events: int, messages: int) -> dict[str, Any]:
         """The SPEC's stats read model, with the two counts that come from outside the sums."""
@@ -221,7 +226,7 @@ class StatsAccumulator:
             "outputTokens": self.output_tokens,
             "cacheReadTokens": self.cache_read_tokens,
             "cacheWriteTokens": self.cache_write_tokens,
-            "costUsd": self.cost.value(),
+            "costUsd": self.cost_usd(),
         }
 
 

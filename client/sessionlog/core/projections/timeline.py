@@ -107,7 +107,7 @@ class TimelineFold:
         self.since_usage.record(event, plan)
         self.totals.add(event)
         if request is not None:
-            request["cumulativeCost"] = self.totals.cost.value()
+            request["cumulativeCost"] = self.totals.cost_usd()
         if kind == REQUEST_HEADER:
             self._header(event)
         elif isinstance(event.surface_op, Replace):

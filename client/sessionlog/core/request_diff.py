@@ -24,7 +24,7 @@ from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.headers import HeaderState, changed_fields, header_state
 from sessionlog.core.messages import source_kind
-from sessionlog.core.surface import SurfacePlan, SurfaceState, apply_surface_plan, plan_surface_event
+from sessionlog.core.surface import SurfacePlan, SurfaceState, apply_surface_plan, event_nodes, plan_surface_event
 from sessionlog.core.vocabulary import REQUEST_HEADER
 
 
@@ -168,8 +168,9 @@ def request_diff(events: Sequence[Event], from_seq: int, to_seq: int) -> JsonObj
     def event_at(seq: int) -> Event:
         return events[seq]
 
+    node_at = event_nodes(event_at)
     for event in events[: to_seq + 1]:
-        plan = plan_surface_event(state, event, event_at, validate=False)
+        plan = plan_surface_event(state, event, node_at, validate=False)
         apply_surface_plan(state, plan)
         if event.type == REQUEST_HEADER:
             latest = header_state(event, generation=state.replace_generation)

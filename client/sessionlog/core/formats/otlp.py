@@ -29,6 +29,7 @@ strings in the conventions' `{role, parts}` shape.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Sequence
 from typing import Any
@@ -41,6 +42,7 @@ from sessionlog.core.projections.timeline import TimelineFold, usage_view
 from sessionlog.core.surface import surface_messages
 
 SCOPE_NAME = "sessionlog"
+RESOURCE: dict[str, Any] = {"service.name": "sessionlog"}
 SPAN_KIND_INTERNAL = 1
 SPAN_KIND_CLIENT = 3
 STATUS_ERROR = 2
@@ -143,54 +145,76 @@ def _span(
     return out
 
 
-class _Export:
-    """Builds the spans of one session from its events and their timeline."""
+def _between(records: list[JsonObject], key: str, first: int, last: int) -> list[JsonObject]:
+    """The records (sorted by `key`) whose `key` lies in first..last."""
+    low = bisect.bisect_left(records, first, key=lambda record: int(record[key]))
+    high = bisect.bisect_right(records, last, key=lambda record: int(record[key]))
+    return records[low:high]
 
-    def __init__(self, events: Sequence[Event], session_id: str, content: bool) -> None:
-        self.events = events
+
+class OtlpFold:
+    """The spans of one session, folded event by event: `add` each event in seq order, then
+    take `spans` of the whole log (an export) or of the seqs since the last call (a follower
+    exporting each turn as it ends). Both give the same span for the same thing."""
+
+    def __init__(self, session_id: str, *, content: bool = False) -> None:
         self.session_id = session_id
         self.content = content
+        self.fold = TimelineFold()
         self.inputs: dict[int, list[JsonObject]] = {}
-        fold = TimelineFold()
-        for event in events:
-            if content and usage_of(event) is not None:
-                # The request's messages: the surface of the prefix before the response.
-                self.inputs[event.seq] = surface_messages(fold.surface.nodes, fold.event_at)
-            fold.add(event)
-        self.view = fold.result()
         self.root = span_id(session_id, "session", 0)
-        self.last_time = events[-1].time if events else 0
-        self.turn_spans: dict[int, str] = {}
+
+    @property
+    def events(self) -> list[Event]:
+        return self.fold.events
+
+    @property
+    def last_time(self) -> int:
+        return self.fold.events[-1].time if self.fold.events else 0
+
+    def add(self, event: Event) -> None:
+        """Fold one event (seqs 0, 1, 2, … in order)."""
+        if self.content and usage_of(event) is not None:
+            # The request's messages: the surface of the prefix before the response.
+            self.inputs[event.seq] = surface_messages(self.fold.surface.nodes, self.fold.event_at)
+        self.fold.add(event)
 
     def common(self, operation: str) -> dict[str, Any]:
         return {"gen_ai.operation.name": operation, "gen_ai.conversation.id": self.session_id}
 
-    def spans(self) -> list[JsonObject]:
-        first = self.events[0].time if self.events else 0
+    def spans(self, first: int = 0, last: int | None = None, *, root: bool = True) -> list[JsonObject]:
+        """The root span (when asked), then the spans of what seqs first..last hold: turns that
+        start there, model calls answered there, tool calls asked for there."""
+        events = self.fold.events
+        last = len(events) - 1 if last is None else last
+        out = [self.root_span()] if root else []
+        out += [self.turn(turn) for turn in _between(self.fold.turns, "startSeq", first, last)]
+        requests = {request["seq"]: request for request in _between(self.fold.requests, "seq", first, last)}
+        for event in events[first : last + 1]:
+            usage = usage_of(event)
+            if usage is not None or event.seq in requests:
+                out.append(self.chat(event, requests.get(event.seq), usage))
+        out += [self.tool(call) for call in _between(self.fold.tool_calls, "blockSeq", first, last)]
+        return out
+
+    def root_span(self) -> JsonObject:
+        events = self.fold.events
         root = _span(
             self.session_id,
             self.root,
             None,
             f"session {self.session_id}",
             SPAN_KIND_INTERNAL,
-            first,
+            events[0].time if events else 0,
             self.last_time,
             {
                 "gen_ai.conversation.id": self.session_id,
-                "sessionlog.events": len(self.events),
-                "sessionlog.cost_usd": float(self.view["stats"]["costUsd"]),
+                "sessionlog.events": len(events),
+                "sessionlog.cost_usd": float(self.fold.totals.cost_usd),
             },
         )
-        root["events"] = [self.marker(marker) for marker in self.view["markers"]]
-        out = [root]
-        out += [self.turn(turn) for turn in self.view["turns"]]
-        requests = {request["seq"]: request for request in self.view["requests"]}
-        for event in self.events:
-            usage = usage_of(event)
-            if usage is not None or event.seq in requests:
-                out.append(self.chat(event, requests.get(event.seq), usage))
-        out += [self.tool(call) for call in self.view["toolCalls"]]
-        return out
+        root["events"] = [self.marker(marker) for marker in self.fold.markers]
+        return root
 
     def marker(self, marker: JsonObject) -> JsonObject:
         values = {
@@ -207,7 +231,6 @@ class _Export:
 
     def turn(self, turn: JsonObject) -> JsonObject:
         span = span_id(self.session_id, "turn", turn["startSeq"])
-        self.turn_spans[turn["turn"]] = span
         end = turn["endTime"] if turn["endTime"] is not None else self.last_time
         out = _span(
             self.session_id,
@@ -228,7 +251,11 @@ class _Export:
         return out
 
     def parent_of(self, turn: Any) -> str:
-        return self.turn_spans.get(turn, self.root) if isinstance(turn, int) else self.root
+        """The span of turn number `turn` (turns are numbered 1, 2, … in log order), else the root."""
+        turns = self.fold.turns
+        if isinstance(turn, int) and 0 < turn <= len(turns) and turns[turn - 1]["turn"] == turn:
+            return span_id(self.session_id, "turn", turns[turn - 1]["startSeq"])
+        return self.root
 
     def chat(self, event: Event, request: JsonObject | None, usage: JsonObject | None) -> JsonObject:
         data = event.data
@@ -315,14 +342,21 @@ class _Export:
         return out
 
 
-def otlp_traces(events: Sequence[Event], session_id: str, *, content: bool = False, version: str = "") -> JsonObject:
-    """The session as an OTLP `ExportTraceServiceRequest` in OTLP/JSON (see the module docstring)."""
-    export = _Export(events, session_id, content)
+def document(spans: list[JsonObject], version: str = "") -> JsonObject:
+    """An OTLP `ExportTraceServiceRequest` (OTLP/JSON) holding `spans`."""
     return {
         "resourceSpans": [
             {
-                "resource": {"attributes": attributes({"service.name": "sessionlog"})},
-                "scopeSpans": [{"scope": {"name": SCOPE_NAME, "version": version}, "spans": export.spans()}],
+                "resource": {"attributes": attributes(RESOURCE)},
+                "scopeSpans": [{"scope": {"name": SCOPE_NAME, "version": version}, "spans": spans}],
             }
         ]
     }
+
+
+def otlp_traces(events: Sequence[Event], session_id: str, *, content: bool = False, version: str = "") -> JsonObject:
+    """The session as an OTLP `ExportTraceServiceRequest` in OTLP/JSON (see the module docstring)."""
+    fold = OtlpFold(session_id, content=content)
+    for event in events:
+        fold.add(event)
+    return document(fold.spans(), version)

@@ -38,7 +38,7 @@ from sessionlog.core.messages import is_copy, message_of, project_message, sourc
 from sessionlog.core.projections.stats import StatsAccumulator, usage_of
 from sessionlog.core.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
 from sessionlog.core.request_diff import SurfaceDelta, describe, header_change
-from sessionlog.core.surface import SurfaceState, apply_surface_plan, plan_surface_event
+from sessionlog.core.surface import SurfaceNode, SurfaceState, apply_surface_plan, plan_surface_event, surface_node
 from sessionlog.core.usage import number, usage_cost
 from sessionlog.core.vocabulary import (
     ASSISTANT_ATTEMPT,
@@ -95,13 +95,16 @@ class TimelineFold:
     def event_at(self, seq: int) -> Event:
         return self.events[seq]
 
+    def node_at(self, seq: int) -> SurfaceNode:
+        return surface_node(self.events[seq])
+
     def add(self, event: Event) -> None:
         """Fold one event (seqs 0, 1, 2, … in order)."""
         self.events.append(event)
         kind = event.type
         # A request is the prefix before its response: measure it before the response lands.
         request = self._request(event) if _is_request(event) else None
-        plan = plan_surface_event(self.surface, event, self.event_at, validate=False)
+        plan = plan_surface_event(self.surface, event, self.node_at, validate=False)
         apply_surface_plan(self.surface, plan)
         self.since_request.record(event, plan)
         self.since_usage.record(event, plan)

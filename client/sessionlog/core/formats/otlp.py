@@ -210,7 +210,7 @@ class OtlpFold:
             {
                 "gen_ai.conversation.id": self.session_id,
                 "sessionlog.events": len(events),
-                "sessionlog.cost_usd": float(self.fold.totals.cost_usd),
+                "sessionlog.cost_usd": self.fold.totals.cost_usd(),
             },
         )
         root["events"] = [self.marker(marker) for marker in self.fold.markers]

@@ -28,7 +28,7 @@ def test_stats_and_counts_agree_with_the_stats_projection() -> None:
     assert counts["steps"] == view["stats"]["steps"] == 8
     assert counts["toolCalls"] == view["stats"]["toolCalls"] == 6
     assert counts["toolErrors"] == view["stats"]["toolErrors"] == 3
-    assert counts["requests"] == len(REQUEST_SEQS)
+    assert counts["requests"] == view["stats"]["modelCalls"] == len(REQUEST_SEQS)
     assert [r["seq"] for r in view["requests"]] == REQUEST_SEQS
 
 

@@ -47,9 +47,9 @@ def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient
         assert int(count["toolCalls"]) == stats["toolCalls"] == 6
         assert int(count["steps"]) == stats["steps"] == 8
         assert int(count["compactions"]) == stats["compactions"] == 1
-        # One row per request (each step made one model call), one element per turn and tool call.
-        assert len(numbers(driver, "table.requests tr[data-request-seq]", "data-request-seq")) == stats["steps"]
-        assert int(count["requests"]) == stats["steps"]
+        # One row per request (model call), one element per turn and tool call.
+        assert len(numbers(driver, "table.requests tr[data-request-seq]", "data-request-seq")) == stats["modelCalls"]
+        assert int(count["modelCalls"]) == stats["modelCalls"] == 8
         assert len(driver.find_elements(By.CSS_SELECTOR, ".turn[data-turn]")) == stats["turns"]
         tools = driver.find_elements(By.CSS_SELECTOR, ".tool[data-tool-call-id]")
         assert len(tools) == stats["toolCalls"]

@@ -97,6 +97,17 @@ def usage_of(event: Event) -> JsonObject | None:
     return usage if isinstance(usage, dict) else None
 
 
+def is_model_call(event: Event) -> bool:
+    """One model call (see `modelCalls` above): an `assistant/attempt`, or an appended surface
+    event (not a copy) whose message has role `assistant`. The timeline's requests are these."""
+    if event.type == ASSISTANT_ATTEMPT:
+        return True
+    if event.surface_op is None or is_replace(event) or is_copy(event):
+        return False
+    message = message_of(event)
+    return message is not None and message.get("role") == "assistant"
+
+
 @dataclass(slots=True)
 class StatsAccumulator:
     """Running totals of the per-event stats (not the surface-derived ones)."""
@@ -148,8 +159,6 @@ class StatsAccumulator:
             self.turns += 1
         elif kind == STEP_START:
             self.steps += 1
-        elif kind == ASSISTANT_ATTEMPT:
-            self.model_calls += 1
         elif kind == COMPACTION_SUMMARY:
             self.summaries += 1
         elif kind in (REQUEST_CONTEXT, PI_MODEL_CHANGE):
@@ -158,6 +167,8 @@ class StatsAccumulator:
             self._header(data)
         elif kind == PI_THINKING_LEVEL_CHANGE:
             self.thinking_level = _text(data.get("thinkingLevel")) or self.thinking_level
+        if is_model_call(event):
+            self.model_calls += 1
         if is_replace(event):
             self.replaces += 1
             if source_kind(event) == COMPACTION_SOURCE_KIND:
@@ -182,10 +193,6 @@ class StatsAccumulator:
         self.thinking_level = level or self.thinking_level
 
     def _appended(self, event: Event) -> None:
-        if event.surface_op is not None:
-            message = message_of(event)
-            if message is not None and message.get("role") == "assistant":
-                self.model_calls += 1
         if event.type == ASSISTANT_MESSAGE and event.surface_op is not None:
             self.tool_calls += len(tool_call_blocks(event))
             message = message_of(event)

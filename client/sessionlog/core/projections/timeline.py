@@ -9,8 +9,8 @@ changes are `SurfaceDelta` (request_diff.py), repair closers are recognised by t
 
 Definitions (each recomputable if it proves wrong, SPEC §1.6):
 
-- A **request** is one model call: an appended `assistant/message` (not a copy) or an
-  `assistant/attempt`. Its `seq` is the response event's seq; the request itself is the
+- A **request** is one model call (`stats.is_model_call`, so there are `modelCalls` of them).
+  Its `seq` is the response event's seq; the request itself is the
   projection of the prefix before it (`atSeq = seq - 1`, as `sessionlog request --at`).
 - **context** = input + cacheRead + cacheWrite tokens: everything the model read, cached or
   not (Pi's `input` excludes cached tokens). **cacheShare** = cacheRead / context.
@@ -35,14 +35,13 @@ from typing import Any
 from sessionlog.core.events import Event, JsonObject, Replace
 from sessionlog.core.headers import HeaderState, changed_fields, header_state
 from sessionlog.core.messages import is_copy, message_of, project_message, source_kind, tool_call_blocks
-from sessionlog.core.projections.stats import StatsAccumulator, usage_of
+from sessionlog.core.projections.stats import StatsAccumulator, is_model_call, usage_of
 from sessionlog.core.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
 from sessionlog.core.request_diff import SurfaceDelta, describe, header_change
 from sessionlog.core.surface import SurfaceNode, SurfaceState, apply_surface_plan, plan_surface_event, surface_node
 from sessionlog.core.usage import number, usage_cost
 from sessionlog.core.vocabulary import (
     ASSISTANT_ATTEMPT,
-    ASSISTANT_MESSAGE,
     COMPACTION_SUMMARY,
     REQUEST_HEADER,
     SESSION_END_SEED,
@@ -103,7 +102,7 @@ class TimelineFold:
         self.events.append(event)
         kind = event.type
         # A request is the prefix before its response: measure it before the response lands.
-        request = self._request(event) if _is_request(event) else None
+        request = self._request(event) if is_model_call(event) else None
         plan = plan_surface_event(self.surface, event, self.node_at, validate=False)
         apply_surface_plan(self.surface, plan)
         self.since_request.record(event, plan)
@@ -219,7 +218,7 @@ class TimelineFold:
         elif kind == STEP_END and turn is not None and step is not None and (turn, step) in self.open_steps:
             record = self.open_steps.pop((turn, step))
             record.update(endSeq=event.seq, durationMs=event.time - record["startTime"])
-        elif kind in (ASSISTANT_MESSAGE, ASSISTANT_ATTEMPT):
+        elif is_model_call(event):
             self._response(event, turn, step)
         elif kind == TOOL_CALL:
             call = self.open_calls.get(str(data.get("callId")))
@@ -229,8 +228,6 @@ class TimelineFold:
             self._result(event)
 
     def _response(self, event: Event, turn: int | None, step: int | None) -> None:
-        if event.type == ASSISTANT_MESSAGE and not _appended(event):
-            return
         owner = self.open_steps.get((turn, step)) if turn is not None and step is not None else None
         if owner is not None:
             owner["requests"].append(event.seq)
@@ -292,11 +289,6 @@ class TimelineFold:
             "markers": self.markers,
             "surfaceGeneration": self.surface.replace_generation,
         }
-
-
-def _is_request(event: Event) -> bool:
-    """A model call's response: an assistant attempt, or an appended assistant message."""
-    return event.type == ASSISTANT_ATTEMPT or (event.type == ASSISTANT_MESSAGE and _appended(event))
 
 
 def _appended(event: Event) -> bool:

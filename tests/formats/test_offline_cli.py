@@ -112,16 +112,16 @@ def test_replay_check_matches(app: typer.Typer, tmp_path: Path) -> None:
 
 
 def test_replay_check_reports_differences_and_fails(app: typer.Typer, tmp_path: Path) -> None:
-    run_file = _write_run(tmp_path, {"costUsd": 0.0155, "input_tokens": 3012, "messages": 5})
+    run_file = _write_run(tmp_path, {"costUsd": 0.0154, "input_tokens": 3012, "messages": 5})
     result = run(app, "replay", RESUMED, "--check", run_file)
     assert result.exit_code == 1
-    assert "costUsd: 0.0155 -> 0.01551" in result.output
+    assert "costUsd: 0.0154 -> 0.01551" in result.output  # 0.0155 would match: four decimals recorded
     assert "messages: 5 -> 4" in result.output
     assert "input_tokens" not in result.output
     as_json = run(app, "replay", RESUMED, "--check", run_file, "--json")
     assert as_json.exit_code == 1
     assert json.loads(as_json.output)["check"]["differences"] == [
-        {"key": "costUsd", "recorded": 0.0155, "replayed": 0.01551},
+        {"key": "costUsd", "recorded": 0.0154, "replayed": 0.01551},
         {"key": "messages", "recorded": 5, "replayed": 4},
     ]
 
@@ -181,8 +181,9 @@ def test_recompute_reports_changes_and_counts_unchanged(app: typer.Typer, tmp_pa
     assert "  stale" in out
     branchy = replay_file(BRANCHY).metrics
     assert f"    cost_usd: 0.001 -> {json.dumps(branchy['costUsd'])}" in out
-    assert f"    session_format: null -> {json.dumps(branchy['sessionFormat'])}" in out
-    assert "compaction_cost_usd" not in out  # null, and not recorded
+    assert "session_format" not in out  # not recorded: not a change of the run
+    assert "not recorded, not compared (--write --add-new adds them): sessionFormat (1 run(s))" in out
+    assert "compactionCostUsd" not in out  # null, and not recorded
     assert "lost  error:" in out and "gone.jsonl" in out
     assert "1 run(s) unchanged" in out
     assert "1 run(s) differ from the recorded metrics" in out
@@ -201,11 +202,40 @@ def test_recompute_write_rewrites_only_changed_lines_atomically(app: typer.Typer
     record = json.loads(lines[2])
     assert record["notes"] == "中文 ✓"
     assert record["metrics"]["cost_usd"] == replay_file(BRANCHY).metrics["costUsd"]
-    assert "session_format" in record["metrics"] and "sessionFormat" not in record["metrics"]
+    assert set(record["metrics"]) == {"cost_usd", "input_tokens", "tool_calls"}  # what was recorded
     assert list(tmp_path.glob(".runs.jsonl.*")) == []  # no temp file left behind
     again = run(app, "recompute", runs, "--sessions", sessions)
     assert "0 run(s) differ" in again.output
     assert "2 run(s) unchanged" in again.output
+
+
+def test_recompute_add_new_adds_the_missing_metrics_in_the_records_spelling(app: typer.Typer, tmp_path: Path) -> None:
+    runs, sessions, raw = _runs(tmp_path)
+    refused = run(app, "recompute", runs, "--sessions", sessions, "--add-new")
+    assert refused.exit_code == 2 and "--write" in refused.output
+    result = run(app, "recompute", runs, "--sessions", sessions, "--write", "--add-new")
+    assert "wrote the new metrics of 1 run(s)" in result.output  # "ok" recorded everything already
+    lines = runs.read_bytes().split(b"\n")
+    assert lines[0] == raw[0]
+    metrics = json.loads(lines[2])["metrics"]
+    assert metrics["session_format"] == "v3" and "sessionFormat" not in metrics
+    assert "not recorded" not in run(app, "recompute", runs, "--sessions", sessions).output
+
+
+def test_recompute_of_seed_000_style_records_changes_nothing(app: typer.Typer, tmp_path: Path) -> None:
+    """Four metrics recorded, cost to six decimals: unchanged, and the other metrics listed once."""
+    shutil.copy(BRANCHY, tmp_path / "b.jsonl")
+    good = replay_file(BRANCHY).metrics
+    recorded = {"turns": good["turns"], "model_calls": good["modelCalls"], "cost_usd": round(good["costUsd"], 6)}
+    recorded["input_tokens"] = good["inputTokens"]
+    runs = tmp_path / "runs.jsonl"
+    lines = [json.dumps({"run_id": f"b{i}", "session": "b.jsonl", "metrics": recorded}) for i in range(3)]
+    runs.write_text("\n".join(lines) + "\n")
+    result = run(app, "recompute", runs, "--sessions", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "3 run(s) unchanged" in result.output and "0 run(s) differ" in result.output
+    assert result.output.count("not recorded, not compared") == 1
+    assert "messages (3 run(s))" in result.output
 
 
 def test_recompute_default_session_path_and_bad_runs_file(app: typer.Typer, tmp_path: Path) -> None:
@@ -214,11 +244,10 @@ def test_recompute_default_session_path_and_bad_runs_file(app: typer.Typer, tmp_
     runs.write_text(json.dumps({"run_id": "r9", "metrics": {"turns": 2}}) + "\n")
     result = run(app, "recompute", runs, "--sessions", tmp_path)
     assert result.exit_code == 0, result.output
-    # only `turns` was recorded (and is right): the other metrics are new, spelled in camelCase
-    assert "  r9\n" in result.output
-    assert '    sessionFormat: null -> "v3"' in result.output
-    assert "turns:" not in result.output
-    assert "1 run(s) differ" in result.output
+    # only `turns` was recorded, and is right: the run is unchanged, the other metrics are listed
+    assert "r9" not in result.output
+    assert "1 run(s) unchanged" in result.output and "0 run(s) differ" in result.output
+    assert "sessionFormat (1 run(s))" in result.output
     runs.write_text('{"run_id": "r9"\n')
     bad = run(app, "recompute", runs, "--sessions", tmp_path)
     assert bad.exit_code == 2

@@ -18,7 +18,7 @@ from sessionlog.core.formats.replay import (
     Change,
     apply_changes,
     compare_recorded,
-    recompute_changes,
+    missing_metrics,
     replay_file,
     snake_case,
     values_equal,
@@ -244,21 +244,27 @@ def test_check_compares_only_recorded_metrics_in_either_spelling() -> None:
     assert compare_recorded(recorded, COMPUTED) == [Change("cost_usd", 0.006493, 0.008091)]
 
 
-def test_recompute_reports_new_metrics_and_keeps_the_records_spelling() -> None:
+def test_recompute_compares_what_was_recorded_and_lists_the_rest_as_additions() -> None:
     recorded = {"cost_usd": 0.006493, "input_tokens": 19956, "tool_calls": 3, "model": "a/b"}
-    changes = recompute_changes(recorded, COMPUTED)
-    assert changes == [
-        Change("input_tokens", 19956, 24908),
-        Change("cost_usd", 0.006493, 0.008091),
-        Change("compaction_cost_usd", None, 0.001598),
-    ]
-    updated = apply_changes(recorded, changes)
+    changes = compare_recorded(recorded, COMPUTED)
+    assert changes == [Change("cost_usd", 0.006493, 0.008091), Change("input_tokens", 19956, 24908)]
+    additions = missing_metrics(recorded, COMPUTED)
+    assert additions == [Change("compaction_cost_usd", None, 0.001598)]  # spelled like the record
+    updated = apply_changes(recorded, changes + additions)
     assert list(updated) == ["cost_usd", "input_tokens", "tool_calls", "model", "compaction_cost_usd"]
-    assert recompute_changes(updated, COMPUTED) == []
+    assert compare_recorded(updated, COMPUTED) == [] and missing_metrics(updated, COMPUTED) == []
 
 
-def test_a_null_metric_the_record_lacks_is_not_a_change() -> None:
-    assert recompute_changes({"costUsd": 1.0}, {"costUsd": 1.0, "compactionCostUsd": None}) == []
+def test_a_null_metric_the_record_lacks_is_no_addition() -> None:
+    assert missing_metrics({"costUsd": 1.0}, {"costUsd": 1.0, "compactionCostUsd": None}) == []
+
+
+def test_a_number_matches_at_the_precision_it_was_recorded_with() -> None:
+    assert values_equal(0.636157, 0.63615675)  # six decimals recorded
+    assert not values_equal(0.63615, 0.636157)  # five decimals recorded: off by 7e-6
+    assert not values_equal(30, 31)
+    assert not values_equal(12, 12.4)  # an integer is exact
+    assert values_equal(1e-05, 1.4e-05) and not values_equal(1e-05, 1.6e-05)  # 0.00001: five decimals
 
 
 def test_float_noise_is_not_a_change() -> None:

@@ -1,7 +1,8 @@
-"""Protobuf <-> core conversions, shared by both clients and the server.
+"""Protobuf <-> core conversions of the values both ends share: events, surface ops, leases.
 
-The only place that knows both the generated messages and the core dataclasses, so the
-transport layers stay thin and the wire shape is defined once.
+Both clients and the server convert these here, so the wire shape of an event is defined once.
+Conversions of one RPC's request or response live next to their only user: the clients'
+`sessionlog.requests` and the server's `transport/servicer.py`.
 """
 
 from __future__ import annotations
@@ -87,9 +88,7 @@ def new_event_from_pb(msg: event_pb2.NewEvent, index: int = 0) -> DecodedEvent:
             source_event_seqs=tuple(msg.source_event_seqs),
         )
     except ValidationError as exc:
-        exc.metadata.setdefault("event_index", str(index))
-        exc.message = f"event {index}: {exc.message}"
-        exc.args = (exc.message,)
+        exc.name_event(index)
         raise
     return DecodedEvent(event, len(msg.data_json), msg.data_json)
 

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sessionlog.core.limits import Limits
+from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 
 ENV_PREFIX = "SESSIONLOG_"
 
@@ -32,11 +32,11 @@ class Settings:
     """How long a writer lease lasts without a renewal (streaming leases are renewed by the service)."""
     blob_threshold_bytes: int = 256 * 1024
     """Payload strings longer than this are stored once as content-addressed blobs."""
-    max_event_bytes: int = 64 * 1024 * 1024
+    max_event_bytes: int = DEFAULT_LIMITS.max_event_bytes
     """Largest `data` of one event."""
-    max_batch_events: int = 10_000
+    max_batch_events: int = DEFAULT_LIMITS.max_batch_events
     """Most events in one batch."""
-    max_batch_bytes: int = 128 * 1024 * 1024
+    max_batch_bytes: int = DEFAULT_LIMITS.max_batch_bytes
     """Largest total `data` of one batch."""
     max_events_per_second: int = 0
     """Events per second per namespace (a token bucket with one second of burst); 0: no limit."""

@@ -28,7 +28,7 @@ from typing import Literal
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import APPEND, Event, JsonObject, NewEvent
 from sessionlog.core.structure import RESERVED_TURN_END_KINDS, StructureState, ToolCallState, fold_structure
-from sessionlog.core.vocabulary import STEP_END, TOOL_RESULT, TURN_END
+from sessionlog.core.vocabulary import SESSION_END_SEED, STEP_END, TOOL_RESULT, TURN_END
 
 RepairCause = Literal["interrupted", "forked"]
 
@@ -176,3 +176,14 @@ def commit_closers(closers: Sequence[NewEvent], next_seq: int, time: int) -> lis
     """The closers as committed events (seqs from `next_seq`, all at `time`), e.g. for a
     read-only reader that shows the repair of a crashed session in memory only."""
     return [event.committed(next_seq + offset, time) for offset, event in enumerate(closers)]
+
+
+def fork_seed(source: Sequence[Event] | StructureState, last_time: int | None = None) -> list[NewEvent]:
+    """What a fork's own log starts with (SPEC §8): `session/end-seed {inherited: true}`, then
+    the closers of a turn open at the cut (cause `forked`).
+
+    `source` and `last_time` are as for `open_turn_closers`, describing the parent up to the
+    cut. The service writes this into every fork; the Pi importer plans its forks with it, so an
+    imported fork's seqs are the ones the service gives it.
+    """
+    return [NewEvent(SESSION_END_SEED, {"inherited": True}), *open_turn_closers(source, "forked", last_time)]

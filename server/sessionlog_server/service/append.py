@@ -54,7 +54,7 @@ def validate_proposals(decoded: Sequence[DecodedEvent], limits: Limits) -> list[
             validate.validate_envelope(item.event, item.data_bytes, limits)
             check_writer_turn_end(item.event)
         except SessionLogError as exc:
-            _name_event(exc, index)
+            exc.name_event(index)
             raise
     return events
 
@@ -117,7 +117,7 @@ def plan_append(
                 fold.apply(event)
             except SessionLogError as exc:
                 if offset >= head_count:
-                    _name_event(exc, _proposal_index(proposals, proposal))
+                    exc.name_event(_proposal_index(proposals, proposal))
                 raise
             committed.append(event)
     except BaseException:
@@ -170,15 +170,6 @@ def _proposal_index(proposals: Sequence[NewEvent], proposal: NewEvent) -> int:
         if candidate is proposal:
             return index
     return -1
-
-
-def _name_event(exc: SessionLogError, index: int) -> None:
-    """Prefix the error with the index of the offending event in its batch."""
-    if index < 0 or "event_index" in exc.metadata:
-        return
-    exc.metadata["event_index"] = str(index)
-    exc.message = f"event {index}: {exc.message}"
-    exc.args = (exc.message,)
 
 
 __all__ = ["AppendPlan", "plan_append", "validate_proposals"]

@@ -22,7 +22,7 @@ import structlog
 from sessionlog.core import validate
 from sessionlog.core.errors import NotFound, SessionLogError, ValidationError, WriterHeld
 from sessionlog.core.events import Event, NewEvent
-from sessionlog.core.repair import commit_closers, open_turn_closers
+from sessionlog.core.repair import commit_closers, fork_seed
 from sessionlog.core.vocabulary import SESSION_END_SEED, TURN_END, TURN_START
 from sessionlog_server.service import access
 from sessionlog_server.service.clock import now_ms
@@ -148,8 +148,7 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
     validate.check_session_id(child_id, service.limits)
     window = await _open_turn_window(service, source, at_seq)
     boundary = window[-1]
-    closers = open_turn_closers(window, "forked", boundary.time) if _window_has_open_turn(window) else []
-    seed = [NewEvent(type=SESSION_END_SEED, data={"inherited": True}), *closers]
+    seed = fork_seed(window if _window_has_open_turn(window) else [], boundary.time)
     events = commit_closers(seed, at_seq + 1, boundary.time)
     record = SessionRecord(
         id=child_id,

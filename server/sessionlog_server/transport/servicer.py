@@ -1,8 +1,9 @@
 """The gRPC servicer of sessionlog.v1.SessionService: convert, delegate, convert back.
 
-No SQL, no validation and no error mapping here: requests become core values
-(`sessionlog.convert`), the use case runs in `SessionLogService`, and `status.unary` /
-`status.streaming` turn exceptions into rich statuses.
+No SQL and no error mapping here: requests become core values (`sessionlog.convert`), the use
+case runs in `SessionLogService`, and `status.unary` / `status.streaming` turn exceptions into
+rich statuses. The only checks are of a request's own shape (a seq range, `open` as the first
+writer message), which need no session state.
 """
 
 from __future__ import annotations

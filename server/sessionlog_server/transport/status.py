@@ -1,7 +1,9 @@
-"""Exceptions -> `google.rpc.Status` (SPEC §13, AIP-193): the one table, in one place.
+"""Exceptions -> `google.rpc.Status` (SPEC §13, AIP-193): how every error leaves the server.
 
 Every sessionlog error travels as its gRPC code with an `ErrorInfo` detail (reason, domain
 `sessionlog`, metadata) and, when a request field is at fault, a `BadRequest` detail naming it.
+The code is declared by the error's class (`sessionlog.core.errors`), the reasons and their
+metadata by the catalogue (`proto/sessionlog/v1/error_reason.proto`); this module only packs.
 Anything else is a bug: it is logged with its traceback and reported as INTERNAL without
 internals. So is a reason missing from the `ErrorReason` catalogue (error_reason.proto): the
 catalogue is the contract a client switches on, and nothing outside it may be sent.

@@ -227,7 +227,8 @@ def test_history_and_transcript_come_in_pages_read_at_one_seq(client: SessionLog
     read_at = tresp.at_seq
     client.append(sid, lease, _turns(15, 1, "later"))  # grows again between transcript pages
     while tresp.next_page_token:
-        tresp = stub.GetTranscript(pb.GetTranscriptRequest(scope=treq.scope, page_size=7, page_token=tresp.next_page_token))
+        follow = pb.GetTranscriptRequest(scope=treq.scope, page_size=7, page_token=tresp.next_page_token)
+        tresp = stub.GetTranscript(follow)
         page = jsonvalue.loads(tresp.rows_json)
         assert len(page) <= 7
         rows += page

@@ -16,6 +16,7 @@ from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import SessionLogError, WriterHeld
 from tests.support.events import note, turn_end, turn_start
 from tests.support.servers import ROOT, ServerProcess, ServerThread
+from tests.support.waiting import eventually
 
 RESTARTS = int(os.environ.get("SESSIONLOG_FAULT_RESTARTS", "20"))
 
@@ -150,6 +151,8 @@ def test_killed_service_loses_no_acknowledged_event(fresh_db: str, tmp_path: Pat
         server.kill()
         server.start()
         with SessionLogClient(server.target) as client:
+            for writer in writers[:4]:  # start-up repair runs in the background after serving starts
+                eventually(lambda sid=writer.sid: client.get_session(sid).open_turn, lambda open_turn: not open_turn)
             for writer in writers:
                 events = list(client.read_events(writer.sid))
                 assert [e.seq for e in events] == list(range(len(events))), "seqs must be contiguous"

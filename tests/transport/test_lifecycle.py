@@ -8,6 +8,7 @@ from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, OwnershipLost, ValidationError, WriterHeld
 from tests.support.events import assistant, note, step_start, system, tool_call, turn_end, turn_start, user
 from tests.support.servers import ServerThread
+from tests.support.waiting import eventually
 
 
 def open_turn_log() -> list[dict]:
@@ -128,7 +129,8 @@ def test_start_up_repairs_abandoned_turns(fresh_db: str, sid: str) -> None:
     second = ServerThread(fresh_db)
     try:
         with SessionLogClient(second.target) as client:
-            assert not client.get_session(sid).open_turn
+            # Serving starts at once; the repair runs in the background and closes the turn.
+            eventually(lambda: client.get_session(sid).open_turn, lambda open_turn: not open_turn)
             assert [e.type for e in client.read_events(sid, from_seq=6)] == [
                 "tool/result",
                 "tool/result",

@@ -72,25 +72,35 @@ class SessionLogService:
         self.repairs_written = 0
         self._keeper: asyncio.Task[None] | None = None
         self._repairer: asyncio.Task[None] | None = None
+        self._startup_repair: asyncio.Task[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
         """Start the commit loop and the lease keeper; complete turns left open by a crash."""
-        from sessionlog_server.service.lifecycle import repair_abandoned
 
         self.committer.start()
-        if self.settings.repair_on_start:
-            repaired = await repair_abandoned(self, expired_only=False)
-            if repaired:
-                log.info("repaired open turns at start-up", sessions=len(repaired))
         loop = asyncio.get_running_loop()
+        if self.settings.repair_on_start:
+            # Serving starts at once; open turns are completed meanwhile (a read may see a
+            # session before its repair, as it would have seen it before the crash).
+            self._startup_repair = loop.create_task(self._repair_at_start(), name="start-up-repair")
         self._keeper = loop.create_task(self._keep_stream_leases(), name="lease-keeper")
         self._repairer = loop.create_task(self._repair_expired(), name="repairer")
 
+    async def _repair_at_start(self) -> None:
+        from sessionlog_server.service.lifecycle import repair_abandoned
+
+        try:
+            repaired = await repair_abandoned(self, expired_only=False)
+        except SessionLogError as exc:
+            log.warning("start-up repair failed; the expiry sweep retries", error=str(exc))
+            return
+        log.info("start-up repair done", sessions=len(repaired))
+
     async def stop(self) -> None:
         """Commit what is queued, release stream leases, stop background tasks."""
-        for task in (self._keeper, self._repairer):
+        for task in (self._startup_repair, self._keeper, self._repairer):
             if task is not None:
                 task.cancel()
         await self.committer.drain_and_stop()

@@ -12,6 +12,7 @@ import typer
 from sessionlog.cli import (
     lifecycle_commands,
     offline,
+    otlp_commands,
     projection_commands,
     server_commands,
     session_commands,
@@ -53,6 +54,7 @@ lifecycle_commands.register(app)
 transfer_commands.register(app)
 offline.register(app)
 view_commands.register(app)
+otlp_commands.register(app)
 
 
 def main() -> None:

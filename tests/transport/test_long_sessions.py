@@ -44,11 +44,13 @@ def _turns(first_turn: int, count: int, prefix: str) -> list[dict[str, Any]]:
     return out
 
 
-def _fill(client: SessionLogClient, sid: str, turns: int, prefix: str = "e", first_turn: int = 1) -> None:
+def _fill(
+    client: SessionLogClient, sid: str, turns: int, prefix: str = "e", first_turn: int = 1, per_batch: int = 100
+) -> None:
     lease = client.acquire_lease(sid)
     last = first_turn + turns
-    for first in range(first_turn, last, 100):
-        client.append(sid, lease, _turns(first, min(100, last - first), prefix))
+    for first in range(first_turn, last, per_batch):
+        client.append(sid, lease, _turns(first, min(per_batch, last - first), prefix))
     client.release_lease(lease)
 
 
@@ -245,3 +247,18 @@ def test_a_forged_page_token_is_refused(client: SessionLogClient, sid: str) -> N
                 pb.GetModelHistoryRequest(scope=pb.ProjectionScope(session_id=sid), page_token=token)
             )
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_fork_loads_from_its_parents_snapshot_before_the_cut(own_server: Any, sid: str) -> None:
+    server = own_server()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        _fill(client, sid, 30, per_batch=5)  # batches of 35 events: a snapshot about every other one
+        cut = client.get_session(sid).next_seq - 40
+        child = client.fork(sid, cut, f"{sid}-fork")
+        assert client.model_history(child.id, at_seq=cut) == client.model_history(sid, at_seq=cut)
+        assert client.stats(child.id, at_seq=cut) == client.stats(sid, at_seq=cut)
+    record = server.call(server.service.reader.session(child.id))
+    loaded = server.call(server.service.loader.fold_at(record))
+    assert loaded.snapshot_seq is not None and loaded.snapshot_seq <= cut  # the parent's snapshot
+    assert loaded.folded_events <= SNAPSHOT_EVERY + 100

@@ -251,4 +251,4 @@ def test_recompute_default_session_path_and_bad_runs_file(app: typer.Typer, tmp_
     runs.write_text('{"run_id": "r9"\n')
     bad = run(app, "recompute", runs, "--sessions", tmp_path)
     assert bad.exit_code == 2
-    assert "MALFORMED_JSON" in bad.output
+    assert bad.output.startswith("sessionlog: error: MALFORMED_JSON: ")  # the one CLI error format

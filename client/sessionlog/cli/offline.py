@@ -29,6 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from sessionlog.cli.common import describe, fail
 from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.formats.jsonl import JsonlReader
 from sessionlog.core.formats.replay import (
@@ -61,11 +62,6 @@ def _stderr() -> Console:
     return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
-def _fail(error: SessionLogError, what: str = "error") -> typer.Exit:
-    _stderr().print(f"{what}: {error.message} [{error.reason}]", markup=False)
-    return typer.Exit(2)
-
-
 def render(value: Any) -> str:
     """A metric value as JSON text (null, numbers, quoted strings)."""
     return dumps(value)
@@ -96,10 +92,9 @@ def replay_command(
         result = replay_file(file, at=at, lenient=lenient)
         recorded = _load_recorded(check) if check is not None else None
     except SessionLogError as exc:
-        raise _fail(exc) from None
+        raise fail(describe(exc), 2) from None
     except OSError as exc:
-        _stderr().print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
+        raise fail(str(exc), 2) from None
     for warning in result.warnings:
         _stderr().print(f"warning: {warning.message}", markup=False)
     changes = compare_recorded(recorded, result.metrics) if recorded is not None else []
@@ -199,18 +194,16 @@ def recompute_command(
     precision it was recorded with; metrics no record has are listed once. See docs/formats.md.
     """
     if add_new and not write:
-        _stderr().print("error: --add-new only says what --write adds; give --write too", markup=False)
-        raise typer.Exit(2)
+        raise fail("--add-new only says what --write adds: give --write too", 2)
     try:
         data = runs.read_bytes()
         reader = JsonlReader()
         numbered = _feed_all(reader, data)
         reader.close()
     except SessionLogError as exc:
-        raise _fail(exc) from None
+        raise fail(describe(exc), 2) from None
     except OSError as exc:
-        _stderr().print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
+        raise fail(str(exc), 2) from None
 
     started = time.perf_counter()
     outcomes: list[RunOutcome] = []
@@ -288,7 +281,7 @@ def _recompute_one(
             computed = replay_file(path, at=at_key, lenient=lenient).metrics
             cache[(path, at_key)] = computed
     except SessionLogError as exc:
-        outcome.error = f"{path}: {exc.message} [{exc.reason}]"
+        outcome.error = describe(exc, str(path))
         return outcome, size
     except OSError as exc:
         outcome.error = f"{path}: {exc.strerror or exc}"

@@ -99,7 +99,7 @@ def import_command(
                 else:
                     sessions.append(import_sessionlog_file(client, path, session_id))
             except SessionLogError as exc:
-                raise fail(f"{path}: {describe(exc)}") from None
+                raise fail(describe(exc, str(path))) from None
     print_json({"sessions": sessions})
 
 

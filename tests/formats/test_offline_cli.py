@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +256,41 @@ def test_recompute_default_session_path_and_bad_runs_file(app: typer.Typer, tmp_
     bad = run(app, "recompute", runs, "--sessions", tmp_path)
     assert bad.exit_code == 2
     assert bad.output.startswith("sessionlog: error: MALFORMED_JSON: ")  # the one CLI error format
+
+
+def _read_all(fd: int) -> bytes:
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the other end of the terminal closed
+            return out
+        if not chunk:
+            return out
+        out += chunk
+
+
+def test_replay_of_a_large_file_shows_a_bar_on_a_terminal_and_nothing_in_a_pipe(tmp_path: Path) -> None:
+    path = tmp_path / "large.jsonl"
+    header = {"type": "session", "version": 3, "id": "large", "timestamp": "2025-01-01T00:00:00.000Z", "cwd": "/w"}
+    with path.open("w") as out:
+        out.write(json.dumps(header) + "\n")
+        for i in range(10_000):  # ~10 MB, over the size that earns a bar
+            message = {"role": "user", "content": "x" * 900, "timestamp": 1}
+            parent = f"e{i - 1}" if i else None
+            entry = {"type": "message", "id": f"e{i}", "parentId": parent, "timestamp": header["timestamp"]}
+            out.write(json.dumps({**entry, "message": message}) + "\n")
+    command = [sys.executable, "-m", "sessionlog", "replay", str(path), "--json"]
+    env = {**os.environ, "TERM": "xterm", "COLUMNS": "100"}
+    controller, terminal = pty.openpty()
+    try:
+        shown = subprocess.run(command, stdout=subprocess.PIPE, stderr=terminal, env=env, timeout=120)
+    finally:
+        os.close(terminal)
+    drawn = _read_all(controller)
+    os.close(controller)
+    assert shown.returncode == 0
+    assert b"reading large.jsonl" in drawn and b"MB" in drawn
+    assert json.loads(shown.stdout)["messages"] == 10_000  # stdout holds the result alone
+    piped = subprocess.run(command, capture_output=True, env=env, timeout=120)
+    assert piped.returncode == 0 and piped.stderr == b""

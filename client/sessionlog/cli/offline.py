@@ -14,22 +14,20 @@ atomically (a temporary file in the same directory, fsync, `os.replace`).
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
 from sessionlog.cli.common import describe, fail
+from sessionlog.cli.progress import progress
 from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.formats.jsonl import JsonlReader
 from sessionlog.core.formats.replay import (
@@ -89,7 +87,8 @@ def replay_command(
 ) -> None:
     """Fold a session file without a server and print its metrics (docs/formats.md says what each means)."""
     try:
-        result = replay_file(file, at=at, lenient=lenient)
+        with progress(f"reading {file.name}", file.stat().st_size, unit="bytes") as advance:
+            result = replay_file(file, at=at, lenient=lenient, on_read=advance)
         recorded = _load_recorded(check) if check is not None else None
     except SessionLogError as exc:
         raise fail(describe(exc), 2) from None
@@ -209,12 +208,12 @@ def recompute_command(
     outcomes: list[RunOutcome] = []
     total_bytes = 0
     cache: dict[tuple[Path, str | None], dict[str, Any]] = {}
-    with _progress(len(numbered)) as advance:
+    with progress("recomputing", len(numbered), minimum=1) as advance:
         for line, record in numbered:
             outcome, size = _recompute_one(line, record, sessions, lenient, cache)
             outcomes.append(outcome)
             total_bytes += size
-            advance()
+            advance(1)
     elapsed = time.perf_counter() - started
 
     _report(outcomes)
@@ -289,18 +288,6 @@ def _recompute_one(
     outcome.changes = compare_recorded(recorded, computed)
     outcome.missing = missing_metrics(recorded, computed)
     return outcome, size
-
-
-@contextmanager
-def _progress(total: int) -> Iterator[Any]:
-    """A rich progress bar on a terminal; nothing when stdout is a pipe or a file."""
-    if not (sys.stdout.isatty() and _stdout().is_terminal):
-        yield lambda: None
-        return
-    columns = (TextColumn("recomputing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, transient=True, console=_stdout()) as progress:
-        task = progress.add_task("runs", total=total)
-        yield lambda: progress.advance(task)
 
 
 def _report(outcomes: list[RunOutcome]) -> None:

@@ -15,7 +15,7 @@ import itertools
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,10 +96,12 @@ def replay_file(
     at: str | None = None,
     lenient: bool = False,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    on_read: Callable[[int], object] | None = None,
 ) -> Replay:
-    """Fold the file at `path` (Pi or sessionlog format) at `at` (an entry id or a seq)."""
+    """Fold the file at `path` (Pi or sessionlog format) at `at` (an entry id or a seq);
+    `on_read(n)` is told the size of each chunk read (a progress bar's hook)."""
     reader = JsonlReader(lenient=lenient, max_line_bytes=max_line_bytes)
-    records = read_file_numbered(path, reader)
+    records = read_file_numbered(path, reader, on_read=on_read)
     first = next(records, None)
     if first is None:
         raise ValidationError("EMPTY_SESSION_FILE", f"{os.fspath(path)}: the file holds no JSON line")

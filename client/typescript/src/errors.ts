@@ -88,6 +88,9 @@ const BY_CODE = new Map<Code, typeof SessionLogError>([
   [Code.DeadlineExceeded, Unavailable],
 ]);
 
+/** Codes that, without a sessionlog ErrorInfo, mean the connection failed (outcome unknown). */
+const TRANSPORT_CODES = new Set<Code>([Code.Internal, Code.Aborted, Code.Unknown, Code.Unavailable, Code.Canceled]);
+
 const BY_REASON = new Map<string, typeof SessionLogError>([
   ["WRITER_HELD", WriterHeld],
   ["EXPECTED_SEQ_MISMATCH", ExpectedSeqMismatch],
@@ -113,9 +116,11 @@ export function toSessionLogError(error: unknown): unknown {
   const violations: BadRequest_FieldViolation[] = connect.findDetails(BadRequestSchema).flatMap((d) => d.fieldViolations);
   const message = connect.rawMessage || CODE_NAMES.get(connect.code) || "error";
   const fieldViolations = violations.map((v) => ({ field: v.field, description: v.description }));
-  if (info === undefined && connect.code === Code.Internal) {
-    // The service's own INTERNAL always carries an ErrorInfo; without one, the transport made
-    // the status (a stream whose server died): the outcome is unknown, as for UNAVAILABLE.
+  if (info === undefined && TRANSPORT_CODES.has(connect.code)) {
+    // The service's own errors always carry an ErrorInfo; without one, the transport made the
+    // status. Connect reports a connection reset (a killed server) as ABORTED and a broken
+    // stream as INTERNAL: neither is the service's OWNERSHIP_LOST, and the outcome is unknown,
+    // as for UNAVAILABLE.
     return new Unavailable({ reason: "TRANSPORT_ERROR", message, code: connect.code, cause: error });
   }
   const reason = info?.reason || CODE_NAMES.get(connect.code) || "UNKNOWN";

@@ -179,36 +179,62 @@ async def transcript_page(
         return TranscriptPage([], 0, "")
     limit = _page_size(page_size, DEFAULT_TRANSCRIPT_PAGE)
     start = (await service.loader.fold_at(record, from_seq - 1)).fold if from_seq > 0 else None
-    surface = SurfaceState(*_surface_of(start)) if start is not None else SurfaceState()
+    scan = _ReplaceScan(SurfaceState(*_surface_of(start)) if start is not None else SurfaceState(), from_seq)
+    last_stored = min(at_seq, record.next_seq - 1)
     page: list[Event] = []
-    replaced_by: dict[int, int] = {}
-    replaces: dict[int, list[int]] = {}
-    page_end = at_seq
     budget = service.settings.read_page_bytes
-    async for events in _with_repair(service.reader.pages(record, from_seq, at_seq), folded.repair):
+    scanned_to = from_seq - 1
+    # The page's own events, read whole; the scan follows them.
+    async for events in _with_repair(service.reader.pages(record, from_seq, last_stored), folded.repair):
         for event in events:
-            if event.seq <= page_end and len(page) < limit and budget > 0:
+            if scan.page_end is None:
                 page.append(event)
                 budget -= len(jsonvalue.dumps(event.data))
                 if len(page) == limit or budget <= 0:
-                    page_end = event.seq
-            plan = plan_surface_event(surface, event, _no_node, validate=False)
-            if plan is not None and plan.kind == "replace":
-                if plan.seq <= page_end:
-                    replaces[plan.seq] = list(plan.shadowed)
-                for seq in plan.shadowed:
-                    if from_seq <= seq <= page_end:
-                        replaced_by.setdefault(seq, plan.seq)
-            apply_surface_plan(surface, plan)
+                    scan.page_end = event.seq
+            scan.add(event)
+        scanned_to = events[-1].seq
+        if scan.page_end is not None:
+            break
+    if scan.page_end is not None and scanned_to < at_seq:
+        # The rest of the prefix only matters for the replaces in it: light rows (seq, type,
+        # surface op) of surface events, no payloads.
+        rest = service.reader.surface_ops(record, scanned_to + 1, last_stored)
+        async for events in _with_repair(rest, [e for e in folded.repair if e.seq > scanned_to]):
+            for event in events:
+                scan.add(event)
     rows = [
         row
         for event in page
-        if (row := transcript_row(event, replaced_by.get(event.seq), replaces.get(event.seq, []))) is not None
+        if (row := transcript_row(event, scan.replaced_by.get(event.seq), scan.replaces.get(event.seq, [])))
+        is not None
     ]
     last = page[-1].seq if page else at_seq
-    more = last < at_seq
-    token = _encode_token("transcript", at_seq, last + 1, 0) if more else ""
+    token = _encode_token("transcript", at_seq, last + 1, 0) if last < at_seq else ""
     return TranscriptPage(rows, at_seq, token)
+
+
+class _ReplaceScan:
+    """Folds the surface over events from a page's start, noting which of the page's rows a
+    replace took off the surface (`replaced_by`) and what each replace in the page took off."""
+
+    def __init__(self, surface: SurfaceState, first: int) -> None:
+        self.surface = surface
+        self.first = first
+        self.page_end: int | None = None
+        self.replaced_by: dict[int, int] = {}
+        self.replaces: dict[int, list[int]] = {}
+
+    def add(self, event: Event) -> None:
+        plan = plan_surface_event(self.surface, event, _no_node, validate=False)
+        if plan is not None and plan.kind == "replace":
+            end = self.page_end if self.page_end is not None else plan.seq
+            if plan.seq <= end:
+                self.replaces[plan.seq] = list(plan.shadowed)
+            for seq in plan.shadowed:
+                if self.first <= seq <= end:
+                    self.replaced_by.setdefault(seq, plan.seq)
+        apply_surface_plan(self.surface, plan)
 
 
 async def _with_repair(pages: AsyncIterator[list[Event]], repair: list[Event]) -> AsyncIterator[list[Event]]:

@@ -91,6 +91,21 @@ class EventReader:
             yield events
             seq = events[-1].seq + 1
 
+    async def surface_ops(
+        self, record: SessionRecord, from_seq: int, to_seq: int, page: int = 20_000
+    ) -> AsyncIterator[list[Event]]:
+        """The surface events from `from_seq` to `to_seq` as light events (seq, type and surface
+        op; empty data), across the fork chain, a page at a time: enough to fold the surface."""
+        for segment in await self.segments(record):
+            start = max(from_seq, segment.first)
+            stop = to_seq if segment.last is None else min(to_seq, segment.last)
+            while start <= stop:
+                events = await self.run(self.recorder.read_surface_ops, segment.session_id, start, stop, page)
+                if not events:
+                    break
+                yield events
+                start = events[-1].seq + 1
+
     async def read_at(self, record: SessionRecord, seqs: Sequence[int]) -> list[Event]:
         """The events at `seqs` (a sparse set, e.g. surface nodes) across the fork chain, in seq order."""
         wanted = sorted(set(seqs))

@@ -368,6 +368,28 @@ class EventRecorder(ABC):
             contents = self._fetch_blobs(conn, digests) if digests else {}
         return [_event_from_row(row, contents) for row in rows]
 
+    def read_surface_ops(self, session_id: str, from_seq: int, to_seq: int, limit: int) -> list[Event]:
+        """The session's own surface events in a seq range as light events: seq, type and surface
+        op only (empty data, time 0): what a fold of the surface needs, without payloads."""
+        c = EVENTS.c
+        query = (
+            select(c.seq, c.type, c.surface_op, c.replace_start_seq, c.replace_end_seq)
+            .where(
+                EVENTS.c.session_id == session_id,
+                EVENTS.c.seq >= from_seq,
+                EVENTS.c.seq <= to_seq,
+                EVENTS.c.surface_op.is_not(None),
+            )
+            .order_by(EVENTS.c.seq)
+            .limit(limit)
+        )
+        with self._read() as conn:
+            rows = list(conn.execute(query))
+        return [
+            Event(seq, 0, kind, {}, surface_op=APPEND if op == "append" else Replace(start, end))
+            for seq, kind, op, start, end in rows
+        ]
+
     def find_event_ids(self, session_id: str, event_ids: Sequence[str]) -> dict[str, int]:
         """Which of `event_ids` the session itself stores, with their seqs (the unique index)."""
         if not event_ids:

@@ -93,13 +93,20 @@ def new_event_from_pb(msg: event_pb2.NewEvent, index: int = 0) -> DecodedEvent:
     return DecodedEvent(event, len(msg.data_json), msg.data_json)
 
 
+def data_bytes(event: Event) -> bytes:
+    """The event's data as JSON: the exact text stored when known, else serialised."""
+    if event.data_text is not None:
+        return event.data_text.encode("utf-8")
+    return jsonvalue.dumps_bytes(event.data)
+
+
 def event_to_pb(event: Event, data_json: bytes | None = None) -> event_pb2.Event:
     """A committed event as a protobuf message (`data_json` skips re-serialising)."""
     msg = event_pb2.Event(
         seq=event.seq,
         time_unix_ms=event.time,
         type=event.type,
-        data_json=data_json if data_json is not None else jsonvalue.dumps_bytes(event.data),
+        data_json=data_json if data_json is not None else data_bytes(event),
         event_id=event.event_id or "",
         ignorable=event.ignorable,
         source_event_seqs=event.source_event_seqs,

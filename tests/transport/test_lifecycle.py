@@ -148,15 +148,12 @@ def test_expired_lease_mid_turn_is_repaired(db_url: str, sid: str) -> None:
             client.create_session(sid)
             lease = client.acquire_lease(sid)
             client.append(sid, lease, open_turn_log())  # the writer then goes silent
-            import time
-
-            deadline = time.monotonic() + 10
-            while client.get_session(sid).open_turn and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert not client.get_session(sid).open_turn
+            eventually(lambda: client.get_session(sid).open_turn, lambda open_turn: not open_turn, timeout=10)
             with pytest.raises(OwnershipLost):  # the silent writer is fenced out
                 client.append(sid, lease, [note(1)])
-            assert server.service.repairs_written >= 1
+            # Closed by repair (this server's sweep, or another instance's on a shared database).
+            ends = [e for e in client.read_events(sid) if e.type == "turn/end"]
+            assert [e.data["reason"]["kind"] for e in ends] == ["interrupted"]
     finally:
         server.stop()
 

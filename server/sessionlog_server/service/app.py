@@ -11,7 +11,7 @@ import asyncio
 import base64
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -382,7 +382,6 @@ class SessionLogService:
             now=now,
             lease_expires_at=now + self.settings.lease_ttl_ms,
             blob_threshold=self.settings.blob_threshold_bytes,
-            move_nul_to_blobs=self.recorder.move_nul_to_blobs,
             extra_first=service_events,
             raw=raw,
         )
@@ -434,7 +433,7 @@ class SessionLogService:
         self.metrics.batches_appended.inc()
         self.metrics.events_appended.inc(len(pending.events))
         self.metrics.batch_size.observe(len(pending.events))
-        self.hub.publish(live.session_id, pending.events)
+        self.hub.publish(live.session_id, _with_stored_text(pending))
         if not result.done():
             result.set_result(AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at))
 
@@ -510,6 +509,15 @@ class SessionLogService:
     def _resubscribe(self, session_id: str, old: Any) -> Any:
         self.hub.unsubscribe(session_id, old)
         return self.hub.subscribe(session_id)
+
+
+def _with_stored_text(pending: PendingBatch) -> list[Event]:
+    """The batch's events carrying the exact data text they were stored with (when it holds
+    the whole data: no blob strings taken out), so subscribers get the bytes readers get."""
+    return [
+        event if refs else replace(event, data_text=text)
+        for event, (text, refs) in zip(pending.events, pending.stored, strict=True)
+    ]
 
 
 def _encode_page_token(record: SessionRecord) -> str:

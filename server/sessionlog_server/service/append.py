@@ -69,7 +69,6 @@ def plan_append(
     now: int,
     lease_expires_at: int,
     blob_threshold: int,
-    move_nul_to_blobs: bool,
     extra_first: Sequence[NewEvent] = (),
     raw: Sequence[bytes] | None = None,
 ) -> AppendPlan:
@@ -139,7 +138,7 @@ def plan_append(
     wire: list[bytes | None] = [None] * head_count + fresh_raw
     try:
         for event, text in zip(committed, wire, strict=True):
-            pending.stored.append(_stored(event, text, blob_threshold, move_nul_to_blobs, pending.blobs))
+            pending.stored.append(_stored(event, text, blob_threshold, pending.blobs))
     except BaseException:
         fold.rollback(mark)  # nothing of a batch that cannot be stored may stay in the live state
         raise
@@ -149,18 +148,18 @@ def plan_append(
     return AppendPlan(reported, pending, mark)
 
 
-def _stored(
-    event: Event, raw: bytes | None, threshold: int, move_nul: bool, blob_sink: dict[str, bytes]
-) -> tuple[str, str | None]:
+def _stored(event: Event, raw: bytes | None, threshold: int, blob_sink: dict[str, bytes]) -> tuple[str, str | None]:
     """The data's JSON text for storage, with blob strings taken out.
 
-    When the whole payload as received is shorter than the blob threshold, no string in it can
-    be over it, so the validated wire text is stored as is: no walk, no second encoding. (A NUL
-    can only appear escaped in JSON text, so one search tells whether it must leave JSONB.)
+    The text as received is stored as is whenever no string in it goes to a blob (a payload
+    shorter than the threshold cannot hold such a string: no walk at all), so stored bytes come
+    back exactly as they were sent. Service-written events (no wire text) are serialised once.
     """
-    if raw is not None and len(raw) <= threshold and not (move_nul and b"\\u0000" in raw):
+    if raw is not None and len(raw) <= threshold:
         return (raw.decode("utf-8") if raw else "{}"), None
-    ext = blobs.externalize(event.data, threshold, move_nul=move_nul)
+    ext = blobs.externalize(event.data, threshold)
+    if not ext.refs and raw is not None:
+        return raw.decode("utf-8"), None
     blob_sink.update(ext.blobs)
     return stored_form(ext.data, ext.refs or None)
 

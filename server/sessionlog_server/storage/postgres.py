@@ -18,7 +18,6 @@ from sessionlog_server.storage.recorder import BLOBS, EVENT_COLUMNS, EventRecord
 class PostgresEventRecorder(EventRecorder):
     """EventRecorder on PostgreSQL."""
 
-    move_nul_to_blobs = False
     advance_sql = (
         "UPDATE sessions SET next_seq = %s, last_time = %s, open_turn = %s, lease_expires_at = %s "
         "WHERE id = %s AND writer_id = %s AND epoch = %s AND next_seq = %s"

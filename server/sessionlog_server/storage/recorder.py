@@ -47,8 +47,6 @@ SNAPSHOTS = FoldSnapshotRow.__table__
 class EventRecorder(ABC):
     """Stores sessions, their writer leases, events and blobs in one SQL database."""
 
-    #: Strings with NUL characters must leave the JSON column (PostgreSQL JSONB refuses them).
-    move_nul_to_blobs: bool = False
     #: The fenced compare-and-set (driver SQL: built once, no per-batch statement construction).
     #: Parameters: next_seq, last_time, open_turn, lease_expires_at; id, writer_id, epoch, expected.
     advance_sql: ClassVar[str]
@@ -328,7 +326,7 @@ class EventRecorder(ABC):
         rows = []
         all_blobs: dict[str, bytes] = {}
         for event in events:
-            ext = blob_store.externalize(event.data, threshold or 1 << 62, move_nul=self.move_nul_to_blobs)
+            ext = blob_store.externalize(event.data, threshold or 1 << 62)
             all_blobs.update(ext.blobs)
             rows.append(_event_params(session_id, event, stored_form(ext.data, ext.refs)))
         if all_blobs:
@@ -513,9 +511,12 @@ def _event_from_row(row: Any, contents: dict[str, bytes]) -> Event:
         if kind == "append"
         else Replace(row["replace_start_seq"], row["replace_end_seq"])
     )
-    data = jsonvalue.loads(row["data"], what=f"stored data of seq {row['seq']}")
+    stored = row["data"]
+    data = jsonvalue.loads(stored, what=f"stored data of seq {row['seq']}")
+    exact: str | None = stored
     if row["blob_refs"]:
         data = blob_store.internalize(data, row["blob_refs"], contents)
+        exact = None  # the stored text has the blob strings taken out
     return Event(
         seq=row["seq"],
         time=row["time"],
@@ -525,4 +526,5 @@ def _event_from_row(row: Any, contents: dict[str, bytes]) -> Event:
         ignorable=bool(row["ignorable"]),
         surface_op=op,
         source_event_seqs=tuple(row["source_event_seqs"] or ()),
+        data_text=exact,
     )

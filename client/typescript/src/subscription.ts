@@ -8,7 +8,7 @@
  */
 import { type Client, Code } from "@connectrpc/connect";
 import { eventFromPb, num } from "./convert.js";
-import { type SessionLogError, toSessionLogError, Unavailable } from "./errors.js";
+import { SessionLogError, toSessionLogError, Unavailable } from "./errors.js";
 import type { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
 import { backoff, DEFAULT_RETRY, type RetryPolicy, sleep } from "./retry.js";
 import type { CaughtUp, Event } from "./types.js";
@@ -24,9 +24,13 @@ export interface SubscribeOptions {
   onResubscribe?: (fromSeq: number, cause: SessionLogError) => void;
 }
 
-/** Whether a subscription stream that failed with `error` can be resumed by subscribing again. */
+/**
+ * Whether a subscription stream that failed with `error` can be resumed by subscribing again:
+ * a transport failure, or the service cutting off a subscriber that fell behind
+ * (SUBSCRIBER_TOO_SLOW; the client resubscribes from the seq after its last event).
+ */
 export function isResumableCut(error: unknown): boolean {
-  return error instanceof Unavailable;
+  return error instanceof Unavailable || (error instanceof SessionLogError && error.reason === "SUBSCRIBER_TOO_SLOW");
 }
 
 export class Subscription implements AsyncIterable<Event | CaughtUp> {

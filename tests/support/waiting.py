@@ -14,6 +14,19 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+def retrying(action: Callable[[], T], errors: type[BaseException], *, timeout: float = 30.0) -> T:
+    """`action()`, called again while it raises `errors` (the service is not back yet), up to
+    `timeout` seconds; the last error is raised after that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return action()
+        except errors:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
 def eventually(probe: Callable[[], T], done: Callable[[T], bool], *, timeout: float = 30.0, every: float = 0.05) -> T:
     """Call `probe` until `done(result)`; returns that result, or fails after `timeout` seconds."""
     deadline = time.monotonic() + timeout

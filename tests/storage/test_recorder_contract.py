@@ -69,7 +69,7 @@ def batch(
         lease_expires_at=NOW + TTL,
     )
     for event in events:
-        ext = blobs.externalize(event.data, BLOB_THRESHOLD, move_nul=True)
+        ext = blobs.externalize(event.data, BLOB_THRESHOLD)
         pending.blobs.update(ext.blobs)
         pending.stored.append(stored_form(ext.data, ext.refs or None))
     return pending

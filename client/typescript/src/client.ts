@@ -209,10 +209,17 @@ export class SessionLogClient {
 
   // --- projections -----------------------------------------------------------------------
 
-  /** The messages the model sees, in order, at the head or at `atSeq`. */
-  async modelHistory(sessionId: string, options: ProjectionOptions = {}): Promise<ModelHistory> {
-    const response = await this.unary((signal) => this.rpc.getModelHistory({ scope: scope(sessionId, options) }, { signal }), true);
-    return parseArray(response.messagesJson, "messages") as Message[];
+  /** The messages the model sees, in order, at the head or at `atSeq` (fetched page by page). */
+  async modelHistory(sessionId: string, options: ProjectionOptions & { pageSize?: number } = {}): Promise<ModelHistory> {
+    const messages: Message[] = [];
+    let pageToken = "";
+    do {
+      const request = { scope: scope(sessionId, options), pageSize: options.pageSize ?? 0, pageToken };
+      const response = await this.unary((signal) => this.rpc.getModelHistory(request, { signal }), true);
+      for (const message of parseArray(response.messagesJson, "messages")) messages.push(message as Message);
+      pageToken = response.nextPageToken;
+    } while (pageToken);
+    return messages;
   }
 
   /** An empty local copy of the model history; `refreshHistory` keeps it current. */
@@ -222,14 +229,24 @@ export class SessionLogClient {
 
   /** Bring `copy` up to date, fetching only the messages it lacks (all of them after a replace). */
   async refreshHistory(copy: HistoryCopy): Promise<Message[]> {
-    const response = await this.unary((signal) => this.rpc.getModelHistory(copy.request(), { signal }), true);
-    return copy.apply(response);
+    do {
+      const request = copy.request();
+      copy.apply(await this.unary((signal) => this.rpc.getModelHistory(request, { signal }), true));
+    } while (!copy.complete);
+    return copy.messages;
   }
 
-  /** The transcript rows for people (replaced events stay, marked). */
-  async transcript(sessionId: string, options: ProjectionOptions = {}): Promise<TranscriptRow[]> {
-    const response = await this.unary((signal) => this.rpc.getTranscript({ scope: scope(sessionId, options) }, { signal }), true);
-    return parseArray(response.rowsJson, "rows") as unknown as TranscriptRow[];
+  /** The transcript rows for people (replaced events stay, marked), fetched page by page. */
+  async transcript(sessionId: string, options: ProjectionOptions & { pageSize?: number } = {}): Promise<TranscriptRow[]> {
+    const rows: TranscriptRow[] = [];
+    let pageToken = "";
+    do {
+      const request = { scope: scope(sessionId, options), pageSize: options.pageSize ?? 0, pageToken };
+      const response = await this.unary((signal) => this.rpc.getTranscript(request, { signal }), true);
+      for (const row of parseArray(response.rowsJson, "rows")) rows.push(row as unknown as TranscriptRow);
+      pageToken = response.nextPageToken;
+    } while (pageToken);
+    return rows;
   }
 
   /** The exact request of that prefix, its canonical bytes and their sha256. */

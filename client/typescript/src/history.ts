@@ -19,21 +19,32 @@ export class HistoryCopy {
   generation: number | null = null;
   /** The last seq the copy covers. */
   atSeq: number | null = null;
+  /** Set while the server has more pages of the history being fetched. */
+  pageToken = "";
+  /** Messages per page (0: the server's default). */
+  pageSize = 0;
 
   constructor(sessionId: string) {
     this.sessionId = sessionId;
   }
 
-  /** The request that fetches what the copy lacks. */
+  /** False while the server has more pages of the history being fetched. */
+  get complete(): boolean {
+    return this.pageToken === "";
+  }
+
+  /** The request that fetches what the copy lacks (or the next page of it). */
   request(): GetModelHistoryRequest {
+    if (this.pageToken) return create(GetModelHistoryRequestSchema, { scope: scope(this.sessionId), pageToken: this.pageToken, pageSize: this.pageSize });
     return create(GetModelHistoryRequestSchema, {
+      pageSize: this.pageSize,
       scope: scope(this.sessionId),
       fromIndex: BigInt(this.messages.length),
       ifGeneration: this.generation === null ? undefined : BigInt(this.generation),
     });
   }
 
-  /** Merge a response into the copy; returns the whole history. */
+  /** Merge one page into the copy; returns the history so far (see `complete`). */
   apply(response: GetModelHistoryResponse): Message[] {
     const fresh = parseArray(response.messagesJson, "messages") as Message[];
     const from = num(response.fromIndex);
@@ -44,6 +55,7 @@ export class HistoryCopy {
     }
     this.generation = num(response.replaceGeneration);
     this.atSeq = num(response.atSeq);
+    this.pageToken = response.nextPageToken;
     return this.messages;
   }
 }

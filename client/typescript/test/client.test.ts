@@ -119,6 +119,11 @@ for (const backend of BACKENDS) {
       assert.equal(stats.toolCalls, 1);
       const surface = await client.surface(id);
       assert.equal(surface.nodes.length, 5);
+      assert.deepEqual(await client.modelHistory(id, { pageSize: 2 }), history, "pages add up to the whole history");
+      assert.deepEqual(await client.transcript(id, { pageSize: 3 }), rows, "pages add up to the whole transcript");
+      const paged = client.historyCopy(id);
+      paged.pageSize = 2;
+      assert.deepEqual(await client.refreshHistory(paged), history);
       const early = await client.modelHistory(id, { atSeq: 4 });
       assert.equal(early.length, 2);
       const events = await collect(client.readEvents(id));

@@ -53,7 +53,7 @@ class Settings:
     tls_key_file: str = ""
     """PEM private key of `tls_cert_file`."""
     metrics_listen: str = "127.0.0.1:9464"
-    """`HOST:PORT` of the Prometheus `/metrics` endpoint; empty disables it."""
+    """`HOST:PORT` of the HTTP listener: `/metrics` and the session page `/sessions/ID`; empty disables it."""
     max_message_bytes: int = 256 * 1024 * 1024
     """Largest gRPC message the server accepts or sends."""
     read_page_bytes: int = 4 * 1024 * 1024

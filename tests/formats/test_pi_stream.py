@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,9 +26,8 @@ from sessionlog.core.formats.pi.stream import (
     parse_stream_chunks,
     parse_stream_file,
 )
-from tests.support.fixtures import STREAM_STDOUT, fixture
 
-STDOUT = fixture(STREAM_STDOUT)
+STDOUT = Path("/work/shared/fixtures/pi/stream-stdout.jsonl")
 
 
 def fixture_events() -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""CLI commands for a session's lifecycle: resume and fork (docs/repair.md)."""
+"""CLI commands for a session's lifecycle: resume and fork (SPEC §8)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""The `sessionlog` command line: serve, talk to a server, and fold files offline.
-
-Concepts and contract: docs/README.md in the sessionlog repository.
-"""
+"""The `sessionlog` command line: serve, talk to a server, and fold files offline."""
 
 from __future__ import annotations
 
@@ -12,12 +9,10 @@ import typer
 from sessionlog.cli import (
     lifecycle_commands,
     offline,
-    otlp_commands,
     projection_commands,
     server_commands,
     session_commands,
     transfer_commands,
-    view_commands,
 )
 from sessionlog.cli.common import State
 
@@ -53,8 +48,6 @@ projection_commands.register(app)
 lifecycle_commands.register(app)
 transfer_commands.register(app)
 offline.register(app)
-view_commands.register(app)
-otlp_commands.register(app)
 
 
 def main() -> None:

@@ -1,1 +1,0 @@
-"""The session page: a self-contained HTML view of one session (see page.py)."""

@@ -2,8 +2,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+# The session page's chart library, built from the pinned npm lock file (see web/).
+VIEW_ASSETS := client/sessionlog/view/vendor/uPlot.iife.min.js
 
-.PHONY: serve test lint typecheck pytest proto bench clean
+.PHONY: serve test lint typecheck pytest tstest proto bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -12,10 +14,13 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-serve: $(STAMP)  ## Run the service on the embedded SQLite default (var/sessionlog.db, 127.0.0.1:50051)
+$(VIEW_ASSETS): web/package-lock.json scripts/build_view_assets.sh
+	bash scripts/build_view_assets.sh
+
+serve: $(STAMP) $(VIEW_ASSETS)  ## Run the service on the embedded SQLite default (var/sessionlog.db, 127.0.0.1:50051)
 	$(VENV)/bin/sessionlog serve
 
-test: lint typecheck pytest  ## Lint, type-check and run the whole suite on SQLite and PostgreSQL
+test: lint typecheck pytest tstest  ## Lint, type-check and run the whole suite (Python and TypeScript) on SQLite and PostgreSQL
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check client server tests migrations scripts bench
@@ -23,9 +28,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) $(VIEW_ASSETS)
 	bash scripts/ensure_postgres.sh
+	bash scripts/ensure_chromium.sh
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+tstest: $(STAMP)  ## The TypeScript client: npm ci, generate and build from proto/, node tests against real servers
+	bash scripts/ensure_postgres.sh
+	cd client/typescript && npm ci --no-audit --no-fund && npm run build \
+		&& SESSIONLOG_PYTHON=$(abspath $(PY)) npm test
 
 bench: $(STAMP)  ## sessionlog and its peers on SQLite and PostgreSQL (see bench/README.md)
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[bench]"
@@ -36,4 +47,4 @@ proto: $(STAMP)  ## Regenerate client/sessionlog/v1 from proto/
 	$(PY) scripts/gen_proto.py
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache client/typescript/node_modules client/typescript/build

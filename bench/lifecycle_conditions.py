@@ -269,6 +269,7 @@ def timed_start(db: str) -> dict[str, Any]:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
         try:
             ready = _wait_serving(proc, port, target, start + START_TIMEOUT) - start
+            _wait_logged(err, "start-up repair done", proc, start + START_TIMEOUT)  # repair runs after SERVING
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -281,17 +282,28 @@ def timed_start(db: str) -> dict[str, Any]:
     stamps = {}
     for line in lines:
         name = line.get("event")
-        if name in ("lease acquired", "repaired open turns at start-up", "serving") and name not in stamps:
+        if name in ("lease acquired", "start-up repair done", "serving") and name not in stamps:
             stamps[name] = _epoch(line["timestamp"]) - wall0
     repaired = sum(1 for line in lines if line.get("event") == "repaired abandoned turn")
-    first_repair = stamps.get("lease acquired")
     serving = stamps.get("serving")
+    repaired_at = stamps.get("start-up repair done")
     return {
         "ready_ms": ms(ready),
-        "boot_ms": ms(first_repair) if first_repair is not None else (ms(serving) if serving else None),
-        "repair_ms": ms(serving - first_repair) if first_repair is not None and serving is not None else 0.0,
+        "boot_ms": ms(serving) if serving is not None else None,
+        "repair_ms": ms(repaired_at - serving) if repaired_at is not None and serving is not None else 0.0,
         "repaired_sessions_logged": repaired,
     }
+
+
+def _wait_logged(err: Any, event: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
+    """Wait until the server's log (being written to `err`) has a line with `event`."""
+    while time.perf_counter() < deadline:
+        err.seek(0)
+        if event.encode() in err.read():
+            return
+        if proc.poll() is not None:
+            return
+        time.sleep(0.01)
 
 
 def _wait_serving(proc: subprocess.Popen[bytes], port: int, target: str, deadline: float) -> float:

@@ -7,7 +7,7 @@ plus a RUNS.jsonl whose recorded metrics are stale for a third of the runs, then
 `recompute` command in-process, end to end, and reports the throughput over session bytes.
 
     .venv/bin/python bench/recompute_speed.py [--files 300] [--seed 7] [--keep DIR]
-    .venv/bin/python bench/recompute_speed.py --copies-of /work/shared/fixtures/pi-generated/sessions
+    .venv/bin/python bench/recompute_speed.py --copies-of tests/fixtures/pi-generated/sessions
 
 `--copies-of DIR` builds the corpus from copies of real session files instead (cycling over the
 `*.jsonl` in DIR), which shows the cost of many small messages: synthetic files have longer

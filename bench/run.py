@@ -30,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import figures, peers, profiling
+from bench import figures, long_sessions, peers, profiling
 from bench.aiowriter import product_async_writer_works
 from bench.procs import ROOT, Server, create_pg_database, drop_pg_database, pg_available
 from bench.report import render, targets
@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-seconds", type=float, default=None, help="py-spy the 16-session run (0: skip)")
     parser.add_argument("--client-procs", type=int, default=1, help="client processes for the streaming figures")
     parser.add_argument("--max-seconds", type=float, default=None, help="cap on any one timed loop")
+    parser.add_argument("--no-long-sessions", action="store_true", help="skip the long-session section")
     args = parser.parse_args(argv)
     # SIGTERM runs the `finally` blocks too: servers stopped, bench databases dropped.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
@@ -354,11 +355,17 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if have_pg:
                 drop_pg_database(pg_name)
+    if not args.no_long_sessions:
+        long_scale = long_sessions.QUICK if args.quick else long_sessions.FULL
+        report["long_sessions"] = long_sessions.run_all(backends, long_scale)
     report["targets"] = targets(report)
     report["meta"]["elapsed_s"] = round(time.monotonic() - started, 1)
     report["meta"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     json_path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
     print(render(report))
+    if "long_sessions" in report:
+        print("\n## Long sessions\n")
+        print(long_sessions.render(report["long_sessions"]))
     print(f"\nJSON: {json_path}")
     return 0
 

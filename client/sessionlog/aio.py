@@ -10,7 +10,6 @@ async with AsyncSessionLogClient("127.0.0.1:50051") as client:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
@@ -27,16 +26,12 @@ from sessionlog.core.events import Event, NewEvent
 from sessionlog.errors import from_rpc_error
 from sessionlog.requests import (
     CHANNEL_OPTIONS,
-    CLOSE_REQUEST,
     DEFAULT_TARGET,
     AppendResult,
     CaughtUp,
     EventLike,
     HeaderReport,
     ResumeInfo,
-    SubscriptionCursor,
-    acquire_from_pb,
-    acquire_request,
     append_request,
     batch_request,
     coalesce,
@@ -44,15 +39,15 @@ from sessionlog.requests import (
     header_report_from_pb,
     header_request,
     header_write_request,
+    history_request,
     open_request,
     read_request,
-    release_request,
-    renew_request,
     request_view_from_pb,
     resume_from_pb,
-    resume_request,
     scope,
+    subscription_items,
     surface_from_pb,
+    transcript_request,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
@@ -125,11 +120,10 @@ class AsyncSessionLogClient:
                 return
 
     async def acquire_lease(
-        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
+        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False
     ) -> convert.LeaseInfo:
-        """Take the writer lease; the returned lease holds its token (`lease_token` retakes a live one)."""
-        request = acquire_request(session_id, writer_id, takeover, lease_token)
-        return acquire_from_pb(await _call(self.stub.AcquireLease, request, self.timeout))
+        request = pb.AcquireLeaseRequest(session_id=session_id, writer_id=writer_id or "", takeover=takeover)
+        return convert.lease_from_pb((await _call(self.stub.AcquireLease, request, self.timeout)).lease)
 
     async def append(
         self,
@@ -144,12 +138,12 @@ class AsyncSessionLogClient:
         return AppendResult(list(response.seqs), response.next_seq)
 
     async def renew_lease(self, lease: convert.LeaseInfo) -> convert.LeaseInfo:
-        """Extend `lease` (a heartbeat); the renewed lease keeps its token."""
-        renewed = (await _call(self.stub.RenewLease, renew_request(lease), self.timeout)).lease
-        return convert.lease_from_pb(renewed, lease.token)
+        request = pb.RenewLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
+        return convert.lease_from_pb((await _call(self.stub.RenewLease, request, self.timeout)).lease)
 
     async def release_lease(self, lease: convert.LeaseInfo) -> None:
-        await _call(self.stub.ReleaseLease, release_request(lease), self.timeout)
+        request = pb.ReleaseLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
+        await _call(self.stub.ReleaseLease, request, self.timeout)
 
     async def writer(
         self,
@@ -171,11 +165,9 @@ class AsyncSessionLogClient:
         response = await _call(self.stub.ReportRequestHeader, header_request(session_id, lease, header), self.timeout)
         return header_report_from_pb(response)
 
-    async def resume(
-        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
-    ) -> ResumeInfo:
+    async def resume(self, session_id: str, *, writer_id: str | None = None, takeover: bool = False) -> ResumeInfo:
         """Resume a session for unary appends: lease, repair, seed boundary (SPEC §8)."""
-        request = resume_request(session_id, writer_id, takeover, lease_token)
+        request = pb.ResumeSessionRequest(session_id=session_id, writer_id=writer_id or "", takeover=takeover)
         return resume_from_pb(await _call(self.stub.ResumeSession, request, self.timeout))
 
     async def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> convert.SessionInfo:
@@ -186,18 +178,32 @@ class AsyncSessionLogClient:
     async def model_history(
         self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
     ) -> list[dict[str, Any]]:
-        """The messages the model sees, in order, at the head or at `at_seq`."""
-        request = pb.GetModelHistoryRequest(scope=scope(session_id, at_seq, with_repair))
-        response = await _call(self.stub.GetModelHistory, request, self.timeout)
-        return list(jsonvalue.loads(response.messages_json, what="messages"))
+        """The messages the model sees, in order, at the head or at `at_seq` (all pages)."""
+        messages: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            response = await _call(
+                self.stub.GetModelHistory, history_request(session_id, at_seq, with_repair, token), self.timeout
+            )
+            messages.extend(jsonvalue.loads(response.messages_json, what="messages"))
+            token = response.next_page_token
+            if not token:
+                return messages
 
     async def transcript(
         self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
     ) -> list[dict[str, Any]]:
-        """The transcript rows for people (replaced events stay, marked)."""
-        request = pb.GetTranscriptRequest(scope=scope(session_id, at_seq, with_repair))
-        response = await _call(self.stub.GetTranscript, request, self.timeout)
-        return list(jsonvalue.loads(response.rows_json, what="rows"))
+        """The transcript rows for people (replaced events stay, marked), all pages."""
+        rows: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            response = await _call(
+                self.stub.GetTranscript, transcript_request(session_id, at_seq, with_repair, token), self.timeout
+            )
+            rows.extend(jsonvalue.loads(response.rows_json, what="rows"))
+            token = response.next_page_token
+            if not token:
+                return rows
 
     async def request(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
         """`{"request", "sha256", "headerSeq"}`: the exact request of that prefix."""
@@ -226,27 +232,17 @@ class AsyncSessionLogClient:
             raise from_rpc_error(exc) from None
 
     async def subscribe(self, session_id: str, *, from_seq: int = 0) -> AsyncIterator[Event | CaughtUp]:
-        """Replay, a CaughtUp marker, then live events (until the caller stops iterating).
-
-        Cut off for falling behind (SUBSCRIBER_TOO_SLOW), it resumes on its own from the first
-        seq it has not delivered, as the sync client does.
-        """
-        cursor = SubscriptionCursor(session_id, from_seq)
-        while True:
-            call = self.stub.SubscribeEvents(cursor.request())
-            try:
-                async for response in call:
-                    for item in cursor.items(response):
-                        yield item
-                return
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.CANCELLED:
-                    return
-                error = from_rpc_error(exc)
-                if not cursor.should_resume(error):
-                    raise error from None
-            finally:
-                call.cancel()
+        """Replay, a CaughtUp marker, then live events (until the caller stops iterating)."""
+        call = self.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=session_id, from_seq=from_seq))
+        try:
+            async for response in call:
+                for item in subscription_items(response):
+                    yield item
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                raise from_rpc_error(exc) from None
+        finally:
+            call.cancel()
 
 
 @dataclass(slots=True)
@@ -288,7 +284,7 @@ class AsyncWriter:
             raise from_rpc_error(exc) from None
         if first is grpc.aio.EOF:
             raise Unavailable("STREAM_ENDED", "the server closed the writer stream while opening")
-        self.lease = convert.lease_from_pb(first.opened.lease, first.opened.lease_token)
+        self.lease = convert.lease_from_pb(first.opened.lease)
         self.next_seq = first.opened.next_seq
         if first.opened.HasField("resumed"):
             self.resumed = resume_from_pb(first.opened.resumed)
@@ -389,9 +385,6 @@ class AsyncWriter:
         finally:
             if self._sender is not None:
                 self._sender.cancel()
-            if self._failure is None:
-                with contextlib.suppress(grpc.RpcError):  # the service may have ended the call
-                    await self._call.write(CLOSE_REQUEST)  # on purpose: the lease is released
             await self._call.done_writing()
             if self._reader is not None:
                 await self._reader
@@ -402,13 +395,7 @@ class AsyncWriter:
     async def __aexit__(self, exc_type: object, *rest: object) -> None:
         if exc_type is None:
             await self.close()
-        else:  # end on purpose (the lease is released), without waiting for what is in flight
+        else:
             if self._sender is not None:
                 self._sender.cancel()
-            with contextlib.suppress(grpc.RpcError):
-                await self._call.write(CLOSE_REQUEST)
-                await self._call.done_writing()
-            if self._reader is not None:
-                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                    await asyncio.wait_for(asyncio.shield(self._reader), timeout=5)
             self._call.cancel()

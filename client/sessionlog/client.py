@@ -38,7 +38,6 @@ from sessionlog.core.events import Event, NewEvent
 from sessionlog.errors import from_rpc_error
 from sessionlog.requests import (
     CHANNEL_OPTIONS,
-    CLOSE_REQUEST,
     DEFAULT_TARGET,
     MAX_COALESCED_BATCHES,
     AppendResult,
@@ -47,9 +46,6 @@ from sessionlog.requests import (
     HeaderReport,
     HistoryCopy,
     ResumeInfo,
-    SubscriptionCursor,
-    acquire_from_pb,
-    acquire_request,
     append_request,
     batch_request,
     coalesce,
@@ -57,15 +53,15 @@ from sessionlog.requests import (
     header_report_from_pb,
     header_request,
     header_write_request,
+    history_request,
     open_request,
     read_request,
-    release_request,
-    renew_request,
     request_view_from_pb,
     resume_from_pb,
-    resume_request,
     scope,
+    subscription_items,
     surface_from_pb,
+    transcript_request,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
@@ -145,11 +141,10 @@ class SessionLogClient:
     # --- unary writing ----------------------------------------------------------------
 
     def acquire_lease(
-        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
+        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False
     ) -> convert.LeaseInfo:
-        """Take the writer lease; the returned lease holds its token (`lease_token` retakes a live one)."""
-        request = acquire_request(session_id, writer_id, takeover, lease_token)
-        return acquire_from_pb(_call(self.stub.AcquireLease, request, self.timeout))
+        request = pb.AcquireLeaseRequest(session_id=session_id, writer_id=writer_id or "", takeover=takeover)
+        return convert.lease_from_pb(_call(self.stub.AcquireLease, request, self.timeout).lease)
 
     def append(
         self,
@@ -165,12 +160,12 @@ class SessionLogClient:
         return AppendResult(list(response.seqs), response.next_seq)
 
     def renew_lease(self, lease: convert.LeaseInfo) -> convert.LeaseInfo:
-        """Extend `lease` (a heartbeat); the renewed lease keeps its token."""
-        renewed = _call(self.stub.RenewLease, renew_request(lease), self.timeout).lease
-        return convert.lease_from_pb(renewed, lease.token)
+        request = pb.RenewLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
+        return convert.lease_from_pb(_call(self.stub.RenewLease, request, self.timeout).lease)
 
     def release_lease(self, lease: convert.LeaseInfo) -> None:
-        _call(self.stub.ReleaseLease, release_request(lease), self.timeout)
+        request = pb.ReleaseLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
+        _call(self.stub.ReleaseLease, request, self.timeout)
 
     def report_header(self, session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> HeaderReport:
         """Report the request header about to be used; the service decides whether to log it."""
@@ -206,11 +201,9 @@ class SessionLogClient:
 
     # --- lifecycle --------------------------------------------------------------------
 
-    def resume(
-        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
-    ) -> ResumeInfo:
+    def resume(self, session_id: str, *, writer_id: str | None = None, takeover: bool = False) -> ResumeInfo:
         """Resume a session for unary appends: lease, repair, seed boundary (SPEC §8)."""
-        request = resume_request(session_id, writer_id, takeover, lease_token)
+        request = pb.ResumeSessionRequest(session_id=session_id, writer_id=writer_id or "", takeover=takeover)
         return resume_from_pb(_call(self.stub.ResumeSession, request, self.timeout))
 
     def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> convert.SessionInfo:
@@ -223,10 +216,17 @@ class SessionLogClient:
     def model_history(
         self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
     ) -> list[dict[str, Any]]:
-        """The messages the model sees, in order, at the head or at `at_seq`."""
-        request = pb.GetModelHistoryRequest(scope=scope(session_id, at_seq, with_repair))
-        response = _call(self.stub.GetModelHistory, request, self.timeout)
-        return list(jsonvalue.loads(response.messages_json, what="messages"))
+        """The messages the model sees, in order, at the head or at `at_seq` (all pages)."""
+        messages: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            response = _call(
+                self.stub.GetModelHistory, history_request(session_id, at_seq, with_repair, token), self.timeout
+            )
+            messages.extend(jsonvalue.loads(response.messages_json, what="messages"))
+            token = response.next_page_token
+            if not token:
+                return messages
 
     def history_copy(self, session_id: str) -> HistoryCopy:
         """An empty local copy of the model history; pass it to `refresh_history`."""
@@ -234,14 +234,25 @@ class SessionLogClient:
 
     def refresh_history(self, copy: HistoryCopy) -> list[dict[str, Any]]:
         """Bring `copy` up to date, fetching only the messages it lacks (all after a replace)."""
-        return copy.apply(_call(self.stub.GetModelHistory, copy.request(), self.timeout))
+        while True:
+            messages = copy.apply(_call(self.stub.GetModelHistory, copy.request(), self.timeout))
+            if copy.complete:
+                return messages
 
     def transcript(
         self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
     ) -> list[dict[str, Any]]:
-        """The transcript rows for people (replaced events stay, marked)."""
-        request = pb.GetTranscriptRequest(scope=scope(session_id, at_seq, with_repair))
-        return list(jsonvalue.loads(_call(self.stub.GetTranscript, request, self.timeout).rows_json, what="rows"))
+        """The transcript rows for people (replaced events stay, marked), all pages."""
+        rows: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            response = _call(
+                self.stub.GetTranscript, transcript_request(session_id, at_seq, with_repair, token), self.timeout
+            )
+            rows.extend(jsonvalue.loads(response.rows_json, what="rows"))
+            token = response.next_page_token
+            if not token:
+                return rows
 
     def request(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
         """`{"request", "sha256", "headerSeq"}`: the exact request of that prefix."""
@@ -271,12 +282,9 @@ class SessionLogClient:
             raise from_rpc_error(exc) from None
 
     def subscribe(self, session_id: str, *, from_seq: int = 0) -> Subscription:
-        """Replay from `from_seq`, a CaughtUp marker, then live events until cancelled.
-
-        A subscription the server cuts off for falling behind (SUBSCRIBER_TOO_SLOW) resumes on
-        its own from the first seq it has not delivered: the caller sees no gap and no repeat.
-        """
-        return Subscription(self.stub, SubscriptionCursor(session_id, from_seq))
+        """Replay from `from_seq`, a CaughtUp marker, then live events until cancelled."""
+        call = self.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=session_id, from_seq=from_seq))
+        return Subscription(call)
 
 
 def _coalescing(requests: queue.Queue[Any]) -> Iterator[pb.WriteRequest]:
@@ -304,28 +312,19 @@ def _coalescing(requests: queue.Queue[Any]) -> Iterator[pb.WriteRequest]:
 class Subscription:
     """An iterator of Events and one CaughtUp marker; `cancel()` ends it."""
 
-    def __init__(self, stub: SessionServiceStub, cursor: SubscriptionCursor) -> None:
-        self._stub = stub
-        self._cursor = cursor
-        self._cancelled = False
-        self._call = stub.SubscribeEvents(cursor.request())
+    def __init__(self, call: Any) -> None:
+        self._call = call
 
     def __iter__(self) -> Iterator[Event | CaughtUp]:
-        while True:
-            try:
-                for response in self._call:
-                    yield from self._cursor.items(response)
+        try:
+            for response in self._call:
+                yield from subscription_items(response)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:
                 return
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.CANCELLED or self._cancelled:
-                    return
-                error = from_rpc_error(exc)
-                if not self._cursor.should_resume(error):
-                    raise error from None
-                self._call = self._stub.SubscribeEvents(self._cursor.request())
+            raise from_rpc_error(exc) from None
 
     def cancel(self) -> None:
-        self._cancelled = True
         self._call.cancel()
 
 
@@ -370,7 +369,6 @@ class Writer:
         self._closed = False
         self._failure: SessionLogError | None = None
         self.lease: convert.LeaseInfo
-        self._held = False  # whether `lease` (and its token) came from an open stream
         self.next_seq = 0
         self.resumed: ResumeInfo | None = None
         self._resume = resume
@@ -422,7 +420,6 @@ class Writer:
         finally:
             with self._lock:
                 self._closed = True
-                self._requests.put(CLOSE_REQUEST)
                 self._requests.put(_END)
             self._reader.join(timeout=30)
 
@@ -432,10 +429,9 @@ class Writer:
     def __exit__(self, exc_type: object, *rest: object) -> None:
         if exc_type is None:
             self.close()
-        else:  # end on purpose (the lease is released), without waiting for what is in flight
+        else:
             with self._lock:
                 self._closed = True
-                self._requests.put(CLOSE_REQUEST)
                 self._requests.put(_END)
             self._reader.join(timeout=30)
 
@@ -444,10 +440,7 @@ class Writer:
     def _connect(self, takeover: bool) -> None:
         requests: queue.Queue[Any] = queue.Queue()
         with self._lock:
-            # A reconnect presents the token of the lease it held, so it takes that lease again
-            # (at a new epoch) instead of finding it held until it lapses.
-            token = self.lease.token if self._held else ""
-            requests.put(open_request(self.session_id, self._writer_id, takeover, self._create, self._resume, token))
+            requests.put(open_request(self.session_id, self._writer_id, takeover, self._create, self._resume))
             for pending in self._pending:  # after a reconnect: re-send what was not acknowledged
                 requests.put(pending.request())
             self._requests = requests
@@ -456,8 +449,7 @@ class Writer:
             first = next(self._call)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
-        self.lease = convert.lease_from_pb(first.opened.lease, first.opened.lease_token)
-        self._held = True
+        self.lease = convert.lease_from_pb(first.opened.lease)
         self._writer_id = self.lease.writer_id
         self.next_seq = first.opened.next_seq
         if first.opened.HasField("resumed"):

@@ -1,12 +1,13 @@
-"""Protobuf <-> core conversions, shared by both clients and the server.
+"""Protobuf <-> core conversions of the values both ends share: events, surface ops, leases.
 
-The only place that knows both the generated messages and the core dataclasses, so the
-transport layers stay thin and the wire shape is defined once.
+Both clients and the server convert these here, so the wire shape of an event is defined once.
+Conversions of one RPC's request or response live next to their only user: the clients'
+`sessionlog.requests` and the server's `transport/servicer.py`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sessionlog.core import jsonvalue
@@ -87,11 +88,16 @@ def new_event_from_pb(msg: event_pb2.NewEvent, index: int = 0) -> DecodedEvent:
             source_event_seqs=tuple(msg.source_event_seqs),
         )
     except ValidationError as exc:
-        exc.metadata.setdefault("event_index", str(index))
-        exc.message = f"event {index}: {exc.message}"
-        exc.args = (exc.message,)
+        exc.name_event(index)
         raise
     return DecodedEvent(event, len(msg.data_json), msg.data_json)
+
+
+def data_bytes(event: Event) -> bytes:
+    """The event's data as JSON: the exact text stored when known, else serialised."""
+    if event.data_text is not None:
+        return event.data_text.encode("utf-8")
+    return jsonvalue.dumps_bytes(event.data)
 
 
 def event_to_pb(event: Event, data_json: bytes | None = None) -> event_pb2.Event:
@@ -100,7 +106,7 @@ def event_to_pb(event: Event, data_json: bytes | None = None) -> event_pb2.Event
         seq=event.seq,
         time_unix_ms=event.time,
         type=event.type,
-        data_json=data_json if data_json is not None else jsonvalue.dumps_bytes(event.data),
+        data_json=data_json if data_json is not None else data_bytes(event),
         event_id=event.event_id or "",
         ignorable=event.ignorable,
         source_event_seqs=event.source_event_seqs,
@@ -125,30 +131,24 @@ def event_from_pb(msg: event_pb2.Event) -> Event:
 
 @dataclass(frozen=True, slots=True)
 class LeaseInfo:
-    """A writer lease as the client sees it; `token` is set only on a lease this client holds."""
+    """A writer lease as the client sees it."""
 
     session_id: str
     writer_id: str
     epoch: int
     expire_time: int
-    token: str = field(default="", repr=False)
-    """The lease token the grant returned: the holder's only credential (kept out of repr)."""
 
     def to_json(self) -> JsonObject:
-        out: JsonObject = {
+        return {
             "sessionId": self.session_id,
             "writerId": self.writer_id,
             "epoch": self.epoch,
             "expireTime": self.expire_time,
         }
-        if self.token:
-            out["leaseToken"] = self.token
-        return out
 
 
-def lease_from_pb(msg: session_pb2.Lease, token: str = "") -> LeaseInfo:
-    """A Lease message as a LeaseInfo; `token` is the grant's lease token when this client holds it."""
-    return LeaseInfo(msg.session_id, msg.writer_id, msg.epoch, msg.expire_time_unix_ms, token)
+def lease_from_pb(msg: session_pb2.Lease) -> LeaseInfo:
+    return LeaseInfo(msg.session_id, msg.writer_id, msg.epoch, msg.expire_time_unix_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sessionlog.core.limits import Limits
+from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 
 ENV_PREFIX = "SESSIONLOG_"
 
@@ -32,22 +32,18 @@ class Settings:
     """How long a writer lease lasts without a renewal (streaming leases are renewed by the service)."""
     blob_threshold_bytes: int = 256 * 1024
     """Payload strings longer than this are stored once as content-addressed blobs."""
-    max_event_bytes: int = 64 * 1024 * 1024
+    max_event_bytes: int = DEFAULT_LIMITS.max_event_bytes
     """Largest `data` of one event."""
-    max_batch_events: int = 10_000
+    max_batch_events: int = DEFAULT_LIMITS.max_batch_events
     """Most events in one batch."""
-    max_batch_bytes: int = 128 * 1024 * 1024
+    max_batch_bytes: int = DEFAULT_LIMITS.max_batch_bytes
     """Largest total `data` of one batch."""
     max_events_per_second: int = 0
     """Events per second per namespace (a token bucket with one second of burst); 0: no limit."""
     max_sessions_per_namespace: int = 0
     """Sessions one namespace may hold; 0: no limit."""
     max_open_streams: int = 10_000
-    """Writer and subscription streams open at once on this instance (counted from their first byte)."""
-    writer_open_timeout_s: float = 10.0
-    """How long a writer stream may stay open without sending its `open` message."""
-    subscriber_buffer_bytes: int = 32 * 1024 * 1024
-    """Payload bytes queued for one subscriber; one that falls further behind is cut off (SUBSCRIBER_TOO_SLOW)."""
+    """Writer and subscription streams open at once on this instance."""
     tokens_file: str = ""
     """Bearer tokens (hashed) and their namespaces, JSON Lines; see `sessionlog token new`. Empty: no auth."""
     tokens: str = ""
@@ -57,17 +53,26 @@ class Settings:
     tls_key_file: str = ""
     """PEM private key of `tls_cert_file`."""
     metrics_listen: str = "127.0.0.1:9464"
-    """`HOST:PORT` of the Prometheus `/metrics` endpoint; empty disables it."""
+    """`HOST:PORT` of the HTTP listener: `/metrics` and the session page `/sessions/ID`; empty disables it."""
     max_message_bytes: int = 256 * 1024 * 1024
     """Largest gRPC message the server accepts or sends."""
     read_page_bytes: int = 4 * 1024 * 1024
     """A read page stops growing past this many payload bytes (at least one event per page)."""
     session_cache_size: int = 1024
-    """How many sessions' folded state the service keeps in memory."""
+    """How many sessions' folded state the service keeps in memory (see also `session_cache_bytes`)."""
+    session_cache_bytes: int = 256 * 1024 * 1024
+    """Bytes the cached sessions' folded state may take (estimated; about 120 bytes a surface node)."""
+    message_cache_bytes: int = 64 * 1024 * 1024
+    """Bytes of projected message JSON kept for model histories, shared by all sessions."""
+    snapshot_every_events: int = 1000
+    """A fold snapshot is stored once this many events (or, for a large surface, an eighth of its
+    nodes) have been appended since the last one; loading a session folds at most about that many."""
+    snapshot_every_bytes: int = 16 * 1024 * 1024
+    """A fold snapshot is also stored once this many payload bytes have been appended since the last one."""
     group_commit_max_batches: int = 512
     """Most batches one group commit may carry."""
     repair_on_start: bool = True
-    """Complete open turns of sessions without a live writer at start-up (SPEC §8)."""
+    """Complete open turns of sessions without a live writer at start-up (docs/repair.md)."""
     shutdown_grace_s: float = 10.0
     """How long SIGTERM waits for in-flight batches before stopping."""
     log_level: str = "info"

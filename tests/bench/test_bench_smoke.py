@@ -43,7 +43,7 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=170,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(out.read_text())
@@ -58,6 +58,14 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
         assert "peak_rss_mb" in figures["rss_streams"]
         for key in ("history_1k", "history_10k", "history_100k"):
             assert "cold_ms" in figures[key] or "unavailable" in figures[key]
+    for backend in ("sqlite", "postgresql"):
+        long = report["long_sessions"][backend]
+        for label in ("compacting", "long"):
+            assert long[label]["floor"]["ms"] > 0
+            for key in ("cold_history", "history_at_middle", "cold_resume"):
+                assert long[label][key]["ms"] > 0 and "rss_growth_mb" in long[label][key]
+        assert long["live"]["sessions"] > 0 and "rss_above_idle_mb" in long["live"]
+    assert "Long sessions" in done.stdout
     assert set(PEERS) <= report["peers"].keys()
     assert report["targets"]
     assert "sessionlog" in done.stdout and "targets" in done.stdout

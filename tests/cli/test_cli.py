@@ -6,9 +6,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from sessionlog.cli.hints import readable_time
 from tests.support.servers import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +85,11 @@ def test_append_streams_and_holds_the_lease(server: ServerThread, sid: str) -> N
     proc.stdin.flush()
     assert proc.stdout.readline().strip() == "0"  # committed while stdin is still open
     second = run(server, "append", sid, stdin=lines({"type": "test/n", "data": {}, "ignorable": True}))
-    assert second.returncode != 0 and "WRITER_HELD" in second.stderr
+    assert second.returncode != 0
+    # one line: the reason, who holds the lease until when (a readable time), and the way out
+    assert second.stderr.startswith(f"sessionlog: error: WRITER_HELD: session '{sid}' is held by writer ")
+    assert " UTC (in " in second.stderr and "--takeover takes the session over" in second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1
     proc.stdin.write(lines({"type": "test/n", "data": {}, "ignorable": True}))
     proc.stdin.close()
     assert proc.stdout.read().split() == ["1"]
@@ -107,7 +111,7 @@ def test_tail_follows_new_events(server: ServerThread, sid: str) -> None:
     try:
         assert proc.stdout
         assert json.loads(proc.stdout.readline())["seq"] == 0
-        time.sleep(0.2)
+        # Whether the subscription is still replaying or already live, the next event reaches it.
         run(server, "append", sid, stdin=lines({"type": "test/n", "data": {"i": 1}, "ignorable": True}))
         assert json.loads(proc.stdout.readline())["data"] == {"i": 1}
     finally:
@@ -138,3 +142,8 @@ def test_header_lines_projections_resume_and_fork(server: ServerThread, sid: str
     assert forked == {"id": f"{sid}-f", "parent": sid, "forkSeq": 2}
     children = [json.loads(line)["id"] for line in run(server, "sessions", "--parent", sid).stdout.splitlines()]
     assert children == [f"{sid}-f"]
+
+
+def test_times_read_as_times() -> None:
+    assert readable_time(1_764_524_525_000, now_ms=1_764_524_502_000) == "2025-11-30 17:42:05 UTC (in 23 s)"
+    assert readable_time(1_764_524_525_000, now_ms=1_764_524_530_400) == "2025-11-30 17:42:05 UTC (5 s ago)"

@@ -11,6 +11,7 @@ written independently of the code under test and are the oracle.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -324,7 +325,7 @@ def naive_stats(events: list[Event]) -> dict[str, Any]:
 
     model = provider = thinking = None
     tokens = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}
-    cost: float = 0.0
+    costs: list[float] = []
     for e in events:
         d = e.data
         if e.type == "request/context":
@@ -345,7 +346,7 @@ def naive_stats(events: list[Event]) -> dict[str, Any]:
         if u:
             for k in tokens:
                 tokens[k] += u.get(k, 0)
-            cost += u["cost"]["total"]
+            costs.append(u["cost"]["total"])
     fresh = [e for e in events if not restated(e)]
     return {
         "events": len(events),
@@ -354,6 +355,8 @@ def naive_stats(events: list[Event]) -> dict[str, Any]:
         "thinkingLevel": thinking,
         "messages": len(naive_history(events)),
         "turns": sum(e.type == "turn/start" for e in events),
+        "modelCalls": sum(e.type == "assistant/attempt" for e in events)
+        + sum(e.surface_op is not None and e.data["message"].get("role") == "assistant" for e in fresh),
         "steps": sum(e.type == "step/start" for e in events),
         "toolCalls": sum(
             sum(b.get("type") == "toolCall" for b in e.data["message"]["content"])
@@ -373,7 +376,7 @@ def naive_stats(events: list[Event]) -> dict[str, Any]:
         "outputTokens": tokens["output"],
         "cacheReadTokens": tokens["cacheRead"],
         "cacheWriteTokens": tokens["cacheWrite"],
-        "costUsd": cost,
+        "costUsd": round(math.fsum(costs), 12),
     }
 
 

@@ -14,8 +14,7 @@ from sessionlog.core.projections.model_history import model_history
 from sessionlog.core.projections.request import request
 from sessionlog.core.projections.stats import stats
 from sessionlog.core.projections.transcript import transcript
-from sessionlog.core.repair import commit_closers, open_turn_closers, repair_event_id
-from sessionlog.core.structure import check_turn_end_not_reserved
+from sessionlog.core.repair import check_writer_turn_end, commit_closers, open_turn_closers, repair_event_id
 from sessionlog.core.surface import fold_surface
 
 from .builders import Log, result, user
@@ -90,11 +89,16 @@ def test_step_end_with_unrun_calls_is_allowed_and_forgets_them() -> None:
 
 
 def test_reserved_turn_end_kinds_are_for_repair_only() -> None:
-    event = Event(1, 0, "turn/end", {"turn": 1, "reason": {"kind": "interrupted"}})
-    with pytest.raises(ValidationError) as info:
-        check_turn_end_not_reserved(event)
-    assert info.value.reason == "RESERVED_TURN_END_KIND"
-    check_turn_end_not_reserved(Event(1, 0, "turn/end", {"turn": 1, "reason": {"kind": "completed"}}))
+    for kind in ("interrupted", "forked"):
+        with pytest.raises(ValidationError) as info:
+            check_writer_turn_end(NewEvent("turn/end", {"turn": 1, "reason": {"kind": kind}}, event_id="mine"))
+        assert info.value.reason == "RESERVED_TURN_END_KIND"
+    check_writer_turn_end(NewEvent("turn/end", {"turn": 1, "reason": {"kind": "completed"}}))
+    # a re-imported log carries repair's own eventIds: written by repair once, so accepted
+    check_writer_turn_end(NewEvent("turn/end", {"turn": 1, "reason": {"kind": "forked"}}, event_id="repair-forked-1"))
+    forked = {"turn": 1, "reason": {"kind": "forked"}}
+    with pytest.raises(ValidationError):  # repair's id for another kind is no pass
+        check_writer_turn_end(NewEvent("turn/end", forked, event_id="repair-interrupted-1"))
 
 
 def test_first_surface_needs_system_head() -> None:
@@ -375,8 +379,9 @@ def test_stats_sources() -> None:
     )
     assert s == stats(log.events)
     assert list(s) == [
-        "events", "model", "provider", "thinkingLevel", "messages", "turns", "steps", "toolCalls", "toolErrors",
-        "compactions", "replaces", "inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "costUsd",
+        "events", "model", "provider", "thinkingLevel", "messages", "turns", "modelCalls", "steps", "toolCalls",
+        "toolErrors", "compactions", "replaces", "inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens",
+        "costUsd",
     ]  # fmt: skip
 
 

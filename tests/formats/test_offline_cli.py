@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +17,11 @@ from typer.testing import CliRunner
 
 from sessionlog.cli.offline import register
 from sessionlog.core.formats.replay import METRIC_KEYS, replay_file
+from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
+from tests.support.fixtures import oracle as pi_oracle
 
-FIXTURES = Path("/work/shared/fixtures")
-RESUMED = FIXTURES / "pi" / "resumed-session.jsonl"
-GENERATED = sorted((FIXTURES / "pi-generated" / "sessions").glob("*.jsonl"))
+RESUMED = fixture(RESUMED_SESSION)
+GENERATED = pi_generated_sessions()
 BRANCHY = next(p for p in GENERATED if p.name.startswith("2025-10-04"))
 
 
@@ -48,6 +53,7 @@ def test_replay_prints_the_spec_table(app: typer.Typer) -> None:
         "thinking": "medium",
         "messages": "4",
         "turns": "2",
+        "model calls": "2",
         "tool calls": "0",
         "compactions": "0",
         "input tokens": "3012",
@@ -66,7 +72,7 @@ def test_replay_json_has_exactly_the_spec_keys(app: typer.Typer) -> None:
 
 
 def test_replay_at_an_entry(app: typer.Typer) -> None:
-    oracle = json.loads((FIXTURES / "pi-generated" / "oracle" / (BRANCHY.stem + ".json")).read_text())
+    oracle = pi_oracle(BRANCHY)
     other = oracle["otherLeaves"][0]
     data = json.loads(run(app, "replay", BRANCHY, "--json", "--at", other["leafId"]).output)
     assert data["eventsOnBranch"] == len(other["path"])
@@ -110,16 +116,16 @@ def test_replay_check_matches(app: typer.Typer, tmp_path: Path) -> None:
 
 
 def test_replay_check_reports_differences_and_fails(app: typer.Typer, tmp_path: Path) -> None:
-    run_file = _write_run(tmp_path, {"costUsd": 0.0155, "input_tokens": 3012, "messages": 5})
+    run_file = _write_run(tmp_path, {"costUsd": 0.0154, "input_tokens": 3012, "messages": 5})
     result = run(app, "replay", RESUMED, "--check", run_file)
     assert result.exit_code == 1
-    assert "costUsd: 0.0155 -> 0.01551" in result.output
+    assert "costUsd: 0.0154 -> 0.01551" in result.output  # 0.0155 would match: four decimals recorded
     assert "messages: 5 -> 4" in result.output
     assert "input_tokens" not in result.output
     as_json = run(app, "replay", RESUMED, "--check", run_file, "--json")
     assert as_json.exit_code == 1
     assert json.loads(as_json.output)["check"]["differences"] == [
-        {"key": "costUsd", "recorded": 0.0155, "replayed": 0.01551},
+        {"key": "costUsd", "recorded": 0.0154, "replayed": 0.01551},
         {"key": "messages", "recorded": 5, "replayed": 4},
     ]
 
@@ -179,8 +185,9 @@ def test_recompute_reports_changes_and_counts_unchanged(app: typer.Typer, tmp_pa
     assert "  stale" in out
     branchy = replay_file(BRANCHY).metrics
     assert f"    cost_usd: 0.001 -> {json.dumps(branchy['costUsd'])}" in out
-    assert f"    session_format: null -> {json.dumps(branchy['sessionFormat'])}" in out
-    assert "compaction_cost_usd" not in out  # null, and not recorded
+    assert "session_format" not in out  # not recorded: not a change of the run
+    assert "not recorded, not compared (--write --add-new adds them): sessionFormat (1 run(s))" in out
+    assert "compactionCostUsd" not in out  # null, and not recorded
     assert "lost  error:" in out and "gone.jsonl" in out
     assert "1 run(s) unchanged" in out
     assert "1 run(s) differ from the recorded metrics" in out
@@ -199,11 +206,40 @@ def test_recompute_write_rewrites_only_changed_lines_atomically(app: typer.Typer
     record = json.loads(lines[2])
     assert record["notes"] == "中文 ✓"
     assert record["metrics"]["cost_usd"] == replay_file(BRANCHY).metrics["costUsd"]
-    assert "session_format" in record["metrics"] and "sessionFormat" not in record["metrics"]
+    assert set(record["metrics"]) == {"cost_usd", "input_tokens", "tool_calls"}  # what was recorded
     assert list(tmp_path.glob(".runs.jsonl.*")) == []  # no temp file left behind
     again = run(app, "recompute", runs, "--sessions", sessions)
     assert "0 run(s) differ" in again.output
     assert "2 run(s) unchanged" in again.output
+
+
+def test_recompute_add_new_adds_the_missing_metrics_in_the_records_spelling(app: typer.Typer, tmp_path: Path) -> None:
+    runs, sessions, raw = _runs(tmp_path)
+    refused = run(app, "recompute", runs, "--sessions", sessions, "--add-new")
+    assert refused.exit_code == 2 and "--write" in refused.output
+    result = run(app, "recompute", runs, "--sessions", sessions, "--write", "--add-new")
+    assert "wrote the new metrics of 1 run(s)" in result.output  # "ok" recorded everything already
+    lines = runs.read_bytes().split(b"\n")
+    assert lines[0] == raw[0]
+    metrics = json.loads(lines[2])["metrics"]
+    assert metrics["session_format"] == "v3" and "sessionFormat" not in metrics
+    assert "not recorded" not in run(app, "recompute", runs, "--sessions", sessions).output
+
+
+def test_recompute_of_seed_000_style_records_changes_nothing(app: typer.Typer, tmp_path: Path) -> None:
+    """Four metrics recorded, cost to six decimals: unchanged, and the other metrics listed once."""
+    shutil.copy(BRANCHY, tmp_path / "b.jsonl")
+    good = replay_file(BRANCHY).metrics
+    recorded = {"turns": good["turns"], "model_calls": good["modelCalls"], "cost_usd": round(good["costUsd"], 6)}
+    recorded["input_tokens"] = good["inputTokens"]
+    runs = tmp_path / "runs.jsonl"
+    lines = [json.dumps({"run_id": f"b{i}", "session": "b.jsonl", "metrics": recorded}) for i in range(3)]
+    runs.write_text("\n".join(lines) + "\n")
+    result = run(app, "recompute", runs, "--sessions", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "3 run(s) unchanged" in result.output and "0 run(s) differ" in result.output
+    assert result.output.count("not recorded, not compared") == 1
+    assert "messages (3 run(s))" in result.output
 
 
 def test_recompute_default_session_path_and_bad_runs_file(app: typer.Typer, tmp_path: Path) -> None:
@@ -212,12 +248,49 @@ def test_recompute_default_session_path_and_bad_runs_file(app: typer.Typer, tmp_
     runs.write_text(json.dumps({"run_id": "r9", "metrics": {"turns": 2}}) + "\n")
     result = run(app, "recompute", runs, "--sessions", tmp_path)
     assert result.exit_code == 0, result.output
-    # only `turns` was recorded (and is right): the other metrics are new, spelled in camelCase
-    assert "  r9\n" in result.output
-    assert '    sessionFormat: null -> "v3"' in result.output
-    assert "turns:" not in result.output
-    assert "1 run(s) differ" in result.output
+    # only `turns` was recorded, and is right: the run is unchanged, the other metrics are listed
+    assert "r9" not in result.output
+    assert "1 run(s) unchanged" in result.output and "0 run(s) differ" in result.output
+    assert "sessionFormat (1 run(s))" in result.output
     runs.write_text('{"run_id": "r9"\n')
     bad = run(app, "recompute", runs, "--sessions", tmp_path)
     assert bad.exit_code == 2
-    assert "MALFORMED_JSON" in bad.output
+    assert bad.output.startswith("sessionlog: error: MALFORMED_JSON: ")  # the one CLI error format
+
+
+def _read_all(fd: int) -> bytes:
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the other end of the terminal closed
+            return out
+        if not chunk:
+            return out
+        out += chunk
+
+
+def test_replay_of_a_large_file_shows_a_bar_on_a_terminal_and_nothing_in_a_pipe(tmp_path: Path) -> None:
+    path = tmp_path / "large.jsonl"
+    header = {"type": "session", "version": 3, "id": "large", "timestamp": "2025-01-01T00:00:00.000Z", "cwd": "/w"}
+    with path.open("w") as out:
+        out.write(json.dumps(header) + "\n")
+        for i in range(10_000):  # ~10 MB, over the size that earns a bar
+            message = {"role": "user", "content": "x" * 900, "timestamp": 1}
+            parent = f"e{i - 1}" if i else None
+            entry = {"type": "message", "id": f"e{i}", "parentId": parent, "timestamp": header["timestamp"]}
+            out.write(json.dumps({**entry, "message": message}) + "\n")
+    command = [sys.executable, "-m", "sessionlog", "replay", str(path), "--json"]
+    env = {**os.environ, "TERM": "xterm", "COLUMNS": "100"}
+    controller, terminal = pty.openpty()
+    try:
+        shown = subprocess.run(command, stdout=subprocess.PIPE, stderr=terminal, env=env, timeout=120)
+    finally:
+        os.close(terminal)
+    drawn = _read_all(controller)
+    os.close(controller)
+    assert shown.returncode == 0
+    assert b"reading large.jsonl" in drawn and b"MB" in drawn
+    assert json.loads(shown.stdout)["messages"] == 10_000  # stdout holds the result alone
+    piped = subprocess.run(command, capture_output=True, env=env, timeout=120)
+    assert piped.returncode == 0 and piped.stderr == b""

@@ -13,15 +13,10 @@ from sessionlog.core.formats.pi.context import build_context, js_date_ms, ms_to_
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
 from sessionlog.core.formats.pi.migrate import migrate
 from sessionlog.core.formats.pi.tree import PiTree
+from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
+from tests.support.fixtures import oracle as _oracle
 
-FIXTURES = Path("/work/shared/fixtures")
-GENERATED = FIXTURES / "pi-generated"
-SESSIONS = sorted((GENERATED / "sessions").glob("*.jsonl"))
-
-
-def _oracle(session: Path) -> dict[str, Any]:
-    oracle: dict[str, Any] = json.loads((GENERATED / "oracle" / (session.stem + ".json")).read_text("utf-8"))
-    return oracle
+SESSIONS = pi_generated_sessions()
 
 
 def _cases() -> list[Any]:
@@ -449,12 +444,12 @@ def test_custom_id_factory() -> None:
 
 
 def test_v3_file_is_returned_unchanged_by_migration() -> None:
-    pi_file = load_pi_file(FIXTURES / "pi" / "resumed-session.jsonl")
+    pi_file = load_pi_file(fixture(RESUMED_SESSION))
     assert migrate(pi_file) is pi_file
 
 
 def test_resumed_session_fixture() -> None:
-    path = FIXTURES / "pi" / "resumed-session.jsonl"
+    path = fixture(RESUMED_SESSION)
     pi_file = load_pi_file(path)
     assert pi_file.source_version == 3
     assert pi_file.objects_in_file == 7

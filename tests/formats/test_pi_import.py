@@ -31,10 +31,10 @@ from sessionlog.core.formats.pi.tree import PiTree
 from sessionlog.core.formats.sessionlog_file import parse_sessionlog_objects, sessionlog_lines, write_sessionlog
 from sessionlog.core.messages import empty_system_head, is_copy, is_replace
 from sessionlog.core.projections.transcript import transcript
+from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
+from tests.support.fixtures import oracle as pi_oracle
 
-FIXTURES = Path("/work/shared/fixtures")
-GENERATED = FIXTURES / "pi-generated"
-SESSIONS = sorted((GENERATED / "sessions").glob("*.jsonl"))
+SESSIONS = pi_generated_sessions()
 T0 = "2025-01-01T00:00:00.000Z"
 
 
@@ -76,7 +76,7 @@ def assert_matches_pi(fold: SessionFold, context: dict[str, Any], *, thinking_de
 
 
 def oracle(session: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((GENERATED / "oracle" / (session.stem + ".json")).read_text("utf-8"))
+    data = pi_oracle(session)
     return data
 
 
@@ -384,11 +384,11 @@ def test_v2_file_with_a_hook_message() -> None:
 
 
 def test_resumed_session_fixture() -> None:
-    pf = load_pi_file(FIXTURES / "pi" / "resumed-session.jsonl")
+    pf = load_pi_file(fixture(RESUMED_SESSION))
     context = session_context(PiTree(pf.entries))
     events = branch_events(pf)
     assert_matches_pi(fold_of(events), context)
-    raw = (FIXTURES / "pi" / "resumed-session.jsonl").read_text("utf-8")
+    raw = (fixture(RESUMED_SESSION)).read_text("utf-8")
     assert export_pi(commit(events)).text() == raw
     turns = [e.data["reason"]["kind"] for e in events if e.type == "turn/end"]
     assert turns == ["completed", "completed"]

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from sessionlog.core.events import NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.pi.ingest import StreamIngest
 from sessionlog.core.formats.pi.stream import parse_stream
+from tests.support.fixtures import STREAM_STDOUT, fixture
 
-STREAM = Path("/work/shared/fixtures/pi/stream-stdout.jsonl")
+STREAM = fixture(STREAM_STDOUT)
 ASSISTANT = {"role": "assistant", "provider": "p", "model": "m", "timestamp": 2}
 
 

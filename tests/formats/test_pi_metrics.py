@@ -9,23 +9,26 @@ from typing import Any
 import pytest
 
 from sessionlog.core.errors import ValidationError
+from sessionlog.core.formats.pi.importer import branch_events
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
-from sessionlog.core.formats.pi.metrics import pi_metrics, usage_total_tokens
+from sessionlog.core.formats.pi.metrics import pi_metrics
 from sessionlog.core.formats.replay import (
     ALL_KEYS,
     METRIC_KEYS,
     Change,
     apply_changes,
     compare_recorded,
-    recompute_changes,
+    missing_metrics,
     replay_file,
     snake_case,
     values_equal,
 )
+from sessionlog.core.formats.sessionlog_file import sessionlog_lines
+from sessionlog.core.usage import usage_total_tokens
+from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
+from tests.support.fixtures import oracle as _oracle
 
-FIXTURES = Path("/work/shared/fixtures")
-GENERATED = FIXTURES / "pi-generated"
-SESSIONS = sorted((GENERATED / "sessions").glob("*.jsonl"))
+SESSIONS = pi_generated_sessions()
 T0 = "2026-01-02T03:04:05.678Z"
 
 
@@ -105,7 +108,8 @@ def test_usage_on_every_entry_kind_counts_not_only_assistant_messages() -> None:
         "thinking": "low",
         # summary, kept c d e, then branch summary and the aborted assistant
         "messages": 6,
-        "turns": 2,
+        "turns": 1,  # one agent run: d's calls keep it open until the aborted i ends it
+        "modelCalls": 2,
         "toolCalls": 2,
         "compactions": 1,
         "inputTokens": 100 + 7 + 50 + 20 + 3 + 1,
@@ -121,7 +125,7 @@ def test_usage_on_every_entry_kind_counts_not_only_assistant_messages() -> None:
 def test_at_an_entry_folds_the_branch_up_to_it() -> None:
     pi_file = load_pi_bytes(handmade())
     at_x = pi_metrics(pi_file, "x")
-    assert (at_x["eventsOnBranch"], at_x["eventsOffBranch"], at_x["turns"], at_x["toolCalls"]) == (6, 4, 2, 3)
+    assert (at_x["eventsOnBranch"], at_x["eventsOffBranch"], at_x["modelCalls"], at_x["toolCalls"]) == (6, 4, 2, 3)
     assert at_x["model"] == "p/m"
     assert at_x["compactionCostUsd"] is None
     assert at_x["costUsd"] == 9.75
@@ -155,11 +159,6 @@ def test_empty_session_has_zero_metrics() -> None:
     assert metrics["costUsd"] == 0
 
 
-def _oracle(session: Path) -> dict[str, Any]:
-    oracle: dict[str, Any] = json.loads((GENERATED / "oracle" / (session.stem + ".json")).read_text("utf-8"))
-    return oracle
-
-
 @pytest.mark.parametrize("session", SESSIONS, ids=lambda p: p.stem[:24])
 def test_metrics_agree_with_pis_context_on_every_leaf(session: Path) -> None:
     oracle = _oracle(session)
@@ -178,7 +177,7 @@ def test_metrics_agree_with_pis_context_on_every_leaf(session: Path) -> None:
         assert metrics["thinking"] == context["thinkingLevel"]
         assistants = [by_id[i]["message"] for i in path if by_id[i]["type"] == "message"]
         assistants = [m for m in assistants if m["role"] == "assistant"]
-        assert metrics["turns"] == len(assistants)
+        assert metrics["modelCalls"] == len(assistants)
         calls = sum(1 for m in assistants for b in m["content"] if b["type"] == "toolCall")
         assert metrics["toolCalls"] == calls
         assert metrics["compactions"] == sum(1 for i in path if by_id[i]["type"] == "compaction")
@@ -186,7 +185,7 @@ def test_metrics_agree_with_pis_context_on_every_leaf(session: Path) -> None:
 
 
 def test_default_leaf_replay_of_the_real_fixture() -> None:
-    result = replay_file(FIXTURES / "pi" / "resumed-session.jsonl")
+    result = replay_file(fixture(RESUMED_SESSION))
     assert result.format == "pi"
     assert result.table_metrics() == {
         "sessionFormat": "v3",
@@ -197,6 +196,7 @@ def test_default_leaf_replay_of_the_real_fixture() -> None:
         "thinking": "medium",
         "messages": 4,
         "turns": 2,
+        "modelCalls": 2,
         "toolCalls": 0,
         "compactions": 0,
         "inputTokens": 3012,
@@ -244,21 +244,27 @@ def test_check_compares_only_recorded_metrics_in_either_spelling() -> None:
     assert compare_recorded(recorded, COMPUTED) == [Change("cost_usd", 0.006493, 0.008091)]
 
 
-def test_recompute_reports_new_metrics_and_keeps_the_records_spelling() -> None:
+def test_recompute_compares_what_was_recorded_and_lists_the_rest_as_additions() -> None:
     recorded = {"cost_usd": 0.006493, "input_tokens": 19956, "tool_calls": 3, "model": "a/b"}
-    changes = recompute_changes(recorded, COMPUTED)
-    assert changes == [
-        Change("input_tokens", 19956, 24908),
-        Change("cost_usd", 0.006493, 0.008091),
-        Change("compaction_cost_usd", None, 0.001598),
-    ]
-    updated = apply_changes(recorded, changes)
+    changes = compare_recorded(recorded, COMPUTED)
+    assert changes == [Change("cost_usd", 0.006493, 0.008091), Change("input_tokens", 19956, 24908)]
+    additions = missing_metrics(recorded, COMPUTED)
+    assert additions == [Change("compaction_cost_usd", None, 0.001598)]  # spelled like the record
+    updated = apply_changes(recorded, changes + additions)
     assert list(updated) == ["cost_usd", "input_tokens", "tool_calls", "model", "compaction_cost_usd"]
-    assert recompute_changes(updated, COMPUTED) == []
+    assert compare_recorded(updated, COMPUTED) == [] and missing_metrics(updated, COMPUTED) == []
 
 
-def test_a_null_metric_the_record_lacks_is_not_a_change() -> None:
-    assert recompute_changes({"costUsd": 1.0}, {"costUsd": 1.0, "compactionCostUsd": None}) == []
+def test_a_null_metric_the_record_lacks_is_no_addition() -> None:
+    assert missing_metrics({"costUsd": 1.0}, {"costUsd": 1.0, "compactionCostUsd": None}) == []
+
+
+def test_a_number_matches_at_the_precision_it_was_recorded_with() -> None:
+    assert values_equal(0.636157, 0.63615675)  # six decimals recorded
+    assert not values_equal(0.63615, 0.636157)  # five decimals recorded: off by 7e-6
+    assert not values_equal(30, 31)
+    assert not values_equal(12, 12.4)  # an integer is exact
+    assert values_equal(1e-05, 1.4e-05) and not values_equal(1e-05, 1.6e-05)  # 0.00001: five decimals
 
 
 def test_float_noise_is_not_a_change() -> None:
@@ -353,3 +359,23 @@ def test_sessionlog_export_that_breaks_a_log_rule_is_refused(tmp_path: Path) -> 
         replay_file(_export(tmp_path, events))
     assert caught.value.metadata["line"] == "3"
     assert caught.value.metadata["seq"] == "1"
+
+
+FILE_SHAPE = ("sessionFormat", "eventsInFile", "eventsOnBranch", "eventsOffBranch")
+SAME_WHATEVER_THE_FORMAT = [k for k in ALL_KEYS if k not in FILE_SHAPE]
+
+
+@pytest.mark.parametrize("session", SESSIONS, ids=lambda p: p.stem[:24])
+def test_a_pi_file_and_its_export_report_the_same_figures(session: Path, tmp_path: Path) -> None:
+    """One session, one set of figures: `turns` (agent runs) and `modelCalls` (assistant messages)
+    mean the same whether the session is replayed from Pi's file or from sessionlog's export."""
+    pi_file = load_pi_file(session)
+    oracle = _oracle(session)
+    for leaf in [oracle["defaultLeafId"], *(o["leafId"] for o in oracle["otherLeaves"])]:
+        events = [e.committed(seq, 1000 + seq) for seq, e in enumerate(branch_events(pi_file, leaf))]
+        export = tmp_path / f"{leaf}.jsonl"
+        export.write_text("".join(sessionlog_lines({"id": "s"}, events)), "utf-8")
+        from_pi = replay_file(session, at=leaf).metrics
+        from_export = replay_file(export).metrics
+        for key in SAME_WHATEVER_THE_FORMAT:
+            assert (key, from_pi[key]) == (key, from_export[key])

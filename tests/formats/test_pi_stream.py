@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +25,9 @@ from sessionlog.core.formats.pi.stream import (
     parse_stream_chunks,
     parse_stream_file,
 )
+from tests.support.fixtures import STREAM_STDOUT, fixture
 
-STDOUT = Path("/work/shared/fixtures/pi/stream-stdout.jsonl")
+STDOUT = fixture(STREAM_STDOUT)
 
 
 def fixture_events() -> list[dict[str, Any]]:

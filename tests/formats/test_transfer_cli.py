@@ -25,12 +25,12 @@ from sessionlog.client import SessionLogClient
 from sessionlog.core.formats.pi.context import session_context
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
 from sessionlog.core.formats.pi.tree import PiTree
+from tests.support.fixtures import RESUMED_SESSION, STREAM_STDOUT, fixture, pi_generated_sessions
+from tests.support.fixtures import oracle as pi_oracle
 from tests.support.servers import ServerThread
 
-FIXTURES = Path("/work/shared/fixtures")
-GENERATED = FIXTURES / "pi-generated"
-SESSIONS = sorted((GENERATED / "sessions").glob("*.jsonl"))
-STREAM = FIXTURES / "pi" / "stream-stdout.jsonl"
+SESSIONS = pi_generated_sessions()
+STREAM = fixture(STREAM_STDOUT)
 
 app = typer.Typer()
 transfer_commands.register(app)
@@ -66,7 +66,7 @@ def imported(cli: CliRunner, *args: str) -> list[dict[str, Any]]:
 
 
 def contexts(session: Path) -> dict[str, dict[str, Any]]:
-    data = json.loads((GENERATED / "oracle" / (session.stem + ".json")).read_text("utf-8"))
+    data = pi_oracle(session)
     out = {data["defaultLeafId"]: data["defaultContext"]}
     out.update({o["leafId"]: o["context"] for o in data["otherLeaves"]})
     return out
@@ -89,7 +89,7 @@ def test_imported_sessions_give_pis_context_for_every_leaf(
 ) -> None:
     sessions = imported(cli, str(session))
     expected = contexts(session)
-    data = json.loads((GENERATED / "oracle" / (session.stem + ".json")).read_text("utf-8"))
+    data = pi_oracle(session)
     assert [s["leaf"] for s in sessions] == [data["defaultLeafId"]] + [o["leafId"] for o in data["otherLeaves"]]
     assert all(s["file"] == str(session) for s in sessions)
     main = sessions[0]["id"]
@@ -116,7 +116,7 @@ def test_id_names_the_main_session_and_its_forks(cli: CliRunner, client: Session
 
 
 def test_several_files_and_the_real_resumed_session(cli: CliRunner, client: SessionLogClient) -> None:
-    resumed = FIXTURES / "pi" / "resumed-session.jsonl"
+    resumed = fixture(RESUMED_SESSION)
     small = next(s for s in SESSIONS if s.name.startswith("2025-10-07"))
     sessions = imported(cli, str(resumed), str(small))
     assert [s["file"] for s in sessions] == [str(resumed), str(small)]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
 import grpc
 import pytest
 
+from sessionlog.cli.hints import speaks_tls
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import LimitExceeded, Unavailable
 from sessionlog_server.tokens import config_line, new_token
@@ -40,8 +43,26 @@ def test_tls_round_trip_and_plaintext_refused(db_url: str, tmp_path: Path, sid: 
             assert [e.data for e in client.read_events(sid)] == [{"n": 1}]
         with SessionLogClient(server.target, timeout=3) as plain, pytest.raises(Unavailable):
             plain.get_session(sid)
+        # The CLI says why a plaintext connection failed, and connects with --ca-file.
+        env = {**os.environ, "SESSIONLOG_SERVER": server.target}
+        env.pop("SESSIONLOG_CA_FILE", None)
+        cli = [sys.executable, "-m", "sessionlog"]
+        refused = subprocess.run([*cli, "sessions"], capture_output=True, text=True, env=env, timeout=60)
+        assert refused.returncode != 0
+        assert refused.stderr.startswith("sessionlog: error: ")
+        assert f"{server.target} speaks TLS: pass --ca-file" in refused.stderr
+        listed = subprocess.run(
+            [*cli, "--ca-file", str(cert), "sessions"], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert sid in listed.stdout
     finally:
         server.stop()
+
+
+def test_no_tls_hint_for_a_plaintext_server_that_is_down() -> None:
+    port = free_port()
+    assert not speaks_tls(f"127.0.0.1:{port}", timeout=1)
 
 
 def test_limits_refuse_whole_batches_with_the_limit_in_details(db_url: str, sid: str) -> None:

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
+from collections import deque
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
-
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sessionlog_server.config import Settings
 from sessionlog_server.transport.server import RunningServer, start_server
@@ -54,39 +53,63 @@ class ServerThread:
 
 
 def free_port() -> int:
+    """A port free now, for a listener the test does not start itself (e.g. the metrics
+    endpoint of a ServerThread); a server the tests start binds port 0 and reports its port."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
 class ServerProcess:
-    """`sessionlog serve` as a child process (for SIGKILL and restart tests)."""
+    """`sessionlog serve` as a child process (for SIGKILL and restart tests).
 
-    def __init__(self, db: str, port: int | None = None, env: dict[str, str] | None = None) -> None:
+    The first start binds port 0 and reads the port the server got from its `serving` log line;
+    restarts bind that same port again, so clients reconnect to the address they know.
+    """
+
+    def __init__(self, db: str, env: dict[str, str] | None = None) -> None:
         self.db = db
-        self.port = port or free_port()
-        self.target = f"127.0.0.1:{self.port}"
-        level = "info" if os.environ.get("SESSIONLOG_TEST_SERVER_LOG") else "warning"
-        self.env = {**os.environ, "SESSIONLOG_LOG_LEVEL": level, "SESSIONLOG_METRICS_LISTEN": "", **(env or {})}
+        self.port: int | None = None
+        self.env = {**os.environ, "SESSIONLOG_LOG_LEVEL": "info", "SESSIONLOG_METRICS_LISTEN": "", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
+        self.log: deque[str] = deque(maxlen=200)
+        """The server's latest log lines (all of them go to $SESSIONLOG_TEST_SERVER_LOG if set)."""
+
+    @property
+    def target(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the server has not started yet: its port is not known")
+        return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
-        cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", self.target]
-        log_path = os.environ.get("SESSIONLOG_TEST_SERVER_LOG")  # set to keep the server's logs for debugging
-        stderr = open(log_path, "ab") if log_path else subprocess.PIPE  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=stderr)
-        deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.target) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited: {self.proc.stderr.read().decode() if self.proc.stderr else ''}")
-                try:
-                    health.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
-                    return self
-                except grpc.RpcError:
-                    time.sleep(0.05)
-        raise TimeoutError("server did not start")
+        listen = f"127.0.0.1:{self.port or 0}"
+        cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", listen]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        serving: Future[int] = Future()
+        threading.Thread(target=self._drain, args=(self.proc, serving), daemon=True, name="server-log").start()
+        try:
+            self.port = serving.result(timeout=timeout)
+        except TimeoutError:
+            raise TimeoutError("server did not start: " + "\n".join(self.log)) from None
+        return self
+
+    def _drain(self, proc: subprocess.Popen[bytes], serving: Future[int]) -> None:
+        """Read the server's log lines as they come (so its stderr never fills up), and resolve
+        `serving` with the port of its `serving` line, or fail it when the server exits first."""
+        assert proc.stderr is not None
+        keep = os.environ.get("SESSIONLOG_TEST_SERVER_LOG")  # set to keep every line for debugging
+        with open(keep, "ab") if keep else contextlib.nullcontext() as copy:
+            for raw in proc.stderr:
+                if copy is not None:
+                    copy.write(raw)
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                self.log.append(line)
+                if not serving.done() and '"serving"' in line:
+                    port = json.loads(line).get("port")
+                    if isinstance(port, int):
+                        serving.set_result(port)
+        if not serving.done():
+            serving.set_exception(RuntimeError("server exited: " + "\n".join(self.log)))
 
     def kill(self) -> None:
         """SIGKILL: no graceful shutdown, nothing flushed beyond what was committed."""

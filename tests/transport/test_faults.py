@@ -9,13 +9,13 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
-from sessionlog.client import SessionLogClient
+from sessionlog.client import SessionLogClient, Writer
 from sessionlog.core.errors import SessionLogError, WriterHeld
 from tests.support.events import note, turn_end, turn_start
 from tests.support.servers import ROOT, ServerProcess, ServerThread
+from tests.support.waiting import eventually, retrying
 
 RESTARTS = int(os.environ.get("SESSIONLOG_FAULT_RESTARTS", "20"))
 
@@ -33,18 +33,12 @@ def test_killed_harness_is_repaired_exactly_on_resume(server: ServerThread, sid:
     finally:
         harness.kill()  # SIGKILL between the tool's start and its result
         harness.wait(timeout=10)
-    deadline = time.monotonic() + 15
-    while True:  # another process resumes once the dead writer's stream is gone
-        resumer = subprocess.run(
-            [sys.executable, "-m", "sessionlog", "--server", server.target, "resume", sid],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if resumer.returncode == 0 or time.monotonic() > deadline or "WRITER_HELD" not in resumer.stderr:
-            break
-        time.sleep(0.2)
+    resume = [sys.executable, "-m", "sessionlog", "--server", server.target, "resume", sid]
+    resumer = eventually(  # another process resumes once the dead writer's stream is gone
+        lambda: subprocess.run(resume, cwd=ROOT, capture_output=True, text=True, timeout=60),
+        lambda done: done.returncode == 0 or "WRITER_HELD" not in done.stderr,
+        timeout=15,
+    )
     assert resumer.returncode == 0, resumer.stderr
     with SessionLogClient(server.target) as client:
         events = list(client.read_events(sid))
@@ -107,17 +101,23 @@ class TurnWriter(threading.Thread):
                     self.acked.update(zip((e["eventId"] for e in events), result.seqs, strict=True))
             writer.close()
 
-    def _open(self, client: SessionLogClient):  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                return client.writer(
-                    self.sid, writer_id=f"w-{self.sid}", create_if_missing=True, reconnect_attempts=200
-                )
-            except SessionLogError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+    def _open(self, client: SessionLogClient) -> Writer:
+        return retrying(
+            lambda: client.writer(self.sid, writer_id=f"w-{self.sid}", create_if_missing=True, reconnect_attempts=200),
+            SessionLogError,
+            timeout=60,
+        )
+
+
+def wait_for_progress(writers: list[TurnWriter]) -> None:
+    """Until every writer has had a batch acknowledged since now (or one has failed): a restart
+    then always lands while writers are busy, however slow the machine is."""
+    before = [len(w.acked) for w in writers]
+    eventually(
+        lambda: [(len(w.acked), bool(w.errors)) for w in writers],
+        lambda now: all(count > then or failed for (count, failed), then in zip(now, before, strict=True)),
+        timeout=120,
+    )
 
 
 def test_killed_service_loses_no_acknowledged_event(fresh_db: str, tmp_path: Path) -> None:
@@ -130,10 +130,10 @@ def test_killed_service_loses_no_acknowledged_event(fresh_db: str, tmp_path: Pat
         for writer in writers:
             writer.start()
         for _ in range(RESTARTS):
-            time.sleep(1.0)
+            wait_for_progress(writers)
             server.kill()
             server.start()
-        time.sleep(0.5)
+        wait_for_progress(writers)
         for writer in writers:
             writer.stop.set()
         for writer in writers:
@@ -150,6 +150,8 @@ def test_killed_service_loses_no_acknowledged_event(fresh_db: str, tmp_path: Pat
         server.kill()
         server.start()
         with SessionLogClient(server.target) as client:
+            for writer in writers[:4]:  # start-up repair runs in the background after serving starts
+                eventually(lambda sid=writer.sid: client.get_session(sid).open_turn, lambda open_turn: not open_turn)
             for writer in writers:
                 events = list(client.read_events(writer.sid))
                 assert [e.seq for e in events] == list(range(len(events))), "seqs must be contiguous"

@@ -33,7 +33,9 @@ def test_restart_keeps_every_acknowledged_event(fresh_db: str, sid: str) -> None
 
 
 def test_graceful_shutdown_releases_stream_leases(tmp_path: Path, sid: str) -> None:
-    server = ServerProcess(f"sqlite:///{tmp_path / 'g.db'}").start()
+    # The writer's stream stays open on purpose: SIGTERM waits for open calls up to the grace
+    # period, then cancels them; the lease is released either way. A short grace keeps it quick.
+    server = ServerProcess(f"sqlite:///{tmp_path / 'g.db'}", env={"SESSIONLOG_SHUTDOWN_GRACE_S": "1"}).start()
     try:
         with SessionLogClient(server.target) as client:
             client.create_session(sid)

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import typer
 
+from sessionlog.cli import hints
 from sessionlog.client import SessionLogClient
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import SessionLogError
@@ -32,14 +33,22 @@ def print_json(value: Any) -> None:
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    """Print a one-line error on stderr and return the Exit to raise."""
+    """Print the one-line error, `sessionlog: error: MESSAGE`, on stderr; return the Exit to raise.
+
+    Every command reports failures this way: a sessionlog error as `describe` words it
+    (`REASON: message; hint`), anything else (a usage mistake, an unreadable file) as plain text.
+    """
     sys.stderr.write(f"sessionlog: error: {message}\n")
     sys.stderr.flush()
     return typer.Exit(code)
 
 
-def describe(error: SessionLogError) -> str:
-    return f"{error.reason}: {error.message}"
+def describe(error: SessionLogError, where: str | None = None) -> str:
+    """`REASON: [where: ]message[; hint]`: the reason first, so scripts can match on it."""
+    message = hints.readable_message(error)
+    hint = hints.hint(error, ca_file=State.ca_file, target=State.server)
+    text = f"{error.reason}: {where + ': ' if where else ''}{message}"
+    return f"{text}; {hint}" if hint else text
 
 
 @contextmanager

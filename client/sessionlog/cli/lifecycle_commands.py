@@ -1,4 +1,4 @@
-"""CLI commands for a session's lifecycle: resume and fork (SPEC §8)."""
+"""CLI commands for a session's lifecycle: resume and fork (docs/repair.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The `sessionlog` command line: serve, talk to a server, and fold files offline."""
+"""The `sessionlog` command line: serve, talk to a server, and fold files offline.
+
+Concepts and contract: docs/README.md in the sessionlog repository.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +12,12 @@ import typer
 from sessionlog.cli import (
     lifecycle_commands,
     offline,
+    otlp_commands,
     projection_commands,
     server_commands,
     session_commands,
     transfer_commands,
+    view_commands,
 )
 from sessionlog.cli.common import State
 
@@ -48,6 +53,8 @@ projection_commands.register(app)
 lifecycle_commands.register(app)
 transfer_commands.register(app)
 offline.register(app)
+view_commands.register(app)
+otlp_commands.register(app)
 
 
 def main() -> None:

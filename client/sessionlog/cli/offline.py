@@ -1,44 +1,33 @@
 """Offline commands: `replay` one session file, `recompute` the metrics of recorded runs (seed 000).
 
 Neither needs a server: both fold session files with the pure core (`sessionlog.core.formats`).
-`cli/main.py` adds them with `offline.register(app)`.
+`cli/main.py` adds them with `offline.register(app)`. What the metrics mean and what a run record
+looks like: docs/formats.md (and `sessionlog recompute --help`).
 
-**Run records** (`recompute RUNS.jsonl`): one JSON object per line, as a benchmark runner writes
-them. The fields read are
-
-| field | meaning |
-|---|---|
-| `run_id` (or `id`, `run`) | the run's name, used in the report |
-| `experiment` (optional) | groups the report ("e22_compaction: 5 run(s) changed") |
-| `session_file` (or `session`, `session_path`) | the session file, under `--sessions DIR` unless absolute |
-| `at` (optional) | the entry id (Pi) or seq (sessionlog) the metrics were taken at |
-| `metrics` | the recorded metrics: the replay keys in camelCase (`costUsd`) or snake_case (`cost_usd`) |
-
-Without a session field the file is `<DIR>/<run_id>.jsonl`. Every other field is kept as is.
-`--write` replaces only the `metrics` of runs that changed (keys keep the record's spelling; new
-ones follow it), leaves every other line byte for byte, and rewrites the file atomically (a
-temporary file in the same directory, fsync, `os.replace`). Recompute compares every metric it
-computes: one the record lacks counts as recorded null, so a newly added metric shows up.
+`recompute` reports, per run, the recorded metrics whose recomputed value differs, each compared
+at the precision it was recorded with; metrics the records lack are listed once at the end, not
+as changes. `--write` replaces the `metrics` of changed runs only (and, with `--add-new`, adds
+the missing metrics to every run), keeps every other line byte for byte, and swaps the file in
+atomically (a temporary file in the same directory, fsync, `os.replace`).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
+from sessionlog.cli.common import describe, fail
+from sessionlog.cli.progress import progress
 from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.formats.jsonl import JsonlReader
 from sessionlog.core.formats.replay import (
@@ -48,7 +37,7 @@ from sessionlog.core.formats.replay import (
     apply_changes,
     canonical_key,
     compare_recorded,
-    recompute_changes,
+    missing_metrics,
     replay_file,
 )
 from sessionlog.core.jsonvalue import dumps, loads
@@ -69,11 +58,6 @@ def _stdout() -> Console:
 
 def _stderr() -> Console:
     return Console(stderr=True, soft_wrap=True, highlight=False)
-
-
-def _fail(error: SessionLogError, what: str = "error") -> typer.Exit:
-    _stderr().print(f"{what}: {error.message} [{error.reason}]", markup=False)
-    return typer.Exit(2)
 
 
 def render(value: Any) -> str:
@@ -101,15 +85,15 @@ def replay_command(
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object."),
     lenient: bool = typer.Option(False, "--lenient", help="Drop a truncated last line with a warning."),
 ) -> None:
-    """Fold a session file without a server and print its metrics (SPEC §11)."""
+    """Fold a session file without a server and print its metrics (docs/formats.md says what each means)."""
     try:
-        result = replay_file(file, at=at, lenient=lenient)
+        with progress(f"reading {file.name}", file.stat().st_size, unit="bytes") as advance:
+            result = replay_file(file, at=at, lenient=lenient, on_read=advance)
         recorded = _load_recorded(check) if check is not None else None
     except SessionLogError as exc:
-        raise _fail(exc) from None
+        raise fail(describe(exc), 2) from None
     except OSError as exc:
-        _stderr().print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
+        raise fail(str(exc), 2) from None
     for warning in result.warnings:
         _stderr().print(f"warning: {warning.message}", markup=False)
     changes = compare_recorded(recorded, result.metrics) if recorded is not None else []
@@ -179,40 +163,61 @@ class RunOutcome:
     run_id: str
     experiment: str | None
     changes: list[Change] = field(default_factory=list)
+    """Recorded metrics whose recomputed value differs."""
+    missing: list[Change] = field(default_factory=list)
+    """Metrics the record lacks, as additions (`--add-new`)."""
     error: str | None = None
 
 
 def recompute_command(
     runs: Path = typer.Argument(..., help="Run records, one JSON object per line."),
     sessions: Path = typer.Option(..., "--sessions", help="Directory the records' session files are in."),
-    write: bool = typer.Option(False, "--write", help="Rewrite RUNS with the new metrics (atomically)."),
+    write: bool = typer.Option(
+        False, "--write", help="Rewrite the changed runs' recorded metrics in RUNS (atomically)."
+    ),
+    add_new: bool = typer.Option(
+        False, "--add-new", help="With --write: also add the metrics the records lack, to every run."
+    ),
     lenient: bool = typer.Option(False, "--lenient", help="Drop truncated last lines of session files."),
 ) -> None:
-    """Recompute every run's metrics from its session file and report what changed."""
+    """Recompute every run's metrics from its session file and report what changed.
+
+    RUNS holds one run record per line, for example:
+
+        {"run_id": "r17", "experiment": "e22", "session_file": "r17.jsonl",
+         "metrics": {"turns": 12, "model_calls": 30, "cost_usd": 0.636157}}
+
+    `session_file` is under --sessions DIR (default DIR/<run_id>.jsonl); `at` (optional) is the
+    entry id or seq the metrics were taken at; metric keys are those of `sessionlog replay --json`,
+    camelCase or snake_case. A run changed when a recorded metric differs, compared at the
+    precision it was recorded with; metrics no record has are listed once. See docs/formats.md.
+    """
+    if add_new and not write:
+        raise fail("--add-new only says what --write adds: give --write too", 2)
     try:
         data = runs.read_bytes()
         reader = JsonlReader()
         numbered = _feed_all(reader, data)
         reader.close()
     except SessionLogError as exc:
-        raise _fail(exc) from None
+        raise fail(describe(exc), 2) from None
     except OSError as exc:
-        _stderr().print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from None
+        raise fail(str(exc), 2) from None
 
     started = time.perf_counter()
     outcomes: list[RunOutcome] = []
     total_bytes = 0
     cache: dict[tuple[Path, str | None], dict[str, Any]] = {}
-    with _progress(len(numbered)) as advance:
+    with progress("recomputing", len(numbered), minimum=1) as advance:
         for line, record in numbered:
             outcome, size = _recompute_one(line, record, sessions, lenient, cache)
             outcomes.append(outcome)
             total_bytes += size
-            advance()
+            advance(1)
     elapsed = time.perf_counter() - started
 
     _report(outcomes)
+    _report_missing(outcomes)
     changed = [o for o in outcomes if o.changes]
     failed = [o for o in outcomes if o.error]
     console = _stdout()
@@ -225,9 +230,10 @@ def recompute_command(
         f"recomputed {len(outcomes)} run(s) from {total_bytes / 1e6:.1f} MB in {elapsed:.2f} s ({rate:.1f} MB/s)",
         markup=False,
     )
-    if write and changed:
-        _rewrite(runs, data, changed)
-        console.print(f"wrote the new metrics of {len(changed)} run(s) to {runs}", markup=False)
+    rewrite = [o for o in outcomes if o.changes or (add_new and o.missing)]
+    if write and rewrite:
+        _rewrite(runs, data, rewrite, add_new=add_new)
+        console.print(f"wrote the new metrics of {len(rewrite)} run(s) to {runs}", markup=False)
     if failed:
         raise typer.Exit(1)
 
@@ -274,25 +280,14 @@ def _recompute_one(
             computed = replay_file(path, at=at_key, lenient=lenient).metrics
             cache[(path, at_key)] = computed
     except SessionLogError as exc:
-        outcome.error = f"{path}: {exc.message} [{exc.reason}]"
+        outcome.error = describe(exc, str(path))
         return outcome, size
     except OSError as exc:
         outcome.error = f"{path}: {exc.strerror or exc}"
         return outcome, size
-    outcome.changes = recompute_changes(recorded, computed)
+    outcome.changes = compare_recorded(recorded, computed)
+    outcome.missing = missing_metrics(recorded, computed)
     return outcome, size
-
-
-@contextmanager
-def _progress(total: int) -> Iterator[Any]:
-    """A rich progress bar on a terminal; nothing when stdout is a pipe or a file."""
-    if not (sys.stdout.isatty() and _stdout().is_terminal):
-        yield lambda: None
-        return
-    columns = (TextColumn("recomputing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, transient=True, console=_stdout()) as progress:
-        task = progress.add_task("runs", total=total)
-        yield lambda: progress.advance(task)
 
 
 def _report(outcomes: list[RunOutcome]) -> None:
@@ -314,12 +309,26 @@ def _report(outcomes: list[RunOutcome]) -> None:
                 console.print(f"    {change.key}: {render(change.old)} -> {render(change.new)}", markup=False)
 
 
-def _rewrite(runs: Path, data: bytes, changed: list[RunOutcome]) -> None:
-    """Replace the changed records' lines, keep every other byte, swap the file in atomically."""
+def _report_missing(outcomes: list[RunOutcome]) -> None:
+    """Metrics some records lack, once for the whole file: a metric added to the code since the
+    runs were recorded is news about the code, not a change of every run."""
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        for addition in outcome.missing:
+            metric = canonical_key(addition.key) or addition.key
+            counts[metric] = counts.get(metric, 0) + 1
+    if counts:
+        listed = ", ".join(f"{metric} ({count} run(s))" for metric, count in counts.items())
+        _stdout().print(f"not recorded, not compared (--write --add-new adds them): {listed}", markup=False)
+
+
+def _rewrite(runs: Path, data: bytes, outcomes: list[RunOutcome], *, add_new: bool) -> None:
+    """Replace the given records' lines, keep every other byte, swap the file in atomically."""
     lines = data.split(b"\n")
-    for outcome in changed:
+    for outcome in outcomes:
         record = dict(outcome.record)
-        record["metrics"] = apply_changes(record.get("metrics") or {}, outcome.changes)
+        edits = outcome.changes + (outcome.missing if add_new else [])
+        record["metrics"] = apply_changes(record.get("metrics") or {}, edits)
         old = lines[outcome.line - 1]
         ending = b"\r" if old.endswith(b"\r") else b""
         lines[outcome.line - 1] = dumps(record).encode("utf-8") + ending

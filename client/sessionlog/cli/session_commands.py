@@ -106,7 +106,7 @@ class AckPrinter:
                 result = future.result()
             except SessionLogError as exc:
                 sys.stdout.flush()
-                sys.stderr.write(f"sessionlog: error: batch starting at line {first_line}: {describe(exc)}\n")
+                sys.stderr.write(f"sessionlog: error: {describe(exc, f'batch starting at line {first_line}')}\n")
                 sys.stderr.flush()
                 os._exit(1)
             if isinstance(result, HeaderReport):
@@ -118,7 +118,7 @@ class AckPrinter:
 
 
 def _is_header_report(obj: dict[str, Any]) -> bool:
-    """A `request/header` line whose data has a header but no reason is a report (SPEC §6)."""
+    """A `request/header` line whose data has a header but no reason is a report (docs/headers.md)."""
     data = obj.get("data")
     return obj.get("type") == REQUEST_HEADER and isinstance(data, dict) and "header" in data and "reason" not in data
 
@@ -126,7 +126,7 @@ def _is_header_report(obj: dict[str, Any]) -> bool:
 def _header_of(number: int, obj: dict[str, Any]) -> dict[str, Any]:
     header = obj["data"]["header"]
     if not isinstance(header, dict):
-        raise fail(f"line {number}: BAD_HEADER: data.header must be a JSON object")
+        raise fail(f"HEADER_NOT_OBJECT: line {number}: data.header must be a JSON object")
     return header
 
 
@@ -134,7 +134,7 @@ def _parse_line(number: int, obj: object) -> NewEvent:
     try:
         return NewEvent.from_json(obj)
     except SessionLogError as exc:
-        raise fail(f"line {number}: {describe(exc)}") from None
+        raise fail(describe(exc, f"line {number}")) from None
 
 
 def events(

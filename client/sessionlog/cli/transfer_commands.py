@@ -1,18 +1,18 @@
-"""Moving sessions in and out of a server: `import`, `export` and `ingest` (SPEC §10, §11, seed 002).
+"""Moving sessions in and out of a server: `import`, `export` and `ingest` (docs/formats.md).
 
 - `import FILE... [--format pi|sessionlog] [--id ID]` prints `{"sessions": [{"id", "file", "leaf"}]}`.
   A Pi file becomes one session per leaf: the branch of its default leaf (the last entry) first,
   then every other leaf as a fork of it at their divergence point (`ForkSession`, the prefix
   shared, not copied) followed by that leaf's own entries (`core.formats.pi.importer` says how
   entries map to events and where the cut lands). `--id` names the main session (one FILE only);
-  forks are then `ID.<leafId>`; without it the ids are generated. A sessionlog export (SPEC §10)
+  forks are then `ID.<leafId>`; without it the ids are generated. A sessionlog export (docs/formats.md)
   becomes one session with the same events (the service assigns new commit times); `leaf` is null.
 - `export SESSION_ID --format pi|sessionlog [-o FILE]` writes a Pi v3 file (the session's branch,
   entries as they were imported) or the project's own JSONL, to stdout or atomically to FILE.
 - `ingest SESSION_ID --format pi-events < events.jsonl` appends what a `pi --mode json` run did
   (`core.formats.pi.ingest`), batch by batch as stdin is read, and prints a summary. A message that
   never got its `message_end` is reported on stderr and kept as an `assistant/attempt` with the
-  partial message, never dropped. A session that already has events is *resumed* (SPEC §8: a turn
+  partial message, never dropped. A session that already has events is *resumed* (docs/repair.md: a turn
   a crashed run left open is completed by the service, the seed boundary marked) before the new
   run's events; a missing session is created. Lines read before a bad line may already be
   committed (the error names the line); `--lenient` drops the truncated last line of a killed run.
@@ -38,12 +38,14 @@ from typing import Annotated, Any
 import typer
 
 from sessionlog.cli.common import connect, describe, fail, print_json
+from sessionlog.cli.progress import Advance, progress
 from sessionlog.client import SessionLogClient, Writer
-from sessionlog.core import validate
+from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import NotFound, SessionLogError
 from sessionlog.core.events import NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.jsonl import DEFAULT_READ_CHUNK_BYTES, JsonlReader, read_file_numbered
+from sessionlog.core.formats.otlp import otlp_traces
 from sessionlog.core.formats.pi.exporter import export_pi
 from sessionlog.core.formats.pi.importer import import_pi
 from sessionlog.core.formats.pi.ingest import StreamIngest
@@ -62,6 +64,7 @@ class ImportFormat(StrEnum):
 class ExportFormat(StrEnum):
     pi = "pi"
     sessionlog = "sessionlog"
+    otlp_json = "otlp-json"
 
 
 class IngestFormat(StrEnum):
@@ -97,26 +100,30 @@ def import_command(
                 else:
                     sessions.append(import_sessionlog_file(client, path, session_id))
             except SessionLogError as exc:
-                raise fail(f"{path}: {describe(exc)}") from None
+                raise fail(describe(exc, str(path))) from None
     print_json({"sessions": sessions})
 
 
 def import_pi_file(client: SessionLogClient, path: Path, session_id: str | None) -> list[dict[str, Any]]:
     """Create the main session and one fork per other leaf; returns their `{id, file, leaf}`."""
-    plan = import_pi(load_pi_file(path))
+    with progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
+        pi_file = load_pi_file(path, on_read=advance)
+    plan = import_pi(pi_file)
     header = plan.header
     main_id = session_id or str(uuid.uuid4())
     cwd = header.get("cwd") if isinstance(header.get("cwd"), str) else None
     metadata = {"pi": {"sessionId": header.get("id"), "file": str(path)}}
     client.create_session(main_id, cwd=cwd or None, metadata=metadata)
-    append_planned(client, main_id, plan.main.events, first_seq=0)
-    out = [{"id": main_id, "file": str(path), "leaf": plan.main.leaf_id}]
-    for branch in plan.branches[1:]:
-        assert branch.fork_seq is not None
-        child_id = _fork_id(main_id, branch.leaf_id) if session_id is not None else None
-        child = client.fork(main_id, branch.fork_seq, child_id)
-        append_planned(client, child.id, branch.events, first_seq=branch.first_seq)
-        out.append({"id": child.id, "file": str(path), "leaf": branch.leaf_id})
+    total = sum(len(branch.events) for branch in plan.branches)
+    with progress(f"importing {path.name}", total) as advance:
+        append_planned(client, main_id, plan.main.events, first_seq=0, advance=advance)
+        out = [{"id": main_id, "file": str(path), "leaf": plan.main.leaf_id}]
+        for branch in plan.branches[1:]:
+            assert branch.fork_seq is not None
+            child_id = _fork_id(main_id, branch.leaf_id) if session_id is not None else None
+            child = client.fork(main_id, branch.fork_seq, child_id)
+            append_planned(client, child.id, branch.events, first_seq=branch.first_seq, advance=advance)
+            out.append({"id": child.id, "file": str(path), "leaf": branch.leaf_id})
     return out
 
 
@@ -132,19 +139,29 @@ def _fork_id(main_id: str, leaf: str | None) -> str | None:
 
 def import_sessionlog_file(client: SessionLogClient, path: Path, session_id: str | None) -> dict[str, Any]:
     """One session with the export's events (new commit times); returns its `{id, file, leaf}`."""
-    export = parse_sessionlog_objects(read_file_numbered(path, JsonlReader()))
+    with progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
+        export = parse_sessionlog_objects(read_file_numbered(path, JsonlReader(), on_read=advance))
     session = export.session
     new_id = session_id or str(uuid.uuid4())
     cwd = session.get("cwd") if isinstance(session.get("cwd"), str) else None
     metadata = session.get("metadata") if isinstance(session.get("metadata"), dict) else None
     client.create_session(new_id, cwd=cwd or None, metadata=metadata or None)
-    append_planned(client, new_id, [event.as_new() for event in export.events], first_seq=0)
+    with progress(f"importing {path.name}", len(export.events)) as advance:
+        append_planned(client, new_id, [event.as_new() for event in export.events], first_seq=0, advance=advance)
     return {"id": new_id, "file": str(path), "leaf": None}
 
 
-def append_planned(client: SessionLogClient, session_id: str, events: Sequence[NewEvent], *, first_seq: int) -> None:
+def append_planned(
+    client: SessionLogClient,
+    session_id: str,
+    events: Sequence[NewEvent],
+    *,
+    first_seq: int,
+    advance: Advance | None = None,
+) -> None:
     """Append `events` so that the first lands at `first_seq`, in pipelined batches, each checked
-    against the seq it must start at; returns once all are durable."""
+    against the seq it must start at; returns once all are durable. `advance(n)` is told of each
+    batch as it becomes durable."""
     with client.writer(session_id, create_if_missing=True) as writer:
         if writer.next_seq != first_seq:
             raise SessionLogError(
@@ -152,7 +169,10 @@ def append_planned(client: SessionLogClient, session_id: str, events: Sequence[N
                 f"session {session_id!r} is at seq {writer.next_seq}, the import expected {first_seq}",
             )
         for start in range(0, len(events), BATCH_EVENTS):
-            writer.append(events[start : start + BATCH_EVENTS], expected_next_seq=first_seq + start)
+            batch = events[start : start + BATCH_EVENTS]
+            future = writer.append(batch, expected_next_seq=first_seq + start)
+            if advance is not None:
+                future.add_done_callback(lambda _, n=len(batch), tell=advance: tell(n))
 
 
 # --- export ------------------------------------------------------------------------------------
@@ -160,16 +180,32 @@ def append_planned(client: SessionLogClient, session_id: str, events: Sequence[N
 
 def export_command(
     session_id: Annotated[str, typer.Argument(help="The session to export.")],
-    fmt: Annotated[ExportFormat, typer.Option("--format", help="pi: a Pi v3 session file; sessionlog: SPEC §10.")],
+    fmt: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format",
+            help="pi: a Pi v3 session file; sessionlog: JSON Lines (docs/formats.md); "
+            "otlp-json: OTLP/JSON traces (GenAI conventions).",
+        ),
+    ],
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (atomically), not stdout.")] = None,
+    content: Annotated[
+        bool, typer.Option("--with-content", help="otlp-json: include gen_ai.input/output.messages.")
+    ] = False,
 ) -> None:
-    """Export a session as a Pi session file or as sessionlog JSON Lines."""
+    """Export a session as a Pi session file, sessionlog JSON Lines, or OTLP/JSON traces."""
     with connect() as client:
         info = client.get_session(session_id)
-        events = list(client.read_events(session_id))
+        events = []
+        with progress(f"reading {session_id}", info.next_seq) as advance:
+            for event in client.read_events(session_id):
+                events.append(event)
+                advance(1)
     try:
         if fmt == ExportFormat.pi:
             lines: Iterable[str] = list(export_pi(events, session_id=info.id, cwd=info.cwd).lines())
+        elif fmt == ExportFormat.otlp_json:
+            lines = [jsonvalue.dumps(otlp_traces(events, info.id, content=content)) + "\n"]
         else:
             session = {k: v for k, v in info.to_json().items() if k != "lease"}
             lines = list(sessionlog_lines(session, events))

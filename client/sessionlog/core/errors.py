@@ -36,6 +36,15 @@ class SessionLogError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def name_event(self, index: int) -> None:
+        """Say which event of a batch is at fault: `event_index` metadata and an `event N: `
+        prefix, once (an error re-raised through several layers is named by the first)."""
+        if index < 0 or "event_index" in self.metadata:
+            return
+        self.metadata["event_index"] = str(index)
+        self.message = f"event {index}: {self.message}"
+        self.args = (self.message,)
+
 
 class ValidationError(SessionLogError):
     """Malformed event, bad surface op, seq or structure violation (INVALID_ARGUMENT)."""
@@ -77,13 +86,6 @@ class OwnershipLost(SessionLogError):
 
     code = "ABORTED"
     default_reason = "OWNERSHIP_LOST"
-
-
-class OutOfRange(SessionLogError):
-    """A seq past the end of the log where the request needs one inside it (OUT_OF_RANGE)."""
-
-    code = "OUT_OF_RANGE"
-    default_reason = "SEQ_OUT_OF_RANGE"
 
 
 class LimitExceeded(SessionLogError):

@@ -137,7 +137,10 @@ class NewEvent:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """A committed event: position `seq` in its session's log, committed at `time` (epoch ms)."""
+    """A committed event: position `seq` in its session's log, committed at `time` (epoch ms).
+
+    `data_text`, when known, is the exact JSON text of `data` as it was accepted and stored;
+    readers hand it on byte for byte instead of serialising `data` again (SPEC §12)."""
 
     seq: int
     time: int
@@ -147,6 +150,7 @@ class Event:
     ignorable: bool = False
     surface_op: SurfaceOp | None = None
     source_event_seqs: tuple[int, ...] = ()
+    data_text: str | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> JsonObject:
         """The SPEC §2 envelope: seq, time, type, data, then optional fields where set."""

@@ -40,6 +40,7 @@ from sessionlog.core.messages import project_message
 from sessionlog.core.projections.request import request_view
 from sessionlog.core.projections.stats import StatsAccumulator
 from sessionlog.core.repair import RepairCause, open_turn_closers
+from sessionlog.core.snapshot import FoldSnapshot
 from sessionlog.core.structure import (
     StructurePlan,
     StructureState,
@@ -49,13 +50,20 @@ from sessionlog.core.structure import (
     trusted_structure_plan,
 )
 from sessionlog.core.surface import (
+    SurfaceNode,
     SurfacePlan,
     SurfaceState,
     apply_surface_plan,
     plan_surface_event,
+    surface_node,
     undo_surface_plan,
 )
 from sessionlog.core.vocabulary import REQUEST_HEADER, SESSION_END_SEED, SURFACE_TYPES, SYSTEM_MESSAGE
+
+FOLD_BASE_BYTES = 4096
+"""Estimated bytes of a fold without surface nodes (structure, header, stats, containers)."""
+NODE_BYTES = 120
+"""Estimated bytes per surface node of a fold without messages (seq, node record, slots)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +75,7 @@ class _Plan:
     structure: StructurePlan | None
     header: HeaderState | None
     message: JsonObject | None
+    node: SurfaceNode | None
 
 
 @dataclass(slots=True)
@@ -79,21 +88,30 @@ class _Undo:
     header: HeaderState | None
     stats: StatsAccumulator
     structure: StructureState | None
-    shadowed_messages: list[JsonObject | None] = field(default_factory=list)
+    shadowed_nodes: list[SurfaceNode] = field(default_factory=list)
+    shadowed_empty: list[int] = field(default_factory=list)
+    shadowed_messages: dict[int, JsonObject] = field(default_factory=dict)
 
 
 class SessionFold:
-    """The folded state of one session's log, maintained event by event."""
+    """The folded state of one session's log, maintained event by event.
 
-    def __init__(self) -> None:
+    Per surface node it keeps the node's seq, a `SurfaceNode` (type, and a digest for tool
+    results) and, only with `keep_messages=True`, the projected message. The server folds
+    with `keep_messages=False`, so a live session's memory follows its surface and not the
+    size of its messages: it builds model histories from stored message bytes instead.
+    """
+
+    def __init__(self, *, keep_messages: bool = True) -> None:
+        self._keep_messages = keep_messages
         self._next_seq = 0
         self._last_time = 0
         self._last_type: str | None = None
         self._surface = SurfaceState()
-        self._surface_events: dict[int, Event] = {}
-        self._messages: list[JsonObject | None] = []
-        self._none_messages = 0
-        self._history: list[JsonObject] | None = []
+        self._nodes: dict[int, SurfaceNode] = {}
+        self._empty: set[int] = set()
+        self._messages: dict[int, JsonObject] = {}
+        self._history: list[int] | None = []
         self._structure = StructureState()
         self._latest_header: HeaderState | None = None
         self._stats = StatsAccumulator()
@@ -105,12 +123,16 @@ class SessionFold:
     # ----------------------------------------------------------------- building
 
     @classmethod
-    def replay(cls, events: Iterable[Event], *, validate: bool = True) -> SessionFold:
+    def replay(cls, events: Iterable[Event], *, validate: bool = True, keep_messages: bool = True) -> SessionFold:
         """Fold a whole log; `validate=False` trusts it (cold load) but builds all state."""
-        fold = cls()
-        for event in events:
-            fold._commit(fold._plan(event, validate=validate))
+        fold = cls(keep_messages=keep_messages)
+        fold.extend(events, validate=validate)
         return fold
+
+    def extend(self, events: Iterable[Event], *, validate: bool = False) -> None:
+        """Fold more events onto this state (a snapshot's tail, a fast-forward)."""
+        for event in events:
+            self._commit(self._plan(event, validate=validate))
 
     def check(self, event: Event) -> None:
         """Validate `event` as the next event of the log, without changing anything."""
@@ -136,7 +158,7 @@ class SessionFold:
                 field="time",
                 seq=event.seq,
             )
-        surface = plan_surface_event(self._surface, event, self._event_at, validate=validate)
+        surface = plan_surface_event(self._surface, event, self._node_at, validate=validate)
         if validate:
             structure = plan_structure_event(self._structure, event)
         else:
@@ -148,7 +170,8 @@ class SessionFold:
                 check_header_event(self._latest_header, event, generation=generation)
             header = header_state(event, generation=generation)
         message = project_message(event) if surface is not None else None
-        return _Plan(event, surface, structure, header, message)
+        node = surface_node(event) if surface is not None else None
+        return _Plan(event, surface, structure, header, message, node)
 
     def _commit(self, plan: _Plan) -> None:
         event = plan.event
@@ -163,11 +186,9 @@ class SessionFold:
                 self._structure.snapshot() if plan.structure is not None else None,
             )
         if plan.surface is not None:
-            shadowed = self._apply_messages(plan.surface, plan.message)
-            if undo is not None:
-                undo.shadowed_messages = shadowed
+            assert plan.node is not None
+            self._apply_nodes(plan.surface, plan.node, plan.message, undo)
             apply_surface_plan(self._surface, plan.surface)
-            self._surface_events[event.seq] = event
         apply_structure_plan(self._structure, plan.structure)
         if plan.header is not None:
             self._latest_header = plan.header
@@ -178,36 +199,51 @@ class SessionFold:
         if undo is not None:
             self._journal.append(undo)
 
-    def _apply_messages(self, plan: SurfacePlan, message: JsonObject | None) -> list[JsonObject | None]:
-        """Keep the projected-message list parallel to the surface; return what a replace removed."""
-        if plan.kind == "append":
-            self._messages.append(message)
-            if message is None:
-                self._none_messages += 1
-            elif self._history is not None:
-                self._history.append(message)
-            return []
-        shadowed = self._messages[plan.start_index : plan.end_index + 1]
-        self._messages[plan.start_index : plan.end_index + 1] = [message]
-        self._none_messages += (message is None) - sum(1 for m in shadowed if m is None)
-        self._history = None
-        return shadowed
+    def _apply_nodes(
+        self, plan: SurfacePlan, node: SurfaceNode, message: JsonObject | None, undo: _Undo | None
+    ) -> None:
+        """Keep the per-node state in step with the surface; a replace forgets what it shadows."""
+        seq = plan.seq
+        if plan.kind == "replace":
+            for old in plan.shadowed:
+                gone = self._nodes.pop(old)
+                was_empty = old in self._empty
+                self._empty.discard(old)
+                old_message = self._messages.pop(old, None)
+                if undo is not None:
+                    undo.shadowed_nodes.append(gone)
+                    if was_empty:
+                        undo.shadowed_empty.append(old)
+                    if old_message is not None:
+                        undo.shadowed_messages[old] = old_message
+            self._history = None
+        self._nodes[seq] = node
+        if message is None:
+            self._empty.add(seq)
+        else:
+            if self._keep_messages:
+                self._messages[seq] = message
+            if plan.kind == "append" and self._history is not None:
+                self._history.append(seq)
 
-    def _undo_messages(self, plan: SurfacePlan, shadowed: list[JsonObject | None]) -> None:
+    def _undo_nodes(self, plan: SurfacePlan, undo: _Undo) -> None:
+        seq = plan.seq
+        del self._nodes[seq]
+        was_empty = seq in self._empty
+        self._empty.discard(seq)
+        self._messages.pop(seq, None)
         if plan.kind == "append":
-            message = self._messages.pop()
-            if message is None:
-                self._none_messages -= 1
-            elif self._history is not None:
+            if not was_empty and self._history is not None:
                 self._history.pop()
             return
-        removed = self._messages[plan.start_index]
-        self._messages[plan.start_index : plan.start_index + 1] = shadowed
-        self._none_messages += sum(1 for m in shadowed if m is None) - (removed is None)
+        for old, node in zip(plan.shadowed, undo.shadowed_nodes, strict=True):
+            self._nodes[old] = node
+        self._empty.update(undo.shadowed_empty)
+        self._messages.update(undo.shadowed_messages)
         self._history = None
 
-    def _event_at(self, seq: int) -> Event:
-        return self._surface_events[seq]
+    def _node_at(self, seq: int) -> SurfaceNode:
+        return self._nodes[seq]
 
     # ----------------------------------------------------------------- batches
 
@@ -253,8 +289,7 @@ class SessionFold:
         plan = undo.plan
         if plan.surface is not None:
             undo_surface_plan(self._surface, plan.surface)
-            self._undo_messages(plan.surface, undo.shadowed_messages)
-            del self._surface_events[plan.event.seq]
+            self._undo_nodes(plan.surface, undo)
         if undo.structure is not None:
             self._structure.restore(undo.structure)
         self._latest_header = undo.header
@@ -334,7 +369,12 @@ class SessionFold:
     def has_system_head(self) -> bool:
         """Node 0 exists and is a `system/message`."""
         nodes = self._surface.nodes
-        return bool(nodes) and self._surface_events[nodes[0]].type == SYSTEM_MESSAGE
+        return bool(nodes) and self._nodes[nodes[0]].type == SYSTEM_MESSAGE
+
+    @property
+    def keeps_messages(self) -> bool:
+        """Whether this fold holds the projected messages (offline) or only node seqs (server)."""
+        return self._keep_messages
 
     # ----------------------------------------------------------------- reads
 
@@ -342,21 +382,42 @@ class SessionFold:
         """`{nodes, replaceGeneration}` (a copy)."""
         return self._surface.view()
 
+    def history_seqs(self) -> list[int]:
+        """The seqs whose messages make the model history, in surface order (a new list)."""
+        return list(self._history_seqs())
+
+    def history_seqs_since(self, index: int) -> list[int]:
+        """The history's seqs from message `index` on: O(returned) while no replace rebuilt it."""
+        return self._history_seqs()[index:]
+
+    def _history_seqs(self) -> list[int]:
+        if self._history is None:
+            empty = self._empty
+            self._history = [seq for seq in self._surface.nodes if seq not in empty]
+        return self._history
+
+    def _need_messages(self) -> None:
+        if not self._keep_messages:
+            raise RuntimeError("this fold keeps no messages (keep_messages=False): read them from the log")
+
     def model_history(self) -> list[JsonObject]:
         """The projected messages in surface order (a new list over shared message dicts)."""
-        if self._history is None:
-            self._history = [m for m in self._messages if m is not None]
-        return list(self._history)
+        self._need_messages()
+        return [self._messages[seq] for seq in self._history_seqs()]
 
     def model_history_since(self, index: int) -> list[JsonObject]:
         """The messages from `index` on: O(returned messages) while no replace rebuilt the cache."""
-        if self._history is None:
-            self._history = [m for m in self._messages if m is not None]
-        return self._history[index:]
+        self._need_messages()
+        return [self._messages[seq] for seq in self.history_seqs_since(index)]
+
+    @property
+    def surface_size(self) -> int:
+        """How many nodes the surface holds, in O(1)."""
+        return len(self._surface.nodes)
 
     def message_count(self) -> int:
         """How many messages the model history holds, in O(1)."""
-        return len(self._messages) - self._none_messages
+        return len(self._surface.nodes) - len(self._empty)
 
     def request(self) -> dict[str, Any]:
         """`{"request", "sha256", "headerSeq"}` for the head of the log (see projections.request)."""
@@ -365,6 +426,46 @@ class SessionFold:
     def stats(self) -> dict[str, Any]:
         """The SPEC §5 stats of the whole log (see projections.stats for the rules)."""
         return self._stats.as_dict(events=self._next_seq, messages=self.message_count())
+
+    def resident_bytes(self) -> int:
+        """An estimate of this fold's memory (for the byte-bounded session cache); it leaves out
+        kept messages, which only offline folds hold."""
+        return FOLD_BASE_BYTES + len(self._surface.nodes) * NODE_BYTES
+
+    # ----------------------------------------------------------------- snapshots
+
+    def snapshot(self) -> FoldSnapshot:
+        """The whole state as plain data (see `core.snapshot`): the state after the last applied
+        event. With batches in flight it is the state once they are durable (the server stores
+        it in the same transaction as the batch that reached it)."""
+        return FoldSnapshot(
+            next_seq=self._next_seq,
+            last_time=self._last_time,
+            last_type=self._last_type,
+            nodes=list(self._surface.nodes),
+            node_info=[self._nodes[seq] for seq in self._surface.nodes],
+            empty=sorted(self._empty),
+            replace_generation=self._surface.replace_generation,
+            structure=self._structure.snapshot(),
+            header=self._latest_header,
+            stats=self._stats.copy(),
+        )
+
+    @classmethod
+    def from_snapshot(cls, snapshot: FoldSnapshot) -> SessionFold:
+        """A fold (without messages) in the state a snapshot recorded."""
+        fold = cls(keep_messages=False)
+        fold._next_seq = snapshot.next_seq
+        fold._last_time = snapshot.last_time
+        fold._last_type = snapshot.last_type
+        fold._surface = SurfaceState(list(snapshot.nodes), snapshot.replace_generation)
+        fold._nodes = dict(zip(snapshot.nodes, snapshot.node_info, strict=True))
+        fold._empty = set(snapshot.empty)
+        fold._history = None
+        fold._structure = snapshot.structure.snapshot()
+        fold._latest_header = snapshot.header
+        fold._stats = snapshot.stats.copy()
+        return fold
 
     # ----------------------------------------------------------------- decisions
 

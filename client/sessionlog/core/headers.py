@@ -258,6 +258,11 @@ def header_state(event: Event, *, generation: int) -> HeaderState:
     )
 
 
+def header_state_from_parts(seq: int, header: JsonObject, generation: int, reason: str, starts: bool) -> HeaderState:
+    """A `HeaderState` rebuilt from its stored parts (a fold snapshot), canonical form included."""
+    return HeaderState(seq, header, generation, reason, starts, jsonvalue.canonical(header))
+
+
 def fold_headers(events: Iterable[Event]) -> HeaderState | None:
     """The latest header of a log prefix (pure); the generation is the count of replaces before it."""
     latest: HeaderState | None = None

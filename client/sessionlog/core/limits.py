@@ -1,4 +1,8 @@
-"""Size limits applied to proposed events (configurable by the service)."""
+"""Size limits applied to proposed events (configurable by the service).
+
+These defaults are the service's defaults too: `sessionlog_server.config.Settings` takes its
+`max_*` defaults from `DEFAULT_LIMITS`, so the two cannot drift apart.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +17,12 @@ class Limits:
     """Largest serialised `data` of one event, blobs included."""
     max_batch_events: int = 10_000
     """Most events one batch may carry."""
-    max_batch_bytes: int = 256 * 1024 * 1024
-    """Largest serialised batch."""
+    max_batch_bytes: int = 128 * 1024 * 1024
+    """Largest total serialised `data` of one batch."""
     max_id_chars: int = 128
     """Longest session id or eventId (SPEC §2)."""
     max_type_chars: int = 128
     """Longest event type name."""
+
+
+DEFAULT_LIMITS = Limits()

@@ -25,15 +25,18 @@ import hashlib
 from collections.abc import Sequence
 from typing import Literal
 
+from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import APPEND, Event, JsonObject, NewEvent
-from sessionlog.core.structure import StructureState, ToolCallState, fold_structure
-from sessionlog.core.vocabulary import STEP_END, TOOL_RESULT, TURN_END
+from sessionlog.core.structure import RESERVED_TURN_END_KINDS, StructureState, ToolCallState, fold_structure
+from sessionlog.core.vocabulary import SESSION_END_SEED, STEP_END, TOOL_RESULT, TURN_END
 
 RepairCause = Literal["interrupted", "forked"]
 
 TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
 TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
 MAX_EVENT_ID_CHARS = 128
+REPAIR_ID_PREFIX = "repair"
+"""eventIds of repair events start `repair-<cause>-` (`repair_event_id`)."""
 
 _RETRY_UNKNOWN = (
     "Retry only if the tool is read-only or idempotent; otherwise verify the external state or ask "
@@ -73,12 +76,31 @@ def repair_reason(cause: RepairCause) -> str:
 
 def repair_event_id(cause: RepairCause, turn: int, *parts: str) -> str:
     """A deterministic eventId, at most 128 characters (a long call id is hashed)."""
-    event_id = "-".join(["repair", cause, str(turn), *parts])
+    event_id = "-".join([REPAIR_ID_PREFIX, cause, str(turn), *parts])
     if len(event_id) <= MAX_EVENT_ID_CHARS:
         return event_id
     *head, call_id = parts
     digest = hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:32]
-    return "-".join(["repair", cause, str(turn), *head, f"sha256-{digest}"])
+    return "-".join([REPAIR_ID_PREFIX, cause, str(turn), *head, f"sha256-{digest}"])
+
+
+def check_writer_turn_end(event: NewEvent) -> None:
+    """A writer may not end a turn `interrupted` or `forked`: only repair and fork do (SPEC §3).
+
+    The one exception is an event that carries the deterministic eventId repair gave it
+    (`repair-<kind>-...`): a re-import of a log that repair wrote to once.
+    """
+    reason = event.data.get("reason")
+    kind = reason.get("kind") if isinstance(reason, dict) else None
+    if event.type != TURN_END or kind not in RESERVED_TURN_END_KINDS:
+        return
+    if event.event_id is not None and event.event_id.startswith(f"{REPAIR_ID_PREFIX}-{kind}-"):
+        return
+    raise ValidationError(
+        "RESERVED_TURN_END_KIND",
+        f"turn/end kind {kind!r} is written only by crash repair or fork",
+        field="data.reason",
+    )
 
 
 def tool_error_closer(call: ToolCallState, cause: RepairCause, last_time: int) -> NewEvent:
@@ -154,3 +176,14 @@ def commit_closers(closers: Sequence[NewEvent], next_seq: int, time: int) -> lis
     """The closers as committed events (seqs from `next_seq`, all at `time`), e.g. for a
     read-only reader that shows the repair of a crashed session in memory only."""
     return [event.committed(next_seq + offset, time) for offset, event in enumerate(closers)]
+
+
+def fork_seed(source: Sequence[Event] | StructureState, last_time: int | None = None) -> list[NewEvent]:
+    """What a fork's own log starts with (SPEC §8): `session/end-seed {inherited: true}`, then
+    the closers of a turn open at the cut (cause `forked`).
+
+    `source` and `last_time` are as for `open_turn_closers`, describing the parent up to the
+    cut. The service writes this into every fork; the Pi importer plans its forks with it, so an
+    imported fork's seqs are the ones the service gives it.
+    """
+    return [NewEvent(SESSION_END_SEED, {"inherited": True}), *open_turn_closers(source, "forked", last_time)]

@@ -23,8 +23,8 @@ Decisions (what a harness expects):
   name the open turn/step. `request/*` and `session/end-seed` are allowed anywhere and not
   checked; unknown (ignorable) types are never checked.
 - `turn/end` kinds `interrupted` and `forked` are accepted here (repair and fork write them
-  through the same fold); `check_turn_end_not_reserved` lets the server refuse them from
-  writers.
+  through the same fold); `repair.check_writer_turn_end` is where the service refuses them
+  from writers.
 - `step/end` with calls still lacking results is allowed (a cancelled or failed step leaves
   unrun calls); the calls of a step are forgotten when it ends, as in dsh.
 """
@@ -250,19 +250,6 @@ def check_turn_end(state: StructureState, event: Event) -> int:
     return turn
 
 
-def check_turn_end_not_reserved(event: Event) -> None:
-    """For the server: a writer may not end a turn as `interrupted` or `forked` (SPEC §3)."""
-    reason = event.data.get("reason")
-    kind = reason.get("kind") if isinstance(reason, dict) else None
-    if event.type == TURN_END and kind in RESERVED_TURN_END_KINDS:
-        raise ValidationError(
-            "RESERVED_TURN_END_KIND",
-            f"turn/end at seq {event.seq}: kind {kind!r} is written only by crash repair or fork",
-            field="data.reason",
-            seq=event.seq,
-        )
-
-
 def check_step_start(state: StructureState, event: Event) -> int:
     """`step/start {turn, step}` inside the open turn, no step open, numbered last + 1."""
     turn = _required(event.data, "turn", event)
@@ -407,7 +394,6 @@ __all__ = [
     "check_step_open",
     "check_step_start",
     "check_turn_end",
-    "check_turn_end_not_reserved",
     "check_turn_end_reason",
     "check_turn_open",
     "check_turn_start",

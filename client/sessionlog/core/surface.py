@@ -12,6 +12,7 @@ list, O(surface) in C; replaces are rare (compaction, trimming, prompt changes).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,6 +26,46 @@ from sessionlog.core.vocabulary import SURFACE_TYPES, SYSTEM_MESSAGE, TOOL_RESUL
 
 EventLookup = Callable[[int], Event]
 """`event_at(seq)`: the committed event at an earlier seq (only surface nodes are asked for)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SurfaceNode:
+    """What the surface rules need to know of a node once it is on the surface.
+
+    A replace is validated against the nodes it covers without their events: node 0's type
+    (the system-head rule) and, for a `tool/result`, `rewrite_key`, a digest of everything but
+    `message.content` (a trim may change only the content). Keeping these instead of the events
+    is what lets a live fold hold a few bytes per node whatever the messages weigh.
+    """
+
+    type: str
+    rewrite_key: bytes | None = None
+
+
+NodeLookup = Callable[[int], SurfaceNode]
+"""`node_at(seq)`: what the rules need of the node at `seq` (only surface nodes are asked for)."""
+
+
+def rewrite_key(event: Event) -> bytes:
+    """The digest a tool-result trim must leave unchanged: sha256 of the canonical JSON of
+    `data` without `message.content`, cut to 16 bytes (collisions need a deliberate attack on
+    one's own session, and would only let a trim change more than the content)."""
+    return hashlib.sha256(jsonvalue.canonical(_without_content(event.data))).digest()[:16]
+
+
+_SHARED_NODES: dict[str, SurfaceNode] = {kind: SurfaceNode(kind) for kind in SURFACE_TYPES}
+
+
+def surface_node(event: Event) -> SurfaceNode:
+    """The `SurfaceNode` of an event that lands on the surface (shared for all but tool results)."""
+    if event.type == TOOL_RESULT:
+        return SurfaceNode(TOOL_RESULT, rewrite_key(event))
+    return _SHARED_NODES.get(event.type) or SurfaceNode(event.type)
+
+
+def event_nodes(event_at: EventLookup) -> NodeLookup:
+    """A node lookup over full events (the reference fold, offline tools)."""
+    return lambda seq: surface_node(event_at(seq))
 
 
 @dataclass(slots=True)
@@ -179,7 +220,7 @@ def _without_content(data: dict[str, Any]) -> dict[str, Any]:
     return rest
 
 
-def check_tool_result_rewrite(event: Event, shadowed: Sequence[int], event_at: EventLookup) -> None:
+def check_tool_result_rewrite(event: Event, shadowed: Sequence[int], node_at: NodeLookup) -> None:
     """A tool/result replace rewrites exactly one current tool/result and changes only its content.
 
     This is the trimming path (a 30 MB output cut down after the fact): everything but
@@ -196,32 +237,30 @@ def check_tool_result_rewrite(event: Event, shadowed: Sequence[int], event_at: E
             field="surfaceOp",
             seq=event.seq,
         )
-    original = event_at(shadowed[0])
+    original = node_at(shadowed[0])
     if original.type != TOOL_RESULT:
         raise ValidationError(
             "TOOL_RESULT_REPLACE_TARGET",
             f"surface replace: tool/result seq {event.seq} must replace a tool/result, "
-            f"but seq {original.seq} is a {original.type}",
+            f"but seq {shadowed[0]} is a {original.type}",
             field="surfaceOp",
             seq=event.seq,
         )
-    before = jsonvalue.canonical(_without_content(original.data))
-    after = jsonvalue.canonical(_without_content(event.data))
-    if before != after:
+    if rewrite_key(event) != original.rewrite_key:
         raise ValidationError(
             "TOOL_RESULT_REPLACE_CHANGES_MORE",
-            f"surface replace: tool/result seq {event.seq} may change only message.content of seq {original.seq}",
+            f"surface replace: tool/result seq {event.seq} may change only message.content of seq {shadowed[0]}",
             field="data",
             seq=event.seq,
         )
 
 
 def check_system_head(
-    state: SurfaceState, event: Event, start_index: int, end_index: int, event_at: EventLookup
+    state: SurfaceState, event: Event, start_index: int, end_index: int, node_at: NodeLookup
 ) -> None:
     """Node-0 protection: a replace starting at a system/message node 0 is a system/message
     replacing exactly that node (a prompt change); compaction may not swallow the prompt."""
-    if start_index != 0 or event_at(state.nodes[0]).type != SYSTEM_MESSAGE:
+    if start_index != 0 or node_at(state.nodes[0]).type != SYSTEM_MESSAGE:
         return
     if event.type != SYSTEM_MESSAGE or end_index != 0:
         raise ValidationError(
@@ -235,7 +274,7 @@ def check_system_head(
 
 
 def plan_surface_event(
-    state: SurfaceState, event: Event, event_at: EventLookup, *, validate: bool = True
+    state: SurfaceState, event: Event, node_at: NodeLookup, *, validate: bool = True
 ) -> SurfacePlan | None:
     """Validate one event against the surface and prepare its transition; mutates nothing.
 
@@ -262,8 +301,8 @@ def plan_surface_event(
     shadowed = tuple(state.nodes[start_index : end_index + 1])
     if validate:
         check_sources_cover(event, shadowed)
-        check_tool_result_rewrite(event, shadowed, event_at)
-        check_system_head(state, event, start_index, end_index, event_at)
+        check_tool_result_rewrite(event, shadowed, node_at)
+        check_system_head(state, event, start_index, end_index, node_at)
     return SurfacePlan("replace", event.seq, op.start_seq, op.end_seq, start_index, end_index, shadowed)
 
 
@@ -294,9 +333,7 @@ def fold_surface(events: Sequence[Event], *, validate: bool = True) -> SurfaceFo
     state = SurfaceState()
     replacements: list[SurfacePlan] = []
 
-    def event_at(seq: int) -> Event:
-        return events[seq]
-
+    node_at = event_nodes(lambda seq: events[seq])
     for index, event in enumerate(events):
         if event.seq != index:
             raise ValidationError(
@@ -305,7 +342,7 @@ def fold_surface(events: Sequence[Event], *, validate: bool = True) -> SurfaceFo
                 field="seq",
                 seq=event.seq,
             )
-        plan = plan_surface_event(state, event, event_at, validate=validate)
+        plan = plan_surface_event(state, event, node_at, validate=validate)
         apply_surface_plan(state, plan)
         if plan is not None and plan.kind == "replace":
             replacements.append(plan)
@@ -324,7 +361,9 @@ def surface_messages(nodes: Sequence[int], event_at: EventLookup) -> list[dict[s
 
 __all__ = [
     "EventLookup",
+    "NodeLookup",
     "SurfaceFold",
+    "SurfaceNode",
     "SurfacePlan",
     "SurfaceState",
     "apply_surface_plan",
@@ -335,9 +374,12 @@ __all__ = [
     "check_surface_head",
     "check_system_head",
     "check_tool_result_rewrite",
+    "event_nodes",
     "fold_surface",
     "plan_surface_event",
     "replacement_range",
+    "rewrite_key",
     "surface_messages",
+    "surface_node",
     "undo_surface_plan",
 ]

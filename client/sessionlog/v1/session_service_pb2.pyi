@@ -221,7 +221,6 @@ class WriteRequest(_message.Message):
     BATCH_FIELD_NUMBER: _builtins.int
     HEADER_FIELD_NUMBER: _builtins.int
     BATCHES_FIELD_NUMBER: _builtins.int
-    CLOSE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def open(self) -> Global___OpenWriter:
         """Opens the writer; must be the first request and only the first."""
@@ -240,10 +239,6 @@ class WriteRequest(_message.Message):
         queued up while the stream was busy in one message, saving per-message cost.
         """
 
-    @_builtins.property
-    def close(self) -> Global___CloseWriter:
-        """Ends the writer on purpose; must be the last request."""
-
     def __init__(
         self,
         *,
@@ -251,36 +246,16 @@ class WriteRequest(_message.Message):
         batch: Global___WriteBatch | None = ...,
         header: Global___WriteHeader | None = ...,
         batches: Global___WriteBatches | None = ...,
-        close: Global___CloseWriter | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "batches", b"batches", "close", b"close", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "batches", b"batches", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "batches", b"batches", "close", b"close", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "batches", b"batches", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["open", "batch", "header", "batches", "close"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["open", "batch", "header", "batches"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___WriteRequest: _TypeAlias = WriteRequest  # noqa: Y015
-
-@_typing.final
-class CloseWriter(_message.Message):
-    """Ends a writer stream on purpose: once every earlier batch is acknowledged, the lease is
-    released and the stream completes. It has no fields.
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    def __init__(
-        self,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___CloseWriter: _TypeAlias = CloseWriter  # noqa: Y015
 
 @_typing.final
 class WriteBatches(_message.Message):
@@ -343,7 +318,6 @@ class OpenWriter(_message.Message):
     TAKEOVER_FIELD_NUMBER: _builtins.int
     CREATE_IF_MISSING_FIELD_NUMBER: _builtins.int
     RESUME_FIELD_NUMBER: _builtins.int
-    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to write."""
     writer_id: _builtins.str
@@ -354,10 +328,6 @@ class OpenWriter(_message.Message):
     """Create the session if it does not exist yet."""
     resume: _builtins.bool
     """Resume the session first (repair an open turn, mark the seed boundary), as ResumeSession."""
-    lease_token: _builtins.str
-    """The token of a lease this writer still holds (a reconnect after a broken stream): presenting
-    it takes that live lease again, at a new epoch. Without it a live lease is WRITER_HELD.
-    """
     def __init__(
         self,
         *,
@@ -366,11 +336,10 @@ class OpenWriter(_message.Message):
         takeover: _builtins.bool = ...,
         create_if_missing: _builtins.bool = ...,
         resume: _builtins.bool = ...,
-        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_if_missing", b"create_if_missing", "lease_token", b"lease_token", "resume", b"resume", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_if_missing", b"create_if_missing", "resume", b"resume", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -515,14 +484,8 @@ class WriterOpened(_message.Message):
     LEASE_FIELD_NUMBER: _builtins.int
     NEXT_SEQ_FIELD_NUMBER: _builtins.int
     RESUMED_FIELD_NUMBER: _builtins.int
-    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     next_seq: _builtins.int
     """The seq the next appended event will get."""
-    lease_token: _builtins.str
-    """The lease's token, known only to this writer: present it in `OpenWriter.lease_token` to
-    reconnect while the lease is still live, or to the unary lease methods. If the stream breaks,
-    the lease is no longer renewed and lapses after its TTL (then an open turn is repaired).
-    """
     @_builtins.property
     def lease(self) -> _session_pb2.Lease:
         """The lease the stream holds."""
@@ -537,11 +500,10 @@ class WriterOpened(_message.Message):
         lease: _session_pb2.Lease | None = ...,
         next_seq: _builtins.int = ...,
         resumed: Global___ResumeSessionResponse | None = ...,
-        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "resumed", b"resumed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "lease_token", b"lease_token", "next_seq", b"next_seq", "resumed", b"resumed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "next_seq", b"next_seq", "resumed", b"resumed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -588,29 +550,22 @@ class AcquireLeaseRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     WRITER_ID_FIELD_NUMBER: _builtins.int
     TAKEOVER_FIELD_NUMBER: _builtins.int
-    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to write."""
     writer_id: _builtins.str
     """The writer's id; empty lets the service generate one."""
     takeover: _builtins.bool
     """Take the lease even if another writer holds it."""
-    lease_token: _builtins.str
-    """The token of a lease the caller still holds on this session: presenting it takes that live
-    lease again at a new epoch (fencing the caller's own older calls). Without it, a live lease
-    held by anyone is WRITER_HELD, whatever `writer_id` says.
-    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         writer_id: _builtins.str = ...,
         takeover: _builtins.bool = ...,
-        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -624,27 +579,21 @@ class AcquireLeaseResponse(_message.Message):
 
     LEASE_FIELD_NUMBER: _builtins.int
     NEXT_SEQ_FIELD_NUMBER: _builtins.int
-    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     next_seq: _builtins.int
     """The seq the next appended event will get."""
-    lease_token: _builtins.str
-    """The lease token: the holder's secret, returned only here (the service keeps only its
-    hash). AppendEvents, ReportRequestHeader, RenewLease and ReleaseLease present it.
-    """
     @_builtins.property
     def lease(self) -> _session_pb2.Lease:
-        """The lease (its writer id, epoch and expiry are public: GetSession shows them)."""
+        """The lease to quote in AppendEvents."""
 
     def __init__(
         self,
         *,
         lease: _session_pb2.Lease | None = ...,
         next_seq: _builtins.int = ...,
-        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "lease_token", b"lease_token", "next_seq", b"next_seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "next_seq", b"next_seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -657,17 +606,18 @@ class AppendEventsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    WRITER_ID_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
     EXPECTED_NEXT_SEQ_FIELD_NUMBER: _builtins.int
     EVENTS_FIELD_NUMBER: _builtins.int
-    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to append to."""
+    writer_id: _builtins.str
+    """The lease holder's id."""
+    epoch: _builtins.int
+    """The lease epoch; a stale epoch is refused with ABORTED (OWNERSHIP_LOST)."""
     expected_next_seq: _builtins.int
     """When set, refused (EXPECTED_SEQ_MISMATCH) unless the log's next seq is this."""
-    lease_token: _builtins.str
-    """The token AcquireLease (or ResumeSession, or the writer stream) returned. A token that does
-    not hold the session's current lease is refused with ABORTED (OWNERSHIP_LOST).
-    """
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[_event_pb2.NewEvent]:
         """The events, appended in order and atomically."""
@@ -676,13 +626,14 @@ class AppendEventsRequest(_message.Message):
         self,
         *,
         session_id: _builtins.str = ...,
+        writer_id: _builtins.str = ...,
+        epoch: _builtins.int = ...,
         expected_next_seq: _builtins.int | None = ...,
         events: _abc.Iterable[_event_pb2.NewEvent] | None = ...,
-        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_next_seq", b"_expected_next_seq", "expected_next_seq", b"expected_next_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_next_seq", b"_expected_next_seq", "events", b"events", "expected_next_seq", b"expected_next_seq", "lease_token", b"lease_token", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_next_seq", b"_expected_next_seq", "epoch", b"epoch", "events", b"events", "expected_next_seq", b"expected_next_seq", "session_id", b"session_id", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__expected_next_seq: _TypeAlias = _typing.Literal["expected_next_seq"]  # noqa: Y015
     _WhichOneofArgType__expected_next_seq: _TypeAlias = _typing.Literal["_expected_next_seq", b"_expected_next_seq"]  # noqa: Y015
@@ -731,20 +682,24 @@ class RenewLeaseRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
-    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    WRITER_ID_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session."""
-    lease_token: _builtins.str
-    """The token of the lease to extend."""
+    writer_id: _builtins.str
+    """The lease holder's id."""
+    epoch: _builtins.int
+    """The lease epoch."""
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
-        lease_token: _builtins.str = ...,
+        writer_id: _builtins.str = ...,
+        epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "session_id", b"session_id", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -781,20 +736,24 @@ class ReleaseLeaseRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
-    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    WRITER_ID_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session."""
-    lease_token: _builtins.str
-    """The token of the lease to give up."""
+    writer_id: _builtins.str
+    """The lease holder's id."""
+    epoch: _builtins.int
+    """The lease epoch."""
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
-        lease_token: _builtins.str = ...,
+        writer_id: _builtins.str = ...,
+        epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "session_id", b"session_id", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -988,24 +947,28 @@ class ReportRequestHeaderRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    WRITER_ID_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
     HEADER_JSON_FIELD_NUMBER: _builtins.int
-    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session."""
+    writer_id: _builtins.str
+    """The lease holder's id."""
+    epoch: _builtins.int
+    """The lease epoch."""
     header_json: _builtins.bytes
     """The header: a JSON object `{config, adapterDefaults?, tools?}` as UTF-8 text."""
-    lease_token: _builtins.str
-    """The token of the writer's lease."""
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
+        writer_id: _builtins.str = ...,
+        epoch: _builtins.int = ...,
         header_json: _builtins.bytes = ...,
-        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["header_json", b"header_json", "lease_token", b"lease_token", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "header_json", b"header_json", "session_id", b"session_id", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1096,6 +1059,8 @@ class GetModelHistoryRequest(_message.Message):
     SCOPE_FIELD_NUMBER: _builtins.int
     FROM_INDEX_FIELD_NUMBER: _builtins.int
     IF_GENERATION_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     from_index: _builtins.int
     """Return only the messages from this index on: a reader that already holds the first
     `from_index` messages fetches just the tail (the history only grows while no replace
@@ -1104,6 +1069,15 @@ class GetModelHistoryRequest(_message.Message):
     if_generation: _builtins.int
     """The replace generation the reader's copy was read at. If the surface was rewritten since,
     `from_index` is ignored and the whole history is returned (`from_index` 0 in the response).
+    """
+    page_size: _builtins.int
+    """At most this many messages per response; 0 means the default (1000). A page also stops
+    growing past the server's `read_page_bytes`.
+    """
+    page_token: _builtins.str
+    """`next_page_token` of the previous page: the next page of the same history (read at the
+    same seq even if the session grew since). When set, `from_index` and `if_generation` are
+    taken from the token.
     """
     @_builtins.property
     def scope(self) -> Global___ProjectionScope:
@@ -1115,10 +1089,12 @@ class GetModelHistoryRequest(_message.Message):
         scope: Global___ProjectionScope | None = ...,
         from_index: _builtins.int = ...,
         if_generation: _builtins.int | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_if_generation", b"_if_generation", "if_generation", b"if_generation", "scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_generation", b"_if_generation", "from_index", b"from_index", "if_generation", b"if_generation", "scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_generation", b"_if_generation", "from_index", b"from_index", "if_generation", b"if_generation", "page_size", b"page_size", "page_token", b"page_token", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__if_generation: _TypeAlias = _typing.Literal["if_generation"]  # noqa: Y015
     _WhichOneofArgType__if_generation: _TypeAlias = _typing.Literal["_if_generation", b"_if_generation"]  # noqa: Y015
@@ -1137,6 +1113,7 @@ class GetModelHistoryResponse(_message.Message):
     FROM_INDEX_FIELD_NUMBER: _builtins.int
     MESSAGE_COUNT_FIELD_NUMBER: _builtins.int
     REPLACE_GENERATION_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     messages_json: _builtins.bytes
     """The messages from `from_index` on, a JSON array as UTF-8 text."""
     at_seq: _builtins.int
@@ -1147,6 +1124,8 @@ class GetModelHistoryResponse(_message.Message):
     """How many messages the whole history holds."""
     replace_generation: _builtins.int
     """The surface's replace generation at `at_seq`."""
+    next_page_token: _builtins.str
+    """Empty on the last page; otherwise pass it as `page_token` for the next messages."""
     def __init__(
         self,
         *,
@@ -1155,10 +1134,11 @@ class GetModelHistoryResponse(_message.Message):
         from_index: _builtins.int = ...,
         message_count: _builtins.int = ...,
         replace_generation: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "from_index", b"from_index", "message_count", b"message_count", "messages_json", b"messages_json", "replace_generation", b"replace_generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "from_index", b"from_index", "message_count", b"message_count", "messages_json", b"messages_json", "next_page_token", b"next_page_token", "replace_generation", b"replace_generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1171,6 +1151,16 @@ class GetTranscriptRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SCOPE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """At most this many rows per response; 0 means the default (500). A page also stops
+    growing past the server's `read_page_bytes`.
+    """
+    page_token: _builtins.str
+    """`next_page_token` of the previous page: the next rows of the same transcript (read at the
+    same seq even if the session grew since).
+    """
     @_builtins.property
     def scope(self) -> Global___ProjectionScope:
         """What to project."""
@@ -1179,10 +1169,12 @@ class GetTranscriptRequest(_message.Message):
         self,
         *,
         scope: Global___ProjectionScope | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1196,19 +1188,23 @@ class GetTranscriptResponse(_message.Message):
 
     ROWS_JSON_FIELD_NUMBER: _builtins.int
     AT_SEQ_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     rows_json: _builtins.bytes
     """The rows, a JSON array as UTF-8 text; each row has seq, time, kind, type, data, replacedBy."""
     at_seq: _builtins.int
     """The last seq the projection covers."""
+    next_page_token: _builtins.str
+    """Empty on the last page; otherwise pass it as `page_token` for the next rows."""
     def __init__(
         self,
         *,
         rows_json: _builtins.bytes = ...,
         at_seq: _builtins.int = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "rows_json", b"rows_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "next_page_token", b"next_page_token", "rows_json", b"rows_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1391,26 +1387,22 @@ class ResumeSessionRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     WRITER_ID_FIELD_NUMBER: _builtins.int
     TAKEOVER_FIELD_NUMBER: _builtins.int
-    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to resume."""
     writer_id: _builtins.str
     """The new writer's id; empty lets the service generate one."""
     takeover: _builtins.bool
     """Take the lease even if another live writer holds it."""
-    lease_token: _builtins.str
-    """The token of a live lease the caller still holds on this session (see AcquireLease)."""
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         writer_id: _builtins.str = ...,
         takeover: _builtins.bool = ...,
-        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1429,7 +1421,6 @@ class ResumeSessionResponse(_message.Message):
     REPLACE_GENERATION_FIELD_NUMBER: _builtins.int
     REPAIR_SEQS_FIELD_NUMBER: _builtins.int
     END_SEED_SEQ_FIELD_NUMBER: _builtins.int
-    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     next_seq: _builtins.int
     """The seq the next appended event will get."""
     latest_header_json: _builtins.bytes
@@ -1440,8 +1431,6 @@ class ResumeSessionResponse(_message.Message):
     """The surface's replace generation."""
     end_seed_seq: _builtins.int
     """The seq of the `session/end-seed` marker (written now or already last in the log)."""
-    lease_token: _builtins.str
-    """The lease token of the resumed writer (see AcquireLeaseResponse.lease_token)."""
     @_builtins.property
     def lease(self) -> _session_pb2.Lease:
         """The lease the resumed writer holds (for unary appends)."""
@@ -1460,11 +1449,10 @@ class ResumeSessionResponse(_message.Message):
         replace_generation: _builtins.int = ...,
         repair_seqs: _abc.Iterable[_builtins.int] | None = ...,
         end_seed_seq: _builtins.int = ...,
-        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq", "latest_header_seq", b"latest_header_seq", "lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq", "end_seed_seq", b"end_seed_seq", "latest_header_json", b"latest_header_json", "latest_header_seq", b"latest_header_seq", "lease", b"lease", "lease_token", b"lease_token", "next_seq", b"next_seq", "repair_seqs", b"repair_seqs", "replace_generation", b"replace_generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq", "end_seed_seq", b"end_seed_seq", "latest_header_json", b"latest_header_json", "latest_header_seq", b"latest_header_seq", "lease", b"lease", "next_seq", b"next_seq", "repair_seqs", b"repair_seqs", "replace_generation", b"replace_generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__latest_header_seq: _TypeAlias = _typing.Literal["latest_header_seq"]  # noqa: Y015
     _WhichOneofArgType__latest_header_seq: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq"]  # noqa: Y015

@@ -30,7 +30,8 @@ class SessionServiceStub:
     """The sessionlog service: sessions, their single writer, and reads of their logs.
 
     Errors are `google.rpc.Status` with an `ErrorInfo` detail (domain `sessionlog`) whose
-    `reason` is machine-readable, e.g. `WRITER_HELD`, `OWNERSHIP_LOST`, `UNKNOWN_TYPE`.
+    `reason` is the name of an `ErrorReason` (error_reason.proto lists every one, with its code,
+    its metadata keys and what a client should do), e.g. `WRITER_HELD`, `OWNERSHIP_LOST`.
     """
 
     @_typing.overload
@@ -47,20 +48,14 @@ class SessionServiceStub:
     """The streaming writer. The first request opens the writer (takes the lease); every later
     request is a batch, acknowledged with its committed seqs once it is durable. Batches may be
     pipelined: the writer need not wait for an acknowledgement before sending the next batch.
-    The stream holds the lease while it is open. A writer ends it on purpose with `close`, which
-    releases the lease; a stream that ends any other way (the writer died, its connection broke)
-    leaves the lease to lapse after its TTL, and an open turn is then repaired (SPEC §8).
-    An error the service reports ends the stream and releases the lease.
+    The stream holds the lease until it ends; an error ends the stream.
     """
     AcquireLease: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.AcquireLeaseRequest, _session_service_pb2.AcquireLeaseResponse]
-    """Takes the writer lease for unary appends and returns its lease token, the only credential
-    of the holder. FAILED_PRECONDITION (WRITER_HELD) names the live holder's writer id (a label,
-    never a credential); `takeover` takes the lease anyway and fences the old holder out.
+    """Takes the writer lease for unary appends. FAILED_PRECONDITION (WRITER_HELD) names the live
+    holder; `takeover` takes it anyway and fences the old holder out.
     """
     AppendEvents: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.AppendEventsRequest, _session_service_pb2.AppendEventsResponse]
-    """Appends one batch under the lease whose token it presents; all events commit together or
-    none do.
-    """
+    """Appends one batch under a lease; all events commit together or none do."""
     RenewLease: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.RenewLeaseRequest, _session_service_pb2.RenewLeaseResponse]
     """Extends a lease (a heartbeat for unary writers)."""
     ReleaseLease: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.ReleaseLeaseRequest, _session_service_pb2.ReleaseLeaseResponse]
@@ -95,7 +90,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """The sessionlog service: sessions, their single writer, and reads of their logs.
 
     Errors are `google.rpc.Status` with an `ErrorInfo` detail (domain `sessionlog`) whose
-    `reason` is machine-readable, e.g. `WRITER_HELD`, `OWNERSHIP_LOST`, `UNKNOWN_TYPE`.
+    `reason` is the name of an `ErrorReason` (error_reason.proto lists every one, with its code,
+    its metadata keys and what a client should do), e.g. `WRITER_HELD`, `OWNERSHIP_LOST`.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -109,20 +105,14 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """The streaming writer. The first request opens the writer (takes the lease); every later
     request is a batch, acknowledged with its committed seqs once it is durable. Batches may be
     pipelined: the writer need not wait for an acknowledgement before sending the next batch.
-    The stream holds the lease while it is open. A writer ends it on purpose with `close`, which
-    releases the lease; a stream that ends any other way (the writer died, its connection broke)
-    leaves the lease to lapse after its TTL, and an open turn is then repaired (SPEC §8).
-    An error the service reports ends the stream and releases the lease.
+    The stream holds the lease until it ends; an error ends the stream.
     """
     AcquireLease: _aio.UnaryUnaryMultiCallable[_session_service_pb2.AcquireLeaseRequest, _session_service_pb2.AcquireLeaseResponse]  # type: ignore[assignment]
-    """Takes the writer lease for unary appends and returns its lease token, the only credential
-    of the holder. FAILED_PRECONDITION (WRITER_HELD) names the live holder's writer id (a label,
-    never a credential); `takeover` takes the lease anyway and fences the old holder out.
+    """Takes the writer lease for unary appends. FAILED_PRECONDITION (WRITER_HELD) names the live
+    holder; `takeover` takes it anyway and fences the old holder out.
     """
     AppendEvents: _aio.UnaryUnaryMultiCallable[_session_service_pb2.AppendEventsRequest, _session_service_pb2.AppendEventsResponse]  # type: ignore[assignment]
-    """Appends one batch under the lease whose token it presents; all events commit together or
-    none do.
-    """
+    """Appends one batch under a lease; all events commit together or none do."""
     RenewLease: _aio.UnaryUnaryMultiCallable[_session_service_pb2.RenewLeaseRequest, _session_service_pb2.RenewLeaseResponse]  # type: ignore[assignment]
     """Extends a lease (a heartbeat for unary writers)."""
     ReleaseLease: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ReleaseLeaseRequest, _session_service_pb2.ReleaseLeaseResponse]  # type: ignore[assignment]
@@ -156,7 +146,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     """The sessionlog service: sessions, their single writer, and reads of their logs.
 
     Errors are `google.rpc.Status` with an `ErrorInfo` detail (domain `sessionlog`) whose
-    `reason` is machine-readable, e.g. `WRITER_HELD`, `OWNERSHIP_LOST`, `UNKNOWN_TYPE`.
+    `reason` is the name of an `ErrorReason` (error_reason.proto lists every one, with its code,
+    its metadata keys and what a client should do), e.g. `WRITER_HELD`, `OWNERSHIP_LOST`.
     """
 
     @_abc_1.abstractmethod
@@ -192,10 +183,7 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """The streaming writer. The first request opens the writer (takes the lease); every later
         request is a batch, acknowledged with its committed seqs once it is durable. Batches may be
         pipelined: the writer need not wait for an acknowledgement before sending the next batch.
-        The stream holds the lease while it is open. A writer ends it on purpose with `close`, which
-        releases the lease; a stream that ends any other way (the writer died, its connection broke)
-        leaves the lease to lapse after its TTL, and an open turn is then repaired (SPEC §8).
-        An error the service reports ends the stream and releases the lease.
+        The stream holds the lease until it ends; an error ends the stream.
         """
 
     @_abc_1.abstractmethod
@@ -204,9 +192,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_service_pb2.AcquireLeaseRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.AcquireLeaseResponse, _abc.Awaitable[_session_service_pb2.AcquireLeaseResponse]]:
-        """Takes the writer lease for unary appends and returns its lease token, the only credential
-        of the holder. FAILED_PRECONDITION (WRITER_HELD) names the live holder's writer id (a label,
-        never a credential); `takeover` takes the lease anyway and fences the old holder out.
+        """Takes the writer lease for unary appends. FAILED_PRECONDITION (WRITER_HELD) names the live
+        holder; `takeover` takes it anyway and fences the old holder out.
         """
 
     @_abc_1.abstractmethod
@@ -215,9 +202,7 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_service_pb2.AppendEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.AppendEventsResponse, _abc.Awaitable[_session_service_pb2.AppendEventsResponse]]:
-        """Appends one batch under the lease whose token it presents; all events commit together or
-        none do.
-        """
+        """Appends one batch under a lease; all events commit together or none do."""
 
     @_abc_1.abstractmethod
     def RenewLease(

@@ -11,7 +11,7 @@ import asyncio
 import base64
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -20,15 +20,15 @@ from sessionlog.convert import DecodedEvent
 from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import LimitExceeded, OwnershipLost, SessionLogError, Unavailable, ValidationError
 from sessionlog.core.events import Event, NewEvent
-from sessionlog.core.fold import SessionFold
 from sessionlog_server.config import Settings
-from sessionlog_server.service import access, subscriptions
+from sessionlog_server.service import access
 from sessionlog_server.service.append import AppendPlan, plan_append, validate_proposals
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.committer import GroupCommitter
-from sessionlog_server.service.leases import LeaseHolder, LeaseManager
 from sessionlog_server.service.limits import RateLimiter
-from sessionlog_server.service.live import LiveSession, LiveSessions
+from sessionlog_server.service.live import RECENT_IDS, LiveSession, LiveSessions
+from sessionlog_server.service.loader import SessionLoader, SnapshotPolicy
+from sessionlog_server.service.messages import MessageCache
 from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.service.reader import EventReader
 from sessionlog_server.service.subscriptions import SubscriptionHub
@@ -62,54 +62,85 @@ class SessionLogService:
         self.rate_limiter = RateLimiter(settings.max_events_per_second)
         self.reader = EventReader(recorder)
         self.committer = GroupCommitter(recorder, max_batches=settings.group_commit_max_batches, metrics=self.metrics)
-        self.live = LiveSessions(self._load, settings.session_cache_size)
-        self.hub = SubscriptionHub(settings.subscriber_buffer_bytes)
-        self.leases = LeaseManager(
-            recorder,
-            self.committer,
-            self.reader,
-            self.live,
-            self.metrics,
-            self.limits,
-            ttl_ms=settings.lease_ttl_ms,
-            known_capacity=settings.session_cache_size,
-        )
+        self.loader = SessionLoader(self.reader)
+        self.snapshots = SnapshotPolicy(settings.snapshot_every_events, settings.snapshot_every_bytes)
+        self.messages = MessageCache(self.reader, settings.message_cache_bytes)
+        self.live = LiveSessions(self._load, settings.session_cache_size, settings.session_cache_bytes)
+        self.hub = SubscriptionHub()
+        self.stream_leases: dict[str, tuple[str, int]] = {}
         self.open_streams = 0
         self.repairs_written = 0
         self._keeper: asyncio.Task[None] | None = None
         self._repairer: asyncio.Task[None] | None = None
+        self._startup_repair: asyncio.Task[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
         """Start the commit loop and the lease keeper; complete turns left open by a crash."""
-        from sessionlog_server.service.lifecycle import repair_abandoned
 
         self.committer.start()
-        if self.settings.repair_on_start:
-            repaired = await repair_abandoned(self, expired_only=False)
-            if repaired:
-                log.info("repaired open turns at start-up", sessions=len(repaired))
         loop = asyncio.get_running_loop()
-        self._keeper = loop.create_task(self.leases.keep_stream_leases(), name="lease-keeper")
+        if self.settings.repair_on_start:
+            # Serving starts at once; open turns are completed meanwhile (a read may see a
+            # session before its repair, as it would have seen it before the crash).
+            self._startup_repair = loop.create_task(self._repair_at_start(), name="start-up-repair")
+        self._keeper = loop.create_task(self._keep_stream_leases(), name="lease-keeper")
         self._repairer = loop.create_task(self._repair_expired(), name="repairer")
+
+    async def _repair_at_start(self) -> None:
+        from sessionlog_server.service.lifecycle import repair_abandoned
+
+        try:
+            repaired = await repair_abandoned(self, expired_only=False)
+        except SessionLogError as exc:
+            log.warning("start-up repair failed; the expiry sweep retries", error=str(exc))
+            return
+        log.info("start-up repair done", sessions=len(repaired))
 
     async def stop(self) -> None:
         """Commit what is queued, release stream leases, stop background tasks."""
-        for task in (self._keeper, self._repairer):
+        for task in (self._startup_repair, self._keeper, self._repairer):
             if task is not None:
                 task.cancel()
         await self.committer.drain_and_stop()
-        self.leases.release_stream_leases()
+        for session_id, (writer_id, epoch) in list(self.stream_leases.items()):
+            try:
+                self.recorder.release_lease(session_id, writer_id, epoch)
+            except SessionLogError:
+                log.warning("lease release failed at shutdown", session_id=session_id)
+        self.stream_leases.clear()
         self.reader.close()
 
     async def _load(self, session_id: str) -> LiveSession:
-        """Fold a session's whole log (trusted: it was validated when appended)."""
+        """Load a session: its latest snapshot, then the events after it (trusted: validated
+        when appended). A load that had to fold many events stores a snapshot at its head, so
+        the next cold load is short."""
         record = await self.reader.session(session_id)
-        events = await self.reader.read_all(record)
-        fold = await asyncio.get_running_loop().run_in_executor(None, _replay, events)
-        event_ids = {e.event_id: e.seq for e in events if e.event_id is not None and e.seq > (record.fork_seq or -1)}
-        return LiveSession(record=record, fold=fold, event_ids=event_ids)
+        loaded = await self.loader.fold_at(record)
+        live = LiveSession(record=record, fold=loaded.fold, durable_next_seq=loaded.fold.next_seq)
+        recent = await self.reader.run(self.recorder.recent_event_ids, record.id, RECENT_IDS + 1)
+        for event_id, seq in reversed(recent):
+            live.recent_ids[event_id] = seq
+        live.ids_complete = len(recent) <= RECENT_IDS
+        if loaded.folded_events >= self.snapshots.every_events and live.fold.next_seq > 0:
+            stored = self.snapshots.stored(record.id, live.fold)
+            try:
+                await self.committer.run_in_writer(self.recorder.save_snapshot, stored)
+            except SessionLogError as exc:  # a cache: the load stands without it
+                log.warning("snapshot not stored", session_id=session_id, error=str(exc))
+        return live
+
+    async def catch_up(self, live: LiveSession, record: SessionRecord) -> None:
+        """Fast-forward a cached session that another instance wrote to (under its lock, with
+        nothing in flight): fold only the missing events, remember their eventIds."""
+        if live.in_flight or live.fold.next_seq >= record.next_seq:
+            return
+        for event in await self.loader.catch_up(live.fold, record, record.next_seq - 1):
+            if event.event_id is not None and event.seq > (-1 if record.fork_seq is None else record.fork_seq):
+                live.remember(event.event_id, event.seq)
+        live.durable_next_seq = live.fold.next_seq
+        live.record = record
 
     # --- sessions -----------------------------------------------------------------------
 
@@ -182,7 +213,80 @@ class SessionLogService:
         token = _encode_page_token(records[-1]) if more else ""
         return records, token
 
-    # --- background tasks ---------------------------------------------------------------
+    # --- leases -------------------------------------------------------------------------
+
+    async def acquire_lease(self, session_id: str, writer_id: str | None, *, takeover: bool) -> SessionRecord:
+        """Take the writer lease for the caller (FAILED_PRECONDITION while another live writer holds it)."""
+        access.require_write("taking a writer lease")
+        await self.get_session(session_id)
+        return await self.take_lease(session_id, writer_id, takeover=takeover)
+
+    async def take_lease(self, session_id: str, writer_id: str | None, *, takeover: bool) -> SessionRecord:
+        """Take the writer lease, with no caller check (the service's own repairs use it)."""
+        validate.check_session_id(session_id, self.limits)
+        wid = writer_id or str(uuid.uuid4())
+        now = now_ms()
+        previous = await self.reader.session(session_id) if takeover else None
+        record = await self.committer.run_in_writer(
+            lambda: self.recorder.acquire_lease(
+                session_id, wid, takeover=takeover, now=now, ttl_ms=self.settings.lease_ttl_ms
+            )
+        )
+        if previous is not None and previous.lease_live(now) and previous.writer_id != wid:
+            self.metrics.leases_taken_over.inc()
+        live = await self.live.get(session_id)
+        async with live.lock:
+            await live.wait_idle()
+            if live.fold.next_seq > record.next_seq:
+                self.live.invalidate(session_id)  # ahead of the log: batches this instance lost
+                live = await self.live.get(session_id)
+            await self.catch_up(live, record)  # another instance wrote meanwhile
+        live.record = record
+        live.writer_id, live.epoch, live.header_reported = wid, record.epoch, False
+        log.info("lease acquired", session_id=session_id, writer_id=wid, epoch=record.epoch, takeover=takeover)
+        return record
+
+    async def renew_lease(self, session_id: str, writer_id: str, epoch: int) -> SessionRecord:
+        """Extend the caller's lease (a unary writer's heartbeat)."""
+        access.require_write("renewing a lease")
+        await self.get_session(session_id)
+        return await self.extend_lease(session_id, writer_id, epoch)
+
+    async def extend_lease(self, session_id: str, writer_id: str, epoch: int) -> SessionRecord:
+        """Extend a lease, with no caller check (the stream lease keeper uses it)."""
+        return await self.committer.run_in_writer(
+            lambda: self.recorder.renew_lease(
+                session_id, writer_id, epoch, now=now_ms(), ttl_ms=self.settings.lease_ttl_ms
+            )
+        )
+
+    async def release_lease(self, session_id: str, writer_id: str, epoch: int) -> None:
+        """Give the caller's lease back."""
+        access.require_write("releasing a lease")
+        await self.get_session(session_id)
+        await self.drop_lease(session_id, writer_id, epoch)
+
+    async def drop_lease(self, session_id: str, writer_id: str, epoch: int) -> None:
+        """Give a lease back if still held at `epoch`, with no caller check."""
+        if self.stream_leases.get(session_id) == (writer_id, epoch):
+            self.stream_leases.pop(session_id, None)
+        await self.committer.run_in_writer(self.recorder.release_lease, session_id, writer_id, epoch)
+        live = self.live.peek(session_id)
+        if live is not None and live.writer_id == writer_id and live.epoch == epoch:
+            live.writer_id = None
+
+    async def _keep_stream_leases(self) -> None:
+        """Renew the leases of open writer streams, so they last as long as the stream."""
+        interval = max(self.settings.lease_ttl_ms / 3000, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            for session_id, (writer_id, epoch) in list(self.stream_leases.items()):
+                try:
+                    await self.extend_lease(session_id, writer_id, epoch)
+                except OwnershipLost:
+                    self.stream_leases.pop(session_id, None)
+                except SessionLogError as exc:
+                    log.warning("lease renewal failed", session_id=session_id, error=str(exc))
 
     async def _repair_expired(self) -> None:
         """Complete the open turn of sessions whose writer's lease lapsed (SPEC §8)."""
@@ -200,27 +304,30 @@ class SessionLogService:
 
     async def start_append(
         self,
-        holder: LeaseHolder,
+        session_id: str,
+        writer_id: str,
+        epoch: int,
         expected_next_seq: int | None,
         decoded: Sequence[DecodedEvent],
     ) -> asyncio.Future[AppendResult]:
-        """Validate and queue a batch under a proven lease; the future resolves once it is durable.
+        """Validate and queue a batch; the returned future resolves once it is durable.
 
         Splitting the two lets a streaming writer pipeline: the next batch is validated
         against this one's effects while this one is still being committed.
         """
         access.require_write("appending")
-        access.check_namespace(holder.session_id, holder.namespace)
         try:
             proposals = validate_proposals(decoded, self.limits)
-            live = await self.live.get(holder.session_id)
+            live = await self.live.get(session_id)
+            access.check_namespace(session_id, live.record.namespace)
             self.rate_limiter.take(live.record.namespace, len(proposals))
+            await self._look_up_ids(live, proposals)
             async with live.lock:
-                self.check_writer(live, holder.writer_id, holder.epoch)
+                self.check_writer(live, writer_id, epoch)
                 return self.plan_and_commit(
                     live,
-                    holder.writer_id,
-                    holder.epoch,
+                    writer_id,
+                    epoch,
                     proposals,
                     expected_next_seq=expected_next_seq,
                     raw=[d.raw for d in decoded],
@@ -228,6 +335,15 @@ class SessionLogService:
         except SessionLogError as exc:
             self.metrics.batches_refused.labels(exc.reason).inc()
             raise
+
+    async def _look_up_ids(self, live: LiveSession, proposals: Sequence[NewEvent]) -> None:
+        """Find the stored seqs of eventIds the recent set cannot answer for: one indexed lookup
+        per batch, and none at all while the recent set is complete. Found ids are remembered,
+        so planning (under the lock) answers a retry with its original seq."""
+        unknown = live.unknown_ids([e.event_id for e in proposals if e.event_id is not None])
+        if unknown:
+            for event_id, seq in (await self.reader.find_event_ids(live.record, unknown)).items():
+                live.remember(event_id, seq)
 
     def check_writer(self, live: LiveSession, writer_id: str, epoch: int) -> None:
         """Refuse a writer this instance knows was fenced out (the commit re-checks in SQL)."""
@@ -266,7 +382,6 @@ class SessionLogService:
             now=now,
             lease_expires_at=now + self.settings.lease_ttl_ms,
             blob_threshold=self.settings.blob_threshold_bytes,
-            move_nul_to_blobs=self.recorder.move_nul_to_blobs,
             extra_first=service_events,
             raw=raw,
         )
@@ -276,6 +391,7 @@ class SessionLogService:
             result.set_result(AppendResult(plan.seqs, live.fold.next_seq, now + self.settings.lease_ttl_ms))
             return result
         pending = plan.pending
+        self._maybe_snapshot(live, pending)
         try:
             done = self.committer.enqueue(pending)
         except SessionLogError:
@@ -284,6 +400,15 @@ class SessionLogService:
         live.begin_commit()
         done.add_done_callback(lambda committed: self._finish_append(live, pending, plan, committed, result))
         return result
+
+    def _maybe_snapshot(self, live: LiveSession, pending: PendingBatch) -> None:
+        """Attach a fold snapshot to the batch when the policy says one is due: it is the state
+        after this batch, committed in the batch's own transaction (never ahead of the log)."""
+        live.events_since_snapshot += len(pending.events)
+        live.bytes_since_snapshot += sum(len(text) for text, _ in pending.stored)
+        if self.snapshots.due(live.events_since_snapshot, live.bytes_since_snapshot, live.fold.surface_size):
+            pending.snapshot = self.snapshots.stored(live.session_id, live.fold)
+            live.events_since_snapshot = live.bytes_since_snapshot = 0
 
     def _finish_append(
         self,
@@ -304,18 +429,24 @@ class SessionLogService:
             return
         if live.valid and plan.checkpoint is not None:
             live.fold.release(plan.checkpoint)  # durable: its undo journal is no longer needed
+            live.durable_next_seq = max(live.durable_next_seq, pending.new_next_seq)
         self.metrics.batches_appended.inc()
         self.metrics.events_appended.inc(len(pending.events))
         self.metrics.batch_size.observe(len(pending.events))
-        self.hub.publish(live.session_id, pending.events, sum(len(text) for text, _ in pending.stored))
+        self.hub.publish(live.session_id, _with_stored_text(pending))
         if not result.done():
             result.set_result(AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at))
 
     async def append(
-        self, holder: LeaseHolder, expected_next_seq: int | None, decoded: Sequence[DecodedEvent]
+        self,
+        session_id: str,
+        writer_id: str,
+        epoch: int,
+        expected_next_seq: int | None,
+        decoded: Sequence[DecodedEvent],
     ) -> AppendResult:
         """Validate, commit and publish one batch; returns once it is durable."""
-        future = await self.start_append(holder, expected_next_seq, decoded)
+        future = await self.start_append(session_id, writer_id, epoch, expected_next_seq, decoded)
         return await future
 
     # --- reads --------------------------------------------------------------------------
@@ -344,12 +475,49 @@ class SessionLogService:
     async def subscribe(self, session_id: str, from_seq: int) -> AsyncIterator[list[Event] | int]:
         """Replay from `from_seq`, then the next seq (the caught-up marker), then live batches."""
         record = await self.get_session(session_id)
-        async for item in subscriptions.follow(self.hub, self.reader, self.metrics, record, from_seq):
-            yield item
+        subscriber = self.hub.subscribe(session_id)
+        self.metrics.subscribers.inc()
+        try:
+            next_seq = from_seq
+            async for page in self.read_events(session_id, from_seq, None, DEFAULT_READ_PAGE):
+                yield page
+                next_seq = page[-1].seq + 1
+            yield max(next_seq, from_seq)
+            while True:
+                try:
+                    batch = await asyncio.wait_for(subscriber.queue.get(), timeout=1.0)
+                except TimeoutError:
+                    # Another instance may be the writer: look at the log itself.
+                    batch = await self.reader.read(record, next_seq, None, DEFAULT_READ_PAGE)
+                    if not batch:
+                        continue
+                if batch is None:  # fell behind: re-read from the log
+                    subscriber = self._resubscribe(session_id, subscriber)
+                    batch = await self.reader.read(record, next_seq, None, DEFAULT_READ_PAGE)
+                fresh = [e for e in batch if e.seq >= next_seq]
+                if fresh and fresh[0].seq > next_seq:
+                    # Never skip: fill a gap from the log before going on.
+                    fresh = await self.reader.read(record, next_seq, fresh[-1].seq, fresh[-1].seq - next_seq + 1)
+                if fresh:
+                    self.metrics.subscription_lag.observe(max(0, now_ms() - fresh[-1].time) / 1000)
+                    yield fresh
+                    next_seq = fresh[-1].seq + 1
+        finally:
+            self.metrics.subscribers.dec()
+            self.hub.unsubscribe(session_id, subscriber)
+
+    def _resubscribe(self, session_id: str, old: Any) -> Any:
+        self.hub.unsubscribe(session_id, old)
+        return self.hub.subscribe(session_id)
 
 
-def _replay(events: list[Event]) -> SessionFold:
-    return SessionFold.replay(events, validate=False)
+def _with_stored_text(pending: PendingBatch) -> list[Event]:
+    """The batch's events carrying the exact data text they were stored with (when it holds
+    the whole data: no blob strings taken out), so subscribers get the bytes readers get."""
+    return [
+        event if refs else replace(event, data_text=text)
+        for event, (text, refs) in zip(pending.events, pending.stored, strict=True)
+    ]
 
 
 def _encode_page_token(record: SessionRecord) -> str:

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import validate
-from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, SessionLogError, ValidationError
+from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, SessionLogError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
 from sessionlog.core.messages import empty_system_head
-from sessionlog.core.structure import RESERVED_TURN_END_KINDS
-from sessionlog.core.vocabulary import TURN_END
+from sessionlog.core.repair import check_writer_turn_end
 from sessionlog_server.service.live import LiveSession
 from sessionlog_server.storage import blobs
 from sessionlog_server.storage.recorder import stored_form
@@ -53,30 +52,11 @@ def validate_proposals(decoded: Sequence[DecodedEvent], limits: Limits) -> list[
     for index, item in enumerate(decoded):
         try:
             validate.validate_envelope(item.event, item.data_bytes, limits)
-            check_reserved_turn_end(item.event)
+            check_writer_turn_end(item.event)
         except SessionLogError as exc:
-            _name_event(exc, index)
+            exc.name_event(index)
             raise
     return events
-
-
-def check_reserved_turn_end(event: NewEvent) -> None:
-    """Writers may not end a turn `interrupted` or `forked`: only repair and fork do (SPEC §3).
-
-    A re-import of a log carries such events with the deterministic eventIds repair gives
-    them (`repair-<cause>-...`), so those are accepted: they were written by repair once.
-    """
-    reason = event.data.get("reason")
-    kind = reason.get("kind") if isinstance(reason, dict) else None
-    if event.type != TURN_END or kind not in RESERVED_TURN_END_KINDS:
-        return
-    if event.event_id is not None and event.event_id.startswith(f"repair-{kind}-"):
-        return
-    raise ValidationError(
-        "RESERVED_TURN_END_KIND",
-        f"turn/end kind {kind!r} is written only by crash repair or fork",
-        field="data.reason",
-    )
 
 
 def plan_append(
@@ -89,7 +69,6 @@ def plan_append(
     now: int,
     lease_expires_at: int,
     blob_threshold: int,
-    move_nul_to_blobs: bool,
     extra_first: Sequence[NewEvent] = (),
     raw: Sequence[bytes] | None = None,
 ) -> AppendPlan:
@@ -103,7 +82,7 @@ def plan_append(
     fresh: list[NewEvent] = []
     fresh_raw: list[bytes | None] = []
     for index, event in enumerate(proposals):
-        known = live.event_ids.get(event.event_id) if event.event_id is not None else None
+        known = live.known_seq(event.event_id) if event.event_id is not None else None
         seqs.append(known)
         if known is None:
             fresh.append(event)
@@ -137,7 +116,7 @@ def plan_append(
                 fold.apply(event)
             except SessionLogError as exc:
                 if offset >= head_count:
-                    _name_event(exc, _proposal_index(proposals, proposal))
+                    exc.name_event(_proposal_index(proposals, proposal))
                 raise
             committed.append(event)
     except BaseException:
@@ -159,28 +138,28 @@ def plan_append(
     wire: list[bytes | None] = [None] * head_count + fresh_raw
     try:
         for event, text in zip(committed, wire, strict=True):
-            pending.stored.append(_stored(event, text, blob_threshold, move_nul_to_blobs, pending.blobs))
+            pending.stored.append(_stored(event, text, blob_threshold, pending.blobs))
     except BaseException:
         fold.rollback(mark)  # nothing of a batch that cannot be stored may stay in the live state
         raise
     for event in committed:  # only now: a remembered eventId is acknowledged on retry
         if event.event_id is not None:
-            live.event_ids[event.event_id] = event.seq
+            live.remember(event.event_id, event.seq)
     return AppendPlan(reported, pending, mark)
 
 
-def _stored(
-    event: Event, raw: bytes | None, threshold: int, move_nul: bool, blob_sink: dict[str, bytes]
-) -> tuple[str, str | None]:
+def _stored(event: Event, raw: bytes | None, threshold: int, blob_sink: dict[str, bytes]) -> tuple[str, str | None]:
     """The data's JSON text for storage, with blob strings taken out.
 
-    When the whole payload as received is shorter than the blob threshold, no string in it can
-    be over it, so the validated wire text is stored as is: no walk, no second encoding. (A NUL
-    can only appear escaped in JSON text, so one search tells whether it must leave JSONB.)
+    The text as received is stored as is whenever no string in it goes to a blob (a payload
+    shorter than the threshold cannot hold such a string: no walk at all), so stored bytes come
+    back exactly as they were sent. Service-written events (no wire text) are serialised once.
     """
-    if raw is not None and len(raw) <= threshold and not (move_nul and b"\\u0000" in raw):
+    if raw is not None and len(raw) <= threshold:
         return (raw.decode("utf-8") if raw else "{}"), None
-    ext = blobs.externalize(event.data, threshold, move_nul=move_nul)
+    ext = blobs.externalize(event.data, threshold)
+    if not ext.refs and raw is not None:
+        return raw.decode("utf-8"), None
     blob_sink.update(ext.blobs)
     return stored_form(ext.data, ext.refs or None)
 
@@ -190,15 +169,6 @@ def _proposal_index(proposals: Sequence[NewEvent], proposal: NewEvent) -> int:
         if candidate is proposal:
             return index
     return -1
-
-
-def _name_event(exc: SessionLogError, index: int) -> None:
-    """Prefix the error with the index of the offending event in its batch."""
-    if index < 0 or "event_index" in exc.metadata:
-        return
-    exc.metadata["event_index"] = str(index)
-    exc.message = f"event {index}: {exc.message}"
-    exc.args = (exc.message,)
 
 
 __all__ = ["AppendPlan", "plan_append", "validate_proposals"]

@@ -13,6 +13,7 @@ where the events go:
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ import structlog
 from sessionlog.core import validate
 from sessionlog.core.errors import NotFound, SessionLogError, ValidationError, WriterHeld
 from sessionlog.core.events import Event, NewEvent
-from sessionlog.core.repair import commit_closers, open_turn_closers
+from sessionlog.core.repair import commit_closers, fork_seed
 from sessionlog.core.vocabulary import SESSION_END_SEED, TURN_END, TURN_START
 from sessionlog_server.service import access
 from sessionlog_server.service.clock import now_ms
@@ -43,8 +44,6 @@ class ResumeResult:
     """The state a resumed writer continues from (SPEC §8)."""
 
     record: SessionRecord
-    lease_token: str
-    """The resumed writer's lease token (returned to it, never stored)."""
     next_seq: int
     latest_header: dict[str, Any] | None
     latest_header_seq: int | None
@@ -61,12 +60,9 @@ class ForkResult:
     repair_seqs: list[int]
 
 
-async def resume(
-    service: SessionLogService, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str = ""
-) -> ResumeResult:
+async def resume(service: SessionLogService, session_id: str, writer_id: str | None, *, takeover: bool) -> ResumeResult:
     """Take the lease, complete an open turn, mark the seed boundary, return the state."""
-    grant = await service.leases.grant_for_caller(session_id, writer_id, takeover=takeover, lease_token=lease_token)
-    record = grant.record
+    record = await service.acquire_lease(session_id, writer_id, takeover=takeover)
     wid, epoch = record.writer_id or "", record.epoch
     live = await service.live.get(session_id)
     async with live.lock:
@@ -85,7 +81,6 @@ async def resume(
         log.info("repaired on resume", session_id=session_id, seqs=repair_seqs)
     return ResumeResult(
         record=record,
-        lease_token=grant.token,
         next_seq=result.next_seq,
         latest_header=header.header if header else None,
         latest_header_seq=header.seq if header else None,
@@ -95,33 +90,40 @@ async def resume(
     )
 
 
-async def repair_abandoned(service: SessionLogService, *, expired_only: bool) -> list[str]:
+async def repair_abandoned(service: SessionLogService, *, expired_only: bool, concurrency: int = 8) -> list[str]:
     """Complete the open turn of every session without a live writer (an indexed query).
 
     At start-up every such session is repaired; afterwards (`expired_only`) only sessions whose
     writer's lease lapsed mid-turn, so a writer that released its lease between steps on
-    purpose is left alone until it resumes or the service restarts.
+    purpose is left alone until it resumes or the service restarts. Sessions are repaired
+    `concurrency` at a time: their loads and commits overlap (the group committer shares the
+    commits), so ten thousand open turns do not take ten thousand round trips one by one.
     """
     now = now_ms()
     candidates = await service.reader.run(service.recorder.sessions_to_repair, now)
-    repaired = []
-    for record in candidates:
+    gate = asyncio.Semaphore(concurrency)
+    trigger = "lease-expired" if expired_only else "start-up"
+
+    async def repair_one(record: SessionRecord) -> str | None:
         if expired_only and record.writer_id is None:
-            continue
-        try:
-            if await repair_session(service, record.id, "lease-expired" if expired_only else "start-up"):
-                repaired.append(record.id)
-        except WriterHeld:
-            continue  # a writer (or another instance) got there first
-        except SessionLogError as exc:
-            log.warning("repair failed", session_id=record.id, error=str(exc))
-    return repaired
+            return None
+        async with gate:
+            try:
+                return record.id if await repair_session(service, record.id, trigger) else None
+            except WriterHeld:
+                return None  # a writer (or another instance) got there first
+            except SessionLogError as exc:
+                log.warning("repair failed", session_id=record.id, error=str(exc))
+                return None
+
+    done = await asyncio.gather(*(repair_one(record) for record in candidates))
+    return [sid for sid in done if sid is not None]
 
 
 async def repair_session(service: SessionLogService, session_id: str, trigger: str = "sweep") -> bool:
     """Take the lease as the service, commit the closers, give the lease back."""
-    grant = await service.leases.grant(session_id, f"{REPAIR_WRITER}-{uuid.uuid4().hex[:8]}", takeover=False)
-    wid, epoch = grant.record.writer_id or "", grant.record.epoch
+    record = await service.take_lease(session_id, f"{REPAIR_WRITER}-{uuid.uuid4().hex[:8]}", takeover=False)
+    wid, epoch = record.writer_id or "", record.epoch
     try:
         live = await service.live.get(session_id)
         async with live.lock:
@@ -135,7 +137,7 @@ async def repair_session(service: SessionLogService, session_id: str, trigger: s
         log.info("repaired abandoned turn", session_id=session_id, next_seq=result.next_seq, events=len(closers))
         return True
     finally:
-        await service.leases.release(grant.holder)
+        await service.drop_lease(session_id, wid, epoch)
 
 
 async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: str | None) -> ForkResult:
@@ -154,8 +156,7 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
     validate.check_session_id(child_id, service.limits)
     window = await _open_turn_window(service, source, at_seq)
     boundary = window[-1]
-    closers = open_turn_closers(window, "forked", boundary.time) if _window_has_open_turn(window) else []
-    seed = [NewEvent(type=SESSION_END_SEED, data={"inherited": True}), *closers]
+    seed = fork_seed(window if _window_has_open_turn(window) else [], boundary.time)
     events = commit_closers(seed, at_seq + 1, boundary.time)
     record = SessionRecord(
         id=child_id,

@@ -1,9 +1,15 @@
-"""The in-memory state of sessions being written or read: folded once, then kept up to date.
+"""The in-memory state of sessions being written or read: loaded once, then kept up to date.
 
-A `LiveSession` holds the fold of one session's whole log (inherited prefix included) and the
-eventIds it has stored, so validating and de-duplicating a batch never touches the database.
-The database stays the truth: when a commit fails or another instance may have written,
-the live session is dropped and folded again from the log on next use.
+A `LiveSession` holds the message-less fold of one session's log (inherited prefix included):
+a few bytes per surface node, whatever the log's length or its messages' size. EventIds are
+de-duplicated exactly without a per-event map: a small bounded set of recent ids answers most
+retries, and any other id is looked up through the events' unique index (`ids_complete` says
+when the recent set alone is exact, e.g. for a session this instance wrote from its start).
+The database stays the truth: when a commit fails the live session is dropped and loaded again
+(from its latest snapshot); when another instance wrote, it catches up on the missing events.
+
+The cache is bounded by count and by estimated bytes; a session with batches in flight or its
+lock held is never evicted.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from dataclasses import dataclass, field
 from sessionlog.core.fold import SessionFold
 from sessionlog_server.storage.records import SessionRecord
 
+RECENT_IDS = 4096
+"""EventIds a live session remembers; older ones are found through the unique index."""
+
 
 @dataclass(slots=True)
 class LiveSession:
@@ -23,7 +32,14 @@ class LiveSession:
 
     record: SessionRecord
     fold: SessionFold
-    event_ids: dict[str, int]
+    recent_ids: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    """EventIds of the latest events (planned ones included), with their seqs; bounded."""
+    ids_complete: bool = False
+    """True while `recent_ids` holds every eventId of the session's own events."""
+    durable_next_seq: int = 0
+    """The next seq after every batch known durable (the fold may be ahead by in-flight batches)."""
+    events_since_snapshot: int = 0
+    bytes_since_snapshot: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     writer_id: str | None = None
     epoch: int = 0
@@ -55,6 +71,32 @@ class LiveSession:
     def session_id(self) -> str:
         return self.record.id
 
+    def known_seq(self, event_id: str) -> int | None:
+        """The seq of a remembered eventId (None: not among the recent ids)."""
+        return self.recent_ids.get(event_id)
+
+    def unknown_ids(self, event_ids: list[str]) -> list[str]:
+        """The ids that the recent set cannot answer for (they need the index lookup)."""
+        if self.ids_complete:
+            return []
+        return [eid for eid in event_ids if eid not in self.recent_ids]
+
+    def remember(self, event_id: str, seq: int) -> None:
+        """Note an eventId; past `RECENT_IDS` the oldest durable ones are forgotten (and then
+        `ids_complete` no longer holds: older ids go to the index)."""
+        self.recent_ids[event_id] = seq
+        self.recent_ids.move_to_end(event_id)
+        while len(self.recent_ids) > RECENT_IDS:
+            oldest, oldest_seq = next(iter(self.recent_ids.items()))
+            if oldest_seq >= self.durable_next_seq:
+                break  # never forget an id whose batch is still in flight
+            del self.recent_ids[oldest]
+            self.ids_complete = False
+
+    def resident_bytes(self) -> int:
+        """Estimated memory of this session (fold plus recent ids)."""
+        return self.fold.resident_bytes() + len(self.recent_ids) * 200
+
 
 Loader = Callable[[str], Awaitable[LiveSession]]
 
@@ -62,9 +104,10 @@ Loader = Callable[[str], Awaitable[LiveSession]]
 class LiveSessions:
     """An LRU cache of LiveSessions; one load per session even under concurrent requests."""
 
-    def __init__(self, loader: Loader, capacity: int) -> None:
+    def __init__(self, loader: Loader, capacity: int, max_bytes: int = 0) -> None:
         self._loader = loader
         self._capacity = capacity
+        self._max_bytes = max_bytes
         self._sessions: OrderedDict[str, LiveSession] = OrderedDict()
         self._loading: dict[str, asyncio.Future[LiveSession]] = {}
 
@@ -111,7 +154,7 @@ class LiveSessions:
         batch without them. Any other session may go (sessions without a writer first): a
         writer's lease must not pin it, since a unary writer may never give its lease back.
         """
-        while len(self._sessions) > self._capacity:
+        while self._over_limit():
             victim: str | None = None
             for sid, live in self._sessions.items():  # least recently used first
                 if sid == keep or live.lock.locked() or live.in_flight:
@@ -123,6 +166,19 @@ class LiveSessions:
             if victim is None:
                 return
             del self._sessions[victim]
+
+    def _over_limit(self) -> bool:
+        if len(self._sessions) > self._capacity:
+            return True
+        return bool(self._max_bytes) and self.resident_bytes() > self._max_bytes
+
+    def resident_bytes(self) -> int:
+        """Estimated memory of every cached session."""
+        return sum(live.resident_bytes() for live in self._sessions.values())
+
+    def trim(self) -> None:
+        """Evict past the limits (sessions grow as they are appended to)."""
+        self._evict(keep="")
 
     def __len__(self) -> int:
         return len(self._sessions)

@@ -7,14 +7,14 @@ the parent, recursively, so a fork costs the same whatever the prefix length (SP
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
 from sessionlog.core.events import Event
 from sessionlog_server.storage.recorder import EventRecorder
-from sessionlog_server.storage.records import SessionRecord
+from sessionlog_server.storage.records import SessionRecord, StoredSnapshot
 
 T = TypeVar("T")
 
@@ -78,14 +78,63 @@ class EventReader:
             out.extend(await self.run(self.recorder.read_events, segment.session_id, start, stop, limit - len(out)))
         return out
 
-    async def read_all(self, record: SessionRecord, to_seq: int | None = None, page: int = 5000) -> list[Event]:
-        """Every event up to `to_seq` (inclusive; None = the whole log), in pages."""
-        events: list[Event] = []
-        while True:
-            batch = await self.read(record, len(events), to_seq, page)
-            events.extend(batch)
-            if len(batch) < page:
-                return events
+    async def pages(
+        self, record: SessionRecord, from_seq: int, to_seq: int | None, page: int = 1000
+    ) -> AsyncIterator[list[Event]]:
+        """Events from `from_seq` to `to_seq` (inclusive; None = the end), one page at a time,
+        so a caller never holds more than a page of a long log."""
+        seq = from_seq
+        while to_seq is None or seq <= to_seq:
+            events = await self.read(record, seq, to_seq, page)
+            if not events:
+                return
+            yield events
+            seq = events[-1].seq + 1
+
+    async def surface_ops(
+        self, record: SessionRecord, from_seq: int, to_seq: int, page: int = 20_000
+    ) -> AsyncIterator[list[Event]]:
+        """The surface events from `from_seq` to `to_seq` as light events (seq, type and surface
+        op; empty data), across the fork chain, a page at a time: enough to fold the surface."""
+        for segment in await self.segments(record):
+            start = max(from_seq, segment.first)
+            stop = to_seq if segment.last is None else min(to_seq, segment.last)
+            while start <= stop:
+                events = await self.run(self.recorder.read_surface_ops, segment.session_id, start, stop, page)
+                if not events:
+                    break
+                yield events
+                start = events[-1].seq + 1
+
+    async def read_at(self, record: SessionRecord, seqs: Sequence[int]) -> list[Event]:
+        """The events at `seqs` (a sparse set, e.g. surface nodes) across the fork chain, in seq order."""
+        wanted = sorted(set(seqs))
+        out: list[Event] = []
+        for segment in await self.segments(record):
+            mine = [s for s in wanted if s >= segment.first and (segment.last is None or s <= segment.last)]
+            for start in range(0, len(mine), 500):  # bounded IN lists
+                out.extend(await self.run(self.recorder.read_events_at, segment.session_id, mine[start : start + 500]))
+        out.sort(key=lambda event: event.seq)
+        return out
+
+    async def snapshots(self, record: SessionRecord, max_seq: int, per_segment: int = 3) -> list[StoredSnapshot]:
+        """Stored fold snapshots usable for the session's log up to `max_seq`, newest first.
+
+        A fork's log is its ancestors' prefix plus its own events, so an ancestor's snapshot at
+        or before the cut is a snapshot of the fork's log too."""
+        found: list[StoredSnapshot] = []
+        for segment in reversed(await self.segments(record)):
+            if segment.first > max_seq:
+                continue
+            high = max_seq if segment.last is None else min(max_seq, segment.last)
+            rows = await self.run(self.recorder.snapshots_before, segment.session_id, high, per_segment)
+            found.extend(row for row in rows if row.seq >= segment.first)
+        return found
+
+    async def find_event_ids(self, record: SessionRecord, event_ids: Sequence[str]) -> dict[str, int]:
+        """Which of `event_ids` the session's own events carry (an inherited prefix is another
+        session's: a fork's writer may reuse its parent's ids)."""
+        return await self.run(self.recorder.find_event_ids, record.id, list(event_ids))
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -30,13 +30,13 @@ class Externalized:
     """sha256 -> UTF-8 content."""
 
 
-def externalize(data: dict[str, Any], threshold: int, *, move_nul: bool) -> Externalized:
-    """Move strings longer than `threshold` characters (or holding NUL, if asked) to blobs."""
+def externalize(data: dict[str, Any], threshold: int) -> Externalized:
+    """Move strings longer than `threshold` characters to blobs."""
     refs: list[list[Any]] = []
     blobs: dict[str, bytes] = {}
 
     def wants_blob(text: str) -> bool:
-        return len(text) > threshold or (move_nul and "\x00" in text)
+        return len(text) > threshold
 
     def walk(value: Any, path: Path) -> Any:
         if isinstance(value, str):
@@ -63,7 +63,7 @@ def externalize(data: dict[str, Any], threshold: int, *, move_nul: bool) -> Exte
             return items
         return value
 
-    if not _may_need_blob(data, threshold, move_nul):
+    if not _may_need_blob(data, threshold):
         return Externalized(data, [], {})
     try:
         stored = walk(data, [])
@@ -72,13 +72,13 @@ def externalize(data: dict[str, Any], threshold: int, *, move_nul: bool) -> Exte
     return Externalized(stored, refs, blobs)
 
 
-def _may_need_blob(data: dict[str, Any], threshold: int, move_nul: bool) -> bool:
+def _may_need_blob(data: dict[str, Any], threshold: int) -> bool:
     """A cheap pre-check: walk only when some string could qualify."""
     stack: list[Any] = [data]
     while stack:
         value = stack.pop()
         if isinstance(value, str):
-            if len(value) > threshold or (move_nul and "\x00" in value):
+            if len(value) > threshold:
                 return True
         elif isinstance(value, dict):
             stack.extend(value.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from alembic import command
@@ -10,13 +11,26 @@ from alembic.config import Config
 
 from sessionlog_server.storage.factory import normalise_url
 
+INSTALLED_MIGRATIONS = Path("share") / "sessionlog" / "migrations"  # under sys.prefix (pyproject's data-files)
+
 
 def migrations_dir() -> Path:
-    """migrations/ at the repository root, or $SESSIONLOG_MIGRATIONS_DIR."""
+    """Where the Alembic chain is: $SESSIONLOG_MIGRATIONS_DIR, else migrations/ of the checkout this
+    code runs from (a development install), else the copy a regular install put under sys.prefix.
+
+    The checkout wins over the installed copy so that a developer's new migration is the one run.
+    """
     override = os.environ.get("SESSIONLOG_MIGRATIONS_DIR")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[3] / "migrations"
+    checkout = Path(__file__).resolve().parents[3] / "migrations"
+    for candidate in (checkout, Path(sys.prefix) / INSTALLED_MIGRATIONS):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"no Alembic migrations in {checkout} or {Path(sys.prefix) / INSTALLED_MIGRATIONS}: "
+        "set SESSIONLOG_MIGRATIONS_DIR to the repository's migrations/ directory"
+    )
 
 
 def alembic_config(url: str) -> Config:

@@ -1,10 +1,14 @@
 """SQLAlchemy 2 typed models: the tables every backend stores (SPEC §12).
 
 `sessions` holds one row per session: its identity, its fork origin, and the fencing state of
-its single writer (`writer_id`, `epoch`, `lease_expires_at`, `lease_token_hash`, `next_seq`), which every append
+its single writer (`writer_id`, `epoch`, `lease_expires_at`, `next_seq`), which every append
 checks and advances inside its commit transaction (SPEC §7). `open_turn` is kept indexed so
 start-up finds the sessions to repair without scanning events (SPEC §8). `events` is the log;
-`blobs` holds large payload strings once, content-addressed.
+`blobs` holds large payload strings once, content-addressed. `fold_snapshots` caches a
+session's folded state at some seqs (never the truth: it can be dropped at any time).
+
+An event's `data` is stored as the exact JSON text that was accepted (SPEC §12): JSONB would
+reorder keys and renormalise numbers, so the payload is TEXT on every backend.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from sqlalchemy import (
     Boolean,
     ForeignKey,
     Index,
+    Integer,
     LargeBinary,
     MetaData,
     String,
@@ -61,8 +66,6 @@ class SessionRow(Base):
     writer_id: Mapped[str | None] = mapped_column(String(128))
     epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     lease_expires_at: Mapped[int | None] = mapped_column(BigInteger)
-    lease_token_hash: Mapped[str | None] = mapped_column(String(64))
-    """Hex sha256 of the current lease's token; the token itself is known only to its holder."""
     open_turn: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     __table_args__ = (
@@ -81,7 +84,7 @@ class EventRow(Base):
     seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     time: Mapped[int] = mapped_column(BigInteger)
     type: Mapped[str] = mapped_column(String(128))
-    data: Mapped[dict[str, Any]] = mapped_column(JsonPayload)
+    data: Mapped[str] = mapped_column(Text)
     event_id: Mapped[str | None] = mapped_column(String(128))
     ignorable: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     surface_op: Mapped[str | None] = mapped_column(String(8))
@@ -101,3 +104,14 @@ class BlobRow(Base):
     sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
     size: Mapped[int] = mapped_column(BigInteger)
     content: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class FoldSnapshotRow(Base):
+    """A session's fold state after `seq`, written by fold code `fold_version` (a cache)."""
+
+    __tablename__ = "fold_snapshots"
+
+    session_id: Mapped[str] = mapped_column(String(128), ForeignKey("sessions.id"), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    fold_version: Mapped[int] = mapped_column(Integer)
+    state: Mapped[bytes] = mapped_column(LargeBinary)

@@ -1,8 +1,9 @@
-"""The PostgreSQL backend (production): psycopg 3, JSONB payloads, pooled connections.
+"""The PostgreSQL backend (production): psycopg 3, pooled connections.
 
 Several service instances may share one database; correctness does not depend on any
 in-process lock, because every append fences itself in its own transaction (see recorder).
-JSONB cannot hold a NUL character in a string, so such strings are moved to blobs.
+Event data is TEXT (the exact JSON accepted); a NUL in a string is escaped in JSON text, so
+nothing has to leave the column for it.
 """
 
 from __future__ import annotations
@@ -17,14 +18,13 @@ from sessionlog_server.storage.recorder import BLOBS, EVENT_COLUMNS, EventRecord
 class PostgresEventRecorder(EventRecorder):
     """EventRecorder on PostgreSQL."""
 
-    move_nul_to_blobs = True
     advance_sql = (
         "UPDATE sessions SET next_seq = %s, last_time = %s, open_turn = %s, lease_expires_at = %s "
         "WHERE id = %s AND writer_id = %s AND epoch = %s AND next_seq = %s"
     )
     insert_events_sql = (
         f"INSERT INTO events ({EVENT_COLUMNS}) "
-        "VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb)"
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb)"
     )
 
     def __init__(self, url: str, *, pool_size: int = 8) -> None:

@@ -13,7 +13,6 @@ of the batch is written.
 
 from __future__ import annotations
 
-import hmac
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -36,19 +35,18 @@ from sessionlog.core.errors import (
 )
 from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog_server.storage import blobs as blob_store
-from sessionlog_server.storage.models import BlobRow, EventRow, SessionRow
-from sessionlog_server.storage.records import PendingBatch, SessionRecord
+from sessionlog_server.storage.models import BlobRow, EventRow, FoldSnapshotRow, SessionRow
+from sessionlog_server.storage.records import PendingBatch, SessionRecord, StoredSnapshot
 
 SESSIONS = SessionRow.__table__
 EVENTS = EventRow.__table__
 BLOBS = BlobRow.__table__
+SNAPSHOTS = FoldSnapshotRow.__table__
 
 
 class EventRecorder(ABC):
     """Stores sessions, their writer leases, events and blobs in one SQL database."""
 
-    #: Strings with NUL characters must leave the JSON column (PostgreSQL JSONB refuses them).
-    move_nul_to_blobs: bool = False
     #: The fenced compare-and-set (driver SQL: built once, no per-batch statement construction).
     #: Parameters: next_seq, last_time, open_turn, lease_expires_at; id, writer_id, epoch, expected.
     advance_sql: ClassVar[str]
@@ -170,29 +168,15 @@ class EventRecorder(ABC):
 
     # --- leases -------------------------------------------------------------------------
 
-    def acquire_lease(
-        self,
-        session_id: str,
-        writer_id: str,
-        *,
-        takeover: bool,
-        now: int,
-        ttl_ms: int,
-        token_hash: str,
-        presented_hash: str | None = None,
-    ) -> SessionRecord:
-        """Grant the writer lease at a new epoch; refuse while another live writer holds it.
+    def acquire_lease(self, session_id: str, writer_id: str, *, takeover: bool, now: int, ttl_ms: int) -> SessionRecord:
+        """Take the writer lease, bumping the epoch; refuse while another live writer holds it.
 
-        A live lease is taken again only with `takeover` or by its holder, who proves it by
-        presenting its token (`presented_hash`): a reconnect after a broken stream. The holder
-        keeps its token (so a grant whose answer was lost costs nothing: the token still
-        works); anyone else gets the new `token_hash`. Either way the new epoch fences whatever
-        the old grant still had in flight. The writer id is never checked.
+        The same writer id may take its own live lease again (a reconnect after a dropped
+        stream); the new epoch fences whatever its old connection still had in flight.
         """
         with self._write() as conn:
             current = self._get_session(conn, session_id)
-            holder = _same_hash(current.lease_token_hash, presented_hash)
-            if current.lease_live(now) and not takeover and not holder:
+            if current.lease_live(now) and not takeover and current.writer_id != writer_id:
                 raise WriterHeld(
                     "WRITER_HELD",
                     f"session {session_id!r} is held by writer {current.writer_id!r} until "
@@ -205,12 +189,7 @@ class EventRecorder(ABC):
             result = conn.execute(
                 update(SESSIONS)
                 .where(SESSIONS.c.id == session_id, SESSIONS.c.epoch == current.epoch)
-                .values(
-                    writer_id=writer_id,
-                    epoch=current.epoch + 1,
-                    lease_expires_at=now + ttl_ms,
-                    lease_token_hash=current.lease_token_hash if holder else token_hash,
-                )
+                .values(writer_id=writer_id, epoch=current.epoch + 1, lease_expires_at=now + ttl_ms)
             )
             if result.rowcount != 1:
                 raise WriterHeld(
@@ -220,33 +199,25 @@ class EventRecorder(ABC):
                 )
             return self._get_session(conn, session_id)
 
-    def renew_lease(self, session_id: str, token_hash: str, epoch: int, *, now: int, ttl_ms: int) -> SessionRecord:
-        """Extend the lease held under `token_hash` at `epoch`; OwnershipLost if it is not current."""
+    def renew_lease(self, session_id: str, writer_id: str, epoch: int, *, now: int, ttl_ms: int) -> SessionRecord:
+        """Extend a lease still held at `epoch`; OwnershipLost if it was taken over."""
         with self._write() as conn:
             result = conn.execute(
                 update(SESSIONS)
-                .where(
-                    SESSIONS.c.id == session_id,
-                    SESSIONS.c.lease_token_hash == token_hash,
-                    SESSIONS.c.epoch == epoch,
-                )
+                .where(SESSIONS.c.id == session_id, SESSIONS.c.writer_id == writer_id, SESSIONS.c.epoch == epoch)
                 .values(lease_expires_at=now + ttl_ms)
             )
             if result.rowcount != 1:
-                raise lease_not_held(session_id)
+                raise self._fencing_error(conn, session_id, writer_id, epoch, None)
             return self._get_session(conn, session_id)
 
-    def release_lease(self, session_id: str, token_hash: str, epoch: int) -> bool:
-        """Give up the lease held under `token_hash` at `epoch` if it is still current; True if it was."""
+    def release_lease(self, session_id: str, writer_id: str, epoch: int) -> bool:
+        """Give the lease up if still held at `epoch`; True if it was."""
         with self._write() as conn:
             result = conn.execute(
                 update(SESSIONS)
-                .where(
-                    SESSIONS.c.id == session_id,
-                    SESSIONS.c.lease_token_hash == token_hash,
-                    SESSIONS.c.epoch == epoch,
-                )
-                .values(writer_id=None, lease_expires_at=None, lease_token_hash=None)
+                .where(SESSIONS.c.id == session_id, SESSIONS.c.writer_id == writer_id, SESSIONS.c.epoch == epoch)
+                .values(writer_id=None, lease_expires_at=None)
             )
             return result.rowcount == 1
 
@@ -332,6 +303,9 @@ class EventRecorder(ABC):
         ]
         if rows:
             conn.exec_driver_sql(self.insert_events_sql, rows)
+        snapshots = [batch.snapshot for batch in accepted if batch.snapshot is not None]
+        if snapshots:
+            conn.execute(SNAPSHOTS.insert(), [s._asdict() for s in snapshots])
         return results
 
     def _advance(self, conn: Connection, first: PendingBatch, last: PendingBatch) -> bool:
@@ -352,7 +326,7 @@ class EventRecorder(ABC):
         rows = []
         all_blobs: dict[str, bytes] = {}
         for event in events:
-            ext = blob_store.externalize(event.data, threshold or 1 << 62, move_nul=self.move_nul_to_blobs)
+            ext = blob_store.externalize(event.data, threshold or 1 << 62)
             all_blobs.update(ext.blobs)
             rows.append(_event_params(session_id, event, stored_form(ext.data, ext.refs)))
         if all_blobs:
@@ -377,35 +351,85 @@ class EventRecorder(ABC):
         rows = conn.execute(select(BLOBS.c.sha256, BLOBS.c.content).where(BLOBS.c.sha256.in_(digests)))
         return {sha: bytes(content) for sha, content in rows}
 
-    def event_ids(self, session_id: str) -> dict[str, int]:
-        """Every eventId of the session's own events, with its seq (for idempotent retries)."""
+    def read_events_at(self, session_id: str, seqs: Sequence[int]) -> list[Event]:
+        """The session's own stored events at `seqs` (any order in, seq order out), blobs resolved."""
+        if not seqs:
+            return []
+        query = (
+            select(EVENTS)
+            .where(EVENTS.c.session_id == session_id, EVENTS.c.seq.in_(list(seqs)))
+            .order_by(EVENTS.c.seq)
+        )
+        with self._read() as conn:
+            rows = list(conn.execute(query).mappings())
+            digests = {ref[1] for row in rows for ref in (row["blob_refs"] or ())}
+            contents = self._fetch_blobs(conn, digests) if digests else {}
+        return [_event_from_row(row, contents) for row in rows]
+
+    def read_surface_ops(self, session_id: str, from_seq: int, to_seq: int, limit: int) -> list[Event]:
+        """The session's own surface events in a seq range as light events: seq, type and surface
+        op only (empty data, time 0): what a fold of the surface needs, without payloads."""
+        c = EVENTS.c
+        query = (
+            select(c.seq, c.type, c.surface_op, c.replace_start_seq, c.replace_end_seq)
+            .where(
+                EVENTS.c.session_id == session_id,
+                EVENTS.c.seq >= from_seq,
+                EVENTS.c.seq <= to_seq,
+                EVENTS.c.surface_op.is_not(None),
+            )
+            .order_by(EVENTS.c.seq)
+            .limit(limit)
+        )
+        with self._read() as conn:
+            rows = list(conn.execute(query))
+        return [
+            Event(seq, 0, kind, {}, surface_op=APPEND if op == "append" else Replace(start, end))
+            for seq, kind, op, start, end in rows
+        ]
+
+    def find_event_ids(self, session_id: str, event_ids: Sequence[str]) -> dict[str, int]:
+        """Which of `event_ids` the session itself stores, with their seqs (the unique index)."""
+        if not event_ids:
+            return {}
         query = select(EVENTS.c.event_id, EVENTS.c.seq).where(
-            EVENTS.c.session_id == session_id, EVENTS.c.event_id.is_not(None)
+            EVENTS.c.session_id == session_id, EVENTS.c.event_id.in_(list(event_ids))
         )
         with self._read() as conn:
             return {eid: seq for eid, seq in conn.execute(query)}
 
-    def count_events(self, session_id: str) -> int:
-        """How many events the session itself stores (an inherited prefix not included)."""
+    def recent_event_ids(self, session_id: str, limit: int) -> list[tuple[str, int]]:
+        """The session's own latest `limit` eventIds with their seqs, newest first."""
+        query = (
+            select(EVENTS.c.event_id, EVENTS.c.seq)
+            .where(EVENTS.c.session_id == session_id, EVENTS.c.event_id.is_not(None))
+            .order_by(EVENTS.c.seq.desc())
+            .limit(limit)
+        )
         with self._read() as conn:
-            return int(conn.execute(select(func.count()).where(EVENTS.c.session_id == session_id)).scalar_one())
+            return [(eid, seq) for eid, seq in conn.execute(query)]
 
+    def snapshots_before(self, session_id: str, max_seq: int, limit: int) -> list[StoredSnapshot]:
+        """The session's own latest `limit` snapshots at or before `max_seq`, newest first."""
+        query = (
+            select(SNAPSHOTS.c.session_id, SNAPSHOTS.c.seq, SNAPSHOTS.c.fold_version, SNAPSHOTS.c.state)
+            .where(SNAPSHOTS.c.session_id == session_id, SNAPSHOTS.c.seq <= max_seq)
+            .order_by(SNAPSHOTS.c.seq.desc())
+            .limit(limit)
+        )
+        with self._read() as conn:
+            return [StoredSnapshot(sid, seq, version, bytes(state)) for sid, seq, version, state in conn.execute(query)]
 
-def lease_not_held(session_id: str) -> OwnershipLost:
-    """The answer to a lease token that does not hold the session's current lease.
-
-    The same for a token that was taken over, released, or never granted, so the answer tells
-    a caller nothing about other writers; the holder of a lost lease must reopen.
-    """
-    return OwnershipLost(
-        "OWNERSHIP_LOST",
-        f"the lease token does not hold the current lease of session {session_id!r}; reopen the writer",
-        session_id=session_id,
-    )
-
-
-def _same_hash(stored: str | None, presented: str | None) -> bool:
-    return stored is not None and presented is not None and hmac.compare_digest(stored, presented)
+    def save_snapshot(self, snapshot: StoredSnapshot) -> None:
+        """Store a snapshot unless one is already stored at that seq (it would be equal)."""
+        with self._write() as conn:
+            exists = conn.execute(
+                select(SNAPSHOTS.c.seq).where(
+                    SNAPSHOTS.c.session_id == snapshot.session_id, SNAPSHOTS.c.seq == snapshot.seq
+                )
+            ).first()
+            if exists is None:
+                conn.execute(SNAPSHOTS.insert(), [snapshot._asdict()])
 
 
 def _unstorable(exc: BaseException) -> ValidationError:
@@ -432,7 +456,6 @@ def _session_record(row: Any) -> SessionRecord:
         epoch=row["epoch"],
         lease_expires_at=row["lease_expires_at"],
         open_turn=bool(row["open_turn"]),
-        lease_token_hash=row["lease_token_hash"],
     )
 
 
@@ -488,9 +511,12 @@ def _event_from_row(row: Any, contents: dict[str, bytes]) -> Event:
         if kind == "append"
         else Replace(row["replace_start_seq"], row["replace_end_seq"])
     )
-    data = row["data"]
+    stored = row["data"]
+    data = jsonvalue.loads(stored, what=f"stored data of seq {row['seq']}")
+    exact: str | None = stored
     if row["blob_refs"]:
         data = blob_store.internalize(data, row["blob_refs"], contents)
+        exact = None  # the stored text has the blob strings taken out
     return Event(
         seq=row["seq"],
         time=row["time"],
@@ -500,4 +526,5 @@ def _event_from_row(row: Any, contents: dict[str, bytes]) -> Event:
         ignorable=bool(row["ignorable"]),
         surface_op=op,
         source_event_seqs=tuple(row["source_event_seqs"] or ()),
+        data_text=exact,
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sessionlog.core.events import Event
 
@@ -25,12 +25,20 @@ class SessionRecord:
     epoch: int
     lease_expires_at: int | None
     open_turn: bool
-    lease_token_hash: str | None = None
-    """Hex sha256 of the current lease's token (never the token, never sent to a client)."""
 
     def lease_live(self, now: int) -> bool:
         """True while a writer holds an unexpired lease."""
         return self.writer_id is not None and (self.lease_expires_at or 0) > now
+
+
+class StoredSnapshot(NamedTuple):
+    """A fold snapshot as stored: the session whose rows hold it, the last seq folded into it,
+    the fold code version that wrote it, and its bytes (see `sessionlog.core.snapshot`)."""
+
+    session_id: str
+    seq: int
+    fold_version: int
+    state: bytes
 
 
 @dataclass(slots=True)
@@ -52,6 +60,8 @@ class PendingBatch:
     stored: list[tuple[str, str | None]] = field(default_factory=list)
     """Per event: the data's JSON text as stored (blob strings taken out) and its blob refs' JSON text."""
     blobs: dict[str, bytes] = field(default_factory=dict)
+    snapshot: StoredSnapshot | None = None
+    """A fold snapshot at this batch's last seq, committed with it (so it never runs ahead)."""
 
     @property
     def new_next_seq(self) -> int:

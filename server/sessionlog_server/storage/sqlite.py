@@ -52,7 +52,6 @@ def _sqlite_engine(url: str, *, synchronous: str, immediate: bool, pool_size: in
 class SQLiteEventRecorder(EventRecorder):
     """EventRecorder on a SQLite file."""
 
-    move_nul_to_blobs = False
     advance_sql = (
         "UPDATE sessions SET next_seq = ?, last_time = ?, open_turn = ?, lease_expires_at = ? "
         "WHERE id = ? AND writer_id = ? AND epoch = ? AND next_seq = ?"

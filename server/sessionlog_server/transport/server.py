@@ -17,6 +17,7 @@ from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.storage.factory import open_recorder
 from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.tokens import TokenStore
+from sessionlog_server.transport.admin_http import AdminHttp
 from sessionlog_server.transport.auth import AuthInterceptor
 from sessionlog_server.transport.servicer import SessionServicer
 
@@ -33,11 +34,14 @@ class RunningServer:
     service: SessionLogService
     health: health.aio.HealthServicer
     port: int
+    admin: AdminHttp | None = None
+    """The metrics/admin HTTP listener (`/metrics`, `/sessions/ID`), when configured."""
 
     async def stop(self, grace: float) -> None:
         """Stop accepting calls, let in-flight ones finish, commit what is queued, release leases."""
+        if self.admin is not None:
+            self.admin.stop()
         await self.health.enter_graceful_shutdown()
-        self.service.leases.begin_shutdown()
         await self.server.stop(grace)
         await self.service.stop()
         self.service.recorder.close()
@@ -92,10 +96,13 @@ async def start_server(settings: Settings) -> RunningServer:
     await server.start()
     await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    admin: AdminHttp | None = None
     if settings.metrics_listen:
+        admin = AdminHttp(service, tokens, asyncio.get_running_loop(), service.metrics.registry)
         try:
-            service.metrics.serve(settings.metrics_listen)
+            admin.start(settings.metrics_listen)
         except OSError as exc:
+            admin = None
             log.warning("metrics endpoint not started", listen=settings.metrics_listen, error=str(exc))
     log.info(
         "serving",
@@ -107,7 +114,7 @@ async def start_server(settings: Settings) -> RunningServer:
         namespaces=sorted({p.namespace for p in tokens.principals.values()}),
         metrics=settings.metrics_listen or None,
     )
-    return RunningServer(server, service, health_servicer, port)
+    return RunningServer(server, service, health_servicer, port, admin)
 
 
 async def serve(settings: Settings) -> None:

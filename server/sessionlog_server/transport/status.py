@@ -1,9 +1,12 @@
-"""Exceptions -> `google.rpc.Status` (SPEC §13, AIP-193): the one table, in one place.
+"""Exceptions -> `google.rpc.Status` (SPEC §13, AIP-193): how every error leaves the server.
 
 Every sessionlog error travels as its gRPC code with an `ErrorInfo` detail (reason, domain
 `sessionlog`, metadata) and, when a request field is at fault, a `BadRequest` detail naming it.
+The code is declared by the error's class (`sessionlog.core.errors`), the reasons and their
+metadata by the catalogue (`proto/sessionlog/v1/error_reason.proto`); this module only packs.
 Anything else is a bug: it is logged with its traceback and reported as INTERNAL without
-internals.
+internals. So is a reason missing from the `ErrorReason` catalogue (error_reason.proto): the
+catalogue is the contract a client switches on, and nothing outside it may be sent.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from sessionlog.core.errors import SessionLogError
+from sessionlog.v1 import error_reason_pb2
 
 DOMAIN = "sessionlog"
+CATALOGUE = frozenset(error_reason_pb2.ErrorReason.keys()) - {"ERROR_REASON_UNSPECIFIED"}
 log = structlog.get_logger("sessionlog.rpc")
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,7 +51,10 @@ def _log_rpc(method: str, request: Any, started: float, code: str) -> None:
 
 
 def to_status(error: SessionLogError) -> grpc.Status:
-    """The rich status of a sessionlog error."""
+    """The rich status of a sessionlog error (INTERNAL if its reason is not catalogued)."""
+    if error.reason not in CATALOGUE:
+        log.error("reason missing from the ErrorReason catalogue", reason=error.reason, message=error.message)
+        return internal_status()
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=error.metadata)
     details = [_pack(info)]
     if error.field:

@@ -307,11 +307,24 @@ def read_file_numbered(
     reader: JsonlReader | None = None,
     *,
     chunk_size: int = DEFAULT_READ_CHUNK_BYTES,
+    on_read: Callable[[int], object] | None = None,
 ) -> Iterator[tuple[int, JsonObject]]:
-    """Parse a JSONL file by chunks to `(line number, object)` pairs."""
+    """Parse a JSONL file by chunks to `(line number, object)` pairs.
+
+    `on_read(n)` is called with the size of each chunk as it is read (a progress bar's hook).
+    """
     reader = reader or JsonlReader()
     with open(path, "rb") as stream:
-        yield from read_chunks_numbered(iter_chunks(stream, min(chunk_size, reader.max_chunk_bytes)), reader)
+        chunks = iter_chunks(stream, min(chunk_size, reader.max_chunk_bytes))
+        if on_read is not None:
+            chunks = _reporting(chunks, on_read)
+        yield from read_chunks_numbered(chunks, reader)
+
+
+def _reporting(chunks: Iterable[bytes], on_read: Callable[[int], object]) -> Iterator[bytes]:
+    for chunk in chunks:
+        on_read(len(chunk))
+        yield chunk
 
 
 def read_file(

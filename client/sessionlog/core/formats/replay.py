@@ -5,15 +5,17 @@ export header (`{"type":"sessionlog","version":1,"session":{…}}`, SPEC §10). 
 metric keys (`METRIC_KEYS`, in table order, then `EXTRA_KEYS`); see `pi.metrics` for what each
 means. Recorded metrics may spell keys in camelCase (`costUsd`) or snake_case (`cost_usd`); the
 comparison maps both to the canonical camelCase key and keeps the record's own spelling on write.
+A recorded number is compared at the precision it was written with (`values_equal`).
 """
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +42,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "thinking",
     "messages",
     "turns",
+    "modelCalls",
     "toolCalls",
     "compactions",
     "inputTokens",
@@ -47,7 +50,10 @@ METRIC_KEYS: tuple[str, ...] = (
     "outputTokens",
     "costUsd",
 )
-"""The SPEC §11 table, in order: exactly the keys of `replay --json`."""
+"""The replay table (docs/formats.md), in order: exactly the keys of `replay --json`.
+
+`turns` are runs of the agent loop and `modelCalls` assistant messages, in every output: seed
+000's table called model calls "turns"; here each has its own name (docs/projections.md)."""
 
 EXTRA_KEYS: tuple[str, ...] = ("cacheWriteTokens", "totalTokens", "compactionCostUsd")
 """Also computed and compared by `recompute` (a run record may hold them)."""
@@ -90,10 +96,12 @@ def replay_file(
     at: str | None = None,
     lenient: bool = False,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    on_read: Callable[[int], object] | None = None,
 ) -> Replay:
-    """Fold the file at `path` (Pi or sessionlog format) at `at` (an entry id or a seq)."""
+    """Fold the file at `path` (Pi or sessionlog format) at `at` (an entry id or a seq);
+    `on_read(n)` is told the size of each chunk read (a progress bar's hook)."""
     reader = JsonlReader(lenient=lenient, max_line_bytes=max_line_bytes)
-    records = read_file_numbered(path, reader)
+    records = read_file_numbered(path, reader, on_read=on_read)
     first = next(records, None)
     if first is None:
         raise ValidationError("EMPTY_SESSION_FILE", f"{os.fspath(path)}: the file holds no JSON line")
@@ -122,23 +130,42 @@ class Change:
     """One metric whose recorded value differs from the recomputed one."""
 
     key: str
-    """The key as the record spells it (or camelCase for a metric the record lacks)."""
+    """The key as the record spells it (an addition is spelled like the record's other keys)."""
     old: Any
     new: Any
 
 
 def values_equal(old: Any, new: Any) -> bool:
-    """Equal as metrics: numbers within 1e-9 (absolute or relative), others exactly."""
+    """Equal as metrics: a recorded number matches at the precision it was recorded with.
+
+    `0.636157` (recorded to six decimals) matches a recomputed `0.63615675`; float noise
+    (`0.1 + 0.2` against `0.3`, `20070` against `20070.0`) is no difference either. Other values
+    compare exactly, and a bool is never a number.
+    """
     numbers = (int, float)
     if isinstance(old, bool) or isinstance(new, bool):
         return old is new
     if isinstance(old, numbers) and isinstance(new, numbers):
-        return math.isclose(old, new, rel_tol=1e-9, abs_tol=1e-9)
+        if math.isclose(old, new, rel_tol=1e-9, abs_tol=1e-9):
+            return True
+        return isinstance(old, float) and abs(new - old) <= _half_unit(old)
     return bool(old == new)
 
 
+def _half_unit(recorded: float) -> float:
+    """Half a unit of the last digit a float was written with (`0.636157` -> 5e-7)."""
+    if not math.isfinite(recorded):
+        return 0.0
+    exponent = decimal.Decimal(repr(recorded)).as_tuple().exponent
+    return 0.5 * 10.0 ** int(exponent) if isinstance(exponent, int) else 0.0
+
+
 def compare_recorded(recorded: JsonObject, computed: dict[str, Any]) -> list[Change]:
-    """`--check`: every recorded metric (either spelling) that the replay disagrees with."""
+    """Every recorded metric (either spelling) whose recomputed value differs (`values_equal`).
+
+    Only what was recorded is compared: a metric the record lacks is not a change
+    (`missing_metrics` lists those). Keys keep the record's spelling.
+    """
     changes: list[Change] = []
     for key, old in recorded.items():
         metric = canonical_key(key)
@@ -150,27 +177,16 @@ def compare_recorded(recorded: JsonObject, computed: dict[str, Any]) -> list[Cha
     return changes
 
 
-def recompute_changes(recorded: JsonObject, computed: dict[str, Any]) -> list[Change]:
-    """`recompute`: every computed metric whose recorded value differs.
-
-    A metric the record lacks counts as recorded null, so a metric added to the code shows up
-    (`compaction_cost_usd: null -> 0.0016`) unless it is null anyway. Keys follow the record's
-    spelling; a new key is spelled like the record's other keys (snake_case if any has `_`).
-    """
-    spelled = {canonical_key(k): k for k in recorded if canonical_key(k) is not None}
+def missing_metrics(recorded: JsonObject, computed: dict[str, Any]) -> list[Change]:
+    """The computed metrics (not null) that the record does not hold, as additions spelled like
+    the record's other keys (snake_case if any key has `_`), in table order."""
+    present = {canonical_key(k) for k in recorded}
     snake = any("_" in k for k in recorded)
-    changes: list[Change] = []
-    for metric in ALL_KEYS:
-        if metric not in computed:
-            continue
-        key = spelled.get(metric) or (snake_case(metric) if snake else metric)
-        old = recorded.get(key)
-        new = computed[metric]
-        if key not in recorded and new is None:
-            continue
-        if key not in recorded or not values_equal(old, new):
-            changes.append(Change(key, old, new))
-    return changes
+    return [
+        Change(snake_case(metric) if snake else metric, None, computed[metric])
+        for metric in ALL_KEYS
+        if metric not in present and computed.get(metric) is not None
+    ]
 
 
 def apply_changes(recorded: JsonObject, changes: list[Change]) -> JsonObject:

@@ -9,8 +9,8 @@ it) and reading its SPEC §5 stats, mapped onto the same keys as a Pi replay:
 - `sessionFormat` is `"sessionlog-v1"`; `eventsInFile` counts lines, header included;
 - `--at SEQ` folds the prefix `0..SEQ`: `eventsOnBranch` is its length, `eventsOffBranch` the
   events after it (a sessionlog log has no branches: forks are separate sessions);
-- `model` is `provider/model`, `thinking` the thinking level, `turns` counts `turn/start` events
-  (SPEC turns, where a Pi replay counts assistant messages), the rest as `stats` computes them;
+- `model` is `provider/model`, `thinking` the thinking level, the rest (`turns`, `modelCalls`,
+  tokens, cost, ...) as `stats` computes them;
 - `totalTokens` sums each usage's `totalTokens` (or its four counts when missing), and
   `compactionCostUsd` the cost on `compaction/summary` events (None when there is none).
 
@@ -29,8 +29,8 @@ from sessionlog.core import jsonvalue
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.fold import SessionFold
-from sessionlog.core.formats.pi.metrics import round_cost, usage_cost, usage_total_tokens
 from sessionlog.core.projections.stats import usage_of
+from sessionlog.core.usage import CostSum, usage_cost, usage_total_tokens
 from sessionlog.core.vocabulary import COMPACTION_SUMMARY
 
 HEADER_TYPE = "sessionlog"
@@ -136,14 +136,15 @@ def sessionlog_metrics(export: SessionlogExport, at: str | int | None = None) ->
             ) from None
     folded = fold.stats()
     total_tokens: int | float = 0
-    compaction_costs: list[int | float] = []
+    compaction_cost: CostSum | None = None
     for event in events:
         usage = usage_of(event)
         if usage is None:
             continue
         total_tokens += usage_total_tokens(usage)
         if event.type == COMPACTION_SUMMARY:
-            compaction_costs.append(usage_cost(usage))
+            compaction_cost = compaction_cost or CostSum()
+            compaction_cost.add(usage_cost(usage))
     provider, model = folded.get("provider"), folded.get("model")
     return {
         "sessionFormat": f"sessionlog-v{FORMAT_VERSION}",
@@ -154,15 +155,16 @@ def sessionlog_metrics(export: SessionlogExport, at: str | int | None = None) ->
         "thinking": folded.get("thinkingLevel"),
         "messages": folded.get("messages"),
         "turns": folded.get("turns"),
+        "modelCalls": folded.get("modelCalls"),
         "toolCalls": folded.get("toolCalls"),
         "compactions": folded.get("compactions"),
         "inputTokens": folded.get("inputTokens"),
         "cacheReadTokens": folded.get("cacheReadTokens"),
         "outputTokens": folded.get("outputTokens"),
-        "costUsd": round_cost([folded.get("costUsd") or 0]),
+        "costUsd": folded.get("costUsd"),
         "cacheWriteTokens": folded.get("cacheWriteTokens"),
         "totalTokens": total_tokens,
-        "compactionCostUsd": round_cost(compaction_costs) if compaction_costs else None,
+        "compactionCostUsd": compaction_cost.value() if compaction_cost is not None else None,
     }
 
 

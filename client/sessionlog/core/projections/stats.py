@@ -9,13 +9,16 @@ Choices, each recomputable if it proves wrong (SPEC §1.6):
   `data.message.usage` (Pi keeps an assistant message's usage inside the message, and a tool
   result's nested model work too). Not counted: surface *replace* events and appended model-only
   *copies* (`data.source.kind == "copy"`): they restate another event's data, and counting them
-  would bill the same call twice. Shape `{input, output, cacheRead, cacheWrite, cost:{total}}`;
-  when `cost.total` is missing the cost parts are added. Non-numbers are ignored.
+  would bill the same call twice. Usage is read and cost summed by `sessionlog.core.usage`
+  (the rule the Pi and export replays use too): exact sums, reported to 12 decimals.
 - **model / provider**: the latest by seq of `request/context` `{provider, model}`, a
   `request/header`'s `config.{provider, model}`, an appended assistant message's
   `message.{provider, model}`, and Pi's ignorable `pi/model_change {provider, modelId}`.
 - **thinkingLevel**: the latest of a `request/header`'s `config.thinkingLevel` (else
   `config.reasoningEffort`) and Pi's ignorable `pi/thinking_level_change {thinkingLevel}`.
+- **turns** vs **modelCalls**: a turn is one run of the agent loop (`turn/start`); a model call
+  is one assistant message (an appended surface event whose message has role `assistant`,
+  whatever its type) or one `assistant/attempt`. A turn usually makes several model calls.
 - **toolCalls**: `toolCall` blocks of appended assistant messages (what the model asked for;
   Pi logs have no `tool/call` events). **toolErrors**: appended `tool/result`s with
   `message.isError` true (repair's synthetic errors included). Copies and replaces excluded.
@@ -28,7 +31,7 @@ Choices, each recomputable if it proves wrong (SPEC §1.6):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sessionlog.core.events import Event, JsonObject
@@ -41,7 +44,9 @@ from sessionlog.core.messages import (
     tool_call_blocks,
 )
 from sessionlog.core.projections.model_history import model_history
+from sessionlog.core.usage import CostSum, number, usage_cost
 from sessionlog.core.vocabulary import (
+    ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
     COMPACTION_SUMMARY,
     REQUEST_CONTEXT,
@@ -61,6 +66,7 @@ STATS_KEYS: tuple[str, ...] = (
     "thinkingLevel",
     "messages",
     "turns",
+    "modelCalls",
     "steps",
     "toolCalls",
     "toolErrors",
@@ -72,12 +78,6 @@ STATS_KEYS: tuple[str, ...] = (
     "cacheWriteTokens",
     "costUsd",
 )
-
-
-def _number(value: Any) -> int | float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0
-    return value
 
 
 def _text(value: Any) -> str | None:
@@ -97,15 +97,15 @@ def usage_of(event: Event) -> JsonObject | None:
     return usage if isinstance(usage, dict) else None
 
 
-def cost_of(usage: JsonObject) -> int | float:
-    """`cost.total`, or the sum of the cost parts when the total is missing."""
-    cost = usage.get("cost")
-    if not isinstance(cost, dict):
-        return 0
-    total = cost.get("total")
-    if isinstance(total, (int, float)) and not isinstance(total, bool):
-        return total
-    return sum(_number(cost.get(key)) for key in ("input", "output", "cacheRead", "cacheWrite"))
+def is_model_call(event: Event) -> bool:
+    """One model call (see `modelCalls` above): an `assistant/attempt`, or an appended surface
+    event (not a copy) whose message has role `assistant`. The timeline's requests are these."""
+    if event.type == ASSISTANT_ATTEMPT:
+        return True
+    if event.surface_op is None or is_replace(event) or is_copy(event):
+        return False
+    message = message_of(event)
+    return message is not None and message.get("role") == "assistant"
 
 
 @dataclass(slots=True)
@@ -116,6 +116,7 @@ class StatsAccumulator:
     provider: str | None = None
     thinking_level: str | None = None
     turns: int = 0
+    model_calls: int = 0
     steps: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
@@ -126,7 +127,8 @@ class StatsAccumulator:
     output_tokens: int | float = 0
     cache_read_tokens: int | float = 0
     cache_write_tokens: int | float = 0
-    cost_usd: int | float = 0.0
+    cost_partials: list[float] = field(default_factory=list)
+    """The exact running cost (`usage.CostSum`'s partials: plain data, so snapshots store it)."""
 
     def copy(self) -> StatsAccumulator:
         """A snapshot to restore on rollback (sums restored exactly, never subtracted)."""
@@ -135,6 +137,7 @@ class StatsAccumulator:
             self.provider,
             self.thinking_level,
             self.turns,
+            self.model_calls,
             self.steps,
             self.tool_calls,
             self.tool_errors,
@@ -145,7 +148,7 @@ class StatsAccumulator:
             self.output_tokens,
             self.cache_read_tokens,
             self.cache_write_tokens,
-            self.cost_usd,
+            list(self.cost_partials),
         )
 
     def add(self, event: Event) -> None:
@@ -164,6 +167,8 @@ class StatsAccumulator:
             self._header(data)
         elif kind == PI_THINKING_LEVEL_CHANGE:
             self.thinking_level = _text(data.get("thinkingLevel")) or self.thinking_level
+        if is_model_call(event):
+            self.model_calls += 1
         if is_replace(event):
             self.replaces += 1
             if source_kind(event) == COMPACTION_SOURCE_KIND:
@@ -199,11 +204,15 @@ class StatsAccumulator:
                 self.tool_errors += 1
 
     def _usage(self, usage: JsonObject) -> None:
-        self.input_tokens += _number(usage.get("input"))
-        self.output_tokens += _number(usage.get("output"))
-        self.cache_read_tokens += _number(usage.get("cacheRead"))
-        self.cache_write_tokens += _number(usage.get("cacheWrite"))
-        self.cost_usd += cost_of(usage)
+        self.input_tokens += number(usage.get("input"))
+        self.output_tokens += number(usage.get("output"))
+        self.cache_read_tokens += number(usage.get("cacheRead"))
+        self.cache_write_tokens += number(usage.get("cacheWrite"))
+        CostSum(self.cost_partials).add(usage_cost(usage))
+
+    def cost_usd(self) -> float:
+        """The cost so far, as every output reports it (exact sum, 12 decimals)."""
+        return CostSum(self.cost_partials).value()
 
     def as_dict(self, *, events: int, messages: int) -> dict[str, Any]:
         """The SPEC's stats read model, with the two counts that come from outside the sums."""
@@ -214,6 +223,7 @@ class StatsAccumulator:
             "thinkingLevel": self.thinking_level,
             "messages": messages,
             "turns": self.turns,
+            "modelCalls": self.model_calls,
             "steps": self.steps,
             "toolCalls": self.tool_calls,
             "toolErrors": self.tool_errors,
@@ -223,7 +233,7 @@ class StatsAccumulator:
             "outputTokens": self.output_tokens,
             "cacheReadTokens": self.cache_read_tokens,
             "cacheWriteTokens": self.cache_write_tokens,
-            "costUsd": self.cost_usd,
+            "costUsd": self.cost_usd(),
         }
 
 

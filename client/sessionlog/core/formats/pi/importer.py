@@ -86,10 +86,10 @@ from sessionlog.core.formats.pi.entries import (
 from sessionlog.core.formats.pi.layout import MESSAGE_KEYS, PI_KEY, PI_SESSION, split_entry
 from sessionlog.core.formats.pi.tree import PiTree
 from sessionlog.core.messages import COMPACTION_SOURCE_KIND, COPY_SOURCE_KIND, empty_system_head, is_empty_content
+from sessionlog.core.repair import fork_seed
 from sessionlog.core.vocabulary import (
     ASSISTANT_MESSAGE,
     COMPACTION_SUMMARY,
-    SESSION_END_SEED,
     STEP_END,
     STEP_START,
     SYSTEM_MESSAGE,
@@ -274,7 +274,7 @@ class BranchMapper:
     def fork(self) -> list[NewEvent]:
         """Write what the service writes into a fork cut at the current end of the log, and return
         it: `session/end-seed {inherited: true}`, then the closers of an open turn."""
-        written = [NewEvent(SESSION_END_SEED, {"inherited": True}), *self.fold.closers("forked")]
+        written = fork_seed(self.fold.structure, self.fold.repair_time)
         for event in written:
             self._commit(event)
         self._stop_reason = None

@@ -8,7 +8,7 @@ silently lost message. The one exception is the crashed writer's truncated last 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sessionlog.core.formats.jsonl import (
     DEFAULT_MAX_LINE_BYTES,
@@ -27,10 +27,11 @@ def load_pi_file(
     lenient: bool = False,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     new_id: IdFactory | None = None,
+    on_read: Callable[[int], object] | None = None,
 ) -> PiFile:
-    """Parse and migrate the session file at `path`."""
+    """Parse and migrate the session file at `path` (`on_read`: see `jsonl.read_file_numbered`)."""
     reader = JsonlReader(lenient=lenient, max_line_bytes=max_line_bytes)
-    parsed = parse_pi_objects(read_file_numbered(path, reader))
+    parsed = parse_pi_objects(read_file_numbered(path, reader, on_read=on_read))
     parsed.warnings = list(reader.warnings)
     return migrate(parsed, new_id)
 

@@ -12,7 +12,8 @@ re-run of the experiment. What each one means, for the branch from the root to t
 | `model` | `provider/modelId` as Pi's context reports it (None when no model is known) |
 | `thinking` | Pi's context thinking level (`"off"` by default) |
 | `messages` | messages in the context Pi builds for the leaf (`buildSessionContext`) |
-| `turns` | assistant messages on the branch, aborted and errored ones included |
+| `turns` | runs of the agent loop: `turn/start` events of the branch as the importer maps it (as an export) |
+| `modelCalls` | assistant messages on the branch (model calls), aborted and errored ones included |
 | `toolCalls` | `toolCall` blocks of those assistant messages |
 | `compactions` | `compaction` entries on the branch |
 | `inputTokens`, `cacheReadTokens`, `outputTokens`, `cacheWriteTokens`, `totalTokens` | summed usage |
@@ -23,14 +24,13 @@ Usage is summed over **every** entry on the branch that carries one, not only as
 any message's `usage` (assistant, and 1.x tool results), `compaction.usage`,
 `branch_summary.usage` and `usage` entries (1.x). A missing `totalTokens` counts as
 `input + output + cacheRead + cacheWrite` (Pi's own rule); a missing `cost.total` as the sum of the
-cost parts. Non-numbers count as 0. Cost is summed exactly (`math.fsum`) and rounded to 12
-decimals, so the order of entries cannot change the last digit. Entries off the branch (abandoned
+cost parts. Non-numbers count as 0. These rules, and the exact cost sum rounded to 12 decimals, are
+`sessionlog.core.usage`'s, shared with the stats of a sessionlog log. Entries off the branch (abandoned
 branches) are not counted: the metrics describe the branch, like Pi's own context.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from sessionlog.core.formats.pi.context import build_context
@@ -42,34 +42,10 @@ from sessionlog.core.formats.pi.entries import (
     JsonObject,
     PiFile,
 )
+from sessionlog.core.formats.pi.importer import map_path
 from sessionlog.core.formats.pi.tree import PiTree
-
-COST_DECIMALS = 12
-
-
-def _number(value: Any) -> int | float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0
-    return value
-
-
-def usage_cost(usage: JsonObject) -> int | float:
-    """`cost.total`, else the sum of the cost parts (0 without a cost object)."""
-    cost = usage.get("cost")
-    if not isinstance(cost, dict):
-        return 0
-    total = cost.get("total")
-    if isinstance(total, (int, float)) and not isinstance(total, bool):
-        return total
-    return sum(_number(cost.get(key)) for key in ("input", "output", "cacheRead", "cacheWrite"))
-
-
-def usage_total_tokens(usage: JsonObject) -> int | float:
-    """`totalTokens`, or (when missing or 0, as Pi computes it) the sum of the four counts."""
-    total = _number(usage.get("totalTokens"))
-    if total:
-        return total
-    return sum(_number(usage.get(key)) for key in ("input", "output", "cacheRead", "cacheWrite"))
+from sessionlog.core.usage import CostSum, number, usage_cost, usage_total_tokens
+from sessionlog.core.vocabulary import TURN_START
 
 
 def entry_usage(entry: JsonObject) -> JsonObject | None:
@@ -84,27 +60,22 @@ def entry_usage(entry: JsonObject) -> JsonObject | None:
     return usage if isinstance(usage, dict) else None
 
 
-def round_cost(costs: list[int | float]) -> float:
-    """An exact sum rounded to `COST_DECIMALS`, stable whatever the order of the parts."""
-    return round(math.fsum(costs), COST_DECIMALS)
-
-
 def branch_metrics(pi_file: PiFile, tree: PiTree, leaf_id: str | None) -> dict[str, Any]:
     """All metrics for the branch ending at `leaf_id` (None: Pi's default leaf, the last entry)."""
     leaf = leaf_id if leaf_id is not None else tree.default_leaf()
     path = tree.path(leaf) if leaf is not None else []
     context = build_context(path)
-    turns = tool_calls = compactions = 0
+    model_calls = tool_calls = compactions = 0
     tokens: dict[str, int | float] = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}
     total_tokens: int | float = 0
-    costs: list[int | float] = []
-    compaction_costs: list[int | float] = []
+    cost = CostSum()
+    compaction_cost: CostSum | None = None
     for entry in path:
         kind = entry.get("type")
         if kind == MESSAGE:
             message = entry["message"]
             if message.get("role") == "assistant":
-                turns += 1
+                model_calls += 1
                 content = message.get("content")
                 if isinstance(content, list):
                     tool_calls += sum(1 for b in content if isinstance(b, dict) and b.get("type") == "toolCall")
@@ -114,12 +85,12 @@ def branch_metrics(pi_file: PiFile, tree: PiTree, leaf_id: str | None) -> dict[s
         if usage is None:
             continue
         for key in tokens:
-            tokens[key] += _number(usage.get(key))
+            tokens[key] += number(usage.get(key))
         total_tokens += usage_total_tokens(usage)
-        cost = usage_cost(usage)
-        costs.append(cost)
+        cost.add(usage_cost(usage))
         if kind == COMPACTION:
-            compaction_costs.append(cost)
+            compaction_cost = compaction_cost or CostSum()
+            compaction_cost.add(usage_cost(usage))
     return {
         "sessionFormat": f"v{pi_file.source_version}",
         "eventsInFile": pi_file.objects_in_file,
@@ -128,16 +99,17 @@ def branch_metrics(pi_file: PiFile, tree: PiTree, leaf_id: str | None) -> dict[s
         "model": model_name(context.get("model")),
         "thinking": context.get("thinkingLevel"),
         "messages": len(context["messages"]),
-        "turns": turns,
+        "turns": sum(1 for event in map_path(pi_file.header, path) if event.type == TURN_START),
+        "modelCalls": model_calls,
         "toolCalls": tool_calls,
         "compactions": compactions,
         "inputTokens": tokens["input"],
         "cacheReadTokens": tokens["cacheRead"],
         "outputTokens": tokens["output"],
-        "costUsd": round_cost(costs),
+        "costUsd": cost.value(),
         "cacheWriteTokens": tokens["cacheWrite"],
         "totalTokens": total_tokens,
-        "compactionCostUsd": round_cost(compaction_costs) if compaction_costs else None,
+        "compactionCostUsd": compaction_cost.value() if compaction_cost is not None else None,
     }
 
 

@@ -1,0 +1,389 @@
+"""Long sessions: what a session costs when it comes back, against the cost of its whole log.
+
+Three data sets per database, written in bulk with the server's own row mapping and its own
+snapshot policy (the rows and fold snapshots the server would have written, see
+`bench/lifecycle_data.py` for why bulk):
+
+- `compacting`: ~2 KB events, a compaction every 40 turns (summary + a replace of everything
+  after node 0), 100,000 events at full scale;
+- `long`: ~500 B events, the same compaction rhythm, 1,000,000 events;
+- `live`: 100 sessions of 10,000 ~2 KB events without compaction, for resident memory.
+
+For `compacting` and `long` the floor is the time to read and parse the whole log once (one
+query, every `data` decoded: what any design that folds the log pays). Each operation runs on a
+fresh server process (cold): the first full model history, the model history at the middle
+seq, and a resume to a held lease; each reports its time and the server's RSS growth. For
+`live`, every session is loaded (a stats read) into one server and its RSS above idle is
+reported. `python -m bench.long_sessions [--quick] [--backends sqlite,postgresql] [--json P]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from bench.lifecycle_data import EVENT_COLUMNS, SESSION_COLUMNS, BulkLoader, _row, _session_row, committed
+from bench.procs import Server, create_pg_database, drop_pg_database, pg_available
+from bench.workload import TextSource, _usage
+from sessionlog.client import SessionLogClient
+from sessionlog.core import jsonvalue
+from sessionlog.core.events import NewEvent, Replace
+from sessionlog.core.fold import SessionFold
+from sessionlog.core.snapshot import FOLD_VERSION, encode_snapshot
+from sessionlog_server.config import Settings
+from sessionlog_server.service.loader import SnapshotPolicy
+
+COMPACT_EVERY_TURNS = 40
+SNAPSHOT_COLUMNS = ("session_id", "seq", "fold_version", "state")
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    compacting_events: int
+    long_events: int
+    live_sessions: int
+    live_events: int
+
+
+FULL = Scale(compacting_events=100_000, long_events=1_000_000, live_sessions=100, live_events=10_000)
+QUICK = Scale(compacting_events=3_000, long_events=6_000, live_sessions=5, live_events=1_000)
+
+
+# --- data -------------------------------------------------------------------------------
+
+
+def _turn(src: TextSource, turn: int, size: float) -> list[dict[str, Any]]:
+    """One agent turn (user, a tool step with 1-2 calls and results, a final answer); text
+    lengths scaled by `size` (1.0: ~2 KB events on average, 0.2: ~500 B)."""
+
+    def say(low: int, high: int) -> str:
+        return src.text(max(8, int(low * size)), max(16, int(high * size)))
+
+    calls = [f"c{turn}_{i}" for i in range(src.randint(1, 2))]
+    events: list[dict[str, Any]] = [
+        {"type": "turn/start", "data": {"turn": turn}},
+        {
+            "type": "user/message",
+            "data": {"message": {"role": "user", "content": say(1500, 4000)}},
+            "surfaceOp": "append",
+        },
+        {"type": "step/start", "data": {"turn": turn, "step": 1}},
+        {
+            "type": "assistant/message",
+            "data": {
+                "turn": turn,
+                "step": 1,
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": say(200, 600)}]
+                    + [
+                        {"type": "toolCall", "id": c, "name": "read", "arguments": {"path": say(400, 1600)}}
+                        for c in calls
+                    ],
+                },
+                "usage": _usage(src),
+            },
+            "surfaceOp": "append",
+        },
+    ]
+    for call in calls:
+        message = {
+            "role": "toolResult",
+            "toolCallId": call,
+            "content": [{"type": "text", "text": say(1000, 6000)}],
+            "isError": False,
+        }
+        events.append(
+            {"type": "tool/result", "data": {"turn": turn, "step": 1, "message": message}, "surfaceOp": "append"}
+        )
+    events += [
+        {"type": "step/end", "data": {"turn": turn, "step": 1}},
+        {"type": "step/start", "data": {"turn": turn, "step": 2}},
+        {
+            "type": "assistant/message",
+            "data": {
+                "turn": turn,
+                "step": 2,
+                "message": {"role": "assistant", "content": [{"type": "text", "text": say(2000, 5000)}]},
+                "usage": _usage(src),
+            },
+            "surfaceOp": "append",
+        },
+        {"type": "step/end", "data": {"turn": turn, "step": 2}},
+        {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}},
+    ]
+    return events
+
+
+def _compaction(src: TextSource, nodes: list[int], next_seq: int) -> list[NewEvent]:
+    """A compaction: its bracket, the summary with usage, and the replace of every node after
+    node 0 by a summary user message (the replace lands two seqs after `next_seq`)."""
+    replaced = nodes[1:]
+    return [
+        NewEvent(type="compaction/start", data={}),
+        NewEvent(
+            type="compaction/summary",
+            data={
+                "summary": src.text(800, 1600),
+                "provider": "acme",
+                "model": "m-1",
+                "usage": _usage(src),
+                "tokensBefore": 90_000,
+            },
+        ),
+        NewEvent(
+            type="user/message",
+            data={"message": {"role": "user", "content": src.text(800, 1600)}, "source": {"kind": "compaction"}},
+            surface_op=Replace(replaced[0], replaced[-1]),
+            source_event_seqs=tuple(replaced),
+        ),
+        NewEvent(type="compaction/end", data={}),
+    ]
+
+
+def session_log(n: int, size: float, compact: bool, seed: int) -> Iterator[NewEvent]:
+    """`n` events (or a few more, to end the turn) of a session; with `compact`, a compaction
+    every COMPACT_EVERY_TURNS turns. The surface is tracked with the core's fold."""
+    src = TextSource(seed)
+    fold = SessionFold(keep_messages=False)
+    emitted = 0
+
+    def emit(event: NewEvent) -> NewEvent:
+        nonlocal emitted
+        fold.extend([event.committed(fold.next_seq, 0)])
+        emitted += 1
+        return event
+
+    yield emit(
+        NewEvent(
+            type="system/message",
+            data={"message": {"role": "system", "content": src.text(1500, 2500)}},
+            surface_op="append",
+        )
+    )
+    turn = 0
+    while emitted < n:
+        turn += 1
+        for raw in _turn(src, turn, size):
+            yield emit(NewEvent.from_json(raw))
+        if compact and turn % COMPACT_EVERY_TURNS == 0 and emitted < n:
+            for event in _compaction(src, fold.surface_view()["nodes"], fold.next_seq):
+                yield emit(event)
+
+
+def write_session(loader: BulkLoader, sid: str, events: Iterator[NewEvent], t0: int, policy: SnapshotPolicy) -> int:
+    """Write a session's rows and the snapshots the server's policy would have stored."""
+    loader._insert("sessions", SESSION_COLUMNS, [_session_row(sid, t0, 0, t0, False)])
+    fold = SessionFold(keep_messages=False)
+    rows: list[tuple[Any, ...]] = []
+    snapshots: list[tuple[Any, ...]] = []
+    since_events = since_bytes = 0
+    count, last_time = 0, t0
+    for event in committed(events, t0):
+        row = _row(sid, event)
+        rows.append(row)
+        fold.extend([event])
+        since_events += 1
+        since_bytes += len(row[4])
+        if policy.due(since_events, since_bytes, fold.surface_size):
+            snapshots.append((sid, event.seq, FOLD_VERSION, encode_snapshot(fold.snapshot())))
+            since_events = since_bytes = 0
+        count, last_time = count + 1, event.time
+        if len(rows) >= 20_000:
+            loader._insert("events", EVENT_COLUMNS, rows)
+            rows = []
+    loader._insert("events", EVENT_COLUMNS, rows)
+    loader._insert("fold_snapshots", SNAPSHOT_COLUMNS, snapshots)
+    with loader.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE sessions SET next_seq = :n, last_time = :t WHERE id = :sid"),
+            {"n": count, "t": last_time, "sid": sid},
+        )
+    return count
+
+
+# --- measurements -------------------------------------------------------------------------
+
+
+def read_and_parse_floor(loader: BulkLoader, sid: str) -> dict[str, Any]:
+    """Read every event's data of the session in one query and decode each: the O(log) floor."""
+    start = time.perf_counter()
+    nbytes = 0
+    with loader.engine.connect() as conn:
+        result = conn.execution_options(stream_results=True, yield_per=5000).execute(
+            text("SELECT data FROM events WHERE session_id = :sid ORDER BY seq"), {"sid": sid}
+        )
+        for (data,) in result:
+            nbytes += len(data)
+            jsonvalue.loads(data.encode())
+    return {"ms": round((time.perf_counter() - start) * 1000, 1), "log_mb": round(nbytes / 1e6, 1)}
+
+
+def _cold(db: str, action: Any) -> dict[str, Any]:
+    """Run `action(client)` against a fresh server process; time and RSS growth."""
+    with Server(db) as server, SessionLogClient(server.target, timeout=600) as client:
+        client.list_sessions()  # connected and warm (imports, pools), nothing loaded
+        before = server.memory_mb()
+        start = time.perf_counter()
+        detail = action(client)
+        took = time.perf_counter() - start
+        after = server.memory_mb()
+    return {
+        "ms": round(took * 1000, 1),
+        "rss_growth_mb": round(after["VmRSS"] - before["VmRSS"], 1),
+        "peak_growth_mb": round(after["VmHWM"] - before["VmRSS"], 1),
+        **detail,
+    }
+
+
+def measure_session(db: str, loader: BulkLoader, sid: str, events: int) -> dict[str, Any]:
+    floor = read_and_parse_floor(loader, sid)
+    middle = events // 2
+    history = _cold(db, lambda c: {"messages": len(c.model_history(sid))})
+    at_middle = _cold(db, lambda c: {"messages": len(c.model_history(sid, at_seq=middle))})
+    resume = _cold(db, lambda c: {"next_seq": c.resume(sid).next_seq})
+    out = {
+        "events": events,
+        "floor": floor,
+        "cold_history": history,
+        "history_at_middle": at_middle,
+        "cold_resume": resume,
+    }
+    for key in ("cold_history", "history_at_middle", "cold_resume"):
+        out[key]["ratio_to_floor"] = round(out[key]["ms"] / max(floor["ms"], 0.001), 3)
+    return out
+
+
+def measure_live(db: str, sids: list[str]) -> dict[str, Any]:
+    with Server(db) as server, SessionLogClient(server.target, timeout=600) as client:
+        client.list_sessions()
+        idle = server.memory_mb()["VmRSS"]
+        for sid in sids:
+            client.stats(sid)
+        loaded = server.memory_mb()["VmRSS"]
+    return {"sessions": len(sids), "idle_rss_mb": round(idle, 1), "rss_above_idle_mb": round(loaded - idle, 1)}
+
+
+# --- driver -----------------------------------------------------------------------------
+
+
+def run_backend(backend: str, scale: Scale) -> dict[str, Any]:
+    name = f"sessionlog_bench_long_{int(time.time())}"
+    if backend == "sqlite":
+        path = Path("var") / f"{name}.db"
+        path.parent.mkdir(exist_ok=True)
+        db = f"sqlite:///{path}"
+    else:
+        db = create_pg_database(name)
+    try:
+        loader = BulkLoader(db)
+        policy = SnapshotPolicy(Settings().snapshot_every_events, Settings().snapshot_every_bytes)
+        results: dict[str, Any] = {}
+        t0 = 1_800_000_000_000
+        for label, n, size in (("compacting", scale.compacting_events, 1.0), ("long", scale.long_events, 0.2)):
+            count = write_session(loader, label, session_log(n, size, True, seed=len(label)), t0, policy)
+            loader.close()
+            loader = BulkLoader(db)
+            _log(f"{backend}: {label} written ({count} events)")
+            results[label] = measure_session(db, loader, label, count)
+            _log(f"{backend}: {label} measured")
+        sids = [f"live-{i}" for i in range(scale.live_sessions)]
+        for index, sid in enumerate(sids):
+            write_session(loader, sid, session_log(scale.live_events, 1.0, False, seed=100 + index), t0, policy)
+        loader.close()
+        results["live"] = measure_live(db, sids)
+        results["live"]["events_per_session"] = scale.live_events
+        return results
+    finally:
+        if backend == "sqlite":
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        else:
+            drop_pg_database(name)
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """The long-session targets, each met or missed, with the figure that decides it."""
+    out: list[tuple[str, bool, str]] = []
+    for backend, figures in results.items():
+        compacting = figures["compacting"]
+        for key, name in (("cold_resume", "cold resume"), ("cold_history", "cold full history")):
+            ratio = compacting[key]["ratio_to_floor"]
+            out.append((f"{backend}: {name} of the compacting session <= 0.1x read+parse", ratio <= 0.1, f"{ratio}x"))
+        resume = figures["long"]["cold_resume"]["ms"]
+        out.append((f"{backend}: the long session resumes in <= 1 s", resume <= 1000, f"{resume} ms"))
+        live = figures["live"]
+        if live["sessions"] == FULL.live_sessions and live["events_per_session"] == FULL.live_events:
+            above = live["rss_above_idle_mb"]
+            out.append((f"{backend}: 100 live 10k-event sessions <= 250 MB above idle", above <= 250, f"{above} MB"))
+    return out
+
+
+def run_all(backends: list[str], scale: Scale) -> dict[str, Any]:
+    """Every backend that is reachable; the figures by backend."""
+    results: dict[str, Any] = {}
+    for backend in backends:
+        if backend == "postgresql" and not pg_available():
+            _log("PostgreSQL unavailable: skipped")
+            continue
+        results[backend] = run_backend(backend, scale)
+    return results
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        "| backend | session | events | log MB | read+parse floor | cold history (ratio) "
+        "| history at middle (ratio) | cold resume (ratio) | RSS growth history / middle / resume |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for backend, figures in results.items():
+        for label in ("compacting", "long"):
+            f = figures[label]
+            lines.append(
+                f"| {backend} | {label} | {f['events']:,} | {f['floor']['log_mb']} | {f['floor']['ms']} ms | "
+                f"{f['cold_history']['ms']} ms ({f['cold_history']['ratio_to_floor']}) | "
+                f"{f['history_at_middle']['ms']} ms ({f['history_at_middle']['ratio_to_floor']}) | "
+                f"{f['cold_resume']['ms']} ms ({f['cold_resume']['ratio_to_floor']}) | "
+                f"{f['cold_history']['rss_growth_mb']} / {f['history_at_middle']['rss_growth_mb']} / "
+                f"{f['cold_resume']['rss_growth_mb']} MB |"
+            )
+    lines.append("")
+    lines.append("| backend | live sessions | events each | RSS above idle |")
+    lines.append("|---|---:|---:|---:|")
+    for backend, figures in results.items():
+        live = figures["live"]
+        lines.append(
+            f"| {backend} | {live['sessions']} | {live['events_per_session']:,} | {live['rss_above_idle_mb']} MB |"
+        )
+    return "\n".join(lines)
+
+
+def _log(message: str) -> None:
+    print(f"[long-sessions] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.long_sessions", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI scale")
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    scale = QUICK if args.quick else FULL
+    results = run_all(args.backends.split(","), scale)
+    print(render(results))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"scale": asdict(scale), "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""Errors worded for a person at a terminal: readable times and what to do next.
+
+The server's messages are written for logs and programs (times in epoch milliseconds, reasons
+and metadata for matching). The CLI keeps the reason and rewords only what a person reads.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+from datetime import UTC, datetime
+
+from sessionlog.core.errors import SessionLogError
+
+TLS_PROBE_TIMEOUT_S = 2.0
+
+
+def readable_time(epoch_ms: int, now_ms: int | None = None) -> str:
+    """`2026-11-30 17:42:05 UTC (in 23 s)`, or `(23 s ago)` for a time that has passed."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    stamp = datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    seconds = round(abs(epoch_ms - now) / 1000)
+    return f"{stamp} (in {seconds} s)" if epoch_ms >= now else f"{stamp} ({seconds} s ago)"
+
+
+def readable_message(error: SessionLogError) -> str:
+    """The error's message, with a lease expiry in epoch milliseconds shown as a time."""
+    expires = error.metadata.get("expires_at", "")
+    if error.reason == "WRITER_HELD" and expires.isdigit():
+        holder = error.metadata.get("holder", "?")
+        session = error.metadata.get("session_id")
+        whose = f"session {session!r}" if session else "the session"
+        return f"{whose} is held by writer {holder!r} until {readable_time(int(expires))}"
+    return error.message
+
+
+def hint(error: SessionLogError, *, ca_file: str | None, target: str) -> str | None:
+    """What to do next, where the error alone does not say it."""
+    if error.reason == "WRITER_HELD":
+        return "--takeover takes the session over (the holder is fenced out and must reopen)"
+    if error.code == "UNAVAILABLE" and ca_file is None and speaks_tls(target):
+        return f"{target} speaks TLS: pass --ca-file PEM (or set SESSIONLOG_CA_FILE) to connect with TLS"
+    return None
+
+
+def speaks_tls(target: str, timeout: float = TLS_PROBE_TIMEOUT_S) -> bool:
+    """Whether `HOST:PORT` completes a TLS handshake (certificate not checked: this only tells a
+    TLS server from a plaintext one, to explain a refused plaintext connection)."""
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or "/" in host:
+        return False
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    name = host.strip("[]")
+    try:
+        with (
+            socket.create_connection((name, int(port)), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=name or None),
+        ):
+            return True
+    except (OSError, ssl.SSLError):
+        return False

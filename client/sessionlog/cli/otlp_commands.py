@@ -1,0 +1,70 @@
+"""`sessionlog otlp SESSION_ID --endpoint URL [--follow]`: send a session to an OTLP endpoint.
+
+The spans are those of `export --format otlp-json`, sent with the official OpenTelemetry SDK
+exporter (OTLP/HTTP protobuf) by `sessionlog.otlp_live`. Without `--follow` the session is
+read once and sent; with it, the command replays the session and then stays subscribed,
+sending each turn when it ends, until SIGINT or SIGTERM, when it sends the rest and the
+session's root span. Prints `{"spans": N}` at the end.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from sessionlog.cli.common import connect, fail, print_json
+from sessionlog.core.events import Event
+
+
+def register(app: typer.Typer) -> None:
+    """Add `otlp` to `app`."""
+    app.command("otlp")(otlp)
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def otlp(
+    session_id: Annotated[str, typer.Argument(help="The session to send.")],
+    endpoint: Annotated[str, typer.Option("--endpoint", help="OTLP/HTTP traces URL, e.g. http://HOST:4318/v1/traces.")],
+    follow: Annotated[bool, typer.Option("--follow", help="Stay subscribed; send each turn as it ends.")] = False,
+    content: Annotated[bool, typer.Option("--with-content", help="Include gen_ai.input/output.messages.")] = False,
+    header: Annotated[
+        list[str] | None, typer.Option("--header", help="KEY=VALUE sent with every export (repeatable).")
+    ] = None,
+) -> None:
+    """Send a session as OpenTelemetry GenAI traces to an OTLP endpoint."""
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        from sessionlog.otlp_live import ExportFailed, SessionExport
+    except ImportError:
+        raise fail("sessionlog otlp needs the otlp extra: pip install 'sessionlog[otlp]'") from None
+    headers = {}
+    for pair in header or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise fail(f"--header takes KEY=VALUE, got {pair!r}")
+        headers[key] = value
+    exporter = OTLPSpanExporter(endpoint=endpoint, headers=headers or None)
+    export = SessionExport(session_id, exporter, content=content)
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        with connect() as client:
+            client.get_session(session_id)
+            events = client.subscribe(session_id) if follow else client.read_events(session_id)
+            try:
+                for item in events:
+                    if isinstance(item, Event):  # not the caught-up marker of a subscription
+                        export.add(item)
+            except KeyboardInterrupt:
+                pass
+        print_json({"spans": export.finish()})
+    except ExportFailed as exc:
+        raise fail(str(exc)) from None
+    finally:
+        exporter.shutdown()

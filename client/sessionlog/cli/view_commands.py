@@ -1,0 +1,44 @@
+"""`sessionlog view SESSION_ID [-o FILE.html] [--at SEQ]`: write the session page.
+
+The events come over ReadEvents; the page is rendered here, offline, by the same
+`render_page` the server uses for `/sessions/ID`. Links to the parent and the forks point at
+`ID.html` beside the file, so a folder of pages written by this command links up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sessionlog.cli.common import connect, fail
+from sessionlog.view.page import MissingAssets, SessionRef, render_page
+
+
+def register(app: typer.Typer) -> None:
+    """Add `view` to `app`."""
+    app.command("view")(view)
+
+
+def view(
+    session_id: Annotated[str, typer.Argument(help="The session to show.")],
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="The HTML file (default: SESSION_ID.html).")
+    ] = None,
+    at: Annotated[int | None, typer.Option("--at", min=0, help="Show the session as it was after this seq.")] = None,
+) -> None:
+    """Write one self-contained HTML page: request chart, cache-read drops and their causes,
+    request diffs, turns and tool calls, and the transcript with replaced rows marked."""
+    with connect() as client:
+        info = client.get_session(session_id)
+        children = tuple((child.id, child.fork_seq) for child in client.list_sessions(parent_session_id=session_id))
+        events = list(client.read_events(session_id, to_seq=at))
+    session = SessionRef(info.id, info.parent_session_id, info.fork_seq, children)
+    try:
+        html = render_page(events, session)
+    except MissingAssets as exc:
+        raise fail(str(exc)) from None
+    path = output or Path(f"{session_id}.html")
+    path.write_text(html, encoding="utf-8")
+    typer.echo(str(path))

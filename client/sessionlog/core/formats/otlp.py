@@ -1,0 +1,362 @@
+"""A session as OTLP/JSON traces with the OpenTelemetry GenAI semantic conventions (issue 14).
+
+One trace per session, built from `timeline()` so the figures are the page's figures:
+
+- a root span `session {id}` (INTERNAL) spanning the log, carrying the markers as span events
+  (`sessionlog.request_header`, `sessionlog.compaction`, `sessionlog.surface_replace`,
+  `sessionlog.repair`, `sessionlog.fork`, `sessionlog.resume`);
+- an `invoke_agent` span per turn (INTERNAL; a turn is one execution of the agent loop);
+- a `chat {model}` span (CLIENT) per model request, and per other event that carries usage
+  (a compaction's summariser call), so the spans' token sums equal the stats projection;
+  `gen_ai.usage.input_tokens` counts cached tokens too, as the conventions ask (Pi's `input`
+  does not: it is input + cacheRead + cacheWrite here);
+- an `execute_tool {name}` span (INTERNAL) per tool call, child of its turn.
+
+Span times: a request starts at the event before its response (its prefix was complete then)
+and ends at the response; a tool call runs from its `tool/call` (else the assistant message)
+to its result. An open turn or pending call ends at the last event.
+
+Ids are derived, so a re-export is byte-identical: the trace id is the first 16 bytes of
+sha256("sessionlog/trace\\0" + session id); a span id the first 8 bytes of
+sha256("sessionlog/span\\0" + session id + "\\0" + what + "\\0" + seq). OTLP/JSON writes them
+as hex (not base64, unlike the generic protobuf JSON mapping), 64-bit integers as decimal
+strings, enums as integers.
+
+Message content is left out unless asked (`content=True`): then chat spans carry
+`gen_ai.input.messages` (the exact request's messages) and `gen_ai.output.messages` as JSON
+strings in the conventions' `{role, parts}` shape.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from sessionlog.core import jsonvalue
+from sessionlog.core.events import Event, JsonObject
+from sessionlog.core.messages import message_of
+from sessionlog.core.projections.stats import usage_of
+from sessionlog.core.projections.timeline import TimelineFold, usage_view
+from sessionlog.core.surface import surface_messages
+
+SCOPE_NAME = "sessionlog"
+RESOURCE: dict[str, Any] = {"service.name": "sessionlog"}
+SPAN_KIND_INTERNAL = 1
+SPAN_KIND_CLIENT = 3
+STATUS_ERROR = 2
+
+MARKER_EVENTS = {
+    "header": "sessionlog.request_header",
+    "compaction": "sessionlog.compaction",
+    "replace": "sessionlog.surface_replace",
+    "repair": "sessionlog.repair",
+    "fork": "sessionlog.fork",
+    "resume": "sessionlog.resume",
+}
+
+
+def trace_id(session_id: str) -> str:
+    """The session's trace id (32 hex digits)."""
+    return hashlib.sha256(b"sessionlog/trace\0" + session_id.encode("utf-8")).hexdigest()[:32]
+
+
+def span_id(session_id: str, what: str, seq: int | str) -> str:
+    """A span id (16 hex digits) for `what` at `seq` in the session."""
+    key = f"sessionlog/span\0{session_id}\0{what}\0{seq}".encode()
+    return hashlib.sha256(key).hexdigest()[:16]
+
+
+def _nanos(ms: int) -> str:
+    return str(ms * 1_000_000)
+
+
+def _value(value: Any) -> JsonObject:
+    """An OTLP AnyValue: bool, int (decimal string), double, string, or array of those."""
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, (list, tuple)):
+        return {"arrayValue": {"values": [_value(item) for item in value]}}
+    return {"stringValue": str(value)}
+
+
+def attributes(values: dict[str, Any]) -> list[JsonObject]:
+    """OTLP key/value attributes, None values left out, in the given order."""
+    return [{"key": key, "value": _value(value)} for key, value in values.items() if value is not None]
+
+
+def _tokens(value: int | float) -> int:
+    return int(value)
+
+
+def semconv_message(message: JsonObject) -> JsonObject:
+    """A Pi-shaped message in the GenAI conventions' `{role, parts}` shape."""
+    role = message.get("role")
+    if role == "toolResult":
+        response = message.get("content")
+        part = {"type": "tool_call_response", "id": message.get("toolCallId"), "response": response}
+        return {"role": "tool", "parts": [part]}
+    content = message.get("content")
+    parts: list[JsonObject] = []
+    if isinstance(content, str):
+        parts.append({"type": "text", "content": content})
+    elif isinstance(content, list):
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                parts.append({"type": "text", "content": block.get("text", "")})
+            elif kind == "thinking":
+                parts.append({"type": "reasoning", "content": block.get("thinking", "")})
+            elif kind == "toolCall":
+                call = {"id": block.get("id"), "name": block.get("name"), "arguments": block.get("arguments")}
+                parts.append({"type": "tool_call", **call})
+            else:
+                parts.append({"type": str(kind)})
+    return {"role": role if isinstance(role, str) else "user", "parts": parts}
+
+
+def _span(
+    session_id: str,
+    span: str,
+    parent: str | None,
+    name: str,
+    kind: int,
+    start: int,
+    end: int,
+    attrs: dict[str, Any],
+) -> JsonObject:
+    out: JsonObject = {"traceId": trace_id(session_id), "spanId": span}
+    if parent is not None:
+        out["parentSpanId"] = parent
+    out.update(
+        name=name,
+        kind=kind,
+        startTimeUnixNano=_nanos(start),
+        endTimeUnixNano=_nanos(max(start, end)),
+        attributes=attributes(attrs),
+    )
+    return out
+
+
+def _between(records: list[JsonObject], key: str, first: int, last: int) -> list[JsonObject]:
+    """The records (sorted by `key`) whose `key` lies in first..last."""
+    low = bisect.bisect_left(records, first, key=lambda record: int(record[key]))
+    high = bisect.bisect_right(records, last, key=lambda record: int(record[key]))
+    return records[low:high]
+
+
+class OtlpFold:
+    """The spans of one session, folded event by event: `add` each event in seq order, then
+    take `spans` of the whole log (an export) or of the seqs since the last call (a follower
+    exporting each turn as it ends). Both give the same span for the same thing."""
+
+    def __init__(self, session_id: str, *, content: bool = False) -> None:
+        self.session_id = session_id
+        self.content = content
+        self.fold = TimelineFold()
+        self.inputs: dict[int, list[JsonObject]] = {}
+        self.root = span_id(session_id, "session", 0)
+
+    @property
+    def events(self) -> list[Event]:
+        return self.fold.events
+
+    @property
+    def last_time(self) -> int:
+        return self.fold.events[-1].time if self.fold.events else 0
+
+    def add(self, event: Event) -> None:
+        """Fold one event (seqs 0, 1, 2, … in order)."""
+        if self.content and usage_of(event) is not None:
+            # The request's messages: the surface of the prefix before the response.
+            self.inputs[event.seq] = surface_messages(self.fold.surface.nodes, self.fold.event_at)
+        self.fold.add(event)
+
+    def common(self, operation: str) -> dict[str, Any]:
+        return {"gen_ai.operation.name": operation, "gen_ai.conversation.id": self.session_id}
+
+    def spans(self, first: int = 0, last: int | None = None, *, root: bool = True) -> list[JsonObject]:
+        """The root span (when asked), then the spans of what seqs first..last hold: turns that
+        start there, model calls answered there, tool calls asked for there."""
+        events = self.fold.events
+        last = len(events) - 1 if last is None else last
+        out = [self.root_span()] if root else []
+        out += [self.turn(turn) for turn in _between(self.fold.turns, "startSeq", first, last)]
+        requests = {request["seq"]: request for request in _between(self.fold.requests, "seq", first, last)}
+        for event in events[first : last + 1]:
+            usage = usage_of(event)
+            if usage is not None or event.seq in requests:
+                out.append(self.chat(event, requests.get(event.seq), usage))
+        out += [self.tool(call) for call in _between(self.fold.tool_calls, "blockSeq", first, last)]
+        return out
+
+    def root_span(self) -> JsonObject:
+        events = self.fold.events
+        root = _span(
+            self.session_id,
+            self.root,
+            None,
+            f"session {self.session_id}",
+            SPAN_KIND_INTERNAL,
+            events[0].time if events else 0,
+            self.last_time,
+            {
+                "gen_ai.conversation.id": self.session_id,
+                "sessionlog.events": len(events),
+                "sessionlog.cost_usd": self.fold.totals.cost_usd(),
+            },
+        )
+        root["events"] = [self.marker(marker) for marker in self.fold.markers]
+        return root
+
+    def marker(self, marker: JsonObject) -> JsonObject:
+        values = {
+            "sessionlog.seq": marker["seq"],
+            "sessionlog.header.reason": marker.get("reason"),
+            "sessionlog.header.changed_fields": marker.get("fields") or None,
+            "sessionlog.replace.start_seq": marker.get("startSeq"),
+            "sessionlog.replace.end_seq": marker.get("endSeq"),
+            "sessionlog.replace.source_kind": marker.get("sourceKind"),
+            "sessionlog.turn.end_kind": marker.get("endKind"),
+        }
+        name = MARKER_EVENTS[marker["kind"]]
+        return {"timeUnixNano": _nanos(marker["time"]), "name": name, "attributes": attributes(values)}
+
+    def turn(self, turn: JsonObject) -> JsonObject:
+        span = span_id(self.session_id, "turn", turn["startSeq"])
+        end = turn["endTime"] if turn["endTime"] is not None else self.last_time
+        out = _span(
+            self.session_id,
+            span,
+            self.root,
+            "invoke_agent",
+            SPAN_KIND_INTERNAL,
+            turn["startTime"],
+            end,
+            {
+                **self.common("invoke_agent"),
+                "sessionlog.turn": turn["turn"],
+                "sessionlog.turn.end_kind": turn["endKind"],
+            },
+        )
+        if turn["endKind"] not in (None, "completed"):
+            out["status"] = {"code": STATUS_ERROR, "message": f"turn ended: {turn['endKind']}"}
+        return out
+
+    def parent_of(self, turn: Any) -> str:
+        """The span of turn number `turn` (turns are numbered 1, 2, … in log order), else the root."""
+        turns = self.fold.turns
+        if isinstance(turn, int) and 0 < turn <= len(turns) and turns[turn - 1]["turn"] == turn:
+            return span_id(self.session_id, "turn", turns[turn - 1]["startSeq"])
+        return self.root
+
+    def chat(self, event: Event, request: JsonObject | None, usage: JsonObject | None) -> JsonObject:
+        data = event.data
+        message = message_of(event) or {}
+        model = (request or {}).get("model") or data.get("model") or message.get("model")
+        provider = (request or {}).get("provider") or data.get("provider") or message.get("provider")
+        tokens = (request or {}).get("usage")
+        if tokens is None and usage is not None:
+            tokens = usage_view(usage)
+        stop = message.get("stopReason")
+        attrs: dict[str, Any] = {
+            **self.common("chat"),
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
+            "gen_ai.response.model": message.get("model"),
+            "gen_ai.response.finish_reasons": [stop] if isinstance(stop, str) else None,
+            "sessionlog.seq": event.seq,
+            "sessionlog.event_type": event.type,
+        }
+        if tokens is not None:
+            attrs.update(
+                {
+                    "gen_ai.usage.input_tokens": _tokens(tokens["context"]),
+                    "gen_ai.usage.cache_read.input_tokens": _tokens(tokens["cacheRead"]),
+                    "gen_ai.usage.cache_creation.input_tokens": _tokens(tokens["cacheWrite"]),
+                    "gen_ai.usage.output_tokens": _tokens(tokens["output"]),
+                    "sessionlog.cost_usd": float(tokens["cost"]),
+                }
+            )
+        drop = (request or {}).get("drop")
+        if drop is not None:
+            attrs["sessionlog.cache_drop.causes"] = list(drop["causes"])
+        error = data.get("error") if request is not None and request["kind"] == "attempt" else None
+        if error is not None:
+            attrs["error.type"] = str(error.get("code", "error")) if isinstance(error, dict) else "error"
+        if self.content and event.seq in self.inputs:
+            attrs["gen_ai.input.messages"] = jsonvalue.dumps([semconv_message(m) for m in self.inputs[event.seq]])
+            if message:
+                output = semconv_message(message)
+                if isinstance(stop, str):
+                    output["finish_reason"] = stop
+                attrs["gen_ai.output.messages"] = jsonvalue.dumps([output])
+        start = self.events[event.seq - 1].time if event.seq > 0 else event.time
+        name = f"chat {model}" if model else "chat"
+        out = _span(
+            self.session_id,
+            span_id(self.session_id, "chat", event.seq),
+            self.parent_of(data.get("turn")),
+            name,
+            SPAN_KIND_CLIENT,
+            start,
+            event.time,
+            attrs,
+        )
+        if error is not None:
+            out["status"] = {"code": STATUS_ERROR, "message": attrs["error.type"]}
+        return out
+
+    def tool(self, call: JsonObject) -> JsonObject:
+        end = self.events[call["resultSeq"]].time if call["resultSeq"] is not None else self.last_time
+        attrs: dict[str, Any] = {
+            **self.common("execute_tool"),
+            "gen_ai.tool.name": call["name"],
+            "gen_ai.tool.call.id": call["callId"],
+            "gen_ai.tool.type": "function",
+            "sessionlog.seq": call["blockSeq"],
+            "sessionlog.tool.outcome": call["outcome"],
+        }
+        failed = call["outcome"] in ("error", "repaired")
+        if failed:
+            attrs["error.type"] = call["errorCode"] or "tool_error"
+        out = _span(
+            self.session_id,
+            span_id(self.session_id, "tool", f"{call['blockSeq']}/{call['callId']}"),
+            self.parent_of(call["turn"]),
+            f"execute_tool {call['name']}",
+            SPAN_KIND_INTERNAL,
+            call["startTime"],
+            end,
+            attrs,
+        )
+        if failed:
+            out["status"] = {"code": STATUS_ERROR, "message": attrs["error.type"]}
+        return out
+
+
+def document(spans: list[JsonObject], version: str = "") -> JsonObject:
+    """An OTLP `ExportTraceServiceRequest` (OTLP/JSON) holding `spans`."""
+    return {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": attributes(RESOURCE)},
+                "scopeSpans": [{"scope": {"name": SCOPE_NAME, "version": version}, "spans": spans}],
+            }
+        ]
+    }
+
+
+def otlp_traces(events: Sequence[Event], session_id: str, *, content: bool = False, version: str = "") -> JsonObject:
+    """The session as an OTLP `ExportTraceServiceRequest` in OTLP/JSON (see the module docstring)."""
+    fold = OtlpFold(session_id, content=content)
+    for event in events:
+        fold.add(event)
+    return document(fold.spans(), version)

@@ -1,0 +1,324 @@
+"""The timeline of a session (issue 14): per-request usage, turns, steps, tool calls, markers, and
+the named cause of every prompt-cache drop. A pure function of the log, in one pass.
+
+What it reuses instead of restating: token and cost sums are `StatsAccumulator` (so the
+cumulative cost at the last request plus later usage is exactly `stats().costUsd`), the surface
+fold is `plan_surface_event`/`apply_surface_plan`, header changes are `changed_fields`, surface
+changes are `SurfaceDelta` (request_diff.py), repair closers are recognised by the error codes
+`repair.py` writes.
+
+Definitions (each recomputable if it proves wrong, SPEC §1.6):
+
+- A **request** is one model call (`stats.is_model_call`, so there are `modelCalls` of them).
+  Its `seq` is the response event's seq; the request itself is the
+  projection of the prefix before it (`atSeq = seq - 1`, as `sessionlog request --at`).
+- **context** = input + cacheRead + cacheWrite tokens: everything the model read, cached or
+  not (Pi's `input` excludes cached tokens). **cacheShare** = cacheRead / context.
+- A **cache drop** is a request whose cacheRead tokens are fewer than those of the previous
+  request that carried usage: the cached prefix got shorter. (The share alone also falls
+  when a long tool result is appended after a perfect hit, which breaks nothing.) Its
+  **cause** compares the two requests: `header` (fields that differ, `tools` included),
+  `replace` (which surface range, by which event), or `none`: the request bytes kept the old
+  prefix, so the provider's cache expired or was cold (`gapMs` says how long it waited).
+- A tool call's **outcome**: `ok`, `error` (`isError`), `repaired` (a crash-repair or fork
+  closer: `TOOL_OUTCOME_UNKNOWN` / `TOOL_NOT_STARTED`), or `pending` (no result yet).
+  **durationMs** runs from its `tool/call` (else from the assistant message that asked for it)
+  to its result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessionlog.core.events import Event, JsonObject, Replace
+from sessionlog.core.headers import HeaderState, changed_fields, header_state
+from sessionlog.core.messages import is_copy, message_of, project_message, source_kind, tool_call_blocks
+from sessionlog.core.projections.stats import StatsAccumulator, is_model_call, usage_of
+from sessionlog.core.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
+from sessionlog.core.request_diff import SurfaceDelta, describe, header_change
+from sessionlog.core.surface import SurfaceNode, SurfaceState, apply_surface_plan, plan_surface_event, surface_node
+from sessionlog.core.usage import number, usage_cost
+from sessionlog.core.vocabulary import (
+    ASSISTANT_ATTEMPT,
+    COMPACTION_SUMMARY,
+    REQUEST_HEADER,
+    SESSION_END_SEED,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+)
+
+REPAIR_CODES: frozenset[str] = frozenset({TOOL_OUTCOME_UNKNOWN, TOOL_NOT_STARTED})
+REPAIR_TURN_ENDS: frozenset[str] = frozenset({"interrupted", "forked"})
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(slots=True)
+class _Previous:
+    """The latest request that carried usage: what a cache drop is measured against."""
+
+    seq: int
+    time: int
+    cache_read: int | float
+    header: HeaderState | None
+
+
+@dataclass(slots=True)
+class TimelineFold:
+    """The one-pass fold behind `timeline`; `add` each event in seq order, then `result`."""
+
+    events: list[Event] = field(default_factory=list)
+    surface: SurfaceState = field(default_factory=SurfaceState)
+    totals: StatsAccumulator = field(default_factory=StatsAccumulator)
+    header: HeaderState | None = None
+    since_request: SurfaceDelta = field(default_factory=SurfaceDelta)
+    since_usage: SurfaceDelta = field(default_factory=SurfaceDelta)
+    previous: _Previous | None = None
+    requests: list[JsonObject] = field(default_factory=list)
+    turns: list[JsonObject] = field(default_factory=list)
+    steps: list[JsonObject] = field(default_factory=list)
+    tool_calls: list[JsonObject] = field(default_factory=list)
+    markers: list[JsonObject] = field(default_factory=list)
+    open_turns: dict[int, JsonObject] = field(default_factory=dict)
+    open_steps: dict[tuple[int, int], JsonObject] = field(default_factory=dict)
+    open_calls: dict[str, JsonObject] = field(default_factory=dict)
+
+    def event_at(self, seq: int) -> Event:
+        return self.events[seq]
+
+    def node_at(self, seq: int) -> SurfaceNode:
+        return surface_node(self.events[seq])
+
+    def add(self, event: Event) -> None:
+        """Fold one event (seqs 0, 1, 2, … in order)."""
+        self.events.append(event)
+        kind = event.type
+        # A request is the prefix before its response: measure it before the response lands.
+        request = self._request(event) if is_model_call(event) else None
+        plan = plan_surface_event(self.surface, event, self.node_at, validate=False)
+        apply_surface_plan(self.surface, plan)
+        self.since_request.record(event, plan)
+        self.since_usage.record(event, plan)
+        self.totals.add(event)
+        if request is not None:
+            request["cumulativeCost"] = self.totals.cost_usd()
+        if kind == REQUEST_HEADER:
+            self._header(event)
+        elif isinstance(event.surface_op, Replace):
+            self._marker(event, "replace")
+        elif kind == COMPACTION_SUMMARY:
+            self._marker(event, "compaction")
+        elif kind == SESSION_END_SEED:
+            inherited = event.data.get("inherited") is True
+            self._marker(event, "fork" if inherited else "resume")
+        self._structure(event)
+
+    # --- headers and markers ----------------------------------------------------------
+
+    def _header(self, event: Event) -> None:
+        state = header_state(event, generation=self.surface.replace_generation)
+        fields = changed_fields(self.header.header, state.header) if self.header is not None else []
+        self.header = state
+        marker = self._marker(event, "header")
+        marker["reason"] = state.reason
+        marker["fields"] = fields
+
+    def _marker(self, event: Event, kind: str) -> JsonObject:
+        marker: JsonObject = {"seq": event.seq, "time": event.time, "kind": kind, "type": event.type}
+        op = event.surface_op
+        if isinstance(op, Replace):
+            marker.update(startSeq=op.start_seq, endSeq=op.end_seq, sourceKind=source_kind(event))
+        self.markers.append(marker)
+        return marker
+
+    # --- requests ---------------------------------------------------------------------
+
+    def _request(self, event: Event) -> JsonObject:
+        """The record of the request answered by `event`, from the state of the prefix before it."""
+        usage = usage_of(event)
+        request: JsonObject = {
+            "seq": event.seq,
+            "atSeq": event.seq - 1,
+            "time": event.time,
+            "kind": "attempt" if event.type == ASSISTANT_ATTEMPT else "message",
+            "turn": _int(event.data.get("turn")),
+            "step": _int(event.data.get("step")),
+            "model": self.totals.model,
+            "provider": self.totals.provider,
+            "headerSeq": self.header.seq if self.header is not None else None,
+            "nodes": len(self.surface.nodes),
+            "delta": self.since_request.to_json(),
+            "cumulativeCost": 0,
+            "usage": None,
+            "drop": None,
+        }
+        self.since_request = SurfaceDelta()
+        if event.type == ASSISTANT_ATTEMPT and isinstance(event.data.get("error"), (dict, str)):
+            request["error"] = event.data.get("error")
+        self.requests.append(request)
+        if usage is None:
+            return request
+        request["usage"] = usage_view(usage)
+        cache_read = request["usage"]["cacheRead"]
+        if self.previous is not None and cache_read < self.previous.cache_read:
+            request["drop"] = self._drop(event, cache_read)
+        self.previous = _Previous(event.seq, event.time, cache_read, self.header)
+        self.since_usage = SurfaceDelta()
+        return request
+
+    def _drop(self, event: Event, cache_read: int | float) -> JsonObject:
+        previous = self.previous
+        assert previous is not None
+        fields = header_change(previous.header, self.header)
+        diff = describe(self.since_usage, fields, previous.header, self.header, self.event_at)
+        hits = (("header", bool(fields)), ("replace", bool(diff["messages"]["replaced"])))
+        causes = [name for name, hit in hits if hit]
+        return {
+            "previousSeq": previous.seq,
+            "cacheReadBefore": previous.cache_read,
+            "cacheReadAfter": cache_read,
+            "gapMs": event.time - previous.time,
+            "causes": causes or ["none"],
+            "diff": diff,
+        }
+
+    # --- turns, steps, tool calls -----------------------------------------------------
+
+    def _structure(self, event: Event) -> None:
+        data, kind = event.data, event.type
+        turn, step = _int(data.get("turn")), _int(data.get("step"))
+        if kind == TURN_START and turn is not None:
+            record: JsonObject = {"turn": turn, "startSeq": event.seq, "startTime": event.time}
+            record.update(endSeq=None, endTime=None, durationMs=None, endKind=None, steps=0, requests=0)
+            self.turns.append(record)
+            self.open_turns[turn] = record
+        elif kind == TURN_END and turn is not None and turn in self.open_turns:
+            record = self.open_turns.pop(turn)
+            reason = data.get("reason")
+            end_kind = reason.get("kind") if isinstance(reason, dict) else None
+            record.update(endSeq=event.seq, endTime=event.time, endKind=end_kind)
+            record["durationMs"] = event.time - record["startTime"]
+            if end_kind in REPAIR_TURN_ENDS:
+                self._marker(event, "repair")["endKind"] = end_kind
+        elif kind == STEP_START and turn is not None and step is not None:
+            record = {"turn": turn, "step": step, "startSeq": event.seq, "startTime": event.time}
+            record.update(endSeq=None, durationMs=None, requests=[], toolCalls=0)
+            self.steps.append(record)
+            self.open_steps[(turn, step)] = record
+            if turn in self.open_turns:
+                self.open_turns[turn]["steps"] += 1
+        elif kind == STEP_END and turn is not None and step is not None and (turn, step) in self.open_steps:
+            record = self.open_steps.pop((turn, step))
+            record.update(endSeq=event.seq, durationMs=event.time - record["startTime"])
+        elif is_model_call(event):
+            self._response(event, turn, step)
+        elif kind == TOOL_CALL:
+            call = self.open_calls.get(str(data.get("callId")))
+            if call is not None and call["callSeq"] is None:
+                call.update(callSeq=event.seq, startTime=event.time)
+        elif kind == TOOL_RESULT and _appended(event):
+            self._result(event)
+
+    def _response(self, event: Event, turn: int | None, step: int | None) -> None:
+        owner = self.open_steps.get((turn, step)) if turn is not None and step is not None else None
+        if owner is not None:
+            owner["requests"].append(event.seq)
+        if turn is not None and turn in self.open_turns:
+            self.open_turns[turn]["requests"] += 1
+        for block in tool_call_blocks(event):
+            call_id = block.get("id")
+            call: JsonObject = {
+                "callId": call_id if isinstance(call_id, str) else None,
+                "name": block.get("name") if isinstance(block.get("name"), str) else None,
+                "turn": turn,
+                "step": step,
+                "blockSeq": event.seq,
+                "callSeq": None,
+                "resultSeq": None,
+                "startTime": event.time,
+                "durationMs": None,
+                "outcome": "pending",
+                "errorCode": None,
+            }
+            self.tool_calls.append(call)
+            if owner is not None:
+                owner["toolCalls"] += 1
+            if isinstance(call_id, str):
+                self.open_calls[call_id] = call
+
+    def _result(self, event: Event) -> None:
+        message = message_of(event) or {}
+        call = self.open_calls.pop(str(message.get("toolCallId")), None)
+        if call is None:
+            return
+        error = event.data.get("error")
+        code = error.get("code") if isinstance(error, dict) else None
+        outcome = "repaired" if code in REPAIR_CODES else "error" if message.get("isError") is True else "ok"
+        call.update(resultSeq=event.seq, outcome=outcome, errorCode=code if isinstance(code, str) else None)
+        call["durationMs"] = event.time - call["startTime"]
+
+    # --- result -----------------------------------------------------------------------
+
+    def result(self) -> JsonObject:
+        """The timeline of the events folded so far."""
+        messages = sum(1 for seq in self.surface.nodes if project_message(self.events[seq]) is not None)
+        stats = self.totals.as_dict(events=len(self.events), messages=messages)
+        return {
+            "stats": stats,
+            "counts": {
+                "turns": len(self.turns),
+                "steps": len(self.steps),
+                "requests": len(self.requests),
+                "toolCalls": len(self.tool_calls),
+                "toolErrors": sum(1 for call in self.tool_calls if call["outcome"] in ("error", "repaired")),
+                "repairs": sum(1 for call in self.tool_calls if call["outcome"] == "repaired"),
+                "cacheDrops": sum(1 for request in self.requests if request["drop"] is not None),
+            },
+            "requests": self.requests,
+            "turns": self.turns,
+            "steps": self.steps,
+            "toolCalls": self.tool_calls,
+            "markers": self.markers,
+            "surfaceGeneration": self.surface.replace_generation,
+        }
+
+
+def _appended(event: Event) -> bool:
+    return event.surface_op == "append" and not is_copy(event)
+
+
+def usage_view(usage: JsonObject) -> JsonObject:
+    """The per-request token figures the chart and the export need."""
+    input_tokens = number(usage.get("input"))
+    cache_read = number(usage.get("cacheRead"))
+    cache_write = number(usage.get("cacheWrite"))
+    context = input_tokens + cache_read + cache_write
+    return {
+        "input": input_tokens,
+        "cacheRead": cache_read,
+        "cacheWrite": cache_write,
+        "output": number(usage.get("output")),
+        "context": context,
+        "cacheShare": (cache_read / context) if context else 0.0,
+        "cost": usage_cost(usage),
+    }
+
+
+def timeline(events: Sequence[Event]) -> JsonObject:
+    """The timeline of a log prefix (seqs 0..n-1, blobs resolved); see the module docstring.
+
+    Returns `{"stats", "counts", "requests", "turns", "steps", "toolCalls", "markers",
+    "surfaceGeneration"}`; `stats` equals `projections.stats.stats(events)`.
+    """
+    fold = TimelineFold()
+    for event in events:
+        fold.add(event)
+    return fold.result()

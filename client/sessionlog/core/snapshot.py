@@ -1,0 +1,185 @@
+"""Fold snapshots: a session's folded state at one seq, as bytes a store can keep.
+
+A snapshot is a cache, never the truth (the log is). Loading a session starts from the latest
+usable snapshot at or before the wanted seq and folds only the events after it, so the cost of
+a session follows its surface and its new events, not its history.
+
+What makes a snapshot usable is decided here, in one place:
+- it carries `FOLD_VERSION`; a snapshot written by other fold code is ignored (and the log,
+  folded from an older snapshot or from seq 0, gives the same answers);
+- it decodes (zlib, then lossless JSON, then every field of the expected shape); a damaged one
+  raises `SnapshotUnusable`, and the loader falls back to an older snapshot or to the log.
+
+The encoding is compact on purpose: node seqs are delta-encoded, node types are indexes into a
+fixed table, tool-result digests are hex. A snapshot weighs a few bytes per surface node.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from sessionlog.core import jsonvalue
+from sessionlog.core.errors import SessionLogError
+from sessionlog.core.headers import HeaderState, header_state_from_parts
+from sessionlog.core.projections.stats import StatsAccumulator
+from sessionlog.core.structure import StructureState
+from sessionlog.core.surface import SurfaceNode
+from sessionlog.core.tool_calls import ToolCallState
+from sessionlog.core.vocabulary import ASSISTANT_MESSAGE, SYSTEM_MESSAGE, TOOL_RESULT, USER_MESSAGE
+
+FOLD_VERSION = 2
+"""The version of the fold code a snapshot was written by. Bump it whenever what the fold
+computes from a log changes (a new field, a changed rule): older snapshots are then ignored.
+2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials)."""
+
+_NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
+_TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}
+_STATS_FIELDS: tuple[str, ...] = tuple(StatsAccumulator.__slots__)
+
+
+class SnapshotUnusable(Exception):
+    """A stored snapshot that cannot be used (other fold version, damaged bytes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FoldSnapshot:
+    """Everything `SessionFold` needs to continue folding after seq `next_seq - 1`."""
+
+    next_seq: int
+    last_time: int
+    last_type: str | None
+    nodes: list[int]
+    node_info: list[SurfaceNode]
+    empty: list[int]
+    replace_generation: int
+    structure: StructureState
+    header: HeaderState | None
+    stats: StatsAccumulator
+
+    @property
+    def seq(self) -> int:
+        """The last seq folded into this state."""
+        return self.next_seq - 1
+
+
+def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
+    """The stored form: zlib-compressed lossless JSON, tagged with `FOLD_VERSION`."""
+    deltas, previous = [], 0
+    for seq in snapshot.nodes:
+        deltas.append(seq - previous)
+        previous = seq
+    keys = {
+        str(seq): info.rewrite_key.hex()
+        for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True)
+        if info.rewrite_key is not None
+    }
+    structure = snapshot.structure
+    header = snapshot.header
+    body: dict[str, Any] = {
+        "v": FOLD_VERSION,
+        "nextSeq": snapshot.next_seq,
+        "lastTime": snapshot.last_time,
+        "lastType": snapshot.last_type,
+        "nodes": deltas,
+        "types": [_TYPE_INDEX[info.type] for info in snapshot.node_info],
+        "keys": keys,
+        "empty": snapshot.empty,
+        "generation": snapshot.replace_generation,
+        "structure": [
+            structure.last_turn,
+            structure.open_turn,
+            structure.last_step,
+            structure.open_step,
+            [
+                [c.call_id, c.name, c.turn, c.step, c.block_seq, c.call_seq, c.result_seq]
+                for c in structure.calls.values()
+            ],
+        ],
+        "header": None
+        if header is None
+        else [header.seq, header.header, header.generation, header.reason, header.starts_series],
+        "stats": [getattr(snapshot.stats, name) for name in _STATS_FIELDS],
+    }
+    return zlib.compress(jsonvalue.dumps_bytes(body), 6)
+
+
+def decode_snapshot(blob: bytes) -> FoldSnapshot:
+    """The snapshot in `blob`, or `SnapshotUnusable` (other version, damaged, wrong shape)."""
+    try:
+        body = jsonvalue.loads(zlib.decompress(blob), what="fold snapshot")
+    except (zlib.error, SessionLogError) as exc:
+        raise SnapshotUnusable(f"snapshot does not decode: {exc}") from None
+    if not isinstance(body, dict) or body.get("v") != FOLD_VERSION:
+        version = body.get("v") if isinstance(body, dict) else None
+        raise SnapshotUnusable(f"snapshot of fold version {version!r}, this code folds version {FOLD_VERSION}")
+    try:
+        return _snapshot_from_body(body)
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise SnapshotUnusable(f"snapshot has the wrong shape: {exc!r}") from None
+
+
+def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
+    nodes: list[int] = []
+    previous = 0
+    for delta in body["nodes"]:
+        previous += _int(delta)
+        nodes.append(previous)
+    types = [_NODE_TYPES[_int(index)] for index in body["types"]]
+    if len(types) != len(nodes):
+        raise ValueError("node and type counts differ")
+    keys = {int(seq): bytes.fromhex(text) for seq, text in dict(body["keys"]).items()}
+    info = [SurfaceNode(kind, keys.get(seq)) for seq, kind in zip(nodes, types, strict=True)]
+    last_turn, open_turn, last_step, open_step, calls = body["structure"]
+    structure = StructureState(
+        _int(last_turn),
+        _opt_int(open_turn),
+        _int(last_step),
+        _opt_int(open_step),
+        {str(c[0]): _call(c) for c in calls},
+    )
+    raw_header = body["header"]
+    header = None
+    if raw_header is not None:
+        seq, value, generation, reason, starts = raw_header
+        if not isinstance(value, dict):
+            raise ValueError("header is not an object")
+        header = header_state_from_parts(_int(seq), value, _int(generation), str(reason), starts is True)
+    stats_values = body["stats"]
+    if len(stats_values) != len(_STATS_FIELDS):
+        raise ValueError("stats fields differ")
+    stats = StatsAccumulator(*stats_values)
+    last_type = body["lastType"]
+    return FoldSnapshot(
+        next_seq=_int(body["nextSeq"]),
+        last_time=_int(body["lastTime"]),
+        last_type=None if last_type is None else str(last_type),
+        nodes=nodes,
+        node_info=info,
+        empty=[_int(seq) for seq in body["empty"]],
+        replace_generation=_int(body["generation"]),
+        structure=structure,
+        header=header,
+        stats=stats,
+    )
+
+
+def _call(c: list[Any]) -> ToolCallState:
+    call_id, name, turn, step, block_seq, call_seq, result_seq = c
+    return ToolCallState(
+        str(call_id), str(name), _int(turn), _int(step), _int(block_seq), _opt_int(call_seq), _opt_int(result_seq)
+    )
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int:
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else _int(value)
+
+
+__all__ = ["FOLD_VERSION", "FoldSnapshot", "SnapshotUnusable", "decode_snapshot", "encode_snapshot"]

@@ -1,0 +1,96 @@
+"""Usage and cost: the one rule for reading a usage object and the one way to add costs up.
+
+Stats (`projections.stats`), the Pi replay (`formats.pi.metrics`) and the export replay
+(`formats.sessionlog_file`) all read usage through these functions and sum cost with `CostSum`,
+so the same session reports the same cost, to the last digit, whatever path computed it.
+
+A usage object has Pi's shape `{input, output, cacheRead, cacheWrite, totalTokens,
+cost:{input, output, cacheRead, cacheWrite, total}}`. Non-numbers count as 0. Costs are summed
+exactly (Shewchuk's algorithm, as `math.fsum`, but incrementally: a live fold adds one event at a
+time) and reported rounded to `COST_DECIMALS`, so neither the order of the events nor float
+rounding can change the reported figure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+JsonObject = dict[str, Any]
+
+TOKEN_KEYS: tuple[str, ...] = ("input", "output", "cacheRead", "cacheWrite")
+COST_DECIMALS = 12
+
+
+def number(value: Any) -> int | float:
+    """A usage count or cost as a number; anything else (bools included) counts as 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return value
+
+
+def usage_cost(usage: JsonObject) -> int | float:
+    """`cost.total`, else the sum of the cost parts (0 without a cost object)."""
+    cost = usage.get("cost")
+    if not isinstance(cost, dict):
+        return 0
+    total = cost.get("total")
+    if isinstance(total, (int, float)) and not isinstance(total, bool):
+        return total
+    return sum(number(cost.get(key)) for key in TOKEN_KEYS)
+
+
+def usage_total_tokens(usage: JsonObject) -> int | float:
+    """`totalTokens`, or (when missing or 0, as Pi computes it) the sum of the four counts."""
+    total = number(usage.get("totalTokens"))
+    if total:
+        return total
+    return sum(number(usage.get(key)) for key in TOKEN_KEYS)
+
+
+@dataclass(slots=True)
+class CostSum:
+    """An exact running sum of costs: `value()` equals `round(math.fsum(all added), 12)`.
+
+    `partials` are non-overlapping floats whose exact sum is the total (a handful in practice),
+    so the state stays small and plain (a list of floats) however many costs were added. `add`
+    updates the list in place, so a structure that must stay plain data (a fold's stats, which
+    snapshots store as JSON) can keep the list and wrap it: `CostSum(stats.cost_partials)`.
+    """
+
+    partials: list[float] = field(default_factory=list)
+
+    def add(self, cost: int | float) -> None:
+        """Add one cost exactly (an integer too large for a float is no price: it counts as 0)."""
+        try:
+            x = float(cost)
+        except OverflowError:
+            return
+        kept: list[float] = []
+        for y in self.partials:
+            if abs(x) < abs(y):
+                x, y = y, x
+            high = x + y
+            low = y - (high - x)
+            if low:
+                kept.append(low)
+            x = high
+        kept.append(x)
+        self.partials[:] = kept
+
+    def copy(self) -> CostSum:
+        """An independent copy (a fold's checkpoint)."""
+        return CostSum(list(self.partials))
+
+    def value(self) -> float:
+        """The total, rounded to `COST_DECIMALS`."""
+        return round(math.fsum(self.partials), COST_DECIMALS)
+
+
+def total_cost(costs: list[int | float]) -> float:
+    """The exact sum of `costs`, rounded as `CostSum.value` rounds it."""
+    total = CostSum()
+    for cost in costs:
+        total.add(cost)
+    return total.value()

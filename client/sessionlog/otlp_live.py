@@ -1,0 +1,112 @@
+"""Sending a session to an OTLP endpoint with the official OpenTelemetry SDK exporter (issue 14).
+
+The spans are `core.formats.otlp`'s (the same ids, names and attributes as
+`sessionlog export --format otlp-json`), turned into the SDK's `ReadableSpan`s and handed to
+an SDK `SpanExporter` (`OTLPSpanExporter`, OTLP/HTTP protobuf), so no OTLP is written by hand.
+
+`SessionExport` follows a session as it grows: every span of a turn is sent when the turn ends
+(the model calls and tool calls in it, and what came between the previous turn and this one,
+such as a compaction's summariser call); the rest and the session's root span, which carries
+the markers as span events, are sent by `finish` (the end of a one-shot export, or of
+`sessionlog otlp --follow` on SIGINT/SIGTERM). A span is sent once.
+
+Needs the `otlp` extra (opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event as SpanEvent
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from sessionlog.core.events import Event, JsonObject
+from sessionlog.core.formats.otlp import RESOURCE, SCOPE_NAME, OtlpFold
+from sessionlog.core.vocabulary import TURN_END
+
+_KINDS = {0: SpanKind.INTERNAL, 1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT}
+
+
+class ExportFailed(RuntimeError):
+    """The exporter did not accept a batch of spans."""
+
+
+def _value(value: JsonObject) -> Any:
+    """An OTLP/JSON AnyValue as the SDK's attribute value."""
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "arrayValue" in value:
+        return tuple(_value(item) for item in value["arrayValue"].get("values", []))
+    return next(iter(value.values()))
+
+
+def _attributes(items: Iterable[JsonObject]) -> dict[str, Any]:
+    return {item["key"]: _value(item["value"]) for item in items}
+
+
+def _context(trace_hex: str, span_hex: str) -> SpanContext:
+    return SpanContext(
+        int(trace_hex, 16), int(span_hex, 16), is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+    )
+
+
+def readable_span(span: JsonObject, resource: Resource, scope: InstrumentationScope) -> ReadableSpan:
+    """One OTLP/JSON span (as `core.formats.otlp` builds it) as an SDK span."""
+    parent = span.get("parentSpanId")
+    status = span.get("status")
+    return ReadableSpan(
+        name=span["name"],
+        context=_context(span["traceId"], span["spanId"]),
+        parent=_context(span["traceId"], parent) if parent else None,
+        resource=resource,
+        attributes=_attributes(span["attributes"]),
+        events=[
+            SpanEvent(event["name"], _attributes(event["attributes"]), int(event["timeUnixNano"]))
+            for event in span.get("events", [])
+        ],
+        kind=_KINDS[span["kind"]],
+        status=Status(StatusCode.ERROR, status.get("message")) if status else Status(StatusCode.UNSET),
+        start_time=int(span["startTimeUnixNano"]),
+        end_time=int(span["endTimeUnixNano"]),
+        instrumentation_scope=scope,
+    )
+
+
+class SessionExport:
+    """Feeds a session's events in seq order to an exporter, a turn at a time."""
+
+    def __init__(self, session_id: str, exporter: SpanExporter, *, content: bool = False, version: str = "") -> None:
+        self.fold = OtlpFold(session_id, content=content)
+        self.exporter = exporter
+        self.resource = Resource(RESOURCE)
+        self.scope = InstrumentationScope(SCOPE_NAME, version)
+        self.next_seq = 0
+        """The first seq whose spans were not sent yet."""
+        self.sent = 0
+
+    def add(self, event: Event) -> None:
+        """Fold one event; at a `turn/end`, send the spans of everything since the last send."""
+        self.fold.add(event)
+        if event.type == TURN_END:
+            self._send(self.fold.spans(self.next_seq, event.seq, root=False))
+            self.next_seq = event.seq + 1
+
+    def finish(self) -> int:
+        """Send what is left (an open turn included, ending at the last event) and the root
+        span; returns how many spans were sent in all."""
+        self._send(self.fold.spans(self.next_seq, root=True))
+        self.next_seq = len(self.fold.events)
+        return self.sent
+
+    def _send(self, spans: list[JsonObject]) -> None:
+        if not spans:
+            return
+        result = self.exporter.export([readable_span(span, self.resource, self.scope) for span in spans])
+        if result is not SpanExportResult.SUCCESS:
+            raise ExportFailed(f"the OTLP exporter refused {len(spans)} span(s) ({result.name})")
+        self.sent += len(spans)

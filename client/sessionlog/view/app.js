@@ -1,0 +1,365 @@
+// The session page's script: lays out the numbers that page.py computed from the log (it
+// computes none of them), pages the long lists so a 100k-event session stays responsive, and
+// composes the per-request surface deltas for a diff between two requests exactly as
+// SurfaceDelta.merge does in client/sessionlog/core/request_diff.py. The chart is uPlot.
+(function () {
+  "use strict";
+  const D = JSON.parse(document.getElementById("sessionlog-data").textContent);
+  const PAGE_ROWS = 100;
+  const PAGE_TURNS = 25;
+  // Header changes are marked by reason (SPEC §6); the other markers by kind.
+  const MARKER_KINDS = [
+    ["header:initial", "header: initial", "#845ef7"],
+    ["header:resume", "header: resume", "#5f3dc4"],
+    ["header:change", "header: change", "#ae3ec9"],
+    ["header:series", "header: series", "#e64980"],
+    ["compaction", "compaction", "#d9480f"],
+    ["replace", "surface replace", "#e8590c"],
+    ["repair", "repair", "#c92a2a"],
+    ["fork", "fork point", "#1971c2"],
+    ["resume", "resume", "#2f9e44"],
+  ];
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+  const num = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
+  const usd = (n) => "$" + Number(n || 0).toFixed(6);
+  const pct = (x) => (100 * x).toFixed(1) + "%";
+  const secs = (ms) => (ms === null || ms === undefined ? "open" : (ms / 1000).toFixed(ms < 10000 ? 2 : 0) + " s");
+
+  const markerKey = (m) => (m.kind === "header" ? `header:${m.reason}` : m.kind);
+  const requestBySeq = new Map(D.requests.map((r) => [r.seq, r]));
+  const rowBySeq = new Map(D.transcript.map((r, i) => [r.seq, i]));
+
+  // --- header: the session, its fork relations, the counts ---------------------------
+  function renderSession() {
+    const box = document.getElementById("session");
+    const s = D.session;
+    box.append(el("span", { "data-session-id": s.id }, `${num(s.events)} events, at seq ${s.atSeq}`));
+    if (s.parent) {
+      box.append(" · forked from ",
+        el("a", { href: s.parentHref, "data-parent-session": s.parent, "data-fork-seq": s.forkSeq }, s.parent),
+        ` after seq ${s.forkSeq} (seqs 0–${s.forkSeq} are inherited)`);
+    }
+    if (s.children.length) {
+      box.append(" · forks: ");
+      s.children.forEach((c, i) => {
+        if (i) box.append(", ");
+        box.append(el("a", { href: c.href, "data-child-session": c.id, "data-fork-seq": c.forkSeq }, `${c.id} (after ${c.forkSeq})`));
+      });
+    }
+    const st = D.stats;
+    const items = [
+      ["turns", "turns", st.turns], ["modelCalls", "requests", st.modelCalls], ["steps", "steps", st.steps],
+      ["toolCalls", "tool calls", st.toolCalls], ["toolErrors", "tool errors", st.toolErrors],
+      ["repairs", "repaired calls", D.counts.repairs], ["compactions", "compactions", st.compactions],
+      ["replaces", "replaces", st.replaces], ["cacheDrops", "cache-read drops", D.counts.cacheDrops],
+      ["inputTokens", "input tokens", st.inputTokens], ["cacheReadTokens", "cache read", st.cacheReadTokens],
+      ["outputTokens", "output tokens", st.outputTokens],
+    ];
+    const dl = document.getElementById("summary");
+    for (const [key, label, value] of items) dl.append(el("div", {}, el("dt", {}, label), el("dd", { "data-count": key }, num(value))));
+    dl.append(el("div", {}, el("dt", {}, "cost"), el("dd", { "data-count": "costUsd" }, usd(st.costUsd))));
+    dl.append(el("div", {}, el("dt", {}, "model"), el("dd", { "data-count": "model" }, `${st.provider || "?"}/${st.model || "?"}`)));
+  }
+
+  // --- the chart: one point per request, markers on the same seq axis -----------------
+  function renderChart() {
+    const box = document.getElementById("chart");
+    const withUsage = D.requests.filter((r) => r.usage);
+    if (!withUsage.length || typeof uPlot === "undefined") {
+      box.append(el("p", {}, "No request carries usage."));
+      return;
+    }
+    const xs = new Set(withUsage.map((r) => r.seq));
+    for (const m of D.markers) xs.add(m.seq);
+    const x = Array.from(xs).sort((a, b) => a - b);
+    const at = new Map(x.map((seq, i) => [seq, i]));
+    const column = () => new Array(x.length).fill(null);
+    const context = column(), cacheRead = column(), output = column(), share = column(), cost = column();
+    for (const r of withUsage) {
+      const i = at.get(r.seq);
+      context[i] = r.usage.context; cacheRead[i] = r.usage.cacheRead; output[i] = r.usage.output;
+      share[i] = r.usage.cacheShare; cost[i] = r.cumulativeCost;
+    }
+    const markerColumns = MARKER_KINDS.map(([kind], k) => {
+      const col = column();
+      for (const m of D.markers) if (markerKey(m) === kind) col[at.get(m.seq)] = 0.97 - 0.05 * k;
+      return col;
+    });
+    const line = (label, stroke, scale, extra) => Object.assign({ label, stroke, scale, width: 2, spanGaps: true, points: { show: x.length < 400 } }, extra || {});
+    const series = [
+      { label: "seq" },
+      line("context tokens", "#1c7ed6", "tokens"),
+      line("cache read", "#f59f00", "tokens", { fill: "rgba(245,159,0,0.15)" }),
+      line("output tokens", "#37b24d", "tokens"),
+      line("cache-read share", "#ae3ec9", "share", { dash: [4, 3] }),
+      line("cumulative cost (USD)", "#495057", "usd"),
+      ...MARKER_KINDS.map(([, label, color]) => ({ label, stroke: color, scale: "share", paths: () => null, points: { show: true, size: 9, fill: color, stroke: color } })),
+    ];
+    const opts = {
+      width: Math.max(600, Math.min(1200, box.clientWidth || 1100)),
+      height: 340,
+      series,
+      scales: { x: { time: false }, share: { range: [0, 1] }, usd: {} },
+      axes: [
+        { label: "seq" },
+        { scale: "tokens", label: "tokens" },
+        { scale: "share", side: 1, label: "cache-read share", values: (u, v) => v.map((t) => pct(t)), grid: { show: false } },
+        { scale: "usd", side: 1, label: "USD", values: (u, v) => v.map((t) => "$" + t.toPrecision(2)), grid: { show: false } },
+      ],
+    };
+    new uPlot(opts, [x, context, cacheRead, output, share, cost, ...markerColumns], box);
+  }
+
+  // --- paging ------------------------------------------------------------------------
+  function pager(container, total, perPage, draw, label) {
+    const nav = el("nav", { class: "pager" });
+    const body = el("div", { class: "page-body" });
+    container.append(nav, body);
+    const pages = Math.max(1, Math.ceil(total / perPage));
+    let current = 0;
+    const info = el("span", { class: "page-info" });
+    const goto = el("input", { type: "number", min: 1, max: pages, class: "page-input", title: "page" });
+    goto.addEventListener("change", () => show(Number(goto.value) - 1));
+    const show = (page) => {
+      current = Math.max(0, Math.min(pages - 1, page));
+      body.replaceChildren();
+      draw(current * perPage, Math.min(total, (current + 1) * perPage), body);
+      goto.value = current + 1;
+      info.textContent = ` of ${pages} (${num(total)} ${label})`;
+    };
+    nav.append(
+      el("button", { type: "button", onclick: () => show(0) }, "«"),
+      el("button", { type: "button", onclick: () => show(current - 1) }, "‹"),
+      "page ",
+      goto,
+      info,
+      el("button", { type: "button", onclick: () => show(current + 1) }, "›"),
+      el("button", { type: "button", onclick: () => show(pages - 1) }, "»"),
+    );
+    show(0);
+    return { show, page: () => current };
+  }
+
+  // --- requests and cache drops ------------------------------------------------------
+  function causeText(r) {
+    const d = r.drop;
+    const parts = [];
+    for (const cause of d.causes) {
+      if (cause === "header") parts.push(`header change (${d.diff.header.fields.join(", ")})`);
+      else if (cause === "replace") {
+        for (const rep of d.diff.messages.replaces) {
+          parts.push(`surface replace of seqs ${rep.startSeq}–${rep.endSeq} by seq ${rep.seq} (${rep.sourceKind || rep.type}), ${rep.replaced.length} node(s)`);
+        }
+      } else parts.push(`nothing in the request changed: the prompt cache expired or was cold (${secs(d.gapMs)} since the previous request)`);
+    }
+    return parts.join("; ");
+  }
+
+  let diffPick = 0;
+  function pick(seq) {
+    const input = document.getElementById(diffPick % 2 === 0 ? "diff-from" : "diff-to");
+    input.value = seq;
+    diffPick += 1;
+  }
+
+  function renderRequests() {
+    const box = document.getElementById("requests");
+    const head = el("tr", {}, ...["seq", "turn.step", "kind", "context", "cache read", "share", "output", "cost", "cumulative", "cache drop"].map((h) => el("th", {}, h)));
+    pager(box, D.requests.length, PAGE_ROWS, (from, to, body) => {
+      const table = el("table", { class: "requests" }, el("thead", {}, head.cloneNode(true)));
+      const tbody = el("tbody");
+      for (const r of D.requests.slice(from, to)) {
+        const u = r.usage || {};
+        tbody.append(el("tr", { "data-request-seq": r.seq, "data-turn": r.turn, class: r.drop ? "drop" : null, title: "click: pick for the diff", onclick: () => pick(r.seq) },
+          el("td", {}, r.seq), el("td", {}, `${r.turn ?? "–"}.${r.step ?? "–"}`), el("td", {}, r.kind + (r.error ? " (error)" : "")),
+          el("td", {}, num(u.context)), el("td", {}, num(u.cacheRead)), el("td", {}, u.context ? pct(u.cacheShare) : "–"),
+          el("td", {}, num(u.output)), el("td", {}, r.usage ? usd(u.cost) : "–"), el("td", {}, usd(r.cumulativeCost)),
+          el("td", { "data-cause": r.drop ? r.drop.causes.join(" ") : null }, r.drop ? r.drop.causes.join(", ") : "")));
+      }
+      table.append(tbody);
+      body.append(table);
+    }, "requests");
+    const drops = document.getElementById("drops");
+    const list = D.requests.filter((r) => r.drop);
+    if (!list.length) drops.append(el("p", {}, "No request read fewer cached tokens than the one before it."));
+    pager(drops, list.length, PAGE_ROWS, (from, to, body) => {
+      for (const r of list.slice(from, to)) {
+        body.append(el("div", { class: "drop", "data-request-seq": r.seq, "data-cause": r.drop.causes.join(" "), "data-previous-seq": r.drop.previousSeq },
+          el("strong", {}, `request ${r.seq} (turn ${r.turn ?? "–"}, step ${r.step ?? "–"})`),
+          `: cache read ${num(r.drop.cacheReadBefore)} → ${num(r.drop.cacheReadAfter)} tokens. Cause: ${causeText(r)}.`));
+      }
+    }, "drops");
+  }
+
+  // --- the diff between two requests -------------------------------------------------
+  function composeDiff(fromSeq, toSeq) {
+    let added = [];
+    const replaced = new Map();
+    let firstChanged = null;
+    const headers = [];
+    const leave = (seqs, by) => {
+      const gone = new Set(seqs);
+      const fresh = added.filter((s) => gone.has(s));
+      if (fresh.length) {
+        added = added.filter((s) => !gone.has(s));
+        fresh.forEach((s) => gone.delete(s));
+      }
+      for (const s of seqs) if (gone.has(s) && !replaced.has(s)) replaced.set(s, by);
+    };
+    for (const r of D.requests) {
+      if (r.seq <= fromSeq || r.seq > toSeq) continue;
+      for (const [seq, by] of r.delta.replaced) leave([seq], by);
+      added.push(...r.delta.added);
+      if (r.delta.firstChanged !== null && (firstChanged === null || r.delta.firstChanged < firstChanged)) firstChanged = r.delta.firstChanged;
+      headers.push(...r.delta.headers);
+    }
+    const a = requestBySeq.get(fromSeq).headerSeq, b = requestBySeq.get(toSeq).headerSeq;
+    let fields = [];
+    if (a === null && b === null) fields = [];
+    else if (a === null || b === null) fields = ["header"];
+    else if (a !== b) fields = D.headerPairs[`${a}:${b}`] || null;
+    return { added, replaced, firstChanged, headers, fields };
+  }
+
+  function rowText(seq) {
+    const i = rowBySeq.get(seq);
+    if (i === undefined) return `seq ${seq}`;
+    const row = D.transcript[i];
+    return `seq ${seq} ${row.role || row.type}: ${row.text}`;
+  }
+
+  function runDiff(fromSeq, toSeq) {
+    const box = document.getElementById("diff");
+    box.replaceChildren();
+    if (!requestBySeq.has(fromSeq) || !requestBySeq.has(toSeq) || fromSeq >= toSeq) {
+      box.append(el("p", { class: "error" }, "Pick two requests (their seqs, the earlier first) from the request list."));
+      return;
+    }
+    const d = composeDiff(fromSeq, toSeq);
+    const kept = d.fields !== null && d.fields.length === 0 && d.replaced.size === 0;
+    box.setAttribute("data-from-seq", fromSeq);
+    box.setAttribute("data-to-seq", toSeq);
+    box.setAttribute("data-prefix-kept", kept);
+    box.append(el("p", {}, kept
+      ? `The request at ${toSeq} starts with the request at ${fromSeq}: a prompt cache can reuse it.`
+      : `The request at ${toSeq} does not start with the request at ${fromSeq}: a prompt cache misses from the first change on.`));
+    const fields = el("ul", { class: "diff-fields" });
+    if (d.fields === null) fields.append(el("li", {}, "header differs (fields not precomputed for this many headers)"));
+    else for (const f of d.fields) fields.append(el("li", { "data-diff-field": f }, f));
+    box.append(el("h3", {}, `Header fields changed (${d.fields === null ? "?" : d.fields.length})`), fields);
+    if (d.headers.length) box.append(el("p", {}, `Headers logged in between: seqs ${d.headers.join(", ")}`));
+    const replaced = el("ul", { class: "diff-replaced" });
+    for (const [seq, by] of Array.from(d.replaced.entries()).sort((p, q) => p[0] - q[0])) {
+      replaced.append(el("li", { "data-diff-replaced": seq, "data-replaced-by": by }, `${rowText(seq)} — replaced by seq ${by}`));
+    }
+    box.append(el("h3", {}, `Messages replaced (${d.replaced.size})` + (d.firstChanged !== null ? `, from surface position ${d.firstChanged}` : "")), replaced);
+    const added = el("ul", { class: "diff-added" });
+    for (const seq of d.added) added.append(el("li", { "data-diff-added": seq }, rowText(seq)));
+    box.append(el("h3", {}, `Messages added (${d.added.length})`), added);
+  }
+
+  function setupDiff() {
+    const form = document.getElementById("diff-form");
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      runDiff(Number(document.getElementById("diff-from").value), Number(document.getElementById("diff-to").value));
+    });
+    const first = D.requests.find((r) => r.drop);
+    if (first) {
+      document.getElementById("diff-from").value = first.drop.previousSeq;
+      document.getElementById("diff-to").value = first.seq;
+      runDiff(first.drop.previousSeq, first.seq);
+    }
+  }
+
+  // --- turns, steps and tool calls ---------------------------------------------------
+  function renderTurns() {
+    const box = document.getElementById("turns");
+    const stepsOf = new Map();
+    for (const s of D.steps) {
+      if (!stepsOf.has(s.turn)) stepsOf.set(s.turn, []);
+      stepsOf.get(s.turn).push(s);
+    }
+    const callsOf = new Map();
+    for (const c of D.toolCalls) {
+      const key = `${c.turn}.${c.step}`;
+      if (!callsOf.has(key)) callsOf.set(key, []);
+      callsOf.get(key).push(c);
+    }
+    pager(box, D.turns.length, PAGE_TURNS, (from, to, body) => {
+      for (const t of D.turns.slice(from, to)) {
+        const kind = t.endKind || "open";
+        const turn = el("div", { class: `turn end-${kind}`, "data-turn": t.turn, "data-seq": t.startSeq, "data-end-kind": kind },
+          el("h3", {}, `Turn ${t.turn}`, el("span", { class: `badge end-${kind}` }, kind), ` ${t.steps} step(s), ${t.requests} request(s), ${secs(t.durationMs)}`));
+        for (const s of stepsOf.get(t.turn) || []) {
+          const step = el("div", { class: "step", "data-turn": t.turn, "data-step": s.step, "data-seq": s.startSeq },
+            el("span", { class: "step-label" }, `step ${s.step} · ${secs(s.durationMs)} · requests ${s.requests.join(", ") || "–"}`));
+          for (const c of callsOf.get(`${t.turn}.${s.step}`) || []) {
+            step.append(el("span", { class: `tool outcome-${c.outcome}`, "data-tool-call-id": c.callId, "data-seq": c.blockSeq, "data-outcome": c.outcome, title: c.errorCode || c.outcome },
+              `${c.name} ${c.outcome === "pending" ? "pending" : secs(c.durationMs)}${c.errorCode ? " " + c.errorCode : ""}`));
+          }
+          turn.append(step);
+        }
+        body.append(turn);
+      }
+    }, "turns");
+  }
+
+  // --- the transcript, replaced rows marked and linked -------------------------------
+  let transcriptPager = null;
+  function goToSeq(seq) {
+    const i = rowBySeq.get(seq);
+    if (i === undefined || !transcriptPager) return;
+    transcriptPager.show(Math.floor(i / PAGE_ROWS));
+    const row = document.querySelector(`#transcript [data-seq="${seq}"]`);
+    if (row) {
+      row.classList.add("flash");
+      row.scrollIntoView({ block: "center" });
+    }
+  }
+
+  function renderTranscript() {
+    const box = document.getElementById("transcript");
+    const jump = el("form", { class: "jump", onsubmit: (e) => { e.preventDefault(); goToSeq(Number(jump.querySelector("input").value)); } },
+      el("label", {}, "go to seq ", el("input", { type: "number", min: 0 })));
+    box.append(jump);
+    transcriptPager = pager(box, D.transcript.length, PAGE_ROWS, (from, to, body) => {
+      for (const r of D.transcript.slice(from, to)) {
+        const classes = ["row", `kind-${r.kind}`];
+        if (r.replacedBy !== null) classes.push("replaced");
+        if (r.isError) classes.push("error");
+        const row = el("div", { class: classes.join(" "), "data-seq": r.seq, "data-kind": r.kind, "data-replaced-by": r.replacedBy, "data-replaces": r.replaces ? r.replaces.join(",") : null },
+          el("span", { class: "seq" }, r.seq), el("span", { class: "type" }, r.kind === "replace" ? `⤷ ${r.type} replaces ${r.replaces.length} node(s)` : (r.role || r.type)),
+          el("span", { class: "text" }, r.text));
+        if (r.replacedBy !== null) {
+          row.append(el("a", { href: `#seq-${r.replacedBy}`, class: "replaced-by", onclick: (e) => { e.preventDefault(); goToSeq(r.replacedBy); } }, `replaced by ${r.replacedBy}`));
+        }
+        body.append(row);
+      }
+    }, "rows");
+  }
+
+  renderSession();
+  renderChart();
+  renderRequests();
+  setupDiff();
+  renderTurns();
+  renderTranscript();
+  document.body.setAttribute("data-ready", "true");
+  if (window.performance && performance.mark) performance.mark("sessionlog-ready");
+})();

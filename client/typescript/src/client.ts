@@ -1,0 +1,316 @@
+/**
+ * The sessionlog client for Node (gRPC over HTTP/2, via Connect).
+ *
+ * ```ts
+ * const client = new SessionLogClient({ target: "127.0.0.1:50051" });
+ * const writer = await client.writer("demo", { createIfMissing: true });
+ * await writer.append([{ type: "turn/start", data: { turn: 1 } }]);
+ * await writer.close();
+ * for await (const event of client.readEvents("demo")) console.log(event.seq, event.type);
+ * ```
+ *
+ * Idempotent calls (reads, and appends, whose events always carry eventIds) are retried on
+ * UNAVAILABLE with backoff; the others (create, acquire, resume, fork, header reports) are
+ * not, because a retry after an unknown outcome could act twice. Every failure is thrown as a
+ * typed `SessionLogError` (errors.ts).
+ */
+import { create } from "@bufbuild/protobuf";
+import { type Client, createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { eventFromPb, headerReportFromPb, leaseFromPb, newEventToPb, num, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
+import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
+import { HistoryCopy } from "./history.js";
+import { encodeJson, type JsonObject } from "./json.js";
+import { toSessionLogError, Unavailable } from "./errors.js";
+import { backoff, DEFAULT_RETRY, once, type RetryPolicy, sleep, withRetry } from "./retry.js";
+import { Subscription, type SubscribeOptions } from "./subscription.js";
+import type {
+  AppendResult,
+  Event,
+  ForkResult,
+  HeaderReport,
+  Lease,
+  Message,
+  ModelHistory,
+  NewEvent,
+  ProjectionOptions,
+  RequestHeader,
+  RequestView,
+  ResumeInfo,
+  SessionInfo,
+  Stats,
+  SurfaceView,
+  TranscriptRow,
+} from "./types.js";
+import { LeaseWriter } from "./lease-writer.js";
+import { withEventIds, Writer, type WriterOptions } from "./writer.js";
+
+export const DEFAULT_TARGET = "127.0.0.1:50051";
+
+export interface ClientOptions {
+  /** `host:port` (plain HTTP/2) or an `http://` / `https://` URL. */
+  target?: string;
+  /** Bearer token, sent as `authorization: Bearer <token>`. */
+  token?: string;
+  /** PEM CA certificate(s) to trust for an `https://` target. */
+  ca?: string | Buffer;
+  /** Deadline of each unary call, in ms (streams have none). */
+  timeoutMs?: number;
+  /** How idempotent calls are retried on UNAVAILABLE. */
+  retry?: RetryPolicy;
+}
+
+/** A lease taken for unary appends, with the token that proves holding it. */
+export interface HeldLease extends Lease {
+  /** The next seq at the time the lease was granted. */
+  nextSeq: number;
+}
+
+export class SessionLogClient {
+  readonly target: string;
+  /** The generated Connect client, for calls this class does not wrap. */
+  readonly rpc: Client<typeof SessionService>;
+  private readonly sessions: Http2SessionManager;
+  private readonly timeoutMs: number;
+  private readonly retry: RetryPolicy;
+
+  constructor(options: ClientOptions = {}) {
+    this.target = options.target ?? DEFAULT_TARGET;
+    const baseUrl = /^https?:\/\//.test(this.target) ? this.target : `http://${this.target}`;
+    this.timeoutMs = options.timeoutMs ?? 30_000;
+    this.retry = options.retry ?? DEFAULT_RETRY;
+    const interceptors: Interceptor[] = [];
+    const token = options.token;
+    if (token) {
+      interceptors.push((next) => (request) => {
+        request.header.set("authorization", `Bearer ${token}`);
+        return next(request);
+      });
+    }
+    const nodeOptions = options.ca === undefined ? {} : { ca: options.ca };
+    // Ping idle connections so a restarted server is noticed quickly.
+    this.sessions = new Http2SessionManager(baseUrl, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000 }, nodeOptions);
+    const transport = createGrpcTransport({ baseUrl, interceptors, sessionManager: this.sessions, nodeOptions });
+    this.rpc = createClient(SessionService, transport);
+  }
+
+  /** Close the connection (open writers and subscriptions end with it). */
+  close(): void {
+    this.sessions.abort();
+  }
+
+  private unary<T>(call: (signal: AbortSignal) => Promise<T>, idempotent: boolean): Promise<T> {
+    const attempt = (): Promise<T> => call(AbortSignal.timeout(this.timeoutMs));
+    return idempotent ? withRetry(this.retry, attempt) : once(attempt);
+  }
+
+  // --- sessions --------------------------------------------------------------------------
+
+  /** Create a session (ALREADY_EXISTS if the id is taken); the service generates an id if none. */
+  async createSession(sessionId?: string, options: { cwd?: string; metadata?: JsonObject } = {}): Promise<SessionInfo> {
+    const request = {
+      sessionId: sessionId ?? "",
+      cwd: options.cwd ?? "",
+      metadataJson: options.metadata ? encodeJson(options.metadata, "metadata") : new Uint8Array(),
+    };
+    const response = await this.unary((signal) => this.rpc.createSession(request, { signal }), false);
+    return sessionFromPb(response.session);
+  }
+
+  async getSession(sessionId: string): Promise<SessionInfo> {
+    const response = await this.unary((signal) => this.rpc.getSession({ sessionId }, { signal }), true);
+    return sessionFromPb(response.session);
+  }
+
+  /** Every session (or every fork of `parentSessionId`), fetching pages as needed. */
+  async *listSessions(options: { parentSessionId?: string; pageSize?: number } = {}): AsyncGenerator<SessionInfo> {
+    let pageToken = "";
+    for (;;) {
+      const request = { pageSize: options.pageSize ?? 100, pageToken, parentSessionId: options.parentSessionId ?? "" };
+      const response = await this.unary((signal) => this.rpc.listSessions(request, { signal }), true);
+      for (const session of response.sessions) yield sessionFromPb(session);
+      pageToken = response.nextPageToken;
+      if (!pageToken) return;
+    }
+  }
+
+  // --- writing ---------------------------------------------------------------------------
+
+  /** Open a streaming writer (it holds the lease until closed). */
+  writer(sessionId: string, options: WriterOptions = {}): Promise<Writer> {
+    return Writer.open(this.rpc, sessionId, options);
+  }
+
+  /**
+   * Take the lease for unary appends and keep it alive with heartbeats (a `LeaseWriter`).
+   * With `resume: true` the session is resumed first (SPEC §8); see `leaseWriter.resumed`.
+   */
+  leaseWriter(sessionId: string, options: { writerId?: string; takeover?: boolean; resume?: boolean; heartbeatMs?: number } = {}): Promise<LeaseWriter> {
+    return LeaseWriter.open(this, sessionId, options);
+  }
+
+  /** Take the writer lease for unary appends (WRITER_HELD if another live writer has it). */
+  async acquireLease(sessionId: string, options: { writerId?: string; takeover?: boolean } = {}): Promise<HeldLease> {
+    const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false };
+    const response = await this.unary((signal) => this.rpc.acquireLease(request, { signal }), false);
+    return { ...leaseFromPb(response.lease), nextSeq: num(response.nextSeq) };
+  }
+
+  /**
+   * Append one batch under `lease` (all events commit together or none do). Every event gets
+   * an eventId first, so the call is retried on UNAVAILABLE without appending twice.
+   */
+  async append(lease: Lease, events: Iterable<NewEvent>, options: { expectedNextSeq?: number } = {}): Promise<AppendResult> {
+    const request = {
+      sessionId: lease.sessionId,
+      writerId: lease.writerId,
+      epoch: BigInt(lease.epoch),
+      events: withEventIds(events).map(newEventToPb),
+      expectedNextSeq: options.expectedNextSeq === undefined ? undefined : BigInt(options.expectedNextSeq),
+    };
+    const response = await this.unary((signal) => this.rpc.appendEvents(request, { signal }), true);
+    return { seqs: response.seqs.map(num), nextSeq: num(response.nextSeq) };
+  }
+
+  /** Extend a lease (a heartbeat); OwnershipLost if it was taken over. */
+  async renewLease(lease: Lease): Promise<Lease> {
+    const request = { sessionId: lease.sessionId, writerId: lease.writerId, epoch: BigInt(lease.epoch) };
+    const response = await this.unary((signal) => this.rpc.renewLease(request, { signal }), true);
+    return leaseFromPb(response.lease);
+  }
+
+  /** Give a lease up so another writer can take it at once. */
+  async releaseLease(lease: Lease): Promise<void> {
+    const request = { sessionId: lease.sessionId, writerId: lease.writerId, epoch: BigInt(lease.epoch) };
+    await this.unary((signal) => this.rpc.releaseLease(request, { signal }), true);
+  }
+
+  /** Report the request header about to be used; the service decides whether to log it. */
+  async reportHeader(lease: Lease, header: RequestHeader | JsonObject): Promise<HeaderReport> {
+    const request = { sessionId: lease.sessionId, writerId: lease.writerId, epoch: BigInt(lease.epoch), headerJson: encodeJson(header, "header") };
+    const response = await this.unary((signal) => this.rpc.reportRequestHeader(request, { signal }), false);
+    return headerReportFromPb(response);
+  }
+
+  // --- lifecycle -------------------------------------------------------------------------
+
+  /** Resume a session for unary appends: lease, repair of an open turn, seed boundary. */
+  async resume(sessionId: string, options: { writerId?: string; takeover?: boolean } = {}): Promise<ResumeInfo> {
+    const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false };
+    return resumeFromPb(await this.unary((signal) => this.rpc.resumeSession(request, { signal }), false));
+  }
+
+  /** Fork `sessionId` after `atSeq` (inclusive); the prefix is shared, not copied. */
+  async fork(sessionId: string, atSeq: number, newSessionId?: string): Promise<ForkResult> {
+    const request = { sessionId, atSeq: BigInt(atSeq), newSessionId: newSessionId ?? "" };
+    const response = await this.unary((signal) => this.rpc.forkSession(request, { signal }), false);
+    return { session: sessionFromPb(response.session), repairSeqs: response.repairSeqs.map(num) };
+  }
+
+  // --- projections -----------------------------------------------------------------------
+
+  /** The messages the model sees, in order, at the head or at `atSeq` (fetched page by page). */
+  async modelHistory(sessionId: string, options: ProjectionOptions & { pageSize?: number } = {}): Promise<ModelHistory> {
+    const messages: Message[] = [];
+    let pageToken = "";
+    do {
+      const request = { scope: scope(sessionId, options), pageSize: options.pageSize ?? 0, pageToken };
+      const response = await this.unary((signal) => this.rpc.getModelHistory(request, { signal }), true);
+      for (const message of parseArray(response.messagesJson, "messages")) messages.push(message as Message);
+      pageToken = response.nextPageToken;
+    } while (pageToken);
+    return messages;
+  }
+
+  /** An empty local copy of the model history; `refreshHistory` keeps it current. */
+  historyCopy(sessionId: string): HistoryCopy {
+    return new HistoryCopy(sessionId);
+  }
+
+  /** Bring `copy` up to date, fetching only the messages it lacks (all of them after a replace). */
+  async refreshHistory(copy: HistoryCopy): Promise<Message[]> {
+    do {
+      const request = copy.request();
+      copy.apply(await this.unary((signal) => this.rpc.getModelHistory(request, { signal }), true));
+    } while (!copy.complete);
+    return copy.messages;
+  }
+
+  /** The transcript rows for people (replaced events stay, marked), fetched page by page. */
+  async transcript(sessionId: string, options: ProjectionOptions & { pageSize?: number } = {}): Promise<TranscriptRow[]> {
+    const rows: TranscriptRow[] = [];
+    let pageToken = "";
+    do {
+      const request = { scope: scope(sessionId, options), pageSize: options.pageSize ?? 0, pageToken };
+      const response = await this.unary((signal) => this.rpc.getTranscript(request, { signal }), true);
+      for (const row of parseArray(response.rowsJson, "rows")) rows.push(row as unknown as TranscriptRow);
+      pageToken = response.nextPageToken;
+    } while (pageToken);
+    return rows;
+  }
+
+  /** The exact request of that prefix, its canonical bytes and their sha256. */
+  async request(sessionId: string, options: ProjectionOptions = {}): Promise<RequestView> {
+    const response = await this.unary((signal) => this.rpc.getRequest({ scope: scope(sessionId, options) }, { signal }), true);
+    return {
+      request: parseObject(response.requestJson, "request") as RequestView["request"],
+      requestJson: response.requestJson,
+      sha256: response.sha256,
+      headerSeq: response.headerSeq === undefined ? null : num(response.headerSeq),
+      atSeq: num(response.atSeq),
+    };
+  }
+
+  /** Counts, tokens and cost over every event that carries usage. */
+  async stats(sessionId: string, options: ProjectionOptions = {}): Promise<Stats> {
+    const response = await this.unary((signal) => this.rpc.getStats({ scope: scope(sessionId, options) }, { signal }), true);
+    return parseObject(response.statsJson, "stats") as Stats;
+  }
+
+  /** The surface nodes and replace generation (for debugging). */
+  async surface(sessionId: string, options: ProjectionOptions = {}): Promise<SurfaceView> {
+    const response = await this.unary((signal) => this.rpc.getSurface({ scope: scope(sessionId, options) }, { signal }), true);
+    return { nodes: response.nodes.map(num), replaceGeneration: num(response.replaceGeneration), atSeq: num(response.atSeq) };
+  }
+
+  // --- reading ---------------------------------------------------------------------------
+
+  /** Events from `fromSeq` to `toSeq` (inclusive), in seq order; a broken read resumes where it stopped. */
+  async *readEvents(sessionId: string, options: { fromSeq?: number; toSeq?: number; pageSize?: number } = {}): AsyncGenerator<Event> {
+    let next = options.fromSeq ?? 0;
+    let failures = 0;
+    for (;;) {
+      const request = {
+        sessionId,
+        fromSeq: BigInt(next),
+        toSeq: options.toSeq === undefined ? undefined : BigInt(options.toSeq),
+        pageSize: options.pageSize ?? 500,
+      };
+      try {
+        for await (const response of this.rpc.readEvents(request)) {
+          for (const message of response.events) {
+            const event = eventFromPb(message);
+            next = event.seq + 1;
+            failures = 0;
+            yield event;
+          }
+        }
+        return;
+      } catch (raw) {
+        const error = toSessionLogError(raw);
+        failures += 1;
+        if (!(error instanceof Unavailable) || failures >= this.retry.attempts) throw error;
+        await sleep(backoff(this.retry, failures));
+      }
+    }
+  }
+
+  /**
+   * Replay from `fromSeq`, one CaughtUp marker, then live events until the signal aborts or
+   * the loop breaks. After a cut (the service restarting, a slow subscriber cut off) it
+   * resubscribes from the seq after the last event it delivered.
+   */
+  subscribe(sessionId: string, options: SubscribeOptions = {}): Subscription {
+    return new Subscription(this.rpc, sessionId, { retry: this.retry, ...options });
+  }
+}

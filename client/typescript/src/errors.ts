@@ -1,0 +1,136 @@
+/**
+ * Typed sessionlog errors, rebuilt from the `google.rpc.Status` the service sends (SPEC §13).
+ *
+ * The service puts an `ErrorInfo` (domain `sessionlog`, a reason from the `ErrorReason`
+ * catalogue, string metadata) and, when a request field is at fault, a `BadRequest` into every
+ * error. Callers switch on the class or on `reason`, never on message text; docs/errors.md says
+ * what each reason means and what to do.
+ */
+import { Code, ConnectError } from "@connectrpc/connect";
+import { type BadRequest_FieldViolation, BadRequestSchema, ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
+import { ErrorReason } from "./gen/sessionlog/v1/error_reason_pb.js";
+
+/** A reason of the catalogue, e.g. `"WRITER_HELD"` (see docs/errors.md). */
+export type ErrorReasonName = Exclude<keyof typeof ErrorReason, "ERROR_REASON_UNSPECIFIED">;
+
+export interface ErrorFields {
+  reason: string;
+  message: string;
+  code: Code;
+  metadata?: Record<string, string>;
+  fieldViolations?: { field: string; description: string }[];
+  cause?: unknown;
+}
+
+/** Base of every error this client throws for a failed call. */
+export class SessionLogError extends Error {
+  /** The catalogue reason (or, for a status without ErrorInfo, the code's name). */
+  readonly reason: ErrorReasonName | string;
+  /** The gRPC status code it travelled with. */
+  readonly code: Code;
+  /** `ErrorInfo.metadata`: string values, keys as the catalogue documents. */
+  readonly metadata: Readonly<Record<string, string>>;
+  /** `BadRequest.field_violations`, when a request field was at fault. */
+  readonly fieldViolations: readonly { field: string; description: string }[];
+
+  constructor(fields: ErrorFields) {
+    super(fields.message, fields.cause === undefined ? undefined : { cause: fields.cause });
+    this.name = new.target.name;
+    this.reason = fields.reason;
+    this.code = fields.code;
+    this.metadata = fields.metadata ?? {};
+    this.fieldViolations = fields.fieldViolations ?? [];
+  }
+
+  /** True when the outcome is unknown or transient: safe to retry with the same eventIds. */
+  get retryable(): boolean {
+    return false;
+  }
+}
+
+/** Malformed event, bad surface op, seq or structure violation (INVALID_ARGUMENT). */
+export class ValidationError extends SessionLogError {}
+/** No such session or seq (NOT_FOUND). */
+export class NotFound extends SessionLogError {}
+/** The session id is taken (ALREADY_EXISTS). */
+export class AlreadyExists extends SessionLogError {}
+/** Another live writer holds the lease (FAILED_PRECONDITION, WRITER_HELD). */
+export class WriterHeld extends SessionLogError {}
+/** The batch's expected next seq is not the log's (FAILED_PRECONDITION, EXPECTED_SEQ_MISMATCH). */
+export class ExpectedSeqMismatch extends SessionLogError {}
+/** The lease was taken over or lapsed (ABORTED): stop, and reopen only deliberately. */
+export class OwnershipLost extends SessionLogError {}
+/** A size, rate or quota limit (RESOURCE_EXHAUSTED). */
+export class LimitExceeded extends SessionLogError {}
+/** No or unknown credentials (UNAUTHENTICATED). */
+export class Unauthenticated extends SessionLogError {}
+/** The credentials do not allow the call (PERMISSION_DENIED). */
+export class PermissionDenied extends SessionLogError {}
+/** Unreachable, or the outcome is unknown: retry with the same eventIds. */
+export class Unavailable extends SessionLogError {
+  override get retryable(): boolean {
+    return true;
+  }
+}
+/** A status that maps to no sessionlog error (e.g. the service's INTERNAL). */
+export class ServerError extends SessionLogError {}
+
+const BY_CODE = new Map<Code, typeof SessionLogError>([
+  [Code.InvalidArgument, ValidationError],
+  [Code.NotFound, NotFound],
+  [Code.AlreadyExists, AlreadyExists],
+  [Code.FailedPrecondition, WriterHeld],
+  [Code.Aborted, OwnershipLost],
+  [Code.ResourceExhausted, LimitExceeded],
+  [Code.Unauthenticated, Unauthenticated],
+  [Code.PermissionDenied, PermissionDenied],
+  [Code.Unavailable, Unavailable],
+  [Code.DeadlineExceeded, Unavailable],
+]);
+
+/** Codes that, without a sessionlog ErrorInfo, mean the connection failed (outcome unknown). */
+const TRANSPORT_CODES = new Set<Code>([Code.Internal, Code.Aborted, Code.Unknown, Code.Unavailable, Code.Canceled]);
+
+const BY_REASON = new Map<string, typeof SessionLogError>([
+  ["WRITER_HELD", WriterHeld],
+  ["EXPECTED_SEQ_MISMATCH", ExpectedSeqMismatch],
+]);
+
+/** Whether `reason` is in the catalogue this client was built with. */
+export function isCataloguedReason(reason: string): reason is ErrorReasonName {
+  return reason !== "ERROR_REASON_UNSPECIFIED" && Object.prototype.hasOwnProperty.call(ErrorReason, reason)
+    && typeof (ErrorReason as unknown as Record<string, unknown>)[reason] === "number";
+}
+
+const CODE_NAMES = new Map<Code, string>(
+  Object.entries(Code)
+    .filter(([, v]) => typeof v === "number")
+    .map(([k, v]) => [v as Code, k.replace(/[A-Z]/g, (c, i: number) => (i ? "_" : "") + c).toUpperCase()]),
+);
+
+/** The typed error a failed call stands for (anything but a ConnectError is returned unchanged). */
+export function toSessionLogError(error: unknown): unknown {
+  if (!(error instanceof ConnectError)) return error;
+  const connect = error;
+  const info = connect.findDetails(ErrorInfoSchema).find((d) => d.domain === "sessionlog");
+  const violations: BadRequest_FieldViolation[] = connect.findDetails(BadRequestSchema).flatMap((d) => d.fieldViolations);
+  const message = connect.rawMessage || CODE_NAMES.get(connect.code) || "error";
+  const fieldViolations = violations.map((v) => ({ field: v.field, description: v.description }));
+  if (info === undefined && TRANSPORT_CODES.has(connect.code)) {
+    // The service's own errors always carry an ErrorInfo; without one, the transport made the
+    // status. Connect reports a connection reset (a killed server) as ABORTED and a broken
+    // stream as INTERNAL: neither is the service's OWNERSHIP_LOST, and the outcome is unknown,
+    // as for UNAVAILABLE.
+    return new Unavailable({ reason: "TRANSPORT_ERROR", message, code: connect.code, cause: error });
+  }
+  const reason = info?.reason || CODE_NAMES.get(connect.code) || "UNKNOWN";
+  const cls = BY_REASON.get(reason) ?? BY_CODE.get(connect.code) ?? ServerError;
+  return new cls({ reason, message, code: connect.code, metadata: { ...(info?.metadata ?? {}) }, fieldViolations, cause: error });
+}
+
+/** The typed error of a failure inside this client: anything unexpected becomes a ServerError. */
+export function typedError(error: unknown): SessionLogError {
+  const mapped = toSessionLogError(error);
+  if (mapped instanceof SessionLogError) return mapped;
+  return new ServerError({ reason: "INTERNAL", message: String(mapped instanceof Error ? mapped.message : mapped), code: Code.Internal, cause: error });
+}

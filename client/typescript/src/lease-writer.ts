@@ -1,0 +1,110 @@
+/**
+ * A unary writer: holds a lease taken with AcquireLease (or ResumeSession) and keeps it alive
+ * with heartbeats, for harnesses that append with unary calls instead of a stream.
+ *
+ * Appends carry eventIds and are retried on UNAVAILABLE. If a heartbeat or an append finds
+ * the lease lost (ABORTED), the writer fails for good: later appends throw `OwnershipLost`
+ * and nothing re-acquires the lease quietly.
+ */
+import type { HeldLease, SessionLogClient } from "./client.js";
+import { OwnershipLost, type SessionLogError, typedError } from "./errors.js";
+import type { JsonObject } from "./json.js";
+import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo } from "./types.js";
+
+export interface LeaseWriterOptions {
+  writerId?: string;
+  takeover?: boolean;
+  /** Resume the session first (SPEC §8); see `resumed`. */
+  resume?: boolean;
+  /** Heartbeat interval; default a third of the lease's remaining time. */
+  heartbeatMs?: number;
+}
+
+export class LeaseWriter {
+  lease: Lease;
+  nextSeq: number;
+  readonly resumed: ResumeInfo | null;
+  private failure: SessionLogError | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private closed = false;
+
+  private constructor(
+    private readonly client: SessionLogClient,
+    held: Lease,
+    nextSeq: number,
+    resumed: ResumeInfo | null,
+    private readonly heartbeatMs: number | undefined,
+  ) {
+    this.lease = held;
+    this.nextSeq = nextSeq;
+    this.resumed = resumed;
+    this.schedule();
+  }
+
+  static async open(client: SessionLogClient, sessionId: string, options: LeaseWriterOptions = {}): Promise<LeaseWriter> {
+    const take = { writerId: options.writerId, takeover: options.takeover };
+    if (options.resume) {
+      const resumed = await client.resume(sessionId, take);
+      return new LeaseWriter(client, resumed.lease, resumed.nextSeq, resumed, options.heartbeatMs);
+    }
+    const held: HeldLease = await client.acquireLease(sessionId, take);
+    return new LeaseWriter(client, held, held.nextSeq, null, options.heartbeatMs);
+  }
+
+  /** Append one batch (retried safely on UNAVAILABLE); renews the lease as a side effect. */
+  async append(events: Iterable<NewEvent>, options: { expectedNextSeq?: number } = {}): Promise<AppendResult> {
+    this.check();
+    try {
+      const result = await this.client.append(this.lease, events, options);
+      this.nextSeq = result.nextSeq;
+      return result;
+    } catch (error) {
+      throw this.noteFailure(error);
+    }
+  }
+
+  /** Report the request header about to be used. */
+  async reportHeader(header: RequestHeader | JsonObject): Promise<HeaderReport> {
+    this.check();
+    try {
+      return await this.client.reportHeader(this.lease, header);
+    } catch (error) {
+      throw this.noteFailure(error);
+    }
+  }
+
+  /** Stop the heartbeats and give the lease back (unless it was lost). */
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.timer !== null) clearTimeout(this.timer);
+    if (this.failure === null) await this.client.releaseLease(this.lease);
+  }
+
+  private check(): void {
+    if (this.failure !== null) throw this.failure;
+    if (this.closed) throw new Error("the writer is closed");
+  }
+
+  private noteFailure(raw: unknown): unknown {
+    const error = typedError(raw);
+    if (error instanceof OwnershipLost) this.failure = error;
+    return error;
+  }
+
+  private schedule(): void {
+    if (this.closed || this.failure !== null) return;
+    const delay = this.heartbeatMs ?? Math.max(100, Math.floor((this.lease.expireTimeMs - Date.now()) / 3));
+    this.timer = setTimeout(() => void this.beat(), delay);
+    this.timer.unref(); // heartbeats alone do not keep the process alive
+  }
+
+  private async beat(): Promise<void> {
+    if (this.closed) return;
+    try {
+      this.lease = await this.client.renewLease(this.lease);
+    } catch (error) {
+      this.noteFailure(error); // a lost lease stops the writer; a transient failure retries next beat
+    }
+    this.schedule();
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * A subscription: replay from a seq, one `CaughtUp` marker, then the live tail (SPEC §9).
+ *
+ * When the stream is cut (the service restarted, or cut off a subscriber that fell behind) it
+ * resubscribes from the seq after the last event it delivered, so the caller sees every event
+ * once and in order. Errors that a resubscription cannot fix (NOT_FOUND, OUT_OF_RANGE, …) end
+ * the iteration with the typed error.
+ */
+import { type Client, Code } from "@connectrpc/connect";
+import { eventFromPb, num } from "./convert.js";
+import { SessionLogError, toSessionLogError, Unavailable } from "./errors.js";
+import type { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
+import { backoff, DEFAULT_RETRY, type RetryPolicy, sleep } from "./retry.js";
+import type { CaughtUp, Event } from "./types.js";
+
+export interface SubscribeOptions {
+  /** The first seq to deliver (default 0). */
+  fromSeq?: number;
+  /** Aborting ends the iteration quietly. */
+  signal?: AbortSignal;
+  /** How resubscriptions back off; the count resets whenever an event arrives. */
+  retry?: RetryPolicy;
+  /** Called before each resubscription (for metrics and logs). */
+  onResubscribe?: (fromSeq: number, cause: SessionLogError) => void;
+}
+
+/**
+ * Whether a subscription stream that failed with `error` can be resumed by subscribing again:
+ * a transport failure, or the service cutting off a subscriber that fell behind
+ * (SUBSCRIBER_TOO_SLOW; the client resubscribes from the seq after its last event).
+ */
+export function isResumableCut(error: unknown): boolean {
+  return error instanceof Unavailable || (error instanceof SessionLogError && error.reason === "SUBSCRIBER_TOO_SLOW");
+}
+
+export class Subscription implements AsyncIterable<Event | CaughtUp> {
+  private readonly controller = new AbortController();
+  /** Resubscriptions so far. */
+  resubscribes = 0;
+
+  constructor(
+    private readonly rpc: Client<typeof SessionService>,
+    private readonly sessionId: string,
+    private readonly options: SubscribeOptions,
+  ) {
+    options.signal?.addEventListener("abort", () => this.controller.abort(), { once: true });
+  }
+
+  /** End the subscription (the iteration finishes quietly). */
+  cancel(): void {
+    this.controller.abort();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<Event | CaughtUp> {
+    const policy = this.options.retry ?? DEFAULT_RETRY;
+    let next = this.options.fromSeq ?? 0;
+    let caughtUp = false;
+    let failures = 0;
+    const signal = this.controller.signal;
+    while (!signal.aborted) {
+      try {
+        for await (const response of this.rpc.subscribeEvents({ sessionId: this.sessionId, fromSeq: BigInt(next) }, { signal })) {
+          if (response.kind.case === "caughtUp") {
+            if (!caughtUp) yield { caughtUp: true, nextSeq: num(response.kind.value.nextSeq) };
+            caughtUp = true;
+          } else if (response.kind.case === "events") {
+            for (const message of response.kind.value.events) {
+              const event = eventFromPb(message);
+              if (event.seq < next) continue; // already delivered before the cut
+              next = event.seq + 1;
+              failures = 0;
+              yield event;
+            }
+          }
+        }
+        // A live tail never ends on its own: the service went away cleanly. Resubscribe.
+        throw new Unavailable({ reason: "STREAM_ENDED", message: "the service ended the subscription", code: Code.Unavailable });
+      } catch (raw) {
+        if (signal.aborted) return;
+        const error = toSessionLogError(raw);
+        if (error instanceof Error && "code" in error && error.code === Code.Canceled) return;
+        failures += 1;
+        if (!isResumableCut(error) || failures >= policy.attempts) throw error;
+        this.resubscribes += 1;
+        this.options.onResubscribe?.(next, error as SessionLogError);
+        try {
+          await sleep(backoff(policy, failures), signal);
+        } catch {
+          return;
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,273 @@
+/**
+ * The streaming writer: holds the session's lease while open, pipelines batches with an
+ * in-flight limit, and after a transient failure reconnects and re-sends every batch not yet
+ * acknowledged.
+ *
+ * Re-sending is safe because every event carries an eventId (one is generated when the
+ * caller gives none): the service answers a retried event with its original seq. Ownership
+ * loss (ABORTED, or a reconnect that finds another writer was in between) is never retried:
+ * every pending and later append fails with `OwnershipLost`, and the caller must reopen.
+ */
+import { randomUUID } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import { type Client, Code } from "@connectrpc/connect";
+import { Channel } from "./channel.js";
+import { headerReportFromPb, leaseFromPb, newEventToPb, num, resumeFromPb } from "./convert.js";
+import { OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable } from "./errors.js";
+import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
+import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
+import { encodeJson, type JsonObject } from "./json.js";
+import { backoff, type RetryPolicy, sleep } from "./retry.js";
+import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo } from "./types.js";
+
+export interface WriterOptions {
+  /** The writer's id (a label); the service generates one when absent. */
+  writerId?: string;
+  /** Take the lease even if another writer holds it (fencing that writer out). */
+  takeover?: boolean;
+  /** Create the session if it does not exist. */
+  createIfMissing?: boolean;
+  /** Resume first (SPEC §8): repair an open turn, mark the seed boundary; see `writer.resumed`. */
+  resume?: boolean;
+  /** At most this many batches (and header reports) unacknowledged on the wire; later ones wait. */
+  maxInFlight?: number;
+  /** How reconnects back off, and how many are tried before the writer gives up. */
+  reconnect?: RetryPolicy;
+}
+
+/** Give every event an eventId, so a retry after an unknown outcome cannot append twice. */
+export function withEventIds(events: Iterable<NewEvent>): NewEvent[] {
+  return Array.from(events, (event) => (event.eventId ? event : { ...event, eventId: randomUUID() }));
+}
+
+interface Pending {
+  id: bigint;
+  request: WriteRequest;
+  /** What the caller got; it is marked handled, so a failure nobody awaits does not crash. */
+  promise: Promise<unknown>;
+  settle: (ack: AckResult) => void;
+  reject: (error: unknown) => void;
+}
+
+type AckResult = { kind: "batch"; result: AppendResult } | { kind: "header"; result: HeaderReport };
+
+const DEFAULT_RECONNECT: RetryPolicy = { attempts: 120, initialDelayMs: 50, maxDelayMs: 500 };
+
+export class Writer {
+  readonly sessionId: string;
+  /** The lease the stream holds (renewed by the service while the stream is open). */
+  lease!: Lease;
+  /** The seq the next appended event will get, as of the latest acknowledgement. */
+  nextSeq = 0;
+  /** Set when the writer was opened with `resume: true`. */
+  resumed: ResumeInfo | null = null;
+
+  private readonly rpc: Client<typeof SessionService>;
+  private readonly options: Required<Pick<WriterOptions, "createIfMissing" | "maxInFlight" | "reconnect">> & WriterOptions;
+  private writerId: string;
+  private nextBatchId = 1n;
+  /** Sent and not yet acknowledged, in send order. */
+  private readonly inFlight: Pending[] = [];
+  /** Waiting for an in-flight slot, in order. */
+  private readonly backlog: Pending[] = [];
+  private channel: Channel<WriteRequest> | null = null;
+  private abort: AbortController | null = null;
+  private reading: Promise<void> = Promise.resolve();
+  private failure: SessionLogError | null = null;
+  private closing = false;
+
+  private constructor(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions) {
+    this.rpc = rpc;
+    this.sessionId = sessionId;
+    this.writerId = options.writerId ?? "";
+    this.options = { createIfMissing: false, maxInFlight: 256, reconnect: DEFAULT_RECONNECT, ...options };
+  }
+
+  /** Open the stream and take the lease (use `SessionLogClient.writer`). */
+  static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}): Promise<Writer> {
+    const writer = new Writer(rpc, sessionId, options);
+    await writer.connect(options.takeover ?? false, options.resume ?? false);
+    return writer;
+  }
+
+  // --- public ----------------------------------------------------------------------------
+
+  /**
+   * Send a batch (atomic: all events commit together or none do). Returns at once; the promise
+   * resolves with the batch's seqs once it is durable. Batches are sent in call order.
+   */
+  append(events: Iterable<NewEvent>, options: { expectedNextSeq?: number } = {}): Promise<AppendResult> {
+    const batch = withEventIds(events).map(newEventToPb);
+    return this.enqueue((id) =>
+      create(WriteRequestSchema, {
+        kind: {
+          case: "batch",
+          value: {
+            batchId: id,
+            events: batch,
+            expectedNextSeq: options.expectedNextSeq === undefined ? undefined : BigInt(options.expectedNextSeq),
+          },
+        },
+      }),
+    ) as Promise<AppendResult>;
+  }
+
+  /** Report the request header about to be used, in order with the batches sent so far. */
+  reportHeader(header: RequestHeader | JsonObject): Promise<HeaderReport> {
+    const headerJson = encodeJson(header, "header");
+    return this.enqueue((id) => create(WriteRequestSchema, { kind: { case: "header", value: { batchId: id, headerJson } } })) as Promise<HeaderReport>;
+  }
+
+  /** Wait until everything sent so far is durable (rejects with the first failure). */
+  async flush(): Promise<void> {
+    if (this.failure !== null) throw this.failure;
+    await Promise.all([...this.inFlight, ...this.backlog].map((p) => p.promise));
+  }
+
+  /** Flush, end the stream and give the lease back. */
+  async close(): Promise<void> {
+    try {
+      if (this.failure === null) await this.flush();
+    } finally {
+      this.closing = true;
+      this.channel?.end();
+      await this.reading;
+    }
+  }
+
+  /** Drop the stream at once, without flushing (pending appends fail). */
+  cancel(): void {
+    this.closing = true;
+    this.fail(new Unavailable({ reason: "STREAM_ENDED", message: "the writer was cancelled", code: Code.Canceled }));
+    this.abort?.abort();
+  }
+
+  // --- sending ---------------------------------------------------------------------------
+
+  private enqueue(build: (id: bigint) => WriteRequest): Promise<unknown> {
+    if (this.failure !== null) return Promise.reject(this.failure);
+    if (this.closing) return Promise.reject(new Error("the writer is closed"));
+    const id = this.nextBatchId++;
+    let settle!: (ack: AckResult) => void;
+    let reject!: (error: unknown) => void;
+    const promise = new Promise<unknown>((resolve, fail) => {
+      settle = (ack) => resolve(ack.result);
+      reject = fail;
+    });
+    promise.catch(() => undefined);
+    const pending: Pending = { id, request: build(id), promise, settle, reject };
+    if (this.inFlight.length < this.options.maxInFlight) this.send(pending);
+    else this.backlog.push(pending);
+    return promise;
+  }
+
+  private send(pending: Pending): void {
+    this.inFlight.push(pending);
+    this.channel?.push(pending.request);
+  }
+
+  private acknowledge(batchId: bigint, ack: AckResult): void {
+    const index = this.inFlight.findIndex((p) => p.id === batchId);
+    if (index < 0) return; // an acknowledgement of a batch already settled before a reconnect
+    const [pending] = this.inFlight.splice(index, 1);
+    if (ack.kind === "batch") this.nextSeq = ack.result.nextSeq;
+    pending!.settle(ack);
+    while (this.backlog.length > 0 && this.inFlight.length < this.options.maxInFlight) this.send(this.backlog.shift()!);
+  }
+
+  private fail(error: SessionLogError): void {
+    if (this.failure === null) this.failure = error;
+    const failed = [...this.inFlight.splice(0), ...this.backlog.splice(0)];
+    for (const pending of failed) pending.reject(error);
+  }
+
+  // --- the stream ------------------------------------------------------------------------
+
+  private async connect(takeover: boolean, resume: boolean): Promise<void> {
+    const channel = new Channel<WriteRequest>();
+    const abort = new AbortController();
+    channel.push(
+      create(WriteRequestSchema, {
+        kind: {
+          case: "open",
+          value: { sessionId: this.sessionId, writerId: this.writerId, takeover, createIfMissing: this.options.createIfMissing, resume },
+        },
+      }),
+    );
+    for (const pending of this.inFlight) channel.push(pending.request); // after a reconnect: re-send
+    const responses = this.rpc.write(channel, { signal: abort.signal })[Symbol.asyncIterator]();
+    let first: IteratorResult<WriteResponse>;
+    try {
+      first = await responses.next();
+    } catch (raw) {
+      abort.abort();
+      throw toSessionLogError(raw);
+    }
+    if (first.done || first.value.kind.case !== "opened") {
+      abort.abort();
+      throw new Unavailable({ reason: "STREAM_ENDED", message: "the server closed the writer stream while opening", code: Code.Unavailable });
+    }
+    const opened = first.value.kind.value;
+    const lease = leaseFromPb(opened.lease);
+    if (this.lease !== undefined && lease.epoch !== this.lease.epoch + 1) {
+      // Another writer held the session between our two connections: what it wrote is not
+      // ours to continue from. Give the lease back and stop; the caller decides what to do.
+      channel.end();
+      abort.abort();
+      throw new OwnershipLost({
+        reason: "OWNERSHIP_LOST",
+        message: `session ${this.sessionId} had another writer (epoch ${this.lease.epoch} -> ${lease.epoch}) while this writer reconnected`,
+        code: Code.Aborted,
+        metadata: { session_id: this.sessionId, epoch: String(lease.epoch) },
+      });
+    }
+    this.lease = lease;
+    this.writerId = lease.writerId;
+    this.nextSeq = num(opened.nextSeq);
+    if (opened.resumed !== undefined) this.resumed = resumeFromPb(opened.resumed);
+    this.channel = channel;
+    this.abort = abort;
+    this.reading = this.read(responses);
+  }
+
+  private async read(responses: AsyncIterator<WriteResponse>): Promise<void> {
+    try {
+      for (;;) {
+        const next = await responses.next();
+        if (next.done) break;
+        const kind = next.value.kind;
+        if (kind.case === "ack") this.acknowledge(kind.value.batchId, { kind: "batch", result: { seqs: kind.value.seqs.map(num), nextSeq: num(kind.value.nextSeq) } });
+        else if (kind.case === "acks") {
+          for (const ack of kind.value.acks) this.acknowledge(ack.batchId, { kind: "batch", result: { seqs: ack.seqs.map(num), nextSeq: num(ack.nextSeq) } });
+        } else if (kind.case === "headerAck") this.acknowledge(kind.value.batchId, { kind: "header", result: headerReportFromPb(kind.value.result) });
+      }
+      if (this.inFlight.length === 0 || this.closing) return;
+      await this.recover(
+        new Unavailable({ reason: "STREAM_ENDED", message: "the server ended the writer stream before acknowledging every batch", code: Code.Unavailable }),
+      );
+    } catch (raw) {
+      if (this.closing && this.inFlight.length === 0) return;
+      await this.recover(typedError(raw));
+    }
+  }
+
+  /** After the stream broke: reconnect and re-send if the failure is transient, else fail. */
+  private async recover(error: SessionLogError): Promise<void> {
+    this.abort?.abort();
+    if (!(error instanceof Unavailable) || this.closing) return this.fail(error);
+    const policy = this.options.reconnect;
+    let last: SessionLogError = error;
+    for (let attempt = 1; attempt <= policy.attempts; attempt++) {
+      await sleep(backoff(policy, attempt));
+      if (this.failure !== null) return;
+      try {
+        await this.connect(false, false); // a reconnect continues the same lifecycle: no second resume
+        return;
+      } catch (raw) {
+        last = typedError(raw);
+        if (!(last instanceof Unavailable)) break;
+      }
+    }
+    this.fail(last);
+  }
+}

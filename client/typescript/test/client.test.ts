@@ -1,0 +1,216 @@
+/** The client against a real server, on SQLite and PostgreSQL. */
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { after, before, describe, test } from "node:test";
+import {
+  AlreadyExists,
+  type CaughtUp,
+  type Event,
+  ErrorReason,
+  isEventOfType,
+  NotFound,
+  OwnershipLost,
+  type SessionLogClient,
+  ValidationError,
+  WriterHeld,
+} from "../src/index.js";
+import { assistant, note, stepEnd, stepStart, system, toolCall, toolResult, turnEnd, turnStart, usage, user } from "./events.js";
+import { BACKENDS, sessionId, startServer } from "./support.js";
+
+async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
+  const out: T[] = [];
+  for await (const item of items) out.push(item);
+  return out;
+}
+
+for (const backend of BACKENDS) {
+  describe(`client on ${backend}`, () => {
+    let env: Awaited<ReturnType<typeof startServer>>;
+    let client: SessionLogClient;
+    before(async () => {
+      env = await startServer(backend);
+      client = env.client;
+    });
+    after(async () => env.close());
+
+    test("a writer appends with eventIds always, and payload integers stay exact", async () => {
+      const id = sessionId();
+      const writer = await client.writer(id, { createIfMissing: true });
+      const results = [writer.append([note(1)]), writer.append([note(12345678901234567890n), note(3, { eventId: "mine" })])];
+      const [first, second] = await Promise.all(results);
+      assert.deepEqual(first!.seqs, [0]);
+      assert.deepEqual(second!.seqs, [1, 2]);
+      await writer.close();
+      const events = await collect(client.readEvents(id));
+      assert.deepEqual(events.map((e) => e.seq), [0, 1, 2]);
+      assert.ok(events.every((e) => typeof e.eventId === "string" && e.eventId.length > 0));
+      assert.equal(events[2]!.eventId, "mine");
+      assert.equal(events[1]!.data.n, 12345678901234567890n);
+    });
+
+    test("a retried eventId returns the original seq instead of appending again", async () => {
+      const id = sessionId();
+      const writer = await client.writer(id, { createIfMissing: true });
+      const once = await writer.append([note(1, { eventId: "e1" })]);
+      const again = await writer.append([note(1, { eventId: "e1" }), note(2, { eventId: "e2" })]);
+      await writer.close();
+      assert.deepEqual(once.seqs, [0]);
+      assert.deepEqual(again.seqs, [0, 1]);
+      assert.equal((await client.getSession(id)).nextSeq, 2);
+    });
+
+    test("pipelining past the in-flight limit keeps order and acknowledges every batch", async () => {
+      const id = sessionId();
+      const writer = await client.writer(id, { createIfMissing: true, maxInFlight: 4 });
+      const acks = await Promise.all(Array.from({ length: 50 }, (_, i) => writer.append([note(i)])));
+      await writer.close();
+      assert.deepEqual(acks.map((a) => a.seqs[0]), Array.from({ length: 50 }, (_, i) => i));
+      const events = await collect(client.readEvents(id, { pageSize: 7 }));
+      assert.deepEqual(events.map((e) => e.data.n), Array.from({ length: 50 }, (_, i) => i));
+    });
+
+    test("errors are typed, with the catalogue reason and its metadata", async () => {
+      const id = sessionId();
+      await client.createSession(id);
+      await assert.rejects(client.createSession(id), (e: unknown) => e instanceof AlreadyExists && e.reason === "SESSION_EXISTS");
+      await assert.rejects(client.getSession(sessionId("missing")), (e: unknown) => e instanceof NotFound && e.reason === "SESSION_NOT_FOUND");
+      const holder = await client.writer(id, { writerId: "first" });
+      await assert.rejects(client.writer(id, { writerId: "second" }), (e: unknown) => {
+        assert.ok(e instanceof WriterHeld);
+        assert.equal(e.reason, "WRITER_HELD");
+        assert.equal(e.metadata.holder, "first");
+        assert.ok(Number(e.metadata.expires_at) > Date.now() - 60_000);
+        return true;
+      });
+      await assert.rejects(holder.append([{ type: "made/up", data: {} }]), (e: unknown) => {
+        assert.ok(e instanceof ValidationError);
+        assert.equal(e.reason, "UNKNOWN_TYPE");
+        assert.ok(e.reason in ErrorReason, "the reason is in the catalogue");
+        assert.equal(e.metadata.type, "made/up");
+        return true;
+      });
+      holder.cancel();
+    });
+
+    test("projections are typed: history, transcript, request, stats, surface", async () => {
+      const id = sessionId();
+      const writer = await client.writer(id, { createIfMissing: true });
+      const header = await writer.reportHeader({ config: { model: "m1", maxTokens: 4096 } });
+      assert.equal(header.reason, "initial");
+      await writer.append([system("be brief"), turnStart(1), user("hi"), stepStart(1, 1), note(12345678901234567890n)]);
+      await writer.append([assistant(1, 1, "", [["c1", "read"]], usage(10, 5)), toolCall(1, 1, "c1", "read"), toolResult(1, 1, "c1", "ok")]);
+      await writer.append([stepEnd(1, 1), stepStart(1, 2), assistant(1, 2, "done", [], usage(20, 7)), stepEnd(1, 2), turnEnd(1)]);
+      await writer.close();
+
+      const history = await client.modelHistory(id);
+      assert.deepEqual(history.map((m) => m.role), ["system", "user", "assistant", "toolResult", "assistant"]);
+      const rows = await client.transcript(id);
+      assert.ok(rows.some((r) => r.kind === "message" && r.type === "user/message"));
+      assert.ok(rows.some((r) => r.kind === "event" && r.type === "turn/start"));
+      assert.ok(rows.some((r) => r.kind === "event" && r.data.n === 12345678901234567890n), "big integers stay exact in projections");
+      const request = await client.request(id);
+      assert.equal(request.request.model, "m1");
+      assert.equal(request.request.maxTokens, 4096);
+      assert.equal(request.request.messages.length, 5);
+      assert.equal(request.sha256, createHash("sha256").update(request.requestJson).digest("hex"));
+      const stats = await client.stats(id);
+      assert.equal(stats.inputTokens, 30);
+      assert.equal(stats.outputTokens, 12);
+      assert.equal(stats.toolCalls, 1);
+      const surface = await client.surface(id);
+      assert.equal(surface.nodes.length, 5);
+      assert.deepEqual(await client.modelHistory(id, { pageSize: 2 }), history, "pages add up to the whole history");
+      assert.deepEqual(await client.transcript(id, { pageSize: 3 }), rows, "pages add up to the whole transcript");
+      const paged = client.historyCopy(id);
+      paged.pageSize = 2;
+      assert.deepEqual(await client.refreshHistory(paged), history);
+      const early = await client.modelHistory(id, { atSeq: 4 });
+      assert.equal(early.length, 2);
+      const events = await collect(client.readEvents(id));
+      const call = events.find((e) => isEventOfType(e, "tool/call"));
+      assert.ok(call && isEventOfType(call, "tool/call") && call.data.name === "read");
+    });
+
+    test("a history copy fetches only what it lacks, and everything after a replace", async () => {
+      const id = sessionId();
+      const writer = await client.writer(id, { createIfMissing: true });
+      await writer.append([system("p"), user("one")]);
+      const copy = client.historyCopy(id);
+      assert.equal((await client.refreshHistory(copy)).length, 2);
+      const firstMessage = copy.messages[0];
+      await writer.append([user("two")]);
+      const tail = await client.rpc.getModelHistory(copy.request());
+      assert.equal(tail.fromIndex, 2n, "the service sent only the new message");
+      copy.apply(tail);
+      assert.equal(copy.messages.length, 3);
+      assert.equal(copy.messages[0], firstMessage, "the copy kept its earlier messages");
+      await writer.append([{ type: "user/message", data: { message: { role: "user", content: "summary" } }, surfaceOp: { op: "replace", startSeq: 1, endSeq: 2 }, sourceEventSeqs: [1, 2] }]);
+      const after = await client.refreshHistory(copy);
+      assert.deepEqual(after.map((m) => m.content), ["p", "summary"]);
+      assert.deepEqual(after, await client.modelHistory(id));
+      await writer.close();
+    });
+
+    test("resume repairs an open turn; fork shares the prefix", async () => {
+      const id = sessionId();
+      const writer = await client.writer(id, { createIfMissing: true, writerId: "crashed" });
+      await writer.append([system("p"), turnStart(1), user("go"), stepStart(1, 1), assistant(1, 1, "", [["c1", "bash"]]), toolCall(1, 1, "c1", "bash")]);
+      writer.cancel(); // the harness dies mid-tool
+      const resumed = await client.writer(id, { resume: true, takeover: true });
+      assert.ok(resumed.resumed);
+      assert.equal(resumed.resumed.repairSeqs.length, 3);
+      await resumed.close();
+      const events = await collect(client.readEvents(id));
+      const repair = events.slice(-4).map((e) => e.type);
+      assert.deepEqual(repair, ["tool/result", "step/end", "turn/end", "session/end-seed"]);
+      const result = events.find((e) => e.type === "tool/result")!;
+      assert.equal((result.data.error as { code: string }).code, "TOOL_OUTCOME_UNKNOWN");
+
+      const fork = await client.fork(id, 2);
+      assert.deepEqual(fork.session.parent, { sessionId: id, forkSeq: 2 });
+      const child = await collect(client.readEvents(fork.session.id));
+      assert.deepEqual(child.slice(0, 3).map((e) => e.eventId), events.slice(0, 3).map((e) => e.eventId));
+      const tail = child.slice(3).map((e) => e.type);
+      assert.ok(tail.includes("session/end-seed") && tail.includes("turn/end"), tail.join(","));
+      assert.deepEqual(child.find((e) => e.type === "turn/end")!.data.reason, { kind: "forked" });
+    });
+
+    test("a lease writer heartbeats, and a takeover is OwnershipLost, never a quiet re-acquire", async () => {
+      const id = sessionId();
+      await client.createSession(id);
+      const unary = await client.leaseWriter(id, { writerId: "unary", heartbeatMs: 50 });
+      const first = await unary.append([note(1)]);
+      assert.deepEqual(first.seqs, [0]);
+      const before = unary.lease.expireTimeMs;
+      await new Promise((r) => setTimeout(r, 200));
+      assert.ok(unary.lease.expireTimeMs > before, "heartbeats renewed the lease");
+      const thief = await client.writer(id, { takeover: true, writerId: "thief" });
+      await assert.rejects(unary.append([note(2)]), OwnershipLost);
+      await assert.rejects(unary.append([note(3)]), OwnershipLost, "it stays failed");
+      await thief.append([note(4)]);
+      await thief.close();
+      const types = (await collect(client.readEvents(id))).map((e) => e.data.n);
+      assert.deepEqual(types, [1, 4]);
+      await unary.close();
+    });
+
+    test("a subscription replays, marks caught-up once, then follows the live tail", async () => {
+      const id = sessionId();
+      const writer = await client.writer(id, { createIfMissing: true });
+      await writer.append([note(0), note(1)]);
+      const subscription = client.subscribe(id);
+      const seen: (Event | CaughtUp)[] = [];
+      const done = (async () => {
+        for await (const item of subscription) {
+          seen.push(item);
+          if ("seq" in item && item.seq === 3) break;
+        }
+      })();
+      await new Promise((r) => setTimeout(r, 100));
+      await writer.append([note(2), note(3)]);
+      await done;
+      await writer.close();
+      assert.deepEqual(seen.map((i) => ("seq" in i ? i.seq : "caught-up")), [0, 1, "caught-up", 2, 3]);
+    });
+  });
+}

@@ -1,0 +1,145 @@
+/**
+ * Real servers for the tests: `python -m sessionlog serve` as a child process on a free
+ * loopback port, on a fresh SQLite file or a fresh PostgreSQL database (dropped afterwards).
+ *
+ * SESSIONLOG_PYTHON names the interpreter with sessionlog installed (default: the repository's
+ * .venv); SESSIONLOG_TEST_PG the PostgreSQL admin URL (as for pytest); SESSIONLOG_TS_BACKENDS
+ * limits the backends (comma-separated, default "sqlite,postgresql").
+ */
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { SessionLogClient, Unavailable } from "../src/index.js";
+
+export const REPO_ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
+export const PYTHON = process.env.SESSIONLOG_PYTHON ?? join(REPO_ROOT, ".venv", "bin", "python");
+const PG_ADMIN = process.env.SESSIONLOG_TEST_PG ?? "postgresql://postgres@127.0.0.1:5432/test";
+
+export type Backend = "sqlite" | "postgresql";
+export const BACKENDS: Backend[] = (process.env.SESSIONLOG_TS_BACKENDS ?? "sqlite,postgresql").split(",").map((b) => b.trim() as Backend);
+
+/** A fresh database of `backend`; `drop()` removes it. */
+export interface Database {
+  url: string;
+  drop(): void;
+}
+
+function python(code: string, ...args: string[]): string {
+  return execFileSync(PYTHON, ["-c", code, ...args], { encoding: "utf8" });
+}
+
+export function createDatabase(backend: Backend): Database {
+  if (backend === "sqlite") {
+    const dir = mkdtempSync(join(tmpdir(), "sessionlog-ts-"));
+    return { url: `sqlite:///${join(dir, "sessionlog.db")}`, drop: () => rmSync(dir, { recursive: true, force: true }) };
+  }
+  const name = `sessionlog_ts_${process.pid}_${Math.random().toString(16).slice(2, 8)}`;
+  const admin = "import psycopg, sys\nwith psycopg.connect(sys.argv[1], autocommit=True) as c: c.execute(sys.argv[2])";
+  python(admin, PG_ADMIN, `CREATE DATABASE "${name}"`);
+  return {
+    url: `${PG_ADMIN.slice(0, PG_ADMIN.lastIndexOf("/"))}/${name}`,
+    drop: () => python(admin, PG_ADMIN, `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`) && undefined,
+  };
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => (typeof address === "object" && address ? resolve(address.port) : reject(new Error("no port"))));
+    });
+  });
+}
+
+/** `sessionlog serve` in a child process; `kill()` is SIGKILL (nothing flushed beyond commits). */
+export class ServerProcess {
+  target = "";
+  private proc: ChildProcess | null = null;
+  private stderr = "";
+
+  constructor(
+    readonly db: string,
+    private readonly env: Record<string, string> = {},
+    private port = 0,
+  ) {}
+
+  async start(): Promise<this> {
+    if (!this.port) this.port = await freePort();
+    this.target = `127.0.0.1:${this.port}`;
+    this.stderr = "";
+    const proc = spawn(PYTHON, ["-m", "sessionlog", "serve", "--db", this.db, "--listen", this.target], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, SESSIONLOG_LOG_LEVEL: "warning", SESSIONLOG_METRICS_LISTEN: "", ...this.env },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    proc.stderr?.on("data", (chunk: Buffer) => {
+      this.stderr = (this.stderr + chunk.toString()).slice(-4000);
+    });
+    this.proc = proc;
+    const probe = new SessionLogClient({ target: this.target, timeoutMs: 1000, retry: { attempts: 1, initialDelayMs: 0, maxDelayMs: 0 } });
+    try {
+      const deadline = Date.now() + 60_000;
+      for (;;) {
+        if (proc.exitCode !== null) throw new Error(`server exited: ${this.stderr}`);
+        try {
+          await probe.getSession("probe");
+          break;
+        } catch (error) {
+          if (!(error instanceof Unavailable)) break; // it answered: it is up
+          if (Date.now() > deadline) throw new Error(`server did not start: ${this.stderr}`);
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+    } finally {
+      probe.close();
+    }
+    return this;
+  }
+
+  /** SIGKILL and wait for the exit. */
+  async kill(): Promise<void> {
+    await this.signal("SIGKILL");
+  }
+
+  /** SIGTERM (graceful) and wait for the exit. */
+  async stop(): Promise<void> {
+    await this.signal("SIGTERM");
+  }
+
+  private async signal(signal: NodeJS.Signals): Promise<void> {
+    const proc = this.proc;
+    if (proc === null || proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+    proc.kill(signal);
+    await exited;
+    this.proc = null;
+  }
+}
+
+/** A server on a fresh database of `backend`, with a client; `close()` tears everything down. */
+export async function startServer(backend: Backend, env: Record<string, string> = {}): Promise<{ server: ServerProcess; client: SessionLogClient; close(): Promise<void> }> {
+  const db = createDatabase(backend);
+  const server = await new ServerProcess(db.url, env).start();
+  const client = new SessionLogClient({ target: server.target });
+  return {
+    server,
+    client,
+    async close() {
+      client.close();
+      await server.stop();
+      db.drop();
+    },
+  };
+}
+
+let counter = 0;
+/** A session id unique within the test run. */
+export function sessionId(prefix = "ts"): string {
+  counter += 1;
+  return `${prefix}-${process.pid}-${counter}-${Math.random().toString(36).slice(2, 8)}`;
+}

@@ -1,0 +1,113 @@
+"""Loading a session's fold: the latest usable snapshot at or before a seq, then its tail.
+
+This is how every session is brought into memory (a live session on first use, a projection at
+an old `at_seq`, a fork's inherited prefix): never the whole log in a list, never a refold from
+seq 0 when a snapshot exists. The tail after the snapshot is read and folded page by page, so a
+load holds at most one page of events plus the snapshot. A cached session that fell behind the
+database (another instance wrote) folds only the missing events (`catch_up`).
+
+When to store a snapshot is decided by `SnapshotPolicy`, in one place: after
+`snapshot_every_events` events, or an eighth of the surface's nodes when that is more (a
+snapshot costs O(surface), so on a large surface they are spaced out to keep the stored bytes
+proportional to the log), or after `snapshot_every_bytes` of payload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import structlog
+
+from sessionlog.core.events import Event
+from sessionlog.core.fold import SessionFold
+from sessionlog.core.snapshot import FOLD_VERSION, SnapshotUnusable, decode_snapshot, encode_snapshot
+from sessionlog_server.service.reader import EventReader
+from sessionlog_server.storage.records import SessionRecord, StoredSnapshot
+
+log = structlog.get_logger("sessionlog.loader")
+
+LOAD_PAGE_EVENTS = 1000
+"""Events read and folded per page while loading."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPolicy:
+    """When a fold is worth snapshotting again (see the module docstring)."""
+
+    every_events: int
+    every_bytes: int
+
+    def due(self, events_since: int, bytes_since: int, surface_nodes: int) -> bool:
+        """Whether `events_since` events (`bytes_since` payload bytes) call for a new snapshot."""
+        spacing = surface_nodes // 8
+        if events_since >= max(self.every_events, spacing):
+            return True
+        return bytes_since >= self.every_bytes and events_since >= spacing
+
+    @staticmethod
+    def stored(session_id: str, fold: SessionFold) -> StoredSnapshot:
+        """The snapshot of `fold` as stored under `session_id` (at the fold's last seq)."""
+        return StoredSnapshot(session_id, fold.next_seq - 1, FOLD_VERSION, encode_snapshot(fold.snapshot()))
+
+
+@dataclass(slots=True)
+class Loaded:
+    """A fold of a log prefix and what loading it cost."""
+
+    fold: SessionFold
+    folded_events: int
+    """Events folded after the snapshot (or from seq 0 when none was usable)."""
+    snapshot_seq: int | None
+    """The seq of the snapshot the load started from, if any."""
+
+
+class SessionLoader:
+    """Builds message-less folds of a session's log from snapshots and pages of events."""
+
+    def __init__(self, reader: EventReader, *, page_events: int = LOAD_PAGE_EVENTS) -> None:
+        self.reader = reader
+        self.page_events = page_events
+
+    async def fold_at(self, record: SessionRecord, at_seq: int | None = None) -> Loaded:
+        """The fold of the session's log up to `at_seq` (inclusive; None = the head)."""
+        target = record.next_seq - 1 if at_seq is None else at_seq
+        fold, snapshot_seq = await self._start(record, target)
+        folded = await self._fold_pages(fold, record, target)
+        return Loaded(fold, folded, snapshot_seq)
+
+    async def catch_up(self, fold: SessionFold, record: SessionRecord, to_seq: int) -> list[Event]:
+        """Fold the events after the fold's head up to `to_seq` onto it (a fast-forward);
+        returns them (callers note their eventIds). Only for a fold with no batch in flight."""
+        caught: list[Event] = []
+        async for page in self.reader.pages(record, fold.next_seq, to_seq, self.page_events):
+            await asyncio.get_running_loop().run_in_executor(None, fold.extend, page)
+            caught.extend(page)
+        return caught
+
+    async def _start(self, record: SessionRecord, target: int) -> tuple[SessionFold, int | None]:
+        """The fold of the latest usable snapshot at or before `target`, or an empty fold."""
+        if target < 0:
+            return SessionFold(keep_messages=False), None
+        for stored in await self.reader.snapshots(record, target):
+            try:
+                snapshot = decode_snapshot(stored.state)
+            except SnapshotUnusable as exc:
+                log.info("snapshot ignored", session_id=record.id, seq=stored.seq, reason=str(exc))
+                continue
+            if snapshot.seq != stored.seq:
+                log.info("snapshot ignored", session_id=record.id, seq=stored.seq, reason="seq does not match")
+                continue
+            return SessionFold.from_snapshot(snapshot), stored.seq
+        return SessionFold(keep_messages=False), None
+
+    async def _fold_pages(self, fold: SessionFold, record: SessionRecord, target: int) -> int:
+        folded = 0
+        loop = asyncio.get_running_loop()
+        async for page in self.reader.pages(record, fold.next_seq, target, self.page_events):
+            await loop.run_in_executor(None, fold.extend, page)
+            folded += len(page)
+        return folded
+
+
+__all__ = ["LOAD_PAGE_EVENTS", "Loaded", "SessionLoader", "SnapshotPolicy"]

@@ -1,0 +1,180 @@
+"""The metrics/admin HTTP listener: `/metrics` for Prometheus and `/sessions/ID` for people.
+
+`/sessions/ID[?at=SEQ]` serves the same self-contained page as `sessionlog view` (one
+`render_page`), read through the same use cases as ReadEvents, so namespaces apply: a session
+of another namespace is 404, like a missing one. When bearer tokens are configured the page
+needs one of them, as `Authorization: Bearer <token>` or, so a browser can open the page, as
+the password of HTTP Basic auth (the browser asks for it on the 401). `/metrics` stays open,
+as it was, for scrapers.
+
+It runs in its own threads (a threading WSGI server from the standard library) and reaches the
+service by scheduling coroutines on the server's event loop; the page is rendered in the HTTP
+thread, so a large session never blocks the loop that serves gRPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from urllib.parse import parse_qs
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from sessionlog.core.errors import NotFound, SessionLogError
+from sessionlog.core.events import Event
+from sessionlog.view.page import MissingAssets, SessionRef, render_page
+from sessionlog_server.service import access
+from sessionlog_server.service.app import SessionLogService
+from sessionlog_server.tokens import TokenStore
+
+SESSIONS_PREFIX = "/sessions/"
+PAGE_TIMEOUT_S = 120.0
+StartResponse = Callable[..., Any]
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Access logs are not written: the service logs with structlog, not to stderr."""
+
+
+class AdminHttp:
+    """The listener: start it on `HOST:PORT`, stop it with the server."""
+
+    def __init__(
+        self,
+        service: SessionLogService,
+        tokens: TokenStore,
+        loop: asyncio.AbstractEventLoop,
+        registry: CollectorRegistry,
+    ) -> None:
+        self.service = service
+        self.tokens = tokens
+        self.loop = loop
+        self.metrics_app = make_wsgi_app(registry)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    def start(self, listen: str) -> int:
+        """Serve on `HOST:PORT` (port 0 picks a free one); returns the bound port."""
+        host, _, port = listen.rpartition(":")
+        server = make_server(
+            host.strip("[]") or "127.0.0.1", int(port), self.app, _ThreadingServer, handler_class=_QuietHandler
+        )
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True, name="sessionlog-admin-http")
+        self._thread.start()
+        self.port = int(server.server_port)
+        return self.port
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # --- WSGI ------------------------------------------------------------------------------
+
+    def app(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/metrics":
+            return self.metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        if not path.startswith(SESSIONS_PREFIX):
+            return _text(start_response, "404 Not Found", "not found: try /metrics or /sessions/SESSION_ID\n")
+        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+            return _text(start_response, "405 Method Not Allowed", "only GET\n", [("Allow", "GET, HEAD")])
+        principal = self.authenticate(environ.get("HTTP_AUTHORIZATION", ""))
+        if principal is None:
+            challenge = [("WWW-Authenticate", 'Basic realm="sessionlog", charset="UTF-8"')]
+            return _text(start_response, "401 Unauthorized", "a sessionlog token is required\n", challenge)
+        session_id = path[len(SESSIONS_PREFIX) :]
+        try:
+            at = _at_seq(environ.get("QUERY_STRING", ""))
+        except ValueError as exc:
+            return _text(start_response, "400 Bad Request", f"{exc}\n")
+        try:
+            html = self.page(principal, session_id, at)
+        except NotFound as exc:
+            return _text(start_response, "404 Not Found", f"{exc.reason}: {exc.message}\n")
+        except SessionLogError as exc:
+            return _text(start_response, "400 Bad Request", f"{exc.reason}: {exc.message}\n")
+        except MissingAssets as exc:
+            return _text(start_response, "500 Internal Server Error", f"{exc}\n")
+        body = html.encode("utf-8")
+        headers = [
+            ("Content-Type", "text/html; charset=utf-8"),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+            # The page is self-contained: it loads nothing, so nothing else may be loaded into it.
+            ("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"),
+        ]
+        start_response("200 OK", headers)
+        return [body]
+
+    def authenticate(self, header: str) -> access.Principal | None:
+        """The caller's principal, or None; without configured tokens everyone is anonymous."""
+        if not self.tokens.enabled:
+            return access.ANONYMOUS
+        scheme, _, credential = header.partition(" ")
+        credential = credential.strip()
+        if scheme.lower() == "basic":
+            try:
+                credential = base64.b64decode(credential, validate=True).decode("utf-8").partition(":")[2]
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+        elif scheme.lower() != "bearer":
+            return None
+        return self.tokens.lookup(credential) if credential else None
+
+    def page(self, principal: access.Principal, session_id: str, at: int | None) -> str:
+        future = asyncio.run_coroutine_threadsafe(self._gather(principal, session_id, at), self.loop)
+        session, events = future.result(timeout=PAGE_TIMEOUT_S)
+        return render_page(events, session, link="/sessions/{id}")
+
+    async def _gather(
+        self, principal: access.Principal, session_id: str, at: int | None
+    ) -> tuple[SessionRef, list[Event]]:
+        access.bind(principal)
+        record = await self.service.get_session(session_id)
+        events: list[Event] = []
+        async for page in self.service.read_events(session_id, 0, at, 0):
+            events.extend(page)
+        children: list[tuple[str, int | None]] = []
+        token = ""
+        while True:
+            records, token = await self.service.list_sessions(0, token, session_id)
+            children.extend((child.id, child.fork_seq) for child in records)
+            if not token:
+                break
+        return SessionRef(record.id, record.parent_id, record.fork_seq, tuple(children)), events
+
+
+def _at_seq(query: str) -> int | None:
+    """`?at=SEQ` (the last one wins); ValueError names a value that is not a seq."""
+    values = parse_qs(query).get("at")
+    if not values:
+        return None
+    value = values[-1]
+    if not value.isdigit():
+        raise ValueError(f"at must be a non-negative integer (a seq), got {value!r}")
+    return int(value)
+
+
+def _text(
+    start_response: StartResponse, status: str, text: str, extra: list[tuple[str, str]] | None = None
+) -> list[bytes]:
+    body = text.encode("utf-8")
+    start_response(
+        status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))] + (extra or [])
+    )
+    return [body]

@@ -1,0 +1,115 @@
+"""The timeline projection and the request diff (issue 14) on the scripted session."""
+
+from __future__ import annotations
+
+import pytest
+
+from sessionlog.core.errors import ValidationError
+from sessionlog.core.events import Event
+from sessionlog.core.projections.request import request
+from sessionlog.core.projections.stats import stats
+from sessionlog.core.projections.timeline import timeline
+from sessionlog.core.repair import commit_closers, open_turn_closers
+from sessionlog.core.request_diff import SurfaceDelta, request_diff
+from tests.support.scripted import COMPACTION_REPLACE_SEQ, DROPS, REQUEST_SEQS, committed
+
+
+def repaired() -> list[Event]:
+    events = committed()
+    return events + commit_closers(open_turn_closers(events, "interrupted"), len(events), events[-1].time)
+
+
+def test_stats_and_counts_agree_with_the_stats_projection() -> None:
+    events = repaired()
+    view = timeline(events)
+    assert view["stats"] == stats(events)
+    counts = view["counts"]
+    assert counts["turns"] == view["stats"]["turns"] == 4
+    assert counts["steps"] == view["stats"]["steps"] == 8
+    assert counts["toolCalls"] == view["stats"]["toolCalls"] == 6
+    assert counts["toolErrors"] == view["stats"]["toolErrors"] == 3
+    assert counts["requests"] == view["stats"]["modelCalls"] == len(REQUEST_SEQS)
+    assert [r["seq"] for r in view["requests"]] == REQUEST_SEQS
+
+
+def test_usage_context_share_and_cumulative_cost() -> None:
+    events = repaired()
+    view = timeline(events)
+    second = view["requests"][1]["usage"]
+    assert second["context"] == 1200 and second["cacheShare"] == pytest.approx(1000 / 1200)
+    for req in view["requests"]:
+        # The cumulative cost at a request is the stats cost of the prefix ending with it.
+        assert req["cumulativeCost"] == pytest.approx(stats(events[: req["seq"] + 1])["costUsd"])
+    assert sum(r["usage"]["output"] for r in view["requests"]) + 60 == view["stats"]["outputTokens"]
+
+
+def test_each_cache_drop_names_its_cause() -> None:
+    view = timeline(repaired())
+    drops = {r["seq"]: r["drop"] for r in view["requests"] if r["drop"] is not None}
+    assert {seq: drop["causes"] for seq, drop in drops.items()} == DROPS
+    assert drops[22]["diff"]["header"]["fields"] == ["tools"]
+    landing = drops[38]["diff"]["messages"]["replaces"]
+    assert [(r["seq"], r["startSeq"], r["endSeq"], r["sourceKind"]) for r in landing] == [
+        (COMPACTION_REPLACE_SEQ, 2, 27, "compaction")
+    ]
+    assert drops[38]["diff"]["header"]["fields"] == []  # the series header changed nothing
+    assert drops[49]["diff"]["prefixKept"] is True and drops[49]["gapMs"] == 6000
+
+
+def test_turns_steps_tool_outcomes_and_markers() -> None:
+    view = timeline(repaired())
+    assert [t["endKind"] for t in view["turns"]] == ["completed", "completed", "completed", "interrupted"]
+    outcomes = {c["callId"]: (c["outcome"], c["errorCode"]) for c in view["toolCalls"]}
+    assert outcomes == {
+        "c1": ("ok", None),
+        "c2": ("error", None),
+        "c3": ("ok", None),
+        "c4": ("ok", None),
+        "c5": ("repaired", "TOOL_OUTCOME_UNKNOWN"),
+        "c6": ("repaired", "TOOL_NOT_STARTED"),
+    }
+    assert view["toolCalls"][0]["durationMs"] == 1000  # from tool/call (seq 6) to the result (seq 7)
+    kinds = [(m["seq"], m["kind"]) for m in view["markers"]]
+    assert kinds == [(0, "header"), (19, "header"), (31, "compaction"), (32, "replace"), (34, "header"), (54, "repair")]
+    assert [m.get("reason") for m in view["markers"] if m["kind"] == "header"] == ["initial", "change", "series"]
+
+
+def test_request_diff_between_two_steps() -> None:
+    events = repaired()
+    diff = request_diff(events, 14, 37)
+    assert diff["header"]["fields"] == ["tools"]
+    assert diff["header"]["logged"] == [19, 34]
+    # Nodes 2..12 were on the surface at seq 14; the compaction (32) took them off, and the
+    # messages added after 14 but before the compaction (15, 18, 22, 24, 27) never count.
+    assert diff["messages"]["replaced"] == [2, 5, 7, 10, 12]
+    assert diff["messages"]["added"] == [32, 35]
+    assert diff["messages"]["firstChanged"] == 1
+    assert diff["prefixKept"] is False
+    same = request_diff(events, 40, 46)
+    assert same["prefixKept"] is True and same["messages"]["added"] == [43, 46]
+    # Appends only: the later request's messages extend the earlier one's.
+    early, late = request(events[:41])["request"], request(events[:47])["request"]
+    assert late["messages"][: len(early["messages"])] == early["messages"]
+
+
+def test_composed_deltas_equal_the_direct_diff() -> None:
+    events = repaired()
+    requests = timeline(events)["requests"]
+    for i, a in enumerate(requests):
+        for b in requests[i + 1 :]:
+            composed = SurfaceDelta()
+            for r in requests:
+                if a["seq"] < r["seq"] <= b["seq"]:
+                    d = r["delta"]
+                    composed = composed.merge(
+                        SurfaceDelta(d["added"], dict(map(tuple, d["replaced"])), d["firstChanged"], d["headers"])
+                    )
+            direct = request_diff(events, a["atSeq"], b["atSeq"])["messages"]
+            assert composed.added == direct["added"]
+            assert sorted(composed.replaced) == direct["replaced"]
+            assert composed.first_changed == direct["firstChanged"]
+
+
+def test_request_diff_refuses_seqs_out_of_order() -> None:
+    with pytest.raises(ValidationError, match="request diff"):
+        request_diff(repaired(), 20, 10)

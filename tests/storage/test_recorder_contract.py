@@ -1,0 +1,237 @@
+"""The recorder contract: one suite, run against every backend through the storage factory.
+
+As eventsourcing's persistence tests do, `RecorderContract` states what any `EventRecorder`
+must do and says nothing about SQL; each backend's class only says how to open a recorder
+(`open_recorder`, the factory the service uses, on a migrated database). The service and gRPC
+are not involved: this is storage tested from below, so a backend that breaks a rule fails
+here with the rule's name, not somewhere behind a server.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sessionlog.core import jsonvalue
+from sessionlog.core.errors import AlreadyExists, ExpectedSeqMismatch, NotFound, OwnershipLost, WriterHeld
+from sessionlog.core.events import APPEND, Event
+from sessionlog_server.storage import blobs
+from sessionlog_server.storage.factory import open_recorder
+from sessionlog_server.storage.migrate import upgrade
+from sessionlog_server.storage.recorder import EventRecorder, stored_form
+from sessionlog_server.storage.records import PendingBatch, SessionRecord, StoredSnapshot
+
+TTL = 10_000
+NOW = 1_000_000
+BLOB_THRESHOLD = 64
+
+
+def session(sid: str, namespace: str = "ns", *, create_time: int = NOW, **fields: Any) -> SessionRecord:
+    values: dict[str, Any] = {
+        "id": sid,
+        "namespace": namespace,
+        "create_time": create_time,
+        "cwd": None,
+        "metadata": {},
+        "parent_id": None,
+        "fork_seq": None,
+        "next_seq": 0,
+        "last_time": 0,
+        "writer_id": None,
+        "epoch": 0,
+        "lease_expires_at": None,
+        "open_turn": False,
+        **fields,
+    }
+    return SessionRecord(**values)
+
+
+def note(seq: int, data: dict[str, Any] | None = None, **fields: Any) -> Event:
+    return Event(seq, NOW + seq, "test/note", data if data is not None else {"n": seq}, ignorable=True, **fields)
+
+
+def batch(
+    lease: SessionRecord, events: list[Event], *, expected: int | None = None, open_turn: bool = False
+) -> PendingBatch:
+    """A batch as the append planner hands it over: data as stored text, long strings as blobs."""
+    assert lease.writer_id is not None
+    pending = PendingBatch(
+        session_id=lease.id,
+        writer_id=lease.writer_id,
+        epoch=lease.epoch,
+        expected_next_seq=events[0].seq if expected is None else expected,
+        events=events,
+        last_time=events[-1].time,
+        open_turn=open_turn,
+        lease_expires_at=NOW + TTL,
+    )
+    for event in events:
+        ext = blobs.externalize(event.data, BLOB_THRESHOLD)
+        pending.blobs.update(ext.blobs)
+        pending.stored.append(stored_form(ext.data, ext.refs or None))
+    return pending
+
+
+class RecorderContract:
+    """What every recorder does. A backend's test class sets `recorder` (through the factory)."""
+
+    recorder: EventRecorder
+
+    @pytest.fixture
+    def sid(self) -> str:
+        return f"c-{uuid.uuid4().hex[:12]}"
+
+    def writer(self, sid: str, writer: str = "w1", **fields: Any) -> SessionRecord:
+        """A new session held by `writer`."""
+        self.recorder.create_session(session(sid, **fields))
+        return self.recorder.acquire_lease(sid, writer, takeover=False, now=NOW, ttl_ms=TTL)
+
+    # --- sessions -------------------------------------------------------------------------
+
+    def test_a_session_reads_back_as_created_and_its_id_is_taken(self, sid: str) -> None:
+        created = session(sid, cwd="/w", metadata={"k": [1, "二"]})
+        self.recorder.create_session(created)
+        assert self.recorder.get_session(sid) == created
+        with pytest.raises(AlreadyExists) as taken:
+            self.recorder.create_session(session(sid))
+        assert taken.value.reason == "SESSION_EXISTS"
+        with pytest.raises(NotFound) as missing:
+            self.recorder.get_session(sid + "-none")
+        assert missing.value.reason == "SESSION_NOT_FOUND"
+
+    def test_sessions_list_in_pages_per_namespace_and_parent(self, sid: str) -> None:
+        namespace = f"ns-{sid}"
+        for index in range(5):
+            self.recorder.create_session(session(f"{sid}-{index}", namespace, create_time=NOW + index % 2))
+        self.recorder.create_session(session(f"{sid}-other", f"{namespace}-b"))
+        self.recorder.create_session(session(f"{sid}-fork", namespace, create_time=NOW + 9, parent_id=f"{sid}-0"))
+        first = self.recorder.list_sessions(namespace, 3)
+        rest = self.recorder.list_sessions(namespace, 10, after=(first[-1].create_time, first[-1].id))
+        ids = [s.id for s in first + rest]
+        assert ids == [f"{sid}-{i}" for i in (0, 2, 4, 1, 3)] + [f"{sid}-fork"]  # by (create_time, id)
+        assert [s.id for s in self.recorder.list_sessions(namespace, 10, parent_id=f"{sid}-0")] == [f"{sid}-fork"]
+        assert self.recorder.count_sessions(namespace) == 6
+
+    def test_a_fork_is_created_with_its_own_first_events_in_one_commit(self, sid: str) -> None:
+        self.recorder.create_session(session(sid))
+        child = session(f"{sid}-child", parent_id=sid, fork_seq=4, next_seq=7, last_time=NOW)
+        seed = [Event(5, NOW, "session/end-seed", {"inherited": True}), note(6)]
+        self.recorder.create_session(child, seed)
+        assert self.recorder.get_session(child.id).parent_id == sid
+        assert self.recorder.read_events(child.id, 0, None, 10) == seed  # only its own events
+
+    # --- leases -----------------------------------------------------------------------------
+
+    def test_a_lease_bumps_the_epoch_and_a_live_one_is_refused_to_another_writer(self, sid: str) -> None:
+        held = self.writer(sid, "w1")
+        assert (held.writer_id, held.epoch, held.lease_expires_at) == ("w1", 1, NOW + TTL)
+        with pytest.raises(WriterHeld) as refused:
+            self.recorder.acquire_lease(sid, "w2", takeover=False, now=NOW + 1, ttl_ms=TTL)
+        assert refused.value.metadata["holder"] == "w1"
+        assert refused.value.metadata["expires_at"] == str(NOW + TTL)
+        again = self.recorder.acquire_lease(sid, "w1", takeover=False, now=NOW + 2, ttl_ms=TTL)
+        assert again.epoch == 2  # the same writer reconnecting fences its old connection
+        taken = self.recorder.acquire_lease(sid, "w2", takeover=True, now=NOW + 3, ttl_ms=TTL)
+        assert (taken.writer_id, taken.epoch) == ("w2", 3)
+        expired = self.recorder.acquire_lease(sid, "w3", takeover=False, now=NOW + 3 + TTL, ttl_ms=TTL)
+        assert (expired.writer_id, expired.epoch) == ("w3", 4)
+
+    def test_renew_and_release_need_the_current_epoch(self, sid: str) -> None:
+        held = self.writer(sid)
+        renewed = self.recorder.renew_lease(sid, "w1", held.epoch, now=NOW + 5, ttl_ms=TTL)
+        assert renewed.lease_expires_at == NOW + 5 + TTL
+        self.recorder.acquire_lease(sid, "w2", takeover=True, now=NOW + 6, ttl_ms=TTL)
+        with pytest.raises(OwnershipLost):
+            self.recorder.renew_lease(sid, "w1", held.epoch, now=NOW + 7, ttl_ms=TTL)
+        assert self.recorder.release_lease(sid, "w1", held.epoch) is False
+        assert self.recorder.release_lease(sid, "w2", held.epoch + 1) is True
+        assert self.recorder.get_session(sid).writer_id is None
+
+    # --- appends ----------------------------------------------------------------------------
+
+    def test_a_committed_batch_reads_back_exactly(self, sid: str) -> None:
+        lease = self.writer(sid)
+        text = '{"z":1,"a":[123456789012345678901234567890,1.50,"é\\u2028😀"]}'
+        events = [
+            note(0, jsonvalue.loads(text), event_id="e0"),
+            Event(1, NOW + 1, "user/message", {"message": {"role": "user", "content": "x" * 500}}, surface_op=APPEND),
+            note(2, {"nul": "a\x00b"}, source_event_seqs=(0, 1)),
+        ]
+        assert self.recorder.commit_batches([batch(lease, events)]) == [None]
+        stored = self.recorder.read_events(sid, 0, None, 10)
+        assert stored == events
+        assert jsonvalue.dumps(stored[0].data) == jsonvalue.dumps(jsonvalue.loads(text))  # key order, big ints
+        assert list(stored[0].data) == ["z", "a"]
+        assert self.recorder.get_session(sid).next_seq == 3
+
+    def test_a_fenced_batch_writes_nothing(self, sid: str) -> None:
+        lease = self.writer(sid)
+        assert self.recorder.commit_batches([batch(lease, [note(0)])]) == [None]
+        (wrong_seq,) = self.recorder.commit_batches([batch(lease, [note(5)], expected=5)])
+        assert isinstance(wrong_seq, ExpectedSeqMismatch) and wrong_seq.metadata["next_seq"] == "1"
+        self.recorder.acquire_lease(sid, "w2", takeover=True, now=NOW + 1, ttl_ms=TTL)
+        (stale,) = self.recorder.commit_batches([batch(lease, [note(1)])])
+        assert isinstance(stale, OwnershipLost)
+        assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0]
+        assert self.recorder.get_session(sid).next_seq == 1
+
+    def test_a_group_commit_fences_each_session_on_its_own(self, sid: str) -> None:
+        good = self.writer(sid)
+        other = self.writer(f"{sid}-b")
+        self.recorder.acquire_lease(other.id, "w9", takeover=True, now=NOW + 1, ttl_ms=TTL)
+        results = self.recorder.commit_batches(
+            [batch(good, [note(0)]), batch(other, [note(0)]), batch(good, [note(1), note(2)])]
+        )
+        assert results[0] is None and isinstance(results[1], OwnershipLost) and results[2] is None
+        assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0, 1, 2]
+        assert self.recorder.read_events(other.id, 0, None, 10) == []
+
+    def test_open_turns_without_a_live_writer_are_found_for_repair(self, sid: str) -> None:
+        lease = self.writer(sid)
+        self.recorder.commit_batches([batch(lease, [note(0)], open_turn=True)])
+        held = {s.id for s in self.recorder.sessions_to_repair(NOW)}
+        lapsed = {s.id for s in self.recorder.sessions_to_repair(NOW + TTL)}
+        assert sid not in held and sid in lapsed
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def test_reads_by_range_by_seqs_and_by_event_id(self, sid: str) -> None:
+        lease = self.writer(sid)
+        events = [note(seq, event_id=f"id-{seq}") for seq in range(6)]
+        self.recorder.commit_batches([batch(lease, events)])
+        assert [e.seq for e in self.recorder.read_events(sid, 2, 4, 10)] == [2, 3, 4]
+        assert [e.seq for e in self.recorder.read_events(sid, 1, None, 2)] == [1, 2]
+        assert [e.seq for e in self.recorder.read_events_at(sid, [5, 0, 3])] == [0, 3, 5]
+        assert self.recorder.find_event_ids(sid, ["id-4", "id-9"]) == {"id-4": 4}
+        assert self.recorder.recent_event_ids(sid, 2) == [("id-5", 5), ("id-4", 4)]
+
+    def test_snapshots_are_kept_once_per_seq_and_read_newest_first(self, sid: str) -> None:
+        self.recorder.create_session(session(sid))
+        for seq in (3, 7, 12):
+            self.recorder.save_snapshot(StoredSnapshot(sid, seq, 1, f"state-{seq}".encode()))
+        self.recorder.save_snapshot(StoredSnapshot(sid, 7, 1, b"state-7"))  # already there: no error
+        found = self.recorder.snapshots_before(sid, 10, 5)
+        assert [(s.seq, s.state) for s in found] == [(7, b"state-7"), (3, b"state-3")]
+
+
+class TestSQLiteRecorder(RecorderContract):
+    @pytest.fixture(autouse=True, scope="class")
+    @classmethod
+    def _recorder(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+        url = f"sqlite:///{tmp_path_factory.mktemp('contract') / 'recorder.db'}"
+        upgrade(url)  # a fresh file, migrated: the chain is tested here too
+        cls.recorder = open_recorder(url)
+        yield
+        cls.recorder.close()
+
+
+class TestPostgresRecorder(RecorderContract):
+    @pytest.fixture(autouse=True, scope="class")
+    @classmethod
+    def _recorder(cls, pg_database: str) -> Iterator[None]:
+        cls.recorder = open_recorder(pg_database)  # the suite's migrated database (conftest)
+        yield
+        cls.recorder.close()

@@ -1,0 +1,264 @@
+"""Long sessions: snapshots, exact eventId de-duplication without a per-event map, fast-forward,
+paged reads. Real servers on loopback, SQLite and PostgreSQL.
+
+Sessions here are made long enough to leave the live session's bounded set of recent eventIds
+(`RECENT_IDS`), so a retry of an old id must be answered through the events' unique index.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import grpc
+import pytest
+from sqlalchemy import create_engine, text
+
+from sessionlog.client import SessionLogClient
+from sessionlog.core import jsonvalue
+from sessionlog.requests import history_request, transcript_request
+from sessionlog.v1 import session_service_pb2 as pb
+from sessionlog_server.service.live import RECENT_IDS
+from tests.support import events as ev
+from tests.support.servers import ServerThread
+
+SNAPSHOT_EVERY = 50
+
+
+def _turns(first_turn: int, count: int, prefix: str) -> list[dict[str, Any]]:
+    """`count` small complete turns (user, assistant with a tool call, result), with eventIds."""
+    out: list[dict[str, Any]] = []
+    for turn in range(first_turn, first_turn + count):
+        call = f"{prefix}-c{turn}"
+        out += [
+            ev.user(f"question {turn}"),
+            ev.turn_start(turn),
+            ev.step_start(turn, 1),
+            ev.assistant(turn, 1, "looking", calls=((call, "read"),), usage={"input": turn, "output": 1}),
+            ev.tool_result(turn, 1, call, f"result {turn}"),
+            ev.step_end(turn, 1),
+            ev.turn_end(turn),
+        ]
+    for index, event in enumerate(out):
+        event["eventId"] = f"{prefix}-{first_turn}-{index}"
+    return out
+
+
+def _fill(
+    client: SessionLogClient, sid: str, turns: int, prefix: str = "e", first_turn: int = 1, per_batch: int = 100
+) -> None:
+    lease = client.acquire_lease(sid)
+    last = first_turn + turns
+    for first in range(first_turn, last, per_batch):
+        client.append(sid, lease, _turns(first, min(per_batch, last - first), prefix))
+    client.release_lease(lease)
+
+
+def _everything(client: SessionLogClient, sid: str, at_seq: int | None = None) -> tuple[Any, ...]:
+    return (
+        client.model_history(sid, at_seq=at_seq),
+        client.transcript(sid, at_seq=at_seq),
+        client.request(sid, at_seq=at_seq),
+        client.stats(sid, at_seq=at_seq),
+        client.surface(sid, at_seq=at_seq),
+    )
+
+
+class Servers:
+    """Servers of one test on its own database; each stopped once (by the test or at the end)."""
+
+    def __init__(self, db: str) -> None:
+        self.db = db
+        self.running: list[ServerThread] = []
+
+    def __call__(self, **settings: Any) -> ServerThread:
+        server = ServerThread(self.db, lease_ttl_ms=5_000, snapshot_every_events=SNAPSHOT_EVERY, **settings)
+        self.running.append(server)
+        return server
+
+    def stop(self, server: ServerThread) -> None:
+        self.running.remove(server)
+        server.stop(grace=0.5)
+
+
+@pytest.fixture
+def own_server(fresh_db: str) -> Any:
+    servers = Servers(fresh_db)
+    yield servers
+    for server in list(servers.running):
+        servers.stop(server)
+
+
+def test_a_retried_event_id_long_after_its_batch_returns_its_seqs_and_stores_nothing(
+    own_server: Any, sid: str
+) -> None:
+    turns = RECENT_IDS // 7 + 20  # more eventIds than the live session remembers
+    server = own_server()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        _fill(client, sid, turns)
+        head = client.get_session(sid).next_seq
+        first = _turns(1, 1, "e")[:3]
+        original = [e.seq for e in client.read_events(sid, to_seq=3) if e.event_id in {x["eventId"] for x in first}]
+        lease = client.acquire_lease(sid)
+        assert client.append(sid, lease, first).seqs == original  # found through the index
+        assert client.get_session(sid).next_seq == head
+    own_server.stop(server)
+    again = own_server(session_cache_size=1)  # after a restart, then after an eviction
+    with SessionLogClient(again.target) as client:
+        lease = client.acquire_lease(sid, takeover=True)
+        assert client.append(sid, lease, first).seqs == original
+        other = f"{sid}-other"
+        client.create_session(other)
+        client.model_history(other)  # evicts `sid` from a one-session cache
+        assert client.append(sid, lease, first).seqs == original
+        assert client.get_session(sid).next_seq == head
+
+
+def test_a_fork_answers_retries_of_its_own_ids_and_not_of_its_parents(own_server: Any, sid: str) -> None:
+    server = own_server()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        _fill(client, sid, 3, prefix="p")
+        parent_first = _turns(1, 1, "p")[0]
+        child = client.fork(sid, 0, f"{sid}-child")  # a fork at seq 0 is a fork
+        lease = client.acquire_lease(child.id)
+        reused = client.append(child.id, lease, [parent_first])  # the parent's id is not the child's
+        assert reused.seqs == [child.next_seq]  # appended: the parent's id is not the child's
+        _fill_after = _turns(1, RECENT_IDS // 7 + 10, "k")
+        for start in range(0, len(_fill_after), 700):
+            client.append(child.id, lease, _fill_after[start : start + 700])
+        head = client.get_session(child.id).next_seq
+        assert client.append(child.id, lease, [parent_first]).seqs == reused.seqs
+        assert client.get_session(child.id).next_seq == head
+
+
+def test_snapshots_are_written_and_loading_starts_from_the_latest(own_server: Any, sid: str) -> None:
+    server = own_server()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        _fill(client, sid, 40)
+        expected = _everything(client, sid)
+        middle = client.get_session(sid).next_seq // 2
+        expected_middle = _everything(client, sid, middle)
+    record = server.call(server.service.reader.session(sid))
+    loaded = server.call(server.service.loader.fold_at(record))
+    assert loaded.snapshot_seq is not None
+    assert loaded.folded_events <= SNAPSHOT_EVERY + 100  # the tail, never the whole log
+    at_middle = server.call(server.service.loader.fold_at(record, middle))
+    assert at_middle.folded_events <= SNAPSHOT_EVERY + 100
+    own_server.stop(server)
+    cold = own_server()
+    with SessionLogClient(cold.target) as client:
+        assert _everything(client, sid) == expected
+        assert _everything(client, sid, middle) == expected_middle
+
+
+@pytest.mark.parametrize("damage", ["bytes", "version"])
+def test_damaged_or_foreign_snapshots_are_ignored_and_answers_do_not_change(
+    own_server: Any, fresh_db: str, sid: str, damage: str
+) -> None:
+    server = own_server()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        _fill(client, sid, 30)
+        expected = _everything(client, sid)
+    own_server.stop(server)
+    engine = create_engine(fresh_db)
+    with engine.begin() as conn:
+        rows = conn.execute(text("SELECT seq, state FROM fold_snapshots WHERE session_id = :s"), {"s": sid}).all()
+        assert rows, "the policy wrote snapshots"
+        for seq, state in rows:
+            if damage == "bytes":
+                broken = bytes(state)[:-7] + b"garbage"
+            else:
+                body = jsonvalue.loads(zlib.decompress(bytes(state)))
+                body["v"] = 999
+                broken = zlib.compress(jsonvalue.dumps_bytes(body))
+            conn.execute(
+                text("UPDATE fold_snapshots SET state = :b WHERE session_id = :s AND seq = :q"),
+                {"b": broken, "s": sid, "q": seq},
+            )
+    engine.dispose()
+    cold = own_server()
+    with SessionLogClient(cold.target) as client:
+        assert _everything(client, sid) == expected
+        lease = client.acquire_lease(sid)  # and it can still be written
+        client.append(sid, lease, [ev.user("after the damage")])
+
+
+def test_a_cached_session_catches_up_with_what_another_instance_wrote(own_server: Any, sid: str) -> None:
+    a, b = own_server(), own_server()
+    with SessionLogClient(a.target) as on_a, SessionLogClient(b.target) as on_b:
+        on_a.create_session(sid)
+        _fill(on_a, sid, 5, prefix="a")
+        on_a.model_history(sid)  # cached on A
+        _fill(on_b, sid, 5, prefix="b", first_turn=6)  # B writes; A's cache is behind
+        assert _everything(on_a, sid) == _everything(on_b, sid)
+        live = a.service.live.peek(sid)
+        assert live is not None and live.fold.next_seq == on_b.get_session(sid).next_seq
+        _fill(on_a, sid, 2, prefix="a2", first_turn=11)  # A takes the lease again and appends on the caught-up fold
+        assert _everything(on_a, sid) == _everything(on_b, sid)
+
+
+def test_history_and_transcript_come_in_pages_read_at_one_seq(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    _fill(client, sid, 12)
+    full_history = client.model_history(sid)
+    full_transcript = client.transcript(sid)
+    stub = client.stub
+    request = history_request(sid, None, False)
+    request.page_size = 5
+    response = stub.GetModelHistory(request)
+    pages = [jsonvalue.loads(response.messages_json)]
+    assert len(pages[0]) == 5 and response.next_page_token
+    _fill_more = _turns(13, 2, "later")  # the session grows between pages
+    lease = client.acquire_lease(sid)
+    client.append(sid, lease, _fill_more)
+    while response.next_page_token:
+        response = stub.GetModelHistory(
+            pb.GetModelHistoryRequest(scope=request.scope, page_size=5, page_token=response.next_page_token)
+        )
+        pages.append(jsonvalue.loads(response.messages_json))
+    assert [m for page in pages for m in page] == full_history  # one prefix, the one page 1 saw
+    rows: list[Any] = []
+    treq = transcript_request(sid, None, False)
+    treq.page_size = 7
+    tresp = stub.GetTranscript(treq)
+    rows += jsonvalue.loads(tresp.rows_json)
+    read_at = tresp.at_seq
+    client.append(sid, lease, _turns(15, 1, "later"))  # grows again between transcript pages
+    while tresp.next_page_token:
+        follow = pb.GetTranscriptRequest(scope=treq.scope, page_size=7, page_token=tresp.next_page_token)
+        tresp = stub.GetTranscript(follow)
+        page = jsonvalue.loads(tresp.rows_json)
+        assert len(page) <= 7
+        rows += page
+    assert rows == client.transcript(sid, at_seq=read_at)
+    assert rows[: len(full_transcript)] == full_transcript
+    assert client.model_history(sid)[: len(full_history)] == full_history
+
+
+def test_a_forged_page_token_is_refused(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    for token in ("nonsense", "WyJ0cmFuc2NyaXB0IiwxLDIsM10="):  # the second is a transcript token
+        with pytest.raises(grpc.RpcError) as caught:
+            client.stub.GetModelHistory(
+                pb.GetModelHistoryRequest(scope=pb.ProjectionScope(session_id=sid), page_token=token)
+            )
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_fork_loads_from_its_parents_snapshot_before_the_cut(own_server: Any, sid: str) -> None:
+    server = own_server()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        _fill(client, sid, 30, per_batch=5)  # batches of 35 events: a snapshot about every other one
+        cut = client.get_session(sid).next_seq - 40
+        child = client.fork(sid, cut, f"{sid}-fork")
+        assert client.model_history(child.id, at_seq=cut) == client.model_history(sid, at_seq=cut)
+        assert client.stats(child.id, at_seq=cut) == client.stats(sid, at_seq=cut)
+    record = server.call(server.service.reader.session(child.id))
+    loaded = server.call(server.service.loader.fold_at(record))
+    assert loaded.snapshot_seq is not None and loaded.snapshot_seq <= cut  # the parent's snapshot
+    assert loaded.folded_events <= SNAPSHOT_EVERY + 100

@@ -1,0 +1,103 @@
+"""The session page in a real headless Chromium (issue 14): the page of a scripted session with
+a compaction, a header change, a repair and a fork shows the stats projection's counts, marks
+the replaced rows, names the cache-drop causes, and diffs two chosen requests exactly as the
+core's `request_diff` does. A screenshot is saved under the test's tmp dir."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from sessionlog.client import SessionLogClient
+from sessionlog.core.request_diff import request_diff
+from tests.support.browser import chromium
+from tests.support.scripted import COMPACTION_REPLACE_SEQ, SCRIPT_LIKE, write_scripted
+from tests.support.servers import ServerThread
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def numbers(driver: object, selector: str, attribute: str) -> list[int]:
+    return [int(e.get_attribute(attribute)) for e in driver.find_elements(By.CSS_SELECTOR, selector)]  # type: ignore[attr-defined]
+
+
+def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path) -> None:
+    child = write_scripted(client, sid)
+    page = tmp_path / f"{child}.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionlog", "--server", server.target, "view", child, "-o", str(page)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    stats = client.stats(child)
+    events = list(client.read_events(child))
+    rows = client.transcript(child)
+    with chromium() as driver:
+        driver.get(page.as_uri())
+        WebDriverWait(driver, 20).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+        count = {e.get_attribute("data-count"): e.text for e in driver.find_elements(By.CSS_SELECTOR, "[data-count]")}
+        assert int(count["turns"]) == stats["turns"] == 4
+        assert int(count["toolCalls"]) == stats["toolCalls"] == 6
+        assert int(count["steps"]) == stats["steps"] == 8
+        assert int(count["compactions"]) == stats["compactions"] == 1
+        # One row per request (model call), one element per turn and tool call.
+        assert len(numbers(driver, "table.requests tr[data-request-seq]", "data-request-seq")) == stats["modelCalls"]
+        assert int(count["modelCalls"]) == stats["modelCalls"] == 8
+        assert len(driver.find_elements(By.CSS_SELECTOR, ".turn[data-turn]")) == stats["turns"]
+        tools = driver.find_elements(By.CSS_SELECTOR, ".tool[data-tool-call-id]")
+        assert len(tools) == stats["toolCalls"]
+        outcomes = {t.get_attribute("data-tool-call-id"): t.get_attribute("data-outcome") for t in tools}
+        assert outcomes == {"c1": "ok", "c2": "error", "c3": "ok", "c4": "ok", "c5": "repaired", "c6": "repaired"}
+        assert (
+            driver.find_element(By.CSS_SELECTOR, '.turn[data-turn="4"]').get_attribute("data-end-kind") == "interrupted"
+        )
+        # Replaced rows are marked and point at the compaction that replaced them.
+        replaced = {row["seq"] for row in rows if row["replacedBy"] is not None}
+        marked = driver.find_elements(By.CSS_SELECTOR, "#transcript .row.replaced")
+        assert {int(e.get_attribute("data-seq")) for e in marked} == replaced and replaced
+        assert {e.get_attribute("data-replaced-by") for e in marked} == {str(COMPACTION_REPLACE_SEQ)}
+        landing = driver.find_element(
+            By.CSS_SELECTOR, f'#transcript .row.kind-replace[data-seq="{COMPACTION_REPLACE_SEQ}"]'
+        )
+        assert sorted(map(int, landing.get_attribute("data-replaces").split(","))) == sorted(replaced)
+        # Session content is text: a tool result holding </script><!--<script> changed nothing.
+        row = driver.find_element(By.CSS_SELECTOR, '#transcript .row[data-seq="7"] .text')
+        assert row.text == SCRIPT_LIKE and driver.title == f"sessionlog · {child}"
+        # Every cache-read drop names its cause.
+        causes = {
+            e.get_attribute("data-request-seq"): e.get_attribute("data-cause")
+            for e in driver.find_elements(By.CSS_SELECTOR, "#drops .drop")
+        }
+        assert causes == {"22": "header", "38": "replace", "49": "none"}
+        # The fork: the parent and the cut.
+        parent = driver.find_element(By.CSS_SELECTOR, "[data-parent-session]")
+        assert parent.get_attribute("data-parent-session") == sid
+        assert int(parent.get_attribute("data-fork-seq")) == len(events) - 2  # then the inherited end-seed
+        # The diff between two chosen steps (request 15: turn 1 step 3; request 43: turn 3 step 2).
+        for field, value in (("diff-from", "15"), ("diff-to", "43")):
+            box = driver.find_element(By.ID, field)
+            box.clear()
+            box.send_keys(value)
+        driver.find_element(By.ID, "diff-run").click()
+        WebDriverWait(driver, 10).until(lambda d: d.find_element(By.ID, "diff").get_attribute("data-to-seq") == "43")
+        expected = request_diff(events, 14, 42)
+        fields = [
+            e.get_attribute("data-diff-field") for e in driver.find_elements(By.CSS_SELECTOR, "#diff [data-diff-field]")
+        ]
+        assert fields == expected["header"]["fields"] == ["tools"]
+        assert numbers(driver, "#diff [data-diff-replaced]", "data-diff-replaced") == expected["messages"]["replaced"]
+        assert numbers(driver, "#diff [data-diff-added]", "data-diff-added") == expected["messages"]["added"]
+        assert expected["messages"]["added"] == [COMPACTION_REPLACE_SEQ, 35, 38, 40]
+        assert driver.find_element(By.ID, "diff").get_attribute("data-prefix-kept") == "false"
+        # The chart drew (uPlot's canvas), and nothing was fetched from the network.
+        assert driver.find_elements(By.CSS_SELECTOR, "#chart canvas")
+        assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0
+        assert driver.save_screenshot(str(tmp_path / "session-page.png"))
+    assert (tmp_path / "session-page.png").stat().st_size > 10_000

@@ -1,0 +1,66 @@
+"""`sessionlog export --format otlp-json` and `sessionlog view` against a real server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sessionlog.client import SessionLogClient
+from tests.support.scripted import write_scripted
+from tests.support.servers import ServerThread
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(server: ServerThread, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sessionlog", "--server", server.target, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def test_otlp_export_of_a_fork_matches_its_stats(server: ServerThread, client: SessionLogClient, sid: str) -> None:
+    child = write_scripted(client, sid)
+    done = run(server, "export", child, "--format", "otlp-json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    stats = client.stats(child)
+
+    def attr(span: dict, key: str) -> object:
+        for kv in span["attributes"]:
+            if kv["key"] == key:
+                value = kv["value"]
+                return int(value["intValue"]) if "intValue" in value else next(iter(value.values()))
+        return None
+
+    chat = [s for s in spans if attr(s, "gen_ai.operation.name") == "chat"]
+    assert sum(int(attr(s, "gen_ai.usage.output_tokens")) for s in chat) == stats["outputTokens"]
+    assert sum(int(attr(s, "gen_ai.usage.cache_read.input_tokens")) for s in chat) == stats["cacheReadTokens"]
+    assert {attr(s, "gen_ai.conversation.id") for s in spans if attr(s, "gen_ai.operation.name")} == {child}
+    assert [e["name"] for e in spans[0]["events"]][-2:] == ["sessionlog.resume", "sessionlog.fork"]
+    again = run(server, "export", child, "--format", "otlp-json")
+    assert again.stdout == done.stdout  # deterministic ids and order
+
+
+def test_view_writes_one_self_contained_file(
+    server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    child = write_scripted(client, sid)
+    out = tmp_path / "page.html"
+    done = run(server, "view", child, "-o", str(out), "--at", "40")
+    assert done.returncode == 0, done.stderr
+    html = out.read_text(encoding="utf-8")
+    assert "src=" not in html and 'href="http' not in html  # nothing loaded from elsewhere
+    data = html.split('<script type="application/json" id="sessionlog-data">', 1)[1].split("</script>", 1)[0]
+    page = json.loads(data)
+    assert page["session"]["parent"] == sid and page["session"]["atSeq"] == 40
+    assert page["stats"] == client.stats(child, at_seq=40)
+    missing = run(server, "view", "no-such-session", "-o", str(tmp_path / "x.html"))
+    assert missing.returncode == 1 and "SESSION_NOT_FOUND" in missing.stderr
+    assert not (tmp_path / "x.html").exists()

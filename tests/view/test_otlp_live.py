@@ -1,0 +1,145 @@
+"""`sessionlog otlp`: the session's spans reach a real OTLP/HTTP receiver through the official
+SDK exporter, once or turn by turn while following; what arrives equals `otlp_traces`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from sessionlog.client import SessionLogClient
+from sessionlog.core.formats.otlp import otlp_traces
+from tests.support.events import assistant, step_end, step_start, system, turn_end, turn_start, user
+from tests.support.scripted import usage, write_scripted
+from tests.support.servers import ServerThread
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Receiver:
+    """An OTLP/HTTP traces endpoint on loopback that keeps what it was sent."""
+
+    def __init__(self) -> None:
+        self.requests: list[ExportTraceServiceRequest] = []
+        received = self.requests
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                ok = self.path == "/v1/traces" and self.headers["Content-Type"] == "application/x-protobuf"
+                if ok:
+                    received.append(ExportTraceServiceRequest.FromString(body))
+                self.send_response(200 if ok else 400)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/v1/traces"
+
+    def spans(self) -> list[tuple[str, str, str, str]]:
+        """(trace id, span id, parent id, name) of every span received, in arrival order."""
+        return [
+            (s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name)
+            for request in self.requests
+            for rs in request.resource_spans
+            for ss in rs.scope_spans
+            for s in ss.spans
+        ]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    running = Receiver()
+    yield running
+    running.server.shutdown()
+    running.server.server_close()
+
+
+def expected(client: SessionLogClient, session_id: str) -> list[tuple[str, str, str, str]]:
+    spans = otlp_traces(list(client.read_events(session_id)), session_id)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    return [(s["traceId"], s["spanId"], s.get("parentSpanId", ""), s["name"]) for s in spans]
+
+
+def command(server: ServerThread, *args: str) -> list[str]:
+    return [sys.executable, "-m", "sessionlog", "--server", server.target, "otlp", *args]
+
+
+def test_one_shot_export_sends_every_span_once(
+    server: ServerThread, client: SessionLogClient, sid: str, receiver: Receiver
+) -> None:
+    child = write_scripted(client, sid)
+    done = subprocess.run(
+        command(server, child, "--endpoint", receiver.url), capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(receiver.spans()) == sorted(expected(client, child))
+    assert done.stdout.strip() == f'{{"spans":{len(receiver.spans())}}}'
+    chat = next(
+        s
+        for r in receiver.requests
+        for rs in r.resource_spans
+        for ss in rs.scope_spans
+        for s in ss.spans
+        if s.name == "chat m-1"
+    )
+    keys = {kv.key for kv in chat.attributes}
+    assert {"gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.provider.name"} <= keys
+    assert receiver.requests[0].resource_spans[0].resource.attributes[0].value.string_value == "sessionlog"
+
+
+def test_follow_sends_each_turn_as_it_ends(
+    server: ServerThread, client: SessionLogClient, sid: str, receiver: Receiver
+) -> None:
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+
+    def turn(n: int) -> None:
+        answer = assistant(n, 1, text=f"answer {n}", usage=usage(100 * n, 50 * n, 10))
+        events = [user(f"question {n}"), turn_start(n), step_start(n, 1), answer, step_end(n, 1), turn_end(n)]
+        client.append(sid, lease, ([system("prompt")] if n == 1 else []) + events)
+
+    def wait_for(count: int) -> None:
+        deadline = time.monotonic() + 30
+        while sum(1 for s in receiver.spans() if s[3] == "invoke_agent") < count:
+            assert time.monotonic() < deadline, receiver.spans()
+            time.sleep(0.05)
+
+    turn(1)
+    follower = subprocess.Popen(
+        command(server, sid, "--endpoint", receiver.url, "--follow"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ},
+    )
+    try:
+        wait_for(1)  # replayed
+        turn(2)
+        wait_for(2)  # live
+        assert not any(name.startswith("session ") for *_, name in receiver.spans())  # the root comes last
+        follower.send_signal(signal.SIGTERM)
+        out, err = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 0, err
+    assert receiver.spans()[-1][3] == f"session {sid}"
+    assert sorted(receiver.spans()) == sorted(expected(client, sid))
+    assert out.strip() == '{"spans":5}'  # root, two turns, two model calls

@@ -1,0 +1,74 @@
+"""`/sessions/ID` on the metrics/admin listener: the same page as `sessionlog view`, behind the
+same bearer tokens and namespaces as the gRPC API; `/metrics` stays open."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from sessionlog.client import SessionLogClient
+from sessionlog_server.tokens import config_line, new_token
+from tests.support.scripted import write_scripted
+from tests.support.servers import ServerThread
+
+ALICE, BOB = new_token(), new_token()
+
+
+@pytest.fixture(scope="module")
+def secured(db_url: str) -> Iterator[ServerThread]:
+    lines = [
+        config_line(ALICE, "team-a", read_only=False, name="alice"),
+        config_line(BOB, "team-b", read_only=True, name="bob"),
+    ]
+    server = ServerThread(db_url, tokens="[" + ",".join(lines) + "]", metrics_listen="127.0.0.1:0")
+    yield server
+    server.stop()
+
+
+def get(server: ServerThread, path: str, authorization: str | None = None) -> tuple[int, str, dict[str, str]]:
+    admin = server.running.admin
+    assert admin is not None
+    request = urllib.request.Request(f"http://127.0.0.1:{admin.port}{path}")
+    if authorization:
+        request.add_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode("utf-8"), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode("utf-8"), dict(error.headers)
+
+
+def page_data(html: str) -> dict:
+    return json.loads(html.split('id="sessionlog-data">', 1)[1].split("</script>", 1)[0])
+
+
+def test_the_page_needs_a_token_of_the_sessions_namespace(secured: ServerThread, sid: str) -> None:
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        child = write_scripted(alice, sid)
+        stats = alice.stats(child)
+    status, body, headers = get(secured, f"/sessions/{child}")
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Basic")
+    assert get(secured, f"/sessions/{child}", "Bearer slt_forged")[0] == 401
+    status, html, headers = get(secured, f"/sessions/{child}", f"Bearer {ALICE}")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    data = page_data(html)
+    assert data["stats"] == stats
+    assert data["session"]["parent"] == sid and data["session"]["parentHref"] == f"/sessions/{sid}"
+    # A browser sends the token as the Basic password.
+    basic = "Basic " + base64.b64encode(f"alice:{ALICE}".encode()).decode()
+    assert get(secured, f"/sessions/{child}?at=20", basic)[0] == 200
+    assert page_data(get(secured, f"/sessions/{child}?at=20", basic)[1])["session"]["atSeq"] == 20
+    parent = page_data(get(secured, f"/sessions/{sid}", basic)[1])
+    assert parent["session"]["children"] == [{"id": child, "forkSeq": 55, "href": f"/sessions/{child}"}]
+    # Another namespace sees no such session; a bad seq is a clear 400.
+    status, body, _ = get(secured, f"/sessions/{child}", f"Bearer {BOB}")
+    assert status == 404 and "SESSION_NOT_FOUND" in body
+    status, body, _ = get(secured, f"/sessions/{child}?at=-3", f"Bearer {ALICE}")
+    assert status == 400 and "non-negative integer" in body
+    assert get(secured, "/metrics")[0] == 200  # scrapers need no token, as before
+    assert get(secured, "/elsewhere", f"Bearer {ALICE}")[0] == 404

@@ -19,13 +19,16 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import orjson
+
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.headers import HeaderState, header_state
 from sessionlog.core.projections.timeline import timeline
 from sessionlog.core.projections.transcript import transcript
 from sessionlog.core.request_diff import header_change
 
-PREVIEW_CHARS = 240
+PREVIEW_CHARS = 160
+"""A transcript row shows one line; the full message is in the log (`sessionlog transcript`)."""
 MAX_HEADER_PAIRS = 64
 """Header pairs are precomputed for sessions with at most this many headers (else only
 consecutive pairs; the page says so)."""
@@ -79,14 +82,23 @@ def _text(value: Any) -> str:
                 elif kind == "thinking":
                     parts.append(f"[thinking] {block.get('thinking', '')}")
                 elif kind == "toolCall":
-                    arguments = json.dumps(block.get("arguments"), ensure_ascii=False, separators=(",", ":"))
+                    arguments = _json(block.get("arguments"))
                     parts.append(f"[{block.get('name')}] {arguments[:PREVIEW_CHARS]}")
                 else:
                     parts.append(f"[{kind}]")
             else:
                 parts.append(str(block))
         return " ".join(parts)
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))[: PREVIEW_CHARS * 2]
+    return _json(value)[: PREVIEW_CHARS * 2]
+
+
+def _json(value: Any) -> str:
+    """Compact JSON text (orjson; the standard library for what orjson refuses, such as an
+    integer past 64 bits or a lone surrogate)."""
+    try:
+        return orjson.dumps(value).decode("utf-8")
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def transcript_rows(events: Sequence[Event]) -> list[JsonObject]:
@@ -97,7 +109,6 @@ def transcript_rows(events: Sequence[Event]) -> list[JsonObject]:
         message = data.get("message") if row["kind"] != "event" and isinstance(data, dict) else None
         out: JsonObject = {
             "seq": row["seq"],
-            "time": row["time"],
             "kind": row["kind"],
             "type": row.get("eventType", row["type"]),
             "role": message.get("role") if isinstance(message, dict) else None,
@@ -123,9 +134,31 @@ def header_pairs(events: Sequence[Event], header_seqs: list[int]) -> JsonObject:
     return pairs
 
 
+# The timeline fields the page shows; the rest stay out of the file (a 100k-event session's
+# page is parsed by the browser before anything but the header is drawn).
+PAGE_FIELDS = {
+    "requests": ("seq", "kind", "turn", "step", "headerSeq", "delta", "cumulativeCost", "usage", "drop", "error"),
+    "turns": ("turn", "startSeq", "durationMs", "endKind", "steps", "requests"),
+    "steps": ("turn", "step", "startSeq", "durationMs", "requests"),
+    "toolCalls": ("callId", "name", "turn", "step", "blockSeq", "durationMs", "outcome", "errorCode"),
+}
+USAGE_FIELDS = ("context", "cacheRead", "output", "cacheShare", "cost")
+
+
+def _shown(view: JsonObject) -> JsonObject:
+    """The timeline cut to PAGE_FIELDS (a key absent from a record stays absent)."""
+    out = dict(view)
+    for name, keys in PAGE_FIELDS.items():
+        out[name] = [{key: record[key] for key in keys if key in record} for record in view[name]]
+    for request in out["requests"]:
+        if request["usage"] is not None:
+            request["usage"] = {key: request["usage"][key] for key in USAGE_FIELDS}
+    return out
+
+
 def page_data(events: Sequence[Event], session: SessionRef, *, link: str = "{id}.html") -> JsonObject:
     """Everything the page shows, as one JSON object (also what the browser tests compare)."""
-    view = timeline(events)
+    view = _shown(timeline(events))
     header_seqs = [marker["seq"] for marker in view["markers"] if marker["kind"] == "header"]
     return {
         "session": {
@@ -162,7 +195,7 @@ def _json_safe(text: str) -> str:
 def render_page(events: Sequence[Event], session: SessionRef, *, link: str = "{id}.html") -> str:
     """The self-contained HTML page of `events` (a log prefix from seq 0)."""
     uplot_css, app_css, uplot_js, app_js = (_asset(name) for name in ASSETS)
-    data = json.dumps(page_data(events, session, link=link), ensure_ascii=False, separators=(",", ":"))
+    data = _json(page_data(events, session, link=link))
     title = f"sessionlog · {session.session_id}"
     return TEMPLATE.format(
         title=_escape(title),

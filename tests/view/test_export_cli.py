@@ -64,3 +64,14 @@ def test_view_writes_one_self_contained_file(
     missing = run(server, "view", "no-such-session", "-o", str(tmp_path / "x.html"))
     assert missing.returncode == 1 and "SESSION_NOT_FOUND" in missing.stderr
     assert not (tmp_path / "x.html").exists()
+
+
+def test_diff_prints_the_request_diff(server: ServerThread, client: SessionLogClient, sid: str) -> None:
+    write_scripted(client, sid)
+    done = run(server, "diff", sid, "--from", "14", "--to", "37")
+    assert done.returncode == 0, done.stderr
+    diff = json.loads(done.stdout)
+    assert diff["header"]["fields"] == ["tools"] and diff["prefixKept"] is False
+    assert diff["messages"]["replaced"] == [2, 5, 7, 10, 12] and diff["messages"]["added"] == [32, 35]
+    backwards = run(server, "diff", sid, "--from", "37", "--to", "14")
+    assert backwards.returncode == 1 and "SEQ_OUT_OF_RANGE" in backwards.stderr

@@ -1,4 +1,5 @@
-"""`sessionlog view SESSION_ID [-o FILE.html] [--at SEQ]`: write the session page.
+"""`sessionlog view SESSION_ID [-o FILE.html] [--at SEQ]`: write the session page;
+`sessionlog diff SESSION_ID --from SEQ --to SEQ`: the request diff behind the page's.
 
 The events come over ReadEvents; the page is rendered here, offline, by the same
 `render_page` the server uses for `/sessions/ID`. Links to the parent and the forks point at
@@ -12,13 +13,15 @@ from typing import Annotated
 
 import typer
 
-from sessionlog.cli.common import connect, fail
+from sessionlog.cli.common import connect, fail, guarded, print_json
+from sessionlog.core.request_diff import request_diff
 from sessionlog.view.page import MissingAssets, SessionRef, render_page
 
 
 def register(app: typer.Typer) -> None:
-    """Add `view` to `app`."""
+    """Add `view` and `diff` to `app`."""
     app.command("view")(view)
+    app.command("diff")(diff)
 
 
 def view(
@@ -42,3 +45,16 @@ def view(
     path = output or Path(f"{session_id}.html")
     path.write_text(html, encoding="utf-8")
     typer.echo(str(path))
+
+
+def diff(
+    session_id: Annotated[str, typer.Argument(help="The session.")],
+    from_seq: Annotated[int, typer.Option("--from", min=0, help="The earlier request: its prefix ends here.")],
+    to_seq: Annotated[int, typer.Option("--to", min=0, help="The later request: its prefix ends here.")],
+) -> None:
+    """Print what changed between the requests of two prefixes (`request --at FROM` and
+    `--at TO`): header fields, messages replaced (and by which event), messages added, and
+    whether the later request still starts with the earlier one (a prompt-cache hit)."""
+    with connect() as client:
+        events = list(client.read_events(session_id, to_seq=to_seq))
+    print_json(guarded(lambda: request_diff(events, from_seq, to_seq)))

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from sessionlog.client import SessionLogClient
 from sessionlog_server.tokens import config_line, new_token
+from tests.security.test_tls_limits_metrics import make_certificate
 from tests.support.scripted import write_scripted
 from tests.support.servers import ServerThread
 
@@ -30,14 +33,18 @@ def secured(db_url: str) -> Iterator[ServerThread]:
     server.stop()
 
 
-def get(server: ServerThread, path: str, authorization: str | None = None) -> tuple[int, str, dict[str, str]]:
+def get(
+    server: ServerThread, path: str, authorization: str | None = None, *, ca: Path | None = None
+) -> tuple[int, str, dict[str, str]]:
     admin = server.running.admin
     assert admin is not None
-    request = urllib.request.Request(f"http://127.0.0.1:{admin.port}{path}")
+    scheme = "https" if ca is not None else "http"
+    request = urllib.request.Request(f"{scheme}://127.0.0.1:{admin.port}{path}")
     if authorization:
         request.add_header("Authorization", authorization)
+    context = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
             return response.status, response.read().decode("utf-8"), dict(response.headers)
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode("utf-8"), dict(error.headers)
@@ -72,3 +79,28 @@ def test_the_page_needs_a_token_of_the_sessions_namespace(secured: ServerThread,
     assert status == 400 and "non-negative integer" in body
     assert get(secured, "/metrics")[0] == 200  # scrapers need no token, as before
     assert get(secured, "/elsewhere", f"Bearer {ALICE}")[0] == 404
+
+
+def test_pages_need_tls_off_loopback(db_url: str, sid: str, tmp_path: Path) -> None:
+    key, cert = make_certificate(tmp_path)
+    token = "Bearer " + ALICE
+    tokens = "[" + config_line(ALICE, "team-a", read_only=False, name="alice") + "]"
+    secure = ServerThread(
+        db_url, tokens=tokens, metrics_listen="0.0.0.0:0", tls_cert_file=str(cert), tls_key_file=str(key)
+    )
+    try:
+        with SessionLogClient(secure.target, token=ALICE, ca_file=str(cert)) as alice:
+            alice.create_session(sid)
+        status, html, _ = get(secure, f"/sessions/{sid}", token, ca=cert)
+        assert status == 200 and page_data(html)["session"]["id"] == sid
+        assert get(secure, "/metrics", ca=cert)[0] == 200
+    finally:
+        secure.stop()
+    # Without TLS, a listener that is not loopback-only serves /metrics but no session page.
+    plain = ServerThread(db_url, tokens=tokens, metrics_listen="0.0.0.0:0")
+    try:
+        status, body, _ = get(plain, f"/sessions/{sid}", token)
+        assert status == 403 and "TLS" in body
+        assert get(plain, "/metrics")[0] == 200
+    finally:
+        plain.stop()

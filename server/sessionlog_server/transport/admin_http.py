@@ -7,6 +7,10 @@ needs one of them, as `Authorization: Bearer <token>` or, so a browser can open 
 the password of HTTP Basic auth (the browser asks for it on the 401). `/metrics` stays open,
 as it was, for scrapers.
 
+Session content and tokens do not cross a network in clear text: when the server has a TLS
+certificate the listener speaks HTTPS with it (both paths); without one, pages are served
+only on a loopback listener (elsewhere `/sessions/` answers 403 and says why).
+
 It runs in its own threads (a threading WSGI server from the standard library) and reaches the
 service by scheduling coroutines on the server's event loop; the page is rendered in the HTTP
 thread, so a large session never blocks the loop that serves gRPC.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import ssl
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -32,6 +37,7 @@ from sessionlog.view.page import MissingAssets, SessionRef, render_page
 from sessionlog_server.service import access
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.tokens import TokenStore
+from sessionlog_server.transport.loopback import LOOPBACK_HOSTS, listen_host
 
 SESSIONS_PREFIX = "/sessions/"
 PAGE_TIMEOUT_S = 120.0
@@ -64,13 +70,18 @@ class AdminHttp:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
+        self.pages_allowed = False
 
-    def start(self, listen: str) -> int:
-        """Serve on `HOST:PORT` (port 0 picks a free one); returns the bound port."""
-        host, _, port = listen.rpartition(":")
-        server = make_server(
-            host.strip("[]") or "127.0.0.1", int(port), self.app, _ThreadingServer, handler_class=_QuietHandler
-        )
+    def start(self, listen: str, tls: tuple[str, str] | None = None) -> int:
+        """Serve on `HOST:PORT` (port 0 picks a free one), over HTTPS when `tls` is
+        `(cert_file, key_file)`; returns the bound port."""
+        host, port = listen_host(listen) or "127.0.0.1", int(listen.rpartition(":")[2])
+        server = make_server(host, port, self.app, _ThreadingServer, handler_class=_QuietHandler)
+        if tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(certfile=tls[0], keyfile=tls[1])
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+        self.pages_allowed = tls is not None or host in LOOPBACK_HOSTS
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, daemon=True, name="sessionlog-admin-http")
         self._thread.start()
@@ -91,6 +102,12 @@ class AdminHttp:
             return self.metrics_app(environ, start_response)  # type: ignore[no-any-return]
         if not path.startswith(SESSIONS_PREFIX):
             return _text(start_response, "404 Not Found", "not found: try /metrics or /sessions/SESSION_ID\n")
+        if not self.pages_allowed:
+            return _text(
+                start_response,
+                "403 Forbidden",
+                "session pages are served over TLS (SESSIONLOG_TLS_CERT_FILE) or on a loopback listener only\n",
+            )
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
             return _text(start_response, "405 Method Not Allowed", "only GET\n", [("Allow", "GET, HEAD")])
         principal = self.authenticate(environ.get("HTTP_AUTHORIZATION", ""))

@@ -19,10 +19,10 @@ from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.admin_http import AdminHttp
 from sessionlog_server.transport.auth import AuthInterceptor
+from sessionlog_server.transport.loopback import is_loopback
 from sessionlog_server.transport.servicer import SessionServicer
 
 log = structlog.get_logger("sessionlog.server")
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "ip6-localhost"})
 SERVICE_NAME = session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
 
 
@@ -49,8 +49,7 @@ class RunningServer:
 
 def check_exposure(settings: Settings, tokens: TokenStore) -> None:
     """Without tokens anyone who can connect may do anything: allow that on loopback only."""
-    host = settings.listen.rpartition(":")[0].strip("[]")
-    if not tokens.enabled and host not in LOOPBACK_HOSTS:
+    if not tokens.enabled and not is_loopback(settings.listen):
         raise ValueError(
             f"refusing to listen on {settings.listen} without bearer tokens: configure SESSIONLOG_TOKENS_FILE "
             "(see `sessionlog token new`) or listen on loopback"
@@ -100,7 +99,8 @@ async def start_server(settings: Settings) -> RunningServer:
     if settings.metrics_listen:
         admin = AdminHttp(service, tokens, asyncio.get_running_loop(), service.metrics.registry)
         try:
-            admin.start(settings.metrics_listen)
+            tls = (settings.tls_cert_file, settings.tls_key_file) if credentials is not None else None
+            admin.start(settings.metrics_listen, tls)
         except OSError as exc:
             admin = None
             log.warning("metrics endpoint not started", listen=settings.metrics_listen, error=str(exc))

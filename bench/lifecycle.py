@@ -42,8 +42,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import lifecycle_conditions as cond
 from bench import lifecycle_data as data
+from bench import lifecycle_fork, lifecycle_history
+from bench import lifecycle_profile as profile
+from bench import lifecycle_startup as startup
+from bench.lifecycle_common import INFO, RPC_TIMEOUT
 from bench.procs import ROOT, Server
 from sessionlog.client import SessionLogClient
 from sessionlog_server.storage.migrate import upgrade
@@ -247,10 +250,10 @@ def _fork(dbs: Databases, scale: Scale, t0: int) -> dict[str, Any]:
         _log(f"{dbs.backend}: writing the {n:,}-event fork source")
         plan = data.lean_plan(n)
         loaded = loader.long_session(f"source-{label}", data.lean_events(plan), t0)
-        sources.append(cond.ForkSource(label, loaded.session_id, loaded.events, data.lean_cuts(plan)))
+        sources.append(lifecycle_fork.ForkSource(label, loaded.session_id, loaded.events, data.lean_cuts(plan)))
     loader.close()
     _log(f"{dbs.backend}: forking")
-    return cond.fork_condition(url, sources, scale.fork_repeats)
+    return lifecycle_fork.fork_condition(url, sources, scale.fork_repeats)
 
 
 def _startup(dbs: Databases, scale: Scale, t0: int) -> dict[str, Any]:
@@ -267,7 +270,8 @@ def _startup(dbs: Databases, scale: Scale, t0: int) -> dict[str, Any]:
     loader.close()
     events = sum(s.events for s in closed) + sum(s.events for s in opened)
     _log(f"{dbs.backend}: timing start-ups")
-    return cond.startup_condition(cond.StartupData(url, len(closed), opened, events), empty, scale.startup_repeats)
+    prepared = startup.StartupData(url, len(closed), opened, events)
+    return startup.startup_condition(prepared, empty, scale.startup_repeats)
 
 
 def _history_and_resume(
@@ -295,20 +299,20 @@ def _history_and_resume(
         resume_sid = (loaded.session_id, loaded.events)
     loader.close()
     out: dict[str, Any] = {"history_rows_written": loader.rows_written}
-    shared: Server | None = Server(url, env=cond.INFO).start() if scale.shared_process else None
-    client = SessionLogClient(shared.target, timeout=cond.RPC_TIMEOUT) if shared is not None else None
+    shared: Server | None = Server(url, env=INFO).start() if scale.shared_process else None
+    client = SessionLogClient(shared.target, timeout=RPC_TIMEOUT) if shared is not None else None
     running = (shared, client) if shared is not None and client is not None else None
     try:
         if resume_sid is not None:
             _log(f"{dbs.backend}: resume")
-            out["resume"] = cond.resume_condition(
+            out["resume"] = lifecycle_history.resume_condition(
                 url, resume_sid[0], resume_sid[1], scale.resume_cold, scale.resume_warm, shared=running
             )
         if sessions:
             out["history"] = {}
             for label, (sid, n) in sessions.items():
                 _log(f"{dbs.backend}: model history {label}")
-                out["history"][label] = cond.history_condition(
+                out["history"][label] = lifecycle_history.history_condition(
                     url, sid, n, scale.history_cold, scale.history_after, shared=running
                 )
     finally:
@@ -321,12 +325,12 @@ def _history_and_resume(
         for key, label in (("breakdown", largest[0]), ("breakdown_lean", sessions.get("100k_lean", ("", 0))[0])):
             if label:
                 _log(f"{dbs.backend}: in-process breakdown of {label}")
-                out["history"][key] = cond.history_breakdown(url, label)
+                out["history"][key] = profile.history_breakdown(url, label)
         if profile_dir is not None:
             _log(f"{dbs.backend}: profiling {largest[0]} with py-spy")
             target = profile_dir / dbs.backend
             target.mkdir(parents=True, exist_ok=True)
-            out["history"]["profile"] = cond.profile_history(url, largest[0], target, rounds=10, max_seconds=120)
+            out["history"]["profile"] = profile.profile_history(url, largest[0], target, rounds=10, max_seconds=120)
     return out
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import psycopg
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN_URL = os.environ.get("SESSIONLOG_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -51,27 +52,13 @@ class Server:
         cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", self.target]
         with self._stderr_path.open("wb") as err:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=err)
-        deadline = time.monotonic() + timeout
-        # Poll the port with plain TCP connects (a gRPC channel would back off for a second
-        # after its first refused attempt), then confirm the gRPC server answers.
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited at start: {self.stderr()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        channel = grpc.insecure_channel(self.target)
         try:
-            grpc.channel_ready_future(channel).result(timeout=max(1.0, deadline - time.monotonic()))
-            return self
-        except grpc.FutureTimeoutError:
-            pass
-        finally:
-            channel.close()
-        self.stop()
-        raise TimeoutError(f"server on {self.db} did not start within {timeout}s")
+            wait_serving(self.proc, self.port, time.perf_counter() + timeout)
+        except (RuntimeError, TimeoutError) as exc:
+            log = self.stderr()[-2000:]
+            self.stop()
+            raise RuntimeError(f"server on {self.db} did not start: {exc}: {log}") from None
+        return self
 
     def stderr(self) -> str:
         try:
@@ -105,6 +92,32 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def wait_serving(proc: subprocess.Popen[bytes], port: int, deadline: float, poll: float = 0.005) -> float:
+    """Wait until the server on `port` answers the standard health check with SERVING; returns
+    the `time.perf_counter()` it did. Polls the port with plain TCP connects first (a gRPC
+    channel would back off for a second after its first refused attempt). `deadline` is a
+    `perf_counter` time; a server that exits first is a RuntimeError."""
+    while time.perf_counter() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited during start-up (code {proc.returncode})")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(poll)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while time.perf_counter() < deadline:
+            try:
+                reply = health.Check(health_pb2.HealthCheckRequest(), timeout=1.0, wait_for_ready=True)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return time.perf_counter()
+            except grpc.RpcError:
+                pass
+            time.sleep(poll)
+    raise TimeoutError("server did not start in time")
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +56,27 @@ def start_py_spy(pid: int, seconds: float, out: Path, rate: int = 200, gil: bool
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+@contextmanager
+def recording(pid: int, out: Path, rate: int = 250) -> Iterator[Path]:
+    """Sample `pid` (all threads) into `out` while the block runs; SIGINT ends py-spy, which
+    then writes the collapsed stacks."""
+    exe = py_spy_path()
+    if exe is None:
+        raise FileNotFoundError("py-spy is not installed (pip install -e '.[bench]')")
+    cmd = [exe, "record", "-p", str(pid), "-r", str(rate), "-f", "raw", "-o", str(out), "--nonblocking"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)  # py-spy needs a moment to attach before the work starts
+    try:
+        yield out
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 def _label(frame: str) -> str:
     match = FRAME.match(frame.strip())
     if not match:
@@ -64,12 +89,20 @@ def _label(frame: str) -> str:
     return f"{path}:{match.group('func')}"
 
 
-def summarise(collapsed: Path, top: int = 25) -> dict[str, Any]:
-    """Top functions by self and inclusive share of the samples in a py-spy raw file."""
+Buckets = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def summarise(collapsed: Path, top: int = 25, buckets: Buckets = ()) -> dict[str, Any]:
+    """Top functions by self and inclusive share of the samples in a py-spy raw file, the
+    project's own functions by inclusive share, and, given `buckets` (name, file markers), the
+    share of samples whose innermost frame falls in each (first match wins, else "other")."""
     self_counts: Counter[str] = Counter()
     incl_counts: Counter[str] = Counter()
+    project: Counter[str] = Counter()
+    in_bucket: Counter[str] = Counter()
     total = 0
-    for line in collapsed.read_text(errors="replace").splitlines():
+    text = collapsed.read_text(errors="replace") if collapsed.exists() else ""
+    for line in text.splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
@@ -79,13 +112,26 @@ def summarise(collapsed: Path, top: int = 25) -> dict[str, Any]:
             continue
         total += count
         self_counts[frames[-1]] += count
+        if buckets:
+            name = next((name for name, keys in buckets if any(k in frames[-1] for k in keys)), "other")
+            in_bucket[name] += count
         for frame in set(frames):
             incl_counts[frame] += count
+            if frame.startswith(("sessionlog/", "sessionlog_server/")) and "cli/" not in frame:
+                project[frame] += count
 
-    def ranked(counter: Counter[str]) -> list[dict[str, Any]]:
+    def ranked(counter: Counter[str], limit: int = top) -> list[dict[str, Any]]:
         return [
             {"function": name, "samples": n, "pct": round(100 * n / max(total, 1), 1)}
-            for name, n in counter.most_common(top)
+            for name, n in counter.most_common(limit)
         ]
 
-    return {"samples": total, "self": ranked(self_counts), "inclusive": ranked(incl_counts)}
+    out = {
+        "samples": total,
+        "self": ranked(self_counts),
+        "inclusive": ranked(incl_counts),
+        "project_inclusive": ranked(project),
+    }
+    if buckets:
+        out["buckets"] = ranked(in_bucket, len(buckets) + 1)
+    return out

@@ -20,7 +20,10 @@ import psycopg
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
-PG_ADMIN_URL = os.environ.get("SESSIONLOG_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
+PG_ADMIN_URL = os.environ.get(
+    "SESSIONLOG_BENCH_PG", os.environ.get("SESSIONLOG_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+)
+"""Where the bench creates (and drops) its own PostgreSQL databases, named `sessionlog_bench*`."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -32,15 +35,22 @@ def free_port() -> int:
 
 
 class Server:
-    """`sessionlog serve` on loopback as a child process (warnings only on stderr)."""
+    """`sessionlog serve` on loopback as a child process (warnings only on stderr).
 
-    def __init__(self, db: str, env: dict[str, str] | None = None) -> None:
+    The port is chosen once, so a server killed and started again answers at the same address.
+    Its stderr goes to a temporary file removed at `stop`, or, given `log_path`, is appended
+    there and kept.
+    """
+
+    def __init__(self, db: str, env: dict[str, str] | None = None, log_path: Path | None = None) -> None:
         self.db = db
         self.port = free_port()
         self.target = f"127.0.0.1:{self.port}"
         self.env = {**os.environ, "SESSIONLOG_LOG_LEVEL": "warning", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
-        self._stderr_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"sessionlog-bench-{os.getpid()}-{self.port}.err"
+        self.log_path = log_path
+        temporary = Path(os.environ.get("TMPDIR", "/tmp")) / f"sessionlog-bench-{os.getpid()}-{self.port}.err"
+        self._stderr_path = log_path or temporary
 
     @property
     def pid(self) -> int:
@@ -50,7 +60,7 @@ class Server:
     def start(self, timeout: float = 60.0) -> Server:
         """Start and wait until the port answers (bounded by `timeout`)."""
         cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", self.target]
-        with self._stderr_path.open("wb") as err:
+        with self._stderr_path.open("ab" if self.log_path else "wb") as err:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=err)
         try:
             wait_serving(self.proc, self.port, time.perf_counter() + timeout)
@@ -77,7 +87,14 @@ class Server:
             self.proc.kill()
             self.proc.wait(timeout=30)
         finally:
-            self._stderr_path.unlink(missing_ok=True)
+            if self.log_path is None:
+                self._stderr_path.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL (nothing graceful) and reap."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the server process so far."""

@@ -39,11 +39,7 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -52,18 +48,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.procs import Server, create_pg_database, drop_pg_database, process_memory_mb
 from sessionlog.aio import AsyncSessionLogClient, AsyncWriter
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, OwnershipLost, SessionLogError, Unavailable
 from sessionlog.requests import CaughtUp
 
-ROOT = Path(__file__).resolve().parents[1]
-PG_ADMIN_URL = os.environ.get(
-    "SESSIONLOG_SOAK_PG", os.environ.get("SESSIONLOG_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-)
-"""Where fresh PostgreSQL databases are created (and dropped) for `--db postgresql`."""
 APPEND_TIMEOUT_S = 30.0
 """Longest wait for one acknowledgement before the writer treats the stream as dead."""
 GRACE_S = 120.0
@@ -139,67 +130,19 @@ class Outage:
 # --- the service process --------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def soak_service(db: str, workdir: Path, lease_ttl_ms: int) -> Server:
+    """`sessionlog serve` on a loopback port that stays the same across kills and restarts."""
+    env = {"SESSIONLOG_LEASE_TTL_MS": str(lease_ttl_ms), "SESSIONLOG_METRICS_LISTEN": ""}
+    return Server(db, env=env, log_path=workdir / "service.log")
 
 
-class Service:
-    """`sessionlog serve` as a child process on a fixed loopback port, killed with SIGKILL."""
-
-    def __init__(self, db: str, workdir: Path, lease_ttl_ms: int) -> None:
-        self.db = db
-        self.port = free_port()
-        self.target = f"127.0.0.1:{self.port}"
-        self.log_path = workdir / "service.log"
-        self.env = {
-            **os.environ,
-            "SESSIONLOG_LOG_LEVEL": "warning",
-            "SESSIONLOG_LEASE_TTL_MS": str(lease_ttl_ms),
-            "SESSIONLOG_METRICS_LISTEN": "",
-        }
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout: float = 60.0) -> None:
-        """Start and wait (at most `timeout`) until the health service answers SERVING."""
-        cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", self.target]
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=log)
-        deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.target) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"the service exited at start; see {self.log_path}")
-                try:
-                    health.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
-                    return
-                except grpc.RpcError:
-                    time.sleep(0.05)
-        raise TimeoutError(f"the service did not start within {timeout} s")
-
-    def kill(self) -> None:
-        """SIGKILL and reap."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-    def rss_kb(self) -> int | None:
-        """VmRSS of the running service, or None between a kill and a start."""
-        if self.proc is None or self.proc.poll() is not None:
-            return None
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        except (OSError, ValueError):
-            return None
+def rss_kb(server: Server) -> int | None:
+    """VmRSS of the running service, or None between a kill and a start."""
+    if server.proc is None or server.proc.poll() is not None:
+        return None
+    try:
+        return round(process_memory_mb(server.pid)["VmRSS"] * 1e6 / 1024)
+    except (OSError, KeyError, ValueError):
         return None
 
 
@@ -210,20 +153,8 @@ def create_database(kind: str, workdir: Path) -> tuple[str, str | None]:
     """A fresh database URL, and the PostgreSQL database name to drop afterwards (if any)."""
     if kind == "sqlite":
         return f"sqlite:///{workdir / 'soak.db'}", None
-    import psycopg
-
-    name = f"sessionlog_soak_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base, _, _ = PG_ADMIN_URL.rpartition("/")
-    return f"{base}/{name}", name
-
-
-def drop_database(name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    name = f"sessionlog_bench_soak_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    return create_pg_database(name), name
 
 
 # --- the workload ---------------------------------------------------------------------------
@@ -272,7 +203,7 @@ def turn_batches(turn: int, filler: str) -> list[list[dict[str, Any]]]:
 class Soak:
     """Runs the workload against one service and verifies the log afterwards."""
 
-    def __init__(self, config: Config, service: Service) -> None:
+    def __init__(self, config: Config, service: Server) -> None:
         self.config = config
         self.service = service
         self.run_id = uuid.uuid4().hex[:6]
@@ -312,7 +243,7 @@ class Soak:
 
     async def _sample_rss(self) -> None:
         while True:
-            kb = self.service.rss_kb()
+            kb = rss_kb(self.service)
             if kb is not None:
                 self.rss.append(RssSample(time.monotonic() - self.started, self.epoch, kb))
             await asyncio.sleep(self.config.rss_every)
@@ -742,7 +673,7 @@ def run(config: Config) -> dict[str, Any]:
     """Run one soak and return its report (also printed)."""
     workdir = Path(tempfile.mkdtemp(prefix="sessionlog-soak-"))
     url, pg_name = create_database(config.db, workdir)
-    service = Service(url, workdir, config.lease_ttl_ms)
+    service = soak_service(url, workdir, config.lease_ttl_ms)
     try:
         service.start()
         soak = Soak(config, service)
@@ -756,7 +687,7 @@ def run(config: Config) -> dict[str, Any]:
         service.kill()
         if not config.keep:
             if pg_name is not None:
-                drop_database(pg_name)
+                drop_pg_database(pg_name)
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print(f"kept: {url} and {service.log_path}")

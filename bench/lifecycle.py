@@ -21,7 +21,7 @@ conditions above are timed.
     .venv/bin/python -m bench.lifecycle --profile         # + py-spy of the 100k history
 
 SQLite files live in a temporary directory; PostgreSQL databases are named
-`sessionlog_lifebench_<pid>_*` and dropped at the end, even after a failure.
+`sessionlog_bench_life_<pid>_*` and dropped at the end, even after a failure.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import lifecycle_data as data
-from bench import lifecycle_fork, lifecycle_history
+from bench import lifecycle_fork, lifecycle_history, procs
 from bench import lifecycle_profile as profile
 from bench import lifecycle_startup as startup
 from bench.lifecycle_common import INFO, RPC_TIMEOUT
@@ -190,12 +190,12 @@ class Databases:
             return f"sqlite:///{self._tmp / purpose}.db"
         name = f"{data.DB_PREFIX}{os.getpid()}_{purpose}"
         self._pg.append(name)
-        return data.create_pg_database(name)
+        return procs.create_pg_database(name)
 
     def cleanup(self) -> None:
         for name in self._pg:
             try:
-                data.drop_pg_database(name)
+                procs.drop_pg_database(name)
             except Exception as exc:  # keep dropping the others
                 _log(f"could not drop {name}: {exc}")
         shutil.rmtree(self._tmp, ignore_errors=True)
@@ -580,8 +580,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown conditions: {sorted(unknown)}")
     backends = ["sqlite", "postgresql"] if args.db == "both" else [args.db]
-    if "postgresql" in backends and not data.pg_available():
-        parser.error(f"PostgreSQL is not reachable at {data.PG_ADMIN_URL}")
+    if "postgresql" in backends and not procs.pg_available():
+        parser.error(f"PostgreSQL is not reachable at {procs.PG_ADMIN_URL}")
     args.shapes_checked = data.check_shapes([data.workload_events(300, seed=3)])
     report: dict[str, Any] = {"meta": _meta(scale, args), "results": {}}
     started = time.perf_counter()

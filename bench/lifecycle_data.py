@@ -22,13 +22,11 @@ SQLAlchemy, then `ANALYZE`. The load is never timed.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-import psycopg
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
@@ -40,8 +38,8 @@ from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.storage.recorder import EVENT_COLUMNS as RECORDER_EVENT_COLUMNS
 from sessionlog_server.storage.recorder import _event_params, stored_form
 
-PG_ADMIN_URL = os.environ.get("SESSIONLOG_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
-DB_PREFIX = "sessionlog_lifebench_"
+DB_PREFIX = "sessionlog_bench_life_"
+"""Databases of the lifecycle bench (created and dropped with `bench.procs`)."""
 #: The columns of the server's event insert, in the order `_event_params` fills them.
 EVENT_COLUMNS = tuple(column.strip() for column in RECORDER_EVENT_COLUMNS.split(","))
 SESSION_COLUMNS = ("id", "namespace", "create_time", "cwd", "metadata", "next_seq", "last_time", "epoch", "open_turn")
@@ -227,45 +225,6 @@ def committed(events: Iterable[NewEvent], t0: int, first_seq: int = 0) -> Iterat
             )
         )
         yield draft.committed(seq, t0 + seq)
-
-
-# --- databases ------------------------------------------------------------------------------
-
-
-def pg_url(database: str) -> str:
-    """The URL of `database` on the bench's PostgreSQL server."""
-    base, _, _ = PG_ADMIN_URL.rpartition("/")
-    return f"{base}/{database}"
-
-
-def create_pg_database(name: str) -> str:
-    """Create a fresh bench-owned database (names must start with `sessionlog_lifebench_`)."""
-    _check_name(name)
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return pg_url(name)
-
-
-def drop_pg_database(name: str) -> None:
-    """Drop a bench-owned database (only `sessionlog_lifebench_*`)."""
-    _check_name(name)
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def pg_available() -> bool:
-    """Whether the bench's PostgreSQL server answers."""
-    try:
-        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
-            return True
-    except psycopg.Error:
-        return False
-
-
-def _check_name(name: str) -> None:
-    if not name.startswith(DB_PREFIX) or not name.replace("_", "").isalnum():
-        raise ValueError(f"the lifecycle bench only creates and drops {DB_PREFIX}* databases, not {name!r}")
 
 
 @dataclass(slots=True)

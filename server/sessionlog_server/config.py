@@ -52,6 +52,9 @@ class Settings:
     """PEM certificate chain; with `tls_key_file`, the server speaks TLS only."""
     tls_key_file: str = ""
     """PEM private key of `tls_cert_file`."""
+    otlp_endpoint: str = ""
+    """OTLP/HTTP traces URL (e.g. `http://collector:4318/v1/traces`): every session's spans are sent
+    there as its turns end (the `otlp` extra); empty: off."""
     metrics_listen: str = "127.0.0.1:9464"
     """`HOST:PORT` of the HTTP listener: `/metrics` and the session page `/sessions/ID`; empty disables it."""
     max_message_bytes: int = 256 * 1024 * 1024

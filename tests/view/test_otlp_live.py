@@ -143,3 +143,54 @@ def test_follow_sends_each_turn_as_it_ends(
     assert receiver.spans()[-1][3] == f"session {sid}"
     assert sorted(receiver.spans()) == sorted(expected(client, sid))
     assert out.strip() == '{"spans":5}'  # root, two turns, two model calls
+
+
+def test_the_service_sends_each_turn_as_it_ends(db_url: str, sid: str, receiver: Receiver) -> None:
+    server = ServerThread(db_url, otlp_endpoint=receiver.url)
+    try:
+        with SessionLogClient(server.target) as client:
+            write_scripted(client, sid)  # four turns, the last closed by the resume's repair
+            deadline = time.monotonic() + 30
+            while sum(1 for s in receiver.spans() if s[3] == "invoke_agent") < 4:
+                assert time.monotonic() < deadline, receiver.spans()
+                time.sleep(0.05)
+            want = [span for span in expected(client, sid) if span[3] != f"session {sid}"]
+    finally:
+        server.stop()
+    got = [span for span in receiver.spans() if span[0] == want[0][0]]  # the parent's trace
+    assert sorted(got) == sorted(want)  # each span once, as the export has it; the root is not sent live
+
+
+def test_after_a_restart_the_open_turn_is_sent_whole(fresh_db: str, sid: str, receiver: Receiver) -> None:
+    first = ServerThread(fresh_db, otlp_endpoint=receiver.url)
+    try:
+        with SessionLogClient(first.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid, writer_id="w")
+            turn1 = [system("prompt"), user("q1"), turn_start(1), step_start(1, 1)]
+            turn1 += [assistant(1, 1, text="a1", usage=usage(100, 0, 5)), step_end(1, 1), turn_end(1)]
+            client.append(sid, lease, turn1)
+            client.append(sid, lease, [user("q2"), turn_start(2), step_start(2, 1)])
+    finally:
+        first.stop()
+    assert [s[3] for s in receiver.spans()] == ["invoke_agent", "chat"]  # turn 1 (no model on the route)
+    receiver.requests.clear()
+    second = ServerThread(fresh_db, otlp_endpoint=receiver.url, repair_on_start=False)
+    try:
+        with SessionLogClient(second.target) as client:
+            lease = client.acquire_lease(sid, writer_id="w", takeover=True)
+            answer = assistant(2, 1, text="a2", usage=usage(100, 100, 5))
+            client.append(sid, lease, [answer, step_end(2, 1), turn_end(2)])
+            deadline = time.monotonic() + 30
+            while not any(s[3] == "invoke_agent" for s in receiver.spans()):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            want = expected(client, sid)
+    finally:
+        second.stop()
+    # Turn 2 went out whole, its start included, though it began before the restart; turn 1
+    # was not sent again.
+    assert sorted(receiver.spans()) == sorted(s for s in want if s[1] in {g[1] for g in receiver.spans()})
+    turn_spans = [s for s in receiver.spans() if s[3] == "invoke_agent"]
+    assert len(turn_spans) == 1 and len(receiver.spans()) == 2
+    assert {s[1] for s in want if s[3] == "invoke_agent"} >= {turn_spans[0][1]}

@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection
 from sessionlog.v1 import session_service_pb2, session_service_pb2_grpc
 from sessionlog_server.config import Settings
 from sessionlog_server.service.app import SessionLogService
+from sessionlog_server.service.otlp_live import LiveOtlpExport, start_live_export
 from sessionlog_server.storage.factory import open_recorder
 from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.tokens import TokenStore
@@ -36,6 +37,8 @@ class RunningServer:
     port: int
     admin: AdminHttp | None = None
     """The metrics/admin HTTP listener (`/metrics`, `/sessions/ID`), when configured."""
+    otlp: LiveOtlpExport | None = None
+    """The live OTLP export, when `otlp_endpoint` is set."""
 
     async def stop(self, grace: float) -> None:
         """Stop accepting calls, let in-flight ones finish, commit what is queued, release leases."""
@@ -44,6 +47,9 @@ class RunningServer:
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
         await self.service.stop()
+        if self.otlp is not None:
+            # After the last commits were published; in a thread, as it may wait for the collector.
+            await asyncio.get_running_loop().run_in_executor(None, self.otlp.stop)
         self.service.recorder.close()
 
 
@@ -76,6 +82,7 @@ async def start_server(settings: Settings) -> RunningServer:
     recorder = open_recorder(settings.db, sqlite_synchronous=settings.sqlite_synchronous)
     service = SessionLogService(recorder, settings)
     await service.start()
+    otlp = start_live_export(service, settings.otlp_endpoint) if settings.otlp_endpoint else None
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
@@ -114,7 +121,7 @@ async def start_server(settings: Settings) -> RunningServer:
         namespaces=sorted({p.namespace for p in tokens.principals.values()}),
         metrics=settings.metrics_listen or None,
     )
-    return RunningServer(server, service, health_servicer, port, admin)
+    return RunningServer(server, service, health_servicer, port, admin, otlp)
 
 
 async def serve(settings: Settings) -> None:

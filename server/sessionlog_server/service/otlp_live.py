@@ -1,0 +1,121 @@
+"""Live OTLP export (issue 14): with `SESSIONLOG_OTLP_ENDPOINT` set, every session's spans go to
+a collector as its turns end, through the official OpenTelemetry SDK exporter.
+
+It taps the subscription hub (committed batches only, in commit order) and hands each batch to
+one worker thread, so neither the event loop nor a writer ever waits for the collector. Per
+session it keeps a `SessionExport` (the follower of `sessionlog otlp --follow`, so the spans,
+ids and attributes are those of `sessionlog export --format otlp-json`): at each `turn/end`
+the spans since the previous send go out. The session's root span, which carries the markers,
+is sent by `sessionlog otlp` and the OTLP/JSON export, not here (a live session has no end).
+
+A session seen for the first time (after a start, or after it left the bounded set of folded
+sessions) is folded from the log up to its batch; sending resumes at its open turn's start, so
+a turn is sent whole and a closed turn is not sent again by this process. A collector that
+refuses spans is logged, never retried forever; the log stays the source of truth, and
+`sessionlog otlp` re-sends any session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from sessionlog.core.events import Event
+from sessionlog_server.service.app import SessionLogService
+
+log = structlog.get_logger("sessionlog.otlp")
+MAX_SESSIONS = 64
+"""Sessions whose fold the exporter keeps (least recently used beyond that are re-folded)."""
+
+
+class LiveOtlpExport:
+    """Sends committed turns of every session to an SDK `SpanExporter`."""
+
+    def __init__(self, service: SessionLogService, exporter: Any, *, max_sessions: int = MAX_SESSIONS) -> None:
+        from sessionlog.otlp_live import SessionExport  # the otlp extra
+
+        self._session_export = SessionExport
+        self.service = service
+        self.exporter = exporter
+        self.max_sessions = max_sessions
+        self.sessions: OrderedDict[str, Any] = OrderedDict()
+        self._queue: queue.SimpleQueue[tuple[str, list[Event]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="sessionlog-otlp")
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        """Tap the hub and start the worker (call on the service's event loop)."""
+        self._loop = asyncio.get_running_loop()
+        self.service.hub.taps.append(self.tap)
+        self._thread.start()
+
+    def tap(self, session_id: str, events: Sequence[Event]) -> None:
+        """A committed batch (on the event loop): queue it, never block."""
+        self._queue.put((session_id, list(events)))
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Send what is queued, then stop the worker and the exporter."""
+        if self.tap in self.service.hub.taps:
+            self.service.hub.taps.remove(self.tap)
+        self._queue.put(None)
+        self._thread.join(timeout)
+        self.exporter.shutdown()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            session_id, events = item
+            try:
+                self._feed(session_id, events)
+            except Exception as exc:
+                self.sessions.pop(session_id, None)
+                log.warning("live OTLP export failed", session_id=session_id, error=str(exc))
+
+    def _feed(self, session_id: str, events: list[Event]) -> None:
+        export = self.sessions.get(session_id)
+        if export is None or len(export.fold.events) != events[0].seq:
+            export = self._warm(session_id, events[0].seq)
+        self.sessions[session_id] = export
+        self.sessions.move_to_end(session_id)
+        while len(self.sessions) > self.max_sessions:
+            self.sessions.popitem(last=False)
+        for event in events:
+            export.add(event)
+
+    def _warm(self, session_id: str, first_seq: int) -> Any:
+        """A `SessionExport` holding the log before `first_seq`, sending from its open turn."""
+        export = self._session_export(session_id, self.exporter)
+        if first_seq > 0:
+            for event in self._read(session_id, first_seq - 1):
+                export.fold.add(event)
+        open_turns = export.fold.fold.open_turns
+        export.next_seq = min((turn["startSeq"] for turn in open_turns.values()), default=first_seq)
+        return export
+
+    def _read(self, session_id: str, to_seq: int) -> list[Event]:
+        assert self._loop is not None
+        reader = self.service.reader
+
+        async def read() -> list[Event]:
+            events: list[Event] = []
+            async for page in reader.pages(await reader.session(session_id), 0, to_seq):
+                events.extend(page)
+            return events
+
+        return asyncio.run_coroutine_threadsafe(read(), self._loop).result(timeout=120)
+
+
+def start_live_export(service: SessionLogService, endpoint: str) -> LiveOtlpExport:
+    """The exporter of `SESSIONLOG_OTLP_ENDPOINT`, started (call on the service's event loop)."""
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        raise ValueError("SESSIONLOG_OTLP_ENDPOINT needs the otlp extra: pip install 'sessionlog[otlp]'") from None
+    live = LiveOtlpExport(service, OTLPSpanExporter(endpoint=endpoint))
+    live.start()
+    return live

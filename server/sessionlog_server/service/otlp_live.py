@@ -32,6 +32,8 @@ from sessionlog_server.service.app import SessionLogService
 log = structlog.get_logger("sessionlog.otlp")
 MAX_SESSIONS = 64
 """Sessions whose fold the exporter keeps (least recently used beyond that are re-folded)."""
+MAX_EVENTS = 500_000
+"""Events those folds may hold in all (a fold keeps its session's events), same eviction."""
 
 
 class LiveOtlpExport:
@@ -82,7 +84,10 @@ class LiveOtlpExport:
             export = self._warm(session_id, events[0].seq)
         self.sessions[session_id] = export
         self.sessions.move_to_end(session_id)
-        while len(self.sessions) > self.max_sessions:
+        while len(self.sessions) > 1 and (
+            len(self.sessions) > self.max_sessions
+            or sum(len(held.fold.events) for held in self.sessions.values()) > MAX_EVENTS
+        ):
             self.sessions.popitem(last=False)
         for event in events:
             export.add(event)

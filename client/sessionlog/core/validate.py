@@ -104,6 +104,18 @@ def validate_envelope(event: NewEvent, encoded_size: int, limits: Limits = Limit
     check_size(event, encoded_size, limits)
 
 
+def check_batch_bytes(total: int, limits: Limits) -> None:
+    """The batch's serialised data, all events together, fits in `max_batch_bytes`."""
+    if total > limits.max_batch_bytes:
+        raise LimitExceeded(
+            "BATCH_TOO_LARGE",
+            f"batch data is {total} bytes, over the limit of {limits.max_batch_bytes}",
+            field="events",
+            limit=limits.max_batch_bytes,
+            size=total,
+        )
+
+
 def validate_batch_shape(events: list[NewEvent], limits: Limits = Limits()) -> None:
     """A batch is non-empty, within the count limit, and uses each eventId once."""
     if not events:

@@ -967,7 +967,7 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
 
     Code: RESOURCE_EXHAUSTED
     Metadata: `field`, `limit`, `size`
-    Raised by: service, core
+    Raised by: core
     Client: Split the batch.
     """
     RATE_LIMITED: _ErrorReason.ValueType  # 113
@@ -2070,7 +2070,7 @@ BATCH_TOO_LARGE: ErrorReason.ValueType  # 112
 
 Code: RESOURCE_EXHAUSTED
 Metadata: `field`, `limit`, `size`
-Raised by: service, core
+Raised by: core
 Client: Split the batch.
 """
 RATE_LIMITED: ErrorReason.ValueType  # 113

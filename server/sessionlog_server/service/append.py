@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import validate
-from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, SessionLogError
+from sessionlog.core.errors import ExpectedSeqMismatch, SessionLogError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
 from sessionlog.core.messages import empty_system_head
@@ -40,15 +40,7 @@ def validate_proposals(decoded: Sequence[DecodedEvent], limits: Limits) -> list[
     """Envelope and batch-shape rules: the checks that need no session state."""
     events = [d.event for d in decoded]
     validate.validate_batch_shape(events, limits)
-    total = sum(d.data_bytes for d in decoded)
-    if total > limits.max_batch_bytes:
-        raise LimitExceeded(
-            "BATCH_TOO_LARGE",
-            f"batch data is {total} bytes, over the limit of {limits.max_batch_bytes}",
-            field="events",
-            limit=limits.max_batch_bytes,
-            size=total,
-        )
+    validate.check_batch_bytes(sum(d.data_bytes for d in decoded), limits)
     for index, item in enumerate(decoded):
         try:
             validate.validate_envelope(item.event, item.data_bytes, limits)

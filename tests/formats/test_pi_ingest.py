@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sessionlog.core.events import NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.pi.ingest import StreamIngest
 from sessionlog.core.formats.pi.stream import parse_stream
-from tests.support.fixtures import STREAM_STDOUT, fixture
+from tests.support.fixtures import delta_only, stream_events
 
-STREAM = fixture(STREAM_STDOUT)
 ASSISTANT = {"role": "assistant", "provider": "p", "model": "m", "timestamp": 2}
-
-
-def fixture_events() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in STREAM.read_text("utf-8").splitlines()]
-
-
-def delta_only(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The same stream as Pi ≥0.84 prints it: no message snapshot, no partials."""
-    out = []
-    for event in events:
-        if event["type"] == "message_update":
-            update = {k: v for k, v in event["assistantMessageEvent"].items() if k != "partial"}
-            event = {"type": "message_update", "assistantMessageEvent": update}
-        out.append(event)
-    return out
 
 
 def ingest(events: list[dict[str, Any]], fold: SessionFold | None = None) -> tuple[list[NewEvent], StreamIngest]:
@@ -51,8 +34,8 @@ def result_end(call: str) -> dict[str, Any]:
 
 
 def test_both_wire_formats_give_the_same_events() -> None:
-    snapshot, _ = ingest(fixture_events())
-    deltas, _ = ingest(delta_only(fixture_events()))
+    snapshot, _ = ingest(stream_events())
+    deltas, _ = ingest(delta_only(stream_events()))
     assert snapshot == deltas
     assert [e.type for e in snapshot] == ["pi/session", "turn/start", "step/start", "system/message",
                                           "user/message", "assistant/message", "step/end", "turn/end"]  # fmt: skip
@@ -60,8 +43,8 @@ def test_both_wire_formats_give_the_same_events() -> None:
 
 
 def test_appending_after_an_existing_log_continues_the_numbering() -> None:
-    _, mapper = ingest(fixture_events())
-    second, again = ingest(fixture_events(), mapper.fold)
+    _, mapper = ingest(stream_events())
+    second, again = ingest(stream_events(), mapper.fold)
     assert [e.type for e in second].count("system/message") == 0  # node 0 exists already
     assert second[1].data == {"turn": 2}
     assert again.fold.stats()["turns"] == 2 and again.fold.open_turn is None

@@ -25,24 +25,9 @@ from sessionlog.core.formats.pi.stream import (
     parse_stream_chunks,
     parse_stream_file,
 )
-from tests.support.fixtures import STREAM_STDOUT, fixture
+from tests.support.fixtures import STREAM_STDOUT, delta_only, fixture, stream_events
 
 STDOUT = fixture(STREAM_STDOUT)
-
-
-def fixture_events() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in STDOUT.read_text("utf-8").splitlines()]
-
-
-def delta_only(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The same stream as ≥0.84 prints it: no message snapshot, no partials."""
-    out = []
-    for event in events:
-        if event["type"] == "message_update":
-            update = {k: v for k, v in event["assistantMessageEvent"].items() if k != "partial"}
-            event = {"type": "message_update", "assistantMessageEvent": update}
-        out.append(event)
-    return out
 
 
 def kinds(items: list[StreamItem]) -> list[str]:
@@ -68,7 +53,7 @@ def test_real_snapshot_stream() -> None:
     assert isinstance(turn, TurnStart) and turn.turn == 1
     assert isinstance(user, MessageCompleted) and user.role == "user" and user.turn == 1
     assert isinstance(assistant, MessageCompleted) and assistant.role == "assistant"
-    final = fixture_events()[-3]["message"]
+    final = stream_events()[-3]["message"]
     assert assistant.message == final
     assert assistant.rebuilt is not None
     assert assistant.rebuilt["content"][0]["text"] == "Hi!"
@@ -77,7 +62,7 @@ def test_real_snapshot_stream() -> None:
 
 
 def test_real_stream_rewritten_as_delta_only_rebuilds_the_same_text() -> None:
-    items = list(parse_stream(delta_only(fixture_events())))
+    items = list(parse_stream(delta_only(stream_events())))
     assistant = next(i for i in items if isinstance(i, MessageCompleted) and i.role == "assistant")
     assert assistant.rebuilt is not None
     assert assistant.rebuilt["content"] == [{"type": "text", "text": "Hi!"}]

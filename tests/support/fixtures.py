@@ -52,3 +52,19 @@ def oracle(session: Path) -> dict[str, Any]:
 
 RESUMED_SESSION = "pi/resumed-session.jsonl"
 STREAM_STDOUT = "pi/stream-stdout.jsonl"
+
+
+def stream_events() -> list[dict[str, Any]]:
+    """The events of the real `pi --mode json` stdout (Pi 0.73.1: message snapshots and partials)."""
+    return [json.loads(line) for line in fixture(STREAM_STDOUT).read_text("utf-8").splitlines()]
+
+
+def delta_only(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same stream as Pi 0.84 and later prints it: no message snapshot, no partials."""
+    out = []
+    for event in events:
+        if event["type"] == "message_update":
+            update = {k: v for k, v in event["assistantMessageEvent"].items() if k != "partial"}
+            event = {"type": "message_update", "assistantMessageEvent": update}
+        out.append(event)
+    return out

@@ -125,3 +125,21 @@ class Log:
 
 def replace(start: int, end: int) -> Replace:
     return Replace(start, end)
+
+
+def fold_state(fold: SessionFold) -> tuple[Any, ...]:
+    """Everything a fold answers, to compare two folds (replay vs incremental, before vs after
+    a rollback) as a whole."""
+    return (
+        fold.next_seq,
+        fold.last_time,
+        fold.model_history(),
+        fold.stats(),
+        fold.surface_view(),
+        fold.open_turn,
+        fold.open_step,
+        fold.pending_calls,
+        fold.latest_header,
+        fold.has_system_head,
+        fold.request(),
+    )

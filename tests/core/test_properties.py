@@ -27,6 +27,7 @@ from sessionlog.core.projections.request import request
 from sessionlog.core.projections.stats import stats
 from sessionlog.core.projections.transcript import transcript
 from sessionlog.core.repair import commit_closers, open_turn_closers
+from tests.core.builders import fold_state
 
 HEADERS: list[dict[str, Any]] = [
     {"config": {"model": "m1", "provider": "p1"}},
@@ -398,22 +399,6 @@ def naive_transcript_seqs(events: list[Event]) -> list[tuple[int, str, int | Non
     return rows
 
 
-def snapshot(fold: SessionFold) -> tuple[Any, ...]:
-    return (
-        fold.next_seq,
-        fold.last_time,
-        fold.model_history(),
-        fold.stats(),
-        fold.surface_view(),
-        fold.open_turn,
-        fold.open_step,
-        fold.pending_calls,
-        fold.latest_header,
-        fold.has_system_head,
-        fold.request(),
-    )
-
-
 # ------------------------------------------------------------------ properties
 
 
@@ -443,8 +428,8 @@ def test_replay_equals_incremental(events: list[Event]) -> None:
     for event in events:
         incremental.check(event)
         incremental.apply(event)
-    assert snapshot(SessionFold.replay(events)) == snapshot(incremental)
-    assert snapshot(SessionFold.replay(events, validate=False)) == snapshot(incremental)
+    assert fold_state(SessionFold.replay(events)) == fold_state(incremental)
+    assert fold_state(SessionFold.replay(events, validate=False)) == fold_state(incremental)
 
 
 @SETTINGS
@@ -522,22 +507,22 @@ def test_checkpoint_rollback_restores_the_prior_state(events: list[Event], a: in
     k = a % (len(events) + 1)
     m = k + b % (len(events) - k + 1)
     fold = SessionFold.replay(events[:k])
-    at_k = snapshot(fold)
+    at_k = fold_state(fold)
     outer = fold.checkpoint()
     for event in events[k:m]:
         fold.apply(event)
-    at_m = snapshot(fold)
+    at_m = fold_state(fold)
     inner = fold.checkpoint()
     for event in events[m:]:
         fold.apply(event)
-    assert snapshot(fold) == snapshot(SessionFold.replay(events))
+    assert fold_state(fold) == fold_state(SessionFold.replay(events))
     fold.rollback(inner)
-    assert snapshot(fold) == at_m == snapshot(SessionFold.replay(events[:m]))
+    assert fold_state(fold) == at_m == fold_state(SessionFold.replay(events[:m]))
     fold.rollback(outer)
-    assert snapshot(fold) == at_k
+    assert fold_state(fold) == at_k
     for event in events[k:]:  # the fold is fully usable after a rollback
         fold.apply(event)
-    assert snapshot(fold) == snapshot(SessionFold.replay(events))
+    assert fold_state(fold) == fold_state(SessionFold.replay(events))
 
 
 @SETTINGS

@@ -17,7 +17,7 @@ from sessionlog.core.projections.transcript import transcript
 from sessionlog.core.repair import check_writer_turn_end, commit_closers, open_turn_closers, repair_event_id
 from sessionlog.core.surface import fold_surface
 
-from .builders import Log, result, user
+from .builders import Log, fold_state, result, user
 
 # --------------------------------------------------------------- projection rule
 
@@ -225,35 +225,21 @@ def test_long_call_ids_are_hashed_into_event_ids() -> None:
 # --------------------------------------------------------------- checkpoints
 
 
-def _state_of(fold: SessionFold) -> tuple[object, ...]:
-    return (
-        fold.next_seq,
-        fold.last_time,
-        fold.model_history(),
-        fold.stats(),
-        fold.surface_view(),
-        fold.open_turn,
-        fold.open_step,
-        fold.pending_calls,
-        fold.latest_header,
-    )
-
-
 def test_nested_checkpoints_roll_back_and_release() -> None:
     log = Log()
     log.in_step(("a", "t"))
-    before = _state_of(log.fold)
+    before = fold_state(log.fold)
     outer = log.fold.checkpoint()
     log.call(1, 1, "a", "t")
     log.result(1, 1, "a")
-    middle = _state_of(log.fold)
+    middle = fold_state(log.fold)
     inner = log.fold.checkpoint()
     log.add("user/message", user("summary", source={"kind": "compaction"}), op=Replace(1, 6), sources=(1, 4, 6))
     log.end_step()
     log.fold.rollback(inner)
-    assert _state_of(log.fold) == middle
+    assert fold_state(log.fold) == middle
     log.fold.rollback(outer)
-    assert _state_of(log.fold) == before
+    assert fold_state(log.fold) == before
     with pytest.raises(ValueError):
         log.fold.rollback(inner)
     mark = log.fold.checkpoint()
@@ -264,13 +250,13 @@ def test_nested_checkpoints_roll_back_and_release() -> None:
 def test_rollback_to_an_older_mark_undoes_newer_batches() -> None:
     log = Log()
     log.head()
-    before = _state_of(log.fold)
+    before = fold_state(log.fold)
     first = log.fold.checkpoint()
     log.say("a")
     second = log.fold.checkpoint()
     log.say("b")
     log.fold.rollback(first)
-    assert _state_of(log.fold) == before
+    assert fold_state(log.fold) == before
     with pytest.raises(ValueError):
         log.fold.release(second)
 
@@ -389,7 +375,7 @@ def test_replay_trusting_equals_validating() -> None:
     log = _compacted_log()
     trusted = SessionFold.replay(log.events, validate=False)
     checked = SessionFold.replay(log.events)
-    assert _state_of(trusted) == _state_of(checked) == _state_of(log.fold)
+    assert fold_state(trusted) == fold_state(checked) == fold_state(log.fold)
 
 
 def test_pi_style_copies_are_exempt_from_turn_structure() -> None:

@@ -42,6 +42,11 @@ from sessionlog_server.config import Settings
 from sessionlog_server.service.loader import SnapshotPolicy
 
 COMPACT_EVERY_TURNS = 40
+TWO_KB = 1.45
+"""Text scale of `_turn` that makes events of about 2 KB of data on average (measured: the
+bench prints the log's size)."""
+HALF_KB = 0.28
+"""Text scale that makes events of about 500 B."""
 SNAPSHOT_COLUMNS = ("session_id", "seq", "fold_version", "state")
 
 
@@ -62,7 +67,7 @@ QUICK = Scale(compacting_events=3_000, long_events=6_000, live_sessions=5, live_
 
 def _turn(src: TextSource, turn: int, size: float) -> list[dict[str, Any]]:
     """One agent turn (user, a tool step with 1-2 calls and results, a final answer); text
-    lengths scaled by `size` (1.0: ~2 KB events on average, 0.2: ~500 B)."""
+    lengths scaled by `size` (see TWO_KB and HALF_KB)."""
 
     def say(low: int, high: int) -> str:
         return src.text(max(8, int(low * size)), max(16, int(high * size)))
@@ -288,7 +293,7 @@ def run_backend(backend: str, scale: Scale) -> dict[str, Any]:
         policy = SnapshotPolicy(Settings().snapshot_every_events, Settings().snapshot_every_bytes)
         results: dict[str, Any] = {}
         t0 = 1_800_000_000_000
-        for label, n, size in (("compacting", scale.compacting_events, 1.0), ("long", scale.long_events, 0.2)):
+        for label, n, size in (("compacting", scale.compacting_events, TWO_KB), ("long", scale.long_events, HALF_KB)):
             count = write_session(loader, label, session_log(n, size, True, seed=len(label)), t0, policy)
             loader.close()
             loader = BulkLoader(db)
@@ -297,7 +302,7 @@ def run_backend(backend: str, scale: Scale) -> dict[str, Any]:
             _log(f"{backend}: {label} measured")
         sids = [f"live-{i}" for i in range(scale.live_sessions)]
         for index, sid in enumerate(sids):
-            write_session(loader, sid, session_log(scale.live_events, 1.0, False, seed=100 + index), t0, policy)
+            write_session(loader, sid, session_log(scale.live_events, TWO_KB, False, seed=100 + index), t0, policy)
         loader.close()
         results["live"] = measure_live(db, sids)
         results["live"]["events_per_session"] = scale.live_events

@@ -74,6 +74,8 @@ class Settings:
     """A fold snapshot is also stored once this many payload bytes have been appended since the last one."""
     group_commit_max_batches: int = 512
     """Most batches one group commit may carry."""
+    workers: int = 1
+    """Server processes sharing the listen address (SO_REUSEPORT); 0: one per core (at most 8)."""
     repair_on_start: bool = True
     """Complete open turns of sessions without a live writer at start-up (docs/repair.md)."""
     shutdown_grace_s: float = 10.0

@@ -46,16 +46,25 @@ def serve(
     db: DbOption = None,
     listen: Annotated[str | None, typer.Option("--listen", help="HOST:PORT to bind (default 127.0.0.1:50051).")] = None,
     no_migrate: Annotated[bool, typer.Option("--no-migrate", help="Do not run migrations on start.")] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", help="Server processes sharing the address ($SESSIONLOG_WORKERS; 0: one per core)."),
+    ] = None,
 ) -> None:
     """Run the sessionlog service (embedded SQLite by default) until SIGTERM/SIGINT."""
     from sessionlog_server.config import Settings
     from sessionlog_server.logging import configure
     from sessionlog_server.transport.server import serve as run
+    from sessionlog_server.transport.workers import default_workers, run_workers
 
-    settings = Settings.from_env(db=db, listen=listen, migrate=False if no_migrate else None)
+    settings = Settings.from_env(db=db, listen=listen, migrate=False if no_migrate else None, workers=workers)
     _ensure_sqlite_dir(settings.db)
     configure(settings.log_level)
-    asyncio.run(run(settings))
+    count = settings.workers or default_workers()
+    if count == 1:
+        asyncio.run(run(settings))
+    else:
+        run_workers(settings, count)
 
 
 @db_app.command("upgrade")

@@ -72,8 +72,11 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
         return grpc.ssl_server_credentials([(key.read(), cert.read())])
 
 
-async def start_server(settings: Settings) -> RunningServer:
-    """Migrate (unless told not to), open storage, and start serving on `settings.listen`."""
+async def start_server(settings: Settings, *, reuse_port: bool = False) -> RunningServer:
+    """Migrate (unless told not to), open storage, and start serving on `settings.listen`.
+
+    `reuse_port` lets several worker processes bind the same address (see workers.py); alone,
+    a server refuses a port that is in use."""
     tokens = TokenStore.load(settings.tokens_file or None, settings.tokens or None)
     check_exposure(settings, tokens)
     credentials = server_credentials(settings)
@@ -86,7 +89,7 @@ async def start_server(settings: Settings) -> RunningServer:
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
-        ("grpc.so_reuseport", 0),
+        ("grpc.so_reuseport", 1 if reuse_port else 0),
     ]
     server = grpc.aio.server(options=options, interceptors=[AuthInterceptor(tokens)])
     session_service_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(service), server)
@@ -124,9 +127,9 @@ async def start_server(settings: Settings) -> RunningServer:
     return RunningServer(server, service, health_servicer, port, admin, otlp)
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings, *, reuse_port: bool = False) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
-    running = await start_server(settings)
+    running = await start_server(settings, reuse_port=reuse_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

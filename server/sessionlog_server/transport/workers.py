@@ -1,0 +1,150 @@
+"""Several server processes on one address (`serve --workers N`): every core does work.
+
+One asyncio event loop decodes, validates and folds every event of its process, so one process
+saturates one core. With N workers, N processes bind the same address with SO_REUSEPORT and
+the kernel spreads connections over them; a connection (a harness's channel, its writer
+stream) stays with one worker.
+
+Why this is safe: correctness never depended on a process-wide lock. Every append is fenced in
+its own transaction by the lease epoch and the expected next seq (see write-path.md), so two
+workers can never interleave writes to a session, on SQLite (one write lock for the file) or
+PostgreSQL. A worker's cached session that another worker wrote to catches up on the missing
+events (service.catch_up) when its lease is taken or it is read. A subscriber on one worker
+learns of another worker's appends by polling the log.
+
+The parent runs the migrations once, checks the address is free, starts the workers, forwards
+SIGTERM/SIGINT to them, and restarts a worker that dies (it is fenced like any crashed
+process: its leases lapse and are repaired). Each worker exits when its parent is gone, so a
+kill -9 of the whole service leaves no orphan holding the port. Worker i serves metrics on the
+configured metrics port + i; only worker 0 runs the start-up repair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import replace
+from multiprocessing.process import BaseProcess
+
+import structlog
+
+from sessionlog_server.config import Settings
+
+log = structlog.get_logger("sessionlog.workers")
+
+RESTART_BACKOFF_S = 1.0
+"""Pause before a dead worker is started again (a crash loop costs one start per second)."""
+
+
+def default_workers() -> int:
+    """One worker per core, at most 8 (each holds its own caches and connection pools)."""
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def worker_settings(settings: Settings, index: int) -> Settings:
+    """What worker `index` runs with: no migrations (the parent ran them), its own metrics
+    port, and the start-up repair in worker 0 only."""
+    metrics = settings.metrics_listen
+    if metrics:
+        host, _, port = metrics.rpartition(":")
+        metrics = f"{host}:{int(port) + index}" if int(port) else metrics
+    return replace(
+        settings, migrate=False, metrics_listen=metrics, repair_on_start=settings.repair_on_start and index == 0
+    )
+
+
+def check_address_free(listen: str) -> str:
+    """The address workers will share; port 0 becomes a concrete free port. Raises OSError when
+    the port is taken (SO_REUSEPORT would otherwise let the workers join a stranger)."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.bind((host, int(port)))
+        bound = probe.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    return f"{shown}:{bound}"
+
+
+def _wait_address_free(listen: str, patience_s: float) -> str:
+    """`check_address_free`, retried while the workers of a service that was just killed are
+    still draining (they leave within the shutdown grace)."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return check_address_free(listen)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def run_workers(settings: Settings, workers: int) -> None:
+    """Migrate, start `workers` processes on `settings.listen`, supervise them until a signal."""
+    from sessionlog_server.storage.migrate import upgrade
+
+    if settings.migrate:
+        upgrade(settings.db)
+    listen = _wait_address_free(settings.listen, settings.shutdown_grace_s + 5)
+    settings = replace(settings, listen=listen)
+    context = multiprocessing.get_context("spawn")
+    stopping = threading.Event()
+
+    def start(index: int) -> BaseProcess:
+        process = context.Process(
+            target=_worker_main,
+            args=(worker_settings(settings, index), index, os.getpid()),
+            name=f"sessionlog-worker-{index}",
+        )
+        process.start()
+        return process
+
+    def forward(signum: int, _frame: object) -> None:
+        stopping.set()
+        for process in processes:
+            if process.pid is not None and process.is_alive():
+                os.kill(process.pid, signum)
+
+    processes = [start(i) for i in range(workers)]
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    log.info("workers started", listen=listen, workers=workers, pids=[p.pid for p in processes])
+    while not stopping.is_set():
+        for index, process in enumerate(processes):
+            if not process.is_alive() and not stopping.is_set():
+                log.warning("worker died; starting it again", worker=index, exitcode=process.exitcode)
+                time.sleep(RESTART_BACKOFF_S)
+                processes[index] = start(index)
+        stopping.wait(0.2)
+    for process in processes:
+        process.join(timeout=settings.shutdown_grace_s + 30)
+        if process.is_alive():
+            process.kill()
+    log.info("workers stopped")
+
+
+def _worker_main(settings: Settings, index: int, parent: int) -> None:
+    """A worker: serve with SO_REUSEPORT until a signal, or until the parent is gone."""
+    from sessionlog_server.logging import configure
+    from sessionlog_server.transport.server import serve
+
+    configure(settings.log_level)
+    structlog.contextvars.bind_contextvars(worker=index)
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True, name="parent-watch").start()
+    asyncio.run(serve(settings, reuse_port=True))
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker whose parent died (kill -9 of the service) stops: it must not keep the port
+    serving on its own; it stops as on SIGTERM (in-flight batches commit, leases released)."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)  # drain and release leases, as on a normal stop
+
+
+__all__ = ["check_address_free", "default_workers", "run_workers", "worker_settings"]

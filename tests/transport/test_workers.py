@@ -1,0 +1,97 @@
+"""`serve --workers 2`: two processes on one address, on SQLite and PostgreSQL.
+
+Writers on separate channels land on either worker; one session is written in turns by
+clients on fresh channels (so its cached fold goes stale on one worker while the other
+writes, and must catch up); a worker is killed with SIGKILL and started again by the parent;
+every acknowledged event is in the log exactly once, seqs contiguous. Then a SIGKILL of the
+parent: the workers leave, and a new service starts on the same port.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from sessionlog.client import SessionLogClient
+from tests.support.events import note, turn_end, turn_start
+from tests.support.servers import ServerProcess
+from tests.support.waiting import eventually
+from tests.transport.test_faults import TurnWriter
+
+
+def _workers(parent: int) -> list[int]:
+    """The worker processes of a `serve --workers` parent (multiprocessing spawn children)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if ppid == parent and b"spawn_main" in cmdline:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def _check_log(client: SessionLogClient, sid: str, acked: dict[str, int]) -> None:
+    events = list(client.read_events(sid))
+    assert [e.seq for e in events] == list(range(len(events))), "seqs must be contiguous"
+    stored = {e.event_id: e.seq for e in events if e.event_id is not None}
+    assert len(stored) == sum(1 for e in events if e.event_id is not None), "an eventId is stored twice"
+    for event_id, seq in acked.items():
+        assert stored.get(event_id) == seq, f"acknowledged {event_id} at {seq} is missing"
+
+
+def test_two_workers_share_the_address_and_lose_nothing(fresh_db: str, tmp_path: Path) -> None:
+    server = ServerProcess(fresh_db, env={"SESSIONLOG_WORKERS": "2"}).start()
+    assert server.proc is not None
+    parent = server.proc.pid
+    try:
+        first = eventually(lambda: _workers(parent), lambda pids: len(pids) == 2)
+        sids = [f"wk-{tmp_path.name[-6:]}-{i}" for i in range(6)]
+        writers = [TurnWriter(server.target, sid) for sid in sids]
+        for writer in writers:
+            writer.start()
+        shared = f"wk-{tmp_path.name[-6:]}-shared"
+        shared_acked: dict[str, int] = {}
+        for turn in range(1, 9):  # a fresh channel each turn: the two workers take turns at random
+            with SessionLogClient(server.target) as client:
+                if turn == 1:
+                    client.create_session(shared)
+                lease = client.acquire_lease(shared, writer_id=f"turn-{turn}")
+                batch = [
+                    dict(e, eventId=f"s-{turn}-{i}")
+                    for i, e in enumerate([turn_start(turn), note(turn), turn_end(turn)])
+                ]
+                shared_acked.update(
+                    zip((e["eventId"] for e in batch), client.append(shared, lease, batch).seqs, strict=True)
+                )
+                client.release_lease(lease)
+        eventually(lambda: min(len(w.acked) for w in writers), lambda n: n >= 30)
+        os.kill(first[0], signal.SIGKILL)
+        again = eventually(lambda: _workers(parent), lambda pids: len(pids) == 2 and first[0] not in pids)
+        assert first[1] in again
+        before = {w.sid: len(w.acked) for w in writers}
+        eventually(lambda: all(len(w.acked) > before[w.sid] + 10 for w in writers), lambda ok: ok, timeout=60)
+        for writer in writers:
+            writer.stop.set()
+        for writer in writers:
+            writer.join(timeout=60)
+            assert not writer.errors, writer.errors
+        with SessionLogClient(server.target) as client:
+            for writer in writers:
+                _check_log(client, writer.sid, writer.acked)
+            _check_log(client, shared, shared_acked)
+            assert client.stats(shared)["turns"] == 8
+        server.kill()  # SIGKILL of the parent: its workers stop on their own
+        eventually(lambda: [pid for pid in again if Path(f"/proc/{pid}").exists()], lambda alive: not alive)
+        server.start()  # the same port is free again
+        with SessionLogClient(server.target) as client:
+            _check_log(client, shared, shared_acked)
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.terminate()

@@ -12,6 +12,7 @@ from sqlalchemy import Connection, create_engine
 from sqlalchemy.dialects import postgresql
 
 from sessionlog.core import jsonvalue
+from sessionlog_server.storage.changes import CHANNEL, ChangeFeed, PostgresChangeFeed, notify_payload
 from sessionlog_server.storage.recorder import BLOBS, EVENT_COLUMNS, EventRecorder
 
 
@@ -37,6 +38,15 @@ class PostgresEventRecorder(EventRecorder):
             json_deserializer=jsonvalue.loads,
         )
         super().__init__(engine)
+
+    def _announce(self, conn: Connection, session_ids: list[str]) -> None:
+        conn.exec_driver_sql(
+            "SELECT pg_notify(%s, %s)", [(CHANNEL, notify_payload(session_id)) for session_id in session_ids]
+        )
+
+    def change_feed(self) -> ChangeFeed:
+        url = self.write_engine.url.set(drivername="postgresql")
+        return PostgresChangeFeed(url.render_as_string(hide_password=False))
 
     def _insert_blobs(self, conn: Connection, blobs: dict[str, bytes]) -> None:
         stmt = postgresql.insert(BLOBS).on_conflict_do_nothing(index_elements=["sha256"])

@@ -35,6 +35,7 @@ from sessionlog.core.errors import (
 )
 from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog_server.storage import blobs as blob_store
+from sessionlog_server.storage.changes import ChangeFeed
 from sessionlog_server.storage.models import BlobRow, EventRow, FoldSnapshotRow, SessionRow
 from sessionlog_server.storage.records import PendingBatch, SessionRecord, StoredSnapshot
 
@@ -306,7 +307,18 @@ class EventRecorder(ABC):
         snapshots = [batch.snapshot for batch in accepted if batch.snapshot is not None]
         if snapshots:
             conn.execute(SNAPSHOTS.insert(), [s._asdict() for s in snapshots])
+        if accepted:
+            self._announce(conn, sorted({batch.session_id for batch in accepted}))
         return results
+
+    @abstractmethod
+    def _announce(self, conn: Connection, session_ids: list[str]) -> None:
+        """Tell other processes, inside the commit, which sessions it appends to (see
+        storage/changes.py)."""
+
+    @abstractmethod
+    def change_feed(self) -> ChangeFeed:
+        """How this process learns of other processes' commits (storage/changes.py)."""
 
     def _advance(self, conn: Connection, first: PendingBatch, last: PendingBatch) -> bool:
         """The fenced compare-and-set: move next_seq from `first`'s expected to `last`'s new one."""

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import QueuePool
 
 from sessionlog.core import jsonvalue
+from sessionlog_server.storage.changes import ChangeFeed, SQLiteChangeFeed
 from sessionlog_server.storage.recorder import BLOBS, EVENT_COLUMNS, EventRecorder
 
 
@@ -64,6 +65,12 @@ class SQLiteEventRecorder(EventRecorder):
         write = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=True, pool_size=1)
         read = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=False, pool_size=4)
         super().__init__(write, read)
+
+    def _announce(self, conn: Connection, session_ids: list[str]) -> None:
+        """Nothing to send: other processes on the file see `PRAGMA data_version` move."""
+
+    def change_feed(self) -> ChangeFeed:
+        return SQLiteChangeFeed(self.read_engine)
 
     def _insert_blobs(self, conn: Connection, blobs: dict[str, bytes]) -> None:
         stmt = sqlite.insert(BLOBS).on_conflict_do_nothing(index_elements=["sha256"])

@@ -402,10 +402,11 @@ def test_release_trims_the_journal_and_end_seed_is_tracked() -> None:
     first = log.fold.checkpoint()
     log.say("a")
     second = log.fold.checkpoint()
+    log.say("b")
     log.add("session/end-seed", {})
     assert log.fold.ends_with_end_seed and log.fold.last_event_type == "session/end-seed"
     log.fold.release(first)
-    assert len(log.fold._journal) == 1  # only the second batch can still be rolled back
+    assert len(log.fold._journal) == 1  # only the second batch's surface change is journalled
     log.fold.rollback(second)
     assert not log.fold.ends_with_end_seed and log.fold.next_seq == 2
     assert log.fold._journal == [] and log.fold._marks == []

@@ -9,7 +9,8 @@ server needs around them:
   the cached history, which is rebuilt once on the next read.
 - **Trust.** `replay(events, validate=False)` builds every piece of state from a log that was
   validated at append, without re-checking it (a cold load). Seq contiguity is always checked.
-- **Atomic batches.** `checkpoint()` returns a mark; `rollback(mark)` undoes everything
+- **Atomic batches.** `checkpoint()` returns a mark (the small state as it was: seq, time,
+  header, stats, structure, copied once per batch); `rollback(mark)` undoes everything
   applied since, newest first, in O(events since the mark); `release(mark)` forgets a mark once
   its batch is durable. Marks nest (several pipelined batches of one session may be in flight;
   rolling back an older mark also undoes the newer batches). While no mark is held nothing is
@@ -79,15 +80,25 @@ class _Plan:
 
 
 @dataclass(slots=True)
-class _Undo:
-    """What one applied event overwrote, so rollback can put it back exactly."""
+class _Mark:
+    """A checkpoint: the small state as it was (restored whole on rollback) and where the
+    journal of surface changes stood. Taken once per batch, so per event nothing is copied."""
 
-    plan: _Plan
+    token: int
+    position: int
+    next_seq: int
     last_time: int
     last_type: str | None
     header: HeaderState | None
     stats: StatsAccumulator
-    structure: StructureState | None
+    structure: StructureState
+
+
+@dataclass(slots=True)
+class _Undo:
+    """What one applied surface event overwrote, so rollback can put it back exactly."""
+
+    plan: SurfacePlan
     shadowed_nodes: list[SurfaceNode] = field(default_factory=list)
     shadowed_empty: list[int] = field(default_factory=list)
     shadowed_messages: dict[int, JsonObject] = field(default_factory=dict)
@@ -117,7 +128,7 @@ class SessionFold:
         self._stats = StatsAccumulator()
         self._journal: list[_Undo] = []
         self._journal_base = 0
-        self._marks: list[tuple[int, int]] = []  # (token, journal position), oldest first
+        self._marks: list[_Mark] = []  # oldest first
         self._next_token = 0
 
     # ----------------------------------------------------------------- building
@@ -175,20 +186,13 @@ class SessionFold:
 
     def _commit(self, plan: _Plan) -> None:
         event = plan.event
-        undo = None
-        if self._marks:
-            undo = _Undo(
-                plan,
-                self._last_time,
-                self._last_type,
-                self._latest_header,
-                self._stats.copy(),
-                self._structure.snapshot() if plan.structure is not None else None,
-            )
         if plan.surface is not None:
             assert plan.node is not None
+            undo = _Undo(plan.surface) if self._marks else None
             self._apply_nodes(plan.surface, plan.node, plan.message, undo)
             apply_surface_plan(self._surface, plan.surface)
+            if undo is not None:
+                self._journal.append(undo)
         apply_structure_plan(self._structure, plan.structure)
         if plan.header is not None:
             self._latest_header = plan.header
@@ -196,8 +200,6 @@ class SessionFold:
         self._next_seq += 1
         self._last_time = event.time
         self._last_type = event.type
-        if undo is not None:
-            self._journal.append(undo)
 
     def _apply_nodes(
         self, plan: SurfacePlan, node: SurfaceNode, message: JsonObject | None, undo: _Undo | None
@@ -251,21 +253,40 @@ class SessionFold:
         """Start journalling; returns a mark (a unique token) to `rollback` to or `release`."""
         token = self._next_token
         self._next_token += 1
-        self._marks.append((token, self._journal_base + len(self._journal)))
+        self._marks.append(
+            _Mark(
+                token,
+                self._journal_base + len(self._journal),
+                self._next_seq,
+                self._last_time,
+                self._last_type,
+                self._latest_header,
+                self._stats.copy(),
+                self._structure.snapshot(),
+            )
+        )
         return token
 
     def _find_mark(self, mark: int, verb: str) -> int:
-        for index, (token, _) in enumerate(self._marks):
-            if token == mark:
+        for index, taken in enumerate(self._marks):
+            if taken.token == mark:
                 return index
         raise ValueError(f"{verb}: {mark} is not a live checkpoint")
 
     def rollback(self, mark: int) -> None:
         """Undo every event applied since `mark` (newest first); marks taken after it are dropped."""
         index = self._find_mark(mark, "rollback")
-        position = self._marks[index][1]
-        while self._journal_base + len(self._journal) > position:
-            self._undo(self._journal.pop())
+        taken = self._marks[index]
+        while self._journal_base + len(self._journal) > taken.position:
+            undo = self._journal.pop()
+            undo_surface_plan(self._surface, undo.plan)
+            self._undo_nodes(undo.plan, undo)
+        self._next_seq = taken.next_seq
+        self._last_time = taken.last_time
+        self._last_type = taken.last_type
+        self._latest_header = taken.header
+        self._stats = taken.stats
+        self._structure.restore(taken.structure)
         del self._marks[index:]
         self._trim_journal()
 
@@ -279,24 +300,11 @@ class SessionFold:
     def _trim_journal(self) -> None:
         position = self._journal_base + len(self._journal)
         # Marks are taken in journal order, so the oldest live mark holds the lowest position.
-        keep_from = self._marks[0][1] if self._marks else position
+        keep_from = self._marks[0].position if self._marks else position
         drop = keep_from - self._journal_base
         if drop > 0:
             del self._journal[:drop]
             self._journal_base = keep_from
-
-    def _undo(self, undo: _Undo) -> None:
-        plan = undo.plan
-        if plan.surface is not None:
-            undo_surface_plan(self._surface, plan.surface)
-            self._undo_nodes(plan.surface, undo)
-        if undo.structure is not None:
-            self._structure.restore(undo.structure)
-        self._latest_header = undo.header
-        self._stats = undo.stats
-        self._next_seq -= 1
-        self._last_time = undo.last_time
-        self._last_type = undo.last_type
 
     # ----------------------------------------------------------------- state
 

@@ -43,6 +43,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -363,7 +364,7 @@ class Soak:
                 stats.errors.append(f"{type(exc).__name__}: {exc}")
             await asyncio.sleep(0.1)
 
-    async def _await_subscribers(self, client: AsyncSessionLogClient, tasks: list[asyncio.Future[None]]) -> None:
+    async def _await_subscribers(self, client: AsyncSessionLogClient, tasks: Sequence[asyncio.Future[None]]) -> None:
         """Wait (bounded) until every subscriber has seen its session's whole log, then stop them."""
         deadline = time.monotonic() + GRACE_S
         for stats in self.subscribers:

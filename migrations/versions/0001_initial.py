@@ -8,6 +8,7 @@ Create Date: 2026-11-29
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -19,7 +20,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def json_payload() -> sa.types.TypeEngine[object]:
+def json_payload() -> sa.types.TypeEngine[Any]:
     """JSONB on PostgreSQL, JSON text elsewhere (as models.JsonPayload)."""
     return sa.JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
 

@@ -26,6 +26,7 @@ appended twice.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -172,7 +173,12 @@ def append_planned(
             batch = events[start : start + BATCH_EVENTS]
             future = writer.append(batch, expected_next_seq=first_seq + start)
             if advance is not None:
-                future.add_done_callback(lambda _, n=len(batch), tell=advance: tell(n))
+                future.add_done_callback(functools.partial(_tell_durable, advance, len(batch)))
+
+
+def _tell_durable(advance: Advance, events: int, _: object) -> None:
+    """A batch's future is done: move the bar by its events."""
+    advance(events)
 
 
 # --- export ------------------------------------------------------------------------------------

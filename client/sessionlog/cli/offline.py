@@ -95,7 +95,7 @@ def replay_command(
     except OSError as exc:
         raise fail(str(exc), 2) from None
     for warning in result.warnings:
-        _stderr().print(f"warning: {warning.message}", markup=False)
+        _stderr().print(f"sessionlog: warning: {warning.message}", markup=False)
     changes = compare_recorded(recorded, result.metrics) if recorded is not None else []
     if as_json:
         _print_json(result, recorded, changes)

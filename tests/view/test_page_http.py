@@ -16,6 +16,7 @@ import pytest
 from sessionlog.client import SessionLogClient
 from sessionlog_server.tokens import config_line, new_token
 from tests.security.test_tls_limits_metrics import make_certificate
+from tests.support.events import note
 from tests.support.scripted import write_scripted
 from tests.support.servers import ServerThread
 
@@ -79,6 +80,15 @@ def test_the_page_needs_a_token_of_the_sessions_namespace(secured: ServerThread,
     assert status == 400 and "non-negative integer" in body
     assert get(secured, "/metrics")[0] == 200  # scrapers need no token, as before
     assert get(secured, "/elsewhere", f"Bearer {ALICE}")[0] == 404
+    # A kept page is served again while the log has not moved; a new event shows at once.
+    first = get(secured, f"/sessions/{child}", f"Bearer {ALICE}")[1]
+    assert get(secured, f"/sessions/{child}", f"Bearer {ALICE}")[1] == first
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        lease = alice.acquire_lease(child)
+        alice.append(child, lease, [note(1)])
+    assert page_data(get(secured, f"/sessions/{child}", f"Bearer {ALICE}")[1])["session"]["atSeq"] == (
+        page_data(first)["session"]["atSeq"] + 1
+    )
 
 
 def test_pages_need_tls_off_loopback(db_url: str, sid: str, tmp_path: Path) -> None:

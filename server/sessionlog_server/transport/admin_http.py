@@ -23,6 +23,7 @@ import base64
 import binascii
 import ssl
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -41,6 +42,8 @@ from sessionlog_server.transport.loopback import LOOPBACK_HOSTS, listen_host
 
 SESSIONS_PREFIX = "/sessions/"
 PAGE_TIMEOUT_S = 120.0
+PAGE_CACHE = 4
+"""Rendered pages kept (least recently used beyond that are dropped)."""
 StartResponse = Callable[..., Any]
 
 
@@ -70,6 +73,8 @@ class AdminHttp:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
+        self._pages: OrderedDict[tuple[str, SessionRef, int], bytes] = OrderedDict()
+        self._lock = threading.Lock()
         self.pages_allowed = False
 
     def start(self, listen: str, tls: tuple[str, str] | None = None) -> int:
@@ -120,14 +125,13 @@ class AdminHttp:
         except ValueError as exc:
             return _text(start_response, "400 Bad Request", f"{exc}\n")
         try:
-            html = self.page(principal, session_id, at)
+            body = self.page(principal, session_id, at)
         except NotFound as exc:
             return _text(start_response, "404 Not Found", f"{exc.reason}: {exc.message}\n")
         except SessionLogError as exc:
             return _text(start_response, "400 Bad Request", f"{exc.reason}: {exc.message}\n")
         except MissingAssets as exc:
             return _text(start_response, "500 Internal Server Error", f"{exc}\n")
-        body = html.encode("utf-8")
         headers = [
             ("Content-Type", "text/html; charset=utf-8"),
             ("Content-Length", str(len(body))),
@@ -153,19 +157,33 @@ class AdminHttp:
             return None
         return self.tokens.lookup(credential) if credential else None
 
-    def page(self, principal: access.Principal, session_id: str, at: int | None) -> str:
-        future = asyncio.run_coroutine_threadsafe(self._gather(principal, session_id, at), self.loop)
-        session, events = future.result(timeout=PAGE_TIMEOUT_S)
-        return render_page(events, session, link="/sessions/{id}")
+    def page(self, principal: access.Principal, session_id: str, at: int | None) -> bytes:
+        """The page's bytes. The log is append-only, so the page of a session up to a given
+        seq (with the same forks) never changes: the last few are kept, and a reload or a
+        second reader of a large session does not fold it again."""
+        session, head = self._call(self._describe(principal, session_id))
+        last = head if at is None else min(at, head)
+        key = (principal.namespace, session, last)
+        with self._lock:
+            cached = self._pages.get(key)
+            if cached is not None:
+                self._pages.move_to_end(key)
+                return cached
+        events = self._call(self._events(principal, session_id, last))
+        body = render_page(events, session, link="/sessions/{id}").encode("utf-8")
+        with self._lock:
+            self._pages[key] = body
+            while len(self._pages) > PAGE_CACHE:
+                self._pages.popitem(last=False)
+        return body
 
-    async def _gather(
-        self, principal: access.Principal, session_id: str, at: int | None
-    ) -> tuple[SessionRef, list[Event]]:
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=PAGE_TIMEOUT_S)
+
+    async def _describe(self, principal: access.Principal, session_id: str) -> tuple[SessionRef, int]:
+        """The session (its fork relations) and its last seq, as `principal` may see them."""
         access.bind(principal)
         record = await self.service.get_session(session_id)
-        events: list[Event] = []
-        async for page in self.service.read_events(session_id, 0, at, 0):
-            events.extend(page)
         children: list[tuple[str, int | None]] = []
         token = ""
         while True:
@@ -173,7 +191,15 @@ class AdminHttp:
             children.extend((child.id, child.fork_seq) for child in records)
             if not token:
                 break
-        return SessionRef(record.id, record.parent_id, record.fork_seq, tuple(children)), events
+        return SessionRef(record.id, record.parent_id, record.fork_seq, tuple(children)), record.next_seq - 1
+
+    async def _events(self, principal: access.Principal, session_id: str, last: int) -> list[Event]:
+        access.bind(principal)
+        events: list[Event] = []
+        if last >= 0:
+            async for page in self.service.read_events(session_id, 0, last, 0):
+                events.extend(page)
+        return events
 
 
 def _at_seq(query: str) -> int | None:

@@ -96,6 +96,16 @@ def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient
         assert numbers(driver, "#diff [data-diff-added]", "data-diff-added") == expected["messages"]["added"]
         assert expected["messages"]["added"] == [COMPACTION_REPLACE_SEQ, 35, 38, 40]
         assert driver.find_element(By.ID, "diff").get_attribute("data-prefix-kept") == "false"
+        # The page composes every other pair the same way as the core does.
+        seqs = numbers(driver, "table.requests tr[data-request-seq]", "data-request-seq")
+        for i, a in enumerate(seqs):
+            for b in seqs[i + 1 :]:
+                want = request_diff(events, a - 1, b - 1)
+                got = driver.execute_script("return window.sessionlog.diff(arguments[0], arguments[1])", a, b)
+                assert got["added"] == want["messages"]["added"], (a, b)
+                assert got["replaced"] == want["messages"]["replaced"], (a, b)
+                assert got["firstChanged"] == want["messages"]["firstChanged"], (a, b)
+                assert got["fields"] == want["header"]["fields"] and got["headers"] == want["header"]["logged"], (a, b)
         # The chart drew (uPlot's canvas), and nothing was fetched from the network.
         assert driver.find_elements(By.CSS_SELECTOR, "#chart canvas")
         assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0

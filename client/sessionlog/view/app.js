@@ -360,6 +360,13 @@
   setupDiff();
   renderTurns();
   renderTranscript();
+  // For the browser tests and for people at the console: the diff of any two request seqs.
+  window.sessionlog = {
+    diff: (fromSeq, toSeq) => {
+      const d = composeDiff(fromSeq, toSeq);
+      return { added: d.added, replaced: Array.from(d.replaced.keys()).sort((p, q) => p - q), firstChanged: d.firstChanged, fields: d.fields, headers: d.headers };
+    },
+  };
   document.body.setAttribute("data-ready", "true");
   if (window.performance && performance.mark) performance.mark("sessionlog-ready");
 })();

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -67,6 +67,9 @@ class SessionLogService:
         self.messages = MessageCache(self.reader, settings.message_cache_bytes)
         self.live = LiveSessions(self._load, settings.session_cache_size, settings.session_cache_bytes)
         self.hub = SubscriptionHub()
+        self.commit_taps: list[Callable[[str, Sequence[Event]], None]] = []
+        """Called with every batch this process commits, after its subscribers (the live OTLP
+        export); must not block."""
         self.stream_leases: dict[str, tuple[str, int]] = {}
         self.open_streams = 0
         self.repairs_written = 0
@@ -433,7 +436,10 @@ class SessionLogService:
         self.metrics.batches_appended.inc()
         self.metrics.events_appended.inc(len(pending.events))
         self.metrics.batch_size.observe(len(pending.events))
-        self.hub.publish(live.session_id, _with_stored_text(pending))
+        committed_events = _with_stored_text(pending)
+        self.hub.publish(live.session_id, committed_events)
+        for tap in self.commit_taps:
+            tap(live.session_id, committed_events)
         if not result.done():
             result.set_result(AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at))
 

@@ -1,9 +1,10 @@
 """Live OTLP export (issue 14): with `SESSIONLOG_OTLP_ENDPOINT` set, every session's spans go to
 a collector as its turns end, through the official OpenTelemetry SDK exporter.
 
-It taps the subscription hub (committed batches only, in commit order) and hands each batch to
-one worker thread, so neither the event loop nor a writer ever waits for the collector. Per
-session it keeps a `SessionExport` (the follower of `sessionlog otlp --follow`, so the spans,
+It taps the batches this process commits (`SessionLogService.commit_taps`, in commit order;
+with `serve --workers N` each worker sends what it committed, so nothing goes out twice) and
+hands each batch to one thread, so neither the event loop nor a writer ever waits for the
+collector. Per session it keeps a `SessionExport` (the follower of `sessionlog otlp --follow`, so the spans,
 ids and attributes are those of `sessionlog export --format otlp-json`): at each `turn/end`
 the spans since the previous send go out. The session's root span, which carries the markers,
 is sent by `sessionlog otlp` and the OTLP/JSON export, not here (a live session has no end).
@@ -54,7 +55,7 @@ class LiveOtlpExport:
     def start(self) -> None:
         """Tap the hub and start the worker (call on the service's event loop)."""
         self._loop = asyncio.get_running_loop()
-        self.service.hub.taps.append(self.tap)
+        self.service.commit_taps.append(self.tap)
         self._thread.start()
 
     def tap(self, session_id: str, events: Sequence[Event]) -> None:
@@ -63,8 +64,8 @@ class LiveOtlpExport:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Send what is queued, then stop the worker and the exporter."""
-        if self.tap in self.service.hub.taps:
-            self.service.hub.taps.remove(self.tap)
+        if self.tap in self.service.commit_taps:
+            self.service.commit_taps.remove(self.tap)
         self._queue.put(None)
         self._thread.join(timeout)
         self.exporter.shutdown()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from sessionlog.core.events import Event
 
@@ -39,8 +39,6 @@ class SubscriptionHub:
 
     def __init__(self) -> None:
         self._subscribers: dict[str, set[Subscriber]] = defaultdict(set)
-        self.taps: list[Callable[[str, Sequence[Event]], None]] = []
-        """Called with every published batch (e.g. the live OTLP export); must not block."""
 
     def subscribe(self, session_id: str) -> Subscriber:
         subscriber = Subscriber()
@@ -55,8 +53,6 @@ class SubscriptionHub:
                 del self._subscribers[session_id]
 
     def publish(self, session_id: str, events: Sequence[Event]) -> None:
-        for tap in self.taps:
-            tap(session_id, events)
         for subscriber in self._subscribers.get(session_id, ()):
             subscriber.push(events)
 

@@ -9,8 +9,10 @@ writer commits.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import structlog
 from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
@@ -19,6 +21,12 @@ from sqlalchemy.pool import QueuePool
 from sessionlog.core import jsonvalue
 from sessionlog_server.storage.changes import ChangeFeed, SQLiteChangeFeed
 from sessionlog_server.storage.recorder import BLOBS, EVENT_COLUMNS, EventRecorder
+
+log = structlog.get_logger("sessionlog.sqlite")
+
+
+CHECKPOINT_EVERY_S = 0.5
+"""How often the checkpointer copies the WAL into the database file (off the commit path)."""
 
 
 def _sqlite_engine(url: str, *, synchronous: str, immediate: bool, pool_size: int) -> Engine:
@@ -41,6 +49,11 @@ def _sqlite_engine(url: str, *, synchronous: str, immediate: bool, pool_size: in
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA busy_timeout=30000")
+        if immediate:
+            # A commit that crosses the WAL's auto-checkpoint size would copy the WAL into the
+            # database (and fsync it) before it returns: a latency spike every ~1000 pages.
+            # The checkpointer thread does that work instead (SQLiteEventRecorder).
+            cursor.execute("PRAGMA wal_autocheckpoint=0")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -65,6 +78,22 @@ class SQLiteEventRecorder(EventRecorder):
         write = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=True, pool_size=1)
         read = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=False, pool_size=4)
         super().__init__(write, read)
+        self._checkpoints = threading.Event()
+        threading.Thread(target=self._checkpoint_loop, daemon=True, name="sessionlog-checkpoint").start()
+
+    def _checkpoint_loop(self) -> None:
+        """Copy the WAL into the database file every CHECKPOINT_EVERY_S, on a connection of its
+        own: a PASSIVE checkpoint takes no lock writers wait for, so commits never pay for it."""
+        while not self._checkpoints.wait(CHECKPOINT_EVERY_S):
+            try:
+                with self.read_engine.connect() as conn:
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+            except Exception as exc:
+                log.debug("checkpoint skipped", error=str(exc))
+
+    def close(self) -> None:
+        self._checkpoints.set()
+        super().close()
 
     def _announce(self, conn: Connection, session_ids: list[str]) -> None:
         """Nothing to send: other processes on the file see `PRAGMA data_version` move."""

@@ -54,6 +54,8 @@ def _throughput(events: int, seconds: float, server_cpu: float, client_cpu: floa
         "seconds": round(seconds, 3),
         "events_per_s": round(events / seconds, 1),
         "server_cpu_pct": round(100 * server_cpu / seconds, 1),
+        # Server CPU time per acknowledged event: machine-independent enough to show regressions.
+        "server_us_per_event": round(1e6 * server_cpu / max(events, 1), 1),
         "client_cpu_pct": round(100 * client_cpu / seconds, 1),
         **extra,
     }

@@ -97,8 +97,9 @@ class Server:
             self.proc.wait(timeout=30)
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time of the server process so far."""
-        return process_cpu_seconds(self.pid)
+        """User + system CPU time of the server so far: the process and, with `--workers`, its
+        worker processes (those alive now)."""
+        return process_cpu_seconds(self.pid) + sum(process_cpu_seconds(pid) for pid in children(self.pid))
 
     def memory_mb(self) -> dict[str, float]:
         """VmRSS and VmHWM (peak RSS) of the server process, in MB."""
@@ -135,6 +136,20 @@ def wait_serving(proc: subprocess.Popen[bytes], port: int, deadline: float, poll
                 pass
             time.sleep(poll)
     raise TimeoutError("server did not start in time")
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (e.g. `serve --workers` processes)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -37,6 +37,8 @@ def _cell(figure: Any, kind: str) -> str:
         return "unavailable"
     if kind == "rate":
         cpu = f"srv {figure['server_cpu_pct']:.0f}% / cli {figure['client_cpu_pct']:.0f}% CPU"
+        if "server_us_per_event" in figure:
+            cpu += f", {figure['server_us_per_event']:.0f} µs/ev"
         return f"{_num(figure['events_per_s'])}  ({cpu})"
     if kind == "latency":
         return f"{figure['p50_ms']:.2f} / {figure['p99_ms']:.2f} / {figure['p999_ms']:.2f}"

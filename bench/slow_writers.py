@@ -1,0 +1,200 @@
+"""Many slow writers: the shape of a host that runs many agents.
+
+`streams` writer streams stay open, each appending one small event per second (with a random
+phase, so the load is even), for `seconds`. The writers run in `client_procs` client
+processes of their own (so the server's figures are not the client's), `per_channel` streams
+per channel. Reported: how many writer set-ups (create + open) failed and with what, the
+acknowledgement latency p50 / p99 / p99.9 / max, and stalls: the seconds in which the slowest
+acknowledgement took longer than `STALL_MS`.
+
+`python -m bench.slow_writers [--streams 2000] [--seconds 30] [--backends sqlite,postgresql]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.procs import Server, create_pg_database, drop_pg_database, pg_available
+from sessionlog.aio import AsyncSessionLogClient
+from sessionlog.core.errors import SessionLogError
+
+STALL_MS = 250.0
+"""A second whose slowest acknowledgement took longer than this counts as a stall."""
+
+
+@dataclass
+class _Part:
+    """What one client process saw."""
+
+    opened: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    latencies: list[tuple[float, float]] = field(default_factory=list)  # (sent at, seconds)
+    append_errors: Counter[str] = field(default_factory=Counter)
+
+
+async def _run_part(target: str, sids: list[str], seconds: float, per_channel: int, start_at: float) -> _Part:
+    part = _Part()
+    clients = [AsyncSessionLogClient(target) for _ in range(max(1, -(-len(sids) // per_channel)))]
+    writers: list[Any] = [None] * len(sids)
+
+    async def open_one(index: int) -> None:
+        try:
+            writers[index] = await clients[index // per_channel].writer(sids[index], create_if_missing=True)
+            part.opened += 1
+        except SessionLogError as exc:
+            part.failures[exc.reason] += 1
+        except Exception as exc:
+            part.failures[type(exc).__name__] += 1
+
+    for group in range(0, len(sids), 100):  # set-ups in waves, as harnesses start
+        await asyncio.gather(*(open_one(i) for i in range(group, min(group + 100, len(sids)))))
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    deadline = time.monotonic() + seconds
+
+    async def write(writer: Any, index: int) -> None:
+        await asyncio.sleep(random.random())  # an even spread of phases
+        tick = 0
+        while time.monotonic() < deadline:
+            sent = time.monotonic()
+            event = {"type": "bench/tick", "data": {"n": tick}, "ignorable": True}
+            try:
+                await writer.append([event])
+                part.latencies.append((time.time(), time.monotonic() - sent))
+            except SessionLogError as exc:
+                part.append_errors[exc.reason] += 1
+            tick += 1
+            await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - sent)))
+
+    await asyncio.gather(*(write(w, i) for i, w in enumerate(writers) if w is not None))
+    for writer in writers:
+        if writer is not None:
+            with contextlib.suppress(Exception):  # closing after the measurement
+                await writer.close()
+    for client in clients:
+        await client.close()
+    return part
+
+
+def _part_main(target: str, sids: list[str], seconds: float, per_channel: int, start_at: float) -> dict[str, Any]:
+    part = asyncio.run(_run_part(target, sids, seconds, per_channel, start_at))
+    return {
+        "opened": part.opened,
+        "failures": dict(part.failures),
+        "latencies": part.latencies,
+        "append_errors": dict(part.append_errors),
+    }
+
+
+def measure(db: str, streams: int, seconds: float, client_procs: int, per_channel: int, workers: int) -> dict[str, Any]:
+    """One run against a fresh server on `db`."""
+    env = {"SESSIONLOG_MAX_OPEN_STREAMS": str(streams * 2), "SESSIONLOG_WORKERS": str(workers)}
+    with Server(db, env=env) as server:
+        stamp = int(time.time() * 1000)
+        sids = [f"slow-{stamp}-{i}" for i in range(streams)]
+        parts = [sids[i::client_procs] for i in range(client_procs)]
+        start_at = time.time() + 5.0 + streams / 400  # after every set-up
+        cpu0 = server.cpu_seconds()
+        with multiprocessing.get_context("spawn").Pool(client_procs) as pool:
+            pending = [pool.apply_async(_part_main, (server.target, p, seconds, per_channel, start_at)) for p in parts]
+            results = [p.get(timeout=seconds + 300 + streams / 10) for p in pending]
+        cpu = server.cpu_seconds() - cpu0
+    latencies = sorted(lat for r in results for _, lat in r["latencies"])
+    by_second: dict[int, float] = {}
+    for r in results:
+        for at, lat in r["latencies"]:
+            second = int(at)
+            by_second[second] = max(by_second.get(second, 0.0), lat)
+    failures: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    for r in results:
+        failures.update(r["failures"])
+        errors.update(r["append_errors"])
+
+    def pct(q: float) -> float:
+        if not latencies:
+            return float("nan")
+        return round(1000 * latencies[min(len(latencies) - 1, int(q / 100 * len(latencies)))], 2)
+
+    return {
+        "streams": streams,
+        "workers": workers,
+        "seconds": seconds,
+        "setups_failed": sum(failures.values()),
+        "setup_failures": dict(failures),
+        "append_errors": dict(errors),
+        "acks": len(latencies),
+        "ack_p50_ms": pct(50),
+        "ack_p99_ms": pct(99),
+        "ack_p999_ms": pct(99.9),
+        "ack_max_ms": round(1000 * latencies[-1], 1) if latencies else None,
+        "stall_seconds": sum(1 for worst in by_second.values() if worst * 1000 > STALL_MS),
+        "server_cpu_pct": round(100 * cpu / (seconds + 5), 1),
+    }
+
+
+def run_all(backends: list[str], streams: int, seconds: float, client_procs: int, workers: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for backend in backends:
+        if backend == "postgresql" and not pg_available():
+            out[backend] = {"unavailable": "PostgreSQL is not reachable"}
+            continue
+        name = f"sessionlog_bench_slow_{int(time.time())}"
+        db = f"sqlite:////tmp/{name}.db" if backend == "sqlite" else create_pg_database(name)
+        try:
+            out[backend] = measure(db, streams, seconds, client_procs, 64, workers)
+        finally:
+            if backend == "sqlite":
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"/tmp/{name}.db{suffix}").unlink(missing_ok=True)
+            else:
+                drop_pg_database(name)
+    return out
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        "| backend | streams | workers | set-ups failed | ack p50 / p99 / p99.9 / max ms | stall seconds "
+        "| server CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for backend, r in results.items():
+        if "unavailable" in r:
+            lines.append(f"| {backend} | unavailable | | | | | |")
+            continue
+        lines.append(
+            f"| {backend} | {r['streams']:,} | {r['workers']} | {r['setups_failed']} {r['setup_failures'] or ''} | "
+            f"{r['ack_p50_ms']} / {r['ack_p99_ms']} / {r['ack_p999_ms']} / {r['ack_max_ms']} | "
+            f"{r['stall_seconds']} of {int(r['seconds'])} | {r['server_cpu_pct']}% |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.slow_writers", description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--client-procs", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    results = run_all(args.backends.split(","), args.streams, args.seconds, args.client_procs, args.workers)
+    print(render(results))
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

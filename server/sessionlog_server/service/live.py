@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from sessionlog.core.fold import SessionFold
 from sessionlog_server.storage.records import SessionRecord
 
-RECENT_IDS = 4096
+RECENT_IDS = 1024
 """EventIds a live session remembers; older ones are found through the unique index."""
 
 

@@ -96,6 +96,15 @@ def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient
         assert numbers(driver, "#diff [data-diff-added]", "data-diff-added") == expected["messages"]["added"]
         assert expected["messages"]["added"] == [COMPACTION_REPLACE_SEQ, 35, 38, 40]
         assert driver.find_element(By.ID, "diff").get_attribute("data-prefix-kept") == "false"
+        # Clicking a drop shows its diff: the compaction that replaced the cached prefix.
+        driver.find_element(By.CSS_SELECTOR, '#drops .drop[data-request-seq="38"]').click()
+        WebDriverWait(driver, 10).until(lambda d: d.find_element(By.ID, "diff").get_attribute("data-to-seq") == "38")
+        assert driver.find_element(By.ID, "diff").get_attribute("data-from-seq") == "27"
+        replacers = {
+            e.get_attribute("data-replaced-by")
+            for e in driver.find_elements(By.CSS_SELECTOR, "#diff [data-diff-replaced]")
+        }
+        assert replacers == {str(COMPACTION_REPLACE_SEQ)}
         # The page composes every other pair the same way as the core does.
         seqs = numbers(driver, "table.requests tr[data-request-seq]", "data-request-seq")
         for i, a in enumerate(seqs):

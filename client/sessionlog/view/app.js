@@ -199,7 +199,13 @@
     if (!list.length) drops.append(el("p", {}, "No request read fewer cached tokens than the one before it."));
     pager(drops, list.length, PAGE_ROWS, (from, to, body) => {
       for (const r of list.slice(from, to)) {
-        body.append(el("div", { class: "drop", "data-request-seq": r.seq, "data-cause": r.drop.causes.join(" "), "data-previous-seq": r.drop.previousSeq },
+        const show = () => {
+          document.getElementById("diff-from").value = r.drop.previousSeq;
+          document.getElementById("diff-to").value = r.seq;
+          runDiff(r.drop.previousSeq, r.seq);
+          document.getElementById("diff-section").scrollIntoView();
+        };
+        body.append(el("div", { class: "drop", "data-request-seq": r.seq, "data-cause": r.drop.causes.join(" "), "data-previous-seq": r.drop.previousSeq, title: "click: diff with the previous request", onclick: show },
           el("strong", {}, `request ${r.seq} (turn ${r.turn ?? "–"}, step ${r.step ?? "–"})`),
           `: cache read ${num(r.drop.cacheReadBefore)} → ${num(r.drop.cacheReadAfter)} tokens. Cause: ${causeText(r)}.`));
       }

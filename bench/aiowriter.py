@@ -22,7 +22,7 @@ import grpc
 
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.core.events import NewEvent
-from sessionlog.requests import batch_request, open_request
+from sessionlog.requests import CLOSE_REQUEST, batch_request, open_request
 
 
 class BenchWriter:
@@ -111,6 +111,7 @@ class BenchWriter:
             with contextlib.suppress(BaseException):
                 await future
         with contextlib.suppress(grpc.RpcError):
+            await self._call.write(CLOSE_REQUEST)
             await self._call.done_writing()
         if self._reader is not None:
             await self._reader

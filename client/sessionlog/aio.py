@@ -10,6 +10,7 @@ async with AsyncSessionLogClient("127.0.0.1:50051") as client:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
@@ -26,12 +27,16 @@ from sessionlog.core.events import Event, NewEvent
 from sessionlog.errors import from_rpc_error
 from sessionlog.requests import (
     CHANNEL_OPTIONS,
+    CLOSE_REQUEST,
     DEFAULT_TARGET,
     AppendResult,
     CaughtUp,
     EventLike,
     HeaderReport,
     ResumeInfo,
+    SubscriptionCursor,
+    acquire_from_pb,
+    acquire_request,
     append_request,
     batch_request,
     coalesce,
@@ -42,10 +47,12 @@ from sessionlog.requests import (
     history_request,
     open_request,
     read_request,
+    release_request,
+    renew_request,
     request_view_from_pb,
     resume_from_pb,
+    resume_request,
     scope,
-    subscription_items,
     surface_from_pb,
     transcript_request,
     with_event_ids,
@@ -120,10 +127,11 @@ class AsyncSessionLogClient:
                 return
 
     async def acquire_lease(
-        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False
+        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
     ) -> convert.LeaseInfo:
-        request = pb.AcquireLeaseRequest(session_id=session_id, writer_id=writer_id or "", takeover=takeover)
-        return convert.lease_from_pb((await _call(self.stub.AcquireLease, request, self.timeout)).lease)
+        """Take the writer lease; the returned lease holds its token (`lease_token` retakes a live one)."""
+        request = acquire_request(session_id, writer_id, takeover, lease_token)
+        return acquire_from_pb(await _call(self.stub.AcquireLease, request, self.timeout))
 
     async def append(
         self,
@@ -138,12 +146,12 @@ class AsyncSessionLogClient:
         return AppendResult(list(response.seqs), response.next_seq)
 
     async def renew_lease(self, lease: convert.LeaseInfo) -> convert.LeaseInfo:
-        request = pb.RenewLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
-        return convert.lease_from_pb((await _call(self.stub.RenewLease, request, self.timeout)).lease)
+        """Extend `lease` (a heartbeat); the renewed lease keeps its token."""
+        renewed = (await _call(self.stub.RenewLease, renew_request(lease), self.timeout)).lease
+        return convert.lease_from_pb(renewed, lease.token)
 
     async def release_lease(self, lease: convert.LeaseInfo) -> None:
-        request = pb.ReleaseLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
-        await _call(self.stub.ReleaseLease, request, self.timeout)
+        await _call(self.stub.ReleaseLease, release_request(lease), self.timeout)
 
     async def writer(
         self,
@@ -165,9 +173,11 @@ class AsyncSessionLogClient:
         response = await _call(self.stub.ReportRequestHeader, header_request(session_id, lease, header), self.timeout)
         return header_report_from_pb(response)
 
-    async def resume(self, session_id: str, *, writer_id: str | None = None, takeover: bool = False) -> ResumeInfo:
+    async def resume(
+        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
+    ) -> ResumeInfo:
         """Resume a session for unary appends: lease, repair, seed boundary (SPEC §8)."""
-        request = pb.ResumeSessionRequest(session_id=session_id, writer_id=writer_id or "", takeover=takeover)
+        request = resume_request(session_id, writer_id, takeover, lease_token)
         return resume_from_pb(await _call(self.stub.ResumeSession, request, self.timeout))
 
     async def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> convert.SessionInfo:
@@ -232,17 +242,27 @@ class AsyncSessionLogClient:
             raise from_rpc_error(exc) from None
 
     async def subscribe(self, session_id: str, *, from_seq: int = 0) -> AsyncIterator[Event | CaughtUp]:
-        """Replay, a CaughtUp marker, then live events (until the caller stops iterating)."""
-        call = self.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=session_id, from_seq=from_seq))
-        try:
-            async for response in call:
-                for item in subscription_items(response):
-                    yield item
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.CANCELLED:
-                raise from_rpc_error(exc) from None
-        finally:
-            call.cancel()
+        """Replay, a CaughtUp marker, then live events (until the caller stops iterating).
+
+        Cut off for falling behind (SUBSCRIBER_TOO_SLOW), it resumes on its own from the first
+        seq it has not delivered, as the sync client does.
+        """
+        cursor = SubscriptionCursor(session_id, from_seq)
+        while True:
+            call = self.stub.SubscribeEvents(cursor.request())
+            try:
+                async for response in call:
+                    for item in cursor.items(response):
+                        yield item
+                return
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.CANCELLED:
+                    return
+                error = from_rpc_error(exc)
+                if not cursor.should_resume(error):
+                    raise error from None
+            finally:
+                call.cancel()
 
 
 @dataclass(slots=True)
@@ -284,7 +304,7 @@ class AsyncWriter:
             raise from_rpc_error(exc) from None
         if first is grpc.aio.EOF:
             raise Unavailable("STREAM_ENDED", "the server closed the writer stream while opening")
-        self.lease = convert.lease_from_pb(first.opened.lease)
+        self.lease = convert.lease_from_pb(first.opened.lease, first.opened.lease_token)
         self.next_seq = first.opened.next_seq
         if first.opened.HasField("resumed"):
             self.resumed = resume_from_pb(first.opened.resumed)
@@ -385,6 +405,9 @@ class AsyncWriter:
         finally:
             if self._sender is not None:
                 self._sender.cancel()
+            if self._failure is None:
+                with contextlib.suppress(grpc.RpcError):  # the service may have ended the call
+                    await self._call.write(CLOSE_REQUEST)  # on purpose: the lease is released
             await self._call.done_writing()
             if self._reader is not None:
                 await self._reader
@@ -395,7 +418,13 @@ class AsyncWriter:
     async def __aexit__(self, exc_type: object, *rest: object) -> None:
         if exc_type is None:
             await self.close()
-        else:
+        else:  # end on purpose (the lease is released), without waiting for what is in flight
             if self._sender is not None:
                 self._sender.cancel()
+            with contextlib.suppress(grpc.RpcError):
+                await self._call.write(CLOSE_REQUEST)
+                await self._call.done_writing()
+            if self._reader is not None:
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(self._reader), timeout=5)
             self._call.cancel()

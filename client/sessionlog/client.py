@@ -38,6 +38,7 @@ from sessionlog.core.events import Event, NewEvent
 from sessionlog.errors import from_rpc_error
 from sessionlog.requests import (
     CHANNEL_OPTIONS,
+    CLOSE_REQUEST,
     DEFAULT_TARGET,
     MAX_COALESCED_BATCHES,
     AppendResult,
@@ -46,6 +47,9 @@ from sessionlog.requests import (
     HeaderReport,
     HistoryCopy,
     ResumeInfo,
+    SubscriptionCursor,
+    acquire_from_pb,
+    acquire_request,
     append_request,
     batch_request,
     coalesce,
@@ -56,10 +60,12 @@ from sessionlog.requests import (
     history_request,
     open_request,
     read_request,
+    release_request,
+    renew_request,
     request_view_from_pb,
     resume_from_pb,
+    resume_request,
     scope,
-    subscription_items,
     surface_from_pb,
     transcript_request,
     with_event_ids,
@@ -141,10 +147,11 @@ class SessionLogClient:
     # --- unary writing ----------------------------------------------------------------
 
     def acquire_lease(
-        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False
+        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
     ) -> convert.LeaseInfo:
-        request = pb.AcquireLeaseRequest(session_id=session_id, writer_id=writer_id or "", takeover=takeover)
-        return convert.lease_from_pb(_call(self.stub.AcquireLease, request, self.timeout).lease)
+        """Take the writer lease; the returned lease holds its token (`lease_token` retakes a live one)."""
+        request = acquire_request(session_id, writer_id, takeover, lease_token)
+        return acquire_from_pb(_call(self.stub.AcquireLease, request, self.timeout))
 
     def append(
         self,
@@ -160,12 +167,12 @@ class SessionLogClient:
         return AppendResult(list(response.seqs), response.next_seq)
 
     def renew_lease(self, lease: convert.LeaseInfo) -> convert.LeaseInfo:
-        request = pb.RenewLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
-        return convert.lease_from_pb(_call(self.stub.RenewLease, request, self.timeout).lease)
+        """Extend `lease` (a heartbeat); the renewed lease keeps its token."""
+        renewed = _call(self.stub.RenewLease, renew_request(lease), self.timeout).lease
+        return convert.lease_from_pb(renewed, lease.token)
 
     def release_lease(self, lease: convert.LeaseInfo) -> None:
-        request = pb.ReleaseLeaseRequest(session_id=lease.session_id, writer_id=lease.writer_id, epoch=lease.epoch)
-        _call(self.stub.ReleaseLease, request, self.timeout)
+        _call(self.stub.ReleaseLease, release_request(lease), self.timeout)
 
     def report_header(self, session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> HeaderReport:
         """Report the request header about to be used; the service decides whether to log it."""
@@ -201,9 +208,11 @@ class SessionLogClient:
 
     # --- lifecycle --------------------------------------------------------------------
 
-    def resume(self, session_id: str, *, writer_id: str | None = None, takeover: bool = False) -> ResumeInfo:
+    def resume(
+        self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
+    ) -> ResumeInfo:
         """Resume a session for unary appends: lease, repair, seed boundary (SPEC §8)."""
-        request = pb.ResumeSessionRequest(session_id=session_id, writer_id=writer_id or "", takeover=takeover)
+        request = resume_request(session_id, writer_id, takeover, lease_token)
         return resume_from_pb(_call(self.stub.ResumeSession, request, self.timeout))
 
     def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> convert.SessionInfo:
@@ -282,9 +291,12 @@ class SessionLogClient:
             raise from_rpc_error(exc) from None
 
     def subscribe(self, session_id: str, *, from_seq: int = 0) -> Subscription:
-        """Replay from `from_seq`, a CaughtUp marker, then live events until cancelled."""
-        call = self.stub.SubscribeEvents(pb.SubscribeEventsRequest(session_id=session_id, from_seq=from_seq))
-        return Subscription(call)
+        """Replay from `from_seq`, a CaughtUp marker, then live events until cancelled.
+
+        A subscription the server cuts off for falling behind (SUBSCRIBER_TOO_SLOW) resumes on
+        its own from the first seq it has not delivered: the caller sees no gap and no repeat.
+        """
+        return Subscription(self.stub, SubscriptionCursor(session_id, from_seq))
 
 
 def _coalescing(requests: queue.Queue[Any]) -> Iterator[pb.WriteRequest]:
@@ -312,19 +324,28 @@ def _coalescing(requests: queue.Queue[Any]) -> Iterator[pb.WriteRequest]:
 class Subscription:
     """An iterator of Events and one CaughtUp marker; `cancel()` ends it."""
 
-    def __init__(self, call: Any) -> None:
-        self._call = call
+    def __init__(self, stub: SessionServiceStub, cursor: SubscriptionCursor) -> None:
+        self._stub = stub
+        self._cursor = cursor
+        self._cancelled = False
+        self._call = stub.SubscribeEvents(cursor.request())
 
     def __iter__(self) -> Iterator[Event | CaughtUp]:
-        try:
-            for response in self._call:
-                yield from subscription_items(response)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.CANCELLED:
+        while True:
+            try:
+                for response in self._call:
+                    yield from self._cursor.items(response)
                 return
-            raise from_rpc_error(exc) from None
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.CANCELLED or self._cancelled:
+                    return
+                error = from_rpc_error(exc)
+                if not self._cursor.should_resume(error):
+                    raise error from None
+                self._call = self._stub.SubscribeEvents(self._cursor.request())
 
     def cancel(self) -> None:
+        self._cancelled = True
         self._call.cancel()
 
 
@@ -369,6 +390,7 @@ class Writer:
         self._closed = False
         self._failure: SessionLogError | None = None
         self.lease: convert.LeaseInfo
+        self._held = False  # whether `lease` (and its token) came from an open stream
         self.next_seq = 0
         self.resumed: ResumeInfo | None = None
         self._resume = resume
@@ -420,6 +442,7 @@ class Writer:
         finally:
             with self._lock:
                 self._closed = True
+                self._requests.put(CLOSE_REQUEST)
                 self._requests.put(_END)
             self._reader.join(timeout=30)
 
@@ -429,9 +452,10 @@ class Writer:
     def __exit__(self, exc_type: object, *rest: object) -> None:
         if exc_type is None:
             self.close()
-        else:
+        else:  # end on purpose (the lease is released), without waiting for what is in flight
             with self._lock:
                 self._closed = True
+                self._requests.put(CLOSE_REQUEST)
                 self._requests.put(_END)
             self._reader.join(timeout=30)
 
@@ -440,7 +464,10 @@ class Writer:
     def _connect(self, takeover: bool) -> None:
         requests: queue.Queue[Any] = queue.Queue()
         with self._lock:
-            requests.put(open_request(self.session_id, self._writer_id, takeover, self._create, self._resume))
+            # A reconnect presents the token of the lease it held, so it takes that lease again
+            # (at a new epoch) instead of finding it held until it lapses.
+            token = self.lease.token if self._held else ""
+            requests.put(open_request(self.session_id, self._writer_id, takeover, self._create, self._resume, token))
             for pending in self._pending:  # after a reconnect: re-send what was not acknowledged
                 requests.put(pending.request())
             self._requests = requests
@@ -449,7 +476,8 @@ class Writer:
             first = next(self._call)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
-        self.lease = convert.lease_from_pb(first.opened.lease)
+        self.lease = convert.lease_from_pb(first.opened.lease, first.opened.lease_token)
+        self._held = True
         self._writer_id = self.lease.writer_id
         self.next_seq = first.opened.next_seq
         if first.opened.HasField("resumed"):

@@ -7,7 +7,7 @@ Conversions of one RPC's request or response live next to their only user: the c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sessionlog.core import jsonvalue
@@ -131,24 +131,30 @@ def event_from_pb(msg: event_pb2.Event) -> Event:
 
 @dataclass(frozen=True, slots=True)
 class LeaseInfo:
-    """A writer lease as the client sees it."""
+    """A writer lease as the client sees it; `token` is set only on a lease this client holds."""
 
     session_id: str
     writer_id: str
     epoch: int
     expire_time: int
+    token: str = field(default="", repr=False)
+    """The lease token the grant returned: the holder's only credential (kept out of repr)."""
 
     def to_json(self) -> JsonObject:
-        return {
+        out: JsonObject = {
             "sessionId": self.session_id,
             "writerId": self.writer_id,
             "epoch": self.epoch,
             "expireTime": self.expire_time,
         }
+        if self.token:
+            out["leaseToken"] = self.token
+        return out
 
 
-def lease_from_pb(msg: session_pb2.Lease) -> LeaseInfo:
-    return LeaseInfo(msg.session_id, msg.writer_id, msg.epoch, msg.expire_time_unix_ms)
+def lease_from_pb(msg: session_pb2.Lease, token: str = "") -> LeaseInfo:
+    """A Lease message as a LeaseInfo; `token` is the grant's lease token when this client holds it."""
+    return LeaseInfo(msg.session_id, msg.writer_id, msg.epoch, msg.expire_time_unix_ms, token)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 from sessionlog import convert
 from sessionlog.core import jsonvalue
+from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.v1 import session_service_pb2 as pb
 
@@ -113,10 +114,7 @@ def append_request(
     session_id: str, lease: convert.LeaseInfo, events: Sequence[NewEvent], expected_next_seq: int | None
 ) -> pb.AppendEventsRequest:
     request = pb.AppendEventsRequest(
-        session_id=session_id,
-        writer_id=lease.writer_id,
-        epoch=lease.epoch,
-        events=[convert.new_event_to_pb(e) for e in events],
+        session_id=session_id, lease_token=lease.token, events=[convert.new_event_to_pb(e) for e in events]
     )
     if expected_next_seq is not None:
         request.expected_next_seq = expected_next_seq
@@ -124,8 +122,14 @@ def append_request(
 
 
 def open_request(
-    session_id: str, writer_id: str | None, takeover: bool, create_if_missing: bool, resume: bool = False
+    session_id: str,
+    writer_id: str | None,
+    takeover: bool,
+    create_if_missing: bool,
+    resume: bool = False,
+    lease_token: str = "",
 ) -> pb.WriteRequest:
+    """The `open` message; `lease_token` (of a lease still held) lets a reconnect take it again."""
     return pb.WriteRequest(
         open=pb.OpenWriter(
             session_id=session_id,
@@ -133,8 +137,38 @@ def open_request(
             takeover=takeover,
             create_if_missing=create_if_missing,
             resume=resume,
+            lease_token=lease_token,
         )
     )
+
+
+def acquire_request(session_id: str, writer_id: str | None, takeover: bool, lease_token: str) -> pb.AcquireLeaseRequest:
+    return pb.AcquireLeaseRequest(
+        session_id=session_id, writer_id=writer_id or "", takeover=takeover, lease_token=lease_token
+    )
+
+
+def acquire_from_pb(msg: pb.AcquireLeaseResponse) -> convert.LeaseInfo:
+    """The granted lease, holding the token only this response carries."""
+    return convert.lease_from_pb(msg.lease, msg.lease_token)
+
+
+def renew_request(lease: convert.LeaseInfo) -> pb.RenewLeaseRequest:
+    return pb.RenewLeaseRequest(session_id=lease.session_id, lease_token=lease.token)
+
+
+def release_request(lease: convert.LeaseInfo) -> pb.ReleaseLeaseRequest:
+    return pb.ReleaseLeaseRequest(session_id=lease.session_id, lease_token=lease.token)
+
+
+def resume_request(session_id: str, writer_id: str | None, takeover: bool, lease_token: str) -> pb.ResumeSessionRequest:
+    return pb.ResumeSessionRequest(
+        session_id=session_id, writer_id=writer_id or "", takeover=takeover, lease_token=lease_token
+    )
+
+
+CLOSE_REQUEST = pb.WriteRequest(close=pb.CloseWriter())
+"""Ends a writer on purpose: the service releases its lease (a stream ended without it lapses)."""
 
 
 def batch_request(batch_id: int, events: Sequence[NewEvent], expected_next_seq: int | None = None) -> pb.WriteRequest:
@@ -149,6 +183,48 @@ def read_request(session_id: str, from_seq: int, to_seq: int | None, page_size: 
     if to_seq is not None:
         request.to_seq = to_seq
     return request
+
+
+#: The reason a subscription is cut off for falling behind; the client resubscribes on its own.
+SUBSCRIBER_TOO_SLOW = "SUBSCRIBER_TOO_SLOW"
+#: How many times in a row a subscription resumes without receiving anything before giving up.
+MAX_EMPTY_RESUMES = 5
+
+
+class SubscriptionCursor:
+    """What a subscription has delivered, so a cut-off subscription resumes without a gap or a repeat.
+
+    The caller sees one stream: events in seq order, each once, and one CaughtUp marker.
+    """
+
+    def __init__(self, session_id: str, from_seq: int) -> None:
+        self.session_id = session_id
+        self.next_seq = from_seq
+        self.caught_up = False
+        self.empty_resumes = 0
+
+    def request(self) -> pb.SubscribeEventsRequest:
+        return pb.SubscribeEventsRequest(session_id=self.session_id, from_seq=self.next_seq)
+
+    def items(self, response: pb.SubscribeEventsResponse) -> list[Event | CaughtUp]:
+        out: list[Event | CaughtUp] = []
+        for item in subscription_items(response):
+            if isinstance(item, CaughtUp):
+                if not self.caught_up:
+                    self.caught_up = True
+                    out.append(item)
+            elif item.seq >= self.next_seq:
+                self.next_seq = item.seq + 1
+                self.empty_resumes = 0
+                out.append(item)
+        return out
+
+    def should_resume(self, error: SessionLogError) -> bool:
+        """Whether `error` cut the subscription off for falling behind (then resume from `next_seq`)."""
+        if error.reason != SUBSCRIBER_TOO_SLOW:
+            return False
+        self.empty_resumes += 1
+        return self.empty_resumes <= MAX_EMPTY_RESUMES
 
 
 def subscription_items(response: pb.SubscribeEventsResponse) -> list[Event | CaughtUp]:
@@ -178,7 +254,7 @@ def header_report_from_pb(msg: pb.ReportRequestHeaderResponse) -> HeaderReport:
 
 def header_request(session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> pb.ReportRequestHeaderRequest:
     return pb.ReportRequestHeaderRequest(
-        session_id=session_id, writer_id=lease.writer_id, epoch=lease.epoch, header_json=jsonvalue.dumps_bytes(header)
+        session_id=session_id, lease_token=lease.token, header_json=jsonvalue.dumps_bytes(header)
     )
 
 
@@ -195,7 +271,7 @@ def scope(session_id: str, at_seq: int | None, with_repair: bool) -> pb.Projecti
 
 def resume_from_pb(msg: pb.ResumeSessionResponse) -> ResumeInfo:
     return ResumeInfo(
-        lease=convert.lease_from_pb(msg.lease),
+        lease=convert.lease_from_pb(msg.lease, msg.lease_token),
         next_seq=msg.next_seq,
         latest_header=convert.data_from_bytes(msg.latest_header_json, what="header")
         if msg.latest_header_json

@@ -43,7 +43,11 @@ class Settings:
     max_sessions_per_namespace: int = 0
     """Sessions one namespace may hold; 0: no limit."""
     max_open_streams: int = 10_000
-    """Writer and subscription streams open at once on this instance."""
+    """Writer and subscription streams open at once on this instance (counted from their first byte)."""
+    writer_open_timeout_s: float = 10.0
+    """How long a writer stream may stay open without sending its `open` message."""
+    subscriber_buffer_bytes: int = 32 * 1024 * 1024
+    """Payload bytes queued for one subscriber; one that falls further behind is cut off (SUBSCRIBER_TOO_SLOW)."""
     tokens_file: str = ""
     """Bearer tokens (hashed) and their namespaces, JSON Lines; see `sessionlog token new`. Empty: no auth."""
     tokens: str = ""

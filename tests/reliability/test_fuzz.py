@@ -28,6 +28,7 @@ import itertools
 import json
 import logging
 import os
+import secrets
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -411,7 +412,7 @@ def test_random_appends_are_all_or_nothing(
 ) -> None:
     sid, lease = seeded_session(client, open_turn=open_turn)
     before = snapshot(client, sid)
-    request = pb.AppendEventsRequest(session_id=sid, writer_id=lease.writer_id, epoch=lease.epoch, events=batch)
+    request = pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=batch)
     if expected is not None:
         request.expected_next_seq = expected
     code, result = call(client.stub.AppendEvents, request)
@@ -437,23 +438,26 @@ def test_random_appends_are_all_or_nothing(
 @fuzz(40)
 @given(
     batch=st.lists(new_events(), min_size=1, max_size=3),
-    writer=st.sampled_from(["other", "stale", "huge", "empty"]),
+    writer=st.sampled_from(["forged", "stale", "writer-id", "empty", "other-session"]),
 )
 def test_appends_with_a_wrong_fence_are_refused(
     client: SessionLogClient, batch: list[event_pb2.NewEvent], writer: str
 ) -> None:
     sid, lease = seeded_session(client, open_turn=False)
+    if writer == "stale":  # another writer took the lease over: the old holder's token is spent
+        stale, lease = lease.token, client.acquire_lease(sid, writer_id=lease.writer_id, takeover=True)
     before = snapshot(client, sid)
-    writer_id, epoch = {
-        "other": ("someone-else", lease.epoch),
-        "stale": (lease.writer_id, lease.epoch - 1),
-        "huge": (lease.writer_id, 2**64 - 1),
-        "empty": ("", 0),
+    token = {
+        "forged": secrets.token_urlsafe(32),
+        "stale": stale if writer == "stale" else "",
+        "writer-id": lease.writer_id,
+        "empty": "",
+        "other-session": seeded_session(client, open_turn=False)[1].token if writer == "other-session" else "",
     }[writer]
-    request = pb.AppendEventsRequest(session_id=sid, writer_id=writer_id, epoch=epoch, events=batch)
+    request = pb.AppendEventsRequest(session_id=sid, lease_token=token, events=batch)
     code, result = call(client.stub.AppendEvents, request)
     allowed(code, "AppendEvents", result)
-    assert code != OK, "an append with a wrong writer or epoch was accepted"
+    assert code != OK, "an append without the current lease token was accepted"
     unchanged(before, snapshot(client, sid), "AppendEvents")
     still_serving(client, sid, lease)
 
@@ -572,9 +576,9 @@ def test_random_header_reports_never_fail_internally(
     client: SessionLogClient, header: bytes, fence: str, open_turn: bool
 ) -> None:
     sid, lease = seeded_session(client, open_turn=open_turn)
-    epoch = {"valid": lease.epoch, "stale": lease.epoch - 1, "huge": 2**64 - 1}[fence]
+    token = {"valid": lease.token, "stale": lease.writer_id, "huge": "x" * 4096}[fence]
     before = snapshot(client, sid)
-    request = pb.ReportRequestHeaderRequest(session_id=sid, writer_id=lease.writer_id, epoch=epoch, header_json=header)
+    request = pb.ReportRequestHeaderRequest(session_id=sid, lease_token=token, header_json=header)
     code, result = call(client.stub.ReportRequestHeader, request)
     allowed(code, "ReportRequestHeader", result)
     after = snapshot(client, sid)
@@ -720,7 +724,7 @@ def test_random_session_and_lease_calls_never_fail_internally(
     if new_id == "fresh":
         new_id = f"fz-new-{uuid.uuid4().hex[:8]}"
     wid = lease.writer_id if writer_id == "e1" else writer_id
-    fence = lease.epoch if epoch == "valid" else lease.epoch - 1 if epoch == "stale" else int(epoch)
+    token = lease.token if epoch == "valid" else lease.writer_id if epoch == "stale" else str(epoch)
     before = snapshot(client, source)
     stub = client.stub
     request: Any = {
@@ -728,8 +732,8 @@ def test_random_session_and_lease_calls_never_fail_internally(
         "fork": lambda: pb.ForkSessionRequest(session_id=sid, at_seq=at_seq, new_session_id=new_id),
         "resume": lambda: pb.ResumeSessionRequest(session_id=sid, writer_id=wid, takeover=takeover),
         "acquire": lambda: pb.AcquireLeaseRequest(session_id=sid, writer_id=wid, takeover=takeover),
-        "renew": lambda: pb.RenewLeaseRequest(session_id=sid, writer_id=wid, epoch=fence),
-        "release": lambda: pb.ReleaseLeaseRequest(session_id=sid, writer_id=wid, epoch=fence),
+        "renew": lambda: pb.RenewLeaseRequest(session_id=sid, lease_token=token),
+        "release": lambda: pb.ReleaseLeaseRequest(session_id=sid, lease_token=token),
         "list": lambda: pb.ListSessionsRequest(page_size=page_size, page_token=page_token, parent_session_id=new_id),
         "get": lambda: pb.GetSessionRequest(session_id=sid),
     }[op]()
@@ -764,7 +768,7 @@ def test_random_session_and_lease_calls_never_fail_internally(
 
 def _append_raw(client: SessionLogClient, sid: str, lease: LeaseInfo, data: bytes, event_id: str = "") -> Any:
     event = event_pb2.NewEvent(type="test/raw", ignorable=True, data_json=data, event_id=event_id)
-    request = pb.AppendEventsRequest(session_id=sid, writer_id=lease.writer_id, epoch=lease.epoch, events=[event])
+    request = pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=[event])
     return call(client.stub.AppendEvents, request)
 
 
@@ -787,7 +791,7 @@ def test_numbers_json_cannot_carry_are_invalid_argument(client: SessionLogClient
     assert code == grpc.StatusCode.INVALID_ARGUMENT, code
     assert from_rpc_error(error).reason == reason
     header = pb.ReportRequestHeaderRequest(
-        session_id=sid, writer_id=lease.writer_id, epoch=lease.epoch, header_json=b'{"config":' + payload + b"}"
+        session_id=sid, lease_token=lease.token, header_json=b'{"config":' + payload + b"}"
     )
     code, error = call(client.stub.ReportRequestHeader, header)
     assert code == grpc.StatusCode.INVALID_ARGUMENT, code
@@ -831,7 +835,7 @@ def test_seqs_and_epochs_beyond_int64_are_refused_cleanly(client: SessionLogClie
         (client.stub.RenewLease, pb.RenewLeaseRequest),
         (client.stub.ReleaseLease, pb.ReleaseLeaseRequest),
     ]:
-        code, error = call(method, message(session_id=sid, writer_id=lease.writer_id, epoch=seq))
+        code, error = call(method, message(session_id=sid, lease_token=str(seq)))
         allowed(code, message.__name__, error)
     unchanged(before, snapshot(client, sid), "reads")
     still_serving(client, sid, lease)

@@ -87,7 +87,7 @@ class RecorderContract:
     def writer(self, sid: str, writer: str = "w1", **fields: Any) -> SessionRecord:
         """A new session held by `writer`."""
         self.recorder.create_session(session(sid, **fields))
-        return self.recorder.acquire_lease(sid, writer, takeover=False, now=NOW, ttl_ms=TTL)
+        return self.recorder.acquire_lease(sid, writer, takeover=False, now=NOW, ttl_ms=TTL, token_hash=f"h-{writer}")
 
     # --- sessions -------------------------------------------------------------------------
 
@@ -128,27 +128,39 @@ class RecorderContract:
     def test_a_lease_bumps_the_epoch_and_a_live_one_is_refused_to_another_writer(self, sid: str) -> None:
         held = self.writer(sid, "w1")
         assert (held.writer_id, held.epoch, held.lease_expires_at) == ("w1", 1, NOW + TTL)
-        with pytest.raises(WriterHeld) as refused:
-            self.recorder.acquire_lease(sid, "w2", takeover=False, now=NOW + 1, ttl_ms=TTL)
-        assert refused.value.metadata["holder"] == "w1"
-        assert refused.value.metadata["expires_at"] == str(NOW + TTL)
-        again = self.recorder.acquire_lease(sid, "w1", takeover=False, now=NOW + 2, ttl_ms=TTL)
-        assert again.epoch == 2  # the same writer reconnecting fences its old connection
-        taken = self.recorder.acquire_lease(sid, "w2", takeover=True, now=NOW + 3, ttl_ms=TTL)
-        assert (taken.writer_id, taken.epoch) == ("w2", 3)
-        expired = self.recorder.acquire_lease(sid, "w3", takeover=False, now=NOW + 3 + TTL, ttl_ms=TTL)
+        assert held.lease_token_hash == "h-w1"
+        for writer in ("w2", "w1"):  # the writer id is a label: naming the holder takes nothing
+            with pytest.raises(WriterHeld) as refused:
+                self.recorder.acquire_lease(sid, writer, takeover=False, now=NOW + 1, ttl_ms=TTL, token_hash="h-x")
+            assert refused.value.metadata["holder"] == "w1"
+            assert refused.value.metadata["expires_at"] == str(NOW + TTL)
+            assert "h-w1" not in str(refused.value) + repr(refused.value.metadata)
+        again = self.recorder.acquire_lease(
+            sid, "w1", takeover=False, now=NOW + 2, ttl_ms=TTL, token_hash="h-new", presented_hash="h-w1"
+        )
+        # The holder reconnecting (it presents its token) fences its old connection, keeps its token.
+        assert (again.epoch, again.lease_token_hash) == (2, "h-w1")
+        taken = self.recorder.acquire_lease(sid, "w2", takeover=True, now=NOW + 3, ttl_ms=TTL, token_hash="h-w2")
+        assert (taken.writer_id, taken.epoch, taken.lease_token_hash) == ("w2", 3, "h-w2")
+        expired = self.recorder.acquire_lease(
+            sid, "w3", takeover=False, now=NOW + 3 + TTL, ttl_ms=TTL, token_hash="h-w3"
+        )
         assert (expired.writer_id, expired.epoch) == ("w3", 4)
 
-    def test_renew_and_release_need_the_current_epoch(self, sid: str) -> None:
+    def test_renew_and_release_need_the_current_token_and_epoch(self, sid: str) -> None:
         held = self.writer(sid)
-        renewed = self.recorder.renew_lease(sid, "w1", held.epoch, now=NOW + 5, ttl_ms=TTL)
+        renewed = self.recorder.renew_lease(sid, "h-w1", held.epoch, now=NOW + 5, ttl_ms=TTL)
         assert renewed.lease_expires_at == NOW + 5 + TTL
-        self.recorder.acquire_lease(sid, "w2", takeover=True, now=NOW + 6, ttl_ms=TTL)
         with pytest.raises(OwnershipLost):
-            self.recorder.renew_lease(sid, "w1", held.epoch, now=NOW + 7, ttl_ms=TTL)
-        assert self.recorder.release_lease(sid, "w1", held.epoch) is False
-        assert self.recorder.release_lease(sid, "w2", held.epoch + 1) is True
-        assert self.recorder.get_session(sid).writer_id is None
+            self.recorder.renew_lease(sid, "w1", held.epoch, now=NOW + 6, ttl_ms=TTL)  # a writer id is no token
+        self.recorder.acquire_lease(sid, "w2", takeover=True, now=NOW + 6, ttl_ms=TTL, token_hash="h-w2")
+        with pytest.raises(OwnershipLost):
+            self.recorder.renew_lease(sid, "h-w1", held.epoch, now=NOW + 7, ttl_ms=TTL)
+        assert self.recorder.release_lease(sid, "h-w1", held.epoch) is False
+        assert self.recorder.release_lease(sid, "h-w2", held.epoch) is False  # the token, at its epoch
+        assert self.recorder.release_lease(sid, "h-w2", held.epoch + 1) is True
+        released = self.recorder.get_session(sid)
+        assert released.writer_id is None and released.lease_token_hash is None
 
     # --- appends ----------------------------------------------------------------------------
 
@@ -172,7 +184,7 @@ class RecorderContract:
         assert self.recorder.commit_batches([batch(lease, [note(0)])]) == [None]
         (wrong_seq,) = self.recorder.commit_batches([batch(lease, [note(5)], expected=5)])
         assert isinstance(wrong_seq, ExpectedSeqMismatch) and wrong_seq.metadata["next_seq"] == "1"
-        self.recorder.acquire_lease(sid, "w2", takeover=True, now=NOW + 1, ttl_ms=TTL)
+        self.recorder.acquire_lease(sid, "w2", takeover=True, now=NOW + 1, ttl_ms=TTL, token_hash="h-w2")
         (stale,) = self.recorder.commit_batches([batch(lease, [note(1)])])
         assert isinstance(stale, OwnershipLost)
         assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0]
@@ -181,7 +193,7 @@ class RecorderContract:
     def test_a_group_commit_fences_each_session_on_its_own(self, sid: str) -> None:
         good = self.writer(sid)
         other = self.writer(f"{sid}-b")
-        self.recorder.acquire_lease(other.id, "w9", takeover=True, now=NOW + 1, ttl_ms=TTL)
+        self.recorder.acquire_lease(other.id, "w9", takeover=True, now=NOW + 1, ttl_ms=TTL, token_hash="h-w9")
         results = self.recorder.commit_batches(
             [batch(good, [note(0)]), batch(other, [note(0)]), batch(good, [note(1), note(2)])]
         )

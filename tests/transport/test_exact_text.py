@@ -25,7 +25,7 @@ def _append_raw(client: SessionLogClient, sid: str) -> list[int]:
     lease = client.acquire_lease(sid)
     events = [event_pb2.NewEvent(type="test/raw", data_json=text, ignorable=True) for text in TEXTS]
     response = client.stub.AppendEvents(
-        pb.AppendEventsRequest(session_id=sid, writer_id=lease.writer_id, epoch=lease.epoch, events=events)
+        pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=events)
     )
     return list(response.seqs)
 

@@ -151,7 +151,7 @@ def append_raw(client: SessionLogClient, sid: str, lease: object, events: list[d
         if event.get("surfaceOp") == "append":
             message.surface_op.append.SetInParent()
         messages.append(message)
-    request = pb.AppendEventsRequest(session_id=sid, writer_id=lease.writer_id, epoch=lease.epoch, events=messages)
+    request = pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=messages)
     try:
         client.stub.AppendEvents(request)
     except grpc.RpcError as exc:
@@ -173,8 +173,7 @@ def test_nan_and_bad_utf8_payloads_are_refused(client: SessionLogClient, sid: st
     ]:
         request = pb.AppendEventsRequest(
             session_id=sid,
-            writer_id=lease.writer_id,
-            epoch=lease.epoch,
+            lease_token=lease.token,
             events=[event_pb2.NewEvent(type="test/raw", ignorable=True, data_json=raw)],
         )
         with pytest.raises(grpc.RpcError) as refused:

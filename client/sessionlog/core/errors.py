@@ -88,6 +88,13 @@ class OwnershipLost(SessionLogError):
     default_reason = "OWNERSHIP_LOST"
 
 
+class OutOfRange(SessionLogError):
+    """A seq past the end of the log where the request needs one inside it (OUT_OF_RANGE)."""
+
+    code = "OUT_OF_RANGE"
+    default_reason = "FROM_SEQ_PAST_HEAD"
+
+
 class LimitExceeded(SessionLogError):
     """A size or rate limit was exceeded (RESOURCE_EXHAUSTED)."""
 
@@ -124,6 +131,7 @@ ERROR_CLASSES: tuple[type[SessionLogError], ...] = (
     ExpectedSeqMismatch,
     OwnershipLost,
     LimitExceeded,
+    OutOfRange,
     Unauthenticated,
     PermissionDenied,
     Unavailable,

@@ -945,7 +945,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Re-read the log from `next_seq`, reconcile, and send a new batch.
     """
     OWNERSHIP_LOST: _ErrorReason.ValueType  # 110
-    """The writer's lease was taken over or lapsed: a newer epoch owns the session.
+    """The writer's lease was taken over or lapsed (a newer epoch owns the session), or the lease
+    token presented does not hold the session's current lease (then only `session_id` is set).
 
     Code: ABORTED
     Metadata: `epoch`, `holder`, `session_id`
@@ -1085,6 +1086,33 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: files
     Client: Import into a fresh session, or export the session again.
     """
+    FROM_SEQ_PAST_HEAD: _ErrorReason.ValueType  # 128
+    """A subscription asked to start past the end of the log (it would wait for seqs that may
+    never exist, and must never be told it is caught up there).
+
+    Code: OUT_OF_RANGE
+    Metadata: `from_seq`, `next_seq`, `session_id`
+    Raised by: service
+    Client: Subscribe from `next_seq` or earlier.
+    """
+    SUBSCRIBER_TOO_SLOW: _ErrorReason.ValueType  # 129
+    """The subscriber fell further behind than the service buffers for one subscriber
+    (`subscriber_buffer_bytes`); the subscription was ended.
+
+    Code: RESOURCE_EXHAUSTED
+    Metadata: `limit`, `resume_seq`, `session_id`
+    Raised by: service
+    Client: Subscribe again from `resume_seq` (the first seq not delivered); the Python and
+      TypeScript clients do so on their own.
+    """
+    WRITER_OPEN_TIMEOUT: _ErrorReason.ValueType  # 130
+    """A writer stream did not send `open` within `writer_open_timeout_s` of starting.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`, `timeout_s`
+    Raised by: service
+    Client: Send `open` as the first message right after starting the stream.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The catalogue of sessionlog errors (SPEC §13, AIP-193), in the style of googleapis'
@@ -1112,8 +1140,10 @@ class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     - `seq`: the seq of the offending event (for SEQ_NOT_FOUND, the seq asked for);
     - `next_seq`: the log's next seq; `expected`: the next seq the batch expected;
     - `session_id`, `namespace`: whose session, whose quota;
-    - `holder`, `epoch`, `expires_at`: the lease holder's writer id, its fencing epoch, and when
-      the lease lapses (Unix epoch milliseconds);
+    - `holder`, `epoch`, `expires_at`: the lease holder's writer id (a label, never a
+      credential: no error ever carries a lease token), its fencing epoch, and when the lease
+      lapses (Unix epoch milliseconds);
+    - `from_seq`, `resume_seq`: where a subscription asked to start, where it should start again;
     - `limit`, `size`: a configured limit and the offending size; `retry_after_ms`: when to retry;
     - `type`: the event type; `header_reason`: the reason the service decided;
     - `line`, `offset`, `entry`: where in a file (line number, byte offset, Pi entry id).
@@ -2048,7 +2078,8 @@ Raised by: service
 Client: Re-read the log from `next_seq`, reconcile, and send a new batch.
 """
 OWNERSHIP_LOST: ErrorReason.ValueType  # 110
-"""The writer's lease was taken over or lapsed: a newer epoch owns the session.
+"""The writer's lease was taken over or lapsed (a newer epoch owns the session), or the lease
+token presented does not hold the session's current lease (then only `session_id` is set).
 
 Code: ABORTED
 Metadata: `epoch`, `holder`, `session_id`
@@ -2187,5 +2218,32 @@ Code: INTERNAL
 Metadata: none
 Raised by: files
 Client: Import into a fresh session, or export the session again.
+"""
+FROM_SEQ_PAST_HEAD: ErrorReason.ValueType  # 128
+"""A subscription asked to start past the end of the log (it would wait for seqs that may
+never exist, and must never be told it is caught up there).
+
+Code: OUT_OF_RANGE
+Metadata: `from_seq`, `next_seq`, `session_id`
+Raised by: service
+Client: Subscribe from `next_seq` or earlier.
+"""
+SUBSCRIBER_TOO_SLOW: ErrorReason.ValueType  # 129
+"""The subscriber fell further behind than the service buffers for one subscriber
+(`subscriber_buffer_bytes`); the subscription was ended.
+
+Code: RESOURCE_EXHAUSTED
+Metadata: `limit`, `resume_seq`, `session_id`
+Raised by: service
+Client: Subscribe again from `resume_seq` (the first seq not delivered); the Python and
+  TypeScript clients do so on their own.
+"""
+WRITER_OPEN_TIMEOUT: ErrorReason.ValueType  # 130
+"""A writer stream did not send `open` within `writer_open_timeout_s` of starting.
+
+Code: INVALID_ARGUMENT
+Metadata: `field`, `timeout_s`
+Raised by: service
+Client: Send `open` as the first message right after starting the stream.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

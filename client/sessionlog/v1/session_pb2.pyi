@@ -98,7 +98,9 @@ Global___ForkOrigin: _TypeAlias = ForkOrigin  # noqa: Y015
 
 @_typing.final
 class Lease(_message.Message):
-    """A writer lease (SPEC §7). `epoch` is the fencing generation: it grows with every new holder."""
+    """A writer lease (SPEC §7). `epoch` is the fencing generation: it grows with every new holder.
+    A lease is public (GetSession shows it); the token that proves holding it is not part of it.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -111,7 +113,7 @@ class Lease(_message.Message):
     writer_id: _builtins.str
     """The holder's id (chosen by the writer, or generated)."""
     epoch: _builtins.int
-    """The fencing generation; appends must quote it."""
+    """The fencing generation; every grant gets a new one, and a commit checks it."""
     expire_time_unix_ms: _builtins.int
     """When the lease lapses unless renewed, Unix epoch milliseconds. A streaming writer's lease is
     renewed by the service while its stream is open.

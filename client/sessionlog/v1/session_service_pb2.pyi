@@ -221,6 +221,7 @@ class WriteRequest(_message.Message):
     BATCH_FIELD_NUMBER: _builtins.int
     HEADER_FIELD_NUMBER: _builtins.int
     BATCHES_FIELD_NUMBER: _builtins.int
+    CLOSE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def open(self) -> Global___OpenWriter:
         """Opens the writer; must be the first request and only the first."""
@@ -239,6 +240,10 @@ class WriteRequest(_message.Message):
         queued up while the stream was busy in one message, saving per-message cost.
         """
 
+    @_builtins.property
+    def close(self) -> Global___CloseWriter:
+        """Ends the writer on purpose; must be the last request."""
+
     def __init__(
         self,
         *,
@@ -246,16 +251,36 @@ class WriteRequest(_message.Message):
         batch: Global___WriteBatch | None = ...,
         header: Global___WriteHeader | None = ...,
         batches: Global___WriteBatches | None = ...,
+        close: Global___CloseWriter | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "batches", b"batches", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "batches", b"batches", "close", b"close", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "batches", b"batches", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "batches", b"batches", "close", b"close", "header", b"header", "kind", b"kind", "open", b"open"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["open", "batch", "header", "batches"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["open", "batch", "header", "batches", "close"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___WriteRequest: _TypeAlias = WriteRequest  # noqa: Y015
+
+@_typing.final
+class CloseWriter(_message.Message):
+    """Ends a writer stream on purpose: once every earlier batch is acknowledged, the lease is
+    released and the stream completes. It has no fields.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CloseWriter: _TypeAlias = CloseWriter  # noqa: Y015
 
 @_typing.final
 class WriteBatches(_message.Message):
@@ -318,6 +343,7 @@ class OpenWriter(_message.Message):
     TAKEOVER_FIELD_NUMBER: _builtins.int
     CREATE_IF_MISSING_FIELD_NUMBER: _builtins.int
     RESUME_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to write."""
     writer_id: _builtins.str
@@ -328,6 +354,10 @@ class OpenWriter(_message.Message):
     """Create the session if it does not exist yet."""
     resume: _builtins.bool
     """Resume the session first (repair an open turn, mark the seed boundary), as ResumeSession."""
+    lease_token: _builtins.str
+    """The token of a lease this writer still holds (a reconnect after a broken stream): presenting
+    it takes that live lease again, at a new epoch. Without it a live lease is WRITER_HELD.
+    """
     def __init__(
         self,
         *,
@@ -336,10 +366,11 @@ class OpenWriter(_message.Message):
         takeover: _builtins.bool = ...,
         create_if_missing: _builtins.bool = ...,
         resume: _builtins.bool = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_if_missing", b"create_if_missing", "resume", b"resume", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_if_missing", b"create_if_missing", "lease_token", b"lease_token", "resume", b"resume", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -484,8 +515,14 @@ class WriterOpened(_message.Message):
     LEASE_FIELD_NUMBER: _builtins.int
     NEXT_SEQ_FIELD_NUMBER: _builtins.int
     RESUMED_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     next_seq: _builtins.int
     """The seq the next appended event will get."""
+    lease_token: _builtins.str
+    """The lease's token, known only to this writer: present it in `OpenWriter.lease_token` to
+    reconnect while the lease is still live, or to the unary lease methods. If the stream breaks,
+    the lease is no longer renewed and lapses after its TTL (then an open turn is repaired).
+    """
     @_builtins.property
     def lease(self) -> _session_pb2.Lease:
         """The lease the stream holds."""
@@ -500,10 +537,11 @@ class WriterOpened(_message.Message):
         lease: _session_pb2.Lease | None = ...,
         next_seq: _builtins.int = ...,
         resumed: Global___ResumeSessionResponse | None = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "resumed", b"resumed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "next_seq", b"next_seq", "resumed", b"resumed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "lease_token", b"lease_token", "next_seq", b"next_seq", "resumed", b"resumed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -550,22 +588,29 @@ class AcquireLeaseRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     WRITER_ID_FIELD_NUMBER: _builtins.int
     TAKEOVER_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to write."""
     writer_id: _builtins.str
     """The writer's id; empty lets the service generate one."""
     takeover: _builtins.bool
     """Take the lease even if another writer holds it."""
+    lease_token: _builtins.str
+    """The token of a lease the caller still holds on this session: presenting it takes that live
+    lease again at a new epoch (fencing the caller's own older calls). Without it, a live lease
+    held by anyone is WRITER_HELD, whatever `writer_id` says.
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         writer_id: _builtins.str = ...,
         takeover: _builtins.bool = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -579,21 +624,27 @@ class AcquireLeaseResponse(_message.Message):
 
     LEASE_FIELD_NUMBER: _builtins.int
     NEXT_SEQ_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     next_seq: _builtins.int
     """The seq the next appended event will get."""
+    lease_token: _builtins.str
+    """The lease token: the holder's secret, returned only here (the service keeps only its
+    hash). AppendEvents, ReportRequestHeader, RenewLease and ReleaseLease present it.
+    """
     @_builtins.property
     def lease(self) -> _session_pb2.Lease:
-        """The lease to quote in AppendEvents."""
+        """The lease (its writer id, epoch and expiry are public: GetSession shows them)."""
 
     def __init__(
         self,
         *,
         lease: _session_pb2.Lease | None = ...,
         next_seq: _builtins.int = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "next_seq", b"next_seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "lease_token", b"lease_token", "next_seq", b"next_seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -606,18 +657,17 @@ class AppendEventsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
-    WRITER_ID_FIELD_NUMBER: _builtins.int
-    EPOCH_FIELD_NUMBER: _builtins.int
     EXPECTED_NEXT_SEQ_FIELD_NUMBER: _builtins.int
     EVENTS_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to append to."""
-    writer_id: _builtins.str
-    """The lease holder's id."""
-    epoch: _builtins.int
-    """The lease epoch; a stale epoch is refused with ABORTED (OWNERSHIP_LOST)."""
     expected_next_seq: _builtins.int
     """When set, refused (EXPECTED_SEQ_MISMATCH) unless the log's next seq is this."""
+    lease_token: _builtins.str
+    """The token AcquireLease (or ResumeSession, or the writer stream) returned. A token that does
+    not hold the session's current lease is refused with ABORTED (OWNERSHIP_LOST).
+    """
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[_event_pb2.NewEvent]:
         """The events, appended in order and atomically."""
@@ -626,14 +676,13 @@ class AppendEventsRequest(_message.Message):
         self,
         *,
         session_id: _builtins.str = ...,
-        writer_id: _builtins.str = ...,
-        epoch: _builtins.int = ...,
         expected_next_seq: _builtins.int | None = ...,
         events: _abc.Iterable[_event_pb2.NewEvent] | None = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_next_seq", b"_expected_next_seq", "expected_next_seq", b"expected_next_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_next_seq", b"_expected_next_seq", "epoch", b"epoch", "events", b"events", "expected_next_seq", b"expected_next_seq", "session_id", b"session_id", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_next_seq", b"_expected_next_seq", "events", b"events", "expected_next_seq", b"expected_next_seq", "lease_token", b"lease_token", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__expected_next_seq: _TypeAlias = _typing.Literal["expected_next_seq"]  # noqa: Y015
     _WhichOneofArgType__expected_next_seq: _TypeAlias = _typing.Literal["_expected_next_seq", b"_expected_next_seq"]  # noqa: Y015
@@ -682,24 +731,20 @@ class RenewLeaseRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
-    WRITER_ID_FIELD_NUMBER: _builtins.int
-    EPOCH_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session."""
-    writer_id: _builtins.str
-    """The lease holder's id."""
-    epoch: _builtins.int
-    """The lease epoch."""
+    lease_token: _builtins.str
+    """The token of the lease to extend."""
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
-        writer_id: _builtins.str = ...,
-        epoch: _builtins.int = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "session_id", b"session_id", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -736,24 +781,20 @@ class ReleaseLeaseRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
-    WRITER_ID_FIELD_NUMBER: _builtins.int
-    EPOCH_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session."""
-    writer_id: _builtins.str
-    """The lease holder's id."""
-    epoch: _builtins.int
-    """The lease epoch."""
+    lease_token: _builtins.str
+    """The token of the lease to give up."""
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
-        writer_id: _builtins.str = ...,
-        epoch: _builtins.int = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "session_id", b"session_id", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -947,28 +988,24 @@ class ReportRequestHeaderRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
-    WRITER_ID_FIELD_NUMBER: _builtins.int
-    EPOCH_FIELD_NUMBER: _builtins.int
     HEADER_JSON_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session."""
-    writer_id: _builtins.str
-    """The lease holder's id."""
-    epoch: _builtins.int
-    """The lease epoch."""
     header_json: _builtins.bytes
     """The header: a JSON object `{config, adapterDefaults?, tools?}` as UTF-8 text."""
+    lease_token: _builtins.str
+    """The token of the writer's lease."""
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
-        writer_id: _builtins.str = ...,
-        epoch: _builtins.int = ...,
         header_json: _builtins.bytes = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "header_json", b"header_json", "session_id", b"session_id", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["header_json", b"header_json", "lease_token", b"lease_token", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1387,22 +1424,26 @@ class ResumeSessionRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     WRITER_ID_FIELD_NUMBER: _builtins.int
     TAKEOVER_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to resume."""
     writer_id: _builtins.str
     """The new writer's id; empty lets the service generate one."""
     takeover: _builtins.bool
     """Take the lease even if another live writer holds it."""
+    lease_token: _builtins.str
+    """The token of a live lease the caller still holds on this session (see AcquireLease)."""
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         writer_id: _builtins.str = ...,
         takeover: _builtins.bool = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1421,6 +1462,7 @@ class ResumeSessionResponse(_message.Message):
     REPLACE_GENERATION_FIELD_NUMBER: _builtins.int
     REPAIR_SEQS_FIELD_NUMBER: _builtins.int
     END_SEED_SEQ_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     next_seq: _builtins.int
     """The seq the next appended event will get."""
     latest_header_json: _builtins.bytes
@@ -1431,6 +1473,8 @@ class ResumeSessionResponse(_message.Message):
     """The surface's replace generation."""
     end_seed_seq: _builtins.int
     """The seq of the `session/end-seed` marker (written now or already last in the log)."""
+    lease_token: _builtins.str
+    """The lease token of the resumed writer (see AcquireLeaseResponse.lease_token)."""
     @_builtins.property
     def lease(self) -> _session_pb2.Lease:
         """The lease the resumed writer holds (for unary appends)."""
@@ -1449,10 +1493,11 @@ class ResumeSessionResponse(_message.Message):
         replace_generation: _builtins.int = ...,
         repair_seqs: _abc.Iterable[_builtins.int] | None = ...,
         end_seed_seq: _builtins.int = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq", "latest_header_seq", b"latest_header_seq", "lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq", "end_seed_seq", b"end_seed_seq", "latest_header_json", b"latest_header_json", "latest_header_seq", b"latest_header_seq", "lease", b"lease", "next_seq", b"next_seq", "repair_seqs", b"repair_seqs", "replace_generation", b"replace_generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq", "end_seed_seq", b"end_seed_seq", "latest_header_json", b"latest_header_json", "latest_header_seq", b"latest_header_seq", "lease", b"lease", "lease_token", b"lease_token", "next_seq", b"next_seq", "repair_seqs", b"repair_seqs", "replace_generation", b"replace_generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__latest_header_seq: _TypeAlias = _typing.Literal["latest_header_seq"]  # noqa: Y015
     _WhichOneofArgType__latest_header_seq: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq"]  # noqa: Y015

@@ -164,22 +164,27 @@ class SessionServiceServicer:
         """The streaming writer. The first request opens the writer (takes the lease); every later
         request is a batch, acknowledged with its committed seqs once it is durable. Batches may be
         pipelined: the writer need not wait for an acknowledgement before sending the next batch.
-        The stream holds the lease until it ends; an error ends the stream.
+        The stream holds the lease while it is open. A writer ends it on purpose with `close`, which
+        releases the lease; a stream that ends any other way (the writer died, its connection broke)
+        leaves the lease to lapse after its TTL, and an open turn is then repaired (SPEC §8).
+        An error the service reports ends the stream and releases the lease.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AcquireLease(self, request, context):
-        """Takes the writer lease for unary appends. FAILED_PRECONDITION (WRITER_HELD) names the live
-        holder; `takeover` takes it anyway and fences the old holder out.
+        """Takes the writer lease for unary appends and returns its lease token, the only credential
+        of the holder. FAILED_PRECONDITION (WRITER_HELD) names the live holder's writer id (a label,
+        never a credential); `takeover` takes the lease anyway and fences the old holder out.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AppendEvents(self, request, context):
-        """Appends one batch under a lease; all events commit together or none do.
+        """Appends one batch under the lease whose token it presents; all events commit together or
+        none do.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

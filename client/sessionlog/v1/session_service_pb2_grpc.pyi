@@ -48,14 +48,20 @@ class SessionServiceStub:
     """The streaming writer. The first request opens the writer (takes the lease); every later
     request is a batch, acknowledged with its committed seqs once it is durable. Batches may be
     pipelined: the writer need not wait for an acknowledgement before sending the next batch.
-    The stream holds the lease until it ends; an error ends the stream.
+    The stream holds the lease while it is open. A writer ends it on purpose with `close`, which
+    releases the lease; a stream that ends any other way (the writer died, its connection broke)
+    leaves the lease to lapse after its TTL, and an open turn is then repaired (SPEC §8).
+    An error the service reports ends the stream and releases the lease.
     """
     AcquireLease: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.AcquireLeaseRequest, _session_service_pb2.AcquireLeaseResponse]
-    """Takes the writer lease for unary appends. FAILED_PRECONDITION (WRITER_HELD) names the live
-    holder; `takeover` takes it anyway and fences the old holder out.
+    """Takes the writer lease for unary appends and returns its lease token, the only credential
+    of the holder. FAILED_PRECONDITION (WRITER_HELD) names the live holder's writer id (a label,
+    never a credential); `takeover` takes the lease anyway and fences the old holder out.
     """
     AppendEvents: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.AppendEventsRequest, _session_service_pb2.AppendEventsResponse]
-    """Appends one batch under a lease; all events commit together or none do."""
+    """Appends one batch under the lease whose token it presents; all events commit together or
+    none do.
+    """
     RenewLease: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.RenewLeaseRequest, _session_service_pb2.RenewLeaseResponse]
     """Extends a lease (a heartbeat for unary writers)."""
     ReleaseLease: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.ReleaseLeaseRequest, _session_service_pb2.ReleaseLeaseResponse]
@@ -105,14 +111,20 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """The streaming writer. The first request opens the writer (takes the lease); every later
     request is a batch, acknowledged with its committed seqs once it is durable. Batches may be
     pipelined: the writer need not wait for an acknowledgement before sending the next batch.
-    The stream holds the lease until it ends; an error ends the stream.
+    The stream holds the lease while it is open. A writer ends it on purpose with `close`, which
+    releases the lease; a stream that ends any other way (the writer died, its connection broke)
+    leaves the lease to lapse after its TTL, and an open turn is then repaired (SPEC §8).
+    An error the service reports ends the stream and releases the lease.
     """
     AcquireLease: _aio.UnaryUnaryMultiCallable[_session_service_pb2.AcquireLeaseRequest, _session_service_pb2.AcquireLeaseResponse]  # type: ignore[assignment]
-    """Takes the writer lease for unary appends. FAILED_PRECONDITION (WRITER_HELD) names the live
-    holder; `takeover` takes it anyway and fences the old holder out.
+    """Takes the writer lease for unary appends and returns its lease token, the only credential
+    of the holder. FAILED_PRECONDITION (WRITER_HELD) names the live holder's writer id (a label,
+    never a credential); `takeover` takes the lease anyway and fences the old holder out.
     """
     AppendEvents: _aio.UnaryUnaryMultiCallable[_session_service_pb2.AppendEventsRequest, _session_service_pb2.AppendEventsResponse]  # type: ignore[assignment]
-    """Appends one batch under a lease; all events commit together or none do."""
+    """Appends one batch under the lease whose token it presents; all events commit together or
+    none do.
+    """
     RenewLease: _aio.UnaryUnaryMultiCallable[_session_service_pb2.RenewLeaseRequest, _session_service_pb2.RenewLeaseResponse]  # type: ignore[assignment]
     """Extends a lease (a heartbeat for unary writers)."""
     ReleaseLease: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ReleaseLeaseRequest, _session_service_pb2.ReleaseLeaseResponse]  # type: ignore[assignment]
@@ -183,7 +195,10 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """The streaming writer. The first request opens the writer (takes the lease); every later
         request is a batch, acknowledged with its committed seqs once it is durable. Batches may be
         pipelined: the writer need not wait for an acknowledgement before sending the next batch.
-        The stream holds the lease until it ends; an error ends the stream.
+        The stream holds the lease while it is open. A writer ends it on purpose with `close`, which
+        releases the lease; a stream that ends any other way (the writer died, its connection broke)
+        leaves the lease to lapse after its TTL, and an open turn is then repaired (SPEC §8).
+        An error the service reports ends the stream and releases the lease.
         """
 
     @_abc_1.abstractmethod
@@ -192,8 +207,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_service_pb2.AcquireLeaseRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.AcquireLeaseResponse, _abc.Awaitable[_session_service_pb2.AcquireLeaseResponse]]:
-        """Takes the writer lease for unary appends. FAILED_PRECONDITION (WRITER_HELD) names the live
-        holder; `takeover` takes it anyway and fences the old holder out.
+        """Takes the writer lease for unary appends and returns its lease token, the only credential
+        of the holder. FAILED_PRECONDITION (WRITER_HELD) names the live holder's writer id (a label,
+        never a credential); `takeover` takes the lease anyway and fences the old holder out.
         """
 
     @_abc_1.abstractmethod
@@ -202,7 +218,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_service_pb2.AppendEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.AppendEventsResponse, _abc.Awaitable[_session_service_pb2.AppendEventsResponse]]:
-        """Appends one batch under a lease; all events commit together or none do."""
+        """Appends one batch under the lease whose token it presents; all events commit together or
+        none do.
+        """
 
     @_abc_1.abstractmethod
     def RenewLease(

@@ -150,10 +150,11 @@ export class SessionLogClient {
   }
 
   /** Take the writer lease for unary appends (WRITER_HELD if another live writer has it). */
-  async acquireLease(sessionId: string, options: { writerId?: string; takeover?: boolean } = {}): Promise<HeldLease> {
-    const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false };
+  async acquireLease(sessionId: string, options: { writerId?: string; takeover?: boolean; leaseToken?: string } = {}): Promise<HeldLease> {
+    // `leaseToken`: the token of a live lease this caller still holds (takes it again at a new epoch).
+    const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false, leaseToken: options.leaseToken ?? "" };
     const response = await this.unary((signal) => this.rpc.acquireLease(request, { signal }), false);
-    return { ...leaseFromPb(response.lease), nextSeq: num(response.nextSeq) };
+    return { ...leaseFromPb(response.lease, response.leaseToken), nextSeq: num(response.nextSeq) };
   }
 
   /**
@@ -163,8 +164,7 @@ export class SessionLogClient {
   async append(lease: Lease, events: Iterable<NewEvent>, options: { expectedNextSeq?: number } = {}): Promise<AppendResult> {
     const request = {
       sessionId: lease.sessionId,
-      writerId: lease.writerId,
-      epoch: BigInt(lease.epoch),
+      leaseToken: lease.token ?? "",
       events: withEventIds(events).map(newEventToPb),
       expectedNextSeq: options.expectedNextSeq === undefined ? undefined : BigInt(options.expectedNextSeq),
     };
@@ -174,20 +174,20 @@ export class SessionLogClient {
 
   /** Extend a lease (a heartbeat); OwnershipLost if it was taken over. */
   async renewLease(lease: Lease): Promise<Lease> {
-    const request = { sessionId: lease.sessionId, writerId: lease.writerId, epoch: BigInt(lease.epoch) };
+    const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "" };
     const response = await this.unary((signal) => this.rpc.renewLease(request, { signal }), true);
-    return leaseFromPb(response.lease);
+    return leaseFromPb(response.lease, lease.token);
   }
 
   /** Give a lease up so another writer can take it at once. */
   async releaseLease(lease: Lease): Promise<void> {
-    const request = { sessionId: lease.sessionId, writerId: lease.writerId, epoch: BigInt(lease.epoch) };
+    const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "" };
     await this.unary((signal) => this.rpc.releaseLease(request, { signal }), true);
   }
 
   /** Report the request header about to be used; the service decides whether to log it. */
   async reportHeader(lease: Lease, header: RequestHeader | JsonObject): Promise<HeaderReport> {
-    const request = { sessionId: lease.sessionId, writerId: lease.writerId, epoch: BigInt(lease.epoch), headerJson: encodeJson(header, "header") };
+    const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "", headerJson: encodeJson(header, "header") };
     const response = await this.unary((signal) => this.rpc.reportRequestHeader(request, { signal }), false);
     return headerReportFromPb(response);
   }

@@ -61,9 +61,11 @@ export function eventFromPb(msg: PbEvent): Event {
   return event;
 }
 
-export function leaseFromPb(msg: PbLease | undefined): Lease {
+export function leaseFromPb(msg: PbLease | undefined, token?: string): Lease {
   if (msg === undefined) throw new TypeError("the response carries no lease");
-  return { sessionId: msg.sessionId, writerId: msg.writerId, epoch: num(msg.epoch), expireTimeMs: num(msg.expireTimeUnixMs) };
+  const lease: Lease = { sessionId: msg.sessionId, writerId: msg.writerId, epoch: num(msg.epoch), expireTimeMs: num(msg.expireTimeUnixMs) };
+  if (token) lease.token = token;
+  return lease;
 }
 
 export function sessionFromPb(msg: PbSession | undefined): SessionInfo {
@@ -102,7 +104,7 @@ export function headerReportFromPb(msg: ReportRequestHeaderResponse | undefined)
 
 export function resumeFromPb(msg: ResumeSessionResponse): ResumeInfo {
   return {
-    lease: leaseFromPb(msg.lease),
+    lease: leaseFromPb(msg.lease, msg.leaseToken),
     nextSeq: num(msg.nextSeq),
     latestHeader: msg.latestHeaderJson.length ? (parseObject(msg.latestHeaderJson, "latest header") as unknown as RequestHeader) : null,
     latestHeaderSeq: msg.latestHeaderSeq === undefined ? null : num(msg.latestHeaderSeq),

@@ -132,6 +132,11 @@ export interface Lease {
   epoch: number;
   /** When the lease lapses unless renewed, Unix epoch ms. */
   expireTimeMs: number;
+  /**
+   * The lease token: the holder's only credential (the writer id is a label). Set only on a
+   * lease this client was granted; appends, renewals and releases present it.
+   */
+  token?: string;
 }
 
 export interface SessionInfo {

@@ -130,6 +130,9 @@ export class Writer {
       if (this.failure === null) await this.flush();
     } finally {
       this.closing = true;
+      // `close` ends the writer on purpose (the lease is released); a stream that just ends is
+      // taken for a dead writer, and its lease is left to lapse.
+      this.channel?.push(create(WriteRequestSchema, { kind: { case: "close", value: {} } }));
       this.channel?.end();
       await this.reading;
     }
@@ -190,7 +193,8 @@ export class Writer {
       create(WriteRequestSchema, {
         kind: {
           case: "open",
-          value: { sessionId: this.sessionId, writerId: this.writerId, takeover, createIfMissing: this.options.createIfMissing, resume },
+          // A reconnect presents the token of the lease it held, so it takes that lease again.
+          value: { sessionId: this.sessionId, writerId: this.writerId, takeover, createIfMissing: this.options.createIfMissing, resume, leaseToken: this.lease?.token ?? "" },
         },
       }),
     );
@@ -208,7 +212,7 @@ export class Writer {
       throw new Unavailable({ reason: "STREAM_ENDED", message: "the server closed the writer stream while opening", code: Code.Unavailable });
     }
     const opened = first.value.kind.value;
-    const lease = leaseFromPb(opened.lease);
+    const lease = leaseFromPb(opened.lease, opened.leaseToken);
     if (this.lease !== undefined && lease.epoch !== this.lease.epoch + 1) {
       // Another writer held the session between our two connections: what it wrote is not
       // ours to continue from. Give the lease back and stop; the caller decides what to do.

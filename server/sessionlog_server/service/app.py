@@ -21,10 +21,11 @@ from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import LimitExceeded, OwnershipLost, SessionLogError, Unavailable, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog_server.config import Settings
-from sessionlog_server.service import access
+from sessionlog_server.service import access, subscriptions
 from sessionlog_server.service.append import AppendPlan, plan_append, validate_proposals
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.committer import GroupCommitter
+from sessionlog_server.service.leases import LeaseHolder, LeaseManager
 from sessionlog_server.service.limits import RateLimiter
 from sessionlog_server.service.live import RECENT_IDS, LiveSession, LiveSessions
 from sessionlog_server.service.loader import SessionLoader, SnapshotPolicy
@@ -66,11 +67,21 @@ class SessionLogService:
         self.snapshots = SnapshotPolicy(settings.snapshot_every_events, settings.snapshot_every_bytes)
         self.messages = MessageCache(self.reader, settings.message_cache_bytes)
         self.live = LiveSessions(self._load, settings.session_cache_size, settings.session_cache_bytes)
-        self.hub = SubscriptionHub()
+        self.hub = SubscriptionHub(settings.subscriber_buffer_bytes)
         self.commit_taps: list[Callable[[str, Sequence[Event]], None]] = []
         """Called with every batch this process commits, after its subscribers (the live OTLP
         export); must not block."""
-        self.stream_leases: dict[str, tuple[str, int]] = {}
+        self.leases = LeaseManager(
+            recorder,
+            self.committer,
+            self.reader,
+            self.live,
+            self.metrics,
+            self.limits,
+            catch_up=self.catch_up,
+            ttl_ms=settings.lease_ttl_ms,
+            known_capacity=settings.session_cache_size,
+        )
         self.open_streams = 0
         self.repairs_written = 0
         self._keeper: asyncio.Task[None] | None = None
@@ -88,7 +99,7 @@ class SessionLogService:
             # Serving starts at once; open turns are completed meanwhile (a read may see a
             # session before its repair, as it would have seen it before the crash).
             self._startup_repair = loop.create_task(self._repair_at_start(), name="start-up-repair")
-        self._keeper = loop.create_task(self._keep_stream_leases(), name="lease-keeper")
+        self._keeper = loop.create_task(self.leases.keep_stream_leases(), name="lease-keeper")
         self._repairer = loop.create_task(self._repair_expired(), name="repairer")
 
     async def _repair_at_start(self) -> None:
@@ -107,12 +118,7 @@ class SessionLogService:
             if task is not None:
                 task.cancel()
         await self.committer.drain_and_stop()
-        for session_id, (writer_id, epoch) in list(self.stream_leases.items()):
-            try:
-                self.recorder.release_lease(session_id, writer_id, epoch)
-            except SessionLogError:
-                log.warning("lease release failed at shutdown", session_id=session_id)
-        self.stream_leases.clear()
+        self.leases.release_stream_leases()
         self.reader.close()
 
     async def _load(self, session_id: str) -> LiveSession:
@@ -216,80 +222,7 @@ class SessionLogService:
         token = _encode_page_token(records[-1]) if more else ""
         return records, token
 
-    # --- leases -------------------------------------------------------------------------
-
-    async def acquire_lease(self, session_id: str, writer_id: str | None, *, takeover: bool) -> SessionRecord:
-        """Take the writer lease for the caller (FAILED_PRECONDITION while another live writer holds it)."""
-        access.require_write("taking a writer lease")
-        await self.get_session(session_id)
-        return await self.take_lease(session_id, writer_id, takeover=takeover)
-
-    async def take_lease(self, session_id: str, writer_id: str | None, *, takeover: bool) -> SessionRecord:
-        """Take the writer lease, with no caller check (the service's own repairs use it)."""
-        validate.check_session_id(session_id, self.limits)
-        wid = writer_id or str(uuid.uuid4())
-        now = now_ms()
-        previous = await self.reader.session(session_id) if takeover else None
-        record = await self.committer.run_in_writer(
-            lambda: self.recorder.acquire_lease(
-                session_id, wid, takeover=takeover, now=now, ttl_ms=self.settings.lease_ttl_ms
-            )
-        )
-        if previous is not None and previous.lease_live(now) and previous.writer_id != wid:
-            self.metrics.leases_taken_over.inc()
-        live = await self.live.get(session_id)
-        async with live.lock:
-            await live.wait_idle()
-            if live.fold.next_seq > record.next_seq:
-                self.live.invalidate(session_id)  # ahead of the log: batches this instance lost
-                live = await self.live.get(session_id)
-            await self.catch_up(live, record)  # another instance wrote meanwhile
-        live.record = record
-        live.writer_id, live.epoch, live.header_reported = wid, record.epoch, False
-        log.info("lease acquired", session_id=session_id, writer_id=wid, epoch=record.epoch, takeover=takeover)
-        return record
-
-    async def renew_lease(self, session_id: str, writer_id: str, epoch: int) -> SessionRecord:
-        """Extend the caller's lease (a unary writer's heartbeat)."""
-        access.require_write("renewing a lease")
-        await self.get_session(session_id)
-        return await self.extend_lease(session_id, writer_id, epoch)
-
-    async def extend_lease(self, session_id: str, writer_id: str, epoch: int) -> SessionRecord:
-        """Extend a lease, with no caller check (the stream lease keeper uses it)."""
-        return await self.committer.run_in_writer(
-            lambda: self.recorder.renew_lease(
-                session_id, writer_id, epoch, now=now_ms(), ttl_ms=self.settings.lease_ttl_ms
-            )
-        )
-
-    async def release_lease(self, session_id: str, writer_id: str, epoch: int) -> None:
-        """Give the caller's lease back."""
-        access.require_write("releasing a lease")
-        await self.get_session(session_id)
-        await self.drop_lease(session_id, writer_id, epoch)
-
-    async def drop_lease(self, session_id: str, writer_id: str, epoch: int) -> None:
-        """Give a lease back if still held at `epoch`, with no caller check."""
-        if self.stream_leases.get(session_id) == (writer_id, epoch):
-            self.stream_leases.pop(session_id, None)
-        await self.committer.run_in_writer(self.recorder.release_lease, session_id, writer_id, epoch)
-        live = self.live.peek(session_id)
-        if live is not None and live.writer_id == writer_id and live.epoch == epoch:
-            live.writer_id = None
-
-    async def _keep_stream_leases(self) -> None:
-        """Renew the leases of open writer streams, so they last as long as the stream."""
-        interval = max(self.settings.lease_ttl_ms / 3000, 0.05)
-        while True:
-            await asyncio.sleep(interval)
-            for session_id, (writer_id, epoch) in list(self.stream_leases.items()):
-                try:
-                    await self.extend_lease(session_id, writer_id, epoch)
-                except OwnershipLost:
-                    self.stream_leases.pop(session_id, None)
-                except SessionLogError as exc:
-                    log.warning("lease renewal failed", session_id=session_id, error=str(exc))
+    # --- background tasks ---------------------------------------------------------------
 
     async def _repair_expired(self) -> None:
         """Complete the open turn of sessions whose writer's lease lapsed (SPEC §8)."""
@@ -307,30 +240,28 @@ class SessionLogService:
 
     async def start_append(
         self,
-        session_id: str,
-        writer_id: str,
-        epoch: int,
+        holder: LeaseHolder,
         expected_next_seq: int | None,
         decoded: Sequence[DecodedEvent],
     ) -> asyncio.Future[AppendResult]:
-        """Validate and queue a batch; the returned future resolves once it is durable.
+        """Validate and queue a batch under a proven lease; the future resolves once it is durable.
 
         Splitting the two lets a streaming writer pipeline: the next batch is validated
         against this one's effects while this one is still being committed.
         """
         access.require_write("appending")
+        access.check_namespace(holder.session_id, holder.namespace)
         try:
             proposals = validate_proposals(decoded, self.limits)
-            live = await self.live.get(session_id)
-            access.check_namespace(session_id, live.record.namespace)
+            live = await self.live.get(holder.session_id)
             self.rate_limiter.take(live.record.namespace, len(proposals))
             await self._look_up_ids(live, proposals)
             async with live.lock:
-                self.check_writer(live, writer_id, epoch)
+                self.check_writer(live, holder.writer_id, holder.epoch)
                 return self.plan_and_commit(
                     live,
-                    writer_id,
-                    epoch,
+                    holder.writer_id,
+                    holder.epoch,
                     proposals,
                     expected_next_seq=expected_next_seq,
                     raw=[d.raw for d in decoded],
@@ -437,22 +368,17 @@ class SessionLogService:
         self.metrics.events_appended.inc(len(pending.events))
         self.metrics.batch_size.observe(len(pending.events))
         committed_events = _with_stored_text(pending)
-        self.hub.publish(live.session_id, committed_events)
+        self.hub.publish(live.session_id, committed_events, sum(len(text) for text, _ in pending.stored))
         for tap in self.commit_taps:
             tap(live.session_id, committed_events)
         if not result.done():
             result.set_result(AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at))
 
     async def append(
-        self,
-        session_id: str,
-        writer_id: str,
-        epoch: int,
-        expected_next_seq: int | None,
-        decoded: Sequence[DecodedEvent],
+        self, holder: LeaseHolder, expected_next_seq: int | None, decoded: Sequence[DecodedEvent]
     ) -> AppendResult:
         """Validate, commit and publish one batch; returns once it is durable."""
-        future = await self.start_append(session_id, writer_id, epoch, expected_next_seq, decoded)
+        future = await self.start_append(holder, expected_next_seq, decoded)
         return await future
 
     # --- reads --------------------------------------------------------------------------
@@ -481,40 +407,8 @@ class SessionLogService:
     async def subscribe(self, session_id: str, from_seq: int) -> AsyncIterator[list[Event] | int]:
         """Replay from `from_seq`, then the next seq (the caught-up marker), then live batches."""
         record = await self.get_session(session_id)
-        subscriber = self.hub.subscribe(session_id)
-        self.metrics.subscribers.inc()
-        try:
-            next_seq = from_seq
-            async for page in self.read_events(session_id, from_seq, None, DEFAULT_READ_PAGE):
-                yield page
-                next_seq = page[-1].seq + 1
-            yield max(next_seq, from_seq)
-            while True:
-                try:
-                    batch = await asyncio.wait_for(subscriber.queue.get(), timeout=1.0)
-                except TimeoutError:
-                    # Another instance may be the writer: look at the log itself.
-                    batch = await self.reader.read(record, next_seq, None, DEFAULT_READ_PAGE)
-                    if not batch:
-                        continue
-                if batch is None:  # fell behind: re-read from the log
-                    subscriber = self._resubscribe(session_id, subscriber)
-                    batch = await self.reader.read(record, next_seq, None, DEFAULT_READ_PAGE)
-                fresh = [e for e in batch if e.seq >= next_seq]
-                if fresh and fresh[0].seq > next_seq:
-                    # Never skip: fill a gap from the log before going on.
-                    fresh = await self.reader.read(record, next_seq, fresh[-1].seq, fresh[-1].seq - next_seq + 1)
-                if fresh:
-                    self.metrics.subscription_lag.observe(max(0, now_ms() - fresh[-1].time) / 1000)
-                    yield fresh
-                    next_seq = fresh[-1].seq + 1
-        finally:
-            self.metrics.subscribers.dec()
-            self.hub.unsubscribe(session_id, subscriber)
-
-    def _resubscribe(self, session_id: str, old: Any) -> Any:
-        self.hub.unsubscribe(session_id, old)
-        return self.hub.subscribe(session_id)
+        async for item in subscriptions.follow(self.hub, self.reader, self.metrics, record, from_seq):
+            yield item
 
 
 def _with_stored_text(pending: PendingBatch) -> list[Event]:

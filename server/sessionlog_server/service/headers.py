@@ -17,6 +17,7 @@ from sessionlog_server.service import access
 
 if TYPE_CHECKING:
     from sessionlog_server.service.app import SessionLogService
+    from sessionlog_server.service.leases import LeaseHolder
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,12 +35,13 @@ class HeaderReport:
 
 
 async def start_header_report(
-    service: SessionLogService, session_id: str, writer_id: str, epoch: int, header: dict[str, Any]
+    service: SessionLogService, holder: LeaseHolder, header: dict[str, Any]
 ) -> asyncio.Future[HeaderReport]:
     """Decide now (in order with the writer's batches); the future resolves once durable."""
     access.require_write("reporting a request header")
-    live = await service.live.get(session_id)
-    access.check_namespace(session_id, live.record.namespace)
+    access.check_namespace(holder.session_id, holder.namespace)
+    writer_id, epoch = holder.writer_id, holder.epoch
+    live = await service.live.get(holder.session_id)
     async with live.lock:
         service.check_writer(live, writer_id, epoch)
         decision = live.fold.decide_header(header, first_of_lease=not live.header_reported)

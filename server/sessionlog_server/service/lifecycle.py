@@ -44,6 +44,8 @@ class ResumeResult:
     """The state a resumed writer continues from (SPEC §8)."""
 
     record: SessionRecord
+    lease_token: str
+    """The resumed writer's lease token (returned to it, never stored)."""
     next_seq: int
     latest_header: dict[str, Any] | None
     latest_header_seq: int | None
@@ -60,9 +62,12 @@ class ForkResult:
     repair_seqs: list[int]
 
 
-async def resume(service: SessionLogService, session_id: str, writer_id: str | None, *, takeover: bool) -> ResumeResult:
+async def resume(
+    service: SessionLogService, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str = ""
+) -> ResumeResult:
     """Take the lease, complete an open turn, mark the seed boundary, return the state."""
-    record = await service.acquire_lease(session_id, writer_id, takeover=takeover)
+    grant = await service.leases.grant_for_caller(session_id, writer_id, takeover=takeover, lease_token=lease_token)
+    record = grant.record
     wid, epoch = record.writer_id or "", record.epoch
     live = await service.live.get(session_id)
     async with live.lock:
@@ -81,6 +86,7 @@ async def resume(service: SessionLogService, session_id: str, writer_id: str | N
         log.info("repaired on resume", session_id=session_id, seqs=repair_seqs)
     return ResumeResult(
         record=record,
+        lease_token=grant.token,
         next_seq=result.next_seq,
         latest_header=header.header if header else None,
         latest_header_seq=header.seq if header else None,
@@ -122,8 +128,8 @@ async def repair_abandoned(service: SessionLogService, *, expired_only: bool, co
 
 async def repair_session(service: SessionLogService, session_id: str, trigger: str = "sweep") -> bool:
     """Take the lease as the service, commit the closers, give the lease back."""
-    record = await service.take_lease(session_id, f"{REPAIR_WRITER}-{uuid.uuid4().hex[:8]}", takeover=False)
-    wid, epoch = record.writer_id or "", record.epoch
+    grant = await service.leases.grant(session_id, f"{REPAIR_WRITER}-{uuid.uuid4().hex[:8]}", takeover=False)
+    wid, epoch = grant.record.writer_id or "", grant.record.epoch
     try:
         live = await service.live.get(session_id)
         async with live.lock:
@@ -137,7 +143,7 @@ async def repair_session(service: SessionLogService, session_id: str, trigger: s
         log.info("repaired abandoned turn", session_id=session_id, next_seq=result.next_seq, events=len(closers))
         return True
     finally:
-        await service.drop_lease(session_id, wid, epoch)
+        await service.leases.release(grant.holder)
 
 
 async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: str | None) -> ForkResult:

@@ -1,47 +1,87 @@
-"""Live tails: committed events are published to the subscribers of their session (SPEC §9).
+"""Live tails (SPEC §9): replay from a seq, a caught-up marker, then events as they commit.
 
 Publishing happens after commit, so a subscriber never sees an event that could still be
-rolled back. Each subscriber has its own queue; a slow subscriber does not slow the writer
-(its queue grows, and it is told to resync from the log if it falls too far behind).
+rolled back. Each subscriber has its own queue, bounded in bytes (the stored JSON text of
+the events it holds): a subscriber that falls that far behind gets its queue dropped at once
+(so it holds no more memory) and, at its next read, is cut off with SUBSCRIBER_TOO_SLOW and
+the seq to resume from. The Python clients resubscribe from there on their own. A slow
+subscriber never slows a writer.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Sequence
 
+from sessionlog.core import jsonvalue
+from sessionlog.core.errors import LimitExceeded, OutOfRange
 from sessionlog.core.events import Event
+from sessionlog_server.service.clock import now_ms
+from sessionlog_server.service.metrics import Metrics
+from sessionlog_server.service.reader import EventReader
+from sessionlog_server.storage.records import SessionRecord
 
-#: A subscriber this many batches behind is dropped to replay from the log instead.
-MAX_QUEUED_BATCHES = 10_000
+#: Events per replay page read from the log.
+REPLAY_PAGE = 500
+#: How long the live tail waits for a published batch before looking at the log itself
+#: (another instance may be the writer).
+POLL_S = 1.0
 
 
 class Subscriber:
-    """One subscription's queue of committed batches (or None: fell behind, re-read the log)."""
+    """One subscription's queue of committed batches, bounded by `max_bytes` of payload."""
 
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[Sequence[Event] | None] = asyncio.Queue()
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.batches: deque[tuple[Sequence[Event], int]] = deque()
+        self.queued_bytes = 0
         self.overflowed = False
+        self._ready = asyncio.Event()
 
-    def push(self, events: Sequence[Event]) -> None:
+    def push(self, events: Sequence[Event], size: int) -> None:
+        """Queue a committed batch, or, past the byte bound, drop everything and mark the overflow."""
         if self.overflowed:
             return
-        if self.queue.qsize() >= MAX_QUEUED_BATCHES:
+        if self.batches and self.queued_bytes + size > self.max_bytes:  # one batch always fits
             self.overflowed = True
-            self.queue.put_nowait(None)
-            return
-        self.queue.put_nowait(events)
+            self.batches.clear()
+            self.queued_bytes = 0
+        else:
+            self.batches.append((events, size))
+            self.queued_bytes += size
+        self._ready.set()
+
+    async def next_batch(self, timeout: float) -> Sequence[Event] | None:
+        """The oldest queued batch; None after `timeout` with nothing queued (or on overflow)."""
+        if not self.batches and not self.overflowed:
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), timeout)
+            except TimeoutError:
+                return None
+        if self.overflowed or not self.batches:
+            return None
+        batch, size = self.batches.popleft()
+        self.queued_bytes -= size
+        return batch
+
+    def reset(self) -> None:
+        """Forget what is queued (the log has it all) and accept new batches again."""
+        self.batches.clear()
+        self.queued_bytes = 0
+        self.overflowed = False
 
 
 class SubscriptionHub:
     """Fans committed events out to the subscribers of each session."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
         self._subscribers: dict[str, set[Subscriber]] = defaultdict(set)
 
     def subscribe(self, session_id: str) -> Subscriber:
-        subscriber = Subscriber()
+        subscriber = Subscriber(self.max_bytes)
         self._subscribers[session_id].add(subscriber)
         return subscriber
 
@@ -52,9 +92,83 @@ class SubscriptionHub:
             if not subscribers:
                 del self._subscribers[session_id]
 
-    def publish(self, session_id: str, events: Sequence[Event]) -> None:
-        for subscriber in self._subscribers.get(session_id, ()):
-            subscriber.push(events)
+    def publish(self, session_id: str, events: Sequence[Event], size: int | None = None) -> None:
+        """Hand a committed batch to every subscriber; `size` is its stored payload bytes."""
+        subscribers = self._subscribers.get(session_id)
+        if not subscribers:
+            return
+        nbytes = _size(events) if size is None else size
+        for subscriber in subscribers:
+            subscriber.push(events, nbytes)
 
     def count(self) -> int:
         return sum(len(s) for s in self._subscribers.values())
+
+
+def _size(events: Sequence[Event]) -> int:
+    """A batch's payload bytes, when the publisher did not say (its stored JSON text)."""
+    return sum(len(jsonvalue.dumps(e.data)) for e in events)
+
+
+async def follow(
+    hub: SubscriptionHub,
+    reader: EventReader,
+    metrics: Metrics,
+    record: SessionRecord,
+    from_seq: int,
+) -> AsyncIterator[list[Event] | int]:
+    """Replay from `from_seq`, then the next seq (the caught-up marker), then live batches.
+
+    `record` is the caller's session (access already checked). Subscribing from beyond the
+    head is OUT_OF_RANGE: a client must never read "caught up" at a seq the log has not reached.
+    """
+    session_id = record.id
+    if from_seq > record.next_seq:
+        raise OutOfRange(
+            "FROM_SEQ_PAST_HEAD",
+            f"cannot subscribe to session {session_id!r} from seq {from_seq}: its next seq is {record.next_seq}",
+            session_id=session_id,
+            from_seq=from_seq,
+            next_seq=record.next_seq,
+        )
+    subscriber = hub.subscribe(session_id)
+    metrics.subscribers.inc()
+    try:
+        next_seq = from_seq
+        while True:  # replay: the log has everything committed so far
+            page = await reader.read(record, next_seq, None, REPLAY_PAGE)
+            if page:
+                yield page
+                next_seq = page[-1].seq + 1
+            if len(page) < REPLAY_PAGE:
+                break
+            if subscriber.overflowed:
+                subscriber.reset()  # still replaying from the log: the queue is not needed yet
+        yield next_seq
+        while True:
+            batch = await subscriber.next_batch(POLL_S)
+            if subscriber.overflowed:
+                raise LimitExceeded(
+                    "SUBSCRIBER_TOO_SLOW",
+                    f"the subscriber fell more than {subscriber.max_bytes} bytes behind session "
+                    f"{session_id!r}; subscribe again from seq {next_seq}",
+                    session_id=session_id,
+                    resume_seq=next_seq,
+                    limit=subscriber.max_bytes,
+                )
+            if batch is None:
+                # Nothing published here: another instance may be the writer, look at the log.
+                batch = await reader.read(record, next_seq, None, REPLAY_PAGE)
+                if not batch:
+                    continue
+            fresh = [e for e in batch if e.seq >= next_seq]
+            if fresh and fresh[0].seq > next_seq:
+                # Never skip: fill a gap from the log before going on.
+                fresh = await reader.read(record, next_seq, fresh[-1].seq, fresh[-1].seq - next_seq + 1)
+            if fresh:
+                metrics.subscription_lag.observe(max(0, now_ms() - fresh[-1].time) / 1000)
+                yield fresh
+                next_seq = fresh[-1].seq + 1
+    finally:
+        metrics.subscribers.dec()
+        hub.unsubscribe(session_id, subscriber)

@@ -1,7 +1,7 @@
 """SQLAlchemy 2 typed models: the tables every backend stores (SPEC §12).
 
 `sessions` holds one row per session: its identity, its fork origin, and the fencing state of
-its single writer (`writer_id`, `epoch`, `lease_expires_at`, `next_seq`), which every append
+its single writer (`writer_id`, `epoch`, `lease_expires_at`, `lease_token_hash`, `next_seq`), which every append
 checks and advances inside its commit transaction (SPEC §7). `open_turn` is kept indexed so
 start-up finds the sessions to repair without scanning events (SPEC §8). `events` is the log;
 `blobs` holds large payload strings once, content-addressed. `fold_snapshots` caches a
@@ -66,6 +66,8 @@ class SessionRow(Base):
     writer_id: Mapped[str | None] = mapped_column(String(128))
     epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     lease_expires_at: Mapped[int | None] = mapped_column(BigInteger)
+    lease_token_hash: Mapped[str | None] = mapped_column(String(64))
+    """Hex sha256 of the current lease's token; the token itself is known only to its holder."""
     open_turn: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     __table_args__ = (

@@ -13,6 +13,7 @@ of the batch is written.
 
 from __future__ import annotations
 
+import hmac
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -169,15 +170,29 @@ class EventRecorder(ABC):
 
     # --- leases -------------------------------------------------------------------------
 
-    def acquire_lease(self, session_id: str, writer_id: str, *, takeover: bool, now: int, ttl_ms: int) -> SessionRecord:
-        """Take the writer lease, bumping the epoch; refuse while another live writer holds it.
+    def acquire_lease(
+        self,
+        session_id: str,
+        writer_id: str,
+        *,
+        takeover: bool,
+        now: int,
+        ttl_ms: int,
+        token_hash: str,
+        presented_hash: str | None = None,
+    ) -> SessionRecord:
+        """Grant the writer lease at a new epoch; refuse while another live writer holds it.
 
-        The same writer id may take its own live lease again (a reconnect after a dropped
-        stream); the new epoch fences whatever its old connection still had in flight.
+        A live lease is taken again only with `takeover` or by its holder, who proves it by
+        presenting its token (`presented_hash`): a reconnect after a broken stream. The holder
+        keeps its token (so a grant whose answer was lost costs nothing: the token still
+        works); anyone else gets the new `token_hash`. Either way the new epoch fences whatever
+        the old grant still had in flight. The writer id is never checked.
         """
         with self._write() as conn:
             current = self._get_session(conn, session_id)
-            if current.lease_live(now) and not takeover and current.writer_id != writer_id:
+            holder = _same_hash(current.lease_token_hash, presented_hash)
+            if current.lease_live(now) and not takeover and not holder:
                 raise WriterHeld(
                     "WRITER_HELD",
                     f"session {session_id!r} is held by writer {current.writer_id!r} until "
@@ -190,7 +205,12 @@ class EventRecorder(ABC):
             result = conn.execute(
                 update(SESSIONS)
                 .where(SESSIONS.c.id == session_id, SESSIONS.c.epoch == current.epoch)
-                .values(writer_id=writer_id, epoch=current.epoch + 1, lease_expires_at=now + ttl_ms)
+                .values(
+                    writer_id=writer_id,
+                    epoch=current.epoch + 1,
+                    lease_expires_at=now + ttl_ms,
+                    lease_token_hash=current.lease_token_hash if holder else token_hash,
+                )
             )
             if result.rowcount != 1:
                 raise WriterHeld(
@@ -200,25 +220,33 @@ class EventRecorder(ABC):
                 )
             return self._get_session(conn, session_id)
 
-    def renew_lease(self, session_id: str, writer_id: str, epoch: int, *, now: int, ttl_ms: int) -> SessionRecord:
-        """Extend a lease still held at `epoch`; OwnershipLost if it was taken over."""
+    def renew_lease(self, session_id: str, token_hash: str, epoch: int, *, now: int, ttl_ms: int) -> SessionRecord:
+        """Extend the lease held under `token_hash` at `epoch`; OwnershipLost if it is not current."""
         with self._write() as conn:
             result = conn.execute(
                 update(SESSIONS)
-                .where(SESSIONS.c.id == session_id, SESSIONS.c.writer_id == writer_id, SESSIONS.c.epoch == epoch)
+                .where(
+                    SESSIONS.c.id == session_id,
+                    SESSIONS.c.lease_token_hash == token_hash,
+                    SESSIONS.c.epoch == epoch,
+                )
                 .values(lease_expires_at=now + ttl_ms)
             )
             if result.rowcount != 1:
-                raise self._fencing_error(conn, session_id, writer_id, epoch, None)
+                raise lease_not_held(session_id)
             return self._get_session(conn, session_id)
 
-    def release_lease(self, session_id: str, writer_id: str, epoch: int) -> bool:
-        """Give the lease up if still held at `epoch`; True if it was."""
+    def release_lease(self, session_id: str, token_hash: str, epoch: int) -> bool:
+        """Give up the lease held under `token_hash` at `epoch` if it is still current; True if it was."""
         with self._write() as conn:
             result = conn.execute(
                 update(SESSIONS)
-                .where(SESSIONS.c.id == session_id, SESSIONS.c.writer_id == writer_id, SESSIONS.c.epoch == epoch)
-                .values(writer_id=None, lease_expires_at=None)
+                .where(
+                    SESSIONS.c.id == session_id,
+                    SESSIONS.c.lease_token_hash == token_hash,
+                    SESSIONS.c.epoch == epoch,
+                )
+                .values(writer_id=None, lease_expires_at=None, lease_token_hash=None)
             )
             return result.rowcount == 1
 
@@ -368,9 +396,7 @@ class EventRecorder(ABC):
         if not seqs:
             return []
         query = (
-            select(EVENTS)
-            .where(EVENTS.c.session_id == session_id, EVENTS.c.seq.in_(list(seqs)))
-            .order_by(EVENTS.c.seq)
+            select(EVENTS).where(EVENTS.c.session_id == session_id, EVENTS.c.seq.in_(list(seqs))).order_by(EVENTS.c.seq)
         )
         with self._read() as conn:
             rows = list(conn.execute(query).mappings())
@@ -444,6 +470,23 @@ class EventRecorder(ABC):
                 conn.execute(SNAPSHOTS.insert(), [snapshot._asdict()])
 
 
+def lease_not_held(session_id: str) -> OwnershipLost:
+    """The answer to a lease token that does not hold the session's current lease.
+
+    The same for a token that was taken over, released, or never granted, so the answer tells
+    a caller nothing about other writers; the holder of a lost lease must reopen.
+    """
+    return OwnershipLost(
+        "OWNERSHIP_LOST",
+        f"the lease token does not hold the current lease of session {session_id!r}; reopen the writer",
+        session_id=session_id,
+    )
+
+
+def _same_hash(stored: str | None, presented: str | None) -> bool:
+    return stored is not None and presented is not None and hmac.compare_digest(stored, presented)
+
+
 def _unstorable(exc: BaseException) -> ValidationError:
     """A value of the request the database cannot hold or compare: an integer beyond 64 bits
     (OverflowError on SQLite, DataError on PostgreSQL), a NUL character in a text column or a
@@ -468,6 +511,7 @@ def _session_record(row: Any) -> SessionRecord:
         epoch=row["epoch"],
         lease_expires_at=row["lease_expires_at"],
         open_turn=bool(row["open_turn"]),
+        lease_token_hash=row["lease_token_hash"],
     )
 
 

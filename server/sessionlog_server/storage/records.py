@@ -25,6 +25,8 @@ class SessionRecord:
     epoch: int
     lease_expires_at: int | None
     open_turn: bool
+    lease_token_hash: str | None = None
+    """Hex sha256 of the current lease's token (never the token, never sent to a client)."""
 
     def lease_live(self, now: int) -> bool:
         """True while a writer holds an unexpired lease."""

@@ -46,6 +46,7 @@ class RunningServer:
         if self.admin is not None:
             self.admin.stop()
         await self.health.enter_graceful_shutdown()
+        self.service.leases.begin_shutdown()
         await self.server.stop(grace)
         await self.service.stop()
         if self.otlp is not None:

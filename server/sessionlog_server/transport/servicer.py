@@ -12,13 +12,14 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from sessionlog import convert
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import AlreadyExists, ValidationError
+from sessionlog.core.errors import AlreadyExists, SessionLogError, ValidationError
 from sessionlog.core.events import Event
 from sessionlog.v1 import event_pb2, session_pb2, session_service_pb2_grpc
 from sessionlog.v1 import session_service_pb2 as pb
@@ -26,6 +27,7 @@ from sessionlog_server.service import lifecycle
 from sessionlog_server.service.app import AppendResult, SessionLogService
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.headers import HeaderReport, start_header_report
+from sessionlog_server.service.leases import Grant, LeaseHolder
 from sessionlog_server.service.projections import Scope, fold_scope, history_page, request_of, transcript_page
 from sessionlog_server.storage.records import SessionRecord
 from sessionlog_server.transport import status
@@ -88,6 +90,7 @@ def resume_to_pb(result: lifecycle.ResumeResult) -> pb.ResumeSessionResponse:
         replace_generation=result.replace_generation,
         repair_seqs=result.repair_seqs,
         end_seed_seq=result.end_seed_seq,
+        lease_token=result.lease_token,
     )
     if result.latest_header_seq is not None:
         msg.latest_header_seq = result.latest_header_seq
@@ -154,27 +157,25 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     async def AcquireLease(
         self, request: pb.AcquireLeaseRequest, context: grpc.aio.ServicerContext
     ) -> pb.AcquireLeaseResponse:
-        record = await self.service.acquire_lease(
-            request.session_id, request.writer_id or None, takeover=request.takeover
+        grant = await self.service.leases.grant_for_caller(
+            request.session_id, request.writer_id or None, takeover=request.takeover, lease_token=request.lease_token
         )
-        return pb.AcquireLeaseResponse(lease=lease_to_pb(record), next_seq=record.next_seq)
+        record = grant.record
+        return pb.AcquireLeaseResponse(lease=lease_to_pb(record), next_seq=record.next_seq, lease_token=grant.token)
 
     @status.unary
     async def AppendEvents(
         self, request: pb.AppendEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendEventsResponse:
+        holder = await self.service.leases.prove_for_caller(request.session_id, request.lease_token, "appending")
         result = await self.service.append(
-            request.session_id,
-            request.writer_id,
-            request.epoch,
-            optional_field(request, "expected_next_seq"),
-            decode_events(request.events),
+            holder, optional_field(request, "expected_next_seq"), decode_events(request.events)
         )
-        note(seqs=_seq_range(result), writer_id=request.writer_id, epoch=request.epoch)
+        note(seqs=_seq_range(result), writer_id=holder.writer_id, epoch=holder.epoch)
         lease = session_pb2.Lease(
             session_id=request.session_id,
-            writer_id=request.writer_id,
-            epoch=request.epoch,
+            writer_id=holder.writer_id,
+            epoch=holder.epoch,
             expire_time_unix_ms=result.lease_expires_at,
         )
         return pb.AppendEventsResponse(seqs=result.seqs, next_seq=result.next_seq, lease=lease)
@@ -183,14 +184,14 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     async def RenewLease(
         self, request: pb.RenewLeaseRequest, context: grpc.aio.ServicerContext
     ) -> pb.RenewLeaseResponse:
-        record = await self.service.renew_lease(request.session_id, request.writer_id, request.epoch)
+        record = await self.service.leases.renew_for_caller(request.session_id, request.lease_token)
         return pb.RenewLeaseResponse(lease=lease_to_pb(record))
 
     @status.unary
     async def ReleaseLease(
         self, request: pb.ReleaseLeaseRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReleaseLeaseResponse:
-        await self.service.release_lease(request.session_id, request.writer_id, request.epoch)
+        await self.service.leases.release_for_caller(request.session_id, request.lease_token)
         return pb.ReleaseLeaseResponse()
 
     @status.streaming
@@ -225,8 +226,11 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     async def ReportRequestHeader(
         self, request: pb.ReportRequestHeaderRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReportRequestHeaderResponse:
+        holder = await self.service.leases.prove_for_caller(
+            request.session_id, request.lease_token, "reporting a request header"
+        )
         header = convert.data_from_bytes(request.header_json, what="header")
-        future = await start_header_report(self.service, request.session_id, request.writer_id, request.epoch, header)
+        future = await start_header_report(self.service, holder, header)
         report = await future
         note(reason=report.reason, header_seq=report.header_seq)
         return header_report_to_pb(report)
@@ -295,7 +299,11 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self, request: pb.ResumeSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResumeSessionResponse:
         result = await lifecycle.resume(
-            self.service, request.session_id, request.writer_id or None, takeover=request.takeover
+            self.service,
+            request.session_id,
+            request.writer_id or None,
+            takeover=request.takeover,
+            lease_token=request.lease_token,
         )
         note(next_seq=result.next_seq, repair_seqs=result.repair_seqs)
         return resume_to_pb(result)
@@ -312,13 +320,24 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     async def Write(
         self, request_iterator: AsyncIterator[pb.WriteRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WriteResponse]:
-        first = await anext(aiter(request_iterator), None)
-        if first is None or first.WhichOneof("kind") != "open":
-            raise ValidationError(
-                "WRITER_NOT_OPENED", "the first message on a writer stream must be `open`", field="open"
-            )
+        # A stream counts against the limit from its first byte, and must open in time: a
+        # client that opens streams and sends nothing cannot hold slots for free.
         self.service.open_stream()
         try:
+            timeout = self.service.settings.writer_open_timeout_s
+            try:
+                first = await asyncio.wait_for(anext(aiter(request_iterator), None), timeout)
+            except TimeoutError:
+                raise ValidationError(
+                    "WRITER_OPEN_TIMEOUT",
+                    f"a writer stream must send `open` within {timeout:g} s of starting",
+                    field="open",
+                    timeout_s=timeout,
+                ) from None
+            if first is None or first.WhichOneof("kind") != "open":
+                raise ValidationError(
+                    "WRITER_NOT_OPENED", "the first message on a writer stream must be `open`", field="open"
+                )
             async for response in self._write(first.open, request_iterator):
                 yield response
         finally:
@@ -332,33 +351,39 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
             with contextlib.suppress(AlreadyExists):
                 await self.service.create_session(opened.session_id, None, {})
         resumed = None
+        leases = self.service.leases
         if opened.resume:
             resumed = await lifecycle.resume(
-                self.service, opened.session_id, opened.writer_id or None, takeover=opened.takeover
+                self.service,
+                opened.session_id,
+                opened.writer_id or None,
+                takeover=opened.takeover,
+                lease_token=opened.lease_token,
             )
-            record = resumed.record
-            next_seq = resumed.next_seq
+            record, token, next_seq = resumed.record, resumed.lease_token, resumed.next_seq
         else:
-            record = await self.service.acquire_lease(
-                opened.session_id, opened.writer_id or None, takeover=opened.takeover
+            grant = await leases.grant_for_caller(
+                opened.session_id, opened.writer_id or None, takeover=opened.takeover, lease_token=opened.lease_token
             )
-            next_seq = record.next_seq
-        session_id, writer_id, epoch = record.id, record.writer_id or "", record.epoch
-        self.service.stream_leases[session_id] = (writer_id, epoch)
+            record, token, next_seq = grant.record, grant.token, grant.record.next_seq
+        holder = Grant(record, token).holder
+        leases.hold_for_stream(holder)
         self.service.metrics.open_writers.inc()
-        note(session_id=session_id, writer_id=writer_id, epoch=epoch)
+        note(session_id=holder.session_id, writer_id=holder.writer_id, epoch=holder.epoch)
         acks = _AckQueue()
-        pump = asyncio.ensure_future(self._pump(request_iterator, session_id, writer_id, epoch, acks))
+        pump = asyncio.ensure_future(self._pump(request_iterator, holder, acks))
         first_seq: int | None = None
         last_seq: int | None = None
+        broken = True  # until the stream ends the way the writer or the service meant it to
         try:
-            welcome = pb.WriterOpened(lease=lease_to_pb(record), next_seq=next_seq)
+            welcome = pb.WriterOpened(lease=lease_to_pb(record), next_seq=next_seq, lease_token=token)
             if resumed is not None:
                 welcome.resumed.CopyFrom(resume_to_pb(resumed))
             yield pb.WriteResponse(opened=welcome)
             while True:
                 item = await acks.get()
-                if item is None:
+                if isinstance(item, _Ended):
+                    broken = not item.closed  # ended without `close`: the writer is gone
                     break
                 if isinstance(item, BaseException):
                     raise item
@@ -378,21 +403,16 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                     yield pb.WriteResponse(ack=batch_acks[0])
                 else:  # acknowledgements that are ready together travel in one message
                     yield pb.WriteResponse(acks=pb.BatchAcks(acks=batch_acks))
+        except SessionLogError:
+            broken = False  # the service ends the stream with an error the writer is told
+            raise
         finally:
             pump.cancel()
             note(seqs=None if first_seq is None else [first_seq, last_seq])
             self.service.metrics.open_writers.dec()
-            if self.service.stream_leases.get(session_id) == (writer_id, epoch):
-                await self.service.drop_lease(session_id, writer_id, epoch)
+            await leases.end_stream(holder, broken=broken)
 
-    async def _pump(
-        self,
-        requests: AsyncIterator[pb.WriteRequest],
-        session_id: str,
-        writer_id: str,
-        epoch: int,
-        acks: _AckQueue,
-    ) -> None:
+    async def _pump(self, requests: AsyncIterator[pb.WriteRequest], holder: LeaseHolder, acks: _AckQueue) -> None:
         """Read batches as they arrive and start their appends without waiting for commits."""
         try:
             async for request in requests:
@@ -401,20 +421,23 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                 if kind in ("batch", "batches"):
                     for batch in [request.batch] if kind == "batch" else request.batches.batches:
                         future = await self.service.start_append(
-                            session_id,
-                            writer_id,
-                            epoch,
+                            holder,
                             optional_field(batch, "expected_next_seq"),
                             decode_events(batch.events),
                         )
                         acks.put((batch.batch_id, future))
                 elif kind == "header":
                     header = convert.data_from_bytes(request.header.header_json, what="header")
-                    future = await start_header_report(self.service, session_id, writer_id, epoch, header)
+                    future = await start_header_report(self.service, holder, header)
                     acks.put((request.header.batch_id, future))
+                elif kind == "close":
+                    acks.put(_Ended(closed=True))
+                    return
                 else:
                     raise ValidationError("WRITER_ALREADY_OPEN", "`open` may only be the first message", field="open")
-            acks.put(None)
+            # The request stream ended without `close`. gRPC reports a writer process that died
+            # this way too, so it cannot count as a release: the lease is left to lapse.
+            acks.put(_Ended(closed=False))
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -424,18 +447,25 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
 _Ack = tuple[int, "asyncio.Future[Any]"]
 
 
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """The writer's requests ended: with `close` (a release) or without (the writer is gone)."""
+
+    closed: bool
+
+
 class _AckQueue:
     """Pending acknowledgements of one writer stream, in the order its requests arrived."""
 
     def __init__(self) -> None:
-        self._items: deque[_Ack | BaseException | None] = deque()
+        self._items: deque[_Ack | BaseException | _Ended] = deque()
         self._ready = asyncio.Event()
 
-    def put(self, item: _Ack | BaseException | None) -> None:
+    def put(self, item: _Ack | BaseException | _Ended) -> None:
         self._items.append(item)
         self._ready.set()
 
-    async def get(self) -> _Ack | BaseException | None:
+    async def get(self) -> _Ack | BaseException | _Ended:
         while not self._items:
             self._ready.clear()
             await self._ready.wait()

@@ -1,0 +1,288 @@
+"""Writer leases (SPEC §7): granting, proving, renewing and releasing them, and the leases that
+open writer streams hold.
+
+A lease is granted with a token known only to its holder: a random secret returned once, of
+which the database keeps only the sha256. Every later use of the lease (an append, a header
+report, a renewal, a release) presents the token; the writer id is a label that takes nothing.
+The epoch stays the fence: every grant gets a new one, and the commit transaction checks it.
+
+Each use case has two faces, named for whether they check the caller's access:
+`*_for_caller` methods check the calling principal (write access, namespace) before any
+per-session work; the others are the service's own (repair, stream keeper) and check nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import secrets
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import structlog
+
+from sessionlog.core import validate
+from sessionlog.core.errors import OwnershipLost, SessionLogError
+from sessionlog.core.limits import Limits
+from sessionlog_server.service import access
+from sessionlog_server.service.clock import now_ms
+from sessionlog_server.service.committer import GroupCommitter
+from sessionlog_server.service.live import LiveSession, LiveSessions
+from sessionlog_server.service.metrics import Metrics
+from sessionlog_server.service.reader import EventReader
+from sessionlog_server.storage.recorder import EventRecorder, lease_not_held
+from sessionlog_server.storage.records import SessionRecord
+
+log = structlog.get_logger("sessionlog.leases")
+
+#: Random bytes in a lease token (256 bits: guessing one is not an attack).
+TOKEN_BYTES = 32
+
+
+def new_token() -> str:
+    """A fresh lease token (URL-safe text)."""
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def hash_token(token: str) -> str:
+    """The hex sha256 the database keeps instead of the token."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """A lease whose token was proven: its writer (a label) and its epoch (the fence)."""
+
+    session_id: str
+    namespace: str
+    writer_id: str
+    epoch: int
+    token_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A lease just granted: the session row as it now stands and the holder's token."""
+
+    record: SessionRecord
+    token: str
+
+    @property
+    def holder(self) -> LeaseHolder:
+        record = self.record
+        return LeaseHolder(record.id, record.namespace, record.writer_id or "", record.epoch, hash_token(self.token))
+
+
+class LeaseManager:
+    """Grants and checks writer leases, and keeps the leases of open writer streams alive."""
+
+    def __init__(
+        self,
+        recorder: EventRecorder,
+        committer: GroupCommitter,
+        reader: EventReader,
+        live: LiveSessions,
+        metrics: Metrics,
+        limits: Limits,
+        *,
+        catch_up: Callable[[LiveSession, SessionRecord], Awaitable[None]],
+        ttl_ms: int,
+        known_capacity: int,
+    ) -> None:
+        self.recorder = recorder
+        self.committer = committer
+        self.reader = reader
+        self.live = live
+        self.metrics = metrics
+        self.limits = limits
+        self.catch_up = catch_up
+        """Brings a cached live session up to a row another instance may have moved on."""
+        self.ttl_ms = ttl_ms
+        self._known: OrderedDict[str, LeaseHolder] = OrderedDict()
+        """Leases proven or granted here, so an append checks its token without a database read."""
+        self._known_capacity = max(known_capacity, 1)
+        self._streams: dict[str, LeaseHolder] = {}
+        """The lease each open writer stream holds, renewed by `keep_stream_leases`."""
+        self._shutting_down = False
+
+    # --- the caller's use cases (check access first) ----------------------------------------
+
+    async def grant_for_caller(
+        self, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str = ""
+    ) -> Grant:
+        """Grant the caller the lease (FAILED_PRECONDITION while another live writer holds it).
+
+        Checks write access and the session's namespace before anything else. `lease_token`,
+        if the caller still holds the live lease, takes it again at a new epoch.
+        """
+        access.require_write("taking a writer lease")
+        await self._caller_session(session_id)
+        return await self.grant(session_id, writer_id, takeover=takeover, lease_token=lease_token)
+
+    async def prove_for_caller(self, session_id: str, lease_token: str, action: str) -> LeaseHolder:
+        """The lease `lease_token` holds on the caller's session, or OWNERSHIP_LOST.
+
+        Checks write access and the namespace first; a token granted or proven here before is
+        checked in memory, any other against the session row (another instance may have
+        granted it). A stale cache entry is harmless: the commit re-checks the epoch in SQL.
+        """
+        access.require_write(action)
+        validate.check_session_id(session_id, self.limits)
+        presented = hash_token(lease_token) if lease_token else ""
+        known = self._known.get(session_id)
+        if known is not None:
+            access.check_namespace(session_id, known.namespace)
+            if presented and hmac.compare_digest(known.token_hash, presented):
+                self._known.move_to_end(session_id)
+                return known
+        record = await self._caller_session(session_id)
+        stored = record.lease_token_hash
+        if not presented or stored is None or not hmac.compare_digest(stored, presented):
+            raise lease_not_held(session_id)
+        holder = LeaseHolder(record.id, record.namespace, record.writer_id or "", record.epoch, stored)
+        self._remember(holder)
+        return holder
+
+    async def renew_for_caller(self, session_id: str, lease_token: str) -> SessionRecord:
+        """Extend the caller's lease (a unary writer's heartbeat)."""
+        holder = await self.prove_for_caller(session_id, lease_token, "renewing a lease")
+        return await self.renew(holder)
+
+    async def release_for_caller(self, session_id: str, lease_token: str) -> None:
+        """Give the caller's lease back, so another writer can take it at once."""
+        holder = await self.prove_for_caller(session_id, lease_token, "releasing a lease")
+        await self.release(holder)
+
+    # --- the service's own use cases (no caller check) ---------------------------------------
+
+    async def grant(self, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str = "") -> Grant:
+        """Grant a lease with no caller check (the service's own repairs use it directly)."""
+        validate.check_session_id(session_id, self.limits)
+        wid = writer_id or str(uuid.uuid4())
+        fresh = new_token()
+        now = now_ms()
+        previous = await self.reader.session(session_id) if takeover else None
+        record = await self.committer.run_in_writer(
+            lambda: self.recorder.acquire_lease(
+                session_id,
+                wid,
+                takeover=takeover,
+                now=now,
+                ttl_ms=self.ttl_ms,
+                token_hash=hash_token(fresh),
+                presented_hash=hash_token(lease_token) if lease_token else None,
+            )
+        )
+        # The holder taking its own lease again keeps its token; anyone else gets the fresh one.
+        token = fresh if record.lease_token_hash == hash_token(fresh) else lease_token
+        if previous is not None and previous.lease_live(now) and previous.lease_token_hash != record.lease_token_hash:
+            self.metrics.leases_taken_over.inc()
+        grant = Grant(record, token)
+        self._remember(grant.holder)
+        self._streams.pop(session_id, None)  # a stream's older grant is fenced now
+        live = await self.live.get(session_id)
+        async with live.lock:
+            await live.wait_idle()
+            if live.fold.next_seq > record.next_seq:
+                self.live.invalidate(session_id)  # ahead of the log: batches this instance lost
+                live = await self.live.get(session_id)
+            await self.catch_up(live, record)  # another instance wrote meanwhile
+        live.record = record
+        live.writer_id, live.epoch, live.header_reported = wid, record.epoch, False
+        log.info("lease granted", session_id=session_id, writer_id=wid, epoch=record.epoch, takeover=takeover)
+        return grant
+
+    async def renew(self, holder: LeaseHolder) -> SessionRecord:
+        """Extend a proven lease, with no caller check (the stream lease keeper uses it)."""
+        session_id, token_hash, epoch = holder.session_id, holder.token_hash, holder.epoch
+        try:
+            return await self.committer.run_in_writer(
+                lambda: self.recorder.renew_lease(session_id, token_hash, epoch, now=now_ms(), ttl_ms=self.ttl_ms)
+            )
+        except OwnershipLost:
+            self._forget(holder)
+            raise
+
+    async def release(self, holder: LeaseHolder) -> None:
+        """Give a lease back if it is still current, with no caller check."""
+        self._forget(holder)
+        await self.committer.run_in_writer(
+            self.recorder.release_lease, holder.session_id, holder.token_hash, holder.epoch
+        )
+        live = self.live.peek(holder.session_id)
+        if live is not None and live.writer_id == holder.writer_id and live.epoch == holder.epoch:
+            live.writer_id = None
+
+    # --- writer streams ----------------------------------------------------------------------
+
+    def hold_for_stream(self, holder: LeaseHolder) -> None:
+        """An open writer stream holds this lease: renew it for as long as the stream lasts."""
+        self._streams[holder.session_id] = holder
+
+    async def end_stream(self, holder: LeaseHolder, *, broken: bool) -> None:
+        """A writer stream ended: give its lease back, or, if the stream broke, let it lapse.
+
+        A stream the writer ended (or the service ended with an error it reported) releases
+        its lease. A broken stream (the writer's process or connection died) stops renewing
+        it instead: the writer may reconnect with its token while the lease is live, and once
+        it lapses, an open turn is repaired exactly as for a unary writer (SPEC §8).
+        """
+        if self._streams.get(holder.session_id) != holder:
+            return  # taken over, or granted again by a reconnect
+        del self._streams[holder.session_id]
+        if broken and not self._shutting_down:
+            log.info("writer stream broke; its lease will lapse", session_id=holder.session_id, epoch=holder.epoch)
+            return
+        await self.release(holder)
+
+    async def keep_stream_leases(self) -> None:
+        """Renew the leases of open writer streams, so they last as long as the stream (a task)."""
+        interval = max(self.ttl_ms / 3000, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            for holder in list(self._streams.values()):
+                try:
+                    await self.renew(holder)
+                except OwnershipLost:
+                    if self._streams.get(holder.session_id) == holder:
+                        del self._streams[holder.session_id]
+                except SessionLogError as exc:
+                    log.warning("lease renewal failed", session_id=holder.session_id, error=str(exc))
+
+    def begin_shutdown(self) -> None:
+        """The service is closing its streams itself: their leases are released, not left to lapse."""
+        self._shutting_down = True
+
+    def release_stream_leases(self) -> None:
+        """At shutdown: give back the leases of the streams still open (blocking, best effort)."""
+        for holder in list(self._streams.values()):
+            try:
+                self.recorder.release_lease(holder.session_id, holder.token_hash, holder.epoch)
+            except SessionLogError:
+                log.warning("lease release failed at shutdown", session_id=holder.session_id)
+        self._streams.clear()
+
+    @property
+    def open_stream_leases(self) -> int:
+        return len(self._streams)
+
+    # --- internals ---------------------------------------------------------------------------
+
+    async def _caller_session(self, session_id: str) -> SessionRecord:
+        validate.check_session_id(session_id, self.limits)
+        record = await self.reader.session(session_id)
+        access.check_namespace(session_id, record.namespace)
+        return record
+
+    def _remember(self, holder: LeaseHolder) -> None:
+        self._known[holder.session_id] = holder
+        self._known.move_to_end(holder.session_id)
+        while len(self._known) > self._known_capacity:
+            self._known.popitem(last=False)
+
+    def _forget(self, holder: LeaseHolder) -> None:
+        if self._known.get(holder.session_id) == holder:
+            del self._known[holder.session_id]

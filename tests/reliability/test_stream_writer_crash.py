@@ -1,0 +1,80 @@
+"""A streaming writer killed mid-turn ends in the same repair as a unary one (SPEC §8).
+
+The writer is a real process holding a real writer stream; it is killed with SIGKILL inside a
+turn (a tool call started, no result). Nobody resumes and the server is not restarted: once
+the dead writer's lease lapses, the service itself must write the closers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from sessionlog.client import SessionLogClient
+from tests.support.servers import ROOT, ServerThread
+
+TTL_MS = 1_000
+
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from sessionlog.client import SessionLogClient
+    from tests.support.events import assistant, step_start, tool_call, turn_start, user
+
+    target, sid = sys.argv[1], sys.argv[2]
+    with SessionLogClient(target) as client:
+        writer = client.writer(sid, writer_id="doomed", create_if_missing=True)
+        writer.append([turn_start(1), user("run it"), step_start(1, 1)]).result()
+        writer.append([assistant(1, 1, calls=(("c1", "bash"), ("c2", "read")))]).result()
+        writer.append([tool_call(1, 1, "c1", "bash")]).result()
+        print("ready", flush=True)
+        time.sleep(600)
+    """
+)
+
+
+@pytest.fixture
+def short_lease_server(db_url: str) -> Iterator[ServerThread]:
+    running = ServerThread(db_url, lease_ttl_ms=TTL_MS)
+    yield running
+    running.stop()
+
+
+def test_a_killed_streaming_writer_is_repaired_when_its_lease_lapses(
+    short_lease_server: ServerThread, sid: str
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, short_lease_server.target, sid],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with SessionLogClient(short_lease_server.target) as client:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and client.get_session(sid).open_turn:
+            time.sleep(0.2)
+        info = client.get_session(sid)
+        assert not info.open_turn, "the dead streaming writer's turn was never repaired"
+        events = list(client.read_events(sid))
+    tail = events[-4:]
+    assert [e.type for e in tail] == ["tool/result", "tool/result", "step/end", "turn/end"]
+    first, second = (e.data for e in tail[:2])
+    assert first["message"]["toolCallId"] == "c1" and first["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+    assert second["message"]["toolCallId"] == "c2" and second["error"]["code"] == "TOOL_NOT_STARTED"
+    assert tail[-1].data["reason"] == {"kind": "interrupted"}
+    assert all(e.time == tail[0].time for e in tail)  # repair takes the last event's time
+    assert not any(e.type == "session/end-seed" for e in events)  # no resume happened

@@ -7,6 +7,7 @@ can be read from /proc alone, and so "cold" really means a fresh interpreter.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -91,10 +92,25 @@ class Server:
                 self._stderr_path.unlink(missing_ok=True)
 
     def kill(self) -> None:
-        """SIGKILL (nothing graceful) and reap."""
+        """SIGKILL of the whole service (its worker processes first, then it; nothing graceful)
+        and reap."""
         if self.proc is not None and self.proc.poll() is None:
+            for pid in children(self.proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
+
+    def kill_worker(self) -> int | None:
+        """SIGKILL of one `--workers` process (the parent starts it again); its pid, or None."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        workers = [pid for pid in children(self.proc.pid) if b"spawn_main" in _cmdline(pid)]
+        if not workers:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(workers[0], signal.SIGKILL)
+        return workers[0]
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the server so far: the process and, with `--workers`, its
@@ -136,6 +152,13 @@ def wait_serving(proc: subprocess.Popen[bytes], port: int, deadline: float, poll
                 pass
             time.sleep(poll)
     raise TimeoutError("server did not start in time")
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def children(pid: int) -> list[int]:

@@ -50,7 +50,7 @@ from typing import Any
 
 import grpc
 
-from bench.procs import Server, create_pg_database, drop_pg_database, process_memory_mb
+from bench.procs import Server, children, create_pg_database, drop_pg_database, process_memory_mb
 from sessionlog.aio import AsyncSessionLogClient, AsyncWriter
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, OwnershipLost, SessionLogError, Unavailable
@@ -80,6 +80,7 @@ class Config:
     lease_ttl_ms: int = 30_000
     turns_per_session: int = 0
     seed: int = 1
+    workers: int = 1
     keep: bool = False
     json_path: str | None = None
 
@@ -131,18 +132,24 @@ class Outage:
 # --- the service process --------------------------------------------------------------------
 
 
-def soak_service(db: str, workdir: Path, lease_ttl_ms: int) -> Server:
+def soak_service(db: str, workdir: Path, lease_ttl_ms: int, workers: int = 1) -> Server:
     """`sessionlog serve` on a loopback port that stays the same across kills and restarts."""
-    env = {"SESSIONLOG_LEASE_TTL_MS": str(lease_ttl_ms), "SESSIONLOG_METRICS_LISTEN": ""}
+    env = {
+        "SESSIONLOG_LEASE_TTL_MS": str(lease_ttl_ms),
+        "SESSIONLOG_METRICS_LISTEN": "",
+        "SESSIONLOG_WORKERS": str(workers),
+    }
     return Server(db, env=env, log_path=workdir / "service.log")
 
 
 def rss_kb(server: Server) -> int | None:
-    """VmRSS of the running service, or None between a kill and a start."""
+    """VmRSS of the running service (its worker processes included), or None between a kill
+    and a start."""
     if server.proc is None or server.proc.poll() is not None:
         return None
     try:
-        return round(process_memory_mb(server.pid)["VmRSS"] * 1e6 / 1024)
+        pids = [server.pid, *children(server.pid)]
+        return round(sum(process_memory_mb(pid)["VmRSS"] for pid in pids) * 1e6 / 1024)
     except (OSError, KeyError, ValueError):
         return None
 
@@ -214,6 +221,7 @@ class Soak:
         self.rss: list[RssSample] = []
         self.outages: list[Outage] = []
         self.epoch = 0
+        self.worker_kills = 0
         self.stop_writing = asyncio.Event()
         self.started = 0.0
         self.write_ended = 0.0
@@ -253,9 +261,15 @@ class Soak:
         if self.config.restart_every <= 0:
             return
         loop = asyncio.get_running_loop()
-        for _ in range(1_000_000):  # bounded; cancelled when the run ends
+        for round_ in range(1_000_000):  # bounded; cancelled when the run ends
             await asyncio.sleep(self.config.restart_every)
             began = time.monotonic()
+            if self.config.workers > 1 and round_ % 2 == 0:
+                # Every other round kills one worker only: the service stays up, the parent
+                # starts the worker again, its clients reconnect to either worker.
+                self.service.kill_worker()
+                self.worker_kills += 1
+                continue
             self.service.kill()
             self.epoch += 1
             await loop.run_in_executor(None, self.service.start)
@@ -564,6 +578,7 @@ def summary(config: Config, soak: Soak, verdict: Verdict) -> dict[str, Any]:
         "reconnects": sum(w.reconnects for w in writers),
         "ownership_lost": sum(w.ownership_lost for w in writers),
         "restarts": len(soak.outages),
+        "worker_kills": soak.worker_kills,
         "downtime_ms_mean": round(statistics.fmean(downtimes), 1) if downtimes else None,
         "downtime_ms_max": round(max(downtimes), 1) if downtimes else None,
         "subscribers": len(soak.subscribers),
@@ -583,8 +598,9 @@ def summary(config: Config, soak: Soak, verdict: Verdict) -> dict[str, Any]:
 def print_summary(report: dict[str, Any]) -> None:
     c = report["config"]
     print(
-        f"sessionlog soak: {c['db']}, {report['duration_s']} s of writing, {c['sessions']} streaming sessions, "
-        f"{report['subscribers']} subscribers, kill -9 every {c['restart_every']} s ({report['restarts']} restarts, "
+        f"sessionlog soak: {c['db']}, {c['workers']} worker(s), {report['duration_s']} s of writing, "
+        f"{c['sessions']} streaming sessions, {report['subscribers']} subscribers, kill -9 every "
+        f"{c['restart_every']} s ({report['restarts']} of the service, {report['worker_kills']} of one worker; "
         f"downtime mean {report['downtime_ms_mean']} ms, max {report['downtime_ms_max']} ms)"
     )
     print(
@@ -646,6 +662,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument(
         "--turns-per-session", type=int, default=0, help="start a fresh session after this many turns (0: never)"
     )
+    parser.add_argument("--workers", type=int, default=1, help="server processes (kills alternate: a worker, all)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the database and the service log")
     parser.add_argument("--json", dest="json_path", help="also write the report as JSON to this file")
@@ -665,6 +682,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         lease_ttl_ms=args.lease_ttl_ms,
         turns_per_session=args.turns_per_session,
         seed=args.seed,
+        workers=args.workers,
         keep=args.keep,
         json_path=args.json_path,
     )
@@ -674,7 +692,7 @@ def run(config: Config) -> dict[str, Any]:
     """Run one soak and return its report (also printed)."""
     workdir = Path(tempfile.mkdtemp(prefix="sessionlog-soak-"))
     url, pg_name = create_database(config.db, workdir)
-    service = soak_service(url, workdir, config.lease_ttl_ms)
+    service = soak_service(url, workdir, config.lease_ttl_ms, config.workers)
     try:
         service.start()
         soak = Soak(config, service)

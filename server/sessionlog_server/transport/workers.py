@@ -65,6 +65,9 @@ def check_address_free(listen: str) -> str:
     host = host.strip("[]") or "127.0.0.1"
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As gRPC does: connections of a killed service linger in TIME_WAIT; only a listener
+        # on the port means it is taken.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind((host, int(port)))
         bound = probe.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host

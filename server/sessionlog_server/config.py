@@ -46,6 +46,9 @@ class Settings:
     """Writer and subscription streams open at once on this instance (counted from their first byte)."""
     writer_open_timeout_s: float = 10.0
     """How long a writer stream may stay open without sending its `open` message."""
+    subscription_poll_ms: int = 1000
+    """With nothing published for this long, a live tail reads the log (a safety net: other
+    processes' appends arrive through the change feed, PostgreSQL LISTEN/NOTIFY or SQLite's data_version)."""
     subscriber_buffer_bytes: int = 32 * 1024 * 1024
     """Payload bytes queued for one subscriber; one that falls further behind is cut off (SUBSCRIBER_TOO_SLOW)."""
     tokens_file: str = ""

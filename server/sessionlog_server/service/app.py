@@ -33,6 +33,7 @@ from sessionlog_server.service.messages import MessageCache
 from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.service.reader import EventReader
 from sessionlog_server.service.subscriptions import SubscriptionHub
+from sessionlog_server.storage.changes import ChangeFeed
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import PendingBatch, SessionRecord
 
@@ -68,6 +69,7 @@ class SessionLogService:
         self.messages = MessageCache(self.reader, settings.message_cache_bytes)
         self.live = LiveSessions(self._load, settings.session_cache_size, settings.session_cache_bytes)
         self.hub = SubscriptionHub(settings.subscriber_buffer_bytes)
+        self.changes: ChangeFeed | None = None
         self.commit_taps: list[Callable[[str, Sequence[Event]], None]] = []
         """Called with every batch this process commits, after its subscribers (the live OTLP
         export); must not block."""
@@ -101,6 +103,9 @@ class SessionLogService:
             self._startup_repair = loop.create_task(self._repair_at_start(), name="start-up-repair")
         self._keeper = loop.create_task(self.leases.keep_stream_leases(), name="lease-keeper")
         self._repairer = loop.create_task(self._repair_expired(), name="repairer")
+        if self.recorder.shares_database(self.settings.workers):
+            self.changes = self.recorder.change_feed()
+            self.changes.start(loop, self.hub.poke, self.hub.watched)
 
     async def _repair_at_start(self) -> None:
         from sessionlog_server.service.lifecycle import repair_abandoned
@@ -117,6 +122,8 @@ class SessionLogService:
         for task in (self._startup_repair, self._keeper, self._repairer):
             if task is not None:
                 task.cancel()
+        if self.changes is not None:
+            self.changes.stop()
         await self.committer.drain_and_stop()
         self.leases.release_stream_leases()
         self.reader.close()
@@ -407,7 +414,8 @@ class SessionLogService:
     async def subscribe(self, session_id: str, from_seq: int) -> AsyncIterator[list[Event] | int]:
         """Replay from `from_seq`, then the next seq (the caught-up marker), then live batches."""
         record = await self.get_session(session_id)
-        async for item in subscriptions.follow(self.hub, self.reader, self.metrics, record, from_seq):
+        poll_s = self.settings.subscription_poll_ms / 1000
+        async for item in subscriptions.follow(self.hub, self.reader, self.metrics, record, from_seq, poll_s):
             yield item
 
 

@@ -24,9 +24,6 @@ from sessionlog_server.storage.records import SessionRecord
 
 #: Events per replay page read from the log.
 REPLAY_PAGE = 500
-#: How long the live tail waits for a published batch before looking at the log itself
-#: (another instance may be the writer).
-POLL_S = 1.0
 
 
 class Subscriber:
@@ -37,6 +34,9 @@ class Subscriber:
         self.batches: deque[tuple[Sequence[Event], int]] = deque()
         self.queued_bytes = 0
         self.overflowed = False
+        self.next_seq = 0
+        """The seq this subscriber expects next (what the change feed compares the log with)."""
+        self.poked = False
         self._ready = asyncio.Event()
 
     def push(self, events: Sequence[Event], size: int) -> None:
@@ -52,14 +52,21 @@ class Subscriber:
             self.queued_bytes += size
         self._ready.set()
 
+    def poke(self) -> None:
+        """Another process appended to the session: wake up and look at the log."""
+        self.poked = True
+        self._ready.set()
+
     async def next_batch(self, timeout: float) -> Sequence[Event] | None:
-        """The oldest queued batch; None after `timeout` with nothing queued (or on overflow)."""
-        if not self.batches and not self.overflowed:
+        """The oldest queued batch; None after `timeout` or a poke with nothing queued (or on
+        overflow): the caller then reads the log."""
+        if not self.batches and not self.overflowed and not self.poked:
             self._ready.clear()
             try:
                 await asyncio.wait_for(self._ready.wait(), timeout)
             except TimeoutError:
                 return None
+        self.poked = False
         if self.overflowed or not self.batches:
             return None
         batch, size = self.batches.popleft()
@@ -101,6 +108,15 @@ class SubscriptionHub:
         for subscriber in subscribers:
             subscriber.push(events, nbytes)
 
+    def poke(self, session_id: str) -> None:
+        """Wake the session's subscribers to read the log (another process appended to it)."""
+        for subscriber in self._subscribers.get(session_id, ()):
+            subscriber.poke()
+
+    def watched(self) -> dict[str, int]:
+        """The sessions followed here, each with the lowest seq a subscriber still expects."""
+        return {sid: min(s.next_seq for s in subs) for sid, subs in self._subscribers.items() if subs}
+
     def count(self) -> int:
         return sum(len(s) for s in self._subscribers.values())
 
@@ -116,8 +132,13 @@ async def follow(
     metrics: Metrics,
     record: SessionRecord,
     from_seq: int,
+    poll_s: float = 1.0,
 ) -> AsyncIterator[list[Event] | int]:
     """Replay from `from_seq`, then the next seq (the caught-up marker), then live batches.
+
+    With nothing published for `poll_s`, the live tail looks at the log itself: other
+    instances' appends arrive through the change feed (storage/changes.py) at once, and this
+    poll is the safety net when a notification is lost.
 
     `record` is the caller's session (access already checked). Subscribing from beyond the
     head is OUT_OF_RANGE: a client must never read "caught up" at a seq the log has not reached.
@@ -132,6 +153,7 @@ async def follow(
             next_seq=record.next_seq,
         )
     subscriber = hub.subscribe(session_id)
+    subscriber.next_seq = from_seq
     metrics.subscribers.inc()
     try:
         next_seq = from_seq
@@ -146,7 +168,7 @@ async def follow(
                 subscriber.reset()  # still replaying from the log: the queue is not needed yet
         yield next_seq
         while True:
-            batch = await subscriber.next_batch(POLL_S)
+            batch = await subscriber.next_batch(poll_s)
             if subscriber.overflowed:
                 raise LimitExceeded(
                     "SUBSCRIBER_TOO_SLOW",
@@ -168,7 +190,7 @@ async def follow(
             if fresh:
                 metrics.subscription_lag.observe(max(0, now_ms() - fresh[-1].time) / 1000)
                 yield fresh
-                next_seq = fresh[-1].seq + 1
+                next_seq = subscriber.next_seq = fresh[-1].seq + 1
     finally:
         metrics.subscribers.dec()
         hub.unsubscribe(session_id, subscriber)

@@ -1,10 +1,11 @@
 """Learning of other processes' commits: what lets a subscriber on one instance (or worker) see
 events another one appended, without polling the log per subscriber.
 
-- PostgreSQL: every group commit sends `NOTIFY sessionlog_events, '<pid>:<session id>'` per
-  session in its transaction (delivered only if it commits), and each process LISTENs on one
-  connection of its own. A process ignores its own notifications: it publishes its commits
-  itself.
+- PostgreSQL: every group commit sends `NOTIFY sessionlog_events, '<instance>:<session id>'`
+  per session in its transaction (delivered only if it commits), and each recorder LISTENs on
+  one connection of its own. A recorder ignores its own notifications (its service publishes
+  its commits itself); the instance is a random id per recorder, not the pid, so two instances
+  in one process are told apart too.
 - SQLite (one file shared by `serve --workers` processes): `PRAGMA data_version` changes when
   another connection commits; one connection polls it, and on a change the sessions that have
   subscribers here are compared with the log (`next_seq`), so only those that moved are told.
@@ -15,7 +16,6 @@ Both run on a daemon thread and call `on_change(session_id)` on the event loop.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -44,21 +44,22 @@ class ChangeFeed(Protocol):
     def stop(self) -> None: ...
 
 
-def notify_payload(session_id: str) -> str:
-    """What a commit sends for `session_id`: this process's pid, then the id."""
-    return f"{os.getpid()}:{session_id}"
+def notify_payload(instance: str, session_id: str) -> str:
+    """What a commit of recorder `instance` sends for `session_id`."""
+    return f"{instance}:{session_id}"
 
 
 class PostgresChangeFeed:
-    """LISTEN on one autocommit connection; notifications of other processes become calls."""
+    """LISTEN on one autocommit connection; other instances' notifications become calls."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, instance: str) -> None:
         self.dsn = dsn
+        self.instance = instance
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop, on_change: OnChange, watched: Watched) -> None:
-        own = f"{os.getpid()}:"
+        own = f"{self.instance}:"
 
         def run() -> None:
             while not self._stop.is_set():

@@ -41,12 +41,16 @@ class PostgresEventRecorder(EventRecorder):
 
     def _announce(self, conn: Connection, session_ids: list[str]) -> None:
         conn.exec_driver_sql(
-            "SELECT pg_notify(%s, %s)", [(CHANNEL, notify_payload(session_id)) for session_id in session_ids]
+            "SELECT pg_notify(%s, %s)", [(CHANNEL, notify_payload(self.instance, sid)) for sid in session_ids]
         )
+
+    def shares_database(self, workers: int) -> bool:
+        """Always: PostgreSQL is how several instances share sessions."""
+        return True
 
     def change_feed(self) -> ChangeFeed:
         url = self.write_engine.url.set(drivername="postgresql")
-        return PostgresChangeFeed(url.render_as_string(hide_password=False))
+        return PostgresChangeFeed(url.render_as_string(hide_password=False), self.instance)
 
     def _insert_blobs(self, conn: Connection, blobs: dict[str, bytes]) -> None:
         stmt = postgresql.insert(BLOBS).on_conflict_do_nothing(index_elements=["sha256"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import itertools
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -58,6 +59,8 @@ class EventRecorder(ABC):
     def __init__(self, write_engine: Engine, read_engine: Engine | None = None) -> None:
         self.write_engine = write_engine
         self.read_engine = read_engine or write_engine
+        self.instance = uuid.uuid4().hex[:12]
+        """This recorder among the processes sharing the database (change notifications)."""
 
     # --- transactions -------------------------------------------------------------------
 
@@ -343,6 +346,10 @@ class EventRecorder(ABC):
     def _announce(self, conn: Connection, session_ids: list[str]) -> None:
         """Tell other processes, inside the commit, which sessions it appends to (see
         storage/changes.py)."""
+
+    @abstractmethod
+    def shares_database(self, workers: int) -> bool:
+        """Whether other processes may append to this database (so a change feed is worth it)."""
 
     @abstractmethod
     def change_feed(self) -> ChangeFeed:

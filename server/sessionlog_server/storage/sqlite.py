@@ -98,6 +98,10 @@ class SQLiteEventRecorder(EventRecorder):
     def _announce(self, conn: Connection, session_ids: list[str]) -> None:
         """Nothing to send: other processes on the file see `PRAGMA data_version` move."""
 
+    def shares_database(self, workers: int) -> bool:
+        """Only with `serve --workers`: an embedded file has one service otherwise."""
+        return workers != 1
+
     def change_feed(self) -> ChangeFeed:
         return SQLiteChangeFeed(self.read_engine)
 

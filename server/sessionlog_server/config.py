@@ -38,6 +38,10 @@ class Settings:
     """Most events in one batch."""
     max_batch_bytes: int = DEFAULT_LIMITS.max_batch_bytes
     """Largest total `data` of one batch."""
+    max_metadata_bytes: int = DEFAULT_LIMITS.max_metadata_bytes
+    """Largest serialised session metadata (ListSessions returns it with every session)."""
+    max_cwd_bytes: int = DEFAULT_LIMITS.max_cwd_bytes
+    """Longest session `cwd`, in UTF-8 bytes."""
     max_events_per_second: int = 0
     """Events per second per namespace (a token bucket with one second of burst); 0: no limit."""
     max_sessions_per_namespace: int = 0
@@ -96,6 +100,8 @@ class Settings:
             max_event_bytes=self.max_event_bytes,
             max_batch_events=self.max_batch_events,
             max_batch_bytes=self.max_batch_bytes,
+            max_metadata_bytes=self.max_metadata_bytes,
+            max_cwd_bytes=self.max_cwd_bytes,
         )
 
     @classmethod

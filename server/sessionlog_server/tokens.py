@@ -50,35 +50,54 @@ class TokenStore:
 
     @classmethod
     def load(cls, file: str | None, inline: str | None) -> TokenStore:
-        """Tokens from a file and/or an inline JSON array; an invalid entry is an error."""
-        entries: list[Any] = []
+        """Tokens from a file and/or an inline JSON array; an invalid entry is an error.
+
+        A token hash listed twice is refused (naming both places): which entry would win is
+        not something an operator should have to guess.
+        """
+        entries: list[tuple[str, Any]] = []  # (where it was read, the entry)
         if file:
             text = Path(file).read_text(encoding="utf-8")
-            stripped = text.lstrip()
-            if stripped.startswith("["):
-                entries.extend(json.loads(text))
+            if text.lstrip().startswith("["):
+                entries.extend((f"{file} entry {i + 1}", e) for i, e in enumerate(_parse(text, file)))
             else:
-                entries.extend(json.loads(line) for line in text.splitlines() if line.strip())
+                for number, line in enumerate(text.splitlines(), 1):
+                    if line.strip():
+                        entries.append((f"{file} line {number}", _parse(line, f"{file} line {number}")))
         if inline:
-            entries.extend(json.loads(inline))
+            entries.extend((f"SESSIONLOG_TOKENS entry {i + 1}", e) for i, e in enumerate(_parse(inline, "tokens")))
         principals: dict[str, Principal] = {}
-        for index, entry in enumerate(entries):
-            digest, principal = _entry(entry, index)
+        first_seen: dict[str, str] = {}
+        for where, entry in entries:
+            digest, principal = _entry(entry, where)
+            if digest in first_seen:
+                raise ValueError(
+                    f"{where} repeats the sha256 of {first_seen[digest]}: list each token once "
+                    "(remove one of the two entries)"
+                )
+            first_seen[digest] = where
             principals[digest] = principal
         return cls(principals)
 
 
-def _entry(entry: Any, index: int) -> tuple[str, Principal]:
+def _parse(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+
+
+def _entry(entry: Any, where: str) -> tuple[str, Principal]:
     if not isinstance(entry, dict):
-        raise ValueError(f"token entry {index} is not an object")
+        raise ValueError(f"token entry at {where} is not an object")
     digest, namespace = entry.get("sha256"), entry.get("namespace")
     if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise ValueError(f"token entry {index}: sha256 must be 64 lowercase hex characters")
+        raise ValueError(f"token entry at {where}: sha256 must be 64 lowercase hex characters")
     if not isinstance(namespace, str) or not namespace:
-        raise ValueError(f"token entry {index}: namespace must be a non-empty string")
+        raise ValueError(f"token entry at {where}: namespace must be a non-empty string")
     read_only = entry.get("readOnly", False)
     if not isinstance(read_only, bool):
-        raise ValueError(f"token entry {index}: readOnly must be true or false")
+        raise ValueError(f"token entry at {where}: readOnly must be true or false")
     return digest, Principal(namespace, not read_only, str(entry.get("name", "")))
 
 

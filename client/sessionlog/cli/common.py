@@ -54,7 +54,10 @@ def describe(error: SessionLogError, where: str | None = None) -> str:
 @contextmanager
 def connect() -> Iterator[SessionLogClient]:
     """A client to `--server`, turning sessionlog errors into one-line failures."""
-    client = SessionLogClient(State.server, token=State.token, ca_file=State.ca_file)
+    try:
+        client = SessionLogClient(State.server, token=State.token, ca_file=State.ca_file)
+    except OSError as exc:  # e.g. a CA file that is not there
+        raise fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", code=2) from None
     try:
         yield client
     except SessionLogError as exc:

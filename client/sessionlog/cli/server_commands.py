@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
+
+from sessionlog.cli.common import fail
 
 db_app = typer.Typer(no_args_is_help=True, help="Database maintenance.")
 
@@ -57,14 +61,15 @@ def serve(
     from sessionlog_server.transport.server import serve as run
     from sessionlog_server.transport.workers import default_workers, run_workers
 
-    settings = Settings.from_env(db=db, listen=listen, migrate=False if no_migrate else None, workers=workers)
-    _ensure_sqlite_dir(settings.db)
-    configure(settings.log_level)
-    count = settings.workers or default_workers()
-    if count == 1:
-        asyncio.run(run(settings))
-    else:
-        run_workers(settings, count)
+    with startup_errors():
+        settings = Settings.from_env(db=db, listen=listen, migrate=False if no_migrate else None, workers=workers)
+        _ensure_sqlite_dir(settings.db)
+        configure(settings.log_level)
+        count = settings.workers or default_workers()
+        if count == 1:
+            asyncio.run(run(settings))
+        else:
+            run_workers(settings, count)
 
 
 @db_app.command("upgrade")
@@ -73,10 +78,35 @@ def upgrade(db: DbOption = None) -> None:
     from sessionlog_server.config import Settings
     from sessionlog_server.storage.migrate import upgrade as run
 
-    settings = Settings.from_env(db=db)
-    _ensure_sqlite_dir(settings.db)
-    run(settings.db)
+    with startup_errors():
+        settings = Settings.from_env(db=db)
+        _ensure_sqlite_dir(settings.db)
+        run(settings.db)
     typer.echo("database is at the newest revision")
+
+
+@contextmanager
+def startup_errors() -> Iterator[None]:
+    """Configuration and start-up failures (a bad setting, a port in use, a missing file, an
+    unreachable database) as one line that says what is wrong, and exit status 2."""
+    from alembic.util.exc import CommandError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except (ValueError, CommandError) as exc:
+        raise fail(_first_line(exc), code=2) from None
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise fail(f"{where}{exc.strerror or _first_line(exc)}", code=2) from None
+    except SQLAlchemyError as exc:
+        cause = getattr(exc, "orig", None) or exc
+        raise fail(f"cannot use the database: {_first_line(cause)} (check SESSIONLOG_DB)", code=2) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _ensure_sqlite_dir(url: str) -> None:

@@ -23,6 +23,10 @@ class Limits:
     """Longest session id or eventId (SPEC §2)."""
     max_type_chars: int = 128
     """Longest event type name."""
+    max_metadata_bytes: int = 64 * 1024
+    """Largest serialised session metadata (listed with every session, so kept small)."""
+    max_cwd_bytes: int = 4096
+    """Longest session `cwd`, in UTF-8 bytes."""
 
 
 DEFAULT_LIMITS = Limits()

@@ -85,6 +85,11 @@ def check_surface_fields(event: NewEvent) -> None:
 
 def check_size(event: NewEvent, encoded_size: int, limits: Limits) -> None:
     """The serialised data fits in `max_event_bytes`."""
+    check_event_bytes(encoded_size, limits)
+
+
+def check_event_bytes(encoded_size: int, limits: Limits) -> None:
+    """One event's serialised data fits in `max_event_bytes`."""
     if encoded_size > limits.max_event_bytes:
         raise LimitExceeded(
             "EVENT_TOO_LARGE",
@@ -95,13 +100,89 @@ def check_size(event: NewEvent, encoded_size: int, limits: Limits) -> None:
         )
 
 
+def check_batch_sizes(sizes: list[int], limits: Limits) -> None:
+    """A batch's event count and data sizes (serialised bytes) are within the limits.
+
+    Needs only the sizes, so the service checks it before parsing any payload: an oversized
+    event or batch is refused before it costs a parse. The same rules run again on the parsed
+    batch (`validate_batch_shape`, `check_size`, `check_batch_bytes`).
+    """
+    check_batch_count(len(sizes), limits)
+    for index, size in enumerate(sizes):
+        try:
+            check_event_bytes(size, limits)
+        except LimitExceeded as exc:
+            exc.name_event(index)
+            raise
+    check_batch_bytes(sum(sizes), limits)
+
+
+def check_session_fields(cwd: str | None, metadata_bytes: int, limits: Limits) -> None:
+    """A session's `cwd` and serialised metadata are within their size limits."""
+    cwd_bytes = len(cwd.encode("utf-8", "surrogatepass")) if cwd else 0
+    if cwd_bytes > limits.max_cwd_bytes:
+        raise LimitExceeded(
+            "CWD_TOO_LARGE",
+            f"cwd is {cwd_bytes} bytes, over the limit of {limits.max_cwd_bytes}",
+            field="cwd",
+            limit=limits.max_cwd_bytes,
+            size=cwd_bytes,
+        )
+    if metadata_bytes > limits.max_metadata_bytes:
+        raise LimitExceeded(
+            "METADATA_TOO_LARGE",
+            f"metadata is {metadata_bytes} bytes, over the limit of {limits.max_metadata_bytes}",
+            field="metadata",
+            limit=limits.max_metadata_bytes,
+            size=metadata_bytes,
+        )
+
+
+#: The message role each surface type carries; `user/message` carries any other role (user,
+#: and the harness's own kinds such as Pi's bashExecution, custom or compactionSummary).
+ROLE_OF_TYPE = {"system/message": "system", "assistant/message": "assistant", "tool/result": "toolResult"}
+
+
+def check_message_role(event: NewEvent) -> None:
+    """A surface event's `data.message.role` agrees with its type (SPEC §3)."""
+    if event.type not in SURFACE_TYPES:
+        return
+    message = event.data.get("message")
+    if not isinstance(message, dict) or "role" not in message:
+        return
+    role = message["role"]
+    expected = ROLE_OF_TYPE.get(event.type)
+    # user/message carries any role but those of the other surface types.
+    agrees = role == expected if expected is not None else isinstance(role, str) and role not in ROLE_OF_TYPE.values()
+    if not agrees:
+        wanted = repr(expected) if expected is not None else "a role other than " + ", ".join(ROLE_OF_TYPE.values())
+        raise ValidationError(
+            "ROLE_CONTRADICTS_TYPE",
+            f"a {event.type} event's message has role {role!r}; it needs {wanted}",
+            field="data.message.role",
+            type=event.type,
+        )
+
+
 def validate_envelope(event: NewEvent, encoded_size: int, limits: Limits = Limits()) -> None:
     """Every rule that depends on the proposed event alone."""
     check_type(event, limits)
     check_event_id(event, limits)
     check_data(event)
     check_surface_fields(event)
+    check_message_role(event)
     check_size(event, encoded_size, limits)
+
+
+def check_batch_count(count: int, limits: Limits) -> None:
+    """A batch carries at most `max_batch_events` events."""
+    if count > limits.max_batch_events:
+        raise LimitExceeded(
+            "BATCH_TOO_LARGE",
+            f"batch has {count} events, over the limit of {limits.max_batch_events}",
+            field="events",
+            limit=limits.max_batch_events,
+        )
 
 
 def check_batch_bytes(total: int, limits: Limits) -> None:
@@ -120,13 +201,7 @@ def validate_batch_shape(events: list[NewEvent], limits: Limits = Limits()) -> N
     """A batch is non-empty, within the count limit, and uses each eventId once."""
     if not events:
         raise ValidationError("EMPTY_BATCH", "a batch must carry at least one event", field="events")
-    if len(events) > limits.max_batch_events:
-        raise LimitExceeded(
-            "BATCH_TOO_LARGE",
-            f"batch has {len(events)} events, over the limit of {limits.max_batch_events}",
-            field="events",
-            limit=limits.max_batch_events,
-        )
+    check_batch_count(len(events), limits)
     seen: set[str] = set()
     for index, event in enumerate(events):
         if event.event_id is None:

@@ -1113,6 +1113,42 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: service
     Client: Send `open` as the first message right after starting the stream.
     """
+    METADATA_TOO_LARGE: _ErrorReason.ValueType  # 131
+    """A session's metadata is over `max_metadata_bytes` (it is listed with every session).
+
+    Code: RESOURCE_EXHAUSTED
+    Metadata: `field`, `limit`, `size`
+    Raised by: core
+    Client: Keep metadata small; put large data in events. Nothing was created.
+    """
+    CWD_TOO_LARGE: _ErrorReason.ValueType  # 132
+    """A session's `cwd` is over `max_cwd_bytes`.
+
+    Code: RESOURCE_EXHAUSTED
+    Metadata: `field`, `limit`, `size`
+    Raised by: core
+    Client: Send the working directory's path only. Nothing was created.
+    """
+    ROLE_CONTRADICTS_TYPE: _ErrorReason.ValueType  # 133
+    """A surface event's `data.message.role` contradicts its type (`system/message` needs
+    `system`, `assistant/message` needs `assistant`, `tool/result` needs `toolResult`, and
+    `user/message` may carry any role but those three).
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`, `type`
+    Raised by: core
+    Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
+      way.
+    """
+    BATCH_OVER_RATE_BURST: _ErrorReason.ValueType  # 134
+    """A batch has more events than the namespace's rate limit lets through at once (its burst),
+    so no wait would make it fit.
+
+    Code: RESOURCE_EXHAUSTED
+    Metadata: `field`, `limit`, `namespace`
+    Raised by: service
+    Client: Split the batch into batches of at most `limit` events; do not retry it unchanged.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The catalogue of sessionlog errors (SPEC §13, AIP-193), in the style of googleapis'
@@ -2245,5 +2281,41 @@ Code: INVALID_ARGUMENT
 Metadata: `field`, `timeout_s`
 Raised by: service
 Client: Send `open` as the first message right after starting the stream.
+"""
+METADATA_TOO_LARGE: ErrorReason.ValueType  # 131
+"""A session's metadata is over `max_metadata_bytes` (it is listed with every session).
+
+Code: RESOURCE_EXHAUSTED
+Metadata: `field`, `limit`, `size`
+Raised by: core
+Client: Keep metadata small; put large data in events. Nothing was created.
+"""
+CWD_TOO_LARGE: ErrorReason.ValueType  # 132
+"""A session's `cwd` is over `max_cwd_bytes`.
+
+Code: RESOURCE_EXHAUSTED
+Metadata: `field`, `limit`, `size`
+Raised by: core
+Client: Send the working directory's path only. Nothing was created.
+"""
+ROLE_CONTRADICTS_TYPE: ErrorReason.ValueType  # 133
+"""A surface event's `data.message.role` contradicts its type (`system/message` needs
+`system`, `assistant/message` needs `assistant`, `tool/result` needs `toolResult`, and
+`user/message` may carry any role but those three).
+
+Code: INVALID_ARGUMENT
+Metadata: `field`, `type`
+Raised by: core
+Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
+  way.
+"""
+BATCH_OVER_RATE_BURST: ErrorReason.ValueType  # 134
+"""A batch has more events than the namespace's rate limit lets through at once (its burst),
+so no wait would make it fit.
+
+Code: RESOURCE_EXHAUSTED
+Metadata: `field`, `limit`, `namespace`
+Raised by: service
+Client: Split the batch into batches of at most `limit` events; do not retry it unchanged.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -166,7 +166,7 @@ class SessionLogService:
         namespace = access.current().namespace
         sid = session_id or str(uuid.uuid4())
         validate.check_session_id(sid, self.limits)
-        jsonvalue.dumps_bytes(metadata)
+        validate.check_session_fields(cwd, len(jsonvalue.dumps_bytes(metadata)), self.limits)
         await self.check_session_quota(namespace)
         record = SessionRecord(
             id=sid,
@@ -261,8 +261,10 @@ class SessionLogService:
         try:
             proposals = validate_proposals(decoded, self.limits)
             live = await self.live.get(holder.session_id)
-            self.rate_limiter.take(live.record.namespace, len(proposals))
             await self._look_up_ids(live, proposals)
+            # A retried event already stored appends nothing, so it is not charged again.
+            fresh = sum(1 for e in proposals if e.event_id is None or live.known_seq(e.event_id) is None)
+            self.rate_limiter.take(live.record.namespace, fresh)
             async with live.lock:
                 self.check_writer(live, holder.writer_id, holder.epoch)
                 return self.plan_and_commit(

@@ -32,8 +32,17 @@ class RateLimiter:
 
     def take(self, namespace: str, events: int) -> None:
         """Spend `events` tokens of `namespace`'s bucket, or refuse the whole batch."""
-        if not self.enabled:
+        if not self.enabled or events == 0:
             return
+        if events > self.burst:  # no wait makes it fit: say so once, without a retry time
+            raise LimitExceeded(
+                "BATCH_OVER_RATE_BURST",
+                f"a batch of {events} events can never fit namespace {namespace!r}'s rate limit "
+                f"({self.rate:g} events per second, bursts of {self.burst:g}); send smaller batches",
+                field="events",
+                limit=f"{self.burst:g}",
+                namespace=namespace,
+            )
         now = time.monotonic()
         bucket = self._buckets.get(namespace)
         if bucket is None:

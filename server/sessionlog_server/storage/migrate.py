@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import create_engine, make_url, text
+from sqlalchemy.pool import NullPool
 
 from sessionlog_server.storage.factory import normalise_url
 
@@ -42,5 +47,48 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Bring the database at `url` to `revision` (creating the SQLite file if needed)."""
-    command.upgrade(alembic_config(url), revision)
+    """Bring the database at `url` to `revision` (creating the SQLite file if needed).
+
+    Runs under a lock held for the whole upgrade, so several `serve` or `db upgrade` processes
+    started together on a fresh database migrate one after the other (the later ones find it
+    at head) instead of racing to create the same tables.
+    """
+    with migration_lock(url):
+        command.upgrade(alembic_config(url), revision)
+
+
+#: PostgreSQL advisory lock key of migrations (any fixed 64-bit number; "sessionlog" in ASCII).
+PG_MIGRATION_LOCK = 0x73657373696F6E6C
+
+
+@contextmanager
+def migration_lock(url: str) -> Iterator[None]:
+    """Hold the database's migration lock: a PostgreSQL advisory lock, or, for a SQLite file, an
+    exclusive `flock` on a `.migrate-lock` file beside it (in-memory SQLite needs none)."""
+    parsed = make_url(normalise_url(url))
+    if parsed.get_backend_name() == "postgresql":
+        engine = create_engine(parsed, poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": PG_MIGRATION_LOCK})
+                conn.commit()
+                try:
+                    yield
+                finally:
+                    conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": PG_MIGRATION_LOCK})
+                    conn.commit()
+        finally:
+            engine.dispose()
+        return
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+        yield
+        return
+    lock_path = Path(database).with_name(Path(database).name + ".migrate-lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -98,12 +98,15 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    if credentials is not None:
-        port = server.add_secure_port(settings.listen, credentials)
-    else:
-        port = server.add_insecure_port(settings.listen)
+    try:
+        if credentials is not None:
+            port = server.add_secure_port(settings.listen, credentials)
+        else:
+            port = server.add_insecure_port(settings.listen)
+    except RuntimeError:  # gRPC's way of saying the address cannot be bound
+        port = 0
     if port == 0:
-        raise OSError(f"could not bind {settings.listen}")
+        raise OSError(f"could not bind {settings.listen}: the port is in use or the address is not this host's")
     await server.start()
     # What start-up built (modules, descriptors, SQL metadata) lives as long as the process:
     # out of the collector's sight, a full collection has far fewer objects to walk (tail latency).

@@ -18,9 +18,10 @@ from typing import Any
 import grpc
 
 from sessionlog import convert
-from sessionlog.core import jsonvalue
+from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import AlreadyExists, SessionLogError, ValidationError
 from sessionlog.core.events import Event
+from sessionlog.core.limits import Limits
 from sessionlog.v1 import event_pb2, session_pb2, session_service_pb2_grpc
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog_server.service import lifecycle
@@ -101,7 +102,9 @@ def scope_from_pb(scope: pb.ProjectionScope) -> Scope:
     return Scope(scope.session_id, scope.at_seq if scope.HasField("at_seq") else None, scope.with_repair)
 
 
-def decode_events(messages: Sequence[event_pb2.NewEvent]) -> list[convert.DecodedEvent]:
+def decode_events(messages: Sequence[event_pb2.NewEvent], limits: Limits) -> list[convert.DecodedEvent]:
+    """Parse a batch's payloads, after checking their sizes (an oversized batch costs no parse)."""
+    validate.check_batch_sizes([len(m.data_json) for m in messages], limits)
     return [convert.new_event_from_pb(m, i) for i, m in enumerate(messages)]
 
 
@@ -133,6 +136,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     async def CreateSession(
         self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateSessionResponse:
+        validate.check_session_fields(request.cwd, len(request.metadata_json), self.service.limits)
         metadata = convert.data_from_bytes(request.metadata_json, what="metadata")
         record = await self.service.create_session(request.session_id or None, request.cwd or None, metadata)
         return pb.CreateSessionResponse(session=session_to_pb(record))
@@ -169,7 +173,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     ) -> pb.AppendEventsResponse:
         holder = await self.service.leases.prove_for_caller(request.session_id, request.lease_token, "appending")
         result = await self.service.append(
-            holder, optional_field(request, "expected_next_seq"), decode_events(request.events)
+            holder, optional_field(request, "expected_next_seq"), decode_events(request.events, self.service.limits)
         )
         note(seqs=_seq_range(result), writer_id=holder.writer_id, epoch=holder.epoch)
         lease = session_pb2.Lease(
@@ -423,7 +427,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                         future = await self.service.start_append(
                             holder,
                             optional_field(batch, "expected_next_seq"),
-                            decode_events(batch.events),
+                            decode_events(batch.events, self.service.limits),
                         )
                         acks.put((batch.batch_id, future))
                 elif kind == "header":

@@ -1,0 +1,61 @@
+"""Several `db upgrade` processes started together on a fresh database all succeed (issue 11
+§5): migrations are serialised (a PostgreSQL advisory lock, a lock file beside a SQLite file),
+so the later ones find the database at head instead of racing to create the same tables."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import create_engine, inspect
+
+from sessionlog_server.storage.factory import normalise_url
+from tests.conftest import PG_ADMIN_URL, _pg_url
+from tests.support.servers import ROOT
+
+PROCESSES = 3
+ROUNDS = 3
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def fresh_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
+    """ROUNDS empty databases of one backend."""
+    if request.param == "sqlite":
+        yield [f"sqlite:///{tmp_path / f'round-{i}' / 'fresh.db'}" for i in range(ROUNDS)]
+        return
+    names = [f"sessionlog_mig_{os.getpid()}_{uuid.uuid4().hex[:6]}" for _ in range(ROUNDS)]
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        for name in names:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    yield [_pg_url(name) for name in names]
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        for name in names:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_upgrades_started_together_on_a_fresh_database_all_succeed(fresh_urls: list[str]) -> None:
+    for url in fresh_urls:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "sessionlog", "db", "upgrade", "--db", url],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(PROCESSES)
+        ]
+        results = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs]
+        assert all(code == 0 for code, _ in results), [err[-500:] for code, err in results if code]
+        engine = create_engine(normalise_url(url))
+        try:
+            with engine.connect() as conn:
+                assert {"sessions", "events", "alembic_version"} <= set(inspect(conn).get_table_names())
+        finally:
+            engine.dispose()

@@ -1,0 +1,120 @@
+"""Limits hold before work (issue 11 §4, §5): sizes are checked before a payload is parsed,
+session metadata and cwd are bounded, a batch over the rate burst is refused once for good,
+a retried batch is not charged twice, and a message's role must agree with its event type."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from sessionlog.client import SessionLogClient
+from sessionlog.errors import from_rpc_error
+from sessionlog.v1 import event_pb2
+from sessionlog.v1 import session_service_pb2 as pb
+from tests.support.events import note
+from tests.support.servers import ServerThread
+
+
+@pytest.fixture
+def limited(db_url: str) -> Iterator[ServerThread]:
+    running = ServerThread(
+        db_url,
+        lease_ttl_ms=5_000,
+        max_event_bytes=1_000,
+        max_batch_bytes=3_000,
+        max_metadata_bytes=200,
+        max_cwd_bytes=64,
+        max_events_per_second=10,
+    )
+    yield running
+    running.stop()
+
+
+def _refused(fn: Any, request: Any) -> tuple[grpc.StatusCode, Any]:
+    with pytest.raises(grpc.RpcError) as refused:
+        fn(request)
+    return refused.value.code(), from_rpc_error(refused.value)
+
+
+def _raw(data: bytes) -> event_pb2.NewEvent:
+    return event_pb2.NewEvent(type="test/raw", ignorable=True, data_json=data)
+
+
+def test_sizes_are_checked_before_the_payload_is_parsed(limited: ServerThread, sid: str) -> None:
+    with SessionLogClient(limited.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        stub = client.stub
+        # Not JSON at all, and too large: the size refusal comes first (no parse was attempted).
+        garbage = b"{" + b"x" * 2_000
+        code, error = _refused(
+            stub.AppendEvents, pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=[_raw(garbage)])
+        )
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.reason == "EVENT_TOO_LARGE"
+        assert error.metadata["event_index"] == "0"
+        batch = [_raw(b'{"a":"' + b"y" * 900 + b'"}') for _ in range(4)] + [_raw(b"{not json")]
+        code, error = _refused(
+            stub.AppendEvents, pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=batch)
+        )
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.reason == "BATCH_TOO_LARGE"
+        assert client.get_session(sid).next_seq == 0
+
+
+def test_session_metadata_and_cwd_are_bounded(limited: ServerThread, sid: str) -> None:
+    with SessionLogClient(limited.target) as client:
+        stub = client.stub
+        big = b'{"k":"' + b"m" * 300 + b'"}'
+        code, error = _refused(stub.CreateSession, pb.CreateSessionRequest(session_id=sid, metadata_json=big))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.reason == "METADATA_TOO_LARGE"
+        code, error = _refused(stub.CreateSession, pb.CreateSessionRequest(session_id=sid, cwd="/" + "d" * 100))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.reason == "CWD_TOO_LARGE"
+        code, _ = _refused(stub.GetSession, pb.GetSessionRequest(session_id=sid))
+        assert code == grpc.StatusCode.NOT_FOUND  # nothing was created
+        assert client.create_session(sid, cwd="/w", metadata={"k": "v"}).cwd == "/w"
+
+
+def test_a_batch_over_the_rate_burst_is_refused_once_and_retries_are_not_charged(
+    limited: ServerThread, sid: str
+) -> None:
+    with SessionLogClient(limited.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        code, error = _refused(
+            client.stub.AppendEvents,
+            pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=[_raw(b"{}")] * 11),
+        )
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.reason == "BATCH_OVER_RATE_BURST"
+        assert "retry_after_ms" not in error.metadata  # waiting would not help
+        batch = [note(i, eventId=f"e{i}") for i in range(10)]
+        first = client.append(sid, lease, batch)  # the whole burst
+        again = client.append(sid, lease, batch)  # a retry stores nothing, so it costs nothing
+        assert again.seqs == first.seqs and client.get_session(sid).next_seq == 10
+
+
+@pytest.mark.parametrize(
+    ("type_", "role"),
+    [
+        ("user/message", "assistant"),
+        ("user/message", "toolResult"),
+        ("user/message", "system"),
+        ("assistant/message", "user"),
+        ("system/message", "user"),
+        ("tool/result", "assistant"),
+    ],
+)
+def test_a_message_role_that_contradicts_its_type_is_refused(
+    client: SessionLogClient, sid: str, type_: str, role: str
+) -> None:
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    data = {"turn": 1, "step": 1, "message": {"role": role, "content": "x", "toolCallId": "c", "isError": False}}
+    event = event_pb2.NewEvent(type=type_, data_json=__import__("json").dumps(data).encode())
+    event.surface_op.append.SetInParent()
+    code, error = _refused(
+        client.stub.AppendEvents, pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=[event])
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and error.reason == "ROLE_CONTRADICTS_TYPE"
+    assert client.get_session(sid).next_seq == 0

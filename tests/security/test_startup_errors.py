@@ -1,0 +1,63 @@
+"""Start-up and configuration errors print one line that says what is wrong, and exit non-zero
+(issue 11 §3, §5): a tokens file listing a hash twice, a bad setting, 0.0.0.0 without tokens,
+a port in use, a CA file that is not there."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from sessionlog_server.tokens import hash_token
+from tests.support.servers import ROOT
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sessionlog", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "SESSIONLOG_METRICS_LISTEN": "", **(env or {})},
+        timeout=60,
+    )
+
+
+def _one_line(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """Exit non-zero, with the error as the last stderr line and no traceback (log lines of the
+    start-up before the failure, e.g. migrations, may come first)."""
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("sessionlog: error: ")]
+    assert len(errors) == 1 and errors[0] == lines[-1], result.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+def test_a_tokens_file_listing_a_hash_twice_refuses_to_start(tmp_path: Path) -> None:
+    digest = hash_token("t1")
+    tokens = tmp_path / "tokens.jsonl"
+    tokens.write_text(
+        f'{{"sha256":"{digest}","namespace":"a"}}\n\n{{"sha256":"{digest}","namespace":"b","readOnly":true}}\n'
+    )
+    result = _run(
+        "serve", "--db", f"sqlite:///{tmp_path / 'x.db'}", "--listen", "127.0.0.1:0",
+        env={"SESSIONLOG_TOKENS_FILE": str(tokens)},
+    )  # fmt: skip
+    _one_line(result, f"{tokens} line 3", f"{tokens} line 1")
+
+
+def test_configuration_errors_are_one_line(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    _one_line(_run("serve", "--db", db, env={"SESSIONLOG_LEASE_TTL_MS": "soon"}), "SESSIONLOG_LEASE_TTL_MS")
+    _one_line(_run("serve", "--db", db, "--listen", "0.0.0.0:0"), "without bearer tokens")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        _one_line(_run("serve", "--db", db, "--listen", f"127.0.0.1:{port}"), str(port))
+    _one_line(_run("--ca-file", str(tmp_path / "missing-ca.pem"), "sessions"), "missing-ca.pem")
+    _one_line(_run("db", "upgrade", "--db", "postgresql://nobody@127.0.0.1:1/none"), "SESSIONLOG_DB")

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class ServerThread:
-    """A server on its own event loop in a background thread, bound to a free loopback port."""
+    """A server on its own event loop in a background thread; it binds port 0 and `target` names
+    the port it got."""
 
     def __init__(self, db: str, listen_override: str | None = None, **settings: Any) -> None:
         listen = listen_override or "127.0.0.1:0"

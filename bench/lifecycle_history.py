@@ -76,6 +76,7 @@ def _resume_once(client: SessionLogClient, session_id: str, end_seeds: list[bool
     done = time.perf_counter()
     end_seeds.append(info.end_seed_seq == before and info.next_seq == before + 1)
     client.append(session_id, info.lease, [user_message(f"resumed at {before}")])
+    client.release_lease(info.lease)  # the harness stops; the next resume is a new process's
     return {
         "resume_ms": ms(resumed - start),
         "history_ms": ms(done - resumed),

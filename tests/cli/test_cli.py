@@ -43,7 +43,9 @@ def test_create_append_events_sessions(server: ServerThread, sid: str) -> None:
     assert appended.returncode == 0, appended.stderr
     # seq 0 is the empty system/message the service inserted before the first user message
     assert appended.stdout.split() == ["1", "2", "3"]
-    events = [json.loads(line) for line in run(server, "events", sid).stdout.splitlines()]
+    listed = run(server, "events", sid)
+    assert listed.returncode == 0, listed.stderr
+    events = [json.loads(line) for line in listed.stdout.splitlines()]
     assert [e["seq"] for e in events] == [0, 1, 2, 3]
     assert events[2]["eventId"] == "n1" and events[2]["data"] == {"n": 1} and events[2]["time"] != 5
     assert [

@@ -13,20 +13,10 @@ from sessionlog.core.formats.pi.context import build_context, js_date_ms, ms_to_
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
 from sessionlog.core.formats.pi.migrate import migrate
 from sessionlog.core.formats.pi.tree import PiTree
-from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
+from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions, pi_leaf_cases
 from tests.support.fixtures import oracle as _oracle
 
 SESSIONS = pi_generated_sessions()
-
-
-def _cases() -> list[Any]:
-    cases = []
-    for session in SESSIONS:
-        oracle = _oracle(session)
-        leaves = [(oracle["defaultLeafId"], "default")] + [(o["leafId"], "other") for o in oracle["otherLeaves"]]
-        for leaf, which in leaves:
-            cases.append(pytest.param(session, leaf, id=f"{session.stem[:24]}-{which}-{leaf}"))
-    return cases
 
 
 _TREES: dict[Path, PiTree] = {}
@@ -45,7 +35,7 @@ def test_fixtures_are_present() -> None:
     assert len(SESSIONS) == 10
 
 
-@pytest.mark.parametrize(("session", "leaf"), _cases())
+@pytest.mark.parametrize(("session", "leaf"), pi_leaf_cases())
 def test_context_equals_pi_for_every_leaf(session: Path, leaf: str) -> None:
     oracle = _oracle(session)
     if leaf == oracle["defaultLeafId"]:

@@ -31,7 +31,7 @@ from sessionlog.core.formats.pi.tree import PiTree
 from sessionlog.core.formats.sessionlog_file import parse_sessionlog_objects, sessionlog_lines, write_sessionlog
 from sessionlog.core.messages import empty_system_head, is_copy, is_replace
 from sessionlog.core.projections.transcript import transcript
-from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
+from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions, pi_leaf_cases
 from tests.support.fixtures import oracle as pi_oracle
 
 SESSIONS = pi_generated_sessions()
@@ -106,16 +106,6 @@ def fork_log(plan: PiImport, leaf: str | None) -> list[NewEvent]:
     return plan.main.events[: branch.fork_seq + 1] + branch.inherited + branch.events
 
 
-def leaf_cases() -> list[Any]:
-    cases = []
-    for session in SESSIONS:
-        data = oracle(session)
-        leaves = [(data["defaultLeafId"], "default")] + [(o["leafId"], "other") for o in data["otherLeaves"]]
-        for leaf, which in leaves:
-            cases.append(pytest.param(session, leaf, id=f"{session.stem[:24]}-{which}-{leaf}"))
-    return cases
-
-
 def lines(*objs: dict[str, Any]) -> bytes:
     return b"".join(json.dumps(o, ensure_ascii=False).encode() + b"\n" for o in objs)
 
@@ -177,14 +167,14 @@ def test_fixtures_are_present() -> None:
     assert len(SESSIONS) == 10
 
 
-@pytest.mark.parametrize(("session", "leaf"), leaf_cases())
+@pytest.mark.parametrize(("session", "leaf"), pi_leaf_cases())
 def test_branch_folds_to_pis_context(session: Path, leaf: str) -> None:
     events = branch_events(loaded(session), leaf)
     assert events[0].type == "system/message" and events[1].type == "pi/session"
     assert_matches_pi(fold_of(events), oracle_context(session, leaf))
 
 
-@pytest.mark.parametrize(("session", "leaf"), leaf_cases())
+@pytest.mark.parametrize(("session", "leaf"), pi_leaf_cases())
 def test_fork_of_the_main_branch_folds_to_pis_context(session: Path, leaf: str) -> None:
     plan = imported(session)
     branch = next(b for b in plan.branches if b.leaf_id == leaf)
@@ -271,7 +261,7 @@ def test_model_and_thinking_events_carry_what_stats_read() -> None:
 # --- export ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("session", "leaf"), leaf_cases())
+@pytest.mark.parametrize(("session", "leaf"), pi_leaf_cases())
 def test_export_gives_back_pis_lines_and_context(session: Path, leaf: str) -> None:
     plan = imported(session)
     branch = next(b for b in plan.branches if b.leaf_id == leaf)

@@ -25,7 +25,7 @@ from sessionlog.core.formats.replay import (
 )
 from sessionlog.core.formats.sessionlog_file import sessionlog_lines
 from sessionlog.core.usage import usage_total_tokens
-from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
+from tests.support.fixtures import RESUMED_SESSION, fixture, leaves, pi_generated_sessions
 from tests.support.fixtures import oracle as _oracle
 
 SESSIONS = pi_generated_sessions()
@@ -370,8 +370,7 @@ def test_a_pi_file_and_its_export_report_the_same_figures(session: Path, tmp_pat
     """One session, one set of figures: `turns` (agent runs) and `modelCalls` (assistant messages)
     mean the same whether the session is replayed from Pi's file or from sessionlog's export."""
     pi_file = load_pi_file(session)
-    oracle = _oracle(session)
-    for leaf in [oracle["defaultLeafId"], *(o["leafId"] for o in oracle["otherLeaves"])]:
+    for leaf, _ in leaves(session):
         events = [e.committed(seq, 1000 + seq) for seq, e in enumerate(branch_events(pi_file, leaf))]
         export = tmp_path / f"{leaf}.jsonl"
         export.write_text("".join(sessionlog_lines({"id": "s"}, events)), "utf-8")

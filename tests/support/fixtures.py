@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PI_GENERATED_COUNT = 10  # sessions written by Pi 0.73.1 with their oracle (tests/fixtures/README.md)
 
@@ -52,6 +54,21 @@ def oracle(session: Path) -> dict[str, Any]:
 
 RESUMED_SESSION = "pi/resumed-session.jsonl"
 STREAM_STDOUT = "pi/stream-stdout.jsonl"
+
+
+def leaves(session: Path) -> list[tuple[str, str]]:
+    """Every leaf of a Pi-generated session, `(leaf id, "default" | "other")`, the default first."""
+    data = oracle(session)
+    return [(data["defaultLeafId"], "default")] + [(o["leafId"], "other") for o in data["otherLeaves"]]
+
+
+def pi_leaf_cases() -> list[Any]:
+    """`(session, leaf)` test cases: every leaf of every Pi-generated session."""
+    return [
+        pytest.param(session, leaf, id=f"{session.stem[:24]}-{which}-{leaf}")
+        for session in pi_generated_sessions()
+        for leaf, which in leaves(session)
+    ]
 
 
 def stream_events() -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import figures, long_sessions, peers, profiling, slow_writers
+from bench import delivery, figures, long_sessions, peers, profiling, slow_writers
 from bench.aiowriter import product_async_writer_works
 from bench.procs import ROOT, Server, create_pg_database, drop_pg_database, pg_available
 from bench.report import render, targets
@@ -267,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=None, help="cap on any one timed loop")
     parser.add_argument("--no-long-sessions", action="store_true", help="skip the long-session section")
     parser.add_argument("--no-slow-writers", action="store_true", help="skip the many-slow-writers section")
+    parser.add_argument("--no-delivery", action="store_true", help="skip the subscription-delivery section")
     parser.add_argument("--workers", type=int, default=1, help="server processes for the slow-writers section")
     args = parser.parse_args(argv)
     # SIGTERM runs the `finally` blocks too: servers stopped, bench databases dropped.
@@ -360,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_slow_writers:
         streams, seconds = (100, 5.0) if args.quick else (2000, 30.0)
         report["slow_writers"] = slow_writers.run_all(backends, streams, seconds, 2, args.workers)
+    if not args.no_delivery:
+        report["delivery"] = delivery.run_all(backends, 40 if args.quick else 300, 0.02)
     if not args.no_long_sessions:
         long_scale = long_sessions.QUICK if args.quick else long_sessions.FULL
         report["long_sessions"] = long_sessions.run_all(backends, long_scale)
@@ -371,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     if "slow_writers" in report:
         print("\n## Many slow writers (one event per second each)\n")
         print(slow_writers.render(report["slow_writers"]))
+    if "delivery" in report:
+        print("\n## Subscription delivery (append acknowledged -> subscriber has it)\n")
+        print(delivery.render(report["delivery"]))
     if "long_sessions" in report:
         print("\n## Long sessions\n")
         print(long_sessions.render(report["long_sessions"]))

@@ -67,6 +67,9 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
         assert long["live"]["sessions"] > 0 and "rss_above_idle_mb" in long["live"]
     assert "Long sessions" in done.stdout
     for backend in ("sqlite", "postgresql"):
+        for where in ("same_instance", "other_instance"):
+            assert report["delivery"][backend][where]["received"] == report["delivery"][backend]["events"]
+    for backend in ("sqlite", "postgresql"):
         slow = report["slow_writers"][backend]
         assert slow["acks"] > 0 and slow["setups_failed"] == 0
         assert {"ack_p50_ms", "ack_p99_ms", "ack_p999_ms", "stall_seconds"} <= slow.keys()

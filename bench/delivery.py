@@ -1,0 +1,149 @@
+"""Subscription delivery latency: same instance, and across instances sharing one database.
+
+A writer appends one small event every `interval` seconds to a session; one subscriber follows
+it on the same server and one on a second server process over the same database (PostgreSQL:
+how users scale past one machine; SQLite: what `serve --workers` processes do). The latency of
+an event is from the moment its append was acknowledged to the moment the subscriber has it;
+other instances learn of appends through the change feed (LISTEN/NOTIFY on PostgreSQL,
+`data_version` on SQLite), not through the subscribers' safety-net poll of the log.
+
+`python -m bench.delivery [--events 200] [--backends sqlite,postgresql]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.procs import Server, create_pg_database, drop_pg_database, pg_available
+from sessionlog.client import CaughtUp, SessionLogClient
+
+
+def _follow(target: str, sid: str, arrived: dict[int, float], ready: threading.Event, stop: threading.Event) -> None:
+    with SessionLogClient(target) as client:
+        subscription = client.subscribe(sid)
+        for item in subscription:
+            if isinstance(item, CaughtUp):
+                ready.set()
+                continue
+            arrived[item.seq] = time.monotonic()
+            if stop.is_set():
+                subscription.cancel()
+                return
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    if not ordered:
+        return {"p50_ms": float("nan"), "p99_ms": float("nan")}
+
+    def at(q: float) -> float:
+        return round(1000 * ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))], 2)
+
+    return {"p50_ms": at(50), "p99_ms": at(99), "max_ms": round(1000 * ordered[-1], 2)}
+
+
+def measure(db: str, events: int, interval: float) -> dict[str, Any]:
+    env = {"SESSIONLOG_WORKERS": "1", "SESSIONLOG_METRICS_LISTEN": ""}
+    with Server(db, env=env) as first, Server(db, env=_sharing(db, env)) as second:
+        sid = f"delivery-{int(time.time() * 1000)}"
+        with SessionLogClient(first.target) as writer:
+            writer.create_session(sid)
+            same: dict[int, float] = {}
+            other: dict[int, float] = {}
+            stop = threading.Event()
+            readies = [threading.Event(), threading.Event()]
+            threads = [
+                threading.Thread(target=_follow, args=(first.target, sid, same, readies[0], stop), daemon=True),
+                threading.Thread(target=_follow, args=(second.target, sid, other, readies[1], stop), daemon=True),
+            ]
+            for thread in threads:
+                thread.start()
+            for ready in readies:
+                ready.wait(30)
+            lease = writer.acquire_lease(sid)
+            acked: dict[int, float] = {}
+            for n in range(events):
+                result = writer.append(sid, lease, [{"type": "bench/tick", "data": {"n": n}, "ignorable": True}])
+                acked[result.seqs[0]] = time.monotonic()
+                time.sleep(interval)
+            deadline = time.monotonic() + 10
+            while (len(same) < events or len(other) < events) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stop.set()
+            writer.append(sid, lease, [{"type": "bench/tick", "data": {"n": -1}, "ignorable": True}])
+    return {
+        "events": events,
+        "same_instance": {**_percentiles([same[s] - t for s, t in acked.items() if s in same]), "received": len(same.keys() & acked.keys())},
+        "other_instance": {
+            **_percentiles([other[s] - t for s, t in acked.items() if s in other]),
+            "received": len(other.keys() & acked.keys()),
+        },
+    }
+
+
+def _sharing(db: str, env: dict[str, str]) -> dict[str, str]:
+    """The second server's environment: no migrations; on SQLite it is a `serve --workers 2`
+    service on the same file (an embedded file is shared only that way), so it watches
+    `data_version`."""
+    out = {**env, "SESSIONLOG_MIGRATE": "false"}
+    if db.startswith("sqlite"):
+        out["SESSIONLOG_WORKERS"] = "2"
+    return out
+
+
+def run_all(backends: list[str], events: int, interval: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for backend in backends:
+        if backend == "postgresql" and not pg_available():
+            out[backend] = {"unavailable": "PostgreSQL is not reachable"}
+            continue
+        name = f"sessionlog_bench_delivery_{int(time.time())}"
+        db = f"sqlite:////tmp/{name}.db" if backend == "sqlite" else create_pg_database(name)
+        try:
+            out[backend] = measure(db, events, interval)
+        finally:
+            if backend == "sqlite":
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"/tmp/{name}.db{suffix}").unlink(missing_ok=True)
+            else:
+                drop_pg_database(name)
+    return out
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = ["| backend | subscriber | p50 ms | p99 ms | max ms | received |", "|---|---|---:|---:|---:|---:|"]
+    for backend, r in results.items():
+        if "unavailable" in r:
+            lines.append(f"| {backend} | unavailable | | | | |")
+            continue
+        for key, label in (("same_instance", "same instance"), ("other_instance", "other instance")):
+            f = r[key]
+            lines.append(
+                f"| {backend} | {label} | {f['p50_ms']} | {f['p99_ms']} | {f.get('max_ms')} "
+                f"| {f['received']} of {r['events']} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.delivery", description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200)
+    parser.add_argument("--interval", type=float, default=0.02, help="seconds between appends")
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    results = run_all(args.backends.split(","), args.events, args.interval)
+    print(render(results))
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

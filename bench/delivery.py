@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.procs import Server, create_pg_database, drop_pg_database, pg_available
+from bench.procs import Server, each_backend
 from sessionlog.client import CaughtUp, SessionLogClient
 
 
@@ -97,22 +97,7 @@ def _sharing(db: str, env: dict[str, str]) -> dict[str, str]:
 
 
 def run_all(backends: list[str], events: int, interval: float) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for backend in backends:
-        if backend == "postgresql" and not pg_available():
-            out[backend] = {"unavailable": "PostgreSQL is not reachable"}
-            continue
-        name = f"sessionlog_bench_delivery_{int(time.time())}"
-        db = f"sqlite:////tmp/{name}.db" if backend == "sqlite" else create_pg_database(name)
-        try:
-            out[backend] = measure(db, events, interval)
-        finally:
-            if backend == "sqlite":
-                for suffix in ("", "-wal", "-shm"):
-                    Path(f"/tmp/{name}.db{suffix}").unlink(missing_ok=True)
-            else:
-                drop_pg_database(name)
-    return out
+    return each_backend(backends, "delivery", lambda db: measure(db, events, interval))
 
 
 def render(results: dict[str, Any]) -> str:

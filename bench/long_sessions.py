@@ -31,8 +31,8 @@ from typing import Any
 from sqlalchemy import text
 
 from bench.lifecycle_data import EVENT_COLUMNS, SESSION_COLUMNS, BulkLoader, _row, _session_row, committed
-from bench.procs import Server, create_pg_database, drop_pg_database, pg_available
-from bench.workload import TextSource, _usage
+from bench.procs import Server, each_backend
+from bench.workload import TextSource, _usage, turn_events
 from sessionlog.client import SessionLogClient
 from sessionlog.core import jsonvalue
 from sessionlog.core.events import NewEvent, Replace
@@ -42,10 +42,10 @@ from sessionlog_server.config import Settings
 from sessionlog_server.service.loader import SnapshotPolicy
 
 COMPACT_EVERY_TURNS = 40
-TWO_KB = 1.45
-"""Text scale of `_turn` that makes events of about 2 KB of data on average (measured: the
-bench prints the log's size)."""
-HALF_KB = 0.28
+TWO_KB = 1.0
+"""Text scale of the workload's turns that makes events of about 2 KB of data on average
+(the bench prints each log's size, so the mean can be checked)."""
+HALF_KB = 0.25
 """Text scale that makes events of about 500 B."""
 SNAPSHOT_COLUMNS = ("session_id", "seq", "fold_version", "state")
 
@@ -63,69 +63,6 @@ QUICK = Scale(compacting_events=3_000, long_events=6_000, live_sessions=5, live_
 
 
 # --- data -------------------------------------------------------------------------------
-
-
-def _turn(src: TextSource, turn: int, size: float) -> list[dict[str, Any]]:
-    """One agent turn (user, a tool step with 1-2 calls and results, a final answer); text
-    lengths scaled by `size` (see TWO_KB and HALF_KB)."""
-
-    def say(low: int, high: int) -> str:
-        return src.text(max(8, int(low * size)), max(16, int(high * size)))
-
-    calls = [f"c{turn}_{i}" for i in range(src.randint(1, 2))]
-    events: list[dict[str, Any]] = [
-        {"type": "turn/start", "data": {"turn": turn}},
-        {
-            "type": "user/message",
-            "data": {"message": {"role": "user", "content": say(1500, 4000)}},
-            "surfaceOp": "append",
-        },
-        {"type": "step/start", "data": {"turn": turn, "step": 1}},
-        {
-            "type": "assistant/message",
-            "data": {
-                "turn": turn,
-                "step": 1,
-                "message": {
-                    "role": "assistant",
-                    "content": [{"type": "text", "text": say(200, 600)}]
-                    + [
-                        {"type": "toolCall", "id": c, "name": "read", "arguments": {"path": say(400, 1600)}}
-                        for c in calls
-                    ],
-                },
-                "usage": _usage(src),
-            },
-            "surfaceOp": "append",
-        },
-    ]
-    for call in calls:
-        message = {
-            "role": "toolResult",
-            "toolCallId": call,
-            "content": [{"type": "text", "text": say(1000, 6000)}],
-            "isError": False,
-        }
-        events.append(
-            {"type": "tool/result", "data": {"turn": turn, "step": 1, "message": message}, "surfaceOp": "append"}
-        )
-    events += [
-        {"type": "step/end", "data": {"turn": turn, "step": 1}},
-        {"type": "step/start", "data": {"turn": turn, "step": 2}},
-        {
-            "type": "assistant/message",
-            "data": {
-                "turn": turn,
-                "step": 2,
-                "message": {"role": "assistant", "content": [{"type": "text", "text": say(2000, 5000)}]},
-                "usage": _usage(src),
-            },
-            "surfaceOp": "append",
-        },
-        {"type": "step/end", "data": {"turn": turn, "step": 2}},
-        {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}},
-    ]
-    return events
 
 
 def _compaction(src: TextSource, nodes: list[int], next_seq: int) -> list[NewEvent]:
@@ -177,7 +114,7 @@ def session_log(n: int, size: float, compact: bool, seed: int) -> Iterator[NewEv
     turn = 0
     while emitted < n:
         turn += 1
-        for raw in _turn(src, turn, size):
+        for raw in turn_events(src, turn, size):
             yield emit(NewEvent.from_json(raw))
         if compact and turn % COMPACT_EVERY_TURNS == 0 and emitted < n:
             for event in _compaction(src, fold.surface_view()["nodes"], fold.next_seq):
@@ -280,45 +217,34 @@ def measure_live(db: str, sids: list[str]) -> dict[str, Any]:
 # --- driver -----------------------------------------------------------------------------
 
 
-def run_backend(backend: str, scale: Scale) -> dict[str, Any]:
-    name = f"sessionlog_bench_long_{int(time.time())}"
-    if backend == "sqlite":
-        path = Path("var") / f"{name}.db"
-        path.parent.mkdir(exist_ok=True)
-        db = f"sqlite:///{path}"
-    else:
-        db = create_pg_database(name)
-    try:
-        loader = BulkLoader(db)
-        policy = SnapshotPolicy(Settings().snapshot_every_events, Settings().snapshot_every_bytes)
-        results: dict[str, Any] = {}
-        t0 = 1_800_000_000_000
-        for label, n, size in (("compacting", scale.compacting_events, TWO_KB), ("long", scale.long_events, HALF_KB)):
-            count = write_session(loader, label, session_log(n, size, True, seed=len(label)), t0, policy)
-            loader.close()
-            loader = BulkLoader(db)
-            _log(f"{backend}: {label} written ({count} events)")
-            results[label] = measure_session(db, loader, label, count)
-            _log(f"{backend}: {label} measured")
-        sids = [f"live-{i}" for i in range(scale.live_sessions)]
-        for index, sid in enumerate(sids):
-            write_session(loader, sid, session_log(scale.live_events, TWO_KB, False, seed=100 + index), t0, policy)
+def run_backend(db: str, scale: Scale) -> dict[str, Any]:
+    """Every data set written into `db` and measured."""
+    loader = BulkLoader(db)
+    policy = SnapshotPolicy(Settings().snapshot_every_events, Settings().snapshot_every_bytes)
+    results: dict[str, Any] = {}
+    t0 = 1_800_000_000_000
+    for label, n, size in (("compacting", scale.compacting_events, TWO_KB), ("long", scale.long_events, HALF_KB)):
+        count = write_session(loader, label, session_log(n, size, True, seed=len(label)), t0, policy)
         loader.close()
-        results["live"] = measure_live(db, sids)
-        results["live"]["events_per_session"] = scale.live_events
-        return results
-    finally:
-        if backend == "sqlite":
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
-        else:
-            drop_pg_database(name)
+        loader = BulkLoader(db)
+        _log(f"{label} written ({count} events)")
+        results[label] = measure_session(db, loader, label, count)
+        _log(f"{label} measured")
+    sids = [f"live-{i}" for i in range(scale.live_sessions)]
+    for index, sid in enumerate(sids):
+        write_session(loader, sid, session_log(scale.live_events, TWO_KB, False, seed=100 + index), t0, policy)
+    loader.close()
+    results["live"] = measure_live(db, sids)
+    results["live"]["events_per_session"] = scale.live_events
+    return results
 
 
 def targets(results: dict[str, Any]) -> list[tuple[str, bool, str]]:
     """The long-session targets, each met or missed, with the figure that decides it."""
     out: list[tuple[str, bool, str]] = []
     for backend, figures in results.items():
+        if "unavailable" in figures:
+            continue
         compacting = figures["compacting"]
         for key, name in (("cold_resume", "cold resume"), ("cold_history", "cold full history")):
             ratio = compacting[key]["ratio_to_floor"]
@@ -334,13 +260,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool, str]]:
 
 def run_all(backends: list[str], scale: Scale) -> dict[str, Any]:
     """Every backend that is reachable; the figures by backend."""
-    results: dict[str, Any] = {}
-    for backend in backends:
-        if backend == "postgresql" and not pg_available():
-            _log("PostgreSQL unavailable: skipped")
-            continue
-        results[backend] = run_backend(backend, scale)
-    return results
+    return each_backend(backends, "long", lambda db: run_backend(db, scale))
 
 
 def render(results: dict[str, Any]) -> str:
@@ -349,7 +269,8 @@ def render(results: dict[str, Any]) -> str:
         "| history at middle (ratio) | cold resume (ratio) | RSS growth history / middle / resume |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for backend, figures in results.items():
+    available = {backend: figures for backend, figures in results.items() if "unavailable" not in figures}
+    for backend, figures in available.items():
         for label in ("compacting", "long"):
             f = figures[label]
             lines.append(
@@ -363,7 +284,7 @@ def render(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append("| backend | live sessions | events each | RSS above idle |")
     lines.append("|---|---:|---:|---:|")
-    for backend, figures in results.items():
+    for backend, figures in available.items():
         live = figures["live"]
         lines.append(
             f"| {backend} | {live['sessions']} | {live['events_per_session']:,} | {live['rss_above_idle_mb']} MB |"

@@ -14,7 +14,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psycopg
@@ -220,3 +222,35 @@ def drop_pg_database(name: str) -> None:
         raise ValueError("the bench only drops databases named sessionlog_bench*")
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def scratch_database(backend: str, label: str) -> Iterator[str]:
+    """A fresh database for one measurement (a SQLite file under the temp dir, or a PostgreSQL
+    database named `sessionlog_bench_<label>_...`), removed afterwards."""
+    name = f"sessionlog_bench_{label}_{os.getpid()}_{int(time.time())}"
+    if backend == "sqlite":
+        path = Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}.db"
+        try:
+            yield f"sqlite:///{path}"
+        finally:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        return
+    url = create_pg_database(name)
+    try:
+        yield url
+    finally:
+        drop_pg_database(name)
+
+
+def each_backend(backends: list[str], label: str, measure: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """`measure(db)` on a scratch database of every reachable backend, by backend."""
+    out: dict[str, Any] = {}
+    for backend in backends:
+        if backend == "postgresql" and not pg_available():
+            out[backend] = {"unavailable": "PostgreSQL is not reachable"}
+            continue
+        with scratch_database(backend, label) as db:
+            out[backend] = measure(db)
+    return out

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.procs import Server, create_pg_database, drop_pg_database, pg_available
+from bench.procs import Server, each_backend
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.core.errors import SessionLogError
 
@@ -144,22 +144,7 @@ def measure(db: str, streams: int, seconds: float, client_procs: int, per_channe
 
 
 def run_all(backends: list[str], streams: int, seconds: float, client_procs: int, workers: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for backend in backends:
-        if backend == "postgresql" and not pg_available():
-            out[backend] = {"unavailable": "PostgreSQL is not reachable"}
-            continue
-        name = f"sessionlog_bench_slow_{int(time.time())}"
-        db = f"sqlite:////tmp/{name}.db" if backend == "sqlite" else create_pg_database(name)
-        try:
-            out[backend] = measure(db, streams, seconds, client_procs, 64, workers)
-        finally:
-            if backend == "sqlite":
-                for suffix in ("", "-wal", "-shm"):
-                    Path(f"/tmp/{name}.db{suffix}").unlink(missing_ok=True)
-            else:
-                drop_pg_database(name)
-    return out
+    return each_backend(backends, "slow", lambda db: measure(db, streams, seconds, client_procs, 64, workers))
 
 
 def render(results: dict[str, Any]) -> str:

@@ -73,17 +73,22 @@ def system_prompt(src: TextSource) -> dict[str, Any]:
     }
 
 
-def turn_events(src: TextSource, turn: int) -> list[dict[str, Any]]:
-    """One complete agent turn (10-12 events)."""
+def turn_events(src: TextSource, turn: int, scale: float = 1.0) -> list[dict[str, Any]]:
+    """One complete agent turn (10-12 events); `scale` multiplies every text length (1.0: the
+    ~2 KB mean events of the main workload)."""
+
+    def say(low: int, high: int) -> str:
+        return src.text(max(1, int(low * scale)), max(2, int(high * scale)))
+
     calls = [(f"call_{turn}_{i}", src.randint(0, 3)) for i in range(src.randint(1, 3))]
     names = ("read_file", "edit_file", "bash", "grep")
-    content: list[dict[str, Any]] = [{"type": "text", "text": src.text(200, 600)}]
+    content: list[dict[str, Any]] = [{"type": "text", "text": say(200, 600)}]
     content += [
         {
             "type": "toolCall",
             "id": call_id,
             "name": names[kind],
-            "arguments": {"path": f"src/module_{turn}.py", "content": src.text(600, 2400)},
+            "arguments": {"path": f"src/module_{turn}.py", "content": say(600, 2400)},
         }
         for call_id, kind in calls
     ]
@@ -91,7 +96,7 @@ def turn_events(src: TextSource, turn: int) -> list[dict[str, Any]]:
         {"type": "turn/start", "data": {"turn": turn}},
         {
             "type": "user/message",
-            "data": {"message": {"role": "user", "content": src.text(2000, 5000)}},
+            "data": {"message": {"role": "user", "content": say(2000, 5000)}},
             "surfaceOp": "append",
         },
         {"type": "step/start", "data": {"turn": turn, "step": 1}},
@@ -110,7 +115,7 @@ def turn_events(src: TextSource, turn: int) -> list[dict[str, Any]]:
         message = {
             "role": "toolResult",
             "toolCallId": call_id,
-            "content": [{"type": "text", "text": src.text(1024, 8192)}],
+            "content": [{"type": "text", "text": say(1024, 8192)}],
             "isError": False,
         }
         events.append(
@@ -124,7 +129,7 @@ def turn_events(src: TextSource, turn: int) -> list[dict[str, Any]]:
             "data": {
                 "turn": turn,
                 "step": 2,
-                "message": {"role": "assistant", "content": [{"type": "text", "text": src.text(2500, 6500)}]},
+                "message": {"role": "assistant", "content": [{"type": "text", "text": say(2500, 6500)}]},
                 "usage": _usage(src),
             },
             "surfaceOp": "append",

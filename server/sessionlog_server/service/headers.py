@@ -43,7 +43,7 @@ async def start_header_report(
     writer_id, epoch = holder.writer_id, holder.epoch
     live = await service.live.get(holder.session_id)
     async with live.lock:
-        service.check_writer(live, writer_id, epoch)
+        service.appends.check_writer(live, writer_id, epoch)
         decision = live.fold.decide_header(header, first_of_lease=not live.header_reported)
         done: asyncio.Future[HeaderReport] = asyncio.get_running_loop().create_future()
         if decision.data_to_append is None:
@@ -51,7 +51,7 @@ async def start_header_report(
             done.set_result(HeaderReport(None, False, latest.seq if latest else None, []))
             return done
         event = NewEvent(type=REQUEST_HEADER, data=decision.data_to_append)
-        committed = service.plan_and_commit(live, writer_id, epoch, [event])
+        committed = service.appends.plan_and_commit(live, writer_id, epoch, [event])
         live.header_reported = True
 
     async def finish() -> HeaderReport:

@@ -73,7 +73,7 @@ async def resume(
     async with live.lock:
         closers = live.fold.closers("interrupted")
         seed = [] if live.fold.ends_with_end_seed and not closers else [NewEvent(type=SESSION_END_SEED, data={})]
-        committed = service.plan_and_commit(live, wid, epoch, seed, service_events=closers)
+        committed = service.appends.plan_and_commit(live, wid, epoch, seed, service_events=closers)
     result = await committed
     if closers:
         service.metrics.repairs_written.labels("resume").inc()
@@ -136,7 +136,7 @@ async def repair_session(service: SessionLogService, session_id: str, trigger: s
             closers = live.fold.closers("interrupted")
             if not closers:
                 return False
-            committed = service.plan_and_commit(live, wid, epoch, [], service_events=closers)
+            committed = service.appends.plan_and_commit(live, wid, epoch, [], service_events=closers)
         result = await committed
         service.repairs_written += 1
         service.metrics.repairs_written.labels(trigger).inc()
@@ -149,8 +149,8 @@ async def repair_session(service: SessionLogService, session_id: str, trigger: s
 async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: str | None) -> ForkResult:
     """A new session inheriting `source_id`'s events 0..at_seq (shared, not copied)."""
     access.require_write("ForkSession")
-    source = await service.get_session(source_id)
-    await service.check_session_quota(source.namespace)
+    source = await service.sessions.get_session(source_id)
+    await service.sessions.check_session_quota(source.namespace)
     if at_seq >= source.next_seq:
         raise NotFound(
             "SEQ_NOT_FOUND",

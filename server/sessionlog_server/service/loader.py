@@ -19,10 +19,14 @@ from dataclasses import dataclass
 
 import structlog
 
+from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import Event
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.snapshot import FOLD_VERSION, SnapshotUnusable, decode_snapshot, encode_snapshot
+from sessionlog_server.service.committer import GroupCommitter
+from sessionlog_server.service.live import RECENT_IDS, LiveSession
 from sessionlog_server.service.reader import EventReader
+from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import SessionRecord, StoredSnapshot
 
 log = structlog.get_logger("sessionlog.loader")
@@ -110,4 +114,52 @@ class SessionLoader:
         return folded
 
 
-__all__ = ["LOAD_PAGE_EVENTS", "Loaded", "SessionLoader", "SnapshotPolicy"]
+class LiveSessionLoader:
+    """Brings a session into the live cache (`load`) and keeps a cached one current (`catch_up`)."""
+
+    def __init__(
+        self,
+        loader: SessionLoader,
+        reader: EventReader,
+        recorder: EventRecorder,
+        committer: GroupCommitter,
+        snapshots: SnapshotPolicy,
+    ) -> None:
+        self.loader = loader
+        self.reader = reader
+        self.recorder = recorder
+        self.committer = committer
+        self.snapshots = snapshots
+
+    async def load(self, session_id: str) -> LiveSession:
+        """Load a session: its latest snapshot, then the events after it (trusted: validated
+        when appended). A load that had to fold many events stores a snapshot at its head, so
+        the next cold load is short."""
+        record = await self.reader.session(session_id)
+        loaded = await self.loader.fold_at(record)
+        live = LiveSession(record=record, fold=loaded.fold, durable_next_seq=loaded.fold.next_seq)
+        recent = await self.reader.run(self.recorder.recent_event_ids, record.id, RECENT_IDS + 1)
+        for event_id, seq in reversed(recent):
+            live.recent_ids[event_id] = seq
+        live.ids_complete = len(recent) <= RECENT_IDS
+        if loaded.folded_events >= self.snapshots.every_events and live.fold.next_seq > 0:
+            stored = self.snapshots.stored(record.id, live.fold)
+            try:
+                await self.committer.run_in_writer(self.recorder.save_snapshot, stored)
+            except SessionLogError as exc:  # a cache: the load stands without it
+                log.warning("snapshot not stored", session_id=session_id, error=str(exc))
+        return live
+
+    async def catch_up(self, live: LiveSession, record: SessionRecord) -> None:
+        """Fast-forward a cached session that another instance wrote to (under its lock, with
+        nothing in flight): fold only the missing events, remember their eventIds."""
+        if live.in_flight or live.fold.next_seq >= record.next_seq:
+            return
+        for event in await self.loader.catch_up(live.fold, record, record.next_seq - 1):
+            if event.event_id is not None and event.seq > (-1 if record.fork_seq is None else record.fork_seq):
+                live.remember(event.event_id, event.seq)
+        live.durable_next_seq = live.fold.next_seq
+        live.record = record
+
+
+__all__ = ["LOAD_PAGE_EVENTS", "LiveSessionLoader", "Loaded", "SessionLoader", "SnapshotPolicy"]

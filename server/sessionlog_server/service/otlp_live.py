@@ -1,7 +1,7 @@
 """Live OTLP export (issue 14): with `SESSIONLOG_OTLP_ENDPOINT` set, every session's spans go to
 a collector as its turns end, through the official OpenTelemetry SDK exporter.
 
-It taps the batches this process commits (`SessionLogService.commit_taps`, in commit order;
+It taps the batches this process commits (`AppendPipeline.commit_taps`, in commit order;
 with `serve --workers N` each worker sends what it committed, so nothing goes out twice) and
 hands each batch to one thread, so neither the event loop nor a writer ever waits for the
 collector. Per session it keeps a `SessionExport` (the follower of `sessionlog otlp --follow`, so the spans,
@@ -55,7 +55,7 @@ class LiveOtlpExport:
     def start(self) -> None:
         """Tap the hub and start the worker (call on the service's event loop)."""
         self._loop = asyncio.get_running_loop()
-        self.service.commit_taps.append(self.tap)
+        self.service.appends.commit_taps.append(self.tap)
         self._thread.start()
 
     def tap(self, session_id: str, events: Sequence[Event]) -> None:
@@ -64,8 +64,8 @@ class LiveOtlpExport:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Send what is queued, then stop the worker and the exporter."""
-        if self.tap in self.service.commit_taps:
-            self.service.commit_taps.remove(self.tap)
+        if self.tap in self.service.appends.commit_taps:
+            self.service.appends.commit_taps.remove(self.tap)
         self._queue.put(None)
         self._thread.join(timeout)
         self.exporter.shutdown()

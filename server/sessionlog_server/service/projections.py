@@ -84,7 +84,7 @@ class TranscriptPage:
 
 async def fold_scope(service: SessionLogService, scope: Scope) -> Folded:
     """The fold of the scoped prefix (the live one when possible)."""
-    record = await service.get_session(scope.session_id)
+    record = await service.sessions.get_session(scope.session_id)
     if record.next_seq == 0:
         if scope.at_seq is not None:
             raise _no_seq(scope, record.next_seq)
@@ -99,7 +99,7 @@ async def fold_scope(service: SessionLogService, scope: Scope) -> Folded:
         async with live.lock:
             await live.wait_idle()
             if live.valid:
-                await service.catch_up(live, record)
+                await service.loading.catch_up(live, record)
                 if live.fold.next_seq - 1 == head:
                     return Folded(live.fold, head, record)
     fold = (await service.loader.fold_at(record, at_seq)).fold
@@ -168,7 +168,7 @@ async def transcript_page(
     Which rows were replaced, and by what, depends on replaces later in the log: the surface is
     folded from the page's start (its snapshot) to `at_seq` over light rows (seq, type and
     surface op only), so a page holds its own events and the surface, never the whole log."""
-    record = await service.get_session(scope.session_id)
+    record = await service.sessions.get_session(scope.session_id)
     from_seq = 0
     if page_token:
         at_token, from_seq, _ = _decode_token(page_token, "transcript")

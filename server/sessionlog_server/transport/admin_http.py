@@ -183,11 +183,11 @@ class AdminHttp:
     async def _describe(self, principal: access.Principal, session_id: str) -> tuple[SessionRef, int]:
         """The session (its fork relations) and its last seq, as `principal` may see them."""
         access.bind(principal)
-        record = await self.service.get_session(session_id)
+        record = await self.service.sessions.get_session(session_id)
         children: list[tuple[str, int | None]] = []
         token = ""
         while True:
-            records, token = await self.service.list_sessions(0, token, session_id)
+            records, token = await self.service.sessions.list_sessions(0, token, session_id)
             children.extend((child.id, child.fork_seq) for child in records)
             if not token:
                 break

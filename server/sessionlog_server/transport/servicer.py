@@ -9,27 +9,24 @@ writer message), which need no session state.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import grpc
 
 from sessionlog import convert
 from sessionlog.core import jsonvalue, validate
-from sessionlog.core.errors import AlreadyExists, SessionLogError, ValidationError
+from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event
 from sessionlog.core.limits import Limits
 from sessionlog.v1 import event_pb2, session_pb2, session_service_pb2_grpc
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog_server.service import lifecycle
-from sessionlog_server.service.app import AppendResult, SessionLogService
+from sessionlog_server.service.app import SessionLogService
+from sessionlog_server.service.appends import AppendResult
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.headers import HeaderReport, start_header_report
-from sessionlog_server.service.leases import Grant, LeaseHolder
 from sessionlog_server.service.projections import Scope, fold_scope, history_page, request_of, transcript_page
+from sessionlog_server.service.writer_stream import HeaderAcked, OpenRequest, WriterStream
 from sessionlog_server.storage.records import SessionRecord
 from sessionlog_server.transport import status
 from sessionlog_server.transport.status import note
@@ -138,21 +135,21 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     ) -> pb.CreateSessionResponse:
         validate.check_session_fields(request.cwd, len(request.metadata_json), self.service.limits)
         metadata = convert.data_from_bytes(request.metadata_json, what="metadata")
-        record = await self.service.create_session(request.session_id or None, request.cwd or None, metadata)
+        record = await self.service.sessions.create_session(request.session_id or None, request.cwd or None, metadata)
         return pb.CreateSessionResponse(session=session_to_pb(record))
 
     @status.unary
     async def GetSession(
         self, request: pb.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetSessionResponse:
-        record = await self.service.get_session(request.session_id)
+        record = await self.service.sessions.get_session(request.session_id)
         return pb.GetSessionResponse(session=session_to_pb(record))
 
     @status.unary
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListSessionsResponse:
-        records, token = await self.service.list_sessions(
+        records, token = await self.service.sessions.list_sessions(
             request.page_size, request.page_token, request.parent_session_id or None
         )
         return pb.ListSessionsResponse(sessions=[session_to_pb(r) for r in records], next_page_token=token)
@@ -172,7 +169,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self, request: pb.AppendEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendEventsResponse:
         holder = await self.service.leases.prove_for_caller(request.session_id, request.lease_token, "appending")
-        result = await self.service.append(
+        result = await self.service.appends.append(
             holder, optional_field(request, "expected_next_seq"), decode_events(request.events, self.service.limits)
         )
         note(seqs=_seq_range(result), writer_id=holder.writer_id, epoch=holder.epoch)
@@ -350,147 +347,67 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     async def _write(
         self, opened: pb.OpenWriter, request_iterator: AsyncIterator[pb.WriteRequest]
     ) -> AsyncIterator[pb.WriteResponse]:
-        """The writer stream after its `open` message: lease, pipelined batches, release."""
-        if opened.create_if_missing:
-            with contextlib.suppress(AlreadyExists):
-                await self.service.create_session(opened.session_id, None, {})
-        resumed = None
-        leases = self.service.leases
-        if opened.resume:
-            resumed = await lifecycle.resume(
-                self.service,
+        """The writer stream after its `open` message (the protocol is service/writer_stream.py)."""
+        stream = WriterStream(self.service)
+        granted = await stream.open(
+            OpenRequest(
                 opened.session_id,
                 opened.writer_id or None,
                 takeover=opened.takeover,
+                resume=opened.resume,
+                create_if_missing=opened.create_if_missing,
                 lease_token=opened.lease_token,
             )
-            record, token, next_seq = resumed.record, resumed.lease_token, resumed.next_seq
-        else:
-            grant = await leases.grant_for_caller(
-                opened.session_id, opened.writer_id or None, takeover=opened.takeover, lease_token=opened.lease_token
-            )
-            record, token, next_seq = grant.record, grant.token, grant.record.next_seq
-        holder = Grant(record, token).holder
-        leases.hold_for_stream(holder)
-        self.service.metrics.open_writers.inc()
+        )
+        holder = granted.holder
         note(session_id=holder.session_id, writer_id=holder.writer_id, epoch=holder.epoch)
-        acks = _AckQueue()
-        pump = asyncio.ensure_future(self._pump(request_iterator, holder, acks))
-        first_seq: int | None = None
-        last_seq: int | None = None
-        broken = True  # until the stream ends the way the writer or the service meant it to
+        pump = asyncio.ensure_future(self._pump(request_iterator, stream))
         try:
-            welcome = pb.WriterOpened(lease=lease_to_pb(record), next_seq=next_seq, lease_token=token)
-            if resumed is not None:
-                welcome.resumed.CopyFrom(resume_to_pb(resumed))
+            welcome = pb.WriterOpened(
+                lease=lease_to_pb(granted.record), next_seq=granted.next_seq, lease_token=granted.lease_token
+            )
+            if granted.resumed is not None:
+                welcome.resumed.CopyFrom(resume_to_pb(granted.resumed))
             yield pb.WriteResponse(opened=welcome)
-            while True:
-                item = await acks.get()
-                if isinstance(item, _Ended):
-                    broken = not item.closed  # ended without `close`: the writer is gone
-                    break
-                if isinstance(item, BaseException):
-                    raise item
-                batch_id, future = item
-                result = await future
-                if isinstance(result, HeaderReport):
-                    ack = pb.HeaderAck(batch_id=batch_id, result=header_report_to_pb(result))
+            async for outcome in stream.outcomes():
+                if isinstance(outcome, HeaderAcked):
+                    ack = pb.HeaderAck(batch_id=outcome.batch_id, result=header_report_to_pb(outcome.report))
                     yield pb.WriteResponse(header_ack=ack)
                     continue
-                ready = [(batch_id, result), *acks.take_ready_appends()]
-                for _, done in ready:
-                    if done.seqs:
-                        first_seq = done.seqs[0] if first_seq is None else first_seq
-                        last_seq = done.seqs[-1]
-                batch_acks = [pb.BatchAck(batch_id=b, seqs=r.seqs, next_seq=r.next_seq) for b, r in ready]
+                batch_acks = [pb.BatchAck(batch_id=b, seqs=r.seqs, next_seq=r.next_seq) for b, r in outcome.acks]
                 if len(batch_acks) == 1:
                     yield pb.WriteResponse(ack=batch_acks[0])
                 else:  # acknowledgements that are ready together travel in one message
                     yield pb.WriteResponse(acks=pb.BatchAcks(acks=batch_acks))
-        except SessionLogError:
-            broken = False  # the service ends the stream with an error the writer is told
-            raise
         finally:
             pump.cancel()
-            note(seqs=None if first_seq is None else [first_seq, last_seq])
-            self.service.metrics.open_writers.dec()
-            await leases.end_stream(holder, broken=broken)
+            note(seqs=None if stream.first_seq is None else [stream.first_seq, stream.last_seq])
+            await stream.finish()
 
-    async def _pump(self, requests: AsyncIterator[pb.WriteRequest], holder: LeaseHolder, acks: _AckQueue) -> None:
-        """Read batches as they arrive and start their appends without waiting for commits."""
+    async def _pump(self, requests: AsyncIterator[pb.WriteRequest], stream: WriterStream) -> None:
+        """Hand requests to the stream as they arrive, without waiting for commits."""
         try:
             async for request in requests:
                 kind = request.WhichOneof("kind")
-                future: asyncio.Future[Any]
                 if kind in ("batch", "batches"):
                     for batch in [request.batch] if kind == "batch" else request.batches.batches:
-                        future = await self.service.start_append(
-                            holder,
-                            optional_field(batch, "expected_next_seq"),
-                            decode_events(batch.events, self.service.limits),
-                        )
-                        acks.put((batch.batch_id, future))
+                        decoded = decode_events(batch.events, self.service.limits)
+                        await stream.batch(batch.batch_id, optional_field(batch, "expected_next_seq"), decoded)
                 elif kind == "header":
                     header = convert.data_from_bytes(request.header.header_json, what="header")
-                    future = await start_header_report(self.service, holder, header)
-                    acks.put((request.header.batch_id, future))
+                    await stream.header(request.header.batch_id, header)
                 elif kind == "close":
-                    acks.put(_Ended(closed=True))
+                    stream.close()
                     return
                 else:
                     raise ValidationError("WRITER_ALREADY_OPEN", "`open` may only be the first message", field="open")
             # The request stream ended without `close`. gRPC reports a writer process that died
             # this way too, so it cannot count as a release: the lease is left to lapse.
-            acks.put(_Ended(closed=False))
+            stream.requests_ended()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            acks.put(exc)
-
-
-_Ack = tuple[int, "asyncio.Future[Any]"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Ended:
-    """The writer's requests ended: with `close` (a release) or without (the writer is gone)."""
-
-    closed: bool
-
-
-class _AckQueue:
-    """Pending acknowledgements of one writer stream, in the order its requests arrived."""
-
-    def __init__(self) -> None:
-        self._items: deque[_Ack | BaseException | _Ended] = deque()
-        self._ready = asyncio.Event()
-
-    def put(self, item: _Ack | BaseException | _Ended) -> None:
-        self._items.append(item)
-        self._ready.set()
-
-    async def get(self) -> _Ack | BaseException | _Ended:
-        while not self._items:
-            self._ready.clear()
-            await self._ready.wait()
-        return self._items.popleft()
-
-    def take_ready_appends(self) -> list[tuple[int, AppendResult]]:
-        """The batch acknowledgements at the head of the queue that are already durable."""
-        ready: list[tuple[int, AppendResult]] = []
-        while self._items:
-            head = self._items[0]
-            if not isinstance(head, tuple):
-                break
-            batch_id, future = head
-            if not future.done() or future.cancelled() or future.exception() is not None:
-                break
-            result = future.result()
-            if not isinstance(result, AppendResult):
-                break
-            self._items.popleft()
-            ready.append((batch_id, result))
-        return ready
+            stream.failed(exc)
 
 
 def _seq_range(result: AppendResult) -> list[int] | None:

@@ -9,7 +9,7 @@ Why this is safe: correctness never depended on a process-wide lock. Every appen
 its own transaction by the lease epoch and the expected next seq (see write-path.md), so two
 workers can never interleave writes to a session, on SQLite (one write lock for the file) or
 PostgreSQL. A worker's cached session that another worker wrote to catches up on the missing
-events (service.catch_up) when its lease is taken or it is read. A subscriber on one worker
+events (LiveSessionLoader.catch_up) when its lease is taken or it is read. A subscriber on one worker
 learns of another worker's appends by polling the log.
 
 The parent runs the migrations once, checks the address is free, starts the workers, forwards

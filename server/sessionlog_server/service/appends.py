@@ -1,0 +1,233 @@
+"""The append pipeline: validate a batch, plan it on the live fold, commit it, publish it.
+
+`AppendPipeline.start_append` validates and plans a batch under the session's lock and hands it
+to the group committer; the returned future resolves once the batch is durable, so a streaming
+writer pipelines (the next batch is planned on this one's effects while it commits). When the
+commit returns, `_finish_append` trims the fold's undo journal, counts, publishes to the
+session's subscribers and to the commit taps, and acknowledges. Repairs and header reports go
+through `plan_and_commit` too, so every write of the service takes one path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from sessionlog.convert import DecodedEvent
+from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable
+from sessionlog.core.events import Event, NewEvent
+from sessionlog.core.limits import Limits
+from sessionlog_server.service import access
+from sessionlog_server.service.append import AppendPlan, plan_append, validate_proposals
+from sessionlog_server.service.clock import now_ms
+from sessionlog_server.service.committer import GroupCommitter
+from sessionlog_server.service.leases import LeaseHolder
+from sessionlog_server.service.limits import RateLimiter
+from sessionlog_server.service.live import LiveSession, LiveSessions
+from sessionlog_server.service.loader import SnapshotPolicy
+from sessionlog_server.service.metrics import Metrics
+from sessionlog_server.service.reader import EventReader
+from sessionlog_server.service.subscriptions import SubscriptionHub
+from sessionlog_server.storage.records import PendingBatch
+
+CommitTap = Callable[[str, Sequence[Event]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Seqs of an appended batch (original seqs for retried eventIds) and the next seq."""
+
+    seqs: list[int]
+    next_seq: int
+    lease_expires_at: int = 0
+
+
+class AppendPipeline:
+    """Every write of the service: validation, planning, group commit, publication."""
+
+    def __init__(
+        self,
+        live: LiveSessions,
+        committer: GroupCommitter,
+        reader: EventReader,
+        hub: SubscriptionHub,
+        metrics: Metrics,
+        rate_limiter: RateLimiter,
+        snapshots: SnapshotPolicy,
+        limits: Limits,
+        *,
+        lease_ttl_ms: int,
+        blob_threshold: int,
+    ) -> None:
+        self.live = live
+        self.committer = committer
+        self.reader = reader
+        self.hub = hub
+        self.metrics = metrics
+        self.rate_limiter = rate_limiter
+        self.snapshots = snapshots
+        self.limits = limits
+        self.lease_ttl_ms = lease_ttl_ms
+        self.blob_threshold = blob_threshold
+        self.commit_taps: list[CommitTap] = []
+        """Called with every batch this process commits, after its subscribers (the live OTLP
+        export); must not block."""
+
+    async def start_append(
+        self,
+        holder: LeaseHolder,
+        expected_next_seq: int | None,
+        decoded: Sequence[DecodedEvent],
+    ) -> asyncio.Future[AppendResult]:
+        """Validate and queue a batch under a proven lease; the future resolves once it is durable.
+
+        Splitting the two lets a streaming writer pipeline: the next batch is validated
+        against this one's effects while this one is still being committed.
+        """
+        access.require_write("appending")
+        access.check_namespace(holder.session_id, holder.namespace)
+        try:
+            proposals = validate_proposals(decoded, self.limits)
+            live = await self.live.get(holder.session_id)
+            await self._look_up_ids(live, proposals)
+            # A retried event already stored appends nothing, so it is not charged again.
+            fresh = sum(1 for e in proposals if e.event_id is None or live.known_seq(e.event_id) is None)
+            self.rate_limiter.take(live.record.namespace, fresh)
+            async with live.lock:
+                self.check_writer(live, holder.writer_id, holder.epoch)
+                return self.plan_and_commit(
+                    live,
+                    holder.writer_id,
+                    holder.epoch,
+                    proposals,
+                    expected_next_seq=expected_next_seq,
+                    raw=[d.raw for d in decoded],
+                )
+        except SessionLogError as exc:
+            self.metrics.batches_refused.labels(exc.reason).inc()
+            raise
+
+    async def _look_up_ids(self, live: LiveSession, proposals: Sequence[NewEvent]) -> None:
+        """Find the stored seqs of eventIds the recent set cannot answer for: one indexed lookup
+        per batch, and none at all while the recent set is complete. Found ids are remembered,
+        so planning (under the lock) answers a retry with its original seq."""
+        unknown = live.unknown_ids([e.event_id for e in proposals if e.event_id is not None])
+        if unknown:
+            for event_id, seq in (await self.reader.find_event_ids(live.record, unknown)).items():
+                live.remember(event_id, seq)
+
+    def check_writer(self, live: LiveSession, writer_id: str, epoch: int) -> None:
+        """Refuse a writer this instance knows was fenced out (the commit re-checks in SQL)."""
+        if live.writer_id is not None and (live.writer_id != writer_id or live.epoch != epoch):
+            raise OwnershipLost(
+                "OWNERSHIP_LOST",
+                f"writer {writer_id!r} (epoch {epoch}) no longer holds session {live.session_id!r}; reopen the writer",
+                session_id=live.session_id,
+                epoch=live.epoch,
+                holder=live.writer_id,
+            )
+
+    def plan_and_commit(
+        self,
+        live: LiveSession,
+        writer_id: str,
+        epoch: int,
+        proposals: Sequence[NewEvent],
+        *,
+        expected_next_seq: int | None = None,
+        service_events: Sequence[NewEvent] = (),
+        raw: Sequence[bytes] | None = None,
+    ) -> asyncio.Future[AppendResult]:
+        """Plan a batch against the live fold and hand it to the group committer.
+
+        Must run under `live.lock`. `service_events` (repair closers) are committed first, at
+        the last event's time (SPEC §8); they take seqs but are not reported back.
+        """
+        now = now_ms()
+        plan = plan_append(
+            live,
+            proposals,
+            writer_id=writer_id,
+            epoch=epoch,
+            expected_next_seq=expected_next_seq,
+            now=now,
+            lease_expires_at=now + self.lease_ttl_ms,
+            blob_threshold=self.blob_threshold,
+            extra_first=service_events,
+            raw=raw,
+        )
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[AppendResult] = loop.create_future()
+        if plan.pending is None:
+            result.set_result(AppendResult(plan.seqs, live.fold.next_seq, now + self.lease_ttl_ms))
+            return result
+        pending = plan.pending
+        self._maybe_snapshot(live, pending)
+        try:
+            done = self.committer.enqueue(pending)
+        except SessionLogError:
+            self.live.invalidate(live.session_id)  # planned into the fold, never committed
+            raise
+        live.begin_commit()
+        done.add_done_callback(lambda committed: self._finish_append(live, pending, plan, committed, result))
+        return result
+
+    def _maybe_snapshot(self, live: LiveSession, pending: PendingBatch) -> None:
+        """Attach a fold snapshot to the batch when the policy says one is due: it is the state
+        after this batch, committed in the batch's own transaction (never ahead of the log)."""
+        live.events_since_snapshot += len(pending.events)
+        live.bytes_since_snapshot += sum(len(text) for text, _ in pending.stored)
+        if self.snapshots.due(live.events_since_snapshot, live.bytes_since_snapshot, live.fold.surface_size):
+            pending.snapshot = self.snapshots.stored(live.session_id, live.fold)
+            live.events_since_snapshot = live.bytes_since_snapshot = 0
+
+    def _finish_append(
+        self,
+        live: LiveSession,
+        pending: PendingBatch,
+        plan: AppendPlan,
+        committed: asyncio.Future[None],
+        result: asyncio.Future[AppendResult],
+    ) -> None:
+        """Once durable: trim the fold's journal, count, publish, acknowledge (a callback, no task)."""
+        live.end_commit()
+        error = committed.exception() if not committed.cancelled() else Unavailable("COMMIT_CANCELLED", "cancelled")
+        if error is not None:
+            # The fold already holds this batch: drop it; the log is re-folded on next use.
+            self.live.invalidate(live.session_id)
+            if not result.done():
+                result.set_exception(error)
+            return
+        if live.valid and plan.checkpoint is not None:
+            live.fold.release(plan.checkpoint)  # durable: its undo journal is no longer needed
+            live.durable_next_seq = max(live.durable_next_seq, pending.new_next_seq)
+        self.metrics.batches_appended.inc()
+        self.metrics.events_appended.inc(len(pending.events))
+        self.metrics.batch_size.observe(len(pending.events))
+        committed_events = _with_stored_text(pending)
+        self.hub.publish(live.session_id, committed_events, sum(len(text) for text, _ in pending.stored))
+        for tap in self.commit_taps:
+            tap(live.session_id, committed_events)
+        if not result.done():
+            result.set_result(AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at))
+
+    async def append(
+        self, holder: LeaseHolder, expected_next_seq: int | None, decoded: Sequence[DecodedEvent]
+    ) -> AppendResult:
+        """Validate, commit and publish one batch; returns once it is durable."""
+        future = await self.start_append(holder, expected_next_seq, decoded)
+        return await future
+
+
+
+def _with_stored_text(pending: PendingBatch) -> list[Event]:
+    """The batch's events carrying the exact data text they were stored with (when it holds
+    the whole data: no blob strings taken out), so subscribers get the bytes readers get."""
+    return [
+        event if refs else replace(event, data_text=text)
+        for event, (text, refs) in zip(pending.events, pending.stored, strict=True)
+    ]
+
+
+__all__ = ["AppendPipeline", "AppendResult", "CommitTap"]

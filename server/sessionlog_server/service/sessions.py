@@ -1,0 +1,113 @@
+"""Sessions as records: create, look up (in the caller's namespace), list, count against quotas."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from typing import Any
+
+from sessionlog.core import jsonvalue, validate
+from sessionlog.core.errors import LimitExceeded, SessionLogError, ValidationError
+from sessionlog.core.limits import Limits
+from sessionlog_server.service import access
+from sessionlog_server.service.clock import now_ms
+from sessionlog_server.service.committer import GroupCommitter
+from sessionlog_server.service.reader import EventReader
+from sessionlog_server.storage.recorder import EventRecorder
+from sessionlog_server.storage.records import SessionRecord
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+
+class SessionDirectory:
+    """The session rows of the caller's namespace; every method checks the caller's access."""
+
+    def __init__(
+        self,
+        recorder: EventRecorder,
+        reader: EventReader,
+        committer: GroupCommitter,
+        limits: Limits,
+        *,
+        max_sessions_per_namespace: int,
+    ) -> None:
+        self.recorder = recorder
+        self.reader = reader
+        self.committer = committer
+        self.limits = limits
+        self.max_sessions_per_namespace = max_sessions_per_namespace
+
+    async def create_session(self, session_id: str | None, cwd: str | None, metadata: dict[str, Any]) -> SessionRecord:
+        """Create an empty session in the caller's namespace (id generated when not given)."""
+        access.require_write("CreateSession")
+        namespace = access.current().namespace
+        sid = session_id or str(uuid.uuid4())
+        validate.check_session_id(sid, self.limits)
+        validate.check_session_fields(cwd, len(jsonvalue.dumps_bytes(metadata)), self.limits)
+        await self.check_session_quota(namespace)
+        record = SessionRecord(
+            id=sid,
+            namespace=namespace,
+            create_time=now_ms(),
+            cwd=cwd,
+            metadata=metadata,
+            parent_id=None,
+            fork_seq=None,
+            next_seq=0,
+            last_time=0,
+            writer_id=None,
+            epoch=0,
+            lease_expires_at=None,
+            open_turn=False,
+        )
+        return await self.committer.run_in_writer(self.recorder.create_session, record)
+
+    async def check_session_quota(self, namespace: str) -> None:
+        quota = self.max_sessions_per_namespace
+        if quota and await self.reader.run(self.recorder.count_sessions, namespace) >= quota:
+            raise LimitExceeded(
+                "SESSION_QUOTA_EXCEEDED",
+                f"namespace {namespace!r} already holds its limit of {quota} sessions",
+                limit=quota,
+                namespace=namespace,
+            )
+
+    async def get_session(self, session_id: str) -> SessionRecord:
+        """The session, if it exists in the caller's namespace."""
+        validate.check_session_id(session_id, self.limits)
+        record = await self.reader.session(session_id)
+        access.check_namespace(session_id, record.namespace)
+        return record
+
+    async def list_sessions(
+        self, page_size: int, page_token: str, parent_id: str | None
+    ) -> tuple[list[SessionRecord], str]:
+        """One page of the caller's sessions and the token of the next page ('' on the last)."""
+        namespace = access.current().namespace
+        if page_size < 0:
+            raise ValidationError("BAD_PAGE_SIZE", "page_size must not be negative", field="page_size")
+        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        after = _decode_page_token(page_token) if page_token else None
+        records = await self.reader.run(self.recorder.list_sessions, namespace, size + 1, after, parent_id)
+        more = len(records) > size
+        records = records[:size]
+        token = _encode_page_token(records[-1]) if more else ""
+        return records, token
+
+
+def _encode_page_token(record: SessionRecord) -> str:
+    raw = jsonvalue.dumps_bytes([record.create_time, record.id])
+    return base64.urlsafe_b64encode(raw).decode("ascii")
+
+
+def _decode_page_token(token: str) -> tuple[int, str]:
+    try:
+        created, sid = jsonvalue.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+        if type(created) is not int or not 0 <= created < 2**63 or not isinstance(sid, str):
+            raise ValueError(token)  # (a bool is an int to isinstance, and reached SQL as one)
+    except (ValueError, TypeError, SessionLogError):
+        raise ValidationError(
+            "BAD_PAGE_TOKEN", "page_token is not a token this service issued", field="page_token"
+        ) from None
+    return created, sid

@@ -1,0 +1,214 @@
+"""The writer-stream protocol, independent of gRPC: what one open `Write` stream does.
+
+A harness opens a stream for a session (taking the lease, or resuming), then sends batches and
+header reports in order; each is planned at once (so batches pipeline) and acknowledged in the
+order it came, once durable. Acknowledgements that are ready together are handed out together
+(the transport sends them in one message). The stream ends in one of three ways, and each
+decides what happens to the lease:
+
+- the writer sends `close`: the lease is released;
+- the service ends it with an error the writer is told: released as well;
+- the requests just stop (the writer process died, or its connection broke): the lease is left
+  to lapse, and the expiry sweep repairs an open turn exactly as for a unary writer (SPEC §8).
+
+The transport translates messages to `open` / `batch` / `header` / `close` / `requests_ended`
+and `Outcome`s back; it holds no protocol state of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sessionlog.convert import DecodedEvent
+from sessionlog.core.errors import AlreadyExists, SessionLogError
+from sessionlog_server.service import lifecycle
+from sessionlog_server.service.appends import AppendResult
+from sessionlog_server.service.headers import HeaderReport, start_header_report
+from sessionlog_server.service.leases import Grant, LeaseHolder
+from sessionlog_server.storage.records import SessionRecord
+
+if TYPE_CHECKING:
+    from sessionlog_server.service.app import SessionLogService
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRequest:
+    """The writer's `open`: which session, as whom, and how to take the lease."""
+
+    session_id: str
+    writer_id: str | None
+    takeover: bool = False
+    resume: bool = False
+    create_if_missing: bool = False
+    lease_token: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """The stream is open: the lease it holds, and the resume's result when it resumed."""
+
+    record: SessionRecord
+    lease_token: str
+    next_seq: int
+    resumed: lifecycle.ResumeResult | None
+    holder: LeaseHolder
+
+
+@dataclass(frozen=True, slots=True)
+class BatchesAcked:
+    """Durable batches, in the order they were sent: `(batch_id, result)` pairs."""
+
+    acks: list[tuple[int, AppendResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderAcked:
+    """A header report decided and (when logged) durable."""
+
+    batch_id: int
+    report: HeaderReport
+
+
+Outcome = BatchesAcked | HeaderAcked
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    closed: bool
+
+
+_Pending = tuple[int, "asyncio.Future[Any]"]
+
+
+class WriterStream:
+    """One open writer stream's protocol state: its lease and its pending acknowledgements."""
+
+    def __init__(self, service: SessionLogService) -> None:
+        self.service = service
+        self.opened: Opened | None = None
+        self._items: deque[_Pending | BaseException | _Ended] = deque()
+        self._ready = asyncio.Event()
+        self._broken = True  # until the stream ends the way the writer or the service meant it to
+        self.first_seq: int | None = None
+        self.last_seq: int | None = None
+
+    async def open(self, request: OpenRequest) -> Opened:
+        """Take the lease (or resume the session) and hold it for as long as the stream lasts."""
+        service = self.service
+        if request.create_if_missing:
+            with contextlib.suppress(AlreadyExists):
+                await service.sessions.create_session(request.session_id, None, {})
+        resumed = None
+        if request.resume:
+            resumed = await lifecycle.resume(
+                service,
+                request.session_id,
+                request.writer_id,
+                takeover=request.takeover,
+                lease_token=request.lease_token,
+            )
+            record, token, next_seq = resumed.record, resumed.lease_token, resumed.next_seq
+        else:
+            grant = await service.leases.grant_for_caller(
+                request.session_id, request.writer_id, takeover=request.takeover, lease_token=request.lease_token
+            )
+            record, token, next_seq = grant.record, grant.token, grant.record.next_seq
+        holder = Grant(record, token).holder
+        service.leases.hold_for_stream(holder)
+        service.metrics.open_writers.inc()
+        self.opened = Opened(record, token, next_seq, resumed, holder)
+        return self.opened
+
+    async def batch(self, batch_id: int, expected_next_seq: int | None, decoded: Sequence[DecodedEvent]) -> None:
+        """Plan a batch now (in order); it is acknowledged once durable."""
+        future = await self.service.appends.start_append(self._holder(), expected_next_seq, decoded)
+        self._put((batch_id, future))
+
+    async def header(self, batch_id: int, header: dict[str, Any]) -> None:
+        """Decide a header report now, in order with the batches."""
+        future = await start_header_report(self.service, self._holder(), header)
+        self._put((batch_id, future))
+
+    def close(self) -> None:
+        """The writer sent `close`: acknowledge what is pending, then release the lease."""
+        self._put(_Ended(closed=True))
+
+    def requests_ended(self) -> None:
+        """The requests stopped without `close` (a dead writer looks like this too): the lease is
+        left to lapse."""
+        self._put(_Ended(closed=False))
+
+    def failed(self, error: BaseException) -> None:
+        """Reading or planning a request failed: the stream ends with this error."""
+        self._put(error)
+
+    async def outcomes(self) -> AsyncIterator[Outcome]:
+        """Acknowledgements in request order, ready ones together; raises the stream's error."""
+        try:
+            while True:
+                item = await self._get()
+                if isinstance(item, _Ended):
+                    self._broken = not item.closed
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                batch_id, future = item
+                result = await future
+                if isinstance(result, HeaderReport):
+                    yield HeaderAcked(batch_id, result)
+                    continue
+                ready = [(batch_id, result), *self._take_ready_appends()]
+                for _, done in ready:
+                    if done.seqs:
+                        self.first_seq = done.seqs[0] if self.first_seq is None else self.first_seq
+                        self.last_seq = done.seqs[-1]
+                yield BatchesAcked(ready)
+        except SessionLogError:
+            self._broken = False  # the service ends the stream with an error the writer is told
+            raise
+
+    async def finish(self) -> None:
+        """Give the lease back, or leave it to lapse if the stream broke."""
+        if self.opened is None:
+            return
+        self.service.metrics.open_writers.dec()
+        await self.service.leases.end_stream(self.opened.holder, broken=self._broken)
+
+    def _holder(self) -> LeaseHolder:
+        assert self.opened is not None, "open the stream first"
+        return self.opened.holder
+
+    def _put(self, item: _Pending | BaseException | _Ended) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    async def _get(self) -> _Pending | BaseException | _Ended:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._items.popleft()
+
+    def _take_ready_appends(self) -> list[tuple[int, AppendResult]]:
+        """The batch acknowledgements at the head of the queue that are already durable."""
+        ready: list[tuple[int, AppendResult]] = []
+        while self._items:
+            head = self._items[0]
+            if not isinstance(head, tuple):
+                break
+            batch_id, future = head
+            if not future.done() or future.cancelled() or future.exception() is not None:
+                break
+            result = future.result()
+            if not isinstance(result, AppendResult):
+                break
+            self._items.popleft()
+            ready.append((batch_id, result))
+        return ready
+
+
+__all__ = ["BatchesAcked", "HeaderAcked", "OpenRequest", "Opened", "Outcome", "WriterStream"]

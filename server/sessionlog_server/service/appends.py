@@ -205,10 +205,11 @@ class AppendPipeline:
         self.metrics.batches_appended.inc()
         self.metrics.events_appended.inc(len(pending.events))
         self.metrics.batch_size.observe(len(pending.events))
-        committed_events = _with_stored_text(pending)
-        self.hub.publish(live.session_id, committed_events, sum(len(text) for text, _ in pending.stored))
-        for tap in self.commit_taps:
-            tap(live.session_id, committed_events)
+        if self.commit_taps or self.hub.has_subscribers(live.session_id):  # else no one to hand events to
+            committed_events = _with_stored_text(pending)
+            self.hub.publish(live.session_id, committed_events, sum(len(text) for text, _ in pending.stored))
+            for tap in self.commit_taps:
+                tap(live.session_id, committed_events)
         if not result.done():
             result.set_result(AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at))
 

@@ -108,6 +108,10 @@ class SubscriptionHub:
         for subscriber in subscribers:
             subscriber.push(events, nbytes)
 
+    def has_subscribers(self, session_id: str) -> bool:
+        """Whether anyone here follows the session (publishing costs nothing otherwise)."""
+        return bool(self._subscribers.get(session_id))
+
     def poke(self, session_id: str) -> None:
         """Wake the session's subscribers to read the log (another process appended to it)."""
         for subscriber in self._subscribers.get(session_id, ()):

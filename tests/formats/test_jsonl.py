@@ -141,10 +141,12 @@ def test_non_finite_numbers_are_refused(token: bytes) -> None:
     assert err.metadata["line"] == "2"
 
 
-def test_lone_surrogate_escape_is_refused_but_pairs_are_fine() -> None:
+def test_lone_surrogate_escapes_are_json_grammar_and_kept() -> None:
+    """An escape is JSON grammar, not a UTF-8 byte: Pi reads a lone one and so do we."""
     assert feed_all([b'{"e":"\\ud83d\\ude00"}\n']) == [{"e": "😀"}]
     assert feed_all([b'{"e":"\\\\ud800"}\n']) == [{"e": "\\ud800"}]  # an escaped backslash
-    err = error_of(b'{"a":1}\n{"e":"\\ud800"}\n')
+    assert feed_all([b'{"a":1}\n{"e":"\\ud800"}\n']) == [{"a": 1}, {"e": "\ud800"}]
+    err = error_of(b'{"a":1}\n{"e":"\xed\xa0\x80"}\n')  # a surrogate as (invalid) UTF-8 bytes
     assert err.reason == "INVALID_UTF8"
     assert err.metadata["line"] == "2"
 

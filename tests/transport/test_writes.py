@@ -167,7 +167,6 @@ def test_nan_and_bad_utf8_payloads_are_refused(client: SessionLogClient, sid: st
     for raw, reason in [
         (b'{"x": NaN}', "NON_FINITE_NUMBER"),
         (b'{"x": Infinity}', "NON_FINITE_NUMBER"),
-        (b'{"x": "\\ud800"}', "INVALID_UTF8"),
         (b'{"x": "\xff"}', "INVALID_UTF8"),
         (b'{"x": ', "MALFORMED_JSON"),
     ]:

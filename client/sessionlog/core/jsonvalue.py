@@ -1,20 +1,26 @@
 """Lossless JSON (SPEC §2): parse strictly, serialise one way, hash canonically.
 
 Payloads must survive a round trip unchanged: integers stay integers, and values JSON cannot
-carry (NaN, Infinity, lone UTF-16 surrogates) are refused at the door instead of being
-stored and failing later. `dumps` is the one storage/wire form; `canonical` is RFC 8785 for
-hashing requests (SPEC §5).
+carry (NaN, Infinity, numbers beyond a double's range) are refused at the door instead of
+being stored and failing later. One decoder and one set of limits serve the door and every
+read path: nesting deeper than MAX_JSON_DEPTH is refused before any decoder recurses, so
+whatever is accepted can be read back and projected. A lone UTF-16 surrogate escape
+(`"\\ud83d"`, a model's broken emoji) is JSON grammar, accepted as Pi accepts it, and written
+back as the same escape. `dumps` is the one storage/wire form; `canonical` is RFC 8785 for
+hashing requests (SPEC §5), extended losslessly to big integers and lone surrogates.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import sys
+from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
 import orjson
-import rfc8785
 
 from sessionlog.core.errors import ValidationError
 
@@ -59,12 +65,14 @@ _LONG_RUN = b"1" * 20
 
 
 def loads(text: str | bytes, *, what: str = "JSON") -> Any:
-    """Parse JSON text strictly: no NaN/Infinity, valid UTF-8, no lone surrogates.
+    """Parse JSON text strictly: no NaN/Infinity, valid UTF-8, at most MAX_JSON_DEPTH deep.
 
-    Bytes go through orjson first (it refuses everything this function refuses, several times
-    faster); anything it refuses, and any text holding a number too long for 64 bits, is
+    Bytes go through orjson first (several times faster); anything it refuses (a lone
+    surrogate escape, or an error), and any text holding a number too long for 64 bits, is
     parsed by the standard library, which keeps big integers exact and names the problem.
+    The depth is checked first, so both paths accept exactly the same texts.
     """
+    check_depth(text, what)
     if isinstance(text, bytes) and _LONG_RUN not in text.translate(_DIGIT_MAP):
         try:
             return orjson.loads(text)
@@ -78,17 +86,17 @@ def loads(text: str | bytes, *, what: str = "JSON") -> Any:
         raise ValidationError("INVALID_UTF8", f"{what} is not valid UTF-8: {exc.reason}") from None
     except json.JSONDecodeError as exc:
         raise ValidationError("MALFORMED_JSON", f"{what} is not valid JSON: {exc}") from None
-    except RecursionError:
+    except RecursionError:  # not reached below MAX_JSON_DEPTH; kept as a guard
         raise ValidationError("JSON_TOO_DEEP", f"{what} is nested too deeply") from None
-    if "\\u" in text and has_lone_surrogate(value):
-        raise ValidationError("INVALID_UTF8", f"{what} contains a lone UTF-16 surrogate escape")
     return value
 
 
 def dumps(value: Any) -> str:
-    """The compact storage and wire form (UTF-8 text, no ASCII escaping, no NaN)."""
+    """The compact storage and wire form (UTF-8 text, no ASCII escaping, no NaN; a lone
+    surrogate is written as its `\\uXXXX` escape, the only form valid UTF-8 can carry)."""
     try:
-        return _ENCODER.encode(value)
+        text = _ENCODER.encode(value)
+        return escape_lone_surrogates(text) if _LONE_SURROGATE.search(text) else text
     except ValueError as exc:
         raise ValidationError("NON_FINITE_NUMBER", f"value is not lossless JSON: {exc}") from None
     except RecursionError:
@@ -96,19 +104,175 @@ def dumps(value: Any) -> str:
 
 
 def dumps_bytes(value: Any) -> bytes:
-    """`dumps` encoded as UTF-8; a lone surrogate in a string is refused here."""
-    try:
-        return dumps(value).encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationError("INVALID_UTF8", "a string contains a lone UTF-16 surrogate") from None
+    """`dumps` encoded as UTF-8."""
+    return dumps(value).encode("utf-8")
+
+
+#: The deepest nesting of arrays and objects any JSON value may have, at the door and on every
+#: read path: well inside what orjson (1024) and the standard library's recursive decoder and
+#: encoder handle from a server's call stack, so whatever is accepted can be served.
+MAX_JSON_DEPTH = 256
+
+_OPENERS = (b"[", b"{")
+_DEPTH_TOKENS_BYTES = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+_DEPTH_TOKENS_STR = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+def check_depth(text: str | bytes, what: str = "JSON") -> None:
+    """Refuse JSON text nested deeper than MAX_JSON_DEPTH (before any decoder recurses into it).
+
+    Counting brackets is enough when there are few of them (the common case, one C-speed pass);
+    otherwise the text is tokenised, skipping strings, to measure the real depth.
+    """
+    if isinstance(text, bytes):
+        if text.count(b"[") + text.count(b"{") <= MAX_JSON_DEPTH:
+            return
+        tokens: Iterable[Any] = (m.group() for m in _DEPTH_TOKENS_BYTES.finditer(text))
+        open_set: tuple[Any, ...] = (b"[", b"{")
+        close_set: tuple[Any, ...] = (b"]", b"}")
+    else:
+        if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+            return
+        tokens = (m.group() for m in _DEPTH_TOKENS_STR.finditer(text))
+        open_set, close_set = ("[", "{"), ("]", "}")
+    depth = 0
+    for token in tokens:
+        if token in open_set:
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ValidationError(
+                    "JSON_TOO_DEEP",
+                    f"{what} is nested more than {MAX_JSON_DEPTH} levels deep",
+                    limit=MAX_JSON_DEPTH,
+                )
+        elif token in close_set:
+            depth -= 1
+
+
+def value_depth(value: Any) -> int:
+    """How deeply a decoded value nests (iteratively: any depth is measured without recursion)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            depth += 1
+            stack.extend((v, depth) for v in item.values())
+        elif isinstance(item, list):
+            depth += 1
+            stack.extend((v, depth) for v in item)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+class _Raw(str):
+    """Literal JSON text in the canonical serialiser's work stack (punctuation, keys)."""
+
+
+_JCS_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_JCS_NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\ud800-\udfff]')
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group()
+    return _JCS_ESCAPES.get(char) or f"\\u{ord(char):04x}"
+
+
+def _canonical_string(text: str) -> str:
+    return '"' + _JCS_NEEDS_ESCAPE.sub(_escape_char, text) + '"'
+
+
+def _utf16_order(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def es_number(value: float) -> str:
+    """A double as ECMAScript's Number::toString writes it (RFC 8785 §3.2.2.3)."""
+    if math.isnan(value) or math.isinf(value):
+        raise ValidationError("NOT_CANONICALIZABLE", f"{value!r} has no JSON form")
+    if value == 0:
+        return "0"
+    if value < 0:
+        return "-" + es_number(-value)
+    _, digit_tuple, exponent = Decimal(repr(value)).as_tuple()  # repr: the shortest round trip
+    digits = "".join(map(str, digit_tuple))
+    stripped = digits.rstrip("0")
+    exponent = int(exponent) + len(digits) - len(stripped)
+    digits = stripped.lstrip("0") or "0"
+    k = len(digits)
+    n = exponent + k  # value = 0.digits × 10^n
+    if k <= n <= 21:
+        return digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return "0." + "0" * -n + digits
+    e = n - 1
+    mantissa = digits[0] + ("." + digits[1:] if k > 1 else "")
+    return f"{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
 
 
 def canonical(value: Any) -> bytes:
-    """RFC 8785 (JCS) canonical bytes, used for request hashes."""
-    try:
-        return rfc8785.dumps(value)
-    except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
-        raise ValidationError("NOT_CANONICALIZABLE", f"value cannot be canonicalised: {exc}") from None
+    """RFC 8785 (JCS) canonical bytes, used for request hashes; iterative, so any depth the
+    door accepts is served.
+
+    Two values JCS leaves out are written losslessly instead of refused, so that whatever the
+    door accepts can be served (docs/projections.md): an integer beyond ±(2^53 − 1) is written
+    with its exact digits (JCS would first round it to a double), and a lone UTF-16 surrogate
+    as a lowercase `\\uXXXX` escape (I-JSON excludes them; ECMAScript's JSON.stringify writes
+    them the same way).
+    """
+    out: list[str] = []
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is _Raw:
+            out.append(item)
+        elif item is None:
+            out.append("null")
+        elif item is True:
+            out.append("true")
+        elif item is False:
+            out.append("false")
+        elif isinstance(item, str):
+            out.append(_canonical_string(item))
+        elif isinstance(item, int):
+            out.append(str(item))
+        elif isinstance(item, float):
+            out.append(es_number(item))
+        elif isinstance(item, dict):
+            parts: list[Any] = [_Raw("{")]
+            for index, key in enumerate(sorted(item, key=_canonical_key)):
+                parts.append(_Raw(("," if index else "") + _canonical_string(key) + ":"))
+                parts.append(item[key])
+            parts.append(_Raw("}"))
+            stack.extend(reversed(parts))
+        elif isinstance(item, (list, tuple)):
+            parts = [_Raw("[")]
+            for index, element in enumerate(item):
+                if index:
+                    parts.append(_Raw(","))
+                parts.append(element)
+            parts.append(_Raw("]"))
+            stack.extend(reversed(parts))
+        else:
+            raise ValidationError("NOT_CANONICALIZABLE", f"value cannot be canonicalised: {type(item).__name__}")
+    return "".join(out).encode("utf-8")
+
+
+def _canonical_key(key: Any) -> bytes:
+    if not isinstance(key, str):
+        raise ValidationError("NOT_CANONICALIZABLE", f"object key {key!r} is not a string")
+    return _utf16_order(key)
+
+
+def escape_lone_surrogates(text: str) -> str:
+    """JSON text with each lone surrogate written as its `\\uXXXX` escape (valid UTF-8 again).
+
+    A lone surrogate can only stand inside a JSON string, where the escape means the same.
+    """
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def has_lone_surrogate(value: Any) -> bool:

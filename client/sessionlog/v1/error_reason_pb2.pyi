@@ -123,7 +123,7 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
       way.
     """
     INVALID_UTF8: _ErrorReason.ValueType  # 12
-    """JSON text is not valid UTF-8 (or holds a lone UTF-16 surrogate escape).
+    """JSON text is not valid UTF-8 (a lone UTF-16 surrogate escape is valid JSON and accepted).
 
     Code: INVALID_ARGUMENT
     Metadata: `line`, `offset`
@@ -132,10 +132,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
       way.
     """
     JSON_TOO_DEEP: _ErrorReason.ValueType  # 13
-    """JSON is nested deeper than the service accepts.
+    """JSON is nested deeper than the service accepts: more than 256 levels of arrays and objects
+    (`limit`), the same limit at the door, on every read and in the file readers.
 
     Code: INVALID_ARGUMENT
-    Metadata: `field`, `line`
+    Metadata: `field`, `limit`, `line`
     Raised by: service, core, files
     Client: Flatten the value; nothing was written.
     """
@@ -1292,7 +1293,7 @@ Client: Fix the event; nothing of the batch was written. Sent unchanged, it fail
   way.
 """
 INVALID_UTF8: ErrorReason.ValueType  # 12
-"""JSON text is not valid UTF-8 (or holds a lone UTF-16 surrogate escape).
+"""JSON text is not valid UTF-8 (a lone UTF-16 surrogate escape is valid JSON and accepted).
 
 Code: INVALID_ARGUMENT
 Metadata: `line`, `offset`
@@ -1301,10 +1302,11 @@ Client: Fix the event; nothing of the batch was written. Sent unchanged, it fail
   way.
 """
 JSON_TOO_DEEP: ErrorReason.ValueType  # 13
-"""JSON is nested deeper than the service accepts.
+"""JSON is nested deeper than the service accepts: more than 256 levels of arrays and objects
+(`limit`), the same limit at the door, on every read and in the file readers.
 
 Code: INVALID_ARGUMENT
-Metadata: `field`, `line`
+Metadata: `field`, `limit`, `line`
 Raised by: service, core, files
 Client: Flatten the value; nothing was written.
 """

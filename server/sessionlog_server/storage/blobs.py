@@ -42,7 +42,7 @@ def externalize(data: dict[str, Any], threshold: int) -> Externalized:
         if isinstance(value, str):
             if not wants_blob(value):
                 return value
-            content = value.encode("utf-8")
+            content = value.encode("utf-8", "surrogatepass")  # a lone surrogate comes back as it was
             digest = hashlib.sha256(content).hexdigest()
             blobs[digest] = content
             refs.append([list(path), digest])
@@ -101,7 +101,7 @@ def internalize(
             child = _copy_container(node[key])
             node[key] = child
             node = child
-        node[path[-1]] = lookup(digest).decode("utf-8")
+        node[path[-1]] = lookup(digest).decode("utf-8", "surrogatepass")
     result: dict[str, Any] = root
     return result
 

@@ -10,7 +10,8 @@ output, run records) goes through `JsonlReader`, so the rules hold everywhere:
   never occurs inside a multi-byte UTF-8 sequence; each complete line is then decoded strictly, so
   an invalid byte is reported with the number of the line that holds it.
 - **Objects only.** Every line must be one JSON object, parsed with the lossless-JSON rules of
-  `sessionlog.core.jsonvalue` (no NaN/Infinity, no lone surrogates).
+  `sessionlog.core.jsonvalue` (no NaN/Infinity, the same depth limit; a lone surrogate escape
+  is JSON grammar and kept, as Pi keeps it).
 - **Blank lines are skipped.** A line holding nothing but JSON whitespace (space, tab, CR) carries
   no record; Pi skips such lines too, and refusing them would reject files Pi itself accepts. They
   still count in line numbers. Pass `skip_blank=False` to refuse them (`BLANK_LINE`).
@@ -27,13 +28,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
 from sessionlog.core.errors import ValidationError
-from sessionlog.core.jsonvalue import STRICT_DECODER, has_lone_surrogate
+from sessionlog.core.jsonvalue import STRICT_DECODER, check_depth
 
 JsonObject = dict[str, Any]
 
@@ -45,7 +45,6 @@ DEFAULT_READ_CHUNK_BYTES = 1024 * 1024
 """Chunk size of the file and stream helpers (Pi 1.x also reads in 1 MiB chunks)."""
 
 _BLANK = b" \t\r"
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +235,7 @@ def parse_line(line: bytes, number: int) -> JsonObject:
             offset=exc.start,
         ) from None
     try:
+        check_depth(text, f"line {number}")
         value = STRICT_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise ValidationError("MALFORMED_JSON", f"line {number}: not valid JSON: {exc}", line=number) from None
@@ -249,8 +249,6 @@ def parse_line(line: bytes, number: int) -> JsonObject:
             f"line {number}: a JSONL line must be a JSON object, not {_json_kind(value)}",
             line=number,
         )
-    if "\\u" in text and _SURROGATE_ESCAPE.search(text) and has_lone_surrogate(value):
-        raise ValidationError("INVALID_UTF8", f"line {number}: contains a lone UTF-16 surrogate escape", line=number)
     return value
 
 

@@ -1,0 +1,63 @@
+"""One decoder, one set of limits (issue 11 §1): both decoding paths accept exactly the same
+depths, canonicalisation equals RFC 8785 wherever RFC 8785 is defined and serves what it
+leaves out (big integers, lone surrogates) losslessly, at any accepted depth."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessionlog.core import jsonvalue
+from sessionlog.core.errors import ValidationError
+from sessionlog.core.jsonvalue import MAX_JSON_DEPTH, canonical, dumps_bytes, loads
+
+FLOATS = st.floats(allow_nan=False, allow_infinity=False)
+SAFE_INTS = st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
+TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)))
+VALUES = st.recursive(
+    st.none() | st.booleans() | FLOATS | SAFE_INTS | TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=500)
+@given(VALUES)
+def test_canonical_is_rfc8785_where_rfc8785_is_defined(value: object) -> None:
+    assert canonical(value) == rfc8785.dumps(value)
+
+
+@pytest.mark.parametrize(
+    "number", [1e21, 1e-7, 123.0, 0.1, 5e-324, 1.7976931348623157e308, 1e20, -0.0, 1e-6, 12345678901234567890.0]
+)
+def test_canonical_numbers_are_ecmascripts(number: float) -> None:
+    assert canonical(number) == rfc8785.dumps(number)
+
+
+def test_big_integers_and_lone_surrogates_are_canonicalised_losslessly() -> None:
+    value = loads(b'{"id":18446744073709551617,"s":"\\ud83d","\\udc00":-99999999999999999999}')
+    text = canonical(value)
+    assert text == b'{"id":18446744073709551617,"s":"\\ud83d","\\udc00":-99999999999999999999}'
+    assert loads(text) == value  # and back, exactly
+    assert loads(dumps_bytes(value)) == value
+
+
+@pytest.mark.parametrize("as_bytes", [True, False])
+def test_both_decoding_paths_accept_the_same_depths(as_bytes: bool) -> None:
+    def nested(depth: int, extra: str = "") -> str:
+        return "[" * (depth - 1) + '{"a":1' + extra + "}" + "]" * (depth - 1)
+
+    for text in [nested(MAX_JSON_DEPTH), nested(MAX_JSON_DEPTH, ',"n":123456789012345678901234')]:
+        value = loads(text.encode() if as_bytes else text)  # orjson path, and the big-number path
+        assert jsonvalue.value_depth(value) == MAX_JSON_DEPTH
+        assert loads(canonical(value)) == value and loads(dumps_bytes(value)) == value
+    brackets_in_strings = json.dumps(["[" * 1000, "{" * 1000])  # not nesting: accepted
+    assert loads(brackets_in_strings.encode() if as_bytes else brackets_in_strings)
+    for text in [nested(MAX_JSON_DEPTH + 1), nested(MAX_JSON_DEPTH + 1, ',"n":123456789012345678901234')]:
+        with pytest.raises(ValidationError) as refused:
+            loads(text.encode() if as_bytes else text)
+        assert refused.value.reason == "JSON_TOO_DEEP"

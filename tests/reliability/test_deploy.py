@@ -1,0 +1,163 @@
+"""deploy/ as shipped starts (issue 11 §5), tested with what this machine has (no Docker).
+
+- The compose file's two sessionlog services run with their environment as written (only the
+  database host and the published port are pointed at local services) and the Dockerfile's
+  command, started together on a fresh PostgreSQL database: both come up (the tokens let them
+  listen on 0.0.0.0; migrations are serialised), and a writer on one is read on the other.
+- A wheel built from the repository, installed with its dependencies in a fresh venv outside
+  the checkout (no system site-packages, so a missing dependency fails here), runs
+  `sessionlog db upgrade` and `sessionlog serve` with nothing else: the migrations ship inside.
+  The pip cache and the configured package mirrors keep it fast.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import psycopg
+import pytest
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sqlalchemy.engine import make_url
+
+from sessionlog.client import SessionLogClient
+from sessionlog_server.tokens import hash_token
+from tests.conftest import PG_ADMIN_URL, _pg_url
+from tests.support.events import note
+from tests.support.servers import ROOT, free_port
+
+DEMO_TOKEN = "demo-token-replace-me"  # the token deploy/compose.yaml documents
+
+
+def _dockerfile_command() -> list[str]:
+    """The image's CMD, as the Dockerfile writes it (exec form)."""
+    for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines():
+        if line.startswith("CMD "):
+            return list(yaml.safe_load(line[4:]))
+    raise AssertionError("the Dockerfile has no CMD")
+
+
+def _wait_serving(target: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                raise AssertionError(f"the server exited with {proc.returncode}: {err[-2000:]}")
+            try:
+                health.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                return
+            except grpc.RpcError:
+                time.sleep(0.1)
+    raise AssertionError(f"no server on {target}")
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> list[int]:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    return [proc.wait(timeout=60) for proc in procs]
+
+
+@pytest.fixture
+def fresh_pg() -> Iterator[str]:
+    name = f"sessionlog_deploy_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _pg_url(name)
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_the_compose_services_start_together_as_written(fresh_pg: str) -> None:
+    compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
+    services = [s for name, s in compose["services"].items() if name.startswith("sessionlog")]
+    assert len(services) == 2
+    command = _dockerfile_command()
+    local = make_url(fresh_pg)
+    procs, targets = [], []
+    try:
+        for service in services:
+            env = {k: str(v) for k, v in service["environment"].items()}
+            assert hash_token(DEMO_TOKEN) in env["SESSIONLOG_TOKENS"]
+            assert env.get("SESSIONLOG_MIGRATE", "true") != "false"  # no instance relies on another's migration
+            db = make_url(env["SESSIONLOG_DB"])
+            assert (db.host, db.port) == ("postgres", 5432)  # the compose service, pointed at ours:
+            env["SESSIONLOG_DB"] = db.set(
+                host=local.host, port=local.port, username=local.username, password=None, database=local.database
+            ).render_as_string(hide_password=False)
+            host, _, _ = env["SESSIONLOG_LISTEN"].rpartition(":")
+            assert host == "0.0.0.0"
+            port = free_port()
+            env["SESSIONLOG_LISTEN"] = f"{host}:{port}"
+            full_env = {**os.environ, "SESSIONLOG_METRICS_LISTEN": "", **env}
+            executable = [sys.executable, "-m", "sessionlog", *command[1:]] if command[0] == "sessionlog" else command
+            procs.append(subprocess.Popen(executable, env=full_env, cwd=ROOT, stderr=subprocess.PIPE))
+            targets.append(f"127.0.0.1:{port}")
+        for proc, target in zip(procs, targets, strict=True):
+            _wait_serving(target, proc)
+        sid = f"deploy-{uuid.uuid4().hex[:8]}"
+        with (
+            SessionLogClient(targets[0], token=DEMO_TOKEN) as first,
+            SessionLogClient(targets[1], token=DEMO_TOKEN) as second,
+        ):
+            first.create_session(sid)
+            with first.writer(sid) as writer:
+                writer.append([note(1)]).result()
+            assert [e.data["n"] for e in second.read_events(sid)] == [1]
+    finally:
+        codes = _stop(procs)
+    assert codes == [0, 0]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+        check=True,
+        cwd=out,
+        timeout=300,
+    )
+    (built,) = out.glob("sessionlog-*.whl")
+    return built
+
+
+def test_a_wheel_installed_outside_the_checkout_upgrades_and_serves(wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    # Its dependencies come from the package index (the pip cache makes this quick), so a
+    # dependency the wheel forgets to declare is missing here, as on a user's machine.
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", f"{wheel}[server]"], check=True, cwd=tmp_path, timeout=500
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONLOG_", "PYTHONPATH", "VIRTUAL_ENV"))}
+    env["SESSIONLOG_METRICS_LISTEN"] = ""
+    sessionlog = str(venv / "bin" / "sessionlog")
+    db = f"sqlite:///{tmp_path / 'data' / 'w.db'}"
+    upgraded = subprocess.run(
+        [sessionlog, "db", "upgrade", "--db", db], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert upgraded.returncode == 0, upgraded.stderr[-2000:]
+    port = free_port()
+    proc = subprocess.Popen(
+        shlex.split(f"{sessionlog} serve --db {db} --listen 127.0.0.1:{port}"),
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_serving(f"127.0.0.1:{port}", proc)
+    finally:
+        codes = _stop([proc])
+    assert codes == [0]

@@ -1150,6 +1150,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: service
     Client: Split the batch into batches of at most `limit` events; do not retry it unchanged.
     """
+    MALFORMED_REQUEST: _ErrorReason.ValueType  # 135
+    """The request message cannot be decoded: a corrupt protobuf, or invalid UTF-8 in a string
+    field.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `size`
+    Raised by: service
+    Client: Fix the client's encoding (a generated stub never sends this); nothing was changed.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The catalogue of sessionlog errors (SPEC §13, AIP-193), in the style of googleapis'
@@ -2319,5 +2328,14 @@ Code: RESOURCE_EXHAUSTED
 Metadata: `field`, `limit`, `namespace`
 Raised by: service
 Client: Split the batch into batches of at most `limit` events; do not retry it unchanged.
+"""
+MALFORMED_REQUEST: ErrorReason.ValueType  # 135
+"""The request message cannot be decoded: a corrupt protobuf, or invalid UTF-8 in a string
+field.
+
+Code: INVALID_ARGUMENT
+Metadata: `size`
+Raised by: service
+Client: Fix the client's encoding (a generated stub never sends this); nothing was changed.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import os
 import statistics
 import time
 import uuid
@@ -22,21 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.aiowriter import BenchWriter
 from bench.procs import Server, process_cpu_seconds
 from bench.workload import as_new_events, session_events, user_message
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.core.events import NewEvent
-
-#: Environment switch read by every client process: "product" uses sessionlog.aio.AsyncWriter
-#: (which coalesces queued batches into one message), "bench" the bench's own writer.
-WRITER_ENV = "SESSIONLOG_BENCH_WRITER"
-
-
-def use_product_writer() -> bool:
-    return os.environ.get(WRITER_ENV, "product") == "product"
-
 
 #: How long past its time budget a streaming run may wait for acknowledgements before it is
 #: reported as stalled (a server that stops acknowledging must not hang the bench).
@@ -115,20 +104,12 @@ async def _open_writers(
     clients = [AsyncSessionLogClient(target) for _ in range(max(1, (len(sids) + per_channel - 1) // per_channel))]
     writers: list[Any] = []
     for group in range(0, len(sids), 50):
-        if use_product_writer():
-            opened = await asyncio.gather(
-                *(
-                    clients[i // per_channel].writer(sids[i], create_if_missing=True, max_in_flight=window)
-                    for i in range(group, min(group + 50, len(sids)))
-                )
+        opened = await asyncio.gather(
+            *(
+                clients[i // per_channel].writer(sids[i], create_if_missing=True, max_in_flight=window)
+                for i in range(group, min(group + 50, len(sids)))
             )
-        else:
-            opened = await asyncio.gather(
-                *(
-                    BenchWriter(clients[i // per_channel], sids[i], window).open()
-                    for i in range(group, min(group + 50, len(sids)))
-                )
-            )
+        )
         writers.extend(opened)
     return clients, writers
 
@@ -159,7 +140,7 @@ async def _stream(
         for first in range(0, len(events), batch):
             chunk = events[first : first + batch]
             sent_at = time.monotonic()
-            future = await writer.send(chunk)
+            future = await writer.append(chunk)  # sent (waiting only for a window slot); resolves when durable
             future.add_done_callback(lambda f, t=sent_at, n=len(chunk): done(f, t, n))
             futures.append(future)
             if sent_at > deadline:
@@ -183,7 +164,7 @@ async def _stream(
     cpu = time.process_time() - cpu
     for writer in writers:
         if stalled:
-            writer._call.cancel()  # both writers keep their grpc call in `_call`
+            writer.cancel()
         else:
             await writer.close()
     for client in clients:
@@ -278,7 +259,7 @@ async def _fixed_rate(
         elif delay < -0.001:
             late += 1
         sent_at = time.monotonic()
-        future = await writers[i % sessions].send([events[i // sessions]])
+        future = await writers[i % sessions].append([events[i // sessions]])
 
         def done(_f: object, sent: float = sent_at, sched: float = scheduled) -> None:
             now = time.monotonic()

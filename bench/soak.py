@@ -338,7 +338,7 @@ class Soak:
                         stats.reconnects += 1
                 if attempt > 1:
                     stats.retries += 1
-                result = await asyncio.wait_for(writer.append(events), timeout=APPEND_TIMEOUT_S)
+                result = await asyncio.wait_for(_acknowledged(writer, events), timeout=APPEND_TIMEOUT_S)
                 return writer, list(result.seqs)
             except (Unavailable, TimeoutError, OwnershipLost) as exc:
                 if isinstance(exc, OwnershipLost):
@@ -723,3 +723,8 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+async def _acknowledged(writer: AsyncWriter, events: list[dict[str, Any]]) -> Any:
+    """Send one batch and wait until it is durable (`append` returns once it is sent)."""
+    return await (await writer.append(events))

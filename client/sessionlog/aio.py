@@ -1,10 +1,18 @@
-"""The asyncio sessionlog client and its streaming `AsyncWriter` (same shape as the sync one).
+"""The asyncio sessionlog client and its streaming `AsyncWriter` (the same shape and the same
+guarantees as the sync client in `sessionlog.client`).
 
 ```python
 async with AsyncSessionLogClient("127.0.0.1:50051") as client:
     async with await client.writer("demo", create_if_missing=True) as writer:
-        ack = await writer.append([{"type": "turn/start", "data": {"turn": 1}}])
+        acked = await writer.append([{"type": "turn/start", "data": {"turn": 1}}])  # sent
+        print((await acked).seqs)                                                    # durable
 ```
+
+`append` means what it means in the sync client: it sends the batch (waiting only for an
+in-flight slot) and returns a future that resolves once the batch is durable. After a
+transient failure the writer reconnects and re-sends what was not acknowledged, with the same
+eventIds; ownership loss is final. What each call sends and how it is read lives in
+`sessionlog.base`, shared with the sync client.
 """
 
 from __future__ import annotations
@@ -12,18 +20,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections import deque
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import grpc
 
-from sessionlog import convert
+from sessionlog import base, convert
 from sessionlog.auth import aio_interceptors, channel_credentials
-from sessionlog.core import jsonvalue
+from sessionlog.base import (
+    DEFAULT_RETRY,
+    RECONNECT,
+    Call,
+    Paged,
+    Pending,
+    RetryPolicy,
+    WriterCore,
+    reject,
+    settle,
+)
 from sessionlog.core.errors import SessionLogError, Unavailable
-from sessionlog.core.events import Event, NewEvent
+from sessionlog.core.events import Event
 from sessionlog.errors import from_rpc_error
 from sessionlog.requests import (
     CHANNEL_OPTIONS,
@@ -33,39 +50,17 @@ from sessionlog.requests import (
     CaughtUp,
     EventLike,
     HeaderReport,
+    HistoryCopy,
     ResumeInfo,
     SubscriptionCursor,
-    acquire_from_pb,
-    acquire_request,
-    append_request,
-    batch_request,
     coalesce,
-    create_request,
-    header_report_from_pb,
-    header_request,
-    header_write_request,
-    history_request,
-    open_request,
     read_request,
-    release_request,
-    renew_request,
-    request_view_from_pb,
-    resume_from_pb,
-    resume_request,
-    scope,
-    surface_from_pb,
-    transcript_request,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog.v1.session_service_pb2_grpc import SessionServiceStub
 
-
-async def _call(fn: Any, request: Any, timeout: float | None) -> Any:
-    try:
-        return await fn(request, timeout=timeout)
-    except grpc.RpcError as exc:
-        raise from_rpc_error(exc) from None
+T = TypeVar("T")
 
 
 class AsyncSessionLogClient:
@@ -79,10 +74,13 @@ class AsyncSessionLogClient:
         timeout: float | None = 30.0,
         token: str | None = None,
         ca_file: str | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
-        """Connect to `target`; `token` authenticates, `ca_file` (or `credentials`) turns on TLS."""
+        """Connect to `target`; `token` authenticates, `ca_file` (or `credentials`) turns on TLS;
+        `retry` says how idempotent calls are retried on UNAVAILABLE."""
         self.target = target
         self.timeout = timeout
+        self.retry = retry
         credentials = credentials or channel_credentials(ca_file)
         interceptors = aio_interceptors(token)
         self.channel = (
@@ -101,37 +99,53 @@ class AsyncSessionLogClient:
     async def close(self) -> None:
         await self.channel.close()
 
+    async def _run(self, call: Call[T]) -> T:
+        """Make a unary call, retrying an idempotent one while its outcome is unknown."""
+        method = getattr(self.stub, call.method)
+        policy = self.retry if call.idempotent else base.NO_RETRY
+        for attempt in itertools.count(1):
+            try:
+                return call.read(await method(call.request, timeout=self.timeout))
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+                if not policy.retries(error, attempt):
+                    raise error from None
+            await asyncio.sleep(policy.delay(attempt))
+        raise AssertionError("unreachable")
+
+    async def _pages(self, paged: Paged[T]) -> AsyncIterator[T]:
+        token = ""
+        while True:
+            items, token = await self._run(Call(paged.method, paged.request(token), paged.read, idempotent=True))
+            for item in items:
+                yield item
+            if not token:
+                return
+
+    # --- sessions ---------------------------------------------------------------------
+
     async def create_session(
         self, session_id: str | None = None, *, cwd: str | None = None, metadata: dict[str, Any] | None = None
     ) -> convert.SessionInfo:
-        response = await _call(self.stub.CreateSession, create_request(session_id, cwd, metadata), self.timeout)
-        return convert.session_from_pb(response.session)
+        """Create a session (ALREADY_EXISTS if the id is taken)."""
+        return await self._run(base.create_session(session_id, cwd, metadata))
 
     async def get_session(self, session_id: str) -> convert.SessionInfo:
-        response = await _call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id), self.timeout)
-        return convert.session_from_pb(response.session)
+        return await self._run(base.get_session(session_id))
 
-    async def list_sessions(
+    def list_sessions(
         self, *, parent_session_id: str | None = None, page_size: int = 100
     ) -> AsyncIterator[convert.SessionInfo]:
-        token = ""
-        while True:
-            request = pb.ListSessionsRequest(
-                page_size=page_size, page_token=token, parent_session_id=parent_session_id or ""
-            )
-            response = await _call(self.stub.ListSessions, request, self.timeout)
-            for session in response.sessions:
-                yield convert.session_from_pb(session)
-            token = response.next_page_token
-            if not token:
-                return
+        """Every session (or every fork of `parent_session_id`), fetching pages as needed."""
+        return self._pages(base.list_sessions(parent_session_id, page_size))
+
+    # --- unary writing ----------------------------------------------------------------
 
     async def acquire_lease(
         self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
     ) -> convert.LeaseInfo:
         """Take the writer lease; the returned lease holds its token (`lease_token` retakes a live one)."""
-        request = acquire_request(session_id, writer_id, takeover, lease_token)
-        return acquire_from_pb(await _call(self.stub.AcquireLease, request, self.timeout))
+        return await self._run(base.acquire_lease(session_id, writer_id, takeover, lease_token))
 
     async def append(
         self,
@@ -141,17 +155,18 @@ class AsyncSessionLogClient:
         *,
         expected_next_seq: int | None = None,
     ) -> AppendResult:
-        request = append_request(session_id, lease, with_event_ids(events), expected_next_seq)
-        response = await _call(self.stub.AppendEvents, request, self.timeout)
-        return AppendResult(list(response.seqs), response.next_seq)
+        """Append one batch under `lease`; all events commit together or none do (retried safely)."""
+        return await self._run(base.append(session_id, lease, events, expected_next_seq))
 
     async def renew_lease(self, lease: convert.LeaseInfo) -> convert.LeaseInfo:
-        """Extend `lease` (a heartbeat); the renewed lease keeps its token."""
-        renewed = (await _call(self.stub.RenewLease, renew_request(lease), self.timeout)).lease
-        return convert.lease_from_pb(renewed, lease.token)
+        return await self._run(base.renew_lease(lease))
 
     async def release_lease(self, lease: convert.LeaseInfo) -> None:
-        await _call(self.stub.ReleaseLease, release_request(lease), self.timeout)
+        await self._run(base.release_lease(lease))
+
+    async def report_header(self, session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> HeaderReport:
+        """Report the request header about to be used; the service decides whether to log it."""
+        return await self._run(base.report_header(session_id, lease, header))
 
     async def writer(
         self,
@@ -162,91 +177,88 @@ class AsyncSessionLogClient:
         create_if_missing: bool = False,
         resume: bool = False,
         max_in_flight: int = 256,
+        reconnect_attempts: int = RECONNECT.attempts,
     ) -> AsyncWriter:
         """Open a streaming writer; it holds the lease until closed (`resume` as in the sync client)."""
-        writer = AsyncWriter(self.stub, session_id, writer_id, create_if_missing, max_in_flight)
+        core = WriterCore(session_id, writer_id, create_if_missing)
+        writer = AsyncWriter(self.stub, core, max_in_flight, replace(RECONNECT, attempts=reconnect_attempts))
         await writer._connect(takeover, resume)
         return writer
 
-    async def report_header(self, session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> HeaderReport:
-        """Report the request header about to be used; the service decides whether to log it."""
-        response = await _call(self.stub.ReportRequestHeader, header_request(session_id, lease, header), self.timeout)
-        return header_report_from_pb(response)
+    # --- lifecycle --------------------------------------------------------------------
 
     async def resume(
         self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
     ) -> ResumeInfo:
-        """Resume a session for unary appends: lease, repair, seed boundary (SPEC §8)."""
-        request = resume_request(session_id, writer_id, takeover, lease_token)
-        return resume_from_pb(await _call(self.stub.ResumeSession, request, self.timeout))
+        """Resume a session for unary appends: lease (with its token), repair, seed boundary (SPEC §8)."""
+        return await self._run(base.resume(session_id, writer_id, takeover, lease_token))
 
     async def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> convert.SessionInfo:
         """Fork `session_id` after `at_seq` (inclusive); the prefix is shared, not copied."""
-        request = pb.ForkSessionRequest(session_id=session_id, at_seq=at_seq, new_session_id=new_session_id or "")
-        return convert.session_from_pb((await _call(self.stub.ForkSession, request, self.timeout)).session)
+        return await self._run(base.fork(session_id, at_seq, new_session_id))
+
+    # --- projections ------------------------------------------------------------------
 
     async def model_history(
         self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
     ) -> list[dict[str, Any]]:
-        """The messages the model sees, in order, at the head or at `at_seq` (all pages)."""
-        messages: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            response = await _call(
-                self.stub.GetModelHistory, history_request(session_id, at_seq, with_repair, token), self.timeout
-            )
-            messages.extend(jsonvalue.loads(response.messages_json, what="messages"))
-            token = response.next_page_token
-            if not token:
-                return messages
+        """The messages the model sees, in order, at the head or at `at_seq` (page by page)."""
+        return [m async for m in self._pages(base.model_history(session_id, at_seq, with_repair))]
+
+    def history_copy(self, session_id: str) -> HistoryCopy:
+        """An empty local copy of the model history; pass it to `refresh_history`."""
+        return HistoryCopy(session_id)
+
+    async def refresh_history(self, copy: HistoryCopy) -> list[dict[str, Any]]:
+        """Bring `copy` up to date, fetching only the messages it lacks (all after a replace)."""
+        copy.apply(await self._run(base.history_page(copy)))
+        while not copy.complete:
+            copy.apply(await self._run(base.history_page(copy)))
+        return copy.messages
 
     async def transcript(
         self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
     ) -> list[dict[str, Any]]:
-        """The transcript rows for people (replaced events stay, marked), all pages."""
-        rows: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            response = await _call(
-                self.stub.GetTranscript, transcript_request(session_id, at_seq, with_repair, token), self.timeout
-            )
-            rows.extend(jsonvalue.loads(response.rows_json, what="rows"))
-            token = response.next_page_token
-            if not token:
-                return rows
+        """The transcript rows for people (replaced events stay, marked), page by page."""
+        return [row async for row in self._pages(base.transcript(session_id, at_seq, with_repair))]
 
     async def request(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
         """`{"request", "sha256", "headerSeq"}`: the exact request of that prefix."""
-        request = pb.GetRequestRequest(scope=scope(session_id, at_seq, with_repair))
-        return request_view_from_pb(await _call(self.stub.GetRequest, request, self.timeout))
+        return await self._run(base.request_view(session_id, at_seq, with_repair))
 
     async def stats(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
         """Counts, tokens and cost over every event carrying usage."""
-        request = pb.GetStatsRequest(scope=scope(session_id, at_seq, with_repair))
-        response = await _call(self.stub.GetStats, request, self.timeout)
-        return dict(jsonvalue.loads(response.stats_json, what="stats"))
+        return await self._run(base.stats(session_id, at_seq, with_repair))
 
     async def surface(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
         """`{"nodes", "replaceGeneration"}` (for debugging)."""
-        request = pb.GetSurfaceRequest(scope=scope(session_id, at_seq, with_repair))
-        return surface_from_pb(await _call(self.stub.GetSurface, request, self.timeout))
+        return await self._run(base.surface(session_id, at_seq, with_repair))
+
+    # --- reading ----------------------------------------------------------------------
 
     async def read_events(
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None, page_size: int = 500
     ) -> AsyncIterator[Event]:
-        try:
-            async for response in self.stub.ReadEvents(read_request(session_id, from_seq, to_seq, page_size)):
-                for message in response.events:
-                    yield convert.event_from_pb(message)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        """Events from `from_seq` to `to_seq` (inclusive), in seq order; a read broken by a
+        transient failure goes on from the seq after the last event it delivered."""
+        next_seq = from_seq
+        for attempt in itertools.count(1):
+            try:
+                async for response in self.stub.ReadEvents(read_request(session_id, next_seq, to_seq, page_size)):
+                    for message in response.events:
+                        event = convert.event_from_pb(message)
+                        next_seq = event.seq + 1
+                        yield event
+                return
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+                if not self.retry.retries(error, attempt):
+                    raise error from None
+            await asyncio.sleep(self.retry.delay(attempt))
 
     async def subscribe(self, session_id: str, *, from_seq: int = 0) -> AsyncIterator[Event | CaughtUp]:
-        """Replay, a CaughtUp marker, then live events (until the caller stops iterating).
-
-        Cut off for falling behind (SUBSCRIBER_TOO_SLOW), it resumes on its own from the first
-        seq it has not delivered, as the sync client does.
-        """
+        """Replay, a CaughtUp marker, then live events (until the caller stops iterating); after
+        a cut it resubscribes from the seq after the last delivered event."""
         cursor = SubscriptionCursor(session_id, from_seq)
         while True:
             call = self.stub.SubscribeEvents(cursor.request())
@@ -254,163 +266,92 @@ class AsyncSessionLogClient:
                 async for response in call:
                     for item in cursor.items(response):
                         yield item
-                return
+                error: SessionLogError = Unavailable("STREAM_ENDED", "the service ended the subscription")
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.CANCELLED:
                     return
                 error = from_rpc_error(exc)
-                if not cursor.should_resume(error):
-                    raise error from None
             finally:
                 call.cancel()
-
-
-@dataclass(slots=True)
-class _Pending:
-    batch_id: int
-    events: list[NewEvent]
-    expected_next_seq: int | None
-    future: asyncio.Future[Any]
+            delay = cursor.resume_delay(error)
+            if delay is None:
+                raise error
+            await asyncio.sleep(delay)
 
 
 class AsyncWriter:
-    """An asyncio streaming writer: holds the lease while open and pipelines batches."""
+    """An asyncio streaming writer: holds the lease while open, pipelines batches, retries safely."""
 
-    def __init__(
-        self, stub: SessionServiceStub, session_id: str, writer_id: str | None, create: bool, max_in_flight: int
-    ) -> None:
+    def __init__(self, stub: SessionServiceStub, core: WriterCore, max_in_flight: int, reconnect: RetryPolicy) -> None:
         self._stub = stub
-        self.session_id = session_id
-        self._writer_id = writer_id
-        self._create = create
-        self._ids = itertools.count(1)
-        self._pending: deque[_Pending] = deque()
+        self._core = core
+        self._reconnect_policy = reconnect
         self._slots = asyncio.Semaphore(max_in_flight)
-        self._failure: SessionLogError | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self.lease: convert.LeaseInfo
-        self.next_seq = 0
-        self.resumed: ResumeInfo | None = None
         self._outbox: list[pb.WriteRequest] = []
         self._outbox_ready = asyncio.Event()
+        self._call: Any = None
+        self._reader: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
+        self._recovery: asyncio.Task[None] | None = None
 
-    async def _connect(self, takeover: bool, resume: bool = False) -> None:
-        self._call = self._stub.Write()
-        try:
-            await self._call.write(open_request(self.session_id, self._writer_id, takeover, self._create, resume))
-            first = await self._call.read()
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        if first is grpc.aio.EOF:
-            raise Unavailable("STREAM_ENDED", "the server closed the writer stream while opening")
-        self.lease = convert.lease_from_pb(first.opened.lease, first.opened.lease_token)
-        self.next_seq = first.opened.next_seq
-        if first.opened.HasField("resumed"):
-            self.resumed = resume_from_pb(first.opened.resumed)
-        self._reader = asyncio.ensure_future(self._read())
-        self._sender = asyncio.ensure_future(self._send_loop())
+    @property
+    def session_id(self) -> str:
+        return self._core.session_id
 
-    def _post(self, request: pb.WriteRequest) -> None:
-        self._outbox.append(request)
-        self._outbox_ready.set()
+    @property
+    def lease(self) -> convert.LeaseInfo:
+        assert self._core.lease is not None
+        return self._core.lease
 
-    async def _send_loop(self) -> None:
-        """Write queued requests; what queued up during a write goes as one message next."""
-        try:
-            while True:
-                await self._outbox_ready.wait()
-                self._outbox_ready.clear()
-                queued, self._outbox = self._outbox, []
-                for request in coalesce(queued):
-                    await self._call.write(request)
-        except grpc.RpcError as exc:
-            self._fail(from_rpc_error(exc))
+    @property
+    def next_seq(self) -> int:
+        return self._core.next_seq
 
-    async def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> AppendResult:
-        """Send a batch and wait for its acknowledgement."""
-        return await (await self.send(events, expected_next_seq=expected_next_seq))
+    @property
+    def resumed(self) -> ResumeInfo | None:
+        return self._core.resumed
 
-    async def send(
+    # --- public -----------------------------------------------------------------------
+
+    async def append(
         self, events: Iterable[EventLike], *, expected_next_seq: int | None = None
     ) -> asyncio.Future[AppendResult]:
-        """Send a batch without waiting: the future resolves when it is durable (pipelining)."""
-        if self._failure is not None:
-            raise self._failure
-        await self._slots.acquire()
-        pending = _Pending(
-            next(self._ids), with_event_ids(events), expected_next_seq, asyncio.get_running_loop().create_future()
-        )
-        self._pending.append(pending)
-        self._post(batch_request(pending.batch_id, pending.events, expected_next_seq))
-        return pending.future
+        """Send a batch now (waiting only for an in-flight slot); the future resolves with its
+        seqs once it is durable."""
+        batch = with_event_ids(events)
+        return await self._send(lambda future: self._core.add_batch(batch, expected_next_seq, future))
 
-    async def report_header(self, header: dict[str, Any]) -> HeaderReport:
+    async def report_header(self, header: dict[str, Any]) -> asyncio.Future[HeaderReport]:
         """Report the request header about to be used, in order with the batches sent so far."""
-        if self._failure is not None:
-            raise self._failure
+        return await self._send(lambda future: self._core.add_header(header, future))
+
+    async def _send(self, add: Callable[[asyncio.Future[Any]], Pending]) -> asyncio.Future[Any]:
+        self._core.check_open()
         await self._slots.acquire()
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        pending = _Pending(next(self._ids), [], None, future)
-        self._pending.append(pending)
-        self._post(header_write_request(pending.batch_id, header))
-        result: HeaderReport = await future
-        return result
-
-    async def _read(self) -> None:
         try:
-            while True:
-                response = await self._call.read()  # read(), as open used it: the two styles cannot mix
-                if response is grpc.aio.EOF:
-                    break
-                kind = response.WhichOneof("kind")
-                if kind == "header_ack":
-                    header = response.header_ack
-                    self._acknowledge(header.batch_id, header_report_from_pb(header.result))
-                    continue
-                for ack in response.acks.acks if kind == "acks" else [response.ack]:
-                    self.next_seq = ack.next_seq
-                    self._acknowledge(ack.batch_id, AppendResult(list(ack.seqs), ack.next_seq))
-            if self._pending:
-                self._fail(Unavailable("STREAM_ENDED", "the server ended the stream before acknowledging every batch"))
-        except grpc.RpcError as exc:
-            self._fail(from_rpc_error(exc))
-
-    def _acknowledge(self, batch_id: int, result: Any) -> None:
-        while self._pending and self._pending[0].batch_id != batch_id:
-            self._pending.popleft()
-        if self._pending:
-            pending = self._pending.popleft()
-            if not pending.future.done():
-                pending.future.set_result(result)
+            self._core.check_open()
+        except BaseException:
             self._slots.release()
-
-    def _fail(self, error: SessionLogError) -> None:
-        self._failure = error
-        while self._pending:
-            pending = self._pending.popleft()
-            if not pending.future.done():
-                pending.future.set_exception(error)
-            self._slots.release()
+            raise
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda _: self._slots.release())
+        self._post(add(future).request)
+        return future
 
     async def flush(self) -> None:
-        for pending in list(self._pending):
-            await pending.future
+        """Wait until every batch sent so far is durable (raises the first failure)."""
+        self._core.check_failure()
+        for pending in list(self._core.pending):
+            await pending.future  # type: ignore[misc]
 
     async def close(self) -> None:
         """Flush, end the stream and give the lease back."""
         try:
-            if self._failure is None:
+            if self._core.failure is None:
                 await self.flush()
         finally:
-            if self._sender is not None:
-                self._sender.cancel()
-            if self._failure is None:
-                with contextlib.suppress(grpc.RpcError):  # the service may have ended the call
-                    await self._call.write(CLOSE_REQUEST)  # on purpose: the lease is released
-            await self._call.done_writing()
-            if self._reader is not None:
-                await self._reader
+            self._core.closed = True
+            await self._stop(cancel=False)
 
     async def __aenter__(self) -> AsyncWriter:
         return self
@@ -419,12 +360,118 @@ class AsyncWriter:
         if exc_type is None:
             await self.close()
         else:  # end on purpose (the lease is released), without waiting for what is in flight
-            if self._sender is not None:
-                self._sender.cancel()
-            with contextlib.suppress(grpc.RpcError):
+            self._core.closed = True
+            error = Unavailable("STREAM_ENDED", "the writer was closed with batches in flight")
+            for pending in self._core.fail(error):
+                reject(pending, error)
+            await self._stop(cancel=False)
+
+    def cancel(self) -> None:
+        """Abandon the stream at once, without flushing: pending batches fail (their outcome is
+        unknown; a new writer re-sending them with the same eventIds appends nothing twice)."""
+        self._core.closed = True
+        for task in (self._sender, self._recovery):
+            if task is not None:
+                task.cancel()
+        self._call.cancel()
+        error = Unavailable("STREAM_ENDED", "the writer was cancelled")
+        for pending in self._core.fail(error):
+            reject(pending, error)
+
+    async def _stop(self, *, cancel: bool) -> None:
+        """End the stream: on purpose with `close` (the service releases the lease), or, with
+        `cancel`, abandoned at once (the lease is left to lapse)."""
+        for task in (self._sender, self._recovery):
+            if task is not None:
+                task.cancel()
+        if cancel:
+            self._call.cancel()
+        else:
+            # A stream already gone has nothing pending (it was flushed) or failed: nothing to end.
+            with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
                 await self._call.write(CLOSE_REQUEST)
                 await self._call.done_writing()
-            if self._reader is not None:
-                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                    await asyncio.wait_for(asyncio.shield(self._reader), timeout=5)
-            self._call.cancel()
+        if self._reader is not None:
+            await asyncio.gather(self._reader, return_exceptions=True)
+        if not cancel:
+            self._call.cancel()  # the reader has seen the end, or the stream was already gone
+
+    # --- stream -----------------------------------------------------------------------
+
+    def _post(self, request: pb.WriteRequest) -> None:
+        self._outbox.append(request)
+        self._outbox_ready.set()
+
+    async def _connect(self, takeover: bool, resume: bool) -> None:
+        call = self._stub.Write()
+        try:
+            await call.write(self._core.open_request(takeover, resume))
+            first = await call.read()  # read(), as the reader uses: grpc.aio cannot mix styles
+        except grpc.RpcError as exc:
+            call.cancel()
+            raise from_rpc_error(exc) from None
+        try:
+            self._core.opened(None if first is grpc.aio.EOF else first)
+        except SessionLogError:
+            call.cancel()
+            raise
+        self._call = call
+        self._outbox = self._core.resend()  # after a reconnect: what was not acknowledged, first
+        self._outbox_ready.set()
+        self._reader = asyncio.ensure_future(self._read(call))
+        self._sender = asyncio.ensure_future(self._send_loop(call))
+
+    async def _send_loop(self, call: Any) -> None:
+        """Write queued requests; what queued up during a write goes as one message next."""
+        try:
+            while True:
+                await self._outbox_ready.wait()
+                self._outbox_ready.clear()
+                queued, self._outbox = self._outbox, []
+                for request in coalesce(queued):
+                    await call.write(request)
+        except (grpc.RpcError, asyncio.InvalidStateError) as exc:
+            error = from_rpc_error(exc) if isinstance(exc, grpc.RpcError) else Unavailable("STREAM_ENDED", str(exc))
+            self._broken(call, error)
+
+    async def _read(self, call: Any) -> None:
+        try:
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    break
+                for pending, result in self._core.acknowledged(response):
+                    settle(pending, result)
+            if self._core.pending and not self._core.closed:
+                self._broken(
+                    call,
+                    Unavailable("STREAM_ENDED", "the server ended the writer stream before acknowledging every batch"),
+                )
+        except grpc.RpcError as exc:
+            self._broken(call, from_rpc_error(exc))
+
+    def _broken(self, call: Any, error: SessionLogError) -> None:
+        """The stream `call` failed: recover once (a stale call's late failure is ignored)."""
+        if call is not self._call or (self._recovery is not None and not self._recovery.done()):
+            return
+        self._recovery = asyncio.ensure_future(self._recover(call, error))
+
+    async def _recover(self, call: Any, error: SessionLogError) -> None:
+        """Reconnect and re-send if the failure is transient and the writer open, else fail."""
+        call.cancel()
+        if self._sender is not None:
+            self._sender.cancel()
+        if isinstance(error, Unavailable) and not self._core.closed:
+            policy = self._reconnect_policy
+            for attempt in range(1, policy.attempts + 1):
+                await asyncio.sleep(policy.delay(attempt))
+                try:
+                    await self._connect(takeover=False, resume=False)  # no second resume
+                    return
+                except Unavailable as exc:
+                    error = exc
+                except SessionLogError as exc:
+                    error = exc
+                    break
+        for pending in self._core.fail(error):
+            reject(pending, error)

@@ -14,6 +14,10 @@ returns a future at once), and after a transient failure reconnects and re-sends
 not yet acknowledged. That is safe because every event carries an eventId (one is generated
 when the caller gives none), so the service returns the original seqs instead of appending
 twice. Ownership loss (ABORTED) is never retried: the caller must reopen.
+
+Idempotent unary calls (reads; appends, whose events always carry eventIds) are retried on
+UNAVAILABLE with backoff. What each call sends and how it is read lives in `sessionlog.base`,
+shared with the asyncio client (`sessionlog.aio`); this module only makes the calls.
 """
 
 from __future__ import annotations
@@ -22,19 +26,27 @@ import itertools
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import grpc
 
-from sessionlog import convert
+from sessionlog import base, convert
 from sessionlog.auth import TokenInterceptor, channel_credentials
-from sessionlog.core import jsonvalue
+from sessionlog.base import (
+    DEFAULT_RETRY,
+    RECONNECT,
+    Call,
+    Paged,
+    RetryPolicy,
+    WriterCore,
+    reject,
+    settle,
+)
 from sessionlog.core.errors import SessionLogError, Unavailable
-from sessionlog.core.events import Event, NewEvent
+from sessionlog.core.events import Event
 from sessionlog.errors import from_rpc_error
 from sessionlog.requests import (
     CHANNEL_OPTIONS,
@@ -48,39 +60,15 @@ from sessionlog.requests import (
     HistoryCopy,
     ResumeInfo,
     SubscriptionCursor,
-    acquire_from_pb,
-    acquire_request,
-    append_request,
-    batch_request,
     coalesce,
-    create_request,
-    header_report_from_pb,
-    header_request,
-    header_write_request,
-    history_request,
-    open_request,
     read_request,
-    release_request,
-    renew_request,
-    request_view_from_pb,
-    resume_from_pb,
-    resume_request,
-    scope,
-    surface_from_pb,
-    transcript_request,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog.v1.session_service_pb2_grpc import SessionServiceStub
 
+T = TypeVar("T")
 _END = object()
-
-
-def _call(fn: Any, request: Any, timeout: float | None = None) -> Any:
-    try:
-        return fn(request, timeout=timeout)
-    except grpc.RpcError as exc:
-        raise from_rpc_error(exc) from None
 
 
 class SessionLogClient:
@@ -94,10 +82,13 @@ class SessionLogClient:
         timeout: float | None = 30.0,
         token: str | None = None,
         ca_file: str | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
-        """Connect to `target`; `token` authenticates, `ca_file` (or `credentials`) turns on TLS."""
+        """Connect to `target`; `token` authenticates, `ca_file` (or `credentials`) turns on TLS;
+        `retry` says how idempotent calls are retried on UNAVAILABLE."""
         self.target = target
         self.timeout = timeout
+        self.retry = retry
         credentials = credentials or channel_credentials(ca_file)
         self.channel = (
             grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
@@ -116,33 +107,44 @@ class SessionLogClient:
     def close(self) -> None:
         self.channel.close()
 
+    def _run(self, call: Call[T]) -> T:
+        """Make a unary call, retrying an idempotent one while its outcome is unknown."""
+        method = getattr(self.stub, call.method)
+        policy = self.retry if call.idempotent else base.NO_RETRY
+        for attempt in itertools.count(1):
+            try:
+                return call.read(method(call.request, timeout=self.timeout))
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+                if not policy.retries(error, attempt):
+                    raise error from None
+            time.sleep(policy.delay(attempt))
+        raise AssertionError("unreachable")
+
+    def _pages(self, paged: Paged[T]) -> Iterator[T]:
+        token = ""
+        while True:
+            items, token = self._run(Call(paged.method, paged.request(token), paged.read, idempotent=True))
+            yield from items
+            if not token:
+                return
+
     # --- sessions ---------------------------------------------------------------------
 
     def create_session(
         self, session_id: str | None = None, *, cwd: str | None = None, metadata: dict[str, Any] | None = None
     ) -> convert.SessionInfo:
         """Create a session (ALREADY_EXISTS if the id is taken)."""
-        response = _call(self.stub.CreateSession, create_request(session_id, cwd, metadata), self.timeout)
-        return convert.session_from_pb(response.session)
+        return self._run(base.create_session(session_id, cwd, metadata))
 
     def get_session(self, session_id: str) -> convert.SessionInfo:
-        response = _call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id), self.timeout)
-        return convert.session_from_pb(response.session)
+        return self._run(base.get_session(session_id))
 
     def list_sessions(
         self, *, parent_session_id: str | None = None, page_size: int = 100
     ) -> Iterator[convert.SessionInfo]:
         """Every session (or every fork of `parent_session_id`), fetching pages as needed."""
-        token = ""
-        while True:
-            request = pb.ListSessionsRequest(
-                page_size=page_size, page_token=token, parent_session_id=parent_session_id or ""
-            )
-            response = _call(self.stub.ListSessions, request, self.timeout)
-            yield from (convert.session_from_pb(s) for s in response.sessions)
-            token = response.next_page_token
-            if not token:
-                return
+        return self._pages(base.list_sessions(parent_session_id, page_size))
 
     # --- unary writing ----------------------------------------------------------------
 
@@ -150,8 +152,7 @@ class SessionLogClient:
         self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
     ) -> convert.LeaseInfo:
         """Take the writer lease; the returned lease holds its token (`lease_token` retakes a live one)."""
-        request = acquire_request(session_id, writer_id, takeover, lease_token)
-        return acquire_from_pb(_call(self.stub.AcquireLease, request, self.timeout))
+        return self._run(base.acquire_lease(session_id, writer_id, takeover, lease_token))
 
     def append(
         self,
@@ -161,23 +162,18 @@ class SessionLogClient:
         *,
         expected_next_seq: int | None = None,
     ) -> AppendResult:
-        """Append one batch under `lease`; all events commit together or none do."""
-        request = append_request(session_id, lease, with_event_ids(events), expected_next_seq)
-        response = _call(self.stub.AppendEvents, request, self.timeout)
-        return AppendResult(list(response.seqs), response.next_seq)
+        """Append one batch under `lease`; all events commit together or none do (retried safely)."""
+        return self._run(base.append(session_id, lease, events, expected_next_seq))
 
     def renew_lease(self, lease: convert.LeaseInfo) -> convert.LeaseInfo:
-        """Extend `lease` (a heartbeat); the renewed lease keeps its token."""
-        renewed = _call(self.stub.RenewLease, renew_request(lease), self.timeout).lease
-        return convert.lease_from_pb(renewed, lease.token)
+        return self._run(base.renew_lease(lease))
 
     def release_lease(self, lease: convert.LeaseInfo) -> None:
-        _call(self.stub.ReleaseLease, release_request(lease), self.timeout)
+        self._run(base.release_lease(lease))
 
     def report_header(self, session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> HeaderReport:
         """Report the request header about to be used; the service decides whether to log it."""
-        response = _call(self.stub.ReportRequestHeader, header_request(session_id, lease, header), self.timeout)
-        return header_report_from_pb(response)
+        return self._run(base.report_header(session_id, lease, header))
 
     def writer(
         self,
@@ -188,54 +184,36 @@ class SessionLogClient:
         create_if_missing: bool = False,
         resume: bool = False,
         max_in_flight: int = 256,
-        reconnect_attempts: int = 120,
+        reconnect_attempts: int = RECONNECT.attempts,
     ) -> Writer:
         """Open a streaming writer (takes the lease now; use it as a context manager).
 
         With `resume=True` the session is resumed first (SPEC §8): an open turn is completed,
         the seed boundary is marked, and `writer.resumed` holds the state to continue from.
         """
-        return Writer(
-            self.stub,
-            session_id,
-            writer_id=writer_id,
-            takeover=takeover,
-            create_if_missing=create_if_missing,
-            resume=resume,
-            max_in_flight=max_in_flight,
-            reconnect_attempts=reconnect_attempts,
-        )
+        core = WriterCore(session_id, writer_id, create_if_missing)
+        policy = replace(RECONNECT, attempts=reconnect_attempts)
+        return Writer(self.stub, core, takeover=takeover, resume=resume, max_in_flight=max_in_flight, reconnect=policy)
 
     # --- lifecycle --------------------------------------------------------------------
 
     def resume(
         self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
     ) -> ResumeInfo:
-        """Resume a session for unary appends: lease, repair, seed boundary (SPEC §8)."""
-        request = resume_request(session_id, writer_id, takeover, lease_token)
-        return resume_from_pb(_call(self.stub.ResumeSession, request, self.timeout))
+        """Resume a session for unary appends: lease (with its token), repair, seed boundary (SPEC §8)."""
+        return self._run(base.resume(session_id, writer_id, takeover, lease_token))
 
     def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> convert.SessionInfo:
         """Fork `session_id` after `at_seq` (inclusive); the prefix is shared, not copied."""
-        request = pb.ForkSessionRequest(session_id=session_id, at_seq=at_seq, new_session_id=new_session_id or "")
-        return convert.session_from_pb(_call(self.stub.ForkSession, request, self.timeout).session)
+        return self._run(base.fork(session_id, at_seq, new_session_id))
 
     # --- projections ------------------------------------------------------------------
 
     def model_history(
         self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
     ) -> list[dict[str, Any]]:
-        """The messages the model sees, in order, at the head or at `at_seq` (all pages)."""
-        messages: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            response = _call(
-                self.stub.GetModelHistory, history_request(session_id, at_seq, with_repair, token), self.timeout
-            )
-            messages.extend(jsonvalue.loads(response.messages_json, what="messages"))
-            token = response.next_page_token
-            if not token:
-                return messages
+        """The messages the model sees, in order, at the head or at `at_seq` (page by page)."""
+        return list(self._pages(base.model_history(session_id, at_seq, with_repair)))
 
     def history_copy(self, session_id: str) -> HistoryCopy:
         """An empty local copy of the model history; pass it to `refresh_history`."""
@@ -243,59 +221,54 @@ class SessionLogClient:
 
     def refresh_history(self, copy: HistoryCopy) -> list[dict[str, Any]]:
         """Bring `copy` up to date, fetching only the messages it lacks (all after a replace)."""
-        while True:
-            messages = copy.apply(_call(self.stub.GetModelHistory, copy.request(), self.timeout))
-            if copy.complete:
-                return messages
+        copy.apply(self._run(base.history_page(copy)))
+        while not copy.complete:
+            copy.apply(self._run(base.history_page(copy)))
+        return copy.messages
 
     def transcript(
         self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False
     ) -> list[dict[str, Any]]:
-        """The transcript rows for people (replaced events stay, marked), all pages."""
-        rows: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            response = _call(
-                self.stub.GetTranscript, transcript_request(session_id, at_seq, with_repair, token), self.timeout
-            )
-            rows.extend(jsonvalue.loads(response.rows_json, what="rows"))
-            token = response.next_page_token
-            if not token:
-                return rows
+        """The transcript rows for people (replaced events stay, marked), page by page."""
+        return list(self._pages(base.transcript(session_id, at_seq, with_repair)))
 
     def request(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
         """`{"request", "sha256", "headerSeq"}`: the exact request of that prefix."""
-        request = pb.GetRequestRequest(scope=scope(session_id, at_seq, with_repair))
-        return request_view_from_pb(_call(self.stub.GetRequest, request, self.timeout))
+        return self._run(base.request_view(session_id, at_seq, with_repair))
 
     def stats(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
         """Counts, tokens and cost over every event carrying usage."""
-        request = pb.GetStatsRequest(scope=scope(session_id, at_seq, with_repair))
-        return dict(jsonvalue.loads(_call(self.stub.GetStats, request, self.timeout).stats_json, what="stats"))
+        return self._run(base.stats(session_id, at_seq, with_repair))
 
     def surface(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
         """`{"nodes", "replaceGeneration"}` (for debugging)."""
-        request = pb.GetSurfaceRequest(scope=scope(session_id, at_seq, with_repair))
-        return surface_from_pb(_call(self.stub.GetSurface, request, self.timeout))
+        return self._run(base.surface(session_id, at_seq, with_repair))
 
     # --- reading ----------------------------------------------------------------------
 
     def read_events(
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None, page_size: int = 500
     ) -> Iterator[Event]:
-        """Events from `from_seq` to `to_seq` (inclusive), in seq order."""
-        try:
-            for response in self.stub.ReadEvents(read_request(session_id, from_seq, to_seq, page_size)):
-                yield from (convert.event_from_pb(m) for m in response.events)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        """Events from `from_seq` to `to_seq` (inclusive), in seq order; a read broken by a
+        transient failure goes on from the seq after the last event it delivered."""
+        next_seq = from_seq
+        for attempt in itertools.count(1):
+            try:
+                for response in self.stub.ReadEvents(read_request(session_id, next_seq, to_seq, page_size)):
+                    for message in response.events:
+                        event = convert.event_from_pb(message)
+                        next_seq = event.seq + 1
+                        yield event
+                return
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+                if not self.retry.retries(error, attempt):
+                    raise error from None
+            time.sleep(self.retry.delay(attempt))
 
     def subscribe(self, session_id: str, *, from_seq: int = 0) -> Subscription:
-        """Replay from `from_seq`, a CaughtUp marker, then live events until cancelled.
-
-        A subscription the server cuts off for falling behind (SUBSCRIBER_TOO_SLOW) resumes on
-        its own from the first seq it has not delivered: the caller sees no gap and no repeat.
-        """
+        """Replay from `from_seq`, a CaughtUp marker, then live events until cancelled (resuming
+        on its own after a cut)."""
         return Subscription(self.stub, SubscriptionCursor(session_id, from_seq))
 
 
@@ -322,12 +295,16 @@ def _coalescing(requests: queue.Queue[Any]) -> Iterator[pb.WriteRequest]:
 
 
 class Subscription:
-    """An iterator of Events and one CaughtUp marker; `cancel()` ends it."""
+    """An iterator of Events and one CaughtUp marker; `cancel()` ends it.
+
+    A cut (the service restarting, or cutting off a subscriber that fell behind) resubscribes
+    from the seq after the last delivered event: the caller sees no gap and no repeat.
+    """
 
     def __init__(self, stub: SessionServiceStub, cursor: SubscriptionCursor) -> None:
         self._stub = stub
         self._cursor = cursor
-        self._cancelled = False
+        self._cancelled = threading.Event()
         self._call = stub.SubscribeEvents(cursor.request())
 
     def __iter__(self) -> Iterator[Event | CaughtUp]:
@@ -335,32 +312,21 @@ class Subscription:
             try:
                 for response in self._call:
                     yield from self._cursor.items(response)
-                return
+                error: SessionLogError = Unavailable("STREAM_ENDED", "the service ended the subscription")
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.CANCELLED or self._cancelled:
+                if exc.code() == grpc.StatusCode.CANCELLED and self._cancelled.is_set():
                     return
                 error = from_rpc_error(exc)
-                if not self._cursor.should_resume(error):
-                    raise error from None
-                self._call = self._stub.SubscribeEvents(self._cursor.request())
+            delay = self._cursor.resume_delay(error)
+            if delay is None:
+                raise error
+            if self._cancelled.wait(delay):
+                return
+            self._call = self._stub.SubscribeEvents(self._cursor.request())
 
     def cancel(self) -> None:
-        self._cancelled = True
+        self._cancelled.set()
         self._call.cancel()
-
-
-@dataclass(slots=True)
-class _Pending:
-    batch_id: int
-    events: list[NewEvent]
-    expected_next_seq: int | None
-    future: Future[Any]
-    header: dict[str, Any] | None = None
-
-    def request(self) -> pb.WriteRequest:
-        if self.header is not None:
-            return header_write_request(self.batch_id, self.header)
-        return batch_request(self.batch_id, self.events, self.expected_next_seq)
 
 
 class Writer:
@@ -369,82 +335,86 @@ class Writer:
     def __init__(
         self,
         stub: SessionServiceStub,
-        session_id: str,
+        core: WriterCore,
         *,
-        writer_id: str | None,
         takeover: bool,
-        create_if_missing: bool,
+        resume: bool,
         max_in_flight: int,
-        reconnect_attempts: int,
-        resume: bool = False,
+        reconnect: RetryPolicy,
     ) -> None:
         self._stub = stub
-        self.session_id = session_id
-        self._writer_id = writer_id
-        self._create = create_if_missing
-        self._reconnect_attempts = reconnect_attempts
-        self._ids = itertools.count(1)
-        self._pending: deque[_Pending] = deque()
+        self._core = core
+        self._reconnect_policy = reconnect
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_in_flight)
-        self._closed = False
-        self._failure: SessionLogError | None = None
-        self.lease: convert.LeaseInfo
-        self._held = False  # whether `lease` (and its token) came from an open stream
-        self.next_seq = 0
-        self.resumed: ResumeInfo | None = None
-        self._resume = resume
-        self._connect(takeover)
-        self._resume = False  # a reconnect continues the same lifecycle: no second resume
+        self._connect(takeover, resume)
+
+    @property
+    def session_id(self) -> str:
+        return self._core.session_id
+
+    @property
+    def lease(self) -> convert.LeaseInfo:
+        assert self._core.lease is not None
+        return self._core.lease
+
+    @property
+    def next_seq(self) -> int:
+        return self._core.next_seq
+
+    @property
+    def resumed(self) -> ResumeInfo | None:
+        return self._core.resumed
 
     # --- public -----------------------------------------------------------------------
 
     def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> Future[AppendResult]:
         """Send a batch now; the future resolves with its seqs once it is durable."""
         batch = with_event_ids(events)
-        self._slots.acquire()
-        with self._lock:
-            if self._failure is not None:
-                self._slots.release()
-                raise self._failure
-            if self._closed:
-                self._slots.release()
-                raise RuntimeError("the writer is closed")
-            pending = _Pending(next(self._ids), batch, expected_next_seq, Future())
-            self._pending.append(pending)
-            self._requests.put(pending.request())
-        return pending.future
+        return self._send(lambda future: self._core.add_batch(batch, expected_next_seq, future))
 
     def report_header(self, header: dict[str, Any]) -> Future[HeaderReport]:
         """Report the request header about to be used, in order with the batches sent so far."""
+        return self._send(lambda future: self._core.add_header(header, future))
+
+    def _send(self, add: Any) -> Future[Any]:
         self._slots.acquire()
+        future: Future[Any] = Future()
+        future.add_done_callback(lambda _: self._slots.release())
         with self._lock:
-            if self._failure is not None:
+            try:
+                self._core.check_open()
+            except BaseException:
                 self._slots.release()
-                raise self._failure
-            pending = _Pending(next(self._ids), [], None, Future(), header=dict(header))
-            self._pending.append(pending)
-            self._requests.put(pending.request())
-        return pending.future
+                raise
+            self._requests.put(add(future).request)
+        return future
 
     def flush(self) -> None:
         """Wait until every batch sent so far is durable (raises the first failure)."""
         with self._lock:
-            futures = [p.future for p in self._pending]
+            self._core.check_failure()
+            futures = [p.future for p in self._core.pending]
         for future in futures:
+            assert isinstance(future, Future)
             future.result()
 
     def close(self) -> None:
         """Flush, end the stream and give the lease back."""
         try:
-            if self._failure is None:
+            if self._core.failure is None:
                 self.flush()
         finally:
-            with self._lock:
-                self._closed = True
-                self._requests.put(CLOSE_REQUEST)
-                self._requests.put(_END)
-            self._reader.join(timeout=30)
+            self._end()
+
+    def _end(self) -> None:
+        """End the stream on purpose: `close` makes the service release the lease (a stream that
+        just ends is taken for a dead writer, and its lease is left to lapse)."""
+        with self._lock:
+            self._core.closed = True
+            self._requests.put(CLOSE_REQUEST)
+            self._requests.put(_END)
+        self._reader.join(timeout=30)
 
     def __enter__(self) -> Writer:
         return self
@@ -453,91 +423,64 @@ class Writer:
         if exc_type is None:
             self.close()
         else:  # end on purpose (the lease is released), without waiting for what is in flight
-            with self._lock:
-                self._closed = True
-                self._requests.put(CLOSE_REQUEST)
-                self._requests.put(_END)
-            self._reader.join(timeout=30)
+            self._end()
 
     # --- stream -----------------------------------------------------------------------
 
-    def _connect(self, takeover: bool) -> None:
+    def _connect(self, takeover: bool, resume: bool) -> None:
         requests: queue.Queue[Any] = queue.Queue()
         with self._lock:
-            # A reconnect presents the token of the lease it held, so it takes that lease again
-            # (at a new epoch) instead of finding it held until it lapses.
-            token = self.lease.token if self._held else ""
-            requests.put(open_request(self.session_id, self._writer_id, takeover, self._create, self._resume, token))
-            for pending in self._pending:  # after a reconnect: re-send what was not acknowledged
-                requests.put(pending.request())
+            requests.put(self._core.open_request(takeover, resume))
+            for request in self._core.resend():  # after a reconnect: what was not acknowledged
+                requests.put(request)
             self._requests = requests
-        self._call = self._stub.Write(_coalescing(requests))
+        call = self._stub.Write(_coalescing(requests))
         try:
-            first = next(self._call)
+            first = next(call, None)
         except grpc.RpcError as exc:
+            requests.put(_END)
             raise from_rpc_error(exc) from None
-        self.lease = convert.lease_from_pb(first.opened.lease, first.opened.lease_token)
-        self._held = True
-        self._writer_id = self.lease.writer_id
-        self.next_seq = first.opened.next_seq
-        if first.opened.HasField("resumed"):
-            self.resumed = resume_from_pb(first.opened.resumed)
-        self._reader = threading.Thread(target=self._read, args=(self._call,), daemon=True, name="sessionlog-writer")
+        try:
+            with self._lock:
+                self._core.opened(first)
+        except SessionLogError:
+            requests.put(_END)
+            call.cancel()
+            raise
+        self._reader = threading.Thread(target=self._read, args=(call,), daemon=True, name="sessionlog-writer")
         self._reader.start()
 
     def _read(self, call: Any) -> None:
         try:
             for response in call:
-                kind = response.WhichOneof("kind")
-                if kind == "header_ack":
-                    header = response.header_ack
-                    self._acknowledge(header.batch_id, header_report_from_pb(header.result), None)
-                    continue
-                for ack in response.acks.acks if kind == "acks" else [response.ack]:
-                    self._acknowledge(ack.batch_id, AppendResult(list(ack.seqs), ack.next_seq), ack.next_seq)
-            if self._pending:
-                self._fail(
+                with self._lock:
+                    done = self._core.acknowledged(response)
+                for pending, result in done:
+                    settle(pending, result)
+            with self._lock:
+                unacknowledged = bool(self._core.pending) and not self._core.closed
+            if unacknowledged:
+                self._recover(
                     Unavailable("STREAM_ENDED", "the server ended the writer stream before acknowledging every batch")
                 )
         except grpc.RpcError as exc:
-            error = from_rpc_error(exc)
-            if isinstance(error, Unavailable) and not self._closed and self._reconnect():
-                return
-            self._fail(error)
+            self._recover(from_rpc_error(exc))
 
-    def _acknowledge(self, batch_id: int, result: Any, next_seq: int | None) -> None:
-        """Resolve the pending batch `batch_id` (earlier ones re-sent after a reconnect were acked before)."""
+    def _recover(self, error: SessionLogError) -> None:
+        """After the stream broke: reconnect and re-send if the failure is transient, else fail."""
+        if isinstance(error, Unavailable) and not self._core.closed:
+            policy = self._reconnect_policy
+            for attempt in range(1, policy.attempts + 1):
+                time.sleep(policy.delay(attempt))
+                try:
+                    self._connect(takeover=False, resume=False)  # no second resume: same lifecycle
+                    return
+                except Unavailable as exc:
+                    error = exc
+                except SessionLogError as exc:
+                    error = exc
+                    break
         with self._lock:
-            while self._pending and self._pending[0].batch_id != batch_id:
-                self._pending.popleft()
-            pending = self._pending.popleft() if self._pending else None
-            if next_seq is not None:
-                self.next_seq = next_seq
-        if pending is not None:
-            pending.future.set_result(result)
-            self._slots.release()
-
-    def _reconnect(self) -> bool:
-        delay = 0.05
-        for _ in range(self._reconnect_attempts):
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
-            try:
-                self._connect(takeover=False)
-                return True
-            except Unavailable:
-                continue
-            except SessionLogError as exc:
-                self._fail(exc)
-                return True
-        return False
-
-    def _fail(self, error: SessionLogError) -> None:
-        with self._lock:
-            self._failure = error
-            failed = list(self._pending)
-            self._pending.clear()
+            failed = self._core.fail(error)
         for pending in failed:
-            if not pending.future.done():
-                pending.future.set_exception(error)
-            self._slots.release()
+            reject(pending, error)

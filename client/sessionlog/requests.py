@@ -13,7 +13,7 @@ from typing import Any
 
 from sessionlog import convert
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import SessionLogError
+from sessionlog.core.errors import SessionLogError, Unavailable
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.v1 import session_service_pb2 as pb
 
@@ -189,12 +189,17 @@ def read_request(session_id: str, from_seq: int, to_seq: int | None, page_size: 
 SUBSCRIBER_TOO_SLOW = "SUBSCRIBER_TOO_SLOW"
 #: How many times in a row a subscription resumes without receiving anything before giving up.
 MAX_EMPTY_RESUMES = 5
+#: How many times in a row a subscription resubscribes while the service is unreachable (with
+#: backoff from 50 ms to 0.5 s: about a minute, long enough to ride out a restart).
+MAX_UNREACHABLE_RESUMES = 120
 
 
 class SubscriptionCursor:
     """What a subscription has delivered, so a cut-off subscription resumes without a gap or a repeat.
 
-    The caller sees one stream: events in seq order, each once, and one CaughtUp marker.
+    The caller sees one stream: events in seq order, each once, and one CaughtUp marker. It
+    resumes after the service cut it off for falling behind (SUBSCRIBER_TOO_SLOW, at once) and
+    after a transport failure such as a service restart (UNAVAILABLE, with backoff).
     """
 
     def __init__(self, session_id: str, from_seq: int) -> None:
@@ -202,6 +207,7 @@ class SubscriptionCursor:
         self.next_seq = from_seq
         self.caught_up = False
         self.empty_resumes = 0
+        self.unreachable = 0
 
     def request(self) -> pb.SubscribeEventsRequest:
         return pb.SubscribeEventsRequest(session_id=self.session_id, from_seq=self.next_seq)
@@ -216,15 +222,22 @@ class SubscriptionCursor:
             elif item.seq >= self.next_seq:
                 self.next_seq = item.seq + 1
                 self.empty_resumes = 0
+                self.unreachable = 0
                 out.append(item)
         return out
 
-    def should_resume(self, error: SessionLogError) -> bool:
-        """Whether `error` cut the subscription off for falling behind (then resume from `next_seq`)."""
-        if error.reason != SUBSCRIBER_TOO_SLOW:
-            return False
-        self.empty_resumes += 1
-        return self.empty_resumes <= MAX_EMPTY_RESUMES
+    def resume_delay(self, error: SessionLogError) -> float | None:
+        """How long to wait before resubscribing from `next_seq` after `error`, or None to give
+        up with it (any other error, or too many resumes in a row with nothing received)."""
+        if error.reason == SUBSCRIBER_TOO_SLOW:
+            self.empty_resumes += 1
+            return 0.0 if self.empty_resumes <= MAX_EMPTY_RESUMES else None
+        if isinstance(error, Unavailable):
+            self.unreachable += 1
+            if self.unreachable >= MAX_UNREACHABLE_RESUMES:
+                return None
+            return float(min(0.05 * 2 ** (self.unreachable - 1), 0.5))
+        return None
 
 
 def subscription_items(response: pb.SubscribeEventsResponse) -> list[Event | CaughtUp]:

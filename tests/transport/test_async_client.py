@@ -19,11 +19,11 @@ def test_async_client_end_to_end(server: ServerThread, sid: str) -> None:
         async with AsyncSessionLogClient(server.target) as client:
             await client.create_session(sid, cwd="/w")
             writer = await client.writer(sid, writer_id="async-1")
-            assert (await writer.report_header({"config": {"model": "m"}})).reason == "initial"
-            futures = [await writer.send([note(i)]) for i in range(50)]  # pipelined
+            assert (await (await writer.report_header({"config": {"model": "m"}}))).reason == "initial"
+            futures = [await writer.append([note(i)]) for i in range(50)]  # pipelined: sent, not yet durable
             seqs = [(await f).seqs[0] for f in futures]
             assert seqs == list(range(1, 51))
-            ack = await writer.append([system("s"), user("hello")])
+            ack = await (await writer.append([system("s"), user("hello")]))
             assert ack.seqs == [51, 52]
             with pytest.raises(WriterHeld):
                 await client.writer(sid, writer_id="async-2")

@@ -948,10 +948,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     OWNERSHIP_LOST: _ErrorReason.ValueType  # 110
     """The writer's lease was taken over or lapsed (a newer epoch owns the session), or the lease
     token presented does not hold the session's current lease (then only `session_id` is set).
+    The clients raise it too when a reconnecting writer finds that another writer held the
+    session meanwhile.
 
     Code: ABORTED
     Metadata: `epoch`, `holder`, `session_id`
-    Raised by: service
+    Raised by: service, client
     Client: Stop writing. Reopen (or resume) deliberately if this process should continue;
       never re-acquire quietly. Batches not acknowledged may or may not be in the log: re-read
       it.
@@ -2127,10 +2129,12 @@ Client: Re-read the log from `next_seq`, reconcile, and send a new batch.
 OWNERSHIP_LOST: ErrorReason.ValueType  # 110
 """The writer's lease was taken over or lapsed (a newer epoch owns the session), or the lease
 token presented does not hold the session's current lease (then only `session_id` is set).
+The clients raise it too when a reconnecting writer finds that another writer held the
+session meanwhile.
 
 Code: ABORTED
 Metadata: `epoch`, `holder`, `session_id`
-Raised by: service
+Raised by: service, client
 Client: Stop writing. Reopen (or resume) deliberately if this process should continue;
   never re-acquire quietly. Batches not acknowledged may or may not be in the log: re-read
   it.

@@ -311,6 +311,6 @@ export class SessionLogClient {
    * resubscribes from the seq after the last event it delivered.
    */
   subscribe(sessionId: string, options: SubscribeOptions = {}): Subscription {
-    return new Subscription(this.rpc, sessionId, { retry: this.retry, ...options });
+    return new Subscription(this.rpc, sessionId, options);
   }
 }

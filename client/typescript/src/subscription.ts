@@ -10,7 +10,10 @@ import { type Client, Code } from "@connectrpc/connect";
 import { eventFromPb, num } from "./convert.js";
 import { SessionLogError, toSessionLogError, Unavailable } from "./errors.js";
 import type { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
-import { backoff, DEFAULT_RETRY, type RetryPolicy, sleep } from "./retry.js";
+import { backoff, type RetryPolicy, sleep } from "./retry.js";
+
+/** How a cut subscription resubscribes: long enough to ride out a service restart. */
+const RESUBSCRIBE: RetryPolicy = { attempts: 120, initialDelayMs: 50, maxDelayMs: 500 };
 import type { CaughtUp, Event } from "./types.js";
 
 export interface SubscribeOptions {
@@ -18,7 +21,8 @@ export interface SubscribeOptions {
   fromSeq?: number;
   /** Aborting ends the iteration quietly. */
   signal?: AbortSignal;
-  /** How resubscriptions back off; the count resets whenever an event arrives. */
+  /** How resubscriptions back off (default: patient enough to ride out a service restart);
+   * the count resets whenever an event arrives. */
   retry?: RetryPolicy;
   /** Called before each resubscription (for metrics and logs). */
   onResubscribe?: (fromSeq: number, cause: SessionLogError) => void;
@@ -52,7 +56,7 @@ export class Subscription implements AsyncIterable<Event | CaughtUp> {
   }
 
   async *[Symbol.asyncIterator](): AsyncGenerator<Event | CaughtUp> {
-    const policy = this.options.retry ?? DEFAULT_RETRY;
+    const policy = this.options.retry ?? RESUBSCRIBE;
     let next = this.options.fromSeq ?? 0;
     let caughtUp = false;
     let failures = 0;

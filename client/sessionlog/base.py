@@ -1,0 +1,343 @@
+"""Plumbing shared by the sync client (client.py) and the asyncio client (aio.py).
+
+The two clients differ only in how they wait: threads and concurrent futures, or the event
+loop and asyncio futures. Everything else is defined here once (kurrentdbclient's pattern):
+
+- `Call`: each unary call as the stub method it uses, its request, how its response is read
+  and whether it may be retried; `Paged`: the same for calls read page by page;
+- `RetryPolicy`: how idempotent calls are retried on UNAVAILABLE (reads, and appends, whose
+  events always carry eventIds), and how writers back off while reconnecting;
+- `WriterCore`: the streaming writer's bookkeeping (batch ids, the pending batches in send
+  order, acknowledgements, failure, what a reconnect re-sends, and the check that no other
+  writer held the session while the stream was down).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from sessionlog import convert
+from sessionlog.core import jsonvalue
+from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable
+from sessionlog.core.events import NewEvent
+from sessionlog.requests import (
+    AppendResult,
+    EventLike,
+    HeaderReport,
+    HistoryCopy,
+    ResumeInfo,
+    acquire_from_pb,
+    acquire_request,
+    append_request,
+    batch_request,
+    create_request,
+    header_report_from_pb,
+    header_request,
+    header_write_request,
+    history_request,
+    open_request,
+    release_request,
+    renew_request,
+    request_view_from_pb,
+    resume_from_pb,
+    resume_request,
+    scope,
+    surface_from_pb,
+    transcript_request,
+    with_event_ids,
+)
+from sessionlog.v1 import session_service_pb2 as pb
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+# --- retrying ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """`attempts` in all (the first included), waiting `initial_delay` doubling up to `max_delay`."""
+
+    attempts: int = 8
+    initial_delay: float = 0.05
+    max_delay: float = 1.0
+
+    def delay(self, attempt: int) -> float:
+        """The wait after failed attempt number `attempt` (1-based)."""
+        return float(min(self.initial_delay * 2 ** max(0, attempt - 1), self.max_delay))
+
+    def retries(self, error: SessionLogError, attempt: int) -> bool:
+        """Whether to try again after `error` ended attempt `attempt` (only an unknown outcome)."""
+        return isinstance(error, Unavailable) and attempt < self.attempts
+
+
+DEFAULT_RETRY = RetryPolicy()
+NO_RETRY = RetryPolicy(attempts=1)
+#: How a writer whose stream broke reconnects: long enough to ride out a service restart.
+RECONNECT = RetryPolicy(attempts=120, initial_delay=0.05, max_delay=0.5)
+
+
+# --- unary calls ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One unary call: `stub.<method>(request)`, its response read by `read`."""
+
+    method: str
+    request: Any
+    read: Callable[[Any], T]
+    idempotent: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Paged(Generic[T]):
+    """A call read page by page: `request(token)` for each page, `read(response)` its items and
+    the next page's token (empty on the last page)."""
+
+    method: str
+    request: Callable[[str], Any]
+    read: Callable[[Any], tuple[list[T], str]]
+
+
+def _same(response: Any) -> Any:
+    return response
+
+
+def create_session(
+    session_id: str | None, cwd: str | None, metadata: dict[str, Any] | None
+) -> Call[convert.SessionInfo]:
+    request = create_request(session_id, cwd, metadata)
+    return Call("CreateSession", request, lambda r: convert.session_from_pb(r.session), idempotent=False)
+
+
+def get_session(session_id: str) -> Call[convert.SessionInfo]:
+    request = pb.GetSessionRequest(session_id=session_id)
+    return Call("GetSession", request, lambda r: convert.session_from_pb(r.session), idempotent=True)
+
+
+def list_sessions(parent_session_id: str | None, page_size: int) -> Paged[convert.SessionInfo]:
+    def request(token: str) -> pb.ListSessionsRequest:
+        return pb.ListSessionsRequest(page_size=page_size, page_token=token, parent_session_id=parent_session_id or "")
+
+    return Paged(
+        "ListSessions", request, lambda r: ([convert.session_from_pb(s) for s in r.sessions], r.next_page_token)
+    )
+
+
+def acquire_lease(session_id: str, writer_id: str | None, takeover: bool, lease_token: str) -> Call[convert.LeaseInfo]:
+    """The granted lease holds its token; `lease_token` (of a live lease held) takes it again."""
+    request = acquire_request(session_id, writer_id, takeover, lease_token)
+    return Call("AcquireLease", request, acquire_from_pb, idempotent=False)
+
+
+def append(
+    session_id: str, lease: convert.LeaseInfo, events: Iterable[EventLike], expected_next_seq: int | None
+) -> Call[AppendResult]:
+    """An append is idempotent: every event gets an eventId here, so a retry cannot append twice."""
+    request = append_request(session_id, lease, with_event_ids(events), expected_next_seq)
+    return Call("AppendEvents", request, lambda r: AppendResult(list(r.seqs), r.next_seq), idempotent=True)
+
+
+def renew_lease(lease: convert.LeaseInfo) -> Call[convert.LeaseInfo]:
+    """A heartbeat; the renewed lease keeps its token."""
+    return Call("RenewLease", renew_request(lease), lambda r: convert.lease_from_pb(r.lease, lease.token), True)
+
+
+def release_lease(lease: convert.LeaseInfo) -> Call[None]:
+    return Call("ReleaseLease", release_request(lease), lambda r: None, idempotent=False)
+
+
+def report_header(session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> Call[HeaderReport]:
+    request = header_request(session_id, lease, header)
+    return Call("ReportRequestHeader", request, header_report_from_pb, idempotent=False)
+
+
+def resume(session_id: str, writer_id: str | None, takeover: bool, lease_token: str) -> Call[ResumeInfo]:
+    request = resume_request(session_id, writer_id, takeover, lease_token)
+    return Call("ResumeSession", request, resume_from_pb, idempotent=False)
+
+
+def fork(session_id: str, at_seq: int, new_session_id: str | None) -> Call[convert.SessionInfo]:
+    request = pb.ForkSessionRequest(session_id=session_id, at_seq=at_seq, new_session_id=new_session_id or "")
+    return Call("ForkSession", request, lambda r: convert.session_from_pb(r.session), idempotent=False)
+
+
+def model_history(session_id: str, at_seq: int | None, with_repair: bool) -> Paged[dict[str, Any]]:
+    return Paged(
+        "GetModelHistory",
+        lambda token: history_request(session_id, at_seq, with_repair, token),
+        lambda r: (list(jsonvalue.loads(r.messages_json, what="messages")), r.next_page_token),
+    )
+
+
+def history_page(copy: HistoryCopy) -> Call[pb.GetModelHistoryResponse]:
+    """The next request of a history copy's refresh (apply the response to the copy)."""
+    return Call("GetModelHistory", copy.request(), _same, idempotent=True)
+
+
+def transcript(session_id: str, at_seq: int | None, with_repair: bool) -> Paged[dict[str, Any]]:
+    return Paged(
+        "GetTranscript",
+        lambda token: transcript_request(session_id, at_seq, with_repair, token),
+        lambda r: (list(jsonvalue.loads(r.rows_json, what="rows")), r.next_page_token),
+    )
+
+
+def request_view(session_id: str, at_seq: int | None, with_repair: bool) -> Call[dict[str, Any]]:
+    request = pb.GetRequestRequest(scope=scope(session_id, at_seq, with_repair))
+    return Call("GetRequest", request, request_view_from_pb, idempotent=True)
+
+
+def stats(session_id: str, at_seq: int | None, with_repair: bool) -> Call[dict[str, Any]]:
+    request = pb.GetStatsRequest(scope=scope(session_id, at_seq, with_repair))
+    return Call("GetStats", request, lambda r: dict(jsonvalue.loads(r.stats_json, what="stats")), idempotent=True)
+
+
+def surface(session_id: str, at_seq: int | None, with_repair: bool) -> Call[dict[str, Any]]:
+    request = pb.GetSurfaceRequest(scope=scope(session_id, at_seq, with_repair))
+    return Call("GetSurface", request, surface_from_pb, idempotent=True)
+
+
+# --- the streaming writer's bookkeeping ----------------------------------------------------
+
+
+class Settable(Protocol):
+    """What WriterCore needs of a future: concurrent.futures.Future and asyncio.Future both."""
+
+    def done(self) -> bool: ...
+    def set_result(self, result: Any, /) -> None: ...
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+@dataclass(slots=True)
+class Pending:
+    """A batch or header report sent and not yet acknowledged."""
+
+    batch_id: int
+    request: pb.WriteRequest
+    future: Settable
+
+
+@dataclass
+class WriterCore:
+    """A streaming writer's state, without I/O (the clients hold their own lock or loop).
+
+    Every batch keeps its request until acknowledged, so a reconnect re-sends exactly what is
+    pending, with the same eventIds; acknowledgements resolve pendings by batch id. A reconnect
+    must come back at the next epoch: a larger jump means another writer held the session
+    meanwhile, and the writer fails with OwnershipLost instead of carrying on quietly.
+    """
+
+    session_id: str
+    writer_id: str | None
+    create_if_missing: bool
+    pending: deque[Pending] = field(default_factory=deque)
+    lease: convert.LeaseInfo | None = None
+    next_seq: int = 0
+    resumed: ResumeInfo | None = None
+    failure: SessionLogError | None = None
+    closed: bool = False
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    def check_open(self) -> None:
+        """Raise the writer's failure, or RuntimeError once it is closed."""
+        if self.failure is not None:
+            raise self.failure
+        if self.closed:
+            raise RuntimeError("the writer is closed")
+
+    def check_failure(self) -> None:
+        """Raise the writer's failure, if it failed."""
+        if self.failure is not None:
+            raise self.failure
+
+    def add_batch(self, events: Sequence[NewEvent], expected_next_seq: int | None, future: Settable) -> Pending:
+        batch_id = next(self._ids)
+        pending = Pending(batch_id, batch_request(batch_id, events, expected_next_seq), future)
+        self.pending.append(pending)
+        return pending
+
+    def add_header(self, header: dict[str, Any], future: Settable) -> Pending:
+        batch_id = next(self._ids)
+        pending = Pending(batch_id, header_write_request(batch_id, dict(header)), future)
+        self.pending.append(pending)
+        return pending
+
+    def open_request(self, takeover: bool, resume: bool) -> pb.WriteRequest:
+        """The `open` message; a reconnect presents the token of the lease it held, so it takes
+        that lease again (at a new epoch) instead of finding it held until it lapses."""
+        token = self.lease.token if self.lease is not None else ""
+        return open_request(self.session_id, self.writer_id, takeover, self.create_if_missing, resume, token)
+
+    def resend(self) -> list[pb.WriteRequest]:
+        """What a new stream must carry after its open: every request not yet acknowledged."""
+        return [pending.request for pending in self.pending]
+
+    def opened(self, response: pb.WriteResponse | None) -> None:
+        """Take the stream's first response (None: the server closed it while opening)."""
+        if response is None or response.WhichOneof("kind") != "opened":
+            raise Unavailable("STREAM_ENDED", "the server closed the writer stream while opening")
+        lease = convert.lease_from_pb(response.opened.lease, response.opened.lease_token)
+        if self.lease is not None and lease.epoch != self.lease.epoch + 1:
+            raise OwnershipLost(
+                "OWNERSHIP_LOST",
+                f"session {self.session_id!r} had another writer (epoch {self.lease.epoch} -> {lease.epoch}) "
+                "while this writer reconnected",
+                session_id=self.session_id,
+                epoch=lease.epoch,
+            )
+        self.lease = lease
+        self.writer_id = lease.writer_id
+        self.next_seq = response.opened.next_seq
+        if response.opened.HasField("resumed"):
+            self.resumed = resume_from_pb(response.opened.resumed)
+
+    def acknowledged(self, response: pb.WriteResponse) -> list[tuple[Pending, Any]]:
+        """The pendings `response` acknowledges, each with its result (removed from `pending`)."""
+        kind = response.WhichOneof("kind")
+        if kind == "header_ack":
+            results: list[tuple[int, Any]] = [
+                (response.header_ack.batch_id, header_report_from_pb(response.header_ack.result))
+            ]
+        else:
+            acks = response.acks.acks if kind == "acks" else [response.ack]
+            results = [(ack.batch_id, AppendResult(list(ack.seqs), ack.next_seq)) for ack in acks]
+            if acks:
+                self.next_seq = acks[-1].next_seq
+        out = []
+        for batch_id, result in results:
+            pending = self._take(batch_id)
+            if pending is not None:
+                out.append((pending, result))
+        return out
+
+    def _take(self, batch_id: int) -> Pending | None:
+        for index, pending in enumerate(self.pending):
+            if pending.batch_id == batch_id:
+                del self.pending[index]
+                return pending
+        return None  # acknowledged before a reconnect re-sent it
+
+    def fail(self, error: SessionLogError) -> list[Pending]:
+        """Record the failure; returns the pendings to fail with it (removed)."""
+        if self.failure is None:
+            self.failure = error
+        failed = list(self.pending)
+        self.pending.clear()
+        return failed
+
+
+def settle(pending: Pending, result: Any) -> None:
+    if not pending.future.done():
+        pending.future.set_result(result)
+
+
+def reject(pending: Pending, error: BaseException) -> None:
+    if not pending.future.done():
+        pending.future.set_exception(error)

@@ -69,7 +69,7 @@ async def _run_part(target: str, sids: list[str], seconds: float, per_channel: i
             sent = time.monotonic()
             event = {"type": "bench/tick", "data": {"n": tick}, "ignorable": True}
             try:
-                await writer.append([event])
+                await (await writer.append([event]))  # sent, then durable
                 part.latencies.append((time.time(), time.monotonic() - sent))
             except SessionLogError as exc:
                 part.append_errors[exc.reason] += 1

@@ -338,7 +338,9 @@ class Soak:
                         stats.reconnects += 1
                 if attempt > 1:
                     stats.retries += 1
+                before = writer.reconnects
                 result = await asyncio.wait_for(_acknowledged(writer, events), timeout=APPEND_TIMEOUT_S)
+                stats.reconnects += writer.reconnects - before  # the writer re-sent after a kill
                 return writer, list(result.seqs)
             except (Unavailable, TimeoutError, OwnershipLost) as exc:
                 if isinstance(exc, OwnershipLost):
@@ -721,10 +723,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report["result"] == "PASS" else 1
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 async def _acknowledged(writer: AsyncWriter, events: list[dict[str, Any]]) -> Any:
     """Send one batch and wait until it is durable (`append` returns once it is sent)."""
     return await (await writer.append(events))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

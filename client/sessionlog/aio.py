@@ -311,6 +311,11 @@ class AsyncWriter:
     def resumed(self) -> ResumeInfo | None:
         return self._core.resumed
 
+    @property
+    def reconnects(self) -> int:
+        """How many times the stream broke and the writer reconnected and re-sent."""
+        return self._core.reconnects
+
     # --- public -----------------------------------------------------------------------
 
     async def append(

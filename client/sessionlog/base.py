@@ -243,6 +243,8 @@ class WriterCore:
     resumed: ResumeInfo | None = None
     failure: SessionLogError | None = None
     closed: bool = False
+    reconnects: int = 0
+    """How many times the stream broke and was opened again (re-sending what was pending)."""
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def check_open(self) -> None:
@@ -292,6 +294,8 @@ class WriterCore:
                 session_id=self.session_id,
                 epoch=lease.epoch,
             )
+        if self.lease is not None:
+            self.reconnects += 1
         self.lease = lease
         self.writer_id = lease.writer_id
         self.next_seq = response.opened.next_seq

@@ -366,6 +366,11 @@ class Writer:
     def resumed(self) -> ResumeInfo | None:
         return self._core.resumed
 
+    @property
+    def reconnects(self) -> int:
+        """How many times the stream broke and the writer reconnected and re-sent."""
+        return self._core.reconnects
+
     # --- public -----------------------------------------------------------------------
 
     def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> Future[AppendResult]:

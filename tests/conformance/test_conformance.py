@@ -9,6 +9,7 @@ scenario across the kill.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import time
@@ -50,6 +51,22 @@ OPENING = [
 ]
 PIPELINED = [tool_result(1, 1, "c1", "ok"), step_end(1, 1), step_start(1, 2)]
 FINISH = [assistant(1, 2, "done"), step_end(1, 2), turn_end(1)]
+#: Step 8: bytes the service buffers per subscriber, and the notes that overflow it.
+SUBSCRIBER_BUFFER = 16 * 1024
+SLOW_NOTES = 200
+NOTE_TEXT = "x" * 1000
+HEAD = 24 + SLOW_NOTES
+
+
+def slow_note(i: int) -> dict[str, Any]:
+    return {"type": "test/note", "data": {"n": 100 + i, "text": NOTE_TEXT}, "ignorable": True, "eventId": f"e-slow-{i}"}
+
+
+def _was_cut_off(server: ServerProcess) -> bool:
+    """Whether the service ended a subscription for falling behind (its log line for the RPC)."""
+    return any('"SubscribeEvents"' in line and '"RESOURCE_EXHAUSTED"' in line for line in server.log)
+
+
 CRASHING = [user("again"), step_start(2, 1), assistant(2, 1, calls=(("c2", "edit"),)), tool_call(2, 1, "c2", "edit")]
 
 
@@ -127,10 +144,24 @@ def run_sync(server: ServerProcess, sid: str) -> tuple[list[Event], list[Event |
             client.append(sid, u1, [note(5)])
 
         client.append(sid, u2, CRASHING)  # 7. crash (u2 is abandoned), then resume with repair
-        with client.writer(sid, writer_id="w3", resume=True, takeover=True) as w3:
-            assert w3.resumed is not None and w3.resumed.repair_seqs == [20, 21, 22]
+        w3 = client.writer(sid, writer_id="w3", resume=True, takeover=True)
+        assert w3.resumed is not None and w3.resumed.repair_seqs == [20, 21, 22]
 
-        log = list(client.read_events(sid))  # 8. check
+        slow_subscription = client.subscribe(sid)  # 8. a slow subscriber is cut off, and resumes
+        slow = iter(slow_subscription)
+        slow_seen = [item for item in itertools.takewhile(lambda i: not isinstance(i, CaughtUp), slow)]
+        for future in [w3.append([slow_note(i)]) for i in range(SLOW_NOTES)]:
+            future.result()
+        w3.close()
+        while len(slow_seen) < HEAD:
+            item = next(slow)
+            if isinstance(item, Event):
+                slow_seen.append(item)
+        slow_subscription.cancel()
+        assert _was_cut_off(server)
+        assert [e.seq for e in slow_seen] == list(range(HEAD)), "the slow subscriber saw every event once"
+
+        log = list(client.read_events(sid))  # 9. check
         _eventually(lambda: sum(isinstance(i, Event) for i in seen) >= len(log))
         subscription.cancel()
         follower.join(timeout=30)
@@ -178,10 +209,27 @@ async def run_async(server: ServerProcess, sid: str) -> tuple[list[Event], list[
             await client.append(sid, u1, [note(5)])
 
         await client.append(sid, u2, CRASHING)  # 7. crash (u2 is abandoned), then resume with repair
-        async with await client.writer(sid, writer_id="w3", resume=True, takeover=True) as w3:
-            assert w3.resumed is not None and w3.resumed.repair_seqs == [20, 21, 22]
+        w3 = await client.writer(sid, writer_id="w3", resume=True, takeover=True)
+        assert w3.resumed is not None and w3.resumed.repair_seqs == [20, 21, 22]
 
-        log = [event async for event in client.read_events(sid)]  # 8. check
+        slow = client.subscribe(sid)  # 8. a slow subscriber is cut off, and resumes
+        slow_seen: list[Event] = []
+        async for item in slow:
+            if isinstance(item, CaughtUp):
+                break
+            slow_seen.append(item)
+        for future in [await w3.append([slow_note(i)]) for i in range(SLOW_NOTES)]:
+            await future
+        await w3.close()
+        while len(slow_seen) < HEAD:
+            item = await anext(slow)
+            if isinstance(item, Event):
+                slow_seen.append(item)
+        await slow.aclose()
+        assert _was_cut_off(server)
+        assert [e.seq for e in slow_seen] == list(range(HEAD)), "the slow subscriber saw every event once"
+
+        log = [event async for event in client.read_events(sid)]  # 9. check
         deadline = time.monotonic() + 10
         while sum(isinstance(i, Event) for i in seen) < len(log) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -192,7 +240,8 @@ async def run_async(server: ServerProcess, sid: str) -> tuple[list[Event], list[
 
 @pytest.fixture
 def killable(fresh_db: str) -> Iterator[ServerProcess]:
-    server = ServerProcess(fresh_db).start()
+    # A small per-subscriber buffer, so step 8's subscriber that stops reading is cut off.
+    server = ServerProcess(fresh_db, env={"SESSIONLOG_SUBSCRIBER_BUFFER_BYTES": str(SUBSCRIBER_BUFFER)}).start()
     try:
         yield server
     finally:

@@ -60,6 +60,8 @@ export class WriterHeld extends SessionLogError {}
 export class ExpectedSeqMismatch extends SessionLogError {}
 /** The lease was taken over or lapsed (ABORTED): stop, and reopen only deliberately. */
 export class OwnershipLost extends SessionLogError {}
+/** A seq past the end of the log where the request needs one inside it (OUT_OF_RANGE). */
+export class OutOfRange extends SessionLogError {}
 /** A size, rate or quota limit (RESOURCE_EXHAUSTED). */
 export class LimitExceeded extends SessionLogError {}
 /** No or unknown credentials (UNAUTHENTICATED). */
@@ -82,6 +84,7 @@ const BY_CODE = new Map<Code, typeof SessionLogError>([
   [Code.FailedPrecondition, WriterHeld],
   [Code.Aborted, OwnershipLost],
   [Code.ResourceExhausted, LimitExceeded],
+  [Code.OutOfRange, OutOfRange],
   [Code.Unauthenticated, Unauthenticated],
   [Code.PermissionDenied, PermissionDenied],
   [Code.Unavailable, Unavailable],

@@ -9,6 +9,7 @@ import {
   ErrorReason,
   isEventOfType,
   NotFound,
+  OutOfRange,
   OwnershipLost,
   type SessionLogClient,
   ValidationError,
@@ -211,6 +212,8 @@ for (const backend of BACKENDS) {
       await done;
       await writer.close();
       assert.deepEqual(seen.map((i) => ("seq" in i ? i.seq : "caught-up")), [0, 1, "caught-up", 2, 3]);
+      const beyond = client.subscribe(id, { fromSeq: 99 });
+      await assert.rejects(collect(beyond), (e: unknown) => e instanceof OutOfRange && e.reason === "FROM_SEQ_PAST_HEAD");
     });
   });
 }

@@ -10,6 +10,11 @@ import { type CaughtUp, type Event, OwnershipLost, SessionLogClient } from "../s
 import { assistant, note, stepEnd, stepStart, system, toolCall, toolResult, turnEnd, turnStart, user } from "./events.js";
 import { BACKENDS, createDatabase, type Database, REPO_ROOT, ServerProcess } from "./support.js";
 
+/** Step 8: bytes the service buffers per subscriber, and the notes that overflow it. */
+export const SUBSCRIBER_BUFFER = 16 * 1024;
+export const SLOW_NOTES = 200;
+export const NOTE_TEXT = "x".repeat(1000);
+
 const EXPECTED = JSON.parse(readFileSync(join(REPO_ROOT, "tests", "conformance", "expected_log.json"), "utf8")) as unknown[];
 
 /**
@@ -51,7 +56,8 @@ for (const backend of BACKENDS) {
     let client: SessionLogClient;
     before(async () => {
       db = createDatabase(backend);
-      server = await new ServerProcess(db.url).start();
+      // A small per-subscriber buffer, so step 8's subscriber that stops reading is cut off.
+      server = await new ServerProcess(db.url, { SESSIONLOG_SUBSCRIBER_BUFFER_BYTES: String(SUBSCRIBER_BUFFER) }).start();
       client = new SessionLogClient({ target: server.target });
     });
     after(async () => {
@@ -105,9 +111,29 @@ for (const backend of BACKENDS) {
       // u2 is abandoned: no release, as if its process died
       const w3 = await client.writer(id, { writerId: "w3", resume: true, takeover: true });
       assert.deepEqual(w3.resumed?.repairSeqs, [20, 21, 22]);
-      await w3.close();
 
-      // 8. check
+      // 8. a slow subscriber is cut off, and resumes on its own
+      const causes: string[] = [];
+      const slow = client.subscribe(id, { onResubscribe: (_from, cause) => causes.push(cause.reason) })[Symbol.asyncIterator]();
+      const slowSeen: Event[] = [];
+      for (let item = await slow.next(); !item.done; item = await slow.next()) {
+        if ("caughtUp" in item.value) break;
+        slowSeen.push(item.value);
+      }
+      const notes = Array.from({ length: SLOW_NOTES }, (_, i) => w3.append([{ type: "test/note", data: { n: 100 + i, text: NOTE_TEXT }, ignorable: true, eventId: `e-slow-${i}` }]));
+      await Promise.all(notes);
+      await w3.close();
+      const head = 24 + SLOW_NOTES;
+      while (slowSeen.length < head) {
+        const item = await slow.next();
+        assert.ok(!item.done);
+        if ("seq" in item.value) slowSeen.push(item.value);
+      }
+      await slow.return?.(undefined);
+      assert.ok(causes.includes("SUBSCRIBER_TOO_SLOW"), `the slow subscriber was cut off (${causes.join(",")})`);
+      assert.deepEqual(slowSeen.map((e) => e.seq), Array.from({ length: head }, (_, i) => i), "and saw every event once, in order");
+
+      // 9. check
       const log = await collect(client.readEvents(id));
       if (process.env.SESSIONLOG_WRITE_EXPECTED) writeFileSync(process.env.SESSIONLOG_WRITE_EXPECTED, JSON.stringify(normalise(log), null, 1) + "\n");
       assert.deepEqual(normalise(log), EXPECTED);

@@ -418,6 +418,9 @@ class AsyncWriter:
         try:
             self._core.opened(None if first is grpc.aio.EOF else first)
         except SessionLogError:
+            with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+                await call.write(CLOSE_REQUEST)  # give back a lease granted by mistake
+                await call.done_writing()
             call.cancel()
             raise
         self._call = call
@@ -476,7 +479,7 @@ class AsyncWriter:
                 except Unavailable as exc:
                     error = exc
                 except SessionLogError as exc:
-                    error = exc
+                    error = self._core.lost(exc)
                     break
         for pending in self._core.fail(error):
             reject(pending, error)

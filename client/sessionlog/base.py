@@ -22,7 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from sessionlog import convert
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable
+from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable, WriterHeld
 from sessionlog.core.events import NewEvent
 from sessionlog.requests import (
     AppendResult,
@@ -230,8 +230,9 @@ class WriterCore:
 
     Every batch keeps its request until acknowledged, so a reconnect re-sends exactly what is
     pending, with the same eventIds; acknowledgements resolve pendings by batch id. A reconnect
-    must come back at the next epoch: a larger jump means another writer held the session
-    meanwhile, and the writer fails with OwnershipLost instead of carrying on quietly.
+    presents the lease token; if another writer held the lease meanwhile (the service answers
+    WRITER_HELD, or grants a lease with a fresh token because the other one lapsed) the writer
+    fails with OwnershipLost instead of carrying on quietly.
     """
 
     session_id: str
@@ -286,7 +287,7 @@ class WriterCore:
         if response is None or response.WhichOneof("kind") != "opened":
             raise Unavailable("STREAM_ENDED", "the server closed the writer stream while opening")
         lease = convert.lease_from_pb(response.opened.lease, response.opened.lease_token)
-        if self.lease is not None and lease.epoch != self.lease.epoch + 1:
+        if self.lease is not None and self._lost_meanwhile(lease):
             raise OwnershipLost(
                 "OWNERSHIP_LOST",
                 f"session {self.session_id!r} had another writer (epoch {self.lease.epoch} -> {lease.epoch}) "
@@ -301,6 +302,31 @@ class WriterCore:
         self.next_seq = response.opened.next_seq
         if response.opened.HasField("resumed"):
             self.resumed = resume_from_pb(response.opened.resumed)
+
+    def _lost_meanwhile(self, granted: convert.LeaseInfo) -> bool:
+        """Whether the lease a reconnect got is not the one this writer held.
+
+        The service keeps the holder's token when the holder takes its lease again; a fresh
+        token means the lease had passed to another writer (and lapsed) meanwhile, so what that
+        writer wrote is not ours to continue from. Without a token (a service that grants none)
+        only the epoch tells: a jump past the next one means another writer came in between.
+        """
+        assert self.lease is not None
+        if self.lease.token:
+            return granted.token != self.lease.token
+        return granted.epoch != self.lease.epoch + 1
+
+    def lost(self, error: SessionLogError) -> SessionLogError:
+        """What a failed reconnect means for the writer: another live holder is a lost lease."""
+        if isinstance(error, WriterHeld):
+            return OwnershipLost(
+                "OWNERSHIP_LOST",
+                f"{error.message}; this writer lost its lease",
+                session_id=self.session_id,
+                holder=error.metadata.get("holder"),
+                epoch=error.metadata.get("epoch"),
+            )
+        return error
 
     def acknowledged(self, response: pb.WriteResponse) -> list[tuple[Pending, Any]]:
         """The pendings `response` acknowledges, each with its result (removed from `pending`)."""

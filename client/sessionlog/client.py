@@ -449,8 +449,8 @@ class Writer:
             with self._lock:
                 self._core.opened(first)
         except SessionLogError:
+            requests.put(CLOSE_REQUEST)  # give back a lease granted by mistake; the stream then ends
             requests.put(_END)
-            call.cancel()
             raise
         self._reader = threading.Thread(target=self._read, args=(call,), daemon=True, name="sessionlog-writer")
         self._reader.start()
@@ -483,7 +483,7 @@ class Writer:
                 except Unavailable as exc:
                     error = exc
                 except SessionLogError as exc:
-                    error = exc
+                    error = self._core.lost(exc)
                     break
         with self._lock:
             failed = self._core.fail(error)

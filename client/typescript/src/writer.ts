@@ -13,7 +13,7 @@ import { create } from "@bufbuild/protobuf";
 import { type Client, Code } from "@connectrpc/connect";
 import { Channel } from "./channel.js";
 import { headerReportFromPb, leaseFromPb, newEventToPb, num, resumeFromPb } from "./convert.js";
-import { OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable } from "./errors.js";
+import { OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterHeld } from "./errors.js";
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
 import { encodeJson, type JsonObject } from "./json.js";
@@ -50,6 +50,25 @@ interface Pending {
 }
 
 type AckResult = { kind: "batch"; result: AppendResult } | { kind: "header"; result: HeaderReport };
+
+/**
+ * Whether the lease a reconnect got is not the one this writer held. The service keeps the
+ * holder's token when the holder takes its lease again; a fresh token means the lease passed to
+ * another writer (and lapsed) meanwhile. Without a token only the epoch tells: a jump past the
+ * next one means another writer came in between.
+ */
+function lostMeanwhile(held: Lease, granted: Lease): boolean {
+  if (held.token) return granted.token !== held.token;
+  return granted.epoch !== held.epoch + 1;
+}
+
+/** A reconnect refused because another live writer holds the lease: this writer lost it. */
+function lostTo(error: WriterHeld, sessionId: string): OwnershipLost {
+  const metadata: Record<string, string> = { session_id: sessionId };
+  if (error.metadata.holder !== undefined) metadata.holder = error.metadata.holder;
+  if (error.metadata.epoch !== undefined) metadata.epoch = error.metadata.epoch;
+  return new OwnershipLost({ reason: "OWNERSHIP_LOST", message: `${error.message}; this writer lost its lease`, code: Code.Aborted, metadata, cause: error });
+}
 
 const DEFAULT_RECONNECT: RetryPolicy = { attempts: 120, initialDelayMs: 50, maxDelayMs: 500 };
 
@@ -213,11 +232,11 @@ export class Writer {
     }
     const opened = first.value.kind.value;
     const lease = leaseFromPb(opened.lease, opened.leaseToken);
-    if (this.lease !== undefined && lease.epoch !== this.lease.epoch + 1) {
+    if (this.lease !== undefined && lostMeanwhile(this.lease, lease)) {
       // Another writer held the session between our two connections: what it wrote is not
       // ours to continue from. Give the lease back and stop; the caller decides what to do.
+      channel.push(create(WriteRequestSchema, { kind: { case: "close", value: {} } }));
       channel.end();
-      abort.abort();
       throw new OwnershipLost({
         reason: "OWNERSHIP_LOST",
         message: `session ${this.sessionId} had another writer (epoch ${this.lease.epoch} -> ${lease.epoch}) while this writer reconnected`,
@@ -269,6 +288,7 @@ export class Writer {
         return;
       } catch (raw) {
         last = typedError(raw);
+        if (last instanceof WriterHeld) last = lostTo(last, this.sessionId); // another live holder
         if (!(last instanceof Unavailable)) break;
       }
     }

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -39,7 +40,7 @@ from sessionlog.base import (
     reject,
     settle,
 )
-from sessionlog.core.errors import SessionLogError, Unavailable
+from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable
 from sessionlog.core.events import Event
 from sessionlog.errors import from_rpc_error
 from sessionlog.requests import (
@@ -185,6 +186,23 @@ class AsyncSessionLogClient:
         await writer._connect(takeover, resume)
         return writer
 
+    async def lease_writer(
+        self,
+        session_id: str,
+        *,
+        writer_id: str | None = None,
+        takeover: bool = False,
+        resume: bool = False,
+        heartbeat: float | None = None,
+    ) -> AsyncLeaseWriter:
+        """Take the lease for unary appends (or resume, SPEC §8) and keep it alive with heartbeats
+        every `heartbeat` seconds (default: a third of the lease's time left)."""
+        if resume:
+            resumed = await self.resume(session_id, writer_id=writer_id, takeover=takeover)
+            return AsyncLeaseWriter(self, resumed.lease, resumed, heartbeat)
+        lease = await self.acquire_lease(session_id, writer_id=writer_id, takeover=takeover)
+        return AsyncLeaseWriter(self, lease, None, heartbeat)
+
     # --- lifecycle --------------------------------------------------------------------
 
     async def resume(
@@ -277,6 +295,76 @@ class AsyncSessionLogClient:
             if delay is None:
                 raise error
             await asyncio.sleep(delay)
+
+
+class AsyncLeaseWriter:
+    """A unary writer: a lease kept alive by heartbeats (a task), appends retried safely (they
+    carry eventIds), and OwnershipLost final, as the sync `LeaseWriter`."""
+
+    def __init__(
+        self,
+        client: AsyncSessionLogClient,
+        lease: convert.LeaseInfo,
+        resumed: ResumeInfo | None,
+        heartbeat: float | None,
+    ) -> None:
+        self._client = client
+        self.lease = lease
+        self.resumed = resumed
+        self._every = heartbeat
+        self._failure: OwnershipLost | None = None
+        self._closed = False
+        self._task = asyncio.ensure_future(self._beat())
+
+    async def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> AppendResult:
+        """Append one batch under the lease (all or nothing); renews the lease as a side effect."""
+        self._check()
+        try:
+            return await self._client.append(
+                self.lease.session_id, self.lease, events, expected_next_seq=expected_next_seq
+            )
+        except OwnershipLost as exc:
+            self._failure = exc
+            raise
+
+    async def report_header(self, header: dict[str, Any]) -> HeaderReport:
+        self._check()
+        try:
+            return await self._client.report_header(self.lease.session_id, self.lease, header)
+        except OwnershipLost as exc:
+            self._failure = exc
+            raise
+
+    async def close(self) -> None:
+        """Stop the heartbeats and give the lease back (unless it was lost)."""
+        self._closed = True
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        if self._failure is None:
+            await self._client.release_lease(self.lease)
+
+    async def __aenter__(self) -> AsyncLeaseWriter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if self._closed:
+            raise RuntimeError("the writer is closed")
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(base.heartbeat_interval(self.lease, int(time.time() * 1000), self._every))
+            try:
+                self.lease = await self._client.renew_lease(self.lease)
+            except OwnershipLost as exc:
+                self._failure = exc
+                return
+            except SessionLogError:
+                continue  # a transient failure: the next beat tries again before the lease lapses
 
 
 class AsyncWriter:

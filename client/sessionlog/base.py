@@ -204,6 +204,17 @@ def surface(session_id: str, at_seq: int | None, with_repair: bool) -> Call[dict
     return Call("GetSurface", request, surface_from_pb, idempotent=True)
 
 
+# --- unary writers ------------------------------------------------------------------------
+
+
+def heartbeat_interval(lease: convert.LeaseInfo, now_ms: int, every: float | None) -> float:
+    """Seconds until a unary writer's next heartbeat: `every`, or a third of the lease's time left
+    (so two heartbeats can fail before it lapses)."""
+    if every is not None:
+        return every
+    return max(0.1, (lease.expire_time - now_ms) / 3000)
+
+
 # --- the streaming writer's bookkeeping ----------------------------------------------------
 
 

@@ -26,7 +26,7 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -45,7 +45,7 @@ from sessionlog.base import (
     reject,
     settle,
 )
-from sessionlog.core.errors import SessionLogError, Unavailable
+from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable
 from sessionlog.core.events import Event
 from sessionlog.errors import from_rpc_error
 from sessionlog.requests import (
@@ -195,6 +195,23 @@ class SessionLogClient:
         policy = replace(RECONNECT, attempts=reconnect_attempts)
         return Writer(self.stub, core, takeover=takeover, resume=resume, max_in_flight=max_in_flight, reconnect=policy)
 
+    def lease_writer(
+        self,
+        session_id: str,
+        *,
+        writer_id: str | None = None,
+        takeover: bool = False,
+        resume: bool = False,
+        heartbeat: float | None = None,
+    ) -> LeaseWriter:
+        """Take the lease for unary appends (or resume, SPEC §8) and keep it alive with heartbeats
+        every `heartbeat` seconds (default: a third of the lease's time left)."""
+        if resume:
+            resumed = self.resume(session_id, writer_id=writer_id, takeover=takeover)
+            return LeaseWriter(self, resumed.lease, resumed, heartbeat)
+        lease = self.acquire_lease(session_id, writer_id=writer_id, takeover=takeover)
+        return LeaseWriter(self, lease, None, heartbeat)
+
     # --- lifecycle --------------------------------------------------------------------
 
     def resume(
@@ -327,6 +344,68 @@ class Subscription:
     def cancel(self) -> None:
         self._cancelled.set()
         self._call.cancel()
+
+
+class LeaseWriter:
+    """A unary writer: a lease kept alive by heartbeats (a background thread), appends retried
+    safely (they carry eventIds), and OwnershipLost final: once the lease is lost, from a
+    heartbeat or an append, every later call raises it and nothing re-acquires the lease."""
+
+    def __init__(
+        self, client: SessionLogClient, lease: convert.LeaseInfo, resumed: ResumeInfo | None, heartbeat: float | None
+    ) -> None:
+        self._client = client
+        self.lease = lease
+        self.resumed = resumed
+        self._every = heartbeat
+        self._failure: OwnershipLost | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="sessionlog-heartbeat")
+        self._thread.start()
+
+    def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> AppendResult:
+        """Append one batch under the lease (all or nothing); renews the lease as a side effect."""
+        session_id = self.lease.session_id
+        return self._checked(
+            lambda: self._client.append(session_id, self.lease, events, expected_next_seq=expected_next_seq)
+        )
+
+    def report_header(self, header: dict[str, Any]) -> HeaderReport:
+        return self._checked(lambda: self._client.report_header(self.lease.session_id, self.lease, header))
+
+    def close(self) -> None:
+        """Stop the heartbeats and give the lease back (unless it was lost)."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        if self._failure is None:
+            self._client.release_lease(self.lease)
+
+    def __enter__(self) -> LeaseWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _checked(self, call: Callable[[], T]) -> T:
+        if self._failure is not None:
+            raise self._failure
+        if self._stop.is_set():
+            raise RuntimeError("the writer is closed")
+        try:
+            return call()
+        except OwnershipLost as exc:
+            self._failure = exc
+            raise
+
+    def _beat(self) -> None:
+        while not self._stop.wait(base.heartbeat_interval(self.lease, int(time.time() * 1000), self._every)):
+            try:
+                self.lease = self._client.renew_lease(self.lease)
+            except OwnershipLost as exc:
+                self._failure = exc
+                return
+            except SessionLogError:
+                continue  # a transient failure: the next beat tries again before the lease lapses
 
 
 class Writer:

@@ -1,0 +1,57 @@
+"""Unary lease writers (sync `LeaseWriter`, asyncio `AsyncLeaseWriter`): heartbeats keep the
+lease alive, a takeover is OwnershipLost for good (nothing re-acquires), close releases."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from sessionlog.aio import AsyncSessionLogClient
+from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import OwnershipLost
+from tests.support.events import note
+from tests.support.servers import ServerThread
+
+
+def test_sync_lease_writer_heartbeats_and_never_reacquires(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.lease_writer(sid, writer_id="unary", heartbeat=0.05) as writer:
+        assert writer.append([note(1)]).seqs == [0]
+        before = writer.lease.expire_time
+        deadline = time.monotonic() + 5
+        while writer.lease.expire_time == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert writer.lease.expire_time > before, "heartbeats renewed the lease"
+        thief = client.lease_writer(sid, writer_id="thief", takeover=True)
+        for n in (2, 3):  # lost for good: the second append does not try to take the lease back
+            with pytest.raises(OwnershipLost):
+                writer.append([note(n)])
+        assert thief.append([note(4)]).seqs == [1]
+        thief.close()
+    assert client.get_session(sid).lease is None, "the thief's close released the lease"
+    assert [e.data["n"] for e in client.read_events(sid)] == [1, 4]
+
+
+def test_async_lease_writer_heartbeats_and_never_reacquires(server: ServerThread, sid: str) -> None:
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            await client.create_session(sid)
+            writer = await client.lease_writer(sid, writer_id="unary", heartbeat=0.05)
+            assert (await writer.append([note(1)])).seqs == [0]
+            before = writer.lease.expire_time
+            for _ in range(100):
+                if writer.lease.expire_time > before:
+                    break
+                await asyncio.sleep(0.05)
+            assert writer.lease.expire_time > before, "heartbeats renewed the lease"
+            async with await client.lease_writer(sid, writer_id="thief", takeover=True) as thief:
+                for n in (2, 3):
+                    with pytest.raises(OwnershipLost):
+                        await writer.append([note(n)])
+                assert (await thief.append([note(4)])).seqs == [1]
+            await writer.close()  # lost: nothing to release
+            assert [e.data["n"] async for e in client.read_events(sid)] == [1, 4]
+
+    asyncio.run(scenario())

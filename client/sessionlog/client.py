@@ -406,6 +406,8 @@ class LeaseWriter:
                 return
             except SessionLogError:
                 continue  # a transient failure: the next beat tries again before the lease lapses
+            except ValueError:
+                return  # the client's channel was closed: its writers end with it
 
 
 class Writer:

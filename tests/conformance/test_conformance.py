@@ -137,13 +137,13 @@ def run_sync(server: ServerProcess, sid: str) -> tuple[list[Event], list[Event |
         w2.append(FINISH).result()
         w2.close()
 
-        u1 = client.acquire_lease(sid, writer_id="u1")  # 6. lease loss
-        client.append(sid, u1, [turn_start(2)])
-        u2 = client.acquire_lease(sid, writer_id="u2", takeover=True)
+        u1 = client.lease_writer(sid, writer_id="u1", heartbeat=0.1)  # 6. lease loss
+        u1.append([turn_start(2)])
+        u2 = client.lease_writer(sid, writer_id="u2", takeover=True)
         with pytest.raises(OwnershipLost):
-            client.append(sid, u1, [note(5)])
+            u1.append([note(5)])
 
-        client.append(sid, u2, CRASHING)  # 7. crash (u2 is abandoned), then resume with repair
+        u2.append(CRASHING)  # 7. crash (u2 is abandoned), then resume with repair
         w3 = client.writer(sid, writer_id="w3", resume=True, takeover=True)
         assert w3.resumed is not None and w3.resumed.repair_seqs == [20, 21, 22]
 
@@ -202,13 +202,13 @@ async def run_async(server: ServerProcess, sid: str) -> tuple[list[Event], list[
         await (await w2.append(FINISH))
         await w2.close()
 
-        u1 = await client.acquire_lease(sid, writer_id="u1")  # 6. lease loss
-        await client.append(sid, u1, [turn_start(2)])
-        u2 = await client.acquire_lease(sid, writer_id="u2", takeover=True)
+        u1 = await client.lease_writer(sid, writer_id="u1", heartbeat=0.1)  # 6. lease loss
+        await u1.append([turn_start(2)])
+        u2 = await client.lease_writer(sid, writer_id="u2", takeover=True)
         with pytest.raises(OwnershipLost):
-            await client.append(sid, u1, [note(5)])
+            await u1.append([note(5)])
 
-        await client.append(sid, u2, CRASHING)  # 7. crash (u2 is abandoned), then resume with repair
+        await u2.append(CRASHING)  # 7. crash (u2 is abandoned), then resume with repair
         w3 = await client.writer(sid, writer_id="w3", resume=True, takeover=True)
         assert w3.resumed is not None and w3.resumed.repair_seqs == [20, 21, 22]
 

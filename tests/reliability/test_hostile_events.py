@@ -245,6 +245,21 @@ def test_hostile_door_accepted_events_are_served_by_every_read_before_and_after_
         server.kill()
         server.start()
         with grpc.insecure_channel(server.target) as channel:
-            _serve_everything(SessionServiceStub(channel), sid, acked)
+            stub = SessionServiceStub(channel)
+            _serve_everything(stub, sid, acked)
+            # The session stays writable: lease (folding the header and every payload), append,
+            # report the same header again, resume.
+            token = stub.AcquireLease(pb.AcquireLeaseRequest(session_id=sid, takeover=True)).lease_token
+            seqs = _append(stub, sid, token, [_raw('{"after":"restart"}')])
+            assert seqs is not None
+            acked[seqs[0]] = b'{"after":"restart"}'
+            code, _ = _call(
+                stub.ReportRequestHeader,
+                pb.ReportRequestHeaderRequest(session_id=sid, lease_token=token, header_json=header),
+            )
+            assert code == grpc.StatusCode.OK, code
+            code, _ = _call(stub.ResumeSession, pb.ResumeSessionRequest(session_id=sid, lease_token=token))
+            assert code == grpc.StatusCode.OK, code
+            _serve_everything(stub, sid, acked)
     finally:
         server.kill()

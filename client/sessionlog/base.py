@@ -172,7 +172,7 @@ def model_history(session_id: str, at_seq: int | None, with_repair: bool) -> Pag
     return Paged(
         "GetModelHistory",
         lambda token: history_request(session_id, at_seq, with_repair, token),
-        lambda r: (list(jsonvalue.loads(r.messages_json, what="messages")), r.next_page_token),
+        lambda r: (list(jsonvalue.loads_served(r.messages_json, what="messages")), r.next_page_token),
     )
 
 
@@ -185,7 +185,7 @@ def transcript(session_id: str, at_seq: int | None, with_repair: bool) -> Paged[
     return Paged(
         "GetTranscript",
         lambda token: transcript_request(session_id, at_seq, with_repair, token),
-        lambda r: (list(jsonvalue.loads(r.rows_json, what="rows")), r.next_page_token),
+        lambda r: (list(jsonvalue.loads_served(r.rows_json, what="rows")), r.next_page_token),
     )
 
 

@@ -338,7 +338,7 @@ class HistoryCopy:
 
     def apply(self, response: pb.GetModelHistoryResponse) -> list[dict[str, Any]]:
         """Merge one page into the copy; returns the history so far (see `complete`)."""
-        fresh = list(jsonvalue.loads(response.messages_json, what="messages"))
+        fresh = list(jsonvalue.loads_served(response.messages_json, what="messages"))
         if response.from_index == 0:
             self.messages = fresh
         else:

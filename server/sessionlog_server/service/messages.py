@@ -49,7 +49,7 @@ class MessageCache:
         missing: list[int] = []
         for seq in seqs:
             if extra is not None and seq in extra:
-                found[seq] = jsonvalue.dumps_bytes(extra[seq])
+                found[seq] = jsonvalue.dumps_bytes_fast(extra[seq])
                 continue
             cached = self._entries.get((record.id, seq))
             if cached is None:
@@ -62,7 +62,7 @@ class MessageCache:
                 message = project_message(event)
                 if message is None:
                     continue
-                body = jsonvalue.dumps_bytes(message)
+                body = jsonvalue.dumps_bytes_fast(message)
                 found[event.seq] = body
                 self._put((record.id, event.seq), body)
         absent = [seq for seq in seqs if seq not in found]

@@ -14,7 +14,9 @@ import grpc
 import pytest
 from sqlalchemy import create_engine, text
 
+from sessionlog import convert
 from sessionlog.client import SessionLogClient
+from sessionlog.core.events import NewEvent
 from sessionlog.core import jsonvalue
 from sessionlog.requests import history_request, transcript_request
 from sessionlog.v1 import session_service_pb2 as pb
@@ -262,3 +264,30 @@ def test_a_fork_loads_from_its_parents_snapshot_before_the_cut(own_server: Any, 
     loaded = server.call(server.service.loader.fold_at(record))
     assert loaded.snapshot_seq is not None and loaded.snapshot_seq <= cut  # the parent's snapshot
     assert loaded.folded_events <= SNAPSHOT_EVERY + 100
+
+
+def test_an_old_retry_that_fits_the_log_is_caught_by_the_commit(own_server: Any, sid: str) -> None:
+    """Ignorable events retried long after their batch plan as new events; the commit checks
+    their eventIds against the unique index, writes nothing and says EVENT_IDS_STORED; the
+    retry the client makes then returns the original seqs (raw stubs show both steps)."""
+    server = own_server()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        notes = [ev.note(n, eventId=f"n-{n}") for n in range(RECENT_IDS + 50)]
+        for start in range(0, len(notes), 500):
+            client.append(sid, lease, notes[start : start + 500])
+        head = client.get_session(sid).next_seq
+        old = [dict(notes[0]), dict(notes[1])]
+        request = pb.AppendEventsRequest(
+            session_id=sid,
+            lease_token=lease.token,
+            events=[convert.new_event_to_pb(NewEvent.from_json(e)) for e in old],
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            client.stub.AppendEvents(request)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "EVENT_IDS_STORED" in str(caught.value.trailing_metadata())
+        assert client.get_session(sid).next_seq == head  # nothing written
+        assert list(client.stub.AppendEvents(request).seqs) == [0, 1]  # the retry: original seqs
+        assert client.get_session(sid).next_seq == head

@@ -1161,6 +1161,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: service
     Client: Fix the client's encoding (a generated stub never sends this); nothing was changed.
     """
+    EVENT_IDS_STORED: _ErrorReason.ValueType  # 136
+    """Events of the batch carry eventIds the session already stores (a retry of a batch older
+    than what the service remembers of the session); nothing of the batch was written.
+
+    Code: UNAVAILABLE
+    Metadata: none
+    Raised by: service
+    Client: Retry with the same eventIds: the retry returns their original seqs.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The catalogue of sessionlog errors (SPEC §13, AIP-193), in the style of googleapis'
@@ -2341,5 +2350,14 @@ Code: INVALID_ARGUMENT
 Metadata: `size`
 Raised by: service
 Client: Fix the client's encoding (a generated stub never sends this); nothing was changed.
+"""
+EVENT_IDS_STORED: ErrorReason.ValueType  # 136
+"""Events of the batch carry eventIds the session already stores (a retry of a batch older
+than what the service remembers of the session); nothing of the batch was written.
+
+Code: UNAVAILABLE
+Metadata: none
+Raised by: service
+Client: Retry with the same eventIds: the retry returns their original seqs.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from sessionlog.convert import DecodedEvent
-from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable
+from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access
@@ -29,7 +29,7 @@ from sessionlog_server.service.loader import SnapshotPolicy
 from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.service.reader import EventReader
 from sessionlog_server.service.subscriptions import SubscriptionHub
-from sessionlog_server.storage.records import PendingBatch
+from sessionlog_server.storage.records import EventIdsStored, PendingBatch
 
 CommitTap = Callable[[str, Sequence[Event]], None]
 
@@ -90,32 +90,44 @@ class AppendPipeline:
         try:
             proposals = validate_proposals(decoded, self.limits)
             live = await self.live.get(holder.session_id)
-            await self._look_up_ids(live, proposals)
             # A retried event already stored appends nothing, so it is not charged again.
             fresh = sum(1 for e in proposals if e.event_id is None or live.known_seq(e.event_id) is None)
             self.rate_limiter.take(live.record.namespace, fresh)
-            async with live.lock:
-                self.check_writer(live, holder.writer_id, holder.epoch)
-                return self.plan_and_commit(
-                    live,
-                    holder.writer_id,
-                    holder.epoch,
-                    proposals,
-                    expected_next_seq=expected_next_seq,
-                    raw=[d.raw for d in decoded],
-                )
+            raw = [d.raw for d in decoded]
+            try:
+                return await self._plan_locked(live, holder, proposals, expected_next_seq, raw)
+            except ValidationError:
+                # A retry of events older than what the session remembers is planned as new and
+                # may not fit the log any more: look its eventIds up, and plan it once again.
+                if not await self._remember_stored(live, proposals):
+                    raise
+                return await self._plan_locked(live, holder, proposals, expected_next_seq, raw)
         except SessionLogError as exc:
             self.metrics.batches_refused.labels(exc.reason).inc()
             raise
 
-    async def _look_up_ids(self, live: LiveSession, proposals: Sequence[NewEvent]) -> None:
-        """Find the stored seqs of eventIds the recent set cannot answer for: one indexed lookup
-        per batch, and none at all while the recent set is complete. Found ids are remembered,
-        so planning (under the lock) answers a retry with its original seq."""
+    async def _plan_locked(
+        self,
+        live: LiveSession,
+        holder: LeaseHolder,
+        proposals: Sequence[NewEvent],
+        expected_next_seq: int | None,
+        raw: Sequence[bytes],
+    ) -> asyncio.Future[AppendResult]:
+        async with live.lock:
+            self.check_writer(live, holder.writer_id, holder.epoch)
+            return self.plan_and_commit(
+                live, holder.writer_id, holder.epoch, proposals, expected_next_seq=expected_next_seq, raw=raw
+            )
+
+    async def _remember_stored(self, live: LiveSession, proposals: Sequence[NewEvent]) -> bool:
+        """Look up the eventIds the session does not remember (the unique index); True when some
+        are stored (now remembered, so planning answers them with their original seqs)."""
         unknown = live.unknown_ids([e.event_id for e in proposals if e.event_id is not None])
-        if unknown:
-            for event_id, seq in (await self.reader.find_event_ids(live.record, unknown)).items():
-                live.remember(event_id, seq)
+        found = await self.reader.find_event_ids(live.record, unknown) if unknown else {}
+        for event_id, seq in found.items():
+            live.remember(event_id, seq)
+        return bool(found)
 
     def check_writer(self, live: LiveSession, writer_id: str, epoch: int) -> None:
         """Refuse a writer this instance knows was fenced out (the commit re-checks in SQL)."""
@@ -145,6 +157,8 @@ class AppendPipeline:
         the last event's time (SPEC §8); they take seqs but are not reported back.
         """
         now = now_ms()
+        # Before planning (which remembers the batch's ids): the ids memory cannot vouch for.
+        unvouched = live.unknown_ids([e.event_id for e in proposals if e.event_id is not None])
         plan = plan_append(
             live,
             proposals,
@@ -163,6 +177,10 @@ class AppendPipeline:
             result.set_result(AppendResult(plan.seqs, live.fold.next_seq, now + self.lease_ttl_ms))
             return result
         pending = plan.pending
+        # EventIds the recent set cannot vouch for are checked against the unique index inside
+        # the commit (on the writer thread, one query per session per group): a hit fails the
+        # batch with EVENT_IDS_STORED, and the client's retry gets the original seqs.
+        pending.verify_ids = unvouched
         self._maybe_snapshot(live, pending)
         try:
             done = self.committer.enqueue(pending)
@@ -196,6 +214,8 @@ class AppendPipeline:
         if error is not None:
             # The fold already holds this batch: drop it; the log is re-folded on next use.
             self.live.invalidate(live.session_id)
+            if isinstance(error, EventIdsStored):
+                self.live.remember_later(live.session_id, error.found)
             if not result.done():
                 result.set_exception(error)
             return

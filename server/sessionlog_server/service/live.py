@@ -110,6 +110,7 @@ class LiveSessions:
         self._max_bytes = max_bytes
         self._sessions: OrderedDict[str, LiveSession] = OrderedDict()
         self._loading: dict[str, asyncio.Future[LiveSession]] = {}
+        self._known_later: dict[str, dict[str, int]] = {}
 
     async def get(self, session_id: str) -> LiveSession:
         """The live session, loading (folding) it from the log if it is not cached."""
@@ -130,10 +131,17 @@ class LiveSessions:
             raise
         finally:
             self._loading.pop(session_id, None)
+        for event_id, seq in self._known_later.pop(session_id, {}).items():
+            live.remember(event_id, seq)
         future.set_result(live)
         self._sessions[session_id] = live
         self._evict(keep=session_id)
         return live
+
+    def remember_later(self, session_id: str, known: dict[str, int]) -> None:
+        """EventIds found stored (a batch failed with EVENT_IDS_STORED after the session was
+        dropped): the next load of the session remembers them, so the retry is answered."""
+        self._known_later.setdefault(session_id, {}).update(known)
 
     def peek(self, session_id: str) -> LiveSession | None:
         """The cached live session, if any, without loading."""

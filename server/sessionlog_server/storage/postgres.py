@@ -23,6 +23,7 @@ class PostgresEventRecorder(EventRecorder):
         "UPDATE sessions SET next_seq = %s, last_time = %s, open_turn = %s, lease_expires_at = %s "
         "WHERE id = %s AND writer_id = %s AND epoch = %s AND next_seq = %s"
     )
+    placeholder = "%s"
     insert_events_sql = (
         f"INSERT INTO events ({EVENT_COLUMNS}) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb)"

@@ -39,7 +39,7 @@ from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog_server.storage import blobs as blob_store
 from sessionlog_server.storage.changes import ChangeFeed
 from sessionlog_server.storage.models import BlobRow, EventRow, FoldSnapshotRow, SessionRow
-from sessionlog_server.storage.records import PendingBatch, SessionRecord, StoredSnapshot
+from sessionlog_server.storage.records import EventIdsStored, PendingBatch, SessionRecord, StoredSnapshot
 
 SESSIONS = SessionRow.__table__
 EVENTS = EventRow.__table__
@@ -55,6 +55,8 @@ class EventRecorder(ABC):
     advance_sql: ClassVar[str]
     #: The event insert (driver SQL, executemany), parameters in `EVENT_COLUMNS` order.
     insert_events_sql: ClassVar[str]
+    #: The driver's parameter marker (`?` for sqlite3, `%s` for psycopg).
+    placeholder: ClassVar[str]
 
     def __init__(self, write_engine: Engine, read_engine: Engine | None = None) -> None:
         self.write_engine = write_engine
@@ -314,6 +316,11 @@ class EventRecorder(ABC):
         accepted: list[PendingBatch] = []
         for indexes in by_session.values():
             run = [batches[i] for i in indexes]
+            stored = self._stored_ids(conn, run)
+            if stored:  # planned on the belief that these ids were new: none of the run may go in
+                for index in indexes:
+                    results[index] = EventIdsStored(run[0].session_id, stored)
+                continue
             if _contiguous(run) and self._advance(conn, run[0], run[-1]):
                 accepted.extend(run)
                 continue
@@ -354,6 +361,19 @@ class EventRecorder(ABC):
     @abstractmethod
     def change_feed(self) -> ChangeFeed:
         """How this process learns of other processes' commits (storage/changes.py)."""
+
+    def _stored_ids(self, conn: Connection, run: Sequence[PendingBatch]) -> dict[str, int]:
+        """Which of the run's unvouched eventIds the session stores already (the unique index,
+        one query per session per group, on the writer thread inside the commit)."""
+        ids = [event_id for batch in run for event_id in batch.verify_ids]
+        if not ids:
+            return {}
+        mark = self.placeholder
+        sql = (
+            f"SELECT event_id, seq FROM events WHERE session_id = {mark} "
+            f"AND event_id IN ({', '.join(mark for _ in ids)})"
+        )
+        return {eid: seq for eid, seq in conn.exec_driver_sql(sql, (run[0].session_id, *ids))}
 
     def _advance(self, conn: Connection, first: PendingBatch, last: PendingBatch) -> bool:
         """The fenced compare-and-set: move next_seq from `first`'s expected to `last`'s new one."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from sessionlog.core.errors import Unavailable
 from sessionlog.core.events import Event
 
 
@@ -31,6 +32,20 @@ class SessionRecord:
     def lease_live(self, now: int) -> bool:
         """True while a writer holds an unexpired lease."""
         return self.writer_id is not None and (self.lease_expires_at or 0) > now
+
+
+class EventIdsStored(Unavailable):
+    """A batch's eventIds turned out to be stored already: the batch was not written. `found`
+    maps each of them to its seq, so the retry the client makes returns the original seqs."""
+
+    def __init__(self, session_id: str, found: dict[str, int]) -> None:
+        error = Unavailable(
+            "EVENT_IDS_STORED",
+            f"session {session_id!r} already stores eventIds {sorted(found)[:5]}; retry the batch "
+            "with the same eventIds to get their seqs",
+        )
+        super().__init__(error.reason, error.message)
+        self.found = found
 
 
 class StoredSnapshot(NamedTuple):
@@ -64,6 +79,9 @@ class PendingBatch:
     blobs: dict[str, bytes] = field(default_factory=dict)
     snapshot: StoredSnapshot | None = None
     """A fold snapshot at this batch's last seq, committed with it (so it never runs ahead)."""
+    verify_ids: list[str] = field(default_factory=list)
+    """EventIds the service could not vouch for from memory: the commit checks them against the
+    events' unique index in its own transaction (see EventIdsStored)."""
 
     @property
     def new_next_seq(self) -> int:

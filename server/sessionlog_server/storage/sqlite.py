@@ -70,6 +70,7 @@ class SQLiteEventRecorder(EventRecorder):
         "UPDATE sessions SET next_seq = ?, last_time = ?, open_turn = ?, lease_expires_at = ? "
         "WHERE id = ? AND writer_id = ? AND epoch = ? AND next_seq = ?"
     )
+    placeholder = "?"
     insert_events_sql = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
     def __init__(self, url: str, *, synchronous: str = "FULL") -> None:

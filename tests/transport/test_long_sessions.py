@@ -16,8 +16,8 @@ from sqlalchemy import create_engine, text
 
 from sessionlog import convert
 from sessionlog.client import SessionLogClient
-from sessionlog.core.events import NewEvent
 from sessionlog.core import jsonvalue
+from sessionlog.core.events import NewEvent
 from sessionlog.requests import history_request, transcript_request
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog_server.service.live import RECENT_IDS

@@ -9,9 +9,12 @@ the order they were submitted, because there is one loop and each group keeps qu
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 import structlog
 
@@ -20,6 +23,8 @@ from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import PendingBatch
 
+P = ParamSpec("P")
+T = TypeVar("T")
 log = structlog.get_logger("sessionlog.commit")
 
 
@@ -62,9 +67,11 @@ class GroupCommitter:
         self._wakeup.set()
         return done
 
-    async def run_in_writer(self, fn, *args):  # type: ignore[no-untyped-def]
-        """Run another write (lease, session creation) on the writer thread, in queue order."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+    async def run_in_writer(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run another write (lease, session creation) on the writer thread, in queue order; its
+        result keeps `fn`'s type."""
+        call = functools.partial(fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

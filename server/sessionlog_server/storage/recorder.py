@@ -19,9 +19,9 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
-from sqlalchemy import Connection, Engine, and_, func, or_, select, update
+from sqlalchemy import Connection, Engine, Table, and_, func, or_, select, update
 from sqlalchemy import exc as sa_exc
 
 from sessionlog.core import jsonvalue
@@ -41,10 +41,11 @@ from sessionlog_server.storage.changes import ChangeFeed
 from sessionlog_server.storage.models import BlobRow, EventRow, FoldSnapshotRow, SessionRow
 from sessionlog_server.storage.records import EventIdsStored, PendingBatch, SessionRecord, StoredSnapshot
 
-SESSIONS = SessionRow.__table__
-EVENTS = EventRow.__table__
-BLOBS = BlobRow.__table__
-SNAPSHOTS = FoldSnapshotRow.__table__
+# Declarative models type `__table__` as any FromClause; these are plain tables.
+SESSIONS = cast(Table, SessionRow.__table__)
+EVENTS = cast(Table, EventRow.__table__)
+BLOBS = cast(Table, BlobRow.__table__)
+SNAPSHOTS = cast(Table, FoldSnapshotRow.__table__)
 
 
 class EventRecorder(ABC):

@@ -73,11 +73,11 @@ def plan_append(
     seqs: list[int | None] = []
     fresh: list[NewEvent] = []
     fresh_raw: list[bytes | None] = []
-    for index, event in enumerate(proposals):
-        known = live.known_seq(event.event_id) if event.event_id is not None else None
+    for index, proposed in enumerate(proposals):
+        known = live.known_seq(proposed.event_id) if proposed.event_id is not None else None
         seqs.append(known)
         if known is None:
-            fresh.append(event)
+            fresh.append(proposed)
             fresh_raw.append(raw[index] if raw is not None else None)
     if not fresh and not extra_first:
         return AppendPlan([s for s in seqs if s is not None], None, None)
@@ -127,7 +127,7 @@ def plan_append(
         open_turn=fold.open_turn is not None,
         lease_expires_at=lease_expires_at,
     )
-    wire: list[bytes | None] = [None] * head_count + fresh_raw
+    wire: list[bytes | None] = [*(None for _ in range(head_count)), *fresh_raw]
     try:
         for event, text in zip(committed, wire, strict=True):
             pending.stored.append(_stored(event, text, blob_threshold, pending.blobs))

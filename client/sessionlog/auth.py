@@ -34,11 +34,11 @@ class _CallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
         self.compression = getattr(details, "compression", None)
 
 
-class TokenInterceptor(
-    grpc.UnaryUnaryClientInterceptor,
-    grpc.UnaryStreamClientInterceptor,
-    grpc.StreamUnaryClientInterceptor,
-    grpc.StreamStreamClientInterceptor,
+class TokenInterceptor(  # grpc ships no types: its interceptor bases are Any
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+    grpc.StreamUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[misc]
 ):
     """Adds the bearer token to every call of a sync channel."""
 

@@ -58,7 +58,7 @@ def from_rpc_error(error: grpc.RpcError) -> SessionLogError:
     message = error.details() if hasattr(error, "details") else str(error)
     reason, metadata = "", {}
     try:
-        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+        status = rpc_status.from_call(error)
     except (ValueError, AttributeError, TypeError):
         status = None
     if status is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -50,7 +50,7 @@ def otlp(
         if not sep or not key:
             raise fail(f"--header takes KEY=VALUE, got {pair!r}")
         headers[key] = value
-    exporter = OTLPSpanExporter(endpoint=endpoint, headers=headers or None)
+    exporter: Any = OTLPSpanExporter(endpoint=endpoint, headers=headers or None)  # the SDK is partly untyped
     export = SessionExport(session_id, exporter, content=content)
     signal.signal(signal.SIGTERM, _stop)
     try:

@@ -21,7 +21,7 @@ from sessionlog_server.transport.status import to_status
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
     """Authenticates every call of sessionlog's own services against the token store."""
 
     def __init__(self, tokens: TokenStore) -> None:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import Server, each_backend
-from sessionlog.client import CaughtUp, SessionLogClient
+from sessionlog.client import SessionLogClient
+from sessionlog.requests import CaughtUp
 
 
 def _follow(target: str, sid: str, arrived: dict[int, float], ready: threading.Event, stop: threading.Event) -> None:

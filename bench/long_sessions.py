@@ -192,7 +192,7 @@ def measure_session(db: str, loader: BulkLoader, sid: str, events: int) -> dict[
     history = _cold(db, lambda c: {"messages": len(c.model_history(sid))})
     at_middle = _cold(db, lambda c: {"messages": len(c.model_history(sid, at_seq=middle))})
     resume = _cold(db, lambda c: {"next_seq": c.resume(sid).next_seq})
-    out = {
+    out: dict[str, Any] = {
         "events": events,
         "floor": floor,
         "cold_history": history,

@@ -124,7 +124,7 @@ def measure(db: str, streams: int, seconds: float, client_procs: int, per_channe
     def pct(q: float) -> float:
         if not latencies:
             return float("nan")
-        return round(1000 * latencies[min(len(latencies) - 1, int(q / 100 * len(latencies)))], 2)
+        return round(1000 * float(latencies[min(len(latencies) - 1, int(q / 100 * len(latencies)))]), 2)
 
     return {
         "streams": streams,

@@ -396,7 +396,7 @@ def _raw_history_ms(client: SessionLogClient, sid: str) -> float | None:
         return None
     from sessionlog.v1 import session_service_pb2 as pb
 
-    request = pb.GetModelHistoryRequest(scope=pb.ProjectionScope(session_id=sid))  # type: ignore[attr-defined]
+    request = pb.GetModelHistoryRequest(scope=pb.ProjectionScope(session_id=sid))
     start = time.perf_counter()
     stub_call(request, timeout=600)
     return round(1000 * (time.perf_counter() - start), 2)

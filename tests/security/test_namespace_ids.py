@@ -1,10 +1,8 @@
 """CreateSession and ForkSession must not reveal that another namespace uses an id (issue 11 §3,
 SPEC §13: ALREADY_EXISTS only for the caller's own namespace).
 
-Not done yet: session ids are one key across namespaces, so creating an id another namespace
-holds can neither succeed nor be answered without revealing it. The fix is namespace-scoped
-session ids (a schema change of `sessions` and everything keyed by session id). The test pins
-the required behaviour and fails strictly until it is built.
+Session ids are scoped by namespace (service/access.py: a session's key is `namespace:id`), so
+creating an id another namespace holds simply succeeds, and each namespace sees its own.
 """
 
 from __future__ import annotations
@@ -14,7 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import ValidationError
 from sessionlog_server.tokens import config_line, new_token
+from tests.support.events import user
 from tests.support.servers import ServerThread
 
 ALICE, MALLORY = new_token(), new_token()
@@ -31,16 +31,30 @@ def tenants(db_url: str) -> Iterator[ServerThread]:
     server.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="session ids are global across namespaces (issue 11 §3): needs namespace-scoped ids, a schema change",
-)
 def test_an_id_taken_in_another_namespace_can_be_created_in_ones_own(tenants: ServerThread, sid: str) -> None:
     with (
         SessionLogClient(tenants.target, token=ALICE) as alice,
         SessionLogClient(tenants.target, token=MALLORY) as mallory,
     ):
         alice.create_session(sid)
-        mallory.create_session(sid)  # today: ALREADY_EXISTS, which tells mallory the id is in use
+        mallory.create_session(sid)  # not ALREADY_EXISTS: that would tell mallory the id is in use
         assert mallory.get_session(sid).id == sid
         assert alice.get_session(sid).id == sid
+        with alice.writer(sid) as writer:  # two sessions, not one: writes stay in their namespace
+            writer.append([user("alice only")]).result()
+        assert [m["content"] for m in alice.model_history(sid)] == ["alice only"]
+        assert mallory.model_history(sid) == []
+        assert [s.id for s in mallory.list_sessions()] == [sid]
+        child = f"{sid}-fork"
+        alice.fork(sid, 1, child)
+        with mallory.writer(sid) as writer:
+            writer.append([user("mallory only")]).result()
+        forked = mallory.fork(sid, 1, child)  # the same child id again, in the other namespace
+        assert forked.id == child and forked.parent_session_id == sid
+        assert [m["content"] for m in alice.model_history(child)] == ["alice only"]
+        assert [m["content"] for m in mallory.model_history(child)] == ["mallory only"]
+
+
+def test_an_id_too_long_for_its_namespace_is_refused_with_the_room_left(tenants: ServerThread) -> None:
+    with SessionLogClient(tenants.target, token=ALICE) as alice, pytest.raises(ValidationError, match="at most 122"):
+        alice.create_session("x" * 128)  # "alice:" takes 6 of the 128

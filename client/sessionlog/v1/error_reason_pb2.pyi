@@ -97,11 +97,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
       way.
     """
     BAD_SESSION_ID: _ErrorReason.ValueType  # 9
-    """A session id is empty, too long, or not URL-safe.
+    """A session id is empty, too long (in a namespace other than `default`, the namespace name
+    and a separator count against the 128 characters), or not URL-safe.
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
-    Raised by: core
+    Raised by: core, service
     Client: Fix the request; nothing was changed. Sent unchanged, it fails the same way.
     """
     DATA_NOT_OBJECT: _ErrorReason.ValueType  # 10
@@ -1287,11 +1288,12 @@ Client: Fix the event; nothing of the batch was written. Sent unchanged, it fail
   way.
 """
 BAD_SESSION_ID: ErrorReason.ValueType  # 9
-"""A session id is empty, too long, or not URL-safe.
+"""A session id is empty, too long (in a namespace other than `default`, the namespace name
+and a separator count against the 128 characters), or not URL-safe.
 
 Code: INVALID_ARGUMENT
 Metadata: `field`
-Raised by: core
+Raised by: core, service
 Client: Fix the request; nothing was changed. Sent unchanged, it fails the same way.
 """
 DATA_NOT_OBJECT: ErrorReason.ValueType  # 10

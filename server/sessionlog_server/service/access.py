@@ -4,6 +4,11 @@ The transport authenticates each call (see transport/auth.py) and binds its `Pri
 call's context; the use cases check it wherever they touch a session, so no RPC can reach a
 session of another namespace, whatever path it takes. Without configured tokens every call
 is the `default` namespace with full access (the server then listens on loopback only).
+
+Session ids are scoped by namespace: two namespaces may each have a session `s1`. Inside the
+service and storage a session is known by its key, `namespace:id` (just `id` in the default
+namespace, so a deployment without tokens keeps its keys); callers only ever see their ids
+(`public_id`). A URL-safe id has no `:`, so a key cannot be mistaken for an id.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 
-from sessionlog.core.errors import NotFound, PermissionDenied
+from sessionlog.core import validate
+from sessionlog.core.errors import NotFound, PermissionDenied, ValidationError
+from sessionlog.core.limits import Limits
 
 DEFAULT_NAMESPACE = "default"
 
@@ -40,10 +47,38 @@ def bind(principal: Principal) -> contextvars.Token[Principal]:
     return _current.set(principal)
 
 
+def session_key(session_id: str, limits: Limits) -> str:
+    """The key of the caller's session `session_id` (validated: URL-safe, and short enough that
+    the key fits the key columns)."""
+    validate.check_session_id(session_id, limits)
+    namespace = current().namespace
+    if namespace == DEFAULT_NAMESPACE:
+        return session_id
+    key = f"{namespace}:{session_id}"
+    if len(key) > limits.max_id_chars:
+        room = max(limits.max_id_chars - len(namespace) - 1, 0)
+        raise ValidationError(
+            "BAD_SESSION_ID",
+            f"session ids of namespace {namespace!r} may be at most {room} characters",
+            field="session_id",
+        )
+    return key
+
+
+def public_id(key: str) -> str:
+    """The id a caller knows a session by (its key without the namespace)."""
+    return key.rpartition(":")[2]
+
+
 def check_namespace(session_id: str, namespace: str) -> None:
     """A session of another namespace is reported as not found: its existence is not leaked."""
     if namespace != current().namespace:
-        raise NotFound("SESSION_NOT_FOUND", f"session {session_id!r} not found", session_id=session_id)
+        raise session_not_found(session_id)
+
+
+def session_not_found(session_id: str) -> NotFound:
+    """The one answer for a session the caller cannot see, named by the caller's id."""
+    return NotFound("SESSION_NOT_FOUND", f"session {session_id!r} not found", session_id=session_id)
 
 
 def require_write(action: str) -> None:

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from sessionlog.core import validate
-from sessionlog.core.errors import OwnershipLost, SessionLogError
+from sessionlog.core.errors import NotFound, OwnershipLost, SessionLogError
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access
 from sessionlog_server.service.clock import now_ms
@@ -119,8 +118,8 @@ class LeaseManager:
         if the caller still holds the live lease, takes it again at a new epoch.
         """
         access.require_write("taking a writer lease")
-        await self._caller_session(session_id)
-        return await self.grant(session_id, writer_id, takeover=takeover, lease_token=lease_token)
+        record = await self._caller_session(session_id)
+        return await self.grant(record.id, writer_id, takeover=takeover, lease_token=lease_token)
 
     async def prove_for_caller(self, session_id: str, lease_token: str, action: str) -> LeaseHolder:
         """The lease `lease_token` holds on the caller's session, or OWNERSHIP_LOST.
@@ -130,13 +129,13 @@ class LeaseManager:
         granted it). A stale cache entry is harmless: the commit re-checks the epoch in SQL.
         """
         access.require_write(action)
-        validate.check_session_id(session_id, self.limits)
+        key = access.session_key(session_id, self.limits)
         presented = hash_token(lease_token) if lease_token else ""
-        known = self._known.get(session_id)
+        known = self._known.get(key)
         if known is not None:
             access.check_namespace(session_id, known.namespace)
             if presented and hmac.compare_digest(known.token_hash, presented):
-                self._known.move_to_end(session_id)
+                self._known.move_to_end(key)
                 return known
         record = await self._caller_session(session_id)
         stored = record.lease_token_hash
@@ -159,8 +158,8 @@ class LeaseManager:
     # --- the service's own use cases (no caller check) ---------------------------------------
 
     async def grant(self, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str = "") -> Grant:
-        """Grant a lease with no caller check (the service's own repairs use it directly)."""
-        validate.check_session_id(session_id, self.limits)
+        """Grant a lease on the session keyed `session_id`, with no caller check (the service's
+        own repairs use it directly; the caller's use cases pass the key of a checked session)."""
         wid = writer_id or str(uuid.uuid4())
         fresh = new_token()
         now = now_ms()
@@ -272,8 +271,10 @@ class LeaseManager:
     # --- internals ---------------------------------------------------------------------------
 
     async def _caller_session(self, session_id: str) -> SessionRecord:
-        validate.check_session_id(session_id, self.limits)
-        record = await self.reader.session(session_id)
+        try:
+            record = await self.reader.session(access.session_key(session_id, self.limits))
+        except NotFound:
+            raise access.session_not_found(session_id) from None
         access.check_namespace(session_id, record.namespace)
         return record
 

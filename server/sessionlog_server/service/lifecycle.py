@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from sessionlog.core import validate
 from sessionlog.core.errors import NotFound, SessionLogError, ValidationError, WriterHeld
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.repair import commit_closers, fork_seed
@@ -67,6 +66,7 @@ async def resume(
 ) -> ResumeResult:
     """Take the lease, complete an open turn, mark the seed boundary, return the state."""
     grant = await service.leases.grant_for_caller(session_id, writer_id, takeover=takeover, lease_token=lease_token)
+    session_id = grant.record.id  # the session's key from here on
     record = grant.record
     wid, epoch = record.writer_id or "", record.epoch
     live = await service.live.get(session_id)
@@ -159,7 +159,7 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
             seq=at_seq,
         )
     child_id = new_id or str(uuid.uuid4())
-    validate.check_session_id(child_id, service.limits)
+    child_id = access.session_key(child_id, service.limits)
     window = await _open_turn_window(service, source, at_seq)
     boundary = window[-1]
     seed = fork_seed(window if _window_has_open_turn(window) else [], boundary.time)

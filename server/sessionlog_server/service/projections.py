@@ -95,7 +95,7 @@ async def fold_scope(service: SessionLogService, scope: Scope) -> Folded:
     at_seq = head if scope.at_seq is None else scope.at_seq
     repair = scope.with_repair and not record.lease_live(now_ms())
     if at_seq == head and not repair:
-        live = await service.live.get(scope.session_id)
+        live = await service.live.get(record.id)
         async with live.lock:
             await live.wait_idle()
             if live.valid:

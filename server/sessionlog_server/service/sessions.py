@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from sessionlog.core import jsonvalue, validate
-from sessionlog.core.errors import LimitExceeded, SessionLogError, ValidationError
+from sessionlog.core.errors import LimitExceeded, NotFound, SessionLogError, ValidationError
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access
 from sessionlog_server.service.clock import now_ms
@@ -42,8 +42,7 @@ class SessionDirectory:
         """Create an empty session in the caller's namespace (id generated when not given)."""
         access.require_write("CreateSession")
         namespace = access.current().namespace
-        sid = session_id or str(uuid.uuid4())
-        validate.check_session_id(sid, self.limits)
+        sid = access.session_key(session_id or str(uuid.uuid4()), self.limits)
         validate.check_session_fields(cwd, len(jsonvalue.dumps_bytes(metadata)), self.limits)
         await self.check_session_quota(namespace)
         record = SessionRecord(
@@ -75,8 +74,10 @@ class SessionDirectory:
 
     async def get_session(self, session_id: str) -> SessionRecord:
         """The session, if it exists in the caller's namespace."""
-        validate.check_session_id(session_id, self.limits)
-        record = await self.reader.session(session_id)
+        try:
+            record = await self.reader.session(access.session_key(session_id, self.limits))
+        except NotFound:
+            raise access.session_not_found(session_id) from None
         access.check_namespace(session_id, record.namespace)
         return record
 
@@ -89,7 +90,8 @@ class SessionDirectory:
             raise ValidationError("BAD_PAGE_SIZE", "page_size must not be negative", field="page_size")
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         after = _decode_page_token(page_token) if page_token else None
-        records = await self.reader.run(self.recorder.list_sessions, namespace, size + 1, after, parent_id)
+        parent = access.session_key(parent_id, self.limits) if parent_id is not None else None
+        records = await self.reader.run(self.recorder.list_sessions, namespace, size + 1, after, parent)
         more = len(records) > size
         records = records[:size]
         token = _encode_page_token(records[-1]) if more else ""

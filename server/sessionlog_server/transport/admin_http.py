@@ -188,10 +188,11 @@ class AdminHttp:
         token = ""
         while True:
             records, token = await self.service.sessions.list_sessions(0, token, session_id)
-            children.extend((child.id, child.fork_seq) for child in records)
+            children.extend((access.public_id(child.id), child.fork_seq) for child in records)
             if not token:
                 break
-        return SessionRef(record.id, record.parent_id, record.fork_seq, tuple(children)), record.next_seq - 1
+        parent = access.public_id(record.parent_id) if record.parent_id is not None else None
+        return SessionRef(access.public_id(record.id), parent, record.fork_seq, tuple(children)), record.next_seq - 1
 
     async def _events(self, principal: access.Principal, session_id: str, last: int) -> list[Event]:
         access.bind(principal)

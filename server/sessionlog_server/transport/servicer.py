@@ -20,7 +20,7 @@ from sessionlog.core.events import Event
 from sessionlog.core.limits import Limits
 from sessionlog.v1 import event_pb2, session_pb2, session_service_pb2_grpc
 from sessionlog.v1 import session_service_pb2 as pb
-from sessionlog_server.service import lifecycle
+from sessionlog_server.service import access, lifecycle
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.service.appends import AppendResult
 from sessionlog_server.service.clock import now_ms
@@ -35,7 +35,7 @@ from sessionlog_server.transport.status import note
 def session_to_pb(record: SessionRecord, now: int | None = None) -> session_pb2.Session:
     """A session row as the API's Session message."""
     msg = session_pb2.Session(
-        id=record.id,
+        id=access.public_id(record.id),
         create_time_unix_ms=record.create_time,
         cwd=record.cwd or "",
         metadata_json=jsonvalue.dumps_bytes(record.metadata) if record.metadata else b"",
@@ -43,7 +43,7 @@ def session_to_pb(record: SessionRecord, now: int | None = None) -> session_pb2.
         open_turn=record.open_turn,
     )
     if record.parent_id is not None and record.fork_seq is not None:
-        msg.parent.session_id = record.parent_id
+        msg.parent.session_id = access.public_id(record.parent_id)
         msg.parent.fork_seq = record.fork_seq
     if record.lease_live(now if now is not None else now_ms()):
         msg.lease.CopyFrom(lease_to_pb(record))
@@ -52,7 +52,7 @@ def session_to_pb(record: SessionRecord, now: int | None = None) -> session_pb2.
 
 def lease_to_pb(record: SessionRecord) -> session_pb2.Lease:
     return session_pb2.Lease(
-        session_id=record.id,
+        session_id=access.public_id(record.id),
         writer_id=record.writer_id or "",
         epoch=record.epoch,
         expire_time_unix_ms=record.lease_expires_at or 0,

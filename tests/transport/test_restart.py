@@ -33,9 +33,10 @@ def test_restart_keeps_every_acknowledged_event(fresh_db: str, sid: str) -> None
 
 
 def test_graceful_shutdown_releases_stream_leases(tmp_path: Path, sid: str) -> None:
-    # The writer's stream stays open on purpose: SIGTERM waits for open calls up to the grace
-    # period, then cancels them; the lease is released either way. A short grace keeps it quick.
-    server = ServerProcess(f"sqlite:///{tmp_path / 'g.db'}", env={"SESSIONLOG_SHUTDOWN_GRACE_S": "1"}).start()
+    # The writer's stream stays open and idle on purpose: the service ends it at once when it
+    # stops (acknowledging what it has, releasing the lease) instead of waiting out the grace
+    # period, which is set far beyond `terminate`'s 60 s wait so that waiting would fail the test.
+    server = ServerProcess(f"sqlite:///{tmp_path / 'g.db'}", env={"SESSIONLOG_SHUTDOWN_GRACE_S": "600"}).start()
     try:
         with SessionLogClient(server.target) as client:
             client.create_session(sid)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -37,6 +38,9 @@ from sessionlog_server.service.sessions import SessionDirectory
 from sessionlog_server.service.subscriptions import SubscriptionHub
 from sessionlog_server.storage.changes import ChangeFeed
 from sessionlog_server.storage.recorder import EventRecorder
+
+if TYPE_CHECKING:
+    from sessionlog_server.service.writer_stream import WriterStream
 
 log = structlog.get_logger("sessionlog.service")
 
@@ -92,6 +96,9 @@ class SessionLogService:
             known_capacity=settings.session_cache_size,
         )
         self.changes: ChangeFeed | None = None
+        self.writer_streams: set[WriterStream] = set()
+        """Open writer streams, ended at once when the service stops (so shutdown need not wait
+        out its grace period for writers that send nothing)."""
         self.open_streams = 0
         self.repairs_written = 0
         self._keeper: asyncio.Task[None] | None = None
@@ -124,6 +131,11 @@ class SessionLogService:
             log.warning("start-up repair failed; the expiry sweep retries", error=str(exc))
             return
         log.info("start-up repair done", sessions=len(repaired))
+
+    def end_writer_streams(self) -> None:
+        """Shutdown begins: every open writer stream acknowledges what it has and ends."""
+        for stream in list(self.writer_streams):
+            stream.end_for_shutdown()
 
     async def stop(self) -> None:
         """Commit what is queued, release stream leases, stop background tasks."""

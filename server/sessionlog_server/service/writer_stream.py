@@ -121,6 +121,7 @@ class WriterStream:
         holder = Grant(record, token).holder
         service.leases.hold_for_stream(holder)
         service.metrics.open_writers.inc()
+        service.writer_streams.add(self)
         self.opened = Opened(record, token, next_seq, resumed, holder)
         return self.opened
 
@@ -142,6 +143,11 @@ class WriterStream:
         """The requests stopped without `close` (a dead writer looks like this too): the lease is
         left to lapse."""
         self._put(_Ended(closed=False))
+
+    def end_for_shutdown(self) -> None:
+        """The service is stopping: acknowledge what is pending, then end the stream and give its
+        lease back, as on `close` (the writer reconnects to wherever the service runs next)."""
+        self._put(_Ended(closed=True))
 
     def failed(self, error: BaseException) -> None:
         """Reading or planning a request failed: the stream ends with this error."""
@@ -176,6 +182,7 @@ class WriterStream:
         """Give the lease back, or leave it to lapse if the stream broke."""
         if self.opened is None:
             return
+        self.service.writer_streams.discard(self)
         self.service.metrics.open_writers.dec()
         await self.service.leases.end_stream(self.opened.holder, broken=self._broken)
 

@@ -47,6 +47,7 @@ class RunningServer:
             self.admin.stop()
         await self.health.enter_graceful_shutdown()
         self.service.leases.begin_shutdown()
+        self.service.end_writer_streams()
         await self.server.stop(grace)
         await self.service.stop()
         if self.otlp is not None:

@@ -84,7 +84,7 @@ def generate_session(rng: random.Random, index: int) -> str:
         "version": 3,
         "id": f"bench-{index:04d}",
         "timestamp": "2026-01-01T00:00:00.000Z",
-        "cwd": "/work/bench",
+        "cwd": "/home/me/bench",
     }
     writer.add("model_change", provider="anthropic", modelId="claude-sonnet-4-5")
     writer.add("thinking_level_change", thinkingLevel=rng.choice(["off", "low", "medium", "high"]))

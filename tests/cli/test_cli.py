@@ -35,7 +35,7 @@ USER = {"type": "user/message", "data": {"message": {"role": "user", "content": 
 
 
 def test_create_append_events_sessions(server: ServerThread, sid: str) -> None:
-    created = run(server, "create", "--id", sid, "--cwd", "/work")
+    created = run(server, "create", "--id", sid, "--cwd", "/home/me/project")
     assert created.returncode == 0, created.stderr
     assert json.loads(created.stdout)["id"] == sid
     note = {"type": "test/note", "data": {"n": 1}, "ignorable": True, "seq": 99, "time": 5}

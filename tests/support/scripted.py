@@ -135,7 +135,7 @@ def committed(script: list[dict[str, Any]] = SCRIPT, *, start: int = 1_700_000_0
 def write_scripted(client: Any, session_id: str) -> str:
     """Write the script to a real server, let crash repair close turn 4 (a resume after the
     writer left), and fork the result; returns the fork's id (its page shows all four)."""
-    client.create_session(session_id, cwd="/work/demo")
+    client.create_session(session_id, cwd="/home/me/demo")
     lease = client.acquire_lease(session_id)
     client.append(session_id, lease, SCRIPT, expected_next_seq=0)
     client.release_lease(lease)

@@ -367,7 +367,7 @@ class AsyncLeaseWriter:
                 continue  # a transient failure: the next beat tries again before the lease lapses
 
 
-class AsyncWriter:
+class AsyncWriter(base.WriterView):
     """An asyncio streaming writer: holds the lease while open, pipelines batches, retries safely."""
 
     def __init__(self, stub: SessionServiceStub, core: WriterCore, max_in_flight: int, reconnect: RetryPolicy) -> None:
@@ -381,28 +381,6 @@ class AsyncWriter:
         self._reader: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._recovery: asyncio.Task[None] | None = None
-
-    @property
-    def session_id(self) -> str:
-        return self._core.session_id
-
-    @property
-    def lease(self) -> convert.LeaseInfo:
-        assert self._core.lease is not None
-        return self._core.lease
-
-    @property
-    def next_seq(self) -> int:
-        return self._core.next_seq
-
-    @property
-    def resumed(self) -> ResumeInfo | None:
-        return self._core.resumed
-
-    @property
-    def reconnects(self) -> int:
-        """How many times the stream broke and the writer reconnected and re-sent."""
-        return self._core.reconnects
 
     # --- public -----------------------------------------------------------------------
 

@@ -374,6 +374,35 @@ class WriterCore:
         return failed
 
 
+class WriterView:
+    """What both streaming writers (sync and asyncio) say about themselves, read from their
+    `WriterCore`."""
+
+    _core: WriterCore
+
+    @property
+    def session_id(self) -> str:
+        return self._core.session_id
+
+    @property
+    def lease(self) -> convert.LeaseInfo:
+        assert self._core.lease is not None
+        return self._core.lease
+
+    @property
+    def next_seq(self) -> int:
+        return self._core.next_seq
+
+    @property
+    def resumed(self) -> ResumeInfo | None:
+        return self._core.resumed
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the stream broke and the writer reconnected and re-sent."""
+        return self._core.reconnects
+
+
 def settle(pending: Pending, result: Any) -> None:
     if not pending.future.done():
         pending.future.set_result(result)

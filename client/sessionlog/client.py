@@ -410,7 +410,7 @@ class LeaseWriter:
                 return  # the client's channel was closed: its writers end with it
 
 
-class Writer:
+class Writer(base.WriterView):
     """A streaming writer: holds the lease while open, pipelines batches, retries safely."""
 
     def __init__(
@@ -429,28 +429,6 @@ class Writer:
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_in_flight)
         self._connect(takeover, resume)
-
-    @property
-    def session_id(self) -> str:
-        return self._core.session_id
-
-    @property
-    def lease(self) -> convert.LeaseInfo:
-        assert self._core.lease is not None
-        return self._core.lease
-
-    @property
-    def next_seq(self) -> int:
-        return self._core.next_seq
-
-    @property
-    def resumed(self) -> ResumeInfo | None:
-        return self._core.resumed
-
-    @property
-    def reconnects(self) -> int:
-        """How many times the stream broke and the writer reconnected and re-sent."""
-        return self._core.reconnects
 
     # --- public -----------------------------------------------------------------------
 

@@ -130,7 +130,9 @@ def plan_append(
     wire: list[bytes | None] = [*(None for _ in range(head_count)), *fresh_raw]
     try:
         for event, text in zip(committed, wire, strict=True):
-            pending.stored.append(_stored(event, text, blob_threshold, pending.blobs))
+            stored = _stored(event, text, blob_threshold, pending.blobs)
+            pending.stored.append(stored)
+            pending.stored_bytes += len(stored[0])
     except BaseException:
         fold.rollback(mark)  # nothing of a batch that cannot be stored may stay in the live state
         raise

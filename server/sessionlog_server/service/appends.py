@@ -195,7 +195,7 @@ class AppendPipeline:
         """Attach a fold snapshot to the batch when the policy says one is due: it is the state
         after this batch, committed in the batch's own transaction (never ahead of the log)."""
         live.events_since_snapshot += len(pending.events)
-        live.bytes_since_snapshot += sum(len(text) for text, _ in pending.stored)
+        live.bytes_since_snapshot += pending.stored_bytes
         if self.snapshots.due(live.events_since_snapshot, live.bytes_since_snapshot, live.fold.surface_size):
             pending.snapshot = self.snapshots.stored(live.session_id, live.fold)
             live.events_since_snapshot = live.bytes_since_snapshot = 0
@@ -227,7 +227,7 @@ class AppendPipeline:
         self.metrics.batch_size.observe(len(pending.events))
         if self.commit_taps or self.hub.has_subscribers(live.session_id):  # else no one to hand events to
             committed_events = _with_stored_text(pending)
-            self.hub.publish(live.session_id, committed_events, sum(len(text) for text, _ in pending.stored))
+            self.hub.publish(live.session_id, committed_events, pending.stored_bytes)
             for tap in self.commit_taps:
                 tap(live.session_id, committed_events)
         if not result.done():

@@ -82,9 +82,10 @@ class TranscriptPage:
     next_page_token: str
 
 
-async def fold_scope(service: SessionLogService, scope: Scope) -> Folded:
-    """The fold of the scoped prefix (the live one when possible)."""
-    record = await service.sessions.get_session(scope.session_id)
+async def fold_scope(service: SessionLogService, scope: Scope, record: SessionRecord | None = None) -> Folded:
+    """The fold of the scoped prefix (the live one when possible); `record` is the caller's
+    session when the caller has just read it."""
+    record = record or await service.sessions.get_session(scope.session_id)
     if record.next_seq == 0:
         if scope.at_seq is not None:
             raise _no_seq(scope, record.next_seq)
@@ -173,7 +174,7 @@ async def transcript_page(
     if page_token:
         at_token, from_seq, _ = _decode_token(page_token, "transcript")
         scope = Scope(scope.session_id, at_token, scope.with_repair)
-    folded = await fold_scope(service, scope)
+    folded = await fold_scope(service, scope, record)
     at_seq = folded.at_seq
     if at_seq < 0:
         return TranscriptPage([], 0, "")

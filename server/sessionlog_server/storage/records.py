@@ -79,6 +79,8 @@ class PendingBatch:
     blobs: dict[str, bytes] = field(default_factory=dict)
     snapshot: StoredSnapshot | None = None
     """A fold snapshot at this batch's last seq, committed with it (so it never runs ahead)."""
+    stored_bytes: int = 0
+    """The stored JSON text of the batch's data, in bytes (snapshot policy, subscriber buffers)."""
     verify_ids: list[str] = field(default_factory=list)
     """EventIds the service could not vouch for from memory: the commit checks them against the
     events' unique index in its own transaction (see EventIdsStored)."""

@@ -15,6 +15,7 @@ proportional to the log), or after `snapshot_every_bytes` of payload.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import structlog
@@ -77,17 +78,19 @@ class SessionLoader:
         """The fold of the session's log up to `at_seq` (inclusive; None = the head)."""
         target = record.next_seq - 1 if at_seq is None else at_seq
         fold, snapshot_seq = await self._start(record, target)
-        folded = await self._fold_pages(fold, record, target)
+        folded = 0
+        async for page in self.fold_pages(fold, record, target):
+            folded += len(page)
         return Loaded(fold, folded, snapshot_seq)
 
-    async def catch_up(self, fold: SessionFold, record: SessionRecord, to_seq: int) -> list[Event]:
-        """Fold the events after the fold's head up to `to_seq` onto it (a fast-forward);
-        returns them (callers note their eventIds). Only for a fold with no batch in flight."""
-        caught: list[Event] = []
+    async def fold_pages(self, fold: SessionFold, record: SessionRecord, to_seq: int) -> AsyncIterator[list[Event]]:
+        """Fold the events after the fold's head up to `to_seq` onto it, a page at a time (a
+        load's tail, a fast-forward); yields each page once folded. Only for a fold with no
+        batch in flight."""
+        loop = asyncio.get_running_loop()
         async for page in self.reader.pages(record, fold.next_seq, to_seq, self.page_events):
-            await asyncio.get_running_loop().run_in_executor(None, fold.extend, page)
-            caught.extend(page)
-        return caught
+            await loop.run_in_executor(None, fold.extend, page)
+            yield page
 
     async def _start(self, record: SessionRecord, target: int) -> tuple[SessionFold, int | None]:
         """The fold of the latest usable snapshot at or before `target`, or an empty fold."""
@@ -105,13 +108,6 @@ class SessionLoader:
             return SessionFold.from_snapshot(snapshot), stored.seq
         return SessionFold(keep_messages=False), None
 
-    async def _fold_pages(self, fold: SessionFold, record: SessionRecord, target: int) -> int:
-        folded = 0
-        loop = asyncio.get_running_loop()
-        async for page in self.reader.pages(record, fold.next_seq, target, self.page_events):
-            await loop.run_in_executor(None, fold.extend, page)
-            folded += len(page)
-        return folded
 
 
 class LiveSessionLoader:
@@ -155,9 +151,11 @@ class LiveSessionLoader:
         nothing in flight): fold only the missing events, remember their eventIds."""
         if live.in_flight or live.fold.next_seq >= record.next_seq:
             return
-        for event in await self.loader.catch_up(live.fold, record, record.next_seq - 1):
-            if event.event_id is not None and event.seq > (-1 if record.fork_seq is None else record.fork_seq):
-                live.remember(event.event_id, event.seq)
+        own_from = 0 if record.fork_seq is None else record.fork_seq + 1  # a fork's own events
+        async for page in self.loader.fold_pages(live.fold, record, record.next_seq - 1):
+            for event in page:
+                if event.event_id is not None and event.seq >= own_from:
+                    live.remember(event.event_id, event.seq)
         live.durable_next_seq = live.fold.next_seq
         live.record = record
 

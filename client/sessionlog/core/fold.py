@@ -379,11 +379,6 @@ class SessionFold:
         nodes = self._surface.nodes
         return bool(nodes) and self._nodes[nodes[0]].type == SYSTEM_MESSAGE
 
-    @property
-    def keeps_messages(self) -> bool:
-        """Whether this fold holds the projected messages (offline) or only node seqs (server)."""
-        return self._keep_messages
-
     # ----------------------------------------------------------------- reads
 
     def surface_view(self) -> dict[str, Any]:
@@ -412,11 +407,6 @@ class SessionFold:
         """The projected messages in surface order (a new list over shared message dicts)."""
         self._need_messages()
         return [self._messages[seq] for seq in self._history_seqs()]
-
-    def model_history_since(self, index: int) -> list[JsonObject]:
-        """The messages from `index` on: O(returned messages) while no replace rebuilt the cache."""
-        self._need_messages()
-        return [self._messages[seq] for seq in self.history_seqs_since(index)]
 
     @property
     def surface_size(self) -> int:

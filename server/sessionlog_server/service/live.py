@@ -184,9 +184,5 @@ class LiveSessions:
         """Estimated memory of every cached session."""
         return sum(live.resident_bytes() for live in self._sessions.values())
 
-    def trim(self) -> None:
-        """Evict past the limits (sessions grow as they are appended to)."""
-        self._evict(keep="")
-
     def __len__(self) -> int:
         return len(self._sessions)

@@ -366,15 +366,19 @@ class EventRecorder(ABC):
     def _stored_ids(self, conn: Connection, run: Sequence[PendingBatch]) -> dict[str, int]:
         """Which of the run's unvouched eventIds the session stores already (the unique index,
         one query per session per group, on the writer thread inside the commit)."""
-        ids = [event_id for batch in run for event_id in batch.verify_ids]
-        if not ids:
+        return self._find_event_ids(conn, run[0].session_id, [eid for batch in run for eid in batch.verify_ids])
+
+    def _find_event_ids(self, conn: Connection, session_id: str, event_ids: Sequence[str]) -> dict[str, int]:
+        """Which of `event_ids` the session itself stores, with their seqs (the unique index;
+        driver SQL, as it runs inside group commits)."""
+        if not event_ids:
             return {}
         mark = self.placeholder
         sql = (
             f"SELECT event_id, seq FROM events WHERE session_id = {mark} "
-            f"AND event_id IN ({', '.join(mark for _ in ids)})"
+            f"AND event_id IN ({', '.join(mark for _ in event_ids)})"
         )
-        return {eid: seq for eid, seq in conn.exec_driver_sql(sql, (run[0].session_id, *ids))}
+        return {eid: seq for eid, seq in conn.exec_driver_sql(sql, (session_id, *event_ids))}
 
     def _advance(self, conn: Connection, first: PendingBatch, last: PendingBatch) -> bool:
         """The fenced compare-and-set: move next_seq from `first`'s expected to `last`'s new one."""
@@ -456,13 +460,8 @@ class EventRecorder(ABC):
 
     def find_event_ids(self, session_id: str, event_ids: Sequence[str]) -> dict[str, int]:
         """Which of `event_ids` the session itself stores, with their seqs (the unique index)."""
-        if not event_ids:
-            return {}
-        query = select(EVENTS.c.event_id, EVENTS.c.seq).where(
-            EVENTS.c.session_id == session_id, EVENTS.c.event_id.in_(list(event_ids))
-        )
         with self._read() as conn:
-            return {eid: seq for eid, seq in conn.execute(query)}
+            return self._find_event_ids(conn, session_id, event_ids)
 
     def recent_event_ids(self, session_id: str, limit: int) -> list[tuple[str, int]]:
         """The session's own latest `limit` eventIds with their seqs, newest first."""

@@ -20,17 +20,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc
 
 from sessionlog import base, convert
-from sessionlog.auth import aio_interceptors, channel_credentials
+from sessionlog.auth import aio_interceptors
 from sessionlog.base import (
-    DEFAULT_RETRY,
     RECONNECT,
     Call,
     Paged,
@@ -46,7 +44,6 @@ from sessionlog.errors import from_rpc_error
 from sessionlog.requests import (
     CHANNEL_OPTIONS,
     CLOSE_REQUEST,
-    DEFAULT_TARGET,
     AppendResult,
     CaughtUp,
     EventLike,
@@ -55,7 +52,6 @@ from sessionlog.requests import (
     ResumeInfo,
     SubscriptionCursor,
     coalesce,
-    read_request,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
@@ -64,32 +60,17 @@ from sessionlog.v1.session_service_pb2_grpc import SessionServiceStub
 T = TypeVar("T")
 
 
-class AsyncSessionLogClient:
+class AsyncSessionLogClient(base.ClientBase):
     """An asyncio connection to a sessionlog server."""
 
-    def __init__(
-        self,
-        target: str = DEFAULT_TARGET,
-        *,
-        credentials: grpc.ChannelCredentials | None = None,
-        timeout: float | None = 30.0,
-        token: str | None = None,
-        ca_file: str | None = None,
-        retry: RetryPolicy = DEFAULT_RETRY,
-    ) -> None:
-        """Connect to `target`; `token` authenticates, `ca_file` (or `credentials`) turns on TLS;
-        `retry` says how idempotent calls are retried on UNAVAILABLE."""
-        self.target = target
-        self.timeout = timeout
-        self.retry = retry
-        credentials = credentials or channel_credentials(ca_file)
+    def _open_channel(self, target: str, credentials: Any, token: str | None) -> tuple[Any, Any]:
         interceptors = aio_interceptors(token)
-        self.channel = (
+        channel = (
             grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors)
             if credentials is not None
             else grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS, interceptors=interceptors)
         )
-        self.stub = SessionServiceStub(self.channel)
+        return channel, channel
 
     async def __aenter__(self) -> AsyncSessionLogClient:
         return self
@@ -108,10 +89,8 @@ class AsyncSessionLogClient:
             try:
                 return call.read(await method(call.request, timeout=self.timeout))
             except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                if not policy.retries(error, attempt):
-                    raise error from None
-            await asyncio.sleep(policy.delay(attempt))
+                delay = policy.wait_after(from_rpc_error(exc), attempt)
+            await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
     async def _pages(self, paged: Paged[T]) -> AsyncIterator[T]:
@@ -259,20 +238,16 @@ class AsyncSessionLogClient:
     ) -> AsyncIterator[Event]:
         """Events from `from_seq` to `to_seq` (inclusive), in seq order; a read broken by a
         transient failure goes on from the seq after the last event it delivered."""
-        next_seq = from_seq
+        cursor = base.EventCursor(session_id, from_seq, to_seq, page_size)
         for attempt in itertools.count(1):
             try:
-                async for response in self.stub.ReadEvents(read_request(session_id, next_seq, to_seq, page_size)):
-                    for message in response.events:
-                        event = convert.event_from_pb(message)
-                        next_seq = event.seq + 1
+                async for response in self.stub.ReadEvents(cursor.request()):
+                    for event in cursor.events(response):
                         yield event
                 return
             except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                if not self.retry.retries(error, attempt):
-                    raise error from None
-            await asyncio.sleep(self.retry.delay(attempt))
+                delay = self.retry.wait_after(from_rpc_error(exc), attempt)
+            await asyncio.sleep(delay)
 
     async def subscribe(self, session_id: str, *, from_seq: int = 0) -> AsyncIterator[Event | CaughtUp]:
         """Replay, a CaughtUp marker, then live events (until the caller stops iterating); after
@@ -297,7 +272,7 @@ class AsyncSessionLogClient:
             await asyncio.sleep(delay)
 
 
-class AsyncLeaseWriter:
+class AsyncLeaseWriter(base.LeaseKeeper):
     """A unary writer: a lease kept alive by heartbeats (a task), appends retried safely (they
     carry eventIds), and OwnershipLost final, as the sync `LeaseWriter`."""
 
@@ -308,32 +283,19 @@ class AsyncLeaseWriter:
         resumed: ResumeInfo | None,
         heartbeat: float | None,
     ) -> None:
+        super().__init__(lease, resumed, heartbeat)
         self._client = client
-        self.lease = lease
-        self.resumed = resumed
-        self._every = heartbeat
-        self._failure: OwnershipLost | None = None
-        self._closed = False
         self._task = asyncio.ensure_future(self._beat())
 
     async def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> AppendResult:
         """Append one batch under the lease (all or nothing); renews the lease as a side effect."""
-        self._check()
-        try:
-            return await self._client.append(
-                self.lease.session_id, self.lease, events, expected_next_seq=expected_next_seq
-            )
-        except OwnershipLost as exc:
-            self._failure = exc
-            raise
+        session_id = self.lease.session_id
+        return await self._checked(
+            lambda: self._client.append(session_id, self.lease, events, expected_next_seq=expected_next_seq)
+        )
 
     async def report_header(self, header: dict[str, Any]) -> HeaderReport:
-        self._check()
-        try:
-            return await self._client.report_header(self.lease.session_id, self.lease, header)
-        except OwnershipLost as exc:
-            self._failure = exc
-            raise
+        return await self._checked(lambda: self._client.report_header(self.lease.session_id, self.lease, header))
 
     async def close(self) -> None:
         """Stop the heartbeats and give the lease back (unless it was lost)."""
@@ -349,15 +311,17 @@ class AsyncLeaseWriter:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _check(self) -> None:
-        if self._failure is not None:
-            raise self._failure
-        if self._closed:
-            raise RuntimeError("the writer is closed")
+    async def _checked(self, call: Callable[[], Awaitable[T]]) -> T:
+        self._check()
+        try:
+            return await call()
+        except OwnershipLost as exc:
+            self._failure = exc
+            raise
 
     async def _beat(self) -> None:
         while True:
-            await asyncio.sleep(base.heartbeat_interval(self.lease, int(time.time() * 1000), self._every))
+            await asyncio.sleep(self._next_beat())
             try:
                 self.lease = await self._client.renew_lease(self.lease)
             except OwnershipLost as exc:
@@ -535,17 +499,13 @@ class AsyncWriter(base.WriterView):
         call.cancel()
         if self._sender is not None:
             self._sender.cancel()
-        if isinstance(error, Unavailable) and not self._core.closed:
-            policy = self._reconnect_policy
-            for attempt in range(1, policy.attempts + 1):
-                await asyncio.sleep(policy.delay(attempt))
-                try:
-                    await self._connect(takeover=False, resume=False)  # no second resume
-                    return
-                except Unavailable as exc:
-                    error = exc
-                except SessionLogError as exc:
-                    error = self._core.lost(exc)
-                    break
-        for pending in self._core.fail(error):
-            reject(pending, error)
+        recovery = base.Recovery(self._core, self._reconnect_policy, error)
+        for delay in recovery:
+            await asyncio.sleep(delay)
+            try:
+                await self._connect(takeover=False, resume=False)  # no second resume
+                return
+            except SessionLogError as exc:
+                recovery.failed(exc)
+        for pending in self._core.fail(recovery.error):
+            reject(pending, recovery.error)

@@ -3,28 +3,36 @@
 The two clients differ only in how they wait: threads and concurrent futures, or the event
 loop and asyncio futures. Everything else is defined here once (kurrentdbclient's pattern):
 
+- `ClientBase`: the options a client is made with, its channel and its stub (each client
+  says only how its kind of channel is opened);
 - `Call`: each unary call as the stub method it uses, its request, how its response is read
-  and whether it may be retried; `Paged`: the same for calls read page by page;
+  and whether it may be retried; `Paged`: the same for calls read page by page; `EventCursor`:
+  where a broken `ReadEvents` goes on from;
 - `RetryPolicy`: how idempotent calls are retried on UNAVAILABLE (reads, and appends, whose
   events always carry eventIds), and how writers back off while reconnecting;
+- `LeaseKeeper`: a unary writer's lease, kept by heartbeats, and the loss that ends it;
 - `WriterCore`: the streaming writer's bookkeeping (batch ids, the pending batches in send
   order, acknowledgements, failure, what a reconnect re-sends, and the check that no other
-  writer held the session while the stream was down).
+  writer held the session while the stream was down); `Recovery`: the reconnects of a
+  writer whose stream broke.
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from sessionlog import convert
+from sessionlog.auth import channel_credentials
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable, WriterHeld
-from sessionlog.core.events import NewEvent
+from sessionlog.core.events import Event, NewEvent
 from sessionlog.requests import (
+    DEFAULT_TARGET,
     AppendResult,
     EventLike,
     HeaderReport,
@@ -40,6 +48,7 @@ from sessionlog.requests import (
     header_write_request,
     history_request,
     open_request,
+    read_request,
     release_request,
     renew_request,
     request_view_from_pb,
@@ -51,6 +60,7 @@ from sessionlog.requests import (
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
+from sessionlog.v1.session_service_pb2_grpc import SessionServiceStub
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -75,11 +85,50 @@ class RetryPolicy:
         """Whether to try again after `error` ended attempt `attempt` (only an unknown outcome)."""
         return isinstance(error, Unavailable) and attempt < self.attempts
 
+    def wait_after(self, error: SessionLogError, attempt: int) -> float:
+        """The wait before trying again after `error` ended attempt `attempt`; raises `error`
+        when it is not to be retried."""
+        if not self.retries(error, attempt):
+            raise error from None
+        return self.delay(attempt)
+
 
 DEFAULT_RETRY = RetryPolicy()
 NO_RETRY = RetryPolicy(attempts=1)
 #: How a writer whose stream broke reconnects: long enough to ride out a service restart.
 RECONNECT = RetryPolicy(attempts=120, initial_delay=0.05, max_delay=0.5)
+
+
+# --- the client --------------------------------------------------------------------------
+
+
+class ClientBase:
+    """What both clients hold: the target, the call timeout, the retry policy, the channel and
+    the stub. Each client says only how its kind of channel (sync or asyncio) is opened."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        credentials: Any = None,
+        timeout: float | None = 30.0,
+        token: str | None = None,
+        ca_file: str | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+    ) -> None:
+        """Connect to `target`; `token` authenticates, `ca_file` (or `credentials`, a
+        grpc.ChannelCredentials) turns on TLS; `retry` says how idempotent calls are retried
+        on UNAVAILABLE."""
+        self.target = target
+        self.timeout = timeout
+        self.retry = retry
+        self.channel, calls = self._open_channel(target, credentials or channel_credentials(ca_file), token)
+        self.stub = SessionServiceStub(calls)
+
+    def _open_channel(self, target: str, credentials: Any, token: str | None) -> tuple[Any, Any]:
+        """The channel to close, and the channel to make calls on (the same one, or it with the
+        token interceptor); `credentials` None means a plain channel."""
+        raise NotImplementedError
 
 
 # --- unary calls ---------------------------------------------------------------------------
@@ -204,6 +253,26 @@ def surface(session_id: str, at_seq: int | None, with_repair: bool) -> Call[dict
     return Call("GetSurface", request, surface_from_pb, idempotent=True)
 
 
+class EventCursor:
+    """Where a `ReadEvents` stream stands, so a read broken by a transient failure goes on from
+    the seq after the last event it delivered."""
+
+    def __init__(self, session_id: str, from_seq: int, to_seq: int | None, page_size: int) -> None:
+        self.session_id = session_id
+        self.next_seq = from_seq
+        self.to_seq = to_seq
+        self.page_size = page_size
+
+    def request(self) -> pb.ReadEventsRequest:
+        return read_request(self.session_id, self.next_seq, self.to_seq, self.page_size)
+
+    def events(self, response: pb.ReadEventsResponse) -> Iterator[Event]:
+        for message in response.events:
+            event = convert.event_from_pb(message)
+            self.next_seq = event.seq + 1
+            yield event
+
+
 # --- unary writers ------------------------------------------------------------------------
 
 
@@ -213,6 +282,29 @@ def heartbeat_interval(lease: convert.LeaseInfo, now_ms: int, every: float | Non
     if every is not None:
         return every
     return max(0.1, (lease.expire_time - now_ms) / 3000)
+
+
+class LeaseKeeper:
+    """A unary writer's state (sync and asyncio): its lease, renewed by heartbeats, what a resume
+    returned, and the OwnershipLost that ends it for good (nothing re-acquires the lease)."""
+
+    def __init__(self, lease: convert.LeaseInfo, resumed: ResumeInfo | None, heartbeat: float | None) -> None:
+        self.lease = lease
+        self.resumed = resumed
+        self._every = heartbeat
+        self._failure: OwnershipLost | None = None
+        self._closed = False
+
+    def _check(self) -> None:
+        """Raise the loss that ended the writer, or RuntimeError once it is closed."""
+        if self._failure is not None:
+            raise self._failure
+        if self._closed:
+            raise RuntimeError("the writer is closed")
+
+    def _next_beat(self) -> float:
+        """Seconds until the next heartbeat."""
+        return heartbeat_interval(self.lease, int(time.time() * 1000), self._every)
 
 
 # --- the streaming writer's bookkeeping ----------------------------------------------------
@@ -372,6 +464,30 @@ class WriterCore:
         failed = list(self.pending)
         self.pending.clear()
         return failed
+
+
+class Recovery:
+    """The reconnects of a writer whose stream broke: iterating gives the wait before each
+    attempt, for as long as the failure is transient (and only if the writer was open when the
+    stream broke); each failed attempt is told with `failed`. `error` is what the writer fails
+    with when the attempts end without a stream."""
+
+    def __init__(self, core: WriterCore, policy: RetryPolicy, error: SessionLogError) -> None:
+        self._core = core
+        self._policy = policy
+        self._open = not core.closed
+        self.error = error
+
+    def __iter__(self) -> Iterator[float]:
+        for attempt in range(1, self._policy.attempts + 1):
+            if not (self._open and isinstance(self.error, Unavailable)):
+                return
+            yield self._policy.delay(attempt)
+
+    def failed(self, error: SessionLogError) -> None:
+        """A reconnect failed with `error`: another transient failure is tried again, anything
+        else (another writer holds the session: ownership lost) ends the recovery."""
+        self.error = error if isinstance(error, Unavailable) else self._core.lost(error)
 
 
 class WriterView:

@@ -34,9 +34,8 @@ from typing import Any, TypeVar
 import grpc
 
 from sessionlog import base, convert
-from sessionlog.auth import TokenInterceptor, channel_credentials
+from sessionlog.auth import TokenInterceptor
 from sessionlog.base import (
-    DEFAULT_RETRY,
     RECONNECT,
     Call,
     Paged,
@@ -51,7 +50,6 @@ from sessionlog.errors import from_rpc_error
 from sessionlog.requests import (
     CHANNEL_OPTIONS,
     CLOSE_REQUEST,
-    DEFAULT_TARGET,
     MAX_COALESCED_BATCHES,
     AppendResult,
     CaughtUp,
@@ -61,7 +59,6 @@ from sessionlog.requests import (
     ResumeInfo,
     SubscriptionCursor,
     coalesce,
-    read_request,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
@@ -71,32 +68,16 @@ T = TypeVar("T")
 _END = object()
 
 
-class SessionLogClient:
+class SessionLogClient(base.ClientBase):
     """A connection to a sessionlog server; thread-safe, one channel."""
 
-    def __init__(
-        self,
-        target: str = DEFAULT_TARGET,
-        *,
-        credentials: grpc.ChannelCredentials | None = None,
-        timeout: float | None = 30.0,
-        token: str | None = None,
-        ca_file: str | None = None,
-        retry: RetryPolicy = DEFAULT_RETRY,
-    ) -> None:
-        """Connect to `target`; `token` authenticates, `ca_file` (or `credentials`) turns on TLS;
-        `retry` says how idempotent calls are retried on UNAVAILABLE."""
-        self.target = target
-        self.timeout = timeout
-        self.retry = retry
-        credentials = credentials or channel_credentials(ca_file)
-        self.channel = (
+    def _open_channel(self, target: str, credentials: Any, token: str | None) -> tuple[Any, Any]:
+        channel = (
             grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
             if credentials is not None
             else grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         )
-        channel = grpc.intercept_channel(self.channel, TokenInterceptor(token)) if token else self.channel
-        self.stub = SessionServiceStub(channel)
+        return channel, grpc.intercept_channel(channel, TokenInterceptor(token)) if token else channel
 
     def __enter__(self) -> SessionLogClient:
         return self
@@ -115,10 +96,8 @@ class SessionLogClient:
             try:
                 return call.read(method(call.request, timeout=self.timeout))
             except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                if not policy.retries(error, attempt):
-                    raise error from None
-            time.sleep(policy.delay(attempt))
+                delay = policy.wait_after(from_rpc_error(exc), attempt)
+            time.sleep(delay)
         raise AssertionError("unreachable")
 
     def _pages(self, paged: Paged[T]) -> Iterator[T]:
@@ -268,20 +247,15 @@ class SessionLogClient:
     ) -> Iterator[Event]:
         """Events from `from_seq` to `to_seq` (inclusive), in seq order; a read broken by a
         transient failure goes on from the seq after the last event it delivered."""
-        next_seq = from_seq
+        cursor = base.EventCursor(session_id, from_seq, to_seq, page_size)
         for attempt in itertools.count(1):
             try:
-                for response in self.stub.ReadEvents(read_request(session_id, next_seq, to_seq, page_size)):
-                    for message in response.events:
-                        event = convert.event_from_pb(message)
-                        next_seq = event.seq + 1
-                        yield event
+                for response in self.stub.ReadEvents(cursor.request()):
+                    yield from cursor.events(response)
                 return
             except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                if not self.retry.retries(error, attempt):
-                    raise error from None
-            time.sleep(self.retry.delay(attempt))
+                delay = self.retry.wait_after(from_rpc_error(exc), attempt)
+            time.sleep(delay)
 
     def subscribe(self, session_id: str, *, from_seq: int = 0) -> Subscription:
         """Replay from `from_seq`, a CaughtUp marker, then live events until cancelled (resuming
@@ -346,7 +320,7 @@ class Subscription:
         self._call.cancel()
 
 
-class LeaseWriter:
+class LeaseWriter(base.LeaseKeeper):
     """A unary writer: a lease kept alive by heartbeats (a background thread), appends retried
     safely (they carry eventIds), and OwnershipLost final: once the lease is lost, from a
     heartbeat or an append, every later call raises it and nothing re-acquires the lease."""
@@ -354,11 +328,8 @@ class LeaseWriter:
     def __init__(
         self, client: SessionLogClient, lease: convert.LeaseInfo, resumed: ResumeInfo | None, heartbeat: float | None
     ) -> None:
+        super().__init__(lease, resumed, heartbeat)
         self._client = client
-        self.lease = lease
-        self.resumed = resumed
-        self._every = heartbeat
-        self._failure: OwnershipLost | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True, name="sessionlog-heartbeat")
         self._thread.start()
@@ -375,6 +346,7 @@ class LeaseWriter:
 
     def close(self) -> None:
         """Stop the heartbeats and give the lease back (unless it was lost)."""
+        self._closed = True
         self._stop.set()
         self._thread.join(timeout=30)
         if self._failure is None:
@@ -387,10 +359,7 @@ class LeaseWriter:
         self.close()
 
     def _checked(self, call: Callable[[], T]) -> T:
-        if self._failure is not None:
-            raise self._failure
-        if self._stop.is_set():
-            raise RuntimeError("the writer is closed")
+        self._check()
         try:
             return call()
         except OwnershipLost as exc:
@@ -398,7 +367,7 @@ class LeaseWriter:
             raise
 
     def _beat(self) -> None:
-        while not self._stop.wait(base.heartbeat_interval(self.lease, int(time.time() * 1000), self._every)):
+        while not self._stop.wait(self._next_beat()):
             try:
                 self.lease = self._client.renew_lease(self.lease)
             except OwnershipLost as exc:
@@ -532,19 +501,15 @@ class Writer(base.WriterView):
 
     def _recover(self, error: SessionLogError) -> None:
         """After the stream broke: reconnect and re-send if the failure is transient, else fail."""
-        if isinstance(error, Unavailable) and not self._core.closed:
-            policy = self._reconnect_policy
-            for attempt in range(1, policy.attempts + 1):
-                time.sleep(policy.delay(attempt))
-                try:
-                    self._connect(takeover=False, resume=False)  # no second resume: same lifecycle
-                    return
-                except Unavailable as exc:
-                    error = exc
-                except SessionLogError as exc:
-                    error = self._core.lost(exc)
-                    break
+        recovery = base.Recovery(self._core, self._reconnect_policy, error)
+        for delay in recovery:
+            time.sleep(delay)
+            try:
+                self._connect(takeover=False, resume=False)  # no second resume: same lifecycle
+                return
+            except SessionLogError as exc:
+                recovery.failed(exc)
         with self._lock:
-            failed = self._core.fail(error)
+            failed = self._core.fail(recovery.error)
         for pending in failed:
-            reject(pending, error)
+            reject(pending, recovery.error)

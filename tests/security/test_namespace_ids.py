@@ -7,28 +7,13 @@ creating an id another namespace holds simply succeeds, and each namespace sees 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import ValidationError
-from sessionlog_server.tokens import config_line, new_token
 from tests.support.events import user
 from tests.support.servers import ServerThread
-
-ALICE, MALLORY = new_token(), new_token()
-
-
-@pytest.fixture
-def tenants(db_url: str) -> Iterator[ServerThread]:
-    lines = [
-        config_line(ALICE, "alice", read_only=False, name="a"),
-        config_line(MALLORY, "mallory", read_only=False, name="m"),
-    ]
-    server = ServerThread(db_url, tokens="[" + ",".join(lines) + "]")
-    yield server
-    server.stop()
+from tests.support.tenants import ALICE, MALLORY
 
 
 def test_an_id_taken_in_another_namespace_can_be_created_in_ones_own(tenants: ServerThread, sid: str) -> None:

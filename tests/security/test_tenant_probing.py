@@ -8,30 +8,15 @@ answer costs the same whatever the size of the session.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import grpc
 import pytest
 
 from sessionlog.client import SessionLogClient
 from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
-from sessionlog_server.tokens import config_line, new_token
 from tests.support.events import note
 from tests.support.servers import ServerThread
-
-ALICE, MALLORY = new_token(), new_token()
-
-
-@pytest.fixture
-def tenants(db_url: str) -> Iterator[ServerThread]:
-    lines = [
-        config_line(ALICE, "alice", read_only=False, name="a"),
-        config_line(MALLORY, "mallory", read_only=False, name="m"),
-    ]
-    server = ServerThread(db_url, tokens="[" + ",".join(lines) + "]")
-    yield server
-    server.stop()
+from tests.support.tenants import ALICE, MALLORY
 
 
 async def _forget(server: ServerThread, sid: str) -> None:

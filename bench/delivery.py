@@ -13,14 +13,12 @@ other instances learn of appends through the change feed (LISTEN/NOTIFY on Postg
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from bench.procs import Server, each_backend
+from bench.procs import Server, each_backend, section_main, unavailable_row
 from sessionlog.client import SessionLogClient
 from sessionlog.requests import CaughtUp
 
@@ -105,7 +103,7 @@ def render(results: dict[str, Any]) -> str:
     lines = ["| backend | subscriber | p50 ms | p99 ms | max ms | received |", "|---|---|---:|---:|---:|---:|"]
     for backend, r in results.items():
         if "unavailable" in r:
-            lines.append(f"| {backend} | unavailable | | | | |")
+            lines.append(unavailable_row(backend, 6))
             continue
         for key, label in (("same_instance", "same instance"), ("other_instance", "other instance")):
             f = r[key]
@@ -117,17 +115,14 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.delivery", description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=200)
-    parser.add_argument("--interval", type=float, default=0.02, help="seconds between appends")
-    parser.add_argument("--backends", default="sqlite,postgresql")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args(argv)
-    results = run_all(args.backends.split(","), args.events, args.interval)
-    print(render(results))
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--events", type=int, default=200)
+        parser.add_argument("--interval", type=float, default=0.02, help="seconds between appends")
+
+    def run(args: argparse.Namespace, backends: list[str]) -> dict[str, Any]:
+        return run_all(backends, args.events, args.interval)
+
+    return section_main(argv, "python -m bench.delivery", __doc__ or "", options, run, render)
 
 
 if __name__ == "__main__":

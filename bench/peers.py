@@ -16,14 +16,15 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
 Events = list[dict[str, Any]]
 PeerFn = Callable[[Events, float], dict[str, Any]]
+T = TypeVar("T")
 
 
 def _dumps(event: dict[str, Any]) -> str:
@@ -37,6 +38,25 @@ def _result(events: int, seconds: float, **extra: Any) -> dict[str, Any]:
         "events_per_s": round(events / max(seconds, 1e-9), 1),
         **extra,
     }
+
+
+def _timed(items: Iterable[T], write: Callable[[T], int], max_seconds: float) -> tuple[int, float]:
+    """`write` each item in order (it returns how many events it committed) until all are
+    written or `max_seconds` have passed: (events written, seconds)."""
+    start = time.monotonic()
+    done = 0
+    for item in items:
+        done += write(item)
+        if time.monotonic() - start > max_seconds:
+            break
+    return done, time.monotonic() - start
+
+
+def _rows(events: Events, per_commit: int) -> Iterator[list[tuple[str, int, str, str]]]:
+    """One session's `(session_id, seq, type, json)` rows, `per_commit` at a time."""
+    sid = uuid.uuid4().hex
+    for first in range(0, len(events), per_commit):
+        yield [(sid, first + i, e["type"], _dumps(e)) for i, e in enumerate(events[first : first + per_commit])]
 
 
 def _sqlite_sync(conn: sqlite3.Connection) -> str:
@@ -59,21 +79,14 @@ def raw_sqlite(path: Path, per_commit: int) -> PeerFn:
             "CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, "
             "data TEXT NOT NULL, PRIMARY KEY (session_id, seq))"
         )
-        sid = uuid.uuid4().hex
-        start = time.monotonic()
-        done = 0
-        for first in range(0, len(events), per_commit):
-            chunk = events[first : first + per_commit]
+
+        def commit(rows: list[tuple[str, int, str, str]]) -> int:
             conn.execute("BEGIN")
-            conn.executemany(
-                "INSERT INTO events VALUES (?, ?, ?, ?)",
-                [(sid, first + i, e["type"], _dumps(e)) for i, e in enumerate(chunk)],
-            )
+            conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?)", rows)
             conn.execute("COMMIT")
-            done += len(chunk)
-            if time.monotonic() - start > max_seconds:
-                break
-        wall = time.monotonic() - start
+            return len(rows)
+
+        done, wall = _timed(_rows(events, per_commit), commit, max_seconds)
         durability = _sqlite_sync(conn)
         conn.close()
         return _result(done, wall, durability=durability, per_commit=per_commit)
@@ -96,27 +109,30 @@ def raw_psycopg(url: str, per_commit: int, tag: str = "") -> PeerFn:
             )
             conn.commit()
             durability = "synchronous_commit=" + str(conn.execute("SHOW synchronous_commit").fetchone()[0])  # type: ignore[index]
-            sid = uuid.uuid4().hex
-            start = time.monotonic()
-            done = 0
             with conn.cursor() as cur:
-                for first in range(0, len(events), per_commit):
-                    chunk = events[first : first + per_commit]
-                    cur.executemany(
-                        f"INSERT INTO {table} VALUES (%s, %s, %s, %s)",
-                        [(sid, first + i, e["type"], _dumps(e)) for i, e in enumerate(chunk)],
-                    )
+
+                def commit(rows: list[tuple[str, int, str, str]]) -> int:
+                    cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", rows)
                     conn.commit()
-                    done += len(chunk)
-                    if time.monotonic() - start > max_seconds:
-                        break
-            wall = time.monotonic() - start
+                    return len(rows)
+
+                done, wall = _timed(_rows(events, per_commit), commit, max_seconds)
         return _result(done, wall, durability=durability, per_commit=per_commit)
 
     return run
 
 
 # --- eventsourcing ---------------------------------------------------------------------------
+
+
+def _one_by_one(recorder: Any) -> Callable[[Any], int]:
+    """Insert one stored event per call (a commit each) into an eventsourcing recorder."""
+
+    def insert(stored: Any) -> int:
+        recorder.insert_events([stored])
+        return 1
+
+    return insert
 
 
 def _stored_events(events: Events) -> Any:
@@ -140,14 +156,7 @@ def eventsourcing_sqlite(path: Path) -> PeerFn:
         recorder.create_table()
         with datastore.get_connection(commit=False) as conn:
             durability = _sqlite_sync(conn._sqlite_conn)
-        start = time.monotonic()
-        done = 0
-        for stored in _stored_events(events):
-            recorder.insert_events([stored])
-            done += 1
-            if time.monotonic() - start > max_seconds:
-                break
-        wall = time.monotonic() - start
+        done, wall = _timed(_stored_events(events), _one_by_one(recorder), max_seconds)
         datastore.close()
         return _result(done, wall, durability=durability)
 
@@ -171,14 +180,7 @@ def eventsourcing_postgres(url: str, tag: str = "") -> PeerFn:
         )
         recorder = PostgresApplicationRecorder(datastore, events_table_name=f"stored_events{tag}")
         recorder.create_table()
-        start = time.monotonic()
-        done = 0
-        for stored in _stored_events(events):
-            recorder.insert_events([stored])
-            done += 1
-            if time.monotonic() - start > max_seconds:
-                break
-        wall = time.monotonic() - start
+        done, wall = _timed(_stored_events(events), _one_by_one(recorder), max_seconds)
         datastore.close()
         return _result(done, wall, durability="synchronous_commit=on (server default)")
 
@@ -238,10 +240,10 @@ def langgraph_sqlite_saver(path: Path) -> PeerFn:
         config: dict[str, Any] = {"configurable": {"thread_id": uuid.uuid4().hex, "checkpoint_ns": ""}}
         messages: list[dict[str, Any]] = []
         checkpoint = empty_checkpoint()
-        start = time.monotonic()
-        done = 0
-        for step, event in enumerate(events):
-            messages.append(event)
+
+        def put(step: int) -> int:
+            nonlocal checkpoint, config
+            messages.append(events[step])
             checkpoint = {
                 **checkpoint,
                 "id": str(uuid6(clock_seq=step)),
@@ -249,10 +251,9 @@ def langgraph_sqlite_saver(path: Path) -> PeerFn:
                 "channel_versions": {"messages": step + 1},
             }
             config = saver.put(config, checkpoint, {"source": "loop", "step": step}, {"messages": step + 1})  # type: ignore[arg-type, typeddict-item]
-            done += 1
-            if time.monotonic() - start > max_seconds:
-                break
-        wall = time.monotonic() - start
+            return 1
+
+        done, wall = _timed(range(len(events)), put, max_seconds)
         conn.close()
         return _result(done, wall, durability=durability, stopped_early=done < len(events))
 

@@ -7,7 +7,9 @@ can be read from /proc alone, and so "cold" really means a fresh interpreter.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -254,3 +256,31 @@ def each_backend(backends: list[str], label: str, measure: Callable[[str], dict[
         with scratch_database(backend, label) as db:
             out[backend] = measure(db)
     return out
+
+
+def section_main(
+    argv: list[str] | None,
+    prog: str,
+    doc: str,
+    options: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace, list[str]], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+) -> int:
+    """The command line of a bench section run on its own (`python -m bench.<section>`): its
+    `options`, plus `--backends` and `--json`; prints `render(results)` and writes the JSON."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    options(parser)
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    results = run(args, args.backends.split(","))
+    print(render(results))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def unavailable_row(backend: str, columns: int) -> str:
+    """The table row of a backend a section could not measure (`columns` in all)."""
+    return f"| {backend} | unavailable |" + " |" * (columns - 2)

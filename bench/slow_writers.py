@@ -15,17 +15,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import multiprocessing
 import random
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from bench.procs import Server, each_backend
+from bench.procs import Server, each_backend, section_main, unavailable_row
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.core.errors import SessionLogError
 
@@ -43,7 +41,17 @@ class _Part:
     append_errors: Counter[str] = field(default_factory=Counter)
 
 
-async def _run_part(target: str, sids: list[str], seconds: float, per_channel: int, start_at: float) -> _Part:
+_START: Any = None
+"""In a client process: the barrier every client process waits at once its set-ups are done,
+so the writers of all of them start together (set by the pool's initializer)."""
+
+
+def _init_part(start: Any) -> None:
+    global _START
+    _START = start
+
+
+async def _run_part(target: str, sids: list[str], seconds: float, per_channel: int) -> _Part:
     part = _Part()
     clients = [AsyncSessionLogClient(target) for _ in range(max(1, -(-len(sids) // per_channel)))]
     writers: list[Any] = [None] * len(sids)
@@ -59,7 +67,7 @@ async def _run_part(target: str, sids: list[str], seconds: float, per_channel: i
 
     for group in range(0, len(sids), 100):  # set-ups in waves, as harnesses start
         await asyncio.gather(*(open_one(i) for i in range(group, min(group + 100, len(sids)))))
-    await asyncio.sleep(max(0.0, start_at - time.time()))
+    await asyncio.to_thread(_START.wait, 300 + len(sids) / 10)  # the others' set-ups too
     deadline = time.monotonic() + seconds
 
     async def write(writer: Any, index: int) -> None:
@@ -86,8 +94,8 @@ async def _run_part(target: str, sids: list[str], seconds: float, per_channel: i
     return part
 
 
-def _part_main(target: str, sids: list[str], seconds: float, per_channel: int, start_at: float) -> dict[str, Any]:
-    part = asyncio.run(_run_part(target, sids, seconds, per_channel, start_at))
+def _part_main(target: str, sids: list[str], seconds: float, per_channel: int) -> dict[str, Any]:
+    part = asyncio.run(_run_part(target, sids, seconds, per_channel))
     return {
         "opened": part.opened,
         "failures": dict(part.failures),
@@ -103,12 +111,13 @@ def measure(db: str, streams: int, seconds: float, client_procs: int, per_channe
         stamp = int(time.time() * 1000)
         sids = [f"slow-{stamp}-{i}" for i in range(streams)]
         parts = [sids[i::client_procs] for i in range(client_procs)]
-        start_at = time.time() + 5.0 + streams / 400  # after every set-up
-        cpu0 = server.cpu_seconds()
-        with multiprocessing.get_context("spawn").Pool(client_procs) as pool:
-            pending = [pool.apply_async(_part_main, (server.target, p, seconds, per_channel, start_at)) for p in parts]
+        cpu0, started = server.cpu_seconds(), time.monotonic()
+        spawn = multiprocessing.get_context("spawn")
+        start = spawn.Barrier(client_procs)  # one task per pool process, so every part reaches it
+        with spawn.Pool(client_procs, initializer=_init_part, initargs=(start,)) as pool:
+            pending = [pool.apply_async(_part_main, (server.target, p, seconds, per_channel)) for p in parts]
             results = [p.get(timeout=seconds + 300 + streams / 10) for p in pending]
-        cpu = server.cpu_seconds() - cpu0
+        cpu, wall = server.cpu_seconds() - cpu0, time.monotonic() - started
     latencies = sorted(lat for r in results for _, lat in r["latencies"])
     by_second: dict[int, float] = {}
     for r in results:
@@ -139,7 +148,7 @@ def measure(db: str, streams: int, seconds: float, client_procs: int, per_channe
         "ack_p999_ms": pct(99.9),
         "ack_max_ms": round(1000 * latencies[-1], 1) if latencies else None,
         "stall_seconds": sum(1 for worst in by_second.values() if worst * 1000 > STALL_MS),
-        "server_cpu_pct": round(100 * cpu / (seconds + 5), 1),
+        "server_cpu_pct": round(100 * cpu / wall, 1),  # set-ups and writes
     }
 
 
@@ -155,7 +164,7 @@ def render(results: dict[str, Any]) -> str:
     ]
     for backend, r in results.items():
         if "unavailable" in r:
-            lines.append(f"| {backend} | unavailable | | | | | |")
+            lines.append(unavailable_row(backend, 7))
             continue
         lines.append(
             f"| {backend} | {r['streams']:,} | {r['workers']} | {r['setups_failed']} {r['setup_failures'] or ''} | "
@@ -166,19 +175,16 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.slow_writers", description=__doc__.splitlines()[0])
-    parser.add_argument("--streams", type=int, default=2000)
-    parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--client-procs", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--backends", default="sqlite,postgresql")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args(argv)
-    results = run_all(args.backends.split(","), args.streams, args.seconds, args.client_procs, args.workers)
-    print(render(results))
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--streams", type=int, default=2000)
+        parser.add_argument("--seconds", type=float, default=30.0)
+        parser.add_argument("--client-procs", type=int, default=2)
+        parser.add_argument("--workers", type=int, default=1)
+
+    def run(args: argparse.Namespace, backends: list[str]) -> dict[str, Any]:
+        return run_all(backends, args.streams, args.seconds, args.client_procs, args.workers)
+
+    return section_main(argv, "python -m bench.slow_writers", __doc__ or "", options, run, render)
 
 
 if __name__ == "__main__":

@@ -28,10 +28,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# Most of the suite waits (on child processes, servers, fsync), so it runs in PYTEST_WORKERS
+# processes (pytest-xdist); each has its own PostgreSQL database and SQLite files (tests/conftest.py).
+PYTEST_WORKERS ?= 3
+
 pytest: $(STAMP) $(VIEW_ASSETS)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_chromium.sh
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 tstest: $(STAMP)  ## The TypeScript client: npm ci, generate and build from proto/, node tests against real servers
 	bash scripts/ensure_postgres.sh

@@ -59,7 +59,7 @@ class Scale:
 
 
 FULL = Scale(compacting_events=100_000, long_events=1_000_000, live_sessions=100, live_events=10_000)
-QUICK = Scale(compacting_events=3_000, long_events=6_000, live_sessions=5, live_events=1_000)
+QUICK = Scale(compacting_events=1_000, long_events=2_000, live_sessions=3, live_events=300)
 
 
 # --- data -------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """`python -m bench --quick` runs end to end and reports every figure (speed is not asserted).
 
-Keeps the bench working as the service changes: the CI-scale run starts real servers on
-SQLite and PostgreSQL, runs every workload and every peer, and must produce each figure key.
+Keeps the bench working as the service changes: the CI-scale run starts real servers, runs
+every workload and every peer, and must produce each figure key. One run per database (the
+`--backends` the bench takes), so the two halves can run side by side.
 """
 
 from __future__ import annotations
@@ -10,6 +11,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from bench.peers import PEERS as PEER_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 FIGURES = (
@@ -36,10 +41,11 @@ PEERS = (
 )
 
 
-def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_quick_bench_reports_every_figure(backend: str, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "bench", "--quick", "--backends", backend, "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -47,32 +53,28 @@ def test_quick_bench_reports_every_figure(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(out.read_text())
-    for backend in ("sqlite", "postgresql"):
-        figures = report["sessionlog"][backend]
-        missing = [key for key in FIGURES if key not in figures]
-        assert not missing, f"{backend} lacks {missing}"
-        for key in ("unary_sequential", "stream_1", "stream_16", "stream_64", "stream_16_batch16"):
-            assert figures[key]["events"] > 0
-            assert figures[key]["events_per_s"] > 0
-        assert {"p50_ms", "p99_ms", "p999_ms"} <= figures["latency_at_rate"].keys()
-        assert "peak_rss_mb" in figures["rss_streams"]
-        for key in ("history_1k", "history_10k", "history_100k"):
-            assert "cold_ms" in figures[key] or "unavailable" in figures[key]
-    for backend in ("sqlite", "postgresql"):
-        long = report["long_sessions"][backend]
-        for label in ("compacting", "long"):
-            assert long[label]["floor"]["ms"] > 0
-            for key in ("cold_history", "history_at_middle", "cold_resume"):
-                assert long[label][key]["ms"] > 0 and "rss_growth_mb" in long[label][key]
-        assert long["live"]["sessions"] > 0 and "rss_above_idle_mb" in long["live"]
+    figures = report["sessionlog"][backend]
+    missing = [key for key in FIGURES if key not in figures]
+    assert not missing, f"{backend} lacks {missing}"
+    for key in ("unary_sequential", "stream_1", "stream_16", "stream_64", "stream_16_batch16"):
+        assert figures[key]["events"] > 0
+        assert figures[key]["events_per_s"] > 0
+    assert {"p50_ms", "p99_ms", "p999_ms"} <= figures["latency_at_rate"].keys()
+    assert "peak_rss_mb" in figures["rss_streams"]
+    for key in ("history_1k", "history_10k", "history_100k"):
+        assert "cold_ms" in figures[key] or "unavailable" in figures[key]
+    long = report["long_sessions"][backend]
+    for label in ("compacting", "long"):
+        assert long[label]["floor"]["ms"] > 0
+        for key in ("cold_history", "history_at_middle", "cold_resume"):
+            assert long[label][key]["ms"] > 0 and "rss_growth_mb" in long[label][key]
+    assert long["live"]["sessions"] > 0 and "rss_above_idle_mb" in long["live"]
     assert "Long sessions" in done.stdout
-    for backend in ("sqlite", "postgresql"):
-        for where in ("same_instance", "other_instance"):
-            assert report["delivery"][backend][where]["received"] == report["delivery"][backend]["events"]
-    for backend in ("sqlite", "postgresql"):
-        slow = report["slow_writers"][backend]
-        assert slow["acks"] > 0 and slow["setups_failed"] == 0
-        assert {"ack_p50_ms", "ack_p99_ms", "ack_p999_ms", "stall_seconds"} <= slow.keys()
-    assert set(PEERS) <= report["peers"].keys()
+    for where in ("same_instance", "other_instance"):
+        assert report["delivery"][backend][where]["received"] == report["delivery"][backend]["events"]
+    slow = report["slow_writers"][backend]
+    assert slow["acks"] > 0 and slow["setups_failed"] == 0
+    assert {"ack_p50_ms", "ack_p99_ms", "ack_p999_ms", "stall_seconds"} <= slow.keys()
+    assert {name for name in PEERS if PEER_BACKENDS[name][0] == backend} <= report["peers"].keys()
     assert report["targets"]
     assert "sessionlog" in done.stdout and "targets" in done.stdout

@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from sessionlog.base import NO_RETRY
 from sessionlog.cli.hints import speaks_tls
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import LimitExceeded, Unavailable
@@ -41,7 +42,8 @@ def test_tls_round_trip_and_plaintext_refused(db_url: str, tmp_path: Path, sid: 
             with client.writer(sid) as writer:
                 assert writer.append([note(1)]).result().seqs == [0]
             assert [e.data for e in client.read_events(sid)] == [{"n": 1}]
-        with SessionLogClient(server.target, timeout=3) as plain, pytest.raises(Unavailable):
+        # Refused for good, not a transient failure: retrying (the default) would only wait longer.
+        with SessionLogClient(server.target, timeout=3, retry=NO_RETRY) as plain, pytest.raises(Unavailable):
             plain.get_session(sid)
         # The CLI says why a plaintext connection failed, and connects with --ca-file.
         env = {**os.environ, "SESSIONLOG_SERVER": server.target}

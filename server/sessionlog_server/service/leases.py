@@ -20,7 +20,7 @@ import secrets
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
 
@@ -75,37 +75,27 @@ class Grant:
         return LeaseHolder(record.id, record.namespace, record.writer_id or "", record.epoch, hash_token(self.token))
 
 
+@dataclass(eq=False, repr=False)
 class LeaseManager:
     """Grants and checks writer leases, and keeps the leases of open writer streams alive."""
 
-    def __init__(
-        self,
-        recorder: EventRecorder,
-        committer: GroupCommitter,
-        reader: EventReader,
-        live: LiveSessions,
-        metrics: Metrics,
-        limits: Limits,
-        *,
-        catch_up: Callable[[LiveSession, SessionRecord], Awaitable[None]],
-        ttl_ms: int,
-        known_capacity: int,
-    ) -> None:
-        self.recorder = recorder
-        self.committer = committer
-        self.reader = reader
-        self.live = live
-        self.metrics = metrics
-        self.limits = limits
-        self.catch_up = catch_up
-        """Brings a cached live session up to a row another instance may have moved on."""
-        self.ttl_ms = ttl_ms
-        self._known: OrderedDict[str, LeaseHolder] = OrderedDict()
-        """Leases proven or granted here, so an append checks its token without a database read."""
-        self._known_capacity = max(known_capacity, 1)
-        self._streams: dict[str, LeaseHolder] = {}
-        """The lease each open writer stream holds, renewed by `keep_stream_leases`."""
-        self._shutting_down = False
+    recorder: EventRecorder
+    committer: GroupCommitter
+    reader: EventReader
+    live: LiveSessions
+    metrics: Metrics
+    limits: Limits
+    _: KW_ONLY
+    catch_up: Callable[[LiveSession, SessionRecord], Awaitable[None]]
+    """Brings a cached live session up to a row another instance may have moved on."""
+    ttl_ms: int
+    known_capacity: int
+    """How many proven leases `_known` remembers (at least one)."""
+    _known: OrderedDict[str, LeaseHolder] = field(init=False, default_factory=OrderedDict)
+    """Leases proven or granted here, so an append checks its token without a database read."""
+    _streams: dict[str, LeaseHolder] = field(init=False, default_factory=dict)
+    """The lease each open writer stream holds, renewed by `keep_stream_leases`."""
+    _shutting_down: bool = field(init=False, default=False)
 
     # --- the caller's use cases (check access first) ----------------------------------------
 
@@ -281,7 +271,7 @@ class LeaseManager:
     def _remember(self, holder: LeaseHolder) -> None:
         self._known[holder.session_id] = holder
         self._known.move_to_end(holder.session_id)
-        while len(self._known) > self._known_capacity:
+        while len(self._known) > max(self.known_capacity, 1):
             self._known.popitem(last=False)
 
     def _forget(self, holder: LeaseHolder) -> None:

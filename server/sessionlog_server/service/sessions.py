@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from sessionlog.core import jsonvalue, validate
@@ -20,23 +21,16 @@ DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 
 
+@dataclass(eq=False, repr=False)
 class SessionDirectory:
     """The session rows of the caller's namespace; every method checks the caller's access."""
 
-    def __init__(
-        self,
-        recorder: EventRecorder,
-        reader: EventReader,
-        committer: GroupCommitter,
-        limits: Limits,
-        *,
-        max_sessions_per_namespace: int,
-    ) -> None:
-        self.recorder = recorder
-        self.reader = reader
-        self.committer = committer
-        self.limits = limits
-        self.max_sessions_per_namespace = max_sessions_per_namespace
+    recorder: EventRecorder
+    reader: EventReader
+    committer: GroupCommitter
+    limits: Limits
+    _: KW_ONLY
+    max_sessions_per_namespace: int
 
     async def create_session(self, session_id: str | None, cwd: str | None, metadata: dict[str, Any]) -> SessionRecord:
         """Create an empty session in the caller's namespace (id generated when not given)."""

@@ -337,15 +337,6 @@ def _history_and_resume(
 # --- report ------------------------------------------------------------------------------------
 
 
-def _get(results: dict[str, Any], path: str) -> Any:
-    node: Any = results
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 def _fmt_ms(value: Any) -> str:
     if value is None:
         return "-"
@@ -523,16 +514,17 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _meta(scale: Scale, args: argparse.Namespace) -> dict[str, Any]:
-    def git(*cmd: str) -> str:
-        done = subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, check=False)
-        return done.stdout.strip()
+def _git(*cmd: str) -> str:
+    done = subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, check=False)
+    return done.stdout.strip()
 
+
+def _meta(scale: Scale, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "scale": scale.name,
         "scale_detail": asdict(scale),
-        "commit": git("rev-parse", "--short", "HEAD"),
-        "working_tree_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "working_tree_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "command": " ".join(["python -m bench.lifecycle", *sys.argv[1:]]),
@@ -549,13 +541,8 @@ def _meta(scale: Scale, args: argparse.Namespace) -> dict[str, Any]:
 def _code_moved(start_commit: str) -> dict[str, Any]:
     """The commit at the end of the run and any commits that landed while it ran: the server
     is imported by each child process, so a change landing mid-run is measured from then on."""
-
-    def git(*cmd: str) -> str:
-        done = subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, check=False)
-        return done.stdout.strip()
-
-    end = git("rev-parse", "--short", "HEAD")
-    landed = git("log", "--format=%h %s", f"{start_commit}..{end}").splitlines() if end != start_commit else []
+    end = _git("rev-parse", "--short", "HEAD")
+    landed = _git("log", "--format=%h %s", f"{start_commit}..{end}").splitlines() if end != start_commit else []
     return {"commit_at_end": end, "commits_landed_during_run": landed}
 
 

@@ -23,7 +23,7 @@ SQLAlchemy, then `ANALYZE`. The load is never timed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
@@ -33,6 +33,8 @@ from sqlalchemy.engine import Engine, make_url
 from bench.workload import session_events
 from sessionlog.core.events import APPEND, Event, NewEvent
 from sessionlog.core.fold import SessionFold
+from sessionlog.core.snapshot import FOLD_VERSION, encode_snapshot
+from sessionlog_server.service.loader import SnapshotPolicy
 from sessionlog_server.storage.factory import normalise_url
 from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.storage.recorder import EVENT_COLUMNS as RECORDER_EVENT_COLUMNS
@@ -42,6 +44,7 @@ DB_PREFIX = "sessionlog_bench_life_"
 """Databases of the lifecycle bench (created and dropped with `bench.procs`)."""
 #: The columns of the server's event insert, in the order `_event_params` fills them.
 EVENT_COLUMNS = tuple(column.strip() for column in RECORDER_EVENT_COLUMNS.split(","))
+SNAPSHOT_COLUMNS = ("session_id", "seq", "fold_version", "state")
 SESSION_COLUMNS = ("id", "namespace", "create_time", "cwd", "metadata", "next_seq", "last_time", "epoch", "open_turn")
 CHUNK = 20_000
 #: The size of each lean turn shape, in events.
@@ -106,8 +109,8 @@ def _text(kind: str, turn: int) -> str:
     return f"{kind} {turn}: check the parser and fix the off-by-one in module_{turn % 97}.py"
 
 
-def _turn(shape: str, turn: int) -> list[NewEvent]:
-    """The events of one lean turn of `shape` (see SHAPE_SIZES)."""
+def lean_turn(shape: str, turn: int) -> list[NewEvent]:
+    """The events of one lean turn of `shape` (see SHAPE_SIZES); the soak writes `simple` turns."""
     if shape == "system":
         return [_surface("system/message", {"message": {"role": "system", "content": "You are a careful coder."}})]
     if shape == "context":
@@ -175,7 +178,7 @@ def lean_events(plan: list[str]) -> Iterator[NewEvent]:
     for shape in plan:
         if shape not in ("system", "context"):
             turn += 1
-        yield from _turn(shape, turn)
+        yield from lean_turn(shape, turn)
 
 
 def startup_log(open_turn: bool) -> list[NewEvent]:
@@ -212,18 +215,7 @@ def committed(events: Iterable[NewEvent], t0: int, first_seq: int = 0) -> Iterat
     """Commit proposals at seqs from `first_seq`, one millisecond apart from `t0`, with eventIds."""
     for offset, event in enumerate(events):
         seq = first_seq + offset
-        draft = (
-            event
-            if event.event_id is not None
-            else NewEvent(
-                type=event.type,
-                data=event.data,
-                event_id=f"e{seq}",
-                ignorable=event.ignorable,
-                surface_op=event.surface_op,
-                source_event_seqs=event.source_event_seqs,
-            )
-        )
+        draft = event if event.event_id is not None else replace(event, event_id=f"e{seq}")
         yield draft.committed(seq, t0 + seq)
 
 
@@ -280,18 +272,31 @@ class BulkLoader:
             for chunk in _chunks(event_rows, CHUNK):
                 self._insert("events", EVENT_COLUMNS, chunk)
 
-    def long_session(self, sid: str, events: Iterable[NewEvent], t0: int, *, open_turn: bool = False) -> Loaded:
-        """Write one session of any length, streaming its events in chunks."""
+    def long_session(
+        self,
+        sid: str,
+        events: Iterable[NewEvent],
+        t0: int,
+        *,
+        open_turn: bool = False,
+        snapshots: SnapshotPolicy | None = None,
+    ) -> Loaded:
+        """Write one session of any length, streaming its events in chunks; with `snapshots`,
+        also the fold snapshots the server's policy would have stored along the way."""
         self._insert("sessions", SESSION_COLUMNS, [_session_row(sid, t0, 0, t0, open_turn)])
         count, last_time = 0, t0
         stream = committed(events, t0)
+        taker = _Snapshots(sid, snapshots) if snapshots is not None else None
         while True:
-            chunk = [_row(sid, e) for e in islice(stream, CHUNK)]
+            chunk = list(islice(stream, CHUNK))
             if not chunk:
                 break
-            self._insert("events", EVENT_COLUMNS, chunk)
-            count += len(chunk)
-            last_time = chunk[-1][2]
+            rows = [_row(sid, e) for e in chunk]
+            self._insert("events", EVENT_COLUMNS, rows)
+            if taker is not None:
+                self._insert("fold_snapshots", SNAPSHOT_COLUMNS, taker.take(chunk, rows))
+            count += len(rows)
+            last_time = rows[-1][2]
         with self.engine.begin() as conn:
             conn.execute(
                 text("UPDATE sessions SET next_seq = :n, last_time = :t WHERE id = :sid"),
@@ -319,6 +324,29 @@ class BulkLoader:
         finally:
             raw.close()
         self.rows_written += len(rows)
+
+
+class _Snapshots:
+    """The fold snapshots of one session as the server's `SnapshotPolicy` would have taken them
+    while the events were appended (a fold runs alongside the load)."""
+
+    def __init__(self, sid: str, policy: SnapshotPolicy) -> None:
+        self.sid = sid
+        self.policy = policy
+        self.fold = SessionFold(keep_messages=False)
+        self.since_events = self.since_bytes = 0
+
+    def take(self, events: list[Event], rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The snapshot rows due within `events` (whose stored rows are `rows`)."""
+        out = []
+        for event, row in zip(events, rows, strict=True):
+            self.fold.extend([event])
+            self.since_events += 1
+            self.since_bytes += len(row[4])
+            if self.policy.due(self.since_events, self.since_bytes, self.fold.surface_size):
+                out.append((self.sid, event.seq, FOLD_VERSION, encode_snapshot(self.fold.snapshot())))
+                self.since_events = self.since_bytes = 0
+        return out
 
 
 def _row(session_id: str, event: Event) -> tuple[Any, ...]:

@@ -3,15 +3,12 @@ a check that exactly the open turns were repaired as docs/repair.md says."""
 
 from __future__ import annotations
 
-import os
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -26,7 +23,7 @@ from bench.lifecycle_common import (
     summary,
 )
 from bench.lifecycle_data import Loaded
-from bench.procs import ROOT, free_port, wait_serving
+from bench.procs import Server
 from sessionlog.core import jsonvalue
 
 
@@ -47,25 +44,16 @@ def timed_start(db: str) -> dict[str, Any]:
     server's own log (info) gives the phases: the first `lease acquired` line is where repair
     began (after imports, migrations and the open-turn query), `serving` is where it ended.
     """
-    port = free_port()
-    target = f"127.0.0.1:{port}"
-    env = {**os.environ, **INFO}
-    cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", db, "--listen", target]
-    with tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Server(db, env=INFO, log_path=Path(tmp) / "server.log")
         wall0, start = time.time(), time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
         try:
-            ready = wait_serving(proc, port, start + START_TIMEOUT) - start
-            _wait_logged(err, "start-up repair done", proc, start + START_TIMEOUT)  # repair runs after SERVING
+            server.start(timeout=START_TIMEOUT)
+            ready = time.perf_counter() - start
+            _wait_logged(server, "start-up repair done", start + START_TIMEOUT)  # repair runs after SERVING
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
-        err.seek(0)
-        lines = server_log(err.read().decode(errors="replace"))
+            server.stop(timeout=120)
+        lines = server_log(server.stderr())
     stamps = {}
     for line in lines:
         name = line.get("event")
@@ -82,13 +70,10 @@ def timed_start(db: str) -> dict[str, Any]:
     }
 
 
-def _wait_logged(err: Any, event: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
-    """Wait until the server's log (being written to `err`) has a line with `event`."""
-    while time.perf_counter() < deadline:
-        err.seek(0)
-        if event.encode() in err.read():
-            return
-        if proc.poll() is not None:
+def _wait_logged(server: Server, event: str, deadline: float) -> None:
+    """Wait until the server's log has a line with `event` (or the server has exited)."""
+    while time.perf_counter() < deadline and server.proc is not None and server.proc.poll() is None:
+        if event in server.stderr():
             return
         time.sleep(0.01)
 

@@ -30,14 +30,13 @@ from typing import Any
 
 from sqlalchemy import text
 
-from bench.lifecycle_data import EVENT_COLUMNS, SESSION_COLUMNS, BulkLoader, _row, _session_row, committed
+from bench.lifecycle_data import BulkLoader
 from bench.procs import Server, each_backend
 from bench.workload import TextSource, _usage, turn_events
 from sessionlog.client import SessionLogClient
 from sessionlog.core import jsonvalue
 from sessionlog.core.events import NewEvent, Replace
 from sessionlog.core.fold import SessionFold
-from sessionlog.core.snapshot import FOLD_VERSION, encode_snapshot
 from sessionlog_server.config import Settings
 from sessionlog_server.service.loader import SnapshotPolicy
 
@@ -47,7 +46,6 @@ TWO_KB = 1.0
 (the bench prints each log's size, so the mean can be checked)."""
 HALF_KB = 0.25
 """Text scale that makes events of about 500 B."""
-SNAPSHOT_COLUMNS = ("session_id", "seq", "fold_version", "state")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,37 +117,6 @@ def session_log(n: int, size: float, compact: bool, seed: int) -> Iterator[NewEv
         if compact and turn % COMPACT_EVERY_TURNS == 0 and emitted < n:
             for event in _compaction(src, fold.surface_view()["nodes"], fold.next_seq):
                 yield emit(event)
-
-
-def write_session(loader: BulkLoader, sid: str, events: Iterator[NewEvent], t0: int, policy: SnapshotPolicy) -> int:
-    """Write a session's rows and the snapshots the server's policy would have stored."""
-    loader._insert("sessions", SESSION_COLUMNS, [_session_row(sid, t0, 0, t0, False)])
-    fold = SessionFold(keep_messages=False)
-    rows: list[tuple[Any, ...]] = []
-    snapshots: list[tuple[Any, ...]] = []
-    since_events = since_bytes = 0
-    count, last_time = 0, t0
-    for event in committed(events, t0):
-        row = _row(sid, event)
-        rows.append(row)
-        fold.extend([event])
-        since_events += 1
-        since_bytes += len(row[4])
-        if policy.due(since_events, since_bytes, fold.surface_size):
-            snapshots.append((sid, event.seq, FOLD_VERSION, encode_snapshot(fold.snapshot())))
-            since_events = since_bytes = 0
-        count, last_time = count + 1, event.time
-        if len(rows) >= 20_000:
-            loader._insert("events", EVENT_COLUMNS, rows)
-            rows = []
-    loader._insert("events", EVENT_COLUMNS, rows)
-    loader._insert("fold_snapshots", SNAPSHOT_COLUMNS, snapshots)
-    with loader.engine.begin() as conn:
-        conn.execute(
-            text("UPDATE sessions SET next_seq = :n, last_time = :t WHERE id = :sid"),
-            {"n": count, "t": last_time, "sid": sid},
-        )
-    return count
 
 
 # --- measurements -------------------------------------------------------------------------
@@ -224,7 +191,7 @@ def run_backend(db: str, scale: Scale) -> dict[str, Any]:
     results: dict[str, Any] = {}
     t0 = 1_800_000_000_000
     for label, n, size in (("compacting", scale.compacting_events, TWO_KB), ("long", scale.long_events, HALF_KB)):
-        count = write_session(loader, label, session_log(n, size, True, seed=len(label)), t0, policy)
+        count = loader.long_session(label, session_log(n, size, True, seed=len(label)), t0, snapshots=policy).events
         loader.close()
         loader = BulkLoader(db)
         _log(f"{label} written ({count} events)")
@@ -232,7 +199,7 @@ def run_backend(db: str, scale: Scale) -> dict[str, Any]:
         _log(f"{label} measured")
     sids = [f"live-{i}" for i in range(scale.live_sessions)]
     for index, sid in enumerate(sids):
-        write_session(loader, sid, session_log(scale.live_events, TWO_KB, False, seed=100 + index), t0, policy)
+        loader.long_session(sid, session_log(scale.live_events, TWO_KB, False, seed=100 + index), t0, snapshots=policy)
     loader.close()
     results["live"] = measure_live(db, sids)
     results["live"]["events_per_session"] = scale.live_events

@@ -44,12 +44,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from bench.lifecycle_data import lean_turn
 from bench.procs import Server, children, create_pg_database, drop_pg_database, process_memory_mb
 from sessionlog.aio import AsyncSessionLogClient, AsyncWriter
 from sessionlog.client import SessionLogClient
@@ -169,43 +170,13 @@ def create_database(kind: str, workdir: Path) -> tuple[str, str | None]:
 
 
 def turn_batches(turn: int, filler: str) -> list[list[dict[str, Any]]]:
-    """The four batches of one complete agent turn (SPEC §3): every structure rule is exercised."""
-    usage = {
-        "input": 100 + turn,
-        "output": 20,
-        "cacheRead": 50,
-        "cacheWrite": 0,
-        "totalTokens": 170 + turn,
-        "cost": {"input": 0.0003, "output": 0.0006, "cacheRead": 0.00001, "cacheWrite": 0, "total": 0.00091},
-    }
-    return [
-        [
-            {"type": "turn/start", "data": {"turn": turn}},
-            {
-                "type": "user/message",
-                "data": {"turn": turn, "message": {"role": "user", "content": f"question {turn}"}},
-                "surfaceOp": "append",
-            },
-        ],
-        [
-            {"type": "step/start", "data": {"turn": turn, "step": 1}},
-            {
-                "type": "assistant/message",
-                "data": {
-                    "turn": turn,
-                    "step": 1,
-                    "message": {"role": "assistant", "content": [{"type": "text", "text": f"answer {turn}"}]},
-                    "usage": usage,
-                },
-                "surfaceOp": "append",
-            },
-        ],
-        [{"type": "soak/note", "ignorable": True, "data": {"turn": turn, "i": i, "text": filler}} for i in range(3)],
-        [
-            {"type": "step/end", "data": {"turn": turn, "step": 1}},
-            {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}},
-        ],
-    ]
+    """The four batches of one complete agent turn: the lean `simple` turn of
+    bench/lifecycle_data.py (turn/start + user message, step/start + assistant message with
+    usage, then step/end + turn/end) with three ignorable notes before its end, so every
+    structure rule is exercised."""
+    events = [event.to_json() for event in lean_turn("simple", turn)]
+    notes = [{"type": "soak/note", "ignorable": True, "data": {"turn": turn, "i": i, "text": filler}} for i in range(3)]
+    return [events[0:2], events[2:4], notes, events[4:6]]
 
 
 class Soak:
@@ -672,22 +643,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     seconds = args.seconds if args.seconds is not None else 60.0 * (args.minutes if args.minutes is not None else 10)
     if seconds <= 0 or args.sessions < 1:
         parser.error("the run needs a positive length and at least one session")
-    return Config(
-        seconds=seconds,
-        db=args.db,
-        sessions=args.sessions,
-        subscribers=args.subscribers,
-        restart_every=args.restart_every,
-        rss_every=args.rss_every,
-        pace=args.pace,
-        payload_bytes=args.payload_bytes,
-        lease_ttl_ms=args.lease_ttl_ms,
-        turns_per_session=args.turns_per_session,
-        seed=args.seed,
-        workers=args.workers,
-        keep=args.keep,
-        json_path=args.json_path,
-    )
+    options = {f.name: getattr(args, f.name) for f in fields(Config) if f.name != "seconds"}
+    return Config(seconds=seconds, **options)
 
 
 def run(config: Config) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The soak script, short (issue 7): ~15 s of 64 streaming writers and subscribers on SQLite
-while the service is killed with SIGKILL and restarted every ~5 s.
+while the service is killed with SIGKILL and restarted every ~6 s.
 
 It runs `python -m bench.soak` as a child process, exactly as a person would, and reads its
 JSON report: zero losses, zero duplicates, every acknowledged event verified, subscribers saw
@@ -24,7 +24,7 @@ from sessionlog.errors import ServerError, from_rpc_error, is_retryable
 from tests.support.servers import ROOT
 
 SECONDS = 15
-RESTART_EVERY = 5
+RESTART_EVERY = 6
 
 
 def test_soak_loses_and_duplicates_nothing_across_kills(tmp_path: Path) -> None:

@@ -13,10 +13,18 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import AlreadyExists, ExpectedSeqMismatch, NotFound, OwnershipLost, WriterHeld
+from sessionlog.core.errors import (
+    AlreadyExists,
+    ExpectedSeqMismatch,
+    NotFound,
+    OwnershipLost,
+    ValidationError,
+    WriterHeld,
+)
 from sessionlog.core.events import APPEND, Event
 from sessionlog_server.storage import blobs
 from sessionlog_server.storage.factory import open_recorder
@@ -201,6 +209,17 @@ class RecorderContract:
         assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0, 1, 2]
         assert self.recorder.read_events(other.id, 0, None, 10) == []
 
+    def test_a_value_the_database_cannot_hold_fails_its_own_batch_only(self, sid: str) -> None:
+        good = self.writer(sid)
+        bad = self.writer(f"{sid}-b")
+        unstorable = Event(0, 2**70, "test/note", {}, ignorable=True)  # a time beyond 64 bits
+        results = self.recorder.commit_batches([batch(good, [note(0)]), batch(bad, [unstorable])])
+        assert results[0] is None
+        assert isinstance(results[1], ValidationError) and results[1].reason == "UNSTORABLE_VALUE"
+        assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0]
+        assert self.recorder.get_session(bad.id).next_seq == 0  # rolled back: nothing of it stayed
+        assert self.recorder.commit_batches([batch(bad, [note(0)])]) == [None]  # and the writer goes on
+
     def test_open_turns_without_a_live_writer_are_found_for_repair(self, sid: str) -> None:
         lease = self.writer(sid)
         self.recorder.commit_batches([batch(lease, [note(0)], open_turn=True)])
@@ -245,5 +264,18 @@ class TestPostgresRecorder(RecorderContract):
     @classmethod
     def _recorder(cls, pg_database: str) -> Iterator[None]:
         cls.recorder = open_recorder(pg_database)  # the suite's migrated database (conftest)
+        cls.url = pg_database
         yield
         cls.recorder.close()
+
+    def test_a_commit_after_the_connection_was_dropped_runs_on_a_new_one(self, sid: str) -> None:
+        lease = self.writer(sid)
+        assert self.recorder.commit_batches([batch(lease, [note(0)])]) == [None]
+        with psycopg.connect(self.url, autocommit=True) as admin:  # what a database restart does
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        # The writer's kept connection died while idle: the commit finds out and runs on a new one.
+        assert self.recorder.commit_batches([batch(lease, [note(1)])]) == [None]
+        assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0, 1]

@@ -8,12 +8,12 @@ nothing has to leave the column for it.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, create_engine
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import create_engine
 
 from sessionlog.core import jsonvalue
 from sessionlog_server.storage.changes import CHANNEL, ChangeFeed, PostgresChangeFeed, notify_payload
-from sessionlog_server.storage.recorder import BLOBS, EVENT_COLUMNS, EventRecorder
+from sessionlog_server.storage.driver import DriverSQL
+from sessionlog_server.storage.recorder import EVENT_COLUMNS, EventRecorder
 
 
 class PostgresEventRecorder(EventRecorder):
@@ -40,7 +40,7 @@ class PostgresEventRecorder(EventRecorder):
         )
         super().__init__(engine)
 
-    def _announce(self, conn: Connection, session_ids: list[str]) -> None:
+    def _announce(self, conn: DriverSQL, session_ids: list[str]) -> None:
         conn.exec_driver_sql(
             "SELECT pg_notify(%s, %s)", [(CHANNEL, notify_payload(self.instance, sid)) for sid in session_ids]
         )
@@ -52,7 +52,3 @@ class PostgresEventRecorder(EventRecorder):
     def change_feed(self) -> ChangeFeed:
         url = self.write_engine.url.set(drivername="postgresql")
         return PostgresChangeFeed(url.render_as_string(hide_password=False), self.instance)
-
-    def _insert_blobs(self, conn: Connection, blobs: dict[str, bytes]) -> None:
-        stmt = postgresql.insert(BLOBS).on_conflict_do_nothing(index_elements=["sha256"])
-        conn.execute(stmt, [{"sha256": k, "size": len(v), "content": v} for k, v in blobs.items()])

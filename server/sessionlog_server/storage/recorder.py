@@ -13,6 +13,7 @@ of the batch is written.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import itertools
 import uuid
@@ -31,13 +32,12 @@ from sessionlog.core.errors import (
     NotFound,
     OwnershipLost,
     SessionLogError,
-    Unavailable,
-    ValidationError,
     WriterHeld,
 )
 from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog_server.storage import blobs as blob_store
 from sessionlog_server.storage.changes import ChangeFeed
+from sessionlog_server.storage.driver import CommitConnection, DriverSQL, DriverTransaction, sqlalchemy_error
 from sessionlog_server.storage.models import BlobRow, EventRow, FoldSnapshotRow, SessionRow
 from sessionlog_server.storage.records import EventIdsStored, PendingBatch, SessionRecord, StoredSnapshot
 
@@ -58,10 +58,14 @@ class EventRecorder(ABC):
     insert_events_sql: ClassVar[str]
     #: The driver's parameter marker (`?` for sqlite3, `%s` for psycopg).
     placeholder: ClassVar[str]
+    #: The statement that opens a write transaction, or None where the driver opens one itself.
+    begin_write_sql: ClassVar[str | None] = None
 
     def __init__(self, write_engine: Engine, read_engine: Engine | None = None) -> None:
         self.write_engine = write_engine
         self.read_engine = read_engine or write_engine
+        self._commits = CommitConnection(write_engine, self.begin_write_sql)
+        """The writer thread's own connection: group commits run on the driver (storage/driver.py)."""
         self.instance = uuid.uuid4().hex[:12]
         """This recorder among the processes sharing the database (change notifications)."""
 
@@ -75,29 +79,29 @@ class EventRecorder(ABC):
                 yield conn
         except SessionLogError:
             raise
-        except sa_exc.IntegrityError as exc:
-            raise AlreadyExists("INTEGRITY_ERROR", f"the write conflicts with stored data: {exc.orig}") from exc
-        except (sa_exc.DataError, OverflowError) as exc:
-            raise _unstorable(exc) from exc
-        except sa_exc.DBAPIError as exc:
-            raise Unavailable("STORAGE_UNAVAILABLE", f"storage error: {exc.orig}") from exc
+        except (sa_exc.DBAPIError, OverflowError) as exc:
+            raise sqlalchemy_error(exc) from exc
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
         try:
             with self.read_engine.connect() as conn:
                 yield conn
-        except (sa_exc.DataError, OverflowError) as exc:
-            raise _unstorable(exc) from exc
-        except sa_exc.DBAPIError as exc:
-            raise Unavailable("STORAGE_UNAVAILABLE", f"storage error: {exc.orig}") from exc
+        except (sa_exc.DBAPIError, OverflowError) as exc:
+            raise sqlalchemy_error(exc) from exc
 
-    @abstractmethod
-    def _insert_blobs(self, conn: Connection, blobs: dict[str, bytes]) -> None:
+    def _insert_blobs(self, conn: DriverSQL, blobs: dict[str, bytes]) -> None:
         """Insert blobs, skipping those already stored (content-addressed, so equal)."""
+        mark = self.placeholder
+        conn.exec_driver_sql(
+            f"INSERT INTO blobs (sha256, size, content) VALUES ({mark}, {mark}, {mark}) "
+            "ON CONFLICT (sha256) DO NOTHING",
+            [(digest, len(content), content) for digest, content in blobs.items()],
+        )
 
     def close(self) -> None:
         """Release every pooled connection."""
+        self._commits.close()
         self.write_engine.dispose()
         if self.read_engine is not self.write_engine:
             self.read_engine.dispose()
@@ -257,24 +261,31 @@ class EventRecorder(ABC):
             return result.rowcount == 1
 
     def _fencing_error(
-        self, conn: Connection, session_id: str, writer_id: str, epoch: int, expected: int | None
+        self, conn: DriverSQL, session_id: str, writer_id: str, epoch: int, expected: int | None
     ) -> SessionLogError:
         """Explain why a fenced update matched no row."""
-        current = self._get_session(conn, session_id)
-        if current.writer_id != writer_id or current.epoch != epoch:
+        found = list(
+            conn.exec_driver_sql(
+                f"SELECT writer_id, epoch, next_seq FROM sessions WHERE id = {self.placeholder}", (session_id,)
+            )
+        )
+        if not found:
+            return NotFound("SESSION_NOT_FOUND", f"session {session_id!r} not found", session_id=session_id)
+        holder, current_epoch, next_seq = found[0]
+        if holder != writer_id or current_epoch != epoch:
             return OwnershipLost(
                 "OWNERSHIP_LOST",
                 f"writer {writer_id!r} (epoch {epoch}) no longer holds session {session_id!r}: "
-                f"now epoch {current.epoch}, writer {current.writer_id!r}; reopen the writer",
+                f"now epoch {current_epoch}, writer {holder!r}; reopen the writer",
                 session_id=session_id,
-                epoch=current.epoch,
-                holder=current.writer_id,
+                epoch=current_epoch,
+                holder=holder,
             )
         return ExpectedSeqMismatch(
             "EXPECTED_SEQ_MISMATCH",
-            f"session {session_id!r} is at seq {current.next_seq}, the batch expected {expected}",
+            f"session {session_id!r} is at seq {next_seq}, the batch expected {expected}",
             session_id=session_id,
-            next_seq=current.next_seq,
+            next_seq=next_seq,
             expected=expected,
         )
 
@@ -288,44 +299,52 @@ class EventRecorder(ABC):
         batch cannot take the others down with it.
         """
         try:
-            with self._write() as conn:
-                return self._commit_group(conn, batches)
+            return self._commits.run(lambda conn: self._commit_group(conn, batches))
         except SessionLogError:
             if len(batches) == 1:
                 raise
         results: list[SessionLogError | None] = []
         for batch in batches:
             try:
-                with self._write() as conn:
-                    results.extend(self._commit_group(conn, [batch]))
+                results.extend(self._commits.run(functools.partial(self._commit_group, batches=[batch])))
             except SessionLogError as exc:
                 results.append(exc)
         return results
 
-    def _commit_group(self, conn: Connection, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
+    def _commit_group(self, conn: DriverTransaction, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
         """Fence every session once, then insert all their events with one executemany.
 
         A session's batches in one group are contiguous (its writer planned them in order under
         its lock), so one compare-and-set from the first batch's expected seq to the last
-        batch's new one fences them all. If it misses, the batches are fenced one by one, which
-        also explains the failure of each.
+        batch's new one fences them all; the fences of all sessions go out together (one round
+        trip on PostgreSQL). A run whose fence misses is fenced batch by batch, which also
+        explains the failure of each.
         """
         results: list[SessionLogError | None] = [None] * len(batches)
         by_session: dict[str, list[int]] = {}
         for index, batch in enumerate(batches):
             by_session.setdefault(batch.session_id, []).append(index)
-        accepted: list[PendingBatch] = []
+        runs: list[list[int]] = []
         for indexes in by_session.values():
-            run = [batches[i] for i in indexes]
-            stored = self._stored_ids(conn, run)
+            stored = self._stored_ids(conn, [batches[i] for i in indexes])
             if stored:  # planned on the belief that these ids were new: none of the run may go in
                 for index in indexes:
-                    results[index] = EventIdsStored(run[0].session_id, stored)
+                    results[index] = EventIdsStored(batches[index].session_id, stored)
+            else:
+                runs.append(indexes)
+        fenced = conn.rowcounts(
+            self.advance_sql,
+            [
+                _advance_params(batches[run[0]], batches[run[-1]]) if _contiguous([batches[i] for i in run]) else None
+                for run in runs
+            ],
+        )
+        accepted: list[PendingBatch] = []
+        for run, moved in zip(runs, fenced, strict=True):
+            if moved == 1:
+                accepted.extend(batches[i] for i in run)
                 continue
-            if _contiguous(run) and self._advance(conn, run[0], run[-1]):
-                accepted.extend(run)
-                continue
-            for index in indexes:
+            for index in run:
                 batch = batches[index]
                 if self._advance(conn, batch, batch):
                     accepted.append(batch)
@@ -345,13 +364,18 @@ class EventRecorder(ABC):
             conn.exec_driver_sql(self.insert_events_sql, rows)
         snapshots = [batch.snapshot for batch in accepted if batch.snapshot is not None]
         if snapshots:
-            conn.execute(SNAPSHOTS.insert(), [s._asdict() for s in snapshots])
+            mark = self.placeholder
+            conn.exec_driver_sql(
+                "INSERT INTO fold_snapshots (session_id, seq, fold_version, state) "
+                f"VALUES ({mark}, {mark}, {mark}, {mark})",
+                [(s.session_id, s.seq, s.fold_version, s.state) for s in snapshots],
+            )
         if accepted:
             self._announce(conn, sorted({batch.session_id for batch in accepted}))
         return results
 
     @abstractmethod
-    def _announce(self, conn: Connection, session_ids: list[str]) -> None:
+    def _announce(self, conn: DriverSQL, session_ids: list[str]) -> None:
         """Tell other processes, inside the commit, which sessions it appends to (see
         storage/changes.py)."""
 
@@ -363,12 +387,12 @@ class EventRecorder(ABC):
     def change_feed(self) -> ChangeFeed:
         """How this process learns of other processes' commits (storage/changes.py)."""
 
-    def _stored_ids(self, conn: Connection, run: Sequence[PendingBatch]) -> dict[str, int]:
+    def _stored_ids(self, conn: DriverSQL, run: Sequence[PendingBatch]) -> dict[str, int]:
         """Which of the run's unvouched eventIds the session stores already (the unique index,
         one query per session per group, on the writer thread inside the commit)."""
         return self._find_event_ids(conn, run[0].session_id, [eid for batch in run for eid in batch.verify_ids])
 
-    def _find_event_ids(self, conn: Connection, session_id: str, event_ids: Sequence[str]) -> dict[str, int]:
+    def _find_event_ids(self, conn: DriverSQL, session_id: str, event_ids: Sequence[str]) -> dict[str, int]:
         """Which of `event_ids` the session itself stores, with their seqs (the unique index;
         driver SQL, as it runs inside group commits)."""
         if not event_ids:
@@ -380,19 +404,9 @@ class EventRecorder(ABC):
         )
         return {eid: seq for eid, seq in conn.exec_driver_sql(sql, (session_id, *event_ids))}
 
-    def _advance(self, conn: Connection, first: PendingBatch, last: PendingBatch) -> bool:
+    def _advance(self, conn: DriverSQL, first: PendingBatch, last: PendingBatch) -> bool:
         """The fenced compare-and-set: move next_seq from `first`'s expected to `last`'s new one."""
-        params = (
-            last.new_next_seq,
-            last.last_time,
-            last.open_turn,
-            last.lease_expires_at,
-            first.session_id,
-            first.writer_id,
-            first.epoch,
-            first.expected_next_seq,
-        )
-        return conn.exec_driver_sql(self.advance_sql, params).rowcount == 1
+        return bool(conn.exec_driver_sql(self.advance_sql, _advance_params(first, last)).rowcount == 1)
 
     def _insert_events(self, conn: Connection, session_id: str, events: Sequence[Event], threshold: int | None) -> None:
         rows = []
@@ -514,15 +528,6 @@ def _same_hash(stored: str | None, presented: str | None) -> bool:
     return stored is not None and presented is not None and hmac.compare_digest(stored, presented)
 
 
-def _unstorable(exc: BaseException) -> ValidationError:
-    """A value of the request the database cannot hold or compare: an integer beyond 64 bits
-    (OverflowError on SQLite, DataError on PostgreSQL), a NUL character in a text column or a
-    JSONB key, a string over its column's length. The request is at fault and a retry can only
-    fail again, so it is INVALID_ARGUMENT, not UNAVAILABLE."""
-    detail = getattr(exc, "orig", None) or exc
-    return ValidationError("UNSTORABLE_VALUE", f"the database cannot hold a value of this request: {detail}")
-
-
 def _session_record(row: Any) -> SessionRecord:
     return SessionRecord(
         id=row["id"],
@@ -549,6 +554,20 @@ StoredData = tuple[str, str | None]
 def stored_form(data: dict[str, Any], refs: list[list[Any]] | None) -> StoredData:
     """Serialise data and refs for storage (the JSON texts bound into the insert)."""
     return jsonvalue.dumps(data), jsonvalue.dumps(refs) if refs else None
+
+
+def _advance_params(first: PendingBatch, last: PendingBatch) -> tuple[Any, ...]:
+    """The fence's parameters, in `advance_sql`'s order: the new values, then what must hold."""
+    return (
+        last.new_next_seq,
+        last.last_time,
+        last.open_turn,
+        last.lease_expires_at,
+        first.session_id,
+        first.writer_id,
+        first.epoch,
+        first.expected_next_seq,
+    )
 
 
 def _contiguous(run: Sequence[PendingBatch]) -> bool:

@@ -14,13 +14,13 @@ from typing import Any
 
 import structlog
 from sqlalchemy import Connection, create_engine, event
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import QueuePool
 
 from sessionlog.core import jsonvalue
 from sessionlog_server.storage.changes import ChangeFeed, SQLiteChangeFeed
-from sessionlog_server.storage.recorder import BLOBS, EVENT_COLUMNS, EventRecorder
+from sessionlog_server.storage.driver import DriverSQL
+from sessionlog_server.storage.recorder import EVENT_COLUMNS, EventRecorder
 
 log = structlog.get_logger("sessionlog.sqlite")
 
@@ -58,7 +58,7 @@ def _sqlite_engine(url: str, *, synchronous: str, immediate: bool, pool_size: in
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        conn.exec_driver_sql(SQLiteEventRecorder.begin_write_sql if immediate else "BEGIN")
 
     return engine
 
@@ -71,12 +71,15 @@ class SQLiteEventRecorder(EventRecorder):
         "WHERE id = ? AND writer_id = ? AND epoch = ? AND next_seq = ?"
     )
     placeholder = "?"
+    begin_write_sql = "BEGIN IMMEDIATE"
     insert_events_sql = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
     def __init__(self, url: str, *, synchronous: str = "FULL") -> None:
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"unknown SQLite synchronous mode {synchronous!r}")
-        write = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=True, pool_size=1)
+        # Two writer connections: the group committer keeps one (storage/driver.py), other writes
+        # (leases, session creation) take the other; BEGIN IMMEDIATE serialises them.
+        write = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=True, pool_size=2)
         read = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=False, pool_size=4)
         super().__init__(write, read)
         self._checkpoints = threading.Event()
@@ -96,7 +99,7 @@ class SQLiteEventRecorder(EventRecorder):
         self._checkpoints.set()
         super().close()
 
-    def _announce(self, conn: Connection, session_ids: list[str]) -> None:
+    def _announce(self, conn: DriverSQL, session_ids: list[str]) -> None:
         """Nothing to send: other processes on the file see `PRAGMA data_version` move."""
 
     def shares_database(self, workers: int) -> bool:
@@ -105,7 +108,3 @@ class SQLiteEventRecorder(EventRecorder):
 
     def change_feed(self) -> ChangeFeed:
         return SQLiteChangeFeed(self.read_engine)
-
-    def _insert_blobs(self, conn: Connection, blobs: dict[str, bytes]) -> None:
-        stmt = sqlite.insert(BLOBS).on_conflict_do_nothing(index_elements=["sha256"])
-        conn.execute(stmt, [{"sha256": k, "size": len(v), "content": v} for k, v in blobs.items()])

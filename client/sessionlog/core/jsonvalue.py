@@ -229,6 +229,17 @@ def es_number(value: float) -> str:
     return f"{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
 
 
+def digest_form(value: Any) -> bytes:
+    """Deterministic bytes of a value, for digests the service compares with each other (never
+    sent, never compared with another implementation's): orjson with sorted keys, ~20x faster
+    than `canonical`; a value orjson cannot write (an integer beyond 64 bits, a lone surrogate)
+    falls back to `canonical`. Equal values always give equal bytes."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError: what it cannot write, canonical can
+        return canonical(value)
+
+
 def canonical(value: Any) -> bytes:
     """RFC 8785 (JCS) canonical bytes, used for request hashes; iterative, so any depth the
     door accepts is served.

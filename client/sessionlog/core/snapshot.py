@@ -29,10 +29,11 @@ from sessionlog.core.surface import SurfaceNode
 from sessionlog.core.tool_calls import ToolCallState
 from sessionlog.core.vocabulary import ASSISTANT_MESSAGE, SYSTEM_MESSAGE, TOOL_RESULT, USER_MESSAGE
 
-FOLD_VERSION = 2
+FOLD_VERSION = 3
 """The version of the fold code a snapshot was written by. Bump it whenever what the fold
 computes from a log changes (a new field, a changed rule): older snapshots are then ignored.
-2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials)."""
+2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials).
+3: tool-result rewrite keys digest `jsonvalue.digest_form` instead of RFC 8785 bytes."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}

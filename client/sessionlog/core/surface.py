@@ -47,10 +47,11 @@ NodeLookup = Callable[[int], SurfaceNode]
 
 
 def rewrite_key(event: Event) -> bytes:
-    """The digest a tool-result trim must leave unchanged: sha256 of the canonical JSON of
-    `data` without `message.content`, cut to 16 bytes (collisions need a deliberate attack on
-    one's own session, and would only let a trim change more than the content)."""
-    return hashlib.sha256(jsonvalue.canonical(_without_content(event.data))).digest()[:16]
+    """The digest a tool-result trim must leave unchanged: sha256 of `data` without
+    `message.content` (in `jsonvalue.digest_form`), cut to 16 bytes (collisions need a
+    deliberate attack on one's own session, and would only let a trim change more than the
+    content). Stored in fold snapshots: changing how it is computed changes FOLD_VERSION."""
+    return hashlib.sha256(jsonvalue.digest_form(_without_content(event.data))).digest()[:16]
 
 
 _SHARED_NODES: dict[str, SurfaceNode] = {kind: SurfaceNode(kind) for kind in SURFACE_TYPES}

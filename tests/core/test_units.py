@@ -410,3 +410,12 @@ def test_release_trims_the_journal_and_end_seed_is_tracked() -> None:
     log.fold.rollback(second)
     assert not log.fold.ends_with_end_seed and log.fold.next_seq == 2
     assert log.fold._journal == [] and log.fold._marks == []
+
+
+def test_every_known_type_is_a_well_formed_name() -> None:
+    # check_type lets vocabulary names through without matching the pattern; that holds only
+    # while every one of them matches it.
+    from sessionlog.core.validate import _TYPE_PATTERN
+    from sessionlog.core.vocabulary import KNOWN_TYPES
+
+    assert all(_TYPE_PATTERN.fullmatch(name) for name in KNOWN_TYPES)

@@ -29,7 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import delivery, figures, long_sessions, peers, profiling, slow_writers
+from bench import delivery, figures, long_sessions, peers, profiling, slow_writers, transport_floor
 from bench.procs import ROOT, Server, create_pg_database, drop_pg_database, pg_available
 from bench.report import render, targets
 from bench.workload import as_new_events, mean_data_bytes, session_events
@@ -47,6 +47,7 @@ class Scale:
     repeats: int
     window: int
     rate: float
+    high_rate: float
     rate_seconds: float
     rate_sessions: int
     history_sizes: tuple[int, int, int]
@@ -67,6 +68,7 @@ FULL = Scale(
     repeats=3,
     window=64,
     rate=1000.0,
+    high_rate=5000.0,
     rate_seconds=15.0,
     rate_sessions=16,
     history_sizes=(1000, 10_000, 100_000),
@@ -86,6 +88,7 @@ QUICK = Scale(
     repeats=1,
     window=64,
     rate=1000.0,
+    high_rate=5000.0,
     rate_seconds=0.5,
     rate_sessions=16,
     history_sizes=(50, 100, 200),
@@ -172,7 +175,7 @@ def backend_figures(
     longest = max(
         scale.unary_events, scale.stream1_events, scale.stream16_events, scale.stream64_events, scale.batch16_events
     )
-    rate_per_session = int(scale.rate * scale.rate_seconds / scale.rate_sessions) + 1
+    rate_per_session = int(scale.high_rate * scale.rate_seconds / scale.rate_sessions) + 1
     template = as_new_events(session_events(max(longest, rate_per_session), seed=11), "ev")
     runs: dict[str, list[dict[str, Any]]] = {}
     peer_runs: dict[str, list[dict[str, Any]]] = {}
@@ -211,6 +214,10 @@ def backend_figures(
         _log(f"{backend}: ack latency at {scale.rate:.0f} events/s for {scale.rate_seconds:.0f}s")
         out["latency_at_rate"] = figures.fixed_rate(
             server, template, rate=scale.rate, seconds=scale.rate_seconds, sessions=scale.rate_sessions
+        )
+        _log(f"{backend}: ack latency at {scale.high_rate:.0f} events/s for {scale.rate_seconds:.0f}s")
+        out["latency_at_high_rate"] = figures.fixed_rate(
+            server, template, rate=scale.high_rate, seconds=scale.rate_seconds, sessions=scale.rate_sessions
         )
         history_sids = {}
         if figures.model_history_available():
@@ -311,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
         "sessionlog": {},
         "peers": {},
     }
+    _log("transport floor: a grpc.aio echo server")
+    report["transport_floor"] = transport_floor.measure(
+        int(report["meta"]["workload"]["mean_event_data_bytes"]), scale.unary_events, 16, scale.stream16_events
+    )
     with tempfile.TemporaryDirectory(prefix="sessionlog-bench-") as tmp:
         workdir = Path(tmp)
         have_pg = "postgresql" in backends and pg_available()

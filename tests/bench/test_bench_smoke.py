@@ -24,6 +24,7 @@ FIGURES = (
     "stream_64",
     "stream_16_batch16",
     "latency_at_rate",
+    "latency_at_high_rate",
     "history_1k",
     "history_10k",
     "history_100k",
@@ -76,5 +77,10 @@ def test_quick_bench_reports_every_figure(backend: str, tmp_path: Path) -> None:
     assert slow["acks"] > 0 and slow["setups_failed"] == 0
     assert {"ack_p50_ms", "ack_p99_ms", "ack_p999_ms", "stall_seconds"} <= slow.keys()
     assert {name for name in PEERS if PEER_BACKENDS[name][0] == backend} <= report["peers"].keys()
-    assert report["targets"]
+    floor = report["transport_floor"]
+    assert floor["unary"]["server_us_per_call"] > 0 and floor["streams"]["server_us_per_message"] > 0
+    driver = {"sqlite": "raw sqlite3", "postgresql": "raw psycopg"}[backend]
+    names = [target["name"] for target in report["targets"]]
+    for figure in ("16 streaming sessions, 1 event/batch", "16 sessions, 16 events/batch", "unary"):
+        assert any(figure in name and f"{backend} vs {driver}" in name for name in names), names
     assert "sessionlog" in done.stdout and "targets" in done.stdout

@@ -170,6 +170,16 @@ class RecorderContract:
         released = self.recorder.get_session(sid)
         assert released.writer_id is None and released.lease_token_hash is None
 
+    def test_many_leases_are_renewed_in_one_go_and_lost_ones_are_named(self, sid: str) -> None:
+        first, second = self.writer(sid), self.writer(f"{sid}-b")
+        self.recorder.acquire_lease(second.id, "w2", takeover=True, now=NOW + 1, ttl_ms=TTL, token_hash="h-w2")
+        held = self.recorder.renew_leases(
+            [(first.id, "h-w1", first.epoch), (second.id, "h-w1", second.epoch)], now=NOW + 9, ttl_ms=TTL
+        )
+        assert held == [True, False]  # the second was taken over: its old token renews nothing
+        assert self.recorder.get_session(first.id).lease_expires_at == NOW + 9 + TTL
+        assert self.recorder.get_session(second.id).lease_expires_at == NOW + 1 + TTL
+
     # --- appends ----------------------------------------------------------------------------
 
     def test_a_committed_batch_reads_back_exactly(self, sid: str) -> None:

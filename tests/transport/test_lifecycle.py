@@ -158,6 +158,24 @@ def test_expired_lease_mid_turn_is_repaired(db_url: str, sid: str) -> None:
         server.stop()
 
 
+def test_an_open_writer_stream_keeps_its_lease_past_the_ttl(db_url: str, sid: str) -> None:
+    server = ServerThread(db_url, lease_ttl_ms=300)
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            with client.writer(sid) as writer:
+                writer.append([note(0)]).result()
+                first = client.get_session(sid).lease.expire_time
+                # Renewed every TTL/3 by the service while the stream is open, silent or not.
+                eventually(lambda: client.get_session(sid).lease.expire_time, lambda at: at >= first + 600, timeout=10)
+                with pytest.raises(WriterHeld):
+                    client.acquire_lease(sid)
+                writer.append([note(1)]).result()
+            assert [e.seq for e in client.read_events(sid)] == [0, 1]
+    finally:
+        server.stop()
+
+
 def test_resume_refused_while_another_writer_is_live(client: SessionLogClient, sid: str) -> None:
     client.create_session(sid)
     with client.writer(sid, writer_id="live"), pytest.raises(WriterHeld):

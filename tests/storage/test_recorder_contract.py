@@ -269,6 +269,17 @@ class TestSQLiteRecorder(RecorderContract):
         cls.recorder.close()
 
 
+    def test_event_data_is_stored_as_text(self, sid: str) -> None:
+        # The insert binds UTF-8 bytes and casts them: the column must hold TEXT, not a BLOB.
+        lease = self.writer(sid)
+        self.recorder.commit_batches([batch(lease, [note(0, {"é": "😀"})])])
+        with self.recorder.read_engine.connect() as conn:
+            kind, text = conn.exec_driver_sql(
+                "SELECT typeof(data), data FROM events WHERE session_id = ?", (sid,)
+            ).one()
+        assert (kind, text) == ("text", '{"é":"😀"}')
+
+
 class TestPostgresRecorder(RecorderContract):
     @pytest.fixture(autouse=True, scope="class")
     @classmethod
@@ -277,6 +288,15 @@ class TestPostgresRecorder(RecorderContract):
         cls.url = pg_database
         yield
         cls.recorder.close()
+
+    def test_event_data_is_stored_as_text(self, sid: str) -> None:
+        lease = self.writer(sid)
+        self.recorder.commit_batches([batch(lease, [note(0, {"é": "😀"})])])
+        with self.recorder.read_engine.connect() as conn:
+            kind, text = conn.exec_driver_sql(
+                "SELECT pg_typeof(data)::text, data FROM events WHERE session_id = %s", (sid,)
+            ).one()
+        assert (kind, text) == ("text", '{"é":"😀"}')
 
     def test_a_commit_after_the_connection_was_dropped_runs_on_a_new_one(self, sid: str) -> None:
         lease = self.writer(sid)

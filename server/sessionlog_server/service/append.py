@@ -20,7 +20,7 @@ from sessionlog.core.messages import empty_system_head
 from sessionlog.core.repair import check_writer_turn_end
 from sessionlog_server.service.live import LiveSession
 from sessionlog_server.storage import blobs
-from sessionlog_server.storage.recorder import stored_form
+from sessionlog_server.storage.recorder import StoredData, stored_form
 from sessionlog_server.storage.records import PendingBatch
 
 
@@ -142,7 +142,7 @@ def plan_append(
     return AppendPlan(reported, pending, mark)
 
 
-def _stored(event: Event, raw: bytes | None, threshold: int, blob_sink: dict[str, bytes]) -> tuple[str, str | None]:
+def _stored(event: Event, raw: bytes | None, threshold: int, blob_sink: dict[str, bytes]) -> StoredData:
     """The data's JSON text for storage, with blob strings taken out.
 
     The text as received is stored as is whenever no string in it goes to a blob (a payload
@@ -150,10 +150,10 @@ def _stored(event: Event, raw: bytes | None, threshold: int, blob_sink: dict[str
     back exactly as they were sent. Service-written events (no wire text) are serialised once.
     """
     if raw is not None and len(raw) <= threshold:
-        return (raw.decode("utf-8") if raw else "{}"), None
+        return raw or b"{}", None
     ext = blobs.externalize(event.data, threshold)
     if not ext.refs and raw is not None:
-        return raw.decode("utf-8"), None
+        return raw, None
     blob_sink.update(ext.blobs)
     return stored_form(ext.data, ext.refs or None)
 

@@ -246,7 +246,7 @@ def _with_stored_text(pending: PendingBatch) -> list[Event]:
     """The batch's events carrying the exact data text they were stored with (when it holds
     the whole data: no blob strings taken out), so subscribers get the bytes readers get."""
     return [
-        event if refs else replace(event, data_text=text)
+        event if refs else replace(event, data_text=text.decode("utf-8"))
         for event, (text, refs) in zip(pending.events, pending.stored, strict=True)
     ]
 

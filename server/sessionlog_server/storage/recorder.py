@@ -559,13 +559,15 @@ def _session_record(row: Any) -> SessionRecord:
     )
 
 
-StoredData = tuple[str, str | None]
-"""An event's data as stored: its JSON text (blob strings nulled) and its blob refs as JSON text."""
+StoredData = tuple[bytes, str | None]
+"""An event's data as stored: its JSON text as UTF-8 bytes (blob strings nulled; the insert
+turns the bytes into TEXT inside the database, so the event loop never decodes them) and its
+blob refs as JSON text."""
 
 
 def stored_form(data: dict[str, Any], refs: list[list[Any]] | None) -> StoredData:
     """Serialise data and refs for storage (the JSON texts bound into the insert)."""
-    return jsonvalue.dumps(data), jsonvalue.dumps(refs) if refs else None
+    return jsonvalue.dumps_bytes(data), jsonvalue.dumps(refs) if refs else None
 
 
 def _advance_params(first: PendingBatch, last: PendingBatch) -> tuple[Any, ...]:

@@ -74,8 +74,9 @@ class PendingBatch:
     last_time: int
     open_turn: bool
     lease_expires_at: int
-    stored: list[tuple[str, str | None]] = field(default_factory=list)
-    """Per event: the data's JSON text as stored (blob strings taken out) and its blob refs' JSON text."""
+    stored: list[tuple[bytes, str | None]] = field(default_factory=list)
+    """Per event: the data's JSON text as stored, UTF-8 (blob strings taken out), and its blob
+    refs' JSON text (storage/recorder.py StoredData)."""
     blobs: dict[str, bytes] = field(default_factory=dict)
     snapshot: StoredSnapshot | None = None
     """A fold snapshot at this batch's last seq, committed with it (so it never runs ahead)."""

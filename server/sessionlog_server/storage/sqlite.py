@@ -72,7 +72,10 @@ class SQLiteEventRecorder(EventRecorder):
     )
     placeholder = "?"
     begin_write_sql = "BEGIN IMMEDIATE"
-    insert_events_sql = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    # data arrives as UTF-8 bytes (storage/recorder.py StoredData): the CAST stores them as TEXT.
+    insert_events_sql = (
+        f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?, ?)"
+    )
 
     def __init__(self, url: str, *, synchronous: str = "FULL") -> None:
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:

@@ -45,6 +45,7 @@ DB_PREFIX = "sessionlog_bench_life_"
 #: The columns of the server's event insert, in the order `_event_params` fills them.
 EVENT_COLUMNS = tuple(column.strip() for column in RECORDER_EVENT_COLUMNS.split(","))
 SNAPSHOT_COLUMNS = ("session_id", "seq", "fold_version", "state")
+DATA_COLUMN = EVENT_COLUMNS.index("data")
 SESSION_COLUMNS = ("id", "namespace", "create_time", "cwd", "metadata", "next_seq", "last_time", "epoch", "open_turn")
 CHUNK = 20_000
 #: The size of each lean turn shape, in events.
@@ -342,7 +343,7 @@ class _Snapshots:
         for event, row in zip(events, rows, strict=True):
             self.fold.extend([event])
             self.since_events += 1
-            self.since_bytes += len(row[4])
+            self.since_bytes += len(row[DATA_COLUMN])
             if self.policy.due(self.since_events, self.since_bytes, self.fold.surface_size):
                 out.append((self.sid, event.seq, FOLD_VERSION, encode_snapshot(self.fold.snapshot())))
                 self.since_events = self.since_bytes = 0
@@ -350,8 +351,11 @@ class _Snapshots:
 
 
 def _row(session_id: str, event: Event) -> tuple[Any, ...]:
-    """The server's own insert parameters for `event` (in EVENT_COLUMNS order, no blobs)."""
-    return tuple(_event_params(session_id, event, stored_form(event.data, None)))
+    """The server's own insert parameters for `event` (in EVENT_COLUMNS order, no blobs), with
+    the data as text: the server's insert makes its UTF-8 bytes TEXT in SQL, a bulk load cannot."""
+    params = list(_event_params(session_id, event, stored_form(event.data, None)))
+    params[DATA_COLUMN] = params[DATA_COLUMN].decode("utf-8")
+    return tuple(params)
 
 
 def _session_row(sid: str, create_time: int, next_seq: int, last_time: int, open_turn: bool) -> tuple[Any, ...]:

@@ -250,7 +250,7 @@ def langgraph_sqlite_saver(path: Path) -> PeerFn:
                 "channel_values": {"messages": list(messages)},
                 "channel_versions": {"messages": step + 1},
             }
-            config = saver.put(config, checkpoint, {"source": "loop", "step": step}, {"messages": step + 1})  # type: ignore[arg-type, typeddict-item]
+            config = saver.put(config, checkpoint, {"source": "loop", "step": step}, {"messages": step + 1})  # type: ignore[arg-type, typeddict-item, assignment]
             return 1
 
         done, wall = _timed(range(len(events)), put, max_seconds)

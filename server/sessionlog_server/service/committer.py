@@ -1,20 +1,26 @@
 """Group commit: batches that arrive while a commit is running share the next transaction.
 
-One commit loop per service instance. While it waits for the database to make a transaction
+One writer thread per service instance. While it waits for the database to make a transaction
 durable, new batches (from any session) queue up; the next transaction takes all of them, so
 N concurrent writers pay for far fewer than N fsyncs. Batches of one session are committed in
-the order they were submitted, because there is one loop and each group keeps queue order.
+the order they were submitted, because there is one thread and each group keeps queue order.
+Other writes (leases, session creation: `run_in_writer`) take their turn in the same queue.
+
+The event loop only appends to the queue and, once per group, receives the outcomes in one
+callback: no asyncio task wakes to hand a group over and no executor future is chained per
+group, so a unary append costs two thread hops (there and back), not more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import structlog
 
@@ -35,6 +41,16 @@ class _Item:
     queued_at: float
 
 
+@dataclass(slots=True)
+class _Call:
+    fn: Callable[[], Any]
+    done: asyncio.Future[Any]
+
+
+def _shutting_down() -> Unavailable:
+    return Unavailable("SHUTTING_DOWN", "the service is shutting down; retry against another instance")
+
+
 class GroupCommitter:
     """Commits PendingBatches in groups on a dedicated writer thread."""
 
@@ -42,17 +58,22 @@ class GroupCommitter:
         self._metrics = metrics
         self._recorder = recorder
         self._max_batches = max_batches
-        self._queue: list[_Item] = []
-        self._wakeup = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessionlog-writer")
-        self._task: asyncio.Task[None] | None = None
+        self._queue: deque[_Item | _Call] = deque()
+        self._wakeup = threading.Condition()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, name="sessionlog-writer", daemon=True)
         self._closing = False
+        """No new batches (set first at shutdown; the queue still drains)."""
+        self._stopping = False
+        """The thread ends once the queue is empty."""
+        self._stopped = False
         self.groups_committed = 0
         self.batches_committed = 0
 
     def start(self) -> None:
-        """Start the commit loop on the running event loop."""
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="group-committer")
+        """Start the writer thread; outcomes are delivered to the running event loop."""
+        self._loop = asyncio.get_running_loop()
+        self._thread.start()
 
     def enqueue(self, batch: PendingBatch) -> asyncio.Future[None]:
         """Queue a batch; the future resolves once it is durable (or fails with why it was not).
@@ -61,58 +82,119 @@ class GroupCommitter:
         not cancel the commit (an acknowledged-or-not outcome is resolved by eventId retries).
         """
         if self._closing:
-            raise Unavailable("SHUTTING_DOWN", "the service is shutting down; retry against another instance")
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Item(batch, done, time.perf_counter()))
-        self._wakeup.set()
+            raise _shutting_down()
+        assert self._loop is not None, "start the committer first"
+        done: asyncio.Future[None] = self._loop.create_future()
+        self._put(_Item(batch, done, time.perf_counter()))
         return done
 
     async def run_in_writer(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run another write (lease, session creation) on the writer thread, in queue order; its
         result keeps `fn`'s type."""
-        call = functools.partial(fn, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        assert self._loop is not None, "start the committer first"
+        done: asyncio.Future[T] = self._loop.create_future()
+        self._put(_Call(functools.partial(fn, *args, **kwargs), done))
+        return await done
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _put(self, item: _Item | _Call) -> None:
+        with self._wakeup:
+            if self._stopped:
+                raise _shutting_down()
+            self._queue.append(item)
+            self._wakeup.notify()
+
+    # --- the writer thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
         while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            while self._queue:
-                group = self._queue[: self._max_batches]
-                del self._queue[: len(group)]
-                try:
-                    results = await loop.run_in_executor(
-                        self._executor, self._recorder.commit_batches, [item.batch for item in group]
-                    )
-                except SessionLogError as exc:
-                    results = [exc] * len(group)
-                except Exception as exc:  # an unexpected failure: the outcome is unknown
-                    log.exception("group commit failed", batches=len(group))
-                    unknown = Unavailable(
-                        "COMMIT_OUTCOME_UNKNOWN", f"commit failed: {exc}; retry with the same event ids"
-                    )
-                    results = [unknown] * len(group)
-                self.groups_committed += 1
-                if self._metrics is not None:
-                    finished = time.perf_counter()
-                    self._metrics.group_size.observe(len(group))
-                    for item in group:
-                        self._metrics.commit_latency.observe(finished - item.queued_at)
-                for item, error in zip(group, results, strict=True):
-                    if error is None:
-                        self.batches_committed += 1
-                        if not item.done.done():
-                            item.done.set_result(None)
-                    elif not item.done.done():
-                        item.done.set_exception(error)
-            if self._closing and not self._queue:
-                return
+            with self._wakeup:
+                while not self._queue and not self._stopping:
+                    self._wakeup.wait()
+                if not self._queue:
+                    self._stopped = True
+                    return
+                head = self._queue[0]
+                if isinstance(head, _Call):
+                    self._queue.popleft()
+                    call, group = head, None
+                else:
+                    call, group = None, self._take_group()
+            if call is not None:
+                self._run_call(call)
+            elif group is not None:
+                self._commit(group)
+
+    def _take_group(self) -> list[_Item]:
+        """The batches at the head of the queue, up to `max_batches` (called under the lock)."""
+        group: list[_Item] = []
+        while self._queue and len(group) < self._max_batches:
+            head = self._queue[0]
+            if not isinstance(head, _Item):
+                break
+            group.append(head)
+            self._queue.popleft()
+        return group
+
+    def _run_call(self, call: _Call) -> None:
+        try:
+            result = call.fn()
+        except BaseException as exc:  # handed to the caller, as an executor would
+            self._deliver(_settle_call, call.done, None, exc)
+        else:
+            self._deliver(_settle_call, call.done, result, None)
+
+    def _commit(self, group: list[_Item]) -> None:
+        results: list[SessionLogError | None]
+        try:
+            results = self._recorder.commit_batches([item.batch for item in group])
+        except SessionLogError as exc:
+            results = [exc] * len(group)
+        except Exception as exc:  # an unexpected failure: the outcome is unknown
+            log.exception("group commit failed", batches=len(group))
+            unknown = Unavailable("COMMIT_OUTCOME_UNKNOWN", f"commit failed: {exc}; retry with the same event ids")
+            results = [unknown] * len(group)
+        self._deliver(self._settle_group, group, results, time.perf_counter())
+
+    def _deliver(self, callback: Callable[..., None], *args: Any) -> None:
+        """Hand outcomes to the event loop: one callback for a whole group."""
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is closed: no one is waiting any more
+            log.warning("outcome dropped: the event loop is closed")
+
+    # --- back on the event loop -----------------------------------------------------------
+
+    def _settle_group(self, group: list[_Item], results: list[SessionLogError | None], finished: float) -> None:
+        self.groups_committed += 1
+        if self._metrics is not None:
+            self._metrics.group_size.observe(len(group))
+            for item in group:
+                self._metrics.commit_latency.observe(finished - item.queued_at)
+        for item, error in zip(group, results, strict=True):
+            if error is None:
+                self.batches_committed += 1
+                if not item.done.done():
+                    item.done.set_result(None)
+            elif not item.done.done():
+                item.done.set_exception(error)
 
     async def drain_and_stop(self) -> None:
-        """Refuse new batches, commit those already queued, stop the loop."""
+        """Refuse new batches, commit those already queued, stop the writer thread."""
         self._closing = True
-        self._wakeup.set()
-        if self._task is not None:
-            await self._task
-        self._executor.shutdown(wait=True)
+        with self._wakeup:
+            self._stopping = True
+            self._wakeup.notify()
+        if self._thread.is_alive():
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        with self._wakeup:
+            self._stopped = True
+
+
+def _settle_call(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if done.done():
+        return
+    if error is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(result)

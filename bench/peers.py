@@ -237,7 +237,7 @@ def langgraph_sqlite_saver(path: Path) -> PeerFn:
         saver = SqliteSaver(conn)
         saver.setup()
         durability = _sqlite_sync(conn)
-        config: dict[str, Any] = {"configurable": {"thread_id": uuid.uuid4().hex, "checkpoint_ns": ""}}
+        config: Any = {"configurable": {"thread_id": uuid.uuid4().hex, "checkpoint_ns": ""}}  # a RunnableConfig
         messages: list[dict[str, Any]] = []
         checkpoint = empty_checkpoint()
 

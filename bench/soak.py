@@ -375,16 +375,16 @@ class Soak:
 class Verdict:
     """What the log says about the writers' and subscribers' accounts."""
 
-    events_acknowledged: int = 0
+    events_written_acknowledged: int = 0
     events_verified: int = 0
     events_stored: int = 0
     losses: int = 0
     duplicates: int = 0
     misplaced: int = 0
     unacknowledged_stored: int = 0
-    gaps_in_seqs: int = 0
-    open_turns: int = 0
-    repair_events: int = 0
+    sessions_with_seq_gaps: int = 0
+    open_turns_at_end: int = 0
+    interrupted_turns_repaired: int = 0
     subscriber_events: int = 0
     subscriber_gaps: int = 0
     subscriber_duplicates: int = 0
@@ -397,7 +397,7 @@ class Verdict:
             self.losses
             or self.duplicates
             or self.misplaced
-            or self.gaps_in_seqs
+            or self.sessions_with_seq_gaps
             or self.subscriber_gaps
             or self.subscriber_duplicates
             or self.subscriber_mismatches
@@ -425,13 +425,13 @@ def verify(soak: Soak, target: str) -> Verdict:
                 events, open_turn = [], False
             logs[sid] = events
             verdict.events_stored += len(events)
-            verdict.open_turns += int(open_turn)
+            verdict.open_turns_at_end += int(open_turn)
             if [e.seq for e in events] != list(range(len(events))):
-                verdict.gaps_in_seqs += 1
+                verdict.sessions_with_seq_gaps += 1
             by_id: dict[str, int] = {}
             for event in events:
                 if event.type == "turn/end" and event.data.get("reason", {}).get("kind") == "interrupted":
-                    verdict.repair_events += 1
+                    verdict.interrupted_turns_repaired += 1
                 if event.event_id is None:
                     continue
                 if event.event_id in by_id:
@@ -441,7 +441,7 @@ def verify(soak: Soak, target: str) -> Verdict:
             for batch_ids, seqs in acked_by_sid.get(sid, []):
                 for event_id, seq in zip(batch_ids, seqs, strict=True):
                     acked_ids.add(event_id)
-                    verdict.events_acknowledged += 1
+                    verdict.events_written_acknowledged += 1
                     stored = by_id.get(event_id)
                     if stored is None:
                         verdict.losses += 1
@@ -531,22 +531,14 @@ def summary(config: Config, soak: Soak, verdict: Verdict) -> dict[str, Any]:
     written_s = max(soak.write_ended - soak.started, 1e-9)
     epochs, growth = rss_report(soak.rss)
     downtimes = [o.downtime_ms for o in soak.outages]
+    counts = {key: value for key, value in asdict(verdict).items() if key != "writer_errors"}
     return {
         "config": asdict(config),
         "duration_s": round(written_s, 1),
-        "events_written_acknowledged": verdict.events_acknowledged,
+        **counts,
         "batches_acknowledged": sum(len(w.acked) for w in writers),
         "sessions_written": sum(len(w.sessions) for w in writers),
-        "events_per_second": round(verdict.events_acknowledged / written_s, 1),
-        "events_verified": verdict.events_verified,
-        "events_stored": verdict.events_stored,
-        "losses": verdict.losses,
-        "duplicates": verdict.duplicates,
-        "misplaced": verdict.misplaced,
-        "unacknowledged_stored": verdict.unacknowledged_stored,
-        "sessions_with_seq_gaps": verdict.gaps_in_seqs,
-        "open_turns_at_end": verdict.open_turns,
-        "interrupted_turns_repaired": verdict.repair_events,
+        "events_per_second": round(verdict.events_written_acknowledged / written_s, 1),
         "retries": sum(w.retries for w in writers),
         "reconnects": sum(w.reconnects for w in writers),
         "ownership_lost": sum(w.ownership_lost for w in writers),
@@ -555,10 +547,6 @@ def summary(config: Config, soak: Soak, verdict: Verdict) -> dict[str, Any]:
         "downtime_ms_mean": round(statistics.fmean(downtimes), 1) if downtimes else None,
         "downtime_ms_max": round(max(downtimes), 1) if downtimes else None,
         "subscribers": len(soak.subscribers),
-        "subscriber_events": verdict.subscriber_events,
-        "subscriber_gaps": verdict.subscriber_gaps,
-        "subscriber_duplicates": verdict.subscriber_duplicates,
-        "subscriber_mismatches": verdict.subscriber_mismatches,
         "resubscribes": sum(s.resubscribes for s in soak.subscribers),
         "rss_epochs": epochs,
         "rss_timeline_mb": rss_timeline(soak.rss),

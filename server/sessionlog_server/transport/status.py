@@ -83,6 +83,14 @@ async def abort(context: grpc.aio.ServicerContext, exc: BaseException, method: s
     await context.abort_with_status(internal_status())
 
 
+def _failure_code(exc: BaseException) -> str:
+    """The status a handler's failure is logged with; an abort already under way (the handler
+    aborted the call itself) is raised again as it is."""
+    if isinstance(exc, grpc.aio.AbortError):
+        raise exc
+    return exc.code if isinstance(exc, SessionLogError) else "INTERNAL"
+
+
 def unary(method: F) -> F:
     """Map errors raised by a unary handler to rich statuses."""
 
@@ -93,9 +101,7 @@ def unary(method: F) -> F:
         try:
             return await method(self, request, context)
         except (SessionLogError, Exception) as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            code = exc.code if isinstance(exc, SessionLogError) else "INTERNAL"
+            code = _failure_code(exc)
             await abort(context, exc, method.__name__)
         finally:
             _log_rpc(method.__name__, request, started, code)
@@ -114,9 +120,7 @@ def streaming(method: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncI
             async for item in method(self, request, context):
                 yield item
         except (SessionLogError, Exception) as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            code = exc.code if isinstance(exc, SessionLogError) else "INTERNAL"
+            code = _failure_code(exc)
             await abort(context, exc, method.__name__)
         finally:
             _log_rpc(method.__name__, request, started, code)

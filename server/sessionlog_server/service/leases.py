@@ -24,7 +24,7 @@ from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
 
-from sessionlog.core.errors import NotFound, OwnershipLost, SessionLogError
+from sessionlog.core.errors import OwnershipLost, SessionLogError
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access
 from sessionlog_server.service.clock import now_ms
@@ -111,7 +111,7 @@ class LeaseManager:
         if the caller still holds the live lease, takes it again at a new epoch.
         """
         access.require_write("taking a writer lease")
-        record = await self._caller_session(session_id)
+        record = await self.reader.caller_session(session_id, self.limits)
         return await self.grant(record.id, writer_id, takeover=takeover, lease_token=lease_token)
 
     async def prove_for_caller(self, session_id: str, lease_token: str, action: str) -> LeaseHolder:
@@ -130,7 +130,7 @@ class LeaseManager:
             if presented and hmac.compare_digest(known.token_hash, presented):
                 self._known.move_to_end(key)
                 return known
-        record = await self._caller_session(session_id)
+        record = await self.reader.caller_session(session_id, self.limits)
         stored = record.lease_token_hash
         if not presented or stored is None or not hmac.compare_digest(stored, presented):
             raise lease_not_held(session_id)
@@ -278,14 +278,6 @@ class LeaseManager:
         return len(self._streams)
 
     # --- internals ---------------------------------------------------------------------------
-
-    async def _caller_session(self, session_id: str) -> SessionRecord:
-        try:
-            record = await self.reader.session(access.session_key(session_id, self.limits))
-        except NotFound:
-            raise access.session_not_found(session_id) from None
-        access.check_namespace(session_id, record.namespace)
-        return record
 
     def _remember(self, holder: LeaseHolder) -> None:
         self._known[holder.session_id] = holder

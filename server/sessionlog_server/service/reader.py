@@ -12,7 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from sessionlog.core.errors import NotFound
 from sessionlog.core.events import Event
+from sessionlog.core.limits import Limits
+from sessionlog_server.service import access
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import SessionRecord, StoredSnapshot
 
@@ -44,6 +47,16 @@ class EventReader:
         """The session row (NotFound if absent)."""
         record = await self.run(self.recorder.get_session, session_id)
         self._origins[session_id] = (record.parent_id, record.fork_seq)
+        return record
+
+    async def caller_session(self, session_id: str, limits: Limits) -> SessionRecord:
+        """The session `session_id` of the caller's namespace: NOT_FOUND, named by the caller's
+        id, when it does not exist there (another namespace's session is not told apart)."""
+        try:
+            record = await self.session(access.session_key(session_id, limits))
+        except NotFound:
+            raise access.session_not_found(session_id) from None
+        access.check_namespace(session_id, record.namespace)
         return record
 
     async def segments(self, record: SessionRecord) -> list[Segment]:

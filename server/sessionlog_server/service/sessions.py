@@ -8,7 +8,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from sessionlog.core import jsonvalue, validate
-from sessionlog.core.errors import LimitExceeded, NotFound, SessionLogError, ValidationError
+from sessionlog.core.errors import LimitExceeded, SessionLogError, ValidationError
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access
 from sessionlog_server.service.clock import now_ms
@@ -68,12 +68,7 @@ class SessionDirectory:
 
     async def get_session(self, session_id: str) -> SessionRecord:
         """The session, if it exists in the caller's namespace."""
-        try:
-            record = await self.reader.session(access.session_key(session_id, self.limits))
-        except NotFound:
-            raise access.session_not_found(session_id) from None
-        access.check_namespace(session_id, record.namespace)
-        return record
+        return await self.reader.caller_session(session_id, self.limits)
 
     async def list_sessions(
         self, page_size: int, page_token: str, parent_id: str | None

@@ -102,13 +102,15 @@ Running = tuple[Server, SessionLogClient]
 
 
 @contextmanager
-def info_server(db: str, shared: Running | None = None) -> Iterator[Running]:
-    """A fresh `sessionlog serve` (info logs) and a client with long timeouts; or, with
-    `shared` (the --quick scale only), that already running server, left running."""
+def info_server(db: str, shared: Running | None = None, *, log_level: str = "info") -> Iterator[Running]:
+    """A fresh `sessionlog serve` (info logs, unless `log_level` says otherwise) and a client
+    with long timeouts, its channel connected; or, with `shared` (the --quick scales only),
+    that already running server, left running."""
     if shared is not None:
         yield shared
         return
-    with Server(db, env=INFO) as server, SessionLogClient(server.target, timeout=RPC_TIMEOUT) as client:
+    env = {"SESSIONLOG_LOG_LEVEL": log_level}
+    with Server(db, env=env) as server, SessionLogClient(server.target, timeout=RPC_TIMEOUT) as client:
         yield server, client
 
 

@@ -11,8 +11,9 @@ snapshot policy (the rows and fold snapshots the server would have written, see
 
 For `compacting` and `long` the floor is the time to read and parse the whole log once (one
 query, every `data` decoded: what any design that folds the log pays). Each operation runs on a
-fresh server process (cold): the first full model history, the model history at the middle
-seq, and a resume to a held lease; each reports its time and the server's RSS growth. For
+fresh server process (cold; `--quick` shares one server to stay short): the first full model
+history, the model history at the middle seq, and a resume to a held lease; each reports its
+time and the server's RSS growth. For
 `live`, every session is loaded (a stats read) into one server and its RSS above idle is
 reported. `python -m bench.long_sessions [--quick] [--backends sqlite,postgresql] [--json P]`.
 """
@@ -20,6 +21,7 @@ reported. `python -m bench.long_sessions [--quick] [--backends sqlite,postgresql
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -30,10 +32,10 @@ from typing import Any
 
 from sqlalchemy import text
 
+from bench.lifecycle_common import Running, info_server
 from bench.lifecycle_data import BulkLoader
-from bench.procs import Server, each_backend
+from bench.procs import each_backend
 from bench.workload import TextSource, _usage, turn_events
-from sessionlog.client import SessionLogClient
 from sessionlog.core import jsonvalue
 from sessionlog.core.events import NewEvent, Replace
 from sessionlog.core.fold import SessionFold
@@ -54,10 +56,13 @@ class Scale:
     long_events: int
     live_sessions: int
     live_events: int
+    fresh_process: bool = True
+    """Each measurement in a fresh server process (cold); --quick shares one server, where each
+    session's first call still folds it from the database."""
 
 
 FULL = Scale(compacting_events=100_000, long_events=1_000_000, live_sessions=100, live_events=10_000)
-QUICK = Scale(compacting_events=1_000, long_events=2_000, live_sessions=3, live_events=300)
+QUICK = Scale(compacting_events=1_000, long_events=2_000, live_sessions=3, live_events=300, fresh_process=False)
 
 
 # --- data -------------------------------------------------------------------------------
@@ -136,10 +141,10 @@ def read_and_parse_floor(loader: BulkLoader, sid: str) -> dict[str, Any]:
     return {"ms": round((time.perf_counter() - start) * 1000, 1), "log_mb": round(nbytes / 1e6, 1)}
 
 
-def _cold(db: str, action: Any) -> dict[str, Any]:
-    """Run `action(client)` against a fresh server process; time and RSS growth."""
-    with Server(db) as server, SessionLogClient(server.target, timeout=600) as client:
-        client.list_sessions()  # connected and warm (imports, pools), nothing loaded
+def _cold(db: str, action: Any, shared: Running | None) -> dict[str, Any]:
+    """Run `action(client)` against a fresh server process (or `shared`); time and RSS growth."""
+    with info_server(db, shared, log_level="warning") as (server, client):
+        next(iter(client.list_sessions(page_size=1)), None)  # connected and warm (imports, pools), nothing loaded
         before = server.memory_mb()
         start = time.perf_counter()
         detail = action(client)
@@ -153,12 +158,12 @@ def _cold(db: str, action: Any) -> dict[str, Any]:
     }
 
 
-def measure_session(db: str, loader: BulkLoader, sid: str, events: int) -> dict[str, Any]:
+def measure_session(db: str, loader: BulkLoader, sid: str, events: int, shared: Running | None) -> dict[str, Any]:
     floor = read_and_parse_floor(loader, sid)
     middle = events // 2
-    history = _cold(db, lambda c: {"messages": len(c.model_history(sid))})
-    at_middle = _cold(db, lambda c: {"messages": len(c.model_history(sid, at_seq=middle))})
-    resume = _cold(db, lambda c: {"next_seq": c.resume(sid).next_seq})
+    history = _cold(db, lambda c: {"messages": len(c.model_history(sid))}, shared)
+    at_middle = _cold(db, lambda c: {"messages": len(c.model_history(sid, at_seq=middle))}, shared)
+    resume = _cold(db, lambda c: {"next_seq": c.resume(sid).next_seq}, shared)
     out: dict[str, Any] = {
         "events": events,
         "floor": floor,
@@ -171,9 +176,9 @@ def measure_session(db: str, loader: BulkLoader, sid: str, events: int) -> dict[
     return out
 
 
-def measure_live(db: str, sids: list[str]) -> dict[str, Any]:
-    with Server(db) as server, SessionLogClient(server.target, timeout=600) as client:
-        client.list_sessions()
+def measure_live(db: str, sids: list[str], shared: Running | None) -> dict[str, Any]:
+    with info_server(db, shared, log_level="warning") as (server, client):
+        next(iter(client.list_sessions(page_size=1)), None)
         idle = server.memory_mb()["VmRSS"]
         for sid in sids:
             client.stats(sid)
@@ -186,6 +191,12 @@ def measure_live(db: str, sids: list[str]) -> dict[str, Any]:
 
 def run_backend(db: str, scale: Scale) -> dict[str, Any]:
     """Every data set written into `db` and measured."""
+    with contextlib.ExitStack() as stack:
+        shared = None if scale.fresh_process else stack.enter_context(info_server(db, log_level="warning"))
+        return _run_backend(db, scale, shared)
+
+
+def _run_backend(db: str, scale: Scale, shared: Running | None) -> dict[str, Any]:
     loader = BulkLoader(db)
     policy = SnapshotPolicy(Settings().snapshot_every_events, Settings().snapshot_every_bytes)
     results: dict[str, Any] = {}
@@ -195,13 +206,13 @@ def run_backend(db: str, scale: Scale) -> dict[str, Any]:
         loader.close()
         loader = BulkLoader(db)
         _log(f"{label} written ({count} events)")
-        results[label] = measure_session(db, loader, label, count)
+        results[label] = measure_session(db, loader, label, count, shared)
         _log(f"{label} measured")
     sids = [f"live-{i}" for i in range(scale.live_sessions)]
     for index, sid in enumerate(sids):
         loader.long_session(sid, session_log(scale.live_events, TWO_KB, False, seed=100 + index), t0, snapshots=policy)
     loader.close()
-    results["live"] = measure_live(db, sids)
+    results["live"] = measure_live(db, sids, shared)
     results["live"]["events_per_session"] = scale.live_events
     return results
 

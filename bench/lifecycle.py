@@ -9,8 +9,8 @@ loopback, on SQLite and/or PostgreSQL:
 2. service start-up with 100,000 closed sessions and 100 open turns: process start to SERVING,
    and a check that exactly the 100 open turns were repaired, as SPEC §8 says;
 3. resume of a 100,000-event session to a ready model history, cold (fresh process) and warm;
-4. model history of 1k, 10k and 100k-event sessions: cold, after one more append (median of
-   20) and warm, server-side and end to end, with the bytes returned.
+4. model history of 1k, 10k and 100k-event sessions: cold and after one more append (median of
+   20, full and incremental), server-side and end to end, with the bytes returned.
 
 The data is written straight into migrated databases (see `bench/lifecycle_data.py`: the
 server's own row mapping, validated shapes), not appended through the server: only the
@@ -20,17 +20,18 @@ conditions above are timed.
     .venv/bin/python -m bench.lifecycle --quick --db sqlite --json out.json
     .venv/bin/python -m bench.lifecycle --profile         # + py-spy of the 100k history
 
-SQLite files live in a temporary directory; PostgreSQL databases are named
-`sessionlog_bench_life_<pid>_*` and dropped at the end, even after a failure.
+SQLite files live in the temporary directory; PostgreSQL databases are named
+`sessionlog_bench_life_<condition>_<pid>_*` (`procs.scratch_database`) and dropped at the end,
+even after a failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
-import shutil
 import signal
 import subprocess
 import sys
@@ -176,40 +177,28 @@ def _log(message: str) -> None:
 # --- databases ---------------------------------------------------------------------------------
 
 
-class Databases:
-    """Creates the bench's databases (SQLite files or PostgreSQL databases) and removes them all."""
+# --- one backend ---------------------------------------------------------------------------------
 
-    def __init__(self, backend: str) -> None:
+
+class Databases:
+    """The bench's databases of one backend (SQLite files or PostgreSQL databases), each removed
+    when the run of that backend ends (`procs.scratch_database`)."""
+
+    def __init__(self, backend: str, stack: contextlib.ExitStack) -> None:
         self.backend = backend
-        self._tmp = Path(tempfile.mkdtemp(prefix="sessionlog-lifebench-"))
-        self._pg: list[str] = []
+        self._stack = stack
 
     def new(self, purpose: str) -> str:
         """A fresh, empty database URL for `purpose` (migrated by the loader or by `upgrade`)."""
-        if self.backend == "sqlite":
-            return f"sqlite:///{self._tmp / purpose}.db"
-        name = f"{data.DB_PREFIX}{os.getpid()}_{purpose}"
-        self._pg.append(name)
-        return procs.create_pg_database(name)
-
-    def cleanup(self) -> None:
-        for name in self._pg:
-            try:
-                procs.drop_pg_database(name)
-            except Exception as exc:  # keep dropping the others
-                _log(f"could not drop {name}: {exc}")
-        shutil.rmtree(self._tmp, ignore_errors=True)
-
-
-# --- one backend ---------------------------------------------------------------------------------
+        return self._stack.enter_context(procs.scratch_database(self.backend, f"life_{purpose}"))
 
 
 def run_backend(backend: str, scale: Scale, conditions: set[str], profile_dir: Path | None) -> dict[str, Any]:
     """Prepare the data of `backend` and run the chosen conditions on it."""
-    dbs = Databases(backend)
     results: dict[str, Any] = {"prep": {}}
     t0 = int(time.time() * 1000) - 50_000_000
-    try:
+    with contextlib.ExitStack() as stack:
+        dbs = Databases(backend, stack)
         if "fork" in conditions:
             results["fork"] = _timed_prep(results, "fork", lambda: _fork(dbs, scale, t0))
         if "startup" in conditions:
@@ -219,8 +208,6 @@ def run_backend(backend: str, scale: Scale, conditions: set[str], profile_dir: P
                 results, "history_and_resume", lambda: _history_and_resume(dbs, scale, conditions, t0, profile_dir)
             )
             results.update(both if "error" not in both else {c: both for c in ("resume", "history") if c in conditions})
-    finally:
-        dbs.cleanup()
     return results
 
 

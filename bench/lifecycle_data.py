@@ -40,8 +40,6 @@ from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.storage.recorder import EVENT_COLUMNS as RECORDER_EVENT_COLUMNS
 from sessionlog_server.storage.recorder import _event_params, stored_form
 
-DB_PREFIX = "sessionlog_bench_life_"
-"""Databases of the lifecycle bench (created and dropped with `bench.procs`)."""
 #: The columns of the server's event insert, in the order `_event_params` fills them.
 EVENT_COLUMNS = tuple(column.strip() for column in RECORDER_EVENT_COLUMNS.split(","))
 SNAPSHOT_COLUMNS = ("session_id", "seq", "fold_version", "state")

@@ -1,5 +1,5 @@
 """Lifecycle conditions 3 and 4: resume, and the model history (cold, after one more append,
-warm, and incremental), each in fresh server processes and again in the same one."""
+and incremental), each in fresh server processes and again in the same one."""
 
 from __future__ import annotations
 
@@ -101,8 +101,8 @@ def history_condition(
     parse_runs: int = 3,
     shared: Running | None = None,
 ) -> dict[str, Any]:
-    """Model history cold (first call in a fresh server process), after one more append
-    (a user message; median of `after_runs`), and warm (no append in between).
+    """Model history cold (first call in a fresh server process), and after one more append
+    (a user message; median of `after_runs`).
 
     Reports the RPC time (JSON bytes received, not parsed), the server's handler time from its
     log, the client's parse time (`jsonvalue.loads`, measured on `parse_runs` bodies), and the
@@ -113,7 +113,6 @@ def history_condition(
     cold_rpc: list[float] = []
     cold_server: list[float] = []
     after_rpc: list[float] = []
-    warm_rpc: list[float] = []
     parses: list[float] = []
     grew_by_one = True
     sizes: list[int] = []
@@ -140,9 +139,6 @@ def history_condition(
                             now_count, parse_s = parse_seconds(body)
                             parses.append(ms(parse_s))
                             grew_by_one = grew_by_one and now_count == count + index + 1
-                for _ in range(3):
-                    body, seconds = raw_history(client, session_id)
-                    warm_rpc.append(ms(seconds))
                 incremental = _incremental(client, session_id, after_runs)
                 stderr = server.stderr()
             else:
@@ -150,8 +146,7 @@ def history_condition(
     server_all = rpc_latencies(stderr, "GetModelHistory", session_id)
     cold_server.append(server_all[0])
     after_server = server_all[1 : 1 + after_runs]
-    warm_server = server_all[1 + after_runs : 4 + after_runs]
-    incremental["server"] = summary(server_all[5 + after_runs :])
+    incremental["server"] = summary(server_all[2 + after_runs :])  # after the copy's first, full read
     parse_ms = statistics.median(parses)
     return {
         "events": events,
@@ -165,7 +160,6 @@ def history_condition(
             "e2e_median_ms": _plus(after_rpc, parse_ms),
             "history_grew_by_the_appended_message": grew_by_one,
         },
-        "warm": {"rpc": summary(warm_rpc), "server": summary(warm_server)},
         "client_parse": summary(parses),
         "incremental_after_append": incremental,
     }

@@ -237,7 +237,7 @@ def langgraph_sqlite_saver(path: Path) -> PeerFn:
         saver = SqliteSaver(conn)
         saver.setup()
         durability = _sqlite_sync(conn)
-        config: Any = {"configurable": {"thread_id": uuid.uuid4().hex, "checkpoint_ns": ""}}  # a RunnableConfig
+        config: dict[str, Any] = {"configurable": {"thread_id": uuid.uuid4().hex, "checkpoint_ns": ""}}
         messages: list[dict[str, Any]] = []
         checkpoint = empty_checkpoint()
 

@@ -149,6 +149,8 @@ def _check(
         gap = None
     elif higher_is_better:
         gap = f"missed: {measured / limit:.2f}x of target ({limit / max(measured, 1e-9):.1f}x short)"
+    elif limit == 0:  # a count that must be zero: how many there were is the gap
+        gap = f"missed: {measured:,.0f} instead of none"
     else:
         gap = f"missed: {measured / limit:.1f}x over"
     shown = f"{measured:,.1f} {unit}" + (f" - {gap}" if gap else "")

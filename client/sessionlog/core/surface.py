@@ -284,7 +284,7 @@ def plan_surface_event(
     state could not be built.
     """
     if validate:
-        check_surface_fields(event.as_new())
+        check_surface_fields(event)
     if event.type not in SURFACE_TYPES or event.surface_op is None:
         return None
     if validate:

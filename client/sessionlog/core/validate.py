@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from sessionlog.core.errors import LimitExceeded, ValidationError
-from sessionlog.core.events import NewEvent
+from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
 from sessionlog.core.vocabulary import KNOWN_TYPES, SURFACE_TYPES
 
@@ -61,8 +61,9 @@ def check_data(event: NewEvent) -> None:
         raise ValidationError("DATA_NOT_OBJECT", "event data must be a JSON object", field="data")
 
 
-def check_surface_fields(event: NewEvent) -> None:
-    """Surface types carry a surfaceOp; log-only types carry neither surfaceOp nor sources."""
+def check_surface_fields(event: NewEvent | Event) -> None:
+    """Surface types carry a surfaceOp; log-only types carry neither surfaceOp nor sources
+    (a proposal, or a committed event as the fold checks it: no copy is made)."""
     if event.type in SURFACE_TYPES:
         if event.surface_op is None:
             raise ValidationError(

@@ -87,6 +87,8 @@ class RecorderContract:
     """What every recorder does. A backend's test class sets `recorder` (through the factory)."""
 
     recorder: EventRecorder
+    data_type_sql: str
+    """The backend's SQL for an event's stored column type and text (one parameter: the session)."""
 
     @pytest.fixture
     def sid(self) -> str:
@@ -230,6 +232,14 @@ class RecorderContract:
         assert self.recorder.get_session(bad.id).next_seq == 0  # rolled back: nothing of it stayed
         assert self.recorder.commit_batches([batch(bad, [note(0)])]) == [None]  # and the writer goes on
 
+    def test_event_data_is_stored_as_text(self, sid: str) -> None:
+        # The insert binds UTF-8 bytes and makes them TEXT in SQL: the column must hold text.
+        lease = self.writer(sid)
+        self.recorder.commit_batches([batch(lease, [note(0, {"é": "😀"})])])
+        with self.recorder.read_engine.connect() as conn:
+            kind, text = conn.exec_driver_sql(self.data_type_sql, (sid,)).one()
+        assert (kind, text) == ("text", '{"é":"😀"}')
+
     def test_open_turns_without_a_live_writer_are_found_for_repair(self, sid: str) -> None:
         lease = self.writer(sid)
         self.recorder.commit_batches([batch(lease, [note(0)], open_turn=True)])
@@ -259,6 +269,8 @@ class RecorderContract:
 
 
 class TestSQLiteRecorder(RecorderContract):
+    data_type_sql = "SELECT typeof(data), data FROM events WHERE session_id = ?"
+
     @pytest.fixture(autouse=True, scope="class")
     @classmethod
     def _recorder(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
@@ -269,18 +281,9 @@ class TestSQLiteRecorder(RecorderContract):
         cls.recorder.close()
 
 
-    def test_event_data_is_stored_as_text(self, sid: str) -> None:
-        # The insert binds UTF-8 bytes and casts them: the column must hold TEXT, not a BLOB.
-        lease = self.writer(sid)
-        self.recorder.commit_batches([batch(lease, [note(0, {"é": "😀"})])])
-        with self.recorder.read_engine.connect() as conn:
-            kind, text = conn.exec_driver_sql(
-                "SELECT typeof(data), data FROM events WHERE session_id = ?", (sid,)
-            ).one()
-        assert (kind, text) == ("text", '{"é":"😀"}')
-
-
 class TestPostgresRecorder(RecorderContract):
+    data_type_sql = "SELECT pg_typeof(data)::text, data FROM events WHERE session_id = %s"
+
     @pytest.fixture(autouse=True, scope="class")
     @classmethod
     def _recorder(cls, pg_database: str) -> Iterator[None]:
@@ -288,15 +291,6 @@ class TestPostgresRecorder(RecorderContract):
         cls.url = pg_database
         yield
         cls.recorder.close()
-
-    def test_event_data_is_stored_as_text(self, sid: str) -> None:
-        lease = self.writer(sid)
-        self.recorder.commit_batches([batch(lease, [note(0, {"é": "😀"})])])
-        with self.recorder.read_engine.connect() as conn:
-            kind, text = conn.exec_driver_sql(
-                "SELECT pg_typeof(data)::text, data FROM events WHERE session_id = %s", (sid,)
-            ).one()
-        assert (kind, text) == ("text", '{"é":"😀"}')
 
     def test_a_commit_after_the_connection_was_dropped_runs_on_a_new_one(self, sid: str) -> None:
         lease = self.writer(sid)

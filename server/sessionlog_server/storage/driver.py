@@ -165,11 +165,12 @@ class CommitConnection:
     def _rollback(self, connection: Any, cause: BaseException) -> bool:
         """Roll back; a connection that broke (or cannot roll back) is dropped for a new one.
         True when it was dropped."""
+        broken = isinstance(cause, self._broken)
         try:
             connection.rollback()
         except self._driver_errors:
-            cause = cause if isinstance(cause, self._broken) else self._broken[0]()
-        if not isinstance(cause, self._broken) or self._pooled is None:
+            broken = True
+        if not broken or self._pooled is None:
             return False
         pooled, self._pooled = self._pooled, None
         pooled.invalidate()

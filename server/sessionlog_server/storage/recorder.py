@@ -233,15 +233,7 @@ class EventRecorder(ABC):
     def renew_lease(self, session_id: str, token_hash: str, epoch: int, *, now: int, ttl_ms: int) -> SessionRecord:
         """Extend the lease held under `token_hash` at `epoch`; OwnershipLost if it is not current."""
         with self._write() as conn:
-            result = conn.execute(
-                update(SESSIONS)
-                .where(
-                    SESSIONS.c.id == session_id,
-                    SESSIONS.c.lease_token_hash == token_hash,
-                    SESSIONS.c.epoch == epoch,
-                )
-                .values(lease_expires_at=now + ttl_ms)
-            )
+            result = conn.exec_driver_sql(self._renew_sql(), (now + ttl_ms, session_id, token_hash, epoch))
             if result.rowcount != 1:
                 raise lease_not_held(session_id)
             return self._get_session(conn, session_id)
@@ -250,13 +242,18 @@ class EventRecorder(ABC):
         """Extend many leases, each `(session_id, token_hash, epoch)`, in one transaction: one
         commit (one fsync) for all, where one `renew_lease` each would pay one per lease. Per
         lease: whether it was still current (False: taken over or released meanwhile)."""
+        sql = self._renew_sql()
+        params = [(now + ttl_ms, session_id, token_hash, epoch) for session_id, token_hash, epoch in leases]
+        return [count == 1 for count in self._commits.run(lambda conn: conn.rowcounts(sql, params))]
+
+    def _renew_sql(self) -> str:
+        """The renewal: a new expiry for the lease held under a token hash at an epoch
+        (parameters: expires_at, session_id, token_hash, epoch)."""
         mark = self.placeholder
-        sql = (
+        return (
             f"UPDATE sessions SET lease_expires_at = {mark} "
             f"WHERE id = {mark} AND lease_token_hash = {mark} AND epoch = {mark}"
         )
-        params = [(now + ttl_ms, session_id, token_hash, epoch) for session_id, token_hash, epoch in leases]
-        return [count == 1 for count in self._commits.run(lambda conn: conn.rowcounts(sql, params))]
 
     def release_lease(self, session_id: str, token_hash: str, epoch: int) -> bool:
         """Give up the lease held under `token_hash` at `epoch` if it is still current; True if it was."""

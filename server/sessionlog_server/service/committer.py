@@ -62,10 +62,8 @@ class GroupCommitter:
         self._wakeup = threading.Condition()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, name="sessionlog-writer", daemon=True)
-        self._closing = False
-        """No new batches (set first at shutdown; the queue still drains)."""
         self._stopping = False
-        """The thread ends once the queue is empty."""
+        """Shutdown: no new batches; the thread ends once the queue is empty."""
         self._stopped = False
         self.groups_committed = 0
         self.batches_committed = 0
@@ -81,7 +79,7 @@ class GroupCommitter:
         A future rather than a coroutine: no task per batch, and a caller that goes away does
         not cancel the commit (an acknowledged-or-not outcome is resolved by eventId retries).
         """
-        if self._closing:
+        if self._stopping:
             raise _shutting_down()
         assert self._loop is not None, "start the committer first"
         done: asyncio.Future[None] = self._loop.create_future()
@@ -181,7 +179,6 @@ class GroupCommitter:
 
     async def drain_and_stop(self) -> None:
         """Refuse new batches, commit those already queued, stop the writer thread."""
-        self._closing = True
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify()

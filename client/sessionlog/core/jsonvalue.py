@@ -233,7 +233,7 @@ def digest_form(value: Any) -> bytes:
     """Deterministic bytes of a value, for digests the service compares with each other (never
     sent, never compared with another implementation's): orjson with sorted keys, ~20x faster
     than `canonical`; a value orjson cannot write (an integer beyond 64 bits, a lone surrogate)
-    falls back to `canonical`. Equal values always give equal bytes."""
+    falls back to `canonical`. The same value always gives the same bytes."""
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # orjson.JSONEncodeError: what it cannot write, canonical can

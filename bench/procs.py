@@ -51,7 +51,9 @@ class Server:
         self.db = db
         self.port = free_port()
         self.target = f"127.0.0.1:{self.port}"
-        self.env = {**os.environ, "SESSIONLOG_LOG_LEVEL": "warning", **(env or {})}
+        # One process unless a section asks for workers (the slow writers, the soak): the
+        # figures are of one event loop, and `pid` is the process that serves.
+        self.env = {**os.environ, "SESSIONLOG_LOG_LEVEL": "warning", "SESSIONLOG_WORKERS": "1", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = log_path
         temporary = Path(os.environ.get("TMPDIR", "/tmp")) / f"sessionlog-bench-{os.getpid()}-{self.port}.err"

@@ -20,6 +20,11 @@ from sessionlog.client import SessionLogClient
 from sessionlog_server.storage.migrate import upgrade
 from tests.support.servers import ServerThread
 
+# A `sessionlog serve` the tests start runs one process (their pids, kills and restarts are
+# of that process) unless a test asks for workers; tests/transport/test_workers.py covers
+# several, and the default of one per core.
+os.environ.setdefault("SESSIONLOG_WORKERS", "1")
+
 PG_ADMIN_URL = os.environ.get("SESSIONLOG_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 BACKENDS = ["sqlite", "postgresql"]
 

@@ -85,8 +85,10 @@ class Settings:
     """A fold snapshot is also stored once this many payload bytes have been appended since the last one."""
     group_commit_max_batches: int = 512
     """Most batches one group commit may carry."""
-    workers: int = 1
-    """Server processes sharing the listen address (SO_REUSEPORT); 0: one per core (at most 8)."""
+    workers: int = 0
+    """Server processes sharing the listen address (SO_REUSEPORT); 0, the default: one per core
+    (at most 8). One event loop saturates one core; with many harness connections (one writer
+    stream each) more processes take more of them (bench/PROFILE.md, round 5)."""
     repair_on_start: bool = True
     """Complete open turns of sessions without a live writer at start-up (docs/repair.md)."""
     shutdown_grace_s: float = 10.0

@@ -14,6 +14,7 @@ import signal
 from pathlib import Path
 
 from sessionlog.client import SessionLogClient
+from sessionlog_server.transport.workers import default_workers
 from tests.support.events import note, turn_end, turn_start
 from tests.support.servers import ServerProcess
 from tests.support.waiting import eventually
@@ -44,6 +45,23 @@ def _check_log(client: SessionLogClient, sid: str, acked: dict[str, int]) -> Non
     assert len(stored) == sum(1 for e in events if e.event_id is not None), "an eventId is stored twice"
     for event_id, seq in acked.items():
         assert stored.get(event_id) == seq, f"acknowledged {event_id} at {seq} is missing"
+
+
+def test_by_default_one_worker_per_core(tmp_path: Path) -> None:
+    """Unset, SESSIONLOG_WORKERS is 0: one process per core (at most 8), as `default_workers`
+    says; on a one-core machine that is the single process, with no workers under it."""
+    server = ServerProcess(f"sqlite:///{tmp_path / 'default.db'}")
+    del server.env["SESSIONLOG_WORKERS"]  # the suite pins one worker (conftest): this test wants the default
+    server.start()
+    assert server.proc is not None
+    expected = default_workers()
+    try:
+        eventually(lambda: _workers(server.proc.pid), lambda pids: len(pids) == (expected if expected > 1 else 0))
+        with SessionLogClient(server.target) as client:
+            client.create_session(f"dw-{tmp_path.name[-6:]}")
+            assert [s.id for s in client.list_sessions()] == [f"dw-{tmp_path.name[-6:]}"]
+    finally:
+        server.terminate()
 
 
 def test_two_workers_share_the_address_and_lose_nothing(fresh_db: str, tmp_path: Path) -> None:

@@ -52,7 +52,10 @@ def serve(
     no_migrate: Annotated[bool, typer.Option("--no-migrate", help="Do not run migrations on start.")] = False,
     workers: Annotated[
         int | None,
-        typer.Option("--workers", help="Server processes sharing the address ($SESSIONLOG_WORKERS; 0: one per core)."),
+        typer.Option(
+            "--workers",
+            help="Server processes sharing the address ($SESSIONLOG_WORKERS; default 0: one per core, at most 8).",
+        ),
     ] = None,
 ) -> None:
     """Run the sessionlog service (embedded SQLite by default) until SIGTERM/SIGINT."""

@@ -74,7 +74,8 @@ export class ServerProcess {
     this.stderr = "";
     const proc = spawn(PYTHON, ["-m", "sessionlog", "serve", "--db", this.db, "--listen", this.target], {
       cwd: REPO_ROOT,
-      env: { ...process.env, SESSIONLOG_LOG_LEVEL: "warning", SESSIONLOG_METRICS_LISTEN: "", ...this.env },
+      // One process (the default is one per core): kill() and restarts are of that process.
+      env: { ...process.env, SESSIONLOG_LOG_LEVEL: "warning", SESSIONLOG_METRICS_LISTEN: "", SESSIONLOG_WORKERS: "1", ...this.env },
       stdio: ["ignore", "ignore", "pipe"],
     });
     proc.stderr?.on("data", (chunk: Buffer) => {

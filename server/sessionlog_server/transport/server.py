@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 import structlog
@@ -80,6 +80,10 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
 
     `reuse_port` lets several worker processes bind the same address (see workers.py); alone,
     a server refuses a port that is in use."""
+    if not reuse_port:
+        # A server that does not share its address is the only process on this database's
+        # file (SQLite): it needs no change feed, whatever `workers` says.
+        settings = replace(settings, workers=1)
     tokens = TokenStore.load(settings.tokens_file or None, settings.tokens or None)
     check_exposure(settings, tokens)
     credentials = server_credentials(settings)

@@ -1,4 +1,5 @@
-"""Several server processes on one address (`serve --workers N`): every core does work.
+"""Several server processes on one address (`serve`: one per core by default, `--workers N`):
+every core does work.
 
 One asyncio event loop decodes, validates and folds every event of its process, so one process
 saturates one core. With N workers, N processes bind the same address with SO_REUSEPORT and
@@ -42,8 +43,10 @@ RESTART_BACKOFF_S = 1.0
 
 
 def default_workers() -> int:
-    """One worker per core, at most 8 (each holds its own caches and connection pools)."""
-    return max(1, min(os.cpu_count() or 1, 8))
+    """One worker per core this process may run on (a container's cpuset, `taskset`), at most 8
+    (each holds its own caches and connection pools)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, 8))
 
 
 def worker_settings(settings: Settings, index: int) -> Settings:

@@ -80,9 +80,9 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
 
     `reuse_port` lets several worker processes bind the same address (see workers.py); alone,
     a server refuses a port that is in use."""
-    if not reuse_port:
-        # A server that does not share its address is the only process on this database's
-        # file (SQLite): it needs no change feed, whatever `workers` says.
+    if not reuse_port and settings.workers == 0:
+        # "One per core" is resolved by `serve`, which starts the workers; a server started on
+        # its own (embedded, in tests) with the default is one process.
         settings = replace(settings, workers=1)
     tokens = TokenStore.load(settings.tokens_file or None, settings.tokens or None)
     check_exposure(settings, tokens)

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from bench.procs import Server, each_backend, section_main, unavailable_row
+from bench.stats import percentile
 from sessionlog.client import SessionLogClient
 from sessionlog.requests import CaughtUp
 
@@ -40,11 +41,11 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     if not ordered:
         return {"p50_ms": float("nan"), "p99_ms": float("nan")}
-
-    def at(q: float) -> float:
-        return round(1000 * ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))], 2)
-
-    return {"p50_ms": at(50), "p99_ms": at(99), "max_ms": round(1000 * ordered[-1], 2)}
+    return {
+        "p50_ms": round(1000 * percentile(ordered, 50), 2),
+        "p99_ms": round(1000 * percentile(ordered, 99), 2),
+        "max_ms": round(1000 * ordered[-1], 2),
+    }
 
 
 def measure(db: str, events: int, interval: float) -> dict[str, Any]:

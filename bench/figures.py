@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.procs import Server, process_cpu_seconds
+from bench.stats import percentile
 from bench.workload import as_new_events, session_events, user_message
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
@@ -48,14 +49,6 @@ def _throughput(events: int, seconds: float, server_cpu: float, client_cpu: floa
         "client_cpu_pct": round(100 * client_cpu / seconds, 1),
         **extra,
     }
-
-
-def _percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile of already sorted values."""
-    if not sorted_values:
-        return float("nan")
-    rank = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values) + 0.5) - 1))
-    return sorted_values[rank]
 
 
 # --- unary, sequential ------------------------------------------------------------------
@@ -227,8 +220,8 @@ def streaming(
         events_per_batch=batch,
         window=window,
         client_procs=client_procs,
-        ack_p50_ms=round(1000 * _percentile(latencies, 50), 2),
-        ack_p99_ms=round(1000 * _percentile(latencies, 99), 2),
+        ack_p50_ms=round(1000 * percentile(latencies, 50), 2),
+        ack_p99_ms=round(1000 * percentile(latencies, 99), 2),
         **(
             {"stalled": f"acknowledgements stopped; gave up {STALL_SECONDS:.0f}s past the time budget"}
             if any(r.stalled for r in runs)
@@ -284,12 +277,12 @@ async def _fixed_rate(
         "sessions": sessions,
         "events": total,
         "achieved_per_s": round(total / wall, 1),
-        "p50_ms": round(1000 * _percentile(from_send, 50), 3),
-        "p99_ms": round(1000 * _percentile(from_send, 99), 3),
-        "p999_ms": round(1000 * _percentile(from_send, 99.9), 3),
+        "p50_ms": round(1000 * percentile(from_send, 50), 3),
+        "p99_ms": round(1000 * percentile(from_send, 99), 3),
+        "p999_ms": round(1000 * percentile(from_send, 99.9), 3),
         "max_ms": round(1000 * from_send[-1], 3) if from_send else None,
         "mean_ms": round(1000 * statistics.fmean(from_send), 3) if from_send else None,
-        "p99_from_schedule_ms": round(1000 * _percentile(from_schedule, 99), 3),
+        "p99_from_schedule_ms": round(1000 * percentile(from_schedule, 99), 3),
         "sends_late_over_1ms": late,
         "unacked_at_timeout": len(unacked),
     }

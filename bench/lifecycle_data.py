@@ -6,7 +6,7 @@ resume and model history are). So the rows are written in bulk, but they are the
 itself would have written:
 
 - every event is built as a `NewEvent`, committed at its seq and time, and turned into a row by
-  the recorder's own mapping (`recorder._event_params` over `recorder.stored_form`, the
+  the recorder's own mapping (`recorder.event_params` over `recorder.stored_form`, the
   parameters of the server's insert), with an eventId like a client's;
 - seqs are contiguous from 0, times never decrease, and each `sessions` row carries the
   matching `next_seq`, `last_time` and `open_turn`;
@@ -38,9 +38,9 @@ from sessionlog_server.service.loader import SnapshotPolicy
 from sessionlog_server.storage.factory import normalise_url
 from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.storage.recorder import EVENT_COLUMNS as RECORDER_EVENT_COLUMNS
-from sessionlog_server.storage.recorder import _event_params, stored_form
+from sessionlog_server.storage.recorder import event_params, stored_form
 
-#: The columns of the server's event insert, in the order `_event_params` fills them.
+#: The columns of the server's event insert, in the order `event_params` fills them.
 EVENT_COLUMNS = tuple(column.strip() for column in RECORDER_EVENT_COLUMNS.split(","))
 SNAPSHOT_COLUMNS = ("session_id", "seq", "fold_version", "state")
 DATA_COLUMN = EVENT_COLUMNS.index("data")
@@ -351,7 +351,7 @@ class _Snapshots:
 def _row(session_id: str, event: Event) -> tuple[Any, ...]:
     """The server's own insert parameters for `event` (in EVENT_COLUMNS order, no blobs), with
     the data as text: the server's insert makes its UTF-8 bytes TEXT in SQL, a bulk load cannot."""
-    params = list(_event_params(session_id, event, stored_form(event.data, None)))
+    params = list(event_params(session_id, event, stored_form(event.data, None)))
     params[DATA_COLUMN] = params[DATA_COLUMN].decode("utf-8")
     return tuple(params)
 

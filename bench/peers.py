@@ -12,6 +12,7 @@ A peer that cannot be imported is reported as unavailable with the reason; nothi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import time
@@ -22,9 +23,13 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from bench.stats import latency_ms
+
 Events = list[dict[str, Any]]
 PeerFn = Callable[[Events, float], dict[str, Any]]
 T = TypeVar("T")
+Row = tuple[str, int, str, str]
+"""(session_id, seq, type, json) of one event."""
 
 
 def _dumps(event: dict[str, Any]) -> str:
@@ -52,7 +57,7 @@ def _timed(items: Iterable[T], write: Callable[[T], int], max_seconds: float) ->
     return done, time.monotonic() - start
 
 
-def _rows(events: Events, per_commit: int) -> Iterator[list[tuple[str, int, str, str]]]:
+def _rows(events: Events, per_commit: int) -> Iterator[list[Row]]:
     """One session's `(session_id, seq, type, json)` rows, `per_commit` at a time."""
     sid = uuid.uuid4().hex
     for first in range(0, len(events), per_commit):
@@ -68,27 +73,36 @@ def _sqlite_sync(conn: sqlite3.Connection) -> str:
 # --- raw sqlite3 -----------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _sqlite_commits(path: Path) -> Iterator[tuple[Callable[[list[Row]], int], str]]:
+    """A fresh SQLite file (WAL, synchronous=FULL) with an events table: a function committing
+    rows in one transaction, and the durability the connection reports."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute(
+        "CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, "
+        "data TEXT NOT NULL, PRIMARY KEY (session_id, seq))"
+    )
+
+    def commit(rows: list[Row]) -> int:
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?)", rows)
+        conn.execute("COMMIT")
+        return len(rows)
+
+    try:
+        yield commit, _sqlite_sync(conn)
+    finally:
+        conn.close()
+
+
 def raw_sqlite(path: Path, per_commit: int) -> PeerFn:
     """sqlite3 from the standard library: the floor of what any SQLite-backed log can cost."""
 
     def run(events: Events, max_seconds: float) -> dict[str, Any]:
-        conn = sqlite3.connect(path, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute(
-            "CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, "
-            "data TEXT NOT NULL, PRIMARY KEY (session_id, seq))"
-        )
-
-        def commit(rows: list[tuple[str, int, str, str]]) -> int:
-            conn.execute("BEGIN")
-            conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?)", rows)
-            conn.execute("COMMIT")
-            return len(rows)
-
-        done, wall = _timed(_rows(events, per_commit), commit, max_seconds)
-        durability = _sqlite_sync(conn)
-        conn.close()
+        with _sqlite_commits(path) as (commit, durability):
+            done, wall = _timed(_rows(events, per_commit), commit, max_seconds)
         return _result(done, wall, durability=durability, per_commit=per_commit)
 
     return run
@@ -97,29 +111,57 @@ def raw_sqlite(path: Path, per_commit: int) -> PeerFn:
 # --- raw psycopg 3 ---------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _psycopg_commits(url: str, table: str) -> Iterator[tuple[Callable[[list[Row]], int], str]]:
+    """A new table on one psycopg connection: a function committing rows in one transaction,
+    and the durability the server reports."""
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            f"CREATE TABLE {table} (session_id text NOT NULL, seq bigint NOT NULL, type text NOT NULL, "
+            "data jsonb NOT NULL, PRIMARY KEY (session_id, seq))"
+        )
+        conn.commit()
+        durability = "synchronous_commit=" + str(conn.execute("SHOW synchronous_commit").fetchone()[0])  # type: ignore[index]
+        with conn.cursor() as cur:
+
+            def commit(rows: list[Row]) -> int:
+                cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", rows)
+                conn.commit()
+                return len(rows)
+
+            yield commit, durability
+
+
 def raw_psycopg(url: str, per_commit: int, tag: str = "") -> PeerFn:
     """psycopg 3 on one connection: the floor of a PostgreSQL-backed log."""
 
     def run(events: Events, max_seconds: float) -> dict[str, Any]:
-        table = f"raw_events_{per_commit}{tag}"
-        with psycopg.connect(url) as conn:
-            conn.execute(
-                f"CREATE TABLE {table} (session_id text NOT NULL, seq bigint NOT NULL, type text NOT NULL, "
-                "data jsonb NOT NULL, PRIMARY KEY (session_id, seq))"
-            )
-            conn.commit()
-            durability = "synchronous_commit=" + str(conn.execute("SHOW synchronous_commit").fetchone()[0])  # type: ignore[index]
-            with conn.cursor() as cur:
-
-                def commit(rows: list[tuple[str, int, str, str]]) -> int:
-                    cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", rows)
-                    conn.commit()
-                    return len(rows)
-
-                done, wall = _timed(_rows(events, per_commit), commit, max_seconds)
+        with _psycopg_commits(url, f"raw_events_{per_commit}{tag}") as (commit, durability):
+            done, wall = _timed(_rows(events, per_commit), commit, max_seconds)
         return _result(done, wall, durability=durability, per_commit=per_commit)
 
     return run
+
+
+def commit_latency(backend: str, where: str, events: Events, rate: float, seconds: float) -> dict[str, Any]:
+    """The raw driver's own latency at sessionlog's latency figure's load: one event per
+    commit, commit i due at start + i/`rate` (open loop), for `seconds`, on a fresh SQLite
+    file (`where` a path) or a new table in PostgreSQL (`where` a URL). What an acknowledgement
+    that waits for its own durable commit can do at best on this machine."""
+    table = f"raw_latency_{uuid.uuid4().hex[:8]}"
+    opened = _sqlite_commits(Path(where)) if backend == "sqlite" else _psycopg_commits(where, table)
+    count = min(len(events), int(rate * seconds))
+    taken: list[float] = []
+    with opened as (commit, durability):
+        start = time.monotonic()
+        for i, rows in enumerate(_rows(events[:count], 1)):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            began = time.monotonic()
+            commit(rows)
+            taken.append(time.monotonic() - began)
+    return {"offered_per_s": rate, "commits": len(taken), "durability": durability, **latency_ms(taken)}
 
 
 # --- eventsourcing ---------------------------------------------------------------------------

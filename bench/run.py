@@ -215,6 +215,13 @@ def backend_figures(
         out["latency_at_rate"] = figures.fixed_rate(
             server, template, rate=scale.rate, seconds=scale.rate_seconds, sessions=scale.rate_sessions
         )
+        if peer_events is not None:
+            _log(f"{backend}: the raw driver's commit latency at {scale.rate:.0f} commits/s")
+            where = str(workdir / "raw-latency.db") if backend == "sqlite" else peer_pg_url
+            repeated = peer_events * (int(scale.rate * scale.rate_seconds) // len(peer_events) + 1)
+            out["raw_commit_latency_at_rate"] = peers.commit_latency(
+                backend, where, repeated, scale.rate, scale.rate_seconds
+            )
         _log(f"{backend}: ack latency at {scale.high_rate:.0f} events/s for {scale.rate_seconds:.0f}s")
         out["latency_at_high_rate"] = figures.fixed_rate(
             server, template, rate=scale.high_rate, seconds=scale.rate_seconds, sessions=scale.rate_sessions
@@ -266,7 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-long-sessions", action="store_true", help="skip the long-session section")
     parser.add_argument("--no-slow-writers", action="store_true", help="skip the many-slow-writers section")
     parser.add_argument("--no-delivery", action="store_true", help="skip the subscription-delivery section")
-    parser.add_argument("--workers", type=int, default=1, help="server processes for the slow-writers section")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="server processes for the slow-writers section (0, as `serve`'s default: one per core)",
+    )
     args = parser.parse_args(argv)
     # SIGTERM runs the `finally` blocks too: servers stopped, bench databases dropped.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
@@ -363,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_slow_writers:
         streams, seconds = (100, 5.0) if args.quick else (2000, 30.0)
         report["slow_writers"] = slow_writers.run_all(backends, streams, seconds, 2, args.workers)
+        _log(f"transport floor: {streams} streams at one message a second on the echo server")
+        report["transport_floor"]["slow_streams"] = transport_floor.slow_streams(streams, seconds)
     if not args.no_delivery:
         report["delivery"] = delivery.run_all(backends, 40 if args.quick else 300, 0.02)
     if not args.no_long_sessions:

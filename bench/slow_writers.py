@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.procs import Server, each_backend, section_main, unavailable_row
+from bench.stats import percentile
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.core.errors import SessionLogError
+from sessionlog_server.transport.workers import default_workers
 
 STALL_MS = 250.0
 """A second whose slowest acknowledgement took longer than this counts as a stall."""
@@ -106,6 +108,7 @@ def _part_main(target: str, sids: list[str], seconds: float, per_channel: int) -
 
 def measure(db: str, streams: int, seconds: float, client_procs: int, per_channel: int, workers: int) -> dict[str, Any]:
     """One run against a fresh server on `db`."""
+    workers = workers or default_workers()  # as `serve` resolves 0, so the table shows the count
     env = {"SESSIONLOG_MAX_OPEN_STREAMS": str(streams * 2), "SESSIONLOG_WORKERS": str(workers)}
     with Server(db, env=env) as server:
         stamp = int(time.time() * 1000)
@@ -131,9 +134,7 @@ def measure(db: str, streams: int, seconds: float, client_procs: int, per_channe
         errors.update(r["append_errors"])
 
     def pct(q: float) -> float:
-        if not latencies:
-            return float("nan")
-        return round(1000 * float(latencies[min(len(latencies) - 1, int(q / 100 * len(latencies)))]), 2)
+        return round(1000 * percentile(latencies, q), 2)
 
     return {
         "streams": streams,
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--streams", type=int, default=2000)
         parser.add_argument("--seconds", type=float, default=30.0)
         parser.add_argument("--client-procs", type=int, default=2)
-        parser.add_argument("--workers", type=int, default=1)
+        parser.add_argument("--workers", type=int, default=0, help="server processes (0: one per core, as serve)")
 
     def run(args: argparse.Namespace, backends: list[str]) -> dict[str, Any]:
         return run_all(backends, args.streams, args.seconds, args.client_procs, args.workers)

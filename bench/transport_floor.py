@@ -5,19 +5,28 @@ stream answers each message with 8 bytes (an acknowledgement's size). Messages c
 workload's mean event size. Its CPU per message is the part of sessionlog's per-event CPU that
 no change to sessionlog's own code can remove while it is served by grpc.aio in Python, and
 1e6 / (µs per message) is the most messages one core can take through it.
+
+`slow_streams` is the floor of the many-slow-writers figure: `streams` streams on one echo
+server, each sending one message a second, from client processes of their own, as
+`bench.slow_writers` drives sessionlog.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
+import random
 import time
+from collections import Counter
+from collections.abc import Iterator
 from multiprocessing.synchronize import Event as EventType
 from typing import Any
 
 import grpc
 
 from bench.procs import free_port, process_cpu_seconds
+from bench.stats import latency_ms
 
 SERVICE = "bench.Echo"
 
@@ -81,8 +90,67 @@ async def _streams(target: str, payload: bytes, streams: int, per_stream: int) -
         return time.perf_counter() - start
 
 
-def measure(payload_bytes: int, unary_calls: int, streams: int, per_stream: int) -> dict[str, Any]:
-    """Unary round trips one at a time, and `streams` bidirectional streams at once."""
+async def _paced_streams(target: str, count: int, seconds: float, per_channel: int) -> dict[str, Any]:
+    """`count` streams, one message a second each (random phases), each message timed to its
+    answer; a stream that fails is counted by its status and not reopened."""
+    channels = [grpc.aio.insecure_channel(target) for _ in range(-(-count // per_channel))]
+    taken: list[float] = []
+    failed: Counter[str] = Counter()
+    deadline = time.monotonic() + seconds
+
+    async def one(index: int) -> None:
+        call = channels[index // per_channel].stream_stream(f"/{SERVICE}/Stream")()
+        await asyncio.sleep(random.random())
+        try:
+            while time.monotonic() < deadline:
+                sent = time.monotonic()
+                await call.write(b"x" * 64)  # a small event's size
+                await call.read()
+                taken.append(time.monotonic() - sent)
+                await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - sent)))
+            await call.done_writing()
+        except grpc.RpcError as exc:
+            failed[exc.code().name] += 1
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+    for channel in channels:
+        await channel.close()
+    return {"taken": taken, "failed": dict(failed)}
+
+
+def _paced_part(target: str, count: int, seconds: float, per_channel: int) -> dict[str, Any]:
+    return asyncio.run(_paced_streams(target, count, seconds, per_channel))
+
+
+def slow_streams(streams: int, seconds: float, client_procs: int = 2, per_channel: int = 64) -> dict[str, Any]:
+    """The echo server under `streams` streams of one message a second each, sent from
+    `client_procs` processes: answer latency, failed streams, server CPU per message."""
+    with _echo_server() as (pid, target):
+        ctx = multiprocessing.get_context("spawn")
+        cpu, start = process_cpu_seconds(pid), time.monotonic()
+        with ctx.Pool(client_procs) as pool:
+            share = -(-streams // client_procs)
+            parts = pool.starmap(_paced_part, [(target, share, seconds, per_channel)] * client_procs)
+        cpu, wall = process_cpu_seconds(pid) - cpu, time.monotonic() - start
+    taken = [t for part in parts for t in part["taken"]]
+    failed: Counter[str] = Counter()
+    for part in parts:
+        failed.update(part["failed"])
+    return {
+        "streams": share * client_procs,
+        "seconds": seconds,
+        "messages": len(taken),
+        "streams_failed": sum(failed.values()),
+        "failures": dict(failed),
+        **latency_ms(taken),
+        "server_cpu_pct": round(100 * cpu / wall, 1),
+        "server_us_per_message": round(1e6 * cpu / max(len(taken), 1), 1),
+    }
+
+
+@contextlib.contextmanager
+def _echo_server() -> Iterator[tuple[int, str]]:
+    """The echo server in a process of its own: its pid and address."""
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
     port = free_port()
@@ -90,32 +158,40 @@ def measure(payload_bytes: int, unary_calls: int, streams: int, per_stream: int)
     proc.start()
     try:
         if not ready.wait(60):
-            return {"unavailable": "the echo server did not start"}
+            raise RuntimeError("the echo server did not start")
         assert proc.pid is not None
-        target = f"127.0.0.1:{port}"
-        payload = b"x" * payload_bytes
-        _unary(target, payload, 200)  # warm-up: connection, first-call set-up
-        cpu = process_cpu_seconds(proc.pid)
-        seconds = _unary(target, payload, unary_calls)
-        unary_cpu = process_cpu_seconds(proc.pid) - cpu
-        cpu = process_cpu_seconds(proc.pid)
-        stream_seconds = asyncio.run(_streams(target, payload, streams, per_stream))
-        stream_cpu = process_cpu_seconds(proc.pid) - cpu
-        messages = streams * per_stream
-        return {
-            "payload_bytes": payload_bytes,
-            "unary": {
-                "calls": unary_calls,
-                "calls_per_s": round(unary_calls / seconds, 1),
-                "server_us_per_call": round(1e6 * unary_cpu / unary_calls, 1),
-            },
-            "streams": {
-                "streams": streams,
-                "messages": messages,
-                "messages_per_s": round(messages / stream_seconds, 1),
-                "server_us_per_message": round(1e6 * stream_cpu / messages, 1),
-            },
-        }
+        yield proc.pid, f"127.0.0.1:{port}"
     finally:
         proc.kill()
         proc.join(10)
+
+
+def measure(payload_bytes: int, unary_calls: int, streams: int, per_stream: int) -> dict[str, Any]:
+    """Unary round trips one at a time, and `streams` bidirectional streams at once."""
+    try:
+        with _echo_server() as (pid, target):
+            payload = b"x" * payload_bytes
+            _unary(target, payload, 200)  # warm-up: connection, first-call set-up
+            cpu = process_cpu_seconds(pid)
+            seconds = _unary(target, payload, unary_calls)
+            unary_cpu = process_cpu_seconds(pid) - cpu
+            cpu = process_cpu_seconds(pid)
+            stream_seconds = asyncio.run(_streams(target, payload, streams, per_stream))
+            stream_cpu = process_cpu_seconds(pid) - cpu
+    except RuntimeError as exc:
+        return {"unavailable": str(exc)}
+    messages = streams * per_stream
+    return {
+        "payload_bytes": payload_bytes,
+        "unary": {
+            "calls": unary_calls,
+            "calls_per_s": round(unary_calls / seconds, 1),
+            "server_us_per_call": round(1e6 * unary_cpu / unary_calls, 1),
+        },
+        "streams": {
+            "streams": streams,
+            "messages": messages,
+            "messages_per_s": round(messages / stream_seconds, 1),
+            "server_us_per_message": round(1e6 * stream_cpu / messages, 1),
+        },
+    }

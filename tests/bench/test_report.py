@@ -26,3 +26,34 @@ def test_targets_are_ratios_to_the_raw_driver_and_zero_counts_are_judged() -> No
     assert found["2,000 slow writers, sqlite: set-ups failed"]["gap"] == "missed: 3 instead of none"
     assert found["2,000 slow writers, sqlite: stall seconds"]["status"] == "met"
     assert found["2,000 slow writers, sqlite: ack p99"]["status"] == "met"
+
+
+def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
+    """Latency beside the raw driver's own commit latency at the same rate; slow writers beside
+    the grpc.aio echo server under the same streams; unary beside sequential echo calls."""
+    latency = {"p50_ms": 2.0, "p99_ms": 9.0, "p999_ms": 30.0}
+    raw = {"offered_per_s": 1000.0, "p50_ms": 0.4, "p99_ms": 6.4, "p999_ms": 11.9}
+    report: dict[str, Any] = {
+        "sessionlog": {
+            "postgresql": {
+                "unary_sequential": _rate(300),
+                "latency_at_rate": latency,
+                "raw_commit_latency_at_rate": raw,
+            }
+        },
+        "peers": {"psycopg_x1": {"events_per_s": 1_500}},
+        "transport_floor": {
+            "unary": {"server_us_per_call": 600.0, "calls_per_s": 1_200.0},
+            "streams": {"server_us_per_message": 120.0},
+            "slow_streams": {"streams": 2000, "p99_ms": 540.0, "streams_failed": 75},
+        },
+        "slow_writers": {"postgresql": {"streams": 2000, "setups_failed": 0, "ack_p99_ms": 800.0, "stall_seconds": 3}},
+    }
+    found = {t["name"]: t for t in targets(report)}
+    p99 = found["ack p99 at 1,000 ev/s, postgresql"]
+    assert p99["status"] == "MISSED" and "raw psycopg alone" in p99["measured"] and "p99 6.4 ms" in p99["measured"]
+    assert "p99.9 11.9 ms" in found["ack p99.9 at 1,000 ev/s, postgresql"]["measured"]
+    slow = found["2,000 slow writers, postgresql: ack p99"]["measured"]
+    assert "grpc.aio echo alone, 2,000 streams at 1 msg/s, same run: p99 540.0 ms, 75 streams failed" in slow
+    unary = found["1 session, unary, sequential, postgresql vs raw psycopg 1/commit"]["measured"]
+    assert "sequential echo calls alone, same run: 1,200/s" in unary

@@ -341,36 +341,10 @@ class EventRecorder(ABC):
                     results[index] = EventIdsStored(batches[index].session_id, stored)
             else:
                 runs.append(indexes)
-        fenced = conn.rowcounts(
-            self.advance_sql,
-            [
-                _advance_params(batches[run[0]], batches[run[-1]]) if _contiguous([batches[i] for i in run]) else None
-                for run in runs
-            ],
-        )
-        accepted: list[PendingBatch] = []
-        for run, moved in zip(runs, fenced, strict=True):
-            if moved == 1:
-                accepted.extend(batches[i] for i in run)
-                continue
-            for index in run:
-                batch = batches[index]
-                if self._advance(conn, batch, batch):
-                    accepted.append(batch)
-                else:
-                    results[index] = self._fencing_error(
-                        conn, batch.session_id, batch.writer_id, batch.epoch, batch.expected_next_seq
-                    )
+        accepted = self._fence_and_insert(conn, batches, runs, results)
         blobs = {digest: content for batch in accepted for digest, content in batch.blobs.items()}
         if blobs:
             self._insert_blobs(conn, blobs)
-        rows = [
-            _event_params(batch.session_id, event, stored)
-            for batch in accepted
-            for event, stored in zip(batch.events, batch.stored, strict=True)
-        ]
-        if rows:
-            conn.exec_driver_sql(self.insert_events_sql, rows)
         snapshots = [batch.snapshot for batch in accepted if batch.snapshot is not None]
         if snapshots:
             mark = self.placeholder
@@ -379,9 +353,67 @@ class EventRecorder(ABC):
                 f"VALUES ({mark}, {mark}, {mark}, {mark})",
                 [(s.session_id, s.seq, s.fold_version, s.state) for s in snapshots],
             )
-        if accepted:
-            self._announce(conn, sorted({batch.session_id for batch in accepted}))
         return results
+
+    def _fence_and_insert(
+        self,
+        conn: DriverTransaction,
+        batches: Sequence[PendingBatch],
+        runs: Sequence[Sequence[int]],
+        results: list[SessionLogError | None],
+    ) -> list[PendingBatch]:
+        """Fence each session's run of batches, insert the events of those that hold, and
+        announce them; the batches accepted. A run's error goes to `results`.
+
+        All fences go out together (one round trip on a driver that pipelines), then one
+        executemany of every accepted event, then the change notice.
+        """
+        fenced = conn.rowcounts(
+            self.advance_sql,
+            [
+                advance_params(batches[run[0]], batches[run[-1]]) if contiguous([batches[i] for i in run]) else None
+                for run in runs
+            ],
+        )
+        accepted: list[PendingBatch] = []
+        for run, moved in zip(runs, fenced, strict=True):
+            if moved == 1:
+                accepted.extend(batches[i] for i in run)
+            else:
+                accepted.extend(self._fence_one_by_one(conn, batches, run, results))
+        self._insert_and_announce(conn, accepted)
+        return accepted
+
+    def _fence_one_by_one(
+        self,
+        conn: DriverSQL,
+        batches: Sequence[PendingBatch],
+        run: Sequence[int],
+        results: list[SessionLogError | None],
+    ) -> list[PendingBatch]:
+        """A run whose fence as a whole missed, fenced batch by batch: those that hold, and
+        each of the others' error (in `results`)."""
+        accepted: list[PendingBatch] = []
+        for index in run:
+            batch = batches[index]
+            if self._advance(conn, batch, batch):
+                accepted.append(batch)
+            else:
+                results[index] = self._fencing_error(
+                    conn, batch.session_id, batch.writer_id, batch.epoch, batch.expected_next_seq
+                )
+        return accepted
+
+    def _insert_and_announce(self, conn: DriverSQL, accepted: Sequence[PendingBatch]) -> None:
+        """One executemany of the accepted batches' events, then the change notice."""
+        rows = [
+            event_params(batch.session_id, event, stored)
+            for batch in accepted
+            for event, stored in zip(batch.events, batch.stored, strict=True)
+        ]
+        if rows:
+            conn.exec_driver_sql(self.insert_events_sql, rows)
+            self._announce(conn, sorted({batch.session_id for batch in accepted}))
 
     @abstractmethod
     def _announce(self, conn: DriverSQL, session_ids: list[str]) -> None:
@@ -415,7 +447,7 @@ class EventRecorder(ABC):
 
     def _advance(self, conn: DriverSQL, first: PendingBatch, last: PendingBatch) -> bool:
         """The fenced compare-and-set: move next_seq from `first`'s expected to `last`'s new one."""
-        return bool(conn.exec_driver_sql(self.advance_sql, _advance_params(first, last)).rowcount == 1)
+        return bool(conn.exec_driver_sql(self.advance_sql, advance_params(first, last)).rowcount == 1)
 
     def _insert_events(self, conn: Connection, session_id: str, events: Sequence[Event], threshold: int | None) -> None:
         rows = []
@@ -423,7 +455,7 @@ class EventRecorder(ABC):
         for event in events:
             ext = blob_store.externalize(event.data, threshold or 1 << 62)
             all_blobs.update(ext.blobs)
-            rows.append(_event_params(session_id, event, stored_form(ext.data, ext.refs)))
+            rows.append(event_params(session_id, event, stored_form(ext.data, ext.refs)))
         if all_blobs:
             self._insert_blobs(conn, all_blobs)
         conn.exec_driver_sql(self.insert_events_sql, rows)
@@ -567,7 +599,7 @@ def stored_form(data: dict[str, Any], refs: list[list[Any]] | None) -> StoredDat
     return jsonvalue.dumps_bytes(data), jsonvalue.dumps(refs) if refs else None
 
 
-def _advance_params(first: PendingBatch, last: PendingBatch) -> tuple[Any, ...]:
+def advance_params(first: PendingBatch, last: PendingBatch) -> tuple[Any, ...]:
     """The fence's parameters, in `advance_sql`'s order: the new values, then what must hold."""
     return (
         last.new_next_seq,
@@ -581,7 +613,7 @@ def _advance_params(first: PendingBatch, last: PendingBatch) -> tuple[Any, ...]:
     )
 
 
-def _contiguous(run: Sequence[PendingBatch]) -> bool:
+def contiguous(run: Sequence[PendingBatch]) -> bool:
     """Whether one writer's batches follow each other seq for seq."""
     return all(
         b.writer_id == a.writer_id and b.epoch == a.epoch and b.expected_next_seq == a.new_next_seq
@@ -589,7 +621,7 @@ def _contiguous(run: Sequence[PendingBatch]) -> bool:
     )
 
 
-def _event_params(session_id: str, event: Event, stored: StoredData) -> tuple[Any, ...]:
+def event_params(session_id: str, event: Event, stored: StoredData) -> tuple[Any, ...]:
     """The insert's parameters, in the column order of `insert_events_sql`."""
     op = event.surface_op
     data_text, refs_text = stored

@@ -221,6 +221,20 @@ class RecorderContract:
         assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0, 1, 2]
         assert self.recorder.read_events(other.id, 0, None, 10) == []
 
+    def test_a_group_larger_than_one_statement_commits_whole(self, sid: str) -> None:
+        # 6,000 events carry more parameters than one PostgreSQL statement may hold (65,535),
+        # so that group is committed without the one-statement form; a fenced-out session in
+        # it still writes nothing.
+        first, second, fenced = self.writer(sid), self.writer(f"{sid}-b"), self.writer(f"{sid}-c")
+        self.recorder.acquire_lease(fenced.id, "w9", takeover=True, now=NOW + 1, ttl_ms=TTL, token_hash="h-w9")
+        events = [note(i) for i in range(3000)]
+        results = self.recorder.commit_batches([batch(first, events), batch(fenced, events), batch(second, events)])
+        assert results[0] is None and isinstance(results[1], OwnershipLost) and results[2] is None
+        for session_id in (sid, f"{sid}-b"):
+            assert [e.seq for e in self.recorder.read_events(session_id, 0, None, 5000)] == list(range(3000))
+            assert self.recorder.get_session(session_id).next_seq == 3000
+        assert self.recorder.read_events(fenced.id, 0, None, 10) == []
+
     def test_a_value_the_database_cannot_hold_fails_its_own_batch_only(self, sid: str) -> None:
         good = self.writer(sid)
         bad = self.writer(f"{sid}-b")

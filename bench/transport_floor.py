@@ -109,8 +109,8 @@ async def _paced_streams(target: str, count: int, seconds: float, per_channel: i
                 taken.append(time.monotonic() - sent)
                 await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - sent)))
             await call.done_writing()
-        except grpc.RpcError as exc:
-            failed[exc.code().name] += 1
+        except (grpc.RpcError, asyncio.InvalidStateError):  # a write to a call that ended raises the latter
+            failed[(await call.code()).name] += 1
 
     await asyncio.gather(*(one(i) for i in range(count)))
     for channel in channels:

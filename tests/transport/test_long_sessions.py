@@ -23,6 +23,7 @@ from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog_server.service.live import RECENT_IDS
 from tests.support import events as ev
 from tests.support.servers import ServerThread
+from tests.support.waiting import eventually
 
 SNAPSHOT_EVERY = 50
 
@@ -291,3 +292,23 @@ def test_an_old_retry_that_fits_the_log_is_caught_by_the_commit(own_server: Any,
         assert client.get_session(sid).next_seq == head  # nothing written
         assert list(client.stub.AppendEvents(request).seqs) == [0, 1]  # the retry: original seqs
         assert client.get_session(sid).next_seq == head
+
+
+def test_a_session_with_an_open_writer_stream_stays_cached_past_the_cache_size(own_server: Any, sid: str) -> None:
+    # More open writer streams than the cache holds: each session stays folded while its
+    # stream is open (else every append would load it again); once closed, the cache shrinks.
+    server = own_server(session_cache_size=2)
+    live = server.running.service.live
+    ids = [f"{sid}-{i}" for i in range(4)]
+    with SessionLogClient(server.target) as client:
+        writers = [client.writer(session_id, create_if_missing=True) for session_id in ids]
+        for round_no in range(2):
+            for writer in writers:
+                assert writer.append([ev.note(round_no)]).result(timeout=30).seqs == [round_no]
+        assert all(live.peek(session_id) is not None for session_id in ids)
+        for writer in writers:
+            writer.close()
+        eventually(lambda: len(server.service.writer_streams), lambda n: n == 0)  # the streams ended
+        client.create_session(f"{sid}-unary")
+        client.append(f"{sid}-unary", client.acquire_lease(f"{sid}-unary"), [ev.note(0)])  # a load
+        assert len(live) == 2 and live.peek(f"{sid}-unary") is not None

@@ -9,13 +9,13 @@ The database stays the truth: when a commit fails the live session is dropped an
 (from its latest snapshot); when another instance wrote, it catches up on the missing events.
 
 The cache is bounded by count and by estimated bytes; a session with batches in flight or its
-lock held is never evicted.
+lock held is never evicted, nor one written through an open writer stream (`pin`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -109,6 +109,7 @@ class LiveSessions:
         self._capacity = capacity
         self._max_bytes = max_bytes
         self._sessions: OrderedDict[str, LiveSession] = OrderedDict()
+        self._pinned: Counter[str] = Counter()
         self._loading: dict[str, asyncio.Future[LiveSession]] = {}
         self._known_later: dict[str, dict[str, int]] = {}
 
@@ -148,6 +149,20 @@ class LiveSessions:
         live = self._sessions.get(session_id)
         return live if live is not None and live.valid else None
 
+    def pin(self, session_id: str) -> None:
+        """Keep the session cached while a writer stream on it is open (one `unpin` per `pin`).
+
+        A writer stream appends again soon. Were its session evicted, each append would fold
+        it from the log again; with more open streams than the cache holds (2,000 slow writers,
+        a cache of 1,024), every append did, and the server spent its time loading sessions."""
+        self._pinned[session_id] += 1
+
+    def unpin(self, session_id: str) -> None:
+        """The writer stream that pinned the session ended."""
+        self._pinned[session_id] -= 1
+        if self._pinned[session_id] <= 0:
+            del self._pinned[session_id]
+
     def invalidate(self, session_id: str) -> None:
         """Forget a session's state; the next use folds it again from the log."""
         live = self._sessions.pop(session_id, None)
@@ -159,13 +174,16 @@ class LiveSessions:
 
         A session whose lock is held or that has batches in flight is never dropped: its fold
         holds batches not yet durable, and folding it again from the log would plan the next
-        batch without them. Any other session may go (sessions without a writer first): a
-        writer's lease must not pin it, since a unary writer may never give its lease back.
+        batch without them; nor is one pinned by an open writer stream. Any other session may
+        go (sessions without a writer first): a unary writer's lease must not pin it, since a
+        unary writer may never give its lease back. The estimated bytes are summed once per
+        call, not once per session dropped.
         """
-        while self._over_limit():
+        total = self.resident_bytes() if self._max_bytes else 0
+        while len(self._sessions) > self._capacity or (self._max_bytes and total > self._max_bytes):
             victim: str | None = None
             for sid, live in self._sessions.items():  # least recently used first
-                if sid == keep or live.lock.locked() or live.in_flight:
+                if sid == keep or live.lock.locked() or live.in_flight or sid in self._pinned:
                     continue
                 if live.writer_id is None:
                     victim = sid
@@ -173,12 +191,7 @@ class LiveSessions:
                 victim = victim or sid
             if victim is None:
                 return
-            del self._sessions[victim]
-
-    def _over_limit(self) -> bool:
-        if len(self._sessions) > self._capacity:
-            return True
-        return bool(self._max_bytes) and self.resident_bytes() > self._max_bytes
+            total -= self._sessions.pop(victim).resident_bytes()
 
     def resident_bytes(self) -> int:
         """Estimated memory of every cached session."""

@@ -120,6 +120,7 @@ class WriterStream:
             record, token, next_seq = grant.record, grant.token, grant.record.next_seq
         holder = Grant(record, token).holder
         service.leases.hold_for_stream(holder)
+        service.live.pin(holder.session_id)
         service.metrics.open_writers.inc()
         service.writer_streams.add(self)
         self.opened = Opened(record, token, next_seq, resumed, holder)
@@ -183,6 +184,7 @@ class WriterStream:
         if self.opened is None:
             return
         self.service.writer_streams.discard(self)
+        self.service.live.unpin(self.opened.holder.session_id)
         self.service.metrics.open_writers.dec()
         await self.service.leases.end_stream(self.opened.holder, broken=self._broken)
 

@@ -321,13 +321,13 @@ class EventRecorder(ABC):
         return results
 
     def _commit_group(self, conn: DriverTransaction, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
-        """Fence every session once, then insert all their events with one executemany.
+        """Fence every session once, insert the events of those whose fence holds
+        (`_fence_and_insert`; one statement on PostgreSQL), then their blobs and snapshots.
 
         A session's batches in one group are contiguous (its writer planned them in order under
         its lock), so one compare-and-set from the first batch's expected seq to the last
-        batch's new one fences them all; the fences of all sessions go out together (one round
-        trip on PostgreSQL). A run whose fence misses is fenced batch by batch, which also
-        explains the failure of each.
+        batch's new one fences them all. A run whose fence misses is fenced batch by batch,
+        which also explains the failure of each.
         """
         results: list[SessionLogError | None] = [None] * len(batches)
         by_session: dict[str, list[int]] = {}

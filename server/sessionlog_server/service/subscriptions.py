@@ -108,6 +108,11 @@ class SubscriptionHub:
         for subscriber in subscribers:
             subscriber.push(events, nbytes)
 
+    def following(self) -> bool:
+        """Whether anyone here follows any session. Safe from another thread (a change feed's):
+        it only reads whether a dict is empty."""
+        return bool(self._subscribers)
+
     def has_subscribers(self, session_id: str) -> bool:
         """Whether anyone here follows the session (publishing costs nothing otherwise)."""
         return bool(self._subscribers.get(session_id))

@@ -137,9 +137,9 @@ class GroupCommitter:
         try:
             result = call.fn()
         except BaseException as exc:  # handed to the caller, as an executor would
-            self._deliver(_settle_call, call.done, None, exc)
+            self._deliver(_settle, call.done, None, exc)
         else:
-            self._deliver(_settle_call, call.done, result, None)
+            self._deliver(_settle, call.done, result, None)
 
     def _commit(self, group: list[_Item]) -> None:
         results: list[SessionLogError | None]
@@ -172,10 +172,7 @@ class GroupCommitter:
         for item, error in zip(group, results, strict=True):
             if error is None:
                 self.batches_committed += 1
-                if not item.done.done():
-                    item.done.set_result(None)
-            elif not item.done.done():
-                item.done.set_exception(error)
+            _settle(item.done, None, error)
 
     async def drain_and_stop(self) -> None:
         """Refuse new batches, commit those already queued, stop the writer thread."""
@@ -188,7 +185,8 @@ class GroupCommitter:
             self._stopped = True
 
 
-def _settle_call(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """Resolve a caller's future with its outcome (unless the caller cancelled it meanwhile)."""
     if done.done():
         return
     if error is not None:

@@ -49,7 +49,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 
 def measure(db: str, events: int, interval: float) -> dict[str, Any]:
-    env = {"SESSIONLOG_WORKERS": "1", "SESSIONLOG_METRICS_LISTEN": ""}
+    env = {"SESSIONLOG_METRICS_LISTEN": ""}  # one process each: procs.Server pins it
     with Server(db, env=env) as first, Server(db, env=_sharing(db, env)) as second:
         sid = f"delivery-{int(time.time() * 1000)}"
         with SessionLogClient(first.target) as writer:

@@ -25,7 +25,7 @@ from sessionlog.core.errors import (
     ValidationError,
     WriterHeld,
 )
-from sessionlog.core.events import APPEND, Event
+from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog_server.storage import blobs
 from sessionlog_server.storage.factory import open_recorder
 from sessionlog_server.storage.migrate import upgrade
@@ -81,6 +81,21 @@ def batch(
         pending.blobs.update(ext.blobs)
         pending.stored.append(stored_form(ext.data, ext.refs or None))
     return pending
+
+
+AWKWARD_JSON = '{"z":1,"a":[123456789012345678901234567890,1.50,"é\\u2028😀"]}'
+
+
+def awkward_events() -> list[Event]:
+    """Events whose every column holds something a driver could get wrong: big numbers, key
+    order, escapes, quotes and braces in ids and types, a NUL in data, NULL and set optional
+    columns side by side."""
+    return [
+        note(0, jsonvalue.loads(AWKWARD_JSON), event_id='e0 "{a,b}" \\ NULL é'),
+        Event(1, NOW + 1, "user/message", {"message": {"role": "user", "content": "x" * 500}}, surface_op=APPEND),
+        note(2, {"nul": "a\x00b"}, source_event_seqs=(0, 1)),
+        Event(3, NOW + 3, 'test/{"odd",type}', {}, surface_op=Replace(0, 1), event_id="e3"),
+    ]
 
 
 class RecorderContract:
@@ -186,18 +201,25 @@ class RecorderContract:
 
     def test_a_committed_batch_reads_back_exactly(self, sid: str) -> None:
         lease = self.writer(sid)
-        text = '{"z":1,"a":[123456789012345678901234567890,1.50,"é\\u2028😀"]}'
-        events = [
-            note(0, jsonvalue.loads(text), event_id="e0"),
-            Event(1, NOW + 1, "user/message", {"message": {"role": "user", "content": "x" * 500}}, surface_op=APPEND),
-            note(2, {"nul": "a\x00b"}, source_event_seqs=(0, 1)),
-        ]
-        assert self.recorder.commit_batches([batch(lease, events)]) == [None]
+        events = awkward_events()
+        for event in events:  # one event a commit: on PostgreSQL, rows of parameters
+            assert self.recorder.commit_batches([batch(lease, [event])]) == [None]
         stored = self.recorder.read_events(sid, 0, None, 10)
         assert stored == events
-        assert jsonvalue.dumps(stored[0].data) == jsonvalue.dumps(jsonvalue.loads(text))  # key order, big ints
+        assert jsonvalue.dumps(stored[0].data) == jsonvalue.dumps(jsonvalue.loads(AWKWARD_JSON))  # key order, big ints
         assert list(stored[0].data) == ["z", "a"]
-        assert self.recorder.get_session(sid).next_seq == 3
+        assert self.recorder.get_session(sid).next_seq == len(events)
+
+    def test_a_group_of_many_sessions_reads_back_exactly(self, sid: str) -> None:
+        # Many sessions in one group: on PostgreSQL a group this large travels as one array
+        # per column, so quotes, braces, backslashes, NULLs and non-ASCII text must survive
+        # that form as they do rows of parameters.
+        leases = [self.writer(f"{sid}-{index}") for index in range(6)]
+        events = awkward_events()
+        assert self.recorder.commit_batches([batch(lease, events) for lease in leases]) == [None] * 6
+        for lease in leases:
+            assert self.recorder.read_events(lease.id, 0, None, 10) == events
+            assert self.recorder.get_session(lease.id).next_seq == len(events)
 
     def test_a_fenced_batch_writes_nothing(self, sid: str) -> None:
         lease = self.writer(sid)
@@ -222,9 +244,9 @@ class RecorderContract:
         assert self.recorder.read_events(other.id, 0, None, 10) == []
 
     def test_a_group_larger_than_one_statement_commits_whole(self, sid: str) -> None:
-        # 6,000 events carry more parameters than one PostgreSQL statement may hold (65,535),
-        # so that group is committed without the one-statement form; a fenced-out session in
-        # it still writes nothing.
+        # 9,000 events: more than one PostgreSQL statement could carry as one parameter per
+        # value (65,535); the group is still one statement (one array per column), and a
+        # fenced-out session in it still writes nothing.
         first, second, fenced = self.writer(sid), self.writer(f"{sid}-b"), self.writer(f"{sid}-c")
         self.recorder.acquire_lease(fenced.id, "w9", takeover=True, now=NOW + 1, ttl_ms=TTL, token_hash="h-w9")
         events = [note(i) for i in range(3000)]
@@ -235,14 +257,16 @@ class RecorderContract:
             assert self.recorder.get_session(session_id).next_seq == 3000
         assert self.recorder.read_events(fenced.id, 0, None, 10) == []
 
-    def test_a_value_the_database_cannot_hold_fails_its_own_batch_only(self, sid: str) -> None:
-        good = self.writer(sid)
+    @pytest.mark.parametrize("good_sessions", [1, 5], ids=["small-group", "large-group"])
+    def test_a_value_the_database_cannot_hold_fails_its_own_batch_only(self, sid: str, good_sessions: int) -> None:
+        goods = [self.writer(f"{sid}-{index}") for index in range(good_sessions)]
         bad = self.writer(f"{sid}-b")
         unstorable = Event(0, 2**70, "test/note", {}, ignorable=True)  # a time beyond 64 bits
-        results = self.recorder.commit_batches([batch(good, [note(0)]), batch(bad, [unstorable])])
-        assert results[0] is None
-        assert isinstance(results[1], ValidationError) and results[1].reason == "UNSTORABLE_VALUE"
-        assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0]
+        results = self.recorder.commit_batches([*(batch(good, [note(0)]) for good in goods), batch(bad, [unstorable])])
+        assert results[:-1] == [None] * good_sessions
+        assert isinstance(results[-1], ValidationError) and results[-1].reason == "UNSTORABLE_VALUE"
+        for good in goods:
+            assert [e.seq for e in self.recorder.read_events(good.id, 0, None, 10)] == [0]
         assert self.recorder.get_session(bad.id).next_seq == 0  # rolled back: nothing of it stayed
         assert self.recorder.commit_batches([batch(bad, [note(0)])]) == [None]  # and the writer goes on
 

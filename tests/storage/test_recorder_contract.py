@@ -196,6 +196,13 @@ class RecorderContract:
         assert held == [True, False]  # the second was taken over: its old token renews nothing
         assert self.recorder.get_session(first.id).lease_expires_at == NOW + 9 + TTL
         assert self.recorder.get_session(second.id).lease_expires_at == NOW + 1 + TTL
+        third = self.writer(f"{sid}-c")
+        leases = [(first.id, "h-w1", first.epoch), (third.id, "h-w1", third.epoch)]
+        assert self.recorder.renew_leases(leases, now=NOW + 20, ttl_ms=TTL) == [True, True]  # all held
+        for lease in (first, third):
+            assert self.recorder.get_session(lease.id).lease_expires_at == NOW + 20 + TTL
+        assert self.recorder.get_session(second.id).lease_expires_at == NOW + 1 + TTL
+        assert self.recorder.renew_leases([], now=NOW + 30, ttl_ms=TTL) == []
 
     # --- appends ----------------------------------------------------------------------------
 

@@ -6,7 +6,11 @@ subscribers' own poll of the log is set to a minute, so only the feed can delive
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
+
+import psycopg
+import pytest
 
 from sessionlog.client import CaughtUp, SessionLogClient
 from tests.support import events as ev
@@ -50,3 +54,40 @@ def test_a_subscriber_on_another_instance_gets_appends_from_the_feed(fresh_db: s
     finally:
         writer_side.stop(grace=0.5)
         reader_side.stop(grace=0.5)
+
+
+def test_an_instance_listens_on_postgresql_only_while_someone_there_follows(fresh_db: str, sid: str) -> None:
+    # Not listening, an instance is told nothing: each notice of its own commits cost its feed
+    # thread CPU for nothing. The feed's connection shows what it last ran.
+    if not fresh_db.startswith("postgresql"):
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's feed")
+    server = ServerThread(fresh_db, subscription_poll_ms=POLL_NEVER_MS)
+    feed_name = f"sessionlog-listen {server.service.recorder.instance}"
+
+    def feed_ran() -> str | None:
+        with psycopg.connect(fresh_db.replace("+psycopg", ""), autocommit=True) as conn:
+            activity = "SELECT query FROM pg_stat_activity WHERE application_name = %s"
+            row = conn.execute(activity, (feed_name,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def settles_on(expected: str | None) -> bool:
+        deadline = time.monotonic() + 10
+        while feed_ran() != expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return feed_ran() == expected
+
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            client.append(sid, lease, [ev.note(0)])
+            assert settles_on("")  # connected, never listened: nobody follows here
+            subscription = client.subscribe(sid)
+            items = iter(subscription)
+            assert next(items).seq == 0  # the replay, then the live tail
+            assert isinstance(next(items), CaughtUp)
+            assert settles_on("LISTEN sessionlog_events")
+            subscription.cancel()
+            assert settles_on("UNLISTEN sessionlog_events")
+    finally:
+        server.stop(grace=0.5)

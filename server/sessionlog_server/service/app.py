@@ -120,7 +120,7 @@ class SessionLogService:
         self._repairer = loop.create_task(self._repair_expired(), name="repairer")
         if self.recorder.shares_database(self.settings.workers):
             self.changes = self.recorder.change_feed()
-            self.changes.start(loop, self.hub.poke, self.hub.watched, self.hub.following)
+            self.changes.start(loop, self.hub.poke, self.hub.watched, self.hub.followed)
 
     async def _repair_at_start(self) -> None:
         from sessionlog_server.service.lifecycle import repair_abandoned

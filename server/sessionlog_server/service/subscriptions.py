@@ -11,6 +11,7 @@ subscriber never slows a writer.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Sequence
 
@@ -86,10 +87,14 @@ class SubscriptionHub:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._subscribers: dict[str, set[Subscriber]] = defaultdict(set)
+        self.followed = threading.Event()
+        """Set while anyone here follows a session: a change feed (on its own thread) waits for
+        it before it listens at all, and learns of the first subscriber at once."""
 
     def subscribe(self, session_id: str) -> Subscriber:
         subscriber = Subscriber(self.max_bytes)
         self._subscribers[session_id].add(subscriber)
+        self.followed.set()
         return subscriber
 
     def unsubscribe(self, session_id: str, subscriber: Subscriber) -> None:
@@ -98,6 +103,8 @@ class SubscriptionHub:
             subscribers.discard(subscriber)
             if not subscribers:
                 del self._subscribers[session_id]
+        if not self._subscribers:
+            self.followed.clear()
 
     def publish(self, session_id: str, events: Sequence[Event], size: int | None = None) -> None:
         """Hand a committed batch to every subscriber; `size` is its stored payload bytes."""
@@ -107,11 +114,6 @@ class SubscriptionHub:
         nbytes = _size(events) if size is None else size
         for subscriber in subscribers:
             subscriber.push(events, nbytes)
-
-    def following(self) -> bool:
-        """Whether anyone here follows any session. Safe from another thread (a change feed's):
-        it only reads whether a dict is empty."""
-        return bool(self._subscribers)
 
     def has_subscribers(self, session_id: str) -> bool:
         """Whether anyone here follows the session (publishing costs nothing otherwise)."""

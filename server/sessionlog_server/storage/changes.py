@@ -3,9 +3,9 @@ events another one appended, without polling the log per subscriber.
 
 - PostgreSQL: every group commit sends `NOTIFY sessionlog_events, '<instance>:<session id>'`
   per session in its transaction (delivered only if it commits), and each recorder LISTENs on
-  one connection of its own. A recorder ignores its own notifications (its service publishes
-  its commits itself); the instance is a random id per recorder, not the pid, so two instances
-  in one process are told apart too.
+  one connection of its own while its process has subscribers. A recorder ignores its own
+  notifications (its service publishes its commits itself); the instance is a random id per
+  recorder, not the pid, so two instances in one process are told apart too.
 - SQLite (one file shared by `serve --workers` processes): `PRAGMA data_version` changes when
   another connection commits; one connection polls it while this process has subscribers, and
   on a change the sessions that have subscribers here are compared with the log (`next_seq`),
@@ -33,13 +33,16 @@ CHANNEL = "sessionlog_events"
 """The PostgreSQL notification channel of committed appends."""
 SQLITE_POLL_S = 0.01
 """How often a SQLite process looks at `PRAGMA data_version` (10 ms: a cheap read)."""
+FOLLOW_WAIT_S = 0.5
+"""How long a feed waits at a time for a subscriber (or, listening, for a notice) before it
+looks whether it should stop."""
 
 OnChange = Callable[[str], None]
 Watched = Callable[[], dict[str, int]]
 """The sessions with subscribers in this process, each with the next seq already published."""
-Following = Callable[[], bool]
-"""Whether this process has any subscriber; called on the feed's own thread, so it must be safe
-there. A process nobody subscribes to has nothing to learn from the feed."""
+Following = threading.Event
+"""Set while this process has any subscriber (the feed waits on it from its own thread). A
+process nobody subscribes to has nothing to learn from the feed."""
 
 
 class ChangeFeed(Protocol):
@@ -61,6 +64,8 @@ class PostgresChangeFeed:
     def __init__(self, dsn: str, instance: str) -> None:
         self.dsn = dsn
         self.instance = instance
+        self.application_name = f"sessionlog-listen {instance}"
+        """How its connection shows in `pg_stat_activity`."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -69,14 +74,31 @@ class PostgresChangeFeed:
     ) -> None:
         own = f"{self.instance}:"
 
+        def look_again() -> None:
+            """On the loop: every followed session looks at the log once (its appends made
+            before LISTEN took effect were announced to no one here)."""
+            for session_id in watched():
+                on_change(session_id)
+
         def run() -> None:
             while not self._stop.is_set():
                 try:
-                    with psycopg.connect(self.dsn, autocommit=True) as conn:
-                        conn.execute(f"LISTEN {CHANNEL}")
+                    with psycopg.connect(self.dsn, autocommit=True, application_name=self.application_name) as conn:
+                        listening = False
                         while not self._stop.is_set():
-                            for note in conn.notifies(timeout=0.5):
-                                if following() and not note.payload.startswith(own):
+                            if following.is_set() != listening:
+                                listening = not listening
+                                conn.execute(f"LISTEN {CHANNEL}" if listening else f"UNLISTEN {CHANNEL}")
+                                if listening:
+                                    loop.call_soon_threadsafe(look_again)
+                            if not listening:
+                                # Nobody to tell: not listening at all. Each notice cost this
+                                # thread ~40 µs of CPU (and a turn at the GIL) per commit of
+                                # its own process, at one commit per event on a quiet server.
+                                following.wait(FOLLOW_WAIT_S)
+                                continue
+                            for note in conn.notifies(timeout=FOLLOW_WAIT_S):
+                                if not note.payload.startswith(own):
                                     loop.call_soon_threadsafe(on_change, note.payload.split(":", 1)[1])
                 except (psycopg.Error, OSError) as exc:
                     log.warning("change feed reconnecting", error=str(exc))
@@ -114,11 +136,12 @@ class SQLiteChangeFeed:
                 try:
                     with self.engine.connect() as conn:
                         while not self._stop.wait(SQLITE_POLL_S):
-                            if not following():
+                            if not following.is_set():
                                 # No one to tell: no poll (each costs ~0.4 ms of CPU; 100 a
-                                # second made an idle worker use 5 % of a core). The next poll
+                                # second made an idle worker use 5 % of a core). The first poll
                                 # after a subscriber arrives compares its sessions with the log.
                                 version = None
+                                following.wait(FOLLOW_WAIT_S)
                                 continue
                             now = conn.exec_driver_sql("PRAGMA data_version").scalar()
                             conn.rollback()  # end the read so the next PRAGMA sees new commits

@@ -27,6 +27,11 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # One client, one connection. gRPC otherwise shares one TCP connection among every channel
+    # of a process to the same target, so a process with several clients (an agent host, a
+    # bench) sent all their streams to whichever `serve --workers` process accepted that one
+    # connection, while the others idled.
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 

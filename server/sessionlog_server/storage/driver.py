@@ -14,7 +14,7 @@ broke is dropped and the next group checks out a fresh one.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Engine
@@ -104,12 +104,20 @@ class CommitConnection:
 
     `begin` is the statement that opens a write transaction (SQLite: `BEGIN IMMEDIATE`, so the
     write lock is taken up front) or None where the driver opens one implicitly (psycopg).
-    Used from one thread at a time (the group committer's writer thread).
+    `turn` is held around each transaction, rollback included (SQLite: this process's turn to
+    write the file, storage/writer_turn.py). Used from one thread at a time (the group
+    committer's writer thread).
     """
 
-    def __init__(self, engine: Engine, begin: str | None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        begin: str | None,
+        turn: Callable[[], AbstractContextManager[None]] = nullcontext,
+    ) -> None:
         self._engine = engine
         self._begin = begin
+        self._turn = turn
         self._pooled: PoolProxiedConnection | None = None
         dbapi: Any = engine.dialect.loaded_dbapi  # the driver module (PEP 249 error classes)
         self._dbapi = dbapi
@@ -132,24 +140,26 @@ class CommitConnection:
             except sa_exc.DBAPIError as exc:
                 raise sqlalchemy_error(exc) from exc
             committing = False
-            try:
-                if self._begin is not None:
-                    connection.execute(self._begin)
-                result = work(DriverTransaction(connection))
-                committing = True
-                connection.commit()
-                return result
-            except BaseException as exc:
-                dropped = self._rollback(connection, exc)
-                if dropped and reused and not committing:
-                    continue  # the connection had died while idle: try once on a new one
-                if isinstance(exc, self._driver_errors):
-                    raise storage_error(
-                        exc,
-                        conflict=isinstance(exc, self._dbapi.IntegrityError),
-                        unstorable=isinstance(exc, (self._dbapi.DataError, OverflowError)),
-                    ) from exc
-                raise
+            with self._turn():
+                try:
+                    if self._begin is not None:
+                        connection.execute(self._begin)
+                    result = work(DriverTransaction(connection))
+                    committing = True
+                    connection.commit()
+                    return result
+                except BaseException as exc:
+                    failure = exc
+                    dropped = self._rollback(connection, exc)
+            if dropped and reused and not committing:
+                continue  # the connection had died while idle: try once on a new one
+            if isinstance(failure, self._driver_errors):
+                raise storage_error(
+                    failure,
+                    conflict=isinstance(failure, self._dbapi.IntegrityError),
+                    unstorable=isinstance(failure, (self._dbapi.DataError, OverflowError)),
+                ) from failure
+            raise failure
 
     def close(self) -> None:
         """Give the connection back to its pool."""

@@ -19,7 +19,7 @@ import itertools
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, ClassVar, cast
 
 from sqlalchemy import Connection, Engine, Table, and_, func, or_, select, update
@@ -64,18 +64,23 @@ class EventRecorder(ABC):
     def __init__(self, write_engine: Engine, read_engine: Engine | None = None) -> None:
         self.write_engine = write_engine
         self.read_engine = read_engine or write_engine
-        self._commits = CommitConnection(write_engine, self.begin_write_sql)
+        self._commits = CommitConnection(write_engine, self.begin_write_sql, self._turn)
         """The writer thread's own connection: group commits run on the driver (storage/driver.py)."""
         self.instance = uuid.uuid4().hex[:12]
         """This recorder among the processes sharing the database (change notifications)."""
 
     # --- transactions -------------------------------------------------------------------
 
+    def _turn(self) -> AbstractContextManager[None]:
+        """Held around every write transaction: nothing here; on SQLite, this process's turn to
+        write the file (storage/writer_turn.py)."""
+        return nullcontext()
+
     @contextmanager
     def _write(self) -> Iterator[Connection]:
         """A write transaction; driver errors become sessionlog errors at this edge."""
         try:
-            with self.write_engine.begin() as conn:
+            with self._turn(), self.write_engine.begin() as conn:
                 yield conn
         except SessionLogError:
             raise

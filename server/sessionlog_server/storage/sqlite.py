@@ -10,6 +10,7 @@ writer commits.
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import structlog
@@ -21,6 +22,7 @@ from sessionlog.core import jsonvalue
 from sessionlog_server.storage.changes import ChangeFeed, SQLiteChangeFeed
 from sessionlog_server.storage.driver import DriverSQL
 from sessionlog_server.storage.recorder import EVENT_COLUMNS, EventRecorder
+from sessionlog_server.storage.writer_turn import WriterTurn
 
 log = structlog.get_logger("sessionlog.sqlite")
 
@@ -84,6 +86,8 @@ class SQLiteEventRecorder(EventRecorder):
         # (leases, session creation) take the other; BEGIN IMMEDIATE serialises them.
         write = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=True, pool_size=2)
         read = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=False, pool_size=4)
+        path = write.url.database
+        self._writer_turn = WriterTurn(path) if path and path != ":memory:" else None
         super().__init__(write, read)
         self._checkpoints = threading.Event()
         threading.Thread(target=self._checkpoint_loop, daemon=True, name="sessionlog-checkpoint").start()
@@ -101,6 +105,12 @@ class SQLiteEventRecorder(EventRecorder):
     def close(self) -> None:
         self._checkpoints.set()
         super().close()
+        if self._writer_turn is not None:
+            self._writer_turn.close()
+
+    def _turn(self) -> AbstractContextManager[None]:
+        """The processes' turn to write this file (storage/writer_turn.py)."""
+        return self._writer_turn.held() if self._writer_turn is not None else nullcontext()
 
     def _announce(self, conn: DriverSQL, session_ids: list[str]) -> None:
         """Nothing to send: other processes on the file see `PRAGMA data_version` move."""

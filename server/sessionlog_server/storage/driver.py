@@ -109,12 +109,7 @@ class CommitConnection:
     committer's writer thread).
     """
 
-    def __init__(
-        self,
-        engine: Engine,
-        begin: str | None,
-        turn: Callable[[], AbstractContextManager[None]] = nullcontext,
-    ) -> None:
+    def __init__(self, engine: Engine, begin: str | None, turn: Callable[[], AbstractContextManager[None]]) -> None:
         self._engine = engine
         self._begin = begin
         self._turn = turn
@@ -149,17 +144,16 @@ class CommitConnection:
                     connection.commit()
                     return result
                 except BaseException as exc:
-                    failure = exc
                     dropped = self._rollback(connection, exc)
-            if dropped and reused and not committing:
-                continue  # the connection had died while idle: try once on a new one
-            if isinstance(failure, self._driver_errors):
-                raise storage_error(
-                    failure,
-                    conflict=isinstance(failure, self._dbapi.IntegrityError),
-                    unstorable=isinstance(failure, (self._dbapi.DataError, OverflowError)),
-                ) from failure
-            raise failure
+                    if dropped and reused and not committing:
+                        continue  # the connection had died while idle: try once on a new one
+                    if isinstance(exc, self._driver_errors):
+                        raise storage_error(
+                            exc,
+                            conflict=isinstance(exc, self._dbapi.IntegrityError),
+                            unstorable=isinstance(exc, (self._dbapi.DataError, OverflowError)),
+                        ) from exc
+                    raise
 
     def close(self) -> None:
         """Give the connection back to its pool."""

@@ -9,7 +9,11 @@ import structlog
 
 
 def configure(level: str = "info") -> None:
-    """JSON logs at `level` (debug, info, warning, error)."""
+    """JSON logs at `level` (debug, info, warning, error).
+
+    Each line goes out in one write: `serve --workers N` shares one stderr among N processes, and
+    under `PYTHONUNBUFFERED` structlog's `PrintLogger` wrote a line and its newline in two writes,
+    so two workers' lines could run together on one line."""
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
@@ -23,6 +27,6 @@ def configure(level: str = "info") -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )

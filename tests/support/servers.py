@@ -106,8 +106,8 @@ class ServerProcess:
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 self.log.append(line)
                 if not serving.done() and '"serving"' in line:
-                    port = json.loads(line).get("port")
-                    if isinstance(port, int):
+                    port = _port_of(line)
+                    if port is not None:
                         serving.set_result(port)
         if not serving.done():
             serving.set_exception(RuntimeError("server exited: " + "\n".join(self.log)))
@@ -123,3 +123,14 @@ class ServerProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=60)
+
+
+def _port_of(line: str) -> int | None:
+    """The port in a `serving` log line, or None for a line that is not one JSON object (the
+    drain must go on reading whatever comes, or the server blocks on a full stderr pipe)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    port = record.get("port") if isinstance(record, dict) else None
+    return port if isinstance(port, int) else None

@@ -12,10 +12,12 @@ hashing requests (SPEC §5), extended losslessly to big integers and lone surrog
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import re
 import sys
+import uuid
 from decimal import Decimal
 from typing import Any
 
@@ -54,7 +56,25 @@ class _StrictDecoder(json.JSONDecoder):
 
 STRICT_DECODER = _StrictDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
 """Standard JSON decoding that refuses NaN, Infinity and out-of-range numbers (ValidationError)."""
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _as_orjson_writes(value: Any) -> Any:
+    """What orjson writes for the two kinds of value it serialises natively and the standard
+    library does not: an Enum member as its value, a UUID as its text. The standard encoder
+    takes them the same way, so whether a value is accepted never depends on which path wrote
+    it."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_as_orjson_writes)
+
+#: Dataclasses and datetimes go to the standard encoder (which refuses them, as it always has)
+#: instead of being written by orjson's own conversions.
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
 #: orjson turns integers past 64 bits into floats; text with a run of 20 digits takes the slow
@@ -105,6 +125,41 @@ def _decode(text: str | bytes, what: str) -> Any:
 def dumps(value: Any) -> str:
     """The compact storage and wire form (UTF-8 text, no ASCII escaping, no NaN; a lone
     surrogate is written as its `\\uXXXX` escape, the only form valid UTF-8 can carry)."""
+    written = _orjson_form(value, may_be_non_finite=True)
+    return written.decode("utf-8") if written is not None else _standard_form(value)
+
+
+def dumps_bytes(value: Any) -> bytes:
+    """`dumps` encoded as UTF-8."""
+    written = _orjson_form(value, may_be_non_finite=True)
+    return written if written is not None else _standard_form(value).encode("utf-8")
+
+
+def dumps_bytes_fast(value: Any) -> bytes:
+    """`dumps_bytes` of a value already known to be lossless (it was decoded from accepted
+    text), so a `null` in the output needs no second look."""
+    written = _orjson_form(value, may_be_non_finite=False)
+    return written if written is not None else _standard_form(value).encode("utf-8")
+
+
+def _orjson_form(value: Any, *, may_be_non_finite: bool) -> bytes | None:
+    """The value's JSON through orjson, 10-20x faster than the standard library's C encoder
+    (a harness encodes every event it sends), or None where only the standard encoder writes
+    what `dumps` promises: an integer past 64 bits, a lone surrogate, a key that is not a
+    string, nesting past orjson's 255 levels (orjson refuses each), and a NaN or an infinity,
+    which orjson writes as `null` where `dumps` must refuse them, so any `null` in the output of
+    a value not known to be finite sends it to the standard encoder too. The two may spell a
+    float differently (`1e20` / `1e+20`): the same JSON number."""
+    try:
+        written = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return None
+    if may_be_non_finite and b"null" in written:
+        return None
+    return written
+
+
+def _standard_form(value: Any) -> str:
     try:
         text = _ENCODER.encode(value)
         return escape_lone_surrogates(text) if _LONE_SURROGATE.search(text) else text
@@ -112,22 +167,6 @@ def dumps(value: Any) -> str:
         raise ValidationError("NON_FINITE_NUMBER", f"value is not lossless JSON: {exc}") from None
     except RecursionError:
         raise ValidationError("JSON_TOO_DEEP", "value is nested too deeply") from None
-
-
-def dumps_bytes(value: Any) -> bytes:
-    """`dumps` encoded as UTF-8."""
-    return dumps(value).encode("utf-8")
-
-
-def dumps_bytes_fast(value: Any) -> bytes:
-    """Compact JSON of a value already known to be lossless (it was decoded from accepted text),
-    through orjson, several times faster than `dumps_bytes`; values orjson cannot write (an
-    integer past 64 bits, a lone surrogate) take the `dumps_bytes` path. The two may spell a
-    float differently (`1e20` / `1e+20`): the same JSON number."""
-    try:
-        return orjson.dumps(value)
-    except TypeError:
-        return dumps_bytes(value)
 
 
 #: The deepest nesting of arrays and objects any JSON value may have, at the door and on every

@@ -30,6 +30,21 @@ log = structlog.get_logger("sessionlog.sqlite")
 CHECKPOINT_EVERY_S = 0.5
 """How often the checkpointer copies the WAL into the database file (off the commit path)."""
 
+BUSY_TIMEOUT_MS = 30_000
+"""How long a connection waits for SQLite's write lock before failing (the busy handler)."""
+
+WAL_RESTART_FRAMES = 4096
+"""A WAL this long (16 MB of 4 KB pages) after a passive checkpoint is restarted: the next
+commit writes it again from its start. A passive checkpoint never restarts the WAL while
+commits keep coming (one always lands before the copy is complete), so under a steady load
+the file grew without bound, 217 MB in 15 s of 16 streaming writers, and each commit's fsync
+paid for extending it."""
+
+RESTART_WAIT_MS = 50
+"""How long the restart waits for readers still reading frames of the WAL: it holds the
+writers' turn meanwhile, so a long read (a whole history) makes it give up until the next
+round instead of holding up commits."""
+
 
 def _sqlite_engine(url: str, *, synchronous: str, immediate: bool, pool_size: int) -> Engine:
     engine = create_engine(
@@ -37,7 +52,7 @@ def _sqlite_engine(url: str, *, synchronous: str, immediate: bool, pool_size: in
         poolclass=QueuePool,
         pool_size=pool_size,
         max_overflow=0 if immediate else pool_size,
-        connect_args={"check_same_thread": False, "timeout": 30},
+        connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
         json_serializer=jsonvalue.dumps,
         json_deserializer=jsonvalue.loads,
     )
@@ -50,7 +65,7 @@ def _sqlite_engine(url: str, *, synchronous: str, immediate: bool, pool_size: in
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         if immediate:
             # A commit that crosses the WAL's auto-checkpoint size would copy the WAL into the
             # database (and fsync it) before it returns: a latency spike every ~1000 pages.
@@ -93,14 +108,38 @@ class SQLiteEventRecorder(EventRecorder):
         threading.Thread(target=self._checkpoint_loop, daemon=True, name="sessionlog-checkpoint").start()
 
     def _checkpoint_loop(self) -> None:
-        """Copy the WAL into the database file every CHECKPOINT_EVERY_S, on a connection of its
-        own: a PASSIVE checkpoint takes no lock writers wait for, so commits never pay for it."""
+        """Checkpoint every CHECKPOINT_EVERY_S, on a connection of its own (`checkpoint`)."""
         while not self._checkpoints.wait(CHECKPOINT_EVERY_S):
             try:
-                with self.read_engine.connect() as conn:
-                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+                self.checkpoint()
             except Exception as exc:
                 log.debug("checkpoint skipped", error=str(exc))
+
+    def checkpoint(self) -> bool:
+        """Copy the WAL into the database file, and restart a WAL that has grown long; True if
+        it was restarted (the next commit writes the WAL from its start).
+
+        The PASSIVE checkpoint takes no lock writers wait for and copies nearly everything. A
+        WAL of WAL_RESTART_FRAMES or more is then restarted (a RESTART checkpoint) while this
+        process holds the writers' turn: what is left to copy is what committed during the
+        passive pass, and no writer of any worker is in a transaction meanwhile, so commits
+        wait for that short copy and the database file's fsync, not for SQLite's busy handler.
+        """
+        raw = self.read_engine.raw_connection()  # autocommit: no read transaction of our own
+        try:
+            cursor = raw.cursor()
+            _busy, frames, _copied = cursor.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if frames < WAL_RESTART_FRAMES:
+                return False
+            with self._turn():
+                cursor.execute(f"PRAGMA busy_timeout={RESTART_WAIT_MS}")
+                try:
+                    busy, _frames, _copied = cursor.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                finally:
+                    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            return not busy
+        finally:
+            raw.close()
 
     def close(self) -> None:
         self._checkpoints.set()

@@ -9,8 +9,9 @@ here with the rule's name, not somewhere behind a server.
 
 from __future__ import annotations
 
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -31,6 +32,7 @@ from sessionlog_server.storage.factory import open_recorder
 from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.storage.recorder import EventRecorder, stored_form
 from sessionlog_server.storage.records import PendingBatch, SessionRecord, StoredSnapshot
+from tests.support.waiting import eventually
 
 TTL = 10_000
 NOW = 1_000_000
@@ -348,3 +350,60 @@ class TestPostgresRecorder(RecorderContract):
         # The writer's kept connection died while idle: the commit finds out and runs on a new one.
         assert self.recorder.commit_batches([batch(lease, [note(1)])]) == [None]
         assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0, 1]
+
+    def _writer_backends(self, admin: psycopg.Connection[Any]) -> list[tuple[int, str, str]]:
+        """The backends of this database whose last statement was a group commit's."""
+        rows = admin.execute(
+            "SELECT pid, state, query FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'WITH fence%%'"
+        ).fetchall()
+        return [(int(pid), str(state), str(query)) for pid, state, query in rows]
+
+    def test_a_plain_group_commits_as_one_statement_without_a_transaction_around_it(self, sid: str) -> None:
+        """BEGIN, the statement and COMMIT were three round trips; the statement alone is one. The
+        writer's connection is left idle with the group statement as its last, no COMMIT after."""
+        lease = self.writer(sid)
+        assert self.recorder.commit_batches([batch(lease, [note(0), note(1)])]) == [None]
+        with psycopg.connect(self.url, autocommit=True) as admin:
+            assert [state for _, state, _ in self._writer_backends(admin)] == ["idle"]
+        assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0, 1]
+
+    def test_a_connection_lost_during_the_statement_is_settled_by_reading_the_fence(self, sid: str) -> None:
+        """The statement is its own commit: when its connection breaks while it is out, the
+        sessions' fences are read back. Here it had not committed (its backend was stopped while
+        it waited for a row lock), so the group runs again on a new connection."""
+        lease = self.writer(sid)
+        assert self.recorder.commit_batches([batch(lease, [note(0)])]) == [None]
+        outcome: list[BaseException | list[Any]] = []
+        with psycopg.connect(self.url) as blocker, psycopg.connect(self.url, autocommit=True) as admin:
+            blocker.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (sid,))  # the fence waits for it
+            committing = threading.Thread(
+                target=lambda: outcome.append(_outcome(lambda: self.recorder.commit_batches([batch(lease, [note(1)])])))
+            )
+            committing.start()
+            waiting = eventually(
+                lambda: self._writer_backends(admin), lambda found: [s for _, s, _ in found] == ["active"]
+            )
+            admin.execute("SELECT pg_terminate_backend(%s, 10000)", (waiting[0][0],))
+            blocker.rollback()
+            committing.join(30)
+        assert outcome == [[None]]
+        assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0, 1]
+
+    def test_the_fence_read_back_tells_committed_from_not_and_from_unknown(self, sid: str) -> None:
+        lease = self.writer(sid)
+        pending = batch(lease, [note(0), note(1)])
+        runs = [[0]]
+        read_back = self.recorder._moved_after_loss  # type: ignore[attr-defined]
+        assert read_back([pending], runs) == set()  # still at the expected seq: not committed
+        assert self.recorder.commit_batches([pending]) == [None]
+        assert read_back([pending], runs) == {sid}  # at the batch's new next seq: committed
+        self.recorder.acquire_lease(sid, "w2", takeover=True, now=NOW, ttl_ms=TTL, token_hash="h-w2")
+        assert read_back([pending], runs) is None  # taken over: before or after, nobody can tell
+
+
+def _outcome(call: Callable[[], list[Any]]) -> BaseException | list[Any]:
+    try:
+        return call()
+    except BaseException as exc:  # the outcome under test
+        return exc

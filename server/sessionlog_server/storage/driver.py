@@ -13,6 +13,7 @@ broke is dropped and the next group checks out a fresh one.
 
 from __future__ import annotations
 
+import select
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, TypeVar
@@ -155,6 +156,47 @@ class CommitConnection:
                         ) from exc
                     raise
 
+    def run_alone(self, statement: str, parameters: Any) -> list[Any] | None:
+        """`statement` as a transaction of its own (the driver's autocommit), and its rows.
+
+        One round trip, where `run`'s BEGIN, statement and COMMIT take three on psycopg (raw
+        psycopg on loopback, one 2 KB insert per commit: 0.74-1.0 ms and 190-230 µs of CPU
+        against 1.6-2.0 ms and 530-590 µs). The statement must be all of the transaction.
+
+        None when nothing was sent: the kept connection has something to read while idle, most
+        likely the server closing it (a restart), so the caller takes `run`'s way, which
+        replaces a connection that died while idle and tries again. A statement the database
+        refuses wrote nothing: its `storage_error` is raised. A connection that breaks while the
+        statement is out leaves its outcome unknown, as a COMMIT that breaks does:
+        COMMIT_OUTCOME_UNKNOWN, and the connection is dropped.
+        """
+        try:
+            connection = self._connection()
+        except sa_exc.DBAPIError as exc:
+            raise sqlalchemy_error(exc) from exc
+        if _has_input(connection):
+            return None
+        with self._turn():
+            connection.autocommit = True
+            try:
+                cursor = connection.cursor()
+                cursor.execute(statement, parameters)
+                return list(cursor)
+            except self._driver_errors as exc:
+                if getattr(connection, "broken", False) or getattr(connection, "closed", False):
+                    self._drop()
+                    raise Unavailable(
+                        "COMMIT_OUTCOME_UNKNOWN", f"the connection broke during the commit: {exc}; retry with event ids"
+                    ) from exc
+                raise storage_error(
+                    exc,
+                    conflict=isinstance(exc, self._dbapi.IntegrityError),
+                    unstorable=isinstance(exc, (self._dbapi.DataError, OverflowError)),
+                ) from exc
+            finally:
+                if self._pooled is not None:
+                    connection.autocommit = False
+
     def close(self) -> None:
         """Give the connection back to its pool."""
         if self._pooled is not None:
@@ -176,9 +218,24 @@ class CommitConnection:
             broken = True
         if not broken or self._pooled is None:
             return False
-        pooled, self._pooled = self._pooled, None
-        pooled.invalidate()
+        self._drop()
         return True
+
+    def _drop(self) -> None:
+        """Invalidate the kept connection; the next use checks out a fresh one."""
+        if self._pooled is not None:
+            pooled, self._pooled = self._pooled, None
+            pooled.invalidate()
+
+
+def _has_input(connection: Any) -> bool:
+    """Whether an idle connection's socket has something to read (the server closed it, or sent
+    a notice): a poll that does not wait."""
+    fileno = getattr(connection, "fileno", None)
+    if fileno is None:
+        return False
+    readable, _, _ = select.select([fileno()], [], [], 0)
+    return bool(readable)
 
 
 __all__ = ["CommitConnection", "DriverSQL", "DriverTransaction", "Rows", "sqlalchemy_error", "storage_error"]

@@ -12,12 +12,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import create_engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import SessionLogError
 from sessionlog_server.storage.changes import CHANNEL, ChangeFeed, PostgresChangeFeed, notify_payload
 from sessionlog_server.storage.driver import DriverSQL, DriverTransaction
-from sessionlog_server.storage.recorder import EVENT_COLUMNS, EventRecorder, advance_params, contiguous, event_params
+from sessionlog_server.storage.recorder import (
+    EVENT_COLUMNS,
+    EventRecorder,
+    advance_params,
+    contiguous,
+    event_params,
+    session_runs,
+)
 from sessionlog_server.storage.records import PendingBatch
 
 # One statement for a group commit: `fence` holds each session's compare-and-set (the
@@ -110,6 +118,87 @@ class PostgresEventRecorder(EventRecorder):
         )
         super().__init__(engine)
 
+    def commit_batches(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
+        """A group that is its group statement and nothing else commits as that statement alone,
+        in one round trip (`CommitConnection.run_alone`): no eventId to check against the log,
+        no blob, no snapshot, and each session's batches following each other. Any other group,
+        the sessions whose fence missed (the statement wrote nothing of theirs), and a group the
+        database refused as a whole (nothing of it was written) take the base class's way: one
+        transaction, which names each batch's error.
+        """
+        runs = session_runs(batches)
+        alone = all(not b.verify_ids and not b.blobs and b.snapshot is None for b in batches) and all(
+            contiguous([batches[i] for i in run]) for run in runs
+        )
+        if not alone:
+            return super().commit_batches(batches)
+        try:
+            written = self._commits.run_alone(*group_statement(*self._group_rows(batches, runs)))
+        except SessionLogError as exc:
+            if exc.reason != "COMMIT_OUTCOME_UNKNOWN":
+                return super().commit_batches(batches)
+            found = self._moved_after_loss(batches, runs)
+            if found is None:
+                raise
+            moved = found
+        else:
+            if written is None:
+                return super().commit_batches(batches)
+            moved = {session_id for session_id, _ in written}
+        results: list[SessionLogError | None] = [None] * len(batches)
+        missed = [i for i, batch in enumerate(batches) if batch.session_id not in moved]
+        if missed:
+            outcomes = super().commit_batches([batches[i] for i in missed])
+            for index, outcome in zip(missed, outcomes, strict=True):
+                results[index] = outcome
+        return results
+
+    def _moved_after_loss(self, batches: Sequence[PendingBatch], runs: Sequence[Sequence[int]]) -> set[str] | None:
+        """Which sessions the group statement moved, read back after its connection broke while
+        it was out, or None if that cannot be told.
+
+        The fence is a compare-and-set on (writer, epoch, next_seq), and only this writer thread
+        moves a session it holds: a session still held by the run's writer and epoch is at the
+        run's new next_seq if the statement committed, at its expected one if it did not. A
+        session held by anyone else now may have been taken over before or after: unknown. So is
+        everything while the database cannot be read (it is restarting).
+        """
+        expected = {batches[run[0]].session_id: (batches[run[0]], batches[run[-1]].new_next_seq) for run in runs}
+        try:
+            with self.read_engine.connect() as conn:
+                rows = conn.exec_driver_sql(
+                    "SELECT id, writer_id, epoch, next_seq FROM sessions WHERE id = ANY(%s)", (list(expected),)
+                ).all()
+        except SQLAlchemyError:  # the database is away (restarting): the outcome stays unknown
+            return None
+        moved: set[str] = set()
+        for session_id, writer_id, epoch, next_seq in rows:
+            first, after = expected[session_id]
+            if (writer_id, epoch) != (first.writer_id, first.epoch) or next_seq not in (first.expected_next_seq, after):
+                return None
+            if next_seq == after:
+                moved.add(session_id)
+        return moved if len(rows) == len(expected) else None
+
+    def _group_rows(
+        self, batches: Sequence[PendingBatch], runs: Sequence[Sequence[int]]
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The group statement's fence rows (one per run, with its change notice) and event rows."""
+        fences = [
+            (
+                *advance_params(batches[run[0]], batches[run[-1]]),
+                notify_payload(self.instance, batches[run[0]].session_id),
+            )
+            for run in runs
+        ]
+        rows = [
+            event_params(batches[i].session_id, event, stored)
+            for run in runs
+            for i in run
+            for event, stored in zip(batches[i].events, batches[i].stored, strict=True)
+        ]
+        return fences, rows
+
     def _fence_and_insert(
         self,
         conn: DriverTransaction,
@@ -128,22 +217,9 @@ class PostgresEventRecorder(EventRecorder):
         of any size is one statement: a large one sends each column as one array.
         """
         whole = [run for run in runs if contiguous([batches[i] for i in run])]
-        fences = [
-            (
-                *advance_params(batches[run[0]], batches[run[-1]]),
-                notify_payload(self.instance, batches[run[0]].session_id),
-            )
-            for run in whole
-        ]
-        rows = [
-            event_params(batches[i].session_id, event, stored)
-            for run in whole
-            for i in run
-            for event, stored in zip(batches[i].events, batches[i].stored, strict=True)
-        ]
         written: set[str] = set()
         if whole:
-            statement, params = group_statement(fences, rows)
+            statement, params = group_statement(*self._group_rows(batches, whole))
             written = {session_id for session_id, _ in conn.exec_driver_sql(statement, params)}
         accepted: list[PendingBatch] = []
         missed: list[PendingBatch] = []

@@ -358,11 +358,8 @@ class EventRecorder(ABC):
         which also explains the failure of each.
         """
         results: list[SessionLogError | None] = [None] * len(batches)
-        by_session: dict[str, list[int]] = {}
-        for index, batch in enumerate(batches):
-            by_session.setdefault(batch.session_id, []).append(index)
         runs: list[list[int]] = []
-        for indexes in by_session.values():
+        for indexes in session_runs(batches):
             stored = self._stored_ids(conn, [batches[i] for i in indexes])
             if stored:  # planned on the belief that these ids were new: none of the run may go in
                 for index in indexes:
@@ -639,6 +636,14 @@ def advance_params(first: PendingBatch, last: PendingBatch) -> tuple[Any, ...]:
         first.epoch,
         first.expected_next_seq,
     )
+
+
+def session_runs(batches: Sequence[PendingBatch]) -> list[list[int]]:
+    """The indexes of each session's batches in a group, sessions in order of first batch."""
+    by_session: dict[str, list[int]] = {}
+    for index, batch in enumerate(batches):
+        by_session.setdefault(batch.session_id, []).append(index)
+    return list(by_session.values())
 
 
 def contiguous(run: Sequence[PendingBatch]) -> bool:

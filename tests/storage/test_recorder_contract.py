@@ -9,6 +9,8 @@ here with the rule's name, not somewhere behind a server.
 
 from __future__ import annotations
 
+import os
+import resource
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -407,3 +409,25 @@ def _outcome(call: Callable[[], list[Any]]) -> BaseException | list[Any]:
         return call()
     except BaseException as exc:  # the outcome under test
         return exc
+
+
+def test_a_commit_on_a_connection_numbered_past_1023_works(pg_database: str) -> None:
+    """A server with many client connections opens the database's past descriptor 1,023, where
+    `select.select` refuses to look (the idle check before a one-statement commit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this process may open only {hard} files")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    recorder = open_recorder(pg_database)
+    try:
+        sid = f"fd-{uuid.uuid4().hex[:12]}"
+        recorder.create_session(session(sid))
+        lease = recorder.acquire_lease(sid, "w1", takeover=False, now=NOW, ttl_ms=TTL, token_hash="h-w1")
+        assert recorder.commit_batches([batch(lease, [note(0)])]) == [None]
+        assert [e.seq for e in recorder.read_events(sid, 0, None, 10)] == [0]
+    finally:
+        recorder.close()
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -234,8 +234,9 @@ def _has_input(connection: Any) -> bool:
     fileno = getattr(connection, "fileno", None)
     if fileno is None:
         return False
-    readable, _, _ = select.select([fileno()], [], [], 0)
-    return bool(readable)
+    poller = select.poll()  # not select.select: it refuses descriptors past 1,023
+    poller.register(fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 __all__ = ["CommitConnection", "DriverSQL", "DriverTransaction", "Rows", "sqlalchemy_error", "storage_error"]

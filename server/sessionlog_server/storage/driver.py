@@ -100,6 +100,11 @@ def sqlalchemy_error(exc: BaseException) -> SessionLogError:
     )
 
 
+class StatementLost(Exception):
+    """The connection broke while a statement that commits itself was out: whether it committed
+    is not known here (`CommitConnection.run_alone`)."""
+
+
 class CommitConnection:
     """The writer thread's own connection for group commits, checked out once and kept.
 
@@ -167,8 +172,8 @@ class CommitConnection:
         likely the server closing it (a restart), so the caller takes `run`'s way, which
         replaces a connection that died while idle and tries again. A statement the database
         refuses wrote nothing: its `storage_error` is raised. A connection that breaks while the
-        statement is out leaves its outcome unknown, as a COMMIT that breaks does:
-        COMMIT_OUTCOME_UNKNOWN, and the connection is dropped.
+        statement is out leaves its outcome unknown here, as a COMMIT that breaks does: the
+        connection is dropped and `StatementLost` raised, for the caller to find out.
         """
         try:
             connection = self._connection()
@@ -185,9 +190,7 @@ class CommitConnection:
             except self._driver_errors as exc:
                 if getattr(connection, "broken", False) or getattr(connection, "closed", False):
                     self._drop()
-                    raise Unavailable(
-                        "COMMIT_OUTCOME_UNKNOWN", f"the connection broke during the commit: {exc}; retry with event ids"
-                    ) from exc
+                    raise StatementLost(str(exc)) from exc
                 raise storage_error(
                     exc,
                     conflict=isinstance(exc, self._dbapi.IntegrityError),
@@ -239,4 +242,12 @@ def _has_input(connection: Any) -> bool:
     return bool(poller.poll(0))
 
 
-__all__ = ["CommitConnection", "DriverSQL", "DriverTransaction", "Rows", "sqlalchemy_error", "storage_error"]
+__all__ = [
+    "CommitConnection",
+    "DriverSQL",
+    "DriverTransaction",
+    "Rows",
+    "StatementLost",
+    "sqlalchemy_error",
+    "storage_error",
+]

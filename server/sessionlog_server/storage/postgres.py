@@ -15,9 +15,9 @@ from sqlalchemy import create_engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import SessionLogError
+from sessionlog.core.errors import SessionLogError, Unavailable
 from sessionlog_server.storage.changes import CHANNEL, ChangeFeed, PostgresChangeFeed, notify_payload
-from sessionlog_server.storage.driver import DriverSQL, DriverTransaction
+from sessionlog_server.storage.driver import DriverSQL, DriverTransaction, StatementLost
 from sessionlog_server.storage.recorder import (
     EVENT_COLUMNS,
     EventRecorder,
@@ -134,13 +134,15 @@ class PostgresEventRecorder(EventRecorder):
             return super().commit_batches(batches)
         try:
             written = self._commits.run_alone(*group_statement(*self._group_rows(batches, runs)))
-        except SessionLogError as exc:
-            if exc.reason != "COMMIT_OUTCOME_UNKNOWN":
-                return super().commit_batches(batches)
+        except StatementLost as lost:
             found = self._moved_after_loss(batches, runs)
             if found is None:
-                raise
+                raise Unavailable(
+                    "COMMIT_OUTCOME_UNKNOWN", f"the connection broke during the commit: {lost}; retry with event ids"
+                ) from lost
             moved = found
+        except SessionLogError:  # refused as a whole: nothing of it was written
+            return super().commit_batches(batches)
         else:
             if written is None:
                 return super().commit_batches(batches)

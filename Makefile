@@ -24,6 +24,7 @@ test: lint typecheck pytest tstest  ## Lint, type-check and run the whole suite 
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check client server tests migrations scripts bench
+	$(VENV)/bin/ruff format --check client server tests migrations scripts bench
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -272,9 +272,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             check["measured"] += _slow_streams_note(report)
         out.append(check)
         out.append(
-            _check(
-                f"{streams:,} slow writers, {backend}: stall seconds", "0", figure["stall_seconds"], 0, False, "s"
-            )
+            _check(f"{streams:,} slow writers, {backend}: stall seconds", "0", figure["stall_seconds"], 0, False, "s")
         )
     for backend in BACKENDS:
         events = _get(sl, backend, "history_100k", "events")

@@ -31,9 +31,7 @@ def upgrade() -> None:
         sa.Column("seq", sa.BigInteger(), nullable=False),
         sa.Column("fold_version", sa.Integer(), nullable=False),
         sa.Column("state", sa.LargeBinary(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["session_id"], ["sessions.id"], name=op.f("fk_fold_snapshots_session_id_sessions")
-        ),
+        sa.ForeignKeyConstraint(["session_id"], ["sessions.id"], name=op.f("fk_fold_snapshots_session_id_sessions")),
         sa.PrimaryKeyConstraint("session_id", "seq", name=op.f("pk_fold_snapshots")),
     )
     if op.get_bind().dialect.name == "postgresql":

@@ -24,9 +24,7 @@ TEXTS = [
 def _append_raw(client: SessionLogClient, sid: str) -> list[int]:
     lease = client.acquire_lease(sid)
     events = [event_pb2.NewEvent(type="test/raw", data_json=text, ignorable=True) for text in TEXTS]
-    response = client.stub.AppendEvents(
-        pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=events)
-    )
+    response = client.stub.AppendEvents(pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=events))
     return list(response.seqs)
 
 

@@ -92,9 +92,7 @@ def own_server(fresh_db: str) -> Any:
         servers.stop(server)
 
 
-def test_a_retried_event_id_long_after_its_batch_returns_its_seqs_and_stores_nothing(
-    own_server: Any, sid: str
-) -> None:
+def test_a_retried_event_id_long_after_its_batch_returns_its_seqs_and_stores_nothing(own_server: Any, sid: str) -> None:
     turns = RECENT_IDS // 7 + 20  # more eventIds than the live session remembers
     server = own_server()
     with SessionLogClient(server.target) as client:

@@ -256,9 +256,7 @@ def check_tool_result_rewrite(event: Event, shadowed: Sequence[int], node_at: No
         )
 
 
-def check_system_head(
-    state: SurfaceState, event: Event, start_index: int, end_index: int, node_at: NodeLookup
-) -> None:
+def check_system_head(state: SurfaceState, event: Event, start_index: int, end_index: int, node_at: NodeLookup) -> None:
     """Node-0 protection: a replace starting at a system/message node 0 is a system/message
     replacing exactly that node (a prompt change); compaction may not swallow the prompt."""
     if start_index != 0 or node_at(state.nodes[0]).type != SYSTEM_MESSAGE:

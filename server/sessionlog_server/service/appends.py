@@ -241,7 +241,6 @@ class AppendPipeline:
         return await future
 
 
-
 def _with_stored_text(pending: PendingBatch) -> list[Event]:
     """The batch's events carrying the exact data text they were stored with (when it holds
     the whole data: no blob strings taken out), so subscribers get the bytes readers get."""

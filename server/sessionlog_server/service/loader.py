@@ -109,7 +109,6 @@ class SessionLoader:
         return SessionFold(keep_messages=False), None
 
 
-
 class LiveSessionLoader:
     """Brings a session into the live cache (`load`) and keeps a cached one current (`catch_up`)."""
 

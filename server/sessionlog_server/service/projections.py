@@ -207,8 +207,7 @@ async def transcript_page(
     rows = [
         row
         for event in page
-        if (row := transcript_row(event, scan.replaced_by.get(event.seq), scan.replaces.get(event.seq, [])))
-        is not None
+        if (row := transcript_row(event, scan.replaced_by.get(event.seq), scan.replaces.get(event.seq, []))) is not None
     ]
     last = page[-1].seq if page else at_seq
     token = _encode_token("transcript", at_seq, last + 1, 0) if last < at_seq else ""

@@ -36,6 +36,7 @@ def test_the_wal_is_restarted_while_commits_keep_coming(tmp_path: Path, monkeypa
     writing = threading.Event()
     largest = 0
     restarted = 0
+    outcomes: list[object] = []
 
     def write() -> None:
         writing.set()
@@ -51,7 +52,7 @@ def test_the_wal_is_restarted_while_commits_keep_coming(tmp_path: Path, monkeypa
                 now + 10**9,
             )
             pending.stored.append((TEXT, None))
-            assert recorder.commit_batches([pending]) == [None]
+            outcomes.extend(recorder.commit_batches([pending]))
 
     writer = threading.Thread(target=write)
     writer.start()
@@ -62,6 +63,8 @@ def test_the_wal_is_restarted_while_commits_keep_coming(tmp_path: Path, monkeypa
             largest = max(largest, os.path.getsize(f"{path}-wal"))
             time.sleep(0.02)
         writer.join()
+        assert outcomes == [None] * commits  # every commit went in, restarts or not
+        assert len(recorder.read_events("s", 0, None, commits + 1)) == commits
     finally:
         recorder.close()
     assert restarted > 0

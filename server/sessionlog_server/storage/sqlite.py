@@ -129,7 +129,7 @@ class SQLiteEventRecorder(EventRecorder):
         try:
             cursor = raw.cursor()
             _busy, frames, _copied = cursor.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            if frames < WAL_RESTART_FRAMES:
+            if frames < WAL_RESTART_FRAMES or self._checkpoints.is_set():  # closing: leave the turn alone
                 return False
             with self._turn():
                 cursor.execute(f"PRAGMA busy_timeout={RESTART_WAIT_MS}")

@@ -136,25 +136,12 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
         auth="bearer tokens" if tokens.enabled else "none: no tokens configured, so listening on loopback only",
         namespaces=sorted({p.namespace for p in tokens.principals.values()}),
         metrics=settings.metrics_listen or None,
-        gc_thresholds=list(gc.get_threshold()),
     )
     return RunningServer(server, service, health_servicer, port, admin, otlp)
 
 
-#: The collector's thresholds in a serving process (Python's default is 700, 10, 10). A young
-#: collection walks every container still alive since the last one, and whatever survives two
-#: is promoted until a full collection walks the whole heap. Under 2,000 slow writers, requests,
-#: futures and stream state live a few milliseconds, long enough to be walked and promoted at
-#: 700: per worker, 1.2-3.0 s of CPU in the collector over a 45 s run, and full collections of
-#: 100-200 ms that stalled every stream. At 20,000 most of them are gone before a collection:
-#: 0.24 s, no full collection in the run, the longest pause 43-53 ms (measured with
-#: `python -m bench.slow_writers --streams 2000 --workers 2`, collector time from gc.callbacks).
-SERVING_GC_THRESHOLDS = (20_000, 10, 10)
-
-
 async def serve(settings: Settings, *, reuse_port: bool = False) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
-    gc.set_threshold(*SERVING_GC_THRESHOLDS)  # the process is ours (start_server alone is not)
     running = await start_server(settings, reuse_port=reuse_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

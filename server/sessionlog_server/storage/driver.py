@@ -154,11 +154,7 @@ class CommitConnection:
                     if dropped and reused and not committing:
                         continue  # the connection had died while idle: try once on a new one
                     if isinstance(exc, self._driver_errors):
-                        raise storage_error(
-                            exc,
-                            conflict=isinstance(exc, self._dbapi.IntegrityError),
-                            unstorable=isinstance(exc, (self._dbapi.DataError, OverflowError)),
-                        ) from exc
+                        raise self._storage_error(exc) from exc
                     raise
 
     def run_alone(self, statement: str, parameters: Any) -> list[Any] | None:
@@ -191,11 +187,7 @@ class CommitConnection:
                 if getattr(connection, "broken", False) or getattr(connection, "closed", False):
                     self._drop()
                     raise StatementLost(str(exc)) from exc
-                raise storage_error(
-                    exc,
-                    conflict=isinstance(exc, self._dbapi.IntegrityError),
-                    unstorable=isinstance(exc, (self._dbapi.DataError, OverflowError)),
-                ) from exc
+                raise self._storage_error(exc) from exc
             finally:
                 if self._pooled is not None:
                     connection.autocommit = False
@@ -223,6 +215,14 @@ class CommitConnection:
             return False
         self._drop()
         return True
+
+    def _storage_error(self, exc: BaseException) -> SessionLogError:
+        """`storage_error` of a driver error, classed by this driver's PEP 249 error classes."""
+        return storage_error(
+            exc,
+            conflict=isinstance(exc, self._dbapi.IntegrityError),
+            unstorable=isinstance(exc, (self._dbapi.DataError, OverflowError)),
+        )
 
     def _drop(self) -> None:
         """Invalidate the kept connection; the next use checks out a fresh one."""

@@ -131,14 +131,17 @@ def dumps(value: Any) -> str:
 
 def dumps_bytes(value: Any) -> bytes:
     """`dumps` encoded as UTF-8."""
-    written = _orjson_form(value, may_be_non_finite=True)
-    return written if written is not None else _standard_form(value).encode("utf-8")
+    return _utf8_form(value, may_be_non_finite=True)
 
 
 def dumps_bytes_fast(value: Any) -> bytes:
     """`dumps_bytes` of a value already known to be lossless (it was decoded from accepted
     text), so a `null` in the output needs no second look."""
-    written = _orjson_form(value, may_be_non_finite=False)
+    return _utf8_form(value, may_be_non_finite=False)
+
+
+def _utf8_form(value: Any, *, may_be_non_finite: bool) -> bytes:
+    written = _orjson_form(value, may_be_non_finite=may_be_non_finite)
     return written if written is not None else _standard_form(value).encode("utf-8")
 
 

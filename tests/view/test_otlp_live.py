@@ -52,14 +52,16 @@ class Receiver:
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.server.server_port}/v1/traces"
 
-    def spans(self) -> list[tuple[str, str, str, str]]:
-        """(trace id, span id, parent id, name) of every span received, in arrival order."""
+    def spans(self, trace: str | None = None) -> list[tuple[str, str, str, str]]:
+        """(trace id, span id, parent id, name) of every span received (of one trace, if given),
+        in arrival order."""
         return [
             (s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name)
             for request in self.requests
             for rs in request.resource_spans
             for ss in rs.scope_spans
             for s in ss.spans
+            if trace is None or s.trace_id.hex() == trace
         ]
 
 
@@ -157,7 +159,7 @@ def test_the_service_sends_each_turn_as_it_ends(db_url: str, sid: str, receiver:
             want = [span for span in expected(client, sid) if span[3] != f"session {sid}"]
     finally:
         server.stop()
-    got = [span for span in receiver.spans() if span[0] == want[0][0]]  # the parent's trace
+    got = receiver.spans(trace=want[0][0])  # the parent's trace
     assert sorted(got) == sorted(want)  # each span once, as the export has it; the root is not sent live
 
 
@@ -165,7 +167,7 @@ def test_after_a_restart_the_open_turn_is_sent_whole(fresh_db: str, sid: str, re
     # Only this session's trace counts: on the shared PostgreSQL database the servers' repairs
     # may close another test's abandoned turn, and that turn's spans go out too.
     def spans() -> list[tuple[str, str, str, str]]:
-        return [span for span in receiver.spans() if span[0] == trace_id(sid)]
+        return receiver.spans(trace=trace_id(sid))
 
     first = ServerThread(fresh_db, otlp_endpoint=receiver.url)
     try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from sessionlog.core.limits import DEFAULT_LIMITS, Limits
+from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS
 
 ENV_PREFIX = "SESSIONLOG_"
 
@@ -28,6 +29,9 @@ class Settings:
     """Run the migration chain on start."""
     sqlite_synchronous: str = "FULL"
     """SQLite `synchronous` pragma: FULL (durable on power loss) or NORMAL (durable on crash)."""
+    sqlite_busy_timeout_ms: int = BUSY_TIMEOUT_MS
+    """How long a write waits for the SQLite file while another worker or program writes it; past
+    that it fails with STORAGE_UNAVAILABLE (nothing written, retry)."""
     lease_ttl_ms: int = 30_000
     """How long a writer lease lasts without a renewal (streaming leases are renewed by the service)."""
     blob_threshold_bytes: int = 256 * 1024

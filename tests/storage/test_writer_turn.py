@@ -1,6 +1,7 @@
 """The turn to write a SQLite file (storage/writer_turn.py): one holder at a time across
 processes (two `WriterTurn`s stand for two workers: each opens the lock file on its own, as a
-process does), and a waiter proceeds as soon as the holder lets go."""
+process does), a waiter proceeds as soon as the holder lets go, and one that waits too long
+fails, writing nothing, without leaving the turn taken."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from sessionlog.core.errors import Unavailable
 from sessionlog_server.storage.writer_turn import WriterTurn
+
+WAIT_S = 30.0
 
 
 def test_one_writer_at_a_time_and_the_next_goes_on_release(tmp_path: Path) -> None:
     database = str(tmp_path / "s.db")
-    first, second = WriterTurn(database), WriterTurn(database)
+    first, second = WriterTurn(database, WAIT_S), WriterTurn(database, WAIT_S)
     entered = threading.Event()
 
     def take_second_turn() -> None:
@@ -38,7 +44,7 @@ def test_one_writer_at_a_time_and_the_next_goes_on_release(tmp_path: Path) -> No
 
 
 def test_threads_of_one_process_take_turns_too(tmp_path: Path) -> None:
-    turn = WriterTurn(str(tmp_path / "s.db"))
+    turn = WriterTurn(str(tmp_path / "s.db"), WAIT_S)
     inside = 0
     most = 0
     lock = threading.Lock()
@@ -61,3 +67,56 @@ def test_threads_of_one_process_take_turns_too(tmp_path: Path) -> None:
         thread.join(30)
     turn.close()
     assert most == 1
+
+
+def test_a_turn_held_too_long_fails_the_waiter_and_is_not_kept_after(tmp_path: Path) -> None:
+    database = str(tmp_path / "s.db")
+    stopped, writer = WriterTurn(database, WAIT_S), WriterTurn(database, 0.2)
+    try:
+        with stopped.held():  # a worker stopped while holding the turn
+            asked = time.monotonic()
+            with pytest.raises(Unavailable) as refused, writer.held():
+                raise AssertionError("got the turn while another process held it")
+            assert 0.2 <= time.monotonic() - asked < 5
+            assert refused.value.reason == "STORAGE_UNAVAILABLE"
+            assert "turn to write" in str(refused.value)
+            with pytest.raises(Unavailable), writer.held():  # a second writer waits on the same helper
+                raise AssertionError("got the turn while another process held it")
+        # The helper got the turn after its writers gave up: it let it go at once.
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                with stopped.held():
+                    break
+            except Unavailable:
+                assert time.monotonic() < deadline, "the turn stayed taken after the waiter gave up"
+        with writer.held():  # and the writer that gave up gets it when it is free
+            pass
+    finally:
+        stopped.close()
+        writer.close()
+
+
+def test_a_waiter_still_waiting_when_the_holder_lets_go_gets_the_turn(tmp_path: Path) -> None:
+    database = str(tmp_path / "s.db")
+    first, second = WriterTurn(database, WAIT_S), WriterTurn(database, 0.2)
+    got = threading.Event()
+
+    def wait_for_turn() -> None:
+        with second.held():
+            got.set()
+
+    try:
+        with first.held(), pytest.raises(Unavailable), second.held():  # gives up; the helper waits on
+            raise AssertionError("got the turn while another process held it")
+        first_released = threading.Thread(target=wait_for_turn)
+        with first.held():
+            first_released.start()
+            time.sleep(0.05)  # the second writer is waiting (on the helper still blocked)
+        first_released.join(5)
+        assert got.is_set(), "the waiting writer was not handed the turn"
+        with first.held():  # it gave the turn back
+            pass
+    finally:
+        first.close()
+        second.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy.engine import make_url
 
 from sessionlog_server.storage.recorder import EventRecorder
+from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS
 
 
 def normalise_url(url: str) -> str:
@@ -15,14 +16,17 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def open_recorder(url: str, *, sqlite_synchronous: str = "FULL") -> EventRecorder:
-    """The recorder for `url`; the schema must already be migrated (see migrate.upgrade)."""
+def open_recorder(
+    url: str, *, sqlite_synchronous: str = "FULL", sqlite_busy_timeout_ms: int = BUSY_TIMEOUT_MS
+) -> EventRecorder:
+    """The recorder for `url`; the schema must already be migrated (see migrate.upgrade). The
+    `sqlite_` settings apply to a SQLite file only."""
     url = normalise_url(url)
     backend = make_url(url).get_backend_name()
     if backend == "sqlite":
         from sessionlog_server.storage.sqlite import SQLiteEventRecorder
 
-        return SQLiteEventRecorder(url, synchronous=sqlite_synchronous)
+        return SQLiteEventRecorder(url, synchronous=sqlite_synchronous, busy_timeout_ms=sqlite_busy_timeout_ms)
     if backend == "postgresql":
         from sessionlog_server.storage.postgres import PostgresEventRecorder
 

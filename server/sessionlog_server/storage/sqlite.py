@@ -31,7 +31,8 @@ CHECKPOINT_EVERY_S = 0.5
 """How often the checkpointer copies the WAL into the database file (off the commit path)."""
 
 BUSY_TIMEOUT_MS = 30_000
-"""How long a connection waits for SQLite's write lock before failing (the busy handler)."""
+"""How long a write waits for the file by default: for another process's turn to write it
+(storage/writer_turn.py) and for SQLite's write lock (the busy handler), each; then it fails."""
 
 WAL_RESTART_FRAMES = 4096
 """A WAL this long (16 MB of 4 KB pages) after a passive checkpoint is restarted: the next
@@ -46,13 +47,13 @@ writers' turn meanwhile, so a long read (a whole history) makes it give up until
 round instead of holding up commits."""
 
 
-def _sqlite_engine(url: str, *, synchronous: str, immediate: bool, pool_size: int) -> Engine:
+def _sqlite_engine(url: str, *, synchronous: str, busy_timeout_ms: int, immediate: bool, pool_size: int) -> Engine:
     engine = create_engine(
         url,
         poolclass=QueuePool,
         pool_size=pool_size,
         max_overflow=0 if immediate else pool_size,
-        connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+        connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
         json_serializer=jsonvalue.dumps,
         json_deserializer=jsonvalue.loads,
     )
@@ -65,7 +66,7 @@ def _sqlite_engine(url: str, *, synchronous: str, immediate: bool, pool_size: in
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         if immediate:
             # A commit that crosses the WAL's auto-checkpoint size would copy the WAL into the
             # database (and fsync it) before it returns: a latency spike every ~1000 pages.
@@ -94,15 +95,19 @@ class SQLiteEventRecorder(EventRecorder):
         f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?, ?)"
     )
 
-    def __init__(self, url: str, *, synchronous: str = "FULL") -> None:
+    def __init__(self, url: str, *, synchronous: str = "FULL", busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"unknown SQLite synchronous mode {synchronous!r}")
+        if busy_timeout_ms <= 0:
+            raise ValueError(f"the SQLite busy timeout must be positive, not {busy_timeout_ms} ms")
+        self.busy_timeout_ms = busy_timeout_ms
         # Two writer connections: the group committer keeps one (storage/driver.py), other writes
         # (leases, session creation) take the other; BEGIN IMMEDIATE serialises them.
-        write = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=True, pool_size=2)
-        read = _sqlite_engine(url, synchronous=synchronous.upper(), immediate=False, pool_size=4)
+        mode = synchronous.upper()
+        write = _sqlite_engine(url, synchronous=mode, busy_timeout_ms=busy_timeout_ms, immediate=True, pool_size=2)
+        read = _sqlite_engine(url, synchronous=mode, busy_timeout_ms=busy_timeout_ms, immediate=False, pool_size=4)
         path = write.url.database
-        self._writer_turn = WriterTurn(path) if path and path != ":memory:" else None
+        self._writer_turn = WriterTurn(path, busy_timeout_ms / 1000) if path and path != ":memory:" else None
         super().__init__(write, read)
         self._checkpoints = threading.Event()
         threading.Thread(target=self._checkpoint_loop, daemon=True, name="sessionlog-checkpoint").start()
@@ -136,7 +141,7 @@ class SQLiteEventRecorder(EventRecorder):
                 try:
                     busy, _frames, _copied = cursor.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
                 finally:
-                    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                    cursor.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
             return not busy
         finally:
             raw.close()

@@ -10,12 +10,15 @@ as soon as the holder lets go, so the workers hand the file to each other withou
 SQLite's own lock stays the guard: the turn only decides who asks for it first, and a writer
 that does not take turns (another program on the file) still gets in through the busy handler.
 
-The wait is not bounded: a worker whose writer hangs while holding its turn (a stopped
-process) keeps the others waiting until it goes on or dies (the kernel drops a dead process's
-lock, and `serve` starts the worker again), where the busy handler failed their commits after
-30 s. Asking without blocking, every 0.5 ms up to a deadline, was measured and lost the
-handover: the process letting go took the turn again before the poller looked (2,000 slow
-writers, two workers: ack p99 315-491 ms against 99-107 ms blocking).
+The wait is bounded, as SQLite's busy handler is: a worker whose writer hangs while holding
+its turn (a stopped process) would otherwise keep every other worker's writes waiting for as
+long as it hangs, with no error to their clients. A blocking `flock` cannot be given a
+timeout, and asking without blocking every 0.5 ms lost the handover (the process letting go
+took the turn again before the poller looked: 2,000 slow writers, two workers, ack p99
+315-491 ms against 99-107 ms blocking). So a turn not free at once is waited for by a helper
+thread blocked in `flock`, which hands it to the writer; the writer waits for that at most
+`wait_s`, then fails with STORAGE_UNAVAILABLE (nothing was written). A turn the helper gets
+after its writer gave up is let go at once, or handed to the next writer already waiting.
 """
 
 from __future__ import annotations
@@ -26,30 +29,52 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from sessionlog.core.errors import Unavailable
+
 
 class WriterTurn:
     """An exclusive lock shared by the processes writing one SQLite file (and by the threads
-    of one process: a `flock` is held per open file, so a thread lock comes first)."""
+    of one process: a `flock` is held per open file, so a thread lock comes first).
 
-    def __init__(self, database_path: str) -> None:
+    `held` waits at most `wait_s` for the turn; past that it raises Unavailable."""
+
+    def __init__(self, database_path: str, wait_s: float) -> None:
         self.path = f"{database_path}-writer.lock"
+        self.wait_s = wait_s
         self._threads = threading.Lock()
         self._fd: int | None = None
+        self._state = threading.Condition()
+        """Guards the fields below, shared with the helper thread."""
+        self._asking = False
+        """The helper is (to be) blocked in `flock` for the turn."""
+        self._waiting = False
+        """A writer waits for the helper to hand it the turn."""
+        self._granted = False
+        """The helper got the turn for the waiting writer."""
+        self._closed = False
+        self._helper: threading.Thread | None = None
 
     @contextmanager
     def held(self) -> Iterator[None]:
         """Hold the turn for the block (a write transaction, from BEGIN to COMMIT)."""
-        with self._threads:
+        if not self._threads.acquire(timeout=self.wait_s):
+            raise self._timed_out("another thread of this process")
+        try:
             fd = self._open()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._take(fd)
             try:
                 yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            self._threads.release()
 
     def close(self) -> None:
-        with self._threads:
-            if self._fd is not None:
+        """Close the lock file; a helper still blocked in `flock` closes it once it returns."""
+        with self._threads, self._state:
+            self._closed = True
+            self._state.notify_all()
+            if self._fd is not None and not self._asking:
                 os.close(self._fd)
                 self._fd = None
 
@@ -57,6 +82,61 @@ class WriterTurn:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         return self._fd
+
+    def _take(self, fd: int) -> None:
+        """Take the file's turn: at once if it is free, else from the helper, within `wait_s`."""
+        with self._state:
+            if not self._asking:  # with the helper blocked on it, the turn is not free
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return
+                except BlockingIOError:
+                    pass
+                self._asking = True
+                self._start_helper()
+                self._state.notify_all()
+            self._waiting = True
+            try:
+                granted = self._state.wait_for(lambda: self._granted, self.wait_s)
+            finally:
+                self._waiting = False
+            if not granted:
+                raise self._timed_out("another process writing the file")
+            self._granted = False
+
+    def _start_helper(self) -> None:
+        if self._helper is None:
+            self._helper = threading.Thread(target=self._wait_for_turns, name="sessionlog-writer-turn", daemon=True)
+            self._helper.start()
+
+    def _wait_for_turns(self) -> None:
+        """The helper thread: block in `flock` whenever a writer asks, and hand the turn over."""
+        while True:
+            with self._state:
+                self._state.wait_for(lambda: self._asking or self._closed)
+                if not self._asking:
+                    return  # closed
+                fd = self._fd
+            assert fd is not None
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with self._state:
+                self._asking = False
+                if self._waiting:
+                    self._granted = True
+                    self._state.notify_all()
+                else:  # the writer gave up meanwhile
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                if self._closed:
+                    os.close(fd)
+                    self._fd = None
+                    return
+
+    def _timed_out(self, holder: str) -> Unavailable:
+        return Unavailable(
+            "STORAGE_UNAVAILABLE",
+            f"waited {self.wait_s:g} s for the turn to write the SQLite file, held by {holder} "
+            "(a stopped or hung worker?); nothing was written, retry",
+        )
 
 
 __all__ = ["WriterTurn"]

@@ -89,7 +89,11 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
     credentials = server_credentials(settings)
     if settings.migrate:
         await asyncio.get_running_loop().run_in_executor(None, upgrade, settings.db)
-    recorder = open_recorder(settings.db, sqlite_synchronous=settings.sqlite_synchronous)
+    recorder = open_recorder(
+        settings.db,
+        sqlite_synchronous=settings.sqlite_synchronous,
+        sqlite_busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+    )
     service = SessionLogService(recorder, settings)
     await service.start()
     otlp = start_live_export(service, settings.otlp_endpoint) if settings.otlp_endpoint else None

@@ -115,8 +115,9 @@ async def _stream(
     max_seconds: float,
     start_at: float | None,
     batch: int = 1,
+    per_connection: int = 64,
 ) -> _StreamRun:
-    clients, writers = await _open_writers(target, sids, window)
+    clients, writers = await _open_writers(target, sids, window, per_connection)
     latencies: list[float] = []
     acked = 0
 
@@ -166,10 +167,17 @@ async def _stream(
 
 
 def _stream_worker(
-    target: str, sids: list[str], events: list[NewEvent], window: int, max_seconds: float, start_at: float, batch: int
+    target: str,
+    sids: list[str],
+    events: list[NewEvent],
+    window: int,
+    max_seconds: float,
+    start_at: float,
+    batch: int,
+    per_connection: int,
 ) -> _StreamRun:
     """Entry point of a client worker process."""
-    return asyncio.run(_stream(target, sids, events, window, max_seconds, start_at, batch))
+    return asyncio.run(_stream(target, sids, events, window, max_seconds, start_at, batch, per_connection))
 
 
 def streaming(
@@ -181,9 +189,14 @@ def streaming(
     max_seconds: float,
     client_procs: int = 1,
     batch: int = 1,
+    per_connection: int = 64,
 ) -> dict[str, Any]:
     """`sessions` writers, each streaming `events` `batch` per batch (1 unless stated) with up
-    to `window` batches in flight.
+    to `window` batches in flight, `per_connection` writers to a client connection (channel).
+
+    A server of several workers (`serve --workers`) gets each connection on one of them (the
+    kernel spreads connections over the workers' SO_REUSEPORT sockets), so writers must come
+    over several connections for the workers to share them, as separate harness processes do.
 
     With `client_procs` > 1 the sessions are split over that many client processes (each
     with its own asyncio loop and channels), started together; the server CPU share then also
@@ -192,7 +205,7 @@ def streaming(
     sids = [_sid(f"s{sessions}") for _ in range(sessions)]
     cpu_s = server.cpu_seconds()
     if client_procs <= 1:
-        run = asyncio.run(_stream(server.target, sids, events, window, max_seconds, None, batch))
+        run = asyncio.run(_stream(server.target, sids, events, window, max_seconds, None, batch, per_connection))
         runs = [run]
     else:
         ctx = multiprocessing.get_context("spawn")
@@ -200,7 +213,10 @@ def streaming(
         parts = [sids[i::client_procs] for i in range(client_procs)]
         with ctx.Pool(client_procs) as pool:
             pending = [
-                pool.apply_async(_stream_worker, (server.target, part, events, window, max_seconds, start_at, batch))
+                pool.apply_async(
+                    _stream_worker,
+                    (server.target, part, events, window, max_seconds, start_at, batch, per_connection),
+                )
                 for part in parts
                 if part
             ]
@@ -220,6 +236,7 @@ def streaming(
         events_per_batch=batch,
         window=window,
         client_procs=client_procs,
+        writers_per_connection=per_connection,
         ack_p50_ms=round(1000 * percentile(latencies, 50), 2),
         ack_p99_ms=round(1000 * percentile(latencies, 99), 2),
         **(

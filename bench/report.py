@@ -39,6 +39,8 @@ def _cell(figure: Any, kind: str) -> str:
         cpu = f"srv {figure['server_cpu_pct']:.0f}% / cli {figure['client_cpu_pct']:.0f}% CPU"
         if "server_us_per_event" in figure:
             cpu += f", {figure['server_us_per_event']:.0f} µs/ev"
+        if "workers" in figure:
+            cpu = f"{figure['workers']} workers, {cpu}"
         return f"{_num(figure['events_per_s'])}  ({cpu})"
     if kind == "latency":
         return f"{figure['p50_ms']:.2f} / {figure['p99_ms']:.2f} / {figure['p999_ms']:.2f}"
@@ -57,6 +59,8 @@ ROWS = (
     ("stream_16", "16 sessions, streaming (ev/s)", "rate"),
     ("stream_64", "64 sessions, streaming (ev/s)", "rate"),
     ("stream_16_batch16", "16 sessions, 16 events/batch (ev/s)", "rate"),
+    ("stream_16_workers", "16 sessions, streaming, all cores (ev/s)", "rate"),
+    ("stream_16_batch16_workers", "16 sessions, 16 ev/batch, all cores", "rate"),
     ("latency_at_rate", "ack ms p50/p99/p99.9 @1,000 ev/s", "latency"),
     ("latency_at_high_rate", "ack ms p50/p99/p99.9 @5,000 ev/s", "latency"),
     ("raw_commit_latency_at_rate", "raw driver commit ms, 1,000/s", "latency"),
@@ -219,9 +223,13 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         raw16 = _get(pe, sixteen, "events_per_s")
         raw1 = _get(pe, one, "events_per_s")
         wanted_16 = 0.5 if backend == "sqlite" else 1.0
+        workers = _get(sl, backend, "stream_16_workers", "workers")
+        every_core = f"{workers} workers (serve's default), a connection per session"
         for key, label, limit, base, unary in (
-            ("stream_16", "16 streaming sessions, 1 event/batch", wanted_16, raw16, False),
-            ("stream_16_batch16", "16 sessions, 16 events/batch", 0.8, raw16, False),
+            ("stream_16", "16 streaming sessions, 1 event/batch, one worker", wanted_16, raw16, False),
+            ("stream_16_workers", f"16 streaming sessions, 1 event/batch, {every_core}", wanted_16, raw16, False),
+            ("stream_16_batch16", "16 sessions, 16 events/batch, one worker", 0.8, raw16, False),
+            ("stream_16_batch16_workers", f"16 sessions, 16 events/batch, {every_core}", 0.8, raw16, False),
             ("unary_sequential", "1 session, unary, sequential", 0.5, raw1, True),
         ):
             figure = _get(sl, backend, key)

@@ -33,6 +33,8 @@ from bench import delivery, figures, long_sessions, peers, profiling, slow_write
 from bench.procs import ROOT, Server, create_pg_database, drop_pg_database, pg_available
 from bench.report import render, targets
 from bench.workload import as_new_events, mean_data_bytes, session_events
+from sessionlog.core.events import NewEvent
+from sessionlog_server.transport.workers import default_workers
 
 
 @dataclass(frozen=True)
@@ -167,10 +169,16 @@ def backend_figures(
     peer_events: list[dict[str, Any]] | None,
     workdir: Path,
     peer_pg_url: str,
+    workers: int,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every sessionlog figure on one database, and its peers, interleaved round by round
     (sessionlog's throughput figures, then each peer, `scale.repeats` times; medians are
-    reported), so neighbours' load on the shared cores hits both sides alike."""
+    reported), so neighbours' load on the shared cores hits both sides alike.
+
+    The figures are of one server process (one event loop: its CPU per event shows on any
+    machine), and the 16-session ones again on `workers` processes, as `serve` runs by
+    default, with a connection per session so that the workers share them
+    (`every_core_figures`)."""
     out: dict[str, Any] = {"db": "sqlite file (temp dir)" if backend == "sqlite" else "postgresql (fresh db)"}
     longest = max(
         scale.unary_events, scale.stream1_events, scale.stream16_events, scale.stream64_events, scale.batch16_events
@@ -205,6 +213,10 @@ def backend_figures(
                         batch=batch,
                     )
                 )
+            # Its own file on SQLite: one service per file (the one-worker server holds the other).
+            workers_db = f"sqlite:///{workdir / 'sessionlog-workers.db'}" if backend == "sqlite" else db
+            for key, figure in every_core_figures(workers_db, scale, template, workers, tag).items():
+                runs.setdefault(key, []).append(figure)
             if peer_events is not None:
                 for name, result in peers.run_peer_round(
                     backend, peer_events, workdir, peer_pg_url, round_no, scale.max_seconds, _log
@@ -243,6 +255,31 @@ def backend_figures(
     return out, {name: median_run(values) for name, values in peer_runs.items()}
 
 
+def every_core_figures(
+    db: str, scale: Scale, template: list[NewEvent], workers: int, tag: str
+) -> dict[str, dict[str, Any]]:
+    """The 16-session figures on a server of `workers` processes (fresh for each round), each
+    writer on a connection of its own, as 16 harness processes would be."""
+    out: dict[str, dict[str, Any]] = {}
+    with Server(db, env={"SESSIONLOG_WORKERS": str(workers)}) as server:
+        for key, count, batch in (
+            ("stream_16_workers", scale.stream16_events, 1),
+            ("stream_16_batch16_workers", scale.batch16_events, 16),
+        ):
+            _log(f"16 streaming sessions x {count} events, {batch}/batch, {workers} workers, {tag}")
+            figure = figures.streaming(
+                server,
+                16,
+                template[:count],
+                window=scale.window,
+                max_seconds=scale.max_seconds,
+                batch=batch,
+                per_connection=1,
+            )
+            out[key] = {**figure, "workers": workers}
+    return out
+
+
 def profile_streaming(db: str, scale: Scale, seconds: float, out_dir: Path) -> dict[str, Any]:
     """py-spy on the server during the 16-session streaming workload."""
     raw = out_dir / "profile-stream16.txt"
@@ -277,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         "--workers",
         type=int,
         default=0,
-        help="server processes for the slow-writers section (0, as `serve`'s default: one per core)",
+        help="server processes for the slow writers and the every-core figures (0, as `serve`: one per core)",
     )
     args = parser.parse_args(argv)
     # SIGTERM runs the `finally` blocks too: servers stopped, bench databases dropped.
@@ -358,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                         None if args.no_peers else peer_events,
                         workdir,
                         peer_pg_url,
+                        args.workers or default_workers(),
                     )
                     report["peers"].update(found)
             finally:

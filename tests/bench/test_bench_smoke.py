@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.peers import PEERS as PEER_BACKENDS
+from sessionlog_server.transport.workers import default_workers
 
 ROOT = Path(__file__).resolve().parents[2]
 FIGURES = (
@@ -23,6 +24,8 @@ FIGURES = (
     "stream_16",
     "stream_64",
     "stream_16_batch16",
+    "stream_16_workers",
+    "stream_16_batch16_workers",
     "latency_at_rate",
     "latency_at_high_rate",
     "history_1k",
@@ -57,9 +60,11 @@ def test_quick_bench_reports_every_figure(backend: str, tmp_path: Path) -> None:
     figures = report["sessionlog"][backend]
     missing = [key for key in FIGURES if key not in figures]
     assert not missing, f"{backend} lacks {missing}"
-    for key in ("unary_sequential", "stream_1", "stream_16", "stream_64", "stream_16_batch16"):
+    for key in FIGURES[:7]:
         assert figures[key]["events"] > 0
         assert figures[key]["events_per_s"] > 0
+    for key in ("stream_16_workers", "stream_16_batch16_workers"):  # serve's default: one per core
+        assert figures[key]["workers"] == default_workers() and figures[key]["writers_per_connection"] == 1
     assert {"p50_ms", "p99_ms", "p999_ms"} <= figures["latency_at_rate"].keys()
     assert "peak_rss_mb" in figures["rss_streams"]
     for key in ("history_1k", "history_10k", "history_100k"):

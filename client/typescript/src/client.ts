@@ -71,6 +71,8 @@ export class SessionLogClient {
   /** The generated Connect client, for calls this class does not wrap. */
   readonly rpc: Client<typeof SessionService>;
   private readonly sessions: Http2SessionManager;
+  /** Aborted by `close()`: subscriptions end with it instead of resubscribing. */
+  private readonly closing = new AbortController();
   private readonly timeoutMs: number;
   private readonly retry: RetryPolicy;
 
@@ -96,6 +98,7 @@ export class SessionLogClient {
 
   /** Close the connection (open writers and subscriptions end with it). */
   close(): void {
+    this.closing.abort();
     this.sessions.abort();
   }
 
@@ -311,6 +314,6 @@ export class SessionLogClient {
    * resubscribes from the seq after the last event it delivered.
    */
   subscribe(sessionId: string, options: SubscribeOptions = {}): Subscription {
-    return new Subscription(this.rpc, sessionId, options);
+    return new Subscription(this.rpc, sessionId, options, this.closing.signal);
   }
 }

@@ -46,8 +46,12 @@ export class Subscription implements AsyncIterable<Event | CaughtUp> {
     private readonly rpc: Client<typeof SessionService>,
     private readonly sessionId: string,
     private readonly options: SubscribeOptions,
+    clientClosed?: AbortSignal,
   ) {
-    options.signal?.addEventListener("abort", () => this.controller.abort(), { once: true });
+    for (const ending of [options.signal, clientClosed]) {
+      if (ending?.aborted) this.controller.abort();
+      ending?.addEventListener("abort", () => this.controller.abort(), { once: true });
+    }
   }
 
   /** End the subscription (the iteration finishes quietly). */
@@ -80,9 +84,10 @@ export class Subscription implements AsyncIterable<Event | CaughtUp> {
         // A live tail never ends on its own: the service went away cleanly. Resubscribe.
         throw new Unavailable({ reason: "STREAM_ENDED", message: "the service ended the subscription", code: Code.Unavailable });
       } catch (raw) {
-        if (signal.aborted) return;
+        if (signal.aborted) return; // cancel(), or the caller's signal: the only quiet end
+        // The transport reports a connection lost as CANCELLED now and then (connect-node: a
+        // server killed, or cancelling its streams as it stops); that is a cut like any other.
         const error = toSessionLogError(raw);
-        if (error instanceof Error && "code" in error && error.code === Code.Canceled) return;
         failures += 1;
         if (!isResumableCut(error) || failures >= policy.attempts) throw error;
         this.resubscribes += 1;

@@ -1,0 +1,76 @@
+/**
+ * A subscription outlives the service going away, however it goes: stopped (its streams
+ * cancelled once the shutdown grace runs out) or killed. The transport reports either as
+ * CANCELLED now and then, which is not the caller cancelling: the subscription must resubscribe.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { SessionLogClient } from "../src/index.js";
+import { note } from "./events.js";
+import { BACKENDS, sessionId, startServer } from "./support.js";
+
+const CUTS = ["stop", "kill", "stop", "kill", "stop", "kill"] as const;
+
+for (const backend of BACKENDS) {
+  describe(`subscription cuts on ${backend}`, () => {
+    let env: Awaited<ReturnType<typeof startServer>>;
+    before(async () => {
+      env = await startServer(backend, { SESSIONLOG_SHUTDOWN_GRACE_S: "0.2" });
+    });
+    after(async () => env.close());
+
+    test("a subscriber follows on after each stop and kill of the service, seeing every event once", async () => {
+      const id = sessionId("cut");
+      await env.client.createSession(id);
+      const causes: string[] = [];
+      const subscription = env.client.subscribe(id, { onResubscribe: (_from, cause) => causes.push(cause.reason) });
+      const seen: number[] = [];
+      const following = (async () => {
+        for await (const item of subscription) if ("seq" in item) seen.push(item.seq);
+      })();
+      following.catch(() => undefined); // awaited below; a failure must not go unhandled first
+      const delivered = async (count: number): Promise<void> => {
+        const deadline = Date.now() + 20_000;
+        while (seen.length < count && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+        assert.equal(seen.length, count, `the subscriber got ${seen.length} of ${count} events (resubscribed on ${causes.join(",")})`);
+      };
+      try {
+        for (const [round, cut] of CUTS.entries()) {
+          const writer = await env.client.writer(id, { writerId: `w${round}` });
+          await writer.append([note(round)]);
+          await writer.close();
+          await delivered(round + 1);
+          await (cut === "stop" ? env.server.stop() : env.server.kill());
+          await env.server.start();
+        }
+        const last = await env.client.writer(id, { writerId: "last" });
+        await last.append([note(CUTS.length)]);
+        await last.close();
+        await delivered(CUTS.length + 1);
+      } finally {
+        subscription.cancel();
+      }
+      await following; // ended by cancel(), quietly
+      assert.deepEqual(seen, Array.from({ length: CUTS.length + 1 }, (_, i) => i));
+      assert.ok(causes.length >= CUTS.length, `resubscribed after every cut (${causes.join(",")})`);
+    });
+
+    test("closing the client ends its subscriptions quietly, without resubscribing", async () => {
+      const id = sessionId("close");
+      await env.client.createSession(id);
+      const closing = new SessionLogClient({ target: env.server.target });
+      let resubscribed = 0;
+      const subscription = closing.subscribe(id, { onResubscribe: () => (resubscribed += 1) });
+      let caughtUp!: () => void;
+      const ready = new Promise<void>((resolve) => (caughtUp = resolve));
+      const following = (async () => {
+        for await (const item of subscription) if ("caughtUp" in item) caughtUp();
+      })();
+      await ready;
+      closing.close();
+      const ended = await Promise.race([following.then(() => true), new Promise((r) => setTimeout(() => r(false), 10_000))]);
+      assert.ok(ended, "the subscription still runs 10 s after its client was closed");
+      assert.equal(resubscribed, 0);
+    });
+  });
+}

@@ -105,7 +105,7 @@ class WriterTurn:
             self._granted = False
 
     def _start_helper(self) -> None:
-        if self._helper is None:
+        if self._helper is None or not self._helper.is_alive():
             self._helper = threading.Thread(target=self._wait_for_turns, name="sessionlog-writer-turn", daemon=True)
             self._helper.start()
 
@@ -118,7 +118,12 @@ class WriterTurn:
                     return  # closed
                 fd = self._fd
             assert fd is not None
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # not seen; the waiting writer times out, the next one asks again
+                with self._state:
+                    self._asking = False
+                continue
             with self._state:
                 self._asking = False
                 if self._waiting:

@@ -187,7 +187,11 @@ def backend_figures(
     template = as_new_events(session_events(max(longest, rate_per_session), seed=11), "ev")
     runs: dict[str, list[dict[str, Any]]] = {}
     peer_runs: dict[str, list[dict[str, Any]]] = {}
-    with Server(db) as server:
+    # Its own file on SQLite: one service per file. On PostgreSQL the two share the database.
+    workers_db = f"sqlite:///{workdir / 'sessionlog-workers.db'}" if backend == "sqlite" else db
+    with Server(db) as server, Server(workers_db, env={"SESSIONLOG_WORKERS": str(workers)}) as every_core:
+        # Every worker's first calls and caches, as the unary figure warms the one-process server.
+        figures.streaming(every_core, 16, template[:16], window=scale.window, max_seconds=10, per_connection=1)
         out["async_writer"] = "sessionlog.aio.AsyncWriter (coalesces queued batches into one message)"
         for round_no in range(scale.repeats):
             tag = f"round {round_no + 1}/{scale.repeats}"
@@ -213,9 +217,7 @@ def backend_figures(
                         batch=batch,
                     )
                 )
-            # Its own file on SQLite: one service per file (the one-worker server holds the other).
-            workers_db = f"sqlite:///{workdir / 'sessionlog-workers.db'}" if backend == "sqlite" else db
-            for key, figure in every_core_figures(workers_db, scale, template, workers, tag).items():
+            for key, figure in every_core_figures(every_core, scale, template, workers, tag).items():
                 runs.setdefault(key, []).append(figure)
             if peer_events is not None:
                 for name, result in peers.run_peer_round(
@@ -256,27 +258,26 @@ def backend_figures(
 
 
 def every_core_figures(
-    db: str, scale: Scale, template: list[NewEvent], workers: int, tag: str
+    server: Server, scale: Scale, template: list[NewEvent], workers: int, tag: str
 ) -> dict[str, dict[str, Any]]:
-    """The 16-session figures on a server of `workers` processes (fresh for each round), each
-    writer on a connection of its own, as 16 harness processes would be."""
+    """The 16-session figures on `server`, of `workers` processes, each writer on a connection
+    of its own, as 16 harness processes would be."""
     out: dict[str, dict[str, Any]] = {}
-    with Server(db, env={"SESSIONLOG_WORKERS": str(workers)}) as server:
-        for key, count, batch in (
-            ("stream_16_workers", scale.stream16_events, 1),
-            ("stream_16_batch16_workers", scale.batch16_events, 16),
-        ):
-            _log(f"16 streaming sessions x {count} events, {batch}/batch, {workers} workers, {tag}")
-            figure = figures.streaming(
-                server,
-                16,
-                template[:count],
-                window=scale.window,
-                max_seconds=scale.max_seconds,
-                batch=batch,
-                per_connection=1,
-            )
-            out[key] = {**figure, "workers": workers}
+    for key, count, batch in (
+        ("stream_16_workers", scale.stream16_events, 1),
+        ("stream_16_batch16_workers", scale.batch16_events, 16),
+    ):
+        _log(f"16 streaming sessions x {count} events, {batch}/batch, {workers} workers, {tag}")
+        figure = figures.streaming(
+            server,
+            16,
+            template[:count],
+            window=scale.window,
+            max_seconds=scale.max_seconds,
+            batch=batch,
+            per_connection=1,
+        )
+        out[key] = {**figure, "workers": workers}
     return out
 
 

@@ -224,7 +224,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         raw1 = _get(pe, one, "events_per_s")
         wanted_16 = 0.5 if backend == "sqlite" else 1.0
         workers = _get(sl, backend, "stream_16_workers", "workers")
-        every_core = f"{workers} workers (serve's default), a connection per session"
+        every_core = f"{workers or 'all'} workers (serve's default), a connection per session"
         for key, label, limit, base, unary in (
             ("stream_16", "16 streaming sessions, 1 event/batch, one worker", wanted_16, raw16, False),
             ("stream_16_workers", f"16 streaming sessions, 1 event/batch, {every_core}", wanted_16, raw16, False),

@@ -115,9 +115,9 @@ async def _stream(
     max_seconds: float,
     start_at: float | None,
     batch: int = 1,
-    per_connection: int = 64,
+    per_channel: int = 64,
 ) -> _StreamRun:
-    clients, writers = await _open_writers(target, sids, window, per_connection)
+    clients, writers = await _open_writers(target, sids, window, per_channel)
     latencies: list[float] = []
     acked = 0
 
@@ -174,10 +174,10 @@ def _stream_worker(
     max_seconds: float,
     start_at: float,
     batch: int,
-    per_connection: int,
+    per_channel: int,
 ) -> _StreamRun:
     """Entry point of a client worker process."""
-    return asyncio.run(_stream(target, sids, events, window, max_seconds, start_at, batch, per_connection))
+    return asyncio.run(_stream(target, sids, events, window, max_seconds, start_at, batch, per_channel))
 
 
 def streaming(
@@ -189,10 +189,10 @@ def streaming(
     max_seconds: float,
     client_procs: int = 1,
     batch: int = 1,
-    per_connection: int = 64,
+    per_channel: int = 64,
 ) -> dict[str, Any]:
     """`sessions` writers, each streaming `events` `batch` per batch (1 unless stated) with up
-    to `window` batches in flight, `per_connection` writers to a client connection (channel).
+    to `window` batches in flight, `per_channel` writers to a client channel (each its own connection).
 
     A server of several workers (`serve --workers`) gets each connection on one of them (the
     kernel spreads connections over the workers' SO_REUSEPORT sockets), so writers must come
@@ -205,7 +205,7 @@ def streaming(
     sids = [_sid(f"s{sessions}") for _ in range(sessions)]
     cpu_s = server.cpu_seconds()
     if client_procs <= 1:
-        run = asyncio.run(_stream(server.target, sids, events, window, max_seconds, None, batch, per_connection))
+        run = asyncio.run(_stream(server.target, sids, events, window, max_seconds, None, batch, per_channel))
         runs = [run]
     else:
         ctx = multiprocessing.get_context("spawn")
@@ -215,7 +215,7 @@ def streaming(
             pending = [
                 pool.apply_async(
                     _stream_worker,
-                    (server.target, part, events, window, max_seconds, start_at, batch, per_connection),
+                    (server.target, part, events, window, max_seconds, start_at, batch, per_channel),
                 )
                 for part in parts
                 if part
@@ -236,7 +236,7 @@ def streaming(
         events_per_batch=batch,
         window=window,
         client_procs=client_procs,
-        writers_per_connection=per_connection,
+        writers_per_channel=per_channel,
         ack_p50_ms=round(1000 * percentile(latencies, 50), 2),
         ack_p99_ms=round(1000 * percentile(latencies, 99), 2),
         **(

@@ -191,7 +191,7 @@ def backend_figures(
     workers_db = f"sqlite:///{workdir / 'sessionlog-workers.db'}" if backend == "sqlite" else db
     with Server(db) as server, Server(workers_db, env={"SESSIONLOG_WORKERS": str(workers)}) as every_core:
         # Every worker's first calls and caches, as the unary figure warms the one-process server.
-        figures.streaming(every_core, 16, template[:16], window=scale.window, max_seconds=10, per_connection=1)
+        figures.streaming(every_core, 16, template[:16], window=scale.window, max_seconds=10, per_channel=1)
         out["async_writer"] = "sessionlog.aio.AsyncWriter (coalesces queued batches into one message)"
         for round_no in range(scale.repeats):
             tag = f"round {round_no + 1}/{scale.repeats}"
@@ -275,7 +275,7 @@ def every_core_figures(
             window=scale.window,
             max_seconds=scale.max_seconds,
             batch=batch,
-            per_connection=1,
+            per_channel=1,
         )
         out[key] = {**figure, "workers": workers}
     return out

@@ -64,7 +64,7 @@ def test_quick_bench_reports_every_figure(backend: str, tmp_path: Path) -> None:
         assert figures[key]["events"] > 0
         assert figures[key]["events_per_s"] > 0
     for key in ("stream_16_workers", "stream_16_batch16_workers"):  # serve's default: one per core
-        assert figures[key]["workers"] == default_workers() and figures[key]["writers_per_connection"] == 1
+        assert figures[key]["workers"] == default_workers() and figures[key]["writers_per_channel"] == 1
     assert {"p50_ms", "p99_ms", "p999_ms"} <= figures["latency_at_rate"].keys()
     assert "peak_rss_mb" in figures["rss_streams"]
     for key in ("history_1k", "history_10k", "history_100k"):

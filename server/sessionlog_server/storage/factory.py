@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy.engine import make_url
 
 from sessionlog_server.storage.recorder import EventRecorder
-from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS
+from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS, SQLiteEventRecorder
 
 
 def normalise_url(url: str) -> str:
@@ -24,8 +24,6 @@ def open_recorder(
     url = normalise_url(url)
     backend = make_url(url).get_backend_name()
     if backend == "sqlite":
-        from sessionlog_server.storage.sqlite import SQLiteEventRecorder
-
         return SQLiteEventRecorder(url, synchronous=sqlite_synchronous, busy_timeout_ms=sqlite_busy_timeout_ms)
     if backend == "postgresql":
         from sessionlog_server.storage.postgres import PostgresEventRecorder

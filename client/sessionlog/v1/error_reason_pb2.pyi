@@ -1039,14 +1039,6 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: service
     Client: Retry with the same eventIds: events that did commit return their original seqs.
     """
-    COMMIT_CANCELLED: _ErrorReason.ValueType  # 121
-    """The commit of the batch was cancelled before it finished (the service is stopping).
-
-    Code: UNAVAILABLE
-    Metadata: none
-    Raised by: service
-    Client: Retry with the same eventIds.
-    """
     SHUTTING_DOWN: _ErrorReason.ValueType  # 122
     """The service instance is shutting down.
 
@@ -2229,14 +2221,6 @@ Code: UNAVAILABLE
 Metadata: none
 Raised by: service
 Client: Retry with the same eventIds: events that did commit return their original seqs.
-"""
-COMMIT_CANCELLED: ErrorReason.ValueType  # 121
-"""The commit of the batch was cancelled before it finished (the service is stopping).
-
-Code: UNAVAILABLE
-Metadata: none
-Raised by: service
-Client: Retry with the same eventIds.
 """
 SHUTTING_DOWN: ErrorReason.ValueType  # 122
 """The service instance is shutting down.

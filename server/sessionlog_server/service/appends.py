@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from sessionlog.convert import DecodedEvent
-from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable, ValidationError
+from sessionlog.core.errors import OwnershipLost, SessionLogError, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access
@@ -183,12 +183,11 @@ class AppendPipeline:
         pending.verify_ids = unvouched
         self._maybe_snapshot(live, pending)
         try:
-            done = self.committer.enqueue(pending)
+            self.committer.enqueue(pending, lambda error: self._finish_append(live, pending, plan, error, result))
         except SessionLogError:
             self.live.invalidate(live.session_id)  # planned into the fold, never committed
             raise
         live.begin_commit()
-        done.add_done_callback(lambda committed: self._finish_append(live, pending, plan, committed, result))
         return result
 
     def _maybe_snapshot(self, live: LiveSession, pending: PendingBatch) -> None:
@@ -205,33 +204,41 @@ class AppendPipeline:
         live: LiveSession,
         pending: PendingBatch,
         plan: AppendPlan,
-        committed: asyncio.Future[None],
+        error: SessionLogError | None,
         result: asyncio.Future[AppendResult],
     ) -> None:
-        """Once durable: trim the fold's journal, count, publish, acknowledge (a callback, no task)."""
+        """Once the commit's outcome is known: trim the fold's journal, count, publish and
+        acknowledge, or forget the batch (called by the committer on the event loop).
+
+        The writer is answered whatever happens here: a durable batch is acknowledged even if
+        publishing it failed (a bug, which the committer logs), and a failed one is refused.
+        """
         live.end_commit()
-        error = committed.exception() if not committed.cancelled() else Unavailable("COMMIT_CANCELLED", "cancelled")
         if error is not None:
-            # The fold already holds this batch: drop it; the log is re-folded on next use.
-            self.live.invalidate(live.session_id)
-            if isinstance(error, EventIdsStored):
-                self.live.remember_later(live.session_id, error.found)
-            if not result.done():
-                result.set_exception(error)
+            try:
+                # The fold already holds this batch: drop it; the log is re-folded on next use.
+                self.live.invalidate(live.session_id)
+                if isinstance(error, EventIdsStored):
+                    self.live.remember_later(live.session_id, error.found)
+            finally:
+                if not result.done():
+                    result.set_exception(error)
             return
-        if live.valid and plan.checkpoint is not None:
-            live.fold.release(plan.checkpoint)  # durable: its undo journal is no longer needed
-            live.durable_next_seq = max(live.durable_next_seq, pending.new_next_seq)
-        self.metrics.batches_appended.inc()
-        self.metrics.events_appended.inc(len(pending.events))
-        self.metrics.batch_size.observe(len(pending.events))
-        if self.commit_taps or self.hub.has_subscribers(live.session_id):  # else no one to hand events to
-            committed_events = _with_stored_text(pending)
-            self.hub.publish(live.session_id, committed_events, pending.stored_bytes)
-            for tap in self.commit_taps:
-                tap(live.session_id, committed_events)
-        if not result.done():
-            result.set_result(AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at))
+        try:
+            if live.valid and plan.checkpoint is not None:
+                live.fold.release(plan.checkpoint)  # durable: its undo journal is no longer needed
+                live.durable_next_seq = max(live.durable_next_seq, pending.new_next_seq)
+            self.metrics.batches_appended.inc()
+            self.metrics.events_appended.inc(len(pending.events))
+            self.metrics.batch_size.observe(len(pending.events))
+            if self.commit_taps or self.hub.has_subscribers(live.session_id):  # else no one to hand events to
+                committed_events = _with_stored_text(pending)
+                self.hub.publish(live.session_id, committed_events, pending.stored_bytes)
+                for tap in self.commit_taps:
+                    tap(live.session_id, committed_events)
+        finally:
+            if not result.done():
+                result.set_result(AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at))
 
     async def append(
         self, holder: LeaseHolder, expected_next_seq: int | None, decoded: Sequence[DecodedEvent]

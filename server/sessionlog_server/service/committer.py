@@ -7,8 +7,9 @@ the order they were submitted, because there is one thread and each group keeps 
 Other writes (leases, session creation: `run_in_writer`) take their turn in the same queue.
 
 The event loop only appends to the queue and, once per group, receives the outcomes in one
-callback: no asyncio task wakes to hand a group over and no executor future is chained per
-group, so a unary append costs two thread hops (there and back), not more.
+callback that hands each batch's outcome straight to the batch's own callback: no asyncio task
+wakes to hand a group over, and no future or loop callback is made per batch, so a unary append
+costs two thread hops (there and back), not more.
 """
 
 from __future__ import annotations
@@ -34,10 +35,14 @@ T = TypeVar("T")
 log = structlog.get_logger("sessionlog.commit")
 
 
+Settled = Callable[[SessionLogError | None], None]
+"""Told a batch's outcome on the event loop: None once it is durable, else why it is not."""
+
+
 @dataclass(slots=True)
 class _Item:
     batch: PendingBatch
-    done: asyncio.Future[None]
+    settled: Settled
     queued_at: float
 
 
@@ -73,18 +78,18 @@ class GroupCommitter:
         self._loop = asyncio.get_running_loop()
         self._thread.start()
 
-    def enqueue(self, batch: PendingBatch) -> asyncio.Future[None]:
-        """Queue a batch; the future resolves once it is durable (or fails with why it was not).
+    def enqueue(self, batch: PendingBatch, settled: Settled) -> None:
+        """Queue a batch; `settled` is called on the event loop with its outcome, exactly once.
 
-        A future rather than a coroutine: no task per batch, and a caller that goes away does
-        not cancel the commit (an acknowledged-or-not outcome is resolved by eventId retries).
+        A callback rather than a coroutine or a future: no task and no scheduled callback per
+        batch, and a caller that goes away does not cancel the commit (an acknowledged-or-not
+        outcome is resolved by eventId retries). Every queued batch is settled, also at shutdown
+        (the queue is committed before the thread ends).
         """
         if self._stopping:
             raise _shutting_down()
         assert self._loop is not None, "start the committer first"
-        done: asyncio.Future[None] = self._loop.create_future()
-        self._put(_Item(batch, done, time.perf_counter()))
-        return done
+        self._put(_Item(batch, settled, time.perf_counter()))
 
     async def run_in_writer(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run another write (lease, session creation) on the writer thread, in queue order; its
@@ -172,7 +177,10 @@ class GroupCommitter:
         for item, error in zip(group, results, strict=True):
             if error is None:
                 self.batches_committed += 1
-            _settle(item.done, None, error)
+            try:
+                item.settled(error)
+            except Exception:  # one batch's follow-up must not keep the rest of the group unsettled
+                log.exception("settling a committed batch failed", session_id=item.batch.session_id)
 
     async def drain_and_stop(self) -> None:
         """Refuse new batches, commit those already queued, stop the writer thread."""

@@ -99,6 +99,9 @@ class Settings:
     """How long SIGTERM waits for in-flight batches before stopping."""
     log_level: str = "info"
     """structlog level: debug, info, warning, error."""
+    event_loop: str = "auto"
+    """The event loop: uvloop, asyncio, or auto (uvloop when installed, else asyncio); see
+    transport/event_loop.py."""
 
     @property
     def limits(self) -> Limits:

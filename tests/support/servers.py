@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionlog_server.config import Settings
+from sessionlog_server.transport.event_loop import loop_factory
 from sessionlog_server.transport.server import RunningServer, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +30,7 @@ class ServerThread:
     def __init__(self, db: str, listen_override: str | None = None, **settings: Any) -> None:
         listen = listen_override or "127.0.0.1:0"
         self.settings = Settings(db=db, listen=listen, **{"metrics_listen": "", **settings})
-        self.loop = asyncio.new_event_loop()
+        self.loop = loop_factory(self.settings.event_loop)()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="test-server")
         self._thread.start()
         self.running: RunningServer = self._run(start_server(self.settings))

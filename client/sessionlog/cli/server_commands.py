@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -61,16 +60,19 @@ def serve(
     """Run the sessionlog service (embedded SQLite by default) until SIGTERM/SIGINT."""
     from sessionlog_server.config import Settings
     from sessionlog_server.logging import configure
+    from sessionlog_server.transport.event_loop import loop_factory
+    from sessionlog_server.transport.event_loop import run as run_on_loop
     from sessionlog_server.transport.server import serve as run
     from sessionlog_server.transport.workers import default_workers, run_workers
 
     with startup_errors():
         settings = Settings.from_env(db=db, listen=listen, migrate=False if no_migrate else None, workers=workers)
         _ensure_sqlite_dir(settings.db)
+        loop_factory(settings.event_loop)  # a bad choice is refused here, before any worker starts
         configure(settings.log_level)
         count = settings.workers or default_workers()
         if count == 1:
-            asyncio.run(run(settings))
+            run_on_loop(run(settings), settings.event_loop)
         else:
             run_workers(settings, count)
 

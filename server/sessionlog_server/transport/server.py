@@ -21,6 +21,7 @@ from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.admin_http import AdminHttp
 from sessionlog_server.transport.auth import AuthInterceptor
+from sessionlog_server.transport.event_loop import loop_name
 from sessionlog_server.transport.loopback import is_loopback
 from sessionlog_server.transport.servicer import SessionServicer
 
@@ -140,6 +141,7 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
         auth="bearer tokens" if tokens.enabled else "none: no tokens configured, so listening on loopback only",
         namespaces=sorted({p.namespace for p in tokens.principals.values()}),
         metrics=settings.metrics_listen or None,
+        event_loop=loop_name(asyncio.get_running_loop()),
     )
     return RunningServer(server, service, health_servicer, port, admin, otlp)
 

@@ -22,7 +22,6 @@ configured metrics port + i; only worker 0 runs the start-up repair.
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing
 import os
 import signal
@@ -137,12 +136,13 @@ def run_workers(settings: Settings, workers: int) -> None:
 def _worker_main(settings: Settings, index: int, parent: int) -> None:
     """A worker: serve with SO_REUSEPORT until a signal, or until the parent is gone."""
     from sessionlog_server.logging import configure
+    from sessionlog_server.transport.event_loop import run
     from sessionlog_server.transport.server import serve
 
     configure(settings.log_level)
     structlog.contextvars.bind_contextvars(worker=index)
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True, name="parent-watch").start()
-    asyncio.run(serve(settings, reuse_port=True))
+    run(serve(settings, reuse_port=True), settings.event_loop)
 
 
 def _exit_with_parent(parent: int) -> None:

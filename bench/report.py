@@ -82,6 +82,8 @@ def render(report: dict[str, Any]) -> str:
         f"{meta['workload']['mean_event_data_bytes']} B, 1 event per batch, acked when durable"
     )
     lines.append(f"durability: SQLite {meta['durability']['sqlite']}; PostgreSQL {meta['durability']['postgresql']}")
+    if "server_event_loop" in meta:  # reports written before the setting existed ran on asyncio's
+        lines.append(f"server event loop: {meta['server_event_loop']} (SESSIONLOG_EVENT_LOOP)")
     load = meta.get("loadavg_at_start"), meta.get("loadavg_at_end")
     lines.append(f"load average (1/5/15 min) at start {load[0]}, at end {load[1]} (2 cores; other work shares them)")
     lines.append("")

@@ -34,6 +34,8 @@ from bench.procs import ROOT, Server, create_pg_database, drop_pg_database, pg_a
 from bench.report import render, targets
 from bench.workload import as_new_events, mean_data_bytes, session_events
 from sessionlog.core.events import NewEvent
+from sessionlog_server.config import Settings
+from sessionlog_server.transport.event_loop import loop_factory, loop_name
 from sessionlog_server.transport.workers import default_workers
 
 
@@ -137,6 +139,16 @@ def _dirty() -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+def _server_event_loop() -> str:
+    """The event loop the bench's servers run on (`SESSIONLOG_EVENT_LOOP`, resolved as `serve`
+    resolves it)."""
+    loop = loop_factory(Settings.from_env().event_loop)()
+    try:
+        return loop_name(loop)
+    finally:
+        loop.close()
 
 
 def _machine() -> dict[str, Any]:
@@ -340,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             "sessionlog_commit": _git_commit(),
             "uncommitted_server_client_changes": _dirty(),
             "machine": _machine(),
+            "server_event_loop": _server_event_loop(),
             "durability": {
                 "sqlite": "WAL, synchronous=FULL (sessionlog default; peers set or verified the same)",
                 "postgresql": "synchronous_commit=on, fsync=on (server defaults)",
@@ -355,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                 name: _version(name)
                 for name in (
                     "grpcio",
+                    "uvloop",
                     "sqlalchemy",
                     "psycopg",
                     "eventsourcing",

@@ -1,7 +1,8 @@
 """What gRPC alone costs here: a grpc.aio echo server, measured like the sessionlog figures.
 
-The server process does nothing but answer: a unary call returns its request, a bidirectional
-stream answers each message with 8 bytes (an acknowledgement's size). Messages carry the
+The server process does nothing but answer, on the event loop sessionlog's servers run on: a
+unary call returns its request, a bidirectional stream answers each message with 8 bytes (an
+acknowledgement's size). Messages carry the
 workload's mean event size. Its CPU per message is the part of sessionlog's per-event CPU that
 no change to sessionlog's own code can remove while it is served by grpc.aio in Python, and
 1e6 / (µs per message) is the most messages one core can take through it.
@@ -27,6 +28,8 @@ import grpc
 
 from bench.procs import free_port, process_cpu_seconds
 from bench.stats import latency_ms
+from sessionlog_server.config import Settings
+from sessionlog_server.transport.event_loop import run
 
 SERVICE = "bench.Echo"
 
@@ -56,7 +59,8 @@ def _serve(port: int, ready: EventType) -> None:
         ready.set()
         await server.wait_for_termination()
 
-    asyncio.run(main())
+    # On the loop sessionlog's servers run on (SESSIONLOG_EVENT_LOOP), so the floor is theirs.
+    run(main(), Settings.from_env().event_loop)
 
 
 def _unary(target: str, payload: bytes, calls: int) -> float:

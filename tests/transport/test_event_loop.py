@@ -26,7 +26,8 @@ def test_the_server_runs_on_the_loop_asked_for(fresh_db: str, sid: str, choice: 
         assert _serving(server)["event_loop"] == expected
         with SessionLogClient(server.target, timeout=30) as client:
             with client.writer(sid, create_if_missing=True) as writer:
-                assert writer.append([user("hello")]).result(timeout=30).seqs == [1]  # after the empty system head, seq 0
+                # seq 0 is the empty system head the service appends before the first message
+                assert writer.append([user("hello")]).result(timeout=30).seqs == [1]
                 assert writer.append([note(1), note(2)]).result(timeout=30).seqs == [2, 3]
             assert [e.seq for e in client.read_events(sid)] == [0, 1, 2, 3]
     finally:

@@ -5,7 +5,8 @@ scheduling callbacks) for less CPU than asyncio's selector loop, written in Pyth
 answering one event per message wakes several times per event: there uvloop measured 15-21 %
 less server CPU per unary append on SQLite (4-12 % on PostgreSQL) and about 10 % less
 event-loop CPU per event at 1,000 one-event messages a second; pipelined streams, which share
-their wake-ups between many events, did not move (bench/PROFILE.md, round 9). `SESSIONLOG_EVENT_LOOP=asyncio` keeps the standard loop.
+their wake-ups between many events, did not move (bench/PROFILE.md, round 9).
+`SESSIONLOG_EVENT_LOOP=asyncio` keeps the standard loop.
 """
 
 from __future__ import annotations

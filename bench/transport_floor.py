@@ -2,10 +2,10 @@
 
 The server process does nothing but answer, on the event loop sessionlog's servers run on: a
 unary call returns its request, a bidirectional stream answers each message with 8 bytes (an
-acknowledgement's size). Messages carry the
-workload's mean event size. Its CPU per message is the part of sessionlog's per-event CPU that
-no change to sessionlog's own code can remove while it is served by grpc.aio in Python, and
-1e6 / (µs per message) is the most messages one core can take through it.
+acknowledgement's size). Messages carry the workload's mean event size. Its CPU per message is
+the part of sessionlog's per-event CPU that no change to sessionlog's own code can remove while
+it is served by grpc.aio in Python, and 1e6 / (µs per message) is the most messages one core
+can take through it.
 
 `slow_streams` is the floor of the many-slow-writers figure: `streams` streams on one echo
 server, each sending one message a second, from client processes of their own, as

@@ -87,12 +87,16 @@ def _text(value: Any) -> str | None:
 def usage_of(event: Event) -> JsonObject | None:
     """The usage an event carries: `data.usage`, else `data.message.usage`; None for replaces
     and copies (they restate another event)."""
-    if is_replace(event) or is_copy(event):
+    return _usage_of(event, is_replace(event), is_copy(event), message_of(event))
+
+
+def _usage_of(event: Event, replace: bool, copy: bool, message: JsonObject | None) -> JsonObject | None:
+    """`usage_of`, given the event's facts (`StatsAccumulator.add` derives them once)."""
+    if replace or copy:
         return None
     usage = event.data.get("usage")
     if isinstance(usage, dict):
         return usage
-    message = message_of(event)
     usage = message.get("usage") if message is not None else None
     return usage if isinstance(usage, dict) else None
 
@@ -100,11 +104,15 @@ def usage_of(event: Event) -> JsonObject | None:
 def is_model_call(event: Event) -> bool:
     """One model call (see `modelCalls` above): an `assistant/attempt`, or an appended surface
     event (not a copy) whose message has role `assistant`. The timeline's requests are these."""
+    return _is_model_call(event, is_replace(event), is_copy(event), message_of(event))
+
+
+def _is_model_call(event: Event, replace: bool, copy: bool, message: JsonObject | None) -> bool:
+    """`is_model_call`, given the event's facts (`StatsAccumulator.add` derives them once)."""
     if event.type == ASSISTANT_ATTEMPT:
         return True
-    if event.surface_op is None or is_replace(event) or is_copy(event):
+    if event.surface_op is None or replace or copy:
         return False
-    message = message_of(event)
     return message is not None and message.get("role") == "assistant"
 
 
@@ -167,15 +175,19 @@ class StatsAccumulator:
             self._header(data)
         elif kind == PI_THINKING_LEVEL_CHANGE:
             self.thinking_level = _text(data.get("thinkingLevel")) or self.thinking_level
-        if is_model_call(event):
+        # The event's facts, derived once for the three rules below.
+        replace = is_replace(event)
+        copy = is_copy(event)
+        message = message_of(event)
+        if _is_model_call(event, replace, copy, message):
             self.model_calls += 1
-        if is_replace(event):
+        if replace:
             self.replaces += 1
             if source_kind(event) == COMPACTION_SOURCE_KIND:
                 self.landings += 1
-        elif not is_copy(event):
-            self._appended(event)
-        usage = usage_of(event)
+        elif not copy:
+            self._appended(event, message)
+        usage = _usage_of(event, replace, copy, message)
         if usage is not None:
             self._usage(usage)
 
@@ -192,16 +204,18 @@ class StatsAccumulator:
         level = _text(config.get("thinkingLevel")) or _text(config.get("reasoningEffort"))
         self.thinking_level = level or self.thinking_level
 
-    def _appended(self, event: Event) -> None:
+    def _appended(self, event: Event, message: JsonObject | None) -> None:
         if event.type == ASSISTANT_MESSAGE and event.surface_op is not None:
             self.tool_calls += len(tool_call_blocks(event))
-            message = message_of(event)
             if message is not None:
                 self._route(message.get("provider"), message.get("model"))
-        elif event.type == TOOL_RESULT and event.surface_op is not None:
-            message = message_of(event)
-            if message is not None and message.get("isError") is True:
-                self.tool_errors += 1
+        elif (
+            event.type == TOOL_RESULT
+            and event.surface_op is not None
+            and message is not None
+            and message.get("isError") is True
+        ):
+            self.tool_errors += 1
 
     def _usage(self, usage: JsonObject) -> None:
         self.input_tokens += number(usage.get("input"))

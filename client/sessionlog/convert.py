@@ -65,9 +65,10 @@ def new_event_to_pb(event: NewEvent) -> event_pb2.NewEvent:
     return msg
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DecodedEvent:
-    """A proposed event as decoded from the wire, with its serialised size for limits."""
+    """A proposed event as decoded from the wire, with its serialised size for limits (not
+    frozen, though nothing changes it: built per event, see `sessionlog.core.fold._Plan`)."""
 
     event: NewEvent
     data_bytes: int

@@ -67,9 +67,14 @@ NODE_BYTES = 120
 """Estimated bytes per surface node of a fold without messages (seq, node record, slots)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Plan:
-    """Everything one event will change, computed (and validated) before anything changes."""
+    """Everything one event will change, computed (and validated) before anything changes.
+
+    Not frozen, like the other records built for every appended event (the surface and
+    structure plans, the server's decoded event and append plan): a frozen dataclass sets each
+    field through `object.__setattr__`, ~0.2 µs a field here, ~4 µs an event in all. Nothing
+    changes a plan once it is built."""
 
     event: Event
     surface: SurfacePlan | None

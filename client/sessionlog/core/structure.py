@@ -103,9 +103,10 @@ class StructureState:
 PlanKind = Literal["turn_start", "turn_end", "step_start", "step_end", "open_calls", "call_started", "result"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StructurePlan:
-    """One validated structural transition that has not mutated the state yet."""
+    """One validated structural transition that has not mutated the state yet (not frozen,
+    though nothing changes it: built per event, see `fold._Plan`)."""
 
     kind: PlanKind
     seq: int

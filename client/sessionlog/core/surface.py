@@ -81,12 +81,13 @@ class SurfaceState:
         return {"nodes": list(self.nodes), "replaceGeneration": self.replace_generation}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SurfacePlan:
     """One validated surface transition that has not mutated the state yet.
 
     For a replace, `start_index..end_index` (inclusive) are surface positions and `shadowed`
-    the node seqs leaving the surface, in surface order.
+    the node seqs leaving the surface, in surface order. Not frozen, though nothing changes it
+    (built per event: see `fold._Plan`).
     """
 
     kind: Literal["append", "replace"]

@@ -98,7 +98,9 @@ def test_idempotent_retry_appends_nothing(client: SessionLogClient, sid: str) ->
     assert first.seqs == again.seqs == [0, 1]
     mixed = client.append(sid, lease, [note(1, eventId="b"), note(2, eventId="c")])
     assert mixed.seqs == [1, 2]
-    assert seqs_of(client, sid) == [0, 1, 2]
+    new_first = client.append(sid, lease, [note(3, eventId="d"), note(0, eventId="a"), note(4, eventId="e")])
+    assert new_first.seqs == [3, 0, 4]  # each retried id's seq in its place, new ones in order
+    assert seqs_of(client, sid) == [0, 1, 2, 3, 4]
 
 
 def test_batch_with_one_bad_event_stores_nothing(client: SessionLogClient, sid: str) -> None:

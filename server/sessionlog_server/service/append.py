@@ -24,9 +24,10 @@ from sessionlog_server.storage.recorder import StoredData, stored_form
 from sessionlog_server.storage.records import PendingBatch
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AppendPlan:
-    """What an append will do: the seqs to report and, unless all were retries, the batch."""
+    """What an append will do: the seqs to report and, unless all were retries, the batch
+    (not frozen, though nothing changes it: built per batch, see `sessionlog.core.fold._Plan`)."""
 
     seqs: list[int]
     """One seq per proposed event, in order (original seqs for retried eventIds)."""
@@ -90,9 +91,10 @@ def plan_append(
             expected=expected_next_seq,
         )
     to_commit: list[NewEvent] = list(extra_first)
-    first_surface = next((e for e in fresh if e.surface_op is not None), None)
-    if first_surface is not None and fold.first_surface_needs_system_head(first_surface):
-        to_commit.append(empty_system_head())
+    if fold.surface_size == 0:  # only a log without a surface may need the system head
+        first_surface = next((e for e in fresh if e.surface_op is not None), None)
+        if first_surface is not None and fold.first_surface_needs_system_head(first_surface):
+            to_commit.append(empty_system_head())
     head_count = len(to_commit)
     to_commit.extend(fresh)
 
@@ -115,8 +117,10 @@ def plan_append(
         fold.rollback(mark)
         raise
 
-    fresh_seqs = iter(e.seq for e in committed[head_count:])
-    reported = [s if s is not None else next(fresh_seqs) for s in seqs]
+    reported = [e.seq for e in committed[head_count:]]
+    if len(reported) < len(seqs):  # some were retried eventIds: they keep their original seqs
+        new_seqs = iter(reported)
+        reported = [s if s is not None else next(new_seqs) for s in seqs]
     pending = PendingBatch(
         session_id=live.session_id,
         writer_id=writer_id,
@@ -127,7 +131,8 @@ def plan_append(
         open_turn=fold.open_turn is not None,
         lease_expires_at=lease_expires_at,
     )
-    wire: list[bytes | None] = [*(None for _ in range(head_count)), *fresh_raw]
+    wire: list[bytes | None] = [None] * head_count
+    wire += fresh_raw
     try:
         for event, text in zip(committed, wire, strict=True):
             stored = _stored(event, text, blob_threshold, pending.blobs)

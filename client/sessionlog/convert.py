@@ -78,8 +78,9 @@ class DecodedEvent:
 
 def new_event_from_pb(msg: event_pb2.NewEvent, index: int = 0) -> DecodedEvent:
     """Decode a proposed event; errors name the event's index in its batch."""
+    raw = msg.data_json  # each read of a bytes field copies it out of the message
     try:
-        data = data_from_bytes(msg.data_json)
+        data = data_from_bytes(raw)
         event = NewEvent(
             type=msg.type,
             data=data,
@@ -91,7 +92,7 @@ def new_event_from_pb(msg: event_pb2.NewEvent, index: int = 0) -> DecodedEvent:
     except ValidationError as exc:
         exc.name_event(index)
         raise
-    return DecodedEvent(event, len(msg.data_json), msg.data_json)
+    return DecodedEvent(event, len(raw), raw)
 
 
 def data_bytes(event: Event) -> bytes:

@@ -40,6 +40,16 @@ def test_every_path_writes_the_value_back_unchanged(value: Any) -> None:
     assert loads(dumps_bytes_fast(value)) == loads(written)
 
 
+@pytest.mark.parametrize("number", [-(2**63) - 1, -(10**19) + 1, -(10**20), 2**64, -(2**63), 2**64 - 1, 10**19 - 1])
+def test_integers_past_64_bits_come_back_exact(number: int) -> None:
+    # orjson reads an integer outside [-2**63, 2**64) as a float; a 19-digit negative one once
+    # slipped past the check that sends such texts to the exact decoder.
+    for text in (str(number), f'{{"n":[1,{number}]}}'):
+        value = loads(text.encode())
+        found = value if isinstance(value, int) else value["n"][1]
+        assert type(found) is int and found == number
+
+
 @pytest.mark.parametrize("non_finite", [math.nan, math.inf, -math.inf])
 @pytest.mark.parametrize("beside", [{}, {"other": None}])
 def test_non_finite_numbers_are_refused_with_or_without_a_null_beside_them(

@@ -107,9 +107,14 @@ def test_first_surface_needs_system_head() -> None:
     assert fold.first_surface_needs_system_head(prompt)
     assert not fold.first_surface_needs_system_head(NewEvent("turn/start", {"turn": 1}))
     assert not fold.first_surface_needs_system_head(empty_system_head())
+    turn = NewEvent("turn/start", {"turn": 1})
+    assert fold.batch_needs_system_head([turn, prompt])  # the batch's first surface event decides
+    assert not fold.batch_needs_system_head([turn, empty_system_head(), prompt])
+    assert not fold.batch_needs_system_head([turn])
     fold.apply(empty_system_head().committed(0, 1))
     assert fold.has_system_head
     assert not fold.first_surface_needs_system_head(prompt)
+    assert not fold.batch_needs_system_head([prompt])
 
 
 # --------------------------------------------------------------- headers

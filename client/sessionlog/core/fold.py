@@ -24,7 +24,7 @@ property tests check that this fold agrees with them at every prefix.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,8 +73,9 @@ class _Plan:
 
     Not frozen, like the other records built for every appended event (the surface and
     structure plans, the server's decoded event and append plan): a frozen dataclass sets each
-    field through `object.__setattr__`, ~0.2 µs a field here, ~4 µs an event in all. Nothing
-    changes a plan once it is built."""
+    field through `object.__setattr__` (~0.2 µs a field here; these five records cost ~21,000
+    instructions an event frozen, bench/PROFILE.md round 10). Nothing changes a plan once it is
+    built."""
 
     event: Event
     surface: SurfacePlan | None
@@ -489,3 +490,11 @@ class SessionFold:
         """True when the log has no surface yet and `event` is a surface event other than a
         `system/message`: the server then appends `messages.empty_system_head()` first."""
         return not self._surface.nodes and event.type in SURFACE_TYPES and event.type != SYSTEM_MESSAGE
+
+    def batch_needs_system_head(self, events: Sequence[NewEvent]) -> bool:
+        """`first_surface_needs_system_head` of the batch's first event with a surface op; a log
+        that has a surface answers at once, without looking through the batch."""
+        if self._surface.nodes:
+            return False
+        first = next((event for event in events if event.surface_op is not None), None)
+        return first is not None and self.first_surface_needs_system_head(first)

@@ -91,10 +91,8 @@ def plan_append(
             expected=expected_next_seq,
         )
     to_commit: list[NewEvent] = list(extra_first)
-    if fold.surface_size == 0:  # only a log without a surface may need the system head
-        first_surface = next((e for e in fresh if e.surface_op is not None), None)
-        if first_surface is not None and fold.first_surface_needs_system_head(first_surface):
-            to_commit.append(empty_system_head())
+    if fold.batch_needs_system_head(fresh):
+        to_commit.append(empty_system_head())
     head_count = len(to_commit)
     to_commit.extend(fresh)
 

@@ -98,8 +98,7 @@ def loads(text: str | bytes, *, what: str = "JSON") -> Any:
     """
     if isinstance(text, bytes):
         classes = text.translate(_BYTE_CLASSES)
-        if classes.count(b"[") > MAX_JSON_DEPTH:
-            _check_nesting(text, what)
+        _check_nesting(text, classes.count(b"["), what)
         return _decode(text, what, classes)
     check_depth(text, what)
     return _decode(text, what)
@@ -198,19 +197,21 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 def check_depth(text: str | bytes, what: str = "JSON") -> None:
     """Refuse JSON text nested deeper than MAX_JSON_DEPTH (before any decoder recurses into it).
 
-    Counting brackets is enough when there are few of them (the common case, one C-speed pass).
+    Counting brackets is enough when there are few of them (the common case, C-speed counts).
     Otherwise strings are blanked and everything but brackets deleted (C-speed passes), and
     innermost pairs are removed a level per pass: a text d levels deep empties in d passes,
     so typical texts take a handful of passes however large they are. A pass that removes
     nothing means unbalanced brackets: malformed, which the decoder reports.
     """
     data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH:
-        _check_nesting(data, what)
+    _check_nesting(data, data.count(b"[") + data.count(b"{"), what)
 
 
-def _check_nesting(data: bytes, what: str) -> None:
-    """`check_depth`'s measure of a text with more brackets than MAX_JSON_DEPTH."""
+def _check_nesting(data: bytes, opening: int, what: str) -> None:
+    """`check_depth` of `data`, given how many opening brackets it holds (`loads` counts them in
+    its byte classes): with no more of them than MAX_JSON_DEPTH there is nothing to measure."""
+    if opening <= MAX_JSON_DEPTH:
+        return
     brackets = _STRINGS_BYTES.sub(b"", data).translate(None, _NOT_BRACKETS)
     for _ in range(MAX_JSON_DEPTH):
         inner = brackets.replace(b"[]", b"").replace(b"{}", b"")

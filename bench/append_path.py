@@ -86,8 +86,6 @@ def _plan_work(wire: list[bytes], batch: int) -> Callable[[], int]:
                 blob_threshold=1 << 20,
                 raw=[d.raw for d in decoded],
             )
-            assert planned.checkpoint is not None
-            live.fold.release(planned.checkpoint)
             reported += len(planned.seqs)
         return reported
 

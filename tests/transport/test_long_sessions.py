@@ -310,3 +310,27 @@ def test_a_session_with_an_open_writer_stream_stays_cached_past_the_cache_size(o
         client.create_session(f"{sid}-unary")
         client.append(f"{sid}-unary", client.acquire_lease(f"{sid}-unary"), [ev.note(0)])  # a load
         assert len(live) == 2 and live.peek(f"{sid}-unary") is not None
+
+
+def test_batches_in_flight_keep_no_undo_journal_in_the_live_fold(fresh_db: str, sid: str) -> None:
+    """A writer's pipelined batches are each checked against the ones before them in the live
+    fold, but none keeps an undo journal there while it commits (a failed commit drops the
+    fold instead): the memory of a batch in flight is the batch."""
+    server = ServerThread(fresh_db)
+    seen: list[tuple[int, int, int]] = []
+
+    def tap(session_id: str, _events: Any) -> None:
+        live = server.service.live.peek(session_id)
+        seen.append((live.in_flight, len(live.fold._marks), len(live.fold._journal)))
+
+    server.service.appends.commit_taps.append(tap)
+    try:
+        with SessionLogClient(server.target, timeout=30) as client, client.writer(sid, create_if_missing=True) as w:
+            batches = [[ev.note(n), ev.user(f"m{n}")] if n % 2 else [ev.user(f"m{n}")] for n in range(200)]
+            for future in [w.append(batch) for batch in batches]:
+                future.result(timeout=30)
+    finally:
+        server.stop()
+    assert len(seen) == 200
+    assert max(in_flight for in_flight, _, _ in seen) > 1  # later batches were planned meanwhile
+    assert [(marks, journal) for _, marks, journal in seen] == [(0, 0)] * 200

@@ -16,7 +16,7 @@ from sessionlog.core.errors import (
     ValidationError,
     WriterHeld,
 )
-from tests.support.events import note, user
+from tests.support.events import note, turn_end, turn_start, user
 from tests.support.servers import ServerThread
 
 
@@ -113,6 +113,25 @@ def test_batch_with_one_bad_event_stores_nothing(client: SessionLogClient, sid: 
     assert bad.value.metadata["event_index"] == "1"
     assert seqs_of(client, sid) == [0]
     assert client.append(sid, lease, [note(3)]).seqs == [1]
+
+
+def test_a_batch_the_fold_refuses_leaves_the_session_as_it_was(client: SessionLogClient, sid: str) -> None:
+    """Refusals by the fold's own rules (not the envelope checks before it): one event alone,
+    and a batch whose second event breaks a rule only against its first. Either way the next
+    batch is judged against the session as it was, and gets the seqs that follow it."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    opened = client.append(sid, lease, [turn_start(1), user("hi")])
+    with pytest.raises(ValidationError):
+        client.append(sid, lease, [turn_start(2)])  # a turn is open
+    with pytest.raises(ValidationError) as twice:
+        client.append(sid, lease, [turn_end(1), turn_end(1)])  # the first closes it
+    assert twice.value.metadata["event_index"] == "1"
+    assert seqs_of(client, sid) == list(range(opened.next_seq))
+    closed = client.append(sid, lease, [user("again"), turn_end(1)])
+    assert closed.seqs == [opened.next_seq, opened.next_seq + 1]
+    history = client.model_history(sid)
+    assert [m["content"] for m in history if m["role"] == "user"] == ["hi", "again"]
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,11 @@ server needs around them:
   validated at append, without re-checking it (a cold load). Seq contiguity is always checked.
 - **Atomic batches.** `checkpoint()` returns a mark (the small state as it was: seq, time,
   header, stats, structure, copied once per batch); `rollback(mark)` undoes everything
-  applied since, newest first, in O(events since the mark); `release(mark)` forgets a mark once
-  its batch is durable. Marks nest (several pipelined batches of one session may be in flight;
-  rolling back an older mark also undoes the newer batches). While no mark is held nothing is
-  journalled, so a fold without batches in flight keeps no undo history.
+  applied since, newest first, in O(events since the mark); `release(mark)` forgets a mark
+  once its batch is accepted. Marks nest (rolling back an older mark also undoes the newer
+  batches). While no mark is held nothing is journalled: the server holds one only while it
+  plans a batch of several events (one event needs none, as `apply` is atomic), so its folds
+  keep no undo history between batches.
 - **Nothing changes when a check fails.** `apply` plans (validates) first and commits only a
   fully validated plan.
 
@@ -297,7 +298,7 @@ class SessionFold:
         self._trim_journal()
 
     def release(self, mark: int) -> None:
-        """Forget `mark` (its batch is durable); journal older than every live mark is dropped.
+        """Forget `mark` (its batch is accepted); journal older than every live mark is dropped.
 
         Call it for every mark that is not rolled back, or the journal keeps growing."""
         del self._marks[self._find_mark(mark, "release")]

@@ -2,8 +2,8 @@
 
 Everything here runs under the session's lock and before any I/O: envelope rules, eventId
 de-duplication, the system-head rule, and the fold's seq/surface/structure rules. A batch that
-breaks any rule changes nothing (the fold is rolled back to its checkpoint); a batch that
-passes becomes one `PendingBatch` for the group committer.
+breaks any rule changes nothing (a batch of several events is rolled back to its checkpoint);
+a batch that passes becomes one `PendingBatch` for the group committer.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import validate
 from sessionlog.core.errors import ExpectedSeqMismatch, SessionLogError
-from sessionlog.core.events import Event, NewEvent
+from sessionlog.core.events import NewEvent
 from sessionlog.core.limits import Limits
 from sessionlog.core.messages import empty_system_head
 from sessionlog.core.repair import check_writer_turn_end
@@ -33,8 +33,6 @@ class AppendPlan:
     """One seq per proposed event, in order (original seqs for retried eventIds)."""
     pending: PendingBatch | None
     """The events to commit (None when every event was a retry)."""
-    checkpoint: int | None
-    """Fold checkpoint to roll back to if the commit fails."""
 
 
 def validate_proposals(decoded: Sequence[DecodedEvent], limits: Limits) -> list[NewEvent]:
@@ -81,7 +79,7 @@ def plan_append(
             fresh.append(proposed)
             fresh_raw.append(raw[index] if raw is not None else None)
     if not fresh and not extra_first:
-        return AppendPlan([s for s in seqs if s is not None], None, None)
+        return AppendPlan([s for s in seqs if s is not None], None)
     if expected_next_seq is not None and expected_next_seq != fold.next_seq:
         raise ExpectedSeqMismatch(
             "EXPECTED_SEQ_MISMATCH",
@@ -99,8 +97,30 @@ def plan_append(
     time = max(now, fold.last_time)
     service_time = fold.repair_time  # repair events take the last event's time (SPEC §8)
     first_seq = fold.next_seq
-    mark = fold.checkpoint()
-    committed: list[Event] = []
+    pending = PendingBatch(
+        session_id=live.session_id,
+        writer_id=writer_id,
+        epoch=epoch,
+        expected_next_seq=first_seq,
+        events=[],
+        last_time=time,
+        open_turn=False,
+        lease_expires_at=lease_expires_at,
+    )
+    # The stored forms first: their data is the proposals' own, and a batch that cannot be
+    # stored must leave the fold as it was.
+    wire: list[bytes | None] = [None] * head_count
+    wire += fresh_raw
+    for proposal, text in zip(to_commit, wire, strict=True):
+        stored = _stored(proposal, text, blob_threshold, pending.blobs)
+        pending.stored.append(stored)
+        pending.stored_bytes += len(stored[0])
+    # One event needs no checkpoint: `SessionFold.apply` changes nothing when it raises. A
+    # longer batch's later events are checked against its earlier ones, so a refusal must undo
+    # those; its mark goes once the batch is planned, as nothing rolls a planned batch back (a
+    # failed commit drops the live session, folded again from the log on next use: see
+    # `AppendPipeline._finish_append`). So the fold keeps no undo journal for batches in flight.
+    mark = fold.checkpoint() if len(to_commit) > 1 else None
     try:
         for offset, proposal in enumerate(to_commit):
             event = proposal.committed(first_seq + offset, service_time if offset < len(extra_first) else time)
@@ -110,42 +130,29 @@ def plan_append(
                 if offset >= head_count:
                     exc.name_event(_proposal_index(proposals, proposal))
                 raise
-            committed.append(event)
-    except BaseException:
-        fold.rollback(mark)
+            pending.events.append(event)
+    except SessionLogError:
+        if mark is not None:
+            fold.rollback(mark)
         raise
+    except BaseException:
+        live.valid = False  # a fault mid-apply may leave the fold half-changed: fold it again
+        raise
+    if mark is not None:
+        fold.release(mark)
+    pending.open_turn = fold.open_turn is not None
 
-    reported = [e.seq for e in committed[head_count:]]
+    reported = [e.seq for e in pending.events[head_count:]]
     if len(reported) < len(seqs):  # some were retried eventIds: they keep their original seqs
         new_seqs = iter(reported)
         reported = [s if s is not None else next(new_seqs) for s in seqs]
-    pending = PendingBatch(
-        session_id=live.session_id,
-        writer_id=writer_id,
-        epoch=epoch,
-        expected_next_seq=first_seq,
-        events=committed,
-        last_time=time,
-        open_turn=fold.open_turn is not None,
-        lease_expires_at=lease_expires_at,
-    )
-    wire: list[bytes | None] = [None] * head_count
-    wire += fresh_raw
-    try:
-        for event, text in zip(committed, wire, strict=True):
-            stored = _stored(event, text, blob_threshold, pending.blobs)
-            pending.stored.append(stored)
-            pending.stored_bytes += len(stored[0])
-    except BaseException:
-        fold.rollback(mark)  # nothing of a batch that cannot be stored may stay in the live state
-        raise
-    for event in committed:  # only now: a remembered eventId is acknowledged on retry
+    for event in pending.events:  # only now: a remembered eventId is acknowledged on retry
         if event.event_id is not None:
             live.remember(event.event_id, event.seq)
-    return AppendPlan(reported, pending, mark)
+    return AppendPlan(reported, pending)
 
 
-def _stored(event: Event, raw: bytes | None, threshold: int, blob_sink: dict[str, bytes]) -> StoredData:
+def _stored(event: NewEvent, raw: bytes | None, threshold: int, blob_sink: dict[str, bytes]) -> StoredData:
     """The data's JSON text for storage, with blob strings taken out.
 
     The text as received is stored as is whenever no string in it goes to a blob (a payload

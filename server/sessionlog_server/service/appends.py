@@ -3,8 +3,9 @@
 `AppendPipeline.start_append` validates and plans a batch under the session's lock and hands it
 to the group committer; the returned future resolves once the batch is durable, so a streaming
 writer pipelines (the next batch is planned on this one's effects while it commits). When the
-commit returns, `_finish_append` trims the fold's undo journal, counts, publishes to the
-session's subscribers and to the commit taps, and acknowledges. Repairs and header reports go
+commit returns, `_finish_append` counts, publishes to the session's subscribers and to the
+commit taps, and acknowledges; a failed commit drops the live session instead (its fold
+holds the batch), to be folded again from the log on next use. Repairs and header reports go
 through `plan_and_commit` too, so every write of the service takes one path.
 """
 
@@ -207,8 +208,8 @@ class AppendPipeline:
         error: SessionLogError | None,
         result: asyncio.Future[AppendResult],
     ) -> None:
-        """Once the commit's outcome is known: trim the fold's journal, count, publish and
-        acknowledge, or forget the batch (called by the committer on the event loop).
+        """Once the commit's outcome is known: count, publish and acknowledge, or forget the
+        batch (called by the committer on the event loop).
 
         The writer is answered whatever happens here: a durable batch is acknowledged even if
         publishing it failed (a bug, which the committer logs), and a failed one is refused.
@@ -225,8 +226,7 @@ class AppendPipeline:
                     result.set_exception(error)
             return
         try:
-            if live.valid and plan.checkpoint is not None:
-                live.fold.release(plan.checkpoint)  # durable: its undo journal is no longer needed
+            if live.valid:
                 live.durable_next_seq = max(live.durable_next_seq, pending.new_next_seq)
             self.metrics.batches_appended.inc()
             self.metrics.events_appended.inc(len(pending.events))

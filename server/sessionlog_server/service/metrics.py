@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from sessionlog_server.service.loop_series import LoopSeries
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
@@ -21,24 +23,23 @@ class Metrics:
 
     def __post_init__(self) -> None:
         r = self.registry
-        self.events_appended = Counter(
-            "sessionlog_events_appended", "Events committed (service-written repair events included).", registry=r
+        # Updated once or more per committed batch, on the event loop only: see loop_series.py.
+        hot = LoopSeries(r)
+        self.events_appended = hot.counter(
+            "sessionlog_events_appended", "Events committed (service-written repair events included)."
         )
-        self.batches_appended = Counter("sessionlog_batches_appended", "Batches committed.", registry=r)
-        self.batches_refused = Counter(
-            "sessionlog_batches_refused", "Batches refused, by reason.", ["reason"], registry=r
+        self.batches_appended = hot.counter("sessionlog_batches_appended", "Batches committed.")
+        self.batch_size = hot.histogram("sessionlog_batch_size_events", "Events per committed batch.", _SIZE_BUCKETS)
+        self.group_size = hot.histogram(
+            "sessionlog_group_commit_batches", "Batches per database transaction.", _SIZE_BUCKETS
         )
-        self.batch_size = Histogram(
-            "sessionlog_batch_size_events", "Events per committed batch.", buckets=_SIZE_BUCKETS, registry=r
-        )
-        self.group_size = Histogram(
-            "sessionlog_group_commit_batches", "Batches per database transaction.", buckets=_SIZE_BUCKETS, registry=r
-        )
-        self.commit_latency = Histogram(
+        self.commit_latency = hot.histogram(
             "sessionlog_commit_latency_seconds",
             "Time from a batch's submission to its durable commit.",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            _LATENCY_BUCKETS,
+        )
+        self.batches_refused = Counter(
+            "sessionlog_batches_refused", "Batches refused, by reason.", ["reason"], registry=r
         )
         self.open_writers = Gauge("sessionlog_open_writers", "Writer streams open on this instance.", registry=r)
         self.leases_taken_over = Counter(

@@ -1,0 +1,17 @@
+"""`bench.server_instructions` counts a server that served exactly the events it was asked to.
+
+The count itself runs the server under callgrind (minutes, so not here); what it rests on is
+the run around it: every stream's events acknowledged, and a server that exits on SIGTERM
+(callgrind writes its count only as the process exits).
+"""
+
+from __future__ import annotations
+
+from bench import server_instructions
+
+
+def test_a_counted_run_serves_every_event_and_the_server_exits_cleanly() -> None:
+    run = server_instructions.counted_run(5, wrapper=[])
+    assert run["acked"] == server_instructions.STREAMS * 5
+    assert not run["stalled"]
+    assert run["exit_code"] == 0, run["stderr"][-2000:]

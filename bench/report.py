@@ -162,12 +162,13 @@ def _check(
     if met:
         gap = None
     elif higher_is_better:
-        gap = f"missed: {measured / limit:.2f}x of target ({limit / max(measured, 1e-9):.1f}x short)"
+        gap = f"missed: {measured / limit:.2f}x of target ({limit / max(measured, 1e-9):.2f}x short)"
     elif limit == 0:  # a count that must be zero: how many there were is the gap
         gap = f"missed: {measured:,.0f} instead of none"
     else:
         gap = f"missed: {measured / limit:.1f}x over"
-    shown = f"{measured:,.1f} {unit}" + (f" - {gap}" if gap else "")
+    # A ratio with two decimals: 0.96x rounds to 1.0 with one, beside a target of 1.0x it missed.
+    shown = (f"{measured:,.2f} {unit}" if unit == "x" else f"{measured:,.1f} {unit}") + (f" - {gap}" if gap else "")
     return {"name": name, "target": target, "measured": shown, "status": "met" if met else "MISSED", "gap": gap}
 
 

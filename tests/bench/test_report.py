@@ -66,3 +66,15 @@ def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
     assert "grpc.aio echo alone, 2,000 streams at 1 msg/s, same run: p99 540.0 ms, 75 streams failed" in slow
     unary = found["1 session, unary, sequential, postgresql vs raw psycopg 1/commit"]["measured"]
     assert "sequential echo calls alone, same run: 1,200/s" in unary
+
+
+def test_a_ratio_just_under_its_target_does_not_read_as_the_target() -> None:
+    """0.96x of a 1.0x target, shown with one decimal, read "1.0 x" beside MISSED."""
+    report: dict[str, Any] = {
+        "sessionlog": {"postgresql": {"stream_16": _rate(6_606)}},
+        "peers": {"psycopg_x16": {"events_per_s": 6_889}},
+    }
+    found = {t["name"]: t for t in targets(report)}
+    streaming = found["16 streaming sessions, 1 event/batch, one worker, postgresql vs raw psycopg 16/commit"]
+    assert streaming["status"] == "MISSED"
+    assert streaming["measured"].startswith("0.96 x - missed: 0.96x of target (1.04x short)")

@@ -117,7 +117,7 @@ def _decode(text: str | bytes, what: str, classes: bytes | None = None) -> Any:
     if isinstance(text, bytes):
         if classes is None:
             classes = text.translate(_BYTE_CLASSES)
-        if _LONG_RUN not in classes:
+        if classes.find(_LONG_RUN) < 0:  # `in` tries the run as an integer first: a TypeError each time
             try:
                 return orjson.loads(text)
             except orjson.JSONDecodeError:

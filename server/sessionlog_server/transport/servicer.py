@@ -101,8 +101,9 @@ def scope_from_pb(scope: pb.ProjectionScope) -> Scope:
 
 def decode_events(messages: Sequence[event_pb2.NewEvent], limits: Limits) -> list[convert.DecodedEvent]:
     """Parse a batch's payloads, after checking their sizes (an oversized batch costs no parse)."""
-    validate.check_batch_sizes([len(m.data_json) for m in messages], limits)
-    return [convert.new_event_from_pb(m, i) for i, m in enumerate(messages)]
+    listed = messages[:]  # a list, looped over twice (a repeated field's loop ends on an IndexError: convert.py)
+    validate.check_batch_sizes([len(m.data_json) for m in listed], limits)
+    return [convert.new_event_from_pb(m, i) for i, m in enumerate(listed)]
 
 
 def optional_field(msg: object, name: str) -> int | None:
@@ -390,7 +391,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
             async for request in requests:
                 kind = request.WhichOneof("kind")
                 if kind in ("batch", "batches"):
-                    for batch in [request.batch] if kind == "batch" else request.batches.batches:
+                    for batch in [request.batch] if kind == "batch" else request.batches.batches[:]:
                         decoded = decode_events(batch.events, self.service.limits)
                         await stream.batch(batch.batch_id, optional_field(batch, "expected_next_seq"), decoded)
                 elif kind == "header":

@@ -22,6 +22,7 @@ from sessionlog.core import jsonvalue
 from sessionlog_server.storage.changes import ChangeFeed, SQLiteChangeFeed
 from sessionlog_server.storage.driver import DriverSQL
 from sessionlog_server.storage.recorder import EVENT_COLUMNS, EventRecorder
+from sessionlog_server.storage.sqlite_params import bind_common_types_directly
 from sessionlog_server.storage.writer_turn import WriterTurn
 
 log = structlog.get_logger("sessionlog.sqlite")
@@ -48,6 +49,7 @@ round instead of holding up commits."""
 
 
 def _sqlite_engine(url: str, *, synchronous: str, busy_timeout_ms: int, immediate: bool, pool_size: int) -> Engine:
+    bind_common_types_directly()
     engine = create_engine(
         url,
         poolclass=QueuePool,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import validate
 from sessionlog.core.errors import ExpectedSeqMismatch, SessionLogError
-from sessionlog.core.events import NewEvent
+from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
 from sessionlog.core.messages import empty_system_head
 from sessionlog.core.repair import check_writer_turn_end
@@ -97,30 +97,19 @@ def plan_append(
     time = max(now, fold.last_time)
     service_time = fold.repair_time  # repair events take the last event's time (SPEC §8)
     first_seq = fold.next_seq
-    pending = PendingBatch(
-        session_id=live.session_id,
-        writer_id=writer_id,
-        epoch=epoch,
-        expected_next_seq=first_seq,
-        events=[],
-        last_time=time,
-        open_turn=False,
-        lease_expires_at=lease_expires_at,
-    )
     # The stored forms first: their data is the proposals' own, and a batch that cannot be
     # stored must leave the fold as it was.
     wire: list[bytes | None] = [None] * head_count
     wire += fresh_raw
-    for proposal, text in zip(to_commit, wire, strict=True):
-        stored = _stored(proposal, text, blob_threshold, pending.blobs)
-        pending.stored.append(stored)
-        pending.stored_bytes += len(stored[0])
+    blob_contents: dict[str, bytes] = {}
+    stored = [_stored(p, text, blob_threshold, blob_contents) for p, text in zip(to_commit, wire, strict=True)]
     # One event needs no checkpoint: `SessionFold.apply` changes nothing when it raises. A
     # longer batch's later events are checked against its earlier ones, so a refusal must undo
     # those; its mark goes once the batch is planned, as nothing rolls a planned batch back (a
     # failed commit drops the live session, folded again from the log on next use: see
     # `AppendPipeline._finish_append`). So the fold keeps no undo journal for batches in flight.
     mark = fold.checkpoint() if len(to_commit) > 1 else None
+    committed: list[Event] = []
     try:
         for offset, proposal in enumerate(to_commit):
             event = proposal.committed(first_seq + offset, service_time if offset < len(extra_first) else time)
@@ -130,7 +119,7 @@ def plan_append(
                 if offset >= head_count:
                     exc.name_event(_proposal_index(proposals, proposal))
                 raise
-            pending.events.append(event)
+            committed.append(event)
     except SessionLogError:
         if mark is not None:
             fold.rollback(mark)
@@ -140,13 +129,25 @@ def plan_append(
         raise
     if mark is not None:
         fold.release(mark)
-    pending.open_turn = fold.open_turn is not None
 
-    reported = [e.seq for e in pending.events[head_count:]]
+    reported = [e.seq for e in committed[head_count:]]
     if len(reported) < len(seqs):  # some were retried eventIds: they keep their original seqs
         new_seqs = iter(reported)
         reported = [s if s is not None else next(new_seqs) for s in seqs]
-    for event in pending.events:  # only now: a remembered eventId is acknowledged on retry
+    pending = PendingBatch(
+        session_id=live.session_id,
+        writer_id=writer_id,
+        epoch=epoch,
+        expected_next_seq=first_seq,
+        events=committed,
+        last_time=time,
+        open_turn=fold.open_turn is not None,
+        lease_expires_at=lease_expires_at,
+        stored=stored,
+        blobs=blob_contents,
+        stored_bytes=sum(len(text) for text, _ in stored),
+    )
+    for event in committed:  # only now: a remembered eventId is acknowledged on retry
         if event.event_id is not None:
             live.remember(event.event_id, event.seq)
     return AppendPlan(reported, pending)

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,16 @@ class Server:
     there and kept.
     """
 
-    def __init__(self, db: str, env: dict[str, str] | None = None, log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        db: str,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        wrapper: Sequence[str] = (),
+    ) -> None:
         self.db = db
+        self.wrapper = list(wrapper)
+        """A command the server runs under (valgrind for `bench.server_instructions`), or none."""
         self.port = free_port()
         self.target = f"127.0.0.1:{self.port}"
         # One process unless a section asks for workers (the slow writers, the soak): the
@@ -66,7 +74,7 @@ class Server:
 
     def start(self, timeout: float = 60.0) -> Server:
         """Start and wait until the port answers (bounded by `timeout`)."""
-        cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", self.target]
+        cmd = [*self.wrapper, sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", self.target]
         with self._stderr_path.open("ab" if self.log_path else "wb") as err:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=err)
         try:

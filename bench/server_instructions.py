@@ -20,20 +20,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.figures import _stream
-from bench.procs import free_port, wait_serving
+from bench.procs import Server
 from bench.workload import as_new_events, session_events
 from sessionlog.core.errors import Unavailable
 
@@ -48,32 +43,26 @@ def counted_run(events_per_stream: int, wrapper: Sequence[str]) -> dict[str, Any
     """Serve `events_per_stream` events on each of `STREAMS` streams with the server run under
     `wrapper` (the valgrind command, or nothing); what was acknowledged and the server's stderr."""
     with tempfile.TemporaryDirectory(prefix="sessionlog-instructions-") as scratch:
-        port = free_port()
-        env = {
-            **os.environ,
-            "SESSIONLOG_LOG_LEVEL": "warning",
-            "SESSIONLOG_WORKERS": "1",
-            "SESSIONLOG_METRICS_LISTEN": "",
+        server = Server(
+            f"sqlite:///{scratch}/s.db",
+            env={"SESSIONLOG_METRICS_LISTEN": ""},
+            log_path=Path(scratch) / "stderr",
+            wrapper=wrapper,
+        )
+        server.start(timeout=START_S)
+        try:
+            events = as_new_events(session_events(events_per_stream, seed=3), "e")
+            sids = [f"count-{index}-{events_per_stream}" for index in range(STREAMS)]
+            run = asyncio.run(_stream(server.target, sids, events, WINDOW, START_S, None))
+        finally:
+            server.stop(timeout=START_S)
+        assert server.proc is not None
+        return {
+            "acked": run.acked,
+            "stalled": run.stalled,
+            "exit_code": server.proc.returncode,
+            "stderr": server.stderr(),
         }
-        serve = [sys.executable, "-m", "sessionlog", "serve", "--db", f"sqlite:///{scratch}/s.db"]
-        err_path = Path(scratch) / "stderr"
-        with err_path.open("wb") as err:
-            proc = subprocess.Popen(
-                [*wrapper, *serve, "--listen", f"127.0.0.1:{port}"],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
-            try:
-                wait_serving(proc, port, time.perf_counter() + START_S)
-                events = as_new_events(session_events(events_per_stream, seed=3), "e")
-                sids = [f"count-{index}-{events_per_stream}" for index in range(STREAMS)]
-                run = asyncio.run(_stream(f"127.0.0.1:{port}", sids, events, WINDOW, START_S, None))
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                code = proc.wait(START_S)
-        return {"acked": run.acked, "stalled": run.stalled, "exit_code": code, "stderr": err_path.read_text()}
 
 
 ATTEMPTS = 3

@@ -2,9 +2,11 @@
 figure to compare two revisions with on a machine whose CPU time moves by a third from run to
 run.
 
-`python -m bench.server_instructions [--events 100 400]` starts `sessionlog serve` (SQLite,
-one worker) under callgrind, streams the bench workload from 16 writer streams at one event
-per batch (the bench's 16-session load), stops the server with SIGTERM (callgrind writes its
+`python -m bench.server_instructions [--events 100 400] [--streams 16] [--window 64]` starts
+`sessionlog serve` (SQLite, one worker) under callgrind, streams the bench workload from 16
+writer streams at one event per batch, up to 64 batches in flight each (the bench's 16-session
+load; `--streams 1 --window 1` counts an event sent alone, each its own message, commit and
+acknowledgement, as a slow writer's or a unary caller's is), stops the server with SIGTERM (callgrind writes its
 count as the process exits), and does it again with more events per stream; the difference of
 the two counts divided by the extra events leaves start-up, imports and shutdown out. Every
 thread of the server counts: gRPC's core, the event loop, the writer thread, SQLite. The
@@ -39,9 +41,12 @@ START_S = 600.0
 """How long the server may take to start under valgrind (imports run ~50 times slower)."""
 
 
-def counted_run(events_per_stream: int, wrapper: Sequence[str]) -> dict[str, Any]:
-    """Serve `events_per_stream` events on each of `STREAMS` streams with the server run under
-    `wrapper` (the valgrind command, or nothing); what was acknowledged and the server's stderr."""
+def counted_run(
+    events_per_stream: int, wrapper: Sequence[str], streams: int = STREAMS, window: int = WINDOW
+) -> dict[str, Any]:
+    """Serve `events_per_stream` events on each of `streams` streams (`window` batches in flight
+    each) with the server run under `wrapper` (the valgrind command, or nothing); what was
+    acknowledged and the server's stderr."""
     with tempfile.TemporaryDirectory(prefix="sessionlog-instructions-") as scratch:
         server = Server(
             f"sqlite:///{scratch}/s.db",
@@ -52,8 +57,8 @@ def counted_run(events_per_stream: int, wrapper: Sequence[str]) -> dict[str, Any
         server.start(timeout=START_S)
         try:
             events = as_new_events(session_events(events_per_stream, seed=3), "e")
-            sids = [f"count-{index}-{events_per_stream}" for index in range(STREAMS)]
-            run = asyncio.run(_stream(server.target, sids, events, WINDOW, START_S, None))
+            sids = [f"count-{index}-{events_per_stream}" for index in range(streams)]
+            run = asyncio.run(_stream(server.target, sids, events, window, START_S, None))
         finally:
             server.stop(timeout=START_S)
         assert server.proc is not None
@@ -70,38 +75,42 @@ ATTEMPTS = 3
 late for the client's handshake (UNAVAILABLE before any writer opened), and a fresh run does."""
 
 
-def count(events_per_stream: int) -> int:
+def count(events_per_stream: int, streams: int = STREAMS, window: int = WINDOW) -> int:
     """Callgrind's instruction count of one whole server run."""
+    valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            run = counted_run(events_per_stream, ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"])
+            run = counted_run(events_per_stream, valgrind, streams, window)
             break
         except Unavailable:
             if attempt == ATTEMPTS:
                 raise
-    if run["stalled"] or run["acked"] != STREAMS * events_per_stream:
-        raise RuntimeError(f"the counted server acknowledged {run['acked']} of {STREAMS * events_per_stream} events")
+    if run["stalled"] or run["acked"] != streams * events_per_stream:
+        raise RuntimeError(f"the counted server acknowledged {run['acked']} of {streams * events_per_stream} events")
     found = re.search(r"Collected\s*:\s*([\d,]+)", run["stderr"])
     if found is None:
         raise RuntimeError(f"callgrind printed no instruction count: {run['stderr'][-500:]}")
     return int(found.group(1).replace(",", ""))
 
 
-def instructions_per_event(fewer: int, more: int) -> int | None:
+def instructions_per_event(fewer: int, more: int, streams: int = STREAMS, window: int = WINDOW) -> int | None:
     """Instructions per event of the whole server (None when valgrind is not installed)."""
     if shutil.which("valgrind") is None:
         return None
-    low, high = count(fewer), count(more)
-    return round((high - low) / (STREAMS * (more - fewer)))
+    low, high = count(fewer, streams, window), count(more, streams, window)
+    return round((high - low) / (streams * (more - fewer)))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--events", type=int, nargs=2, default=[100, 400], metavar=("FEWER", "MORE"))
+    parser.add_argument("--streams", type=int, default=STREAMS, help="writer streams")
+    parser.add_argument("--window", type=int, default=WINDOW, help="batches in flight per stream")
     args = parser.parse_args(argv)
     fewer, more = sorted(args.events)
-    figure = instructions_per_event(fewer, more)
-    print(json.dumps({"server_instructions_per_event": figure, "streams": STREAMS, "events_per_batch": 1}))
+    figure = instructions_per_event(fewer, more, args.streams, args.window)
+    shape = {"streams": args.streams, "window": args.window, "events_per_batch": 1}
+    print(json.dumps({"server_instructions_per_event": figure, **shape}))
     return 0 if figure is not None else 1
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS
+from sessionlog_server.transport.collector import DEFAULT_THRESHOLDS
 
 ENV_PREFIX = "SESSIONLOG_"
 
@@ -102,6 +103,9 @@ class Settings:
     event_loop: str = "auto"
     """The event loop: uvloop, asyncio, or auto (uvloop when installed, else asyncio); see
     transport/event_loop.py."""
+    gc_thresholds: str = DEFAULT_THRESHOLDS
+    """Python's collector thresholds in each `serve` process, `YOUNG,MIDDLE,OLD`; empty keeps
+    Python's own (700,10,10); see transport/collector.py."""
 
     @property
     def limits(self) -> Limits:

@@ -55,6 +55,7 @@ def test_configuration_errors_are_one_line(tmp_path: Path) -> None:
     _one_line(_run("serve", "--db", db, env={"SESSIONLOG_LEASE_TTL_MS": "soon"}), "SESSIONLOG_LEASE_TTL_MS")
     _one_line(_run("serve", "--db", db, "--listen", "0.0.0.0:0"), "without bearer tokens")
     _one_line(_run("serve", "--db", db, "--workers", "2", env={"SESSIONLOG_EVENT_LOOP": "tokio"}), "'tokio'", "uvloop")
+    _one_line(_run("serve", "--db", db, "--workers", "2", env={"SESSIONLOG_GC_THRESHOLDS": "fast"}), "'fast'", "YOUNG")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -60,6 +60,7 @@ def serve(
     """Run the sessionlog service (embedded SQLite by default) until SIGTERM/SIGINT."""
     from sessionlog_server.config import Settings
     from sessionlog_server.logging import configure
+    from sessionlog_server.transport.collector import parse_thresholds
     from sessionlog_server.transport.event_loop import loop_factory
     from sessionlog_server.transport.event_loop import run as run_on_loop
     from sessionlog_server.transport.server import serve as run
@@ -69,6 +70,7 @@ def serve(
         settings = Settings.from_env(db=db, listen=listen, migrate=False if no_migrate else None, workers=workers)
         _ensure_sqlite_dir(settings.db)
         loop_factory(settings.event_loop)  # a bad choice is refused here, before any worker starts
+        parse_thresholds(settings.gc_thresholds)  # likewise
         configure(settings.log_level)
         count = settings.workers or default_workers()
         if count == 1:

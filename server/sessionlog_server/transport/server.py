@@ -21,6 +21,7 @@ from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.admin_http import AdminHttp
 from sessionlog_server.transport.auth import AuthInterceptor
+from sessionlog_server.transport.collector import tune_collector
 from sessionlog_server.transport.event_loop import loop_name
 from sessionlog_server.transport.loopback import is_loopback
 from sessionlog_server.transport.servicer import SessionServicer
@@ -142,12 +143,15 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
         namespaces=sorted({p.namespace for p in tokens.principals.values()}),
         metrics=settings.metrics_listen or None,
         event_loop=loop_name(asyncio.get_running_loop()),
+        gc_thresholds=list(gc.get_threshold()),
     )
     return RunningServer(server, service, health_servicer, port, admin, otlp)
 
 
 async def serve(settings: Settings, *, reuse_port: bool = False) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+    """Serve until SIGTERM or SIGINT, then shut down gracefully (this process is the server's:
+    its collector is tuned for it)."""
+    tune_collector(settings.gc_thresholds)
     running = await start_server(settings, reuse_port=reuse_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -29,6 +29,7 @@ import grpc
 from bench.procs import free_port, process_cpu_seconds
 from bench.stats import latency_ms
 from sessionlog_server.config import Settings
+from sessionlog_server.transport.collector import DEFAULT_THRESHOLDS, tune_collector
 from sessionlog_server.transport.event_loop import run
 
 SERVICE = "bench.Echo"
@@ -59,8 +60,10 @@ def _serve(port: int, ready: EventType) -> None:
         ready.set()
         await server.wait_for_termination()
 
-    # On the loop sessionlog's servers run on (SESSIONLOG_EVENT_LOOP), so the floor is theirs.
-    run(main(), Settings.from_env().event_loop)
+    # On the loop and with the collector sessionlog's servers run with, so the floor is theirs.
+    settings = Settings.from_env()
+    tune_collector(settings.gc_thresholds)
+    run(main(), settings.event_loop)
 
 
 def _unary(target: str, payload: bytes, calls: int) -> float:
@@ -123,6 +126,7 @@ async def _paced_streams(target: str, count: int, seconds: float, per_channel: i
 
 
 def _paced_part(target: str, count: int, seconds: float, per_channel: int) -> dict[str, Any]:
+    tune_collector(DEFAULT_THRESHOLDS)  # as bench.slow_writers' client processes do
     return asyncio.run(_paced_streams(target, count, seconds, per_channel))
 
 

@@ -6,9 +6,10 @@ be walked and promoted; the middle generation then fills with them and its colle
 thousands of streams' state. Under 2,000 slow writers a worker paused ~60 times in 20 s for
 10-25 ms (middle collections) and once for 160 ms (a full one), and those pauses were the
 acknowledgement tail (bench/PROFILE.md, round 12). At 5,000 / 20 / 20 most of a request's
-objects are gone before the young collection that would have promoted them, and the older
-generations are collected twenty times less often. `SESSIONLOG_GC_THRESHOLDS` sets other
-values; empty keeps Python's own.
+objects are gone before the young collection that would have promoted them, a middle
+collection runs every 100,000 net allocations instead of 7,000, and a full one is considered
+every 2,000,000 instead of 70,000. `SESSIONLOG_GC_THRESHOLDS` sets other values; empty keeps
+Python's own.
 
 Set by `serve` for its own process only: a server embedded in another program leaves that
 program's collector as it is.

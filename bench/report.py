@@ -211,6 +211,16 @@ def _slow_streams_note(report: dict[str, Any]) -> str:
     )
 
 
+def _writes_cpu_note(figure: dict[str, Any]) -> str:
+    """Which side had the cores while the slow writers wrote (`slow_writers.writes_cpu`)."""
+    if "writes_server_cpu_pct" not in figure:
+        return ""
+    return (
+        f"; while writing: server {figure['writes_server_cpu_pct']:.0f}%, client processes "
+        f"{figure['writes_client_cpu_pct']:.0f}% of a core, machine {figure['writes_machine_busy_pct']:.0f}% busy"
+    )
+
+
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The throughput issue's targets (ratios to the raw driver of the same run) and the
     long-standing ones, each with the measured value and met / missed by how much."""
@@ -280,7 +290,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             f"{streams:,} slow writers, {backend}: ack p99", "<= 10 ms", figure["ack_p99_ms"], 10.0, False, "ms"
         )
         if check["status"] == "MISSED":
-            check["measured"] += _slow_streams_note(report)
+            check["measured"] += _slow_streams_note(report) + _writes_cpu_note(figure)
         out.append(check)
         out.append(
             _check(f"{streams:,} slow writers, {backend}: stall seconds", "0", figure["stall_seconds"], 0, False, "s")

@@ -20,12 +20,14 @@ import contextlib
 import multiprocessing
 import random
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from bench.procs import Server, each_backend, section_main, unavailable_row
+from bench.procs import CLOCK_TICKS, Server, each_backend, section_main, unavailable_row
 from bench.stats import percentile
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.core.errors import SessionLogError
@@ -44,6 +46,10 @@ class _Part:
     failures: Counter[str] = field(default_factory=Counter)
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (sent at, seconds)
     append_errors: Counter[str] = field(default_factory=Counter)
+    writes: tuple[float, float] = (0.0, 0.0)
+    """When this process's writes began and ended (`time.time()`)."""
+    writes_cpu: float = 0.0
+    """This process's CPU seconds while its writers wrote."""
 
 
 _START: Any = None
@@ -78,6 +84,7 @@ async def _run_part(target: str, sids: list[str], seconds: float, per_channel: i
         await asyncio.gather(*(open_one(i) for i in range(group, min(group + 100, len(sids)))))
     await asyncio.to_thread(_START.wait, 300 + len(sids) / 10)  # the others' set-ups too
     deadline = time.monotonic() + seconds
+    began, cpu = time.time(), time.process_time()
 
     async def write(writer: Any, index: int) -> None:
         await asyncio.sleep(random.random())  # an even spread of phases
@@ -94,6 +101,7 @@ async def _run_part(target: str, sids: list[str], seconds: float, per_channel: i
             await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - sent)))
 
     await asyncio.gather(*(write(w, i) for i, w in enumerate(writers) if w is not None))
+    part.writes, part.writes_cpu = (began, time.time()), time.process_time() - cpu
     for writer in writers:
         if writer is not None:
             with contextlib.suppress(Exception):  # closing after the measurement
@@ -110,6 +118,8 @@ def _part_main(target: str, sids: list[str], seconds: float, per_channel: int) -
         "failures": dict(part.failures),
         "latencies": part.latencies,
         "append_errors": dict(part.append_errors),
+        "writes": part.writes,
+        "writes_cpu": part.writes_cpu,
     }
 
 
@@ -124,7 +134,7 @@ def measure(db: str, streams: int, seconds: float, client_procs: int, per_channe
         cpu0, started = server.cpu_seconds(), time.monotonic()
         spawn = multiprocessing.get_context("spawn")
         start = spawn.Barrier(client_procs)  # one task per pool process, so every part reaches it
-        with spawn.Pool(client_procs, initializer=_init_part, initargs=(start,)) as pool:
+        with CpuSampler(server) as samples, spawn.Pool(client_procs, initializer=_init_part, initargs=(start,)) as pool:
             pending = [pool.apply_async(_part_main, (server.target, p, seconds, per_channel)) for p in parts]
             results = [p.get(timeout=seconds + 300 + streams / 10) for p in pending]
         cpu, wall = server.cpu_seconds() - cpu0, time.monotonic() - started
@@ -157,6 +167,62 @@ def measure(db: str, streams: int, seconds: float, client_procs: int, per_channe
         "ack_max_ms": round(1000 * latencies[-1], 1) if latencies else None,
         "stall_seconds": sum(1 for worst in by_second.values() if worst * 1000 > STALL_MS),
         "server_cpu_pct": round(100 * cpu / wall, 1),  # set-ups and writes
+        **writes_cpu(samples, results),
+    }
+
+
+class CpuSampler:
+    """Samples the server's CPU time and the machine's busy time every `EVERY_S` while the
+    writers run, so that the write phase (known only to the client processes) can be cut out
+    of them afterwards."""
+
+    EVERY_S = 0.2
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.samples: list[tuple[float, float, float, float]] = []
+        """(time.time(), server CPU s, machine busy s, machine total s)."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="cpu-sampler")
+
+    def _run(self) -> None:
+        while True:
+            busy, total = machine_cpu_seconds()
+            self.samples.append((time.time(), self.server.cpu_seconds(), busy, total))
+            if self._stop.wait(self.EVERY_S):
+                return
+
+    def __enter__(self) -> list[tuple[float, float, float, float]]:
+        self._thread.start()
+        return self.samples
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """CPU seconds of all cores since boot, busy (neither idle nor waiting for I/O) and in all."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    idle = values[3] + values[4]  # idle, iowait
+    return (sum(values) - idle) / CLOCK_TICKS, sum(values) / CLOCK_TICKS
+
+
+def writes_cpu(samples: list[tuple[float, float, float, float]], results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the machine's CPU went while the writers wrote: the server's, the client
+    processes' (their own measure) and the machine's busy share, in % of one core (the machine's
+    in % of all of them). Which side was short of a core is what decides the latency tail."""
+    began = max(r["writes"][0] for r in results)
+    ended = min(r["writes"][1] for r in results)
+    inside = [s for s in samples if began <= s[0] <= ended]
+    if len(inside) < 2:
+        return {}
+    (t0, server0, busy0, total0), (t1, server1, busy1, total1) = inside[0], inside[-1]
+    client = sum(r["writes_cpu"] / (r["writes"][1] - r["writes"][0]) for r in results)
+    return {
+        "writes_server_cpu_pct": round(100 * (server1 - server0) / (t1 - t0), 1),
+        "writes_client_cpu_pct": round(100 * client, 1),
+        "writes_machine_busy_pct": round(100 * (busy1 - busy0) / (total1 - total0), 1),
     }
 
 
@@ -167,19 +233,25 @@ def run_all(backends: list[str], streams: int, seconds: float, client_procs: int
 def render(results: dict[str, Any]) -> str:
     lines = [
         "| backend | streams | workers | set-ups failed | ack p50 / p99 / p99.9 / max ms | stall seconds "
-        "| server CPU |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| server CPU | in the writes: server / clients / machine busy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for backend, r in results.items():
         if "unavailable" in r:
-            lines.append(unavailable_row(backend, 7))
+            lines.append(unavailable_row(backend, 8))
             continue
         lines.append(
             f"| {backend} | {r['streams']:,} | {r['workers']} | {r['setups_failed']} {r['setup_failures'] or ''} | "
             f"{r['ack_p50_ms']} / {r['ack_p99_ms']} / {r['ack_p999_ms']} / {r['ack_max_ms']} | "
-            f"{r['stall_seconds']} of {int(r['seconds'])} | {r['server_cpu_pct']}% |"
+            f"{r['stall_seconds']} of {int(r['seconds'])} | {r['server_cpu_pct']}% | {_split(r)} |"
         )
     return "\n".join(lines)
+
+
+def _split(r: dict[str, Any]) -> str:
+    if "writes_server_cpu_pct" not in r:
+        return "-"
+    return f"{r['writes_server_cpu_pct']}% / {r['writes_client_cpu_pct']}% / {r['writes_machine_busy_pct']}%"
 
 
 def main(argv: list[str] | None = None) -> int:

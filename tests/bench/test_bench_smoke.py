@@ -81,6 +81,9 @@ def test_quick_bench_reports_every_figure(backend: str, tmp_path: Path) -> None:
     slow = report["slow_writers"][backend]
     assert slow["acks"] > 0 and slow["setups_failed"] == 0
     assert {"ack_p50_ms", "ack_p99_ms", "ack_p999_ms", "stall_seconds"} <= slow.keys()
+    # Where the CPU went while the writers wrote: both sides worked, the machine was busy.
+    assert slow["writes_server_cpu_pct"] > 0 and slow["writes_client_cpu_pct"] > 0
+    assert 0 < slow["writes_machine_busy_pct"] <= 100
     assert {name for name in PEERS if PEER_BACKENDS[name][0] == backend} <= report["peers"].keys()
     floor = report["transport_floor"]
     assert floor["unary"]["server_us_per_call"] > 0 and floor["streams"]["server_us_per_message"] > 0

@@ -56,7 +56,17 @@ def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
             "streams": {"server_us_per_message": 120.0},
             "slow_streams": {"streams": 2000, "p99_ms": 540.0, "streams_failed": 75},
         },
-        "slow_writers": {"postgresql": {"streams": 2000, "setups_failed": 0, "ack_p99_ms": 800.0, "stall_seconds": 3}},
+        "slow_writers": {
+            "postgresql": {
+                "streams": 2000,
+                "setups_failed": 0,
+                "ack_p99_ms": 800.0,
+                "stall_seconds": 3,
+                "writes_server_cpu_pct": 95.0,
+                "writes_client_cpu_pct": 80.4,
+                "writes_machine_busy_pct": 91.0,
+            }
+        },
     }
     found = {t["name"]: t for t in targets(report)}
     p99 = found["ack p99 at 1,000 ev/s, postgresql"]
@@ -64,6 +74,7 @@ def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
     assert "p99.9 11.9 ms" in found["ack p99.9 at 1,000 ev/s, postgresql"]["measured"]
     slow = found["2,000 slow writers, postgresql: ack p99"]["measured"]
     assert "grpc.aio echo alone, 2,000 streams at 1 msg/s, same run: p99 540.0 ms, 75 streams failed" in slow
+    assert "while writing: server 95%, client processes 80% of a core, machine 91% busy" in slow
     unary = found["1 session, unary, sequential, postgresql vs raw psycopg 1/commit"]["measured"]
     assert "sequential echo calls alone, same run: 1,200/s" in unary
 

@@ -196,6 +196,13 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def machine_cpu_seconds() -> tuple[float, float]:
+    """CPU seconds of all cores since boot, busy (neither idle nor waiting for I/O) and in all."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    idle = values[3] + values[4]  # idle, iowait
+    return (sum(values) - idle) / CLOCK_TICKS, sum(values) / CLOCK_TICKS
+
+
 def process_memory_mb(pid: int) -> dict[str, float]:
     """VmRSS and VmHWM of a process, in MB (10^6 bytes)."""
     out: dict[str, float] = {}

@@ -6,9 +6,10 @@ run.
 `sessionlog serve` (SQLite, one worker) under callgrind, streams the bench workload from 16
 writer streams at one event per batch, up to 64 batches in flight each (the bench's 16-session
 load; `--streams 1 --window 1` counts an event sent alone, each its own message, commit and
-acknowledgement, as a slow writer's or a unary caller's is), stops the server with SIGTERM (callgrind writes its
-count as the process exits), and does it again with more events per stream; the difference of
-the two counts divided by the extra events leaves start-up, imports and shutdown out. Every
+acknowledgement, as a slow writer's or a unary caller's is), stops the server with SIGTERM
+(callgrind writes its count as the process exits), and does it again with more events per
+stream; the difference of the two counts divided by the extra events leaves start-up,
+imports and shutdown out. Every
 thread of the server counts: gRPC's core, the event loop, the writer thread, SQLite. The
 kernel's share (system calls, wake-ups) does not, nor time spent waiting. About 4 minutes;
 two counts of one revision differed by 0.03 % and 0.4 %. The server runs ~50 times slower

@@ -24,10 +24,9 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from bench.procs import CLOCK_TICKS, Server, each_backend, section_main, unavailable_row
+from bench.procs import Server, each_backend, machine_cpu_seconds, section_main, unavailable_row
 from bench.stats import percentile
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.core.errors import SessionLogError
@@ -199,13 +198,6 @@ class CpuSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def machine_cpu_seconds() -> tuple[float, float]:
-    """CPU seconds of all cores since boot, busy (neither idle nor waiting for I/O) and in all."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
-    idle = values[3] + values[4]  # idle, iowait
-    return (sum(values) - idle) / CLOCK_TICKS, sum(values) / CLOCK_TICKS
 
 
 def writes_cpu(samples: list[tuple[float, float, float, float]], results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -211,6 +211,20 @@ def _slow_streams_note(report: dict[str, Any]) -> str:
     )
 
 
+def _raw_commit_note(report: dict[str, Any], backend: str, key: str, label: str) -> str:
+    """The disk's own tail, in numbers of the same run: the raw driver alone committing one
+    event at a time at a fixed rate (`peers.commit_latency`). An acknowledgement waits for a
+    durable commit, so no latency figure of sessionlog's can beat this one's."""
+    raw = _get(report, "sessionlog", backend, "raw_commit_latency_at_rate")
+    if not isinstance(raw, dict) or key not in raw:
+        return ""
+    driver = "raw sqlite3" if backend == "sqlite" else "raw psycopg"
+    return (
+        f"; {driver} alone, 1 event/commit at {raw['offered_per_s']:,.0f} commits/s, "
+        f"same run: {label} {raw[key]:.1f} ms"
+    )
+
+
 def _writes_cpu_note(figure: dict[str, Any]) -> str:
     """Which side had the cores while the slow writers wrote (`slow_writers.writes_cpu`)."""
     if "writes_server_cpu_pct" not in figure:
@@ -259,7 +273,6 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                 check["measured"] += _floor_note(report, figure, unary)
             out.append(check)
     for backend in BACKENDS:
-        raw_latency = _get(sl, backend, "raw_commit_latency_at_rate")
         for key, label in (("p99_ms", "p99"), ("p999_ms", "p99.9")):
             limit = 5.0 if key == "p99_ms" else 20.0
             check = _check(
@@ -270,12 +283,8 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                 False,
                 "ms",
             )
-            if check["status"] == "MISSED" and isinstance(raw_latency, dict) and key in raw_latency:
-                driver = "raw sqlite3" if backend == "sqlite" else "raw psycopg"
-                check["measured"] += (
-                    f"; {driver} alone, 1 event/commit at {raw_latency['offered_per_s']:,.0f} commits/s, "
-                    f"same run: {label} {raw_latency[key]:.1f} ms"
-                )
+            if check["status"] == "MISSED":
+                check["measured"] += _raw_commit_note(report, backend, key, label)
             out.append(check)
     slow = report.get("slow_writers", {})
     for backend in BACKENDS:
@@ -290,7 +299,11 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             f"{streams:,} slow writers, {backend}: ack p99", "<= 10 ms", figure["ack_p99_ms"], 10.0, False, "ms"
         )
         if check["status"] == "MISSED":
-            check["measured"] += _slow_streams_note(report) + _writes_cpu_note(figure)
+            check["measured"] += (
+                _slow_streams_note(report)
+                + _raw_commit_note(report, backend, "p99_ms", "p99")
+                + _writes_cpu_note(figure)
+            )
         out.append(check)
         out.append(
             _check(f"{streams:,} slow writers, {backend}: stall seconds", "0", figure["stall_seconds"], 0, False, "s")

@@ -39,7 +39,8 @@ def test_targets_are_ratios_to_the_raw_driver_and_zero_counts_are_judged() -> No
 
 def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
     """Latency beside the raw driver's own commit latency at the same rate; slow writers beside
-    the grpc.aio echo server under the same streams; unary beside sequential echo calls."""
+    the grpc.aio echo server under the same streams and the raw driver's commit tail; unary beside
+    sequential echo calls."""
     latency = {"p50_ms": 2.0, "p99_ms": 9.0, "p999_ms": 30.0}
     raw = {"offered_per_s": 1000.0, "p50_ms": 0.4, "p99_ms": 6.4, "p999_ms": 11.9}
     report: dict[str, Any] = {
@@ -74,6 +75,7 @@ def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
     assert "p99.9 11.9 ms" in found["ack p99.9 at 1,000 ev/s, postgresql"]["measured"]
     slow = found["2,000 slow writers, postgresql: ack p99"]["measured"]
     assert "grpc.aio echo alone, 2,000 streams at 1 msg/s, same run: p99 540.0 ms, 75 streams failed" in slow
+    assert "raw psycopg alone, 1 event/commit at 1,000 commits/s, same run: p99 6.4 ms" in slow
     assert "while writing: server 95%, client processes 80% of a core, machine 91% busy" in slow
     unary = found["1 session, unary, sequential, postgresql vs raw psycopg 1/commit"]["measured"]
     assert "sequential echo calls alone, same run: 1,200/s" in unary

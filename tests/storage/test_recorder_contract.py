@@ -254,6 +254,27 @@ class RecorderContract:
         assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0, 1, 2]
         assert self.recorder.read_events(other.id, 0, None, 10) == []
 
+    def test_open_turn_is_the_last_committed_batch_s_and_a_fenced_batch_leaves_it(self, sid: str) -> None:
+        # open_turn decides which sessions are repaired after a crash (`sessions_to_repair`): in
+        # one group, a turn that opens and closes, one that opens, one fenced out; then one that
+        # stays open and closes.
+        closes, opens, fenced = self.writer(sid), self.writer(f"{sid}-b"), self.writer(f"{sid}-c")
+        self.recorder.acquire_lease(fenced.id, "w9", takeover=True, now=NOW + 1, ttl_ms=TTL, token_hash="h-w9")
+        results = self.recorder.commit_batches(
+            [
+                batch(closes, [note(0)], open_turn=True),
+                batch(opens, [note(0)], open_turn=True),
+                batch(fenced, [note(0)], open_turn=True),
+                batch(closes, [note(1)], open_turn=False),
+            ]
+        )
+        assert results[0] is None and results[1] is None and isinstance(results[2], OwnershipLost)
+        assert [self.recorder.get_session(s).open_turn for s in (sid, f"{sid}-b", f"{sid}-c")] == [False, True, False]
+        assert self.recorder.commit_batches([batch(opens, [note(1)], open_turn=True)]) == [None]
+        assert self.recorder.get_session(opens.id).open_turn
+        assert self.recorder.commit_batches([batch(opens, [note(2)], open_turn=False)]) == [None]
+        assert not self.recorder.get_session(opens.id).open_turn
+
     def test_a_group_larger_than_one_statement_commits_whole(self, sid: str) -> None:
         # 9,000 events: more than one PostgreSQL statement could carry as one parameter per
         # value (65,535); the group is still one statement (one array per column), and a

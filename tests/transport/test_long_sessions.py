@@ -320,6 +320,8 @@ def test_batches_in_flight_keep_no_undo_journal_in_the_live_fold(fresh_db: str, 
     seen: list[tuple[int, int, int]] = []
 
     def tap(session_id: str, _events: Any) -> None:
+        if session_id != sid:  # the start-up repair's closers of other tests' sessions (PostgreSQL)
+            return
         live = server.service.live.peek(session_id)
         seen.append((live.in_flight, len(live.fold._marks), len(live.fold._journal)))
 

@@ -31,7 +31,10 @@ class Receiver:
 
     def __init__(self) -> None:
         self.requests: list[ExportTraceServiceRequest] = []
+        self.answer_after_s = 0.0
+        """How long a request is kept before it is answered (after it is kept)."""
         received = self.requests
+        receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
@@ -39,6 +42,7 @@ class Receiver:
                 ok = self.path == "/v1/traces" and self.headers["Content-Type"] == "application/x-protobuf"
                 if ok:
                     received.append(ExportTraceServiceRequest.FromString(body))
+                time.sleep(receiver.answer_after_s)
                 self.send_response(200 if ok else 400)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
@@ -147,6 +151,43 @@ def test_follow_sends_each_turn_as_it_ends(
     assert receiver.spans()[-1][3] == f"session {sid}"
     assert sorted(receiver.spans()) == sorted(expected(client, sid))
     assert out.strip() == '{"spans":5}'  # root, two turns, two model calls
+
+
+def test_a_stop_while_a_turn_is_being_sent_sends_it_once(
+    server: ServerThread, client: SessionLogClient, sid: str, receiver: Receiver
+) -> None:
+    # SIGTERM while the exporter waits for the endpoint's answer to a turn: the endpoint has
+    # the turn, and it must not come again with the root (it did, after it, before the fix).
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    events = [user("question"), turn_start(1), step_start(1, 1), assistant(1, 1, text="answer")]
+    client.append(sid, lease, [system("prompt"), *events, step_end(1, 1)])
+    receiver.answer_after_s = 2.0
+    follower = subprocess.Popen(
+        command(server, sid, "--endpoint", receiver.url, "--follow"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ},
+    )
+    try:
+        time.sleep(3)  # subscribed (nothing to send yet: the turn is open)
+        client.append(sid, lease, [turn_end(1)])
+        deadline = time.monotonic() + 30
+        while not receiver.requests:  # kept, and not answered for two seconds
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        follower.send_signal(signal.SIGTERM)
+        receiver.answer_after_s = 0.0
+        out, err = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 0, err
+    assert [s[3] for s in receiver.spans()][-1] == f"session {sid}"
+    assert sorted(receiver.spans()) == sorted(expected(client, sid))
+    assert out.strip() == f'{{"spans":{len(receiver.spans())}}}'
 
 
 def test_the_service_sends_each_turn_as_it_ends(db_url: str, sid: str, receiver: Receiver) -> None:

@@ -10,6 +10,8 @@ session's root span. Prints `{"spans": N}` at the end.
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Annotated, Any
 
@@ -24,8 +26,34 @@ def register(app: typer.Typer) -> None:
     app.command("otlp")(otlp)
 
 
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+class _Stop:
+    """SIGTERM and SIGINT end the command, but never in the middle of an export.
+
+    Interrupted while the exporter waits for the endpoint's answer, a turn's export counts as
+    not sent (the endpoint may well have it), so `finish` sent that turn's spans again, after
+    the root. While a turn is being sent the signal is held, and acted on once it is sent.
+    """
+
+    def __init__(self) -> None:
+        self._sending = False
+        self._held = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self._sending:
+            self._held = True
+        else:
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def sending(self) -> Iterator[None]:
+        """A block the signal does not interrupt; a signal that came meanwhile stops after it."""
+        self._sending = True
+        try:
+            yield
+        finally:
+            self._sending = False
+        if self._held:
+            raise KeyboardInterrupt
 
 
 def otlp(
@@ -52,7 +80,9 @@ def otlp(
         headers[key] = value
     exporter: Any = OTLPSpanExporter(endpoint=endpoint, headers=headers or None)  # the SDK is partly untyped
     export = SessionExport(session_id, exporter, content=content)
-    signal.signal(signal.SIGTERM, _stop)
+    stop = _Stop()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     try:
         with connect() as client:
             client.get_session(session_id)
@@ -60,7 +90,8 @@ def otlp(
             try:
                 for item in events:
                     if isinstance(item, Event):  # not the caught-up marker of a subscription
-                        export.add(item)
+                        with stop.sending():
+                            export.add(item)
             except KeyboardInterrupt:
                 pass
         print_json({"spans": export.finish()})

@@ -196,7 +196,9 @@ def test_the_service_sends_each_turn_as_it_ends(db_url: str, sid: str, receiver:
         with SessionLogClient(server.target) as client:
             write_scripted(client, sid)  # four turns, the last closed by the resume's repair
             deadline = time.monotonic() + 30
-            while sum(1 for s in receiver.spans() if s[3] == "invoke_agent") < 4:
+            # This session's trace only: the server's start-up repair may close another test's
+            # abandoned turn on the shared PostgreSQL database, and send that turn's spans too.
+            while sum(1 for s in receiver.spans(trace=trace_id(sid)) if s[3] == "invoke_agent") < 4:
                 assert time.monotonic() < deadline, receiver.spans()
                 time.sleep(0.05)
             want = [span for span in expected(client, sid) if span[3] != f"session {sid}"]

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,24 @@ def command(server: ServerThread, *args: str) -> list[str]:
     return [sys.executable, "-m", "sessionlog", "--server", server.target, "otlp", *args]
 
 
+@contextmanager
+def following(server: ServerThread, sid: str, receiver: Receiver) -> Iterator[subprocess.Popen[str]]:
+    """`sessionlog otlp SID --follow` sending to `receiver`, killed if the block leaves it running."""
+    follower = subprocess.Popen(
+        command(server, sid, "--endpoint", receiver.url, "--follow"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ},
+    )
+    try:
+        yield follower
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+
+
 def test_one_shot_export_sends_every_span_once(
     server: ServerThread, client: SessionLogClient, sid: str, receiver: Receiver
 ) -> None:
@@ -129,24 +148,13 @@ def test_follow_sends_each_turn_as_it_ends(
             time.sleep(0.05)
 
     turn(1)
-    follower = subprocess.Popen(
-        command(server, sid, "--endpoint", receiver.url, "--follow"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ},
-    )
-    try:
+    with following(server, sid, receiver) as follower:
         wait_for(1)  # replayed
         turn(2)
         wait_for(2)  # live
         assert not any(name.startswith("session ") for *_, name in receiver.spans())  # the root comes last
         follower.send_signal(signal.SIGTERM)
         out, err = follower.communicate(timeout=30)
-    finally:
-        if follower.poll() is None:
-            follower.kill()
     assert follower.returncode == 0, err
     assert receiver.spans()[-1][3] == f"session {sid}"
     assert sorted(receiver.spans()) == sorted(expected(client, sid))
@@ -163,16 +171,8 @@ def test_a_stop_while_a_turn_is_being_sent_sends_it_once(
     events = [user("question"), turn_start(1), step_start(1, 1), assistant(1, 1, text="answer")]
     client.append(sid, lease, [system("prompt"), *events, step_end(1, 1)])
     receiver.answer_after_s = 2.0
-    follower = subprocess.Popen(
-        command(server, sid, "--endpoint", receiver.url, "--follow"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ},
-    )
-    try:
-        time.sleep(3)  # subscribed (nothing to send yet: the turn is open)
+    with following(server, sid, receiver) as follower:
+        time.sleep(3)  # most likely subscribed by now; if not, its replay sends the turn alike
         client.append(sid, lease, [turn_end(1)])
         deadline = time.monotonic() + 30
         while not receiver.requests:  # kept, and not answered for two seconds
@@ -181,9 +181,6 @@ def test_a_stop_while_a_turn_is_being_sent_sends_it_once(
         follower.send_signal(signal.SIGTERM)
         receiver.answer_after_s = 0.0
         out, err = follower.communicate(timeout=30)
-    finally:
-        if follower.poll() is None:
-            follower.kill()
     assert follower.returncode == 0, err
     assert [s[3] for s in receiver.spans()][-1] == f"session {sid}"
     assert sorted(receiver.spans()) == sorted(expected(client, sid))

@@ -34,7 +34,6 @@ class Receiver:
         self.requests: list[ExportTraceServiceRequest] = []
         self.answer_after_s = 0.0
         """How long a request is kept before it is answered (after it is kept)."""
-        received = self.requests
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -42,7 +41,7 @@ class Receiver:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 ok = self.path == "/v1/traces" and self.headers["Content-Type"] == "application/x-protobuf"
                 if ok:
-                    received.append(ExportTraceServiceRequest.FromString(body))
+                    receiver.requests.append(ExportTraceServiceRequest.FromString(body))
                 time.sleep(receiver.answer_after_s)
                 self.send_response(200 if ok else 400)
                 self.send_header("Content-Type", "application/x-protobuf")

@@ -178,7 +178,7 @@ def backend_figures(
     db: str,
     scale: Scale,
     client_procs: int,
-    peer_events: list[dict[str, Any]] | None,
+    peer_events: peers.PeerEvents | None,
     workdir: Path,
     peer_pg_url: str,
     workers: int,
@@ -244,7 +244,8 @@ def backend_figures(
         if peer_events is not None:
             _log(f"{backend}: the raw driver's commit latency at {scale.rate:.0f} commits/s")
             where = str(workdir / "raw-latency.db") if backend == "sqlite" else peer_pg_url
-            repeated = peer_events * (int(scale.rate * scale.rate_seconds) // len(peer_events) + 1)
+            one = peer_events.per_event
+            repeated = one * (int(scale.rate * scale.rate_seconds) // len(one) + 1)
             out["raw_commit_latency_at_rate"] = peers.commit_latency(
                 backend, where, repeated, scale.rate, scale.rate_seconds
             )
@@ -342,7 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     json_path.parent.mkdir(parents=True, exist_ok=True)
 
     started = time.monotonic()
-    peer_events = session_events(scale.peer_events, seed=11)
+    peer_events = peers.PeerEvents(
+        per_event=session_events(scale.peer_events, seed=11),
+        bulk=session_events(peers.PER_COMMIT_BULK * scale.peer_events, seed=11),
+    )
     report: dict[str, Any] = {
         "meta": {
             "mode": "quick" if args.quick else "full",

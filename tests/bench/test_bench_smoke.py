@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.peers import PEERS as PEER_BACKENDS
+from bench.peers import PER_COMMIT_BULK
 from sessionlog_server.transport.workers import default_workers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,6 +86,10 @@ def test_quick_bench_reports_every_figure(backend: str, tmp_path: Path) -> None:
     assert slow["writes_server_cpu_pct"] > 0 and slow["writes_client_cpu_pct"] > 0
     assert 0 < slow["writes_machine_busy_pct"] <= 100
     assert {name for name in PEERS if PEER_BACKENDS[name][0] == backend} <= report["peers"].keys()
+    # Every raw driver makes the same number of commits: 16 per commit writes 16 times the events.
+    prefix = {"sqlite": "sqlite3", "postgresql": "psycopg"}[backend]
+    one, bulk = report["peers"][f"{prefix}_x1"], report["peers"][f"{prefix}_x16"]
+    assert bulk["events"] == PER_COMMIT_BULK * one["events"] > 0
     floor = report["transport_floor"]
     assert floor["unary"]["server_us_per_call"] > 0 and floor["streams"]["server_us_per_message"] > 0
     driver = {"sqlite": "raw sqlite3", "postgresql": "raw psycopg"}[backend]

@@ -204,6 +204,7 @@ def streaming(
     """
     sids = [_sid(f"s{sessions}") for _ in range(sessions)]
     cpu_s = server.cpu_seconds()
+    workers = {pid: process_cpu_seconds(pid) for pid in server.worker_pids()}
     if client_procs <= 1:
         run = asyncio.run(_stream(server.target, sids, events, window, max_seconds, None, batch, per_channel))
         runs = [run]
@@ -224,6 +225,9 @@ def streaming(
     server_cpu = server.cpu_seconds() - cpu_s
     start = min(r.start for r in runs)
     end = max(r.end for r in runs)
+    # Each worker's share: the kernel hands each connection to one worker by a hash, so a few
+    # connections can land unevenly, and the busiest worker then sets the pace.
+    worker_cpu = sorted((_cpu_since(pid, used) for pid, used in workers.items()), reverse=True)
     acked = sum(r.acked for r in runs)
     latencies = sorted(x for r in runs for x in r.latencies)
     # Server CPU above includes opening and closing the writers; scale it to the timed part.
@@ -237,6 +241,7 @@ def streaming(
         window=window,
         client_procs=client_procs,
         writers_per_channel=per_channel,
+        **({"worker_cpu_pct": [round(100 * cpu / (end - start), 1) for cpu in worker_cpu]} if worker_cpu else {}),
         ack_p50_ms=round(1000 * percentile(latencies, 50), 2),
         ack_p99_ms=round(1000 * percentile(latencies, 99), 2),
         **(
@@ -245,6 +250,14 @@ def streaming(
             else {}
         ),
     )
+
+
+def _cpu_since(pid: int, used: float) -> float:
+    """CPU seconds `pid` used since it had used `used` (0 if it has gone meanwhile)."""
+    try:
+        return process_cpu_seconds(pid) - used
+    except OSError:
+        return 0.0
 
 
 # --- latency at a fixed offered rate ------------------------------------------------------

@@ -119,12 +119,16 @@ class Server:
         """SIGKILL of one `--workers` process (the parent starts it again); its pid, or None."""
         if self.proc is None or self.proc.poll() is not None:
             return None
-        workers = [pid for pid in children(self.proc.pid) if b"spawn_main" in _cmdline(pid)]
+        workers = self.worker_pids()
         if not workers:
             return None
         with contextlib.suppress(ProcessLookupError):
             os.kill(workers[0], signal.SIGKILL)
         return workers[0]
+
+    def worker_pids(self) -> list[int]:
+        """The `--workers` processes alive now (none when the service runs in one process)."""
+        return [pid for pid in children(self.pid) if b"spawn_main" in _cmdline(pid)]
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the server so far: the process and, with `--workers`, its

@@ -40,7 +40,8 @@ def _cell(figure: Any, kind: str) -> str:
         if "server_us_per_event" in figure:
             cpu += f", {figure['server_us_per_event']:.0f} µs/ev"
         if "workers" in figure:
-            cpu = f"{figure['workers']} workers, {cpu}"
+            shares = " + ".join(f"{pct:.0f}%" for pct in figure.get("worker_cpu_pct", []))
+            cpu = f"{figure['workers']} workers{f' ({shares})' if shares else ''}, {cpu}"
         return f"{_num(figure['events_per_s'])}  ({cpu})"
     if kind == "latency":
         return f"{figure['p50_ms']:.2f} / {figure['p99_ms']:.2f} / {figure['p999_ms']:.2f}"

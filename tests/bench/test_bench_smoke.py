@@ -66,6 +66,9 @@ def test_quick_bench_reports_every_figure(backend: str, tmp_path: Path) -> None:
         assert figures[key]["events_per_s"] > 0
     for key in ("stream_16_workers", "stream_16_batch16_workers"):  # serve's default: one per core
         assert figures[key]["workers"] == default_workers() and figures[key]["writers_per_channel"] == 1
+        if default_workers() > 1:  # each worker's CPU, busiest first
+            shares = figures[key]["worker_cpu_pct"]
+            assert len(shares) == default_workers() and shares == sorted(shares, reverse=True) and shares[0] > 0
     assert {"p50_ms", "p99_ms", "p999_ms"} <= figures["latency_at_rate"].keys()
     assert "peak_rss_mb" in figures["rss_streams"]
     for key in ("history_1k", "history_10k", "history_100k"):
@@ -97,3 +100,5 @@ def test_quick_bench_reports_every_figure(backend: str, tmp_path: Path) -> None:
     for figure in ("16 streaming sessions, 1 event/batch", "16 sessions, 16 events/batch", "unary"):
         assert any(figure in name and f"{backend} vs {driver}" in name for name in names), names
     assert "sessionlog" in done.stdout and "targets" in done.stdout
+    if default_workers() > 1:  # the every-core rows show each worker's share
+        assert f"{default_workers()} workers (" in done.stdout

@@ -198,10 +198,10 @@ def backend_figures(
     )
     rate_per_session = int(scale.high_rate * scale.rate_seconds / scale.rate_sessions) + 1
     template = as_new_events(session_events(max(longest, rate_per_session), seed=11), "ev")
-    # The events made up front (these and the peers') live as long as the run: out of the
-    # collector's sight, they no longer make the in-process client's every full collection
-    # walk them. With ~136,000 of them tracked, the client used 44-55 % of a core in the
-    # 16-session figure, against 34-46 % frozen (six runs each).
+    # The imports and the events made up front (these and the peers') live as long as the
+    # run: out of the collector's sight, the in-process client's full collections no longer
+    # walk them (~160,000 objects). With 136,000 tracked, the client used 44-55 % of a core in
+    # the 16-session figure, against 34-46 % frozen (six runs each).
     gc.freeze()
     runs: dict[str, list[dict[str, Any]]] = {}
     peer_runs: dict[str, list[dict[str, Any]]] = {}

@@ -6,7 +6,7 @@ resume and model history are). So the rows are written in bulk, but they are the
 itself would have written:
 
 - every event is built as a `NewEvent`, committed at its seq and time, and turned into a row by
-  the recorder's own mapping (`recorder.event_params` over `recorder.stored_form`, the
+  the recorder's own mapping (`rows.event_params` over `rows.stored_form`, the
   parameters of the server's insert), with an eventId like a client's;
 - seqs are contiguous from 0, times never decrease, and each `sessions` row carries the
   matching `next_seq`, `last_time` and `open_turn`;
@@ -37,8 +37,8 @@ from sessionlog.core.snapshot import FOLD_VERSION, encode_snapshot
 from sessionlog_server.service.loader import SnapshotPolicy
 from sessionlog_server.storage.factory import normalise_url
 from sessionlog_server.storage.migrate import upgrade
-from sessionlog_server.storage.recorder import EVENT_COLUMNS as RECORDER_EVENT_COLUMNS
-from sessionlog_server.storage.recorder import event_params, stored_form
+from sessionlog_server.storage.rows import EVENT_COLUMNS as RECORDER_EVENT_COLUMNS
+from sessionlog_server.storage.rows import event_params, stored_form
 
 #: The columns of the server's event insert, in the order `event_params` fills them.
 EVENT_COLUMNS = tuple(column.strip() for column in RECORDER_EVENT_COLUMNS.split(","))

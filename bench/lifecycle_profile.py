@@ -132,7 +132,7 @@ BUCKETS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("JSON encode (jsonvalue.dumps*, json.encoder)", ("json/encoder.py", "jsonvalue.py:dumps")),
     ("JSON decode (jsonvalue.loads, json.decoder)", ("json/decoder.py", "jsonvalue.py:loads", "jsonvalue.py:_has")),
     ("SQL driver and SQLAlchemy rows", ("sqlalchemy/", "sqlite3", "psycopg/")),
-    ("stored row -> Event (recorder)", ("storage/recorder.py", "storage/blobs.py", "__create_fn__")),
+    ("stored row -> Event (recorder)", ("storage/recorder.py", "storage/rows.py", "storage/blobs.py", "__create_fn__")),
     ("fold (SessionFold.replay and parts)", ("sessionlog/core/",)),
     ("gRPC/asyncio C code (protobuf, send)", ("asyncio/events.py:Handle._run",)),
     ("event loop wait", ("selectors.py", "base_events.py:BaseEventLoop._run_once")),

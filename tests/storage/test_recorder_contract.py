@@ -32,8 +32,9 @@ from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog_server.storage import blobs
 from sessionlog_server.storage.factory import open_recorder
 from sessionlog_server.storage.migrate import upgrade
-from sessionlog_server.storage.recorder import EventRecorder, stored_form
+from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import PendingBatch, SessionRecord, StoredSnapshot
+from sessionlog_server.storage.rows import stored_form
 from tests.support.waiting import eventually
 
 TTL = 10_000

@@ -18,15 +18,9 @@ from sessionlog.core import jsonvalue
 from sessionlog.core.errors import SessionLogError, Unavailable
 from sessionlog_server.storage.changes import CHANNEL, ChangeFeed, PostgresChangeFeed, notify_payload
 from sessionlog_server.storage.driver import DriverSQL, DriverTransaction, StatementLost
-from sessionlog_server.storage.recorder import (
-    EVENT_COLUMNS,
-    EventRecorder,
-    advance_params,
-    contiguous,
-    event_params,
-    session_runs,
-)
+from sessionlog_server.storage.recorder import EventRecorder, contiguous, session_runs
 from sessionlog_server.storage.records import PendingBatch
+from sessionlog_server.storage.rows import EVENT_COLUMNS, advance_params, event_params
 
 # One statement for a group commit: `fence` holds each session's compare-and-set (the
 # parameters of `advance_sql`, then its change notice), `batch` every event of the group. Only
@@ -101,7 +95,7 @@ class PostgresEventRecorder(EventRecorder):
         "WHERE id = %s AND writer_id = %s AND epoch = %s AND next_seq = %s"
     )
     placeholder = "%s"
-    # data arrives as UTF-8 bytes (storage/recorder.py StoredData): convert_from makes it TEXT.
+    # data arrives as UTF-8 bytes (storage/rows.py StoredData): convert_from makes it TEXT.
     insert_events_sql = (
         f"INSERT INTO events ({EVENT_COLUMNS}) "
         "VALUES (%s, %s, %s, %s, convert_from(%s, 'UTF8'), %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb)"

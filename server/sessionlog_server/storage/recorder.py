@@ -3,7 +3,8 @@
 `EventRecorder` holds the rules that are the same on every database; `SQLiteEventRecorder`
 and `PostgresEventRecorder` (in their own modules) hold only what differs: engine set-up,
 transaction start, and the upsert used for blobs. Public methods open a transaction; `_`
-twins take a connection, so several steps (lease, events, blobs) join one commit.
+twins take a connection, so several steps (lease, events, blobs) join one commit. How a record
+becomes a row's parameters and a row a record is storage/rows.py.
 
 Fencing follows Temporal's history service: the append transaction advances
 `sessions.next_seq` with a compare-and-set on `(writer_id, epoch, next_seq)`. If another
@@ -20,12 +21,11 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, ClassVar, cast
+from typing import ClassVar, cast
 
 from sqlalchemy import Connection, Engine, Table, and_, func, or_, select, update
 from sqlalchemy import exc as sa_exc
 
-from sessionlog.core import jsonvalue
 from sessionlog.core.errors import (
     AlreadyExists,
     ExpectedSeqMismatch,
@@ -40,6 +40,13 @@ from sessionlog_server.storage.changes import ChangeFeed
 from sessionlog_server.storage.driver import CommitConnection, DriverSQL, DriverTransaction, sqlalchemy_error
 from sessionlog_server.storage.models import BlobRow, EventRow, FoldSnapshotRow, SessionRow
 from sessionlog_server.storage.records import EventIdsStored, PendingBatch, SessionRecord, StoredSnapshot
+from sessionlog_server.storage.rows import (
+    advance_params,
+    event_from_row,
+    event_params,
+    session_record,
+    stored_form,
+)
 
 # Declarative models type `__table__` as any FromClause; these are plain tables.
 SESSIONS = cast(Table, SessionRow.__table__)
@@ -146,7 +153,7 @@ class EventRecorder(ABC):
         row = conn.execute(select(SESSIONS).where(SESSIONS.c.id == session_id)).mappings().first()
         if row is None:
             raise NotFound("SESSION_NOT_FOUND", f"session {session_id!r} not found", session_id=session_id)
-        return _session_record(row)
+        return session_record(row)
 
     def list_sessions(
         self,
@@ -166,7 +173,7 @@ class EventRecorder(ABC):
             )
         query = query.order_by(SESSIONS.c.create_time, SESSIONS.c.id).limit(page_size)
         with self._read() as conn:
-            return [_session_record(row) for row in conn.execute(query).mappings()]
+            return [session_record(row) for row in conn.execute(query).mappings()]
 
     def count_sessions(self, namespace: str) -> int:
         """How many sessions the namespace holds (an indexed count)."""
@@ -181,7 +188,7 @@ class EventRecorder(ABC):
             or_(SESSIONS.c.writer_id.is_(None), SESSIONS.c.lease_expires_at <= now),
         )
         with self._read() as conn:
-            return [_session_record(row) for row in conn.execute(query).mappings()]
+            return [session_record(row) for row in conn.execute(query).mappings()]
 
     # --- leases -------------------------------------------------------------------------
 
@@ -497,7 +504,7 @@ class EventRecorder(ABC):
             rows = list(conn.execute(query).mappings())
             digests = {ref[1] for row in rows for ref in (row["blob_refs"] or ())}
             contents = self._fetch_blobs(conn, digests) if digests else {}
-        return [_event_from_row(row, contents) for row in rows]
+        return [event_from_row(row, contents) for row in rows]
 
     def _fetch_blobs(self, conn: Connection, digests: set[str]) -> dict[str, bytes]:
         rows = conn.execute(select(BLOBS.c.sha256, BLOBS.c.content).where(BLOBS.c.sha256.in_(digests)))
@@ -514,7 +521,7 @@ class EventRecorder(ABC):
             rows = list(conn.execute(query).mappings())
             digests = {ref[1] for row in rows for ref in (row["blob_refs"] or ())}
             contents = self._fetch_blobs(conn, digests) if digests else {}
-        return [_event_from_row(row, contents) for row in rows]
+        return [event_from_row(row, contents) for row in rows]
 
     def read_surface_ops(self, session_id: str, from_seq: int, to_seq: int, limit: int) -> list[Event]:
         """The session's own surface events in a seq range as light events: seq, type and surface
@@ -594,50 +601,6 @@ def _same_hash(stored: str | None, presented: str | None) -> bool:
     return stored is not None and presented is not None and hmac.compare_digest(stored, presented)
 
 
-def _session_record(row: Any) -> SessionRecord:
-    return SessionRecord(
-        id=row["id"],
-        namespace=row["namespace"],
-        create_time=row["create_time"],
-        cwd=row["cwd"],
-        metadata=row["metadata"] or {},
-        parent_id=row["parent_id"],
-        fork_seq=row["fork_seq"],
-        next_seq=row["next_seq"],
-        last_time=row["last_time"],
-        writer_id=row["writer_id"],
-        epoch=row["epoch"],
-        lease_expires_at=row["lease_expires_at"],
-        open_turn=bool(row["open_turn"]),
-        lease_token_hash=row["lease_token_hash"],
-    )
-
-
-StoredData = tuple[bytes, str | None]
-"""An event's data as stored: its JSON text as UTF-8 bytes (blob strings nulled; the insert
-turns the bytes into TEXT inside the database, so the event loop never decodes them) and its
-blob refs as JSON text."""
-
-
-def stored_form(data: dict[str, Any], refs: list[list[Any]] | None) -> StoredData:
-    """Serialise data and refs for storage (the JSON texts bound into the insert)."""
-    return jsonvalue.dumps_bytes(data), jsonvalue.dumps(refs) if refs else None
-
-
-def advance_params(first: PendingBatch, last: PendingBatch) -> tuple[Any, ...]:
-    """The fence's parameters, in `advance_sql`'s order: the new values, then what must hold."""
-    return (
-        last.new_next_seq,
-        last.last_time,
-        last.open_turn,
-        last.lease_expires_at,
-        first.session_id,
-        first.writer_id,
-        first.epoch,
-        first.expected_next_seq,
-    )
-
-
 def session_runs(batches: Sequence[PendingBatch]) -> list[list[int]]:
     """The indexes of each session's batches in a group, sessions in order of first batch."""
     by_session: dict[str, list[int]] = {}
@@ -651,58 +614,4 @@ def contiguous(run: Sequence[PendingBatch]) -> bool:
     return all(
         b.writer_id == a.writer_id and b.epoch == a.epoch and b.expected_next_seq == a.new_next_seq
         for a, b in itertools.pairwise(run)
-    )
-
-
-def event_params(session_id: str, event: Event, stored: StoredData) -> tuple[Any, ...]:
-    """The insert's parameters, in the column order of `insert_events_sql`."""
-    op = event.surface_op
-    data_text, refs_text = stored
-    return (
-        session_id,
-        event.seq,
-        event.time,
-        event.type,
-        data_text,
-        event.event_id,
-        event.ignorable,
-        None if op is None else ("append" if op == APPEND else "replace"),
-        op.start_seq if isinstance(op, Replace) else None,
-        op.end_seq if isinstance(op, Replace) else None,
-        jsonvalue.dumps(list(event.source_event_seqs)) if event.source_event_seqs else None,
-        refs_text,
-    )
-
-
-EVENT_COLUMNS = (
-    "session_id, seq, time, type, data, event_id, ignorable, surface_op, "
-    "replace_start_seq, replace_end_seq, source_event_seqs, blob_refs"
-)
-
-
-def _event_from_row(row: Any, contents: dict[str, bytes]) -> Event:
-    kind = row["surface_op"]
-    op = (
-        None
-        if kind is None
-        else APPEND
-        if kind == "append"
-        else Replace(row["replace_start_seq"], row["replace_end_seq"])
-    )
-    stored = row["data"]
-    data = jsonvalue.loads(stored, what=f"stored data of seq {row['seq']}")
-    exact: str | None = stored
-    if row["blob_refs"]:
-        data = blob_store.internalize(data, row["blob_refs"], contents)
-        exact = None  # the stored text has the blob strings taken out
-    return Event(
-        seq=row["seq"],
-        time=row["time"],
-        type=row["type"],
-        data=data,
-        event_id=row["event_id"],
-        ignorable=bool(row["ignorable"]),
-        surface_op=op,
-        source_event_seqs=tuple(row["source_event_seqs"] or ()),
-        data_text=exact,
     )

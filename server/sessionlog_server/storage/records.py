@@ -76,7 +76,7 @@ class PendingBatch:
     lease_expires_at: int
     stored: list[tuple[bytes, str | None]] = field(default_factory=list)
     """Per event: the data's JSON text as stored, UTF-8 (blob strings taken out), and its blob
-    refs' JSON text (storage/recorder.py StoredData)."""
+    refs' JSON text (storage/rows.py StoredData)."""
     blobs: dict[str, bytes] = field(default_factory=dict)
     snapshot: StoredSnapshot | None = None
     """A fold snapshot at this batch's last seq, committed with it (so it never runs ahead)."""

@@ -21,7 +21,8 @@ from sqlalchemy.pool import QueuePool
 from sessionlog.core import jsonvalue
 from sessionlog_server.storage.changes import ChangeFeed, SQLiteChangeFeed
 from sessionlog_server.storage.driver import DriverSQL
-from sessionlog_server.storage.recorder import EVENT_COLUMNS, EventRecorder
+from sessionlog_server.storage.recorder import EventRecorder
+from sessionlog_server.storage.rows import EVENT_COLUMNS
 from sessionlog_server.storage.sqlite_params import bind_common_types_directly
 from sessionlog_server.storage.writer_turn import WriterTurn
 
@@ -92,7 +93,7 @@ class SQLiteEventRecorder(EventRecorder):
     )
     placeholder = "?"
     begin_write_sql = "BEGIN IMMEDIATE"
-    # data arrives as UTF-8 bytes (storage/recorder.py StoredData): the CAST stores them as TEXT.
+    # data arrives as UTF-8 bytes (storage/rows.py StoredData): the CAST stores them as TEXT.
     insert_events_sql = (
         f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?, ?)"
     )

@@ -135,6 +135,11 @@ class Server:
         worker processes (those alive now)."""
         return process_cpu_seconds(self.pid) + sum(process_cpu_seconds(pid) for pid in children(self.pid))
 
+    def waiting_seconds(self) -> float:
+        """How long the server's threads (of the process and its workers, those alive now) have
+        been runnable but without a core (`process_waiting_seconds`)."""
+        return process_waiting_seconds(self.pid) + sum(process_waiting_seconds(pid) for pid in children(self.pid))
+
     def memory_mb(self) -> dict[str, float]:
         """VmRSS and VmHWM (peak RSS) of the server process, in MB."""
         return process_memory_mb(self.pid)
@@ -198,6 +203,24 @@ def process_cpu_seconds(pid: int) -> float:
     raw = Path(f"/proc/{pid}/stat").read_text()
     fields = raw[raw.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def process_waiting_seconds(pid: int) -> float:
+    """How long the process's threads (those alive now) have waited for a core while runnable:
+    the second field of /proc/PID/task/TID/schedstat, in nanoseconds. A latency tail on a
+    machine whose cores are all busy is this wait, not the process's own work; 0.0 for a
+    process that is gone."""
+    waited = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            waited += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):  # the thread ended meanwhile
+            continue
+    return waited / 1e9
 
 
 def machine_cpu_seconds() -> tuple[float, float]:

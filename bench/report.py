@@ -227,12 +227,15 @@ def _raw_commit_note(report: dict[str, Any], backend: str, key: str, label: str)
 
 
 def _writes_cpu_note(figure: dict[str, Any]) -> str:
-    """Which side had the cores while the slow writers wrote (`slow_writers.writes_cpu`)."""
+    """Which side had the cores while the slow writers wrote, and how long the server's
+    threads waited for one (`slow_writers.writes_cpu`)."""
     if "writes_server_cpu_pct" not in figure:
         return ""
+    waited = figure.get("writes_server_waited_ms_per_s")
     return (
         f"; while writing: server {figure['writes_server_cpu_pct']:.0f}%, client processes "
         f"{figure['writes_client_cpu_pct']:.0f}% of a core, machine {figure['writes_machine_busy_pct']:.0f}% busy"
+        + ("" if waited is None else f", server threads waited {waited:.0f} ms/s for a core")
     )
 
 

@@ -24,7 +24,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.procs import Server, each_backend, machine_cpu_seconds, section_main, unavailable_row
 from bench.stats import percentile
@@ -170,28 +170,40 @@ def measure(db: str, streams: int, seconds: float, client_procs: int, per_channe
     }
 
 
+class Sample(NamedTuple):
+    """One reading of `CpuSampler`: seconds, from `time.time()` and from the counters since boot."""
+
+    at: float
+    server_cpu: float
+    server_waiting: float
+    """The server's threads' time runnable without a core (`Server.waiting_seconds`)."""
+    busy: float
+    """The machine's busy CPU time (`machine_cpu_seconds`)."""
+    total: float
+
+
 class CpuSampler:
-    """Samples the server's CPU time and the machine's busy time every `EVERY_S` while the
-    writers run, so that the write phase (known only to the client processes) can be cut out
-    of them afterwards."""
+    """Samples the server's CPU time, its threads' wait for a core and the machine's busy time
+    every `EVERY_S` while the writers run, so that the write phase (known only to the client
+    processes) can be cut out of them afterwards."""
 
     EVERY_S = 0.2
 
     def __init__(self, server: Server) -> None:
         self.server = server
-        self.samples: list[tuple[float, float, float, float]] = []
-        """(time.time(), server CPU s, machine busy s, machine total s)."""
+        self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="cpu-sampler")
 
     def _run(self) -> None:
         while True:
             busy, total = machine_cpu_seconds()
-            self.samples.append((time.time(), self.server.cpu_seconds(), busy, total))
+            server = self.server
+            self.samples.append(Sample(time.time(), server.cpu_seconds(), server.waiting_seconds(), busy, total))
             if self._stop.wait(self.EVERY_S):
                 return
 
-    def __enter__(self) -> list[tuple[float, float, float, float]]:
+    def __enter__(self) -> list[Sample]:
         self._thread.start()
         return self.samples
 
@@ -200,21 +212,24 @@ class CpuSampler:
         self._thread.join()
 
 
-def writes_cpu(samples: list[tuple[float, float, float, float]], results: list[dict[str, Any]]) -> dict[str, Any]:
+def writes_cpu(samples: list[Sample], results: list[dict[str, Any]]) -> dict[str, Any]:
     """Where the machine's CPU went while the writers wrote: the server's, the client
     processes' (their own measure) and the machine's busy share, in % of one core (the machine's
-    in % of all of them). Which side was short of a core is what decides the latency tail."""
+    in % of all of them), and how long the server's threads waited for a core, in ms per second
+    (summed over its threads). Which side was short of a core is what decides the latency tail."""
     began = max(r["writes"][0] for r in results)
     ended = min(r["writes"][1] for r in results)
-    inside = [s for s in samples if began <= s[0] <= ended]
+    inside = [s for s in samples if began <= s.at <= ended]
     if len(inside) < 2:
         return {}
-    (t0, server0, busy0, total0), (t1, server1, busy1, total1) = inside[0], inside[-1]
+    first, last = inside[0], inside[-1]
+    wall = last.at - first.at
     client = sum(r["writes_cpu"] / (r["writes"][1] - r["writes"][0]) for r in results)
     return {
-        "writes_server_cpu_pct": round(100 * (server1 - server0) / (t1 - t0), 1),
+        "writes_server_cpu_pct": round(100 * (last.server_cpu - first.server_cpu) / wall, 1),
         "writes_client_cpu_pct": round(100 * client, 1),
-        "writes_machine_busy_pct": round(100 * (busy1 - busy0) / (total1 - total0), 1),
+        "writes_machine_busy_pct": round(100 * (last.busy - first.busy) / (last.total - first.total), 1),
+        "writes_server_waited_ms_per_s": round(1000 * (last.server_waiting - first.server_waiting) / wall, 1),
     }
 
 
@@ -225,17 +240,17 @@ def run_all(backends: list[str], streams: int, seconds: float, client_procs: int
 def render(results: dict[str, Any]) -> str:
     lines = [
         "| backend | streams | workers | set-ups failed | ack p50 / p99 / p99.9 / max ms | stall seconds "
-        "| server CPU | in the writes: server / clients / machine busy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| server CPU | in the writes: server / clients / machine busy | server threads waiting for a core |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for backend, r in results.items():
         if "unavailable" in r:
-            lines.append(unavailable_row(backend, 8))
+            lines.append(unavailable_row(backend, 9))
             continue
         lines.append(
             f"| {backend} | {r['streams']:,} | {r['workers']} | {r['setups_failed']} {r['setup_failures'] or ''} | "
             f"{r['ack_p50_ms']} / {r['ack_p99_ms']} / {r['ack_p999_ms']} / {r['ack_max_ms']} | "
-            f"{r['stall_seconds']} of {int(r['seconds'])} | {r['server_cpu_pct']}% | {_split(r)} |"
+            f"{r['stall_seconds']} of {int(r['seconds'])} | {r['server_cpu_pct']}% | {_split(r)} | {_waited(r)} |"
         )
     return "\n".join(lines)
 
@@ -244,6 +259,12 @@ def _split(r: dict[str, Any]) -> str:
     if "writes_server_cpu_pct" not in r:
         return "-"
     return f"{r['writes_server_cpu_pct']}% / {r['writes_client_cpu_pct']}% / {r['writes_machine_busy_pct']}%"
+
+
+def _waited(r: dict[str, Any]) -> str:
+    if "writes_server_waited_ms_per_s" not in r:
+        return "-"
+    return f"{r['writes_server_waited_ms_per_s']} ms/s"
 
 
 def main(argv: list[str] | None = None) -> int:

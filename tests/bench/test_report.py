@@ -66,6 +66,7 @@ def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
                 "writes_server_cpu_pct": 95.0,
                 "writes_client_cpu_pct": 80.4,
                 "writes_machine_busy_pct": 91.0,
+                "writes_server_waited_ms_per_s": 412.3,
             }
         },
     }
@@ -76,7 +77,10 @@ def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
     slow = found["2,000 slow writers, postgresql: ack p99"]["measured"]
     assert "grpc.aio echo alone, 2,000 streams at 1 msg/s, same run: p99 540.0 ms, 75 streams failed" in slow
     assert "raw psycopg alone, 1 event/commit at 1,000 commits/s, same run: p99 6.4 ms" in slow
-    assert "while writing: server 95%, client processes 80% of a core, machine 91% busy" in slow
+    assert (
+        "while writing: server 95%, client processes 80% of a core, machine 91% busy, "
+        "server threads waited 412 ms/s for a core"
+    ) in slow
     unary = found["1 session, unary, sequential, postgresql vs raw psycopg 1/commit"]["measured"]
     assert "sequential echo calls alone, same run: 1,200/s" in unary
 

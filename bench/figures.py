@@ -336,10 +336,15 @@ def fixed_rate(server: Server, events: list[NewEvent], *, rate: float, seconds: 
     SQLite, alternating runs: p99 45-85 ms in the bench's process, 8-25 ms from a process of
     its own (a full run in process had measured 34 ms, with 275 sends more than 1 ms late).
     """
-    cpu_s = server.cpu_seconds()
+    cpu_s, waited_s, began = server.cpu_seconds(), server.waiting_seconds(), time.monotonic()
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         result = pool.apply(_fixed_rate_main, (server.target, sessions, events, rate, seconds))
     result["server_cpu_pct"] = round(100 * (server.cpu_seconds() - cpu_s) / max(seconds, 1e-9), 1)
+    # How long the server's threads had no core while runnable, per second of the client's
+    # whole run (its start and set-up included): the cores taken by the client, by other work
+    # and by the server's own threads, which wake one another along each acknowledgement.
+    waited = server.waiting_seconds() - waited_s
+    result["server_waited_ms_per_s"] = round(1000 * waited / max(time.monotonic() - began, 1e-9), 1)
     return result
 
 

@@ -207,9 +207,10 @@ def process_cpu_seconds(pid: int) -> float:
 
 def process_waiting_seconds(pid: int) -> float:
     """How long the process's threads (those alive now) have waited for a core while runnable:
-    the second field of /proc/PID/task/TID/schedstat, in nanoseconds. A latency tail on a
-    machine whose cores are all busy is this wait, not the process's own work; 0.0 for a
-    process that is gone."""
+    the second field of /proc/PID/task/TID/schedstat, in nanoseconds. It counts the cores
+    taken by other processes and by the process's own other threads (a thread woken by one
+    still running waits for a core when the others are busy): where the latency goes that the
+    process's CPU time does not show. 0.0 for a process that is gone."""
     waited = 0
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())

@@ -231,12 +231,18 @@ def _writes_cpu_note(figure: dict[str, Any]) -> str:
     threads waited for one (`slow_writers.writes_cpu`)."""
     if "writes_server_cpu_pct" not in figure:
         return ""
-    waited = figure.get("writes_server_waited_ms_per_s")
     return (
         f"; while writing: server {figure['writes_server_cpu_pct']:.0f}%, client processes "
         f"{figure['writes_client_cpu_pct']:.0f}% of a core, machine {figure['writes_machine_busy_pct']:.0f}% busy"
-        + ("" if waited is None else f", server threads waited {waited:.0f} ms/s for a core")
-    )
+    ) + _waited_note(figure.get("writes_server_waited_ms_per_s"), ",")
+
+
+def _waited_note(waited: Any, lead: str = ";") -> str:
+    """How long the server's threads were runnable without a core, in ms per second (summed over
+    its threads; `Server.waiting_seconds`), or nothing where the figure has no such reading."""
+    if not isinstance(waited, (int, float)):
+        return ""
+    return f"{lead} server threads waited {waited:.0f} ms/s for a core"
 
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -288,7 +294,9 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "ms",
             )
             if check["status"] == "MISSED":
-                check["measured"] += _raw_commit_note(report, backend, key, label)
+                check["measured"] += _raw_commit_note(report, backend, key, label) + _waited_note(
+                    _get(sl, backend, "latency_at_rate", "server_waited_ms_per_s")
+                )
             out.append(check)
     slow = report.get("slow_writers", {})
     for backend in BACKENDS:

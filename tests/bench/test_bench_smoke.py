@@ -69,7 +69,7 @@ def test_quick_bench_reports_every_figure(backend: str, tmp_path: Path) -> None:
         if default_workers() > 1:  # each worker's CPU, busiest first
             shares = figures[key]["worker_cpu_pct"]
             assert len(shares) == default_workers() and shares == sorted(shares, reverse=True) and shares[0] > 0
-    assert {"p50_ms", "p99_ms", "p999_ms"} <= figures["latency_at_rate"].keys()
+    assert {"p50_ms", "p99_ms", "p999_ms", "server_waited_ms_per_s"} <= figures["latency_at_rate"].keys()
     assert "peak_rss_mb" in figures["rss_streams"]
     for key in ("history_1k", "history_10k", "history_100k"):
         assert "cold_ms" in figures[key] or "unavailable" in figures[key]

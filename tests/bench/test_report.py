@@ -41,7 +41,7 @@ def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
     """Latency beside the raw driver's own commit latency at the same rate; slow writers beside
     the grpc.aio echo server under the same streams and the raw driver's commit tail; unary beside
     sequential echo calls."""
-    latency = {"p50_ms": 2.0, "p99_ms": 9.0, "p999_ms": 30.0}
+    latency = {"p50_ms": 2.0, "p99_ms": 9.0, "p999_ms": 30.0, "server_waited_ms_per_s": 37.6}
     raw = {"offered_per_s": 1000.0, "p50_ms": 0.4, "p99_ms": 6.4, "p999_ms": 11.9}
     report: dict[str, Any] = {
         "sessionlog": {
@@ -73,6 +73,7 @@ def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
     found = {t["name"]: t for t in targets(report)}
     p99 = found["ack p99 at 1,000 ev/s, postgresql"]
     assert p99["status"] == "MISSED" and "raw psycopg alone" in p99["measured"] and "p99 6.4 ms" in p99["measured"]
+    assert p99["measured"].endswith("p99 6.4 ms; server threads waited 38 ms/s for a core")
     assert "p99.9 11.9 ms" in found["ack p99.9 at 1,000 ev/s, postgresql"]["measured"]
     slow = found["2,000 slow writers, postgresql: ack p99"]["measured"]
     assert "grpc.aio echo alone, 2,000 streams at 1 msg/s, same run: p99 540.0 ms, 75 streams failed" in slow

@@ -130,15 +130,19 @@ class Server:
         """The `--workers` processes alive now (none when the service runs in one process)."""
         return [pid for pid in children(self.pid) if b"spawn_main" in _cmdline(pid)]
 
+    def pids(self) -> list[int]:
+        """The server's processes alive now: the one started and, with `--workers`, its
+        children (the workers and multiprocessing's resource tracker)."""
+        return [self.pid, *children(self.pid)]
+
     def cpu_seconds(self) -> float:
-        """User + system CPU time of the server so far: the process and, with `--workers`, its
-        worker processes (those alive now)."""
-        return process_cpu_seconds(self.pid) + sum(process_cpu_seconds(pid) for pid in children(self.pid))
+        """User + system CPU time of the server's processes so far (`pids`)."""
+        return sum(process_cpu_seconds(pid) for pid in self.pids())
 
     def waiting_seconds(self) -> float:
-        """How long the server's threads (of the process and its workers, those alive now) have
-        been runnable but without a core (`process_waiting_seconds`)."""
-        return process_waiting_seconds(self.pid) + sum(process_waiting_seconds(pid) for pid in children(self.pid))
+        """How long the threads of the server's processes (`pids`) have been runnable but
+        without a core (`process_waiting_seconds`)."""
+        return sum(process_waiting_seconds(pid) for pid in self.pids())
 
     def memory_mb(self) -> dict[str, float]:
         """VmRSS and VmHWM (peak RSS) of the server process, in MB."""

@@ -51,7 +51,7 @@ from typing import Any
 import grpc
 
 from bench.lifecycle_data import lean_turn
-from bench.procs import Server, children, create_pg_database, drop_pg_database, process_memory_mb
+from bench.procs import Server, create_pg_database, drop_pg_database, process_memory_mb
 from sessionlog.aio import AsyncSessionLogClient, AsyncWriter
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, OwnershipLost, SessionLogError, Unavailable
@@ -149,8 +149,7 @@ def rss_kb(server: Server) -> int | None:
     if server.proc is None or server.proc.poll() is not None:
         return None
     try:
-        pids = [server.pid, *children(server.pid)]
-        return round(sum(process_memory_mb(pid)["VmRSS"] for pid in pids) * 1e6 / 1024)
+        return round(sum(process_memory_mb(pid)["VmRSS"] for pid in server.pids()) * 1e6 / 1024)
     except (OSError, KeyError, ValueError):
         return None
 

@@ -20,14 +20,10 @@ def test_busy_processes_sharing_one_core_wait_for_it_longer_than_they_run() -> N
     the wait is schedstat's second field, not its first (the time on the core, which is about
     the process's CPU time)."""
     core = min(os.sched_getaffinity(0))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", BUSY.format(seconds=1.5)],
-            preexec_fn=lambda: os.sched_setaffinity(0, {core}),
-        )
-        for _ in range(3)
-    ]
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY.format(seconds=1.5)]) for _ in range(3)]
     try:
+        for p in procs:  # from here, not in the child before exec (`preexec_fn` is unsafe with threads)
+            os.sched_setaffinity(p.pid, {core})
         time.sleep(1.2)
         readings = [(process_waiting_seconds(p.pid), process_cpu_seconds(p.pid)) for p in procs]
     finally:

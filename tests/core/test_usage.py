@@ -1,14 +1,21 @@
-"""The one cost rule: an exact running sum, reported to 12 decimals, whatever the order."""
+"""The one cost rule: an exact running sum, reported to 12 decimals, whatever the order; and the
+one usage rule: a number past `USAGE_LIMIT` counts as 0, so running totals stay writable."""
 
 from __future__ import annotations
 
 import math
 from random import Random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionlog.core.usage import CostSum, total_cost, usage_cost
+from sessionlog.core import jsonvalue
+from sessionlog.core.fold import SessionFold
+from sessionlog.core.projections.stats import stats
+from sessionlog.core.snapshot import decode_snapshot, encode_snapshot
+from sessionlog.core.usage import USAGE_LIMIT, CostSum, number, total_cost, usage_cost
+from tests.core.builders import Log
 
 COSTS = st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False) | st.integers(-(10**9), 10**9))
 
@@ -48,3 +55,37 @@ def test_an_integer_too_large_for_a_float_is_no_price() -> None:
     running.add(10**400)
     running.add(2)
     assert running.value() == 2
+
+
+def test_a_number_past_the_usage_limit_counts_as_zero() -> None:
+    assert number(USAGE_LIMIT) == USAGE_LIMIT and number(-USAGE_LIMIT) == -USAGE_LIMIT
+    assert number(USAGE_LIMIT + 1) == number(1e308) == number(-(10**400)) == 0
+    assert usage_cost({"cost": {"total": 1e308, "input": 1}}) == 0  # a total that does not count is still the total
+    running = CostSum()
+    for cost in (1e308, 1e308, 0.5):
+        running.add(cost)
+    assert running.value() == 0.5
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        (1e308, 1e308, 3),  # a float sum that would overflow to infinity
+        (10**400, 1.5, 3),  # an integer past a double's range meeting a float (OverflowError)
+        (1.5, -(10**400), 3),
+    ],
+)
+def test_usage_past_the_limit_leaves_stats_and_snapshots_writable(inputs: tuple[float, ...]) -> None:
+    """Every stored number is lossless JSON, so each event is accepted; the running totals must
+    stay numbers a snapshot and the stats projection can write, and the log must fold again."""
+    log = Log()
+    log.head()
+    for value in inputs:
+        log.add("pi/usage", {"usage": {"input": value, "output": 1, "cost": {"total": value}}}, ignorable=True)
+    counted = sum(value for value in inputs if abs(value) <= USAGE_LIMIT)
+    s = log.fold.stats()
+    assert (s["inputTokens"], s["outputTokens"], s["costUsd"]) == (counted, len(inputs), counted)
+    assert jsonvalue.loads(jsonvalue.dumps_bytes(s)) == s
+    restored = SessionFold.from_snapshot(decode_snapshot(encode_snapshot(log.fold.snapshot())))
+    assert restored.stats() == s == stats(log.events)
+    assert SessionFold.replay(log.events, validate=False).stats() == s

@@ -4,10 +4,10 @@ Hypothesis builds hostile but valid JSON payloads: nesting up to the depth limit
 beyond 2^53 and 64 bits, the smallest and largest doubles, lone UTF-16 surrogate escapes,
 U+2028, NUL, odd whitespace and escapes, empty and duplicate keys. They go through the real
 server with raw stubs, in ignorable events and in every model-visible place (user and tool
-messages, tool-call arguments, the request header). Then every read RPC and projection is
-called on a server process, which is SIGKILLed and started again, and called again: no
-acknowledged event may be unreadable, no call may end UNKNOWN or INTERNAL, and the stored
-payload must come back byte for byte.
+messages, tool-call arguments, the request header) and in the usage the stats sum. Then every
+read RPC and projection is called on a server process, which is SIGKILLed and started again,
+and called again: no acknowledged event may be unreadable, no call may end UNKNOWN or INTERNAL,
+and the stored payload must come back byte for byte.
 """
 
 from __future__ import annotations
@@ -131,8 +131,12 @@ def _log_only(type_: str, data: str) -> event_pb2.NewEvent:
 
 
 def _turn(turn: int, payload: str) -> list[event_pb2.NewEvent]:
-    """A whole turn whose model-visible parts carry `payload`."""
+    """A whole turn whose model-visible parts carry `payload`, and whose usage the stats sum:
+    the payload, the largest double (twice is infinity) and, turn by turn, an integer past a
+    double's range and a float (together an OverflowError)."""
     call_id = f"c{turn}"
+    huge = "1" + "0" * 400 if turn % 2 else "0.5"
+    usage = f'{{"input":{payload},"output":1.7976931348623157e308,"cacheRead":{huge},"cost":{{"total":{huge}}}}}'
     return [
         _log_only("turn/start", f'{{"turn":{turn}}}'),
         _surface(
@@ -142,8 +146,8 @@ def _turn(turn: int, payload: str) -> list[event_pb2.NewEvent]:
         _log_only("step/start", f'{{"turn":{turn},"step":1}}'),
         _surface(
             "assistant/message",
-            f'{{"turn":{turn},"step":1,"message":{{"role":"assistant","content":[{{"type":"toolCall","id":"{call_id}",'
-            f'"name":"t","arguments":{{"id":18446744073709551617,"p":{payload}}}}}]}}}}',
+            f'{{"turn":{turn},"step":1,"usage":{usage},"message":{{"role":"assistant","content":[{{"type":"toolCall",'
+            f'"id":"{call_id}","name":"t","arguments":{{"id":18446744073709551617,"p":{payload}}}}}]}}}}',
         ),
         _log_only("tool/call", f'{{"turn":{turn},"step":1,"callId":"{call_id}","name":"t","arguments":{payload}}}'),
         _surface(
@@ -201,7 +205,8 @@ def test_hostile_door_accepted_events_are_served_by_every_read_before_and_after_
         from sessionlog_server.storage.migrate import upgrade
 
         upgrade(url)
-    server = ServerProcess(url).start()
+    # Snapshots every few events: each stores the fold's running totals as JSON.
+    server = ServerProcess(url, env={"SESSIONLOG_SNAPSHOT_EVERY_EVENTS": "20"}).start()
     sid = f"hostile-{tmp_path.name[-8:]}"
     acked: dict[int, bytes] = {}
     try:

@@ -5,7 +5,8 @@ Stats (`projections.stats`), the Pi replay (`formats.pi.metrics`) and the export
 so the same session reports the same cost, to the last digit, whatever path computed it.
 
 A usage object has Pi's shape `{input, output, cacheRead, cacheWrite, totalTokens,
-cost:{input, output, cacheRead, cacheWrite, total}}`. Non-numbers count as 0. Costs are summed
+cost:{input, output, cacheRead, cacheWrite, total}}`. Non-numbers, and numbers past
+`USAGE_LIMIT`, count as 0. Costs are summed
 exactly (Shewchuk's algorithm, as `math.fsum`, but incrementally: a live fold adds one event at a
 time) and reported rounded to `COST_DECIMALS`, so neither the order of the events nor float
 rounding can change the reported figure.
@@ -22,12 +23,21 @@ JsonObject = dict[str, Any]
 TOKEN_KEYS: tuple[str, ...] = ("input", "output", "cacheRead", "cacheWrite")
 COST_DECIMALS = 12
 
+USAGE_LIMIT = 2**53
+"""The largest usage number that counts, either sign: the integers a double holds exactly (and a
+JavaScript reader of the stats too). The door accepts any lossless JSON number, but a running
+total must stay a number: `1e308` twice sums to infinity, which no JSON can carry (the session's
+stats and fold snapshots could not be written again), and an integer past a double's range
+added to a float raises OverflowError (the session could not be folded again). Below this
+limit neither can happen in any session's lifetime."""
+
 
 def number(value: Any) -> int | float:
-    """A usage count or cost as a number; anything else (bools included) counts as 0."""
+    """A usage count or cost as a number; anything else (bools included, and a number past
+    `USAGE_LIMIT`) counts as 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return 0
-    return value
+    return value if -USAGE_LIMIT <= value <= USAGE_LIMIT else 0
 
 
 def usage_cost(usage: JsonObject) -> int | float:
@@ -37,7 +47,7 @@ def usage_cost(usage: JsonObject) -> int | float:
         return 0
     total = cost.get("total")
     if isinstance(total, (int, float)) and not isinstance(total, bool):
-        return total
+        return number(total)
     return sum(number(cost.get(key)) for key in TOKEN_KEYS)
 
 
@@ -62,11 +72,9 @@ class CostSum:
     partials: list[float] = field(default_factory=list)
 
     def add(self, cost: int | float) -> None:
-        """Add one cost exactly (an integer too large for a float is no price: it counts as 0)."""
-        try:
-            x = float(cost)
-        except OverflowError:
-            return
+        """Add one cost exactly (a cost past `USAGE_LIMIT` is no price: it counts as 0, as
+        `number` says, so the partials stay finite)."""
+        x = float(number(cost))
         kept: list[float] = []
         for y in self.partials:
             if abs(x) < abs(y):

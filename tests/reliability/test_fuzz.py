@@ -160,6 +160,7 @@ JSON_LEAVES = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(min_value=-(10**30), max_value=10**30),
+    st.sampled_from([2**64, -(2**63) - 1, 10**400, -(10**400)]),  # past 64 bits and a double's range
     st.floats(allow_nan=True, allow_infinity=True),
     ANY_TEXT,
 )

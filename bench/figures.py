@@ -339,12 +339,13 @@ def fixed_rate(server: Server, events: list[NewEvent], *, rate: float, seconds: 
     cpu_s, waited_s, began = server.cpu_seconds(), server.waiting_seconds(), time.monotonic()
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         result = pool.apply(_fixed_rate_main, (server.target, sessions, events, rate, seconds))
-    result["server_cpu_pct"] = round(100 * (server.cpu_seconds() - cpu_s) / max(seconds, 1e-9), 1)
-    # How long the server's threads had no core while runnable, per second of the client's
-    # whole run (its start and set-up included): the cores taken by the client, by other work
-    # and by the server's own threads, which wake one another along each acknowledgement.
-    waited = server.waiting_seconds() - waited_s
-    result["server_waited_ms_per_s"] = round(1000 * waited / max(time.monotonic() - began, 1e-9), 1)
+    # Both per second of the client's whole run (its start and set-up included), the window
+    # both counters cover. The wait is how long the server's threads had no core while
+    # runnable: the cores taken by the client, by other work and by the server's own threads,
+    # which wake one another along each acknowledgement.
+    elapsed = max(time.monotonic() - began, 1e-9)
+    result["server_cpu_pct"] = round(100 * (server.cpu_seconds() - cpu_s) / elapsed, 1)
+    result["server_waited_ms_per_s"] = round(1000 * (server.waiting_seconds() - waited_s) / elapsed, 1)
     return result
 
 

@@ -33,7 +33,7 @@ from sessionlog_server.storage import blobs
 from sessionlog_server.storage.factory import open_recorder
 from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.storage.recorder import EventRecorder
-from sessionlog_server.storage.records import PendingBatch, SessionRecord, StoredSnapshot
+from sessionlog_server.storage.records import EventIdsStored, PendingBatch, SessionRecord, StoredSnapshot
 from sessionlog_server.storage.rows import stored_form
 from tests.support.waiting import eventually
 
@@ -289,6 +289,33 @@ class RecorderContract:
             assert [e.seq for e in self.recorder.read_events(session_id, 0, None, 5000)] == list(range(3000))
             assert self.recorder.get_session(session_id).next_seq == 3000
         assert self.recorder.read_events(fenced.id, 0, None, 10) == []
+
+    @pytest.mark.parametrize("others", [0, 1, 5], ids=["alone", "small-group", "large-group"])
+    def test_a_stored_event_id_fails_its_own_batch_only_and_names_its_seq(self, sid: str, others: int) -> None:
+        # An eventId the service could not vouch for from memory (`verify_ids`) that the session
+        # stores already: the unique index refuses the group, and each batch is committed on
+        # its own, the one holding the stored id writing nothing and naming its seq. Unvouched
+        # ids that are new commit in the group like any other.
+        goods = [self.writer(f"{sid}-{index}") for index in range(others)]
+        retried = self.writer(sid)
+        assert self.recorder.commit_batches([batch(retried, [note(0, event_id="old"), note(1, event_id="x")])]) == [
+            None
+        ]
+        first = [batch(good, [note(0, event_id="new")]) for good in goods]
+        for pending in first:
+            pending.verify_ids = ["new"]
+        assert self.recorder.commit_batches(first) == [None] * others
+        again = batch(retried, [note(2, event_id="fresh"), note(3, event_id="old")])
+        again.verify_ids = ["fresh", "old"]
+        results = self.recorder.commit_batches([*(batch(good, [note(1)]) for good in goods), again])
+        assert results[:-1] == [None] * others
+        assert isinstance(results[-1], EventIdsStored) and results[-1].found == {"old": 0}
+        assert [e.event_id for e in self.recorder.read_events(sid, 0, None, 10)] == ["old", "x"]  # nothing of it
+        for good in goods:
+            assert [e.event_id for e in self.recorder.read_events(good.id, 0, None, 10)] == ["new", None]
+        follow = batch(retried, [note(2, event_id="fresh")])
+        follow.verify_ids = ["fresh"]
+        assert self.recorder.commit_batches([follow]) == [None]
 
     @pytest.mark.parametrize("good_sessions", [1, 5], ids=["small-group", "large-group"])
     def test_a_value_the_database_cannot_hold_fails_its_own_batch_only(self, sid: str, good_sessions: int) -> None:

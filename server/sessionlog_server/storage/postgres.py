@@ -114,14 +114,15 @@ class PostgresEventRecorder(EventRecorder):
 
     def commit_batches(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
         """A group that is its group statement and nothing else commits as that statement alone,
-        in one round trip (`CommitConnection.run_alone`): no eventId to check against the log,
-        no blob, no snapshot, and each session's batches following each other. Any other group,
-        the sessions whose fence missed (the statement wrote nothing of theirs), and a group the
-        database refused as a whole (nothing of it was written) take the base class's way: one
-        transaction, which names each batch's error.
+        in one round trip (`CommitConnection.run_alone`): no blob, no snapshot, and each
+        session's batches following each other (a stored eventId is refused by the unique
+        index, as in the base class). Any other group and the sessions whose fence missed (the
+        statement wrote nothing of theirs) take the base class's way: one transaction, which
+        names each batch's error. A group the database refused as a whole (nothing of it was
+        written) is committed batch by batch (`commit_each`).
         """
         runs = session_runs(batches)
-        alone = all(not b.verify_ids and not b.blobs and b.snapshot is None for b in batches) and all(
+        alone = all(not b.blobs and b.snapshot is None for b in batches) and all(
             contiguous([batches[i] for i in run]) for run in runs
         )
         if not alone:
@@ -136,7 +137,7 @@ class PostgresEventRecorder(EventRecorder):
                 ) from lost
             moved = found
         except SessionLogError:  # refused as a whole: nothing of it was written
-            return super().commit_batches(batches)
+            return self.commit_each(batches)
         else:
             if written is None:
                 return super().commit_batches(batches)

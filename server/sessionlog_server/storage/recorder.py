@@ -338,26 +338,44 @@ class EventRecorder(ABC):
     def commit_batches(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
         """Group commit: every batch in one transaction, each session fenced on its own.
 
-        A session whose fence fails gets its error; the others commit together. If the shared
-        transaction itself fails, each batch is retried in a transaction of its own, so one bad
-        batch cannot take the others down with it.
+        A session whose fence fails gets its error; the others commit together. The group does
+        not look up the eventIds the service could not vouch for (`verify_ids`): the unique
+        index on (session_id, eventId) refuses one that is stored, and the whole transaction
+        with it. If the shared transaction fails (that way or any other), each batch is
+        retried on its own (`commit_each`), so one bad batch cannot take the others down.
         """
         try:
-            return self._commits.run(lambda conn: self._commit_group(conn, batches))
-        except SessionLogError:
-            if len(batches) == 1:
+            return self._commits.run(lambda conn: self._commit_group(conn, batches, look_up_ids=False))
+        except SessionLogError as exc:
+            if len(batches) == 1 and not (isinstance(exc, AlreadyExists) and batches[0].verify_ids):
                 raise
+        return self.commit_each(batches)
+
+    def commit_each(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
+        """Each batch in a transaction of its own, its unvouched eventIds looked up first: a
+        batch holding a stored one writes nothing and gets EVENT_IDS_STORED with their seqs.
+
+        Only after a group failed: a long session's eventIds past the service's memory are
+        nearly always new, and looking them up before every commit cost a query per session
+        per group (on PostgreSQL three more round trips, as the group could no longer be its
+        one statement alone).
+        """
         results: list[SessionLogError | None] = []
         for batch in batches:
             try:
-                results.extend(self._commits.run(functools.partial(self._commit_group, batches=[batch])))
+                results.extend(
+                    self._commits.run(functools.partial(self._commit_group, batches=[batch], look_up_ids=True))
+                )
             except SessionLogError as exc:
                 results.append(exc)
         return results
 
-    def _commit_group(self, conn: DriverTransaction, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
+    def _commit_group(
+        self, conn: DriverTransaction, batches: Sequence[PendingBatch], *, look_up_ids: bool
+    ) -> list[SessionLogError | None]:
         """Fence every session once, insert the events of those whose fence holds
-        (`_fence_and_insert`; one statement on PostgreSQL), then their blobs and snapshots.
+        (`_fence_and_insert`; one statement on PostgreSQL), then their blobs and snapshots;
+        with `look_up_ids`, a run whose unvouched eventIds are stored goes in not at all.
 
         A session's batches in one group are contiguous (its writer planned them in order under
         its lock), so one compare-and-set from the first batch's expected seq to the last
@@ -367,7 +385,7 @@ class EventRecorder(ABC):
         results: list[SessionLogError | None] = [None] * len(batches)
         runs: list[list[int]] = []
         for indexes in session_runs(batches):
-            stored = self._stored_ids(conn, [batches[i] for i in indexes])
+            stored = self._stored_ids(conn, [batches[i] for i in indexes]) if look_up_ids else {}
             if stored:  # planned on the belief that these ids were new: none of the run may go in
                 for index in indexes:
                     results[index] = EventIdsStored(batches[index].session_id, stored)

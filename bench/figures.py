@@ -190,9 +190,13 @@ def streaming(
     client_procs: int = 1,
     batch: int = 1,
     per_channel: int = 64,
+    history: Sequence[NewEvent] = (),
 ) -> dict[str, Any]:
     """`sessions` writers, each streaming `events` `batch` per batch (1 unless stated) with up
     to `window` batches in flight, `per_channel` writers to a client channel (each its own connection).
+
+    With `history`, each session already holds those events when the timed run starts
+    (written untimed, `_write_history`), and `events` continue them.
 
     A server of several workers (`serve --workers`) gets each connection on one of them (the
     kernel spreads connections over the workers' SO_REUSEPORT sockets), so writers must come
@@ -203,6 +207,7 @@ def streaming(
     counts the writers' opening while the workers start, so it overstates a little.
     """
     sids = [_sid(f"s{sessions}") for _ in range(sessions)]
+    _write_history(server.target, sids, history)
     cpu_s = server.cpu_seconds()
     workers = {pid: process_cpu_seconds(pid) for pid in server.worker_pids()}
     if client_procs <= 1:
@@ -250,6 +255,20 @@ def streaming(
             else {}
         ),
     )
+
+
+def _write_history(target: str, sids: Sequence[str], history: Sequence[NewEvent]) -> None:
+    """Create each session with `history` in it (100 events a unary append, the lease given
+    back), so a writer opened afterwards continues a session of that length."""
+    if not history:
+        return
+    with SessionLogClient(target) as client:
+        for sid in sids:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            for start in range(0, len(history), 100):
+                client.append(sid, lease, history[start : start + 100])
+            client.release_lease(lease)
 
 
 def _cpu_since(pid: int, used: float) -> float:

@@ -58,6 +58,7 @@ ROWS = (
     ("unary_sequential", "1 session, unary, sequential (ev/s)", "rate"),
     ("stream_1", "1 session, streaming, pipelined (ev/s)", "rate"),
     ("stream_16", "16 sessions, streaming (ev/s)", "rate"),
+    ("stream_16_long", "16 long sessions, streaming (ev/s)", "rate"),
     ("stream_64", "64 sessions, streaming (ev/s)", "rate"),
     ("stream_16_batch16", "16 sessions, 16 events/batch (ev/s)", "rate"),
     ("stream_16_workers", "16 sessions, streaming, all cores (ev/s)", "rate"),

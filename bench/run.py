@@ -36,6 +36,7 @@ from bench.report import render, targets
 from bench.workload import as_new_events, mean_data_bytes, session_events
 from sessionlog.core.events import NewEvent
 from sessionlog_server.config import Settings
+from sessionlog_server.service.live import RECENT_IDS
 from sessionlog_server.transport.event_loop import loop_factory, loop_name
 from sessionlog_server.transport.workers import default_workers
 
@@ -105,6 +106,10 @@ QUICK = Scale(
     profile_events=200,
 )
 HISTORY_KEYS = ("history_1k", "history_10k", "history_100k")
+LONG_SESSION_EVENTS = RECENT_IDS + 100
+"""Events each session of the long-sessions streaming figure holds before it is timed: past the
+eventIds a live session remembers, so each new eventId is one the service cannot vouch for from
+memory (the unique index answers for it)."""
 
 
 def _log(message: str) -> None:
@@ -194,7 +199,11 @@ def backend_figures(
     (`every_core_figures`)."""
     out: dict[str, Any] = {"db": "sqlite file (temp dir)" if backend == "sqlite" else "postgresql (fresh db)"}
     longest = max(
-        scale.unary_events, scale.stream1_events, scale.stream16_events, scale.stream64_events, scale.batch16_events
+        scale.unary_events,
+        scale.stream1_events,
+        LONG_SESSION_EVENTS + scale.stream16_events,
+        scale.stream64_events,
+        scale.batch16_events,
     )
     rate_per_session = int(scale.high_rate * scale.rate_seconds / scale.rate_sessions) + 1
     template = as_new_events(session_events(max(longest, rate_per_session), seed=11), "ev")
@@ -217,22 +226,24 @@ def backend_figures(
             runs.setdefault("unary_sequential", []).append(
                 figures.unary_sequential(server, template[: scale.unary_events], scale.max_seconds)
             )
-            for key, sessions, count, batch in (
-                ("stream_1", 1, scale.stream1_events, 1),
-                ("stream_16", 16, scale.stream16_events, 1),
-                ("stream_64", 64, scale.stream64_events, 1),
-                ("stream_16_batch16", 16, scale.batch16_events, 16),
+            for key, sessions, count, batch, held in (
+                ("stream_1", 1, scale.stream1_events, 1, 0),
+                ("stream_16", 16, scale.stream16_events, 1, 0),
+                ("stream_16_long", 16, scale.stream16_events, 1, LONG_SESSION_EVENTS),
+                ("stream_64", 64, scale.stream64_events, 1, 0),
+                ("stream_16_batch16", 16, scale.batch16_events, 16, 0),
             ):
                 _log(f"{backend}: {sessions} streaming session(s) x {count} events, {batch}/batch, {tag}")
                 runs.setdefault(key, []).append(
                     figures.streaming(
                         server,
                         sessions,
-                        template[:count],
+                        template[held : held + count],
                         window=scale.window,
                         max_seconds=scale.max_seconds,
                         client_procs=client_procs,
                         batch=batch,
+                        history=template[:held],
                     )
                 )
             for key, figure in every_core_figures(every_core, scale, template, workers, tag).items():

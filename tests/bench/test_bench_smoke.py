@@ -23,6 +23,7 @@ FIGURES = (
     "unary_sequential",
     "stream_1",
     "stream_16",
+    "stream_16_long",
     "stream_64",
     "stream_16_batch16",
     "stream_16_workers",

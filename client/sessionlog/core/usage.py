@@ -6,10 +6,9 @@ so the same session reports the same cost, to the last digit, whatever path comp
 
 A usage object has Pi's shape `{input, output, cacheRead, cacheWrite, totalTokens,
 cost:{input, output, cacheRead, cacheWrite, total}}`. Non-numbers, and numbers past
-`USAGE_LIMIT`, count as 0. Costs are summed
-exactly (Shewchuk's algorithm, as `math.fsum`, but incrementally: a live fold adds one event at a
-time) and reported rounded to `COST_DECIMALS`, so neither the order of the events nor float
-rounding can change the reported figure.
+`USAGE_LIMIT`, count as 0. Costs are summed exactly (Shewchuk's algorithm, as `math.fsum`, but
+incrementally: a live fold adds one event at a time) and reported rounded to `COST_DECIMALS`, so
+neither the order of the events nor float rounding can change the reported figure.
 """
 
 from __future__ import annotations

@@ -178,9 +178,9 @@ class AppendPipeline:
             result.set_result(AppendResult(plan.seqs, live.fold.next_seq, now + self.lease_ttl_ms))
             return result
         pending = plan.pending
-        # EventIds the recent set cannot vouch for are checked against the unique index inside
-        # the commit (on the writer thread, one query per session per group): a hit fails the
-        # batch with EVENT_IDS_STORED, and the client's retry gets the original seqs.
+        # EventIds the recent set cannot vouch for are left to the events' unique index in the
+        # commit: a stored one fails the batch with EVENT_IDS_STORED (`EventRecorder.commit_each`
+        # names their seqs), and the client's retry gets the original seqs.
         pending.verify_ids = unvouched
         try:
             self._maybe_snapshot(live, pending)

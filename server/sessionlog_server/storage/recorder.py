@@ -479,8 +479,8 @@ class EventRecorder(ABC):
         """How this process learns of other processes' commits (storage/changes.py)."""
 
     def _stored_ids(self, conn: DriverSQL, run: Sequence[PendingBatch]) -> dict[str, int]:
-        """Which of the run's unvouched eventIds the session stores already (the unique index,
-        one query per session per group, on the writer thread inside the commit)."""
+        """Which of the run's unvouched eventIds the session stores already (the unique index, one
+        query per session, inside `commit_each`'s transaction on the writer thread)."""
         return self._find_event_ids(conn, run[0].session_id, [eid for batch in run for eid in batch.verify_ids])
 
     def _find_event_ids(self, conn: DriverSQL, session_id: str, event_ids: Sequence[str]) -> dict[str, int]:

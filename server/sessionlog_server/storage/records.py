@@ -83,8 +83,9 @@ class PendingBatch:
     stored_bytes: int = 0
     """The stored JSON text of the batch's data, in bytes (snapshot policy, subscriber buffers)."""
     verify_ids: list[str] = field(default_factory=list)
-    """EventIds the service could not vouch for from memory: the commit checks them against the
-    events' unique index in its own transaction (see EventIdsStored)."""
+    """EventIds the service could not vouch for from memory. The events' unique index refuses one
+    that is stored (and the group with it); the batch is then committed on its own with these
+    looked up, and a stored one fails it with EventIdsStored (`EventRecorder.commit_each`)."""
 
     @property
     def new_next_seq(self) -> int:

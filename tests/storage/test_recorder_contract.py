@@ -293,9 +293,9 @@ class RecorderContract:
     @pytest.mark.parametrize("others", [0, 1, 5], ids=["alone", "small-group", "large-group"])
     def test_a_stored_event_id_fails_its_own_batch_only_and_names_its_seq(self, sid: str, others: int) -> None:
         # An eventId the service could not vouch for from memory (`verify_ids`) that the session
-        # stores already: the unique index refuses the group, and each batch is committed on
-        # its own, the one holding the stored id writing nothing and naming its seq. Unvouched
-        # ids that are new commit in the group like any other.
+        # stores already: the unique index refuses the group, which is committed again with the
+        # ids looked up: the batch holding the stored id writes nothing and names its seq, the
+        # others commit. Unvouched ids that are new commit in the group like any other.
         goods = [self.writer(f"{sid}-{index}") for index in range(others)]
         retried = self.writer(sid)
         assert self.recorder.commit_batches([batch(retried, [note(0, event_id="old"), note(1, event_id="x")])]) == [

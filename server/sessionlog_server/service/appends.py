@@ -179,7 +179,7 @@ class AppendPipeline:
             return result
         pending = plan.pending
         # EventIds the recent set cannot vouch for are left to the events' unique index in the
-        # commit: a stored one fails the batch with EVENT_IDS_STORED (`EventRecorder.commit_each`
+        # commit: a stored one fails the batch with EVENT_IDS_STORED (`EventRecorder.after_refusal`
         # names their seqs), and the client's retry gets the original seqs.
         pending.verify_ids = unvouched
         try:

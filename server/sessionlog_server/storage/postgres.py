@@ -118,8 +118,8 @@ class PostgresEventRecorder(EventRecorder):
         session's batches following each other (a stored eventId is refused by the unique
         index, as in the base class). Any other group and the sessions whose fence missed (the
         statement wrote nothing of theirs) take the base class's way: one transaction, which
-        names each batch's error. A group the database refused as a whole (nothing of it was
-        written) is committed batch by batch (`commit_each`).
+        names each batch's error; so does a group the database refused as a whole
+        (`after_refusal`).
         """
         runs = session_runs(batches)
         alone = all(not b.blobs and b.snapshot is None for b in batches) and all(
@@ -136,8 +136,8 @@ class PostgresEventRecorder(EventRecorder):
                     "COMMIT_OUTCOME_UNKNOWN", f"the connection broke during the commit: {lost}; retry with event ids"
                 ) from lost
             moved = found
-        except SessionLogError:  # refused as a whole: nothing of it was written
-            return self.commit_each(batches)
+        except SessionLogError as refusal:  # refused as a whole: nothing of it was written
+            return self.after_refusal(refusal, batches)
         else:
             if written is None:
                 return super().commit_batches(batches)

@@ -339,27 +339,39 @@ class EventRecorder(ABC):
         """Group commit: every batch in one transaction, each session fenced on its own.
 
         A session whose fence fails gets its error; the others commit together. The group does
-        not look up the eventIds the service could not vouch for (`verify_ids`): the unique
-        index on (session_id, eventId) refuses one that is stored, and the whole transaction
-        with it. If the shared transaction fails (that way or any other), each batch is
-        retried on its own (`commit_each`), so one bad batch cannot take the others down.
+        not look up the eventIds the service could not vouch for (`verify_ids`): a long
+        session's ids past the service's memory are nearly always new, and a look-up per
+        session per group cost a query each (on PostgreSQL three more round trips, as the group
+        could no longer be its one statement alone). The unique index on (session_id, eventId)
+        refuses a stored one instead, with the whole transaction (`after_refusal`).
         """
         try:
             return self._commits.run(lambda conn: self._commit_group(conn, batches, look_up_ids=False))
-        except SessionLogError as exc:
-            if len(batches) == 1 and not (isinstance(exc, AlreadyExists) and batches[0].verify_ids):
-                raise
+        except SessionLogError as refusal:
+            return self.after_refusal(refusal, batches)
+
+    def after_refusal(self, refusal: SessionLogError, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
+        """The outcomes of a group the database refused as a whole (nothing of it was written).
+
+        A conflict in a group with unvouched eventIds is most likely one of them stored after
+        all: the group is committed again with them looked up first, so the runs that hold one
+        write nothing and get EVENT_IDS_STORED with their seqs, and the rest commit together.
+        Any other refusal, or one that recurs, is the error of a lone batch; in a group, each
+        batch is retried on its own (`commit_each`), so one bad batch cannot take the others
+        down with it.
+        """
+        if isinstance(refusal, AlreadyExists) and any(batch.verify_ids for batch in batches):
+            try:
+                return self._commits.run(lambda conn: self._commit_group(conn, batches, look_up_ids=True))
+            except SessionLogError as again:
+                refusal = again
+        if len(batches) == 1:
+            raise refusal
         return self.commit_each(batches)
 
     def commit_each(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
-        """Each batch in a transaction of its own, its unvouched eventIds looked up first: a
-        batch holding a stored one writes nothing and gets EVENT_IDS_STORED with their seqs.
-
-        Only after a group failed: a long session's eventIds past the service's memory are
-        nearly always new, and looking them up before every commit cost a query per session
-        per group (on PostgreSQL three more round trips, as the group could no longer be its
-        one statement alone).
-        """
+        """Each batch in a transaction of its own (its unvouched eventIds looked up first), each
+        with its own outcome."""
         results: list[SessionLogError | None] = []
         for batch in batches:
             try:
@@ -480,7 +492,7 @@ class EventRecorder(ABC):
 
     def _stored_ids(self, conn: DriverSQL, run: Sequence[PendingBatch]) -> dict[str, int]:
         """Which of the run's unvouched eventIds the session stores already (the unique index, one
-        query per session, inside `commit_each`'s transaction on the writer thread)."""
+        query per session, on the writer thread inside a commit after a refusal)."""
         return self._find_event_ids(conn, run[0].session_id, [eid for batch in run for eid in batch.verify_ids])
 
     def _find_event_ids(self, conn: DriverSQL, session_id: str, event_ids: Sequence[str]) -> dict[str, int]:

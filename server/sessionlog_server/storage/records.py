@@ -84,8 +84,8 @@ class PendingBatch:
     """The stored JSON text of the batch's data, in bytes (snapshot policy, subscriber buffers)."""
     verify_ids: list[str] = field(default_factory=list)
     """EventIds the service could not vouch for from memory. The events' unique index refuses one
-    that is stored (and the group with it); the batch is then committed on its own with these
-    looked up, and a stored one fails it with EventIdsStored (`EventRecorder.commit_each`)."""
+    that is stored (and the group with it); the group is then committed again with these looked
+    up, and a stored one fails its own batch with EventIdsStored (`EventRecorder.after_refusal`)."""
 
     @property
     def new_next_seq(self) -> int:

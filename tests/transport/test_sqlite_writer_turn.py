@@ -1,6 +1,7 @@
 """A SQLite file whose turn to write is held too long (a worker stopped while holding it): an
 append fails with STORAGE_UNAVAILABLE after `sqlite_busy_timeout_ms`, writes nothing, and the
-same batch retried once the turn is free lands at the seqs it would have had."""
+same batch retried once the turn is free lands at the seqs it would have had. A group of
+batches committed meanwhile fails together after one bound, not one bound per batch."""
 
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ import pytest
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import SessionLogError
+from sessionlog.core.events import Event
+from sessionlog_server.storage.migrate import upgrade
+from sessionlog_server.storage.records import PendingBatch, SessionRecord
+from sessionlog_server.storage.sqlite import SQLiteEventRecorder
 from tests.support.events import note
 from tests.support.servers import ServerThread
 
 WAIT_MS = 400
+NOW = 1_000_000
 
 
 @contextmanager
@@ -54,3 +60,34 @@ def test_an_append_waits_for_the_turn_a_bounded_time_and_writes_nothing(tmp_path
             assert [e.data["n"] for e in client.read_events("s-turn")] == [0, 1, 2]
     finally:
         server.stop()
+
+
+def test_a_group_against_a_held_turn_fails_together_after_one_bound(tmp_path: Path) -> None:
+    # A group of batches from five sessions, committed while the turn is held elsewhere: every
+    # batch gets STORAGE_UNAVAILABLE after one bound. Retried batch by batch, the group would
+    # have waited a bound more per batch (six bounds here) for the same answer.
+    database = tmp_path / "turn.db"
+    url = f"sqlite:///{database}"
+    upgrade(url)
+    recorder = SQLiteEventRecorder(url, busy_timeout_ms=WAIT_MS)
+    try:
+        batches = []
+        for index in range(5):
+            sid = f"s-group-{index}"
+            recorder.create_session(SessionRecord(sid, "", 0, None, {}, None, None, 0, 0, None, 0, None, False))
+            lease = recorder.acquire_lease(sid, "w", takeover=False, now=NOW, ttl_ms=10**9, token_hash="h")
+            pending = PendingBatch(
+                sid, "w", lease.epoch, 0, [Event(0, NOW, "test/note", {}, ignorable=True)], NOW, False, NOW + 10**9
+            )
+            pending.stored.append((b"{}", None))
+            batches.append(pending)
+        with turn_held_elsewhere(database):
+            asked = time.monotonic()
+            outcomes = recorder.commit_batches(batches)
+            waited = time.monotonic() - asked
+        assert [getattr(outcome, "reason", None) for outcome in outcomes] == ["STORAGE_UNAVAILABLE"] * 5
+        assert WAIT_MS / 1000 <= waited < 3 * WAIT_MS / 1000
+        assert [recorder.get_session(b.session_id).next_seq for b in batches] == [0] * 5  # nothing written
+        assert recorder.commit_batches(batches) == [None] * 5  # and once the turn is free, all go in
+    finally:
+        recorder.close()

@@ -32,6 +32,7 @@ from sessionlog.core.errors import (
     NotFound,
     OwnershipLost,
     SessionLogError,
+    Unavailable,
     WriterHeld,
 )
 from sessionlog.core.events import APPEND, Event, Replace
@@ -356,9 +357,11 @@ class EventRecorder(ABC):
         A conflict in a group with unvouched eventIds is most likely one of them stored after
         all: the group is committed again with them looked up first, so the runs that hold one
         write nothing and get EVENT_IDS_STORED with their seqs, and the rest commit together.
-        Any other refusal, or one that recurs, is the error of a lone batch; in a group, each
-        batch is retried on its own (`commit_each`), so one bad batch cannot take the others
-        down with it.
+        A refusal that says the storage is unavailable (SQLite's turn to write not free within
+        its bound, a connection lost) is every batch's: retried one by one, a group of N would
+        wait N bounds more for the same answer. Any other refusal, or one that recurs, is the
+        error of a lone batch; in a group, each batch is retried on its own (`commit_each`), so
+        one bad batch cannot take the others down with it.
         """
         if isinstance(refusal, AlreadyExists) and any(batch.verify_ids for batch in batches):
             try:
@@ -367,6 +370,8 @@ class EventRecorder(ABC):
                 refusal = again
         if len(batches) == 1:
             raise refusal
+        if isinstance(refusal, Unavailable):
+            return [refusal] * len(batches)
         return self.commit_each(batches)
 
     def commit_each(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:

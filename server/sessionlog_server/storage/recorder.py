@@ -360,7 +360,7 @@ class EventRecorder(ABC):
         A refusal that says the storage is unavailable (SQLite's turn to write not free within
         its bound, a connection lost) is every batch's: retried one by one, a group of N would
         wait N bounds more for the same answer. Any other refusal, or one that recurs, is the
-        error of a lone batch; in a group, each batch is retried on its own (`commit_each`), so
+        error of a lone batch; in a group, each batch is retried on its own (`_commit_each`), so
         one bad batch cannot take the others down with it.
         """
         if isinstance(refusal, AlreadyExists) and any(batch.verify_ids for batch in batches):
@@ -372,9 +372,9 @@ class EventRecorder(ABC):
             raise refusal
         if isinstance(refusal, Unavailable):
             return [refusal] * len(batches)
-        return self.commit_each(batches)
+        return self._commit_each(batches)
 
-    def commit_each(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
+    def _commit_each(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
         """Each batch in a transaction of its own (its unvouched eventIds looked up first), each
         with its own outcome."""
         results: list[SessionLogError | None] = []

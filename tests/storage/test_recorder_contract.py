@@ -29,12 +29,11 @@ from sessionlog.core.errors import (
     WriterHeld,
 )
 from sessionlog.core.events import APPEND, Event, Replace
-from sessionlog_server.storage import blobs
 from sessionlog_server.storage.factory import open_recorder
 from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import EventIdsStored, PendingBatch, SessionRecord, StoredSnapshot
-from sessionlog_server.storage.rows import stored_form
+from tests.support.records import new_session, pending_batch
 from tests.support.waiting import eventually
 
 TTL = 10_000
@@ -42,50 +41,17 @@ NOW = 1_000_000
 BLOB_THRESHOLD = 64
 
 
-def session(sid: str, namespace: str = "ns", *, create_time: int = NOW, **fields: Any) -> SessionRecord:
-    values: dict[str, Any] = {
-        "id": sid,
-        "namespace": namespace,
-        "create_time": create_time,
-        "cwd": None,
-        "metadata": {},
-        "parent_id": None,
-        "fork_seq": None,
-        "next_seq": 0,
-        "last_time": 0,
-        "writer_id": None,
-        "epoch": 0,
-        "lease_expires_at": None,
-        "open_turn": False,
-        **fields,
-    }
-    return SessionRecord(**values)
+def session(sid: str, namespace: str = "ns", **fields: Any) -> SessionRecord:
+    return new_session(sid, namespace, create_time=NOW, **fields)
 
 
 def note(seq: int, data: dict[str, Any] | None = None, **fields: Any) -> Event:
     return Event(seq, NOW + seq, "test/note", data if data is not None else {"n": seq}, ignorable=True, **fields)
 
 
-def batch(
-    lease: SessionRecord, events: list[Event], *, expected: int | None = None, open_turn: bool = False
-) -> PendingBatch:
+def batch(lease: SessionRecord, events: list[Event], **options: Any) -> PendingBatch:
     """A batch as the append planner hands it over: data as stored text, long strings as blobs."""
-    assert lease.writer_id is not None
-    pending = PendingBatch(
-        session_id=lease.id,
-        writer_id=lease.writer_id,
-        epoch=lease.epoch,
-        expected_next_seq=events[0].seq if expected is None else expected,
-        events=events,
-        last_time=events[-1].time,
-        open_turn=open_turn,
-        lease_expires_at=NOW + TTL,
-    )
-    for event in events:
-        ext = blobs.externalize(event.data, BLOB_THRESHOLD)
-        pending.blobs.update(ext.blobs)
-        pending.stored.append(stored_form(ext.data, ext.refs or None))
-    return pending
+    return pending_batch(lease, events, lease_expires_at=NOW + TTL, blob_threshold=BLOB_THRESHOLD, **options)
 
 
 AWKWARD_JSON = '{"z":1,"a":[123456789012345678901234567890,1.50,"é\\u2028😀"]}'

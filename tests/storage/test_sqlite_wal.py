@@ -6,7 +6,6 @@ while it holds the writers' turn."""
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -17,10 +16,9 @@ import pytest
 from sessionlog.core.events import APPEND, Event
 from sessionlog_server.storage import sqlite as sqlite_storage
 from sessionlog_server.storage.migrate import upgrade
-from sessionlog_server.storage.records import PendingBatch, SessionRecord
+from tests.support.records import new_session, pending_batch
 
 DATA = {"message": {"role": "user", "content": "y" * 2000}}
-TEXT = json.dumps(DATA).encode()
 
 
 def test_the_wal_is_restarted_while_commits_keep_coming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -30,7 +28,7 @@ def test_the_wal_is_restarted_while_commits_keep_coming(tmp_path: Path, monkeypa
     upgrade(url)
     recorder = sqlite_storage.SQLiteEventRecorder(url)
     now = int(time.time() * 1000)
-    recorder.create_session(SessionRecord("s", "", 0, None, {}, None, None, 0, 0, None, 0, None, False))
+    recorder.create_session(new_session("s"))
     lease = recorder.acquire_lease("s", "w", takeover=False, now=now, ttl_ms=10**9, token_hash="h")
     commits = 1500  # ~7 pages each: ~40 MB through the WAL
     writing = threading.Event()
@@ -41,18 +39,8 @@ def test_the_wal_is_restarted_while_commits_keep_coming(tmp_path: Path, monkeypa
     def write() -> None:
         writing.set()
         for seq in range(commits):
-            pending = PendingBatch(
-                lease.id,
-                "w",
-                lease.epoch,
-                seq,
-                [Event(seq, now, "user/message", DATA, surface_op=APPEND)],
-                now,
-                False,
-                now + 10**9,
-            )
-            pending.stored.append((TEXT, None))
-            outcomes.extend(recorder.commit_batches([pending]))
+            event = Event(seq, now, "user/message", DATA, surface_op=APPEND)
+            outcomes.extend(recorder.commit_batches([pending_batch(lease, [event], lease_expires_at=now + 10**9)]))
 
     writer = threading.Thread(target=write)
     writer.start()

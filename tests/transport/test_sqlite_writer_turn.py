@@ -18,9 +18,9 @@ from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import Event
 from sessionlog_server.storage.migrate import upgrade
-from sessionlog_server.storage.records import PendingBatch, SessionRecord
 from sessionlog_server.storage.sqlite import SQLiteEventRecorder
 from tests.support.events import note
+from tests.support.records import new_session, pending_batch
 from tests.support.servers import ServerThread
 
 WAIT_MS = 400
@@ -74,13 +74,10 @@ def test_a_group_against_a_held_turn_fails_together_after_one_bound(tmp_path: Pa
         batches = []
         for index in range(5):
             sid = f"s-group-{index}"
-            recorder.create_session(SessionRecord(sid, "", 0, None, {}, None, None, 0, 0, None, 0, None, False))
+            recorder.create_session(new_session(sid))
             lease = recorder.acquire_lease(sid, "w", takeover=False, now=NOW, ttl_ms=10**9, token_hash="h")
-            pending = PendingBatch(
-                sid, "w", lease.epoch, 0, [Event(0, NOW, "test/note", {}, ignorable=True)], NOW, False, NOW + 10**9
-            )
-            pending.stored.append((b"{}", None))
-            batches.append(pending)
+            event = Event(0, NOW, "test/note", {}, ignorable=True)
+            batches.append(pending_batch(lease, [event], lease_expires_at=NOW + 10**9))
         with turn_held_elsewhere(database):
             asked = time.monotonic()
             outcomes = recorder.commit_batches(batches)

@@ -20,8 +20,8 @@ from sessionlog.core.messages import empty_system_head
 from sessionlog.core.repair import check_writer_turn_end
 from sessionlog_server.service.live import LiveSession
 from sessionlog_server.storage import blobs
-from sessionlog_server.storage.records import PendingBatch
-from sessionlog_server.storage.rows import StoredData, stored_form
+from sessionlog_server.storage.records import PendingBatch, StoredData
+from sessionlog_server.storage.rows import stored_form
 
 
 @dataclass(slots=True)

@@ -95,7 +95,7 @@ class PostgresEventRecorder(EventRecorder):
         "WHERE id = %s AND writer_id = %s AND epoch = %s AND next_seq = %s"
     )
     placeholder = "%s"
-    # data arrives as UTF-8 bytes (storage/rows.py StoredData): convert_from makes it TEXT.
+    # data arrives as UTF-8 bytes (storage/records.py StoredData): convert_from makes it TEXT.
     insert_events_sql = (
         f"INSERT INTO events ({EVENT_COLUMNS}) "
         "VALUES (%s, %s, %s, %s, convert_from(%s, 'UTF8'), %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb)"

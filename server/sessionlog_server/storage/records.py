@@ -58,6 +58,12 @@ class StoredSnapshot(NamedTuple):
     state: bytes
 
 
+StoredData = tuple[bytes, str | None]
+"""An event's data as stored: its JSON text as UTF-8 bytes (blob strings nulled; the insert
+turns the bytes into TEXT inside the database, so the event loop never decodes them) and its
+blob refs as JSON text (storage/rows.py `stored_form` makes it)."""
+
+
 @dataclass(slots=True)
 class PendingBatch:
     """One validated batch to commit, with the fencing values the commit must check.
@@ -74,9 +80,8 @@ class PendingBatch:
     last_time: int
     open_turn: bool
     lease_expires_at: int
-    stored: list[tuple[bytes, str | None]] = field(default_factory=list)
-    """Per event: the data's JSON text as stored, UTF-8 (blob strings taken out), and its blob
-    refs' JSON text (storage/rows.py StoredData)."""
+    stored: list[StoredData] = field(default_factory=list)
+    """Per event: the data as stored (blob strings taken out) and its blob refs."""
     blobs: dict[str, bytes] = field(default_factory=dict)
     snapshot: StoredSnapshot | None = None
     """A fold snapshot at this batch's last seq, committed with it (so it never runs ahead)."""

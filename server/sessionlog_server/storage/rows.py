@@ -13,12 +13,7 @@ from typing import Any
 from sessionlog.core import jsonvalue
 from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog_server.storage import blobs as blob_store
-from sessionlog_server.storage.records import PendingBatch, SessionRecord
-
-StoredData = tuple[bytes, str | None]
-"""An event's data as stored: its JSON text as UTF-8 bytes (blob strings nulled; the insert
-turns the bytes into TEXT inside the database, so the event loop never decodes them) and its
-blob refs as JSON text."""
+from sessionlog_server.storage.records import PendingBatch, SessionRecord, StoredData
 
 
 def stored_form(data: dict[str, Any], refs: list[list[Any]] | None) -> StoredData:

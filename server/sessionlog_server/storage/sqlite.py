@@ -93,7 +93,7 @@ class SQLiteEventRecorder(EventRecorder):
     )
     placeholder = "?"
     begin_write_sql = "BEGIN IMMEDIATE"
-    # data arrives as UTF-8 bytes (storage/rows.py StoredData): the CAST stores them as TEXT.
+    # data arrives as UTF-8 bytes (storage/records.py StoredData): the CAST stores them as TEXT.
     insert_events_sql = (
         f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?, ?)"
     )

@@ -355,7 +355,8 @@ def fixed_rate(server: Server, events: list[NewEvent], *, rate: float, seconds: 
     SQLite, alternating runs: p99 45-85 ms in the bench's process, 8-25 ms from a process of
     its own (a full run in process had measured 34 ms, with 275 sends more than 1 ms late).
     """
-    cpu_s, waited_s, began = server.cpu_seconds(), server.waiting_seconds(), time.monotonic()
+    pids = server.pids()
+    cpu_s, waited_s, began = server.cpu_seconds(pids), server.waiting_seconds(pids), time.monotonic()
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         result = pool.apply(_fixed_rate_main, (server.target, sessions, events, rate, seconds))
     # Both per second of the client's whole run (its start and set-up included), the window
@@ -363,8 +364,9 @@ def fixed_rate(server: Server, events: list[NewEvent], *, rate: float, seconds: 
     # runnable: the cores taken by the client, by other work and by the server's own threads,
     # which wake one another along each acknowledgement.
     elapsed = max(time.monotonic() - began, 1e-9)
-    result["server_cpu_pct"] = round(100 * (server.cpu_seconds() - cpu_s) / elapsed, 1)
-    result["server_waited_ms_per_s"] = round(1000 * (server.waiting_seconds() - waited_s) / elapsed, 1)
+    pids = server.pids()
+    result["server_cpu_pct"] = round(100 * (server.cpu_seconds(pids) - cpu_s) / elapsed, 1)
+    result["server_waited_ms_per_s"] = round(1000 * (server.waiting_seconds(pids) - waited_s) / elapsed, 1)
     return result
 
 

@@ -135,14 +135,15 @@ class Server:
         children (the workers and multiprocessing's resource tracker)."""
         return [self.pid, *children(self.pid)]
 
-    def cpu_seconds(self) -> float:
-        """User + system CPU time of the server's processes so far (`pids`)."""
-        return sum(process_cpu_seconds(pid) for pid in self.pids())
+    def cpu_seconds(self, pids: list[int] | None = None) -> float:
+        """User + system CPU time of the server's processes so far (`pids`, found again unless
+        given: a caller reading both counters finds them once)."""
+        return sum(process_cpu_seconds(pid) for pid in (self.pids() if pids is None else pids))
 
-    def waiting_seconds(self) -> float:
-        """How long the threads of the server's processes (`pids`) have been runnable but
-        without a core (`process_waiting_seconds`)."""
-        return sum(process_waiting_seconds(pid) for pid in self.pids())
+    def waiting_seconds(self, pids: list[int] | None = None) -> float:
+        """How long the threads of the server's processes (`pids`, as for `cpu_seconds`) have
+        been runnable but without a core (`process_waiting_seconds`)."""
+        return sum(process_waiting_seconds(pid) for pid in (self.pids() if pids is None else pids))
 
     def memory_mb(self) -> dict[str, float]:
         """VmRSS and VmHWM (peak RSS) of the server process, in MB."""

@@ -198,8 +198,9 @@ class CpuSampler:
     def _run(self) -> None:
         while True:
             busy, total = machine_cpu_seconds()
-            server = self.server
-            self.samples.append(Sample(time.time(), server.cpu_seconds(), server.waiting_seconds(), busy, total))
+            pids = self.server.pids()  # one scan of /proc for both counters
+            cpu, waiting = self.server.cpu_seconds(pids), self.server.waiting_seconds(pids)
+            self.samples.append(Sample(time.time(), cpu, waiting, busy, total))
             if self._stop.wait(self.EVERY_S):
                 return
 

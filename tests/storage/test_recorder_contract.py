@@ -41,8 +41,8 @@ NOW = 1_000_000
 BLOB_THRESHOLD = 64
 
 
-def session(sid: str, namespace: str = "ns", **fields: Any) -> SessionRecord:
-    return new_session(sid, namespace, create_time=NOW, **fields)
+def session(sid: str, namespace: str = "ns", *, create_time: int = NOW, **fields: Any) -> SessionRecord:
+    return new_session(sid, namespace, create_time=create_time, **fields)
 
 
 def note(seq: int, data: dict[str, Any] | None = None, **fields: Any) -> Event:

@@ -6,15 +6,17 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from sessionlog.cli import hints
-from sessionlog.client import SessionLogClient
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import SessionLogError
 from sessionlog.requests import DEFAULT_TARGET
+
+if TYPE_CHECKING:  # imported where a client is made: gRPC stays unloaded until then (see `connect`)
+    from sessionlog.client import SessionLogClient
 
 T = TypeVar("T")
 
@@ -53,7 +55,13 @@ def describe(error: SessionLogError, where: str | None = None) -> str:
 
 @contextmanager
 def connect() -> Iterator[SessionLogClient]:
-    """A client to `--server`, turning sessionlog errors into one-line failures."""
+    """A client to `--server`, turning sessionlog errors into one-line failures.
+
+    gRPC is imported here, not with the CLI: `serve` must set gRPC's options before gRPC
+    loads in its process (sessionlog_server/transport/grpc_core.py), and the offline commands
+    never need it."""
+    from sessionlog.client import SessionLogClient
+
     try:
         client = SessionLogClient(State.server, token=State.token, ca_file=State.ca_file)
     except OSError as exc:  # e.g. a CA file that is not there

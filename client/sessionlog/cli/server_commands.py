@@ -58,6 +58,9 @@ def serve(
     ] = None,
 ) -> None:
     """Run the sessionlog service (embedded SQLite by default) until SIGTERM/SIGINT."""
+    from sessionlog_server.transport.grpc_core import apply_server_experiments
+
+    apply_server_experiments()  # before anything below loads gRPC (transport/grpc_core.py)
     from sessionlog_server.config import Settings
     from sessionlog_server.logging import configure
     from sessionlog_server.transport.collector import parse_thresholds

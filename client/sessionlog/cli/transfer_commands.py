@@ -34,13 +34,12 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from sessionlog.cli.common import connect, describe, fail, print_json
 from sessionlog.cli.progress import Advance, progress
-from sessionlog.client import SessionLogClient, Writer
 from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import NotFound, SessionLogError
 from sessionlog.core.events import NewEvent
@@ -53,6 +52,9 @@ from sessionlog.core.formats.pi.ingest import StreamIngest
 from sessionlog.core.formats.pi.load import load_pi_file
 from sessionlog.core.formats.pi.stream import IncompleteMessage, PiStreamParser, StreamItem
 from sessionlog.core.formats.sessionlog_file import parse_sessionlog_objects, sessionlog_lines
+
+if TYPE_CHECKING:  # the CLI loads gRPC only when it connects (cli/common.py `connect`)
+    from sessionlog.client import SessionLogClient, Writer
 
 BATCH_EVENTS = 300
 

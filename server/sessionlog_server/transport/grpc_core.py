@@ -1,0 +1,32 @@
+"""gRPC core's options for a serving process, which must be set before gRPC loads.
+
+gRPC reads `GRPC_EXPERIMENTS` once, when its core loads (at `import grpc`); set any later, it
+changes nothing in that process. So `sessionlog serve` sets it first (the CLI imports gRPC
+only when a command connects), and the worker processes it starts inherit it.
+
+`-event_engine_listener` serves accepted connections with gRPC's iomgr TCP server instead of
+the EventEngine listener gRPC 1.85 uses by default. Its connections are read by the thread
+that polls the completion queue, which under grpc.aio is the poller thread that wakes the
+event loop; an EventEngine connection is read on a thread of the engine's pool, which then
+wakes the poller thread: one thread hop more for every message in and out. A server that
+answers one event per message pays it per event (bench/PROFILE.md, round 17: 14.8 against
+11.4 context switches per event at 1,000 one-event messages a second; a bare grpc.aio echo,
+12 against 6 per unary call). Clients are untouched: the experiment is of listeners only.
+"""
+
+from __future__ import annotations
+
+import os
+
+GRPC_EXPERIMENTS = "GRPC_EXPERIMENTS"
+"""gRPC's own variable: comma-separated experiment names, `-name` turning one off."""
+
+SERVER_EXPERIMENTS = "-event_engine_listener"
+"""What a sessionlog server sets it to unless the environment already sets it."""
+
+
+def apply_server_experiments() -> None:
+    """Set `GRPC_EXPERIMENTS` for this process and the processes it starts, unless the
+    environment sets it already (an operator's own choice wins, empty included). It takes
+    effect in this process only if gRPC has not loaded here yet."""
+    os.environ.setdefault(GRPC_EXPERIMENTS, SERVER_EXPERIMENTS)

@@ -8,10 +8,10 @@ only when a command connects), and the worker processes it starts inherit it.
 the EventEngine listener gRPC 1.85 uses by default. Its connections are read by the thread
 that polls the completion queue, which under grpc.aio is the poller thread that wakes the
 event loop; an EventEngine connection is read on a thread of the engine's pool, which then
-wakes the poller thread: one thread hop more for every message in and out. A server that
-answers one event per message pays it per event (bench/PROFILE.md, round 17: 14.8 against
-11.4 context switches per event at 1,000 one-event messages a second; a bare grpc.aio echo,
-12 against 6 per unary call). Clients are untouched: the experiment is of listeners only.
+wakes the poller thread: one thread hop more for each read. A server that answers one event
+per message pays it per event (bench/PROFILE.md, round 17, SQLite: 14.7-14.9 against 11.6-11.9
+context switches per event at 1,000 one-event messages a second; a bare grpc.aio echo, 11.6-12.3
+against 6.0-6.2 per unary call). Clients are untouched: the experiment is of listeners only.
 """
 
 from __future__ import annotations

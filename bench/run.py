@@ -270,20 +270,24 @@ def backend_figures(
         out["latency_at_high_rate"] = figures.fixed_rate(
             server, template, rate=scale.high_rate, seconds=scale.rate_seconds, sessions=scale.rate_sessions
         )
+    # The figures taken on a fresh server get databases of their own. The throughput figures'
+    # sessions end inside a turn, and a server started on their database repairs those turns
+    # in the background at start-up (240 sessions after a full run's streaming figures), which
+    # a fresh-server figure then measured along. On SQLite, a 1,000-event session's cold
+    # history took 264 ms and its refresh after one append 66 ms on such a server, against 88
+    # and 3.7 ms with nothing to repair. With only the history moved, the RSS figure's server
+    # did the repair: with 1,000 open streams it peaked at 197 MB against 157 MB on a database
+    # of its own (one probe; 236 MB in the full run that showed it).
     out.update(history_section(backend, scale))
     _log(f"{backend}: peak RSS with {scale.rss_streams} open writer streams (fresh server)")
-    out["rss_streams"] = figures.rss_with_streams(db, scale.rss_streams, scale.rss_hold_seconds)
+    with scratch_database(backend, "rss") as rss_db:
+        out["rss_streams"] = figures.rss_with_streams(rss_db, scale.rss_streams, scale.rss_hold_seconds)
     return out, {name: median_run(values) for name, values in peer_runs.items()}
 
 
 def history_section(backend: str, scale: Scale) -> dict[str, Any]:
-    """Model history of sessions of `scale.history_sizes` events, in a database of their own.
-
-    Not in the database of the other figures: their sessions end inside a turn, and a server
-    started on it repairs those turns in the background at start-up (240 sessions after the
-    streaming figures of a full run), which the history figure then timed along: on SQLite,
-    a 1,000-event session's cold history took 264 ms and its refresh after one append 66 ms,
-    against 88 and 3.7 ms on a server with nothing to repair."""
+    """Model history of sessions of `scale.history_sizes` events, each on a fresh server, in a
+    database of their own (`backend_figures` says why)."""
     if not figures.model_history_available():
         missing = {"unavailable": "client.model_history does not exist in this checkout yet"}
         return dict.fromkeys(HISTORY_KEYS, missing)

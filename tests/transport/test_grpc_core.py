@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from sessionlog_server.transport.grpc_core import GRPC_EXPERIMENTS, SERVER_EXPERIMENTS, apply_server_experiments
-from tests.support.servers import ServerProcess
+from tests.support.servers import ServerProcess, worker_pids
 from tests.support.waiting import eventually
-from tests.transport.test_workers import _workers
 
 
 def test_the_cli_loads_grpc_only_when_a_command_connects() -> None:
@@ -52,7 +51,7 @@ def _worker_setting(tmp_path: Path, name: str, env: dict[str, str]) -> set[str |
     server.start()
     try:
         assert server.proc is not None
-        pids = eventually(lambda: _workers(server.proc.pid), lambda found: len(found) == 2)
+        pids = eventually(lambda: worker_pids(server.proc.pid), lambda found: len(found) == 2)
         return {_environ(pid).get(GRPC_EXPERIMENTS) for pid in pids}
     finally:
         server.terminate()

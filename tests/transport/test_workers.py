@@ -16,26 +16,9 @@ from pathlib import Path
 from sessionlog.client import SessionLogClient
 from sessionlog_server.transport.workers import default_workers
 from tests.support.events import note, turn_end, turn_start
-from tests.support.servers import ServerProcess
+from tests.support.servers import ServerProcess, worker_pids
 from tests.support.waiting import eventually
 from tests.transport.test_faults import TurnWriter
-
-
-def _workers(parent: int) -> list[int]:
-    """The worker processes of a `serve --workers` parent (multiprocessing spawn children)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        if ppid == parent and b"spawn_main" in cmdline:
-            found.append(int(entry.name))
-    return sorted(found)
 
 
 def _check_log(client: SessionLogClient, sid: str, acked: dict[str, int]) -> None:
@@ -56,7 +39,7 @@ def test_by_default_one_worker_per_core(tmp_path: Path) -> None:
     assert server.proc is not None
     expected = default_workers()
     try:
-        eventually(lambda: _workers(server.proc.pid), lambda pids: len(pids) == (expected if expected > 1 else 0))
+        eventually(lambda: worker_pids(server.proc.pid), lambda pids: len(pids) == (expected if expected > 1 else 0))
         with SessionLogClient(server.target) as client:
             client.create_session(f"dw-{tmp_path.name[-6:]}")
             assert [s.id for s in client.list_sessions()] == [f"dw-{tmp_path.name[-6:]}"]
@@ -69,7 +52,7 @@ def test_two_workers_share_the_address_and_lose_nothing(fresh_db: str, tmp_path:
     assert server.proc is not None
     parent = server.proc.pid
     try:
-        first = eventually(lambda: _workers(parent), lambda pids: len(pids) == 2)
+        first = eventually(lambda: worker_pids(parent), lambda pids: len(pids) == 2)
         sids = [f"wk-{tmp_path.name[-6:]}-{i}" for i in range(6)]
         writers = [TurnWriter(server.target, sid) for sid in sids]
         for writer in writers:
@@ -91,7 +74,7 @@ def test_two_workers_share_the_address_and_lose_nothing(fresh_db: str, tmp_path:
                 client.release_lease(lease)
         eventually(lambda: min(len(w.acked) for w in writers), lambda n: n >= 30)
         os.kill(first[0], signal.SIGKILL)
-        again = eventually(lambda: _workers(parent), lambda pids: len(pids) == 2 and first[0] not in pids)
+        again = eventually(lambda: worker_pids(parent), lambda pids: len(pids) == 2 and first[0] not in pids)
         assert first[1] in again
         before = {w.sid: len(w.acked) for w in writers}
         eventually(lambda: all(len(w.acked) > before[w.sid] + 10 for w in writers), lambda ok: ok, timeout=60)

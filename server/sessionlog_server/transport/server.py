@@ -9,10 +9,10 @@ from dataclasses import dataclass, replace
 
 import grpc
 import structlog
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection
 
-from sessionlog.v1 import session_service_pb2, session_service_pb2_grpc
+from sessionlog.v1 import session_service_pb2
 from sessionlog_server.config import Settings
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.service.otlp_live import LiveOtlpExport, start_live_export
@@ -24,6 +24,7 @@ from sessionlog_server.transport.auth import AuthInterceptor
 from sessionlog_server.transport.collector import tune_collector
 from sessionlog_server.transport.event_loop import loop_name
 from sessionlog_server.transport.loopback import is_loopback
+from sessionlog_server.transport.registration import register_services
 from sessionlog_server.transport.servicer import SessionServicer
 
 log = structlog.get_logger("sessionlog.server")
@@ -105,10 +106,10 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
         ("grpc.so_reuseport", 1 if reuse_port else 0),
     ]
     server = grpc.aio.server(options=options, interceptors=[AuthInterceptor(tokens)])
-    session_service_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(service), server)
     health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    register_services(
+        server, SessionServicer(service), health_servicer, [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
+    )
     try:
         if credentials is not None:
             port = server.add_secure_port(settings.listen, credentials)

@@ -2,11 +2,13 @@
 figure to compare two revisions with on a machine whose CPU time moves by a third from run to
 run.
 
-`python -m bench.server_instructions [--events 100 400] [--streams 16] [--window 64]` starts
-`sessionlog serve` (SQLite, one worker) under callgrind, streams the bench workload from 16
-writer streams at one event per batch, up to 64 batches in flight each (the bench's 16-session
-load; `--streams 1 --window 1` counts an event sent alone, each its own message, commit and
-acknowledgement, as a slow writer's or a unary caller's is), stops the server with SIGTERM
+`python -m bench.server_instructions [--events 100 400] [--streams 16] [--window 64] [--unary]`
+starts `sessionlog serve` (SQLite, one worker) under callgrind, streams the bench workload from
+16 writer streams at one event per batch, up to 64 batches in flight each (the bench's
+16-session load; `--streams 1 --window 1` counts an event sent alone, each its own message,
+commit and acknowledgement, as a slow writer's is; `--unary` counts sequential AppendEvents
+calls of one event to one session, the unary figure's load, per-call work included), stops the
+server with SIGTERM
 (callgrind writes its count as the process exits), and does it again with more events per
 stream; the difference of the two counts divided by the extra events leaves start-up,
 imports and shutdown out. Every
@@ -33,7 +35,9 @@ from typing import Any
 from bench.figures import _stream
 from bench.procs import Server
 from bench.workload import as_new_events, session_events
+from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import Unavailable
+from sessionlog.core.events import NewEvent
 
 ROOT = Path(__file__).resolve().parents[1]
 STREAMS = 16
@@ -42,12 +46,26 @@ START_S = 600.0
 """How long the server may take to start under valgrind (imports run ~50 times slower)."""
 
 
+def _unary_calls(target: str, events: Sequence[NewEvent]) -> int:
+    """Append `events` to one new session, one AppendEvents call each, each waited for; how
+    many were acknowledged."""
+    with SessionLogClient(target, timeout=START_S) as client:
+        client.create_session("count-unary")
+        lease = client.acquire_lease("count-unary")
+        return sum(len(client.append("count-unary", lease, [event]).seqs) for event in events)
+
+
 def counted_run(
-    events_per_stream: int, wrapper: Sequence[str], streams: int = STREAMS, window: int = WINDOW
+    events_per_stream: int,
+    wrapper: Sequence[str],
+    streams: int = STREAMS,
+    window: int = WINDOW,
+    unary: bool = False,
 ) -> dict[str, Any]:
     """Serve `events_per_stream` events on each of `streams` streams (`window` batches in flight
-    each) with the server run under `wrapper` (the valgrind command, or nothing); what was
-    acknowledged and the server's stderr."""
+    each), or with `unary` that many sequential unary appends to one session, with the server
+    run under `wrapper` (the valgrind command, or nothing); what was acknowledged and the
+    server's stderr."""
     with tempfile.TemporaryDirectory(prefix="sessionlog-instructions-") as scratch:
         server = Server(
             f"sqlite:///{scratch}/s.db",
@@ -58,14 +76,18 @@ def counted_run(
         server.start(timeout=START_S)
         try:
             events = as_new_events(session_events(events_per_stream, seed=3), "e")
-            sids = [f"count-{index}-{events_per_stream}" for index in range(streams)]
-            run = asyncio.run(_stream(server.target, sids, events, window, START_S, None))
+            if unary:
+                acked, stalled = _unary_calls(server.target, events), False
+            else:
+                sids = [f"count-{index}-{events_per_stream}" for index in range(streams)]
+                run = asyncio.run(_stream(server.target, sids, events, window, START_S, None))
+                acked, stalled = run.acked, run.stalled
         finally:
             server.stop(timeout=START_S)
         assert server.proc is not None
         return {
-            "acked": run.acked,
-            "stalled": run.stalled,
+            "acked": acked,
+            "stalled": stalled,
             "exit_code": server.proc.returncode,
             "stderr": server.stderr(),
         }
@@ -76,30 +98,33 @@ ATTEMPTS = 3
 late for the client's handshake (UNAVAILABLE before any writer opened), and a fresh run does."""
 
 
-def count(events_per_stream: int, streams: int = STREAMS, window: int = WINDOW) -> int:
-    """Callgrind's instruction count of one whole server run."""
+def count(events_per_stream: int, streams: int = STREAMS, window: int = WINDOW, unary: bool = False) -> int:
+    """Callgrind's instruction count of one whole server run (`counted_run`'s load)."""
     valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            run = counted_run(events_per_stream, valgrind, streams, window)
+            run = counted_run(events_per_stream, valgrind, streams, window, unary)
             break
         except Unavailable:
             if attempt == ATTEMPTS:
                 raise
-    if run["stalled"] or run["acked"] != streams * events_per_stream:
-        raise RuntimeError(f"the counted server acknowledged {run['acked']} of {streams * events_per_stream} events")
+    expected = events_per_stream * (1 if unary else streams)
+    if run["stalled"] or run["acked"] != expected:
+        raise RuntimeError(f"the counted server acknowledged {run['acked']} of {expected} events")
     found = re.search(r"Collected\s*:\s*([\d,]+)", run["stderr"])
     if found is None:
         raise RuntimeError(f"callgrind printed no instruction count: {run['stderr'][-500:]}")
     return int(found.group(1).replace(",", ""))
 
 
-def instructions_per_event(fewer: int, more: int, streams: int = STREAMS, window: int = WINDOW) -> int | None:
+def instructions_per_event(
+    fewer: int, more: int, streams: int = STREAMS, window: int = WINDOW, unary: bool = False
+) -> int | None:
     """Instructions per event of the whole server (None when valgrind is not installed)."""
     if shutil.which("valgrind") is None:
         return None
-    low, high = count(fewer, streams, window), count(more, streams, window)
-    return round((high - low) / (streams * (more - fewer)))
+    low, high = count(fewer, streams, window, unary), count(more, streams, window, unary)
+    return round((high - low) / ((1 if unary else streams) * (more - fewer)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,10 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, nargs=2, default=[100, 400], metavar=("FEWER", "MORE"))
     parser.add_argument("--streams", type=int, default=STREAMS, help="writer streams")
     parser.add_argument("--window", type=int, default=WINDOW, help="batches in flight per stream")
+    parser.add_argument("--unary", action="store_true", help="sequential unary appends to one session instead")
     args = parser.parse_args(argv)
     fewer, more = sorted(args.events)
-    figure = instructions_per_event(fewer, more, args.streams, args.window)
-    shape = {"streams": args.streams, "window": args.window, "events_per_batch": 1}
+    figure = instructions_per_event(fewer, more, args.streams, args.window, args.unary)
+    shape: dict[str, Any] = (
+        {"unary": True, "events_per_call": 1}
+        if args.unary
+        else {"streams": args.streams, "window": args.window, "events_per_batch": 1}
+    )
     print(json.dumps({"server_instructions_per_event": figure, **shape}))
     return 0 if figure is not None else 1
 

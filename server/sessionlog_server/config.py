@@ -13,6 +13,7 @@ from typing import Any
 
 from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS
+from sessionlog_server.transport.address import split_listen
 from sessionlog_server.transport.collector import DEFAULT_THRESHOLDS
 
 ENV_PREFIX = "SESSIONLOG_"
@@ -106,6 +107,11 @@ class Settings:
     gc_thresholds: str = DEFAULT_THRESHOLDS
     """Python's collector thresholds in each `serve` process, `YOUNG,MIDDLE,OLD`; empty keeps
     Python's own (700,10,10); see transport/collector.py."""
+
+    def __post_init__(self) -> None:
+        split_listen(self.listen, "SESSIONLOG_LISTEN (--listen)")
+        if self.metrics_listen:
+            split_listen(self.metrics_listen, "SESSIONLOG_METRICS_LISTEN")
 
     @property
     def limits(self) -> Limits:

@@ -56,10 +56,27 @@ def test_configuration_errors_are_one_line(tmp_path: Path) -> None:
     _one_line(_run("serve", "--db", db, "--listen", "0.0.0.0:0"), "without bearer tokens")
     _one_line(_run("serve", "--db", db, "--workers", "2", env={"SESSIONLOG_EVENT_LOOP": "tokio"}), "'tokio'", "uvloop")
     _one_line(_run("serve", "--db", db, "--workers", "2", env={"SESSIONLOG_GC_THRESHOLDS": "fast"}), "'fast'", "YOUNG")
+    _one_line(_run("serve", "--db", db, "--listen", "localhost"), "--listen", "'localhost'", "HOST:PORT")
+    _one_line(_run("serve", "--db", db, "--listen", "127.0.0.1:65536"), "'127.0.0.1:65536'", "HOST:PORT")
+    _one_line(_run("serve", "--db", db, env={"SESSIONLOG_METRICS_LISTEN": "9464"}), "SESSIONLOG_METRICS_LISTEN")
+    assert not (tmp_path / "x.db").exists()
+    _one_line(_run("--ca-file", str(tmp_path / "missing-ca.pem"), "sessions"), "missing-ca.pem")
+    _one_line(_run("db", "upgrade", "--db", "postgresql://nobody@127.0.0.1:1/none"), "SESSIONLOG_DB")
+
+
+def test_a_port_in_use_is_refused_before_the_database_is_touched(tmp_path: Path) -> None:
+    """Alone or with workers, a service that cannot have its address says which, and neither
+    creates nor migrates the database it was pointed at."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        port = taken.getsockname()[1]
-        _one_line(_run("serve", "--db", db, "--listen", f"127.0.0.1:{port}"), str(port))
-    _one_line(_run("--ca-file", str(tmp_path / "missing-ca.pem"), "sessions"), "missing-ca.pem")
-    _one_line(_run("db", "upgrade", "--db", "postgresql://nobody@127.0.0.1:1/none"), "SESSIONLOG_DB")
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        for workers in ("1", "2"):
+            db = tmp_path / f"workers-{workers}.db"
+            # With workers the parent waits out the shutdown grace (+5 s) for a killed
+            # service's workers to leave; a grace of 0 keeps that wait short here.
+            env = {"SESSIONLOG_WORKERS": workers, "SESSIONLOG_SHUTDOWN_GRACE_S": "0"}
+            result = _run("serve", "--db", f"sqlite:///{db}", "--listen", address, env=env)
+            _one_line(result, f"could not bind {address}")
+            assert not db.exists(), workers
+            assert "Running upgrade" not in result.stderr

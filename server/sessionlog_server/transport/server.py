@@ -19,6 +19,7 @@ from sessionlog_server.service.otlp_live import LiveOtlpExport, start_live_expor
 from sessionlog_server.storage.factory import open_recorder
 from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.tokens import TokenStore
+from sessionlog_server.transport.address import check_address_free
 from sessionlog_server.transport.admin_http import AdminHttp
 from sessionlog_server.transport.auth import AuthInterceptor
 from sessionlog_server.transport.collector import tune_collector
@@ -82,7 +83,7 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
     """Migrate (unless told not to), open storage, and start serving on `settings.listen`.
 
     `reuse_port` lets several worker processes bind the same address (see workers.py); alone,
-    a server refuses a port that is in use."""
+    a server refuses a port that is in use, before it migrates or opens the database."""
     if not reuse_port and settings.workers == 0:
         # "One per core" is resolved by `serve`, which starts the workers; a server started on
         # its own (embedded, in tests) with the default is one process.
@@ -90,6 +91,8 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
     tokens = TokenStore.load(settings.tokens_file or None, settings.tokens or None)
     check_exposure(settings, tokens)
     credentials = server_credentials(settings)
+    if not reuse_port:  # the workers' parent checked it before its migrations (workers.py)
+        check_address_free(settings.listen)
     if settings.migrate:
         await asyncio.get_running_loop().run_in_executor(None, upgrade, settings.db)
     recorder = open_recorder(

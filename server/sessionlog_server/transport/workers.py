@@ -13,7 +13,7 @@ PostgreSQL. A worker's cached session that another worker wrote to catches up on
 events (LiveSessionLoader.catch_up) when its lease is taken or it is read. A subscriber on one worker
 learns of another worker's appends by polling the log.
 
-The parent runs the migrations once, checks the address is free, starts the workers, forwards
+The parent checks the address is free, runs the migrations once, starts the workers, forwards
 SIGTERM/SIGINT to them, and restarts a worker that dies (it is fenced like any crashed
 process: its leases lapse and are repaired). Each worker exits when its parent is gone, so a
 kill -9 of the whole service leaves no orphan holding the port. Worker i serves metrics on the
@@ -25,7 +25,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import socket
 import threading
 import time
 from dataclasses import replace
@@ -34,6 +33,7 @@ from multiprocessing.process import BaseProcess
 import structlog
 
 from sessionlog_server.config import Settings
+from sessionlog_server.transport.address import wait_address_free
 
 log = structlog.get_logger("sessionlog.workers")
 
@@ -60,42 +60,13 @@ def worker_settings(settings: Settings, index: int) -> Settings:
     )
 
 
-def check_address_free(listen: str) -> str:
-    """The address workers will share; port 0 becomes a concrete free port. Raises OSError when
-    the port is taken (SO_REUSEPORT would otherwise let the workers join a stranger)."""
-    host, _, port = listen.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # As gRPC does: connections of a killed service linger in TIME_WAIT; only a listener
-        # on the port means it is taken.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind((host, int(port)))
-        bound = probe.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    return f"{shown}:{bound}"
-
-
-def _wait_address_free(listen: str, patience_s: float) -> str:
-    """`check_address_free`, retried while the workers of a service that was just killed are
-    still draining (they leave within the shutdown grace)."""
-    deadline = time.monotonic() + patience_s
-    while True:
-        try:
-            return check_address_free(listen)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
 def run_workers(settings: Settings, workers: int) -> None:
     """Migrate, start `workers` processes on `settings.listen`, supervise them until a signal."""
     from sessionlog_server.storage.migrate import upgrade
 
+    listen = wait_address_free(settings.listen, settings.shutdown_grace_s + 5)
     if settings.migrate:
         upgrade(settings.db)
-    listen = _wait_address_free(settings.listen, settings.shutdown_grace_s + 5)
     settings = replace(settings, listen=listen)
     context = multiprocessing.get_context("spawn")
     stopping = threading.Event()
@@ -153,4 +124,4 @@ def _exit_with_parent(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # drain and release leases, as on a normal stop
 
 
-__all__ = ["check_address_free", "default_workers", "run_workers", "worker_settings"]
+__all__ = ["default_workers", "run_workers", "worker_settings"]

@@ -128,7 +128,7 @@ class Server:
 
     def worker_pids(self) -> list[int]:
         """The `--workers` processes alive now (none when the service runs in one process)."""
-        return [pid for pid in children(self.pid) if b"spawn_main" in _cmdline(pid)]
+        return worker_pids(self.pid)
 
     def pids(self) -> list[int]:
         """The server's processes alive now: the one started and, with `--workers`, its
@@ -201,6 +201,12 @@ def children(pid: int) -> list[int]:
             if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
                 found.append(int(entry.name))
     return found
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The worker processes of a `serve --workers` parent (multiprocessing's spawned children),
+    in pid order."""
+    return sorted(pid for pid in children(parent) if b"spawn_main" in _cmdline(pid))
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -135,20 +135,3 @@ def _port_of(line: str) -> int | None:
         return None
     port = record.get("port") if isinstance(record, dict) else None
     return port if isinstance(port, int) else None
-
-
-def worker_pids(parent: int) -> list[int]:
-    """The worker processes of a `serve --workers` parent (multiprocessing spawn children)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        if ppid == parent and b"spawn_main" in cmdline:
-            found.append(int(entry.name))
-    return sorted(found)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.procs import worker_pids
 from sessionlog_server.transport.grpc_core import GRPC_EXPERIMENTS, SERVER_EXPERIMENTS, apply_server_experiments
-from tests.support.servers import ServerProcess, worker_pids
+from tests.support.servers import ServerProcess
 from tests.support.waiting import eventually
 
 

@@ -13,10 +13,11 @@ import os
 import signal
 from pathlib import Path
 
+from bench.procs import worker_pids
 from sessionlog.client import SessionLogClient
 from sessionlog_server.transport.workers import default_workers
 from tests.support.events import note, turn_end, turn_start
-from tests.support.servers import ServerProcess, worker_pids
+from tests.support.servers import ServerProcess
 from tests.support.waiting import eventually
 from tests.transport.test_faults import TurnWriter
 

@@ -181,8 +181,8 @@ def _ratio(numerator: Any, denominator: Any) -> float | None:
 def _floor_note(report: dict[str, Any], figure: dict[str, Any] | None, unary: bool, base: float | None) -> str:
     """Why a throughput target is missed, in numbers of the same run: the server's CPU per
     event beside what grpc.aio alone costs per message (`transport_floor`); for unary calls
-    also the most a call can make that waits for an echo round trip and then for a commit at
-    the raw driver's rate `base` (calls a second)."""
+    also the most calls a second one caller can make when each waits for an echo round trip
+    and then for a commit at the raw driver's rate `base` (commits a second)."""
     floor = report.get("transport_floor") or {}
     per_message = (
         _get(floor, "unary", "server_us_per_call") if unary else _get(floor, "streams", "server_us_per_message")

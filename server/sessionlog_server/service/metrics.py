@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from sessionlog_server.service.loop_series import LoopSeries
 
@@ -55,8 +55,3 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-
-    def serve(self, listen: str) -> None:
-        """Serve `/metrics` over HTTP on `HOST:PORT`."""
-        host, _, port = listen.rpartition(":")
-        start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)

@@ -38,7 +38,8 @@ from sessionlog.view.page import MissingAssets, SessionRef, render_page
 from sessionlog_server.service import access
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.tokens import TokenStore
-from sessionlog_server.transport.loopback import LOOPBACK_HOSTS, listen_host
+from sessionlog_server.transport.address import split_listen
+from sessionlog_server.transport.loopback import LOOPBACK_HOSTS
 
 SESSIONS_PREFIX = "/sessions/"
 PAGE_TIMEOUT_S = 120.0
@@ -80,7 +81,7 @@ class AdminHttp:
     def start(self, listen: str, tls: tuple[str, str] | None = None) -> int:
         """Serve on `HOST:PORT` (port 0 picks a free one), over HTTPS when `tls` is
         `(cert_file, key_file)`; returns the bound port."""
-        host, port = listen_host(listen) or "127.0.0.1", int(listen.rpartition(":")[2])
+        host, port = split_listen(listen, "SESSIONLOG_METRICS_LISTEN")
         server = make_server(host, port, self.app, _ThreadingServer, handler_class=_QuietHandler)
         if tls is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

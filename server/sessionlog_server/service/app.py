@@ -58,7 +58,12 @@ class SessionLogService:
         self.limits = settings.limits
         self.metrics = Metrics()
         self.reader = EventReader(recorder)
-        self.committer = GroupCommitter(recorder, max_batches=settings.group_commit_max_batches, metrics=self.metrics)
+        self.committer = GroupCommitter(
+            recorder,
+            max_batches=settings.group_commit_max_batches,
+            backlog_bytes=settings.commit_backlog_bytes,
+            metrics=self.metrics,
+        )
         self.loader = SessionLoader(self.reader)
         self.snapshots = SnapshotPolicy(settings.snapshot_every_events, settings.snapshot_every_bytes)
         self.loading = LiveSessionLoader(self.loader, self.reader, recorder, self.committer, self.snapshots)

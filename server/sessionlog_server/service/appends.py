@@ -88,6 +88,8 @@ class AppendPipeline:
         """
         access.require_write("appending")
         access.check_namespace(holder.session_id, holder.namespace)
+        # Planning runs no further ahead of the commits than the backlog's bound (backlog.py).
+        await self.committer.backlog.room()
         try:
             proposals = validate_proposals(decoded, self.limits)
             live = await self.live.get(holder.session_id)

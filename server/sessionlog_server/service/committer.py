@@ -10,6 +10,9 @@ The event loop only appends to the queue and, once per group, receives the outco
 callback that hands each batch's outcome straight to the batch's own callback: no asyncio task
 wakes to hand a group over, and no future or loop callback is made per batch, so a unary append
 costs two thread hops (there and back), not more.
+
+What is queued and not yet settled is bounded (`backlog.py`): appends wait to be read in while
+the backlog is over `commit_backlog_bytes`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 import structlog
 
 from sessionlog.core.errors import SessionLogError, Unavailable
+from sessionlog_server.service.backlog import CommitBacklog
 from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import PendingBatch
@@ -44,6 +48,8 @@ class _Item:
     batch: PendingBatch
     settled: Settled
     queued_at: float
+    charge: int
+    """What the batch counts for in the backlog, freed when it is settled."""
 
 
 @dataclass(slots=True)
@@ -59,8 +65,17 @@ def _shutting_down() -> Unavailable:
 class GroupCommitter:
     """Commits PendingBatches in groups on a dedicated writer thread."""
 
-    def __init__(self, recorder: EventRecorder, *, max_batches: int = 512, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        recorder: EventRecorder,
+        *,
+        max_batches: int = 512,
+        backlog_bytes: int,
+        metrics: Metrics | None = None,
+    ) -> None:
         self._metrics = metrics
+        self.backlog = CommitBacklog(backlog_bytes, metrics.backlog_waits.inc if metrics is not None else lambda: None)
+        """Batches queued and not yet settled; appends wait for `backlog.room()` while it is full."""
         self._recorder = recorder
         self._max_batches = max_batches
         self._queue: deque[_Item | _Call] = deque()
@@ -89,7 +104,9 @@ class GroupCommitter:
         if self._stopping:
             raise _shutting_down()
         assert self._loop is not None, "start the committer first"
-        self._put(_Item(batch, settled, time.perf_counter()))
+        charge = CommitBacklog.charge(batch.stored_bytes, len(batch.events))
+        self._put(_Item(batch, settled, time.perf_counter(), charge))
+        self.backlog.add(charge)
 
     async def run_in_writer(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run another write (lease, session creation) on the writer thread, in queue order; its
@@ -174,6 +191,7 @@ class GroupCommitter:
             self._metrics.group_size.observe(len(group))
             for item in group:
                 self._metrics.commit_latency.observe(finished - item.queued_at)
+        self.backlog.settle(sum(item.charge for item in group))
         for item, error in zip(group, results, strict=True):
             if error is None:
                 self.batches_committed += 1

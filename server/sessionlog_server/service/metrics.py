@@ -38,6 +38,11 @@ class Metrics:
             "Time from a batch's submission to its durable commit.",
             _LATENCY_BUCKETS,
         )
+        self.backlog_waits = Counter(
+            "sessionlog_backlog_waits",
+            "Appends that waited to be read in until the commit backlog drained (commit_backlog_bytes).",
+            registry=r,
+        )
         self.batches_refused = Counter(
             "sessionlog_batches_refused", "Batches refused, by reason.", ["reason"], registry=r
         )

@@ -93,8 +93,8 @@ class Settings:
     """Most batches one group commit may carry."""
     commit_backlog_bytes: int = 4 * 1024 * 1024
     """Planned batches waiting for their commit, in stored bytes plus 1 KiB an event; past this,
-    appends wait to be read in (flow control pushes back on the writers), which bounds the memory
-    work in flight takes. A batch is admitted whenever the backlog is at or under it."""
+    appends wait before they are planned (flow control pushes back on the writers), which bounds
+    the memory work in flight takes. A batch is admitted whenever the backlog is at or under it."""
     workers: int = 0
     """Server processes sharing the listen address (SO_REUSEPORT); 0, the default: one per core
     (at most 8). One event loop saturates one core; with many harness connections (one writer

@@ -7,13 +7,14 @@ and plan every batch it sent before the writer thread committed the first large 
 server held all of them at once, about six times their stored size in memory. On SQLite that was
 16,000 events and ~180 MB taken from the system and given back within a second, run after run;
 faulting those pages in again cost the event loop 3 page faults an event, and on a machine whose
-fresh pages are expensive (a VM) half of its time (bench/PROFILE.md, round 20).
+fresh pages are expensive (a VM) over a third of its time (bench/PROFILE.md, round 20).
 
 The backlog counts what is planned but not yet settled (queued or committing). While it is over
-its bound, an append waits before it is read into the service (`room`): a stream's next batch
-stays in the transport, HTTP/2 flow control pushes back on the client, and the server's memory
-for work in flight stays bounded whatever the clients' windows. A batch is admitted whenever the
-backlog is at or under the bound, so any single batch the limits allow gets through.
+its bound, an append waits before it is planned (`room`) and its stream reads no further
+messages: they stay in the transport, HTTP/2 flow control pushes back on the client, and the
+server's memory for work in flight stays bounded whatever the clients' windows. A batch is
+admitted whenever the backlog is at or under the bound, so any single batch the limits allow
+gets through.
 """
 
 from __future__ import annotations

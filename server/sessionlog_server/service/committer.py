@@ -11,8 +11,8 @@ callback that hands each batch's outcome straight to the batch's own callback: n
 wakes to hand a group over, and no future or loop callback is made per batch, so a unary append
 costs two thread hops (there and back), not more.
 
-What is queued and not yet settled is bounded (`backlog.py`): appends wait to be read in while
-the backlog is over `commit_backlog_bytes`.
+What is queued and not yet settled is bounded (`backlog.py`): appends wait before they are planned
+while the backlog is over `commit_backlog_bytes`.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class Metrics:
         )
         self.backlog_waits = Counter(
             "sessionlog_backlog_waits",
-            "Appends that waited to be read in until the commit backlog drained (commit_backlog_bytes).",
+            "Appends that waited for the commit backlog to drain before being planned (commit_backlog_bytes).",
             registry=r,
         )
         self.batches_refused = Counter(

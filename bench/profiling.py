@@ -30,7 +30,7 @@ def py_spy_path() -> str | None:
 
 
 def start_py_spy(pid: int, seconds: float, out: Path, rate: int = 200, gil: bool = True) -> subprocess.Popen[bytes]:
-    """Start sampling `pid` for `seconds` into `out` (collapsed stacks); returns the process.
+    """Start sampling `pid` for `seconds` into `out` (raw collapsed stacks); returns the process.
 
     With `gil`, only the thread holding the GIL is sampled: in a Python server that is where
     the CPU goes, and idle pool threads (which py-spy cannot always tell from busy ones) drop
@@ -39,21 +39,15 @@ def start_py_spy(pid: int, seconds: float, out: Path, rate: int = 200, gil: bool
     exe = py_spy_path()
     if exe is None:
         raise FileNotFoundError("py-spy is not installed (pip install -e '.[bench]')")
-    cmd = [
-        exe,
-        "record",
-        "-p",
-        str(pid),
-        "-d",
-        str(max(1, round(seconds))),
-        "-r",
-        str(rate),
-        "-f",
-        "raw",
-        "-o",
-        str(out),
-    ]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        py_spy_command(exe, pid, seconds, out, rate, gil), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+
+
+def py_spy_command(exe: str, pid: int, seconds: float, out: Path, rate: int, gil: bool) -> list[str]:
+    """The `py-spy record` command line of `start_py_spy`."""
+    cmd = [exe, "record", "-p", str(pid), "-d", str(max(1, round(seconds))), "-r", str(rate), "-f", "raw"]
+    return [*cmd, "-o", str(out), *(["--gil"] if gil else [])]
 
 
 @contextmanager

@@ -29,3 +29,8 @@ def test_bad_values_name_the_variable() -> None:
         Settings.from_env({"SESSIONLOG_LEASE_TTL_MS": "soon"})
     with pytest.raises(ValueError, match="SESSIONLOG_MIGRATE"):
         Settings.from_env({"SESSIONLOG_MIGRATE": "perhaps"})
+    for name in ("SESSIONLOG_COMMIT_BACKLOG_BYTES", "SESSIONLOG_GROUP_COMMIT_MAX_BATCHES"):
+        for value in ("0", "-1"):
+            with pytest.raises(ValueError, match=f"{name}={value} must be at least 1"):
+                Settings.from_env({name: value})
+        assert Settings.from_env({name: "1"}) is not None

@@ -18,6 +18,11 @@ from sessionlog_server.transport.collector import DEFAULT_THRESHOLDS
 
 ENV_PREFIX = "SESSIONLOG_"
 
+AT_LEAST_ONE = ("group_commit_max_batches", "commit_backlog_bytes")
+"""Settings for which 0 or less has no meaning: a group of no batches commits nothing (the
+writer thread would spin on its queue), and a backlog bound of 0 lets one batch through at a
+time, a negative one none after the first."""
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -116,6 +121,10 @@ class Settings:
         split_listen(self.listen, "SESSIONLOG_LISTEN (--listen)")
         if self.metrics_listen:
             split_listen(self.metrics_listen, "SESSIONLOG_METRICS_LISTEN")
+        for name in AT_LEAST_ONE:
+            value = getattr(self, name)
+            if value < 1:
+                raise ValueError(f"{ENV_PREFIX}{name.upper()}={value} must be at least 1")
 
     @property
     def limits(self) -> Limits:

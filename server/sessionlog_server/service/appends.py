@@ -93,15 +93,17 @@ class AppendPipeline:
         try:
             proposals = validate_proposals(decoded, self.limits)
             live = await self.live.get(holder.session_id)
-            if _retries_in_flight(live, proposals):
+            known = _known_seqs(live, proposals)
+            if any(seq >= live.durable_next_seq for seq in known if seq is not None):
                 # A retry of events whose batch is planned but not yet durable (the first try's
                 # deadline ran out while it committed). Answered from memory now, it would be
                 # acknowledged before it is durable, and lost if that commit then failed: it is
                 # answered once the batch is settled, from the log again if it failed.
                 await live.wait_idle()
                 live = await self.live.get(holder.session_id)
+                known = _known_seqs(live, proposals)
             # A retried event already stored appends nothing, so it is not charged again.
-            fresh = sum(1 for e in proposals if e.event_id is None or live.known_seq(e.event_id) is None)
+            fresh = known.count(None)
             self.rate_limiter.take(live.record.namespace, fresh)
             raw = [d.raw for d in decoded]
             try:
@@ -257,15 +259,9 @@ class AppendPipeline:
         return await future
 
 
-def _retries_in_flight(live: LiveSession, proposals: Sequence[NewEvent]) -> bool:
-    """Whether some of `proposals` carry eventIds of events planned and not yet durable."""
-    durable = live.durable_next_seq
-    for proposal in proposals:
-        if proposal.event_id is not None:
-            seq = live.known_seq(proposal.event_id)
-            if seq is not None and seq >= durable:
-                return True
-    return False
+def _known_seqs(live: LiveSession, proposals: Sequence[NewEvent]) -> list[int | None]:
+    """Per proposal, the seq the session remembers for its eventId (None: new, or no eventId)."""
+    return [None if e.event_id is None else live.known_seq(e.event_id) for e in proposals]
 
 
 def _with_stored_text(pending: PendingBatch) -> list[Event]:

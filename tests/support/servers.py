@@ -54,6 +54,26 @@ class ServerThread:
         self._thread.join(timeout=10)
 
 
+def hold_writer(server: ServerThread) -> threading.Event:
+    """Keep the server's writer thread busy with a write of its own until the returned gate is
+    set: batches are planned and queued, and none commits meanwhile."""
+    gate, holding = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        gate.wait(60)
+
+    asyncio.run_coroutine_threadsafe(server.service.committer.run_in_writer(hold), server.loop)
+    assert holding.wait(10), "the writer thread never took the holding write"
+    return gate
+
+
+def planned_next_seq(server: ServerThread, sid: str) -> int:
+    """The session's next seq as planned on the server, committed or not (-1: not cached)."""
+    live = server.service.live.peek(sid)
+    return -1 if live is None else int(live.fold.next_seq)
+
+
 def free_port() -> int:
     """A port free now, for a listener the test does not start itself (e.g. the metrics
     endpoint of a ServerThread); a server the tests start binds port 0 and reports its port."""

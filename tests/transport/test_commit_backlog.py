@@ -7,8 +7,6 @@ batch commits, in order, and is acknowledged with its seqs.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +15,7 @@ import pytest
 
 from sessionlog.client import SessionLogClient
 from sessionlog_server.service.backlog import BACKLOG_EVENT_BYTES
-from tests.support.servers import ServerThread
+from tests.support.servers import ServerThread, hold_writer, planned_next_seq
 from tests.support.waiting import eventually
 
 BOUND = 64 * 1024
@@ -34,25 +32,6 @@ def bounded_backlog(fresh_db: str) -> Iterator[ServerThread]:
         server.stop()
 
 
-def _hold_writer(server: ServerThread) -> threading.Event:
-    """Keep the writer thread busy with a write of its own until the returned gate is set."""
-    gate, holding = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        holding.set()
-        gate.wait(60)
-
-    asyncio.run_coroutine_threadsafe(server.service.committer.run_in_writer(hold), server.loop)
-    assert holding.wait(10), "the writer thread never took the holding write"
-    return gate
-
-
-def _planned(server: ServerThread, sid: str) -> int:
-    """The session's next seq as planned on the server (committed or not)."""
-    live = server.service.live.peek(sid)
-    return -1 if live is None else int(live.fold.next_seq)
-
-
 def _note(n: int) -> dict[str, Any]:
     return {"type": "test/note", "data": {"n": n, "text": TEXT}, "ignorable": True}
 
@@ -65,12 +44,12 @@ def test_planning_stops_at_the_backlog_bound_until_the_commits_go_on(bounded_bac
     with SessionLogClient(server.target, timeout=30) as client:
         client.create_session(sid)
         with client.writer(sid) as writer:
-            gate = _hold_writer(server)
+            gate = hold_writer(server)
             try:
                 futures = [writer.append([_note(n)]) for n in range(BATCHES)]
-                eventually(lambda: _planned(server, sid), lambda planned: planned == admitted, timeout=10)
+                eventually(lambda: planned_next_seq(server, sid), lambda planned: planned == admitted, timeout=10)
                 time.sleep(0.3)  # the transport holds the rest: nothing more is planned meanwhile
-                assert _planned(server, sid) == admitted
+                assert planned_next_seq(server, sid) == admitted
                 assert server.service.committer.backlog.bytes > BOUND
                 assert (server.service.metrics.registry.get_sample_value("sessionlog_backlog_waits_total") or 0) >= 1
                 assert not any(f.done() for f in futures)

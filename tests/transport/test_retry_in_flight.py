@@ -11,8 +11,6 @@ committed if it failed.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,16 +24,11 @@ from sessionlog.client import SessionLogClient
 from sessionlog.errors import from_rpc_error
 from sessionlog.requests import append_request, with_event_ids
 from tests.support.events import note
-from tests.support.servers import ServerThread
+from tests.support.servers import ServerThread, hold_writer, planned_next_seq
 from tests.support.waiting import eventually
 from tests.transport.test_sqlite_writer_turn import turn_held_elsewhere
 
 WAIT_MS = 400
-
-
-def _planned(server: ServerThread, sid: str) -> int:
-    live = server.service.live.peek(sid)
-    return -1 if live is None else int(live.fold.next_seq)
 
 
 def _send(client: SessionLogClient, sid: str, lease: convert.LeaseInfo, event: dict[str, Any]) -> Any:
@@ -56,20 +49,13 @@ def own_server(fresh_db: str) -> Iterator[ServerThread]:
 
 def test_a_retry_waits_for_the_batch_still_committing(own_server: ServerThread, sid: str) -> None:
     server = own_server
-    gate, holding = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        holding.set()
-        gate.wait(60)
-
     with SessionLogClient(server.target, timeout=30) as client:
         client.create_session(sid)
         lease = client.acquire_lease(sid)
-        asyncio.run_coroutine_threadsafe(server.service.committer.run_in_writer(hold), server.loop)
-        assert holding.wait(10)
+        gate = hold_writer(server)
         try:
             first = _send(client, sid, lease, note(0, eventId="x"))
-            eventually(lambda: _planned(server, sid), lambda planned: planned == 1, timeout=10)
+            eventually(lambda: planned_next_seq(server, sid), lambda planned: planned == 1, timeout=10)
             retry = _send(client, sid, lease, note(0, eventId="x"))
             time.sleep(0.3)
             assert not retry.done(), "the retry was acknowledged while its batch was not durable"
@@ -88,7 +74,7 @@ def test_a_retry_of_a_batch_whose_commit_fails_is_committed_not_lost(tmp_path: P
             lease = client.acquire_lease(sid)
             with turn_held_elsewhere(database):
                 first = _send(client, sid, lease, note(0, eventId="x"))
-                eventually(lambda: _planned(server, sid), lambda planned: planned == 1, timeout=10)
+                eventually(lambda: planned_next_seq(server, sid), lambda planned: planned == 1, timeout=10)
                 retry = _send(client, sid, lease, note(0, eventId="x"))
                 with pytest.raises(grpc.RpcError) as failed:
                     first.result()  # the turn stayed held past the bound

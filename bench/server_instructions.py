@@ -98,6 +98,11 @@ ATTEMPTS = 3
 late for the client's handshake (UNAVAILABLE before any writer opened), and a fresh run does."""
 
 
+def _writers(streams: int, unary: bool) -> int:
+    """How many writers a counted run has: the unary load is one caller on one session."""
+    return 1 if unary else streams
+
+
 def count(events_per_stream: int, streams: int = STREAMS, window: int = WINDOW, unary: bool = False) -> int:
     """Callgrind's instruction count of one whole server run (`counted_run`'s load)."""
     valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
@@ -108,7 +113,7 @@ def count(events_per_stream: int, streams: int = STREAMS, window: int = WINDOW, 
         except Unavailable:
             if attempt == ATTEMPTS:
                 raise
-    expected = events_per_stream * (1 if unary else streams)
+    expected = events_per_stream * _writers(streams, unary)
     if run["stalled"] or run["acked"] != expected:
         raise RuntimeError(f"the counted server acknowledged {run['acked']} of {expected} events")
     found = re.search(r"Collected\s*:\s*([\d,]+)", run["stderr"])
@@ -124,7 +129,7 @@ def instructions_per_event(
     if shutil.which("valgrind") is None:
         return None
     low, high = count(fewer, streams, window, unary), count(more, streams, window, unary)
-    return round((high - low) / ((1 if unary else streams) * (more - fewer)))
+    return round((high - low) / (_writers(streams, unary) * (more - fewer)))
 
 
 def main(argv: list[str] | None = None) -> int:

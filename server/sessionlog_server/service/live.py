@@ -102,22 +102,39 @@ Loader = Callable[[str], Awaitable[LiveSession]]
 
 
 class LiveSessions:
-    """An LRU cache of LiveSessions; one load per session even under concurrent requests."""
+    """An LRU cache of LiveSessions; one load per session even under concurrent requests.
+
+    A load costs the cache a bounded amount of work however many sessions it holds: sessions
+    pinned by open writer streams are kept apart from the eviction candidates, and the
+    estimated bytes are kept as a running total. Both were recomputed over the whole cache on
+    every load, which made opening N writer streams cost N^2 (2,000 streams: two thirds of the
+    event loop's time went to that scan).
+    """
 
     def __init__(self, loader: Loader, capacity: int, max_bytes: int = 0) -> None:
         self._loader = loader
         self._capacity = capacity
         self._max_bytes = max_bytes
-        self._sessions: OrderedDict[str, LiveSession] = OrderedDict()
+        self._unpinned: OrderedDict[str, LiveSession] = OrderedDict()
+        """Cached sessions no open writer stream pins, least recently used first: the only ones
+        eviction looks at."""
+        self._held: dict[str, LiveSession] = {}
+        """Cached sessions pinned by open writer streams."""
         self._pinned: Counter[str] = Counter()
+        self._bytes: dict[str, int] = {}
+        """Each cached session's estimated bytes when it was last used."""
+        self._total_bytes = 0
+        """The sum of `_bytes`."""
         self._loading: dict[str, asyncio.Future[LiveSession]] = {}
         self._known_later: dict[str, dict[str, int]] = {}
 
     async def get(self, session_id: str) -> LiveSession:
         """The live session, loading (folding) it from the log if it is not cached."""
-        live = self._sessions.get(session_id)
+        live = self._cached(session_id)
         if live is not None and live.valid:
-            self._sessions.move_to_end(session_id)
+            if session_id in self._unpinned:
+                self._unpinned.move_to_end(session_id)
+            self._account(session_id, live)  # every append passes here: the estimate follows it
             return live
         pending = self._loading.get(session_id)
         if pending is not None:
@@ -135,7 +152,12 @@ class LiveSessions:
         for event_id, seq in self._known_later.pop(session_id, {}).items():
             live.remember(event_id, seq)
         future.set_result(live)
-        self._sessions[session_id] = live
+        self._drop(session_id)  # an invalid entry it replaces
+        if self._pinned[session_id] > 0:  # (a Counter's look-up adds no key)
+            self._held[session_id] = live
+        else:
+            self._unpinned[session_id] = live
+        self._account(session_id, live)
         self._evict(keep=session_id)
         return live
 
@@ -146,7 +168,7 @@ class LiveSessions:
 
     def peek(self, session_id: str) -> LiveSession | None:
         """The cached live session, if any, without loading."""
-        live = self._sessions.get(session_id)
+        live = self._cached(session_id)
         return live if live is not None and live.valid else None
 
     def pin(self, session_id: str) -> None:
@@ -156,34 +178,55 @@ class LiveSessions:
         it from the log again; with more open streams than the cache holds (2,000 slow writers,
         a cache of 1,024), every append did, and the server spent its time loading sessions."""
         self._pinned[session_id] += 1
+        live = self._unpinned.pop(session_id, None)
+        if live is not None:
+            self._held[session_id] = live
 
     def unpin(self, session_id: str) -> None:
-        """The writer stream that pinned the session ended."""
+        """The writer stream that pinned the session ended; the session becomes the most
+        recently used eviction candidate."""
         self._pinned[session_id] -= 1
         if self._pinned[session_id] <= 0:
             del self._pinned[session_id]
+            live = self._held.pop(session_id, None)
+            if live is not None:
+                self._unpinned[session_id] = live
 
     def invalidate(self, session_id: str) -> None:
         """Forget a session's state; the next use folds it again from the log."""
-        live = self._sessions.pop(session_id, None)
+        live = self._drop(session_id)
         if live is not None:
             live.valid = False
+
+    def _cached(self, session_id: str) -> LiveSession | None:
+        live = self._unpinned.get(session_id)
+        return live if live is not None else self._held.get(session_id)
+
+    def _account(self, session_id: str, live: LiveSession) -> None:
+        if self._max_bytes:
+            now = live.resident_bytes()
+            self._total_bytes += now - self._bytes.get(session_id, 0)
+            self._bytes[session_id] = now
+
+    def _drop(self, session_id: str) -> LiveSession | None:
+        """Take a session out of the cache (and out of the byte total)."""
+        live = self._unpinned.pop(session_id, None) or self._held.pop(session_id, None)
+        self._total_bytes -= self._bytes.pop(session_id, 0)
+        return live
 
     def _evict(self, keep: str) -> None:
         """Drop least recently used sessions while over capacity (never `keep`, just loaded).
 
         A session whose lock is held or that has batches in flight is never dropped: its fold
         holds batches not yet durable, and folding it again from the log would plan the next
-        batch without them; nor is one pinned by an open writer stream. Any other session may
-        go (sessions without a writer first): a unary writer's lease must not pin it, since a
-        unary writer may never give its lease back. The estimated bytes are summed once per
-        call, not once per session dropped.
+        batch without them; nor is one pinned by an open writer stream (those are not even
+        looked at). Any other session may go (sessions without a writer first): a unary
+        writer's lease must not pin it, since a unary writer may never give its lease back.
         """
-        total = self.resident_bytes() if self._max_bytes else 0
-        while len(self._sessions) > self._capacity or (self._max_bytes and total > self._max_bytes):
+        while len(self) > self._capacity or (self._max_bytes and self._total_bytes > self._max_bytes):
             victim: str | None = None
-            for sid, live in self._sessions.items():  # least recently used first
-                if sid == keep or live.lock.locked() or live.in_flight or sid in self._pinned:
+            for sid, live in self._unpinned.items():  # least recently used first
+                if sid == keep or live.lock.locked() or live.in_flight:
                     continue
                 if live.writer_id is None:
                     victim = sid
@@ -191,11 +234,12 @@ class LiveSessions:
                 victim = victim or sid
             if victim is None:
                 return
-            total -= self._sessions.pop(victim).resident_bytes()
+            self._drop(victim)
 
     def resident_bytes(self) -> int:
-        """Estimated memory of every cached session."""
-        return sum(live.resident_bytes() for live in self._sessions.values())
+        """Estimated memory of every cached session, as of each one's last use (0 when the cache
+        has no byte bound: nothing is counted then)."""
+        return self._total_bytes
 
     def __len__(self) -> int:
-        return len(self._sessions)
+        return len(self._unpinned) + len(self._held)

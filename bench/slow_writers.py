@@ -5,9 +5,9 @@ phase, so the load is even), for `seconds`. The writers run in `client_procs` cl
 processes of their own (so the server's figures are not the client's), `per_channel` streams
 per channel; their collector runs with `serve`'s thresholds (transport/collector.py), so that
 the clients' own collection pauses are not counted as the service's. Reported: how many
-writer set-ups (create + open) failed and with what, the acknowledgement latency p50 / p99 /
-p99.9 / max, and stalls: the seconds in which the slowest acknowledgement took longer than
-`STALL_MS`.
+writer set-ups (create + open) failed and with what, how long they took (in waves of 100; the
+slowest client process's time), the acknowledgement latency p50 / p99 / p99.9 / max, and
+stalls: the seconds in which the slowest acknowledgement took longer than `STALL_MS`.
 
 `python -m bench.slow_writers [--streams 2000] [--seconds 30] [--backends sqlite,postgresql]`.
 """
@@ -43,6 +43,8 @@ class _Part:
 
     opened: int = 0
     failures: Counter[str] = field(default_factory=Counter)
+    setup_seconds: float = 0.0
+    """How long this process's set-ups took, all waves."""
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (sent at, seconds)
     append_errors: Counter[str] = field(default_factory=Counter)
     writes: tuple[float, float] = (0.0, 0.0)
@@ -79,8 +81,10 @@ async def _run_part(target: str, sids: list[str], seconds: float, per_channel: i
         except Exception as exc:
             part.failures[type(exc).__name__] += 1
 
+    setup_began = time.monotonic()
     for group in range(0, len(sids), 100):  # set-ups in waves, as harnesses start
         await asyncio.gather(*(open_one(i) for i in range(group, min(group + 100, len(sids)))))
+    part.setup_seconds = time.monotonic() - setup_began
     await asyncio.to_thread(_START.wait, 300 + len(sids) / 10)  # the others' set-ups too
     deadline = time.monotonic() + seconds
     began, cpu = time.time(), time.process_time()
@@ -115,6 +119,7 @@ def _part_main(target: str, sids: list[str], seconds: float, per_channel: int) -
     return {
         "opened": part.opened,
         "failures": dict(part.failures),
+        "setup_seconds": part.setup_seconds,
         "latencies": part.latencies,
         "append_errors": dict(part.append_errors),
         "writes": part.writes,
@@ -158,6 +163,7 @@ def measure(db: str, streams: int, seconds: float, client_procs: int, per_channe
         "seconds": seconds,
         "setups_failed": sum(failures.values()),
         "setup_failures": dict(failures),
+        "setup_s": round(max(r["setup_seconds"] for r in results), 2),  # the processes set up side by side
         "append_errors": dict(errors),
         "acks": len(latencies),
         "ack_p50_ms": pct(50),
@@ -240,17 +246,17 @@ def run_all(backends: list[str], streams: int, seconds: float, client_procs: int
 
 def render(results: dict[str, Any]) -> str:
     lines = [
-        "| backend | streams | workers | set-ups failed | ack p50 / p99 / p99.9 / max ms | stall seconds "
+        "| backend | streams | workers | set-ups failed | set-up s | ack p50 / p99 / p99.9 / max ms | stall seconds "
         "| server CPU | in the writes: server / clients / machine busy | server threads waiting for a core |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for backend, r in results.items():
         if "unavailable" in r:
-            lines.append(unavailable_row(backend, 9))
+            lines.append(unavailable_row(backend, 10))
             continue
         lines.append(
             f"| {backend} | {r['streams']:,} | {r['workers']} | {r['setups_failed']} {r['setup_failures'] or ''} | "
-            f"{r['ack_p50_ms']} / {r['ack_p99_ms']} / {r['ack_p999_ms']} / {r['ack_max_ms']} | "
+            f"{r['setup_s']} | {r['ack_p50_ms']} / {r['ack_p99_ms']} / {r['ack_p999_ms']} / {r['ack_max_ms']} | "
             f"{r['stall_seconds']} of {int(r['seconds'])} | {r['server_cpu_pct']}% | {_split(r)} | {_waited(r)} |"
         )
     return "\n".join(lines)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from bench.procs import worker_pids
 from sessionlog.client import SessionLogClient
-from sessionlog_server.transport.workers import default_workers
+from sessionlog_server.config import Settings
+from sessionlog_server.transport.workers import default_workers, worker_settings
 from tests.support.events import note, turn_end, turn_start
 from tests.support.servers import ServerProcess
 from tests.support.waiting import eventually
@@ -29,6 +30,17 @@ def _check_log(client: SessionLogClient, sid: str, acked: dict[str, int]) -> Non
     assert len(stored) == sum(1 for e in events if e.event_id is not None), "an eventId is stored twice"
     for event_id, seq in acked.items():
         assert stored.get(event_id) == seq, f"acknowledged {event_id} at {seq} is missing"
+
+
+def test_each_worker_has_its_own_metrics_port_on_the_same_host() -> None:
+    def metrics(listen: str, index: int) -> str:
+        return worker_settings(Settings(db="sqlite://", metrics_listen=listen), index).metrics_listen
+
+    assert [metrics("127.0.0.1:9464", i) for i in range(3)] == ["127.0.0.1:9464", "127.0.0.1:9465", "127.0.0.1:9466"]
+    assert metrics("[::1]:9464", 1) == "[::1]:9465"
+    assert metrics("127.0.0.1:0", 1) == "127.0.0.1:0"  # each picks a free port
+    assert metrics("", 1) == ""  # disabled in every worker
+    assert worker_settings(Settings(db="sqlite://"), 1).repair_on_start is False
 
 
 def test_by_default_one_worker_per_core(tmp_path: Path) -> None:

@@ -19,6 +19,11 @@ def split_listen(listen: str, setting: str = "SESSIONLOG_LISTEN") -> tuple[str, 
     return host.strip("[]"), int(port)
 
 
+def join_listen(host: str, port: int) -> str:
+    """`HOST:PORT` again from `split_listen`'s parts (an IPv6 host in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def check_address_free(listen: str) -> str:
     """`listen` as the server will bind it (port 0 becomes a concrete free port). Raises OSError
     naming the address when the port is taken or the address is not this host's; with
@@ -34,8 +39,7 @@ def check_address_free(listen: str) -> str:
             bound = probe.getsockname()[1]
     except OSError as exc:
         raise OSError(f"could not bind {listen}: {exc.strerror or exc}") from None
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    return f"{shown}:{bound}"
+    return join_listen(host, bound)
 
 
 def wait_address_free(listen: str, patience_s: float) -> str:
@@ -51,4 +55,4 @@ def wait_address_free(listen: str, patience_s: float) -> str:
             time.sleep(0.2)
 
 
-__all__ = ["check_address_free", "split_listen", "wait_address_free"]
+__all__ = ["check_address_free", "join_listen", "split_listen", "wait_address_free"]

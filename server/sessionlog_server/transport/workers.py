@@ -33,7 +33,7 @@ from multiprocessing.process import BaseProcess
 import structlog
 
 from sessionlog_server.config import Settings
-from sessionlog_server.transport.address import wait_address_free
+from sessionlog_server.transport.address import join_listen, split_listen, wait_address_free
 
 log = structlog.get_logger("sessionlog.workers")
 
@@ -53,8 +53,8 @@ def worker_settings(settings: Settings, index: int) -> Settings:
     port, and the start-up repair in worker 0 only."""
     metrics = settings.metrics_listen
     if metrics:
-        host, _, port = metrics.rpartition(":")
-        metrics = f"{host}:{int(port) + index}" if int(port) else metrics
+        host, port = split_listen(metrics, "SESSIONLOG_METRICS_LISTEN")
+        metrics = join_listen(host, port + index) if port else metrics
     return replace(
         settings, migrate=False, metrics_listen=metrics, repair_on_start=settings.repair_on_start and index == 0
     )

@@ -69,7 +69,7 @@ class GroupCommitter:
         self,
         recorder: EventRecorder,
         *,
-        max_batches: int = 512,
+        max_batches: int,
         backlog_bytes: int,
         metrics: Metrics | None = None,
     ) -> None:

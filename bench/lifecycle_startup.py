@@ -124,7 +124,7 @@ def repair_query(url: str, runs: int = 5) -> dict[str, Any]:
     from sqlalchemy import or_, select
 
     from sessionlog_server.storage.factory import open_recorder
-    from sessionlog_server.storage.recorder import SESSIONS
+    from sessionlog_server.storage.queries import SESSIONS
 
     recorder = open_recorder(url)
     times, found = [], 0

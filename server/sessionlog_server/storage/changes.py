@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 import psycopg
 import structlog
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
-from sessionlog_server.storage.models import SessionRow
+from sessionlog_server.storage import queries
 
 log = structlog.get_logger("sessionlog.changes")
 
@@ -127,7 +127,7 @@ class SQLiteChangeFeed:
             known = asyncio.run_coroutine_threadsafe(_call(watched), loop).result(timeout=5)
             if not known:
                 return []
-            rows = conn.execute(select(SessionRow.id, SessionRow.next_seq).where(SessionRow.id.in_(list(known))))
+            rows = conn.execute(queries.SESSION_NEXT_SEQS, {"session_ids": list(known)})
             return [sid for sid, next_seq in rows if next_seq > known[sid]]
 
         def run() -> None:

@@ -21,9 +21,9 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import ClassVar, cast
+from typing import ClassVar
 
-from sqlalchemy import Connection, Engine, Table, and_, func, or_, select, update
+from sqlalchemy import Connection, Engine, and_, func, or_, select
 from sqlalchemy import exc as sa_exc
 
 from sessionlog.core.errors import (
@@ -37,9 +37,10 @@ from sessionlog.core.errors import (
 )
 from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog_server.storage import blobs as blob_store
+from sessionlog_server.storage import queries
 from sessionlog_server.storage.changes import ChangeFeed
 from sessionlog_server.storage.driver import CommitConnection, DriverSQL, DriverTransaction, sqlalchemy_error
-from sessionlog_server.storage.models import BlobRow, EventRow, FoldSnapshotRow, SessionRow
+from sessionlog_server.storage.queries import SESSIONS
 from sessionlog_server.storage.records import EventIdsStored, PendingBatch, SessionRecord, StoredSnapshot
 from sessionlog_server.storage.rows import (
     advance_params,
@@ -50,10 +51,6 @@ from sessionlog_server.storage.rows import (
 )
 
 # Declarative models type `__table__` as any FromClause; these are plain tables.
-SESSIONS = cast(Table, SessionRow.__table__)
-EVENTS = cast(Table, EventRow.__table__)
-BLOBS = cast(Table, BlobRow.__table__)
-SNAPSHOTS = cast(Table, FoldSnapshotRow.__table__)
 
 
 class EventRecorder(ABC):
@@ -124,22 +121,23 @@ class EventRecorder(ABC):
     def create_session(self, record: SessionRecord, seed: Sequence[Event] = ()) -> SessionRecord:
         """Insert a session (and, for a fork, its own first events) in one transaction."""
         with self._write() as conn:
-            if conn.execute(select(SESSIONS.c.id).where(SESSIONS.c.id == record.id)).first():
+            if conn.execute(queries.SESSION_EXISTS, {"session_id": record.id}).first():
                 raise AlreadyExists("SESSION_EXISTS", f"session {record.id!r} already exists", session_id=record.id)
             conn.execute(
-                SESSIONS.insert().values(
-                    id=record.id,
-                    namespace=record.namespace,
-                    create_time=record.create_time,
-                    cwd=record.cwd,
-                    metadata=record.metadata,
-                    parent_id=record.parent_id,
-                    fork_seq=record.fork_seq,
-                    next_seq=record.next_seq,
-                    last_time=record.last_time,
-                    epoch=0,
-                    open_turn=record.open_turn,
-                )
+                queries.INSERT_SESSION,
+                {
+                    "id": record.id,
+                    "namespace": record.namespace,
+                    "create_time": record.create_time,
+                    "cwd": record.cwd,
+                    "metadata": record.metadata,
+                    "parent_id": record.parent_id,
+                    "fork_seq": record.fork_seq,
+                    "next_seq": record.next_seq,
+                    "last_time": record.last_time,
+                    "epoch": 0,
+                    "open_turn": record.open_turn,
+                },
             )
             if seed:
                 self._insert_events(conn, record.id, seed, threshold=None)
@@ -151,7 +149,7 @@ class EventRecorder(ABC):
             return self._get_session(conn, session_id)
 
     def _get_session(self, conn: Connection, session_id: str) -> SessionRecord:
-        row = conn.execute(select(SESSIONS).where(SESSIONS.c.id == session_id)).mappings().first()
+        row = conn.execute(queries.SESSION_BY_ID, {"session_id": session_id}).mappings().first()
         if row is None:
             raise NotFound("SESSION_NOT_FOUND", f"session {session_id!r} not found", session_id=session_id)
         return session_record(row)
@@ -226,14 +224,15 @@ class EventRecorder(ABC):
                     epoch=current.epoch,
                 )
             result = conn.execute(
-                update(SESSIONS)
-                .where(SESSIONS.c.id == session_id, SESSIONS.c.epoch == current.epoch)
-                .values(
-                    writer_id=writer_id,
-                    epoch=current.epoch + 1,
-                    lease_expires_at=now + ttl_ms,
-                    lease_token_hash=current.lease_token_hash if holder else token_hash,
-                )
+                queries.TAKE_LEASE,
+                {
+                    "session_id": session_id,
+                    "seen_epoch": current.epoch,
+                    "new_writer_id": writer_id,
+                    "new_epoch": current.epoch + 1,
+                    "new_expires_at": now + ttl_ms,
+                    "new_token_hash": current.lease_token_hash if holder else token_hash,
+                },
             )
             if result.rowcount != 1:
                 raise WriterHeld(
@@ -295,13 +294,7 @@ class EventRecorder(ABC):
         """Give up the lease held under `token_hash` at `epoch` if it is still current; True if it was."""
         with self._write() as conn:
             result = conn.execute(
-                update(SESSIONS)
-                .where(
-                    SESSIONS.c.id == session_id,
-                    SESSIONS.c.lease_token_hash == token_hash,
-                    SESSIONS.c.epoch == epoch,
-                )
-                .values(writer_id=None, lease_expires_at=None, lease_token_hash=None)
+                queries.RELEASE_LEASE, {"session_id": session_id, "held_token_hash": token_hash, "held_epoch": epoch}
             )
             return result.rowcount == 1
 
@@ -531,29 +524,24 @@ class EventRecorder(ABC):
 
     def read_events(self, session_id: str, from_seq: int, to_seq: int | None, limit: int) -> list[Event]:
         """The session's own stored events with from_seq <= seq <= to_seq, blobs resolved."""
-        query = select(EVENTS).where(EVENTS.c.session_id == session_id, EVENTS.c.seq >= from_seq)
-        if to_seq is not None:
-            query = query.where(EVENTS.c.seq <= to_seq)
-        query = query.order_by(EVENTS.c.seq).limit(limit)
+        params = {"session_id": session_id, "from_seq": from_seq, "to_seq": to_seq, "limit": limit}
+        query = queries.EVENTS_FROM if to_seq is None else queries.EVENTS_BETWEEN
         with self._read() as conn:
-            rows = list(conn.execute(query).mappings())
+            rows = list(conn.execute(query, params).mappings())
             digests = {ref[1] for row in rows for ref in (row["blob_refs"] or ())}
             contents = self._fetch_blobs(conn, digests) if digests else {}
         return [event_from_row(row, contents) for row in rows]
 
     def _fetch_blobs(self, conn: Connection, digests: set[str]) -> dict[str, bytes]:
-        rows = conn.execute(select(BLOBS.c.sha256, BLOBS.c.content).where(BLOBS.c.sha256.in_(digests)))
+        rows = conn.execute(queries.BLOBS_BY_DIGEST, {"digests": list(digests)})
         return {sha: bytes(content) for sha, content in rows}
 
     def read_events_at(self, session_id: str, seqs: Sequence[int]) -> list[Event]:
         """The session's own stored events at `seqs` (any order in, seq order out), blobs resolved."""
         if not seqs:
             return []
-        query = (
-            select(EVENTS).where(EVENTS.c.session_id == session_id, EVENTS.c.seq.in_(list(seqs))).order_by(EVENTS.c.seq)
-        )
         with self._read() as conn:
-            rows = list(conn.execute(query).mappings())
+            rows = list(conn.execute(queries.EVENTS_AT, {"session_id": session_id, "seqs": list(seqs)}).mappings())
             digests = {ref[1] for row in rows for ref in (row["blob_refs"] or ())}
             contents = self._fetch_blobs(conn, digests) if digests else {}
         return [event_from_row(row, contents) for row in rows]
@@ -561,20 +549,9 @@ class EventRecorder(ABC):
     def read_surface_ops(self, session_id: str, from_seq: int, to_seq: int, limit: int) -> list[Event]:
         """The session's own surface events in a seq range as light events: seq, type and surface
         op only (empty data, time 0): what a fold of the surface needs, without payloads."""
-        c = EVENTS.c
-        query = (
-            select(c.seq, c.type, c.surface_op, c.replace_start_seq, c.replace_end_seq)
-            .where(
-                EVENTS.c.session_id == session_id,
-                EVENTS.c.seq >= from_seq,
-                EVENTS.c.seq <= to_seq,
-                EVENTS.c.surface_op.is_not(None),
-            )
-            .order_by(EVENTS.c.seq)
-            .limit(limit)
-        )
+        params = {"session_id": session_id, "from_seq": from_seq, "to_seq": to_seq, "limit": limit}
         with self._read() as conn:
-            rows = list(conn.execute(query))
+            rows = list(conn.execute(queries.SURFACE_OPS, params))
         return [
             Event(seq, 0, kind, {}, surface_op=APPEND if op == "append" else Replace(start, end))
             for seq, kind, op, start, end in rows
@@ -587,36 +564,23 @@ class EventRecorder(ABC):
 
     def recent_event_ids(self, session_id: str, limit: int) -> list[tuple[str, int]]:
         """The session's own latest `limit` eventIds with their seqs, newest first."""
-        query = (
-            select(EVENTS.c.event_id, EVENTS.c.seq)
-            .where(EVENTS.c.session_id == session_id, EVENTS.c.event_id.is_not(None))
-            .order_by(EVENTS.c.seq.desc())
-            .limit(limit)
-        )
         with self._read() as conn:
-            return [(eid, seq) for eid, seq in conn.execute(query)]
+            rows = conn.execute(queries.RECENT_EVENT_IDS, {"session_id": session_id, "limit": limit})
+            return [(eid, seq) for eid, seq in rows]
 
     def snapshots_before(self, session_id: str, max_seq: int, limit: int) -> list[StoredSnapshot]:
         """The session's own latest `limit` snapshots at or before `max_seq`, newest first."""
-        query = (
-            select(SNAPSHOTS.c.session_id, SNAPSHOTS.c.seq, SNAPSHOTS.c.fold_version, SNAPSHOTS.c.state)
-            .where(SNAPSHOTS.c.session_id == session_id, SNAPSHOTS.c.seq <= max_seq)
-            .order_by(SNAPSHOTS.c.seq.desc())
-            .limit(limit)
-        )
+        params = {"session_id": session_id, "max_seq": max_seq, "limit": limit}
         with self._read() as conn:
-            return [StoredSnapshot(sid, seq, version, bytes(state)) for sid, seq, version, state in conn.execute(query)]
+            rows = conn.execute(queries.SNAPSHOTS_BEFORE, params)
+            return [StoredSnapshot(sid, seq, version, bytes(state)) for sid, seq, version, state in rows]
 
     def save_snapshot(self, snapshot: StoredSnapshot) -> None:
         """Store a snapshot unless one is already stored at that seq (it would be equal)."""
         with self._write() as conn:
-            exists = conn.execute(
-                select(SNAPSHOTS.c.seq).where(
-                    SNAPSHOTS.c.session_id == snapshot.session_id, SNAPSHOTS.c.seq == snapshot.seq
-                )
-            ).first()
-            if exists is None:
-                conn.execute(SNAPSHOTS.insert(), [snapshot._asdict()])
+            exists = conn.execute(queries.SNAPSHOT_EXISTS, {"session_id": snapshot.session_id, "seq": snapshot.seq})
+            if exists.first() is None:
+                conn.execute(queries.INSERT_SNAPSHOT, [snapshot._asdict()])
 
 
 def lease_not_held(session_id: str) -> OwnershipLost:

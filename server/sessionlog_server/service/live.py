@@ -104,11 +104,11 @@ Loader = Callable[[str], Awaitable[LiveSession]]
 class LiveSessions:
     """An LRU cache of LiveSessions; one load per session even under concurrent requests.
 
-    A load costs the cache a bounded amount of work however many sessions it holds: sessions
-    pinned by open writer streams are kept apart from the eviction candidates, and the
-    estimated bytes are kept as a running total. Both were recomputed over the whole cache on
-    every load, which made opening N writer streams cost N^2 (2,000 streams: two thirds of the
-    event loop's time went to that scan).
+    Sessions pinned by open writer streams are kept apart from the eviction candidates, and
+    the estimated bytes are a running total: a load walks only the candidates it passes over
+    (locked, in flight, or with a writer) and sums nothing. Both used to cover the whole cache
+    on every load, so opening N writer streams cost N^2 (2,000 streams: two thirds of the
+    event loop's time went there).
     """
 
     def __init__(self, loader: Loader, capacity: int, max_bytes: int = 0) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy import Table, bindparam, select, update
 
 from sessionlog_server.storage.models import BlobRow, EventRow, FoldSnapshotRow, SessionRow
 
+# Declarative models type `__table__` as any FromClause; these are plain tables.
 SESSIONS = cast(Table, SessionRow.__table__)
 EVENTS = cast(Table, EventRow.__table__)
 BLOBS = cast(Table, BlobRow.__table__)

@@ -50,8 +50,6 @@ from sessionlog_server.storage.rows import (
     stored_form,
 )
 
-# Declarative models type `__table__` as any FromClause; these are plain tables.
-
 
 class EventRecorder(ABC):
     """Stores sessions, their writer leases, events and blobs in one SQL database."""

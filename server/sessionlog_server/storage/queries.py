@@ -72,16 +72,7 @@ EVENTS_FROM = (
 )
 """A session's own events from a seq on (parameters: session_id, from_seq, limit)."""
 
-EVENTS_BETWEEN = (
-    select(EVENTS)
-    .where(
-        EVENTS.c.session_id == bindparam("session_id"),
-        EVENTS.c.seq >= bindparam("from_seq"),
-        EVENTS.c.seq <= bindparam("to_seq"),
-    )
-    .order_by(EVENTS.c.seq)
-    .limit(bindparam("limit"))
-)
+EVENTS_BETWEEN = EVENTS_FROM.where(EVENTS.c.seq <= bindparam("to_seq"))
 """A session's own events in a seq range (parameters: session_id, from_seq, to_seq, limit)."""
 
 EVENTS_AT = (

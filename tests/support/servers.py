@@ -53,6 +53,12 @@ class ServerThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
 
+    def __enter__(self) -> ServerThread:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 def hold_writer(server: ServerThread) -> threading.Event:
     """Keep the server's writer thread busy with a write of its own until the returned gate is

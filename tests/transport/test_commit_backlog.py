@@ -25,11 +25,8 @@ BATCHES = 12
 
 @pytest.fixture
 def bounded_backlog(fresh_db: str) -> Iterator[ServerThread]:
-    server = ServerThread(fresh_db, commit_backlog_bytes=BOUND)
-    try:
+    with ServerThread(fresh_db, commit_backlog_bytes=BOUND) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _note(n: int) -> dict[str, Any]:

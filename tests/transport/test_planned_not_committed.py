@@ -39,12 +39,9 @@ class _FailingOnce(SnapshotPolicy):
 
 @pytest.fixture
 def failing_snapshot_server(fresh_db: str) -> Iterator[ServerThread]:
-    server = ServerThread(fresh_db)
-    server.service.appends.snapshots = _FailingOnce(every_events=1, every_bytes=1 << 30, fail_at=2, failures=[])
-    try:
+    with ServerThread(fresh_db) as server:
+        server.service.appends.snapshots = _FailingOnce(every_events=1, every_bytes=1 << 30, fail_at=2, failures=[])
         yield server
-    finally:
-        server.stop()
 
 
 def test_a_retry_after_a_failure_between_planning_and_commit_is_committed(

@@ -40,11 +40,8 @@ def _send(client: SessionLogClient, sid: str, lease: convert.LeaseInfo, event: d
 
 @pytest.fixture
 def own_server(fresh_db: str) -> Iterator[ServerThread]:
-    server = ServerThread(fresh_db)
-    try:
+    with ServerThread(fresh_db) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_a_retry_waits_for_the_batch_still_committing(own_server: ServerThread, sid: str) -> None:
@@ -67,20 +64,19 @@ def test_a_retry_waits_for_the_batch_still_committing(own_server: ServerThread, 
 
 def test_a_retry_of_a_batch_whose_commit_fails_is_committed_not_lost(tmp_path: Path, sid: str) -> None:
     database = tmp_path / "retry.db"
-    server = ServerThread(f"sqlite:///{database}", sqlite_busy_timeout_ms=WAIT_MS)
-    try:
-        with SessionLogClient(server.target, timeout=30) as client:
-            client.create_session(sid)
-            lease = client.acquire_lease(sid)
-            with turn_held_elsewhere(database):
-                first = _send(client, sid, lease, note(0, eventId="x"))
-                eventually(lambda: planned_next_seq(server, sid), lambda planned: planned == 1, timeout=10)
-                retry = _send(client, sid, lease, note(0, eventId="x"))
-                with pytest.raises(grpc.RpcError) as failed:
-                    first.result()  # the turn stayed held past the bound
-                assert from_rpc_error(failed.value).reason == "STORAGE_UNAVAILABLE"
-            acknowledged = retry.result()  # planned again once the first failed, now committed
-            assert list(acknowledged.seqs) == [0]
-            assert [e.event_id for e in client.read_events(sid)] == ["x"]
-    finally:
-        server.stop()
+    with (
+        ServerThread(f"sqlite:///{database}", sqlite_busy_timeout_ms=WAIT_MS) as server,
+        SessionLogClient(server.target, timeout=30) as client,
+    ):
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        with turn_held_elsewhere(database):
+            first = _send(client, sid, lease, note(0, eventId="x"))
+            eventually(lambda: planned_next_seq(server, sid), lambda planned: planned == 1, timeout=10)
+            retry = _send(client, sid, lease, note(0, eventId="x"))
+            with pytest.raises(grpc.RpcError) as failed:
+                first.result()  # the turn stayed held past the bound
+            assert from_rpc_error(failed.value).reason == "STORAGE_UNAVAILABLE"
+        acknowledged = retry.result()  # planned again once the first failed, now committed
+        assert list(acknowledged.seqs) == [0]
+        assert [e.event_id for e in client.read_events(sid)] == ["x"]

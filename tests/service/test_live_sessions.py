@@ -98,11 +98,53 @@ def test_a_session_with_a_batch_in_flight_or_its_lock_held_is_not_evicted() -> N
 def test_a_session_without_a_writer_goes_before_an_older_one_with_a_writer() -> None:
     async def scenario() -> None:
         cache = LiveSessions(_load, capacity=2)
-        written = await cache.get("written")
-        written.writer_id = "unary-writer"
+        cache.set_writer(await cache.get("written"), "unary-writer")
         await cache.get("read")
         await cache.get("new")
         assert cache.peek("read") is None and cache.peek("written") is not None
+
+    _run(scenario())
+
+
+def test_with_every_candidate_leased_the_least_recently_used_goes() -> None:
+    async def scenario() -> None:
+        cache = LiveSessions(_load, capacity=3)
+        for sid in ("w0", "w1", "w2"):
+            cache.set_writer(await cache.get(sid), f"writer-{sid}")
+        await cache.get("w0")  # w1 is now the least recently used
+        await cache.get("reader")  # the one free session is the one just loaded: a leased one goes
+        assert [sid for sid in ("w0", "w1", "w2", "reader") if cache.peek(sid)] == ["w0", "w2", "reader"]
+        await cache.get("other")  # now a free session (reader) can go, though it is newer than w2
+        assert [sid for sid in ("w0", "w2", "reader", "other") if cache.peek(sid)] == ["w0", "w2", "other"]
+
+    _run(scenario())
+
+
+def test_a_released_lease_makes_the_session_free_to_go_first() -> None:
+    async def scenario() -> None:
+        cache = LiveSessions(_load, capacity=2)
+        old = await cache.get("old")
+        cache.set_writer(old, "writer")
+        cache.set_writer(await cache.get("released"), "writer")
+        cache.set_writer(cache.peek("released") or old, None)  # released after old was leased
+        await cache.get("new")
+        assert cache.peek("released") is None and cache.peek("old") is old
+
+    _run(scenario())
+
+
+def test_a_writer_set_on_a_replaced_session_leaves_the_cache_alone() -> None:
+    async def scenario() -> None:
+        cache = LiveSessions(_load, capacity=2)
+        stale = await cache.get("s")
+        cache.invalidate("s")
+        fresh = await cache.get("s")
+        cache.set_writer(stale, "writer")  # a grant that raced the reload
+        assert stale.writer_id == "writer" and fresh.writer_id is None and cache.peek("s") is fresh
+        cache.set_writer(fresh, "writer")
+        await cache.get("a")
+        await cache.get("b")  # a goes (free), s stays (leased)
+        assert [sid for sid in ("s", "a", "b") if cache.peek(sid)] == ["s", "b"]
 
     _run(scenario())
 

@@ -183,7 +183,8 @@ class LeaseManager:
                 live = await self.live.get(session_id)
             await self.catch_up(live, record)  # another instance wrote meanwhile
         live.record = record
-        live.writer_id, live.epoch, live.header_reported = wid, record.epoch, False
+        live.epoch, live.header_reported = record.epoch, False
+        self.live.set_writer(live, wid)
         log.info("lease granted", session_id=session_id, writer_id=wid, epoch=record.epoch, takeover=takeover)
         return grant
 
@@ -206,7 +207,7 @@ class LeaseManager:
         )
         live = self.live.peek(holder.session_id)
         if live is not None and live.writer_id == holder.writer_id and live.epoch == holder.epoch:
-            live.writer_id = None
+            self.live.set_writer(live, None)
 
     # --- writer streams ----------------------------------------------------------------------
 

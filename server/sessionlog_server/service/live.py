@@ -9,7 +9,9 @@ The database stays the truth: when a commit fails the live session is dropped an
 (from its latest snapshot); when another instance wrote, it catches up on the missing events.
 
 The cache is bounded by count and by estimated bytes; a session with batches in flight or its
-lock held is never evicted, nor one written through an open writer stream (`pin`).
+lock held is never evicted, nor one written through an open writer stream (`pin`). Who holds a
+session's lease is set through the cache (`LiveSessions.set_writer`), which files the session
+by it: sessions without a writer are evicted first.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class LiveSession:
     bytes_since_snapshot: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     writer_id: str | None = None
+    """The writer this instance granted the lease to (None: none); set by `LiveSessions.set_writer`."""
     epoch: int = 0
     valid: bool = True
     header_reported: bool = False
@@ -104,20 +107,26 @@ Loader = Callable[[str], Awaitable[LiveSession]]
 class LiveSessions:
     """An LRU cache of LiveSessions; one load per session even under concurrent requests.
 
-    Sessions pinned by open writer streams are kept apart from the eviction candidates, and
-    the estimated bytes are a running total: a load walks only the candidates it passes over
-    (locked, in flight, or with a writer) and sums nothing. Both used to cover the whole cache
-    on every load, so opening N writer streams cost N^2 (2,000 streams: two thirds of the
-    event loop's time went there).
+    Sessions pinned by open writer streams are kept apart from the eviction candidates, and the
+    candidates are filed by whether a (unary) writer holds their lease, so eviction finds a
+    writer-less session first without walking the leased ones. The estimated bytes are a
+    running total. A load walks only the candidates it passes over (locked or in flight) and
+    sums nothing. Both used to cover the whole cache on every load: opening N writer streams
+    cost N^2 (2,000 streams: two thirds of the event loop's time went there), and a cache full
+    of unary writers' sessions was walked to its end on every load.
     """
 
     def __init__(self, loader: Loader, capacity: int, max_bytes: int = 0) -> None:
         self._loader = loader
         self._capacity = capacity
         self._max_bytes = max_bytes
-        self._unpinned: OrderedDict[str, LiveSession] = OrderedDict()
-        """Cached sessions no open writer stream pins, least recently used first: the only ones
-        eviction looks at."""
+        self._free: OrderedDict[str, LiveSession] = OrderedDict()
+        """Cached sessions no open writer stream pins and no writer holds, least recently used
+        first: the first eviction candidates."""
+        self._leased: OrderedDict[str, LiveSession] = OrderedDict()
+        """Cached sessions a writer without an open stream (a unary writer) holds, least recently
+        used first: evicted once no free one can go (a unary writer may never give its lease
+        back, so its lease cannot pin the session)."""
         self._held: dict[str, LiveSession] = {}
         """Cached sessions pinned by open writer streams."""
         self._pinned: Counter[str] = Counter()
@@ -130,10 +139,11 @@ class LiveSessions:
 
     async def get(self, session_id: str) -> LiveSession:
         """The live session, loading (folding) it from the log if it is not cached."""
-        live = self._cached(session_id)
+        candidates = self._candidates(session_id)
+        live = candidates[session_id] if candidates is not None else self._held.get(session_id)
         if live is not None and live.valid:
-            if session_id in self._unpinned:
-                self._unpinned.move_to_end(session_id)
+            if candidates is not None:
+                candidates.move_to_end(session_id)
             self._account(session_id, live)  # every append passes here: the estimate follows it
             return live
         pending = self._loading.get(session_id)
@@ -156,7 +166,7 @@ class LiveSessions:
         if self._pinned[session_id] > 0:  # (a Counter's look-up adds no key)
             self._held[session_id] = live
         else:
-            self._unpinned[session_id] = live
+            self._file(live)
         self._account(session_id, live)
         self._evict(keep=session_id)
         return live
@@ -178,9 +188,9 @@ class LiveSessions:
         it from the log again; with more open streams than the cache holds (2,000 slow writers,
         a cache of 1,024), every append did, and the server spent its time loading sessions."""
         self._pinned[session_id] += 1
-        live = self._unpinned.pop(session_id, None)
-        if live is not None:
-            self._held[session_id] = live
+        candidates = self._candidates(session_id)
+        if candidates is not None:
+            self._held[session_id] = candidates.pop(session_id)
 
     def unpin(self, session_id: str) -> None:
         """The writer stream that pinned the session ended; the session becomes the most
@@ -190,7 +200,16 @@ class LiveSessions:
             del self._pinned[session_id]
             live = self._held.pop(session_id, None)
             if live is not None:
-                self._unpinned[session_id] = live
+                self._file(live)
+
+    def set_writer(self, live: LiveSession, writer_id: str | None) -> None:
+        """Note who holds `live`'s lease (None: no one) and file the session by it, as most
+        recently used. A live session no longer cached (replaced or evicted) only takes the note."""
+        live.writer_id = writer_id
+        candidates = self._candidates(live.session_id)
+        if candidates is not None and candidates[live.session_id] is live:
+            del candidates[live.session_id]
+            self._file(live)
 
     def invalidate(self, session_id: str) -> None:
         """Forget a session's state; the next use folds it again from the log."""
@@ -199,8 +218,18 @@ class LiveSessions:
             live.valid = False
 
     def _cached(self, session_id: str) -> LiveSession | None:
-        live = self._unpinned.get(session_id)
-        return live if live is not None else self._held.get(session_id)
+        candidates = self._candidates(session_id)
+        return candidates[session_id] if candidates is not None else self._held.get(session_id)
+
+    def _candidates(self, session_id: str) -> OrderedDict[str, LiveSession] | None:
+        """The eviction candidates holding the session, if it is one."""
+        if session_id in self._free:
+            return self._free
+        return self._leased if session_id in self._leased else None
+
+    def _file(self, live: LiveSession) -> None:
+        """Make an unpinned session the most recently used candidate of its kind."""
+        (self._free if live.writer_id is None else self._leased)[live.session_id] = live
 
     def _account(self, session_id: str, live: LiveSession) -> None:
         if self._max_bytes:
@@ -210,7 +239,8 @@ class LiveSessions:
 
     def _drop(self, session_id: str) -> LiveSession | None:
         """Take a session out of the cache (and out of the byte total)."""
-        live = self._unpinned.pop(session_id, None) or self._held.pop(session_id, None)
+        candidates = self._candidates(session_id)
+        live = candidates.pop(session_id) if candidates is not None else self._held.pop(session_id, None)
         self._total_bytes -= self._bytes.pop(session_id, 0)
         return live
 
@@ -220,21 +250,23 @@ class LiveSessions:
         A session whose lock is held or that has batches in flight is never dropped: its fold
         holds batches not yet durable, and folding it again from the log would plan the next
         batch without them; nor is one pinned by an open writer stream (those are not even
-        looked at). Any other session may go (sessions without a writer first): a unary
-        writer's lease must not pin it, since a unary writer may never give its lease back.
+        looked at). Any other session may go, those without a writer first.
         """
         while len(self) > self._capacity or (self._max_bytes and self._total_bytes > self._max_bytes):
-            victim: str | None = None
-            for sid, live in self._unpinned.items():  # least recently used first
-                if sid == keep or live.lock.locked() or live.in_flight:
-                    continue
-                if live.writer_id is None:
-                    victim = sid
-                    break
-                victim = victim or sid
+            victim = self._victim(self._free, keep)
+            if victim is None:
+                victim = self._victim(self._leased, keep)
             if victim is None:
                 return
             self._drop(victim)
+
+    @staticmethod
+    def _victim(candidates: OrderedDict[str, LiveSession], keep: str) -> str | None:
+        """The least recently used of `candidates` that may go, if any."""
+        for sid, live in candidates.items():
+            if sid != keep and not live.lock.locked() and not live.in_flight:
+                return sid
+        return None
 
     def resident_bytes(self) -> int:
         """Estimated memory of every cached session, as of each one's last use (0 when the cache
@@ -242,4 +274,4 @@ class LiveSessions:
         return self._total_bytes
 
     def __len__(self) -> int:
-        return len(self._unpinned) + len(self._held)
+        return len(self._free) + len(self._leased) + len(self._held)

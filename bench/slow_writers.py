@@ -5,7 +5,7 @@ phase, so the load is even), for `seconds`. The writers run in `client_procs` cl
 processes of their own (so the server's figures are not the client's), `per_channel` streams
 per channel; their collector runs with `serve`'s thresholds (transport/collector.py), so that
 the clients' own collection pauses are not counted as the service's. Reported: how many
-writer set-ups (create + open) failed and with what, how long they took (in waves of 100; the
+writer set-ups (create + open) failed and with what, how long they took (in waves of `SETUP_WAVE`; the
 slowest client process's time), the acknowledgement latency p50 / p99 / p99.9 / max, and
 stalls: the seconds in which the slowest acknowledgement took longer than `STALL_MS`.
 
@@ -35,6 +35,10 @@ from sessionlog_server.transport.workers import default_workers
 
 STALL_MS = 250.0
 """A second whose slowest acknowledgement took longer than this counts as a stall."""
+
+SETUP_WAVE = 100
+"""Writers set up at once, one wave after the other, as harnesses start their agents (the
+echo floor, `transport_floor.slow_streams`, sets its streams up the same way)."""
 
 
 @dataclass
@@ -82,8 +86,8 @@ async def _run_part(target: str, sids: list[str], seconds: float, per_channel: i
             part.failures[type(exc).__name__] += 1
 
     setup_began = time.monotonic()
-    for group in range(0, len(sids), 100):  # set-ups in waves, as harnesses start
-        await asyncio.gather(*(open_one(i) for i in range(group, min(group + 100, len(sids)))))
+    for group in range(0, len(sids), SETUP_WAVE):
+        await asyncio.gather(*(open_one(i) for i in range(group, min(group + SETUP_WAVE, len(sids)))))
     part.setup_seconds = time.monotonic() - setup_began
     await asyncio.to_thread(_START.wait, 300 + len(sids) / 10)  # the others' set-ups too
     deadline = time.monotonic() + seconds

@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 
 from bench.procs import free_port, process_cpu_seconds
+from bench.slow_writers import SETUP_WAVE
 from bench.stats import latency_ms
 from sessionlog_server.config import Settings
 from sessionlog_server.transport.collector import DEFAULT_THRESHOLDS, tune_collector
@@ -99,15 +100,28 @@ async def _streams(target: str, payload: bytes, streams: int, per_stream: int) -
 
 
 async def _paced_streams(target: str, count: int, seconds: float, per_channel: int) -> dict[str, Any]:
-    """`count` streams, one message a second each (random phases), each message timed to its
+    """`count` streams, set up in waves of `SETUP_WAVE` (each its first message and answer, as a
+    writer's open), then one message a second each (random phases), each message timed to its
     answer; a stream that fails is counted by its status and not reopened."""
     channels = [grpc.aio.insecure_channel(target) for _ in range(-(-count // per_channel))]
+    calls: list[Any] = []
     taken: list[float] = []
     failed: Counter[str] = Counter()
-    deadline = time.monotonic() + seconds
 
-    async def one(index: int) -> None:
+    async def fail(call: Any) -> None:
+        failed[(await call.code()).name] += 1
+
+    async def set_up(index: int) -> Any:
         call = channels[index // per_channel].stream_stream(f"/{SERVICE}/Stream")()
+        try:
+            await call.write(b"x" * 64)
+            await call.read()
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            await fail(call)
+            return None
+        return call
+
+    async def one(call: Any, deadline: float) -> None:
         await asyncio.sleep(random.random())
         try:
             while time.monotonic() < deadline:
@@ -118,9 +132,12 @@ async def _paced_streams(target: str, count: int, seconds: float, per_channel: i
                 await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - sent)))
             await call.done_writing()
         except (grpc.RpcError, asyncio.InvalidStateError):  # a write to a call that ended raises the latter
-            failed[(await call.code()).name] += 1
+            await fail(call)
 
-    await asyncio.gather(*(one(i) for i in range(count)))
+    for wave in range(0, count, SETUP_WAVE):
+        calls += await asyncio.gather(*(set_up(i) for i in range(wave, min(wave + SETUP_WAVE, count))))
+    deadline = time.monotonic() + seconds
+    await asyncio.gather(*(one(call, deadline) for call in calls if call is not None))
     for channel in channels:
         await channel.close()
     return {"taken": taken, "failed": dict(failed)}

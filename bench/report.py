@@ -206,16 +206,24 @@ def _floor_note(report: dict[str, Any], figure: dict[str, Any] | None, unary: bo
     return note
 
 
-def _slow_streams_note(report: dict[str, Any]) -> str:
+def _slow_streams_note(report: dict[str, Any], figure: dict[str, Any]) -> str:
     """Why the slow-writers latency is missed, in numbers of the same run: grpc.aio's echo
-    server under the same streams at the same pace (`transport_floor.slow_streams`)."""
+    server under the same streams at the same pace (`transport_floor.slow_streams`), and the
+    server's CPU per event while writing beside the echo's per message (set-ups included)."""
     echo = _get(report, "transport_floor", "slow_streams")
     if not isinstance(echo, dict) or "p99_ms" not in echo:
         return ""
-    return (
+    note = (
         f"; grpc.aio echo alone, {echo['streams']:,} streams at 1 msg/s, same run: p99 {echo['p99_ms']:.1f} ms, "
         f"{echo['streams_failed']} streams failed"
     )
+    spent = figure.get("writes_server_us_per_event")
+    if spent and echo.get("server_us_per_message"):
+        note += (
+            f"; server {spent:.0f} µs CPU/event while writing, the echo {echo['server_us_per_message']:.0f} µs "
+            "per message (its set-ups included)"
+        )
+    return note
 
 
 def _raw_commit_note(report: dict[str, Any], backend: str, key: str, label: str) -> str:
@@ -318,7 +326,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         )
         if check["status"] == "MISSED":
             check["measured"] += (
-                _slow_streams_note(report)
+                _slow_streams_note(report, figure)
                 + _raw_commit_note(report, backend, "p99_ms", "p99")
                 + _writes_cpu_note(figure)
             )

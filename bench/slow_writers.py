@@ -227,7 +227,9 @@ def writes_cpu(samples: list[Sample], results: list[dict[str, Any]]) -> dict[str
     """Where the machine's CPU went while the writers wrote: the server's, the client
     processes' (their own measure) and the machine's busy share, in % of one core (the machine's
     in % of all of them), and how long the server's threads waited for a core, in ms per second
-    (summed over its threads). Which side was short of a core is what decides the latency tail."""
+    (summed over its threads). Which side was short of a core is what decides the latency tail.
+    Also the server's CPU per event acknowledged in that time, beside which the echo floor's CPU
+    per message (`transport_floor.slow_streams`) says how much of it is gRPC's."""
     began = max(r["writes"][0] for r in results)
     ended = min(r["writes"][1] for r in results)
     inside = [s for s in samples if began <= s.at <= ended]
@@ -236,8 +238,10 @@ def writes_cpu(samples: list[Sample], results: list[dict[str, Any]]) -> dict[str
     first, last = inside[0], inside[-1]
     wall = last.at - first.at
     client = sum(r["writes_cpu"] / (r["writes"][1] - r["writes"][0]) for r in results)
+    acked = sum(1 for r in results for at, _ in r["latencies"] if first.at <= at <= last.at)
     return {
         "writes_server_cpu_pct": round(100 * (last.server_cpu - first.server_cpu) / wall, 1),
+        "writes_server_us_per_event": round(1e6 * (last.server_cpu - first.server_cpu) / max(acked, 1), 1),
         "writes_client_cpu_pct": round(100 * client, 1),
         "writes_machine_busy_pct": round(100 * (last.busy - first.busy) / (last.total - first.total), 1),
         "writes_server_waited_ms_per_s": round(1000 * (last.server_waiting - first.server_waiting) / wall, 1),
@@ -251,17 +255,19 @@ def run_all(backends: list[str], streams: int, seconds: float, client_procs: int
 def render(results: dict[str, Any]) -> str:
     lines = [
         "| backend | streams | workers | set-ups failed | set-up s | ack p50 / p99 / p99.9 / max ms | stall seconds "
-        "| server CPU | in the writes: server / clients / machine busy | server threads waiting for a core |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| server CPU | in the writes: server / clients / machine busy | server µs CPU/event in the writes "
+        "| server threads waiting for a core |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for backend, r in results.items():
         if "unavailable" in r:
-            lines.append(unavailable_row(backend, 10))
+            lines.append(unavailable_row(backend, 11))
             continue
         lines.append(
             f"| {backend} | {r['streams']:,} | {r['workers']} | {r['setups_failed']} {r['setup_failures'] or ''} | "
             f"{r['setup_s']} | {r['ack_p50_ms']} / {r['ack_p99_ms']} / {r['ack_p999_ms']} / {r['ack_max_ms']} | "
-            f"{r['stall_seconds']} of {int(r['seconds'])} | {r['server_cpu_pct']}% | {_split(r)} | {_waited(r)} |"
+            f"{r['stall_seconds']} of {int(r['seconds'])} | {r['server_cpu_pct']}% | {_split(r)} | "
+            f"{r.get('writes_server_us_per_event', '-')} | {_waited(r)} |"
         )
     return "\n".join(lines)
 

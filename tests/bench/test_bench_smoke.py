@@ -88,6 +88,7 @@ def test_quick_bench_reports_every_figure(backend: str, tmp_path: Path) -> None:
     assert {"ack_p50_ms", "ack_p99_ms", "ack_p999_ms", "stall_seconds"} <= slow.keys()
     # Where the CPU went while the writers wrote: both sides worked, the machine was busy.
     assert slow["writes_server_cpu_pct"] > 0 and slow["writes_client_cpu_pct"] > 0
+    assert slow["writes_server_us_per_event"] > 0
     assert 0 < slow["writes_machine_busy_pct"] <= 100
     assert slow["writes_server_waited_ms_per_s"] >= 0
     assert {name for name in PEERS if PEER_BACKENDS[name][0] == backend} <= report["peers"].keys()

@@ -55,7 +55,7 @@ def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
         "transport_floor": {
             "unary": {"server_us_per_call": 600.0, "calls_per_s": 1_200.0},
             "streams": {"server_us_per_message": 120.0},
-            "slow_streams": {"streams": 2000, "p99_ms": 540.0, "streams_failed": 75},
+            "slow_streams": {"streams": 2000, "p99_ms": 540.0, "streams_failed": 75, "server_us_per_message": 124.6},
         },
         "slow_writers": {
             "postgresql": {
@@ -67,6 +67,7 @@ def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
                 "writes_client_cpu_pct": 80.4,
                 "writes_machine_busy_pct": 91.0,
                 "writes_server_waited_ms_per_s": 412.3,
+                "writes_server_us_per_event": 433.8,
             }
         },
     }
@@ -77,6 +78,7 @@ def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
     assert "p99.9 11.9 ms" in found["ack p99.9 at 1,000 ev/s, postgresql"]["measured"]
     slow = found["2,000 slow writers, postgresql: ack p99"]["measured"]
     assert "grpc.aio echo alone, 2,000 streams at 1 msg/s, same run: p99 540.0 ms, 75 streams failed" in slow
+    assert "server 434 µs CPU/event while writing, the echo 125 µs per message (its set-ups included)" in slow
     assert "raw psycopg alone, 1 event/commit at 1,000 commits/s, same run: p99 6.4 ms" in slow
     assert (
         "while writing: server 95%, client processes 80% of a core, machine 91% busy, "

@@ -5,9 +5,10 @@ phase, so the load is even), for `seconds`. The writers run in `client_procs` cl
 processes of their own (so the server's figures are not the client's), `per_channel` streams
 per channel; their collector runs with `serve`'s thresholds (transport/collector.py), so that
 the clients' own collection pauses are not counted as the service's. Reported: how many
-writer set-ups (create + open) failed and with what, how long they took (in waves of `SETUP_WAVE`; the
-slowest client process's time), the acknowledgement latency p50 / p99 / p99.9 / max, and
-stalls: the seconds in which the slowest acknowledgement took longer than `STALL_MS`.
+writer set-ups (create + open) failed and with what, how long they took (in waves of
+`SETUP_WAVE`; the slowest client process's time), the acknowledgement latency p50 / p99 /
+p99.9 / max, and stalls: the seconds in which the slowest acknowledgement took longer than
+`STALL_MS`.
 
 `python -m bench.slow_writers [--streams 2000] [--seconds 30] [--backends sqlite,postgresql]`.
 """

@@ -44,7 +44,11 @@ def _cell(figure: Any, kind: str) -> str:
             cpu = f"{figure['workers']} workers{f' ({shares})' if shares else ''}, {cpu}"
         return f"{_num(figure['events_per_s'])}  ({cpu})"
     if kind == "latency":
-        return f"{figure['p50_ms']:.2f} / {figure['p99_ms']:.2f} / {figure['p999_ms']:.2f}"
+        cell = f"{figure['p50_ms']:.2f} / {figure['p99_ms']:.2f} / {figure['p999_ms']:.2f}"
+        late = figure.get("sends_late_over_1ms")
+        if late:  # the client could not keep the pace: its own lag is in these figures too
+            cell += f"  ({_num(late)} of {_num(figure['events'])} sent > 1 ms late)"
+        return cell
     if kind == "history":
         times = f"{_num(figure['cold_ms'], 1)} / {_num(figure['after_append_ms'], 1)}"
         return f"{times} / {_num(figure.get('after_append_full_ms'), 1)}  ({_num(figure['events'])} ev)"

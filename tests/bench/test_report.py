@@ -1,10 +1,11 @@
-"""The bench's target table: every target is judged, including counts that must be zero."""
+"""The bench's report: every target is judged, including counts that must be zero, and a cell
+says what else is in its figure."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bench.report import targets
+from bench.report import _cell, targets
 
 
 def _rate(events_per_s: float) -> dict[str, Any]:
@@ -100,3 +101,12 @@ def test_a_ratio_just_under_its_target_does_not_read_as_the_target() -> None:
     streaming = found["16 streaming sessions, 1 event/batch, one worker, postgresql vs raw psycopg 16/commit"]
     assert streaming["status"] == "MISSED"
     assert streaming["measured"].startswith("0.96 x - missed: 0.96x of target (1.04x short)")
+
+
+def test_a_latency_cell_says_when_the_client_fell_behind_its_pace() -> None:
+    """At 5,000 ev/s the one client process sent thousands of events late; the cell says so,
+    since its lag is in the latency too. A client that kept the pace adds nothing."""
+    kept = {"p50_ms": 1.08, "p99_ms": 4.02, "p999_ms": 7.32, "events": 15_000, "sends_late_over_1ms": 0}
+    behind = {"p50_ms": 14.64, "p99_ms": 267.45, "p999_ms": 699.27, "events": 75_000, "sends_late_over_1ms": 9_691}
+    assert _cell(kept, "latency") == "1.08 / 4.02 / 7.32"
+    assert _cell(behind, "latency") == "14.64 / 267.45 / 699.27  (9,691 of 75,000 sent > 1 ms late)"

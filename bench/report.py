@@ -141,7 +141,7 @@ def render(report: dict[str, Any]) -> str:
             lines.append(
                 f"{'grpc.aio echo server, slow streams':<46} {slow['streams']:,} streams at 1 msg/s: ms p50/p99/p99.9 "
                 f"{slow['p50_ms']:.1f} / {slow['p99_ms']:.1f} / {slow['p999_ms']:.1f}, {slow['streams_failed']} "
-                f"streams failed, {slow['server_us_per_message']:.0f} µs/msg"
+                f"streams failed, {_num(slow['server_us_per_message'])} µs/msg while writing"
             )
     lines.append("")
     lines.append("targets")
@@ -213,7 +213,7 @@ def _floor_note(report: dict[str, Any], figure: dict[str, Any] | None, unary: bo
 def _slow_streams_note(report: dict[str, Any], figure: dict[str, Any]) -> str:
     """Why the slow-writers latency is missed, in numbers of the same run: grpc.aio's echo
     server under the same streams at the same pace (`transport_floor.slow_streams`), and the
-    server's CPU per event while writing beside the echo's per message (set-ups included)."""
+    server's CPU per event while writing beside the echo's per message while its streams wrote."""
     echo = _get(report, "transport_floor", "slow_streams")
     if not isinstance(echo, dict) or "p99_ms" not in echo:
         return ""
@@ -225,7 +225,7 @@ def _slow_streams_note(report: dict[str, Any], figure: dict[str, Any]) -> str:
     if spent and echo.get("server_us_per_message"):
         note += (
             f"; server {spent:.0f} µs CPU/event while writing, the echo {echo['server_us_per_message']:.0f} µs "
-            "per message (its set-ups included)"
+            "per message"
         )
     return note
 

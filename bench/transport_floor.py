@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -102,10 +103,12 @@ async def _streams(target: str, payload: bytes, streams: int, per_stream: int) -
 async def _paced_streams(target: str, count: int, seconds: float, per_channel: int) -> dict[str, Any]:
     """`count` streams, set up in waves of `SETUP_WAVE` (each its first message and answer, as a
     writer's open), then one message a second each (random phases), each message timed to its
-    answer; a stream that fails is counted by its status and not reopened."""
+    answer; a stream that fails is counted by its status and not reopened. Also when each answer
+    came and when the writes began and ended (`time.time()`), for the server's CPU in them."""
     channels = [grpc.aio.insecure_channel(target) for _ in range(-(-count // per_channel))]
     calls: list[Any] = []
     taken: list[float] = []
+    answered: list[float] = []
     failed: Counter[str] = Counter()
 
     async def fail(call: Any) -> None:
@@ -129,6 +132,7 @@ async def _paced_streams(target: str, count: int, seconds: float, per_channel: i
                 await call.write(b"x" * 64)  # a small event's size
                 await call.read()
                 taken.append(time.monotonic() - sent)
+                answered.append(time.time())
                 await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - sent)))
             await call.done_writing()
         except (grpc.RpcError, asyncio.InvalidStateError):  # a write to a call that ended raises the latter
@@ -136,11 +140,12 @@ async def _paced_streams(target: str, count: int, seconds: float, per_channel: i
 
     for wave in range(0, count, SETUP_WAVE):
         calls += await asyncio.gather(*(set_up(i) for i in range(wave, min(wave + SETUP_WAVE, count))))
-    deadline = time.monotonic() + seconds
+    deadline, began = time.monotonic() + seconds, time.time()
     await asyncio.gather(*(one(call, deadline) for call in calls if call is not None))
+    ended = time.time()
     for channel in channels:
         await channel.close()
-    return {"taken": taken, "failed": dict(failed)}
+    return {"taken": taken, "answered": answered, "writes": (began, ended), "failed": dict(failed)}
 
 
 def _paced_part(target: str, count: int, seconds: float, per_channel: int) -> dict[str, Any]:
@@ -150,8 +155,10 @@ def _paced_part(target: str, count: int, seconds: float, per_channel: int) -> di
 
 def slow_streams(streams: int, seconds: float, client_procs: int = 2, per_channel: int = 64) -> dict[str, Any]:
     """The echo server under `streams` streams of one message a second each, sent from
-    `client_procs` processes: answer latency, failed streams, server CPU per message."""
-    with _echo_server() as (pid, target):
+    `client_procs` processes: answer latency, failed streams, the server's CPU over the whole
+    run, and its CPU per message while the streams wrote (set-ups left out, as the slow writers'
+    `writes_server_us_per_event` leaves theirs)."""
+    with _echo_server() as (pid, target), _cpu_samples(pid) as samples:
         ctx = multiprocessing.get_context("spawn")
         cpu, start = process_cpu_seconds(pid), time.monotonic()
         with ctx.Pool(client_procs) as pool:
@@ -162,6 +169,13 @@ def slow_streams(streams: int, seconds: float, client_procs: int = 2, per_channe
     failed: Counter[str] = Counter()
     for part in parts:
         failed.update(part["failed"])
+    began, ended = max(p["writes"][0] for p in parts), min(p["writes"][1] for p in parts)
+    inside = [(at, used) for at, used in samples if began <= at <= ended]
+    per_message = None
+    if len(inside) >= 2:
+        (first, used0), (last, used1) = inside[0], inside[-1]
+        answered = sum(1 for p in parts for at in p["answered"] if first <= at <= last)
+        per_message = round(1e6 * (used1 - used0) / max(answered, 1), 1)
     return {
         "streams": share * client_procs,
         "seconds": seconds,
@@ -170,8 +184,29 @@ def slow_streams(streams: int, seconds: float, client_procs: int = 2, per_channe
         "failures": dict(failed),
         **latency_ms(taken),
         "server_cpu_pct": round(100 * cpu / wall, 1),
-        "server_us_per_message": round(1e6 * cpu / max(len(taken), 1), 1),
+        "server_us_per_message": per_message,
     }
+
+
+@contextlib.contextmanager
+def _cpu_samples(pid: int, every_s: float = 0.25) -> Iterator[list[tuple[float, float]]]:
+    """(`time.time()`, CPU seconds of `pid`) every `every_s` while the block runs."""
+    samples: list[tuple[float, float]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while True:
+            samples.append((time.time(), process_cpu_seconds(pid)))
+            if stop.wait(every_s):
+                return
+
+    sampler = threading.Thread(target=sample, daemon=True, name="echo-cpu")
+    sampler.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        sampler.join()
 
 
 @contextlib.contextmanager

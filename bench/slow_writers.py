@@ -24,10 +24,19 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from bench.procs import Server, each_backend, machine_cpu_seconds, section_main, unavailable_row
+from bench.procs import (
+    Server,
+    each_backend,
+    machine_cpu_seconds,
+    process_cpu_seconds,
+    process_waiting_seconds,
+    section_main,
+    unavailable_row,
+)
 from bench.stats import percentile
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.core.errors import SessionLogError
@@ -143,7 +152,10 @@ def measure(db: str, streams: int, seconds: float, client_procs: int, per_channe
         cpu0, started = server.cpu_seconds(), time.monotonic()
         spawn = multiprocessing.get_context("spawn")
         start = spawn.Barrier(client_procs)  # one task per pool process, so every part reaches it
-        with CpuSampler(server) as samples, spawn.Pool(client_procs, initializer=_init_part, initargs=(start,)) as pool:
+        with (
+            CpuSampler(server.pids) as samples,
+            spawn.Pool(client_procs, initializer=_init_part, initargs=(start,)) as pool,
+        ):
             pending = [pool.apply_async(_part_main, (server.target, p, seconds, per_channel)) for p in parts]
             results = [p.get(timeout=seconds + 300 + streams / 10) for p in pending]
         cpu, wall = server.cpu_seconds() - cpu0, time.monotonic() - started
@@ -194,14 +206,15 @@ class Sample(NamedTuple):
 
 
 class CpuSampler:
-    """Samples the server's CPU time, its threads' wait for a core and the machine's busy time
-    every `EVERY_S` while the writers run, so that the write phase (known only to the client
-    processes) can be cut out of them afterwards."""
+    """Samples a server's CPU time, its threads' wait for a core and the machine's busy time
+    every `EVERY_S` while its clients run, so that the write phase (known only to the client
+    processes) can be cut out of them afterwards (`writes_window`). `pids` gives the server's
+    processes (`Server.pids`, or the echo floor's one process)."""
 
     EVERY_S = 0.2
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, pids: Callable[[], list[int]]) -> None:
+        self.pids = pids
         self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="cpu-sampler")
@@ -209,8 +222,9 @@ class CpuSampler:
     def _run(self) -> None:
         while True:
             busy, total = machine_cpu_seconds()
-            pids = self.server.pids()  # one scan of /proc for both counters
-            cpu, waiting = self.server.cpu_seconds(pids), self.server.waiting_seconds(pids)
+            pids = self.pids()  # one scan of /proc for both counters
+            cpu = sum(process_cpu_seconds(pid) for pid in pids)
+            waiting = sum(process_waiting_seconds(pid) for pid in pids)
             self.samples.append(Sample(time.time(), cpu, waiting, busy, total))
             if self._stop.wait(self.EVERY_S):
                 return
@@ -231,22 +245,35 @@ def writes_cpu(samples: list[Sample], results: list[dict[str, Any]]) -> dict[str
     (summed over its threads). Which side was short of a core is what decides the latency tail.
     Also the server's CPU per event acknowledged in that time, beside which the echo floor's CPU
     per message (`transport_floor.slow_streams`) says how much of it is gRPC's."""
-    began = max(r["writes"][0] for r in results)
-    ended = min(r["writes"][1] for r in results)
-    inside = [s for s in samples if began <= s.at <= ended]
-    if len(inside) < 2:
+    window = writes_window(samples, results)
+    if window is None:
         return {}
-    first, last = inside[0], inside[-1]
+    first, last = window
     wall = last.at - first.at
     client = sum(r["writes_cpu"] / (r["writes"][1] - r["writes"][0]) for r in results)
-    acked = sum(1 for r in results for at, _ in r["latencies"] if first.at <= at <= last.at)
     return {
         "writes_server_cpu_pct": round(100 * (last.server_cpu - first.server_cpu) / wall, 1),
-        "writes_server_us_per_event": round(1e6 * (last.server_cpu - first.server_cpu) / max(acked, 1), 1),
+        "writes_server_us_per_event": server_us_per_answer(results, first, last),
         "writes_client_cpu_pct": round(100 * client, 1),
         "writes_machine_busy_pct": round(100 * (last.busy - first.busy) / (last.total - first.total), 1),
         "writes_server_waited_ms_per_s": round(1000 * (last.server_waiting - first.server_waiting) / wall, 1),
     }
+
+
+def writes_window(samples: list[Sample], parts: list[dict[str, Any]]) -> tuple[Sample, Sample] | None:
+    """The first and last samples taken while every client process wrote (each part's `writes`:
+    when it began and ended, `time.time()`), or None if fewer than two were."""
+    began = max(p["writes"][0] for p in parts)
+    ended = min(p["writes"][1] for p in parts)
+    inside = [s for s in samples if began <= s.at <= ended]
+    return (inside[0], inside[-1]) if len(inside) >= 2 else None
+
+
+def server_us_per_answer(parts: list[dict[str, Any]], first: Sample, last: Sample) -> float:
+    """The server's CPU between two samples over the answers the client processes had in that
+    time (each part's `latencies`: when answered, and after how long), in µs."""
+    answered = sum(1 for p in parts for at, _ in p["latencies"] if first.at <= at <= last.at)
+    return round(1e6 * (last.server_cpu - first.server_cpu) / max(answered, 1), 1)
 
 
 def run_all(backends: list[str], streams: int, seconds: float, client_procs: int, workers: int) -> dict[str, Any]:

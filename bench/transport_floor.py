@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import multiprocessing
 import random
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from typing import Any
 import grpc
 
 from bench.procs import free_port, process_cpu_seconds
-from bench.slow_writers import SETUP_WAVE
+from bench.slow_writers import SETUP_WAVE, CpuSampler, server_us_per_answer, writes_window
 from bench.stats import latency_ms
 from sessionlog_server.config import Settings
 from sessionlog_server.transport.collector import DEFAULT_THRESHOLDS, tune_collector
@@ -103,12 +102,12 @@ async def _streams(target: str, payload: bytes, streams: int, per_stream: int) -
 async def _paced_streams(target: str, count: int, seconds: float, per_channel: int) -> dict[str, Any]:
     """`count` streams, set up in waves of `SETUP_WAVE` (each its first message and answer, as a
     writer's open), then one message a second each (random phases), each message timed to its
-    answer; a stream that fails is counted by its status and not reopened. Also when each answer
-    came and when the writes began and ended (`time.time()`), for the server's CPU in them."""
+    answer (when it came, `time.time()`, and after how long, as the slow writers record theirs);
+    a stream that fails is counted by its status and not reopened. Also when the writes began and
+    ended, for the server's CPU in them (`slow_writers.writes_window`)."""
     channels = [grpc.aio.insecure_channel(target) for _ in range(-(-count // per_channel))]
     calls: list[Any] = []
-    taken: list[float] = []
-    answered: list[float] = []
+    latencies: list[tuple[float, float]] = []
     failed: Counter[str] = Counter()
 
     async def fail(call: Any) -> None:
@@ -131,8 +130,7 @@ async def _paced_streams(target: str, count: int, seconds: float, per_channel: i
                 sent = time.monotonic()
                 await call.write(b"x" * 64)  # a small event's size
                 await call.read()
-                taken.append(time.monotonic() - sent)
-                answered.append(time.time())
+                latencies.append((time.time(), time.monotonic() - sent))
                 await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - sent)))
             await call.done_writing()
         except (grpc.RpcError, asyncio.InvalidStateError):  # a write to a call that ended raises the latter
@@ -145,7 +143,7 @@ async def _paced_streams(target: str, count: int, seconds: float, per_channel: i
     ended = time.time()
     for channel in channels:
         await channel.close()
-    return {"taken": taken, "answered": answered, "writes": (began, ended), "failed": dict(failed)}
+    return {"latencies": latencies, "writes": (began, ended), "failed": dict(failed)}
 
 
 def _paced_part(target: str, count: int, seconds: float, per_channel: int) -> dict[str, Any]:
@@ -158,24 +156,18 @@ def slow_streams(streams: int, seconds: float, client_procs: int = 2, per_channe
     `client_procs` processes: answer latency, failed streams, the server's CPU over the whole
     run, and its CPU per message while the streams wrote (set-ups left out, as the slow writers'
     `writes_server_us_per_event` leaves theirs)."""
-    with _echo_server() as (pid, target), _cpu_samples(pid) as samples:
+    with _echo_server() as (pid, target), CpuSampler(lambda: [pid]) as samples:
         ctx = multiprocessing.get_context("spawn")
         cpu, start = process_cpu_seconds(pid), time.monotonic()
         with ctx.Pool(client_procs) as pool:
             share = -(-streams // client_procs)
             parts = pool.starmap(_paced_part, [(target, share, seconds, per_channel)] * client_procs)
         cpu, wall = process_cpu_seconds(pid) - cpu, time.monotonic() - start
-    taken = [t for part in parts for t in part["taken"]]
+    taken = [after for part in parts for _, after in part["latencies"]]
     failed: Counter[str] = Counter()
     for part in parts:
         failed.update(part["failed"])
-    began, ended = max(p["writes"][0] for p in parts), min(p["writes"][1] for p in parts)
-    inside = [(at, used) for at, used in samples if began <= at <= ended]
-    per_message = None
-    if len(inside) >= 2:
-        (first, used0), (last, used1) = inside[0], inside[-1]
-        answered = sum(1 for p in parts for at in p["answered"] if first <= at <= last)
-        per_message = round(1e6 * (used1 - used0) / max(answered, 1), 1)
+    window = writes_window(samples, parts)
     return {
         "streams": share * client_procs,
         "seconds": seconds,
@@ -184,29 +176,8 @@ def slow_streams(streams: int, seconds: float, client_procs: int = 2, per_channe
         "failures": dict(failed),
         **latency_ms(taken),
         "server_cpu_pct": round(100 * cpu / wall, 1),
-        "server_us_per_message": per_message,
+        "server_us_per_message": server_us_per_answer(parts, *window) if window else None,
     }
-
-
-@contextlib.contextmanager
-def _cpu_samples(pid: int, every_s: float = 0.25) -> Iterator[list[tuple[float, float]]]:
-    """(`time.time()`, CPU seconds of `pid`) every `every_s` while the block runs."""
-    samples: list[tuple[float, float]] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while True:
-            samples.append((time.time(), process_cpu_seconds(pid)))
-            if stop.wait(every_s):
-                return
-
-    sampler = threading.Thread(target=sample, daemon=True, name="echo-cpu")
-    sampler.start()
-    try:
-        yield samples
-    finally:
-        stop.set()
-        sampler.join()
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from sessionlog.errors import from_rpc_error
+from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.servers import ServerProcess
 
 SERVICE = "/sessionlog.v1.SessionService/"
@@ -58,6 +59,21 @@ def test_undecodable_requests_are_invalid_argument(raw_server: ServerProcess, pa
         write = channel.stream_stream(SERVICE + "Write", request_serializer=_identity, response_deserializer=_identity)
         with pytest.raises(grpc.RpcError) as refused:
             list(write(iter([payload]), timeout=10))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert from_rpc_error(refused.value).reason == "MALFORMED_REQUEST"
+    assert not any("Traceback" in line for line in raw_server.log), "\n".join(raw_server.log)
+
+
+@pytest.mark.parametrize("payload", CORRUPT)
+def test_an_undecodable_request_after_open_ends_the_writer_stream(raw_server: ServerProcess, payload: bytes) -> None:
+    opened = pb.WriteRequest(open=pb.OpenWriter(session_id=f"malformed-{payload.hex()}", create_if_missing=True))
+    with grpc.insecure_channel(raw_server.target) as channel:
+        write = channel.stream_stream(SERVICE + "Write", request_serializer=_identity, response_deserializer=_identity)
+        answers = write(iter([opened.SerializeToString(), payload]), timeout=10)
+        with pytest.raises(grpc.RpcError) as refused:
+            first = next(answers)
+            assert pb.WriteResponse.FromString(first).HasField("opened")
+            list(answers)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert from_rpc_error(refused.value).reason == "MALFORMED_REQUEST"
     assert not any("Traceback" in line for line in raw_server.log), "\n".join(raw_server.log)

@@ -15,7 +15,7 @@ import grpc
 from sessionlog.core.errors import Unauthenticated
 from sessionlog_server.service import access
 from sessionlog_server.tokens import TokenStore
-from sessionlog_server.transport.decoding import Undecodable, checked_stream, safe_deserializer
+from sessionlog_server.transport.decoding import Undecodable, safe_deserializer
 from sessionlog_server.transport.status import to_status
 
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -55,44 +55,40 @@ def _wrap(handler: grpc.RpcMethodHandler, principal: access.Principal | None, er
     """The same handler, with the principal bound (or the call refused) inside its context, and
     an undecodable request answered INVALID_ARGUMENT (see `decoding`)."""
 
-    def unary(fn: Callable[..., Awaitable[Any]], streamed: bool) -> Callable[..., Awaitable[Any]]:
+    def unary(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if error is not None:
                 await context.abort_with_status(to_status(error))
             access.bind(principal or access.ANONYMOUS)
             if isinstance(request, Undecodable):
                 await context.abort_with_status(to_status(request.error()))
-            return await fn(checked_stream(request) if streamed else request, context)
+            return await fn(request, context)
 
         return call
 
-    def streaming(fn: Callable[..., AsyncIterator[Any]], streamed: bool) -> Callable[..., AsyncIterator[Any]]:
+    def streaming(fn: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             if error is not None:
                 await context.abort_with_status(to_status(error))
             access.bind(principal or access.ANONYMOUS)
             if isinstance(request, Undecodable):
                 await context.abort_with_status(to_status(request.error()))
-            async for item in fn(checked_stream(request) if streamed else request, context):
+            async for item in fn(request, context):
                 yield item
 
         return call
 
     decode = safe_deserializer(handler.request_deserializer)
     if handler.unary_unary:
-        return grpc.unary_unary_rpc_method_handler(
-            unary(handler.unary_unary, False), decode, handler.response_serializer
-        )
+        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), decode, handler.response_serializer)
     if handler.unary_stream:
         return grpc.unary_stream_rpc_method_handler(
-            streaming(handler.unary_stream, False), decode, handler.response_serializer
+            streaming(handler.unary_stream), decode, handler.response_serializer
         )
     if handler.stream_stream:
         return grpc.stream_stream_rpc_method_handler(
-            streaming(handler.stream_stream, True), decode, handler.response_serializer
+            streaming(handler.stream_stream), decode, handler.response_serializer
         )
     if handler.stream_unary:
-        return grpc.stream_unary_rpc_method_handler(
-            unary(handler.stream_unary, True), decode, handler.response_serializer
-        )
+        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), decode, handler.response_serializer)
     return handler

@@ -4,15 +4,17 @@ answered INVALID_ARGUMENT with reason MALFORMED_REQUEST, and logged in one line.
 gRPC runs the request deserializer before any handler; when it raises, gRPC answers UNKNOWN with
 the exception's class name and logs a traceback, every time. The deserializer is wrapped so that
 it never raises: it hands the handler an `Undecodable` in place of the message, which the
-handler wrapper (`transport/auth.py`) turns into the status.
+handler wrapper (`transport/auth.py`) turns into the status, and a client stream's reader
+(`read_request`) raises as the status's error.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import structlog
 from google.protobuf.message import DecodeError
 
@@ -60,8 +62,16 @@ def check_request(request: Any) -> None:
         raise request.error()
 
 
-async def checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    """A request stream that raises MALFORMED_REQUEST at the first undecodable message."""
-    async for request in requests:
-        check_request(request)
-        yield request
+async def read_request(context: grpc.aio.ServicerContext) -> Any | None:
+    """The next message of a client stream, or None once the client stopped sending; raises
+    MALFORMED_REQUEST for a message that could not be decoded.
+
+    Client streams are read with `context.read()`, never through the request iterator gRPC
+    hands the handler: that iterator keeps the message it handed out last until the next one
+    arrives, so a stream that went quiet would keep its last request, payload and all, for as
+    long as it stays open (one agent's tool result of megabytes, per idle agent)."""
+    message = await context.read()
+    if message is grpc.aio.EOF:
+        return None
+    check_request(message)
+    return message

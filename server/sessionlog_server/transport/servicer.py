@@ -29,6 +29,7 @@ from sessionlog_server.service.projections import Scope, fold_scope, history_pag
 from sessionlog_server.service.writer_stream import HeaderAcked, OpenRequest, WriterStream
 from sessionlog_server.storage.records import SessionRecord
 from sessionlog_server.transport import status
+from sessionlog_server.transport.decoding import read_request
 from sessionlog_server.transport.status import note
 
 
@@ -322,13 +323,14 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     async def Write(
         self, request_iterator: AsyncIterator[pb.WriteRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WriteResponse]:
+        # The requests are read with `read_request`, never through `request_iterator` (see there).
         # A stream counts against the limit from its first byte, and must open in time: a
         # client that opens streams and sends nothing cannot hold slots for free.
         self.service.open_stream()
         try:
             timeout = self.service.settings.writer_open_timeout_s
             try:
-                first = await asyncio.wait_for(anext(aiter(request_iterator), None), timeout)
+                first = await asyncio.wait_for(read_request(context), timeout)
             except TimeoutError:
                 raise ValidationError(
                     "WRITER_OPEN_TIMEOUT",
@@ -340,14 +342,12 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                 raise ValidationError(
                     "WRITER_NOT_OPENED", "the first message on a writer stream must be `open`", field="open"
                 )
-            async for response in self._write(first.open, request_iterator):
+            async for response in self._write(first.open, context):
                 yield response
         finally:
             self.service.close_stream()
 
-    async def _write(
-        self, opened: pb.OpenWriter, request_iterator: AsyncIterator[pb.WriteRequest]
-    ) -> AsyncIterator[pb.WriteResponse]:
+    async def _write(self, opened: pb.OpenWriter, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WriteResponse]:
         """The writer stream after its `open` message (the protocol is service/writer_stream.py)."""
         stream = WriterStream(self.service)
         granted = await stream.open(
@@ -362,7 +362,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         )
         holder = granted.holder
         note(session_id=holder.session_id, writer_id=holder.writer_id, epoch=holder.epoch)
-        pump = asyncio.ensure_future(self._pump(request_iterator, stream))
+        pump = asyncio.ensure_future(self._pump(context, stream))
         try:
             welcome = pb.WriterOpened(
                 lease=lease_to_pb(granted.record), next_seq=granted.next_seq, lease_token=granted.lease_token
@@ -385,30 +385,42 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
             note(seqs=None if stream.first_seq is None else [stream.first_seq, stream.last_seq])
             await stream.finish()
 
-    async def _pump(self, requests: AsyncIterator[pb.WriteRequest], stream: WriterStream) -> None:
+    async def _pump(self, context: grpc.aio.ServicerContext, stream: WriterStream) -> None:
         """Hand requests to the stream as they arrive, without waiting for commits."""
         try:
-            async for request in requests:
-                kind = request.WhichOneof("kind")
-                if kind in ("batch", "batches"):
-                    for batch in [request.batch] if kind == "batch" else request.batches.batches[:]:
-                        decoded = decode_events(batch.events, self.service.limits)
-                        await stream.batch(batch.batch_id, optional_field(batch, "expected_next_seq"), decoded)
-                elif kind == "header":
-                    header = convert.data_from_bytes(request.header.header_json, what="header")
-                    await stream.header(request.header.batch_id, header)
-                elif kind == "close":
-                    stream.close()
+            while True:
+                request = await read_request(context)
+                if request is None:
+                    # The request stream ended without `close`. gRPC reports a writer process that
+                    # died this way too, so it cannot count as a release: the lease is left to lapse.
+                    stream.requests_ended()
                     return
-                else:
-                    raise ValidationError("WRITER_ALREADY_OPEN", "`open` may only be the first message", field="open")
-            # The request stream ended without `close`. gRPC reports a writer process that died
-            # this way too, so it cannot count as a release: the lease is left to lapse.
-            stream.requests_ended()
+                if await self._hand_over(request, stream):
+                    return
+                # While the stream waits for its next request, nothing of this one (its payload,
+                # on the wire and decoded) stays alive: an idle agent's stream costs no memory.
+                del request
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
             stream.failed(exc)
+
+    async def _hand_over(self, request: pb.WriteRequest, stream: WriterStream) -> bool:
+        """Give one request to the stream; True when it was `close`."""
+        kind = request.WhichOneof("kind")
+        if kind in ("batch", "batches"):
+            for batch in [request.batch] if kind == "batch" else request.batches.batches[:]:
+                decoded = decode_events(batch.events, self.service.limits)
+                await stream.batch(batch.batch_id, optional_field(batch, "expected_next_seq"), decoded)
+        elif kind == "header":
+            header = convert.data_from_bytes(request.header.header_json, what="header")
+            await stream.header(request.header.batch_id, header)
+        elif kind == "close":
+            stream.close()
+            return True
+        else:
+            raise ValidationError("WRITER_ALREADY_OPEN", "`open` may only be the first message", field="open")
+        return False
 
 
 def _seq_range(result: AppendResult) -> list[int] | None:

@@ -143,6 +143,8 @@ class GroupCommitter:
                 self._run_call(call)
             elif group is not None:
                 self._commit(group)
+            # While it waits for more, the thread holds nothing of this (a group's events).
+            del head, call, group
 
     def _take_group(self) -> list[_Item]:
         """The batches at the head of the queue, up to `max_batches` (called under the lock)."""

@@ -178,6 +178,7 @@ async def follow(
             if subscriber.overflowed:
                 subscriber.reset()  # still replaying from the log: the queue is not needed yet
         yield next_seq
+        del page  # nothing of the replay stays alive while the subscription waits
         while True:
             batch = await subscriber.next_batch(poll_s)
             if subscriber.overflowed:
@@ -202,6 +203,7 @@ async def follow(
                 metrics.subscription_lag.observe(max(0, now_ms() - fresh[-1].time) / 1000)
                 yield fresh
                 next_seq = subscriber.next_seq = fresh[-1].seq + 1
+            del batch, fresh  # nor anything of what was sent, while it waits for more
     finally:
         metrics.subscribers.dec()
         hub.unsubscribe(session_id, subscriber)

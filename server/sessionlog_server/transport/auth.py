@@ -7,6 +7,7 @@ load balancers and tools can probe without a token.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -55,7 +56,7 @@ def _wrap(handler: grpc.RpcMethodHandler, principal: access.Principal | None, er
     """The same handler, with the principal bound (or the call refused) inside its context, and
     an undecodable request answered INVALID_ARGUMENT (see `decoding`)."""
 
-    def unary(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    def coroutine(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if error is not None:
                 await context.abort_with_status(to_status(error))
@@ -66,7 +67,7 @@ def _wrap(handler: grpc.RpcMethodHandler, principal: access.Principal | None, er
 
         return call
 
-    def streaming(fn: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    def generator(fn: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             if error is not None:
                 await context.abort_with_status(to_status(error))
@@ -80,15 +81,18 @@ def _wrap(handler: grpc.RpcMethodHandler, principal: access.Principal | None, er
 
     decode = safe_deserializer(handler.request_deserializer)
     if handler.unary_unary:
-        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), decode, handler.response_serializer)
+        return grpc.unary_unary_rpc_method_handler(coroutine(handler.unary_unary), decode, handler.response_serializer)
     if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(
-            streaming(handler.unary_stream), decode, handler.response_serializer
-        )
+        # A server-streaming handler yields its responses or sends them with `context.write`;
+        # gRPC tells which from the function it is given, so the wrapper is of the same kind.
+        wrapped = generator if inspect.isasyncgenfunction(handler.unary_stream) else coroutine
+        return grpc.unary_stream_rpc_method_handler(wrapped(handler.unary_stream), decode, handler.response_serializer)
     if handler.stream_stream:
         return grpc.stream_stream_rpc_method_handler(
-            streaming(handler.stream_stream), decode, handler.response_serializer
+            generator(handler.stream_stream), decode, handler.response_serializer
         )
     if handler.stream_unary:
-        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), decode, handler.response_serializer)
+        return grpc.stream_unary_rpc_method_handler(
+            coroutine(handler.stream_unary), decode, handler.response_serializer
+        )
     return handler

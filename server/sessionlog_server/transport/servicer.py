@@ -1,8 +1,8 @@
 """The gRPC servicer of sessionlog.v1.SessionService: convert, delegate, convert back.
 
 No SQL and no error mapping here: requests become core values (`sessionlog.convert`), the use
-case runs in `SessionLogService`, and `status.unary` / `status.streaming` turn exceptions into
-rich statuses. The only checks are of a request's own shape (a seq range, `open` as the first
+case runs in `SessionLogService`, and the `status` decorators turn exceptions into rich
+statuses. The only checks are of a request's own shape (a seq range, `open` as the first
 writer message), which need no session state.
 """
 
@@ -209,19 +209,22 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
             for page in pages(events, max_bytes):
                 yield pb.ReadEventsResponse(events=page)
 
-    @status.streaming
-    async def SubscribeEvents(
+    @status.written
+    async def SubscribeEvents(  # type: ignore[override]  # the stubs know only the yielding form
         self, request: pb.SubscribeEventsRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.SubscribeEventsResponse]:
+    ) -> None:
+        # Responses go out with `context.write`, not `yield`: gRPC, and each wrapper around a
+        # generator, keeps the response yielded last until the next one, so a quiet
+        # subscription would keep its last page of events for as long as it stays quiet.
         max_bytes = self.service.settings.read_page_bytes
         self.service.open_stream()
         try:
             async for item in self.service.subscribe(request.session_id, request.from_seq):
                 if isinstance(item, int):
-                    yield pb.SubscribeEventsResponse(caught_up=pb.CaughtUp(next_seq=item))
-                    continue
-                for page in pages(item, max_bytes):
-                    yield pb.SubscribeEventsResponse(events=pb.EventBatch(events=page))
+                    await context.write(pb.SubscribeEventsResponse(caught_up=pb.CaughtUp(next_seq=item)))
+                else:
+                    await _send_events(context, item, max_bytes)
+                del item
         finally:
             self.service.close_stream()
 
@@ -421,6 +424,12 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         else:
             raise ValidationError("WRITER_ALREADY_OPEN", "`open` may only be the first message", field="open")
         return False
+
+
+async def _send_events(context: grpc.aio.ServicerContext, events: list[Event], max_bytes: int) -> None:
+    """A subscription's batch of events, in responses of about `max_bytes` each."""
+    for page in pages(events, max_bytes):
+        await context.write(pb.SubscribeEventsResponse(events=pb.EventBatch(events=page)))
 
 
 def _seq_range(result: AppendResult) -> list[int] | None:

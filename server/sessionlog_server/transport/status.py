@@ -93,6 +93,17 @@ def _failure_code(exc: BaseException) -> str:
 
 def unary(method: F) -> F:
     """Map errors raised by a unary handler to rich statuses."""
+    return _mapped(method)
+
+
+def written(method: F) -> F:
+    """Map errors raised by a streaming handler that sends its responses with `context.write`
+    (rather than by yielding them) to rich statuses."""
+    return _mapped(method)
+
+
+def _mapped(method: F) -> F:
+    """A coroutine handler whose errors end the call with their rich status (`abort`)."""
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -24,23 +24,27 @@ from tests.support.servers import ServerThread
 
 @dataclass(frozen=True, slots=True)
 class _FailingOnce(SnapshotPolicy):
-    """Due after every batch; the first snapshot of a fold at `fail_at` events fails (a bug in
-    encoding it)."""
+    """Due after every batch; the first snapshot of the session's fold at `fail_at` events
+    fails (a bug in encoding it). Other sessions' snapshots never fail: on PostgreSQL the
+    database is shared, and this server's repair sweep may write to other tests' sessions."""
 
     fail_at: int
+    session_id: str
     failures: list[int]
 
     def stored(self, session_id: str, fold: SessionFold) -> StoredSnapshot:  # type: ignore[override]
-        if fold.next_seq == self.fail_at and not self.failures:
+        if session_id == self.session_id and fold.next_seq == self.fail_at and not self.failures:
             self.failures.append(fold.next_seq)
             raise RuntimeError("taking the snapshot failed")
         return SnapshotPolicy.stored(session_id, fold)
 
 
 @pytest.fixture
-def failing_snapshot_server(fresh_db: str) -> Iterator[ServerThread]:
+def failing_snapshot_server(fresh_db: str, sid: str) -> Iterator[ServerThread]:
     with ServerThread(fresh_db) as server:
-        server.service.appends.snapshots = _FailingOnce(every_events=1, every_bytes=1 << 30, fail_at=2, failures=[])
+        server.service.appends.snapshots = _FailingOnce(
+            every_events=1, every_bytes=1 << 30, fail_at=2, session_id=sid, failures=[]
+        )
         yield server
 
 

@@ -466,8 +466,10 @@ class AsyncWriter(base.WriterView):
                 await self._outbox_ready.wait()
                 self._outbox_ready.clear()
                 queued, self._outbox = self._outbox, []
-                for request in coalesce(queued):
-                    await call.write(request)
+                await _write_coalesced(call, queued)
+                # Waiting for more, the writer holds nothing of what it sent (its core keeps the
+                # batches not yet acknowledged, to send again after a reconnect).
+                del queued
         except (grpc.RpcError, asyncio.InvalidStateError) as exc:
             error = from_rpc_error(exc) if isinstance(exc, grpc.RpcError) else Unavailable("STREAM_ENDED", str(exc))
             self._broken(call, error)
@@ -478,8 +480,8 @@ class AsyncWriter(base.WriterView):
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     break
-                for pending, result in self._core.acknowledged(response):
-                    settle(pending, result)
+                self._settle(response)
+                del response  # waiting for the next answer, the writer holds nothing of this one
             if self._core.pending and not self._core.closed:
                 self._broken(
                     call,
@@ -487,6 +489,11 @@ class AsyncWriter(base.WriterView):
                 )
         except grpc.RpcError as exc:
             self._broken(call, from_rpc_error(exc))
+
+    def _settle(self, response: pb.WriteResponse) -> None:
+        """Resolve what one answer acknowledges."""
+        for pending, result in self._core.acknowledged(response):
+            settle(pending, result)
 
     def _broken(self, call: Any, error: SessionLogError) -> None:
         """The stream `call` failed: recover once (a stale call's late failure is ignored)."""
@@ -509,3 +516,9 @@ class AsyncWriter(base.WriterView):
                 recovery.failed(exc)
         for pending in self._core.fail(recovery.error):
             reject(pending, recovery.error)
+
+
+async def _write_coalesced(call: Any, requests: list[pb.WriteRequest]) -> None:
+    """Write `requests` on the stream, runs of batches merged into one message (`coalesce`)."""
+    for request in coalesce(requests):
+        await call.write(request)

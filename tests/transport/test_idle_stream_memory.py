@@ -4,7 +4,8 @@ A host runs many agents, each with a writer stream open for as long as it lives,
 idle most of the time; a dashboard follows sessions that are mostly quiet. Had a stream kept
 its last request (or a subscription its last page) until the next one came, the server would
 hold each idle agent's last event (a tool result of megabytes) twice over, decoded and on the
-wire, and each quiet subscription up to a page of events, for as long as they stay quiet.
+wire, and each quiet subscription up to a page of events, for as long as they stay quiet. The
+same holds for a harness running many agents over one asyncio client.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import grpc
 from google.protobuf.message import Message
 
 from sessionlog import convert
+from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.convert import DecodedEvent
 from sessionlog.core.events import Event, NewEvent
@@ -121,3 +123,17 @@ def test_an_idle_subscription_keeps_none_of_the_events_it_was_sent_live(
     marker = f"marker-{uuid.uuid4().hex}"
     client.create_session(sid)
     assert _followed(server, sid, marker, lambda: _append_marked(client, sid, marker)) == []
+
+
+def test_an_idle_asyncio_writer_keeps_none_of_its_acknowledged_events(server: ServerThread, sid: str) -> None:
+    marker = f"marker-{uuid.uuid4().hex}"
+
+    async def scenario() -> list[str]:
+        async with (
+            AsyncSessionLogClient(server.target) as client,
+            await client.writer(sid, create_if_missing=True) as w,
+        ):
+            await (await w.append([_marked(marker)]))
+            return await asyncio.to_thread(_holding, marker)  # client and server alike
+
+    assert asyncio.run(scenario()) == []

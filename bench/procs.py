@@ -138,12 +138,12 @@ class Server:
     def cpu_seconds(self, pids: list[int] | None = None) -> float:
         """User + system CPU time of the server's processes so far (`pids`, found again unless
         given: a caller reading both counters finds them once)."""
-        return sum(process_cpu_seconds(pid) for pid in (self.pids() if pids is None else pids))
+        return processes_cpu_seconds(self.pids() if pids is None else pids)
 
     def waiting_seconds(self, pids: list[int] | None = None) -> float:
         """How long the threads of the server's processes (`pids`, as for `cpu_seconds`) have
         been runnable but without a core (`process_waiting_seconds`)."""
-        return sum(process_waiting_seconds(pid) for pid in (self.pids() if pids is None else pids))
+        return processes_waiting_seconds(self.pids() if pids is None else pids)
 
     def memory_mb(self) -> dict[str, float]:
         """VmRSS and VmHWM (peak RSS) of the server process, in MB."""
@@ -233,6 +233,16 @@ def process_waiting_seconds(pid: int) -> float:
         except (OSError, IndexError, ValueError):  # the thread ended meanwhile
             continue
     return waited / 1e9
+
+
+def processes_cpu_seconds(pids: list[int]) -> float:
+    """`process_cpu_seconds` summed over several processes (a server and its workers)."""
+    return sum(process_cpu_seconds(pid) for pid in pids)
+
+
+def processes_waiting_seconds(pids: list[int]) -> float:
+    """`process_waiting_seconds` summed over several processes."""
+    return sum(process_waiting_seconds(pid) for pid in pids)
 
 
 def machine_cpu_seconds() -> tuple[float, float]:

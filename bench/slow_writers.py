@@ -32,8 +32,8 @@ from bench.procs import (
     Server,
     each_backend,
     machine_cpu_seconds,
-    process_cpu_seconds,
-    process_waiting_seconds,
+    processes_cpu_seconds,
+    processes_waiting_seconds,
     section_main,
     unavailable_row,
 )
@@ -223,8 +223,7 @@ class CpuSampler:
         while True:
             busy, total = machine_cpu_seconds()
             pids = self.pids()  # one scan of /proc for both counters
-            cpu = sum(process_cpu_seconds(pid) for pid in pids)
-            waiting = sum(process_waiting_seconds(pid) for pid in pids)
+            cpu, waiting = processes_cpu_seconds(pids), processes_waiting_seconds(pids)
             self.samples.append(Sample(time.time(), cpu, waiting, busy, total))
             if self._stop.wait(self.EVERY_S):
                 return

@@ -480,7 +480,7 @@ class AsyncWriter(base.WriterView):
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     break
-                self._settle(response)
+                self._settle_answer(response)
                 del response  # waiting for the next answer, the writer holds nothing of this one
             if self._core.pending and not self._core.closed:
                 self._broken(
@@ -490,7 +490,7 @@ class AsyncWriter(base.WriterView):
         except grpc.RpcError as exc:
             self._broken(call, from_rpc_error(exc))
 
-    def _settle(self, response: pb.WriteResponse) -> None:
+    def _settle_answer(self, response: pb.WriteResponse) -> None:
         """Resolve what one answer acknowledges."""
         for pending, result in self._core.acknowledged(response):
             settle(pending, result)

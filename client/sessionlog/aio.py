@@ -482,11 +482,8 @@ class AsyncWriter(base.WriterView):
                     break
                 self._settle_answer(response)
                 del response  # waiting for the next answer, the writer holds nothing of this one
-            if self._core.pending and not self._core.closed:
-                self._broken(
-                    call,
-                    Unavailable("STREAM_ENDED", "the server ended the writer stream before acknowledging every batch"),
-                )
+            if not self._core.closed:  # idle or not, the writer goes on: reconnect as after any cut
+                self._broken(call, base.stream_ended())
         except grpc.RpcError as exc:
             self._broken(call, from_rpc_error(exc))
 

@@ -466,6 +466,12 @@ class WriterCore:
         return failed
 
 
+def stream_ended() -> Unavailable:
+    """The service ended a writer stream the writer had not closed (without an error: a server
+    that ends streams this way when it stops). Transient, like a cut: the writer reconnects."""
+    return Unavailable("STREAM_ENDED", "the server ended the writer stream before the writer closed it")
+
+
 class Recovery:
     """The reconnects of a writer whose stream broke: iterating gives the wait before each
     attempt, for as long as the failure is transient (and only if the writer was open when the

@@ -464,9 +464,6 @@ class Writer(base.WriterView):
         requests: queue.Queue[Any] = queue.Queue()
         with self._lock:
             requests.put(self._core.open_request(takeover, resume))
-            for request in self._core.resend():  # after a reconnect: what was not acknowledged
-                requests.put(request)
-            self._requests = requests
         call = self._stub.Write(_coalescing(requests))
         try:
             first = next(call, None)
@@ -476,6 +473,16 @@ class Writer(base.WriterView):
         try:
             with self._lock:
                 self._core.opened(first)
+                # Only now, once the lease is known to be this writer's own, what was not
+                # acknowledged goes again: sent along with `open`, it was appended under a lease
+                # that had passed to another writer meanwhile, and then reported as failed.
+                # Batches appended while reconnecting are pending too, so they follow in order.
+                for request in self._core.resend():
+                    requests.put(request)
+                self._requests = requests
+                if self._core.closed:  # ended while this stream opened: its `close` went nowhere
+                    requests.put(CLOSE_REQUEST)
+                    requests.put(_END)
         except SessionLogError:
             requests.put(CLOSE_REQUEST)  # give back a lease granted by mistake; the stream then ends
             requests.put(_END)
@@ -491,11 +498,9 @@ class Writer(base.WriterView):
                 for pending, result in done:
                     settle(pending, result)
             with self._lock:
-                unacknowledged = bool(self._core.pending) and not self._core.closed
-            if unacknowledged:
-                self._recover(
-                    Unavailable("STREAM_ENDED", "the server ended the writer stream before acknowledging every batch")
-                )
+                closed = self._core.closed
+            if not closed:  # idle or not, the writer goes on: reconnect as after any cut
+                self._recover(base.stream_ended())
         except grpc.RpcError as exc:
             self._recover(from_rpc_error(exc))
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sessionlog.client import SessionLogClient
-from tests.support.events import note
+from sessionlog.core.errors import WriterHeld
+from tests.support.events import note, turn_end, turn_start, user
 from tests.support.servers import ServerProcess
+
+HEADER = {"config": {"provider": "acme", "model": "m-1"}}
 
 
 def test_restart_keeps_every_acknowledged_event(fresh_db: str, sid: str) -> None:
@@ -32,22 +37,38 @@ def test_restart_keeps_every_acknowledged_event(fresh_db: str, sid: str) -> None
             server.kill()
 
 
-def test_graceful_shutdown_releases_stream_leases(tmp_path: Path, sid: str) -> None:
-    # The writer's stream stays open and idle on purpose: the service ends it at once when it
-    # stops (acknowledging what it has, releasing the lease) instead of waiting out the grace
-    # period, which is set far beyond `terminate`'s 60 s wait so that waiting would fail the test.
+def test_a_writer_goes_on_in_its_lease_across_a_graceful_restart(tmp_path: Path, sid: str) -> None:
+    # The writer's stream stays open and idle, mid-turn, on purpose. The service ends it at once
+    # when it stops (acknowledging what it has) instead of waiting out the grace period, which
+    # is set far beyond `terminate`'s 60 s wait so that waiting would fail the test. It ends it
+    # with SHUTTING_DOWN and leaves the lease live: the writer reconnects with its token once the
+    # service is back, the start-up repair leaves its open turn alone, and its lease goes on
+    # (the same header is not logged again as a `resume`).
     server = ServerProcess(f"sqlite:///{tmp_path / 'g.db'}", env={"SESSIONLOG_SHUTDOWN_GRACE_S": "600"}).start()
     try:
         with SessionLogClient(server.target) as client:
             client.create_session(sid)
-            writer = client.writer(sid, reconnect_attempts=0)
-            writer.append([note(0)]).result()
-            assert server.terminate() == 0
-        server.start()
-        with SessionLogClient(server.target) as client:
-            assert client.get_session(sid).lease is None  # released at shutdown, not left to expire
-            with client.writer(sid) as again:
-                assert again.append([note(1)]).result().seqs == [1]
+            with client.writer(sid) as writer:
+                assert writer.report_header(HEADER).result().reason == "initial"
+                assert writer.append([user("go"), turn_start(1)]).result().seqs == [2, 3]  # 1: the system head
+                assert server.terminate() == 0
+                server.start()
+                assert writer.append([turn_end(1)]).result(timeout=60).seqs == [4]
+                assert writer.reconnects == 1
+                assert writer.report_header(HEADER).result().reason is None
+                with pytest.raises(WriterHeld):
+                    client.writer(sid)
+            events = list(client.read_events(sid))
+            assert [e.type for e in events] == [
+                "request/header",
+                "system/message",
+                "user/message",
+                "turn/start",
+                "turn/end",
+            ]
+            assert events[-1].data["reason"] == {"kind": "completed"}  # the writer's, not a repair's
+            assert client.get_session(sid).lease is None  # closed: given back
+        assert server.terminate() == 0
     finally:
         if server.proc and server.proc.poll() is None:
             server.kill()

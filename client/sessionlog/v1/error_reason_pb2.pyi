@@ -1040,15 +1040,19 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Retry with the same eventIds: events that did commit return their original seqs.
     """
     SHUTTING_DOWN: _ErrorReason.ValueType  # 122
-    """The service instance is shutting down.
+    """The service instance is shutting down. Open writer streams end with it once what they sent
+    is acknowledged; their leases stay live, so each writer reconnects with its lease token and
+    goes on in the same lease.
 
     Code: UNAVAILABLE
     Metadata: none
     Raised by: service
-    Client: Retry with the same eventIds, against another instance or after the restart.
+    Client: Retry with the same eventIds, against another instance or after the restart (the
+      client libraries' writers reconnect on their own).
     """
     STREAM_ENDED: _ErrorReason.ValueType  # 123
-    """The server ended a writer stream before acknowledging every batch.
+    """The server ended a writer stream the writer had not closed, or a subscription, without an
+    error (a server that ends its streams this way when it stops).
 
     Code: UNAVAILABLE
     Metadata: none
@@ -2223,15 +2227,19 @@ Raised by: service
 Client: Retry with the same eventIds: events that did commit return their original seqs.
 """
 SHUTTING_DOWN: ErrorReason.ValueType  # 122
-"""The service instance is shutting down.
+"""The service instance is shutting down. Open writer streams end with it once what they sent
+is acknowledged; their leases stay live, so each writer reconnects with its lease token and
+goes on in the same lease.
 
 Code: UNAVAILABLE
 Metadata: none
 Raised by: service
-Client: Retry with the same eventIds, against another instance or after the restart.
+Client: Retry with the same eventIds, against another instance or after the restart (the
+  client libraries' writers reconnect on their own).
 """
 STREAM_ENDED: ErrorReason.ValueType  # 123
-"""The server ended a writer stream before acknowledging every batch.
+"""The server ended a writer stream the writer had not closed, or a subscription, without an
+error (a server that ends its streams this way when it stops).
 
 Code: UNAVAILABLE
 Metadata: none

@@ -138,19 +138,20 @@ class SessionLogService:
         log.info("start-up repair done", sessions=len(repaired))
 
     def end_writer_streams(self) -> None:
-        """Shutdown begins: every open writer stream acknowledges what it has and ends."""
+        """Shutdown begins: every open writer stream acknowledges what it has and ends with
+        `SHUTTING_DOWN`."""
         for stream in list(self.writer_streams):
             stream.end_for_shutdown()
 
     async def stop(self) -> None:
-        """Commit what is queued, release stream leases, stop background tasks."""
+        """Commit what is queued, stop background tasks (open writer streams' leases stay live
+        for their writers' reconnects: see `WriterStream.end_for_shutdown`)."""
         for task in (self._startup_repair, self._keeper, self._repairer):
             if task is not None:
                 task.cancel()
         if self.changes is not None:
             self.changes.stop()
         await self.committer.drain_and_stop()
-        self.leases.release_stream_leases()
         self.reader.close()
 
     # --- streams ------------------------------------------------------------------------

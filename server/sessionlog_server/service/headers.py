@@ -18,6 +18,7 @@ from sessionlog_server.service import access
 if TYPE_CHECKING:
     from sessionlog_server.service.app import SessionLogService
     from sessionlog_server.service.leases import LeaseHolder
+    from sessionlog_server.service.live import LiveSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,16 @@ class HeaderReport:
         return self.reason is not None
 
 
+def reported_first_of_lease(live: LiveSession) -> bool:
+    """Whether a header reported now is the first of the current writer lease (SPEC §6
+    `resume`): none in the log since the lease began. The beginning is kept in the sessions row
+    (`lease_since_seq`), and a holder taking its own lease again keeps it, so a writer that
+    reconnects, even to a restarted service, goes on in the same lease. A header planned but
+    not yet durable counts (the fold has it; a failed commit reloads the session)."""
+    latest = live.fold.latest_header
+    return latest is None or latest.seq < (live.record.lease_since_seq or 0)
+
+
 async def start_header_report(
     service: SessionLogService, holder: LeaseHolder, header: dict[str, Any]
 ) -> asyncio.Future[HeaderReport]:
@@ -44,7 +55,7 @@ async def start_header_report(
     live = await service.live.get(holder.session_id)
     async with live.lock:
         service.appends.check_writer(live, writer_id, epoch)
-        decision = live.fold.decide_header(header, first_of_lease=not live.header_reported)
+        decision = live.fold.decide_header(header, first_of_lease=reported_first_of_lease(live))
         done: asyncio.Future[HeaderReport] = asyncio.get_running_loop().create_future()
         if decision.data_to_append is None:
             latest = live.fold.latest_header
@@ -52,14 +63,9 @@ async def start_header_report(
             return done
         event = NewEvent(type=REQUEST_HEADER, data=decision.data_to_append)
         committed = service.appends.plan_and_commit(live, writer_id, epoch, [event])
-        live.header_reported = True
 
     async def finish() -> HeaderReport:
-        try:
-            result = await committed
-        except BaseException:
-            live.header_reported = False
-            raise
+        result = await committed
         return HeaderReport(decision.reason, decision.starts_series, result.seqs[0], decision.changed_fields)
 
     return asyncio.ensure_future(finish())

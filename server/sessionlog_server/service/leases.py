@@ -98,7 +98,6 @@ class LeaseManager:
     """Leases proven or granted here, so an append checks its token without a database read."""
     _streams: dict[str, LeaseHolder] = field(init=False, default_factory=dict)
     """The lease each open writer stream holds, renewed by `keep_stream_leases`."""
-    _shutting_down: bool = field(init=False, default=False)
 
     # --- the caller's use cases (check access first) ----------------------------------------
 
@@ -183,7 +182,7 @@ class LeaseManager:
                 live = await self.live.get(session_id)
             await self.catch_up(live, record)  # another instance wrote meanwhile
         live.record = record
-        live.epoch, live.header_reported = record.epoch, False
+        live.epoch = record.epoch
         self.live.set_writer(live, wid)
         log.info("lease granted", session_id=session_id, writer_id=wid, epoch=record.epoch, takeover=takeover)
         return grant
@@ -219,15 +218,20 @@ class LeaseManager:
         """A writer stream ended: give its lease back, or, if the stream broke, let it lapse.
 
         A stream the writer ended (or the service ended with an error it reported) releases
-        its lease. A broken stream (the writer's process or connection died) stops renewing
-        it instead: the writer may reconnect with its token while the lease is live, and once
-        it lapses, an open turn is repaired exactly as for a unary writer (SPEC §8).
+        its lease. A broken stream (the writer's process or connection died, or the service is
+        stopping) stops renewing it instead: the writer may reconnect with its token while the
+        lease is live, and once it lapses, an open turn is repaired exactly as for a unary
+        writer (SPEC §8).
         """
         if self._streams.get(holder.session_id) != holder:
             return  # taken over, or granted again by a reconnect
         del self._streams[holder.session_id]
-        if broken and not self._shutting_down:
-            log.info("writer stream broke; its lease will lapse", session_id=holder.session_id, epoch=holder.epoch)
+        if broken:
+            log.info(
+                "writer stream ended without close; its lease is left to a reconnect or to lapse",
+                session_id=holder.session_id,
+                epoch=holder.epoch,
+            )
             return
         await self.release(holder)
 
@@ -260,19 +264,6 @@ class LeaseManager:
                 self._forget(holder)
                 if self._streams.get(holder.session_id) == holder:
                     del self._streams[holder.session_id]
-
-    def begin_shutdown(self) -> None:
-        """The service is closing its streams itself: their leases are released, not left to lapse."""
-        self._shutting_down = True
-
-    def release_stream_leases(self) -> None:
-        """At shutdown: give back the leases of the streams still open (blocking, best effort)."""
-        for holder in list(self._streams.values()):
-            try:
-                self.recorder.release_lease(holder.session_id, holder.token_hash, holder.epoch)
-            except SessionLogError:
-                log.warning("lease release failed at shutdown", session_id=holder.session_id)
-        self._streams.clear()
 
     @property
     def open_stream_leases(self) -> int:

@@ -47,8 +47,6 @@ class LiveSession:
     """The writer this instance granted the lease to (None: none); set by `LiveSessions.set_writer`."""
     epoch: int = 0
     valid: bool = True
-    header_reported: bool = False
-    """Whether the current lease has reported a request header yet (SPEC §6 `resume`)."""
     in_flight: int = 0
     """Batches applied to the fold but not yet durable."""
     idle: asyncio.Event = field(default_factory=asyncio.Event)

@@ -9,7 +9,11 @@ decides what happens to the lease:
 - the writer sends `close`: the lease is released;
 - the service ends it with an error the writer is told: released as well;
 - the requests just stop (the writer process died, or its connection broke): the lease is left
-  to lapse, and the expiry sweep repairs an open turn exactly as for a unary writer (SPEC §8).
+  to lapse, and the expiry sweep repairs an open turn exactly as for a unary writer (SPEC §8);
+- the service stops: what is pending is acknowledged, then the stream ends with UNAVAILABLE
+  `SHUTTING_DOWN` and the lease is left live, so the writer reconnects with its token to
+  wherever the service runs next and goes on in the same lease. Released instead, the start-up
+  repair would close the writer's open turn before it got back.
 
 The transport translates messages to `open` / `batch` / `header` / `close` / `requests_ended`
 and `Outcome`s back; it holds no protocol state of its own.
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sessionlog.convert import DecodedEvent
-from sessionlog.core.errors import AlreadyExists, SessionLogError
+from sessionlog.core.errors import AlreadyExists, SessionLogError, Unavailable
 from sessionlog_server.service import lifecycle
 from sessionlog_server.service.appends import AppendResult
 from sessionlog_server.service.headers import HeaderReport, start_header_report
@@ -80,6 +84,8 @@ Outcome = BatchesAcked | HeaderAcked
 @dataclass(frozen=True, slots=True)
 class _Ended:
     closed: bool
+    error: SessionLogError | None = None
+    """What the writer is told the stream ended with, its lease kept (a shutdown)."""
 
 
 _Pending = tuple[int, "asyncio.Future[Any]"]
@@ -146,9 +152,10 @@ class WriterStream:
         self._put(_Ended(closed=False))
 
     def end_for_shutdown(self) -> None:
-        """The service is stopping: acknowledge what is pending, then end the stream and give its
-        lease back, as on `close` (the writer reconnects to wherever the service runs next)."""
-        self._put(_Ended(closed=True))
+        """The service is stopping: acknowledge what is pending, then end the stream with
+        UNAVAILABLE `SHUTTING_DOWN`, leaving the lease to the writer's reconnect."""
+        error = Unavailable("SHUTTING_DOWN", "the service is shutting down; reconnect with the lease token")
+        self._put(_Ended(closed=False, error=error))
 
     def failed(self, error: BaseException) -> None:
         """Reading or planning a request failed: the stream ends with this error."""
@@ -156,28 +163,37 @@ class WriterStream:
 
     async def outcomes(self) -> AsyncIterator[Outcome]:
         """Acknowledgements in request order, ready ones together; raises the stream's error."""
-        try:
-            while True:
-                item = await self._get()
-                if isinstance(item, _Ended):
-                    self._broken = not item.closed
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                batch_id, future = item
+        while True:
+            item = await self._get()
+            if isinstance(item, _Ended):
+                self._broken = not item.closed
+                if item.error is not None:
+                    raise item.error
+                return
+            if isinstance(item, BaseException):
+                self._told(item)
+                raise item
+            batch_id, future = item
+            try:
                 result = await future
-                if isinstance(result, HeaderReport):
-                    yield HeaderAcked(batch_id, result)
-                    continue
-                ready = [(batch_id, result), *self._take_ready_appends()]
-                for _, done in ready:
-                    if done.seqs:
-                        self.first_seq = done.seqs[0] if self.first_seq is None else self.first_seq
-                        self.last_seq = done.seqs[-1]
-                yield BatchesAcked(ready)
-        except SessionLogError:
-            self._broken = False  # the service ends the stream with an error the writer is told
-            raise
+            except BaseException as exc:
+                self._told(exc)
+                raise
+            if isinstance(result, HeaderReport):
+                yield HeaderAcked(batch_id, result)
+                continue
+            ready = [(batch_id, result), *self._take_ready_appends()]
+            for _, done in ready:
+                if done.seqs:
+                    self.first_seq = done.seqs[0] if self.first_seq is None else self.first_seq
+                    self.last_seq = done.seqs[-1]
+            yield BatchesAcked(ready)
+
+    def _told(self, error: BaseException) -> None:
+        """The stream ends with `error`: one the service reports ends it as the service meant to
+        (the lease is released); anything else leaves it broken."""
+        if isinstance(error, SessionLogError):
+            self._broken = False
 
     async def finish(self) -> None:
         """Give the lease back, or leave it to lapse if the stream broke."""

@@ -68,6 +68,9 @@ class SessionRow(Base):
     lease_expires_at: Mapped[int | None] = mapped_column(BigInteger)
     lease_token_hash: Mapped[str | None] = mapped_column(String(64))
     """Hex sha256 of the current lease's token; the token itself is known only to its holder."""
+    lease_since_seq: Mapped[int | None] = mapped_column(BigInteger)
+    """The session's next seq when the current lease's token was issued: headers from here on
+    were reported under this lease (a holder's reconnect keeps it; SPEC §6 `resume`)."""
     open_turn: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     __table_args__ = (

@@ -47,10 +47,12 @@ TAKE_LEASE = (
         epoch=bindparam("new_epoch"),
         lease_expires_at=bindparam("new_expires_at"),
         lease_token_hash=bindparam("new_token_hash"),
+        lease_since_seq=bindparam("new_since_seq"),
     )
 )
 """The lease to a writer at a new epoch, if the epoch is still the one read (parameters:
-session_id, seen_epoch, new_writer_id, new_epoch, new_expires_at, new_token_hash)."""
+session_id, seen_epoch, new_writer_id, new_epoch, new_expires_at, new_token_hash,
+new_since_seq)."""
 
 RELEASE_LEASE = (
     update(SESSIONS)

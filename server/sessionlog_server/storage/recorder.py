@@ -205,8 +205,9 @@ class EventRecorder(ABC):
         A live lease is taken again only with `takeover` or by its holder, who proves it by
         presenting its token (`presented_hash`): a reconnect after a broken stream. The holder
         keeps its token (so a grant whose answer was lost costs nothing: the token still
-        works); anyone else gets the new `token_hash`. Either way the new epoch fences whatever
-        the old grant still had in flight. The writer id is never checked.
+        works) and where its lease began (`lease_since_seq`); anyone else gets the new
+        `token_hash`, its lease beginning at the session's next seq. Either way the new epoch
+        fences whatever the old grant still had in flight. The writer id is never checked.
         """
         with self._write() as conn:
             current = self._get_session(conn, session_id)
@@ -230,6 +231,9 @@ class EventRecorder(ABC):
                     "new_epoch": current.epoch + 1,
                     "new_expires_at": now + ttl_ms,
                     "new_token_hash": current.lease_token_hash if holder else token_hash,
+                    "new_since_seq": current.next_seq
+                    if not holder or current.lease_since_seq is None
+                    else current.lease_since_seq,
                 },
             )
             if result.rowcount != 1:

@@ -28,6 +28,8 @@ class SessionRecord:
     open_turn: bool
     lease_token_hash: str | None = None
     """Hex sha256 of the current lease's token (never the token, never sent to a client)."""
+    lease_since_seq: int | None = None
+    """The next seq when the current lease's token was issued (None: granted before it was kept)."""
 
     def lease_live(self, now: int) -> bool:
         """True while a writer holds an unexpired lease."""

@@ -78,6 +78,7 @@ def session_record(row: Any) -> SessionRecord:
         lease_expires_at=row["lease_expires_at"],
         open_turn=bool(row["open_turn"]),
         lease_token_hash=row["lease_token_hash"],
+        lease_since_seq=row["lease_since_seq"],
     )
 
 

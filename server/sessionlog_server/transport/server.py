@@ -46,11 +46,10 @@ class RunningServer:
     """The live OTLP export, when `otlp_endpoint` is set."""
 
     async def stop(self, grace: float) -> None:
-        """Stop accepting calls, let in-flight ones finish, commit what is queued, release leases."""
+        """Stop accepting calls, end writer streams, let in-flight calls finish, commit what is queued."""
         if self.admin is not None:
             self.admin.stop()
         await self.health.enter_graceful_shutdown()
-        self.service.leases.begin_shutdown()
         self.service.end_writer_streams()
         await self.server.stop(grace)
         await self.service.stop()

@@ -52,6 +52,7 @@ from sessionlog.requests import (
     ResumeInfo,
     SubscriptionCursor,
     coalesce,
+    optional_seq_argument,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
@@ -353,8 +354,8 @@ class AsyncWriter(base.WriterView):
     ) -> asyncio.Future[AppendResult]:
         """Send a batch now (waiting only for an in-flight slot); the future resolves with its
         seqs once it is durable."""
-        batch = with_event_ids(events)
-        return await self._send(lambda future: self._core.add_batch(batch, expected_next_seq, future))
+        batch, expected = with_event_ids(events), optional_seq_argument(expected_next_seq, "expected_next_seq")
+        return await self._send(lambda future: self._core.add_batch(batch, expected, future))
 
     async def report_header(self, header: dict[str, Any]) -> asyncio.Future[HeaderReport]:
         """Report the request header about to be used, in order with the batches sent so far."""

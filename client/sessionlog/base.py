@@ -55,6 +55,7 @@ from sessionlog.requests import (
     resume_from_pb,
     resume_request,
     scope,
+    seq_argument,
     surface_from_pb,
     transcript_request,
     with_event_ids,
@@ -213,7 +214,9 @@ def resume(session_id: str, writer_id: str | None, takeover: bool, lease_token: 
 
 
 def fork(session_id: str, at_seq: int, new_session_id: str | None) -> Call[convert.SessionInfo]:
-    request = pb.ForkSessionRequest(session_id=session_id, at_seq=at_seq, new_session_id=new_session_id or "")
+    request = pb.ForkSessionRequest(
+        session_id=session_id, at_seq=seq_argument(at_seq, "at_seq"), new_session_id=new_session_id or ""
+    )
     return Call("ForkSession", request, lambda r: convert.session_from_pb(r.session), idempotent=False)
 
 
@@ -352,9 +355,9 @@ class WriterCore:
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def check_open(self) -> None:
-        """Raise the writer's failure, or RuntimeError once it is closed."""
+        """Raise the writer's failure (told as an earlier one), or RuntimeError once it is closed."""
         if self.failure is not None:
-            raise self.failure
+            raise failed_earlier(self.failure)
         if self.closed:
             raise RuntimeError("the writer is closed")
 
@@ -464,6 +467,20 @@ class WriterCore:
         failed = list(self.pending)
         self.pending.clear()
         return failed
+
+
+def failed_earlier(failure: SessionLogError) -> SessionLogError:
+    """What a writer that failed raises for each later batch or header: the failure's class,
+    reason and metadata (so code that tells failures apart by them still can), with a message
+    saying it is the writer's earlier failure, not this batch's. The service ends a writer's
+    stream on any error it reports, so a writer takes nothing more after one; raising the
+    failure itself again read as if the new batch had that fault."""
+    again = type(failure).__new__(type(failure))
+    again.__dict__.update(vars(failure))
+    again.message = f"this writer ended with an earlier failure; open a new writer (the failure: {failure.message})"
+    again.args = (again.message,)
+    again.__cause__ = failure
+    return again
 
 
 def stream_ended() -> Unavailable:

@@ -59,6 +59,7 @@ from sessionlog.requests import (
     ResumeInfo,
     SubscriptionCursor,
     coalesce,
+    optional_seq_argument,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
@@ -403,8 +404,8 @@ class Writer(base.WriterView):
 
     def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> Future[AppendResult]:
         """Send a batch now; the future resolves with its seqs once it is durable."""
-        batch = with_event_ids(events)
-        return self._send(lambda future: self._core.add_batch(batch, expected_next_seq, future))
+        batch, expected = with_event_ids(events), optional_seq_argument(expected_next_seq, "expected_next_seq")
+        return self._send(lambda future: self._core.add_batch(batch, expected, future))
 
     def report_header(self, header: dict[str, Any]) -> Future[HeaderReport]:
         """Report the request header about to be used, in order with the batches sent so far."""

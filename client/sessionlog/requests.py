@@ -13,7 +13,7 @@ from typing import Any
 
 from sessionlog import convert
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import SessionLogError, Unavailable
+from sessionlog.core.errors import SessionLogError, Unavailable, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.v1 import session_service_pb2 as pb
 
@@ -98,11 +98,35 @@ def as_new_event(item: EventLike) -> NewEvent:
     return item if isinstance(item, NewEvent) else NewEvent.from_json(item)
 
 
+def seq_argument(value: Any, name: str) -> int:
+    """A seq a caller passed (`from_seq`, `at_seq`, `expected_next_seq`, ...): a non-negative
+    integer, else BAD_SEQ here, before anything is sent (the wire's unsigned fields would
+    otherwise fail to encode with an untyped error, or round a float)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError("BAD_SEQ", f"{name} must be a non-negative integer, not {value!r}", field=name)
+    return value
+
+
+def optional_seq_argument(value: Any, name: str) -> int | None:
+    """`seq_argument`, or None for None (not given)."""
+    return None if value is None else seq_argument(value, name)
+
+
 def with_event_ids(events: Iterable[EventLike]) -> list[NewEvent]:
-    """Give every event an eventId, so a retry after an unknown outcome cannot append twice."""
+    """Give every event an eventId, so a retry after an unknown outcome cannot append twice.
+
+    An empty eventId is refused here (BAD_EVENT_ID, as the service refuses one): on the wire
+    it cannot be told from none, so it would be stored without an id and a retry would append
+    the event again."""
     out = []
-    for item in events:
+    for index, item in enumerate(events):
         event = as_new_event(item)
+        if event.event_id == "":
+            error = ValidationError(
+                "BAD_EVENT_ID", "eventId must not be empty (leave it out to get one)", field="eventId"
+            )
+            error.name_event(index)
+            raise error
         out.append(event if event.event_id is not None else replace(event, event_id=str(uuid.uuid4())))
     return out
 
@@ -122,7 +146,7 @@ def append_request(
         session_id=session_id, lease_token=lease.token, events=[convert.new_event_to_pb(e) for e in events]
     )
     if expected_next_seq is not None:
-        request.expected_next_seq = expected_next_seq
+        request.expected_next_seq = seq_argument(expected_next_seq, "expected_next_seq")
     return request
 
 
@@ -179,14 +203,16 @@ CLOSE_REQUEST = pb.WriteRequest(close=pb.CloseWriter())
 def batch_request(batch_id: int, events: Sequence[NewEvent], expected_next_seq: int | None = None) -> pb.WriteRequest:
     batch = pb.WriteBatch(batch_id=batch_id, events=[convert.new_event_to_pb(e) for e in events])
     if expected_next_seq is not None:
-        batch.expected_next_seq = expected_next_seq
+        batch.expected_next_seq = seq_argument(expected_next_seq, "expected_next_seq")
     return pb.WriteRequest(batch=batch)
 
 
 def read_request(session_id: str, from_seq: int, to_seq: int | None, page_size: int) -> pb.ReadEventsRequest:
-    request = pb.ReadEventsRequest(session_id=session_id, from_seq=from_seq, page_size=page_size)
+    request = pb.ReadEventsRequest(
+        session_id=session_id, from_seq=seq_argument(from_seq, "from_seq"), page_size=page_size
+    )
     if to_seq is not None:
-        request.to_seq = to_seq
+        request.to_seq = seq_argument(to_seq, "to_seq")
     return request
 
 
@@ -209,7 +235,7 @@ class SubscriptionCursor:
 
     def __init__(self, session_id: str, from_seq: int) -> None:
         self.session_id = session_id
-        self.next_seq = from_seq
+        self.next_seq = seq_argument(from_seq, "from_seq")
         self.caught_up = False
         self.empty_resumes = 0
         self.unreachable = 0
@@ -283,7 +309,7 @@ def header_write_request(batch_id: int, header: dict[str, Any]) -> pb.WriteReque
 def scope(session_id: str, at_seq: int | None, with_repair: bool) -> pb.ProjectionScope:
     msg = pb.ProjectionScope(session_id=session_id, with_repair=with_repair)
     if at_seq is not None:
-        msg.at_seq = at_seq
+        msg.at_seq = seq_argument(at_seq, "at_seq")
     return msg
 
 

@@ -34,11 +34,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
       way.
     """
     BAD_EVENT_ID: _ErrorReason.ValueType  # 2
-    """An eventId is empty, too long, or not a string.
+    """An eventId is empty, too long, or not a string. The clients refuse an empty one before
+    sending it: on the wire it cannot be told from none.
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
-    Raised by: core
+    Raised by: core, client
     Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
       way.
     """
@@ -52,13 +53,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
       way.
     """
     BAD_SEQ: _ErrorReason.ValueType  # 4
-    """A `seq` in an envelope is not a non-negative integer.
+    """A `seq` in an envelope, or a seq a client was given (`from_seq`, `at_seq`,
+    `expected_next_seq`, ...), is not a non-negative integer.
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
-    Raised by: core
-    Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
-      way.
+    Raised by: core, client
+    Client: Fix the event or the argument; nothing was sent or written. Sent unchanged, it
+      fails the same way.
     """
     BAD_TIME: _ErrorReason.ValueType  # 5
     """A `time` in an envelope is not an integer (epoch milliseconds).
@@ -1221,11 +1223,12 @@ Client: Fix the event; nothing of the batch was written. Sent unchanged, it fail
   way.
 """
 BAD_EVENT_ID: ErrorReason.ValueType  # 2
-"""An eventId is empty, too long, or not a string.
+"""An eventId is empty, too long, or not a string. The clients refuse an empty one before
+sending it: on the wire it cannot be told from none.
 
 Code: INVALID_ARGUMENT
 Metadata: `field`
-Raised by: core
+Raised by: core, client
 Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
   way.
 """
@@ -1239,13 +1242,14 @@ Client: Fix the event; nothing of the batch was written. Sent unchanged, it fail
   way.
 """
 BAD_SEQ: ErrorReason.ValueType  # 4
-"""A `seq` in an envelope is not a non-negative integer.
+"""A `seq` in an envelope, or a seq a client was given (`from_seq`, `at_seq`,
+`expected_next_seq`, ...), is not a non-negative integer.
 
 Code: INVALID_ARGUMENT
 Metadata: `field`
-Raised by: core
-Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
-  way.
+Raised by: core, client
+Client: Fix the event or the argument; nothing was sent or written. Sent unchanged, it
+  fails the same way.
 """
 BAD_TIME: ErrorReason.ValueType  # 5
 """A `time` in an envelope is not an integer (epoch milliseconds).

@@ -1,0 +1,98 @@
+"""What the clients refuse before sending anything: an empty eventId and seq arguments that are
+not non-negative integers, each with a typed error; and what a writer that failed says for
+its later batches. Against a real server, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sessionlog.aio import AsyncSessionLogClient
+from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import ValidationError
+from tests.support.events import note, user
+from tests.support.servers import ServerThread
+
+
+def test_an_empty_event_id_is_refused_and_nothing_is_appended(client: SessionLogClient, sid: str) -> None:
+    # On the wire an empty eventId is no eventId: stored without one, a retry appended it twice.
+    client.create_session(sid)
+    empty = {**user("x"), "eventId": ""}
+    lease = client.acquire_lease(sid)
+    with pytest.raises(ValidationError) as unary:
+        client.append(sid, lease, [note(0), empty])
+    assert (unary.value.reason, unary.value.metadata["event_index"]) == ("BAD_EVENT_ID", "1")
+    client.release_lease(lease)
+    with client.writer(sid) as writer:
+        with pytest.raises(ValidationError) as streamed:
+            writer.append([empty])
+        assert streamed.value.reason == "BAD_EVENT_ID"
+        assert writer.append([note(1)]).result().seqs == [0]  # the writer goes on
+    assert [e.data for e in client.read_events(sid)] == [{"n": 1}]
+
+
+SEQ_CALLS: dict[str, Callable[[SessionLogClient, str], Any]] = {
+    "read_events": lambda c, sid: list(c.read_events(sid, from_seq=-1)),
+    "read_events to": lambda c, sid: list(c.read_events(sid, to_seq=1.5)),  # type: ignore[arg-type]
+    "model_history": lambda c, sid: c.model_history(sid, at_seq=-1),
+    "stats": lambda c, sid: c.stats(sid, at_seq=True),  # type: ignore[arg-type]
+    "fork": lambda c, sid: c.fork(sid, -1),
+    "subscribe": lambda c, sid: next(iter(c.subscribe(sid, from_seq=-1))),
+}
+
+
+@pytest.mark.parametrize("call", SEQ_CALLS.values(), ids=SEQ_CALLS.keys())
+def test_a_seq_argument_that_is_not_a_non_negative_integer_is_refused(
+    client: SessionLogClient, sid: str, call: Callable[[SessionLogClient, str], Any]
+) -> None:
+    client.create_session(sid)
+    with pytest.raises(ValidationError) as refused:
+        call(client, sid)
+    assert refused.value.reason == "BAD_SEQ" and refused.value.metadata["field"] in ("from_seq", "to_seq", "at_seq")
+
+
+def test_a_writer_refuses_a_bad_expected_next_seq_and_goes_on(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        with pytest.raises(ValidationError) as refused:
+            writer.append([note(0)], expected_next_seq=-1)
+        assert refused.value.metadata["field"] == "expected_next_seq"
+        assert writer.append([note(1)], expected_next_seq=0).result().seqs == [0]
+
+
+def test_a_failed_writer_says_later_batches_meet_its_earlier_failure(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    writer = client.writer(sid)
+    with pytest.raises(ValidationError) as first:
+        writer.append([{"type": "bogus/type", "data": {}}]).result()
+    assert first.value.reason == "UNKNOWN_TYPE"
+    with pytest.raises(ValidationError) as later:
+        writer.append([note(0)])
+    assert later.value.reason == "UNKNOWN_TYPE"  # the failure's class and reason, for code that tells them apart
+    assert later.value.message.startswith("this writer ended with an earlier failure; open a new writer")
+    assert later.value.__cause__ is first.value
+    with pytest.raises(ValidationError) as flushed:
+        writer.flush()
+    assert flushed.value is first.value  # flush raises the failure itself, as documented
+    assert list(client.read_events(sid)) == []
+
+
+def test_the_asyncio_client_refuses_the_same(server: ServerThread, sid: str) -> None:
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            await client.create_session(sid)
+            with pytest.raises(ValidationError, match="from_seq"):
+                [e async for e in client.read_events(sid, from_seq=-1)]
+            writer = await client.writer(sid)
+            with pytest.raises(ValidationError) as empty:
+                await writer.append([{**note(0), "eventId": ""}])
+            assert empty.value.reason == "BAD_EVENT_ID"
+            with pytest.raises(ValidationError):
+                await writer.append([note(0)], expected_next_seq=-2)
+            assert (await (await writer.append([note(1)]))).seqs == [0]
+            await writer.close()
+
+    asyncio.run(scenario())

@@ -34,3 +34,18 @@ def test_bad_values_name_the_variable() -> None:
             with pytest.raises(ValueError, match=f"{name}={value} must be at least 1"):
                 Settings.from_env({name: value})
         assert Settings.from_env({name: "1"}) is not None
+
+
+def test_numbers_out_of_their_range_are_refused() -> None:
+    # A negative lease TTL started a service that granted a second writer a lease while the
+    # first still held one; `--workers -1` started no worker at all and waited.
+    for name in ("SESSIONLOG_LEASE_TTL_MS", "SESSIONLOG_MAX_BATCH_EVENTS", "SESSIONLOG_SNAPSHOT_EVERY_EVENTS"):
+        for value in ("0", "-5"):
+            with pytest.raises(ValueError, match=f"{name}={value} must be at least 1"):
+                Settings.from_env({name: value})
+    for name in ("SESSIONLOG_WORKERS", "SESSIONLOG_MAX_EVENTS_PER_SECOND", "SESSIONLOG_SHUTDOWN_GRACE_S"):
+        with pytest.raises(ValueError, match=f"{name}=-1(\\.0)? must be at least 0"):
+            Settings.from_env({name: "-1"})
+        assert Settings.from_env({name: "0"}) is not None  # 0: off, or one worker per core
+    with pytest.raises(ValueError, match="SESSIONLOG_WORKERS=-1"):
+        Settings.from_env({}, workers=-1)  # as `serve --workers -1` passes it

@@ -18,10 +18,26 @@ from sessionlog_server.transport.collector import DEFAULT_THRESHOLDS
 
 ENV_PREFIX = "SESSIONLOG_"
 
-AT_LEAST_ONE = ("group_commit_max_batches", "commit_backlog_bytes")
+AT_LEAST_ONE = (
+    "group_commit_max_batches",
+    "commit_backlog_bytes",
+    "lease_ttl_ms",
+    "max_event_bytes",
+    "max_batch_events",
+    "max_batch_bytes",
+    "max_message_bytes",
+    "read_page_bytes",
+    "session_cache_size",
+    "snapshot_every_events",
+    "snapshot_every_bytes",
+    "subscription_poll_ms",
+    "subscriber_buffer_bytes",
+)
 """Settings for which 0 or less has no meaning: a group of no batches commits nothing (the
-writer thread would spin on its queue), and a backlog bound of 0 lets one batch through at a
-time, a negative one none after the first."""
+writer thread would spin on its queue), a backlog bound of 0 lets one batch through at a
+time, a lease of no time is over before its holder writes (a second writer got a lease while
+the first still held one), a limit of nothing refuses every event. Every other number must not
+be negative: for those, 0 means off (no limit, one worker per core, no grace)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +137,13 @@ class Settings:
         split_listen(self.listen, "SESSIONLOG_LISTEN (--listen)")
         if self.metrics_listen:
             split_listen(self.metrics_listen, "SESSIONLOG_METRICS_LISTEN")
-        for name in AT_LEAST_ONE:
-            value = getattr(self, name)
-            if value < 1:
-                raise ValueError(f"{ENV_PREFIX}{name.upper()}={value} must be at least 1")
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            floor = 1 if item.name in AT_LEAST_ONE else 0
+            if value < floor:
+                raise ValueError(f"{ENV_PREFIX}{item.name.upper()}={value} must be at least {floor}")
 
     @property
     def limits(self) -> Limits:

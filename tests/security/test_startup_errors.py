@@ -4,6 +4,7 @@ a port in use, a CA file that is not there."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -80,3 +81,42 @@ def test_a_port_in_use_is_refused_before_the_database_is_touched(tmp_path: Path)
             _one_line(result, f"could not bind {address}")
             assert not db.exists(), workers
             assert "Running upgrade" not in result.stderr
+
+
+def test_serving_an_unmigrated_database_without_migrating_refuses_to_start(tmp_path: Path) -> None:
+    # Served anyway, every call failed with STORAGE_UNAVAILABLE, which clients retry.
+    missing, empty = tmp_path / "missing.db", tmp_path / "empty.db"
+    empty.touch()
+    for db, found in ((missing, "does not exist"), (empty, "never migrated")):
+        for workers in ("1", "2"):
+            result = _run(
+                "serve", "--db", f"sqlite:///{db}", "--listen", "127.0.0.1:0", "--no-migrate", "--workers", workers
+            )
+            _one_line(result, found, "sessionlog db upgrade")
+    assert not missing.exists()  # nothing created
+    upgraded = _run("db", "upgrade", "--db", f"sqlite:///{empty}")
+    assert upgraded.returncode == 0, upgraded.stderr
+
+
+def test_a_negative_worker_count_refuses_to_start(tmp_path: Path) -> None:
+    result = _run("serve", "--db", f"sqlite:///{tmp_path / 'x.db'}", "--listen", "127.0.0.1:0", "--workers", "-1")
+    _one_line(result, "SESSIONLOG_WORKERS=-1 must be at least 0")
+
+
+def test_the_serving_line_names_no_metrics_address_it_could_not_take(tmp_path: Path) -> None:
+    # Named anyway, it sent whoever read the log to the other server's session pages.
+    from tests.support.servers import ServerProcess
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        server = ServerProcess(f"sqlite:///{tmp_path / 'm.db'}", env={"SESSIONLOG_METRICS_LISTEN": busy}).start()
+        try:
+            lines = [json.loads(line) for line in server.log if line.startswith("{")]
+            warned = [line for line in lines if line.get("event") == "metrics endpoint not started"]
+            serving = [line for line in lines if line.get("event") == "serving"]
+            assert warned and warned[0]["listen"] == busy
+            assert serving and serving[0]["metrics"] is None
+        finally:
+            server.kill()

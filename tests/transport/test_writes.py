@@ -254,6 +254,24 @@ def test_nul_characters_round_trip(client: SessionLogClient, sid: str) -> None:
     assert next(iter(client.read_events(sid))).data == {"out": "a\x00b", "k": ["\x00"]}
 
 
+def test_a_metadata_value_postgresql_cannot_hold_is_refused_in_one_line(
+    client: SessionLogClient, sid: str, db_url: str
+) -> None:
+    # PostgreSQL's JSONB holds no NUL character; SQLite stores it. The refusal says what is
+    # wrong in one line, without the driver's DETAIL/CONTEXT lines (statement parameters).
+    metadata = {"x": "a\x00b"}
+    if not db_url.startswith("postgresql"):
+        client.create_session(sid, metadata=metadata)
+        assert client.get_session(sid).metadata == metadata
+        return
+    with pytest.raises(ValidationError) as refused:
+        client.create_session(sid, metadata=metadata)
+    assert refused.value.reason == "UNSTORABLE_VALUE"
+    assert "\n" not in refused.value.message and "portal" not in refused.value.message
+    with pytest.raises(NotFound):
+        client.get_session(sid)
+
+
 def test_group_commit_shares_transactions(client: SessionLogClient, server: ServerThread) -> None:
     committer = server.service.committer
     groups_before, batches_before = committer.groups_committed, committer.batches_committed

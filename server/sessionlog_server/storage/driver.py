@@ -82,11 +82,14 @@ def storage_error(cause: BaseException, *, conflict: bool, unstorable: bool) -> 
     over its column's length) is the request's fault and a retry can only fail again, so it is
     INVALID_ARGUMENT; anything else is the database being unavailable.
     """
+    # The driver's first line says what is wrong; the rest (PostgreSQL's DETAIL and CONTEXT,
+    # naming statement parameters) is for the server's log, not for a client's error.
+    said = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
     if conflict:
-        return AlreadyExists("INTEGRITY_ERROR", f"the write conflicts with stored data: {cause}")
+        return AlreadyExists("INTEGRITY_ERROR", f"the write conflicts with stored data: {said}")
     if unstorable:
-        return ValidationError("UNSTORABLE_VALUE", f"the database cannot hold a value of this request: {cause}")
-    return Unavailable("STORAGE_UNAVAILABLE", f"storage error: {cause}")
+        return ValidationError("UNSTORABLE_VALUE", f"the database cannot hold a value of this request: {said}")
+    return Unavailable("STORAGE_UNAVAILABLE", f"storage error: {said}")
 
 
 def sqlalchemy_error(exc: BaseException) -> SessionLogError:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
@@ -55,6 +57,41 @@ def upgrade(url: str, revision: str = "head") -> None:
     """
     with migration_lock(url):
         command.upgrade(alembic_config(url), revision)
+
+
+def prepare(url: str, migrate: bool) -> None:
+    """Before serving: bring the database to head, or, told not to migrate, make sure it is
+    there already (`check_at_head`)."""
+    if migrate:
+        upgrade(url)
+    else:
+        check_at_head(url)
+
+
+def check_at_head(url: str) -> None:
+    """Refuse (ValueError, naming the command that fixes it) a database whose schema is not the
+    one this code was written for. Served anyway (`serve --no-migrate` on a database never or
+    not yet migrated), every call failed with STORAGE_UNAVAILABLE ("no such table"), which
+    clients retry as if it would pass. A SQLite file that does not exist is not created."""
+    config = alembic_config(url)
+    head = ScriptDirectory.from_config(config).get_current_head()
+    parsed = make_url(normalise_url(url))
+    database = parsed.database or ""
+    current: str | None = None
+    missing = parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not Path(database).exists()
+    if not missing:
+        engine = create_engine(parsed, poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                current = MigrationContext.configure(conn).get_current_revision()
+        finally:
+            engine.dispose()
+    if current != head:
+        found = "does not exist" if missing else f"is at schema revision {current or 'none (never migrated)'}"
+        raise ValueError(
+            f"the database {parsed.render_as_string(hide_password=True)} {found}; this server needs "
+            f"schema revision {head}: run `sessionlog db upgrade` with the same --db, or serve without --no-migrate"
+        )
 
 
 #: PostgreSQL advisory lock key of migrations (any fixed 64-bit number; "sessionlog" in ASCII).

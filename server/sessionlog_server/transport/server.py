@@ -17,7 +17,7 @@ from sessionlog_server.config import Settings
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.service.otlp_live import LiveOtlpExport, start_live_export
 from sessionlog_server.storage.factory import open_recorder
-from sessionlog_server.storage.migrate import upgrade
+from sessionlog_server.storage.migrate import prepare
 from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.address import check_address_free
 from sessionlog_server.transport.admin_http import AdminHttp
@@ -92,8 +92,7 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
     credentials = server_credentials(settings)
     if not reuse_port:  # the workers' parent checked it before its migrations (workers.py)
         check_address_free(settings.listen)
-    if settings.migrate:
-        await asyncio.get_running_loop().run_in_executor(None, upgrade, settings.db)
+    await asyncio.get_running_loop().run_in_executor(None, prepare, settings.db, settings.migrate)
     recorder = open_recorder(
         settings.db,
         sqlite_synchronous=settings.sqlite_synchronous,
@@ -144,7 +143,8 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
         tls=credentials is not None,
         auth="bearer tokens" if tokens.enabled else "none: no tokens configured, so listening on loopback only",
         namespaces=sorted({p.namespace for p in tokens.principals.values()}),
-        metrics=settings.metrics_listen or None,
+        # Only where this server answers: a busy port serves another server's pages and metrics.
+        metrics=settings.metrics_listen if admin is not None else None,
         event_loop=loop_name(asyncio.get_running_loop()),
         gc_thresholds=list(gc.get_threshold()),
     )

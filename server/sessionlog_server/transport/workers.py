@@ -62,11 +62,10 @@ def worker_settings(settings: Settings, index: int) -> Settings:
 
 def run_workers(settings: Settings, workers: int) -> None:
     """Migrate, start `workers` processes on `settings.listen`, supervise them until a signal."""
-    from sessionlog_server.storage.migrate import upgrade
+    from sessionlog_server.storage.migrate import prepare
 
     listen = wait_address_free(settings.listen, settings.shutdown_grace_s + 5)
-    if settings.migrate:
-        upgrade(settings.db)
+    prepare(settings.db, settings.migrate)
     settings = replace(settings, listen=listen)
     context = multiprocessing.get_context("spawn")
     stopping = threading.Event()

@@ -169,6 +169,15 @@ def test_a_bad_sessionlog_file_imports_nothing(
     assert entry["id"] == sid and client.get_session(sid).next_seq == 3200
 
 
+@pytest.mark.parametrize("fmt", ["pi", "sessionlog"])
+def test_an_empty_file_is_empty_session_file(cli: CliRunner, tmp_path: Path, fmt: str) -> None:
+    """The documented reason, as `replay` gives it."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = invoke(cli, "import", str(empty), "--format", fmt)
+    assert result.exit_code != 0 and "EMPTY_SESSION_FILE" in result.stderr, result.stderr
+
+
 def test_an_import_the_service_refuses_part_way_says_how_far_it_got(
     db_url: str, sid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -73,7 +73,9 @@ def parse_sessionlog_objects(records: Iterable[tuple[int, JsonObject]]) -> Sessi
         events.append(event)
         event_lines.append(number)
     if session is None:
-        raise ValidationError("BAD_SESSIONLOG_HEADER", "the file is empty: a sessionlog export starts with a header")
+        raise ValidationError(
+            "EMPTY_SESSION_FILE", "the file holds no JSON line: a sessionlog export starts with a header"
+        )
     return SessionlogExport(session, events, lines, event_lines)
 
 

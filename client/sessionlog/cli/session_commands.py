@@ -52,7 +52,8 @@ def append(
     The lease is taken at once and held until stdin closes; lines are sent as they arrive
     (whatever is available is sent at once, in as many batches as the service's default limits
     of events and bytes per batch need), so `producer | sessionlog append ID` streams, and
-    each seq is printed as soon as its batch is durable. Lines read before a bad line may
+    each seq is printed as soon as its batch is durable. An envelope's `seq` and `time` are the
+    service's to assign and are ignored, but must be well formed (BAD_SEQ, BAD_TIME). Lines read before a bad line may
     already be committed; the error names the bad line.
     """
     reader = JsonlReader()

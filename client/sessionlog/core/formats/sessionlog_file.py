@@ -166,22 +166,12 @@ def sessionlog_metrics(export: SessionlogExport, at: str | int | None = None) ->
 def fold_export(export: SessionlogExport, count: int | None = None, limits: Limits = DEFAULT_LIMITS) -> SessionFold:
     """Fold the first `count` events (default: all) checking each as the service checks an
     append: `validate.validate_proposal` (envelope rules, `limits`), then the fold's seq,
-    surface and structure rules, and each eventId used once (the service would take a repeat
-    for a retry). A refusal names the file's line and the event's seq."""
+    surface and structure rules. A refusal names the file's line and the event's seq."""
     fold = SessionFold()
-    seen: dict[str, int] = {}
     for event in export.events[:count]:
         number = export.event_lines[event.seq]
         try:
             validate.validate_proposal(event.as_new(), len(jsonvalue.dumps_bytes(event.data)), limits)
-            if event.event_id is not None:
-                if event.event_id in seen:
-                    raise ValidationError(
-                        "DUPLICATE_EVENT_ID_IN_BATCH",
-                        f"eventId {event.event_id!r} is also that of line {seen[event.event_id]}",
-                        field="eventId",
-                    )
-                seen[event.event_id] = number
             fold.apply(event)
         except SessionLogError as exc:
             where = f"line {number} (seq {event.seq}): {exc.message}"

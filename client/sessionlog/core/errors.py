@@ -60,16 +60,6 @@ class NotFound(SessionLogError):
     default_reason = "SESSION_NOT_FOUND"
 
 
-def seq_not_found(session_id: str, seq: int, next_seq: int) -> NotFound:
-    """SEQ_NOT_FOUND for a read at `seq` of a log whose next seq is `next_seq` (at or past it)."""
-    return NotFound(
-        "SEQ_NOT_FOUND",
-        f"session {session_id!r} has no seq {seq} (next seq is {next_seq})",
-        session_id=session_id,
-        seq=seq,
-    )
-
-
 class AlreadyExists(SessionLogError):
     """The session id is taken (ALREADY_EXISTS)."""
 

@@ -70,6 +70,44 @@ def test_bad_input_exits_non_zero_with_one_line(server: ServerThread, sid: str) 
     assert run(server, "events", sid).stdout.count("\n") <= 1
 
 
+def test_append_refuses_a_malformed_seq_or_time(server: ServerThread, sid: str) -> None:
+    """The service assigns `seq` and `time`, so a well-formed one is ignored; a malformed one is
+    refused with its documented reason, as a malformed eventId is, and nothing is written."""
+    run(server, "create", "--id", sid)
+    note = {"type": "test/note", "data": {}, "ignorable": True}
+    for envelope, reason in [
+        ({**note, "seq": "a", "time": "a"}, "BAD_SEQ"),
+        ({**note, "seq": -1}, "BAD_SEQ"),
+        ({**note, "time": "a"}, "BAD_TIME"),
+        ({**note, "time": 1.5}, "BAD_TIME"),
+        ({**note, "eventId": 5}, "BAD_EVENT_ID"),
+    ]:
+        refused = run(server, "append", sid, stdin=lines(envelope))
+        assert refused.returncode != 0 and f"{reason}: line 1" in refused.stderr, (envelope, refused.stderr)
+    assert run(server, "events", sid).stdout == ""
+
+
+def test_append_of_more_lines_than_a_batch_holds(server: ServerThread, sid: str, tmp_path: Path) -> None:
+    """15,000 lines read at once (stdin is a file: one read takes a MiB) are cut into batches
+    within the service's default limit of 10,000 events a batch, not refused as one batch."""
+    run(server, "create", "--id", sid)
+    note = {"type": "test/note", "data": {}, "ignorable": True}
+    source = tmp_path / "events.jsonl"
+    source.write_text(lines(*[note] * 15_000))
+    with source.open("rb") as stdin:
+        appended = subprocess.run(
+            [sys.executable, "-m", "sessionlog", "append", sid],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "SESSIONLOG_SERVER": server.target},
+            cwd=ROOT,
+            timeout=60,
+        )
+    assert appended.returncode == 0, appended.stderr
+    assert appended.stdout.split() == [str(seq) for seq in range(15_000)]
+
+
 def test_append_streams_and_holds_the_lease(server: ServerThread, sid: str) -> None:
     run(server, "create", "--id", sid)
     env = {**os.environ, "SESSIONLOG_SERVER": server.target}

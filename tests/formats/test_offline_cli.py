@@ -102,6 +102,31 @@ def test_replay_truncated_file_strict_then_lenient(app: typer.Typer, tmp_path: P
     assert json.loads(lenient.output.splitlines()[-1])["eventsInFile"] == 7
 
 
+def test_replay_refuses_what_an_append_refuses(app: typer.Typer, tmp_path: Path) -> None:
+    """An unknown type without `ignorable` is refused at its own line, as the service refuses it
+    (UNKNOWN_TYPE), not folded past; as are a writer's `interrupted` turn end and an oversized
+    eventId: the envelope rules of an append (`validate.validate_proposal`)."""
+    header = {"type": "sessionlog", "version": 1, "session": {"id": "s"}}
+    start = {"seq": 0, "time": 1, "type": "turn/start", "data": {"turn": 1}}
+    step = {"seq": 2, "time": 1, "type": "step/start", "data": {"turn": 1, "step": 1}}
+    cases = {
+        "UNKNOWN_TYPE": {"seq": 1, "time": 1, "type": "bogus/x", "data": {"turn": 1, "step": 1}},
+        "RESERVED_TURN_END_KIND": {
+            "seq": 1,
+            "time": 1,
+            "type": "turn/end",
+            "data": {"turn": 1, "reason": {"kind": "interrupted"}},
+        },
+        "BAD_EVENT_ID": {"seq": 1, "time": 1, "type": "test/x", "ignorable": True, "data": {}, "eventId": "e" * 129},
+    }
+    for reason, bad in cases.items():
+        path = tmp_path / f"{reason}.jsonl"
+        path.write_text("".join(json.dumps(obj) + "\n" for obj in [header, start, bad, step]))
+        result = run(app, "replay", path)
+        assert result.exit_code == 2
+        assert f"{reason}: line 3 (seq 1)" in result.output, result.output
+
+
 def _write_run(tmp_path: Path, metrics: dict[str, Any]) -> Path:
     path = tmp_path / "run.json"
     path.write_text(json.dumps({"run_id": "r1", "metrics": metrics}))

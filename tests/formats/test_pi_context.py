@@ -319,10 +319,10 @@ def test_malformed_sessions_are_refused_naming_the_line(objs: list[dict[str, Any
     assert caught.value.metadata.get("line") == line
 
 
-def test_empty_file_is_not_a_session() -> None:
+def test_empty_file_is_empty_session_file() -> None:
     with pytest.raises(ValidationError) as caught:
         load_pi_bytes(b"")
-    assert caught.value.reason == "NOT_A_PI_SESSION"
+    assert caught.value.reason == "EMPTY_SESSION_FILE"
 
 
 def test_truncated_last_line_strict_and_lenient() -> None:

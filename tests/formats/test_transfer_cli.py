@@ -132,6 +132,74 @@ def test_a_file_that_is_not_a_session_is_refused_naming_it(cli: CliRunner, tmp_p
     assert result.exit_code != 0 and str(bad) in result.stderr and "NOT_A_PI_SESSION" in result.stderr
 
 
+def turns_export(path: Path, turns: int, **changes: dict[str, Any]) -> Path:
+    """A sessionlog export of `turns` empty turns (two events each, line = seq + 2), with the
+    envelope of the event on line N updated by `changes["N"]`."""
+    events = [
+        {"seq": 2 * (t - 1) + k, "time": 1000 + t, "type": kind, "data": data}
+        for t in range(1, turns + 1)
+        for k, (kind, data) in enumerate(
+            [("turn/start", {"turn": t}), ("turn/end", {"turn": t, "reason": {"kind": "completed"}})]
+        )
+    ]
+    for line, change in changes.items():
+        events[int(line.removeprefix("line")) - 2].update(change)
+    header = {"type": "sessionlog", "version": 1, "session": {"id": "exported"}}
+    path.write_text("".join(json.dumps(obj) + "\n" for obj in [header, *events]))
+    return path
+
+
+def test_a_bad_sessionlog_file_imports_nothing(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """The file is checked as the service checks an append before anything is created: an
+    unknown type on line 3001 (well past the first batch) leaves no session, the error names the
+    file's line and seq, and the mended file imports under the same id."""
+    bad = turns_export(tmp_path / "bad.jsonl", 1600, line3001={"type": "bogus/x"})
+    result = invoke(cli, "import", str(bad), "--format", "sessionlog", "--id", sid)
+    assert result.exit_code != 0
+    assert "UNKNOWN_TYPE" in result.stderr and "line 3001 (seq 2999)" in result.stderr, result.stderr
+    assert sid not in [s.id for s in client.list_sessions()]
+    early = turns_export(tmp_path / "early.jsonl", 3, line3={"type": "turn/end", "data": {"turn": 1}})
+    result = invoke(cli, "import", str(early), "--format", "sessionlog", "--id", sid)
+    assert result.exit_code != 0 and "line 3 (seq 1)" in result.stderr, result.stderr
+    assert sid not in [s.id for s in client.list_sessions()]
+    good = turns_export(tmp_path / "good.jsonl", 1600)
+    (entry,) = imported(cli, str(good), "--format", "sessionlog", "--id", sid)
+    assert entry["id"] == sid and client.get_session(sid).next_seq == 3200
+
+
+@pytest.mark.parametrize("fmt", ["pi", "sessionlog"])
+def test_an_empty_file_is_empty_session_file(cli: CliRunner, tmp_path: Path, fmt: str) -> None:
+    """The documented reason, as `replay` gives it."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = invoke(cli, "import", str(empty), "--format", fmt)
+    assert result.exit_code != 0 and "EMPTY_SESSION_FILE" in result.stderr, result.stderr
+
+
+def test_an_import_the_service_refuses_part_way_says_how_far_it_got(
+    db_url: str, sid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A limit lower than the defaults the file was checked against: the session was created,
+    and the error says so, with the seq it got to and the refused event's line and seq."""
+    with ServerThread(db_url, max_event_bytes=200) as small:
+        monkeypatch.setattr(State, "server", small.target)
+        big = turns_export(
+            tmp_path / "big.jsonl",
+            1600,
+            line3001={"data": {"turn": 1500, "reason": {"kind": "completed"}, "pad": "x" * 300}},
+        )
+        result = invoke(CliRunner(), "import", str(big), "--format", "sessionlog", "--id", sid)
+        assert result.exit_code != 0
+        message = result.stderr
+        assert "EVENT_TOO_LARGE" in message and f"session {sid!r} was created" in message, message
+        assert "seqs 0..2699 of 3200" in message and "stopped at seq 2700" in message, message
+        assert "seq 2999 (line 3001)" in message, message
+        with SessionLogClient(small.target) as client:
+            assert client.get_session(sid).next_seq == 2700
+
+
 # --- export ------------------------------------------------------------------------------------
 
 

@@ -65,6 +65,13 @@ def test_configuration_errors_are_one_line(tmp_path: Path) -> None:
     _one_line(_run("db", "upgrade", "--db", "postgresql://nobody@127.0.0.1:1/none"), "SESSIONLOG_DB")
 
 
+def test_an_unsupported_database_url_is_one_line_naming_the_schemes() -> None:
+    """A scheme the service has no driver for is refused by name, not a ModuleNotFoundError."""
+    for command in (("db", "upgrade"), ("serve", "--listen", "127.0.0.1:0")):
+        _one_line(_run(*command, "--db", "mysql://x/y"), "'mysql'", "sqlite:///", "postgresql://")
+    _one_line(_run("db", "upgrade", "--db", "postgresql+asyncpg://x/y"), "'postgresql+asyncpg'", "sqlite:///")
+
+
 def test_a_port_in_use_is_refused_before_the_database_is_touched(tmp_path: Path) -> None:
     """Alone or with workers, a service that cannot have its address says which, and neither
     creates nor migrates the database it was pointed at."""

@@ -75,3 +75,23 @@ def test_diff_prints_the_request_diff(server: ServerThread, client: SessionLogCl
     assert diff["messages"]["replaced"] == [2, 5, 7, 10, 12] and diff["messages"]["added"] == [32, 35]
     backwards = run(server, "diff", sid, "--from", "37", "--to", "14")
     assert backwards.returncode == 1 and "SEQ_OUT_OF_RANGE" in backwards.stderr
+
+
+def test_view_and_diff_past_the_head_name_the_sessions_length(
+    server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """`view --at` past the last seq is refused as `history --at` is (SEQ_NOT_FOUND), writing
+    nothing; a diff's range error counts the session's events, not the prefix it read."""
+    write_scripted(client, sid)
+    length = client.get_session(sid).next_seq
+    out = tmp_path / "page.html"
+    history = run(server, "history", sid, "--at", str(length))
+    past = run(server, "view", sid, "-o", str(out), "--at", str(length))
+    assert past.returncode == 1 and "SEQ_NOT_FOUND" in past.stderr and not out.exists(), past.stderr
+    assert past.stderr == history.stderr
+    last = run(server, "view", sid, "-o", str(out), "--at", str(length - 1))
+    assert last.returncode == 0, last.stderr
+    backwards = run(server, "diff", sid, "--from", "3", "--to", "1")
+    assert backwards.returncode == 1 and f"to (1) < {length} events" in backwards.stderr, backwards.stderr
+    beyond = run(server, "diff", sid, "--from", "1", "--to", str(length))
+    assert beyond.returncode == 1 and f"< {length} events" in beyond.stderr, beyond.stderr

@@ -78,6 +78,12 @@ def test_the_page_needs_a_token_of_the_sessions_namespace(secured: ServerThread,
     assert status == 404 and "SESSION_NOT_FOUND" in body
     status, body, _ = get(secured, f"/sessions/{child}?at=-3", f"Bearer {ALICE}")
     assert status == 400 and "non-negative integer" in body
+    # Past the last seq is SEQ_NOT_FOUND, as a history read there is.
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        head = alice.get_session(child).next_seq
+    status, body, _ = get(secured, f"/sessions/{child}?at={head}", f"Bearer {ALICE}")
+    assert status == 404 and f"SEQ_NOT_FOUND: session {child!r} has no seq {head}" in body, body
+    assert get(secured, f"/sessions/{child}?at={head - 1}", f"Bearer {ALICE}")[0] == 200
     assert get(secured, "/metrics")[0] == 200  # scrapers need no token, as before
     assert get(secured, "/elsewhere", f"Bearer {ALICE}")[0] == 404
     # A kept page is served again while the log has not moved; a new event shows at once.

@@ -71,7 +71,7 @@ def serve(
 
     with startup_errors():
         settings = Settings.from_env(db=db, listen=listen, migrate=False if no_migrate else None, workers=workers)
-        _ensure_sqlite_dir(settings.db)
+        _check_db(settings.db)
         loop_factory(settings.event_loop)  # a bad choice is refused here, before any worker starts
         parse_thresholds(settings.gc_thresholds)  # likewise
         configure(settings.log_level)
@@ -90,7 +90,7 @@ def upgrade(db: DbOption = None) -> None:
 
     with startup_errors():
         settings = Settings.from_env(db=db)
-        _ensure_sqlite_dir(settings.db)
+        _check_db(settings.db)
         run(settings.db)
     typer.echo("database is at the newest revision")
 
@@ -119,11 +119,16 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _ensure_sqlite_dir(url: str) -> None:
+def _check_db(url: str) -> None:
+    """Refuse an unsupported URL scheme (`storage.factory.check_url`) before a driver loads for
+    it; make the directory of a SQLite file."""
     from pathlib import Path
 
     from sqlalchemy.engine import make_url
 
+    from sessionlog_server.storage.factory import check_url
+
+    check_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)

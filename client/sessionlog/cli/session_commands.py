@@ -7,16 +7,20 @@ import queue
 import sys
 import threading
 from concurrent.futures import Future
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from sessionlog.cli.batching import batch_bounds
 from sessionlog.cli.common import connect, describe, fail, print_json
 from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.formats.jsonl import JsonlReader
 from sessionlog.core.vocabulary import REQUEST_HEADER
 from sessionlog.requests import AppendResult, CaughtUp, HeaderReport
+
+if TYPE_CHECKING:  # the CLI loads gRPC only when it connects (cli/common.py `connect`)
+    from sessionlog.client import Writer
 
 READ_BYTES = 1 << 20
 
@@ -46,8 +50,10 @@ def append(
     """Append JSON Lines event envelopes from stdin, printing each committed seq.
 
     The lease is taken at once and held until stdin closes; lines are sent as they arrive
-    (whatever is available is one batch), so `producer | sessionlog append ID` streams, and
-    each seq is printed as soon as its batch is durable. Lines read before a bad line may
+    (whatever is available is sent at once, in as many batches as the service's default limits
+    of events and bytes per batch need), so `producer | sessionlog append ID` streams, and
+    each seq is printed as soon as its batch is durable. An envelope's `seq` and `time` are the
+    service's to assign and are ignored, but must be well formed (BAD_SEQ, BAD_TIME). Lines read before a bad line may
     already be committed; the error names the bad line.
     """
     reader = JsonlReader()
@@ -60,24 +66,28 @@ def append(
                     reader.close()
                     break
                 batch: list[NewEvent] = []
-                first_line = 0
+                numbers: list[int] = []
                 for number, obj in reader.feed_numbered(chunk):
                     if _is_header_report(obj):
                         # A header the service decides on: send what came before, then the report.
-                        if batch:
-                            printer.expect(writer.append(batch), first_line)
-                            batch = []
+                        _send(writer, printer, batch, numbers)
+                        batch, numbers = [], []
                         printer.expect(writer.report_header(_header_of(number, obj)), number)
                         continue
-                    if not batch:
-                        first_line = number
                     batch.append(_parse_line(number, obj))
-                if batch:
-                    printer.expect(writer.append(batch), first_line)
+                    numbers.append(number)
+                _send(writer, printer, batch, numbers)
         except SessionLogError as exc:
             raise fail(describe(exc)) from None
         finally:
             printer.finish()
+
+
+def _send(writer: Writer, printer: AckPrinter, batch: list[NewEvent], numbers: list[int]) -> None:
+    """Append what one read of stdin held, cut into batches within the service's default limits
+    (`cli/batching.py`); `numbers` are the events' line numbers, for the error of a batch."""
+    for start, end in batch_bounds(batch):
+        printer.expect(writer.append(batch[start:end]), numbers[start])
 
 
 class AckPrinter:

@@ -7,6 +7,9 @@
   entries map to events and where the cut lands). `--id` names the main session (one FILE only);
   forks are then `ID.<leafId>`; without it the ids are generated. A sessionlog export (docs/formats.md)
   becomes one session with the same events (the service assigns new commit times); `leaf` is null.
+  The whole export is checked offline first, by the rules the service applies at append
+  (`fold_export`): a bad file creates nothing and the error names its line and seq. Should the
+  service still refuse a batch (a limit, a quota), the error says which seq the session got to.
 - `export SESSION_ID --format pi|sessionlog [-o FILE]` writes a Pi v3 file (the session's branch,
   entries as they were imported) or the project's own JSONL, to stdout or atomically to FILE.
 - `ingest SESSION_ID --format pi-events < events.jsonl` appends what a `pi --mode json` run did
@@ -17,7 +20,8 @@
   run's events; a missing session is created. Lines read before a bad line may already be
   committed (the error names the line); `--lenient` drops the truncated last line of a killed run.
 
-Events are appended through one streaming writer per session, in batches of `BATCH_EVENTS`, each
+Events are appended through one streaming writer per session, in batches of at most `BATCH_EVENTS`
+(and within the service's batch limits, `cli/batching.py`), each
 sent with the seq it must start at: an import's compaction replaces and copies cite seqs, so a log
 that is not exactly where the plan says fails loudly instead of citing the wrong events. Every
 imported event carries a deterministic eventId, so a batch re-sent after a reconnect is not
@@ -38,6 +42,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from sessionlog.cli.batching import batch_bounds
 from sessionlog.cli.common import connect, describe, fail, print_json
 from sessionlog.cli.progress import Advance, progress
 from sessionlog.core import jsonvalue, validate
@@ -51,7 +56,12 @@ from sessionlog.core.formats.pi.importer import import_pi
 from sessionlog.core.formats.pi.ingest import StreamIngest
 from sessionlog.core.formats.pi.load import load_pi_file
 from sessionlog.core.formats.pi.stream import IncompleteMessage, PiStreamParser, StreamItem
-from sessionlog.core.formats.sessionlog_file import parse_sessionlog_objects, sessionlog_lines
+from sessionlog.core.formats.sessionlog_file import (
+    SessionlogExport,
+    fold_export,
+    parse_sessionlog_objects,
+    sessionlog_lines,
+)
 
 if TYPE_CHECKING:  # the CLI loads gRPC only when it connects (cli/common.py `connect`)
     from sessionlog.client import SessionLogClient, Writer
@@ -144,14 +154,52 @@ def import_sessionlog_file(client: SessionLogClient, path: Path, session_id: str
     """One session with the export's events (new commit times); returns its `{id, file, leaf}`."""
     with progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
         export = parse_sessionlog_objects(read_file_numbered(path, JsonlReader(), on_read=advance))
+    fold_export(export)  # every event checked as the service will: a bad file creates nothing
     session = export.session
     new_id = session_id or str(uuid.uuid4())
     cwd = session.get("cwd") if isinstance(session.get("cwd"), str) else None
     metadata = session.get("metadata") if isinstance(session.get("metadata"), dict) else None
     client.create_session(new_id, cwd=cwd or None, metadata=metadata or None)
     with progress(f"importing {path.name}", len(export.events)) as advance:
-        append_planned(client, new_id, [event.as_new() for event in export.events], first_seq=0, advance=advance)
+        try:
+            append_planned(client, new_id, [e.as_new() for e in export.events], first_seq=0, advance=advance)
+        except SessionLogError as exc:
+            raise _stopped_midway(client, new_id, export, exc) from None
     return {"id": new_id, "file": str(path), "leaf": None}
+
+
+def _stopped_midway(
+    client: SessionLogClient, session_id: str, export: SessionlogExport, exc: SessionLogError
+) -> SessionLogError:
+    """The service refused a batch of a file that validated offline (a limit, a quota): the
+    session was created and holds what came before. Say how far it got, never leave it silent."""
+    try:
+        reached: int | None = client.get_session(session_id).next_seq
+    except SessionLogError:
+        reached = None
+    total = len(export.events)
+    if reached is None:
+        got = "how far it got is unknown (the session could not be read)"
+    elif reached < total:
+        got = f"it holds seqs 0..{reached - 1} of {total} and stopped at seq {reached}"
+    else:
+        got = f"it holds all {total} events"
+    refused = exc.message
+    index = exc.metadata.get("event_index", "")
+    if reached is not None and index.isdigit() and reached + int(index) < total:
+        # The refused batch started where the session stopped: name its event by seq and line.
+        seq = reached + int(index)
+        refused = f"seq {seq} (line {export.event_lines[seq]}): {refused.removeprefix(f'event {index}: ')}"
+    message = (
+        f"the service refused the import part way: session {session_id!r} was created and {got}; "
+        f"delete it or import again with another --id. Refused: {refused}"
+    )
+    metadata = {**exc.metadata, "session_id": session_id}
+    if reached is not None:
+        metadata["next_seq"] = str(reached)
+        if reached < total:
+            metadata.update(seq=str(reached), line=str(export.event_lines[reached]))
+    return type(exc)(exc.reason, message, **metadata)
 
 
 def append_planned(
@@ -171,8 +219,8 @@ def append_planned(
                 "IMPORT_SEQ_MISMATCH",
                 f"session {session_id!r} is at seq {writer.next_seq}, the import expected {first_seq}",
             )
-        for start in range(0, len(events), BATCH_EVENTS):
-            batch = events[start : start + BATCH_EVENTS]
+        for start, end in batch_bounds(events, max_events=BATCH_EVENTS):
+            batch = events[start:end]
             future = writer.append(batch, expected_next_seq=first_seq + start)
             if advance is not None:
                 future.add_done_callback(functools.partial(_tell_durable, advance, len(batch)))
@@ -338,6 +386,6 @@ def _send(writer: Writer, ingest: StreamIngest, items: Iterable[StreamItem], fir
                 f"appended as {kept}\n"
             )
         events += ingest.map(item)
-    for start in range(0, len(events), BATCH_EVENTS):
-        writer.append(events[start : start + BATCH_EVENTS], expected_next_seq=first_seq + start)
+    for start, end in batch_bounds(events, max_events=BATCH_EVENTS):
+        writer.append(events[start:end], expected_next_seq=first_seq + start)
     return len(events)

@@ -35,6 +35,8 @@ def view(
     request diffs, turns and tool calls, and the transcript with replaced rows marked."""
     with connect() as client:
         info = client.get_session(session_id)
+        if at is not None and at >= info.next_seq:
+            client.stats(session_id, at_seq=at)  # past the head: the service's SEQ_NOT_FOUND, as for history
         children = tuple((child.id, child.fork_seq) for child in client.list_sessions(parent_session_id=session_id))
         events = list(client.read_events(session_id, to_seq=at))
     session = SessionRef(info.id, info.parent_session_id, info.fork_seq, children)
@@ -56,5 +58,7 @@ def diff(
     `--at TO`): header fields, messages replaced (and by which event), messages added, and
     whether the later request still starts with the earlier one (a prompt-cache hit)."""
     with connect() as client:
-        events = list(client.read_events(session_id, to_seq=to_seq))
-    print_json(guarded(lambda: request_diff(events, from_seq, to_seq)))
+        next_seq = client.get_session(session_id).next_seq
+        last = min(to_seq, next_seq - 1)
+        events = list(client.read_events(session_id, to_seq=last)) if last >= 0 else []
+    print_json(guarded(lambda: request_diff(events, from_seq, to_seq, next_seq=next_seq)))

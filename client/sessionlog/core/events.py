@@ -103,9 +103,12 @@ class NewEvent:
 
     @classmethod
     def from_json(cls, obj: Any) -> NewEvent:
-        """Parse an envelope from JSON (SPEC §2 names); `seq` and `time` are ignored."""
+        """Parse an envelope from JSON (SPEC §2 names). `seq` and `time` are the service's to
+        assign: a proposal may carry them (an envelope read back and sent again) and they are
+        ignored, but one that is there must be well formed (BAD_SEQ, BAD_TIME), as in `Event`."""
         if not isinstance(obj, dict):
             raise ValidationError("BAD_ENVELOPE", "an event envelope must be a JSON object")
+        _check_position(obj.get("seq", 0), obj.get("time", 0))
         kind = obj.get("type")
         if not isinstance(kind, str) or not kind:
             raise ValidationError("BAD_TYPE", "event type must be a non-empty string", field="type")
@@ -163,10 +166,7 @@ class Event:
         """Parse a stored envelope (with `seq` and `time`), e.g. from a sessionlog JSONL export."""
         draft = NewEvent.from_json(obj)
         seq, time = obj.get("seq"), obj.get("time")
-        if not _is_seq(seq):
-            raise ValidationError("BAD_SEQ", "seq must be a non-negative integer", field="seq")
-        if not (isinstance(time, int) and not isinstance(time, bool)):
-            raise ValidationError("BAD_TIME", "time must be an integer (epoch ms)", field="time")
+        _check_position(seq, time)
         return draft.committed(seq, time)
 
     def as_new(self) -> NewEvent:
@@ -179,6 +179,14 @@ class Event:
             surface_op=self.surface_op,
             source_event_seqs=self.source_event_seqs,
         )
+
+
+def _check_position(seq: Any, time: Any) -> None:
+    """An envelope's `seq` is a non-negative integer and its `time` an integer (epoch ms)."""
+    if not _is_seq(seq):
+        raise ValidationError("BAD_SEQ", "seq must be a non-negative integer", field="seq")
+    if not (isinstance(time, int) and not isinstance(time, bool)):
+        raise ValidationError("BAD_TIME", "time must be an integer (epoch ms)", field="time")
 
 
 def _put_optional(

@@ -146,18 +146,20 @@ def describe(
     }
 
 
-def request_diff(events: Sequence[Event], from_seq: int, to_seq: int) -> JsonObject:
+def request_diff(events: Sequence[Event], from_seq: int, to_seq: int, *, next_seq: int | None = None) -> JsonObject:
     """The diff between the request of prefix `0..from_seq` and that of `0..to_seq` (inclusive,
-    as `sessionlog request --at`); `events` is the log from seq 0 to at least `to_seq`.
+    as `sessionlog request --at`); `events` is the log from seq 0 to at least `to_seq`, of a
+    session whose next seq is `next_seq` (default: `len(events)`, the whole log).
 
     Returns `{"fromSeq", "toSeq", "header": {fromSeq, toSeq, fields, logged}, "messages":
     {added, replaced, replaces: [{seq, type, sourceKind, startSeq, endSeq, replaced}],
     firstChanged}, "prefixKept"}`.
     """
-    if not 0 <= from_seq <= to_seq < len(events):
+    length = len(events) if next_seq is None else next_seq
+    if not 0 <= from_seq <= to_seq < length:
         raise ValidationError(
             "SEQ_OUT_OF_RANGE",
-            f"request diff: need 0 <= from ({from_seq}) <= to ({to_seq}) < {len(events)} events",
+            f"request diff: need 0 <= from ({from_seq}) <= to ({to_seq}) < {length} events",
             field="seq",
         )
     state = SurfaceState()

@@ -12,6 +12,7 @@ import re
 from sessionlog.core.errors import LimitExceeded, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
+from sessionlog.core.repair import check_writer_turn_end
 from sessionlog.core.vocabulary import KNOWN_TYPES, SURFACE_TYPES
 
 _TYPE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)*$")
@@ -175,6 +176,14 @@ def validate_envelope(event: NewEvent, encoded_size: int, limits: Limits = Limit
     check_surface_fields(event)
     check_message_role(event)
     check_size(event, encoded_size, limits)
+
+
+def validate_proposal(event: NewEvent, encoded_size: int, limits: Limits = Limits()) -> None:
+    """Every rule the service applies to one proposed event before folding it: the envelope's
+    (`validate_envelope`) and the turn-end kinds only repair and fork write. The server's append
+    and the offline readers of exports call this one function, so they cannot disagree."""
+    validate_envelope(event, encoded_size, limits)
+    check_writer_turn_end(event)
 
 
 def check_batch_count(count: int, limits: Limits) -> None:

@@ -17,7 +17,6 @@ from sessionlog.core.errors import ExpectedSeqMismatch, SessionLogError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
 from sessionlog.core.messages import empty_system_head
-from sessionlog.core.repair import check_writer_turn_end
 from sessionlog_server.service.live import LiveSession
 from sessionlog_server.storage import blobs
 from sessionlog_server.storage.records import PendingBatch, StoredData
@@ -42,8 +41,7 @@ def validate_proposals(decoded: Sequence[DecodedEvent], limits: Limits) -> list[
     validate.check_batch_bytes(sum(d.data_bytes for d in decoded), limits)
     for index, item in enumerate(decoded):
         try:
-            validate.validate_envelope(item.event, item.data_bytes, limits)
-            check_writer_turn_end(item.event)
+            validate.validate_proposal(item.event, item.data_bytes, limits)
         except SessionLogError as exc:
             exc.name_event(index)
             raise

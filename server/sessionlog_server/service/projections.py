@@ -291,9 +291,14 @@ def _decode_token(token: str, kind: str) -> tuple[int, int, int]:
 
 
 def _no_seq(scope: Scope, next_seq: int) -> NotFound:
+    return seq_not_found(scope.session_id, scope.at_seq, next_seq)
+
+
+def seq_not_found(session_id: str, seq: int | None, next_seq: int) -> NotFound:
+    """SEQ_NOT_FOUND: a read at `seq`, at or past `next_seq` (projections, the session page)."""
     return NotFound(
         "SEQ_NOT_FOUND",
-        f"session {scope.session_id!r} has no seq {scope.at_seq} (next seq is {next_seq})",
-        session_id=scope.session_id,
-        seq=scope.at_seq,
+        f"session {session_id!r} has no seq {seq} (next seq is {next_seq})",
+        session_id=session_id,
+        seq=seq,
     )

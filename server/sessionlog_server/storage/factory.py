@@ -7,6 +7,18 @@ from sqlalchemy.engine import make_url
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS, SQLiteEventRecorder
 
+SUPPORTED_DRIVERS = frozenset({"sqlite", "sqlite+pysqlite", "postgresql", "postgres", "postgresql+psycopg"})
+"""The URL schemes the service runs on: SQLite (the embedded default) and PostgreSQL (psycopg 3)."""
+
+
+def check_url(url: str) -> None:
+    """Refuse a database URL of any other scheme (ValueError), before a driver is loaded for it."""
+    drivername = make_url(url).drivername
+    if drivername not in SUPPORTED_DRIVERS:
+        raise ValueError(
+            f"unsupported database URL scheme {drivername!r}: use sqlite:///PATH or postgresql://USER@HOST/DB"
+        )
+
 
 def normalise_url(url: str) -> str:
     """Accept `postgresql://` and `postgres://` and use the psycopg 3 driver for them."""
@@ -21,12 +33,10 @@ def open_recorder(
 ) -> EventRecorder:
     """The recorder for `url`; the schema must already be migrated (see migrate.upgrade). The
     `sqlite_` settings apply to a SQLite file only."""
+    check_url(url)
     url = normalise_url(url)
-    backend = make_url(url).get_backend_name()
-    if backend == "sqlite":
+    if make_url(url).get_backend_name() == "sqlite":
         return SQLiteEventRecorder(url, synchronous=sqlite_synchronous, busy_timeout_ms=sqlite_busy_timeout_ms)
-    if backend == "postgresql":
-        from sessionlog_server.storage.postgres import PostgresEventRecorder
+    from sessionlog_server.storage.postgres import PostgresEventRecorder
 
-        return PostgresEventRecorder(url)
-    raise ValueError(f"unsupported database {backend!r}: use a sqlite:/// or postgresql:// URL")
+    return PostgresEventRecorder(url)

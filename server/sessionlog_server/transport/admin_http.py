@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from sessionlog.core.errors import NotFound, SessionLogError
 from sessionlog.core.events import Event
 from sessionlog.view.page import MissingAssets, SessionRef, render_page
-from sessionlog_server.service import access
+from sessionlog_server.service import access, projections
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.address import split_listen
@@ -163,7 +163,9 @@ class AdminHttp:
         seq (with the same forks) never changes: the last few are kept, and a reload or a
         second reader of a large session does not fold it again."""
         session, head = self._call(self._describe(principal, session_id))
-        last = head if at is None else min(at, head)
+        if at is not None and at > head:
+            raise projections.seq_not_found(session_id, at, head + 1)  # as a history read past the head
+        last = head if at is None else at
         key = (principal.namespace, session, last)
         with self._lock:
             cached = self._pages.get(key)

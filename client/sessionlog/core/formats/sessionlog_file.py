@@ -2,9 +2,10 @@
 
 `{"type":"sessionlog","version":1,"session":{…}}` comes first; every following line is an event
 envelope with `seq` and `time` (`Event.from_json`), seqs 0, 1, 2, … without gaps. The replay
-metrics of such a file come from folding it with the core's `SessionFold` (which checks every
-event as the service would at append, so a damaged export is refused with the line that breaks
-it) and reading its SPEC §5 stats, mapped onto the same keys as a Pi replay:
+metrics of such a file come from folding it with the core's `SessionFold` (`fold_export` checks
+every event as the service would at append, envelope rules included, so a damaged export is
+refused with the line and seq that break it, and `import` refuses it before creating anything)
+and reading its SPEC §5 stats, mapped onto the same keys as a Pi replay:
 
 - `sessionFormat` is `"sessionlog-v1"`; `eventsInFile` counts lines, header included;
 - `--at SEQ` folds the prefix `0..SEQ`: `eventsOnBranch` is its length, `eventsOffBranch` the
@@ -25,10 +26,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from sessionlog.core import jsonvalue
-from sessionlog.core.errors import ValidationError
+from sessionlog.core import jsonvalue, validate
+from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.fold import SessionFold
+from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 from sessionlog.core.projections.stats import usage_of
 from sessionlog.core.usage import CostSum, usage_cost, usage_total_tokens
 from sessionlog.core.vocabulary import COMPACTION_SUMMARY
@@ -71,7 +73,9 @@ def parse_sessionlog_objects(records: Iterable[tuple[int, JsonObject]]) -> Sessi
         events.append(event)
         event_lines.append(number)
     if session is None:
-        raise ValidationError("BAD_SESSIONLOG_HEADER", "the file is empty: a sessionlog export starts with a header")
+        raise ValidationError(
+            "EMPTY_SESSION_FILE", "the file holds no JSON line: a sessionlog export starts with a header"
+        )
     return SessionlogExport(session, events, lines, event_lines)
 
 
@@ -125,16 +129,7 @@ def sessionlog_metrics(export: SessionlogExport, at: str | int | None = None) ->
         if not 0 <= seq < len(events):
             raise ValidationError("UNKNOWN_ENTRY", f"no event with seq {seq} in this export ({len(events)} events)")
         events = events[: seq + 1]
-    fold = SessionFold()
-    for event in events:
-        try:
-            fold.apply(event)
-        except ValidationError as exc:
-            number = export.event_lines[event.seq]
-            raise ValidationError(
-                exc.reason, f"line {number} (seq {event.seq}): {exc.message}", line=number, seq=event.seq
-            ) from None
-    folded = fold.stats()
+    folded = fold_export(export, len(events)).stats()
     total_tokens: int | float = 0
     compaction_cost: CostSum | None = None
     for event in events:
@@ -166,6 +161,23 @@ def sessionlog_metrics(export: SessionlogExport, at: str | int | None = None) ->
         "totalTokens": total_tokens,
         "compactionCostUsd": compaction_cost.value() if compaction_cost is not None else None,
     }
+
+
+def fold_export(export: SessionlogExport, count: int | None = None, limits: Limits = DEFAULT_LIMITS) -> SessionFold:
+    """Fold the first `count` events (default: all) checking each as the service checks an
+    append: `validate.validate_proposal` (envelope rules, `limits`), then the fold's seq,
+    surface and structure rules. A refusal names the file's line and the event's seq."""
+    fold = SessionFold()
+    for event in export.events[:count]:
+        number = export.event_lines[event.seq]
+        try:
+            validate.validate_proposal(event.as_new(), len(jsonvalue.dumps_bytes(event.data)), limits)
+            fold.apply(event)
+        except SessionLogError as exc:
+            where = f"line {number} (seq {event.seq}): {exc.message}"
+            metadata = {**exc.metadata, "line": str(number), "seq": str(event.seq)}
+            raise type(exc)(exc.reason, where, **metadata) from None
+    return fold
 
 
 def _seq(at: str | int) -> int:

@@ -126,7 +126,7 @@ def parse_pi_objects(records: Iterable[tuple[int, JsonObject]], warnings: list[J
         entries.append(obj)
         lines.append(number)
     if header is None:
-        raise ValidationError("NOT_A_PI_SESSION", "the file is empty: a Pi session starts with a header")
+        raise ValidationError("EMPTY_SESSION_FILE", "the file holds no JSON line: a Pi session starts with a header")
     return PiFile(header, entries, lines, version, count, extra, list(warnings or []))
 
 

@@ -17,6 +17,7 @@
 import { create } from "@bufbuild/protobuf";
 import { type Client, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { optionalSeq, pageSize, seq } from "./arguments.js";
 import { eventFromPb, headerReportFromPb, leaseFromPb, newEventToPb, num, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
 import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
 import { HistoryCopy } from "./history.js";
@@ -37,6 +38,7 @@ import type {
   RequestHeader,
   RequestView,
   ResumeInfo,
+  SeqArgument,
   SessionInfo,
   Stats,
   SurfaceView,
@@ -129,7 +131,7 @@ export class SessionLogClient {
   async *listSessions(options: { parentSessionId?: string; pageSize?: number } = {}): AsyncGenerator<SessionInfo> {
     let pageToken = "";
     for (;;) {
-      const request = { pageSize: options.pageSize ?? 100, pageToken, parentSessionId: options.parentSessionId ?? "" };
+      const request = { pageSize: pageSize(options.pageSize, 100), pageToken, parentSessionId: options.parentSessionId ?? "" };
       const response = await this.unary((signal) => this.rpc.listSessions(request, { signal }), true);
       for (const session of response.sessions) yield sessionFromPb(session);
       pageToken = response.nextPageToken;
@@ -164,12 +166,12 @@ export class SessionLogClient {
    * Append one batch under `lease` (all events commit together or none do). Every event gets
    * an eventId first, so the call is retried on UNAVAILABLE without appending twice.
    */
-  async append(lease: Lease, events: Iterable<NewEvent>, options: { expectedNextSeq?: number } = {}): Promise<AppendResult> {
+  async append(lease: Lease, events: Iterable<NewEvent>, options: { expectedNextSeq?: SeqArgument } = {}): Promise<AppendResult> {
     const request = {
       sessionId: lease.sessionId,
       leaseToken: lease.token ?? "",
       events: withEventIds(events).map(newEventToPb),
-      expectedNextSeq: options.expectedNextSeq === undefined ? undefined : BigInt(options.expectedNextSeq),
+      expectedNextSeq: optionalSeq(options.expectedNextSeq, "expectedNextSeq"),
     };
     const response = await this.unary((signal) => this.rpc.appendEvents(request, { signal }), true);
     return { seqs: response.seqs.map(num), nextSeq: num(response.nextSeq) };
@@ -204,8 +206,8 @@ export class SessionLogClient {
   }
 
   /** Fork `sessionId` after `atSeq` (inclusive); the prefix is shared, not copied. */
-  async fork(sessionId: string, atSeq: number, newSessionId?: string): Promise<ForkResult> {
-    const request = { sessionId, atSeq: BigInt(atSeq), newSessionId: newSessionId ?? "" };
+  async fork(sessionId: string, atSeq: SeqArgument, newSessionId?: string): Promise<ForkResult> {
+    const request = { sessionId, atSeq: seq(atSeq, "atSeq"), newSessionId: newSessionId ?? "" };
     const response = await this.unary((signal) => this.rpc.forkSession(request, { signal }), false);
     return { session: sessionFromPb(response.session), repairSeqs: response.repairSeqs.map(num) };
   }
@@ -217,7 +219,7 @@ export class SessionLogClient {
     const messages: Message[] = [];
     let pageToken = "";
     do {
-      const request = { scope: scope(sessionId, options), pageSize: options.pageSize ?? 0, pageToken };
+      const request = { scope: scope(sessionId, options), pageSize: pageSize(options.pageSize, 0), pageToken };
       const response = await this.unary((signal) => this.rpc.getModelHistory(request, { signal }), true);
       for (const message of parseArray(response.messagesJson, "messages")) messages.push(message as Message);
       pageToken = response.nextPageToken;
@@ -244,7 +246,7 @@ export class SessionLogClient {
     const rows: TranscriptRow[] = [];
     let pageToken = "";
     do {
-      const request = { scope: scope(sessionId, options), pageSize: options.pageSize ?? 0, pageToken };
+      const request = { scope: scope(sessionId, options), pageSize: pageSize(options.pageSize, 0), pageToken };
       const response = await this.unary((signal) => this.rpc.getTranscript(request, { signal }), true);
       for (const row of parseArray(response.rowsJson, "rows")) rows.push(row as unknown as TranscriptRow);
       pageToken = response.nextPageToken;
@@ -279,21 +281,18 @@ export class SessionLogClient {
   // --- reading ---------------------------------------------------------------------------
 
   /** Events from `fromSeq` to `toSeq` (inclusive), in seq order; a broken read resumes where it stopped. */
-  async *readEvents(sessionId: string, options: { fromSeq?: number; toSeq?: number; pageSize?: number } = {}): AsyncGenerator<Event> {
-    let next = options.fromSeq ?? 0;
+  async *readEvents(sessionId: string, options: { fromSeq?: SeqArgument; toSeq?: SeqArgument; pageSize?: number } = {}): AsyncGenerator<Event> {
+    let next = optionalSeq(options.fromSeq, "fromSeq") ?? 0n;
+    const toSeq = optionalSeq(options.toSeq, "toSeq");
+    const size = pageSize(options.pageSize, 500);
     let failures = 0;
     for (;;) {
-      const request = {
-        sessionId,
-        fromSeq: BigInt(next),
-        toSeq: options.toSeq === undefined ? undefined : BigInt(options.toSeq),
-        pageSize: options.pageSize ?? 500,
-      };
+      const request = { sessionId, fromSeq: next, toSeq, pageSize: size };
       try {
         for await (const response of this.rpc.readEvents(request)) {
           for (const message of response.events) {
             const event = eventFromPb(message);
-            next = event.seq + 1;
+            next = BigInt(event.seq) + 1n;
             failures = 0;
             yield event;
           }

@@ -3,6 +3,7 @@
  * the shape of every request and response, shared by the client and its writers.
  */
 import { create } from "@bufbuild/protobuf";
+import { optionalSeq } from "./arguments.js";
 import { parseArray, parseJson, parseObject, encodeJson, type JsonObject } from "./json.js";
 import { type Event as PbEvent, type NewEvent as PbNewEvent, NewEventSchema, type SurfaceOp as PbSurfaceOp, SurfaceOpSchema } from "./gen/sessionlog/v1/event_pb.js";
 import type { Lease as PbLease, Session as PbSession } from "./gen/sessionlog/v1/session_pb.js";
@@ -117,7 +118,7 @@ export function resumeFromPb(msg: ResumeSessionResponse): ResumeInfo {
 export function scope(sessionId: string, options: ProjectionOptions = {}): ProjectionScope {
   return create(ProjectionScopeSchema, {
     sessionId,
-    atSeq: options.atSeq === undefined ? undefined : BigInt(options.atSeq),
+    atSeq: optionalSeq(options.atSeq, "atSeq"),
     withRepair: options.withRepair ?? false,
   });
 }

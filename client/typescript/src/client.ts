@@ -18,10 +18,10 @@ import { create } from "@bufbuild/protobuf";
 import { type Client, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { optionalSeq, pageSize, seq } from "./arguments.js";
-import { eventFromPb, headerReportFromPb, leaseFromPb, newEventToPb, num, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
+import { batchToPb, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
 import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
 import { HistoryCopy } from "./history.js";
-import { encodeJson, type JsonObject } from "./json.js";
+import type { JsonObject } from "./json.js";
 import { toSessionLogError, Unavailable } from "./errors.js";
 import { backoff, DEFAULT_RETRY, once, type RetryPolicy, sleep, withRetry } from "./retry.js";
 import { Subscription, type SubscribeOptions } from "./subscription.js";
@@ -45,7 +45,7 @@ import type {
   TranscriptRow,
 } from "./types.js";
 import { LeaseWriter } from "./lease-writer.js";
-import { withEventIds, Writer, type WriterOptions } from "./writer.js";
+import { Writer, type WriterOptions } from "./writer.js";
 
 export const DEFAULT_TARGET = "127.0.0.1:50051";
 
@@ -116,7 +116,7 @@ export class SessionLogClient {
     const request = {
       sessionId: sessionId ?? "",
       cwd: options.cwd ?? "",
-      metadataJson: options.metadata ? encodeJson(options.metadata, "metadata") : new Uint8Array(),
+      metadataJson: options.metadata ? jsonObjectField(options.metadata, "metadata", "DATA_NOT_OBJECT") : new Uint8Array(),
     };
     const response = await this.unary((signal) => this.rpc.createSession(request, { signal }), false);
     return sessionFromPb(response.session);
@@ -170,7 +170,7 @@ export class SessionLogClient {
     const request = {
       sessionId: lease.sessionId,
       leaseToken: lease.token ?? "",
-      events: withEventIds(events).map(newEventToPb),
+      events: batchToPb(events),
       expectedNextSeq: optionalSeq(options.expectedNextSeq, "expectedNextSeq"),
     };
     const response = await this.unary((signal) => this.rpc.appendEvents(request, { signal }), true);
@@ -192,7 +192,7 @@ export class SessionLogClient {
 
   /** Report the request header about to be used; the service decides whether to log it. */
   async reportHeader(lease: Lease, header: RequestHeader | JsonObject): Promise<HeaderReport> {
-    const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "", headerJson: encodeJson(header, "header") };
+    const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "", headerJson: jsonObjectField(header, "header", "HEADER_NOT_OBJECT") };
     const response = await this.unary((signal) => this.rpc.reportRequestHeader(request, { signal }), false);
     return headerReportFromPb(response);
   }

@@ -12,13 +12,14 @@ import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { type Client, Code } from "@connectrpc/connect";
 import { Channel } from "./channel.js";
-import { headerReportFromPb, leaseFromPb, newEventToPb, num, resumeFromPb } from "./convert.js";
+import { optionalSeq } from "./arguments.js";
+import { batchToPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, resumeFromPb } from "./convert.js";
 import { OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterHeld } from "./errors.js";
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
-import { encodeJson, type JsonObject } from "./json.js";
+import type { JsonObject } from "./json.js";
 import { backoff, type RetryPolicy, sleep } from "./retry.js";
-import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo } from "./types.js";
+import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo, SeqArgument } from "./types.js";
 
 export interface WriterOptions {
   /** The writer's id (a label); the service generates one when absent. */
@@ -115,25 +116,26 @@ export class Writer {
    * Send a batch (atomic: all events commit together or none do). Returns at once; the promise
    * resolves with the batch's seqs once it is durable. Batches are sent in call order.
    */
-  append(events: Iterable<NewEvent>, options: { expectedNextSeq?: number } = {}): Promise<AppendResult> {
-    const batch = withEventIds(events).map(newEventToPb);
-    return this.enqueue((id) =>
-      create(WriteRequestSchema, {
-        kind: {
-          case: "batch",
-          value: {
-            batchId: id,
-            events: batch,
-            expectedNextSeq: options.expectedNextSeq === undefined ? undefined : BigInt(options.expectedNextSeq),
-          },
-        },
-      }),
-    ) as Promise<AppendResult>;
+  append(events: Iterable<NewEvent>, options: { expectedNextSeq?: SeqArgument } = {}): Promise<AppendResult> {
+    let batch: ReturnType<typeof batchToPb>;
+    let expectedNextSeq: bigint | undefined;
+    try {
+      batch = batchToPb(events);
+      expectedNextSeq = optionalSeq(options.expectedNextSeq, "expectedNextSeq");
+    } catch (error) {
+      return Promise.reject(error); // a bad event is this call's failure, not the writer's
+    }
+    return this.enqueue((id) => create(WriteRequestSchema, { kind: { case: "batch", value: { batchId: id, events: batch, expectedNextSeq } } })) as Promise<AppendResult>;
   }
 
   /** Report the request header about to be used, in order with the batches sent so far. */
   reportHeader(header: RequestHeader | JsonObject): Promise<HeaderReport> {
-    const headerJson = encodeJson(header, "header");
+    let headerJson: Uint8Array;
+    try {
+      headerJson = jsonObjectField(header, "header", "HEADER_NOT_OBJECT");
+    } catch (error) {
+      return Promise.reject(error);
+    }
     return this.enqueue((id) => create(WriteRequestSchema, { kind: { case: "header", value: { batchId: id, headerJson } } })) as Promise<HeaderReport>;
   }
 

@@ -85,6 +85,33 @@ describe(`arguments on ${backend}`, () => {
     assert.deepEqual((await env.client.surface(id, { atSeq: 1n })).atSeq, 1);
   });
 
+  test("a bad event is a rejected append (ValidationError with the service's reason), and the writer goes on", async () => {
+    const writer = await env.client.writer(sessionId("events"), { createIfMissing: true });
+    const bad: [string, string, string, () => Promise<unknown>][] = [
+      ["surfaceOp \"replace\"", "BAD_SURFACE_OP", "surfaceOp", () => writer.append([{ ...note(1), surfaceOp: "replace" as never }])],
+      ["a replace without seqs", "BAD_SURFACE_OP", "surfaceOp.startSeq", () => writer.append([{ ...note(1), surfaceOp: { op: "replace" } as never }])],
+      ["data {turn: NaN}", "NON_FINITE_NUMBER", "data", () => writer.append([note(1), { type: "turn/start", data: { turn: Number.NaN } }])],
+      ["data an array", "DATA_NOT_OBJECT", "data", () => writer.append([{ type: "test/note", data: [1] as never }])],
+      ["sourceEventSeqs [-1]", "BAD_SOURCE_EVENT_SEQS", "sourceEventSeqs[0]", () => writer.append([{ ...note(1), sourceEventSeqs: [-1] }])],
+      ["a numeric eventId", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: 7 as never }])],
+      ["expectedNextSeq 0.5", "SEQ_OUT_OF_RANGE", "expectedNextSeq", () => writer.append([note(1)], { expectedNextSeq: 0.5 })],
+      ["a header with Infinity", "NON_FINITE_NUMBER", "header", () => writer.reportHeader({ config: { temperature: Number.POSITIVE_INFINITY } })],
+    ];
+    for (const [what, reason, field, call] of bad) {
+      let returned: Promise<unknown> | undefined;
+      assert.doesNotThrow(() => (returned = call()), `${what}: thrown, not a rejected promise`);
+      await assert.rejects(returned!, (e: unknown) => {
+        assert.ok(e instanceof ValidationError, `${what}: ${String(e)}`);
+        assert.equal(e.reason, reason, what);
+        assert.equal(e.metadata.field, field, what);
+        return true;
+      });
+    }
+    await assert.rejects(env.client.append(ANY_LEASE, [note(0), note(Number.NaN)]), (e: unknown) => e instanceof ValidationError && e.metadata.event_index === "1");
+    assert.deepEqual((await writer.append([note(1)])).seqs, [0], "the writer still works: nothing bad was sent");
+    await writer.close();
+  });
+
   test("a request Connect cannot encode is a ValidationError (MALFORMED_REQUEST), not a transport failure", async () => {
     // The generated client, below the argument checks: Connect's encoder refuses -1 as a uint64.
     const raw = await collect(env.client.rpc.readEvents({ sessionId: id, fromSeq: -1n })).catch((e: unknown) => e);

@@ -47,20 +47,41 @@ export class Subscription implements AsyncIterable<Event | CaughtUp> {
     private readonly rpc: Client<typeof SessionService>,
     private readonly sessionId: string,
     private readonly options: SubscribeOptions,
-    clientClosed?: AbortSignal,
-  ) {
-    for (const ending of [options.signal, clientClosed]) {
-      if (ending?.aborted) this.controller.abort();
-      ending?.addEventListener("abort", () => this.controller.abort(), { once: true });
-    }
-  }
+    private readonly clientClosed?: AbortSignal,
+  ) {}
 
   /** End the subscription (the iteration finishes quietly). */
   cancel(): void {
     this.controller.abort();
   }
 
+  /**
+   * End the iteration when the caller's signal or the client's closing fires. Listening only
+   * while iterating, and returning the undo, keeps a long-lived signal (the client's) from
+   * collecting one listener per subscription ever made.
+   */
+  private follow(): () => void {
+    const endings = [this.options.signal, this.clientClosed].filter((s): s is AbortSignal => s !== undefined);
+    const end = (): void => this.controller.abort();
+    for (const ending of endings) {
+      if (ending.aborted) end();
+      else ending.addEventListener("abort", end, { once: true });
+    }
+    return () => {
+      for (const ending of endings) ending.removeEventListener("abort", end);
+    };
+  }
+
   async *[Symbol.asyncIterator](): AsyncGenerator<Event | CaughtUp> {
+    const unfollow = this.follow();
+    try {
+      yield* this.follower();
+    } finally {
+      unfollow();
+    }
+  }
+
+  private async *follower(): AsyncGenerator<Event | CaughtUp> {
     const policy = this.options.retry ?? RESUBSCRIBE;
     let next = optionalSeq(this.options.fromSeq, "fromSeq") ?? 0n;
     let caughtUp = false;

@@ -151,11 +151,25 @@ export class Writer {
       if (this.failure === null) await this.flush();
     } finally {
       this.closing = true;
-      // `close` ends the writer on purpose (the lease is released); a stream that just ends is
-      // taken for a dead writer, and its lease is left to lapse.
-      this.channel?.push(create(WriteRequestSchema, { kind: { case: "close", value: {} } }));
-      this.channel?.end();
-      await this.reading;
+      this.endStream();
+      await this.settled();
+    }
+  }
+
+  /**
+   * Ask the service to end the stream on purpose: it acknowledges what is pending and releases
+   * the lease. (A stream that just ends is taken for a dead writer's, its lease left to lapse.)
+   */
+  private endStream(): void {
+    this.channel?.push(create(WriteRequestSchema, { kind: { case: "close", value: {} } }));
+    this.channel?.end();
+  }
+
+  /** Wait for the stream's reader, and for the reader of any stream a reconnect opened meanwhile. */
+  private async settled(): Promise<void> {
+    for (let reading = this.reading; ; reading = this.reading) {
+      await reading;
+      if (reading === this.reading) return;
     }
   }
 
@@ -219,7 +233,6 @@ export class Writer {
         },
       }),
     );
-    for (const pending of this.inFlight) channel.push(pending.request); // after a reconnect: re-send
     const responses = this.rpc.write(channel, { signal: abort.signal })[Symbol.asyncIterator]();
     let first: IteratorResult<WriteResponse>;
     try {
@@ -250,30 +263,43 @@ export class Writer {
     this.writerId = lease.writerId;
     this.nextSeq = num(opened.nextSeq);
     if (opened.resumed !== undefined) this.resumed = resumeFromPb(opened.resumed);
+    // Only now, with the lease known to be this writer's, is anything sent: what a reconnect
+    // re-sends, and what was appended while it waited (an earlier stream's channel has ended
+    // and dropped it). Nothing can be appended between these lines, so none is lost.
+    for (const pending of this.inFlight) channel.push(pending.request);
     this.channel = channel;
     this.abort = abort;
     this.reading = this.read(responses);
   }
 
+  /** Settle what the stream acknowledges until it ends; then, unless this writer closed it, recover. */
   private async read(responses: AsyncIterator<WriteResponse>): Promise<void> {
+    let cut: SessionLogError;
     try {
-      for (;;) {
-        const next = await responses.next();
-        if (next.done) break;
-        const kind = next.value.kind;
-        if (kind.case === "ack") this.acknowledge(kind.value.batchId, { kind: "batch", result: { seqs: kind.value.seqs.map(num), nextSeq: num(kind.value.nextSeq) } });
-        else if (kind.case === "acks") {
-          for (const ack of kind.value.acks) this.acknowledge(ack.batchId, { kind: "batch", result: { seqs: ack.seqs.map(num), nextSeq: num(ack.nextSeq) } });
-        } else if (kind.case === "headerAck") this.acknowledge(kind.value.batchId, { kind: "header", result: headerReportFromPb(kind.value.result) });
-      }
-      if (this.inFlight.length === 0 || this.closing) return;
-      await this.recover(
-        new Unavailable({ reason: "STREAM_ENDED", message: "the server ended the writer stream before acknowledging every batch", code: Code.Unavailable }),
-      );
+      for (let next = await responses.next(); !next.done; next = await responses.next()) this.answer(next.value);
+      if (this.closing) return; // the end of our own `close`
+      // The service ended the stream cleanly, though this writer did not close it (a graceful
+      // restart does so, idle or not): a cut like any other. Left alone, later batches would go
+      // to a dead stream and never be answered.
+      cut = new Unavailable({ reason: "STREAM_ENDED", message: "the server ended the writer stream", code: Code.Unavailable });
     } catch (raw) {
-      if (this.closing && this.inFlight.length === 0) return;
-      await this.recover(typedError(raw));
+      if (this.closing && this.idle()) return;
+      cut = typedError(raw);
     }
+    await this.recover(cut);
+  }
+
+  private answer(response: WriteResponse): void {
+    const kind = response.kind;
+    if (kind.case === "ack") this.acknowledge(kind.value.batchId, { kind: "batch", result: { seqs: kind.value.seqs.map(num), nextSeq: num(kind.value.nextSeq) } });
+    else if (kind.case === "acks") {
+      for (const ack of kind.value.acks) this.acknowledge(ack.batchId, { kind: "batch", result: { seqs: ack.seqs.map(num), nextSeq: num(ack.nextSeq) } });
+    } else if (kind.case === "headerAck") this.acknowledge(kind.value.batchId, { kind: "header", result: headerReportFromPb(kind.value.result) });
+  }
+
+  /** Nothing sent or waiting is unacknowledged. */
+  private idle(): boolean {
+    return this.inFlight.length === 0 && this.backlog.length === 0;
   }
 
   /** After the stream broke: reconnect and re-send if the failure is transient, else fail. */
@@ -285,8 +311,10 @@ export class Writer {
     for (let attempt = 1; attempt <= policy.attempts; attempt++) {
       await sleep(backoff(policy, attempt));
       if (this.failure !== null) return;
+      if (this.closing && this.idle()) return; // closed meanwhile with nothing left to send: no stream needed
       try {
         await this.connect(false, false); // a reconnect continues the same lifecycle: no second resume
+        if (this.closing) this.endStream(); // `close` came while reconnecting: this stream ends as the last would have
         return;
       } catch (raw) {
         last = typedError(raw);

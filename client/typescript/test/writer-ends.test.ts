@@ -1,0 +1,89 @@
+/**
+ * How a streaming writer ends, and that no call on it hangs: the service ending its stream on a
+ * graceful restart or killed, the writer's own cancel, its client closed, a refused batch.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { OwnershipLost, type Writer } from "../src/index.js";
+import { note, turnStart } from "./events.js";
+import { BACKENDS, sessionId, startServer } from "./support.js";
+
+/** `promise`, or a failure naming `what` if it has not settled within `ms`. */
+async function settles<T>(promise: Promise<T>, what: string, ms = 30_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const hung = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, hung]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Until the writer has seen its stream end and failed for good (it reconnects on its own). */
+async function failed(writer: Writer): Promise<unknown> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const outcome = await settles(writer.flush().then(() => null, (e: unknown) => e), "flush");
+    if (outcome !== null || Date.now() > deadline) return outcome;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+for (const backend of BACKENDS) {
+  describe(`writer ends on ${backend}`, () => {
+    let env: Awaited<ReturnType<typeof startServer>>;
+    before(async () => {
+      // A short shutdown grace: stopping the service ends its streams at once.
+      env = await startServer(backend, { SESSIONLOG_SHUTDOWN_GRACE_S: "0.2" });
+    });
+    after(async () => env.close());
+
+    test("an idle writer whose stream a graceful restart ended reconnects, and fails with OwnershipLost: the service gave its lease back", async () => {
+      const id = sessionId("sigterm");
+      const writer = await env.client.writer(id, { createIfMissing: true });
+      await writer.append([note(0)]);
+      await env.server.stop(); // the service acknowledges what is pending, ends the stream with OK and releases the lease
+      await env.server.start();
+      // The lease was released, so the reconnect is granted one with a fresh token: another
+      // writer could have held the session in between, and the writer cannot tell (as the
+      // Python writers' reconnect rule says). It must say so, not wait forever.
+      await assert.rejects(settles(writer.append([note(1)]), "the append after the restart"), OwnershipLost);
+      await assert.rejects(settles(writer.flush(), "flush"), OwnershipLost);
+      await settles(writer.close(), "close");
+      const events = [];
+      for await (const event of env.client.readEvents(id)) events.push(event.data.n);
+      assert.deepEqual(events, [0], "nothing was appended under a lease the writer could not vouch for");
+      const again = await env.client.writer(id, { writerId: "after" });
+      await again.append([note(2)]);
+      await again.close();
+    });
+
+    test("an idle writer in a turn whose stream a graceful restart ended fails with OwnershipLost after the start-up repair closed its turn", async () => {
+      const id = sessionId("repaired");
+      const writer = await env.client.writer(id, { createIfMissing: true });
+      await writer.append([turnStart(1)]);
+      await env.server.stop();
+      await env.server.start();
+      const error = await failed(writer);
+      assert.ok(error instanceof OwnershipLost, `the writer failed with ${String(error)}`);
+      await assert.rejects(settles(writer.append([note(1)]), "the append after the repair"), OwnershipLost);
+      const types = [];
+      for await (const event of env.client.readEvents(id)) types.push(event.type);
+      assert.deepEqual(types, ["turn/start", "turn/end"], "the service's repair closed the turn, and nothing of the writer's followed it");
+    });
+
+    test("an idle writer whose service was killed takes its lease again with its token and goes on", async () => {
+      const id = sessionId("sigkill");
+      const writer = await env.client.writer(id, { createIfMissing: true });
+      await writer.append([note(0)]);
+      const epoch = writer.lease.epoch;
+      await env.server.kill();
+      await env.server.start();
+      assert.deepEqual((await settles(writer.append([note(1)]), "the append after the kill")).seqs, [1]);
+      assert.equal(writer.lease.epoch, epoch + 1, "the same lease, at the next epoch");
+      await writer.close();
+    });
+  });
+}

@@ -73,7 +73,7 @@ export class SessionLogClient {
   /** The generated Connect client, for calls this class does not wrap. */
   readonly rpc: Client<typeof SessionService>;
   private readonly sessions: Http2SessionManager;
-  /** Aborted by `close()`: subscriptions end with it instead of resubscribing. */
+  /** Aborted by `close()`: writers and subscriptions end with it instead of reconnecting. */
   private readonly closing = new AbortController();
   private readonly timeoutMs: number;
   private readonly retry: RetryPolicy;
@@ -143,7 +143,7 @@ export class SessionLogClient {
 
   /** Open a streaming writer (it holds the lease until closed). */
   writer(sessionId: string, options: WriterOptions = {}): Promise<Writer> {
-    return Writer.open(this.rpc, sessionId, options);
+    return Writer.open(this.rpc, sessionId, options, this.closing.signal);
   }
 
   /**

@@ -76,6 +76,16 @@ export class Unavailable extends SessionLogError {
 }
 /** A status that maps to no sessionlog error (e.g. the service's INTERNAL). */
 export class ServerError extends SessionLogError {}
+/**
+ * The writer was cancelled, closed, or its client closed (reason CANCELLED): deliberate, so not
+ * retryable. Batches not acknowledged may or may not be in the log.
+ */
+export class WriterClosed extends SessionLogError {}
+
+/** The WriterClosed a writer's calls fail with once it was ended on purpose. */
+export function writerClosed(message: string): WriterClosed {
+  return new WriterClosed({ reason: "CANCELLED", message, code: Code.Canceled });
+}
 
 const BY_CODE = new Map<Code, typeof SessionLogError>([
   [Code.InvalidArgument, ValidationError],

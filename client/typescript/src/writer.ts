@@ -14,7 +14,7 @@ import { type Client, Code } from "@connectrpc/connect";
 import { Channel } from "./channel.js";
 import { optionalSeq } from "./arguments.js";
 import { batchToPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, resumeFromPb } from "./convert.js";
-import { OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterHeld } from "./errors.js";
+import { OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterHeld, writerClosed } from "./errors.js";
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
 import type { JsonObject } from "./json.js";
@@ -95,18 +95,34 @@ export class Writer {
   private reading: Promise<void> = Promise.resolve();
   private failure: SessionLogError | null = null;
   private closing = false;
+  /** Aborted when the writer fails for good: wakes a reconnect waiting to try again. */
+  private readonly ended = new AbortController();
+  /** The client's closing signal, listened to while the writer lives. */
+  private readonly clientClosed: AbortSignal | undefined;
+  private readonly onClientClosed = (): void => this.end(writerClosed("the client was closed, and its writers with it"));
 
-  private constructor(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions) {
+  private constructor(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions, clientClosed?: AbortSignal) {
     this.rpc = rpc;
     this.sessionId = sessionId;
     this.writerId = options.writerId ?? "";
     this.options = { createIfMissing: false, maxInFlight: 256, reconnect: DEFAULT_RECONNECT, ...options };
+    this.clientClosed = clientClosed;
   }
 
-  /** Open the stream and take the lease (use `SessionLogClient.writer`). */
-  static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}): Promise<Writer> {
-    const writer = new Writer(rpc, sessionId, options);
-    await writer.connect(options.takeover ?? false, options.resume ?? false);
+  /**
+   * Open the stream and take the lease (use `SessionLogClient.writer`). The writer ends when
+   * `clientClosed` aborts: its pending and later calls fail with WriterClosed.
+   */
+  static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}, clientClosed?: AbortSignal): Promise<Writer> {
+    if (clientClosed?.aborted) throw writerClosed("the client is closed");
+    const writer = new Writer(rpc, sessionId, options, clientClosed);
+    clientClosed?.addEventListener("abort", writer.onClientClosed, { once: true });
+    try {
+      await writer.connect(options.takeover ?? false, options.resume ?? false);
+    } catch (error) {
+      writer.detach();
+      throw clientClosed?.aborted ? writerClosed("the client was closed while the writer opened") : error;
+    }
     return writer;
   }
 
@@ -153,6 +169,7 @@ export class Writer {
       this.closing = true;
       this.endStream();
       await this.settled();
+      this.detach();
     }
   }
 
@@ -173,18 +190,28 @@ export class Writer {
     }
   }
 
-  /** Drop the stream at once, without flushing (pending appends fail). */
+  /** Drop the stream at once, without flushing: pending and later calls fail with WriterClosed. */
   cancel(): void {
+    this.end(writerClosed("the writer was cancelled"));
+  }
+
+  /** End the writer now, on purpose: fail what is pending with `error`, drop the stream, reconnect no more. */
+  private end(error: SessionLogError): void {
     this.closing = true;
-    this.fail(new Unavailable({ reason: "STREAM_ENDED", message: "the writer was cancelled", code: Code.Canceled }));
+    this.fail(error);
     this.abort?.abort();
+  }
+
+  /** Stop listening to the client's closing: the writer has ended (a client outlives many writers). */
+  private detach(): void {
+    this.clientClosed?.removeEventListener("abort", this.onClientClosed);
   }
 
   // --- sending ---------------------------------------------------------------------------
 
   private enqueue(build: (id: bigint) => WriteRequest): Promise<unknown> {
     if (this.failure !== null) return Promise.reject(this.failure);
-    if (this.closing) return Promise.reject(new Error("the writer is closed"));
+    if (this.closing) return Promise.reject(writerClosed("the writer is closed"));
     const id = this.nextBatchId++;
     let settle!: (ack: AckResult) => void;
     let reject!: (error: unknown) => void;
@@ -215,6 +242,8 @@ export class Writer {
 
   private fail(error: SessionLogError): void {
     if (this.failure === null) this.failure = error;
+    this.ended.abort();
+    this.detach();
     const failed = [...this.inFlight.splice(0), ...this.backlog.splice(0)];
     for (const pending of failed) pending.reject(error);
   }
@@ -263,6 +292,12 @@ export class Writer {
     this.writerId = lease.writerId;
     this.nextSeq = num(opened.nextSeq);
     if (opened.resumed !== undefined) this.resumed = resumeFromPb(opened.resumed);
+    if (this.failure !== null) {
+      // Ended (cancelled, its client closed) while this reconnect waited for its answer.
+      channel.push(create(WriteRequestSchema, { kind: { case: "close", value: {} } }));
+      channel.end();
+      throw this.failure;
+    }
     // Only now, with the lease known to be this writer's, is anything sent: what a reconnect
     // re-sends, and what was appended while it waited (an earlier stream's channel has ended
     // and dropped it). Nothing can be appended between these lines, so none is lost.
@@ -309,7 +344,11 @@ export class Writer {
     const policy = this.options.reconnect;
     let last: SessionLogError = error;
     for (let attempt = 1; attempt <= policy.attempts; attempt++) {
-      await sleep(backoff(policy, attempt));
+      try {
+        await sleep(backoff(policy, attempt), this.ended.signal);
+      } catch {
+        return; // the writer ended while waiting
+      }
       if (this.failure !== null) return;
       if (this.closing && this.idle()) return; // closed meanwhile with nothing left to send: no stream needed
       try {

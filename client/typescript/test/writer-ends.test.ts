@@ -3,10 +3,22 @@
  * graceful restart or killed, the writer's own cancel, its client closed, a refused batch.
  */
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { after, before, describe, test } from "node:test";
-import { OwnershipLost, type Writer } from "../src/index.js";
+import { fileURLToPath } from "node:url";
+import { OwnershipLost, SessionLogClient, type Writer, WriterClosed } from "../src/index.js";
 import { note, turnStart } from "./events.js";
 import { BACKENDS, sessionId, startServer } from "./support.js";
+
+const CLOSE_WITH_WRITER = fileURLToPath(new URL("./fixtures/close-with-writer.js", import.meta.url));
+
+/** Whether `error` is the WriterClosed of a writer ended on purpose: not retryable. */
+function closedOnPurpose(error: unknown): boolean {
+  assert.ok(error instanceof WriterClosed, String(error));
+  assert.equal(error.reason, "CANCELLED");
+  assert.equal(error.retryable, false);
+  return true;
+}
 
 /** `promise`, or a failure naming `what` if it has not settled within `ms`. */
 async function settles<T>(promise: Promise<T>, what: string, ms = 30_000): Promise<T> {
@@ -72,6 +84,49 @@ for (const backend of BACKENDS) {
       const types = [];
       for await (const event of env.client.readEvents(id)) types.push(event.type);
       assert.deepEqual(types, ["turn/start", "turn/end"], "the service's repair closed the turn, and nothing of the writer's followed it");
+    });
+
+    test("closing the client ends its writers: pending and later calls fail with WriterClosed, and nothing reconnects", async () => {
+      const id = sessionId("client-closed");
+      const closing = new SessionLogClient({ target: env.server.target });
+      const writer = await closing.writer(id, { createIfMissing: true });
+      await writer.append([note(0)]);
+      const epoch = writer.lease.epoch;
+      const pending = writer.append([note(1)]);
+      closing.close();
+      await assert.rejects(settles(pending, "the pending append"), closedOnPurpose);
+      await assert.rejects(settles(writer.append([note(2)]), "a later append"), closedOnPurpose);
+      await assert.rejects(settles(writer.flush(), "flush"), closedOnPurpose);
+      await settles(writer.close(), "close");
+      await new Promise((r) => setTimeout(r, 1000)); // a reconnect would have taken the lease again by now
+      assert.equal(writer.lease.epoch, epoch, "the writer reconnected");
+      assert.equal((await env.client.getSession(id)).lease?.epoch, epoch, "the lease was taken again");
+    });
+
+    test("a process whose client was closed exits though its writer had an append pending", async () => {
+      const child = spawn(process.execPath, [CLOSE_WITH_WRITER, env.server.target, sessionId("exits")], { stdio: ["ignore", "pipe", "inherit"] });
+      let out = "";
+      child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+      const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+      try {
+        const code = await settles(exited, "the process's exit", 20_000);
+        assert.equal(code, 0);
+        assert.equal(out.trim(), "WriterClosed");
+      } finally {
+        child.kill("SIGKILL"); // no-op once it exited
+      }
+    });
+
+    test("cancel fails pending and later calls with WriterClosed, which is not retryable", async () => {
+      const id = sessionId("cancel");
+      const writer = await env.client.writer(id, { createIfMissing: true });
+      const pending = writer.append([note(0)]);
+      writer.cancel();
+      await assert.rejects(pending, closedOnPurpose);
+      await assert.rejects(writer.append([note(1)]), closedOnPurpose);
+      const closed = await env.client.writer(sessionId("closed"), { createIfMissing: true });
+      await closed.close();
+      await assert.rejects(closed.append([note(0)]), (e: unknown) => closedOnPurpose(e) && /closed/.test((e as Error).message));
     });
 
     test("an idle writer whose service was killed takes its lease again with its token and goes on", async () => {

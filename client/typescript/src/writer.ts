@@ -14,7 +14,7 @@ import { type Client, Code } from "@connectrpc/connect";
 import { Channel } from "./channel.js";
 import { optionalSeq } from "./arguments.js";
 import { batchToPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, resumeFromPb } from "./convert.js";
-import { OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterHeld, writerClosed } from "./errors.js";
+import { type ErrorFields, OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterClosed, WriterHeld, writerClosed } from "./errors.js";
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
 import type { JsonObject } from "./json.js";
@@ -71,6 +71,17 @@ function lostTo(error: WriterHeld, sessionId: string): OwnershipLost {
   return new OwnershipLost({ reason: "OWNERSHIP_LOST", message: `${error.message}; this writer lost its lease`, code: Code.Aborted, metadata, cause: error });
 }
 
+/**
+ * An error of `cause`'s class, reason and code for a call the writer did not carry out because
+ * `cause` had ended it; the message says so and names it, and `cause` is the original (whose
+ * metadata describes the call it was about, not this one).
+ */
+function closedBy(cause: SessionLogError, what: string): SessionLogError {
+  const Class = cause.constructor as new (fields: ErrorFields) => SessionLogError;
+  const message = `the writer was closed by an earlier error (${cause.reason}: ${cause.message}); ${what}`;
+  return new Class({ reason: cause.reason, message, code: cause.code, cause });
+}
+
 const DEFAULT_RECONNECT: RetryPolicy = { attempts: 120, initialDelayMs: 50, maxDelayMs: 500 };
 
 export class Writer {
@@ -99,7 +110,7 @@ export class Writer {
   private readonly ended = new AbortController();
   /** The client's closing signal, listened to while the writer lives. */
   private readonly clientClosed: AbortSignal | undefined;
-  private readonly onClientClosed = (): void => this.end(writerClosed("the client was closed, and its writers with it"));
+  private readonly onClientClosed = (): void => this.endNow(writerClosed("the client was closed, and its writers with it"));
 
   private constructor(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions, clientClosed?: AbortSignal) {
     this.rpc = rpc;
@@ -155,9 +166,12 @@ export class Writer {
     return this.enqueue((id) => create(WriteRequestSchema, { kind: { case: "header", value: { batchId: id, headerJson } } })) as Promise<HeaderReport>;
   }
 
-  /** Wait until everything sent so far is durable (rejects with the first failure). */
+  /**
+   * Wait until everything sent so far is durable (rejects with the first failure). Once the
+   * writer has ended, rejects with an error naming what ended it.
+   */
   async flush(): Promise<void> {
-    if (this.failure !== null) throw this.failure;
+    if (this.failure !== null) throw this.afterEnd();
     await Promise.all([...this.inFlight, ...this.backlog].map((p) => p.promise));
   }
 
@@ -192,11 +206,11 @@ export class Writer {
 
   /** Drop the stream at once, without flushing: pending and later calls fail with WriterClosed. */
   cancel(): void {
-    this.end(writerClosed("the writer was cancelled"));
+    this.endNow(writerClosed("the writer was cancelled"));
   }
 
   /** End the writer now, on purpose: fail what is pending with `error`, drop the stream, reconnect no more. */
-  private end(error: SessionLogError): void {
+  private endNow(error: SessionLogError): void {
     this.closing = true;
     this.fail(error);
     this.abort?.abort();
@@ -210,7 +224,7 @@ export class Writer {
   // --- sending ---------------------------------------------------------------------------
 
   private enqueue(build: (id: bigint) => WriteRequest): Promise<unknown> {
-    if (this.failure !== null) return Promise.reject(this.failure);
+    if (this.failure !== null) return Promise.reject(this.afterEnd());
     if (this.closing) return Promise.reject(writerClosed("the writer is closed"));
     const id = this.nextBatchId++;
     let settle!: (ack: AckResult) => void;
@@ -240,12 +254,37 @@ export class Writer {
     while (this.backlog.length > 0 && this.inFlight.length < this.options.maxInFlight) this.send(this.backlog.shift()!);
   }
 
+  /**
+   * The writer ends for good with `error`: every pending call fails with it (a cut that could
+   * not be mended, ownership lost on reconnecting, an end on purpose: each is all of theirs).
+   */
   private fail(error: SessionLogError): void {
+    for (const pending of this.finish(error)) pending.reject(error);
+  }
+
+  /**
+   * The service refused the first pending batch (or header) and ended the stream, as it does on
+   * every error it reports: that one fails with `error`; those sent after it were never
+   * answered, and fail with an error saying so, not with one describing another call's events.
+   */
+  private refused(error: SessionLogError): void {
+    const [first, ...rest] = this.finish(error);
+    first?.reject(error);
+    for (const pending of rest) pending.reject(closedBy(error, "this batch was not acknowledged"));
+  }
+
+  /** Record what ended the writer; returns the pending calls, in order, taken off its queues. */
+  private finish(error: SessionLogError): Pending[] {
     if (this.failure === null) this.failure = error;
     this.ended.abort();
     this.detach();
-    const failed = [...this.inFlight.splice(0), ...this.backlog.splice(0)];
-    for (const pending of failed) pending.reject(error);
+    return [...this.inFlight.splice(0), ...this.backlog.splice(0)];
+  }
+
+  /** What a call fails with once the writer has ended: an error naming what ended it. */
+  private afterEnd(): SessionLogError {
+    const failure = this.failure!;
+    return failure instanceof WriterClosed ? failure : closedBy(failure, "nothing of this call was sent");
   }
 
   // --- the stream ------------------------------------------------------------------------
@@ -340,7 +379,8 @@ export class Writer {
   /** After the stream broke: reconnect and re-send if the failure is transient, else fail. */
   private async recover(error: SessionLogError): Promise<void> {
     this.abort?.abort();
-    if (!(error instanceof Unavailable) || this.closing) return this.fail(error);
+    if (!(error instanceof Unavailable)) return this.refused(error);
+    if (this.closing) return this.fail(error);
     const policy = this.options.reconnect;
     let last: SessionLogError = error;
     for (let attempt = 1; attempt <= policy.attempts; attempt++) {

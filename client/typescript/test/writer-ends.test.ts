@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { OwnershipLost, SessionLogClient, type Writer, WriterClosed } from "../src/index.js";
+import { OwnershipLost, SessionLogClient, ValidationError, type Writer, WriterClosed } from "../src/index.js";
 import { note, turnStart } from "./events.js";
 import { BACKENDS, sessionId, startServer } from "./support.js";
 
@@ -127,6 +127,34 @@ for (const backend of BACKENDS) {
       const closed = await env.client.writer(sessionId("closed"), { createIfMissing: true });
       await closed.close();
       await assert.rejects(closed.append([note(0)]), (e: unknown) => closedOnPurpose(e) && /closed/.test((e as Error).message));
+    });
+
+    test("a refused batch ends the writer: later calls fail with an error naming it, not describing their events", async () => {
+      const id = sessionId("refused");
+      const writer = await env.client.writer(id, { createIfMissing: true });
+      const refused = writer.append([{ type: "made/up", data: {} }]);
+      const after = writer.append([note(1)]); // pipelined: sent before the refusal comes back
+      const original = await refused.then(() => assert.fail("the unknown type was accepted"), (e: unknown) => e);
+      assert.ok(original instanceof ValidationError && original.reason === "UNKNOWN_TYPE", String(original));
+      assert.equal(original.metadata.type, "made/up");
+      assert.doesNotMatch(original.message, /closed by an earlier error/);
+      const namesIt = (what: RegExp) => (e: unknown): boolean => {
+        assert.ok(e instanceof ValidationError, String(e)); // the class and reason of what ended it
+        assert.equal(e.reason, "UNKNOWN_TYPE");
+        assert.match(e.message, /^the writer was closed by an earlier error \(UNKNOWN_TYPE: /);
+        assert.match(e.message, what);
+        assert.equal(e.cause, original);
+        assert.equal(e.metadata.type, undefined, "the metadata of another call's event");
+        return true;
+      };
+      await assert.rejects(after, namesIt(/this batch was not acknowledged/));
+      await assert.rejects(writer.append([note(2)]), namesIt(/nothing of this call was sent/));
+      await assert.rejects(writer.reportHeader({ config: { model: "m" } }), namesIt(/nothing of this call was sent/));
+      await assert.rejects(writer.flush(), namesIt(/nothing of this call was sent/));
+      await settles(writer.close(), "close");
+      const events = [];
+      for await (const event of env.client.readEvents(id)) events.push(event);
+      assert.deepEqual(events, [], "the service ended the stream at the refused batch");
     });
 
     test("an idle writer whose service was killed takes its lease again with its token and goes on", async () => {

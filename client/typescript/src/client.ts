@@ -50,11 +50,17 @@ import { Writer, type WriterOptions } from "./writer.js";
 export const DEFAULT_TARGET = "127.0.0.1:50051";
 
 export interface ClientOptions {
-  /** `host:port` (plain HTTP/2) or an `http://` / `https://` URL. */
+  /** `host:port` (plain HTTP/2, or TLS when `ca` is given) or an `http://` / `https://` URL. */
   target?: string;
-  /** Bearer token, sent as `authorization: Bearer <token>`. */
+  /**
+   * Bearer token, sent as `authorization: Bearer <token>`. As with the Python client it is sent
+   * over plaintext too (a loopback service); give `ca` or an `https://` target to encrypt it.
+   */
   token?: string;
-  /** PEM CA certificate(s) to trust for an `https://` target. */
+  /**
+   * PEM CA certificate(s) to trust. With a `host:port` target it turns TLS on, as the Python
+   * client's `ca_file` does; with an `http://` target the constructor refuses it (TypeError).
+   */
   ca?: string | Buffer;
   /** Deadline of each unary call, in ms (streams have none). */
   timeoutMs?: number;
@@ -66,6 +72,20 @@ export interface ClientOptions {
 export interface HeldLease extends Lease {
   /** The next seq at the time the lease was granted. */
   nextSeq: number;
+}
+
+/**
+ * The URL Connect dials for `target`. A bare `host:port` is plaintext unless a CA is given:
+ * then it is TLS, or a CA meant to protect the connection (and the token on it) would be
+ * silently ignored. An explicit `http://` with a CA contradicts itself and is refused.
+ */
+function baseUrlOf(target: string, withCa: boolean): string {
+  const scheme = /^(https?):\/\//i.exec(target)?.[1]?.toLowerCase();
+  if (scheme === "http" && withCa) {
+    throw new TypeError(`target ${target} is plaintext (http://), but a CA was given for TLS: use https:// or host:port`);
+  }
+  if (scheme !== undefined) return target;
+  return `${withCa ? "https" : "http"}://${target}`;
 }
 
 export class SessionLogClient {
@@ -80,7 +100,7 @@ export class SessionLogClient {
 
   constructor(options: ClientOptions = {}) {
     this.target = options.target ?? DEFAULT_TARGET;
-    const baseUrl = /^https?:\/\//.test(this.target) ? this.target : `http://${this.target}`;
+    const baseUrl = baseUrlOf(this.target, options.ca !== undefined);
     this.timeoutMs = options.timeoutMs ?? 30_000;
     this.retry = options.retry ?? DEFAULT_RETRY;
     const interceptors: Interceptor[] = [];

@@ -1,12 +1,14 @@
 /**
  * The streaming writer: holds the session's lease while open, pipelines batches with an
- * in-flight limit, and after a transient failure reconnects and re-sends every batch not yet
- * acknowledged.
+ * in-flight limit, and after a transient failure, or a stream the service ended though the
+ * writer had not closed it, reconnects and re-sends every batch not yet acknowledged.
  *
  * Re-sending is safe because every event carries an eventId (one is generated when the
  * caller gives none): the service answers a retried event with its original seq. Ownership
  * loss (ABORTED, or a reconnect that finds another writer was in between) is never retried:
- * every pending and later append fails with `OwnershipLost`, and the caller must reopen.
+ * every pending and later append fails with `OwnershipLost`, and the caller must reopen. Any
+ * other error the service reports ends the writer too (the service ends the stream with it);
+ * `close()`, `cancel()` and the client's `close()` end it on purpose (`WriterClosed`).
  */
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";

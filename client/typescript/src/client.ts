@@ -17,10 +17,11 @@
 import { create } from "@bufbuild/protobuf";
 import { type Client, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { eventFromPb, headerReportFromPb, leaseFromPb, newEventToPb, num, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
+import { optionalSeq, pageSize, seq } from "./arguments.js";
+import { batchToPb, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
 import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
 import { HistoryCopy } from "./history.js";
-import { encodeJson, type JsonObject } from "./json.js";
+import type { JsonObject } from "./json.js";
 import { toSessionLogError, Unavailable } from "./errors.js";
 import { backoff, DEFAULT_RETRY, once, type RetryPolicy, sleep, withRetry } from "./retry.js";
 import { Subscription, type SubscribeOptions } from "./subscription.js";
@@ -37,22 +38,29 @@ import type {
   RequestHeader,
   RequestView,
   ResumeInfo,
+  SeqArgument,
   SessionInfo,
   Stats,
   SurfaceView,
   TranscriptRow,
 } from "./types.js";
 import { LeaseWriter } from "./lease-writer.js";
-import { withEventIds, Writer, type WriterOptions } from "./writer.js";
+import { Writer, type WriterOptions } from "./writer.js";
 
 export const DEFAULT_TARGET = "127.0.0.1:50051";
 
 export interface ClientOptions {
-  /** `host:port` (plain HTTP/2) or an `http://` / `https://` URL. */
+  /** `host:port` (plain HTTP/2, or TLS when `ca` is given) or an `http://` / `https://` URL. */
   target?: string;
-  /** Bearer token, sent as `authorization: Bearer <token>`. */
+  /**
+   * Bearer token, sent as `authorization: Bearer <token>`. As with the Python client it is sent
+   * over plaintext too (a loopback service); give `ca` or an `https://` target to encrypt it.
+   */
   token?: string;
-  /** PEM CA certificate(s) to trust for an `https://` target. */
+  /**
+   * PEM CA certificate(s) to trust. With a `host:port` target it turns TLS on, as the Python
+   * client's `ca_file` does; with an `http://` target the constructor refuses it (TypeError).
+   */
   ca?: string | Buffer;
   /** Deadline of each unary call, in ms (streams have none). */
   timeoutMs?: number;
@@ -66,19 +74,33 @@ export interface HeldLease extends Lease {
   nextSeq: number;
 }
 
+/**
+ * The URL Connect dials for `target`. A bare `host:port` is plaintext unless a CA is given:
+ * then it is TLS, or a CA meant to protect the connection (and the token on it) would be
+ * silently ignored. An explicit `http://` with a CA contradicts itself and is refused.
+ */
+function baseUrlOf(target: string, withCa: boolean): string {
+  const scheme = /^(https?):\/\//i.exec(target)?.[1]?.toLowerCase();
+  if (scheme === "http" && withCa) {
+    throw new TypeError(`target ${target} is plaintext (http://), but a CA was given for TLS: use https:// or host:port`);
+  }
+  if (scheme !== undefined) return target;
+  return `${withCa ? "https" : "http"}://${target}`;
+}
+
 export class SessionLogClient {
   readonly target: string;
   /** The generated Connect client, for calls this class does not wrap. */
   readonly rpc: Client<typeof SessionService>;
   private readonly sessions: Http2SessionManager;
-  /** Aborted by `close()`: subscriptions end with it instead of resubscribing. */
+  /** Aborted by `close()`: writers and subscriptions end with it instead of reconnecting. */
   private readonly closing = new AbortController();
   private readonly timeoutMs: number;
   private readonly retry: RetryPolicy;
 
   constructor(options: ClientOptions = {}) {
     this.target = options.target ?? DEFAULT_TARGET;
-    const baseUrl = /^https?:\/\//.test(this.target) ? this.target : `http://${this.target}`;
+    const baseUrl = baseUrlOf(this.target, options.ca !== undefined);
     this.timeoutMs = options.timeoutMs ?? 30_000;
     this.retry = options.retry ?? DEFAULT_RETRY;
     const interceptors: Interceptor[] = [];
@@ -114,7 +136,7 @@ export class SessionLogClient {
     const request = {
       sessionId: sessionId ?? "",
       cwd: options.cwd ?? "",
-      metadataJson: options.metadata ? encodeJson(options.metadata, "metadata") : new Uint8Array(),
+      metadataJson: options.metadata ? jsonObjectField(options.metadata, "metadata", "DATA_NOT_OBJECT") : new Uint8Array(),
     };
     const response = await this.unary((signal) => this.rpc.createSession(request, { signal }), false);
     return sessionFromPb(response.session);
@@ -129,7 +151,7 @@ export class SessionLogClient {
   async *listSessions(options: { parentSessionId?: string; pageSize?: number } = {}): AsyncGenerator<SessionInfo> {
     let pageToken = "";
     for (;;) {
-      const request = { pageSize: options.pageSize ?? 100, pageToken, parentSessionId: options.parentSessionId ?? "" };
+      const request = { pageSize: pageSize(options.pageSize, 100), pageToken, parentSessionId: options.parentSessionId ?? "" };
       const response = await this.unary((signal) => this.rpc.listSessions(request, { signal }), true);
       for (const session of response.sessions) yield sessionFromPb(session);
       pageToken = response.nextPageToken;
@@ -141,7 +163,7 @@ export class SessionLogClient {
 
   /** Open a streaming writer (it holds the lease until closed). */
   writer(sessionId: string, options: WriterOptions = {}): Promise<Writer> {
-    return Writer.open(this.rpc, sessionId, options);
+    return Writer.open(this.rpc, sessionId, options, this.closing.signal);
   }
 
   /**
@@ -164,12 +186,12 @@ export class SessionLogClient {
    * Append one batch under `lease` (all events commit together or none do). Every event gets
    * an eventId first, so the call is retried on UNAVAILABLE without appending twice.
    */
-  async append(lease: Lease, events: Iterable<NewEvent>, options: { expectedNextSeq?: number } = {}): Promise<AppendResult> {
+  async append(lease: Lease, events: Iterable<NewEvent>, options: { expectedNextSeq?: SeqArgument } = {}): Promise<AppendResult> {
     const request = {
       sessionId: lease.sessionId,
       leaseToken: lease.token ?? "",
-      events: withEventIds(events).map(newEventToPb),
-      expectedNextSeq: options.expectedNextSeq === undefined ? undefined : BigInt(options.expectedNextSeq),
+      events: batchToPb(events),
+      expectedNextSeq: optionalSeq(options.expectedNextSeq, "expectedNextSeq"),
     };
     const response = await this.unary((signal) => this.rpc.appendEvents(request, { signal }), true);
     return { seqs: response.seqs.map(num), nextSeq: num(response.nextSeq) };
@@ -190,7 +212,7 @@ export class SessionLogClient {
 
   /** Report the request header about to be used; the service decides whether to log it. */
   async reportHeader(lease: Lease, header: RequestHeader | JsonObject): Promise<HeaderReport> {
-    const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "", headerJson: encodeJson(header, "header") };
+    const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "", headerJson: jsonObjectField(header, "header", "HEADER_NOT_OBJECT") };
     const response = await this.unary((signal) => this.rpc.reportRequestHeader(request, { signal }), false);
     return headerReportFromPb(response);
   }
@@ -204,8 +226,8 @@ export class SessionLogClient {
   }
 
   /** Fork `sessionId` after `atSeq` (inclusive); the prefix is shared, not copied. */
-  async fork(sessionId: string, atSeq: number, newSessionId?: string): Promise<ForkResult> {
-    const request = { sessionId, atSeq: BigInt(atSeq), newSessionId: newSessionId ?? "" };
+  async fork(sessionId: string, atSeq: SeqArgument, newSessionId?: string): Promise<ForkResult> {
+    const request = { sessionId, atSeq: seq(atSeq, "atSeq"), newSessionId: newSessionId ?? "" };
     const response = await this.unary((signal) => this.rpc.forkSession(request, { signal }), false);
     return { session: sessionFromPb(response.session), repairSeqs: response.repairSeqs.map(num) };
   }
@@ -217,7 +239,7 @@ export class SessionLogClient {
     const messages: Message[] = [];
     let pageToken = "";
     do {
-      const request = { scope: scope(sessionId, options), pageSize: options.pageSize ?? 0, pageToken };
+      const request = { scope: scope(sessionId, options), pageSize: pageSize(options.pageSize, 0), pageToken };
       const response = await this.unary((signal) => this.rpc.getModelHistory(request, { signal }), true);
       for (const message of parseArray(response.messagesJson, "messages")) messages.push(message as Message);
       pageToken = response.nextPageToken;
@@ -244,7 +266,7 @@ export class SessionLogClient {
     const rows: TranscriptRow[] = [];
     let pageToken = "";
     do {
-      const request = { scope: scope(sessionId, options), pageSize: options.pageSize ?? 0, pageToken };
+      const request = { scope: scope(sessionId, options), pageSize: pageSize(options.pageSize, 0), pageToken };
       const response = await this.unary((signal) => this.rpc.getTranscript(request, { signal }), true);
       for (const row of parseArray(response.rowsJson, "rows")) rows.push(row as unknown as TranscriptRow);
       pageToken = response.nextPageToken;
@@ -279,21 +301,18 @@ export class SessionLogClient {
   // --- reading ---------------------------------------------------------------------------
 
   /** Events from `fromSeq` to `toSeq` (inclusive), in seq order; a broken read resumes where it stopped. */
-  async *readEvents(sessionId: string, options: { fromSeq?: number; toSeq?: number; pageSize?: number } = {}): AsyncGenerator<Event> {
-    let next = options.fromSeq ?? 0;
+  async *readEvents(sessionId: string, options: { fromSeq?: SeqArgument; toSeq?: SeqArgument; pageSize?: number } = {}): AsyncGenerator<Event> {
+    let next = optionalSeq(options.fromSeq, "fromSeq") ?? 0n;
+    const toSeq = optionalSeq(options.toSeq, "toSeq");
+    const size = pageSize(options.pageSize, 500);
     let failures = 0;
     for (;;) {
-      const request = {
-        sessionId,
-        fromSeq: BigInt(next),
-        toSeq: options.toSeq === undefined ? undefined : BigInt(options.toSeq),
-        pageSize: options.pageSize ?? 500,
-      };
+      const request = { sessionId, fromSeq: next, toSeq, pageSize: size };
       try {
         for await (const response of this.rpc.readEvents(request)) {
           for (const message of response.events) {
             const event = eventFromPb(message);
-            next = event.seq + 1;
+            next = BigInt(event.seq) + 1n;
             failures = 0;
             yield event;
           }

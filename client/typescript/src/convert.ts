@@ -3,7 +3,9 @@
  * the shape of every request and response, shared by the client and its writers.
  */
 import { create } from "@bufbuild/protobuf";
-import { parseArray, parseJson, parseObject, encodeJson, type JsonObject } from "./json.js";
+import { randomUUID } from "node:crypto";
+import { invalid, optionalSeq, seq } from "./arguments.js";
+import { parseArray, parseJson, parseObject, encodeJson, type JsonObject, NonFiniteNumber } from "./json.js";
 import { type Event as PbEvent, type NewEvent as PbNewEvent, NewEventSchema, type SurfaceOp as PbSurfaceOp, SurfaceOpSchema } from "./gen/sessionlog/v1/event_pb.js";
 import type { Lease as PbLease, Session as PbSession } from "./gen/sessionlog/v1/session_pb.js";
 import {
@@ -22,11 +24,44 @@ export function num(value: bigint): number {
   return n;
 }
 
-export function surfaceOpToPb(op: SurfaceOp | undefined): PbSurfaceOp | undefined {
+/** Metadata naming the event of a batch an error is about (docs/errors.md: `event_index`). */
+function at(index: number): Record<string, string> {
+  return { event_index: String(index) };
+}
+
+/** A plain JSON object (not null, not an array). */
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+export function surfaceOpToPb(op: SurfaceOp | undefined, index = 0): PbSurfaceOp | undefined {
   if (op === undefined) return undefined;
   if (op === "append") return create(SurfaceOpSchema, { op: { case: "append", value: {} } });
-  if (op.op !== "replace") throw new TypeError(`unknown surfaceOp ${JSON.stringify(op)}`);
-  return create(SurfaceOpSchema, { op: { case: "replace", value: { startSeq: BigInt(op.startSeq), endSeq: BigInt(op.endSeq) } } });
+  if (!isObject(op) || op.op !== "replace") {
+    throw invalid("BAD_SURFACE_OP", "surfaceOp", `must be "append" or { op: "replace", startSeq, endSeq }, got ${JSON.stringify(op) ?? String(op)}`, at(index));
+  }
+  const startSeq = seq(op.startSeq, "surfaceOp.startSeq", "BAD_SURFACE_OP", at(index));
+  const endSeq = seq(op.endSeq, "surfaceOp.endSeq", "BAD_SURFACE_OP", at(index));
+  return create(SurfaceOpSchema, { op: { case: "replace", value: { startSeq, endSeq } } });
+}
+
+/**
+ * JSON bytes of a payload the caller gave (event data, a header, session metadata); what JSON
+ * cannot hold is a ValidationError with the reason the service would give.
+ */
+export function jsonField(value: unknown, field: string, metadata: Record<string, string> = {}): Uint8Array {
+  try {
+    return encodeJson(value, field);
+  } catch (error) {
+    if (error instanceof NonFiniteNumber) throw invalid("NON_FINITE_NUMBER", field, `holds ${error.value} at ${error.path}: JSON has no NaN or Infinity`, metadata);
+    throw invalid("NOT_CANONICALIZABLE", field, `cannot be written as JSON: ${(error as Error).message}`, metadata);
+  }
+}
+
+/** JSON bytes of an object the caller gave; anything but an object is `notObject`. */
+export function jsonObjectField(value: unknown, field: string, notObject: string, metadata: Record<string, string> = {}): Uint8Array {
+  if (!isObject(value)) throw invalid(notObject, field, `must be a JSON object, got ${Array.isArray(value) ? "an array" : String(value)}`, metadata);
+  return jsonField(value, field, metadata);
 }
 
 export function surfaceOpFromPb(op: PbSurfaceOp | undefined): SurfaceOp | undefined {
@@ -35,14 +70,44 @@ export function surfaceOpFromPb(op: PbSurfaceOp | undefined): SurfaceOp | undefi
   return undefined;
 }
 
-export function newEventToPb(event: NewEvent): PbNewEvent {
+/**
+ * A proposed event as the wire takes it. A field the wire cannot carry is a ValidationError
+ * with the reason the service gives for it (naming `event_index`, the event's place in its
+ * batch), so a bad event fails like one the service refused, before anything is sent.
+ */
+export function newEventToPb(event: NewEvent, index = 0): PbNewEvent {
+  if (!isObject(event)) throw invalid("BAD_ENVELOPE", "event", `must be an object, got ${String(event)}`, at(index));
+  if (typeof event.type !== "string") throw invalid("BAD_TYPE", "type", `must be a string, got ${String(event.type)}`, at(index));
+  if (event.eventId !== undefined && typeof event.eventId !== "string") throw invalid("BAD_EVENT_ID", "eventId", "must be a string", at(index));
+  if (event.ignorable !== undefined && typeof event.ignorable !== "boolean") throw invalid("BAD_IGNORABLE", "ignorable", "must be a boolean", at(index));
   return create(NewEventSchema, {
     type: event.type,
-    dataJson: event.data === undefined ? new Uint8Array() : encodeJson(event.data, `${event.type} data`),
+    dataJson: event.data === undefined ? new Uint8Array() : jsonObjectField(event.data, "data", "DATA_NOT_OBJECT", at(index)),
     eventId: event.eventId ?? "",
     ignorable: event.ignorable ?? false,
-    surfaceOp: surfaceOpToPb(event.surfaceOp),
-    sourceEventSeqs: (event.sourceEventSeqs ?? []).map((s) => BigInt(s)),
+    surfaceOp: surfaceOpToPb(event.surfaceOp, index),
+    sourceEventSeqs: sourceSeqsToPb(event.sourceEventSeqs, index),
+  });
+}
+
+function sourceSeqsToPb(seqs: unknown, index: number): bigint[] {
+  if (seqs === undefined) return [];
+  if (!Array.isArray(seqs)) throw invalid("BAD_SOURCE_EVENT_SEQS", "sourceEventSeqs", "must be an array of seqs", at(index));
+  return seqs.map((s, i) => seq(s, `sourceEventSeqs[${i}]`, "BAD_SOURCE_EVENT_SEQS", at(index)));
+}
+
+/**
+ * A batch as the wire takes it: every event checked (`newEventToPb`) and given an eventId
+ * when it has none, so a retry after an unknown outcome cannot append twice.
+ */
+export function batchToPb(events: Iterable<NewEvent>): PbNewEvent[] {
+  if (events === null || typeof (events as Partial<Iterable<NewEvent>>)?.[Symbol.iterator] !== "function") {
+    throw invalid("BAD_ENVELOPE", "events", "must be an iterable of events");
+  }
+  return Array.from(events, (event, index) => {
+    const pb = newEventToPb(event, index);
+    if (!pb.eventId) pb.eventId = randomUUID();
+    return pb;
   });
 }
 
@@ -117,7 +182,7 @@ export function resumeFromPb(msg: ResumeSessionResponse): ResumeInfo {
 export function scope(sessionId: string, options: ProjectionOptions = {}): ProjectionScope {
   return create(ProjectionScopeSchema, {
     sessionId,
-    atSeq: options.atSeq === undefined ? undefined : BigInt(options.atSeq),
+    atSeq: optionalSeq(options.atSeq, "atSeq"),
     withRepair: options.withRepair ?? false,
   });
 }

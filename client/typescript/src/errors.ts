@@ -76,6 +76,16 @@ export class Unavailable extends SessionLogError {
 }
 /** A status that maps to no sessionlog error (e.g. the service's INTERNAL). */
 export class ServerError extends SessionLogError {}
+/**
+ * The writer was cancelled, closed, or its client closed (reason CANCELLED): deliberate, so not
+ * retryable. Batches not acknowledged may or may not be in the log.
+ */
+export class WriterClosed extends SessionLogError {}
+
+/** The WriterClosed a writer's calls fail with once it was ended on purpose. */
+export function writerClosed(message: string): WriterClosed {
+  return new WriterClosed({ reason: "CANCELLED", message, code: Code.Canceled });
+}
 
 const BY_CODE = new Map<Code, typeof SessionLogError>([
   [Code.InvalidArgument, ValidationError],
@@ -90,6 +100,12 @@ const BY_CODE = new Map<Code, typeof SessionLogError>([
   [Code.Unavailable, Unavailable],
   [Code.DeadlineExceeded, Unavailable],
 ]);
+
+/**
+ * Connect's message for a request it could not encode (a field out of its type's range). It
+ * travels as INTERNAL like a broken stream, but nothing was sent and a retry fails the same way.
+ */
+const LOCAL_SERIALIZATION = "serialize binary:";
 
 /** Codes that, without a sessionlog ErrorInfo, mean the connection failed (outcome unknown). */
 const TRANSPORT_CODES = new Set<Code>([Code.Internal, Code.Aborted, Code.Unknown, Code.Unavailable, Code.Canceled]);
@@ -119,12 +135,16 @@ export function toSessionLogError(error: unknown): unknown {
   const violations: BadRequest_FieldViolation[] = connect.findDetails(BadRequestSchema).flatMap((d) => d.fieldViolations);
   const message = connect.rawMessage || CODE_NAMES.get(connect.code) || "error";
   const fieldViolations = violations.map((v) => ({ field: v.field, description: v.description }));
+  if (info === undefined && connect.code === Code.Internal && connect.rawMessage.startsWith(LOCAL_SERIALIZATION)) {
+    return new ValidationError({ reason: "MALFORMED_REQUEST", message: `the request cannot be encoded: ${message}`, code: Code.InvalidArgument, cause: error });
+  }
   if (info === undefined && TRANSPORT_CODES.has(connect.code)) {
     // The service's own errors always carry an ErrorInfo; without one, the transport made the
     // status. Connect reports a connection reset (a killed server) as ABORTED and a broken
     // stream as INTERNAL: neither is the service's OWNERSHIP_LOST, and the outcome is unknown,
-    // as for UNAVAILABLE.
-    return new Unavailable({ reason: "TRANSPORT_ERROR", message, code: connect.code, cause: error });
+    // as for UNAVAILABLE, the code docs/errors.md gives TRANSPORT_ERROR (`cause` keeps
+    // Connect's own).
+    return new Unavailable({ reason: "TRANSPORT_ERROR", message, code: Code.Unavailable, cause: error });
   }
   const reason = info?.reason || CODE_NAMES.get(connect.code) || "UNKNOWN";
   const cls = BY_REASON.get(reason) ?? BY_CODE.get(connect.code) ?? ServerError;

@@ -7,6 +7,7 @@
  * that builds each request from this copy pays O(new messages) per step.
  */
 import { create } from "@bufbuild/protobuf";
+import { pageSize } from "./arguments.js";
 import { num, parseArray, scope } from "./convert.js";
 import { type GetModelHistoryRequest, GetModelHistoryRequestSchema, type GetModelHistoryResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import type { Message } from "./types.js";
@@ -35,9 +36,10 @@ export class HistoryCopy {
 
   /** The request that fetches what the copy lacks (or the next page of it). */
   request(): GetModelHistoryRequest {
-    if (this.pageToken) return create(GetModelHistoryRequestSchema, { scope: scope(this.sessionId), pageToken: this.pageToken, pageSize: this.pageSize });
+    const size = pageSize(this.pageSize, 0);
+    if (this.pageToken) return create(GetModelHistoryRequestSchema, { scope: scope(this.sessionId), pageToken: this.pageToken, pageSize: size });
     return create(GetModelHistoryRequestSchema, {
-      pageSize: this.pageSize,
+      pageSize: size,
       scope: scope(this.sessionId),
       fromIndex: BigInt(this.messages.length),
       ifGeneration: this.generation === null ? undefined : BigInt(this.generation),

@@ -45,10 +45,15 @@ export function parseArray(input: Uint8Array, what: string): JsonValue[] {
   return value;
 }
 
-function checkFinite(value: unknown, path: string): void {
-  if (typeof value === "number" && !Number.isFinite(value)) {
-    throw new TypeError(`${path} is ${value}: JSON has no NaN or Infinity`);
+/** NaN or Infinity where JSON is written (a TypeError, as before; the client maps it to NON_FINITE_NUMBER). */
+export class NonFiniteNumber extends TypeError {
+  constructor(readonly path: string, readonly value: number) {
+    super(`${path} is ${value}: JSON has no NaN or Infinity`);
   }
+}
+
+function checkFinite(value: unknown, path: string): void {
+  if (typeof value === "number" && !Number.isFinite(value)) throw new NonFiniteNumber(path, value);
   if (Array.isArray(value)) value.forEach((item, i) => checkFinite(item, `${path}[${i}]`));
   else if (value !== null && typeof value === "object") {
     for (const [key, item] of Object.entries(value)) checkFinite(item, `${path}.${key}`);

@@ -9,7 +9,7 @@
 import type { HeldLease, SessionLogClient } from "./client.js";
 import { OwnershipLost, type SessionLogError, typedError } from "./errors.js";
 import type { JsonObject } from "./json.js";
-import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo } from "./types.js";
+import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo, SeqArgument } from "./types.js";
 
 export interface LeaseWriterOptions {
   writerId?: string;
@@ -52,7 +52,7 @@ export class LeaseWriter {
   }
 
   /** Append one batch (retried safely on UNAVAILABLE); renews the lease as a side effect. */
-  async append(events: Iterable<NewEvent>, options: { expectedNextSeq?: number } = {}): Promise<AppendResult> {
+  async append(events: Iterable<NewEvent>, options: { expectedNextSeq?: SeqArgument } = {}): Promise<AppendResult> {
     this.check();
     try {
       const result = await this.client.append(this.lease, events, options);

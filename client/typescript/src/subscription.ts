@@ -7,6 +7,7 @@
  * the iteration with the typed error.
  */
 import { type Client, Code } from "@connectrpc/connect";
+import { optionalSeq } from "./arguments.js";
 import { eventFromPb, num } from "./convert.js";
 import { SessionLogError, toSessionLogError, Unavailable } from "./errors.js";
 import type { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
@@ -14,11 +15,11 @@ import { backoff, type RetryPolicy, sleep } from "./retry.js";
 
 /** How a cut subscription resubscribes: long enough to ride out a service restart. */
 const RESUBSCRIBE: RetryPolicy = { attempts: 120, initialDelayMs: 50, maxDelayMs: 500 };
-import type { CaughtUp, Event } from "./types.js";
+import type { CaughtUp, Event, SeqArgument } from "./types.js";
 
 export interface SubscribeOptions {
   /** The first seq to deliver (default 0). */
-  fromSeq?: number;
+  fromSeq?: SeqArgument;
   /** Aborting ends the iteration quietly. */
   signal?: AbortSignal;
   /** How resubscriptions back off (default: patient enough to ride out a service restart);
@@ -46,28 +47,49 @@ export class Subscription implements AsyncIterable<Event | CaughtUp> {
     private readonly rpc: Client<typeof SessionService>,
     private readonly sessionId: string,
     private readonly options: SubscribeOptions,
-    clientClosed?: AbortSignal,
-  ) {
-    for (const ending of [options.signal, clientClosed]) {
-      if (ending?.aborted) this.controller.abort();
-      ending?.addEventListener("abort", () => this.controller.abort(), { once: true });
-    }
-  }
+    private readonly clientClosed?: AbortSignal,
+  ) {}
 
   /** End the subscription (the iteration finishes quietly). */
   cancel(): void {
     this.controller.abort();
   }
 
+  /**
+   * End the iteration when the caller's signal or the client's closing fires. Listening only
+   * while iterating, and returning the undo, keeps a long-lived signal (the client's) from
+   * collecting one listener per subscription ever made.
+   */
+  private follow(): () => void {
+    const endings = [this.options.signal, this.clientClosed].filter((s): s is AbortSignal => s !== undefined);
+    const end = (): void => this.controller.abort();
+    for (const ending of endings) {
+      if (ending.aborted) end();
+      else ending.addEventListener("abort", end, { once: true });
+    }
+    return () => {
+      for (const ending of endings) ending.removeEventListener("abort", end);
+    };
+  }
+
   async *[Symbol.asyncIterator](): AsyncGenerator<Event | CaughtUp> {
+    const unfollow = this.follow();
+    try {
+      yield* this.follower();
+    } finally {
+      unfollow();
+    }
+  }
+
+  private async *follower(): AsyncGenerator<Event | CaughtUp> {
     const policy = this.options.retry ?? RESUBSCRIBE;
-    let next = this.options.fromSeq ?? 0;
+    let next = optionalSeq(this.options.fromSeq, "fromSeq") ?? 0n;
     let caughtUp = false;
     let failures = 0;
     const signal = this.controller.signal;
     while (!signal.aborted) {
       try {
-        for await (const response of this.rpc.subscribeEvents({ sessionId: this.sessionId, fromSeq: BigInt(next) }, { signal })) {
+        for await (const response of this.rpc.subscribeEvents({ sessionId: this.sessionId, fromSeq: next }, { signal })) {
           if (response.kind.case === "caughtUp") {
             if (!caughtUp) yield { caughtUp: true, nextSeq: num(response.kind.value.nextSeq) };
             caughtUp = true;
@@ -75,7 +97,7 @@ export class Subscription implements AsyncIterable<Event | CaughtUp> {
             for (const message of response.kind.value.events) {
               const event = eventFromPb(message);
               if (event.seq < next) continue; // already delivered before the cut
-              next = event.seq + 1;
+              next = BigInt(event.seq) + 1n;
               failures = 0;
               yield event;
             }
@@ -91,7 +113,7 @@ export class Subscription implements AsyncIterable<Event | CaughtUp> {
         failures += 1;
         if (!isResumableCut(error) || failures >= policy.attempts) throw error;
         this.resubscribes += 1;
-        this.options.onResubscribe?.(next, error as SessionLogError);
+        this.options.onResubscribe?.(Number(next), error as SessionLogError);
         try {
           await sleep(backoff(policy, failures), signal);
         } catch {

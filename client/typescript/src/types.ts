@@ -187,9 +187,15 @@ export interface ForkResult {
 // --- projections (SPEC §5) ---------------------------------------------------------------
 
 /** Which prefix a projection reads. */
+/**
+ * A seq given as an argument: a non-negative safe integer, or a bigint. Anything else fails
+ * at once with a ValidationError (SEQ_OUT_OF_RANGE) and nothing is sent.
+ */
+export type SeqArgument = number | bigint;
+
 export interface ProjectionOptions {
   /** See the session as it was after this seq (default: the head). */
-  atSeq?: number;
+  atSeq?: SeqArgument;
   /** Show the crash repair of an open turn in memory, without writing it. */
   withRepair?: boolean;
 }

@@ -1,24 +1,27 @@
 /**
  * The streaming writer: holds the session's lease while open, pipelines batches with an
- * in-flight limit, and after a transient failure reconnects and re-sends every batch not yet
- * acknowledged.
+ * in-flight limit, and after a transient failure, or a stream the service ended though the
+ * writer had not closed it, reconnects and re-sends every batch not yet acknowledged.
  *
  * Re-sending is safe because every event carries an eventId (one is generated when the
  * caller gives none): the service answers a retried event with its original seq. Ownership
  * loss (ABORTED, or a reconnect that finds another writer was in between) is never retried:
- * every pending and later append fails with `OwnershipLost`, and the caller must reopen.
+ * every pending and later append fails with `OwnershipLost`, and the caller must reopen. Any
+ * other error the service reports ends the writer too (the service ends the stream with it);
+ * `close()`, `cancel()` and the client's `close()` end it on purpose (`WriterClosed`).
  */
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { type Client, Code } from "@connectrpc/connect";
 import { Channel } from "./channel.js";
-import { headerReportFromPb, leaseFromPb, newEventToPb, num, resumeFromPb } from "./convert.js";
-import { OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterHeld } from "./errors.js";
+import { optionalSeq } from "./arguments.js";
+import { batchToPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, resumeFromPb } from "./convert.js";
+import { type ErrorFields, OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterClosed, WriterHeld, writerClosed } from "./errors.js";
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
-import { encodeJson, type JsonObject } from "./json.js";
+import type { JsonObject } from "./json.js";
 import { backoff, type RetryPolicy, sleep } from "./retry.js";
-import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo } from "./types.js";
+import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo, SeqArgument } from "./types.js";
 
 export interface WriterOptions {
   /** The writer's id (a label); the service generates one when absent. */
@@ -70,6 +73,17 @@ function lostTo(error: WriterHeld, sessionId: string): OwnershipLost {
   return new OwnershipLost({ reason: "OWNERSHIP_LOST", message: `${error.message}; this writer lost its lease`, code: Code.Aborted, metadata, cause: error });
 }
 
+/**
+ * An error of `cause`'s class, reason and code for a call the writer did not carry out because
+ * `cause` had ended it; the message says so and names it, and `cause` is the original (whose
+ * metadata describes the call it was about, not this one).
+ */
+function closedBy(cause: SessionLogError, what: string): SessionLogError {
+  const Class = cause.constructor as new (fields: ErrorFields) => SessionLogError;
+  const message = `the writer was closed by an earlier error (${cause.reason}: ${cause.message}); ${what}`;
+  return new Class({ reason: cause.reason, message, code: cause.code, cause });
+}
+
 const DEFAULT_RECONNECT: RetryPolicy = { attempts: 120, initialDelayMs: 50, maxDelayMs: 500 };
 
 export class Writer {
@@ -94,18 +108,34 @@ export class Writer {
   private reading: Promise<void> = Promise.resolve();
   private failure: SessionLogError | null = null;
   private closing = false;
+  /** Aborted when the writer fails for good: wakes a reconnect waiting to try again. */
+  private readonly ended = new AbortController();
+  /** The client's closing signal, listened to while the writer lives. */
+  private readonly clientClosed: AbortSignal | undefined;
+  private readonly onClientClosed = (): void => this.endNow(writerClosed("the client was closed, and its writers with it"));
 
-  private constructor(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions) {
+  private constructor(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions, clientClosed?: AbortSignal) {
     this.rpc = rpc;
     this.sessionId = sessionId;
     this.writerId = options.writerId ?? "";
     this.options = { createIfMissing: false, maxInFlight: 256, reconnect: DEFAULT_RECONNECT, ...options };
+    this.clientClosed = clientClosed;
   }
 
-  /** Open the stream and take the lease (use `SessionLogClient.writer`). */
-  static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}): Promise<Writer> {
-    const writer = new Writer(rpc, sessionId, options);
-    await writer.connect(options.takeover ?? false, options.resume ?? false);
+  /**
+   * Open the stream and take the lease (use `SessionLogClient.writer`). The writer ends when
+   * `clientClosed` aborts: its pending and later calls fail with WriterClosed.
+   */
+  static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}, clientClosed?: AbortSignal): Promise<Writer> {
+    if (clientClosed?.aborted) throw writerClosed("the client is closed");
+    const writer = new Writer(rpc, sessionId, options, clientClosed);
+    clientClosed?.addEventListener("abort", writer.onClientClosed, { once: true });
+    try {
+      await writer.connect(options.takeover ?? false, options.resume ?? false);
+    } catch (error) {
+      writer.detach();
+      throw clientClosed?.aborted ? writerClosed("the client was closed while the writer opened") : error;
+    }
     return writer;
   }
 
@@ -115,31 +145,35 @@ export class Writer {
    * Send a batch (atomic: all events commit together or none do). Returns at once; the promise
    * resolves with the batch's seqs once it is durable. Batches are sent in call order.
    */
-  append(events: Iterable<NewEvent>, options: { expectedNextSeq?: number } = {}): Promise<AppendResult> {
-    const batch = withEventIds(events).map(newEventToPb);
-    return this.enqueue((id) =>
-      create(WriteRequestSchema, {
-        kind: {
-          case: "batch",
-          value: {
-            batchId: id,
-            events: batch,
-            expectedNextSeq: options.expectedNextSeq === undefined ? undefined : BigInt(options.expectedNextSeq),
-          },
-        },
-      }),
-    ) as Promise<AppendResult>;
+  append(events: Iterable<NewEvent>, options: { expectedNextSeq?: SeqArgument } = {}): Promise<AppendResult> {
+    let batch: ReturnType<typeof batchToPb>;
+    let expectedNextSeq: bigint | undefined;
+    try {
+      batch = batchToPb(events);
+      expectedNextSeq = optionalSeq(options.expectedNextSeq, "expectedNextSeq");
+    } catch (error) {
+      return Promise.reject(error); // a bad event is this call's failure, not the writer's
+    }
+    return this.enqueue((id) => create(WriteRequestSchema, { kind: { case: "batch", value: { batchId: id, events: batch, expectedNextSeq } } })) as Promise<AppendResult>;
   }
 
   /** Report the request header about to be used, in order with the batches sent so far. */
   reportHeader(header: RequestHeader | JsonObject): Promise<HeaderReport> {
-    const headerJson = encodeJson(header, "header");
+    let headerJson: Uint8Array;
+    try {
+      headerJson = jsonObjectField(header, "header", "HEADER_NOT_OBJECT");
+    } catch (error) {
+      return Promise.reject(error);
+    }
     return this.enqueue((id) => create(WriteRequestSchema, { kind: { case: "header", value: { batchId: id, headerJson } } })) as Promise<HeaderReport>;
   }
 
-  /** Wait until everything sent so far is durable (rejects with the first failure). */
+  /**
+   * Wait until everything sent so far is durable (rejects with the first failure). Once the
+   * writer has ended, rejects with an error naming what ended it.
+   */
   async flush(): Promise<void> {
-    if (this.failure !== null) throw this.failure;
+    if (this.failure !== null) throw this.afterEnd();
     await Promise.all([...this.inFlight, ...this.backlog].map((p) => p.promise));
   }
 
@@ -149,26 +183,51 @@ export class Writer {
       if (this.failure === null) await this.flush();
     } finally {
       this.closing = true;
-      // `close` ends the writer on purpose (the lease is released); a stream that just ends is
-      // taken for a dead writer, and its lease is left to lapse.
-      this.channel?.push(create(WriteRequestSchema, { kind: { case: "close", value: {} } }));
-      this.channel?.end();
-      await this.reading;
+      this.endStream();
+      await this.settled();
+      this.detach();
     }
   }
 
-  /** Drop the stream at once, without flushing (pending appends fail). */
+  /**
+   * Ask the service to end the stream on purpose: it acknowledges what is pending and releases
+   * the lease. (A stream that just ends is taken for a dead writer's, its lease left to lapse.)
+   */
+  private endStream(): void {
+    this.channel?.push(create(WriteRequestSchema, { kind: { case: "close", value: {} } }));
+    this.channel?.end();
+  }
+
+  /** Wait for the stream's reader, and for the reader of any stream a reconnect opened meanwhile. */
+  private async settled(): Promise<void> {
+    for (let reading = this.reading; ; reading = this.reading) {
+      await reading;
+      if (reading === this.reading) return;
+    }
+  }
+
+  /** Drop the stream at once, without flushing: pending and later calls fail with WriterClosed. */
   cancel(): void {
+    this.endNow(writerClosed("the writer was cancelled"));
+  }
+
+  /** End the writer now, on purpose: fail what is pending with `error`, drop the stream, reconnect no more. */
+  private endNow(error: SessionLogError): void {
     this.closing = true;
-    this.fail(new Unavailable({ reason: "STREAM_ENDED", message: "the writer was cancelled", code: Code.Canceled }));
+    this.fail(error);
     this.abort?.abort();
+  }
+
+  /** Stop listening to the client's closing: the writer has ended (a client outlives many writers). */
+  private detach(): void {
+    this.clientClosed?.removeEventListener("abort", this.onClientClosed);
   }
 
   // --- sending ---------------------------------------------------------------------------
 
   private enqueue(build: (id: bigint) => WriteRequest): Promise<unknown> {
-    if (this.failure !== null) return Promise.reject(this.failure);
-    if (this.closing) return Promise.reject(new Error("the writer is closed"));
+    if (this.failure !== null) return Promise.reject(this.afterEnd());
+    if (this.closing) return Promise.reject(writerClosed("the writer is closed"));
     const id = this.nextBatchId++;
     let settle!: (ack: AckResult) => void;
     let reject!: (error: unknown) => void;
@@ -197,10 +256,37 @@ export class Writer {
     while (this.backlog.length > 0 && this.inFlight.length < this.options.maxInFlight) this.send(this.backlog.shift()!);
   }
 
+  /**
+   * The writer ends for good with `error`: every pending call fails with it (a cut that could
+   * not be mended, ownership lost on reconnecting, an end on purpose: each is all of theirs).
+   */
   private fail(error: SessionLogError): void {
+    for (const pending of this.finish(error)) pending.reject(error);
+  }
+
+  /**
+   * The service refused the first pending batch (or header) and ended the stream, as it does on
+   * every error it reports: that one fails with `error`; those sent after it were never
+   * answered, and fail with an error saying so, not with one describing another call's events.
+   */
+  private refused(error: SessionLogError): void {
+    const [first, ...rest] = this.finish(error);
+    first?.reject(error);
+    for (const pending of rest) pending.reject(closedBy(error, "this batch was not acknowledged"));
+  }
+
+  /** Record what ended the writer; returns the pending calls, in order, taken off its queues. */
+  private finish(error: SessionLogError): Pending[] {
     if (this.failure === null) this.failure = error;
-    const failed = [...this.inFlight.splice(0), ...this.backlog.splice(0)];
-    for (const pending of failed) pending.reject(error);
+    this.ended.abort();
+    this.detach();
+    return [...this.inFlight.splice(0), ...this.backlog.splice(0)];
+  }
+
+  /** What a call fails with once the writer has ended: an error naming what ended it. */
+  private afterEnd(): SessionLogError {
+    const failure = this.failure!;
+    return failure instanceof WriterClosed ? failure : closedBy(failure, "nothing of this call was sent");
   }
 
   // --- the stream ------------------------------------------------------------------------
@@ -217,7 +303,6 @@ export class Writer {
         },
       }),
     );
-    for (const pending of this.inFlight) channel.push(pending.request); // after a reconnect: re-send
     const responses = this.rpc.write(channel, { signal: abort.signal })[Symbol.asyncIterator]();
     let first: IteratorResult<WriteResponse>;
     try {
@@ -248,43 +333,69 @@ export class Writer {
     this.writerId = lease.writerId;
     this.nextSeq = num(opened.nextSeq);
     if (opened.resumed !== undefined) this.resumed = resumeFromPb(opened.resumed);
+    if (this.failure !== null) {
+      // Ended (cancelled, its client closed) while this reconnect waited for its answer.
+      channel.push(create(WriteRequestSchema, { kind: { case: "close", value: {} } }));
+      channel.end();
+      throw this.failure;
+    }
+    // Only now, with the lease known to be this writer's, is anything sent: what a reconnect
+    // re-sends, and what was appended while it waited (an earlier stream's channel has ended
+    // and dropped it). Nothing can be appended between these lines, so none is lost.
+    for (const pending of this.inFlight) channel.push(pending.request);
     this.channel = channel;
     this.abort = abort;
     this.reading = this.read(responses);
   }
 
+  /** Settle what the stream acknowledges until it ends; then, unless this writer closed it, recover. */
   private async read(responses: AsyncIterator<WriteResponse>): Promise<void> {
+    let cut: SessionLogError;
     try {
-      for (;;) {
-        const next = await responses.next();
-        if (next.done) break;
-        const kind = next.value.kind;
-        if (kind.case === "ack") this.acknowledge(kind.value.batchId, { kind: "batch", result: { seqs: kind.value.seqs.map(num), nextSeq: num(kind.value.nextSeq) } });
-        else if (kind.case === "acks") {
-          for (const ack of kind.value.acks) this.acknowledge(ack.batchId, { kind: "batch", result: { seqs: ack.seqs.map(num), nextSeq: num(ack.nextSeq) } });
-        } else if (kind.case === "headerAck") this.acknowledge(kind.value.batchId, { kind: "header", result: headerReportFromPb(kind.value.result) });
-      }
-      if (this.inFlight.length === 0 || this.closing) return;
-      await this.recover(
-        new Unavailable({ reason: "STREAM_ENDED", message: "the server ended the writer stream before acknowledging every batch", code: Code.Unavailable }),
-      );
+      for (let next = await responses.next(); !next.done; next = await responses.next()) this.answer(next.value);
+      if (this.closing) return; // the end of our own `close`
+      // The service ended the stream cleanly, though this writer did not close it (a graceful
+      // restart does so, idle or not): a cut like any other. Left alone, later batches would go
+      // to a dead stream and never be answered.
+      cut = new Unavailable({ reason: "STREAM_ENDED", message: "the server ended the writer stream", code: Code.Unavailable });
     } catch (raw) {
-      if (this.closing && this.inFlight.length === 0) return;
-      await this.recover(typedError(raw));
+      if (this.closing && this.idle()) return;
+      cut = typedError(raw);
     }
+    await this.recover(cut);
+  }
+
+  private answer(response: WriteResponse): void {
+    const kind = response.kind;
+    if (kind.case === "ack") this.acknowledge(kind.value.batchId, { kind: "batch", result: { seqs: kind.value.seqs.map(num), nextSeq: num(kind.value.nextSeq) } });
+    else if (kind.case === "acks") {
+      for (const ack of kind.value.acks) this.acknowledge(ack.batchId, { kind: "batch", result: { seqs: ack.seqs.map(num), nextSeq: num(ack.nextSeq) } });
+    } else if (kind.case === "headerAck") this.acknowledge(kind.value.batchId, { kind: "header", result: headerReportFromPb(kind.value.result) });
+  }
+
+  /** Nothing sent or waiting is unacknowledged. */
+  private idle(): boolean {
+    return this.inFlight.length === 0 && this.backlog.length === 0;
   }
 
   /** After the stream broke: reconnect and re-send if the failure is transient, else fail. */
   private async recover(error: SessionLogError): Promise<void> {
     this.abort?.abort();
-    if (!(error instanceof Unavailable) || this.closing) return this.fail(error);
+    if (!(error instanceof Unavailable)) return this.refused(error);
+    if (this.closing) return this.fail(error);
     const policy = this.options.reconnect;
     let last: SessionLogError = error;
     for (let attempt = 1; attempt <= policy.attempts; attempt++) {
-      await sleep(backoff(policy, attempt));
+      try {
+        await sleep(backoff(policy, attempt), this.ended.signal);
+      } catch {
+        return; // the writer ended while waiting
+      }
       if (this.failure !== null) return;
+      if (this.closing && this.idle()) return; // closed meanwhile with nothing left to send: no stream needed
       try {
         await this.connect(false, false); // a reconnect continues the same lifecycle: no second resume
+        if (this.closing) this.endStream(); // `close` came while reconnecting: this stream ends as the last would have
         return;
       } catch (raw) {
         last = typedError(raw);

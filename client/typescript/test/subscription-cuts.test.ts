@@ -5,7 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { SessionLogClient } from "../src/index.js";
+import { getEventListeners } from "node:events";
+import { OutOfRange, SessionLogClient } from "../src/index.js";
 import { note } from "./events.js";
 import { BACKENDS, sessionId, startServer } from "./support.js";
 
@@ -53,6 +54,32 @@ for (const backend of BACKENDS) {
       await following; // ended by cancel(), quietly
       assert.deepEqual(seen, Array.from({ length: CUTS.length + 1 }, (_, i) => i));
       assert.ok(causes.length >= CUTS.length, `resubscribed after every cut (${causes.join(",")})`);
+    });
+
+    test("a subscription that ended leaves no listener on the caller's signal or the client's", async () => {
+      const id = sessionId("listeners");
+      await env.client.createSession(id);
+      const client = new SessionLogClient({ target: env.server.target });
+      const warnings: string[] = [];
+      const onWarning = (warning: Error): void => void warnings.push(`${warning.name}: ${warning.message}`);
+      process.on("warning", onWarning);
+      const caller = new AbortController();
+      try {
+        // More than EventTarget's limit of 10 before Node warns of a leak.
+        for (let i = 0; i < 12; i++) {
+          for await (const item of client.subscribe(id, { signal: caller.signal })) if ("caughtUp" in item) break;
+        }
+        const beyond = client.subscribe(id, { fromSeq: 5, signal: caller.signal });
+        await assert.rejects(async () => {
+          for await (const _ of beyond);
+        }, OutOfRange, "one that ends with an error lets go too");
+        assert.equal(getEventListeners(caller.signal, "abort").length, 0, "listeners left on the caller's signal");
+        await new Promise((r) => setImmediate(r)); // process warnings are emitted on the next tick
+        assert.deepEqual(warnings.filter((w) => w.startsWith("MaxListenersExceededWarning")), []);
+      } finally {
+        process.off("warning", onWarning);
+        client.close();
+      }
     });
 
     test("closing the client ends its subscriptions quietly, without resubscribing", async () => {

@@ -62,10 +62,12 @@ export class ServerProcess {
   private proc: ChildProcess | null = null;
   private stderr = "";
 
+  /** `tls.ca`: the service speaks TLS only (its certificate in `env`), and is probed over https://. */
   constructor(
     readonly db: string,
     private readonly env: Record<string, string> = {},
     private port = 0,
+    private readonly tls?: { ca: Buffer },
   ) {}
 
   async start(): Promise<this> {
@@ -82,7 +84,8 @@ export class ServerProcess {
       this.stderr = (this.stderr + chunk.toString()).slice(-4000);
     });
     this.proc = proc;
-    const probe = new SessionLogClient({ target: this.target, timeoutMs: 1000, retry: { attempts: 1, initialDelayMs: 0, maxDelayMs: 0 } });
+    const probeTarget = this.tls ? `https://${this.target}` : this.target;
+    const probe = new SessionLogClient({ target: probeTarget, ca: this.tls?.ca, timeoutMs: 1000, retry: { attempts: 1, initialDelayMs: 0, maxDelayMs: 0 } });
     try {
       const deadline = Date.now() + 60_000;
       for (;;) {

@@ -1,0 +1,134 @@
+/**
+ * Bad arguments fail at once with a ValidationError naming the argument, are not retried, and
+ * send nothing; bigint seqs are taken as well as numbers.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { type Lease, SessionLogClient, toSessionLogError, Unavailable, ValidationError } from "../src/index.js";
+import { note } from "./events.js";
+import { BACKENDS, freePort, sessionId, startServer } from "./support.js";
+
+async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
+  const out: T[] = [];
+  for await (const item of items) out.push(item);
+  return out;
+}
+
+/** A lease that only has to reach the argument checks (they come before anything is sent). */
+const ANY_LEASE: Lease = { sessionId: "any", writerId: "w", epoch: 1, expireTimeMs: 0, token: "t" };
+
+/** Every call with a bad seq-like argument, by what it should name. */
+function badCalls(client: SessionLogClient, id: string): [string, string, () => Promise<unknown>][] {
+  return [
+    ["readEvents fromSeq -1", "fromSeq", () => collect(client.readEvents(id, { fromSeq: -1 }))],
+    ["readEvents fromSeq 1.5", "fromSeq", () => collect(client.readEvents(id, { fromSeq: 1.5 }))],
+    ["readEvents toSeq 2^53", "toSeq", () => collect(client.readEvents(id, { toSeq: 2 ** 53 }))],
+    ["modelHistory atSeq -1", "atSeq", () => client.modelHistory(id, { atSeq: -1 })],
+    ["transcript atSeq NaN", "atSeq", () => client.transcript(id, { atSeq: Number.NaN })],
+    ["stats atSeq -1n", "atSeq", () => client.stats(id, { atSeq: -1n })],
+    ["fork atSeq -1", "atSeq", () => client.fork(id, -1)],
+    ["subscribe fromSeq -1", "fromSeq", () => collect(client.subscribe(id, { fromSeq: -1 }))],
+    ["append expectedNextSeq 0.5", "expectedNextSeq", () => client.append(ANY_LEASE, [note(1)], { expectedNextSeq: 0.5 })],
+  ];
+}
+
+async function assertRefusedAtOnce(call: () => Promise<unknown>, field: string, reason: string, what: string): Promise<void> {
+  const started = Date.now();
+  await assert.rejects(call(), (e: unknown) => {
+    assert.ok(e instanceof ValidationError, `${what}: ${String(e)}`);
+    assert.equal(e.reason, reason, what);
+    assert.equal(e.metadata.field, field, what);
+    assert.equal(e.code, Code.InvalidArgument, what);
+    assert.equal(e.retryable, false, what);
+    return true;
+  });
+  assert.ok(Date.now() - started < 1000, `${what} took ${Date.now() - started} ms: it was retried`);
+}
+
+const backend = BACKENDS[0]!;
+
+describe(`arguments on ${backend}`, () => {
+  let env: Awaited<ReturnType<typeof startServer>>;
+  let id: string;
+  before(async () => {
+    env = await startServer(backend);
+    id = sessionId("args");
+    const writer = await env.client.writer(id, { createIfMissing: true });
+    await writer.append([note(0), note(1), note(2)]);
+    await writer.close();
+  });
+  after(async () => env.close());
+
+  test("a bad seq is a ValidationError (SEQ_OUT_OF_RANGE) at once, never retried", async () => {
+    for (const [what, field, call] of badCalls(env.client, id)) await assertRefusedAtOnce(call, field, "SEQ_OUT_OF_RANGE", what);
+  });
+
+  test("a bad page size is a ValidationError (BAD_PAGE_SIZE) at once", async () => {
+    await assertRefusedAtOnce(() => collect(env.client.readEvents(id, { pageSize: 1.5 })), "pageSize", "BAD_PAGE_SIZE", "readEvents pageSize 1.5");
+    await assertRefusedAtOnce(() => env.client.modelHistory(id, { pageSize: -1 }), "pageSize", "BAD_PAGE_SIZE", "modelHistory pageSize -1");
+  });
+
+  test("nothing is sent: a client of an address nobody listens on gets the same ValidationError", async () => {
+    const nowhere = new SessionLogClient({ target: `127.0.0.1:${await freePort()}`, retry: { attempts: 1, initialDelayMs: 0, maxDelayMs: 0 } });
+    try {
+      await assert.rejects(nowhere.getSession(id), Unavailable, "the address really is dead");
+      for (const [what, field, call] of badCalls(nowhere, id)) await assertRefusedAtOnce(call, field, "SEQ_OUT_OF_RANGE", what);
+    } finally {
+      nowhere.close();
+    }
+  });
+
+  test("seqs may be bigints", async () => {
+    const events = await collect(env.client.readEvents(id, { fromSeq: 1n, toSeq: 2n }));
+    assert.deepEqual(events.map((e) => e.seq), [1, 2]);
+    assert.deepEqual((await env.client.surface(id, { atSeq: 1n })).atSeq, 1);
+  });
+
+  test("a bad event is a rejected append (ValidationError with the service's reason), and the writer goes on", async () => {
+    const writer = await env.client.writer(sessionId("events"), { createIfMissing: true });
+    const bad: [string, string, string, () => Promise<unknown>][] = [
+      ["surfaceOp \"replace\"", "BAD_SURFACE_OP", "surfaceOp", () => writer.append([{ ...note(1), surfaceOp: "replace" as never }])],
+      ["a replace without seqs", "BAD_SURFACE_OP", "surfaceOp.startSeq", () => writer.append([{ ...note(1), surfaceOp: { op: "replace" } as never }])],
+      ["data {turn: NaN}", "NON_FINITE_NUMBER", "data", () => writer.append([note(1), { type: "turn/start", data: { turn: Number.NaN } }])],
+      ["data an array", "DATA_NOT_OBJECT", "data", () => writer.append([{ type: "test/note", data: [1] as never }])],
+      ["sourceEventSeqs [-1]", "BAD_SOURCE_EVENT_SEQS", "sourceEventSeqs[0]", () => writer.append([{ ...note(1), sourceEventSeqs: [-1] }])],
+      ["a numeric eventId", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: 7 as never }])],
+      ["expectedNextSeq 0.5", "SEQ_OUT_OF_RANGE", "expectedNextSeq", () => writer.append([note(1)], { expectedNextSeq: 0.5 })],
+      ["a header with Infinity", "NON_FINITE_NUMBER", "header", () => writer.reportHeader({ config: { temperature: Number.POSITIVE_INFINITY } })],
+    ];
+    for (const [what, reason, field, call] of bad) {
+      let returned: Promise<unknown> | undefined;
+      assert.doesNotThrow(() => (returned = call()), `${what}: thrown, not a rejected promise`);
+      await assert.rejects(returned!, (e: unknown) => {
+        assert.ok(e instanceof ValidationError, `${what}: ${String(e)}`);
+        assert.equal(e.reason, reason, what);
+        assert.equal(e.metadata.field, field, what);
+        return true;
+      });
+    }
+    await assert.rejects(env.client.append(ANY_LEASE, [note(0), note(Number.NaN)]), (e: unknown) => e instanceof ValidationError && e.metadata.event_index === "1");
+    assert.deepEqual((await writer.append([note(1)])).seqs, [0], "the writer still works: nothing bad was sent");
+    await writer.close();
+  });
+
+  test("a request Connect cannot encode is a ValidationError (MALFORMED_REQUEST), not a transport failure", async () => {
+    // The generated client, below the argument checks: Connect's encoder refuses -1 as a uint64.
+    const raw = await collect(env.client.rpc.readEvents({ sessionId: id, fromSeq: -1n })).catch((e: unknown) => e);
+    assert.ok(raw instanceof ConnectError && raw.code === Code.Internal, `Connect reports INTERNAL: ${String(raw)}`);
+    const error = toSessionLogError(raw);
+    assert.ok(error instanceof ValidationError, String(error));
+    assert.equal(error.reason, "MALFORMED_REQUEST");
+    assert.equal(error.retryable, false);
+  });
+
+  test("a transport failure is Unavailable with TRANSPORT_ERROR and the code docs/errors.md gives it", () => {
+    for (const code of [Code.Internal, Code.Canceled, Code.Aborted, Code.Unknown]) {
+      const error = toSessionLogError(new ConnectError("the stream broke", code));
+      assert.ok(error instanceof Unavailable, String(error));
+      assert.equal(error.reason, "TRANSPORT_ERROR");
+      assert.equal(error.code, Code.Unavailable, `Connect's code ${Code[code]} is kept in cause, not in code`);
+      assert.ok(error.retryable);
+    }
+  });
+});

@@ -1,0 +1,172 @@
+/**
+ * How a streaming writer ends, and that no call on it hangs: the service ending its stream on a
+ * graceful restart or killed, the writer's own cancel, its client closed, a refused batch.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { OwnershipLost, SessionLogClient, ValidationError, type Writer, WriterClosed } from "../src/index.js";
+import { note, turnStart } from "./events.js";
+import { BACKENDS, sessionId, startServer } from "./support.js";
+
+const CLOSE_WITH_WRITER = fileURLToPath(new URL("./fixtures/close-with-writer.js", import.meta.url));
+
+/** Whether `error` is the WriterClosed of a writer ended on purpose: not retryable. */
+function closedOnPurpose(error: unknown): boolean {
+  assert.ok(error instanceof WriterClosed, String(error));
+  assert.equal(error.reason, "CANCELLED");
+  assert.equal(error.retryable, false);
+  return true;
+}
+
+/** `promise`, or a failure naming `what` if it has not settled within `ms`. */
+async function settles<T>(promise: Promise<T>, what: string, ms = 30_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const hung = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, hung]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Until the writer has seen its stream end and failed for good (it reconnects on its own). */
+async function failed(writer: Writer): Promise<unknown> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const outcome = await settles(writer.flush().then(() => null, (e: unknown) => e), "flush");
+    if (outcome !== null || Date.now() > deadline) return outcome;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+for (const backend of BACKENDS) {
+  describe(`writer ends on ${backend}`, () => {
+    let env: Awaited<ReturnType<typeof startServer>>;
+    before(async () => {
+      // A short shutdown grace: stopping the service ends its streams at once.
+      env = await startServer(backend, { SESSIONLOG_SHUTDOWN_GRACE_S: "0.2" });
+    });
+    after(async () => env.close());
+
+    test("an idle writer whose stream a graceful restart ended reconnects, and fails with OwnershipLost: the service gave its lease back", async () => {
+      const id = sessionId("sigterm");
+      const writer = await env.client.writer(id, { createIfMissing: true });
+      await writer.append([note(0)]);
+      await env.server.stop(); // the service acknowledges what is pending, ends the stream with OK and releases the lease
+      await env.server.start();
+      // The lease was released, so the reconnect is granted one with a fresh token: another
+      // writer could have held the session in between, and the writer cannot tell (as the
+      // Python writers' reconnect rule says). It must say so, not wait forever.
+      await assert.rejects(settles(writer.append([note(1)]), "the append after the restart"), OwnershipLost);
+      await assert.rejects(settles(writer.flush(), "flush"), OwnershipLost);
+      await settles(writer.close(), "close");
+      const events = [];
+      for await (const event of env.client.readEvents(id)) events.push(event.data.n);
+      assert.deepEqual(events, [0], "nothing was appended under a lease the writer could not vouch for");
+      const again = await env.client.writer(id, { writerId: "after" });
+      await again.append([note(2)]);
+      await again.close();
+    });
+
+    test("an idle writer in a turn whose stream a graceful restart ended fails with OwnershipLost after the start-up repair closed its turn", async () => {
+      const id = sessionId("repaired");
+      const writer = await env.client.writer(id, { createIfMissing: true });
+      await writer.append([turnStart(1)]);
+      await env.server.stop();
+      await env.server.start();
+      const error = await failed(writer);
+      assert.ok(error instanceof OwnershipLost, `the writer failed with ${String(error)}`);
+      await assert.rejects(settles(writer.append([note(1)]), "the append after the repair"), OwnershipLost);
+      const types = [];
+      for await (const event of env.client.readEvents(id)) types.push(event.type);
+      assert.deepEqual(types, ["turn/start", "turn/end"], "the service's repair closed the turn, and nothing of the writer's followed it");
+    });
+
+    test("closing the client ends its writers: pending and later calls fail with WriterClosed, and nothing reconnects", async () => {
+      const id = sessionId("client-closed");
+      const closing = new SessionLogClient({ target: env.server.target });
+      const writer = await closing.writer(id, { createIfMissing: true });
+      await writer.append([note(0)]);
+      const epoch = writer.lease.epoch;
+      const pending = writer.append([note(1)]);
+      closing.close();
+      await assert.rejects(settles(pending, "the pending append"), closedOnPurpose);
+      await assert.rejects(settles(writer.append([note(2)]), "a later append"), closedOnPurpose);
+      await assert.rejects(settles(writer.flush(), "flush"), closedOnPurpose);
+      await settles(writer.close(), "close");
+      await new Promise((r) => setTimeout(r, 1000)); // a reconnect would have taken the lease again by now
+      assert.equal(writer.lease.epoch, epoch, "the writer reconnected");
+      assert.equal((await env.client.getSession(id)).lease?.epoch, epoch, "the lease was taken again");
+    });
+
+    test("a process whose client was closed exits though its writer had an append pending", async () => {
+      const child = spawn(process.execPath, [CLOSE_WITH_WRITER, env.server.target, sessionId("exits")], { stdio: ["ignore", "pipe", "inherit"] });
+      let out = "";
+      child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+      const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+      try {
+        const code = await settles(exited, "the process's exit", 20_000);
+        assert.equal(code, 0);
+        assert.equal(out.trim(), "WriterClosed");
+      } finally {
+        child.kill("SIGKILL"); // no-op once it exited
+      }
+    });
+
+    test("cancel fails pending and later calls with WriterClosed, which is not retryable", async () => {
+      const id = sessionId("cancel");
+      const writer = await env.client.writer(id, { createIfMissing: true });
+      const pending = writer.append([note(0)]);
+      writer.cancel();
+      await assert.rejects(pending, closedOnPurpose);
+      await assert.rejects(writer.append([note(1)]), closedOnPurpose);
+      const closed = await env.client.writer(sessionId("closed"), { createIfMissing: true });
+      await closed.close();
+      await assert.rejects(closed.append([note(0)]), (e: unknown) => closedOnPurpose(e) && /closed/.test((e as Error).message));
+    });
+
+    test("a refused batch ends the writer: later calls fail with an error naming it, not describing their events", async () => {
+      const id = sessionId("refused");
+      const writer = await env.client.writer(id, { createIfMissing: true });
+      const refused = writer.append([{ type: "made/up", data: {} }]);
+      const after = writer.append([note(1)]); // pipelined: sent before the refusal comes back
+      const original = await refused.then(() => assert.fail("the unknown type was accepted"), (e: unknown) => e);
+      assert.ok(original instanceof ValidationError && original.reason === "UNKNOWN_TYPE", String(original));
+      assert.equal(original.metadata.type, "made/up");
+      assert.doesNotMatch(original.message, /closed by an earlier error/);
+      const namesIt = (what: RegExp) => (e: unknown): boolean => {
+        assert.ok(e instanceof ValidationError, String(e)); // the class and reason of what ended it
+        assert.equal(e.reason, "UNKNOWN_TYPE");
+        assert.match(e.message, /^the writer was closed by an earlier error \(UNKNOWN_TYPE: /);
+        assert.match(e.message, what);
+        assert.equal(e.cause, original);
+        assert.equal(e.metadata.type, undefined, "the metadata of another call's event");
+        return true;
+      };
+      await assert.rejects(after, namesIt(/this batch was not acknowledged/));
+      await assert.rejects(writer.append([note(2)]), namesIt(/nothing of this call was sent/));
+      await assert.rejects(writer.reportHeader({ config: { model: "m" } }), namesIt(/nothing of this call was sent/));
+      await assert.rejects(writer.flush(), namesIt(/nothing of this call was sent/));
+      await settles(writer.close(), "close");
+      const events = [];
+      for await (const event of env.client.readEvents(id)) events.push(event);
+      assert.deepEqual(events, [], "the service ended the stream at the refused batch");
+    });
+
+    test("an idle writer whose service was killed takes its lease again with its token and goes on", async () => {
+      const id = sessionId("sigkill");
+      const writer = await env.client.writer(id, { createIfMissing: true });
+      await writer.append([note(0)]);
+      const epoch = writer.lease.epoch;
+      await env.server.kill();
+      await env.server.start();
+      assert.deepEqual((await settles(writer.append([note(1)]), "the append after the kill")).seqs, [1]);
+      assert.equal(writer.lease.epoch, epoch + 1, "the same lease, at the next epoch");
+      await writer.close();
+    });
+  });
+}

@@ -31,10 +31,10 @@ function shown(value: unknown): string {
 
 /**
  * A seq-like argument as the wire takes it: a non-negative safe integer, or a bigint within
- * uint64. `reason` is the catalogue's for where it appears (SEQ_OUT_OF_RANGE for an argument;
+ * uint64. `reason` is the catalogue's for where it appears (BAD_SEQ for an argument, as the Python client;
  * an event's fields have their own, with `metadata` naming the event).
  */
-export function seq(value: unknown, field: string, reason = "SEQ_OUT_OF_RANGE", metadata: Record<string, string> = {}): bigint {
+export function seq(value: unknown, field: string, reason = "BAD_SEQ", metadata: Record<string, string> = {}): bigint {
   if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) return BigInt(value);
   if (typeof value === "bigint" && value >= 0n && value <= UINT64_MAX) return value;
   throw invalid(reason, field, `must be a non-negative integer (a seq), got ${shown(value)}`, metadata);

@@ -189,7 +189,7 @@ export interface ForkResult {
 /** Which prefix a projection reads. */
 /**
  * A seq given as an argument: a non-negative safe integer, or a bigint. Anything else fails
- * at once with a ValidationError (SEQ_OUT_OF_RANGE) and nothing is sent.
+ * at once with a ValidationError (BAD_SEQ) and nothing is sent.
  */
 export type SeqArgument = number | bigint;
 

@@ -354,9 +354,9 @@ export class Writer {
     try {
       for (let next = await responses.next(); !next.done; next = await responses.next()) this.answer(next.value);
       if (this.closing) return; // the end of our own `close`
-      // The service ended the stream cleanly, though this writer did not close it (a graceful
-      // restart does so, idle or not): a cut like any other. Left alone, later batches would go
-      // to a dead stream and never be answered.
+      // The service ended the stream cleanly, though this writer did not close it (older
+      // services did so on a graceful stop, idle or not): a cut like any other. Left alone, later
+      // batches would go to a dead stream and never be answered.
       cut = new Unavailable({ reason: "STREAM_ENDED", message: "the server ended the writer stream", code: Code.Unavailable });
     } catch (raw) {
       if (this.closing && this.idle()) return;

@@ -60,8 +60,8 @@ describe(`arguments on ${backend}`, () => {
   });
   after(async () => env.close());
 
-  test("a bad seq is a ValidationError (SEQ_OUT_OF_RANGE) at once, never retried", async () => {
-    for (const [what, field, call] of badCalls(env.client, id)) await assertRefusedAtOnce(call, field, "SEQ_OUT_OF_RANGE", what);
+  test("a bad seq is a ValidationError (BAD_SEQ) at once, never retried", async () => {
+    for (const [what, field, call] of badCalls(env.client, id)) await assertRefusedAtOnce(call, field, "BAD_SEQ", what);
   });
 
   test("a bad page size is a ValidationError (BAD_PAGE_SIZE) at once", async () => {
@@ -73,7 +73,7 @@ describe(`arguments on ${backend}`, () => {
     const nowhere = new SessionLogClient({ target: `127.0.0.1:${await freePort()}`, retry: { attempts: 1, initialDelayMs: 0, maxDelayMs: 0 } });
     try {
       await assert.rejects(nowhere.getSession(id), Unavailable, "the address really is dead");
-      for (const [what, field, call] of badCalls(nowhere, id)) await assertRefusedAtOnce(call, field, "SEQ_OUT_OF_RANGE", what);
+      for (const [what, field, call] of badCalls(nowhere, id)) await assertRefusedAtOnce(call, field, "BAD_SEQ", what);
     } finally {
       nowhere.close();
     }
@@ -94,7 +94,7 @@ describe(`arguments on ${backend}`, () => {
       ["data an array", "DATA_NOT_OBJECT", "data", () => writer.append([{ type: "test/note", data: [1] as never }])],
       ["sourceEventSeqs [-1]", "BAD_SOURCE_EVENT_SEQS", "sourceEventSeqs[0]", () => writer.append([{ ...note(1), sourceEventSeqs: [-1] }])],
       ["a numeric eventId", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: 7 as never }])],
-      ["expectedNextSeq 0.5", "SEQ_OUT_OF_RANGE", "expectedNextSeq", () => writer.append([note(1)], { expectedNextSeq: 0.5 })],
+      ["expectedNextSeq 0.5", "BAD_SEQ", "expectedNextSeq", () => writer.append([note(1)], { expectedNextSeq: 0.5 })],
       ["a header with Infinity", "NON_FINITE_NUMBER", "header", () => writer.reportHeader({ config: { temperature: Number.POSITIVE_INFINITY } })],
     ];
     for (const [what, reason, field, call] of bad) {

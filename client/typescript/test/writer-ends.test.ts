@@ -6,8 +6,8 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { OwnershipLost, SessionLogClient, ValidationError, type Writer, WriterClosed } from "../src/index.js";
-import { note, turnStart } from "./events.js";
+import { SessionLogClient, ValidationError, WriterClosed } from "../src/index.js";
+import { note, turnEnd, turnStart } from "./events.js";
 import { BACKENDS, sessionId, startServer } from "./support.js";
 
 const CLOSE_WITH_WRITER = fileURLToPath(new URL("./fixtures/close-with-writer.js", import.meta.url));
@@ -33,16 +33,6 @@ async function settles<T>(promise: Promise<T>, what: string, ms = 30_000): Promi
   }
 }
 
-/** Until the writer has seen its stream end and failed for good (it reconnects on its own). */
-async function failed(writer: Writer): Promise<unknown> {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    const outcome = await settles(writer.flush().then(() => null, (e: unknown) => e), "flush");
-    if (outcome !== null || Date.now() > deadline) return outcome;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 for (const backend of BACKENDS) {
   describe(`writer ends on ${backend}`, () => {
     let env: Awaited<ReturnType<typeof startServer>>;
@@ -52,38 +42,38 @@ for (const backend of BACKENDS) {
     });
     after(async () => env.close());
 
-    test("an idle writer whose stream a graceful restart ended reconnects, and fails with OwnershipLost: the service gave its lease back", async () => {
+    test("an idle writer whose stream a graceful restart ended takes its lease again with its token and goes on", async () => {
       const id = sessionId("sigterm");
       const writer = await env.client.writer(id, { createIfMissing: true });
+      const header = { config: { model: "m-1" } };
+      assert.equal((await writer.reportHeader(header)).reason, "initial");
       await writer.append([note(0)]);
-      await env.server.stop(); // the service acknowledges what is pending, ends the stream with OK and releases the lease
+      const epoch = writer.lease.epoch;
+      // The service acknowledges what is pending, ends the stream with UNAVAILABLE SHUTTING_DOWN
+      // and leaves the lease live for the writer's reconnect.
+      await env.server.stop();
       await env.server.start();
-      // The lease was released, so the reconnect is granted one with a fresh token: another
-      // writer could have held the session in between, and the writer cannot tell (as the
-      // Python writers' reconnect rule says). It must say so, not wait forever.
-      await assert.rejects(settles(writer.append([note(1)]), "the append after the restart"), OwnershipLost);
-      await assert.rejects(settles(writer.flush(), "flush"), OwnershipLost);
-      await settles(writer.close(), "close");
-      const events = [];
-      for await (const event of env.client.readEvents(id)) events.push(event.data.n);
-      assert.deepEqual(events, [0], "nothing was appended under a lease the writer could not vouch for");
-      const again = await env.client.writer(id, { writerId: "after" });
-      await again.append([note(2)]);
-      await again.close();
+      assert.deepEqual((await settles(writer.append([note(1)]), "the append after the restart")).seqs, [2]);
+      assert.equal(writer.lease.epoch, epoch + 1, "the same lease, at the next epoch");
+      assert.equal((await writer.reportHeader(header)).reason, null, "not a new lease: no resume header");
+      await writer.close();
+      const kinds = [];
+      for await (const event of env.client.readEvents(id)) kinds.push(event.type);
+      assert.deepEqual(kinds, ["request/header", "test/note", "test/note"]);
     });
 
-    test("an idle writer in a turn whose stream a graceful restart ended fails with OwnershipLost after the start-up repair closed its turn", async () => {
-      const id = sessionId("repaired");
+    test("an idle writer in a turn goes on after a graceful restart: the start-up repair leaves its turn alone", async () => {
+      const id = sessionId("in-turn");
       const writer = await env.client.writer(id, { createIfMissing: true });
       await writer.append([turnStart(1)]);
       await env.server.stop();
       await env.server.start();
-      const error = await failed(writer);
-      assert.ok(error instanceof OwnershipLost, `the writer failed with ${String(error)}`);
-      await assert.rejects(settles(writer.append([note(1)]), "the append after the repair"), OwnershipLost);
-      const types = [];
-      for await (const event of env.client.readEvents(id)) types.push(event.type);
-      assert.deepEqual(types, ["turn/start", "turn/end"], "the service's repair closed the turn, and nothing of the writer's followed it");
+      assert.deepEqual((await settles(writer.append([turnEnd(1)]), "the append after the restart")).seqs, [1]);
+      await writer.close();
+      const events = [];
+      for await (const event of env.client.readEvents(id)) events.push(event);
+      assert.deepEqual(events.map((e) => e.type), ["turn/start", "turn/end"]);
+      assert.deepEqual(events[1]?.data.reason, { kind: "completed" }, "the writer's own turn end, not a repair's");
     });
 
     test("closing the client ends its writers: pending and later calls fail with WriterClosed, and nothing reconnects", async () => {

@@ -470,14 +470,19 @@ class WriterCore:
 
 
 def failed_earlier(failure: SessionLogError) -> SessionLogError:
-    """What a writer that failed raises for each later batch or header: the failure's class,
-    reason and metadata (so code that tells failures apart by them still can), with a message
-    saying it is the writer's earlier failure, not this batch's. The service ends a writer's
-    stream on any error it reports, so a writer takes nothing more after one; raising the
-    failure itself again read as if the new batch had that fault."""
+    """What a writer that failed raises for each later batch or header: the failure's class and
+    reason (so code that tells failures apart by them still can), a message saying it is the
+    writer's earlier failure, not this call's, and the failure as `__cause__`. Its metadata
+    stays with the failure: it describes that call's events (as the TypeScript writer does).
+    The service ends a writer's stream on any error it reports, so a writer takes nothing more
+    after one; raising the failure itself again read as if the new batch had that fault."""
     again = type(failure).__new__(type(failure))
     again.__dict__.update(vars(failure))
-    again.message = f"this writer ended with an earlier failure; open a new writer (the failure: {failure.message})"
+    again.metadata, again.field = {}, None
+    again.message = (
+        f"the writer was closed by an earlier error ({failure.reason}: {failure.message}); "
+        "nothing of this call was sent: open a new writer"
+    )
     again.args = (again.message,)
     again.__cause__ = failure
     return again

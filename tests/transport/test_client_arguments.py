@@ -72,7 +72,8 @@ def test_a_failed_writer_says_later_batches_meet_its_earlier_failure(client: Ses
     with pytest.raises(ValidationError) as later:
         writer.append([note(0)])
     assert later.value.reason == "UNKNOWN_TYPE"  # the failure's class and reason, for code that tells them apart
-    assert later.value.message.startswith("this writer ended with an earlier failure; open a new writer")
+    assert later.value.message.startswith("the writer was closed by an earlier error (UNKNOWN_TYPE: event 0: ")
+    assert later.value.metadata == {} and first.value.metadata["event_index"] == "0"  # not this call's event
     assert later.value.__cause__ is first.value
     with pytest.raises(ValidationError) as flushed:
         writer.flush()

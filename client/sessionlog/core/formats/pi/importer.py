@@ -48,7 +48,13 @@ message unchanged (so the model history stays Pi's): a tool result whose call is
 open step (`source.kind` `"pi-unpaired-tool-result"`) and an assistant message whose `toolCall`
 blocks lack ids or repeat one (`"pi-unstructured"`). Tool calls never answered on the branch
 (aborted and errored messages, crashes mid-tool) are left without results, as in Pi: their step
-simply ends.
+simply ends. (The envelope rules now refuse a `user/message` whose message has role `toolResult`
+or `assistant`, ROLE_CONTRADICTS_TYPE, so `import_pi` refuses a file that needs either fallback.)
+
+**Checks.** `import_pi` checks every event a session will be sent as the service checks an append:
+the envelope rules (`validate.validate_proposal`, sizes within `limits`) and the fold's. A refusal
+names the file's line of the entry (when the event stands for one), the seq in its session and the
+entry id, and, in a fork's own part, the fork's leaf; what `fork` writes is the service's own.
 
 **Forks.** The branch of the default leaf (the last entry) is the main session. Another leaf
 becomes a fork of it: the child shares the main log up to the last event of the last shared entry,
@@ -68,11 +74,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sessionlog.core.errors import SessionLogError, ValidationError
+from sessionlog.core import jsonvalue, validate
+from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import APPEND, JsonObject, NewEvent, Replace
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.pi.context import compaction_summary_message, entry_message
@@ -85,6 +92,7 @@ from sessionlog.core.formats.pi.entries import (
 )
 from sessionlog.core.formats.pi.layout import MESSAGE_KEYS, PI_KEY, PI_SESSION, split_entry
 from sessionlog.core.formats.pi.tree import PiTree
+from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 from sessionlog.core.messages import COMPACTION_SOURCE_KIND, COPY_SOURCE_KIND, empty_system_head, is_empty_content
 from sessionlog.core.repair import fork_seed
 from sessionlog.core.vocabulary import (
@@ -200,11 +208,21 @@ class _Origin:
 
 class BranchMapper:
     """Maps entries, fed in path order, to events; a `SessionFold` of the events so far checks every
-    event as the service will and answers the structural questions (open turn, pending calls)."""
+    event as the service will and answers the structural questions (open turn, pending calls).
 
-    def __init__(self, header: JsonObject) -> None:
+    With `limits`, every event it writes is also checked by the envelope rules an append applies
+    (`validate.validate_proposal`, sizes included). `entry_lines` (entry id → the file's line)
+    lets a refusal name the line, and gives `lines`, the line of each event (None for the head,
+    the session header's event, the closers and what `fork` writes)."""
+
+    def __init__(
+        self, header: JsonObject, *, limits: Limits | None = None, entry_lines: Mapping[str, int] | None = None
+    ) -> None:
         self.fold = SessionFold()
         self.events: list[NewEvent] = []
+        self.lines: list[int | None] = []
+        self.limits = limits
+        self._entry_lines: Mapping[str, int] = entry_lines or {}
         self._owner = "head"
         self._index = 0
         self._origin: dict[str, _Origin] = {}
@@ -267,6 +285,7 @@ class BranchMapper:
         """Go back to a saved state: everything mapped since is undone (O(events since))."""
         self.fold.rollback(saved.mark)
         del self.events[saved.events :]
+        del self.lines[saved.events :]
         del self._path[saved.path :]
         self._origin, self._node = saved.origin, saved.node
         self._future, self._stop_reason = saved.future, saved.stop_reason
@@ -415,19 +434,30 @@ class BranchMapper:
         self._node[entry_id] = seq
 
     def _emit(self, event: NewEvent) -> int:
-        seq = self._commit(replace(event, event_id=event_id(self._owner, self._index)))
-        self._index += 1
-        return seq
+        """Write the next event of the current entry: a proposal, as an append would send it."""
+        return self._commit(replace(event, event_id=event_id(self._owner, self._index)), proposed=True)
 
-    def _commit(self, event: NewEvent) -> int:
+    def _commit(self, event: NewEvent, *, proposed: bool = False) -> int:
+        """Fold `event` and keep it. A proposal is checked first by the envelope rules when
+        `limits` is set (what `fork` writes is the service's own, as the service writes it).
+        A refusal names the file's line (when the event stands for an entry), the seq and the entry."""
         seq = self.fold.next_seq
+        line = self._entry_lines.get(self._owner) if proposed else None
         try:
+            if proposed and self.limits is not None:
+                validate.validate_proposal(event, len(jsonvalue.dumps_bytes(event.data)), self.limits)
             self.fold.apply(event.committed(seq, 0))
         except SessionLogError as exc:
-            raise ValidationError(
-                exc.reason, f"Pi entry {self._owner}: {event.type} at seq {seq}: {exc.message}", entry=self._owner
-            ) from exc
+            where = f"line {line} (seq {seq})" if line is not None else f"seq {seq}"
+            metadata = {**exc.metadata, "entry": self._owner, "seq": str(seq)}
+            if line is not None:
+                metadata["line"] = str(line)
+            message = f"{where}: Pi entry {self._owner}: {event.type}: {exc.message}"
+            raise type(exc)(exc.reason, message, **metadata) from None
+        if proposed:
+            self._index += 1
         self.events.append(event)
+        self.lines.append(line)
         return seq
 
 
@@ -450,6 +480,9 @@ class ImportedBranch:
     inherited: list[NewEvent] = field(default_factory=list)
     first_own_entry: int = 0
     """Index in `path_ids` of the first entry whose events are in `events`."""
+    lines: list[int | None] = field(default_factory=list)
+    """The file's line of the entry each of `events` stands for (parallel to `events`; None for
+    events of no entry: the head, the header's, the closers at the end)."""
 
     @property
     def first_seq(self) -> int:
@@ -457,6 +490,16 @@ class ImportedBranch:
         if self.fork_seq is None:
             return 0
         return self.fork_seq + 1 + len(self.inherited)
+
+    @property
+    def next_seq(self) -> int:
+        """The seq after the last event: where this branch's session ends once imported."""
+        return self.first_seq + len(self.events)
+
+    def line_of(self, seq: int) -> int | None:
+        """The file's line of the event this branch appends at `seq` (None when unknown)."""
+        index = seq - self.first_seq
+        return self.lines[index] if 0 <= index < len(self.lines) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,8 +531,12 @@ def branch_events(pi_file: PiFile, leaf_id: str | None = None) -> list[NewEvent]
     return map_path(pi_file.header, tree.path(leaf) if leaf is not None else [])
 
 
-def import_pi(pi_file: PiFile) -> PiImport:
+def import_pi(pi_file: PiFile, limits: Limits = DEFAULT_LIMITS) -> PiImport:
     """The main branch and one fork per other leaf (leaves in file order).
+
+    Every event a session will be sent is checked as the service checks an append: the envelope
+    rules (`validate.validate_proposal`, with `limits`) and the fold. A refusal names the file's
+    line and the seq (and, in a fork, its leaf), so a bad file is refused before anything is created.
 
     The main path is mapped twice: once to learn where a cut is safe (no pending tool call), once
     more by a walker that stops at each fork's cut, maps the child from there and rolls back, so
@@ -499,7 +546,8 @@ def import_pi(pi_file: PiFile) -> PiImport:
     header = pi_file.header
     main_leaf = tree.default_leaf()
     main_path = tree.path(main_leaf) if main_leaf is not None else []
-    mapper = BranchMapper(header)
+    entry_lines = {str(entry.get("id")): line for entry, line in zip(pi_file.entries, pi_file.entry_lines, strict=True)}
+    mapper = BranchMapper(header, limits=limits, entry_lines=entry_lines)
     mapper.expect(main_path)
     safe = [True]
     for entry in main_path:
@@ -517,7 +565,7 @@ def import_pi(pi_file: PiFile) -> PiImport:
             shared += 1
         forks.append((leaf, path, max(i for i in range(shared + 1) if safe[i])))
     mapped: dict[str, ImportedBranch] = {}
-    walker = BranchMapper(header)
+    walker = BranchMapper(header, entry_lines=entry_lines)  # the main path's events are checked above
     walker.expect(main_path)
     position = 0
     for leaf, path, cut in sorted(forks, key=lambda fork: fork[2]):
@@ -528,14 +576,21 @@ def import_pi(pi_file: PiFile) -> PiImport:
         fork_seq = walker.next_seq - 1
         inherited = walker.fork()
         own_start = len(walker.events)
-        walker.expect(path[cut:])
-        for entry in path[cut:]:
-            walker.feed(entry)
-        walker.finish()
+        walker.limits = limits  # the child's own events are what its session will be sent
+        try:
+            walker.expect(path[cut:])
+            for entry in path[cut:]:
+                walker.feed(entry)
+            walker.finish()
+        except SessionLogError as exc:
+            metadata = {**exc.metadata, "leaf": leaf}
+            raise type(exc)(exc.reason, f"the fork for leaf {leaf}: {exc.message}", **metadata) from None
         ids = [str(e["id"]) for e in path]
-        mapped[leaf] = ImportedBranch(leaf, ids, walker.events[own_start:], fork_seq, inherited, cut)
+        own = slice(own_start, None)
+        mapped[leaf] = ImportedBranch(leaf, ids, walker.events[own], fork_seq, inherited, cut, lines=walker.lines[own])
+        walker.limits = None
         walker.restore(saved)
-    main = ImportedBranch(main_leaf, main_ids, mapper.events)
+    main = ImportedBranch(main_leaf, main_ids, mapper.events, lines=mapper.lines)
     return PiImport(header, [main, *(mapped[leaf] for leaf, _, _ in forks)])
 
 

@@ -200,6 +200,72 @@ def test_an_import_the_service_refuses_part_way_says_how_far_it_got(
             assert client.get_session(sid).next_seq == 2700
 
 
+FORKED = next(s for s in SESSIONS if s.name.startswith("2025-10-04"))
+"""A main branch (lines 2..18 shared, then its own) and three forks with their own entries from line 19."""
+
+
+def broken_pi(path: Path, line: int, change: Any) -> Path:
+    """A copy of `FORKED` with the entry on `line` passed through `change` (which edits it in place)."""
+    objs = [json.loads(text) for text in FORKED.read_text("utf-8").splitlines()]
+    change(objs[line - 1])
+    path.write_text("".join(json.dumps(obj) + "\n" for obj in objs), "utf-8")
+    return path
+
+
+def repeat_tool_call(entry: dict[str, Any]) -> None:
+    """An assistant message whose toolCall id appears twice: the importer keeps it as a
+    user-side message, with role assistant, which the service refuses at append."""
+    content = entry["message"]["content"]
+    content.append(next(block for block in content if block["type"] == "toolCall"))
+
+
+def sessions_named(client: SessionLogClient, sid: str) -> list[str]:
+    return [s.id for s in client.list_sessions() if s.id == sid or s.id.startswith(f"{sid}.")]
+
+
+def test_a_bad_pi_file_imports_nothing(cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path) -> None:
+    """Every event of every session (forks included) is checked as the service checks an append
+    before anything is created: an entry refused in a fork's own part (line 20) leaves neither the
+    main session nor any fork, and the error names the file's line, the seq and the fork."""
+    bad = broken_pi(tmp_path / "fork.jsonl", 20, repeat_tool_call)
+    result = invoke(cli, "import", str(bad), "--id", sid)
+    assert result.exit_code != 0
+    message = result.stderr
+    assert "ROLE_CONTRADICTS_TYPE" in message and str(bad) in message, message
+    assert "the fork for leaf" in message and "line 20 (seq 36)" in message, message
+    assert sessions_named(client, sid) == []
+    main = broken_pi(tmp_path / "main.jsonl", 5, repeat_tool_call)  # on the path every session shares
+    result = invoke(cli, "import", str(main), "--id", sid)
+    assert result.exit_code != 0 and "line 5 (seq 6)" in result.stderr, result.stderr
+    assert "the fork for leaf" not in result.stderr
+    assert sessions_named(client, sid) == []
+    assert len(imported(cli, str(FORKED), "--id", sid)) == 4
+
+
+def test_a_pi_import_the_service_refuses_part_way_says_what_was_created(
+    db_url: str, sid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A limit lower than the defaults the file was checked against, met in the first fork's own
+    entries (line 24): the error names the main session (complete), the fork it stopped in (the
+    seqs it holds, the refused event's seq and line) and the forks never created."""
+    pad = "x" * 9000  # every event of the file is under 8000 bytes but this one
+    big = broken_pi(tmp_path / "big.jsonl", 24, lambda entry: entry["message"]["content"][0].update(text=pad))
+    with ServerThread(db_url, max_event_bytes=8000) as small:
+        monkeypatch.setattr(State, "server", small.target)
+        result = invoke(CliRunner(), "import", str(big), "--id", sid)
+        assert result.exit_code != 0
+        message = result.stderr
+        assert "EVENT_TOO_LARGE" in message and "refused the import part way" in message, message
+        assert f"session {sid!r} was created and it holds all 61 events" in message, message
+        fork = f"{sid}.4da4509b"
+        assert f"fork {fork!r} (leaf 4da4509b) was created and it holds seqs 0..33 of 126" in message, message
+        assert "stopped at seq 34" in message and "no fork was created for leaves 10ed0e37, 11dcf9cb" in message
+        assert "Refused: seq 46 (line 24)" in message, message
+        with SessionLogClient(small.target) as client:
+            assert sorted(sessions_named(client, sid)) == [sid, fork]
+            assert client.get_session(sid).next_seq == 61 and client.get_session(fork).next_seq == 34
+
+
 # --- export ------------------------------------------------------------------------------------
 
 

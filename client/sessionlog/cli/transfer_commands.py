@@ -7,9 +7,11 @@
   entries map to events and where the cut lands). `--id` names the main session (one FILE only);
   forks are then `ID.<leafId>`; without it the ids are generated. A sessionlog export (docs/formats.md)
   becomes one session with the same events (the service assigns new commit times); `leaf` is null.
-  The whole export is checked offline first, by the rules the service applies at append
-  (`fold_export`): a bad file creates nothing and the error names its line and seq. Should the
-  service still refuse a batch (a limit, a quota), the error says which seq the session got to.
+  Either file is checked whole offline first, every event a session will be sent, by the rules
+  the service applies at append (`fold_export`; for Pi, `import_pi`, forks included): a bad file
+  creates nothing and the error names its line and seq. Should the service still refuse part way
+  (a limit, a quota, a fork's id taken), the error says which sessions were created and which
+  seq each got to, and which forks were not created (`_stopped_midway`).
 - `export SESSION_ID --format pi|sessionlog [-o FILE]` writes a Pi v3 file (the session's branch,
   entries as they were imported) or the project's own JSONL, to stdout or atomically to FILE.
 - `ingest SESSION_ID --format pi-events < events.jsonl` appends what a `pi --mode json` run did
@@ -35,7 +37,8 @@ import os
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -57,7 +60,6 @@ from sessionlog.core.formats.pi.ingest import StreamIngest
 from sessionlog.core.formats.pi.load import load_pi_file
 from sessionlog.core.formats.pi.stream import IncompleteMessage, PiStreamParser, StreamItem
 from sessionlog.core.formats.sessionlog_file import (
-    SessionlogExport,
     fold_export,
     parse_sessionlog_objects,
     sessionlog_lines,
@@ -118,7 +120,10 @@ def import_command(
 
 
 def import_pi_file(client: SessionLogClient, path: Path, session_id: str | None) -> list[dict[str, Any]]:
-    """Create the main session and one fork per other leaf; returns their `{id, file, leaf}`."""
+    """Create the main session and one fork per other leaf; returns their `{id, file, leaf}`.
+
+    `import_pi` checks every event the sessions will be sent as an append would (a bad file creates
+    nothing); should the service still refuse part way, the error says what was created."""
     with progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
         pi_file = load_pi_file(path, on_read=advance)
     plan = import_pi(pi_file)
@@ -127,16 +132,26 @@ def import_pi_file(client: SessionLogClient, path: Path, session_id: str | None)
     cwd = header.get("cwd") if isinstance(header.get("cwd"), str) else None
     metadata = {"pi": {"sessionId": header.get("id"), "file": str(path)}}
     client.create_session(main_id, cwd=cwd or None, metadata=metadata)
+    created = [_Created(main_id, f"session {main_id!r}", plan.main.next_seq, plan.main.line_of)]
+    writing = True
     total = sum(len(branch.events) for branch in plan.branches)
     with progress(f"importing {path.name}", total) as advance:
-        append_planned(client, main_id, plan.main.events, first_seq=0, advance=advance)
-        out = [{"id": main_id, "file": str(path), "leaf": plan.main.leaf_id}]
-        for branch in plan.branches[1:]:
-            assert branch.fork_seq is not None
-            child_id = _fork_id(main_id, branch.leaf_id) if session_id is not None else None
-            child = client.fork(main_id, branch.fork_seq, child_id)
-            append_planned(client, child.id, branch.events, first_seq=branch.first_seq, advance=advance)
-            out.append({"id": child.id, "file": str(path), "leaf": branch.leaf_id})
+        try:
+            append_planned(client, main_id, plan.main.events, first_seq=0, advance=advance)
+            out = [{"id": main_id, "file": str(path), "leaf": plan.main.leaf_id}]
+            for branch in plan.branches[1:]:
+                assert branch.fork_seq is not None
+                child_id = _fork_id(main_id, branch.leaf_id) if session_id is not None else None
+                writing = False
+                child = client.fork(main_id, branch.fork_seq, child_id)
+                label = f"fork {child.id!r} (leaf {branch.leaf_id})"
+                created.append(_Created(child.id, label, branch.next_seq, branch.line_of))
+                writing = True
+                append_planned(client, child.id, branch.events, first_seq=branch.first_seq, advance=advance)
+                out.append({"id": child.id, "file": str(path), "leaf": branch.leaf_id})
+        except SessionLogError as exc:
+            missing = [str(branch.leaf_id) for branch in plan.branches[len(created) :]]
+            raise _stopped_midway(client, created, exc, writing=writing, forks_not_created=missing) from None
     return out
 
 
@@ -160,45 +175,81 @@ def import_sessionlog_file(client: SessionLogClient, path: Path, session_id: str
     cwd = session.get("cwd") if isinstance(session.get("cwd"), str) else None
     metadata = session.get("metadata") if isinstance(session.get("metadata"), dict) else None
     client.create_session(new_id, cwd=cwd or None, metadata=metadata or None)
+    lines = export.event_lines
+    created = _Created(new_id, f"session {new_id!r}", len(export.events), lambda seq: lines[seq])
     with progress(f"importing {path.name}", len(export.events)) as advance:
         try:
             append_planned(client, new_id, [e.as_new() for e in export.events], first_seq=0, advance=advance)
         except SessionLogError as exc:
-            raise _stopped_midway(client, new_id, export, exc) from None
+            raise _stopped_midway(client, [created], exc) from None
     return {"id": new_id, "file": str(path), "leaf": None}
 
 
+@dataclass(frozen=True, slots=True)
+class _Created:
+    """A session an import created: its id, how an error names it, the seq it ends at once
+    imported, and the file's line of the event it is sent at a seq (for seqs it is sent)."""
+
+    session_id: str
+    label: str
+    total: int
+    line_of: Callable[[int], int | None]
+
+
 def _stopped_midway(
-    client: SessionLogClient, session_id: str, export: SessionlogExport, exc: SessionLogError
+    client: SessionLogClient,
+    created: Sequence[_Created],
+    exc: SessionLogError,
+    *,
+    writing: bool = True,
+    forks_not_created: Sequence[str] = (),
 ) -> SessionLogError:
-    """The service refused a batch of a file that validated offline (a limit, a quota): the
-    session was created and holds what came before. Say how far it got, never leave it silent."""
-    try:
-        reached: int | None = client.get_session(session_id).next_seq
-    except SessionLogError:
-        reached = None
-    total = len(export.events)
-    if reached is None:
-        got = "how far it got is unknown (the session could not be read)"
-    elif reached < total:
-        got = f"it holds seqs 0..{reached - 1} of {total} and stopped at seq {reached}"
-    else:
-        got = f"it holds all {total} events"
+    """The service refused a file that validated offline (a limit, a quota) after sessions were
+    created: each holds what came before. Say which were created and how far each got (and which
+    forks were not), never leave them silent. `writing`: the refusal came while appending to the
+    last of `created` (else while creating the next fork)."""
+    parts: list[str] = []
+    stopped: tuple[_Created, int] | None = None
+    for session in created:
+        try:
+            reached: int | None = client.get_session(session.session_id).next_seq
+        except SessionLogError:
+            reached = None
+        if reached is None:
+            got = "how far it got is unknown (the session could not be read)"
+        elif reached < session.total:
+            got = f"it holds seqs 0..{reached - 1} of {session.total} and stopped at seq {reached}"
+        else:
+            got = f"it holds all {session.total} events"
+        parts.append(f"{session.label} was created and {got}")
+        if reached is not None and writing and session is created[-1]:
+            stopped = (session, reached)
+    if forks_not_created:
+        leaves = "leaf" if len(forks_not_created) == 1 else "leaves"
+        parts.append(f"no fork was created for {leaves} {', '.join(forks_not_created)}")
     refused = exc.message
-    index = exc.metadata.get("event_index", "")
-    if reached is not None and index.isdigit() and reached + int(index) < total:
-        # The refused batch started where the session stopped: name its event by seq and line.
-        seq = reached + int(index)
-        refused = f"seq {seq} (line {export.event_lines[seq]}): {refused.removeprefix(f'event {index}: ')}"
-    message = (
-        f"the service refused the import part way: session {session_id!r} was created and {got}; "
-        f"delete it or import again with another --id. Refused: {refused}"
-    )
-    metadata = {**exc.metadata, "session_id": session_id}
-    if reached is not None:
+    metadata = {**exc.metadata, "session_id": created[-1].session_id}
+    if len(created) > 1:
+        metadata["sessions"] = ",".join(session.session_id for session in created)
+    if stopped is not None:
+        session, reached = stopped
         metadata["next_seq"] = str(reached)
-        if reached < total:
-            metadata.update(seq=str(reached), line=str(export.event_lines[reached]))
+        index = exc.metadata.get("event_index", "")
+        if index.isdigit() and reached + int(index) < session.total:
+            # The refused batch started where the session stopped: name its event by seq and line.
+            seq = reached + int(index)
+            line = session.line_of(seq)
+            where = f"seq {seq} (line {line})" if line is not None else f"seq {seq}"
+            refused = f"{where}: {refused.removeprefix(f'event {index}: ')}"
+        if reached < session.total:
+            metadata["seq"] = str(reached)
+            if (line := session.line_of(reached)) is not None:
+                metadata["line"] = str(line)
+    them = "them" if len(created) > 1 else "it"
+    message = (
+        f"the service refused the import part way: {'; '.join(parts)}; "
+        f"delete {them} or import again with another --id. Refused: {refused}"
+    )
     return type(exc)(exc.reason, message, **metadata)
 
 

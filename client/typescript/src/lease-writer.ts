@@ -3,11 +3,12 @@
  * with heartbeats, for harnesses that append with unary calls instead of a stream.
  *
  * Appends carry eventIds and are retried on UNAVAILABLE. If a heartbeat or an append finds
- * the lease lost (ABORTED), the writer fails for good: later appends throw `OwnershipLost`
- * and nothing re-acquires the lease quietly.
+ * the lease lost (ABORTED), the writer fails for good: later appends reject with `OwnershipLost`
+ * and nothing re-acquires the lease quietly. After `close()`, calls reject with `WriterClosed`
+ * (reason CANCELLED, not retryable), as the streaming writer's do.
  */
 import type { HeldLease, SessionLogClient } from "./client.js";
-import { OwnershipLost, type SessionLogError, typedError } from "./errors.js";
+import { OwnershipLost, type SessionLogError, typedError, writerClosed } from "./errors.js";
 import type { JsonObject } from "./json.js";
 import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo, SeqArgument } from "./types.js";
 
@@ -80,9 +81,10 @@ export class LeaseWriter {
     if (this.failure === null) await this.client.releaseLease(this.lease);
   }
 
+  /** Throws (in an async method: its promise rejects) once the lease was lost or the writer closed. */
   private check(): void {
     if (this.failure !== null) throw this.failure;
-    if (this.closed) throw new Error("the writer is closed");
+    if (this.closed) throw writerClosed("the writer is closed");
   }
 
   private noteFailure(raw: unknown): unknown {

@@ -1,6 +1,7 @@
 /**
  * How a streaming writer ends, and that no call on it hangs: the service ending its stream on a
- * graceful restart or killed, the writer's own cancel, its client closed, a refused batch.
+ * graceful restart or killed, the writer's own cancel, its client closed, a refused batch; and a
+ * lease writer's calls after its close.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -74,6 +75,27 @@ for (const backend of BACKENDS) {
       for await (const event of env.client.readEvents(id)) events.push(event);
       assert.deepEqual(events.map((e) => e.type), ["turn/start", "turn/end"]);
       assert.deepEqual(events[1]?.data.reason, { kind: "completed" }, "the writer's own turn end, not a repair's");
+    });
+
+    test("a lease writer's calls after close() reject with WriterClosed (CANCELLED, not retryable), never throw", async () => {
+      const id = sessionId("lease-closed");
+      await env.client.createSession(id);
+      const unary = await env.client.leaseWriter(id, { writerId: "unary" });
+      await unary.append([note(0)]);
+      await unary.close();
+      let append: Promise<unknown> | undefined;
+      let header: Promise<unknown> | undefined;
+      assert.doesNotThrow(() => {
+        append = unary.append([note(1)]);
+        header = unary.reportHeader({ config: { model: "m-1" } });
+      }, "a rejected promise, not a synchronous throw");
+      await assert.rejects(append!, closedOnPurpose);
+      await assert.rejects(header!, closedOnPurpose);
+      const kinds = [];
+      for await (const event of env.client.readEvents(id)) kinds.push(event.type);
+      assert.deepEqual(kinds, ["test/note"], "nothing was sent after close");
+      const next = await env.client.leaseWriter(id, { writerId: "next" }); // the lease was given back
+      await next.close();
     });
 
     test("closing the client ends its writers: pending and later calls fail with WriterClosed, and nothing reconnects", async () => {

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import Event, NewEvent, Replace
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.pi.context import session_context
@@ -438,15 +437,10 @@ def test_unpaired_results_and_unstructured_tool_calls_fall_back_to_user_messages
     kinds = [e.data["source"]["kind"] for e in events if e.type == "user/message"]
     assert kinds == ["user", "pi-unpaired-tool-result", "pi-unstructured", "pi-unpaired-tool-result"]
     assert fold_of(events).model_history() == session_context(PiTree(pf.entries))["messages"]
-    # A user/message may not carry role toolResult or assistant (ROLE_CONTRADICTS_TYPE), so the
-    # service refuses these fallbacks at append: import checks them as it does and refuses the
-    # file, naming the first one's line, seq and entry, before any session is created.
-    with pytest.raises(
-        SessionLogError, match=r"^line 3 \(seq 4\): Pi entry r0: user/message: .* role 'toolResult'"
-    ) as refused:
-        import_pi(pf)
-    assert refused.value.reason == "ROLE_CONTRADICTS_TYPE"
-    assert {k: refused.value.metadata[k] for k in ("entry", "line", "seq")} == {"entry": "r0", "line": "3", "seq": "4"}
+    # The fallbacks keep their messages' roles (toolResult, assistant), which the envelope rules
+    # allow a user/message of these source kinds only: import checks them as the service does.
+    check_every_leaf(pf)
+    assert import_pi(pf).main.events == events
 
 
 def test_fork_at_a_pending_call_moves_the_cut_back_and_reimports_the_shared_entries() -> None:

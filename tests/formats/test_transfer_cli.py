@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from sessionlog.client import SessionLogClient
 from sessionlog.core.formats.pi.context import session_context
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
 from sessionlog.core.formats.pi.tree import PiTree
+from sessionlog.core.limits import DEFAULT_LIMITS
 from tests.support.fixtures import RESUMED_SESSION, STREAM_STDOUT, fixture, pi_generated_sessions
 from tests.support.fixtures import oracle as pi_oracle
 from tests.support.servers import ServerThread
@@ -212,33 +214,37 @@ def broken_pi(path: Path, line: int, change: Any) -> Path:
     return path
 
 
-def repeat_tool_call(entry: dict[str, Any]) -> None:
-    """An assistant message whose toolCall id appears twice: the importer keeps it as a
-    user-side message, with role assistant, which the service refuses at append."""
-    content = entry["message"]["content"]
-    content.append(next(block for block in content if block["type"] == "toolCall"))
+def pad_message(entry: dict[str, Any]) -> None:
+    """An entry whose message is 9,000 bytes larger: its event is over a limit of 8,000."""
+    entry["message"]["content"][0].update(text="x" * 9000)
 
 
 def sessions_named(client: SessionLogClient, sid: str) -> list[str]:
     return [s.id for s in client.list_sessions() if s.id == sid or s.id.startswith(f"{sid}.")]
 
 
-def test_a_bad_pi_file_imports_nothing(cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path) -> None:
+def test_a_bad_pi_file_imports_nothing(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every event of every session (forks included) is checked as the service checks an append
     before anything is created: an entry refused in a fork's own part (line 20) leaves neither the
-    main session nor any fork, and the error names the file's line, the seq and the fork."""
-    bad = broken_pi(tmp_path / "fork.jsonl", 20, repeat_tool_call)
+    main session nor any fork, and the error names the file's line, the seq and the fork. (The
+    importer maps whatever Pi accepts to valid events, so the refusal here is a size over limits
+    set lower for the check than the file's events need.)"""
+    monkeypatch.setattr(transfer_commands, "OFFLINE_LIMITS", replace(DEFAULT_LIMITS, max_event_bytes=8000))
+    bad = broken_pi(tmp_path / "fork.jsonl", 20, pad_message)
     result = invoke(cli, "import", str(bad), "--id", sid)
     assert result.exit_code != 0
     message = result.stderr
-    assert "ROLE_CONTRADICTS_TYPE" in message and str(bad) in message, message
-    assert "the fork for leaf" in message and "line 20 (seq 36)" in message, message
+    assert "EVENT_TOO_LARGE" in message and str(bad) in message, message
+    assert "the fork for leaf" in message and "line 20 (seq 37)" in message, message
     assert sessions_named(client, sid) == []
-    main = broken_pi(tmp_path / "main.jsonl", 5, repeat_tool_call)  # on the path every session shares
+    main = broken_pi(tmp_path / "main.jsonl", 5, pad_message)  # on the path every session shares
     result = invoke(cli, "import", str(main), "--id", sid)
-    assert result.exit_code != 0 and "line 5 (seq 6)" in result.stderr, result.stderr
+    assert result.exit_code != 0 and "line 5 (seq 7)" in result.stderr, result.stderr
     assert "the fork for leaf" not in result.stderr
     assert sessions_named(client, sid) == []
+    monkeypatch.setattr(transfer_commands, "OFFLINE_LIMITS", DEFAULT_LIMITS)
     assert len(imported(cli, str(FORKED), "--id", sid)) == 4
 
 
@@ -248,8 +254,7 @@ def test_a_pi_import_the_service_refuses_part_way_says_what_was_created(
     """A limit lower than the defaults the file was checked against, met in the first fork's own
     entries (line 24): the error names the main session (complete), the fork it stopped in (the
     seqs it holds, the refused event's seq and line) and the forks never created."""
-    pad = "x" * 9000  # every event of the file is under 8000 bytes but this one
-    big = broken_pi(tmp_path / "big.jsonl", 24, lambda entry: entry["message"]["content"][0].update(text=pad))
+    big = broken_pi(tmp_path / "big.jsonl", 24, pad_message)  # every event of the file is under 8000 bytes but this one
     with ServerThread(db_url, max_event_bytes=8000) as small:
         monkeypatch.setattr(State, "server", small.target)
         result = invoke(CliRunner(), "import", str(big), "--id", sid)

@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import ValidationError
 from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
@@ -118,3 +119,23 @@ def test_a_message_role_that_contradicts_its_type_is_refused(
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and error.reason == "ROLE_CONTRADICTS_TYPE"
     assert client.get_session(sid).next_seq == 0
+
+
+KEPT = [("pi-unpaired-tool-result", "toolResult"), ("pi-unstructured", "assistant")]
+
+
+@pytest.mark.parametrize(("kind", "role"), KEPT)
+def test_a_message_kept_as_the_model_saw_it_keeps_its_role(
+    client: SessionLogClient, sid: str, kind: str, role: str
+) -> None:
+    # The Pi importers' fallbacks: a tool result whose call is not pending, an assistant message
+    # with unusable tool-call ids. The same role under any other source kind is refused (above).
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    message = {"role": role, "content": "x", "toolCallId": "c"}
+    kept = {"type": "user/message", "surfaceOp": "append", "data": {"message": message, "source": {"kind": kind}}}
+    assert client.append(sid, lease, [kept]).seqs == [1]  # 0: the empty system head
+    assert client.model_history(sid)[-1] == message
+    with pytest.raises(ValidationError) as refused:
+        client.append(sid, lease, [{**kept, "data": {"message": message, "source": {"kind": "user"}}}])
+    assert refused.value.reason == "ROLE_CONTRADICTS_TYPE"

@@ -64,6 +64,11 @@ from sessionlog.core.formats.sessionlog_file import (
     parse_sessionlog_objects,
     sessionlog_lines,
 )
+from sessionlog.core.limits import DEFAULT_LIMITS
+
+OFFLINE_LIMITS = DEFAULT_LIMITS
+"""The limits a file is checked against before its import creates anything: the service's
+defaults (one configured lower still refuses part way, and the error says how far it got)."""
 
 if TYPE_CHECKING:  # the CLI loads gRPC only when it connects (cli/common.py `connect`)
     from sessionlog.client import SessionLogClient, Writer
@@ -126,7 +131,7 @@ def import_pi_file(client: SessionLogClient, path: Path, session_id: str | None)
     nothing); should the service still refuse part way, the error says what was created."""
     with progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
         pi_file = load_pi_file(path, on_read=advance)
-    plan = import_pi(pi_file)
+    plan = import_pi(pi_file, OFFLINE_LIMITS)
     header = plan.header
     main_id = session_id or str(uuid.uuid4())
     cwd = header.get("cwd") if isinstance(header.get("cwd"), str) else None
@@ -169,7 +174,7 @@ def import_sessionlog_file(client: SessionLogClient, path: Path, session_id: str
     """One session with the export's events (new commit times); returns its `{id, file, leaf}`."""
     with progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
         export = parse_sessionlog_objects(read_file_numbered(path, JsonlReader(), on_read=advance))
-    fold_export(export)  # every event checked as the service will: a bad file creates nothing
+    fold_export(export, limits=OFFLINE_LIMITS)  # checked as the service will: a bad file creates nothing
     session = export.session
     new_id = session_id or str(uuid.uuid4())
     cwd = session.get("cwd") if isinstance(session.get("cwd"), str) else None

@@ -13,7 +13,7 @@ from sessionlog.core.errors import LimitExceeded, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
 from sessionlog.core.repair import check_writer_turn_end
-from sessionlog.core.vocabulary import KNOWN_TYPES, SURFACE_TYPES
+from sessionlog.core.vocabulary import KEPT_AS_SEEN, KNOWN_TYPES, SURFACE_TYPES, USER_MESSAGE
 
 _TYPE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)*$")
 _SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~\-]*$")
@@ -148,8 +148,9 @@ ROLE_OF_TYPE = {"system/message": "system", "assistant/message": "assistant", "t
 
 
 def check_message_role(event: NewEvent) -> None:
-    """A surface event's `data.message.role` agrees with its type (SPEC §3)."""
-    if event.type not in SURFACE_TYPES:
+    """A surface event's `data.message.role` agrees with its type (SPEC §3); a `user/message`
+    kept as the model saw it (`vocabulary.KEPT_AS_SEEN`) keeps its message's own role."""
+    if event.type not in SURFACE_TYPES or _kept_as_seen(event):
         return
     message = event.data.get("message")
     if not isinstance(message, dict) or "role" not in message:
@@ -166,6 +167,12 @@ def check_message_role(event: NewEvent) -> None:
             field="data.message.role",
             type=event.type,
         )
+
+
+def _kept_as_seen(event: NewEvent) -> bool:
+    """A `user/message` carrying, unchanged, a message its model saw outside the turn structure."""
+    source = event.data.get("source") if event.type == USER_MESSAGE else None
+    return isinstance(source, dict) and source.get("kind") in KEPT_AS_SEEN
 
 
 def validate_envelope(event: NewEvent, encoded_size: int, limits: Limits = Limits()) -> None:

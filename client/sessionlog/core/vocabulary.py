@@ -45,6 +45,16 @@ LOG_ONLY_TYPES: frozenset[str] = frozenset(
 
 KNOWN_TYPES: frozenset[str] = SURFACE_TYPES | LOG_ONLY_TYPES
 
+UNPAIRED_TOOL_RESULT = "pi-unpaired-tool-result"
+"""`data.source.kind` of a `user/message` carrying a Pi tool result whose call is not pending."""
+UNSTRUCTURED = "pi-unstructured"
+"""`data.source.kind` of a `user/message` carrying a Pi assistant message whose tool calls lack
+ids or repeat one."""
+KEPT_AS_SEEN: frozenset[str] = frozenset({UNPAIRED_TOOL_RESULT, UNSTRUCTURED})
+"""`data.source.kind`s of a `user/message` that carries, unchanged, a message a model saw outside
+the turn/step/tool structure (the importers' fallbacks, docs/formats.md): its message keeps its
+own role (`toolResult`, `assistant`), so the model history stays what the model saw."""
+
 TURN_END_KINDS: frozenset[str] = frozenset(
     {"completed", "aborted", "blocked", "error", "max-tokens", "interrupted", "forked"}
 )

@@ -48,8 +48,8 @@ message unchanged (so the model history stays Pi's): a tool result whose call is
 open step (`source.kind` `"pi-unpaired-tool-result"`) and an assistant message whose `toolCall`
 blocks lack ids or repeat one (`"pi-unstructured"`). Tool calls never answered on the branch
 (aborted and errored messages, crashes mid-tool) are left without results, as in Pi: their step
-simply ends. (The envelope rules now refuse a `user/message` whose message has role `toolResult`
-or `assistant`, ROLE_CONTRADICTS_TYPE, so `import_pi` refuses a file that needs either fallback.)
+simply ends. Such a `user/message` keeps its message's role, which the envelope rules allow for
+these two source kinds only (`vocabulary.KEPT_AS_SEEN`).
 
 **Checks.** `import_pi` checks every event a session will be sent as the service checks an append:
 the envelope rules (`validate.validate_proposal`, sizes within `limits`) and the fold's. A refusal
@@ -104,13 +104,13 @@ from sessionlog.core.vocabulary import (
     TOOL_RESULT,
     TURN_END,
     TURN_START,
+    UNPAIRED_TOOL_RESULT,
+    UNSTRUCTURED,
     USER_MESSAGE,
 )
 
 PI_TYPE_PREFIX = "pi/"
 FALLBACK_ENTRY_TYPE = "pi/entry"
-UNPAIRED_TOOL_RESULT = "pi-unpaired-tool-result"
-UNSTRUCTURED = "pi-unstructured"
 SOURCE_BY_ROLE: dict[str, str] = {
     "user": "user",
     "bashExecution": "bash",

@@ -42,8 +42,6 @@ from sessionlog.core.events import APPEND, JsonObject, NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.pi.importer import (
     SOURCE_BY_ROLE,
-    UNPAIRED_TOOL_RESULT,
-    UNSTRUCTURED,
     pi_event_type,
     tool_call_ids,
     turn_end_kind,
@@ -72,6 +70,8 @@ from sessionlog.core.vocabulary import (
     TOOL_RESULT,
     TURN_END,
     TURN_START,
+    UNPAIRED_TOOL_RESULT,
+    UNSTRUCTURED,
     USER_MESSAGE,
 )
 

@@ -20,9 +20,11 @@ import structlog
 import typer
 from typer.testing import CliRunner, Result
 
+from sessionlog.base import failed_earlier
 from sessionlog.cli import transfer_commands
 from sessionlog.cli.common import State
 from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import LimitExceeded
 from sessionlog.core.formats.pi.context import session_context
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
 from sessionlog.core.formats.pi.tree import PiTree
@@ -426,3 +428,19 @@ def test_ingest_after_a_killed_run_resumes_the_session(cli: CliRunner, client: S
     ends = [e.data["reason"]["kind"] for e in client.read_events(sid) if e.type == "turn/end"]
     assert ends == ["interrupted", "completed"]
     assert [m["role"] for m in client.model_history(sid)] == ["user", "assistant", "user", "assistant"]
+
+
+def test_a_refusal_seen_through_a_later_batch_still_names_the_refused_event(client: SessionLogClient, sid: str) -> None:
+    # The import pipelines its batches: when the refusal comes back while it is still sending,
+    # the next append raises the writer's earlier failure (base.failed_earlier), which names no
+    # event; the report goes by that failure's cause, the refused batch's own error.
+    client.create_session(sid)
+    client.append(sid, client.acquire_lease(sid), [{"type": "test/note", "ignorable": True, "data": {}}] * 3)
+    refused = LimitExceeded("EVENT_TOO_LARGE", "event 2: event data is 352 bytes, over the limit of 200")
+    refused.metadata["event_index"] = "2"
+    created = transfer_commands._Created(sid, f"session {sid!r}", 10, lambda seq: seq + 2)
+    for seen in (refused, failed_earlier(refused)):
+        report = transfer_commands._stopped_midway(client, [created], seen)
+        assert report.reason == "EVENT_TOO_LARGE"
+        assert "holds seqs 0..2 of 10 and stopped at seq 3" in report.message, report.message
+        assert report.message.endswith("Refused: seq 5 (line 7): event data is 352 bytes, over the limit of 200")

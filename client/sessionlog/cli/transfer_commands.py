@@ -213,6 +213,10 @@ def _stopped_midway(
     created: each holds what came before. Say which were created and how far each got (and which
     forks were not), never leave them silent. `writing`: the refusal came while appending to the
     last of `created` (else while creating the next fork)."""
+    # A batch sent after the refused one fails with the writer's earlier failure as its cause
+    # (`base.failed_earlier`): the refused batch's own error names its event.
+    if isinstance(exc.__cause__, SessionLogError) and exc.reason == exc.__cause__.reason:
+        exc = exc.__cause__
     parts: list[str] = []
     stopped: tuple[_Created, int] | None = None
     for session in created:

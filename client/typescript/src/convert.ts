@@ -78,7 +78,11 @@ export function surfaceOpFromPb(op: PbSurfaceOp | undefined): SurfaceOp | undefi
 export function newEventToPb(event: NewEvent, index = 0): PbNewEvent {
   if (!isObject(event)) throw invalid("BAD_ENVELOPE", "event", `must be an object, got ${String(event)}`, at(index));
   if (typeof event.type !== "string") throw invalid("BAD_TYPE", "type", `must be a string, got ${String(event.type)}`, at(index));
-  if (event.eventId !== undefined && typeof event.eventId !== "string") throw invalid("BAD_EVENT_ID", "eventId", "must be a string", at(index));
+  // An empty eventId would travel as none (proto3), be stored without one, and a retry of the
+  // same event would be appended again: refused, as the Python client refuses it.
+  if (event.eventId !== undefined && (typeof event.eventId !== "string" || event.eventId === "")) {
+    throw invalid("BAD_EVENT_ID", "eventId", "must be a non-empty string (leave it out to get one)", at(index));
+  }
   if (event.ignorable !== undefined && typeof event.ignorable !== "boolean") throw invalid("BAD_IGNORABLE", "ignorable", "must be a boolean", at(index));
   return create(NewEventSchema, {
     type: event.type,

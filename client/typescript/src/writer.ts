@@ -40,7 +40,7 @@ export interface WriterOptions {
 
 /** Give every event an eventId, so a retry after an unknown outcome cannot append twice. */
 export function withEventIds(events: Iterable<NewEvent>): NewEvent[] {
-  return Array.from(events, (event) => (event.eventId ? event : { ...event, eventId: randomUUID() }));
+  return Array.from(events, (event) => (event.eventId !== undefined ? event : { ...event, eventId: randomUUID() }));
 }
 
 interface Pending {

@@ -94,6 +94,7 @@ describe(`arguments on ${backend}`, () => {
       ["data an array", "DATA_NOT_OBJECT", "data", () => writer.append([{ type: "test/note", data: [1] as never }])],
       ["sourceEventSeqs [-1]", "BAD_SOURCE_EVENT_SEQS", "sourceEventSeqs[0]", () => writer.append([{ ...note(1), sourceEventSeqs: [-1] }])],
       ["a numeric eventId", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: 7 as never }])],
+      ["an empty eventId (it would travel as none)", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "" }])],
       ["expectedNextSeq 0.5", "BAD_SEQ", "expectedNextSeq", () => writer.append([note(1)], { expectedNextSeq: 0.5 })],
       ["a header with Infinity", "NON_FINITE_NUMBER", "header", () => writer.reportHeader({ config: { temperature: Number.POSITIVE_INFINITY } })],
     ];
@@ -108,6 +109,7 @@ describe(`arguments on ${backend}`, () => {
       });
     }
     await assert.rejects(env.client.append(ANY_LEASE, [note(0), note(Number.NaN)]), (e: unknown) => e instanceof ValidationError && e.metadata.event_index === "1");
+    await assert.rejects(env.client.append(ANY_LEASE, [note(0), { ...note(1), eventId: "" }]), (e: unknown) => e instanceof ValidationError && e.reason === "BAD_EVENT_ID");
     assert.deepEqual((await writer.append([note(1)])).seqs, [0], "the writer still works: nothing bad was sent");
     await writer.close();
   });

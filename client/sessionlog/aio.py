@@ -52,7 +52,6 @@ from sessionlog.requests import (
     ResumeInfo,
     SubscriptionCursor,
     coalesce,
-    optional_seq_argument,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
@@ -354,8 +353,8 @@ class AsyncWriter(base.WriterView):
     ) -> asyncio.Future[AppendResult]:
         """Send a batch now (waiting only for an in-flight slot); the future resolves with its
         seqs once it is durable."""
-        batch, expected = with_event_ids(events), optional_seq_argument(expected_next_seq, "expected_next_seq")
-        return await self._send(lambda future: self._core.add_batch(batch, expected, future))
+        batch = with_event_ids(events)
+        return await self._send(lambda future: self._core.add_batch(batch, expected_next_seq, future))
 
     async def report_header(self, header: dict[str, Any]) -> asyncio.Future[HeaderReport]:
         """Report the request header about to be used, in order with the batches sent so far."""
@@ -366,12 +365,13 @@ class AsyncWriter(base.WriterView):
         await self._slots.acquire()
         try:
             self._core.check_open()
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            request = add(future).request  # a bad argument raises here: nothing is pending
         except BaseException:
             self._slots.release()
             raise
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         future.add_done_callback(lambda _: self._slots.release())
-        self._post(add(future).request)
+        self._post(request)
         return future
 
     async def flush(self) -> None:

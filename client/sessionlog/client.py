@@ -59,7 +59,6 @@ from sessionlog.requests import (
     ResumeInfo,
     SubscriptionCursor,
     coalesce,
-    optional_seq_argument,
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
@@ -404,8 +403,8 @@ class Writer(base.WriterView):
 
     def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> Future[AppendResult]:
         """Send a batch now; the future resolves with its seqs once it is durable."""
-        batch, expected = with_event_ids(events), optional_seq_argument(expected_next_seq, "expected_next_seq")
-        return self._send(lambda future: self._core.add_batch(batch, expected, future))
+        batch = with_event_ids(events)
+        return self._send(lambda future: self._core.add_batch(batch, expected_next_seq, future))
 
     def report_header(self, header: dict[str, Any]) -> Future[HeaderReport]:
         """Report the request header about to be used, in order with the batches sent so far."""
@@ -413,15 +412,16 @@ class Writer(base.WriterView):
 
     def _send(self, add: Any) -> Future[Any]:
         self._slots.acquire()
-        future: Future[Any] = Future()
-        future.add_done_callback(lambda _: self._slots.release())
         with self._lock:
             try:
                 self._core.check_open()
+                future: Future[Any] = Future()
+                request = add(future).request  # a bad argument raises here: nothing is pending
             except BaseException:
                 self._slots.release()
                 raise
-            self._requests.put(add(future).request)
+            future.add_done_callback(lambda _: self._slots.release())
+            self._requests.put(request)
         return future
 
     def flush(self) -> None:

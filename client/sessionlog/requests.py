@@ -107,11 +107,6 @@ def seq_argument(value: Any, name: str) -> int:
     return value
 
 
-def optional_seq_argument(value: Any, name: str) -> int | None:
-    """`seq_argument`, or None for None (not given)."""
-    return None if value is None else seq_argument(value, name)
-
-
 def with_event_ids(events: Iterable[EventLike]) -> list[NewEvent]:
     """Give every event an eventId, so a retry after an unknown outcome cannot append twice.
 

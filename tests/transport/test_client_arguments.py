@@ -56,7 +56,7 @@ def test_a_seq_argument_that_is_not_a_non_negative_integer_is_refused(
 
 def test_a_writer_refuses_a_bad_expected_next_seq_and_goes_on(client: SessionLogClient, sid: str) -> None:
     client.create_session(sid)
-    with client.writer(sid) as writer:
+    with client.writer(sid, max_in_flight=1) as writer:  # a refused batch must not keep the one slot
         with pytest.raises(ValidationError) as refused:
             writer.append([note(0)], expected_next_seq=-1)
         assert refused.value.metadata["field"] == "expected_next_seq"

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from sessionlog.cli.common import fail
+from sessionlog.core.errors import first_line
 
 db_app = typer.Typer(no_args_is_help=True, help="Database maintenance.")
 
@@ -105,18 +106,13 @@ def startup_errors() -> Iterator[None]:
     try:
         yield
     except (ValueError, CommandError) as exc:
-        raise fail(_first_line(exc), code=2) from None
+        raise fail(first_line(exc), code=2) from None
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        raise fail(f"{where}{exc.strerror or _first_line(exc)}", code=2) from None
+        raise fail(f"{where}{exc.strerror or first_line(exc)}", code=2) from None
     except SQLAlchemyError as exc:
         cause = getattr(exc, "orig", None) or exc
-        raise fail(f"cannot use the database: {_first_line(cause)} (check SESSIONLOG_DB)", code=2) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        raise fail(f"cannot use the database: {first_line(cause)} (check SESSIONLOG_DB)", code=2) from None
 
 
 def _check_db(url: str) -> None:

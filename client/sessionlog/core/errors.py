@@ -46,6 +46,14 @@ class SessionLogError(Exception):
         self.args = (self.message,)
 
 
+def first_line(exc: BaseException) -> str:
+    """What an exception says in one line: the first line of its text, else its class name.
+    For messages built from another library's errors (a driver's DETAIL and CONTEXT lines, a
+    decoder's trace), which name things the reader of a one-line error does not need."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class ValidationError(SessionLogError):
     """Malformed event, bad surface op, seq or structure violation (INVALID_ARGUMENT)."""
 

@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.pool import PoolProxiedConnection
 
-from sessionlog.core.errors import AlreadyExists, SessionLogError, Unavailable, ValidationError
+from sessionlog.core.errors import AlreadyExists, SessionLogError, Unavailable, ValidationError, first_line
 
 T = TypeVar("T")
 
@@ -84,7 +84,7 @@ def storage_error(cause: BaseException, *, conflict: bool, unstorable: bool) -> 
     """
     # The driver's first line says what is wrong; the rest (PostgreSQL's DETAIL and CONTEXT,
     # naming statement parameters) is for the server's log, not for a client's error.
-    said = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    said = first_line(cause)
     if conflict:
         return AlreadyExists("INTEGRITY_ERROR", f"the write conflicts with stored data: {said}")
     if unstorable:

@@ -18,7 +18,7 @@ import grpc
 import structlog
 from google.protobuf.message import DecodeError
 
-from sessionlog.core.errors import ValidationError
+from sessionlog.core.errors import ValidationError, first_line
 
 log = structlog.get_logger("sessionlog.rpc")
 
@@ -47,7 +47,7 @@ def safe_deserializer(deserialize: Callable[[bytes], Any] | None) -> Callable[[b
         try:
             return deserialize(raw)
         except (DecodeError, UnicodeDecodeError, ValueError) as exc:
-            problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            problem = first_line(exc)
             if isinstance(exc, UnicodeDecodeError) or "utf-8" in problem.lower():
                 problem = "a string field is not valid UTF-8"
             log.warning("undecodable request", size=len(raw), problem=problem)

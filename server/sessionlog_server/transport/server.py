@@ -90,9 +90,9 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
     tokens = TokenStore.load(settings.tokens_file or None, settings.tokens or None)
     check_exposure(settings, tokens)
     credentials = server_credentials(settings)
-    if not reuse_port:  # the workers' parent checked it before its migrations (workers.py)
+    if not reuse_port:  # a worker's parent checked the address and prepared the database (workers.py)
         check_address_free(settings.listen)
-    await asyncio.get_running_loop().run_in_executor(None, prepare, settings.db, settings.migrate)
+        await asyncio.get_running_loop().run_in_executor(None, prepare, settings.db, settings.migrate)
     recorder = open_recorder(
         settings.db,
         sqlite_synchronous=settings.sqlite_synchronous,

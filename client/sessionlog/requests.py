@@ -12,9 +12,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sessionlog import convert
-from sessionlog.core import jsonvalue
+from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import SessionLogError, Unavailable, ValidationError
 from sessionlog.core.events import Event, NewEvent
+from sessionlog.core.limits import DEFAULT_LIMITS
 from sessionlog.v1 import session_service_pb2 as pb
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -110,18 +111,17 @@ def seq_argument(value: Any, name: str) -> int:
 def with_event_ids(events: Iterable[EventLike]) -> list[NewEvent]:
     """Give every event an eventId, so a retry after an unknown outcome cannot append twice.
 
-    An empty eventId is refused here (BAD_EVENT_ID, as the service refuses one): on the wire
-    it cannot be told from none, so it would be stored without an id and a retry would append
-    the event again."""
+    A given eventId is checked here by the service's own rule (`validate.check_event_id`): an
+    empty one cannot be told from none on the wire, so it would be stored without an id and a
+    retry would append the event again."""
     out = []
     for index, item in enumerate(events):
         event = as_new_event(item)
-        if event.event_id == "":
-            error = ValidationError(
-                "BAD_EVENT_ID", "eventId must not be empty (leave it out to get one)", field="eventId"
-            )
-            error.name_event(index)
-            raise error
+        try:
+            validate.check_event_id(event, DEFAULT_LIMITS)  # the id length is not configurable
+        except ValidationError as exc:
+            exc.name_event(index)
+            raise
         out.append(event if event.event_id is not None else replace(event, event_id=str(uuid.uuid4())))
     return out
 

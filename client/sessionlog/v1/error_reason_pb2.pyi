@@ -34,12 +34,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
       way.
     """
     BAD_EVENT_ID: _ErrorReason.ValueType  # 2
-    """An eventId is empty, too long, or not a string. The clients refuse an empty one before
-    sending it: on the wire it cannot be told from none.
+    """An eventId is empty, too long, or not a string. The clients apply the same rule before
+    sending: on the wire an empty one cannot be told from none.
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
-    Raised by: core, client
+    Raised by: core
     Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
       way.
     """
@@ -1225,12 +1225,12 @@ Client: Fix the event; nothing of the batch was written. Sent unchanged, it fail
   way.
 """
 BAD_EVENT_ID: ErrorReason.ValueType  # 2
-"""An eventId is empty, too long, or not a string. The clients refuse an empty one before
-sending it: on the wire it cannot be told from none.
+"""An eventId is empty, too long, or not a string. The clients apply the same rule before
+sending: on the wire an empty one cannot be told from none.
 
 Code: INVALID_ARGUMENT
 Metadata: `field`
-Raised by: core, client
+Raised by: core
 Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
   way.
 """

@@ -118,13 +118,8 @@ def startup_errors() -> Iterator[None]:
 def _check_db(url: str) -> None:
     """Refuse an unsupported URL scheme (`storage.factory.check_url`) before a driver loads for
     it; make the directory of a SQLite file."""
-    from pathlib import Path
-
-    from sqlalchemy.engine import make_url
-
-    from sessionlog_server.storage.factory import check_url
+    from sessionlog_server.storage.factory import check_url, sqlite_file
 
     check_url(url)
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    if (file := sqlite_file(url)) is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)

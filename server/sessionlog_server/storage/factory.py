@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy.engine import make_url
 
 from sessionlog_server.storage.recorder import EventRecorder
@@ -18,6 +20,16 @@ def check_url(url: str) -> None:
         raise ValueError(
             f"unsupported database URL scheme {drivername!r}: use sqlite:///PATH or postgresql://USER@HOST/DB"
         )
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names, or None: another database, in-memory SQLite, or a `file:`
+    URI (whose path is the driver's to parse)."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database)
 
 
 def normalise_url(url: str) -> str:

@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
-from sessionlog_server.storage.factory import normalise_url
+from sessionlog_server.storage.factory import normalise_url, sqlite_file
 
 INSTALLED_MIGRATIONS = Path("share") / "sessionlog" / "migrations"  # under sys.prefix (pyproject's data-files)
 
@@ -76,9 +76,9 @@ def check_at_head(url: str) -> None:
     config = alembic_config(url)
     head = ScriptDirectory.from_config(config).get_current_head()
     parsed = make_url(normalise_url(url))
-    database = parsed.database or ""
     current: str | None = None
-    missing = parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not Path(database).exists()
+    file = sqlite_file(url)
+    missing = file is not None and not file.exists()
     if not missing:
         engine = create_engine(parsed, poolclass=NullPool)
         try:
@@ -117,11 +117,11 @@ def migration_lock(url: str) -> Iterator[None]:
         finally:
             engine.dispose()
         return
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+    database = sqlite_file(url)
+    if database is None:
         yield
         return
-    lock_path = Path(database).with_name(Path(database).name + ".migrate-lock")
+    lock_path = database.with_name(database.name + ".migrate-lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a+b") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

@@ -10,14 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from sessionlog.core import jsonvalue
+from sessionlog.core import validate
 from sessionlog.core.events import NewEvent
 from sessionlog.core.limits import DEFAULT_LIMITS, Limits
-
-
-def data_size(event: NewEvent) -> int:
-    """The bytes of `event.data` as the client sends them (what the limits count)."""
-    return len(jsonvalue.dumps_bytes(event.data))
 
 
 def batch_bounds(
@@ -29,7 +24,7 @@ def batch_bounds(
     most = min(limits.max_batch_events, max_events or limits.max_batch_events)
     start, size = 0, 0
     for index, event in enumerate(events):
-        event_bytes = data_size(event)
+        event_bytes = validate.data_size(event)
         if index > start and (index - start >= most or size + event_bytes > limits.max_batch_bytes):
             yield start, index
             start, size = index, 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from sessionlog.core import jsonvalue
 from sessionlog.core.errors import LimitExceeded, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
@@ -185,11 +186,18 @@ def validate_envelope(event: NewEvent, encoded_size: int, limits: Limits = Limit
     check_size(event, encoded_size, limits)
 
 
-def validate_proposal(event: NewEvent, encoded_size: int, limits: Limits = Limits()) -> None:
+def data_size(event: NewEvent) -> int:
+    """The bytes of `event.data` as a client sends it (`jsonvalue.dumps_bytes`): what the size
+    limits count, for an event that is not read from the wire."""
+    return len(jsonvalue.dumps_bytes(event.data))
+
+
+def validate_proposal(event: NewEvent, encoded_size: int | None = None, limits: Limits = Limits()) -> None:
     """Every rule the service applies to one proposed event before folding it: the envelope's
     (`validate_envelope`) and the turn-end kinds only repair and fork write. The server's append
-    and the offline readers of exports call this one function, so they cannot disagree."""
-    validate_envelope(event, encoded_size, limits)
+    and the offline readers of exports call this one function, so they cannot disagree. The
+    server gives the size the data had on the wire; offline, it is `data_size`."""
+    validate_envelope(event, data_size(event) if encoded_size is None else encoded_size, limits)
     check_writer_turn_end(event)
 
 

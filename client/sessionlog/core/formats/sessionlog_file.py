@@ -171,7 +171,7 @@ def fold_export(export: SessionlogExport, count: int | None = None, limits: Limi
     for event in export.events[:count]:
         number = export.event_lines[event.seq]
         try:
-            validate.validate_proposal(event.as_new(), len(jsonvalue.dumps_bytes(event.data)), limits)
+            validate.validate_proposal(event.as_new(), limits=limits)
             fold.apply(event)
         except SessionLogError as exc:
             where = f"line {number} (seq {event.seq}): {exc.message}"

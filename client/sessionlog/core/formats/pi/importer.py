@@ -78,7 +78,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sessionlog.core import jsonvalue, validate
+from sessionlog.core import validate
 from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import APPEND, JsonObject, NewEvent, Replace
 from sessionlog.core.fold import SessionFold
@@ -445,7 +445,7 @@ class BranchMapper:
         line = self._entry_lines.get(self._owner) if proposed else None
         try:
             if proposed and self.limits is not None:
-                validate.validate_proposal(event, len(jsonvalue.dumps_bytes(event.data)), self.limits)
+                validate.validate_proposal(event, limits=self.limits)
             self.fold.apply(event.committed(seq, 0))
         except SessionLogError as exc:
             where = f"line {line} (seq {seq})" if line is not None else f"seq {seq}"

@@ -453,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
                 if peer_pg_url:
                     drop_pg_database(peer_pg)
             if not args.no_peers and not have_pg:
-                report["peers"].update(peers.unavailable("postgresql", "PostgreSQL is not reachable"))
+                why = "PostgreSQL is not reachable" if "postgresql" in backends else "not measured (--backends)"
+                report["peers"].update(peers.unavailable("postgresql", why))
             if profile_seconds > 0 and "sqlite" in dbs:
                 _log(f"profiling the server under 16 streaming sessions for {profile_seconds:.0f}s (py-spy)")
                 profile_db = f"sqlite:///{workdir / 'profile.db'}"

@@ -141,6 +141,8 @@ class Settings:
             value = getattr(self, item.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
+            if value != value:  # NaN: no comparison holds, so no range check would catch it
+                raise ValueError(f"{ENV_PREFIX}{item.name.upper()}={value} is not a number")
             floor = 1 if item.name in AT_LEAST_ONE else 0
             if value < floor:
                 raise ValueError(f"{ENV_PREFIX}{item.name.upper()}={value} must be at least {floor}")

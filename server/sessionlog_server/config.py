@@ -12,7 +12,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from sessionlog.core.limits import DEFAULT_LIMITS, Limits
-from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS
+from sessionlog_server.logging import LEVELS
+from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS, SYNCHRONOUS_MODES
 from sessionlog_server.transport.address import split_listen
 from sessionlog_server.transport.collector import DEFAULT_THRESHOLDS
 
@@ -137,6 +138,8 @@ class Settings:
         split_listen(self.listen, "SESSIONLOG_LISTEN (--listen)")
         if self.metrics_listen:
             split_listen(self.metrics_listen, "SESSIONLOG_METRICS_LISTEN")
+        _one_of("sqlite_synchronous", self.sqlite_synchronous, SYNCHRONOUS_MODES)
+        _one_of("log_level", self.log_level, LEVELS)
         for item in fields(self):
             value = getattr(self, item.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -168,6 +171,12 @@ class Settings:
                 values[f.name] = _parse(f.type, raw, f.name)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    """A word setting must be one of `allowed`, in any case."""
+    if value.lower() not in {word.lower() for word in allowed}:
+        raise ValueError(f"{ENV_PREFIX}{name.upper()}={value!r} is not one of {', '.join(allowed)}")
 
 
 def _parse(kind: Any, raw: str, name: str) -> Any:

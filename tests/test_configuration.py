@@ -49,3 +49,23 @@ def test_numbers_out_of_their_range_are_refused() -> None:
         assert Settings.from_env({name: "0"}) is not None  # 0: off, or one worker per core
     with pytest.raises(ValueError, match="SESSIONLOG_WORKERS=-1"):
         Settings.from_env({}, workers=-1)  # as `serve --workers -1` passes it
+
+
+def test_a_timeout_that_is_not_a_number_is_refused() -> None:
+    # `nan` parsed as a float and passed every range check: each writer stream then failed at
+    # once (WRITER_OPEN_TIMEOUT under asyncio, a ValueError under uvloop).
+    for name in ("SESSIONLOG_WRITER_OPEN_TIMEOUT_S", "SESSIONLOG_SHUTDOWN_GRACE_S"):
+        for value in ("nan", "NaN", "-nan"):
+            with pytest.raises(ValueError, match=f"{name}=nan is not a number"):
+                Settings.from_env({name: value})
+
+
+def test_a_bad_sqlite_mode_or_log_level_names_its_variable() -> None:
+    # Both were refused only by the code that used them, without the variable's name, and the
+    # SQLite mode only after the migrations had run on the database.
+    with pytest.raises(ValueError, match="SESSIONLOG_SQLITE_SYNCHRONOUS='bogus' is not one of"):
+        Settings.from_env({"SESSIONLOG_SQLITE_SYNCHRONOUS": "bogus"})
+    with pytest.raises(ValueError, match="SESSIONLOG_LOG_LEVEL='loud' is not one of"):
+        Settings.from_env({"SESSIONLOG_LOG_LEVEL": "loud"})
+    settings = Settings.from_env({"SESSIONLOG_SQLITE_SYNCHRONOUS": "normal", "SESSIONLOG_LOG_LEVEL": "WARNING"})
+    assert settings.sqlite_synchronous == "normal" and settings.log_level == "WARNING"

@@ -17,7 +17,11 @@ def channel_credentials(ca_file: str | None) -> grpc.ChannelCredentials | None:
     """TLS credentials trusting `ca_file` (PEM), or None for a plain channel."""
     if not ca_file:
         return None
-    return grpc.ssl_channel_credentials(root_certificates=Path(ca_file).read_bytes())
+    pem = Path(ca_file).read_bytes()
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        # gRPC would take it, log C-level errors and fail every call with UNAVAILABLE.
+        raise ValueError(f"{ca_file}: no PEM certificate in the CA file")
+    return grpc.ssl_channel_credentials(root_certificates=pem)
 
 
 def _with_token(metadata: Any, token: str) -> list[tuple[str, str]]:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from sessionlog.core.limits import DEFAULT_LIMITS, Limits
-from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS
+from sessionlog_server.logging import LEVELS
+from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS, SYNCHRONOUS_MODES
 from sessionlog_server.transport.address import split_listen
 from sessionlog_server.transport.collector import DEFAULT_THRESHOLDS
 
@@ -137,10 +138,14 @@ class Settings:
         split_listen(self.listen, "SESSIONLOG_LISTEN (--listen)")
         if self.metrics_listen:
             split_listen(self.metrics_listen, "SESSIONLOG_METRICS_LISTEN")
+        _one_of("sqlite_synchronous", self.sqlite_synchronous, SYNCHRONOUS_MODES)
+        _one_of("log_level", self.log_level, LEVELS)
         for item in fields(self):
             value = getattr(self, item.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
+            if value != value:  # NaN: no comparison holds, so no range check would catch it
+                raise ValueError(f"{ENV_PREFIX}{item.name.upper()}={value} is not a number")
             floor = 1 if item.name in AT_LEAST_ONE else 0
             if value < floor:
                 raise ValueError(f"{ENV_PREFIX}{item.name.upper()}={value} must be at least {floor}")
@@ -166,6 +171,12 @@ class Settings:
                 values[f.name] = _parse(f.type, raw, f.name)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    """A word setting must be one of `allowed`, in any case."""
+    if value.lower() not in {word.lower() for word in allowed}:
+        raise ValueError(f"{ENV_PREFIX}{name.upper()}={value!r} is not one of {', '.join(allowed)}")
 
 
 def _parse(kind: Any, raw: str, name: str) -> Any:

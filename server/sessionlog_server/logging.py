@@ -7,6 +7,9 @@ import sys
 
 import structlog
 
+LEVELS = ("debug", "info", "warning", "error")
+"""The levels `configure` takes (any case)."""
+
 
 def configure(level: str = "info") -> None:
     """JSON logs at `level` (debug, info, warning, error).

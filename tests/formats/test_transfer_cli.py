@@ -29,8 +29,10 @@ from sessionlog.core.formats.pi.context import session_context
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
 from sessionlog.core.formats.pi.tree import PiTree
 from sessionlog.core.limits import DEFAULT_LIMITS
+from tests.support.events import step_end, step_start, tool_call, tool_result, turn_end, turn_start, user
 from tests.support.fixtures import RESUMED_SESSION, STREAM_STDOUT, fixture, pi_generated_sessions
 from tests.support.fixtures import oracle as pi_oracle
+from tests.support.scripted import answer, usage
 from tests.support.servers import ServerThread
 
 SESSIONS = pi_generated_sessions()
@@ -315,6 +317,37 @@ def test_export_sessionlog_and_import_it_back(cli: CliRunner, client: SessionLog
     assert [{k: v for k, v in e.items() if k != "time"} for e in again] == [
         {k: v for k, v in e.items() if k != "time"} for e in original
     ]
+
+
+def test_export_pi_of_a_native_session_keeps_each_calls_usage(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """A harness logs an assistant message's usage in `data.usage` (events.md); Pi keeps it in the
+    message. The exported file carried the message without it: its tokens and cost were 0."""
+    script = [
+        user("Add a stats endpoint."),
+        turn_start(1),
+        step_start(1, 1),
+        answer(1, 1, usage(1000, 0, 50), ("c1", "read")),
+        tool_call(1, 1, "c1", "read"),
+        tool_result(1, 1, "c1", "contents"),
+        step_end(1, 1),
+        step_start(1, 2),
+        answer(1, 2, usage(200, 1000, 40), text="Done."),
+        step_end(1, 2),
+        turn_end(1),
+    ]
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    client.append(sid, lease, script, expected_next_seq=0)
+    client.release_lease(lease)
+    out = tmp_path / "native.jsonl"
+    assert invoke(cli, "export", sid, "--format", "pi", "-o", str(out)).exit_code == 0
+    (entry,) = imported(cli, str(out))
+    keys = ("modelCalls", "inputTokens", "outputTokens", "cacheReadTokens", "costUsd")
+    original, again = client.stats(sid), client.stats(entry["id"])
+    assert original["costUsd"] > 0
+    assert {k: again[k] for k in keys} == {k: original[k] for k in keys}
 
 
 # --- ingest ------------------------------------------------------------------------------------

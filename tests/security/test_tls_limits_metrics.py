@@ -62,6 +62,25 @@ def test_tls_round_trip_and_plaintext_refused(db_url: str, tmp_path: Path, sid: 
         server.stop()
 
 
+def test_a_ca_file_without_a_pem_certificate_is_refused_naming_it(db_url: str, tmp_path: Path) -> None:
+    # It was handed to gRPC as it was: gRPC logged four C-level lines ("Could not load any root
+    # certificate") and every call failed with UNAVAILABLE "Failed to create security handshaker".
+    key, cert = make_certificate(tmp_path)
+    wrong = tmp_path / "tokens.jsonl"
+    wrong.write_text('{"namespace": "a"}\n')
+    with pytest.raises(ValueError, match=f"{wrong}: no PEM certificate"):
+        SessionLogClient("127.0.0.1:1", ca_file=str(wrong))
+    server = ServerThread(db_url, tls_cert_file=str(cert), tls_key_file=str(key))
+    try:
+        env = {**os.environ, "SESSIONLOG_SERVER": server.target}
+        cli = [sys.executable, "-m", "sessionlog", "--ca-file", str(wrong), "sessions"]
+        refused = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60)
+        assert refused.returncode == 2
+        assert refused.stderr.splitlines() == [f"sessionlog: error: {wrong}: no PEM certificate in the CA file"]
+    finally:
+        server.stop()
+
+
 def test_no_tls_hint_for_a_plaintext_server_that_is_down() -> None:
     port = free_port()
     assert not speaks_tls(f"127.0.0.1:{port}", timeout=1)

@@ -95,3 +95,21 @@ def test_view_and_diff_past_the_head_name_the_sessions_length(
     assert backwards.returncode == 1 and f"to (1) < {length} events" in backwards.stderr, backwards.stderr
     beyond = run(server, "diff", sid, "--from", "1", "--to", str(length))
     assert beyond.returncode == 1 and f"< {length} events" in beyond.stderr, beyond.stderr
+
+
+def test_the_pages_transcript_names_each_messages_role_and_marks_tool_errors(
+    server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """The transcript projection's message rows carry the message itself as `data`: the page
+    shows its role, and a tool result with `isError` (the tool error at 12, repair's closers at
+    51 and 52) stands out."""
+    child = write_scripted(client, sid)
+    out = tmp_path / "page.html"
+    done = run(server, "view", child, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    html = out.read_text(encoding="utf-8")
+    page = json.loads(html.split('id="sessionlog-data">', 1)[1].split("</script>", 1)[0])
+    rows = {row["seq"]: row for row in page["transcript"]}
+    assert [rows[seq]["role"] for seq in (2, 5, 7, 32)] == ["user", "assistant", "toolResult", "user"]
+    assert rows[3]["role"] is None  # turn/start: an event, not a message
+    assert sorted(seq for seq, row in rows.items() if row.get("isError")) == [12, 51, 52]

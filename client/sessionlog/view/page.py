@@ -106,7 +106,8 @@ def transcript_rows(events: Sequence[Event]) -> list[JsonObject]:
     rows = []
     for row in transcript(events):
         data = row["data"]
-        message = data.get("message") if row["kind"] != "event" and isinstance(data, dict) else None
+        # A message or replace row's `data` is the projected message itself.
+        message = data if row["kind"] != "event" and isinstance(data, dict) else None
         out: JsonObject = {
             "seq": row["seq"],
             "kind": row["kind"],

@@ -35,6 +35,8 @@ CHECKPOINT_EVERY_S = 0.5
 BUSY_TIMEOUT_MS = 30_000
 """How long a write waits for the file by default: for another process's turn to write it
 (storage/writer_turn.py) and for SQLite's write lock (the busy handler), each; then it fails."""
+SYNCHRONOUS_MODES = ("FULL", "NORMAL", "EXTRA", "OFF")
+"""The values of SQLite's `synchronous` pragma (any case)."""
 
 WAL_RESTART_FRAMES = 4096
 """A WAL this long (16 MB of 4 KB pages) after a passive checkpoint is restarted: the next
@@ -99,7 +101,7 @@ class SQLiteEventRecorder(EventRecorder):
     )
 
     def __init__(self, url: str, *, synchronous: str = "FULL", busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
-        if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+        if synchronous.upper() not in SYNCHRONOUS_MODES:
             raise ValueError(f"unknown SQLite synchronous mode {synchronous!r}")
         if busy_timeout_ms <= 0:
             raise ValueError(f"the SQLite busy timeout must be positive, not {busy_timeout_ms} ms")

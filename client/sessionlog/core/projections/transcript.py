@@ -5,8 +5,8 @@ must not erase conversation the user already saw. Row shapes (every row has `seq
 `kind`, `type`, `data`, `replacedBy`):
 
 - `kind: "message"`: a surface event that entered with `append`; `type` is the event type,
-  `data` the projected message (`data.message`). `replacedBy` is the seq of the replace event
-  that took it off the surface, or None while it is still on the surface.
+  `data` the projected message itself (the event's `data.message`). `replacedBy` is the seq of
+  the replace event that took it off the surface, or None while it is still on the surface.
 - `kind: "event"`: a log-only event (any non-surface type, ignorable ones included); `data` is
   the event data; `replacedBy` is None.
 - `kind: "replace"`: the marker where a replacing event landed (a compaction summary, a

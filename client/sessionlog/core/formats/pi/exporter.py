@@ -10,8 +10,9 @@ at its last entry, the leaf, and builds the same context the session's model his
 - **The header** is the `data.pi` of the first `pi/session` event. A session that was not imported
   from Pi gets a fresh v3 header (the session id, the first event's time, the cwd if known).
 - **Events written by other harnesses** (no `data.pi`): every appended surface event with a model
-  message becomes a `message` entry (the message as it is), with an id derived from the session id
-  and seq, chained to the entry before it, timestamped with the event's commit time. Their
+  message becomes a `message` entry (the message as it is, plus the event's `data.usage` as the
+  message's `usage` when it has none, where Pi keeps a call's usage), with an id derived from the
+  session id and seq, chained to the entry before it, timestamped with the event's commit time. Their
   compactions and prompt replaces have no Pi form and are left out; the model history of such a
   session is then only approximated by the exported file.
 
@@ -95,6 +96,9 @@ def export_pi(events: Iterable[Event], *, session_id: str | None = None, cwd: st
             continue
         message = project_message(event)
         if message is not None:
+            usage = event.data.get("usage")
+            if isinstance(usage, dict) and "usage" not in message:
+                message = {**message, "usage": usage}  # Pi keeps a call's usage in its message
             pending.append((len(entries), message, event))
             entries.append({})
     sid = session_id or (str(header["id"]) if header and isinstance(header.get("id"), str) else "sessionlog")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import grpc
 import pytest
@@ -16,6 +17,9 @@ from sessionlog.core.errors import (
     ValidationError,
     WriterHeld,
 )
+from sessionlog.errors import from_rpc_error
+from sessionlog.v1 import event_pb2
+from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.events import note, turn_end, turn_start, user
 from tests.support.servers import ServerThread
 
@@ -254,22 +258,92 @@ def test_nul_characters_round_trip(client: SessionLogClient, sid: str) -> None:
     assert next(iter(client.read_events(sid))).data == {"out": "a\x00b", "k": ["\x00"]}
 
 
-def test_a_metadata_value_postgresql_cannot_hold_is_refused_in_one_line(
-    client: SessionLogClient, sid: str, db_url: str
-) -> None:
-    # PostgreSQL's JSONB holds no NUL character; SQLite stores it. The refusal says what is
-    # wrong in one line, without the driver's DETAIL/CONTEXT lines (statement parameters).
+def test_a_metadata_value_postgresql_cannot_hold_is_refused_in_one_line(client: SessionLogClient, sid: str) -> None:
+    # PostgreSQL's JSONB holds no NUL character; SQLite would store it. Both refuse it alike,
+    # in one line, before the database is asked (no driver DETAIL/CONTEXT lines).
     metadata = {"x": "a\x00b"}
-    if not db_url.startswith("postgresql"):
-        client.create_session(sid, metadata=metadata)
-        assert client.get_session(sid).metadata == metadata
-        return
     with pytest.raises(ValidationError) as refused:
         client.create_session(sid, metadata=metadata)
     assert refused.value.reason == "UNSTORABLE_VALUE"
-    assert "\n" not in refused.value.message and "portal" not in refused.value.message
+    assert refused.value.metadata.get("field") == "metadata"
+    assert "\n" not in refused.value.message and "NUL" in refused.value.message
     with pytest.raises(NotFound):
         client.get_session(sid)
+
+
+def _refused(call: Any) -> tuple[str, str, str]:
+    """The reason, field and message of an INVALID_ARGUMENT refusal (an RPC error otherwise)."""
+    with pytest.raises(grpc.RpcError) as refused:
+        call()
+    error = from_rpc_error(refused.value)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, error
+    return error.reason, str(error.metadata.get("field")), error.message
+
+
+@pytest.mark.parametrize(
+    ("case", "reason", "field"),
+    [
+        ("cwd-nul", "UNSTORABLE_VALUE", "cwd"),
+        ("metadata-key-nul", "UNSTORABLE_VALUE", "metadata"),
+        ("metadata-lone-surrogate", "UNSTORABLE_VALUE", "metadata"),
+        ("event-id-nul", "BAD_EVENT_ID", "eventId"),
+        ("writer-id-nul", "BAD_WRITER_ID", "writer_id"),
+        ("writer-id-long", "BAD_WRITER_ID", "writer_id"),
+        ("stream-writer-id-long", "BAD_WRITER_ID", "writer_id"),
+        ("resume-writer-id-long", "BAD_WRITER_ID", "writer_id"),
+    ],
+)
+def test_values_postgresql_cannot_hold_are_refused_alike_on_both_databases(
+    client: SessionLogClient, sid: str, case: str, reason: str, field: str
+) -> None:
+    """Bug: SQLite stored a NUL in a cwd, an eventId or a writer id, a lone surrogate or NUL in
+    metadata, and writer ids of any length (a 100,000-character one), all of which PostgreSQL
+    refused (UNSTORABLE_VALUE, naming varchar(128) or the driver's words): the same request
+    succeeded or failed by database. Both now refuse them before the database, by one rule."""
+    client.create_session(sid)
+    stub = client.stub
+    with client.lease_writer(sid) as writer:
+        token = writer.lease.token
+        raw_event = event_pb2.NewEvent(type="test/note", data_json=b"{}", ignorable=True, event_id="e\x00")
+        calls: dict[str, Any] = {
+            "cwd-nul": lambda: stub.CreateSession(pb.CreateSessionRequest(session_id=sid + "c", cwd="/a\x00b")),
+            "metadata-key-nul": lambda: stub.CreateSession(
+                pb.CreateSessionRequest(session_id=sid + "k", metadata_json=b'{"k\\u0000": 1}')
+            ),
+            "metadata-lone-surrogate": lambda: stub.CreateSession(
+                pb.CreateSessionRequest(session_id=sid + "s", metadata_json=b'{"k": "\\ud83d"}')
+            ),
+            "event-id-nul": lambda: stub.AppendEvents(
+                pb.AppendEventsRequest(session_id=sid, lease_token=token, events=[raw_event])
+            ),
+            "writer-id-nul": lambda: stub.AcquireLease(
+                pb.AcquireLeaseRequest(session_id=sid, writer_id="w\x00", takeover=True)
+            ),
+            "writer-id-long": lambda: stub.AcquireLease(
+                pb.AcquireLeaseRequest(session_id=sid, writer_id="w" * 129, takeover=True)
+            ),
+            "stream-writer-id-long": lambda: list(
+                stub.Write(
+                    iter([pb.WriteRequest(open=pb.OpenWriter(session_id=sid, writer_id="w" * 500, takeover=True))])
+                )
+            ),
+            "resume-writer-id-long": lambda: stub.ResumeSession(
+                pb.ResumeSessionRequest(session_id=sid, writer_id="w" * 129, takeover=True)
+            ),
+        }
+        got_reason, got_field, message = _refused(calls[case])
+        assert (got_reason, got_field) == (reason, field), message
+        assert "varying" not in message and "PostgreSQL" not in message
+        # The lease was not taken over, nothing was written, no session was created.
+        assert writer.append([note(1)]).seqs == [0]
+    assert [s.id for s in client.list_sessions() if s.id.startswith(sid)] == [sid]
+
+
+def test_a_writer_id_of_128_characters_is_kept(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid, writer_id="é" * 128) as writer:
+        writer.append([note(1)]).result()
+        assert client.get_session(sid).lease.writer_id == "é" * 128
 
 
 def test_group_commit_shares_transactions(client: SessionLogClient, server: ServerThread) -> None:

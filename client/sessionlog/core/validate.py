@@ -52,9 +52,25 @@ def check_type(event: NewEvent, limits: Limits) -> None:
 
 
 def check_event_id(event: NewEvent, limits: Limits) -> None:
-    """An eventId is non-empty and at most `max_id_chars` long."""
+    """An eventId is non-empty, at most `max_id_chars` long, and holds no NUL character (which
+    PostgreSQL's text columns cannot store: refused here, so both databases agree)."""
     if event.event_id is not None and not (0 < len(event.event_id) <= limits.max_id_chars):
         raise ValidationError("BAD_EVENT_ID", f"eventId must be 1 to {limits.max_id_chars} characters", field="eventId")
+    if event.event_id is not None and "\x00" in event.event_id:
+        raise ValidationError("BAD_EVENT_ID", "eventId must not contain a NUL character", field="eventId")
+
+
+def check_writer_id(writer_id: str | None, limits: Limits) -> None:
+    """A writer id (a label; none or empty: the service picks one) is at most `max_id_chars`
+    long and holds no NUL character, on every database (SPEC §7)."""
+    if not writer_id:
+        return
+    if len(writer_id) > limits.max_id_chars:
+        raise ValidationError(
+            "BAD_WRITER_ID", f"writer id must be at most {limits.max_id_chars} characters", field="writer_id"
+        )
+    if "\x00" in writer_id:
+        raise ValidationError("BAD_WRITER_ID", "writer id must not contain a NUL character", field="writer_id")
 
 
 def check_data(event: NewEvent) -> None:
@@ -141,6 +157,34 @@ def check_session_fields(cwd: str | None, metadata_bytes: int, limits: Limits) -
             limit=limits.max_metadata_bytes,
             size=metadata_bytes,
         )
+
+
+def check_session_text(cwd: str | None, metadata: object) -> None:
+    """A session's `cwd` holds no NUL character, and its metadata no NUL character and no lone
+    UTF-16 surrogate in any key or string: PostgreSQL (a text column, JSONB) cannot store them,
+    so they are refused on every database alike, before the database is asked."""
+    if cwd and "\x00" in cwd:
+        raise ValidationError("UNSTORABLE_VALUE", "cwd must not contain a NUL character", field="cwd")
+    if _has_nul(metadata):
+        raise ValidationError("UNSTORABLE_VALUE", "metadata must not contain a NUL character", field="metadata")
+    if jsonvalue.has_lone_surrogate(metadata):
+        raise ValidationError("UNSTORABLE_VALUE", "metadata must not contain a lone UTF-16 surrogate", field="metadata")
+
+
+def _has_nul(value: object) -> bool:
+    """True if a string (or key) anywhere in `value` holds a NUL character."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 #: The message role each surface type carries; `user/message` carries any other role (user,

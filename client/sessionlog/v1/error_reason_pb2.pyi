@@ -34,7 +34,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
       way.
     """
     BAD_EVENT_ID: _ErrorReason.ValueType  # 2
-    """An eventId is empty, too long, or not a string. The clients apply the same rule before
+    """An eventId is empty, too long, not a string, or holds a NUL character (which PostgreSQL
+    cannot store; refused on every database alike). The clients apply the same rule before
     sending: on the wire an empty one cannot be told from none.
 
     Code: INVALID_ARGUMENT
@@ -171,11 +172,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """
     UNSTORABLE_VALUE: _ErrorReason.ValueType  # 17
     """The database cannot hold a value of the request (an integer over 64 bits in a column, a NUL
-    character in text, a string over its column's length).
+    character in text, a string over its column's length). A NUL character in a session's
+    `cwd`, and a NUL character or a lone UTF-16 surrogate anywhere in its metadata, are refused
+    before the database is asked, on SQLite as on PostgreSQL (which cannot store them), with
+    `field` naming which.
 
     Code: INVALID_ARGUMENT
-    Metadata: none
-    Raised by: service
+    Metadata: `field`
+    Raised by: core, service
     Client: Fix the request; nothing was changed. Sent unchanged, it fails the same way.
     """
     EMPTY_BATCH: _ErrorReason.ValueType  # 18
@@ -1171,6 +1175,16 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: service
     Client: Retry with the same eventIds: the retry returns their original seqs.
     """
+    BAD_WRITER_ID: _ErrorReason.ValueType  # 137
+    """A writer id (`writer_id` of AcquireLease, ResumeSession or OpenWriter) is over 128
+    characters or holds a NUL character; refused on every database alike, before anything is
+    changed.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`
+    Raised by: core
+    Client: Use a shorter writer id without NUL characters, or none (the service picks one).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The catalogue of sessionlog errors (SPEC §13, AIP-193), in the style of googleapis'
@@ -1225,7 +1239,8 @@ Client: Fix the event; nothing of the batch was written. Sent unchanged, it fail
   way.
 """
 BAD_EVENT_ID: ErrorReason.ValueType  # 2
-"""An eventId is empty, too long, or not a string. The clients apply the same rule before
+"""An eventId is empty, too long, not a string, or holds a NUL character (which PostgreSQL
+cannot store; refused on every database alike). The clients apply the same rule before
 sending: on the wire an empty one cannot be told from none.
 
 Code: INVALID_ARGUMENT
@@ -1362,11 +1377,14 @@ Client: Fix the event; nothing of the batch was written. Sent unchanged, it fail
 """
 UNSTORABLE_VALUE: ErrorReason.ValueType  # 17
 """The database cannot hold a value of the request (an integer over 64 bits in a column, a NUL
-character in text, a string over its column's length).
+character in text, a string over its column's length). A NUL character in a session's
+`cwd`, and a NUL character or a lone UTF-16 surrogate anywhere in its metadata, are refused
+before the database is asked, on SQLite as on PostgreSQL (which cannot store them), with
+`field` naming which.
 
 Code: INVALID_ARGUMENT
-Metadata: none
-Raised by: service
+Metadata: `field`
+Raised by: core, service
 Client: Fix the request; nothing was changed. Sent unchanged, it fails the same way.
 """
 EMPTY_BATCH: ErrorReason.ValueType  # 18
@@ -2361,5 +2379,15 @@ Code: UNAVAILABLE
 Metadata: none
 Raised by: service
 Client: Retry with the same eventIds: the retry returns their original seqs.
+"""
+BAD_WRITER_ID: ErrorReason.ValueType  # 137
+"""A writer id (`writer_id` of AcquireLease, ResumeSession or OpenWriter) is over 128
+characters or holds a NUL character; refused on every database alike, before anything is
+changed.
+
+Code: INVALID_ARGUMENT
+Metadata: `field`
+Raised by: core
+Client: Use a shorter writer id without NUL characters, or none (the service picks one).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -24,6 +24,7 @@ from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
 
+from sessionlog.core import validate
 from sessionlog.core.errors import OwnershipLost, SessionLogError
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access
@@ -111,6 +112,7 @@ class LeaseManager:
         """
         access.require_write("taking a writer lease")
         record = await self.reader.caller_session(session_id, self.limits)
+        validate.check_writer_id(writer_id, self.limits)
         return await self.grant(record.id, writer_id, takeover=takeover, lease_token=lease_token)
 
     async def prove_for_caller(self, session_id: str, lease_token: str, action: str) -> LeaseHolder:

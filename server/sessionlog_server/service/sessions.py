@@ -38,6 +38,7 @@ class SessionDirectory:
         namespace = access.current().namespace
         sid = access.session_key(session_id or str(uuid.uuid4()), self.limits)
         validate.check_session_fields(cwd, len(jsonvalue.dumps_bytes(metadata)), self.limits)
+        validate.check_session_text(cwd, metadata)
         await self.check_session_quota(namespace)
         record = SessionRecord(
             id=sid,

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sessionlog.convert import DecodedEvent
+from sessionlog.core import validate
 from sessionlog.core.errors import AlreadyExists, SessionLogError, Unavailable
 from sessionlog_server.service import lifecycle
 from sessionlog_server.service.appends import AppendResult
@@ -106,6 +107,7 @@ class WriterStream:
     async def open(self, request: OpenRequest) -> Opened:
         """Take the lease (or resume the session) and hold it for as long as the stream lasts."""
         service = self.service
+        validate.check_writer_id(request.writer_id, service.limits)  # before a session is created
         if request.create_if_missing:
             with contextlib.suppress(AlreadyExists):
                 await service.sessions.create_session(request.session_id, None, {})

@@ -13,8 +13,9 @@ at its last entry, the leaf, and builds the same context the session's model his
   message becomes a `message` entry (the message as it is, plus the event's `data.usage` as the
   message's `usage` when it has none, where Pi keeps a call's usage), with an id derived from the
   session id and seq, chained to the entry before it, timestamped with the event's commit time. Their
-  compactions and prompt replaces have no Pi form and are left out; the model history of such a
-  session is then only approximated by the exported file.
+  compactions, prompt replaces and `assistant/attempt` events have no Pi form and are left out (so
+  is the usage they carry: the file's cost can be lower than the session's); the model history of
+  such a session is then only approximated by the exported file.
 
 Lines are written as Pi's `JSON.stringify` writes them (`jsjson`: compact, non-ASCII and U+2028
 raw, numbers laid out the JavaScript way), each ending in LF: an imported entry whose nested

@@ -283,10 +283,10 @@ def _cpu_since(pid: int, used: float) -> float:
 
 
 async def _fixed_rate(
-    target: str, sessions: int, events: list[NewEvent], rate: float, seconds: float
+    target: str, sessions: int, events: list[NewEvent], rate: float, seconds: float, per_channel: int
 ) -> dict[str, Any]:
     sids = [_sid("rate") for _ in range(sessions)]
-    clients, writers = await _open_writers(target, sids, 1024)
+    clients, writers = await _open_writers(target, sids, 1024, per_channel)
     total = min(int(rate * seconds), len(events) * sessions)
     from_send: list[float] = []
     from_schedule: list[float] = []
@@ -337,13 +337,18 @@ async def _fixed_rate(
     }
 
 
-def _fixed_rate_main(target: str, sessions: int, events: list[NewEvent], rate: float, seconds: float) -> dict[str, Any]:
+def _fixed_rate_main(
+    target: str, sessions: int, events: list[NewEvent], rate: float, seconds: float, per_channel: int
+) -> dict[str, Any]:
     """Entry point of the fixed-rate client's process."""
-    return asyncio.run(_fixed_rate(target, sessions, events, rate, seconds))
+    return asyncio.run(_fixed_rate(target, sessions, events, rate, seconds, per_channel))
 
 
-def fixed_rate(server: Server, events: list[NewEvent], *, rate: float, seconds: float, sessions: int) -> dict[str, Any]:
-    """Open-loop load: event i is due at start + i/rate, spread round-robin over `sessions`.
+def fixed_rate(
+    server: Server, events: list[NewEvent], *, rate: float, seconds: float, sessions: int, per_channel: int = 64
+) -> dict[str, Any]:
+    """Open-loop load: event i is due at start + i/rate, spread round-robin over `sessions`,
+    `per_channel` writers to a client connection (1 spreads them over a server's workers).
 
     Latency is from the moment the event is handed to the writer to its durable ack
     (`p99_from_schedule_ms` measures from the due time instead, which also counts any delay
@@ -358,7 +363,7 @@ def fixed_rate(server: Server, events: list[NewEvent], *, rate: float, seconds: 
     pids = server.pids()
     cpu_s, waited_s, began = server.cpu_seconds(pids), server.waiting_seconds(pids), time.monotonic()
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        result = pool.apply(_fixed_rate_main, (server.target, sessions, events, rate, seconds))
+        result = pool.apply(_fixed_rate_main, (server.target, sessions, events, rate, seconds, per_channel))
     # Both per second of the client's whole run (its start and set-up included), the window
     # both counters cover. The wait is how long the server's threads had no core while
     # runnable: the cores taken by the client, by other work and by the server's own threads,

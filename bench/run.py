@@ -258,6 +258,20 @@ def backend_figures(
         out["latency_at_rate"] = figures.fixed_rate(
             server, template, rate=scale.rate, seconds=scale.rate_seconds, sessions=scale.rate_sessions
         )
+        # As `serve` runs by default: each worker commits its own groups, so an event that
+        # arrives while one worker's commit is under way need not wait for it.
+        _log(f"{backend}: ack latency at {scale.rate:.0f} events/s on {workers} workers, a connection per session")
+        out["latency_at_rate_workers"] = {
+            **figures.fixed_rate(
+                every_core,
+                template,
+                rate=scale.rate,
+                seconds=scale.rate_seconds,
+                sessions=scale.rate_sessions,
+                per_channel=1,
+            ),
+            "workers": workers,
+        }
         if peer_events is not None:
             _log(f"{backend}: the raw driver's commit latency at {scale.rate:.0f} commits/s")
             where = str(workdir / "raw-latency.db") if backend == "sqlite" else peer_pg_url

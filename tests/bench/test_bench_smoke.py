@@ -29,6 +29,7 @@ FIGURES = (
     "stream_16_workers",
     "stream_16_batch16_workers",
     "latency_at_rate",
+    "latency_at_rate_workers",
     "latency_at_high_rate",
     "history_1k",
     "history_10k",
@@ -71,6 +72,8 @@ def test_quick_bench_reports_every_figure(backend: str, tmp_path: Path) -> None:
             shares = figures[key]["worker_cpu_pct"]
             assert len(shares) == default_workers() and shares == sorted(shares, reverse=True) and shares[0] > 0
     assert {"p50_ms", "p99_ms", "p999_ms", "server_waited_ms_per_s"} <= figures["latency_at_rate"].keys()
+    spread = figures["latency_at_rate_workers"]
+    assert spread["workers"] == default_workers() and spread["events"] > 0 and spread["p99_ms"] > 0
     assert "peak_rss_mb" in figures["rss_streams"]
     for key in ("history_1k", "history_10k", "history_100k"):
         assert "cold_ms" in figures[key] or "unavailable" in figures[key]

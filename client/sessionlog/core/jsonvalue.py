@@ -18,6 +18,7 @@ import math
 import re
 import sys
 import uuid
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -363,19 +364,24 @@ def escape_lone_surrogates(text: str) -> str:
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def has_lone_surrogate(value: Any) -> bool:
-    """True if a string (or key) anywhere in `value` holds a lone UTF-16 surrogate."""
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string and object key anywhere in a decoded value (iteratively: any depth)."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
+            yield item
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-    return False
+
+
+def is_lone_surrogate_free(text: str) -> bool:
+    """False if `text` holds a lone UTF-16 surrogate (it cannot be written as UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

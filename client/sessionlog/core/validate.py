@@ -165,26 +165,13 @@ def check_session_text(cwd: str | None, metadata: object) -> None:
     so they are refused on every database alike, before the database is asked."""
     if cwd and "\x00" in cwd:
         raise ValidationError("UNSTORABLE_VALUE", "cwd must not contain a NUL character", field="cwd")
-    if _has_nul(metadata):
-        raise ValidationError("UNSTORABLE_VALUE", "metadata must not contain a NUL character", field="metadata")
-    if jsonvalue.has_lone_surrogate(metadata):
-        raise ValidationError("UNSTORABLE_VALUE", "metadata must not contain a lone UTF-16 surrogate", field="metadata")
-
-
-def _has_nul(value: object) -> bool:
-    """True if a string (or key) anywhere in `value` holds a NUL character."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
+    for text in jsonvalue.strings_in(metadata):
+        if "\x00" in text:
+            raise ValidationError("UNSTORABLE_VALUE", "metadata must not contain a NUL character", field="metadata")
+        if not jsonvalue.is_lone_surrogate_free(text):
+            raise ValidationError(
+                "UNSTORABLE_VALUE", "metadata must not contain a lone UTF-16 surrogate", field="metadata"
+            )
 
 
 #: The message role each surface type carries; `user/message` carries any other role (user,

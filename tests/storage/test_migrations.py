@@ -1,13 +1,26 @@
-"""The Alembic chain builds exactly the schema the SQLAlchemy models describe, on both databases."""
+"""The Alembic chain builds exactly the schema the SQLAlchemy models describe, on both databases,
+and its steps carry existing rows over (and back, downgraded)."""
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 
-from sessionlog_server.storage.factory import normalise_url
+from sessionlog.core import jsonvalue
+from sessionlog_server.storage.factory import normalise_url, open_recorder
+from sessionlog_server.storage.migrate import alembic_config, upgrade
 from sessionlog_server.storage.models import Base
+from tests.conftest import BACKENDS, PG_ADMIN_URL, _pg_url
 
 
 def test_autogenerate_finds_no_difference(db_url: str) -> None:
@@ -19,3 +32,66 @@ def test_autogenerate_finds_no_difference(db_url: str) -> None:
             assert {"sessions", "events", "blobs", "alembic_version"} <= set(inspect(conn).get_table_names())
     finally:
         engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of its own (migrated step by step by the test)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'steps.db'}"
+        return
+    name = f"sessionlog_steps_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _pg_url(name)
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+#: Session metadata written before 0006, as the JSON column took it.
+OLD_METADATA = {"m-keys": '{"zeta": 1, "alpha": [1.5, "é😀"], "n": {"b": null}}', "m-empty": "{}"}
+
+
+def _metadata(url: str) -> tuple[str, dict[str, Any]]:
+    """The metadata column's type and each session's metadata value, straight from the table."""
+    engine = create_engine(normalise_url(url))
+    try:
+        with engine.connect() as conn:
+            kind = next(c["type"] for c in inspect(conn).get_columns("sessions") if c["name"] == "metadata")
+            rows = conn.execute(text("SELECT id, metadata FROM sessions")).all()
+    finally:
+        engine.dispose()
+    return type(kind).__name__.upper(), {
+        sid: jsonvalue.loads(value) if isinstance(value, str) else value for sid, value in rows
+    }
+
+
+def test_0006_keeps_metadata_as_text_carrying_existing_rows_over_and_back(empty_url: str) -> None:
+    upgrade(empty_url, "0005")
+    engine = create_engine(normalise_url(empty_url))
+    as_json = "CAST(:m AS jsonb)" if engine.dialect.name == "postgresql" else ":m"
+    try:
+        with engine.begin() as conn:
+            for sid, metadata in OLD_METADATA.items():
+                conn.execute(
+                    text(f"INSERT INTO sessions (id, create_time, metadata) VALUES (:id, 0, {as_json})"),
+                    {"id": sid, "m": metadata},
+                )
+    finally:
+        engine.dispose()
+    values = {sid: jsonvalue.loads(metadata) for sid, metadata in OLD_METADATA.items()}
+    before = _metadata(empty_url)
+    assert before[1] == values
+
+    upgrade(empty_url)
+    assert _metadata(empty_url) == ("TEXT", values)
+    recorder = open_recorder(empty_url)
+    try:
+        assert {sid: recorder.get_session(sid).metadata for sid in OLD_METADATA} == values
+    finally:
+        recorder.close()
+
+    command.downgrade(alembic_config(empty_url), "0005")
+    assert _metadata(empty_url) == before  # the previous shape (JSONB on PostgreSQL), same values
+    upgrade(empty_url)
+    assert _metadata(empty_url) == ("TEXT", values)

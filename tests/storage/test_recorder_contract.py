@@ -75,6 +75,8 @@ class RecorderContract:
     recorder: EventRecorder
     data_type_sql: str
     """The backend's SQL for an event's stored column type and text (one parameter: the session)."""
+    metadata_type_sql: str
+    """The backend's SQL for a session's metadata column type and text (one parameter: the session)."""
 
     @pytest.fixture
     def sid(self) -> str:
@@ -97,6 +99,18 @@ class RecorderContract:
         with pytest.raises(NotFound) as missing:
             self.recorder.get_session(sid + "-none")
         assert missing.value.reason == "SESSION_NOT_FOUND"
+
+    def test_session_metadata_is_stored_and_read_as_its_exact_text(self, sid: str) -> None:
+        text = '{"z":-0.0,"a":1e308,"one":1.0,"h":1E+2,"big":123456789012345678901234567890,"u":"é😀\\u00e9" }'
+        self.recorder.create_session(session(sid, metadata=jsonvalue.loads(text), metadata_text=text))
+        self.recorder.create_session(session(f"{sid}-plain", parent_id=sid, metadata={"k": 1.0}))
+        read = self.recorder.get_session(sid)
+        assert (read.metadata_text, read.metadata) == (text, jsonvalue.loads(text))
+        listed = self.recorder.list_sessions("ns", 10, parent_id=sid)
+        assert [(s.metadata_text, s.metadata) for s in listed] == [('{"k":1.0}', {"k": 1.0})]  # serialised once
+        with self.recorder.read_engine.connect() as conn:
+            kind, stored = conn.exec_driver_sql(self.metadata_type_sql, (sid,)).one()
+        assert (kind, stored) == ("text", text)
 
     def test_sessions_list_in_pages_per_namespace_and_parent(self, sid: str) -> None:
         namespace = f"ns-{sid}"
@@ -334,6 +348,7 @@ class RecorderContract:
 
 class TestSQLiteRecorder(RecorderContract):
     data_type_sql = "SELECT typeof(data), data FROM events WHERE session_id = ?"
+    metadata_type_sql = "SELECT typeof(metadata), metadata FROM sessions WHERE id = ?"
 
     @pytest.fixture(autouse=True, scope="class")
     @classmethod
@@ -347,6 +362,7 @@ class TestSQLiteRecorder(RecorderContract):
 
 class TestPostgresRecorder(RecorderContract):
     data_type_sql = "SELECT pg_typeof(data)::text, data FROM events WHERE session_id = %s"
+    metadata_type_sql = "SELECT pg_typeof(metadata)::text, metadata FROM sessions WHERE id = %s"
 
     @pytest.fixture(autouse=True, scope="class")
     @classmethod

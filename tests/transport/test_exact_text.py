@@ -61,3 +61,42 @@ def test_stored_json_text_comes_back_byte_for_byte(fresh_db: str, sid: str) -> N
             assert _read_raw(client, sid) == TEXTS
     finally:
         again.stop(grace=0.5)
+
+
+#: Session metadata as a client sent it: number spellings JSONB rewrites (-0.0 became 0.0 and
+#: 1e308 a 309-digit integer on PostgreSQL), an integer past 64 bits, key order, escapes, raw
+#: UTF-8 and whitespace.
+METADATA = (
+    '{"zeta":-0.0,"alpha":1e308,"one":1.0,"hundred":1E+2,"big":123456789012345678901234567890,'
+    '"text":"caf\\u00e9 é 😀 \\u2028", "spaced" : [ 1 , 2 ] }'
+).encode()
+
+
+def _metadata_seen(client: SessionLogClient, sid: str) -> list[bytes]:
+    """The session's metadata text as GetSession and ListSessions (its fork's listing) return it."""
+    got = client.stub.GetSession(pb.GetSessionRequest(session_id=sid)).session.metadata_json
+    listed = client.stub.ListSessions(pb.ListSessionsRequest(parent_session_id=sid)).sessions
+    return [got, *(session.metadata_json for session in listed)]
+
+
+def test_session_metadata_comes_back_byte_for_byte(fresh_db: str, sid: str) -> None:
+    server = ServerThread(fresh_db, lease_ttl_ms=5_000)
+    try:
+        with SessionLogClient(server.target) as client:
+            created = client.stub.CreateSession(pb.CreateSessionRequest(session_id=sid, metadata_json=METADATA))
+            assert created.session.metadata_json == METADATA
+            _append_raw(client, sid)
+            fork = client.stub.ForkSession(pb.ForkSessionRequest(session_id=sid, at_seq=0, new_session_id=f"{sid}-f"))
+            assert fork.session.metadata_json == METADATA  # a fork carries its source's text
+            assert _metadata_seen(client, sid) == [METADATA, METADATA]
+            empty = client.stub.CreateSession(pb.CreateSessionRequest(session_id=f"{sid}-e"))
+            assert empty.session.metadata_json == b""  # "empty means {}", as before
+    finally:
+        server.stop(grace=0.5)
+    again = ServerThread(fresh_db, lease_ttl_ms=5_000)
+    try:
+        with SessionLogClient(again.target) as client:
+            assert _metadata_seen(client, sid) == [METADATA, METADATA]
+            assert client.stub.GetSession(pb.GetSessionRequest(session_id=f"{sid}-e")).session.metadata_json == b""
+    finally:
+        again.stop(grace=0.5)

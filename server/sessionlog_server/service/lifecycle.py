@@ -170,6 +170,7 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
         create_time=now_ms(),
         cwd=source.cwd,
         metadata=source.metadata,
+        metadata_text=source.metadata_text,
         parent_id=source.id,
         fork_seq=at_seq,
         next_seq=at_seq + 1 + len(events),

@@ -32,12 +32,19 @@ class SessionDirectory:
     _: KW_ONLY
     max_sessions_per_namespace: int
 
-    async def create_session(self, session_id: str | None, cwd: str | None, metadata: dict[str, Any]) -> SessionRecord:
-        """Create an empty session in the caller's namespace (id generated when not given)."""
+    async def create_session(
+        self, session_id: str | None, cwd: str | None, metadata: dict[str, Any], metadata_text: str | None = None
+    ) -> SessionRecord:
+        """Create an empty session in the caller's namespace (id generated when not given).
+
+        `metadata_text` is the metadata's JSON text as the client sent it (already parsed into
+        `metadata`): stored and served byte for byte. Without it, `metadata` is serialised."""
         access.require_write("CreateSession")
         namespace = access.current().namespace
         sid = access.session_key(session_id or str(uuid.uuid4()), self.limits)
-        validate.check_session_fields(cwd, len(jsonvalue.dumps_bytes(metadata)), self.limits)
+        if metadata_text is None:
+            metadata_text = jsonvalue.dumps(metadata)
+        validate.check_session_fields(cwd, len(metadata_text.encode("utf-8")), self.limits)
         validate.check_session_text(cwd, metadata)
         await self.check_session_quota(namespace)
         record = SessionRecord(
@@ -46,6 +53,7 @@ class SessionDirectory:
             create_time=now_ms(),
             cwd=cwd,
             metadata=metadata,
+            metadata_text=metadata_text,
             parent_id=None,
             fork_seq=None,
             next_seq=0,

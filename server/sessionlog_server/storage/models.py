@@ -7,8 +7,8 @@ start-up finds the sessions to repair without scanning events (SPEC §8). `event
 `blobs` holds large payload strings once, content-addressed. `fold_snapshots` caches a
 session's folded state at some seqs (never the truth: it can be dropped at any time).
 
-An event's `data` is stored as the exact JSON text that was accepted (SPEC §12): JSONB would
-reorder keys and renormalise numbers, so the payload is TEXT on every backend.
+An event's `data` and a session's `metadata` are stored as the exact JSON text that was accepted
+(SPEC §12): JSONB would reorder keys and renormalise numbers, so they are TEXT on every backend.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ class SessionRow(Base):
     namespace: Mapped[str] = mapped_column(String(128), default="default", server_default="default")
     create_time: Mapped[int] = mapped_column(BigInteger)
     cwd: Mapped[str | None] = mapped_column(Text)
-    session_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JsonPayload)
+    session_metadata: Mapped[str] = mapped_column("metadata", Text)
+    """The metadata object's JSON text, byte for byte as CreateSession accepted it."""
     parent_id: Mapped[str | None] = mapped_column(String(128), ForeignKey("sessions.id"))
     fork_seq: Mapped[int | None] = mapped_column(BigInteger)
     next_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")

@@ -128,7 +128,7 @@ class EventRecorder(ABC):
                     "namespace": record.namespace,
                     "create_time": record.create_time,
                     "cwd": record.cwd,
-                    "metadata": record.metadata,
+                    "metadata": record.stored_metadata,
                     "parent_id": record.parent_id,
                     "fork_seq": record.fork_seq,
                     "next_seq": record.next_seq,

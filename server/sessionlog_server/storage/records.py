@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from sessionlog.core import jsonvalue
 from sessionlog.core.errors import Unavailable
 from sessionlog.core.events import Event
 
@@ -18,6 +19,7 @@ class SessionRecord:
     create_time: int
     cwd: str | None
     metadata: dict[str, Any]
+    """The metadata object (parsed from `metadata_text` when read)."""
     parent_id: str | None
     fork_seq: int | None
     next_seq: int
@@ -30,6 +32,15 @@ class SessionRecord:
     """Hex sha256 of the current lease's token (never the token, never sent to a client)."""
     lease_since_seq: int | None = None
     """The next seq when the current lease's token was issued (None: granted before it was kept)."""
+    metadata_text: str | None = field(default=None, compare=False, repr=False)
+    """The exact JSON text of `metadata` as it was accepted and stored, when known: it is what
+    is stored and what is served, byte for byte (SPEC §12); without it `metadata` is serialised
+    once, when stored. A read always sets it."""
+
+    @property
+    def stored_metadata(self) -> str:
+        """The metadata's JSON text as stored: the accepted text, else `metadata` serialised."""
+        return self.metadata_text if self.metadata_text is not None else jsonvalue.dumps(self.metadata)
 
     def lease_live(self, now: int) -> bool:
         """True while a writer holds an unexpired lease."""

@@ -62,13 +62,15 @@ EVENT_COLUMNS = (
 
 
 def session_record(row: Any) -> SessionRecord:
-    """A `sessions` row as a SessionRecord."""
+    """A `sessions` row as a SessionRecord, its metadata parsed from the exact text stored."""
+    metadata_text = row["metadata"]
     return SessionRecord(
         id=row["id"],
         namespace=row["namespace"],
         create_time=row["create_time"],
         cwd=row["cwd"],
-        metadata=row["metadata"] or {},
+        metadata=jsonvalue.loads(metadata_text, what=f"stored metadata of session {row['id']}"),
+        metadata_text=metadata_text,
         parent_id=row["parent_id"],
         fork_seq=row["fork_seq"],
         next_seq=row["next_seq"],

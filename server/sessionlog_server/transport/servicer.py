@@ -39,7 +39,7 @@ def session_to_pb(record: SessionRecord, now: int | None = None) -> session_pb2.
         id=access.public_id(record.id),
         create_time_unix_ms=record.create_time,
         cwd=record.cwd or "",
-        metadata_json=jsonvalue.dumps_bytes(record.metadata) if record.metadata else b"",
+        metadata_json=record.stored_metadata.encode("utf-8") if record.metadata else b"",
         next_seq=record.next_seq,
         open_turn=record.open_turn,
     )
@@ -137,7 +137,10 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     ) -> pb.CreateSessionResponse:
         validate.check_session_fields(request.cwd, len(request.metadata_json), self.service.limits)
         metadata = convert.data_from_bytes(request.metadata_json, what="metadata")
-        record = await self.service.sessions.create_session(request.session_id or None, request.cwd or None, metadata)
+        text = request.metadata_json.decode("utf-8") if request.metadata_json else None  # parsed: valid UTF-8
+        record = await self.service.sessions.create_session(
+            request.session_id or None, request.cwd or None, metadata, text
+        )
         return pb.CreateSessionResponse(session=session_to_pb(record))
 
     @status.unary

@@ -95,7 +95,8 @@ class Settings:
     """OTLP/HTTP traces URL (e.g. `http://collector:4318/v1/traces`): every session's spans are sent
     there as its turns end (the `otlp` extra); empty: off."""
     metrics_listen: str = "127.0.0.1:9464"
-    """`HOST:PORT` of the HTTP listener: `/metrics` and the session page `/sessions/ID`; empty disables it."""
+    """`HOST:PORT` of the HTTP listener: `/metrics` and the session page `/sessions/ID` (port 0 picks
+    a free one; the `serving` log line names the address bound); empty disables it."""
     max_message_bytes: int = 256 * 1024 * 1024
     """Largest gRPC message the server accepts or sends."""
     read_page_bytes: int = 4 * 1024 * 1024

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 from sessionlog_server.tokens import hash_token
@@ -127,3 +128,18 @@ def test_the_serving_line_names_no_metrics_address_it_could_not_take(tmp_path: P
             assert serving and serving[0]["metrics"] is None
         finally:
             server.kill()
+
+
+def test_the_serving_line_names_the_metrics_port_it_bound(tmp_path: Path) -> None:
+    # With port 0 it said "127.0.0.1:0", and nothing told the operator where the listener was.
+    from tests.support.servers import ServerProcess
+
+    server = ServerProcess(f"sqlite:///{tmp_path / 'm0.db'}", env={"SESSIONLOG_METRICS_LISTEN": "127.0.0.1:0"}).start()
+    try:
+        serving = [json.loads(line) for line in server.log if line.startswith("{") and '"serving"' in line]
+        host, _, port = serving[0]["metrics"].rpartition(":")
+        assert host == "127.0.0.1" and int(port) > 0, serving[0]
+        with urllib.request.urlopen(f"http://{serving[0]['metrics']}/metrics", timeout=10) as response:
+            assert response.status == 200 and b"sessionlog_" in response.read()
+    finally:
+        server.kill()

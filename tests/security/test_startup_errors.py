@@ -61,6 +61,8 @@ def test_configuration_errors_are_one_line(tmp_path: Path) -> None:
     _one_line(_run("serve", "--db", db, "--listen", "localhost"), "--listen", "'localhost'", "HOST:PORT")
     _one_line(_run("serve", "--db", db, "--listen", "127.0.0.1:65536"), "'127.0.0.1:65536'", "HOST:PORT")
     _one_line(_run("serve", "--db", db, env={"SESSIONLOG_METRICS_LISTEN": "9464"}), "SESSIONLOG_METRICS_LISTEN")
+    otlp = {"SESSIONLOG_OTLP_ENDPOINT": "notaurl"}
+    _one_line(_run("serve", "--db", db, "--listen", "127.0.0.1:0", env=otlp), "SESSIONLOG_OTLP_ENDPOINT", "'notaurl'")
     assert not (tmp_path / "x.db").exists()
     _one_line(_run("--ca-file", str(tmp_path / "missing-ca.pem"), "sessions"), "missing-ca.pem")
     _one_line(_run("db", "upgrade", "--db", "postgresql://nobody@127.0.0.1:1/none"), "SESSIONLOG_DB")
@@ -143,3 +145,21 @@ def test_the_serving_line_names_the_metrics_port_it_bound(tmp_path: Path) -> Non
             assert response.status == 200 and b"sessionlog_" in response.read()
     finally:
         server.kill()
+
+
+def test_the_serving_line_says_where_otlp_traces_go(tmp_path: Path) -> None:
+    """Named with its password masked, as the database URL is; null when the export is off."""
+    from tests.support.servers import ServerProcess, free_port
+
+    endpoint = f"http://otel:s3cr3t-pw@127.0.0.1:{free_port()}/v1/traces"
+    for env, expected in (
+        ({"SESSIONLOG_OTLP_ENDPOINT": endpoint}, endpoint.replace(":s3cr3t-pw@", ":***@")),
+        ({}, None),
+    ):
+        server = ServerProcess(f"sqlite:///{tmp_path / 'otlp.db'}", env=env).start()
+        try:
+            serving = [json.loads(line) for line in server.log if line.startswith("{") and '"serving"' in line]
+            assert serving[0]["otlp"] == expected, serving[0]
+            assert "s3cr3t-pw" not in "\n".join(server.log)
+        finally:
+            server.kill()

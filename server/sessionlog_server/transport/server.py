@@ -6,6 +6,7 @@ import asyncio
 import gc
 import signal
 from dataclasses import dataclass, replace
+from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 import structlog
@@ -149,6 +150,7 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
         # Only where this server answers (a busy port serves another server's pages and
         # metrics), and the port it bound (port 0 picks a free one).
         metrics=metrics,
+        otlp=_redact_endpoint(settings.otlp_endpoint) if otlp is not None else None,
         event_loop=loop_name(asyncio.get_running_loop()),
         gc_thresholds=list(gc.get_threshold()),
     )
@@ -174,3 +176,12 @@ def _redact(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
+
+
+def _redact_endpoint(url: str) -> str:
+    """An HTTP URL as the log shows it: a password in it masked, as `_redact` masks the database's."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))

@@ -69,3 +69,12 @@ def test_a_bad_sqlite_mode_or_log_level_names_its_variable() -> None:
         Settings.from_env({"SESSIONLOG_LOG_LEVEL": "loud"})
     settings = Settings.from_env({"SESSIONLOG_SQLITE_SYNCHRONOUS": "normal", "SESSIONLOG_LOG_LEVEL": "WARNING"})
     assert settings.sqlite_synchronous == "normal" and settings.log_level == "WARNING"
+
+
+def test_an_otlp_endpoint_that_is_not_an_http_url_names_its_variable() -> None:
+    # `notaurl` was accepted: the service started, and every export failed later, in a thread.
+    for value in ("notaurl", "collector:4318", "ftp://collector/v1/traces", "http://", "http://collector:99999/"):
+        with pytest.raises(ValueError, match=f"SESSIONLOG_OTLP_ENDPOINT='{value}' is not an http"):
+            Settings.from_env({"SESSIONLOG_OTLP_ENDPOINT": value})
+    for value in ("http://collector:4318/v1/traces", "HTTPS://otel.example.com/v1/traces", ""):
+        assert Settings.from_env({"SESSIONLOG_OTLP_ENDPOINT": value}).otlp_endpoint == value

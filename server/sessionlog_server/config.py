@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 from typing import Any
+from urllib.parse import urlsplit
 
 from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 from sessionlog_server.logging import LEVELS
@@ -92,10 +93,11 @@ class Settings:
     tls_key_file: str = ""
     """PEM private key of `tls_cert_file`."""
     otlp_endpoint: str = ""
-    """OTLP/HTTP traces URL (e.g. `http://collector:4318/v1/traces`): every session's spans are sent
-    there as its turns end (the `otlp` extra); empty: off."""
+    """OTLP/HTTP traces URL (e.g. `http://collector:4318/v1/traces`; `http://` or `https://` with a
+    host): every session's spans are sent there as its turns end (the `otlp` extra); empty: off."""
     metrics_listen: str = "127.0.0.1:9464"
-    """`HOST:PORT` of the HTTP listener: `/metrics` and the session page `/sessions/ID`; empty disables it."""
+    """`HOST:PORT` of the HTTP listener: `/metrics` and the session page `/sessions/ID` (port 0 picks
+    a free one; the `serving` log line names the address bound); empty disables it."""
     max_message_bytes: int = 256 * 1024 * 1024
     """Largest gRPC message the server accepts or sends."""
     read_page_bytes: int = 4 * 1024 * 1024
@@ -138,6 +140,8 @@ class Settings:
         split_listen(self.listen, "SESSIONLOG_LISTEN (--listen)")
         if self.metrics_listen:
             split_listen(self.metrics_listen, "SESSIONLOG_METRICS_LISTEN")
+        if self.otlp_endpoint:
+            _http_url("otlp_endpoint", self.otlp_endpoint)
         _one_of("sqlite_synchronous", self.sqlite_synchronous, SYNCHRONOUS_MODES)
         _one_of("log_level", self.log_level, LEVELS)
         for item in fields(self):
@@ -177,6 +181,21 @@ def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
     """A word setting must be one of `allowed`, in any case."""
     if value.lower() not in {word.lower() for word in allowed}:
         raise ValueError(f"{ENV_PREFIX}{name.upper()}={value!r} is not one of {', '.join(allowed)}")
+
+
+def _http_url(name: str, value: str) -> None:
+    """A URL setting must be `http://` or `https://` with a host (and a port, if any, from 0 to
+    65535): anything else would be accepted by the exporter and fail on every export, later."""
+    try:
+        parts = urlsplit(value)
+        valid = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number up to 65535
+    except ValueError:
+        valid = False
+    if not valid:
+        raise ValueError(
+            f"{ENV_PREFIX}{name.upper()}={value!r} is not an http(s) URL (e.g. http://collector:4318/v1/traces)"
+        )
 
 
 def _parse(kind: Any, raw: str, name: str) -> Any:

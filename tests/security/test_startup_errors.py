@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 from sessionlog_server.tokens import hash_token
@@ -60,6 +61,8 @@ def test_configuration_errors_are_one_line(tmp_path: Path) -> None:
     _one_line(_run("serve", "--db", db, "--listen", "localhost"), "--listen", "'localhost'", "HOST:PORT")
     _one_line(_run("serve", "--db", db, "--listen", "127.0.0.1:65536"), "'127.0.0.1:65536'", "HOST:PORT")
     _one_line(_run("serve", "--db", db, env={"SESSIONLOG_METRICS_LISTEN": "9464"}), "SESSIONLOG_METRICS_LISTEN")
+    otlp = {"SESSIONLOG_OTLP_ENDPOINT": "notaurl"}
+    _one_line(_run("serve", "--db", db, "--listen", "127.0.0.1:0", env=otlp), "SESSIONLOG_OTLP_ENDPOINT", "'notaurl'")
     assert not (tmp_path / "x.db").exists()
     _one_line(_run("--ca-file", str(tmp_path / "missing-ca.pem"), "sessions"), "missing-ca.pem")
     _one_line(_run("db", "upgrade", "--db", "postgresql://nobody@127.0.0.1:1/none"), "SESSIONLOG_DB")
@@ -105,6 +108,31 @@ def test_serving_an_unmigrated_database_without_migrating_refuses_to_start(tmp_p
     assert upgraded.returncode == 0, upgraded.stderr
 
 
+def test_an_unmigrated_postgresql_database_is_named_by_the_url_the_operator_passed() -> None:
+    """Not the URL rewritten for the driver (`postgresql+psycopg://`), which the operator never
+    wrote; the password masked, as before."""
+    import uuid
+
+    import psycopg
+
+    from tests.conftest import PG_ADMIN_URL
+
+    name = f"sessionlog_unmigrated_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        host = PG_ADMIN_URL.split("@", 1)[1].rsplit("/", 1)[0]
+        for scheme in ("postgresql", "postgres"):
+            url = f"{scheme}://postgres:pw-7d1e@{host}/{name}"
+            for workers in ("1", "2"):
+                result = _run("serve", "--db", url, "--listen", "127.0.0.1:0", "--no-migrate", "--workers", workers)
+                _one_line(result, f"the database {scheme}://postgres:***@{host}/{name} is at", "never migrated")
+                assert "+psycopg" not in result.stderr and "pw-7d1e" not in result.stderr, result.stderr
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def test_a_negative_worker_count_refuses_to_start(tmp_path: Path) -> None:
     result = _run("serve", "--db", f"sqlite:///{tmp_path / 'x.db'}", "--listen", "127.0.0.1:0", "--workers", "-1")
     _one_line(result, "SESSIONLOG_WORKERS=-1 must be at least 0")
@@ -125,5 +153,38 @@ def test_the_serving_line_names_no_metrics_address_it_could_not_take(tmp_path: P
             serving = [line for line in lines if line.get("event") == "serving"]
             assert warned and warned[0]["listen"] == busy
             assert serving and serving[0]["metrics"] is None
+        finally:
+            server.kill()
+
+
+def test_the_serving_line_names_the_metrics_port_it_bound(tmp_path: Path) -> None:
+    # With port 0 it said "127.0.0.1:0", and nothing told the operator where the listener was.
+    from tests.support.servers import ServerProcess
+
+    server = ServerProcess(f"sqlite:///{tmp_path / 'm0.db'}", env={"SESSIONLOG_METRICS_LISTEN": "127.0.0.1:0"}).start()
+    try:
+        serving = [json.loads(line) for line in server.log if line.startswith("{") and '"serving"' in line]
+        host, _, port = serving[0]["metrics"].rpartition(":")
+        assert host == "127.0.0.1" and int(port) > 0, serving[0]
+        with urllib.request.urlopen(f"http://{serving[0]['metrics']}/metrics", timeout=10) as response:
+            assert response.status == 200 and b"sessionlog_" in response.read()
+    finally:
+        server.kill()
+
+
+def test_the_serving_line_says_where_otlp_traces_go(tmp_path: Path) -> None:
+    """Named with its password masked, as the database URL is; null when the export is off."""
+    from tests.support.servers import ServerProcess, free_port
+
+    endpoint = f"http://otel:s3cr3t-pw@127.0.0.1:{free_port()}/v1/traces"
+    for env, expected in (
+        ({"SESSIONLOG_OTLP_ENDPOINT": endpoint}, endpoint.replace(":s3cr3t-pw@", ":***@")),
+        ({}, None),
+    ):
+        server = ServerProcess(f"sqlite:///{tmp_path / 'otlp.db'}", env=env).start()
+        try:
+            serving = [json.loads(line) for line in server.log if line.startswith("{") and '"serving"' in line]
+            assert serving[0]["otlp"] == expected, serving[0]
+            assert "s3cr3t-pw" not in "\n".join(server.log)
         finally:
             server.kill()

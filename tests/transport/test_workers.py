@@ -9,9 +9,12 @@ parent: the workers leave, and a new service starts on the same port.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 from bench.procs import worker_pids
 from sessionlog.client import SessionLogClient
@@ -41,6 +44,29 @@ def test_each_worker_has_its_own_metrics_port_on_the_same_host() -> None:
     assert metrics("127.0.0.1:0", 1) == "127.0.0.1:0"  # each picks a free port
     assert metrics("", 1) == ""  # disabled in every worker
     assert worker_settings(Settings(db="sqlite://"), 1).repair_on_start is False
+
+
+def test_with_metrics_port_0_each_worker_names_the_port_it_bound(tmp_path: Path) -> None:
+    """Each worker picks a free port of its own; its `serving` line names it (it said
+    "127.0.0.1:0" in every worker, so nobody could find the listeners)."""
+    env = {"SESSIONLOG_WORKERS": "2", "SESSIONLOG_METRICS_LISTEN": "127.0.0.1:0"}
+    server = ServerProcess(f"sqlite:///{tmp_path / 'metrics.db'}", env=env).start()
+    try:
+
+        def serving() -> list[dict[str, Any]]:
+            return [json.loads(line) for line in list(server.log) if line.startswith("{") and '"serving"' in line]
+
+        lines = eventually(serving, lambda found: len(found) == 2)
+        assert sorted(line["worker"] for line in lines) == [0, 1]
+        addresses = {line["metrics"] for line in lines}
+        assert len(addresses) == 2, lines
+        for address in addresses:
+            host, _, port = address.rpartition(":")
+            assert host == "127.0.0.1" and int(port) > 0, lines
+            with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+                assert response.status == 200
+    finally:
+        server.terminate()
 
 
 def test_by_default_one_worker_per_core(tmp_path: Path) -> None:

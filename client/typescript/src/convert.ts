@@ -83,6 +83,11 @@ export function newEventToPb(event: NewEvent, index = 0): PbNewEvent {
   if (event.eventId !== undefined && (typeof event.eventId !== "string" || event.eventId === "")) {
     throw invalid("BAD_EVENT_ID", "eventId", "must be a non-empty string (leave it out to get one)", at(index));
   }
+  // PostgreSQL's text columns cannot store a NUL, so the service refuses it on every database
+  // (as the Python client does, before sending).
+  if (event.eventId?.includes("\u0000")) {
+    throw invalid("BAD_EVENT_ID", "eventId", "must not contain a NUL character", at(index));
+  }
   if (event.ignorable !== undefined && typeof event.ignorable !== "boolean") throw invalid("BAD_IGNORABLE", "ignorable", "must be a boolean", at(index));
   return create(NewEventSchema, {
     type: event.type,

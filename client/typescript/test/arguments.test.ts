@@ -74,6 +74,8 @@ describe(`arguments on ${backend}`, () => {
     try {
       await assert.rejects(nowhere.getSession(id), Unavailable, "the address really is dead");
       for (const [what, field, call] of badCalls(nowhere, id)) await assertRefusedAtOnce(call, field, "BAD_SEQ", what);
+      // The service refuses a NUL in an eventId too (PostgreSQL cannot store it); the client does first.
+      await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "a\u0000b" }]), "eventId", "BAD_EVENT_ID", "append eventId with a NUL");
     } finally {
       nowhere.close();
     }
@@ -95,6 +97,7 @@ describe(`arguments on ${backend}`, () => {
       ["sourceEventSeqs [-1]", "BAD_SOURCE_EVENT_SEQS", "sourceEventSeqs[0]", () => writer.append([{ ...note(1), sourceEventSeqs: [-1] }])],
       ["a numeric eventId", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: 7 as never }])],
       ["an empty eventId (it would travel as none)", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "" }])],
+      ["an eventId holding a NUL (refused by the service on every database)", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "a\u0000b" }])],
       ["expectedNextSeq 0.5", "BAD_SEQ", "expectedNextSeq", () => writer.append([note(1)], { expectedNextSeq: 0.5 })],
       ["a header with Infinity", "NON_FINITE_NUMBER", "header", () => writer.reportHeader({ config: { temperature: Number.POSITIVE_INFINITY } })],
     ];
@@ -110,6 +113,10 @@ describe(`arguments on ${backend}`, () => {
     }
     await assert.rejects(env.client.append(ANY_LEASE, [note(0), note(Number.NaN)]), (e: unknown) => e instanceof ValidationError && e.metadata.event_index === "1");
     await assert.rejects(env.client.append(ANY_LEASE, [note(0), { ...note(1), eventId: "" }]), (e: unknown) => e instanceof ValidationError && e.reason === "BAD_EVENT_ID");
+    await assert.rejects(
+      env.client.append(ANY_LEASE, [note(0), { ...note(1), eventId: "\u0000" }]),
+      (e: unknown) => e instanceof ValidationError && e.reason === "BAD_EVENT_ID" && e.metadata.event_index === "1",
+    );
     assert.deepEqual((await writer.append([note(1)])).seqs, [0], "the writer still works: nothing bad was sent");
     await writer.close();
   });

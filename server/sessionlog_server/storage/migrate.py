@@ -88,8 +88,10 @@ def check_at_head(url: str) -> None:
             engine.dispose()
     if current != head:
         found = "does not exist" if missing else f"is at schema revision {current or 'none (never migrated)'}"
+        # The URL as the operator wrote it (`parsed` names the driver it was rewritten for).
+        shown = make_url(url).render_as_string(hide_password=True)
         raise ValueError(
-            f"the database {parsed.render_as_string(hide_password=True)} {found}; this server needs "
+            f"the database {shown} {found}; this server needs "
             f"schema revision {head}: run `sessionlog db upgrade` with the same --db, or serve without --no-migrate"
         )
 

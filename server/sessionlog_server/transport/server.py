@@ -6,6 +6,7 @@ import asyncio
 import gc
 import signal
 from dataclasses import dataclass, replace
+from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 import structlog
@@ -19,7 +20,7 @@ from sessionlog_server.service.otlp_live import LiveOtlpExport, start_live_expor
 from sessionlog_server.storage.factory import open_recorder
 from sessionlog_server.storage.migrate import prepare
 from sessionlog_server.tokens import TokenStore
-from sessionlog_server.transport.address import check_address_free
+from sessionlog_server.transport.address import check_address_free, join_listen, split_listen
 from sessionlog_server.transport.admin_http import AdminHttp
 from sessionlog_server.transport.auth import AuthInterceptor
 from sessionlog_server.transport.collector import tune_collector
@@ -127,11 +128,14 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
     await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     admin: AdminHttp | None = None
+    metrics: str | None = None
     if settings.metrics_listen:
         admin = AdminHttp(service, tokens, asyncio.get_running_loop(), service.metrics.registry)
         try:
             tls = (settings.tls_cert_file, settings.tls_key_file) if credentials is not None else None
-            admin.start(settings.metrics_listen, tls)
+            bound = admin.start(settings.metrics_listen, tls)
+            # The port bound, not the one asked for: with port 0 that is the only way to find it.
+            metrics = join_listen(split_listen(settings.metrics_listen)[0], bound)
         except OSError as exc:
             admin = None
             log.warning("metrics endpoint not started", listen=settings.metrics_listen, error=str(exc))
@@ -143,8 +147,10 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
         tls=credentials is not None,
         auth="bearer tokens" if tokens.enabled else "none: no tokens configured, so listening on loopback only",
         namespaces=sorted({p.namespace for p in tokens.principals.values()}),
-        # Only where this server answers: a busy port serves another server's pages and metrics.
-        metrics=settings.metrics_listen if admin is not None else None,
+        # Only where this server answers (a busy port serves another server's pages and
+        # metrics), and the port it bound (port 0 picks a free one).
+        metrics=metrics,
+        otlp=_redact_endpoint(settings.otlp_endpoint) if otlp is not None else None,
         event_loop=loop_name(asyncio.get_running_loop()),
         gc_thresholds=list(gc.get_threshold()),
     )
@@ -170,3 +176,12 @@ def _redact(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
+
+
+def _redact_endpoint(url: str) -> str:
+    """An HTTP URL as the log shows it: a password in it masked, as `_redact` masks the database's."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))

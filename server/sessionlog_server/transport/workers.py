@@ -17,7 +17,8 @@ The parent checks the address is free, runs the migrations once, starts the work
 SIGTERM/SIGINT to them, and restarts a worker that dies (it is fenced like any crashed
 process: its leases lapse and are repaired). Each worker exits when its parent is gone, so a
 kill -9 of the whole service leaves no orphan holding the port. Worker i serves metrics on the
-configured metrics port + i; only worker 0 runs the start-up repair.
+configured metrics port + i (port 0: each picks a free one, which its `serving` line names); only
+worker 0 runs the start-up repair.
 """
 
 from __future__ import annotations

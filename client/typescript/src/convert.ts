@@ -70,6 +70,9 @@ export function surfaceOpFromPb(op: PbSurfaceOp | undefined): SurfaceOp | undefi
   return undefined;
 }
 
+/** The longest eventId the service takes, in characters (its `max_id_chars`). */
+export const MAX_ID_CHARS = 128;
+
 /**
  * A proposed event as the wire takes it. A field the wire cannot carry is a ValidationError
  * with the reason the service gives for it (naming `event_index`, the event's place in its
@@ -82,6 +85,10 @@ export function newEventToPb(event: NewEvent, index = 0): PbNewEvent {
   // same event would be appended again: refused, as the Python client refuses it.
   if (event.eventId !== undefined && (typeof event.eventId !== "string" || event.eventId === "")) {
     throw invalid("BAD_EVENT_ID", "eventId", "must be a non-empty string (leave it out to get one)", at(index));
+  }
+  // The service's length rule counts characters (code points), as Python's len() does.
+  if (event.eventId !== undefined && [...event.eventId].length > MAX_ID_CHARS) {
+    throw invalid("BAD_EVENT_ID", "eventId", `must be 1 to ${MAX_ID_CHARS} characters`, at(index));
   }
   // PostgreSQL's text columns cannot store a NUL, so the service refuses it on every database
   // (as the Python client does, before sending).

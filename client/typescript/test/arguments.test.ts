@@ -76,6 +76,7 @@ describe(`arguments on ${backend}`, () => {
       for (const [what, field, call] of badCalls(nowhere, id)) await assertRefusedAtOnce(call, field, "BAD_SEQ", what);
       // The service refuses a NUL in an eventId too (PostgreSQL cannot store it); the client does first.
       await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "a\u0000b" }]), "eventId", "BAD_EVENT_ID", "append eventId with a NUL");
+      await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "x".repeat(129) }]), "eventId", "BAD_EVENT_ID", "append eventId of 129 characters");
     } finally {
       nowhere.close();
     }
@@ -98,6 +99,7 @@ describe(`arguments on ${backend}`, () => {
       ["a numeric eventId", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: 7 as never }])],
       ["an empty eventId (it would travel as none)", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "" }])],
       ["an eventId holding a NUL (refused by the service on every database)", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "a\u0000b" }])],
+      ["an eventId of 129 characters", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "é".repeat(129) }])],
       ["expectedNextSeq 0.5", "BAD_SEQ", "expectedNextSeq", () => writer.append([note(1)], { expectedNextSeq: 0.5 })],
       ["a header with Infinity", "NON_FINITE_NUMBER", "header", () => writer.reportHeader({ config: { temperature: Number.POSITIVE_INFINITY } })],
     ];
@@ -118,6 +120,8 @@ describe(`arguments on ${backend}`, () => {
       (e: unknown) => e instanceof ValidationError && e.reason === "BAD_EVENT_ID" && e.metadata.event_index === "1",
     );
     assert.deepEqual((await writer.append([note(1)])).seqs, [0], "the writer still works: nothing bad was sent");
+    // 128 characters, each two UTF-16 units: the service's limit counts characters, and takes it.
+    assert.deepEqual((await writer.append([{ ...note(2), eventId: "😀".repeat(128) }])).seqs, [1]);
     await writer.close();
   });
 

@@ -352,7 +352,8 @@ class AsyncWriter(base.WriterView):
         self, events: Iterable[EventLike], *, expected_next_seq: int | None = None
     ) -> asyncio.Future[AppendResult]:
         """Send a batch now (waiting only for an in-flight slot); the future resolves with its
-        seqs once it is durable."""
+        seqs once it is durable. Cancelling the future (or a `wait_for` on it timing out) stops
+        the wait, not the batch: it is sent all the same, and `flush` and `close` wait for it."""
         batch = with_event_ids(events)
         return await self._send(lambda future: self._core.add_batch(batch, expected_next_seq, future))
 
@@ -372,7 +373,9 @@ class AsyncWriter(base.WriterView):
             raise
         future.add_done_callback(lambda _: self._slots.release())
         self._post(request)
-        return future
+        # The writer keeps `future` (its slot, `flush`) until the batch's outcome is known; the
+        # caller's copy may be cancelled without cancelling that.
+        return asyncio.shield(future)
 
     async def flush(self) -> None:
         """Wait until every batch sent so far is durable (raises the first failure)."""

@@ -11,7 +11,7 @@ from sessionlog.core.errors import OwnershipLost, WriterHeld
 from sessionlog.core.events import Event
 from sessionlog.requests import CaughtUp
 from tests.support.events import note, system, user
-from tests.support.servers import ServerThread
+from tests.support.servers import ServerThread, hold_writer
 
 
 def test_async_client_end_to_end(server: ServerThread, sid: str) -> None:
@@ -48,5 +48,29 @@ def test_async_client_end_to_end(server: ServerThread, sid: str) -> None:
             await client.release_lease(newer)
             listed = [s.id async for s in client.list_sessions()]
             assert sid in listed
+
+    asyncio.run(scenario())
+
+
+def test_giving_up_waiting_for_a_batch_leaves_the_writer_whole(server: ServerThread, sid: str) -> None:
+    """A caller that stops waiting for a batch (its task cancelled, or `wait_for` timing out
+    cancels the future) stops the wait, not the batch: the writer still sends it and every batch
+    after it, flush and close wait for them all, and each commits once."""
+
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            writer = await client.writer(sid, create_if_missing=True)
+            gate = hold_writer(server)  # nothing commits until the gate opens
+            try:
+                first = await writer.append([note(1)])
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(first, 0.1)
+                later = [await writer.append([note(n)]) for n in (2, 3)]
+            finally:
+                gate.set()
+            await writer.flush()  # raised CancelledError: it awaited the future the caller cancelled
+            assert [(await f).seqs for f in later] == [[1], [2]]
+            await writer.close()
+            assert [e.data["n"] async for e in client.read_events(sid)] == [1, 2, 3]
 
     asyncio.run(scenario())

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -63,7 +64,10 @@ T = TypeVar("T")
 class AsyncSessionLogClient(base.ClientBase):
     """An asyncio connection to a sessionlog server."""
 
+    _closed = False
+
     def _open_channel(self, target: str, credentials: Any, token: str | None) -> tuple[Any, Any]:
+        self._writers: weakref.WeakSet[AsyncWriter] = weakref.WeakSet()  # to end when closing
         interceptors = aio_interceptors(token)
         channel = (
             grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors)
@@ -79,17 +83,39 @@ class AsyncSessionLogClient(base.ClientBase):
         await self.close()
 
     async def close(self) -> None:
+        """Close the channel. Writers still open are abandoned as by their `cancel()` (batches in
+        flight fail with an outcome unknown; the lease is left to lapse); subscriptions, reads
+        and calls under way, and any call made later, raise RuntimeError."""
+        self._closed = True
+        error = Unavailable("STREAM_ENDED", "the client was closed with the writer open")
+        for writer in list(self._writers):
+            writer._abandon(error)
         await self.channel.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the client is closed")
+
+    def _closed_under(self) -> None:
+        """grpc.aio ends the calls of a closed channel with CancelledError: unless this task is
+        being cancelled, that means `close()` ended the call under way."""
+        task = asyncio.current_task()
+        if self._closed and task is not None and not task.cancelling():
+            raise RuntimeError("the client is closed") from None
 
     async def _run(self, call: Call[T]) -> T:
         """Make a unary call, retrying an idempotent one while its outcome is unknown."""
         method = getattr(self.stub, call.method)
         policy = self.retry if call.idempotent else base.NO_RETRY
         for attempt in itertools.count(1):
+            self._check_open()
             try:
                 return call.read(await method(call.request, timeout=self.timeout))
             except grpc.RpcError as exc:
                 delay = policy.wait_after(from_rpc_error(exc), attempt)
+            except asyncio.CancelledError:
+                self._closed_under()
+                raise
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
@@ -160,9 +186,15 @@ class AsyncSessionLogClient(base.ClientBase):
         reconnect_attempts: int = RECONNECT.attempts,
     ) -> AsyncWriter:
         """Open a streaming writer; it holds the lease until closed (`resume` as in the sync client)."""
+        self._check_open()
         core = WriterCore(session_id, writer_id, create_if_missing)
         writer = AsyncWriter(self.stub, core, max_in_flight, replace(RECONNECT, attempts=reconnect_attempts))
-        await writer._connect(takeover, resume)
+        try:
+            await writer._connect(takeover, resume)
+        except asyncio.CancelledError:
+            self._closed_under()
+            raise
+        self._writers.add(writer)
         return writer
 
     async def lease_writer(
@@ -240,6 +272,7 @@ class AsyncSessionLogClient(base.ClientBase):
         transient failure goes on from the seq after the last event it delivered."""
         cursor = base.EventCursor(session_id, from_seq, to_seq, page_size)
         for attempt in itertools.count(1):
+            self._check_open()
             try:
                 async for response in self.stub.ReadEvents(cursor.request()):
                     for event in cursor.events(response):
@@ -247,6 +280,9 @@ class AsyncSessionLogClient(base.ClientBase):
                 return
             except grpc.RpcError as exc:
                 delay = self.retry.wait_after(from_rpc_error(exc), attempt)
+            except asyncio.CancelledError:
+                self._closed_under()
+                raise
             await asyncio.sleep(delay)
 
     async def subscribe(self, session_id: str, *, from_seq: int = 0) -> AsyncIterator[Event | CaughtUp]:
@@ -254,6 +290,7 @@ class AsyncSessionLogClient(base.ClientBase):
         a cut it resubscribes from the seq after the last delivered event."""
         cursor = SubscriptionCursor(session_id, from_seq)
         while True:
+            self._check_open()
             call = self.stub.SubscribeEvents(cursor.request())
             try:
                 async for response in call:
@@ -264,6 +301,9 @@ class AsyncSessionLogClient(base.ClientBase):
                 if exc.code() == grpc.StatusCode.CANCELLED:
                     return
                 error = from_rpc_error(exc)
+            except asyncio.CancelledError:
+                self._closed_under()
+                raise
             finally:
                 call.cancel()
             delay = cursor.resume_delay(error)
@@ -408,12 +448,17 @@ class AsyncWriter(base.WriterView):
     def cancel(self) -> None:
         """Abandon the stream at once, without flushing: pending batches fail (their outcome is
         unknown; a new writer re-sending them with the same eventIds appends nothing twice)."""
+        self._abandon(Unavailable("STREAM_ENDED", "the writer was cancelled"))
+
+    def _abandon(self, error: SessionLogError) -> None:
+        """`cancel`, failing what is pending with `error` (nothing, for a writer already closed)."""
+        if self._core.closed and not self._core.pending:
+            return
         self._core.closed = True
         for task in (self._sender, self._recovery):
             if task is not None:
                 task.cancel()
         self._call.cancel()
-        error = Unavailable("STREAM_ENDED", "the writer was cancelled")
         for pending in self._core.fail(error):
             reject(pending, error)
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from sessionlog.aio import AsyncSessionLogClient
-from sessionlog.core.errors import OwnershipLost, WriterHeld
+from sessionlog.core.errors import OwnershipLost, Unavailable, WriterHeld
 from sessionlog.core.events import Event
 from sessionlog.requests import CaughtUp
 from tests.support.events import note, system, user
@@ -72,5 +72,47 @@ def test_giving_up_waiting_for_a_batch_leaves_the_writer_whole(server: ServerThr
             assert [(await f).seqs for f in later] == [[1], [2]]
             await writer.close()
             assert [e.data["n"] async for e in client.read_events(sid)] == [1, 2, 3]
+
+    asyncio.run(scenario())
+
+
+def test_closing_the_client_ends_its_writers_and_subscriptions(server: ServerThread, sid: str) -> None:
+    """`client.close()` with a writer (a batch in flight) and a subscription open: the batch fails
+    (its outcome unknown), the writer takes nothing more and closes quietly, the subscription
+    and later calls raise that the client is closed, and no task is left behind."""
+
+    async def scenario() -> None:
+        client = AsyncSessionLogClient(server.target)
+        writer = await client.writer(sid, create_if_missing=True)
+        await (await writer.append([note(0)]))
+        items: list[Event | CaughtUp] = []
+
+        async def follow() -> None:
+            async for item in client.subscribe(sid):
+                items.append(item)
+
+        following = asyncio.create_task(follow())
+        while not any(isinstance(item, CaughtUp) for item in items):
+            await asyncio.sleep(0.01)
+        gate = hold_writer(server)
+        try:
+            in_flight = await writer.append([note(1)])
+            await asyncio.sleep(0.1)  # sent, not committed
+            await asyncio.wait_for(client.close(), 10)
+        finally:
+            gate.set()
+        with pytest.raises(Unavailable, match="client was closed"):
+            await asyncio.wait_for(in_flight, 10)  # never resolved
+        with pytest.raises(Unavailable, match="earlier error"):
+            await writer.append([note(2)])  # was taken, and never resolved
+        await asyncio.wait_for(writer.close(), 10)  # raised CancelledError
+        with pytest.raises(RuntimeError, match="client is closed"):
+            await asyncio.wait_for(following, 10)  # CancelledError came out of `async for`
+        with pytest.raises(RuntimeError, match="client is closed"):
+            await client.get_session(sid)  # grpc's UsageError
+        await asyncio.sleep(0.1)
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+        async with AsyncSessionLogClient(server.target) as again:  # the batch in flight: at most once
+            assert [e.data["n"] async for e in again.read_events(sid)] in ([0], [0, 1])
 
     asyncio.run(scenario())

@@ -488,12 +488,23 @@ class AsyncWriter(base.WriterView):
 
     async def _connect(self, takeover: bool, resume: bool) -> None:
         call = self._stub.Write()
+        reading: asyncio.Future[Any] | None = None
         try:
             await call.write(self._core.open_request(takeover, resume))
-            first = await call.read()  # read(), as the reader uses: grpc.aio cannot mix styles
+            # read(), as the reader uses: grpc.aio cannot mix styles. Shielded: grpc.aio cancels
+            # the whole stream when a read is cancelled, and a given-up open must end it first.
+            reading = asyncio.ensure_future(call.read())
+            first = await asyncio.shield(reading)
         except grpc.RpcError as exc:
             call.cancel()
             raise from_rpc_error(exc) from None
+        except asyncio.CancelledError:
+            # The caller gave up opening: end the stream on purpose, so the service releases a
+            # lease it granted meanwhile (a stream just cancelled leaves it held until it lapses).
+            with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError, asyncio.TimeoutError):
+                await asyncio.wait_for(_end_on_purpose(call, reading), CLOSE_WITHIN_S)
+            call.cancel()
+            raise
         try:
             self._core.opened(None if first is grpc.aio.EOF else first)
         except SessionLogError:
@@ -562,6 +573,21 @@ class AsyncWriter(base.WriterView):
                 recovery.failed(exc)
         for pending in self._core.fail(recovery.error):
             reject(pending, recovery.error)
+
+
+#: How long a writer whose open was given up waits for the service to end the stream.
+CLOSE_WITHIN_S = 5.0
+
+
+async def _end_on_purpose(call: Any, reading: asyncio.Future[Any] | None) -> None:
+    """Send `close` on a writer stream and read it to its end (the service has then released
+    the lease it granted on it); `reading` is the read under way, if any."""
+    await call.write(CLOSE_REQUEST)
+    await call.done_writing()
+    if reading is not None and await reading is grpc.aio.EOF:
+        return
+    while await call.read() is not grpc.aio.EOF:
+        pass
 
 
 async def _write_coalesced(call: Any, requests: list[pb.WriteRequest]) -> None:

@@ -116,3 +116,27 @@ def test_closing_the_client_ends_its_writers_and_subscriptions(server: ServerThr
             assert [e.data["n"] async for e in again.read_events(sid)] in ([0], [0, 1])
 
     asyncio.run(scenario())
+
+
+def test_giving_up_opening_a_writer_leaves_no_lease_held(server: ServerThread, sid: str) -> None:
+    """A task cancelled while `client.writer(...)` waits for the service's answer (or a
+    `wait_for` on it timing out) ends the stream on purpose: a lease the service granted
+    meanwhile is released, so the next open succeeds instead of meeting WRITER_HELD until
+    the lease lapses."""
+
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            await client.create_session(sid)
+            gate = hold_writer(server)  # the grant waits for the gate
+            try:
+                opening = asyncio.create_task(client.writer(sid, writer_id="given-up"))
+                await asyncio.sleep(0.2)
+                opening.cancel()
+            finally:
+                gate.set()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(opening, 10)
+            writer = await client.writer(sid, writer_id="next")  # WriterHeld: the lease was left to lapse
+            await writer.close()
+
+    asyncio.run(scenario())

@@ -64,8 +64,6 @@ T = TypeVar("T")
 class AsyncSessionLogClient(base.ClientBase):
     """An asyncio connection to a sessionlog server."""
 
-    _closed = False
-
     def _open_channel(self, target: str, credentials: Any, token: str | None) -> tuple[Any, Any]:
         self._writers: weakref.WeakSet[AsyncWriter] = weakref.WeakSet()  # to end when closing
         interceptors = aio_interceptors(token)
@@ -91,10 +89,6 @@ class AsyncSessionLogClient(base.ClientBase):
         for writer in list(self._writers):
             writer._abandon(error)
         await self.channel.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("the client is closed")
 
     def _closed_under(self) -> None:
         """grpc.aio ends the calls of a closed channel with CancelledError: unless this task is

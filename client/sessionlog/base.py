@@ -126,10 +126,19 @@ class ClientBase:
         self.channel, calls = self._open_channel(target, credentials or channel_credentials(ca_file), token)
         self.stub = SessionServiceStub(calls)
 
+    _closed = False
+    """Set by `close()`: the channel is gone, and every later call says so (`_check_open`)."""
+
     def _open_channel(self, target: str, credentials: Any, token: str | None) -> tuple[Any, Any]:
         """The channel to close, and the channel to make calls on (the same one, or it with the
         token interceptor); `credentials` None means a plain channel."""
         raise NotImplementedError
+
+    def _check_open(self) -> None:
+        """A call on a closed client raises RuntimeError, in both clients alike (gRPC's own errors
+        for it differ by kind of channel and name no sessionlog object)."""
+        if self._closed:
+            raise RuntimeError("the client is closed")
 
 
 # --- unary calls ---------------------------------------------------------------------------

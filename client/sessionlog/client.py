@@ -86,6 +86,9 @@ class SessionLogClient(base.ClientBase):
         self.close()
 
     def close(self) -> None:
+        """Close the channel: writers still open end with it, and any later call raises
+        RuntimeError."""
+        self._closed = True
         self.channel.close()
 
     def _run(self, call: Call[T]) -> T:
@@ -93,6 +96,7 @@ class SessionLogClient(base.ClientBase):
         method = getattr(self.stub, call.method)
         policy = self.retry if call.idempotent else base.NO_RETRY
         for attempt in itertools.count(1):
+            self._check_open()
             try:
                 return call.read(method(call.request, timeout=self.timeout))
             except grpc.RpcError as exc:
@@ -170,6 +174,7 @@ class SessionLogClient(base.ClientBase):
         With `resume=True` the session is resumed first (SPEC §8): an open turn is completed,
         the seed boundary is marked, and `writer.resumed` holds the state to continue from.
         """
+        self._check_open()
         core = WriterCore(session_id, writer_id, create_if_missing)
         policy = replace(RECONNECT, attempts=reconnect_attempts)
         return Writer(self.stub, core, takeover=takeover, resume=resume, max_in_flight=max_in_flight, reconnect=policy)
@@ -249,6 +254,7 @@ class SessionLogClient(base.ClientBase):
         transient failure goes on from the seq after the last event it delivered."""
         cursor = base.EventCursor(session_id, from_seq, to_seq, page_size)
         for attempt in itertools.count(1):
+            self._check_open()
             try:
                 for response in self.stub.ReadEvents(cursor.request()):
                     yield from cursor.events(response)
@@ -260,6 +266,7 @@ class SessionLogClient(base.ClientBase):
     def subscribe(self, session_id: str, *, from_seq: int = 0) -> Subscription:
         """Replay from `from_seq`, a CaughtUp marker, then live events until cancelled (resuming
         on its own after a cut)."""
+        self._check_open()
         return Subscription(self.stub, SubscriptionCursor(session_id, from_seq))
 
 

@@ -97,3 +97,27 @@ def test_the_asyncio_client_refuses_the_same(server: ServerThread, sid: str) -> 
             await writer.close()
 
     asyncio.run(scenario())
+
+
+def test_a_closed_sync_client_says_so_on_every_kind_of_call(server: ServerThread, sid: str) -> None:
+    """As the asyncio client does: RuntimeError naming the closed client, not gRPC's ValueError
+    about a closed channel, and nothing is sent."""
+    client = SessionLogClient(server.target)
+    client.create_session(sid)
+    client.close()
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("get_session", lambda: client.get_session(sid)),
+        ("writer", lambda: client.writer(sid)),
+        ("lease_writer", lambda: client.lease_writer(sid)),
+        ("read_events", lambda: list(client.read_events(sid))),
+        ("subscribe", lambda: client.subscribe(sid)),
+    ]
+    for what, call in calls:
+        try:
+            call()
+        except RuntimeError as exc:
+            assert "the client is closed" in str(exc), what
+        else:
+            pytest.fail(f"{what} on a closed client raised nothing")
+    with SessionLogClient(server.target) as other:
+        assert other.get_session(sid).next_seq == 0

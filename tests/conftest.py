@@ -8,6 +8,7 @@ database, so concurrent runs do not collide.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -34,17 +35,26 @@ def _pg_url(database: str) -> str:
     return f"{base}/{database}"
 
 
+@contextlib.contextmanager
+def scratch_pg(prefix: str) -> Iterator[str]:
+    """The URL of an empty PostgreSQL database of its own (named `prefix_PID_RANDOM`), dropped
+    when the block ends, connections and all."""
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _pg_url(name)
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database for this test process, dropped at the end."""
-    name = f"sessionlog_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = _pg_url(name)
-    upgrade(url)
-    yield url
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_pg("sessionlog_test") as url:
+        upgrade(url)
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -4,19 +4,17 @@ so the later ones find the database at head instead of racing to create the same
 
 from __future__ import annotations
 
-import os
+import contextlib
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from sqlalchemy import create_engine, inspect
 
 from sessionlog_server.storage.factory import normalise_url
-from tests.conftest import PG_ADMIN_URL, _pg_url
+from tests.conftest import scratch_pg
 from tests.support.servers import ROOT
 
 PROCESSES = 3
@@ -29,14 +27,8 @@ def fresh_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[
     if request.param == "sqlite":
         yield [f"sqlite:///{tmp_path / f'round-{i}' / 'fresh.db'}" for i in range(ROUNDS)]
         return
-    names = [f"sessionlog_mig_{os.getpid()}_{uuid.uuid4().hex[:6]}" for _ in range(ROUNDS)]
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        for name in names:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    yield [_pg_url(name) for name in names]
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        for name in names:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(scratch_pg("sessionlog_mig")) for _ in range(ROUNDS)]
 
 
 def test_upgrades_started_together_on_a_fresh_database_all_succeed(fresh_urls: list[str]) -> None:

@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import psycopg
 import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -30,7 +29,7 @@ from sqlalchemy.engine import make_url
 
 from sessionlog.client import SessionLogClient
 from sessionlog_server.tokens import hash_token
-from tests.conftest import PG_ADMIN_URL, _pg_url
+from tests.conftest import scratch_pg
 from tests.support.events import note
 from tests.support.servers import ROOT, free_port
 
@@ -70,12 +69,8 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> list[int]:
 
 @pytest.fixture
 def fresh_pg() -> Iterator[str]:
-    name = f"sessionlog_deploy_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield _pg_url(name)
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_pg("sessionlog_deploy") as url:
+        yield url
 
 
 def test_the_compose_services_start_together_as_written(fresh_pg: str) -> None:

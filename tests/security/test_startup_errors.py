@@ -111,16 +111,10 @@ def test_serving_an_unmigrated_database_without_migrating_refuses_to_start(tmp_p
 def test_an_unmigrated_postgresql_database_is_named_by_the_url_the_operator_passed() -> None:
     """Not the URL rewritten for the driver (`postgresql+psycopg://`), which the operator never
     wrote; the password masked, as before."""
-    import uuid
+    from tests.conftest import PG_ADMIN_URL, scratch_pg
 
-    import psycopg
-
-    from tests.conftest import PG_ADMIN_URL
-
-    name = f"sessionlog_unmigrated_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
+    with scratch_pg("sessionlog_unmigrated") as scratch:
+        name = scratch.rsplit("/", 1)[1]
         host = PG_ADMIN_URL.split("@", 1)[1].rsplit("/", 1)[0]
         for scheme in ("postgresql", "postgres"):
             url = f"{scheme}://postgres:pw-7d1e@{host}/{name}"
@@ -128,9 +122,6 @@ def test_an_unmigrated_postgresql_database_is_named_by_the_url_the_operator_pass
                 result = _run("serve", "--db", url, "--listen", "127.0.0.1:0", "--no-migrate", "--workers", workers)
                 _one_line(result, f"the database {scheme}://postgres:***@{host}/{name} is at", "never migrated")
                 assert "+psycopg" not in result.stderr and "pw-7d1e" not in result.stderr, result.stderr
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_a_negative_worker_count_refuses_to_start(tmp_path: Path) -> None:

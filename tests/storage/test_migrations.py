@@ -3,13 +3,10 @@ and its steps carry existing rows over (and back, downgraded)."""
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -20,7 +17,7 @@ from sessionlog.core import jsonvalue
 from sessionlog_server.storage.factory import normalise_url, open_recorder
 from sessionlog_server.storage.migrate import alembic_config, upgrade
 from sessionlog_server.storage.models import Base
-from tests.conftest import BACKENDS, PG_ADMIN_URL, _pg_url
+from tests.conftest import BACKENDS, scratch_pg
 
 
 def test_autogenerate_finds_no_difference(db_url: str) -> None:
@@ -40,12 +37,8 @@ def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'steps.db'}"
         return
-    name = f"sessionlog_steps_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield _pg_url(name)
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_pg("sessionlog_steps") as url:
+        yield url
 
 
 #: Session metadata written before 0006, as the JSON column took it.

@@ -336,7 +336,7 @@ class AsyncLeaseWriter(base.LeaseKeeper):
         self._closed = True
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
-        if self._failure is None:
+        if self._failure is None and not self._client.closed:  # with the client closed, it lapses
             await self._client.release_lease(self.lease)
 
     async def __aenter__(self) -> AsyncLeaseWriter:
@@ -363,6 +363,10 @@ class AsyncLeaseWriter(base.LeaseKeeper):
                 return
             except SessionLogError:
                 continue  # a transient failure: the next beat tries again before the lease lapses
+            except RuntimeError:
+                if self._client.closed:
+                    return  # the client was closed: its writers end with it, the lease lapses
+                raise
 
 
 class AsyncWriter(base.WriterView):

@@ -134,6 +134,11 @@ class ClientBase:
         token interceptor); `credentials` None means a plain channel."""
         raise NotImplementedError
 
+    @property
+    def closed(self) -> bool:
+        """True once `close()` was called: every later call raises RuntimeError."""
+        return self._closed
+
     def _check_open(self) -> None:
         """A call on a closed client raises RuntimeError, in both clients alike (gRPC's own errors
         for it differ by kind of channel and name no sessionlog object)."""

@@ -356,7 +356,7 @@ class LeaseWriter(base.LeaseKeeper):
         self._closed = True
         self._stop.set()
         self._thread.join(timeout=30)
-        if self._failure is None:
+        if self._failure is None and not self._client.closed:  # with the client closed, it lapses
             self._client.release_lease(self.lease)
 
     def __enter__(self) -> LeaseWriter:
@@ -382,8 +382,10 @@ class LeaseWriter(base.LeaseKeeper):
                 return
             except SessionLogError:
                 continue  # a transient failure: the next beat tries again before the lease lapses
-            except ValueError:
-                return  # the client's channel was closed: its writers end with it
+            except (RuntimeError, ValueError):  # the client's, or gRPC's while the channel closes
+                if self._client.closed:
+                    return  # the client was closed: its writers end with it, the lease lapses
+                raise
 
 
 class Writer(base.WriterView):

@@ -5,6 +5,8 @@ its later batches. Against a real server, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -121,3 +123,38 @@ def test_a_closed_sync_client_says_so_on_every_kind_of_call(server: ServerThread
             pytest.fail(f"{what} on a closed client raised nothing")
     with SessionLogClient(server.target) as other:
         assert other.get_session(sid).next_seq == 0
+
+
+def test_a_lease_writer_ends_quietly_with_its_closed_client(server: ServerThread, sid: str) -> None:
+    """Its heartbeats stop without an exception (none escapes the heartbeat thread or task), and
+    its close() leaves the lease to lapse instead of failing to give it back."""
+    escaped: list[BaseException | None] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: escaped.append(args.exc_value)
+    try:
+        client = SessionLogClient(server.target)
+        client.create_session(sid)
+        writer = client.lease_writer(sid, heartbeat=0.05)
+        client.close()
+        time.sleep(0.3)  # several heartbeats' time
+        writer.close()
+    finally:
+        threading.excepthook = previous
+    assert escaped == []
+
+    async def asyncio_side() -> list[dict[str, Any]]:
+        client = AsyncSessionLogClient(server.target)
+        await client.create_session(f"{sid}-a")
+        writer = await client.lease_writer(f"{sid}-a", heartbeat=0.05)
+        await client.close()
+        await asyncio.sleep(0.3)
+        await writer.close()
+        return failures
+
+    failures: list[dict[str, Any]] = []
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(lambda _loop, context: failures.append(context))
+    try:
+        assert loop.run_until_complete(asyncio_side()) == []
+    finally:
+        loop.close()

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -65,7 +64,6 @@ class AsyncSessionLogClient(base.ClientBase):
     """An asyncio connection to a sessionlog server."""
 
     def _open_channel(self, target: str, credentials: Any, token: str | None) -> tuple[Any, Any]:
-        self._writers: weakref.WeakSet[AsyncWriter] = weakref.WeakSet()  # to end when closing
         interceptors = aio_interceptors(token)
         channel = (
             grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors)
@@ -84,10 +82,7 @@ class AsyncSessionLogClient(base.ClientBase):
         """Close the channel. Writers still open are abandoned as by their `cancel()` (batches in
         flight fail with an outcome unknown; the lease is left to lapse); subscriptions, reads
         and calls under way, and any call made later, raise RuntimeError."""
-        self._closed = True
-        error = Unavailable("STREAM_ENDED", "the client was closed with the writer open")
-        for writer in list(self._writers):
-            writer._abandon(error)
+        self._end_writers()
         await self.channel.close()
 
     def _closed_under(self) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -123,6 +124,8 @@ class ClientBase:
         self.target = target
         self.timeout = timeout
         self.retry = retry
+        self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
+        """The streaming writers opened and not yet closed: `close()` ends them (`_end_writers`)."""
         self.channel, calls = self._open_channel(target, credentials or channel_credentials(ca_file), token)
         self.stub = SessionServiceStub(calls)
 
@@ -138,6 +141,15 @@ class ClientBase:
     def closed(self) -> bool:
         """True once `close()` was called: every later call raises RuntimeError."""
         return self._closed
+
+    def _end_writers(self) -> None:
+        """What `close()` does before the channel goes: mark the client closed and abandon its open
+        writers, as their `cancel()` would: batches in flight fail as of unknown outcome, saying
+        the client was closed, and later calls say the writer was closed by that."""
+        self._closed = True
+        error = Unavailable("STREAM_ENDED", "the client was closed with the writer open")
+        for writer in list(self._writers):
+            writer._abandon(error)
 
     def _check_open(self) -> None:
         """A call on a closed client raises RuntimeError, in both clients alike (gRPC's own errors

@@ -86,9 +86,9 @@ class SessionLogClient(base.ClientBase):
         self.close()
 
     def close(self) -> None:
-        """Close the channel: writers still open end with it, and any later call raises
-        RuntimeError."""
-        self._closed = True
+        """Close the channel. Writers still open are abandoned (batches in flight fail with an
+        outcome unknown; the lease is left to lapse), and any later call raises RuntimeError."""
+        self._end_writers()
         self.channel.close()
 
     def _run(self, call: Call[T]) -> T:
@@ -177,7 +177,11 @@ class SessionLogClient(base.ClientBase):
         self._check_open()
         core = WriterCore(session_id, writer_id, create_if_missing)
         policy = replace(RECONNECT, attempts=reconnect_attempts)
-        return Writer(self.stub, core, takeover=takeover, resume=resume, max_in_flight=max_in_flight, reconnect=policy)
+        writer = Writer(
+            self.stub, core, takeover=takeover, resume=resume, max_in_flight=max_in_flight, reconnect=policy
+        )
+        self._writers.add(writer)
+        return writer
 
     def lease_writer(
         self,
@@ -459,6 +463,19 @@ class Writer(base.WriterView):
             self._requests.put(_END)
         self._reader.join(timeout=30)
 
+    def _abandon(self, error: SessionLogError) -> None:
+        """End the stream at once, without flushing: what is pending fails with `error` (its
+        outcome unknown) and later calls say the writer was closed by it (nothing, for a writer
+        already closed)."""
+        with self._lock:
+            if self._core.closed and not self._core.pending:
+                return
+            self._core.closed = True  # the reader then takes the stream's end for no cut
+            failed = self._core.fail(error)
+            self._requests.put(_END)
+        for pending in failed:
+            reject(pending, error)
+
     def __enter__(self) -> Writer:
         return self
 
@@ -524,6 +541,8 @@ class Writer(base.WriterView):
                 return
             except SessionLogError as exc:
                 recovery.failed(exc)
+            except ValueError:  # gRPC's "closed channel": the client was closed while this waited
+                break
         with self._lock:
             failed = self._core.fail(recovery.error)
         for pending in failed:

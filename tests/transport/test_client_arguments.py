@@ -14,9 +14,9 @@ import pytest
 
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import ValidationError
+from sessionlog.core.errors import Unavailable, ValidationError
 from tests.support.events import note, user
-from tests.support.servers import ServerThread
+from tests.support.servers import ServerThread, hold_writer
 
 
 def test_an_empty_event_id_is_refused_and_nothing_is_appended(client: SessionLogClient, sid: str) -> None:
@@ -158,3 +158,34 @@ def test_a_lease_writer_ends_quietly_with_its_closed_client(server: ServerThread
         assert loop.run_until_complete(asyncio_side()) == []
     finally:
         loop.close()
+
+
+def test_closing_the_sync_client_ends_its_writers(server: ServerThread, sid: str) -> None:
+    """As the asyncio client's close does: a batch in flight fails as of unknown outcome, saying
+    the client was closed (not gRPC's CANCELLED "Channel closed!"), later calls say the writer
+    was closed by that, its close() is quiet, and nothing escapes its reader thread."""
+    escaped: list[BaseException | None] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: escaped.append(args.exc_value)
+    try:
+        client = SessionLogClient(server.target)
+        writer = client.writer(sid, create_if_missing=True)
+        writer.append([note(0)]).result(10)
+        gate = hold_writer(server)
+        try:
+            in_flight = writer.append([note(1)])
+            time.sleep(0.1)  # sent, not committed
+            client.close()
+        finally:
+            gate.set()
+        with pytest.raises(Unavailable, match="client was closed"):
+            in_flight.result(10)
+        with pytest.raises(Unavailable, match="earlier error"):
+            writer.append([note(2)])
+        writer.close()
+        time.sleep(0.2)
+    finally:
+        threading.excepthook = previous
+    assert escaped == []
+    with SessionLogClient(server.target) as again:  # the batch in flight: at most once
+        assert [e.data["n"] for e in again.read_events(sid)] in ([0], [0, 1])

@@ -36,6 +36,13 @@ class SessionLogError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def located(self, where: str, **metadata: object) -> SessionLogError:
+        """The same error (class, reason, metadata) told as `where: message`, with `metadata`
+        added (None values left out): for a reader that knows where in its input the refused
+        thing stands (a file's line and seq, an entry, a fork's leaf)."""
+        given = {key: str(value) for key, value in metadata.items() if value is not None}
+        return type(self)(self.reason, f"{where}: {self.message}", **{**self.metadata, **given})
+
     def name_event(self, index: int) -> None:
         """Say which event of a batch is at fault: `event_index` metadata and an `event N: `
         prefix, once (an error re-raised through several layers is named by the first)."""

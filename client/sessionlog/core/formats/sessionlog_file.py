@@ -174,9 +174,7 @@ def fold_export(export: SessionlogExport, count: int | None = None, limits: Limi
             validate.validate_proposal(event.as_new(), limits=limits)
             fold.apply(event)
         except SessionLogError as exc:
-            where = f"line {number} (seq {event.seq}): {exc.message}"
-            metadata = {**exc.metadata, "line": str(number), "seq": str(event.seq)}
-            raise type(exc)(exc.reason, where, **metadata) from None
+            raise exc.located(f"line {number} (seq {event.seq})", line=number, seq=event.seq) from None
     return fold
 
 

@@ -449,11 +449,9 @@ class BranchMapper:
             self.fold.apply(event.committed(seq, 0))
         except SessionLogError as exc:
             where = f"line {line} (seq {seq})" if line is not None else f"seq {seq}"
-            metadata = {**exc.metadata, "entry": self._owner, "seq": str(seq)}
-            if line is not None:
-                metadata["line"] = str(line)
-            message = f"{where}: Pi entry {self._owner}: {event.type}: {exc.message}"
-            raise type(exc)(exc.reason, message, **metadata) from None
+            raise exc.located(
+                f"{where}: Pi entry {self._owner}: {event.type}", entry=self._owner, seq=seq, line=line
+            ) from None
         if proposed:
             self._index += 1
         self.events.append(event)
@@ -583,8 +581,7 @@ def import_pi(pi_file: PiFile, limits: Limits = DEFAULT_LIMITS) -> PiImport:
                 walker.feed(entry)
             walker.finish()
         except SessionLogError as exc:
-            metadata = {**exc.metadata, "leaf": leaf}
-            raise type(exc)(exc.reason, f"the fork for leaf {leaf}: {exc.message}", **metadata) from None
+            raise exc.located(f"the fork for leaf {leaf}", leaf=leaf) from None
         ids = [str(e["id"]) for e in path]
         own = slice(own_start, None)
         mapped[leaf] = ImportedBranch(leaf, ids, walker.events[own], fork_seq, inherited, cut, lines=walker.lines[own])

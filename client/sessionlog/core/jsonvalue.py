@@ -378,10 +378,6 @@ def strings_in(value: Any) -> Iterator[str]:
             stack.extend(item)
 
 
-def is_lone_surrogate_free(text: str) -> bool:
-    """False if `text` holds a lone UTF-16 surrogate (it cannot be written as UTF-8)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def has_lone_surrogate(text: str) -> bool:
+    """True if `text` holds a lone UTF-16 surrogate (which UTF-8 cannot carry)."""
+    return _LONE_SURROGATE.search(text) is not None

@@ -168,7 +168,7 @@ def check_session_text(cwd: str | None, metadata: object) -> None:
     for text in jsonvalue.strings_in(metadata):
         if "\x00" in text:
             raise ValidationError("UNSTORABLE_VALUE", "metadata must not contain a NUL character", field="metadata")
-        if not jsonvalue.is_lone_surrogate_free(text):
+        if jsonvalue.has_lone_surrogate(text):
             raise ValidationError(
                 "UNSTORABLE_VALUE", "metadata must not contain a lone UTF-16 surrogate", field="metadata"
             )

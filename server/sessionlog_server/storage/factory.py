@@ -32,6 +32,11 @@ def sqlite_file(url: str) -> Path | None:
     return Path(database)
 
 
+def shown_url(url: str) -> str:
+    """A database URL as logs and errors show it: as the operator wrote it, the password masked."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def normalise_url(url: str) -> str:
     """Accept `postgresql://` and `postgres://` and use the psycopg 3 driver for them."""
     parsed = make_url(url)

@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
-from sessionlog_server.storage.factory import normalise_url, sqlite_file
+from sessionlog_server.storage.factory import normalise_url, shown_url, sqlite_file
 
 INSTALLED_MIGRATIONS = Path("share") / "sessionlog" / "migrations"  # under sys.prefix (pyproject's data-files)
 
@@ -89,9 +89,8 @@ def check_at_head(url: str) -> None:
     if current != head:
         found = "does not exist" if missing else f"is at schema revision {current or 'none (never migrated)'}"
         # The URL as the operator wrote it (`parsed` names the driver it was rewritten for).
-        shown = make_url(url).render_as_string(hide_password=True)
         raise ValueError(
-            f"the database {shown} {found}; this server needs "
+            f"the database {shown_url(url)} {found}; this server needs "
             f"schema revision {head}: run `sessionlog db upgrade` with the same --db, or serve without --no-migrate"
         )
 

@@ -17,7 +17,7 @@ from sessionlog.v1 import session_service_pb2
 from sessionlog_server.config import Settings
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.service.otlp_live import LiveOtlpExport, start_live_export
-from sessionlog_server.storage.factory import open_recorder
+from sessionlog_server.storage.factory import open_recorder, shown_url
 from sessionlog_server.storage.migrate import prepare
 from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.address import check_address_free, join_listen, split_listen
@@ -143,7 +143,7 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
         "serving",
         listen=settings.listen,
         port=port,
-        db=_redact(settings.db),
+        db=shown_url(settings.db),
         tls=credentials is not None,
         auth="bearer tokens" if tokens.enabled else "none: no tokens configured, so listening on loopback only",
         namespaces=sorted({p.namespace for p in tokens.principals.values()}),
@@ -172,14 +172,8 @@ async def serve(settings: Settings, *, reuse_port: bool = False) -> None:
     log.info("stopped")
 
 
-def _redact(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
 def _redact_endpoint(url: str) -> str:
-    """An HTTP URL as the log shows it: a password in it masked, as `_redact` masks the database's."""
+    """An HTTP URL as the log shows it: a password in it masked, as `shown_url` masks the database's."""
     parts = urlsplit(url)
     if parts.password is None:
         return url

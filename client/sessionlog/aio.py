@@ -13,6 +13,9 @@ in-flight slot) and returns a future that resolves once the batch is durable. Af
 transient failure the writer reconnects and re-sends what was not acknowledged, with the same
 eventIds; ownership loss is final. What each call sends and how it is read lives in
 `sessionlog.base`, shared with the sync client.
+
+A client belongs to the event loop it is created on (gRPC's asyncio channel does): create it in
+a coroutine, one per loop; a call from another loop raises RuntimeError saying so.
 """
 
 from __future__ import annotations
@@ -63,7 +66,18 @@ T = TypeVar("T")
 class AsyncSessionLogClient(base.ClientBase):
     """An asyncio connection to a sessionlog server."""
 
+    _loop: asyncio.AbstractEventLoop
+
     def _open_channel(self, target: str, credentials: Any, token: str | None) -> tuple[Any, Any]:
+        # grpc.aio binds a channel to the loop it is made on; elsewhere its calls fail in asyncio's
+        # words ("Event loop is closed", "no current event loop"), naming nothing of ours.
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "create the AsyncSessionLogClient in a coroutine, on the event loop that will use it "
+                "(its gRPC channel belongs to the loop it is created on)"
+            ) from None
         interceptors = aio_interceptors(token)
         channel = (
             grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors)
@@ -84,6 +98,15 @@ class AsyncSessionLogClient(base.ClientBase):
         and calls under way, and any call made later, raise RuntimeError."""
         self._end_writers()
         await self.channel.close()
+
+    def _check_open(self) -> None:
+        """As in both clients, and the call is on the loop the client was created on."""
+        super()._check_open()
+        if asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError(
+                "this AsyncSessionLogClient was created on another event loop; "
+                "create one client per event loop (e.g. inside the coroutine given to asyncio.run)"
+            )
 
     def _closed_under(self) -> None:
         """grpc.aio ends the calls of a closed channel with CancelledError: unless this task is

@@ -140,3 +140,29 @@ def test_giving_up_opening_a_writer_leaves_no_lease_held(server: ServerThread, s
             await writer.close()
 
     asyncio.run(scenario())
+
+
+def test_a_client_used_off_its_event_loop_says_so(server: ServerThread, sid: str) -> None:
+    """grpc.aio binds a channel to the loop it is made on; off it, calls failed in asyncio's words
+    ("Event loop is closed", "no current event loop") that named nothing of the client's."""
+    with pytest.raises(RuntimeError, match="in a coroutine, on the event loop that will use it"):
+        AsyncSessionLogClient(server.target)
+
+    async def make() -> AsyncSessionLogClient:
+        return AsyncSessionLogClient(server.target)
+
+    client = asyncio.run(make())
+
+    async def use() -> None:
+        with pytest.raises(RuntimeError, match="created on another event loop"):
+            await client.create_session(sid)
+        with pytest.raises(RuntimeError, match="created on another event loop"):
+            await client.writer(sid, create_if_missing=True)
+
+    asyncio.run(use())
+
+    async def on_its_own_loop() -> None:
+        async with AsyncSessionLogClient(server.target) as own:
+            assert (await own.create_session(sid)).id == sid  # nothing was created above
+
+    asyncio.run(on_its_own_loop())

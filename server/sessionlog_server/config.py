@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 from typing import Any
-from urllib.parse import urlsplit
 
+from sessionlog.core.formats.otlp import is_traces_url
 from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 from sessionlog_server.logging import LEVELS
 from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS, SYNCHRONOUS_MODES
@@ -184,15 +184,8 @@ def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 
 def _http_url(name: str, value: str) -> None:
-    """A URL setting must be `http://` or `https://` with a host (and a port, if any, from 0 to
-    65535): anything else would be accepted by the exporter and fail on every export, later."""
-    try:
-        parts = urlsplit(value)
-        valid = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
-        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number up to 65535
-    except ValueError:
-        valid = False
-    if not valid:
+    """A URL setting must be an http(s) URL with a host (`is_traces_url`)."""
+    if not is_traces_url(value):
         raise ValueError(
             f"{ENV_PREFIX}{name.upper()}={value!r} is not an http(s) URL (e.g. http://collector:4318/v1/traces)"
         )

@@ -127,6 +127,20 @@ def test_one_shot_export_sends_every_span_once(
     assert receiver.requests[0].resource_spans[0].resource.attributes[0].value.string_value == "sessionlog"
 
 
+@pytest.mark.parametrize("endpoint", ["notaurl", "collector:4318/v1/traces", "http://:4318/x", "http://h:99999/x"])
+def test_an_endpoint_that_is_not_an_http_url_is_refused_before_anything_is_read(
+    server: ServerThread, sid: str, endpoint: str
+) -> None:
+    """The exporter takes any string and fails on every export; the service's own setting was
+    already checked at start-up, the command's option was not."""
+    done = subprocess.run(
+        command(server, sid, "--endpoint", endpoint), capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert done.returncode != 0
+    assert f"--endpoint {endpoint!r} is not an http(s) URL" in done.stderr
+    assert done.stdout == ""
+
+
 def test_follow_sends_each_turn_as_it_ends(
     server: ServerThread, client: SessionLogClient, sid: str, receiver: Receiver
 ) -> None:

@@ -19,6 +19,7 @@ import typer
 
 from sessionlog.cli.common import connect, fail, print_json
 from sessionlog.core.events import Event
+from sessionlog.core.formats.otlp import is_traces_url
 
 
 def register(app: typer.Typer) -> None:
@@ -72,6 +73,8 @@ def otlp(
         from sessionlog.otlp_live import ExportFailed, SessionExport
     except ImportError:
         raise fail("sessionlog otlp needs the otlp extra: pip install 'sessionlog[otlp]'") from None
+    if not is_traces_url(endpoint):
+        raise fail(f"--endpoint {endpoint!r} is not an http(s) URL (e.g. http://collector:4318/v1/traces)")
     headers = {}
     for pair in header or []:
         key, sep, value = pair.partition("=")

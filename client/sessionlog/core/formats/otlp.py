@@ -33,6 +33,7 @@ import bisect
 import hashlib
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from sessionlog.core import jsonvalue
 from sessionlog.core.events import Event, JsonObject
@@ -360,3 +361,15 @@ def otlp_traces(events: Sequence[Event], session_id: str, *, content: bool = Fal
     for event in events:
         fold.add(event)
     return document(fold.spans(), version)
+
+
+def is_traces_url(value: str) -> bool:
+    """An OTLP/HTTP traces endpoint is `http://` or `https://` with a host (and a port, if any,
+    from 0 to 65535). The exporter takes anything and fails on every export, later; the service's
+    setting and `sessionlog otlp --endpoint` both check with this at start."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number up to 65535
+    except ValueError:
+        return False
+    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)

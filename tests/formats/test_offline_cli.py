@@ -16,7 +16,7 @@ import typer
 from typer.testing import CliRunner
 
 from sessionlog.cli.offline import register
-from sessionlog.core.formats.replay import METRIC_KEYS, replay_file
+from sessionlog.core.formats.replay import METRIC_KEYS, replay_file, values_equal
 from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
 from tests.support.fixtures import oracle as pi_oracle
 
@@ -220,6 +220,27 @@ def test_recompute_reports_changes_and_counts_unchanged(app: typer.Typer, tmp_pa
     assert "MB/s" in out
     assert runs.read_bytes() == before  # no --write, no change
     assert "recomputing" not in out  # no progress bar off a terminal
+
+
+def test_recompute_reports_a_cost_recorded_as_zero(app: typer.Typer, tmp_path: Path) -> None:
+    """A run whose compaction usage was dropped recorded `compactionCostUsd: 0.0`. Compared "at
+    the precision it was recorded with" (one decimal), every cost under 0.05 matched it: the
+    fixed figure was reported unchanged, and --write left the zero in place."""
+    session = tmp_path / "compacted.jsonl"
+    lines = RESUMED.read_text("utf-8").splitlines()
+    leaf = json.loads(lines[-1])["id"]
+    usage = {"input": 900, "output": 100, "cost": {"total": 0.0015}}
+    compaction = {"type": "compaction", "id": "c0mpact1", "parentId": leaf, "timestamp": "2025-01-01T00:00:00.000Z",
+                  "summary": "so far", "firstKeptEntryId": leaf, "tokensBefore": 2000, "usage": usage}  # fmt: skip
+    session.write_text("\n".join([*lines, json.dumps(compaction)]) + "\n", "utf-8")
+    assert replay_file(session).metrics["compactionCostUsd"] == 0.0015
+    runs = tmp_path / "runs.jsonl"
+    record = {"run_id": "r1", "session_file": session.name, "metrics": {"compactionCostUsd": 0.0}}
+    runs.write_text(json.dumps(record) + "\n")
+    result = run(app, "recompute", runs, "--sessions", tmp_path)
+    assert "    compactionCostUsd: 0.0 -> 0.0015" in result.output
+    assert "1 run(s) differ from the recorded metrics" in result.output
+    assert values_equal(0.0, 0.0) and values_equal(0.0, 0) and values_equal(0.0, 1e-12)  # float noise only
 
 
 def test_recompute_write_rewrites_only_changed_lines_atomically(app: typer.Typer, tmp_path: Path) -> None:

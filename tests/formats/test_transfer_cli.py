@@ -28,6 +28,7 @@ from sessionlog.core.errors import LimitExceeded
 from sessionlog.core.formats.pi.context import session_context
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
 from sessionlog.core.formats.pi.tree import PiTree
+from sessionlog.core.formats.replay import replay_file
 from sessionlog.core.limits import DEFAULT_LIMITS
 from tests.support.events import step_end, step_start, tool_call, tool_result, turn_end, turn_start, user
 from tests.support.fixtures import RESUMED_SESSION, STREAM_STDOUT, fixture, pi_generated_sessions
@@ -129,6 +130,31 @@ def test_several_files_and_the_real_resumed_session(cli: CliRunner, client: Sess
     tree = PiTree(load_pi_file(resumed).entries)
     assert_session_is_pis(client, sessions[0]["id"], session_context(tree))
     assert_session_is_pis(client, sessions[1]["id"], contexts(small)[sessions[1]["leaf"]])
+
+
+def test_stats_count_the_tool_calls_and_errors_of_pis_unstructured_messages(
+    cli: CliRunner, client: SessionLogClient, tmp_path: Path
+) -> None:
+    """A Pi assistant message whose tool call has no id is imported as a `user/message` kept as
+    the model saw it, and the result of that call as an unpaired one. Stats counted the message
+    as a model call but dropped its tool call (the Pi file's replay counted it) and its result's
+    error: one session, two toolCalls figures."""
+    small = next(s for s in SESSIONS if s.name.startswith("2025-10-07"))
+    header, *entries = [json.loads(line) for line in small.read_text("utf-8").splitlines()]
+    messages = [e["message"] for e in entries if e["type"] == "message"]
+    call = next(b for m in messages if m["role"] == "assistant" for b in m["content"] if b["type"] == "toolCall")
+    answer = next(m for m in messages if m["role"] == "toolResult" and m["toolCallId"] == call["id"])
+    del call["id"]
+    answer["isError"] = True
+    edited = tmp_path / "unstructured.jsonl"
+    edited.write_text("".join(json.dumps(o) + "\n" for o in [header, *entries]), "utf-8")
+    (entry,) = imported(cli, str(edited))
+    kinds = [e.data["source"]["kind"] for e in client.read_events(entry["id"]) if e.type == "user/message"]
+    assert [k for k in kinds if k != "user"] == ["pi-unstructured", "pi-unpaired-tool-result"]
+    stats = client.stats(entry["id"])
+    replayed = replay_file(edited).metrics
+    assert (stats["modelCalls"], stats["toolCalls"]) == (replayed["modelCalls"], replayed["toolCalls"])
+    assert stats["toolErrors"] == sum(1 for m in messages if m["role"] == "toolResult" and m["isError"]) == 2
 
 
 def test_a_file_that_is_not_a_session_is_refused_naming_it(cli: CliRunner, tmp_path: Path) -> None:

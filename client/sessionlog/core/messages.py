@@ -82,7 +82,13 @@ def tool_call_blocks(event: Event | NewEvent) -> list[JsonObject]:
     if event.type != ASSISTANT_MESSAGE:
         return []
     message = message_of(event)
-    content = message.get("content") if message is not None else None
+    return message_tool_calls(message) if message is not None else []
+
+
+def message_tool_calls(message: JsonObject) -> list[JsonObject]:
+    """The `toolCall` content blocks of a message, whatever event carries it (`tool_call_blocks`
+    is for the structure rules, which pair only an `assistant/message`'s calls)."""
+    content = message.get("content")
     if not isinstance(content, list):
         return []
     return [block for block in content if isinstance(block, dict) and block.get("type") == "toolCall"]

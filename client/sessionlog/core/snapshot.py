@@ -29,11 +29,13 @@ from sessionlog.core.surface import SurfaceNode
 from sessionlog.core.tool_calls import ToolCallState
 from sessionlog.core.vocabulary import ASSISTANT_MESSAGE, SYSTEM_MESSAGE, TOOL_RESULT, USER_MESSAGE
 
-FOLD_VERSION = 3
+FOLD_VERSION = 4
 """The version of the fold code a snapshot was written by. Bump it whenever what the fold
 computes from a log changes (a new field, a changed rule): older snapshots are then ignored.
 2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials).
-3: tool-result rewrite keys digest `jsonvalue.digest_form` instead of RFC 8785 bytes."""
+3: tool-result rewrite keys digest `jsonvalue.digest_form` instead of RFC 8785 bytes.
+4: stats count the tool calls and tool errors of the importers' fallback `user/message`s, by the
+   role of the message they carry (`projections.stats`)."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}

@@ -139,8 +139,10 @@ def values_equal(old: Any, new: Any) -> bool:
     """Equal as metrics: a recorded number matches at the precision it was recorded with.
 
     `0.636157` (recorded to six decimals) matches a recomputed `0.63615675`; float noise
-    (`0.1 + 0.2` against `0.3`, `20070` against `20070.0`) is no difference either. Other values
-    compare exactly, and a bool is never a number.
+    (`0.1 + 0.2` against `0.3`, `20070` against `20070.0`) is no difference either. A recorded
+    zero has no digits to tell a precision by (`0.0` is how a JSON writer spells a float zero,
+    such as a cost that missed its usage): it matches only zero. Other values compare exactly,
+    and a bool is never a number.
     """
     numbers = (int, float)
     if isinstance(old, bool) or isinstance(new, bool):
@@ -153,8 +155,9 @@ def values_equal(old: Any, new: Any) -> bool:
 
 
 def _half_unit(recorded: float) -> float:
-    """Half a unit of the last digit a float was written with (`0.636157` -> 5e-7)."""
-    if not math.isfinite(recorded):
+    """Half a unit of the last digit a float was written with (`0.636157` -> 5e-7); 0 for a
+    zero, which shows no precision."""
+    if not math.isfinite(recorded) or recorded == 0:
         return 0.0
     exponent = decimal.Decimal(repr(recorded)).as_tuple().exponent
     return 0.5 * 10.0 ** int(exponent) if isinstance(exponent, int) else 0.0

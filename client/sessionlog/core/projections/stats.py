@@ -20,8 +20,10 @@ Choices, each recomputable if it proves wrong (SPEC §1.6):
   is one assistant message (an appended surface event whose message has role `assistant`,
   whatever its type) or one `assistant/attempt`. A turn usually makes several model calls.
 - **toolCalls**: `toolCall` blocks of appended assistant messages (what the model asked for;
-  Pi logs have no `tool/call` events). **toolErrors**: appended `tool/result`s with
+  Pi logs have no `tool/call` events). **toolErrors**: appended tool results with
   `message.isError` true (repair's synthetic errors included). Copies and replaces excluded.
+  An assistant message or tool result is one by its event type or by its message's role, so the
+  importers' fallback `user/message`s (`vocabulary.KEPT_AS_SEEN`) count as what they carry.
 - **compactions**: `max(compaction/summary events, compaction landings)`, where a landing is
   a replace event with `data.source.kind == "compaction"`. dsh writes both for one compaction,
   an importer may write only one of them; either way each compaction counts once.
@@ -40,8 +42,8 @@ from sessionlog.core.messages import (
     is_copy,
     is_replace,
     message_of,
+    message_tool_calls,
     source_kind,
-    tool_call_blocks,
 )
 from sessionlog.core.projections.model_history import model_history
 from sessionlog.core.usage import CostSum, number, usage_cost
@@ -205,16 +207,19 @@ class StatsAccumulator:
         self.thinking_level = level or self.thinking_level
 
     def _appended(self, event: Event, message: JsonObject | None) -> None:
-        if event.type == ASSISTANT_MESSAGE and event.surface_op is not None:
-            self.tool_calls += len(tool_call_blocks(event))
-            if message is not None:
-                self._route(message.get("provider"), message.get("model"))
-        elif (
-            event.type == TOOL_RESULT
-            and event.surface_op is not None
-            and message is not None
-            and message.get("isError") is True
-        ):
+        """Tool calls, tool errors and the route of an appended surface event (not a copy).
+
+        An event is an assistant message or a tool result by its type or by its message's role
+        (as `modelCalls` counts it): an importer's fallback `user/message` keeps a Pi assistant
+        message or tool result unchanged (`vocabulary.KEPT_AS_SEEN`), and its tool calls and
+        errors are the model's as much as those of the structured events."""
+        if event.surface_op is None or message is None:
+            return
+        role = message.get("role")
+        if event.type == ASSISTANT_MESSAGE or role == "assistant":
+            self.tool_calls += len(message_tool_calls(message))
+            self._route(message.get("provider"), message.get("model"))
+        elif (event.type == TOOL_RESULT or role == "toolResult") and message.get("isError") is True:
             self.tool_errors += 1
 
     def _usage(self, usage: JsonObject) -> None:

@@ -50,6 +50,11 @@ def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient
         # One row per request (model call), one element per turn and tool call.
         assert len(numbers(driver, "table.requests tr[data-request-seq]", "data-request-seq")) == stats["modelCalls"]
         assert int(count["modelCalls"]) == stats["modelCalls"] == 8
+        labels = {
+            e.find_element(By.XPATH, "preceding-sibling::dt").text: e.get_attribute("data-count")
+            for e in driver.find_elements(By.CSS_SELECTOR, "#summary dd[data-count]")
+        }
+        assert labels["model calls"] == "modelCalls"  # the stats' name, not the page's own "requests"
         assert len(driver.find_elements(By.CSS_SELECTOR, ".turn[data-turn]")) == stats["turns"]
         tools = driver.find_elements(By.CSS_SELECTOR, ".tool[data-tool-call-id]")
         assert len(tools) == stats["toolCalls"]

@@ -63,7 +63,7 @@
     }
     const st = D.stats;
     const items = [
-      ["turns", "turns", st.turns], ["modelCalls", "requests", st.modelCalls], ["steps", "steps", st.steps],
+      ["turns", "turns", st.turns], ["modelCalls", "model calls", st.modelCalls], ["steps", "steps", st.steps],
       ["toolCalls", "tool calls", st.toolCalls], ["toolErrors", "tool errors", st.toolErrors],
       ["repairs", "repaired calls", D.counts.repairs], ["compactions", "compactions", st.compactions],
       ["replaces", "replaces", st.replaces], ["cacheDrops", "cache-read drops", D.counts.cacheDrops],

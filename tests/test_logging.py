@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import sys
 
 import pytest
@@ -47,3 +48,27 @@ def test_each_log_line_is_one_write_of_one_json_object(monkeypatch: pytest.Monke
 def test_an_unknown_level_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown log level"):
         configure("loud")
+
+
+def test_the_standard_librarys_log_lines_are_json_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alembic logs through the standard library at start-up ("Context impl PostgresqlImpl."):
+    those lines went out as plain text between the JSON ones, which a collector reading stderr
+    as JSON Lines cannot parse."""
+    stderr = RecordingStderr()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])  # as in a fresh `serve` process
+    monkeypatch.setattr(root, "level", root.level)
+    try:
+        configure("info")
+        logging.getLogger("alembic.runtime.migration").info("Context impl %s.", "PostgresqlImpl")
+        logging.getLogger("alembic.runtime.migration").debug("below the level")
+    finally:
+        structlog.reset_defaults()
+    assert len(stderr.writes) == 1
+    line = stderr.writes[0]
+    assert line.endswith("\n") and line.count("\n") == 1
+    record = json.loads(line)
+    assert record["event"] == "Context impl PostgresqlImpl."
+    assert (record["level"], record["logger"]) == ("info", "alembic.runtime.migration")
+    assert "timestamp" in record

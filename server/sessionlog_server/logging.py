@@ -20,7 +20,7 @@ def configure(level: str = "info") -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
-    logging.basicConfig(level=numeric, stream=sys.stderr, format="%(message)s")
+    logging.basicConfig(level=numeric, handlers=[_stdlib_handler()])
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -33,3 +33,24 @@ def configure(level: str = "info") -> None:
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def _stdlib_handler() -> logging.Handler:
+    """Where the standard library's loggers go (Alembic's migration lines at start-up, gRPC's,
+    psycopg's): one JSON object per line like structlog's own, with the logger's name, so a log
+    collector reading stderr as JSON Lines meets no line of plain text. (`StreamHandler` writes
+    a line and its newline in one write.)"""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processor=structlog.processors.JSONRenderer(),
+            foreign_pre_chain=[
+                structlog.contextvars.merge_contextvars,
+                structlog.stdlib.add_log_level,
+                structlog.stdlib.add_logger_name,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.format_exc_info,
+            ],
+        )
+    )
+    return handler

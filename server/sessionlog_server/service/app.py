@@ -16,18 +16,19 @@ are functions over these parts. Transport only translates messages.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 import structlog
 
-from sessionlog.core.errors import LimitExceeded, SessionLogError, ValidationError
+from sessionlog.convert import DecodedEvent
+from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, SessionLogError, ValidationError
 from sessionlog.core.events import Event
 from sessionlog_server.config import Settings
 from sessionlog_server.service import subscriptions
 from sessionlog_server.service.appends import AppendPipeline, AppendResult
 from sessionlog_server.service.committer import GroupCommitter
-from sessionlog_server.service.leases import LeaseManager
+from sessionlog_server.service.leases import LeaseHolder, LeaseManager
 from sessionlog_server.service.limits import RateLimiter
 from sessionlog_server.service.live import LiveSessions
 from sessionlog_server.service.loader import LiveSessionLoader, SessionLoader, SnapshotPolicy
@@ -55,6 +56,9 @@ class SessionLogService:
     def __init__(self, recorder: EventRecorder, settings: Settings) -> None:
         self.settings = settings
         self.recorder = recorder
+        self.shares_database = recorder.shares_database(settings.workers)
+        """Whether other processes (instances, workers) write this database too: then what this
+        one cached of a session may be behind the log."""
         self.limits = settings.limits
         self.metrics = Metrics()
         self.reader = EventReader(recorder)
@@ -123,7 +127,7 @@ class SessionLogService:
             self._startup_repair = loop.create_task(self._repair_at_start(), name="start-up-repair")
         self._keeper = loop.create_task(self.leases.keep_stream_leases(), name="lease-keeper")
         self._repairer = loop.create_task(self._repair_expired(), name="repairer")
-        if self.recorder.shares_database(self.settings.workers):
+        if self.shares_database:
             self.changes = self.recorder.change_feed()
             self.changes.start(loop, self.hub.poke, self.hub.watched, self.hub.followed)
 
@@ -181,6 +185,27 @@ class SessionLogService:
                 await repair_abandoned(self, expired_only=True)
             except SessionLogError as exc:
                 log.warning("repair sweep failed", error=str(exc))
+
+    # --- unary writes -------------------------------------------------------------------
+
+    async def append(
+        self, holder: LeaseHolder, expected_next_seq: int | None, decoded: Sequence[DecodedEvent]
+    ) -> AppendResult:
+        """A unary append (`AppendEvents`): validate, commit, publish; returns once durable.
+
+        It is planned on this process's fold of the session, which the same lease holder's
+        calls to another instance may have left behind: the commit's fence then refuses it
+        (EXPECTED_SEQ_MISMATCH, nothing written), or the writer's own expected seq, right about
+        the log, disagrees with the stale fold. So on a shared database a mismatch brings the
+        fold to the session's row and plans the batch once more; one that stands is the writer's.
+        """
+        try:
+            return await self.appends.append(holder, expected_next_seq, decoded)
+        except ExpectedSeqMismatch:
+            if not self.shares_database:
+                raise
+        await self.leases.refresh(holder)
+        return await self.appends.append(holder, expected_next_seq, decoded)
 
     # --- reads --------------------------------------------------------------------------
 

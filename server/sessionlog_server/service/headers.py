@@ -45,6 +45,19 @@ def reported_first_of_lease(live: LiveSession) -> bool:
     return latest is None or latest.seq < (live.record.lease_since_seq or 0)
 
 
+async def report_header(service: SessionLogService, holder: LeaseHolder, header: dict[str, Any]) -> HeaderReport:
+    """A unary report (`ReportRequestHeader`), decided on the log as it stands.
+
+    A writer stream's fold is current (its lease was granted here, and a grant anywhere else
+    fences it), but a unary writer's calls may reach any instance: where other processes write
+    the database, the fold is brought to the session's row first. Decided on a stale fold, a
+    header equal to an outdated latest one was answered as unchanged and never logged.
+    """
+    if service.shares_database:
+        await service.leases.refresh(holder)
+    return await (await start_header_report(service, holder, header))
+
+
 async def start_header_report(
     service: SessionLogService, holder: LeaseHolder, header: dict[str, Any]
 ) -> asyncio.Future[HeaderReport]:

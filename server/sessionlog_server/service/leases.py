@@ -137,6 +137,8 @@ class LeaseManager:
             raise lease_not_held(session_id)
         holder = LeaseHolder(record.id, record.namespace, record.writer_id or "", record.epoch, stored)
         self._remember(holder)
+        if self.live.peek(record.id) is not None:  # cached here before: it may name an older holder
+            await self._adopt(record)
         return holder
 
     async def renew_for_caller(self, session_id: str, lease_token: str) -> SessionRecord:
@@ -176,18 +178,19 @@ class LeaseManager:
         grant = Grant(record, token)
         self._remember(grant.holder)
         self._streams.pop(session_id, None)  # a stream's older grant is fenced now
-        live = await self.live.get(session_id)
-        async with live.lock:
-            await live.wait_idle()
-            if live.fold.next_seq > record.next_seq:
-                self.live.invalidate(session_id)  # ahead of the log: batches this instance lost
-                live = await self.live.get(session_id)
-            await self.catch_up(live, record)  # another instance wrote meanwhile
-        live.record = record
-        live.epoch = record.epoch
-        self.live.set_writer(live, wid)
+        await self._adopt(record)
         log.info("lease granted", session_id=session_id, writer_id=wid, epoch=record.epoch, takeover=takeover)
         return grant
+
+    async def refresh(self, holder: LeaseHolder) -> None:
+        """Bring this instance's view of the holder's session to the database's row.
+
+        A unary writer's calls may reach any instance (a load balancer, a reconnect that lands
+        on another worker): the one answering may have cached the session before the writer's
+        calls elsewhere moved its log on. The commit's fence keeps such a stale fold from
+        writing; this is what lets the call be answered on the log as it stands instead.
+        """
+        await self._adopt(await self.reader.session(holder.session_id))
 
     async def renew(self, holder: LeaseHolder) -> SessionRecord:
         """Extend a proven lease, with no caller check (the stream lease keeper uses it)."""
@@ -272,6 +275,26 @@ class LeaseManager:
         return len(self._streams)
 
     # --- internals ---------------------------------------------------------------------------
+
+    async def _adopt(self, record: SessionRecord) -> None:
+        """Make the live session match `record`, a session row just read or written: its fold
+        caught up with what other instances appended, its lease holder the row's.
+
+        Who holds a lease is learned here from grants; a lease granted by another instance
+        (a takeover there) is learned from the row, else this instance would go on refusing
+        the new holder in favour of the one it last granted.
+        """
+        session_id = record.id
+        live = await self.live.get(session_id)
+        async with live.lock:
+            await live.wait_idle()
+            if live.fold.next_seq > record.next_seq:
+                self.live.invalidate(session_id)  # ahead of the log: batches this instance lost
+                live = await self.live.get(session_id)
+            await self.catch_up(live, record)  # another instance wrote meanwhile
+        live.record = record
+        live.epoch = record.epoch
+        self.live.set_writer(live, record.writer_id)
 
     def _remember(self, holder: LeaseHolder) -> None:
         self._known[holder.session_id] = holder

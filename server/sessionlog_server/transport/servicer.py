@@ -24,7 +24,7 @@ from sessionlog_server.service import access, lifecycle
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.service.appends import AppendResult
 from sessionlog_server.service.clock import now_ms
-from sessionlog_server.service.headers import HeaderReport, start_header_report
+from sessionlog_server.service.headers import HeaderReport, report_header
 from sessionlog_server.service.projections import Scope, fold_scope, history_page, request_of, transcript_page
 from sessionlog_server.service.writer_stream import HeaderAcked, OpenRequest, WriterStream
 from sessionlog_server.storage.records import SessionRecord
@@ -174,7 +174,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self, request: pb.AppendEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendEventsResponse:
         holder = await self.service.leases.prove_for_caller(request.session_id, request.lease_token, "appending")
-        result = await self.service.appends.append(
+        result = await self.service.append(
             holder, optional_field(request, "expected_next_seq"), decode_events(request.events, self.service.limits)
         )
         note(seqs=_seq_range(result), writer_id=holder.writer_id, epoch=holder.epoch)
@@ -239,8 +239,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
             request.session_id, request.lease_token, "reporting a request header"
         )
         header = convert.data_from_bytes(request.header_json, what="header")
-        future = await start_header_report(self.service, holder, header)
-        report = await future
+        report = await report_header(self.service, holder, header)
         note(reason=report.reason, header_seq=report.header_seq)
         return header_report_to_pb(report)
 

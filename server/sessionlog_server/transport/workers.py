@@ -118,10 +118,11 @@ def _worker_main(settings: Settings, index: int, parent: int) -> None:
 
 def _exit_with_parent(parent: int) -> None:
     """A worker whose parent died (kill -9 of the service) stops: it must not keep the port
-    serving on its own; it stops as on SIGTERM (in-flight batches commit, leases released)."""
+    serving on its own; it stops as on SIGTERM (in-flight batches commit; open writer streams
+    end with SHUTTING_DOWN and keep their leases for their writers' reconnects)."""
     while os.getppid() == parent:
         time.sleep(0.5)
-    os.kill(os.getpid(), signal.SIGTERM)  # drain and release leases, as on a normal stop
+    os.kill(os.getpid(), signal.SIGTERM)  # drain, as on a normal stop
 
 
 __all__ = ["default_workers", "run_workers", "worker_settings"]

@@ -1,0 +1,101 @@
+"""A unary writer whose calls reach more than one instance (or worker) of one database.
+
+A unary writer's calls are independent RPCs: behind a load balancer, or after a reconnect that
+lands on another `serve --workers` process, each may reach a different instance. An instance
+that cached the session earlier holds a fold and a lease holder that another instance has
+since moved on. Whatever it cached, the lease holder's calls must be answered on the log as it
+stands: its lease honoured, its header reports decided on the latest header, its appends
+planned at the session's real next seq.
+
+Two in-process instances on one database stand for two machines (PostgreSQL) or two workers
+(SQLite, `workers=2`: other processes share the file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sessionlog.client import SessionLogClient
+from tests.support import events as ev
+from tests.support.servers import ServerThread
+
+H1: dict[str, Any] = {"config": {"provider": "acme", "model": "m-1"}}
+H2: dict[str, Any] = {"config": {"provider": "acme", "model": "m-2"}}
+
+
+@pytest.fixture
+def two(fresh_db: str) -> Iterator[tuple[SessionLogClient, SessionLogClient]]:
+    """Clients of two instances serving one database."""
+    settings: dict[str, Any] = {"workers": 2, "lease_ttl_ms": 5_000}
+    first, second = ServerThread(fresh_db, **settings), ServerThread(fresh_db, **settings)
+    try:
+        with SessionLogClient(first.target) as one, SessionLogClient(second.target) as other:
+            yield one, other
+    finally:
+        first.stop(grace=0.5)
+        second.stop(grace=0.5)
+
+
+def logged(client: SessionLogClient, sid: str) -> list[tuple[str, Any]]:
+    """Each event's type and, for a header, its reason and model."""
+    return [
+        (e.type, (e.data["reason"], e.data["header"]["config"]["model"]) if e.type == "request/header" else None)
+        for e in client.read_events(sid)
+    ]
+
+
+def test_a_lease_granted_on_another_instance_is_honoured_where_an_older_one_was_granted(
+    two: tuple[SessionLogClient, SessionLogClient], sid: str
+) -> None:
+    one, other = two
+    one.create_session(sid)
+    crashed = other.acquire_lease(sid, writer_id="crashed")  # `other` notes this holder
+    other.report_header(sid, crashed, H1)
+    other.append(sid, crashed, [ev.user("before the crash")])
+
+    lease = one.acquire_lease(sid, writer_id="next", takeover=True)
+    # `other` still believes `crashed` holds the session: the new holder is not fenced out.
+    report = other.report_header(sid, lease, H1)
+    assert (report.reason, report.appended) == ("resume", True)
+    assert other.append(sid, lease, [ev.user("after")]).seqs == [4]
+    assert logged(one, sid)[3:] == [("request/header", ("resume", "m-1")), ("user/message", None)]
+
+
+def test_header_reports_through_either_instance_are_decided_on_the_latest_header(
+    two: tuple[SessionLogClient, SessionLogClient], sid: str
+) -> None:
+    one, other = two
+    one.create_session(sid)
+    lease = one.acquire_lease(sid, writer_id="w")
+    assert one.report_header(sid, lease, H1).reason == "initial"
+    assert other.report_header(sid, lease, H1).appended is False  # `other` caches the session
+    assert one.report_header(sid, lease, H2).reason == "change"
+    # Back to m-1 through `other`, whose fold still ends at the first header: it is a change.
+    back = other.report_header(sid, lease, H1)
+    assert (back.reason, back.header_seq, back.changed_fields) == ("change", 2, ["model"])
+    assert [entry for entry in logged(one, sid) if entry[0] == "request/header"] == [
+        ("request/header", ("initial", "m-1")),
+        ("request/header", ("change", "m-2")),
+        ("request/header", ("change", "m-1")),
+    ]
+
+
+def test_appends_through_either_instance_land_at_the_next_seq(
+    two: tuple[SessionLogClient, SessionLogClient], sid: str
+) -> None:
+    one, other = two
+    one.create_session(sid)
+    lease = one.acquire_lease(sid, writer_id="w")
+    assert other.append(sid, lease, [ev.note(0)]).seqs == [0]  # `other` caches the session
+    seqs = []
+    for n in range(1, 7):  # alternating: each instance's fold is behind the other's writes
+        client = one if n % 2 == 0 else other
+        seqs += client.append(sid, lease, [ev.note(n)]).seqs
+    assert seqs == [1, 2, 3, 4, 5, 6]
+    # The writer's own expectation, right about the log, holds whatever an instance cached.
+    one.append(sid, lease, [ev.note(7)])
+    assert other.append(sid, lease, [ev.note(8)], expected_next_seq=8).seqs == [8]
+    assert [e.data.get("n") for e in other.read_events(sid)] == list(range(9))

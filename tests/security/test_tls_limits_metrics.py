@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -79,6 +81,28 @@ def test_a_ca_file_without_a_pem_certificate_is_refused_naming_it(db_url: str, t
         assert refused.stderr.splitlines() == [f"sessionlog: error: {wrong}: no PEM certificate in the CA file"]
     finally:
         server.stop()
+
+
+def test_an_https_client_that_never_handshakes_blocks_no_one(
+    db_url: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # The listener did each TLS handshake in its accept loop: one connection that sent nothing
+    # (or a plaintext request, or a port scanner) stopped every scrape and page until it left.
+    key, cert = make_certificate(tmp_path)
+    server = ServerThread(db_url, metrics_listen="127.0.0.1:0", tls_cert_file=str(cert), tls_key_file=str(key))
+    admin = server.running.admin
+    assert admin is not None
+    context = ssl.create_default_context(cafile=str(cert))
+    try:
+        with socket.create_connection(("127.0.0.1", admin.port)) as silent:
+            with urllib.request.urlopen(f"https://127.0.0.1:{admin.port}/metrics", timeout=10, context=context) as r:
+                assert r.status == 200 and b"sessionlog_events_appended_total" in r.read()
+            silent.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")  # plaintext to HTTPS: refused, nothing else
+        with urllib.request.urlopen(f"https://127.0.0.1:{admin.port}/metrics", timeout=10, context=context) as r:
+            assert r.status == 200
+    finally:
+        server.stop()
+    assert "Traceback" not in capfd.readouterr().err  # a failed handshake is not the service's error
 
 
 def test_no_tls_hint_for_a_plaintext_server_that_is_down() -> None:

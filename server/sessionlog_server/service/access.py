@@ -14,10 +14,11 @@ namespace, so a deployment without tokens keeps its keys); callers only ever see
 from __future__ import annotations
 
 import contextvars
+import re
 from dataclasses import dataclass
 
 from sessionlog.core import validate
-from sessionlog.core.errors import NotFound, PermissionDenied, ValidationError
+from sessionlog.core.errors import NotFound, PermissionDenied, SessionLogError, ValidationError
 from sessionlog.core.limits import Limits
 
 DEFAULT_NAMESPACE = "default"
@@ -68,6 +69,25 @@ def session_key(session_id: str, limits: Limits) -> str:
 def public_id(key: str) -> str:
     """The id a caller knows a session by (its key without the namespace)."""
     return key.rpartition(":")[2]
+
+
+def public_error(error: SessionLogError, namespace: str | None = None) -> SessionLogError:
+    """`error` as the caller may read it: the service and storage raise errors naming a session
+    by its key, so a key of the caller's namespace (`namespace`, else the bound caller's) is told
+    as the caller's id (`public_id`), as responses tell it: in the `session_id` metadata and where
+    the message says `session '<key>'` (writer ids and eventIds, which may hold a `:`, are left
+    as they are). The error is changed in place and returned."""
+    namespace = current().namespace if namespace is None else namespace
+    if namespace == DEFAULT_NAMESPACE:
+        return error  # keys of the default namespace are the ids
+    key = f"{re.escape(namespace)}:({validate.SESSION_ID})"
+    stated = error.metadata.get("session_id")
+    keyed = re.fullmatch(key, stated) if stated is not None else None
+    if keyed is not None:
+        error.metadata["session_id"] = keyed[1]
+    error.message = re.sub(f"session '{key}'", r"session '\1'", error.message)
+    error.args = (error.message,)
+    return error
 
 
 def check_namespace(session_id: str, namespace: str) -> None:

@@ -145,10 +145,10 @@ class AdminHttp:
             return _text(start_response, "400 Bad Request", f"{exc}\n")
         try:
             body = self.page(principal, session_id, at)
-        except NotFound as exc:
-            return _text(start_response, "404 Not Found", f"{exc.reason}: {exc.message}\n")
         except SessionLogError as exc:
-            return _text(start_response, "400 Bad Request", f"{exc.reason}: {exc.message}\n")
+            error = access.public_error(exc, principal.namespace)
+            status = "404 Not Found" if isinstance(error, NotFound) else "400 Bad Request"
+            return _text(start_response, status, f"{error.reason}: {error.message}\n")
         except MissingAssets as exc:
             return _text(start_response, "500 Internal Server Error", f"{exc}\n")
         headers = [

@@ -25,6 +25,7 @@ from grpc_status import rpc_status
 
 from sessionlog.core.errors import SessionLogError
 from sessionlog.v1 import error_reason_pb2
+from sessionlog_server.service import access
 
 DOMAIN = "sessionlog"
 CATALOGUE = frozenset(error_reason_pb2.ErrorReason.keys()) - {"ERROR_REASON_UNSPECIFIED"}
@@ -78,7 +79,7 @@ def _pack(message: Any) -> any_pb2.Any:
 async def abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
     """End the call with the status for `exc` (logging unexpected ones)."""
     if isinstance(exc, SessionLogError):
-        await context.abort_with_status(to_status(exc))
+        await context.abort_with_status(to_status(access.public_error(exc)))
     log.exception("unexpected error", method=method, error=repr(exc))
     await context.abort_with_status(internal_status())
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -102,3 +105,25 @@ def test_read_only_tokens_read_and_change_nothing(secured: ServerThread, sid: st
 def test_without_tokens_the_server_listens_on_loopback_only(db_url: str) -> None:
     with pytest.raises(ValueError, match="without bearer tokens"):
         ServerThread(db_url, listen_override="0.0.0.0:0")
+
+
+def test_a_token_read_with_its_newline_authenticates(secured: ServerThread, sid: str) -> None:
+    # A token read from a file or a secret keeps its trailing newline. gRPC refused the header
+    # ("Illegal header value", logged by its C core at each of the 8 retries) and the call failed
+    # with TRANSPORT_ERROR "Invalid metadata"; the service strips the token, so the client does.
+    with connect(secured, f"  {ALICE}\r\n") as alice:
+        alice.create_session(sid)
+    env = {**os.environ, "SESSIONLOG_SERVER": secured.target, "SESSIONLOG_TOKEN": BOB + "\n"}
+    cli = [sys.executable, "-m", "sessionlog", "sessions"]
+    listed = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60)
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    # A character no header can carry, inside the token, is refused at once, naming the problem.
+    with pytest.raises(ValueError, match="the token holds a character"):
+        connect(secured, ALICE[:10] + "\n" + ALICE[10:])
+    env["SESSIONLOG_TOKEN"] = "two words"
+    refused = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        "sessionlog: error: the token holds a character a header cannot carry (whitespace or a control "
+        "character); pass the token alone"
+    ]

@@ -13,6 +13,7 @@ import pytest
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import SessionLogError, ValidationError, WriterHeld
+from sessionlog_server.tokens import config_line, new_token
 from tests.support.events import note, user
 from tests.support.servers import ServerThread
 from tests.support.tenants import ALICE, MALLORY
@@ -69,3 +70,15 @@ def test_errors_name_the_session_by_the_callers_id_not_by_its_namespaced_key(ten
             alice.writer(sid, reconnect_attempts=0)
         assert held.value.metadata["session_id"] == sid and f"session {sid!r}" in held.value.message
         assert held.value.metadata["holder"] == "alice:w" and "writer 'alice:w'" in held.value.message
+
+
+def test_the_longest_namespace_still_takes_generated_session_ids(db_url: str) -> None:
+    token = new_token()
+    namespace = "n" * 91
+    server = ServerThread(db_url, tokens=f"[{config_line(token, namespace, read_only=False, name='long')}]")
+    try:
+        with SessionLogClient(server.target, token=token) as client:
+            created = client.create_session()  # a UUID: the key is 91 + 1 + 36 = 128 characters
+            assert [s.id for s in client.list_sessions()] == [created.id]
+    finally:
+        server.stop()

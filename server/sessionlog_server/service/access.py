@@ -19,9 +19,13 @@ from dataclasses import dataclass
 
 from sessionlog.core import validate
 from sessionlog.core.errors import NotFound, PermissionDenied, SessionLogError, ValidationError
-from sessionlog.core.limits import Limits
+from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 
 DEFAULT_NAMESPACE = "default"
+GENERATED_ID_CHARS = 36
+"""Length of a session id the service generates (a UUID in its text form)."""
+MAX_NAMESPACE_CHARS = DEFAULT_LIMITS.max_id_chars - 1 - GENERATED_ID_CHARS
+"""Longest namespace: a session's key (`namespace:id`) keeps room for a generated id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,19 @@ def current() -> Principal:
 def bind(principal: Principal) -> contextvars.Token[Principal]:
     """Make `principal` the caller for the rest of this context."""
     return _current.set(principal)
+
+
+def namespace_problem(namespace: str) -> str | None:
+    """What is wrong with a token's namespace, or None: it must be non-empty and short enough
+    that the keys of its sessions (`session_key`) hold a generated id."""
+    if not namespace:
+        return "namespace must be a non-empty string"
+    if len(namespace) > MAX_NAMESPACE_CHARS:
+        return (
+            f"namespace must be at most {MAX_NAMESPACE_CHARS} characters, so its sessions' keys hold "
+            f"their ids (it has {len(namespace)})"
+        )
+    return None
 
 
 def session_key(session_id: str, limits: Limits) -> str:

@@ -7,6 +7,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -161,6 +162,44 @@ def test_session_quota_per_namespace(db_url: str, sid: str) -> None:
             with pytest.raises(LimitExceeded):
                 client.create_session()
             assert {s.id for s in client.list_sessions()} == {f"{sid}-1", f"{sid}-2"}
+    finally:
+        server.stop()
+
+
+def test_the_session_quota_holds_under_concurrent_creations(db_url: str, sid: str) -> None:
+    # Each creation counted the namespace's sessions, then inserted: 16 at once against a quota
+    # of 3 all counted fewer than 3, and 8 or more were created.
+    token = new_token()
+    server = ServerThread(
+        db_url, max_sessions_per_namespace=3, tokens=f"[{config_line(token, f'race-{sid}', read_only=False, name='r')}]"
+    )
+    start = threading.Barrier(16)
+    outcomes: list[str] = []
+
+    def create(n: int) -> None:
+        with SessionLogClient(server.target, token=token) as client:
+            client.list_sessions()  # connected before the race starts
+            start.wait(30)
+            try:
+                client.create_session(f"{sid}-{n}")
+                outcomes.append("created")
+            except LimitExceeded as refused:
+                outcomes.append(refused.reason)
+
+    try:
+        threads = [threading.Thread(target=create, args=(n,)) for n in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(outcomes) == ["SESSION_QUOTA_EXCEEDED"] * 13 + ["created"] * 3
+        with SessionLogClient(server.target, token=token) as client:
+            assert len(list(client.list_sessions())) == 3
+            source = next(iter(client.list_sessions())).id
+            client.append(source, client.acquire_lease(source), [note(0)])
+            with pytest.raises(LimitExceeded) as fork_refused:  # a fork is a session too
+                client.fork(source, 0)
+            assert fork_refused.value.reason == "SESSION_QUOTA_EXCEEDED"
     finally:
         server.stop()
 

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from structlog.testing import capture_logs
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, PermissionDenied, Unauthenticated
@@ -127,3 +128,30 @@ def test_a_token_read_with_its_newline_authenticates(secured: ServerThread, sid:
         "sessionlog: error: the token holds a character a header cannot carry (whitespace or a control "
         "character); pass the token alone"
     ]
+
+
+def test_each_call_is_logged_with_its_caller_and_refused_tokens_too(secured: ServerThread, sid: str) -> None:
+    # A call with a missing or unknown token left no log line at all, and the others said
+    # nothing of who called: the token's name (`token new --name`, "a label for logs") and
+    # namespace were never logged, so an operator could not tell tenants, or probes, apart.
+    with capture_logs() as logs:
+        with connect(secured, ALICE) as alice:
+            alice.create_session(sid)
+        with connect(secured, AUDITOR) as auditor, pytest.raises(PermissionDenied):
+            auditor.create_session()
+        with connect(secured, "slt_not-a-real-token") as forged, pytest.raises(Unauthenticated):
+            forged.get_session(sid)
+        with connect(secured, None) as anonymous, pytest.raises(Unauthenticated):
+            anonymous.get_session(sid)
+    lines = [
+        (e.get("method"), e.get("status"), e.get("caller"), e.get("namespace")) for e in logs if e["event"] == "rpc"
+    ]
+    assert lines == [
+        ("CreateSession", "OK", "alice", "team-a"),
+        ("CreateSession", "PERMISSION_DENIED", "auditor", "team-a"),
+        ("GetSession", "UNAUTHENTICATED", None, None),
+        ("GetSession", "UNAUTHENTICATED", None, None),
+    ]
+    refused = [e for e in logs if e.get("status") == "UNAUTHENTICATED"]
+    assert [e["reason"] for e in refused] == ["TOKEN_UNKNOWN", "TOKEN_MISSING"]
+    assert all("not-a-real-token" not in repr(e) for e in logs)  # the token presented is not logged

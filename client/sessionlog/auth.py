@@ -24,6 +24,20 @@ def channel_credentials(ca_file: str | None) -> grpc.ChannelCredentials | None:
     return grpc.ssl_channel_credentials(root_certificates=pem)
 
 
+def bearer_token(token: str | None) -> str | None:
+    """The token as it is sent: surrounding whitespace removed (a token read from a file or a
+    secret keeps its newline, which gRPC refuses in a header, retried as if the network had
+    failed; the service strips it too), None when nothing is left. A ValueError for a token
+    that holds a character no header can carry: it could never authenticate."""
+    token = (token or "").strip()
+    if any(not "!" <= c <= "~" for c in token):
+        raise ValueError(
+            "the token holds a character a header cannot carry (whitespace or a control character); "
+            "pass the token alone"
+        )
+    return token or None
+
+
 def _with_token(metadata: Any, token: str) -> list[tuple[str, str]]:
     return [*(metadata or ()), ("authorization", f"Bearer {token}")]
 

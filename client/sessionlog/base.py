@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from sessionlog import convert
-from sessionlog.auth import channel_credentials
+from sessionlog.auth import bearer_token, channel_credentials
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable, WriterHeld
 from sessionlog.core.events import Event, NewEvent
@@ -126,7 +126,9 @@ class ClientBase:
         self.retry = retry
         self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
         """The streaming writers opened and not yet closed: `close()` ends them (`_end_writers`)."""
-        self.channel, calls = self._open_channel(target, credentials or channel_credentials(ca_file), token)
+        self.channel, calls = self._open_channel(
+            target, credentials or channel_credentials(ca_file), bearer_token(token)
+        )
         self.stub = SessionServiceStub(calls)
 
     _closed = False

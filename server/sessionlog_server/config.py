@@ -72,7 +72,9 @@ class Settings:
     max_cwd_bytes: int = DEFAULT_LIMITS.max_cwd_bytes
     """Longest session `cwd`, in UTF-8 bytes."""
     max_events_per_second: int = 0
-    """Events per second per namespace (a token bucket with one second of burst); 0: no limit."""
+    """Events per second per namespace (a token bucket with one second of burst; logged request
+    headers count) in each server process: every `serve` worker and every instance keeps its own
+    bucket, so N of them let a namespace append up to N times this; 0: no limit."""
     max_sessions_per_namespace: int = 0
     """Sessions one namespace may hold; 0: no limit."""
     max_open_streams: int = 10_000

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sessionlog_server.service.access import Principal
+from sessionlog_server.service.access import Principal, namespace_problem
 
 TOKEN_PREFIX = "slt_"
 
@@ -93,8 +93,11 @@ def _entry(entry: Any, where: str) -> tuple[str, Principal]:
     digest, namespace = entry.get("sha256"), entry.get("namespace")
     if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise ValueError(f"token entry at {where}: sha256 must be 64 lowercase hex characters")
-    if not isinstance(namespace, str) or not namespace:
+    if not isinstance(namespace, str):
         raise ValueError(f"token entry at {where}: namespace must be a non-empty string")
+    problem = namespace_problem(namespace)
+    if problem is not None:
+        raise ValueError(f"token entry at {where}: {problem}")
     read_only = entry.get("readOnly", False)
     if not isinstance(read_only, bool):
         raise ValueError(f"token entry at {where}: readOnly must be true or false")

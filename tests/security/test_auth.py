@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
+from structlog.testing import capture_logs
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, PermissionDenied, Unauthenticated
@@ -102,3 +106,52 @@ def test_read_only_tokens_read_and_change_nothing(secured: ServerThread, sid: st
 def test_without_tokens_the_server_listens_on_loopback_only(db_url: str) -> None:
     with pytest.raises(ValueError, match="without bearer tokens"):
         ServerThread(db_url, listen_override="0.0.0.0:0")
+
+
+def test_a_token_read_with_its_newline_authenticates(secured: ServerThread, sid: str) -> None:
+    # A token read from a file or a secret keeps its trailing newline. gRPC refused the header
+    # ("Illegal header value", logged by its C core at each of the 8 retries) and the call failed
+    # with TRANSPORT_ERROR "Invalid metadata"; the service strips the token, so the client does.
+    with connect(secured, f"  {ALICE}\r\n") as alice:
+        alice.create_session(sid)
+    env = {**os.environ, "SESSIONLOG_SERVER": secured.target, "SESSIONLOG_TOKEN": BOB + "\n"}
+    cli = [sys.executable, "-m", "sessionlog", "sessions"]
+    listed = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60)
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    # A character no header can carry, inside the token, is refused at once, naming the problem.
+    with pytest.raises(ValueError, match="the token holds a character"):
+        connect(secured, ALICE[:10] + "\n" + ALICE[10:])
+    env["SESSIONLOG_TOKEN"] = "two words"
+    refused = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        "sessionlog: error: the token holds a character a header cannot carry (whitespace or a control "
+        "character); pass the token alone"
+    ]
+
+
+def test_each_call_is_logged_with_its_caller_and_refused_tokens_too(secured: ServerThread, sid: str) -> None:
+    # A call with a missing or unknown token left no log line at all, and the others said
+    # nothing of who called: the token's name (`token new --name`, "a label for logs") and
+    # namespace were never logged, so an operator could not tell tenants, or probes, apart.
+    with capture_logs() as logs:
+        with connect(secured, ALICE) as alice:
+            alice.create_session(sid)
+        with connect(secured, AUDITOR) as auditor, pytest.raises(PermissionDenied):
+            auditor.create_session()
+        with connect(secured, "slt_not-a-real-token") as forged, pytest.raises(Unauthenticated):
+            forged.get_session(sid)
+        with connect(secured, None) as anonymous, pytest.raises(Unauthenticated):
+            anonymous.get_session(sid)
+    lines = [
+        (e.get("method"), e.get("status"), e.get("caller"), e.get("namespace")) for e in logs if e["event"] == "rpc"
+    ]
+    assert lines == [
+        ("CreateSession", "OK", "alice", "team-a"),
+        ("CreateSession", "PERMISSION_DENIED", "auditor", "team-a"),
+        ("GetSession", "UNAUTHENTICATED", None, None),
+        ("GetSession", "UNAUTHENTICATED", None, None),
+    ]
+    refused = [e for e in logs if e.get("status") == "UNAUTHENTICATED"]
+    assert [e["reason"] for e in refused] == ["TOKEN_UNKNOWN", "TOKEN_MISSING"]
+    assert all("not-a-real-token" not in repr(e) for e in logs)  # the token presented is not logged

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import ValidationError
+from sessionlog.core.errors import LimitExceeded, ValidationError
 from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
@@ -93,6 +93,24 @@ def test_a_batch_over_the_rate_burst_is_refused_once_and_retries_are_not_charged
         first = client.append(sid, lease, batch)  # the whole burst
         again = client.append(sid, lease, batch)  # a retry stores nothing, so it costs nothing
         assert again.seqs == first.seqs and client.get_session(sid).next_seq == 10
+
+
+def test_header_reports_that_log_an_event_are_charged_to_the_namespace_rate(limited: ServerThread, sid: str) -> None:
+    # They were not: each report of a changed header appended a request/header event (up to
+    # max_event_bytes of it) as fast as the writer could send, whatever the namespace's limit.
+    with SessionLogClient(limited.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        logged = 0
+        with pytest.raises(LimitExceeded) as refused:
+            for i in range(60):  # 10 a second, bursts of 10: refused long before the 60th
+                assert client.report_header(sid, lease, {"config": {"model": f"m{i}"}}).appended
+                logged += 1
+        assert refused.value.reason == "RATE_LIMITED" and refused.value.metadata["limit"] == "10"
+        assert client.get_session(sid).next_seq == logged  # the refused report logged nothing
+        assert logged < 30
+        # A report that logs nothing (the same header again) costs nothing, even now.
+        assert not client.report_header(sid, lease, {"config": {"model": f"m{logged - 1}"}}).appended
 
 
 @pytest.mark.parametrize(

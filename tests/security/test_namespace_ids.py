@@ -7,11 +7,14 @@ creating an id another namespace holds simply succeeds, and each namespace sees 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import ValidationError
-from tests.support.events import user
+from sessionlog.core.errors import SessionLogError, ValidationError, WriterHeld
+from sessionlog_server.tokens import config_line, new_token
+from tests.support.events import note, user
 from tests.support.servers import ServerThread
 from tests.support.tenants import ALICE, MALLORY
 
@@ -43,3 +46,39 @@ def test_an_id_taken_in_another_namespace_can_be_created_in_ones_own(tenants: Se
 def test_an_id_too_long_for_its_namespace_is_refused_with_the_room_left(tenants: ServerThread) -> None:
     with SessionLogClient(tenants.target, token=ALICE) as alice, pytest.raises(ValidationError, match="at most 122"):
         alice.create_session("x" * 128)  # "alice:" takes 6 of the 128
+
+
+def test_errors_name_the_session_by_the_callers_id_not_by_its_namespaced_key(tenants: ServerThread, sid: str) -> None:
+    # They named it `alice:<id>` (the service's key) in the message and in the ErrorInfo
+    # `session_id`, which is not an id the caller could use or had sent.
+    with SessionLogClient(tenants.target, token=ALICE) as alice:
+        alice.create_session(sid)
+        lease = alice.acquire_lease(sid, writer_id="alice:w")  # a label: it stays as it was given
+        attempts: dict[str, Callable[[], object]] = {
+            "SESSION_EXISTS": lambda: alice.create_session(sid),
+            "WRITER_HELD": lambda: alice.acquire_lease(sid),
+            "EXPECTED_SEQ_MISMATCH": lambda: alice.append(sid, lease, [note(0)], expected_next_seq=7),
+            "FROM_SEQ_PAST_HEAD": lambda: next(iter(alice.subscribe(sid, from_seq=50))),
+        }
+        for reason, attempt in attempts.items():
+            with pytest.raises(SessionLogError) as refused:
+                attempt()
+            assert refused.value.reason == reason
+            assert refused.value.metadata["session_id"] == sid, reason
+            assert f"session {sid!r}" in refused.value.message and f"alice:{sid}" not in refused.value.message, reason
+        with pytest.raises(WriterHeld) as held:  # the streaming writer's refusal too
+            alice.writer(sid, reconnect_attempts=0)
+        assert held.value.metadata["session_id"] == sid and f"session {sid!r}" in held.value.message
+        assert held.value.metadata["holder"] == "alice:w" and "writer 'alice:w'" in held.value.message
+
+
+def test_the_longest_namespace_still_takes_generated_session_ids(db_url: str) -> None:
+    token = new_token()
+    namespace = "n" * 91
+    server = ServerThread(db_url, tokens=f"[{config_line(token, namespace, read_only=False, name='long')}]")
+    try:
+        with SessionLogClient(server.target, token=token) as client:
+            created = client.create_session()  # a UUID: the key is 91 + 1 + 36 = 128 characters
+            assert [s.id for s in client.list_sessions()] == [created.id]
+    finally:
+        server.stop()

@@ -52,6 +52,24 @@ def test_a_tokens_file_listing_a_hash_twice_refuses_to_start(tmp_path: Path) -> 
     _one_line(result, f"{tokens} line 3", f"{tokens} line 1")
 
 
+def test_a_namespace_that_leaves_no_room_for_session_ids_is_refused(tmp_path: Path) -> None:
+    # A 130-character namespace was served, and every CreateSession then failed with "session
+    # ids of namespace '...' may be at most 0 characters"; an empty one came out of `token new`
+    # as a line the server refused.
+    long = "n" * 92  # 92 + ":" + a generated id (a UUID, 36 characters) is over the 128 of a key
+    tokens = tmp_path / "tokens.jsonl"
+    tokens.write_text(f'{{"sha256":"{hash_token("t1")}","namespace":"{long}"}}\n')
+    result = _run(
+        "serve", "--db", f"sqlite:///{tmp_path / 'x.db'}", "--listen", "127.0.0.1:0",
+        env={"SESSIONLOG_TOKENS_FILE": str(tokens)},
+    )  # fmt: skip
+    _one_line(result, f"{tokens} line 1", "at most 91 characters", "(it has 92)")
+    for namespace, needle in [(long, "at most 91 characters"), ("", "non-empty")]:
+        made = _run("token", "new", "--namespace", namespace)
+        _one_line(made, needle)
+        assert made.returncode == 2 and "token:" not in made.stdout
+
+
 def test_configuration_errors_are_one_line(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'x.db'}"
     _one_line(_run("serve", "--db", db, env={"SESSIONLOG_LEASE_TTL_MS": "soon"}), "SESSIONLOG_LEASE_TTL_MS")

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
+import ssl
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -81,6 +84,28 @@ def test_a_ca_file_without_a_pem_certificate_is_refused_naming_it(db_url: str, t
         server.stop()
 
 
+def test_an_https_client_that_never_handshakes_blocks_no_one(
+    db_url: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # The listener did each TLS handshake in its accept loop: one connection that sent nothing
+    # (or a plaintext request, or a port scanner) stopped every scrape and page until it left.
+    key, cert = make_certificate(tmp_path)
+    server = ServerThread(db_url, metrics_listen="127.0.0.1:0", tls_cert_file=str(cert), tls_key_file=str(key))
+    admin = server.running.admin
+    assert admin is not None
+    context = ssl.create_default_context(cafile=str(cert))
+    try:
+        with socket.create_connection(("127.0.0.1", admin.port)) as silent:
+            with urllib.request.urlopen(f"https://127.0.0.1:{admin.port}/metrics", timeout=10, context=context) as r:
+                assert r.status == 200 and b"sessionlog_events_appended_total" in r.read()
+            silent.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")  # plaintext to HTTPS: refused, nothing else
+        with urllib.request.urlopen(f"https://127.0.0.1:{admin.port}/metrics", timeout=10, context=context) as r:
+            assert r.status == 200
+    finally:
+        server.stop()
+    assert "Traceback" not in capfd.readouterr().err  # a failed handshake is not the service's error
+
+
 def test_no_tls_hint_for_a_plaintext_server_that_is_down() -> None:
     port = free_port()
     assert not speaks_tls(f"127.0.0.1:{port}", timeout=1)
@@ -137,6 +162,44 @@ def test_session_quota_per_namespace(db_url: str, sid: str) -> None:
             with pytest.raises(LimitExceeded):
                 client.create_session()
             assert {s.id for s in client.list_sessions()} == {f"{sid}-1", f"{sid}-2"}
+    finally:
+        server.stop()
+
+
+def test_the_session_quota_holds_under_concurrent_creations(db_url: str, sid: str) -> None:
+    # Each creation counted the namespace's sessions, then inserted: 16 at once against a quota
+    # of 3 all counted fewer than 3, and 8 or more were created.
+    token = new_token()
+    server = ServerThread(
+        db_url, max_sessions_per_namespace=3, tokens=f"[{config_line(token, f'race-{sid}', read_only=False, name='r')}]"
+    )
+    start = threading.Barrier(16)
+    outcomes: list[str] = []
+
+    def create(n: int) -> None:
+        with SessionLogClient(server.target, token=token) as client:
+            client.list_sessions()  # connected before the race starts
+            start.wait(30)
+            try:
+                client.create_session(f"{sid}-{n}")
+                outcomes.append("created")
+            except LimitExceeded as refused:
+                outcomes.append(refused.reason)
+
+    try:
+        threads = [threading.Thread(target=create, args=(n,)) for n in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(outcomes) == ["SESSION_QUOTA_EXCEEDED"] * 13 + ["created"] * 3
+        with SessionLogClient(server.target, token=token) as client:
+            assert len(list(client.list_sessions())) == 3
+            source = next(iter(client.list_sessions())).id
+            client.append(source, client.acquire_lease(source), [note(0)])
+            with pytest.raises(LimitExceeded) as fork_refused:  # a fork is a session too
+                client.fork(source, 0)
+            assert fork_refused.value.reason == "SESSION_QUOTA_EXCEEDED"
     finally:
         server.stop()
 

@@ -23,6 +23,7 @@ from sessionlog.core import jsonvalue
 from sessionlog.core.errors import (
     AlreadyExists,
     ExpectedSeqMismatch,
+    LimitExceeded,
     NotFound,
     OwnershipLost,
     ValidationError,
@@ -123,7 +124,10 @@ class RecorderContract:
         ids = [s.id for s in first + rest]
         assert ids == [f"{sid}-{i}" for i in (0, 2, 4, 1, 3)] + [f"{sid}-fork"]  # by (create_time, id)
         assert [s.id for s in self.recorder.list_sessions(namespace, 10, parent_id=f"{sid}-0")] == [f"{sid}-fork"]
-        assert self.recorder.count_sessions(namespace) == 6
+        with pytest.raises(LimitExceeded) as over:  # the namespace holds 6: a quota of 6 is full
+            self.recorder.create_session(session(f"{sid}-7", namespace), quota=6)
+        assert over.value.reason == "SESSION_QUOTA_EXCEEDED" and over.value.metadata["limit"] == "6"
+        self.recorder.create_session(session(f"{sid}-7", namespace), quota=7)
 
     def test_a_fork_is_created_with_its_own_first_events_in_one_commit(self, sid: str) -> None:
         self.recorder.create_session(session(sid))

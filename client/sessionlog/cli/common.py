@@ -66,7 +66,7 @@ def connect() -> Iterator[SessionLogClient]:
         client = SessionLogClient(State.server, token=State.token, ca_file=State.ca_file)
     except OSError as exc:  # e.g. a CA file that is not there
         raise fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", code=2) from None
-    except ValueError as exc:  # a CA file with no certificate in it
+    except ValueError as exc:  # a CA file with no certificate in it, a token no header can carry
         raise fail(str(exc), code=2) from None
     try:
         yield client

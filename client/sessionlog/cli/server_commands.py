@@ -38,9 +38,13 @@ def new_token(
 
     The server stores only the token's sha256, so the tokens file grants nothing if it leaks.
     """
+    from sessionlog_server.service.access import namespace_problem
     from sessionlog_server.tokens import config_line
     from sessionlog_server.tokens import new_token as make
 
+    problem = namespace_problem(namespace)
+    if problem is not None:  # the server would refuse the line
+        raise fail(problem, code=2)
     token = make()
     typer.echo(f"token: {token}")
     typer.echo(f"tokens-file line: {config_line(token, namespace, read_only=read_only, name=name)}")

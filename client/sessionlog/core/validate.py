@@ -17,7 +17,9 @@ from sessionlog.core.repair import check_writer_turn_end
 from sessionlog.core.vocabulary import KEPT_AS_SEEN, KNOWN_TYPES, SURFACE_TYPES, USER_MESSAGE
 
 _TYPE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)*$")
-_SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~\-]*$")
+SESSION_ID = r"[A-Za-z0-9][A-Za-z0-9._~\-]*"
+"""A session id, as a regular expression (URL-safe: no `:`, which the service's keys use)."""
+_SESSION_ID_PATTERN = re.compile(f"^{SESSION_ID}$")
 
 
 def check_session_id(session_id: str, limits: Limits = Limits()) -> None:

@@ -14,13 +14,18 @@ namespace, so a deployment without tokens keeps its keys); callers only ever see
 from __future__ import annotations
 
 import contextvars
+import re
 from dataclasses import dataclass
 
 from sessionlog.core import validate
-from sessionlog.core.errors import NotFound, PermissionDenied, ValidationError
-from sessionlog.core.limits import Limits
+from sessionlog.core.errors import NotFound, PermissionDenied, SessionLogError, ValidationError
+from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 
 DEFAULT_NAMESPACE = "default"
+GENERATED_ID_CHARS = 36
+"""Length of a session id the service generates (a UUID in its text form)."""
+MAX_NAMESPACE_CHARS = DEFAULT_LIMITS.max_id_chars - 1 - GENERATED_ID_CHARS
+"""Longest namespace: a session's key (`namespace:id`) keeps room for a generated id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,19 @@ def bind(principal: Principal) -> contextvars.Token[Principal]:
     return _current.set(principal)
 
 
+def namespace_problem(namespace: str) -> str | None:
+    """What is wrong with a token's namespace, or None: it must be non-empty and short enough
+    that the keys of its sessions (`session_key`) hold a generated id."""
+    if not namespace:
+        return "namespace must be a non-empty string"
+    if len(namespace) > MAX_NAMESPACE_CHARS:
+        return (
+            f"namespace must be at most {MAX_NAMESPACE_CHARS} characters, so its sessions' keys hold "
+            f"their ids (it has {len(namespace)})"
+        )
+    return None
+
+
 def session_key(session_id: str, limits: Limits) -> str:
     """The key of the caller's session `session_id` (validated: URL-safe, and short enough that
     the key fits the key columns)."""
@@ -68,6 +86,25 @@ def session_key(session_id: str, limits: Limits) -> str:
 def public_id(key: str) -> str:
     """The id a caller knows a session by (its key without the namespace)."""
     return key.rpartition(":")[2]
+
+
+def public_error(error: SessionLogError, namespace: str | None = None) -> SessionLogError:
+    """`error` as the caller may read it: the service and storage raise errors naming a session
+    by its key, so a key of the caller's namespace (`namespace`, else the bound caller's) is told
+    as the caller's id (`public_id`), as responses tell it: in the `session_id` metadata and where
+    the message says `session '<key>'` (writer ids and eventIds, which may hold a `:`, are left
+    as they are). The error is changed in place and returned."""
+    namespace = current().namespace if namespace is None else namespace
+    if namespace == DEFAULT_NAMESPACE:
+        return error  # keys of the default namespace are the ids
+    key = f"{re.escape(namespace)}:({validate.SESSION_ID})"
+    stated = error.metadata.get("session_id")
+    keyed = re.fullmatch(key, stated) if stated is not None else None
+    if keyed is not None:
+        error.metadata["session_id"] = keyed[1]
+    error.message = re.sub(f"session '{key}'", r"session '\1'", error.message)
+    error.args = (error.message,)
+    return error
 
 
 def check_namespace(session_id: str, namespace: str) -> None:

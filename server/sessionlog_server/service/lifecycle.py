@@ -150,7 +150,6 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
     """A new session inheriting `source_id`'s events 0..at_seq (shared, not copied)."""
     access.require_write("ForkSession")
     source = await service.sessions.get_session(source_id)
-    await service.sessions.check_session_quota(source.namespace)
     if at_seq >= source.next_seq:
         raise NotFound(
             "SEQ_NOT_FOUND",
@@ -180,7 +179,9 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
         lease_expires_at=None,
         open_turn=False,
     )
-    created = await service.committer.run_in_writer(service.recorder.create_session, record, events)
+    created = await service.committer.run_in_writer(
+        service.recorder.create_session, record, events, quota=service.sessions.max_sessions_per_namespace
+    )
     repair_seqs = [e.seq for e in events[1:]]
     log.info("forked", session_id=child_id, parent=source_id, fork_seq=at_seq, repairs=len(repair_seqs))
     return ForkResult(created, repair_seqs)

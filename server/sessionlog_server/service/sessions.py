@@ -8,7 +8,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from sessionlog.core import jsonvalue, validate
-from sessionlog.core.errors import LimitExceeded, SessionLogError, ValidationError
+from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access
 from sessionlog_server.service.clock import now_ms
@@ -46,7 +46,6 @@ class SessionDirectory:
             metadata_text = jsonvalue.dumps(metadata)
         validate.check_session_fields(cwd, len(metadata_text.encode("utf-8")), self.limits)
         validate.check_session_text(cwd, metadata)
-        await self.check_session_quota(namespace)
         record = SessionRecord(
             id=sid,
             namespace=namespace,
@@ -63,17 +62,9 @@ class SessionDirectory:
             lease_expires_at=None,
             open_turn=False,
         )
-        return await self.committer.run_in_writer(self.recorder.create_session, record)
-
-    async def check_session_quota(self, namespace: str) -> None:
-        quota = self.max_sessions_per_namespace
-        if quota and await self.reader.run(self.recorder.count_sessions, namespace) >= quota:
-            raise LimitExceeded(
-                "SESSION_QUOTA_EXCEEDED",
-                f"namespace {namespace!r} already holds its limit of {quota} sessions",
-                limit=quota,
-                namespace=namespace,
-            )
+        return await self.committer.run_in_writer(
+            self.recorder.create_session, record, quota=self.max_sessions_per_namespace
+        )
 
     async def get_session(self, session_id: str) -> SessionRecord:
         """The session, if it exists in the caller's namespace."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from sessionlog.core import jsonvalue
@@ -111,6 +111,11 @@ class PostgresEventRecorder(EventRecorder):
             json_deserializer=jsonvalue.loads,
         )
         super().__init__(engine)
+
+    def _lock_namespace(self, conn: Connection, namespace: str) -> None:
+        """A transaction-scoped advisory lock on the namespace: instances sharing the database
+        count its sessions one transaction at a time (READ COMMITTED would let two counts pass)."""
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:namespace, 0))"), {"namespace": namespace})
 
     def commit_batches(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
         """A group that is its group statement and nothing else commits as that statement alone,

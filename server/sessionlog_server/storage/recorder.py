@@ -29,6 +29,7 @@ from sqlalchemy import exc as sa_exc
 from sessionlog.core.errors import (
     AlreadyExists,
     ExpectedSeqMismatch,
+    LimitExceeded,
     NotFound,
     OwnershipLost,
     SessionLogError,
@@ -90,6 +91,11 @@ class EventRecorder(ABC):
         except (sa_exc.DBAPIError, OverflowError) as exc:
             raise sqlalchemy_error(exc) from exc
 
+    def _lock_namespace(self, conn: Connection, namespace: str) -> None:
+        """Make other writers' transactions that count `namespace`'s sessions wait for this one:
+        nothing here, where write transactions take turns (SQLite: `BEGIN IMMEDIATE`)."""
+        return
+
     @contextmanager
     def _read(self) -> Iterator[Connection]:
         try:
@@ -116,11 +122,24 @@ class EventRecorder(ABC):
 
     # --- sessions -----------------------------------------------------------------------
 
-    def create_session(self, record: SessionRecord, seed: Sequence[Event] = ()) -> SessionRecord:
-        """Insert a session (and, for a fork, its own first events) in one transaction."""
+    def create_session(self, record: SessionRecord, seed: Sequence[Event] = (), *, quota: int = 0) -> SessionRecord:
+        """Insert a session (and, for a fork, its own first events) in one transaction; with a
+        `quota` (0: none), only while its namespace holds fewer sessions than that, counted in
+        the same transaction under the namespace's lock, so creations at once cannot all pass
+        one count."""
         with self._write() as conn:
             if conn.execute(queries.SESSION_EXISTS, {"session_id": record.id}).first():
                 raise AlreadyExists("SESSION_EXISTS", f"session {record.id!r} already exists", session_id=record.id)
+            if quota:
+                self._lock_namespace(conn, record.namespace)
+                held = select(func.count()).select_from(SESSIONS).where(SESSIONS.c.namespace == record.namespace)
+                if conn.execute(held).scalar_one() >= quota:
+                    raise LimitExceeded(
+                        "SESSION_QUOTA_EXCEEDED",
+                        f"namespace {record.namespace!r} already holds its limit of {quota} sessions",
+                        limit=quota,
+                        namespace=record.namespace,
+                    )
             conn.execute(
                 queries.INSERT_SESSION,
                 {
@@ -171,12 +190,6 @@ class EventRecorder(ABC):
         query = query.order_by(SESSIONS.c.create_time, SESSIONS.c.id).limit(page_size)
         with self._read() as conn:
             return [session_record(row) for row in conn.execute(query).mappings()]
-
-    def count_sessions(self, namespace: str) -> int:
-        """How many sessions the namespace holds (an indexed count)."""
-        with self._read() as conn:
-            query = select(func.count()).select_from(SESSIONS).where(SESSIONS.c.namespace == namespace)
-            return int(conn.execute(query).scalar_one())
 
     def sessions_to_repair(self, now: int) -> list[SessionRecord]:
         """Sessions with an open turn and no live writer: an indexed query, no event scan."""

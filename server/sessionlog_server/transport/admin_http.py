@@ -22,6 +22,7 @@ import asyncio
 import base64
 import binascii
 import ssl
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -48,11 +49,25 @@ PAGE_CACHE = 4
 StartResponse = Callable[..., Any]
 
 
+CONNECTION_TIMEOUT_S = 30.0
+"""How long a connection may keep its thread while it sends nothing (its TLS handshake, its request)."""
+
+
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that broke off, timed out or failed its TLS handshake (a plaintext
+        request, a scanner) is the client's doing: dropped quietly, where the default printed a
+        traceback to stderr among the service's JSON log lines."""
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
+
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = CONNECTION_TIMEOUT_S
+
     def log_message(self, format: str, *args: Any) -> None:
         """Access logs are not written: the service logs with structlog, not to stderr."""
 
@@ -86,7 +101,10 @@ class AdminHttp:
         if tls is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(certfile=tls[0], keyfile=tls[1])
-            server.socket = context.wrap_socket(server.socket, server_side=True)
+            # The handshake runs in the connection's own thread, on its first read: done in
+            # `accept`, it held the listener's only accepting thread, so one client that never
+            # handshook stopped every scrape and page.
+            server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
         self.pages_allowed = tls is not None or host in LOOPBACK_HOSTS
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, daemon=True, name="sessionlog-admin-http")
@@ -127,10 +145,10 @@ class AdminHttp:
             return _text(start_response, "400 Bad Request", f"{exc}\n")
         try:
             body = self.page(principal, session_id, at)
-        except NotFound as exc:
-            return _text(start_response, "404 Not Found", f"{exc.reason}: {exc.message}\n")
         except SessionLogError as exc:
-            return _text(start_response, "400 Bad Request", f"{exc.reason}: {exc.message}\n")
+            error = access.public_error(exc, principal.namespace)
+            status = "404 Not Found" if isinstance(error, NotFound) else "400 Bad Request"
+            return _text(start_response, status, f"{error.reason}: {error.message}\n")
         except MissingAssets as exc:
             return _text(start_response, "500 Internal Server Error", f"{exc}\n")
         headers = [

@@ -17,7 +17,7 @@ from sessionlog.core.errors import Unauthenticated
 from sessionlog_server.service import access
 from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.decoding import Undecodable, safe_deserializer
-from sessionlog_server.transport.status import to_status
+from sessionlog_server.transport.status import log_unauthenticated, to_status
 
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
@@ -37,6 +37,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc
         if handler is None or details.method.startswith(OPEN_SERVICES):
             return handler
         principal, error = self._authenticate(details)
+        if error is not None:
+            log_unauthenticated(details.method, error)
         return _wrap(handler, principal, error)
 
     def _authenticate(self, details: grpc.HandlerCallDetails) -> tuple[access.Principal | None, Unauthenticated | None]:

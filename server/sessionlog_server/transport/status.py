@@ -25,6 +25,7 @@ from grpc_status import rpc_status
 
 from sessionlog.core.errors import SessionLogError
 from sessionlog.v1 import error_reason_pb2
+from sessionlog_server.service import access
 
 DOMAIN = "sessionlog"
 CATALOGUE = frozenset(error_reason_pb2.ErrorReason.keys()) - {"ERROR_REASON_UNSPECIFIED"}
@@ -43,11 +44,26 @@ def note(**fields: Any) -> None:
 
 
 def _log_rpc(method: str, request: Any, started: float, code: str) -> None:
-    fields = _rpc_fields.get({})
+    fields = {**_caller(), **_rpc_fields.get({})}
     session_id = getattr(request, "session_id", None) or getattr(getattr(request, "scope", None), "session_id", None)
     if session_id:
         fields.setdefault("session_id", session_id)
     log.info("rpc", method=method, status=code, latency_ms=round((time.perf_counter() - started) * 1000, 3), **fields)
+
+
+def log_unauthenticated(path: str, error: SessionLogError) -> None:
+    """The line of a call refused before its handler ran (no token, an unknown one): method,
+    status and reason, never the token presented."""
+    log.info("rpc", method=path.rpartition("/")[2], status=error.code, reason=error.reason)
+
+
+def _caller() -> dict[str, str]:
+    """Who called, for the call's line: the token's namespace and name (`token new --name`);
+    nothing without tokens, where every call is the anonymous default."""
+    principal = access.current()
+    if principal is access.ANONYMOUS:
+        return {}
+    return {"namespace": principal.namespace, **({"caller": principal.name} if principal.name else {})}
 
 
 def to_status(error: SessionLogError) -> grpc.Status:
@@ -78,7 +94,7 @@ def _pack(message: Any) -> any_pb2.Any:
 async def abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
     """End the call with the status for `exc` (logging unexpected ones)."""
     if isinstance(exc, SessionLogError):
-        await context.abort_with_status(to_status(exc))
+        await context.abort_with_status(to_status(access.public_error(exc)))
     log.exception("unexpected error", method=method, error=repr(exc))
     await context.abort_with_status(internal_status())
 

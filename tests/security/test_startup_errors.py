@@ -83,7 +83,7 @@ def test_configuration_errors_are_one_line(tmp_path: Path) -> None:
     _one_line(_run("serve", "--db", db, "--listen", "127.0.0.1:0", env=otlp), "SESSIONLOG_OTLP_ENDPOINT", "'notaurl'")
     assert not (tmp_path / "x.db").exists()
     _one_line(_run("--ca-file", str(tmp_path / "missing-ca.pem"), "sessions"), "missing-ca.pem")
-    _one_line(_run("db", "upgrade", "--db", "postgresql://nobody@127.0.0.1:1/none"), "SESSIONLOG_DB")
+    _one_line(_run("db", "upgrade", "--db", "postgresql://nobody@127.0.0.1:1/none"), "check --db or SESSIONLOG_DB")
 
 
 def test_an_unsupported_database_url_is_one_line_naming_the_schemes() -> None:

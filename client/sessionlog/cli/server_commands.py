@@ -116,7 +116,7 @@ def startup_errors() -> Iterator[None]:
         raise fail(f"{where}{exc.strerror or first_line(exc)}", code=2) from None
     except SQLAlchemyError as exc:
         cause = getattr(exc, "orig", None) or exc
-        raise fail(f"cannot use the database: {first_line(cause)} (check SESSIONLOG_DB)", code=2) from None
+        raise fail(f"cannot use the database: {first_line(cause)} (check --db or SESSIONLOG_DB)", code=2) from None
 
 
 def _check_db(url: str) -> None:

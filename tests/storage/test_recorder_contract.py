@@ -225,8 +225,13 @@ class RecorderContract:
         self.recorder.acquire_lease(sid, "w2", takeover=True, now=NOW + 1, ttl_ms=TTL, token_hash="h-w2")
         (stale,) = self.recorder.commit_batches([batch(lease, [note(1)])])
         assert isinstance(stale, OwnershipLost)
+        assert stale.message.endswith("now epoch 2, writer 'w2'; reopen the writer")
         assert [e.seq for e in self.recorder.read_events(sid, 0, None, 10)] == [0]
         assert self.recorder.get_session(sid).next_seq == 1
+        assert self.recorder.release_lease(sid, "h-w2", 2)
+        (released,) = self.recorder.commit_batches([batch(lease, [note(1)])])
+        assert isinstance(released, OwnershipLost)
+        assert released.message.endswith("now epoch 2, the lease released; reopen the writer")  # not "writer None"
 
     def test_a_group_commit_fences_each_session_on_its_own(self, sid: str) -> None:
         good = self.writer(sid)

@@ -326,10 +326,11 @@ class EventRecorder(ABC):
             return NotFound("SESSION_NOT_FOUND", f"session {session_id!r} not found", session_id=session_id)
         holder, current_epoch, next_seq = found[0]
         if holder != writer_id or current_epoch != epoch:
+            now_held = f"writer {holder!r}" if holder is not None else "the lease released"
             return OwnershipLost(
                 "OWNERSHIP_LOST",
                 f"writer {writer_id!r} (epoch {epoch}) no longer holds session {session_id!r}: "
-                f"now epoch {current_epoch}, writer {holder!r}; reopen the writer",
+                f"now epoch {current_epoch}, {now_held}; reopen the writer",
                 session_id=session_id,
                 epoch=current_epoch,
                 holder=holder,

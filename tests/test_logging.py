@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import sys
+import threading
 
 import pytest
 import structlog
@@ -72,3 +73,24 @@ def test_the_standard_librarys_log_lines_are_json_too(monkeypatch: pytest.Monkey
     assert record["event"] == "Context impl PostgresqlImpl."
     assert (record["level"], record["logger"]) == ("info", "alembic.runtime.migration")
     assert "timestamp" in record
+
+
+def test_a_workers_lines_name_it_from_every_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The change feed's "reconnecting" warning and the writer thread's lines come from threads
+    of their own, which a worker index bound as a context variable never reached."""
+    stderr = RecordingStderr()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", root.level)
+    try:
+        configure("info", worker=3)
+        thread = threading.Thread(target=lambda: structlog.get_logger("t").warning("from a thread"))
+        thread.start()
+        thread.join()
+        structlog.get_logger("t").info("own", worker=9)  # a field the line sets itself wins
+        logging.getLogger("alembic").info("stdlib")
+    finally:
+        structlog.reset_defaults()
+    lines = [json.loads(write) for write in stderr.writes]
+    assert [(line["event"], line["worker"]) for line in lines] == [("from a thread", 3), ("own", 9), ("stdlib", 3)]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
 
@@ -11,8 +13,9 @@ LEVELS = ("debug", "info", "warning", "error")
 """The levels `configure` takes (any case)."""
 
 
-def configure(level: str = "info") -> None:
-    """JSON logs at `level` (debug, info, warning, error).
+def configure(level: str = "info", *, worker: int | None = None) -> None:
+    """JSON logs at `level` (debug, info, warning, error); a `serve` worker's lines, from any of
+    its threads, name it (`worker`).
 
     Each line goes out in one write: `serve --workers N` shares one stderr among N processes, and
     under `PYTHONUNBUFFERED` structlog's `PrintLogger` wrote a line and its newline in two writes,
@@ -20,10 +23,12 @@ def configure(level: str = "info") -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
-    logging.basicConfig(level=numeric, handlers=[_stdlib_handler()])
+    process = _ProcessFields({"worker": worker} if worker is not None else {})
+    logging.basicConfig(level=numeric, handlers=[_stdlib_handler(process)])
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            process,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
@@ -35,7 +40,21 @@ def configure(level: str = "info") -> None:
     )
 
 
-def _stdlib_handler() -> logging.Handler:
+class _ProcessFields:
+    """A processor adding fields that hold for the whole process (which worker it is). Bound as
+    context variables they reached only the main thread's lines: the writer, change-feed and
+    checkpoint threads start with a context of their own."""
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+
+    def __call__(self, logger: Any, name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        for key, value in self.fields.items():
+            event.setdefault(key, value)
+        return event
+
+
+def _stdlib_handler(process: _ProcessFields) -> logging.Handler:
     """Where the standard library's loggers go (Alembic's migration lines at start-up, gRPC's,
     psycopg's): one JSON object per line like structlog's own, with the logger's name, so a log
     collector reading stderr as JSON Lines meets no line of plain text. (`StreamHandler` writes
@@ -46,6 +65,7 @@ def _stdlib_handler() -> logging.Handler:
             processor=structlog.processors.JSONRenderer(),
             foreign_pre_chain=[
                 structlog.contextvars.merge_contextvars,
+                process,
                 structlog.stdlib.add_log_level,
                 structlog.stdlib.add_logger_name,
                 structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -110,8 +110,7 @@ def _worker_main(settings: Settings, index: int, parent: int) -> None:
     from sessionlog_server.transport.event_loop import run
     from sessionlog_server.transport.server import serve
 
-    configure(settings.log_level)
-    structlog.contextvars.bind_contextvars(worker=index)
+    configure(settings.log_level, worker=index)
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True, name="parent-watch").start()
     run(serve(settings, reuse_port=True), settings.event_loop)
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from sessionlog.client import SessionLogClient
 from sessionlog_server.tokens import config_line, new_token
@@ -120,3 +121,18 @@ def test_pages_need_tls_off_loopback(db_url: str, sid: str, tmp_path: Path) -> N
         assert get(plain, "/metrics")[0] == 200
     finally:
         plain.stop()
+
+
+def test_each_page_request_is_logged_with_its_caller(secured: ServerThread, sid: str) -> None:
+    """Pages show a whole session: who read which one is an audit question, as for an RPC, and
+    the page listener logged nothing at all (its access log is off, the service logs as JSON)."""
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        alice.create_session(sid)
+    with capture_logs() as logs:
+        assert get(secured, f"/sessions/{sid}", f"Bearer {ALICE}")[0] == 200
+        assert get(secured, f"/sessions/{sid}", f"Bearer {BOB}")[0] == 404
+        assert get(secured, f"/sessions/{sid}", "Bearer slt_forged")[0] == 401
+        assert get(secured, "/metrics")[0] == 200  # scrapes are not page views: no line
+    lines = [(e["session_id"], e["status"], e.get("caller"), e.get("namespace")) for e in logs if e["event"] == "page"]
+    assert lines == [(sid, 200, "alice", "team-a"), (sid, 404, "bob", "team-b"), (sid, 401, None, None)]
+    assert all("slt_forged" not in repr(e) and ALICE not in repr(e) for e in logs)

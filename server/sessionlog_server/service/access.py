@@ -42,6 +42,14 @@ ANONYMOUS = Principal(DEFAULT_NAMESPACE, True, "anonymous")
 _current: contextvars.ContextVar[Principal] = contextvars.ContextVar("sessionlog_principal", default=ANONYMOUS)
 
 
+def log_fields(principal: Principal) -> dict[str, str]:
+    """Who called, for a call's log line: the token's namespace and name (`token new --name`);
+    nothing for the anonymous caller of a service without tokens, where every call is its."""
+    if principal is ANONYMOUS:
+        return {}
+    return {"namespace": principal.namespace, **({"caller": principal.name} if principal.name else {})}
+
+
 def current() -> Principal:
     """The principal of the call being served (ANONYMOUS outside of calls)."""
     return _current.get()

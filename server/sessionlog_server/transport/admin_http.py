@@ -24,6 +24,7 @@ import binascii
 import ssl
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -31,6 +32,7 @@ from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+import structlog
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from sessionlog.core.errors import NotFound, SessionLogError
@@ -47,6 +49,7 @@ PAGE_TIMEOUT_S = 120.0
 PAGE_CACHE = 4
 """Rendered pages kept (least recently used beyond that are dropped)."""
 StartResponse = Callable[..., Any]
+log = structlog.get_logger("sessionlog.admin")
 
 
 CONNECTION_TIMEOUT_S = 30.0
@@ -126,6 +129,25 @@ class AdminHttp:
             return self.metrics_app(environ, start_response)  # type: ignore[no-any-return]
         if not path.startswith(SESSIONS_PREFIX):
             return _text(start_response, "404 Not Found", "not found: try /metrics or /sessions/SESSION_ID\n")
+        # One line per page request, as per RPC: who asked for which session's page, and the
+        # outcome (an audit of who read what; never the token).
+        started = time.perf_counter()
+        line: dict[str, Any] = {"session_id": path[len(SESSIONS_PREFIX) :]}
+
+        def recorded(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            line["status"] = int(status.split(" ", 1)[0])
+            return start_response(status, headers, exc_info)
+
+        try:
+            return self._session_page(environ, recorded, line)
+        finally:
+            log.info("page", **line, latency_ms=round((time.perf_counter() - started) * 1000, 3))
+
+    def _session_page(
+        self, environ: dict[str, Any], start_response: StartResponse, line: dict[str, Any]
+    ) -> list[bytes]:
+        """`/sessions/ID[?at=SEQ]`; the caller's fields go into `line`, the request's log line."""
+        path = environ.get("PATH_INFO", "")
         if not self.pages_allowed:
             return _text(
                 start_response,
@@ -138,6 +160,7 @@ class AdminHttp:
         if principal is None:
             challenge = [("WWW-Authenticate", 'Basic realm="sessionlog", charset="UTF-8"')]
             return _text(start_response, "401 Unauthorized", "a sessionlog token is required\n", challenge)
+        line.update(access.log_fields(principal))
         session_id = path[len(SESSIONS_PREFIX) :]
         try:
             at = _at_seq(environ.get("QUERY_STRING", ""))

@@ -44,7 +44,7 @@ def note(**fields: Any) -> None:
 
 
 def _log_rpc(method: str, request: Any, started: float, code: str) -> None:
-    fields = {**_caller(), **_rpc_fields.get({})}
+    fields = {**access.log_fields(access.current()), **_rpc_fields.get({})}
     session_id = getattr(request, "session_id", None) or getattr(getattr(request, "scope", None), "session_id", None)
     if session_id:
         fields.setdefault("session_id", session_id)
@@ -55,15 +55,6 @@ def log_unauthenticated(path: str, error: SessionLogError) -> None:
     """The line of a call refused before its handler ran (no token, an unknown one): method,
     status and reason, never the token presented."""
     log.info("rpc", method=path.rpartition("/")[2], status=error.code, reason=error.reason)
-
-
-def _caller() -> dict[str, str]:
-    """Who called, for the call's line: the token's namespace and name (`token new --name`);
-    nothing without tokens, where every call is the anonymous default."""
-    principal = access.current()
-    if principal is access.ANONYMOUS:
-        return {}
-    return {"namespace": principal.namespace, **({"caller": principal.name} if principal.name else {})}
 
 
 def to_status(error: SessionLogError) -> grpc.Status:

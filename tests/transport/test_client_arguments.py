@@ -36,6 +36,23 @@ def test_an_empty_event_id_is_refused_and_nothing_is_appended(client: SessionLog
     assert [e.data for e in client.read_events(sid)] == [{"n": 1}]
 
 
+def test_an_event_id_with_a_lone_surrogate_is_a_validation_error(client: SessionLogClient, sid: str) -> None:
+    # UTF-8 cannot carry it: refused as BAD_EVENT_ID, as the TypeScript client refuses it (whose
+    # wire would have made "a\ud800" and "a\udc00" one id), not a UnicodeEncodeError from protobuf.
+    client.create_session(sid)
+    lone = {**note(0), "eventId": "a\ud800"}
+    lease = client.acquire_lease(sid)
+    with pytest.raises(ValidationError) as unary:
+        client.append(sid, lease, [note(1), lone])
+    assert (unary.value.reason, unary.value.metadata["event_index"]) == ("BAD_EVENT_ID", "1")
+    client.release_lease(lease)
+    with client.writer(sid) as writer:
+        with pytest.raises(ValidationError) as streamed:
+            writer.append([{**note(0), "eventId": "\udc00"}])
+        assert streamed.value.reason == "BAD_EVENT_ID"
+        assert writer.append([note(1)]).result().seqs == [0]  # the writer goes on
+
+
 SEQ_CALLS: dict[str, Callable[[SessionLogClient, str], Any]] = {
     "read_events": lambda c, sid: list(c.read_events(sid, from_seq=-1)),
     "read_events to": lambda c, sid: list(c.read_events(sid, to_seq=1.5)),  # type: ignore[arg-type]

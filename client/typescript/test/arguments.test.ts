@@ -77,6 +77,7 @@ describe(`arguments on ${backend}`, () => {
       // The service refuses a NUL in an eventId too (PostgreSQL cannot store it); the client does first.
       await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "a\u0000b" }]), "eventId", "BAD_EVENT_ID", "append eventId with a NUL");
       await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "x".repeat(129) }]), "eventId", "BAD_EVENT_ID", "append eventId of 129 characters");
+      await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "\udfff" }]), "eventId", "BAD_EVENT_ID", "append eventId with a lone surrogate");
     } finally {
       nowhere.close();
     }
@@ -100,6 +101,9 @@ describe(`arguments on ${backend}`, () => {
       ["an empty eventId (it would travel as none)", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "" }])],
       ["an eventId holding a NUL (refused by the service on every database)", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "a\u0000b" }])],
       ["an eventId of 129 characters", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "é".repeat(129) }])],
+      // UTF-8 cannot carry a lone surrogate: both would travel as "a\ufffd", one id for two events.
+      ["an eventId holding a lone high surrogate", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "a\ud800" }])],
+      ["an eventId holding a lone low surrogate", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "a\udc00" }])],
       ["expectedNextSeq 0.5", "BAD_SEQ", "expectedNextSeq", () => writer.append([note(1)], { expectedNextSeq: 0.5 })],
       ["a header with Infinity", "NON_FINITE_NUMBER", "header", () => writer.reportHeader({ config: { temperature: Number.POSITIVE_INFINITY } })],
     ];

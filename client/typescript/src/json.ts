@@ -15,6 +15,18 @@ export interface JsonObject {
   [key: string]: JsonValue;
 }
 
+/**
+ * A JSON value as a caller may write it: a `JsonValue`, or an object some of whose fields are
+ * `undefined` (left out when written, as `JSON.stringify` leaves them out). Optional fields
+ * (`model?: string`) hold `undefined` to TypeScript, so without it this package's own message
+ * types could not be put into an event's data.
+ */
+export type JsonInput = JsonValue | JsonInputObject | readonly JsonInput[];
+/** An object as a caller may write it (see `JsonInput`). */
+export interface JsonInputObject {
+  [key: string]: JsonInput | undefined;
+}
+
 const decoder = new TextDecoder("utf-8", { fatal: true });
 const encoder = new TextEncoder();
 

@@ -327,8 +327,9 @@ class AsyncLeaseWriter(base.LeaseKeeper):
         return await self._checked(lambda: self._client.report_header(self.lease.session_id, self.lease, header))
 
     async def close(self) -> None:
-        """Stop the heartbeats and give the lease back (unless it was lost)."""
-        self._closed = True
+        """Stop the heartbeats and give the lease back (unless it was lost); a second close does nothing."""
+        if not self._close_once():
+            return
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         if self._failure is None and not self._client.closed:  # with the client closed, it lapses

@@ -324,6 +324,14 @@ class LeaseKeeper:
         self._failure: OwnershipLost | None = None
         self._closed = False
 
+    def _close_once(self) -> bool:
+        """Mark the writer closed; False if it already was: a second close (one by hand inside
+        a `with` block, then the block's) does nothing, instead of releasing a lease it no
+        longer holds and failing with OwnershipLost."""
+        first = not self._closed
+        self._closed = True
+        return first
+
     def _check(self) -> None:
         """Raise the loss that ended the writer, or RuntimeError once it is closed."""
         if self._failure is not None:

@@ -356,8 +356,9 @@ class LeaseWriter(base.LeaseKeeper):
         return self._checked(lambda: self._client.report_header(self.lease.session_id, self.lease, header))
 
     def close(self) -> None:
-        """Stop the heartbeats and give the lease back (unless it was lost)."""
-        self._closed = True
+        """Stop the heartbeats and give the lease back (unless it was lost); a second close does nothing."""
+        if not self._close_once():
+            return
         self._stop.set()
         self._thread.join(timeout=30)
         if self._failure is None and not self._client.closed:  # with the client closed, it lapses

@@ -75,8 +75,12 @@ export class LeaseWriter {
     }
   }
 
-  /** Stop the heartbeats and give the lease back (unless it was lost, or the client closed: it lapses). */
+  /**
+   * Stop the heartbeats and give the lease back (unless it was lost, or the client closed: it
+   * lapses). A second close does nothing: the lease is no longer this writer's to give back.
+   */
   async close(): Promise<void> {
+    if (this.closed) return;
     this.closed = true;
     if (this.timer !== null) clearTimeout(this.timer);
     if (this.failure === null && !this.client.closed) await this.client.releaseLease(this.lease);

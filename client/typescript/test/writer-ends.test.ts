@@ -83,6 +83,7 @@ for (const backend of BACKENDS) {
       const unary = await env.client.leaseWriter(id, { writerId: "unary" });
       await unary.append([note(0)]);
       await unary.close();
+      await unary.close(); // a second close does nothing: it released the lease again and failed with OwnershipLost
       let append: Promise<unknown> | undefined;
       let header: Promise<unknown> | undefined;
       assert.doesNotThrow(() => {

@@ -87,8 +87,12 @@ export type Message = SystemMessage | UserMessage | AssistantMessage | ToolResul
 export type TurnEndKind = "completed" | "aborted" | "blocked" | "error" | "max-tokens" | "interrupted" | "forked";
 export type HeaderReasonName = "initial" | "resume" | "change" | "series";
 
-/** A request header (SPEC §6): full snapshot, never a delta; the system prompt is node 0. */
-export interface RequestHeader { config: JsonObject; adapterDefaults?: JsonObject; tools?: JsonValue[]; [key: string]: JsonValue | undefined }
+/**
+ * A request header (SPEC §6): full snapshot, never a delta; the system prompt is node 0. A type,
+ * not an interface, so it is a `JsonInputObject` without admitting keys the service refuses
+ * (HEADER_UNKNOWN_KEY).
+ */
+export type RequestHeader = { config: JsonObject; adapterDefaults?: JsonObject; tools?: JsonValue[] };
 
 /** The data of each type the service knows. */
 export interface EventDataByType {

@@ -176,6 +176,7 @@ class AsyncSessionLogClient(base.ClientBase):
     ) -> AsyncWriter:
         """Open a streaming writer; it holds the lease until closed (`resume` as in the sync client)."""
         self._check_open()
+        base.check_max_in_flight(max_in_flight)
         core = WriterCore(session_id, writer_id, create_if_missing)
         writer = AsyncWriter(self.stub, core, max_in_flight, replace(RECONNECT, attempts=reconnect_attempts))
         try:

@@ -364,6 +364,13 @@ class Pending:
     future: Settable
 
 
+def check_max_in_flight(max_in_flight: int) -> None:
+    """A streaming writer's in-flight limit is a positive integer: with 0 no batch would ever get
+    a slot, and every append would wait forever (ValueError, before anything is sent)."""
+    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be a positive integer, got {max_in_flight!r}")
+
+
 @dataclass
 class WriterCore:
     """A streaming writer's state, without I/O (the clients hold their own lock or loop).

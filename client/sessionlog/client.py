@@ -175,6 +175,7 @@ class SessionLogClient(base.ClientBase):
         the seed boundary is marked, and `writer.resumed` holds the state to continue from.
         """
         self._check_open()
+        base.check_max_in_flight(max_in_flight)
         core = WriterCore(session_id, writer_id, create_if_missing)
         policy = replace(RECONNECT, attempts=reconnect_attempts)
         writer = Writer(

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { type Lease, SessionLogClient, toSessionLogError, Unavailable, ValidationError } from "../src/index.js";
+import { type Lease, NotFound, SessionLogClient, toSessionLogError, Unavailable, ValidationError } from "../src/index.js";
 import { note } from "./events.js";
 import { BACKENDS, freePort, sessionId, startServer } from "./support.js";
 
@@ -127,6 +127,18 @@ describe(`arguments on ${backend}`, () => {
     // 128 characters, each two UTF-16 units: the service's limit counts characters, and takes it.
     assert.deepEqual((await writer.append([{ ...note(2), eventId: "😀".repeat(128) }])).seqs, [1]);
     await writer.close();
+  });
+
+  test("a writer's maxInFlight that is not a positive integer is refused at once (no batch could ever be sent)", async () => {
+    for (const maxInFlight of [0, -1, 1.5, Number.NaN]) {
+      const id = sessionId("in-flight");
+      await assert.rejects(env.client.writer(id, { createIfMissing: true, maxInFlight }), (e: unknown) => {
+        assert.ok(e instanceof RangeError, `maxInFlight ${maxInFlight}: ${String(e)}`);
+        assert.match(e.message, /maxInFlight/);
+        return true;
+      });
+      await assert.rejects(env.client.getSession(id), NotFound, `maxInFlight ${maxInFlight}: nothing was sent`);
+    }
   });
 
   test("a request Connect cannot encode is a ValidationError (MALFORMED_REQUEST), not a transport failure", async () => {

@@ -199,6 +199,7 @@ class AsyncSessionLogClient(base.ClientBase):
     ) -> AsyncWriter:
         """Open a streaming writer; it holds the lease until closed (`resume` as in the sync client)."""
         self._check_open()
+        base.check_max_in_flight(max_in_flight)
         core = WriterCore(session_id, writer_id, create_if_missing)
         writer = AsyncWriter(self.stub, core, max_in_flight, replace(RECONNECT, attempts=reconnect_attempts))
         try:
@@ -350,8 +351,9 @@ class AsyncLeaseWriter(base.LeaseKeeper):
         return await self._checked(lambda: self._client.report_header(self.lease.session_id, self.lease, header))
 
     async def close(self) -> None:
-        """Stop the heartbeats and give the lease back (unless it was lost)."""
-        self._closed = True
+        """Stop the heartbeats and give the lease back (unless it was lost); a second close does nothing."""
+        if not self._close_once():
+            return
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         if self._failure is None and not self._client.closed:  # with the client closed, it lapses

@@ -326,6 +326,14 @@ class LeaseKeeper:
         self._failure: OwnershipLost | None = None
         self._closed = False
 
+    def _close_once(self) -> bool:
+        """Mark the writer closed; False if it already was: a second close (one by hand inside
+        a `with` block, then the block's) does nothing, instead of releasing a lease it no
+        longer holds and failing with OwnershipLost."""
+        first = not self._closed
+        self._closed = True
+        return first
+
     def _check(self) -> None:
         """Raise the loss that ended the writer, or RuntimeError once it is closed."""
         if self._failure is not None:
@@ -356,6 +364,13 @@ class Pending:
     batch_id: int
     request: pb.WriteRequest
     future: Settable
+
+
+def check_max_in_flight(max_in_flight: int) -> None:
+    """A streaming writer's in-flight limit is a positive integer: with 0 no batch would ever get
+    a slot, and every append would wait forever (ValueError, before anything is sent)."""
+    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be a positive integer, got {max_in_flight!r}")
 
 
 @dataclass

@@ -175,6 +175,7 @@ class SessionLogClient(base.ClientBase):
         the seed boundary is marked, and `writer.resumed` holds the state to continue from.
         """
         self._check_open()
+        base.check_max_in_flight(max_in_flight)
         core = WriterCore(session_id, writer_id, create_if_missing)
         policy = replace(RECONNECT, attempts=reconnect_attempts)
         writer = Writer(
@@ -356,8 +357,9 @@ class LeaseWriter(base.LeaseKeeper):
         return self._checked(lambda: self._client.report_header(self.lease.session_id, self.lease, header))
 
     def close(self) -> None:
-        """Stop the heartbeats and give the lease back (unless it was lost)."""
-        self._closed = True
+        """Stop the heartbeats and give the lease back (unless it was lost); a second close does nothing."""
+        if not self._close_once():
+            return
         self._stop.set()
         self._thread.join(timeout=30)
         if self._failure is None and not self._client.closed:  # with the client closed, it lapses

@@ -14,7 +14,7 @@ import pytest
 
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import Unavailable, ValidationError
+from sessionlog.core.errors import NotFound, Unavailable, ValidationError
 from tests.support.events import note, user
 from tests.support.servers import ServerThread, hold_writer
 
@@ -34,6 +34,23 @@ def test_an_empty_event_id_is_refused_and_nothing_is_appended(client: SessionLog
         assert streamed.value.reason == "BAD_EVENT_ID"
         assert writer.append([note(1)]).result().seqs == [0]  # the writer goes on
     assert [e.data for e in client.read_events(sid)] == [{"n": 1}]
+
+
+def test_an_event_id_with_a_lone_surrogate_is_a_validation_error(client: SessionLogClient, sid: str) -> None:
+    # UTF-8 cannot carry it: refused as BAD_EVENT_ID, as the TypeScript client refuses it (whose
+    # wire would have made "a\ud800" and "a\udc00" one id), not a UnicodeEncodeError from protobuf.
+    client.create_session(sid)
+    lone = {**note(0), "eventId": "a\ud800"}
+    lease = client.acquire_lease(sid)
+    with pytest.raises(ValidationError) as unary:
+        client.append(sid, lease, [note(1), lone])
+    assert (unary.value.reason, unary.value.metadata["event_index"]) == ("BAD_EVENT_ID", "1")
+    client.release_lease(lease)
+    with client.writer(sid) as writer:
+        with pytest.raises(ValidationError) as streamed:
+            writer.append([{**note(0), "eventId": "\udc00"}])
+        assert streamed.value.reason == "BAD_EVENT_ID"
+        assert writer.append([note(1)]).result().seqs == [0]  # the writer goes on
 
 
 SEQ_CALLS: dict[str, Callable[[SessionLogClient, str], Any]] = {
@@ -189,3 +206,22 @@ def test_closing_the_sync_client_ends_its_writers(server: ServerThread, sid: str
     assert escaped == []
     with SessionLogClient(server.target) as again:  # the batch in flight: at most once
         assert [e.data["n"] for e in again.read_events(sid)] in ([0], [0, 1])
+
+
+@pytest.mark.parametrize("max_in_flight", [0, -1, 1.5, True])
+def test_a_writer_in_flight_limit_that_is_not_a_positive_integer_is_refused(
+    server: ServerThread, sid: str, max_in_flight: Any
+) -> None:
+    """With 0 no batch ever got a slot: the sync writer's append blocked forever (and the
+    asyncio one's waited forever). Refused before anything is sent, by both clients."""
+    with SessionLogClient(server.target) as client, pytest.raises(ValueError, match="max_in_flight"):
+        client.writer(sid, create_if_missing=True, max_in_flight=max_in_flight)
+
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            with pytest.raises(ValueError, match="max_in_flight"):
+                await client.writer(sid, create_if_missing=True, max_in_flight=max_in_flight)
+            with pytest.raises(NotFound):
+                await client.get_session(sid)  # nothing was sent
+
+    asyncio.run(scenario())

@@ -55,3 +55,23 @@ def test_async_lease_writer_heartbeats_and_never_reacquires(server: ServerThread
             assert [e.data["n"] async for e in client.read_events(sid)] == [1, 4]
 
     asyncio.run(scenario())
+
+
+def test_closing_a_lease_writer_twice_gives_the_lease_back_once(server: ServerThread, sid: str) -> None:
+    """A `with` block around a writer closed inside it closes it again: the second close does
+    nothing, where it released the lease again and raised OwnershipLost ("reopen the writer")."""
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        with client.lease_writer(sid) as writer:
+            writer.append([note(1)])
+            writer.close()
+        assert client.get_session(sid).lease is None
+
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            async with await client.lease_writer(sid) as writer:
+                await writer.append([note(2)])
+                await writer.close()
+            assert (await client.get_session(sid)).lease is None
+
+    asyncio.run(scenario())

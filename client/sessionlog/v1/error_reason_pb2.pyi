@@ -35,8 +35,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """
     BAD_EVENT_ID: _ErrorReason.ValueType  # 2
     """An eventId is empty, too long, not a string, or holds a NUL character (which PostgreSQL
-    cannot store; refused on every database alike). The clients apply the same rule before
-    sending: on the wire an empty one cannot be told from none.
+    cannot store; refused on every database alike) or a lone UTF-16 surrogate (which UTF-8
+    cannot carry). The clients apply the same rule before sending: on the wire an empty one
+    cannot be told from none, and a lone surrogate would become U+FFFD, one id for two events.
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
@@ -1240,8 +1241,9 @@ Client: Fix the event; nothing of the batch was written. Sent unchanged, it fail
 """
 BAD_EVENT_ID: ErrorReason.ValueType  # 2
 """An eventId is empty, too long, not a string, or holds a NUL character (which PostgreSQL
-cannot store; refused on every database alike). The clients apply the same rule before
-sending: on the wire an empty one cannot be told from none.
+cannot store; refused on every database alike) or a lone UTF-16 surrogate (which UTF-8
+cannot carry). The clients apply the same rule before sending: on the wire an empty one
+cannot be told from none, and a lone surrogate would become U+FFFD, one id for two events.
 
 Code: INVALID_ARGUMENT
 Metadata: `field`

@@ -22,7 +22,7 @@ import { batchToPb, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromP
 import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
 import { HistoryCopy } from "./history.js";
 import type { JsonObject } from "./json.js";
-import { toSessionLogError, Unavailable } from "./errors.js";
+import { clientClosed, toSessionLogError, Unavailable } from "./errors.js";
 import { backoff, DEFAULT_RETRY, once, type RetryPolicy, sleep, withRetry } from "./retry.js";
 import { Subscription, type SubscribeOptions } from "./subscription.js";
 import type {
@@ -118,14 +118,33 @@ export class SessionLogClient {
     this.rpc = createClient(SessionService, transport);
   }
 
-  /** Close the connection (open writers and subscriptions end with it). */
+  /**
+   * Close the connection: open writers and subscriptions end with it, lease writers stop their
+   * heartbeats (their leases lapse), and every later call fails with `ClientClosed`.
+   */
   close(): void {
     this.closing.abort();
     this.sessions.abort();
   }
 
+  /** Whether `close()` was called. */
+  get closed(): boolean {
+    return this.closing.signal.aborted;
+  }
+
+  /**
+   * Refuse a call (or a retry of one) once the client is closed: Connect would dial a new
+   * connection for it, and a closed client's lease writers would go on renewing through it.
+   */
+  private checkOpen(): void {
+    if (this.closed) throw clientClosed();
+  }
+
   private unary<T>(call: (signal: AbortSignal) => Promise<T>, idempotent: boolean): Promise<T> {
-    const attempt = (): Promise<T> => call(AbortSignal.timeout(this.timeoutMs));
+    const attempt = (): Promise<T> => {
+      this.checkOpen();
+      return call(AbortSignal.timeout(this.timeoutMs));
+    };
     return idempotent ? withRetry(this.retry, attempt) : once(attempt);
   }
 
@@ -307,6 +326,7 @@ export class SessionLogClient {
     const size = pageSize(options.pageSize, 500);
     let failures = 0;
     for (;;) {
+      this.checkOpen();
       const request = { sessionId, fromSeq: next, toSeq, pageSize: size };
       try {
         for await (const response of this.rpc.readEvents(request)) {

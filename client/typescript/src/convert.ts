@@ -70,6 +70,9 @@ export function surfaceOpFromPb(op: PbSurfaceOp | undefined): SurfaceOp | undefi
   return undefined;
 }
 
+/** A UTF-16 surrogate not paired with its other half (with the `u` flag a pair is one code point). */
+const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
+
 /** The longest eventId the service takes, in characters (its `max_id_chars`). */
 export const MAX_ID_CHARS = 128;
 
@@ -94,6 +97,12 @@ export function newEventToPb(event: NewEvent, index = 0): PbNewEvent {
   // (as the Python client does, before sending).
   if (event.eventId?.includes("\u0000")) {
     throw invalid("BAD_EVENT_ID", "eventId", "must not contain a NUL character", at(index));
+  }
+  // UTF-8 cannot carry a lone surrogate: the wire would turn it into U+FFFD, so "a\ud800" and
+  // "a\udc00" would reach the service as one id, and the second event would be answered with
+  // the first one's seq instead of being appended (the Python client refuses it too).
+  if (event.eventId !== undefined && LONE_SURROGATE.test(event.eventId)) {
+    throw invalid("BAD_EVENT_ID", "eventId", "must not contain a lone UTF-16 surrogate (UTF-8 cannot carry it)", at(index));
   }
   if (event.ignorable !== undefined && typeof event.ignorable !== "boolean") throw invalid("BAD_IGNORABLE", "ignorable", "must be a boolean", at(index));
   return create(NewEventSchema, {

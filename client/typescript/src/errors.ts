@@ -82,6 +82,17 @@ export class ServerError extends SessionLogError {}
  */
 export class WriterClosed extends SessionLogError {}
 
+/**
+ * A call of a client after its `close()` (reason CANCELLED): nothing was sent, and the client
+ * opens no new connection for it. Not retryable: make a new client.
+ */
+export class ClientClosed extends SessionLogError {}
+
+/** The ClientClosed every call of a closed client fails with. */
+export function clientClosed(): ClientClosed {
+  return new ClientClosed({ reason: "CANCELLED", message: "the client is closed", code: Code.Canceled });
+}
+
 /** The WriterClosed a writer's calls fail with once it was ended on purpose. */
 export function writerClosed(message: string): WriterClosed {
   return new WriterClosed({ reason: "CANCELLED", message, code: Code.Canceled });

@@ -12,7 +12,7 @@ export { Subscription, isResumableCut, type SubscribeOptions } from "./subscript
 export { HistoryCopy } from "./history.js";
 export * from "./errors.js";
 export * from "./types.js";
-export { encodeJson, parseJson, stringifyJson, type JsonObject, type JsonValue } from "./json.js";
+export { encodeJson, parseJson, stringifyJson, type JsonInput, type JsonInputObject, type JsonObject, type JsonValue } from "./json.js";
 export { DEFAULT_RETRY, type RetryPolicy } from "./retry.js";
 export { ErrorReason } from "./gen/sessionlog/v1/error_reason_pb.js";
 export { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";

@@ -5,7 +5,8 @@
  * Appends carry eventIds and are retried on UNAVAILABLE. If a heartbeat or an append finds
  * the lease lost (ABORTED), the writer fails for good: later appends reject with `OwnershipLost`
  * and nothing re-acquires the lease quietly. After `close()`, calls reject with `WriterClosed`
- * (reason CANCELLED, not retryable), as the streaming writer's do.
+ * (reason CANCELLED, not retryable), as the streaming writer's do; so they do once the client
+ * was closed, which also stops the heartbeats and leaves the lease to lapse.
  */
 import type { HeldLease, SessionLogClient } from "./client.js";
 import { OwnershipLost, type SessionLogError, typedError, writerClosed } from "./errors.js";
@@ -74,17 +75,25 @@ export class LeaseWriter {
     }
   }
 
-  /** Stop the heartbeats and give the lease back (unless it was lost). */
+  /**
+   * Stop the heartbeats and give the lease back (unless it was lost, or the client closed: it
+   * lapses). A second close does nothing: the lease is no longer this writer's to give back.
+   */
   async close(): Promise<void> {
+    if (this.closed) return;
     this.closed = true;
     if (this.timer !== null) clearTimeout(this.timer);
-    if (this.failure === null) await this.client.releaseLease(this.lease);
+    if (this.failure === null && !this.client.closed) await this.client.releaseLease(this.lease);
   }
 
-  /** Throws (in an async method: its promise rejects) once the lease was lost or the writer closed. */
+  /**
+   * Throws (in an async method: its promise rejects) once the lease was lost, the writer closed,
+   * or its client closed.
+   */
   private check(): void {
     if (this.failure !== null) throw this.failure;
     if (this.closed) throw writerClosed("the writer is closed");
+    if (this.client.closed) throw writerClosed("the client was closed, and its writers with it");
   }
 
   private noteFailure(raw: unknown): unknown {
@@ -94,14 +103,14 @@ export class LeaseWriter {
   }
 
   private schedule(): void {
-    if (this.closed || this.failure !== null) return;
+    if (this.closed || this.failure !== null || this.client.closed) return;
     const delay = this.heartbeatMs ?? Math.max(100, Math.floor((this.lease.expireTimeMs - Date.now()) / 3));
     this.timer = setTimeout(() => void this.beat(), delay);
     this.timer.unref(); // heartbeats alone do not keep the process alive
   }
 
   private async beat(): Promise<void> {
-    if (this.closed) return;
+    if (this.closed || this.client.closed) return;
     try {
       this.lease = await this.client.renewLease(this.lease);
     } catch (error) {

@@ -5,15 +5,18 @@
  * Numbers in payloads are `number`, or `bigint` for integers beyond 2^53 (see json.ts); seqs,
  * times and counts the service assigns are `number` (a log never reaches 2^53 events).
  */
-import type { JsonObject, JsonValue } from "./json.js";
+import type { JsonInputObject, JsonObject, JsonValue } from "./json.js";
 
 // --- the envelope ------------------------------------------------------------------------
 
 /** How a surface event changes the model-visible surface (SPEC §4). */
 export type SurfaceOp = "append" | { op: "replace"; startSeq: number; endSeq: number };
 
-/** An event a writer proposes; the service assigns seq and time. */
-export interface NewEvent<T extends string = string, D extends JsonObject = JsonObject> {
+/**
+ * An event a writer proposes; the service assigns seq and time. `data` may hold this package's
+ * message types as they are (`JsonInputObject`: an undefined optional field is left out).
+ */
+export interface NewEvent<T extends string = string, D extends JsonInputObject = JsonInputObject> {
   type: T;
   data?: D;
   /** Unique within the session; the writers fill it in when missing (exactly-once retries). */
@@ -84,8 +87,12 @@ export type Message = SystemMessage | UserMessage | AssistantMessage | ToolResul
 export type TurnEndKind = "completed" | "aborted" | "blocked" | "error" | "max-tokens" | "interrupted" | "forked";
 export type HeaderReasonName = "initial" | "resume" | "change" | "series";
 
-/** A request header (SPEC §6): full snapshot, never a delta; the system prompt is node 0. */
-export interface RequestHeader { config: JsonObject; adapterDefaults?: JsonObject; tools?: JsonValue[] }
+/**
+ * A request header (SPEC §6): full snapshot, never a delta; the system prompt is node 0. A type,
+ * not an interface, so it is a `JsonInputObject` without admitting keys the service refuses
+ * (HEADER_UNKNOWN_KEY).
+ */
+export type RequestHeader = { config: JsonObject; adapterDefaults?: JsonObject; tools?: JsonValue[] };
 
 /** The data of each type the service knows. */
 export interface EventDataByType {
@@ -238,6 +245,8 @@ export interface Stats {
   thinkingLevel: string | null;
   messages: number;
   turns: number;
+  /** Model calls: assistant messages appended (not copies or replaces) and `assistant/attempt`s. */
+  modelCalls: number;
   steps: number;
   toolCalls: number;
   toolErrors: number;

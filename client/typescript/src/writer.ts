@@ -84,6 +84,16 @@ function closedBy(cause: SessionLogError, what: string): SessionLogError {
   return new Class({ reason: cause.reason, message, code: cause.code, cause });
 }
 
+/**
+ * `maxInFlight` is a positive integer: with 0 (or a negative number, or NaN) no batch would ever
+ * get a slot on the wire, and every append would wait forever.
+ */
+function checkMaxInFlight(value: number | undefined): void {
+  if (value !== undefined && !(Number.isSafeInteger(value) && value > 0)) {
+    throw new RangeError(`maxInFlight must be a positive integer, got ${value}`);
+  }
+}
+
 const DEFAULT_RECONNECT: RetryPolicy = { attempts: 120, initialDelayMs: 50, maxDelayMs: 500 };
 
 export class Writer {
@@ -128,6 +138,7 @@ export class Writer {
    */
   static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}, clientClosed?: AbortSignal): Promise<Writer> {
     if (clientClosed?.aborted) throw writerClosed("the client is closed");
+    checkMaxInFlight(options.maxInFlight);
     const writer = new Writer(rpc, sessionId, options, clientClosed);
     clientClosed?.addEventListener("abort", writer.onClientClosed, { once: true });
     try {

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { type Lease, SessionLogClient, toSessionLogError, Unavailable, ValidationError } from "../src/index.js";
+import { type Lease, NotFound, SessionLogClient, toSessionLogError, Unavailable, ValidationError } from "../src/index.js";
 import { note } from "./events.js";
 import { BACKENDS, freePort, sessionId, startServer } from "./support.js";
 
@@ -77,6 +77,7 @@ describe(`arguments on ${backend}`, () => {
       // The service refuses a NUL in an eventId too (PostgreSQL cannot store it); the client does first.
       await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "a\u0000b" }]), "eventId", "BAD_EVENT_ID", "append eventId with a NUL");
       await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "x".repeat(129) }]), "eventId", "BAD_EVENT_ID", "append eventId of 129 characters");
+      await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "\udfff" }]), "eventId", "BAD_EVENT_ID", "append eventId with a lone surrogate");
     } finally {
       nowhere.close();
     }
@@ -100,6 +101,9 @@ describe(`arguments on ${backend}`, () => {
       ["an empty eventId (it would travel as none)", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "" }])],
       ["an eventId holding a NUL (refused by the service on every database)", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "a\u0000b" }])],
       ["an eventId of 129 characters", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "é".repeat(129) }])],
+      // UTF-8 cannot carry a lone surrogate: both would travel as "a\ufffd", one id for two events.
+      ["an eventId holding a lone high surrogate", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "a\ud800" }])],
+      ["an eventId holding a lone low surrogate", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "a\udc00" }])],
       ["expectedNextSeq 0.5", "BAD_SEQ", "expectedNextSeq", () => writer.append([note(1)], { expectedNextSeq: 0.5 })],
       ["a header with Infinity", "NON_FINITE_NUMBER", "header", () => writer.reportHeader({ config: { temperature: Number.POSITIVE_INFINITY } })],
     ];
@@ -123,6 +127,18 @@ describe(`arguments on ${backend}`, () => {
     // 128 characters, each two UTF-16 units: the service's limit counts characters, and takes it.
     assert.deepEqual((await writer.append([{ ...note(2), eventId: "😀".repeat(128) }])).seqs, [1]);
     await writer.close();
+  });
+
+  test("a writer's maxInFlight that is not a positive integer is refused at once (no batch could ever be sent)", async () => {
+    for (const maxInFlight of [0, -1, 1.5, Number.NaN]) {
+      const id = sessionId("in-flight");
+      await assert.rejects(env.client.writer(id, { createIfMissing: true, maxInFlight }), (e: unknown) => {
+        assert.ok(e instanceof RangeError, `maxInFlight ${maxInFlight}: ${String(e)}`);
+        assert.match(e.message, /maxInFlight/);
+        return true;
+      });
+      await assert.rejects(env.client.getSession(id), NotFound, `maxInFlight ${maxInFlight}: nothing was sent`);
+    }
   });
 
   test("a request Connect cannot encode is a ValidationError (MALFORMED_REQUEST), not a transport failure", async () => {

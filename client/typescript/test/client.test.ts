@@ -60,6 +60,17 @@ for (const backend of BACKENDS) {
       assert.equal((await client.getSession(id)).nextSeq, 2);
     });
 
+    test("a payload that repeats a key (a raw gRPC writer's) is read with its last value, as the Python client reads it", async () => {
+      const id = sessionId();
+      await client.createSession(id);
+      const lease = await client.acquireLease(id);
+      const dataJson = new TextEncoder().encode('{"a":1,"a":2,"big":12345678901234567890}');
+      await client.rpc.appendEvents({ sessionId: id, leaseToken: lease.token!, events: [{ type: "test/raw", ignorable: true, dataJson, eventId: "raw" }] });
+      await client.releaseLease(lease);
+      const [event] = await collect(client.readEvents(id));
+      assert.deepEqual(event!.data, { a: 2, big: 12345678901234567890n });
+    });
+
     test("pipelining past the in-flight limit keeps order and acknowledges every batch", async () => {
       const id = sessionId();
       const writer = await client.writer(id, { createIfMissing: true, maxInFlight: 4 });

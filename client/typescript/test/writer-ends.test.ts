@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { SessionLogClient, ValidationError, WriterClosed } from "../src/index.js";
+import { ClientClosed, NotFound, SessionLogClient, ValidationError, WriterClosed } from "../src/index.js";
 import { note, turnEnd, turnStart } from "./events.js";
 import { BACKENDS, sessionId, startServer } from "./support.js";
 
@@ -83,6 +83,7 @@ for (const backend of BACKENDS) {
       const unary = await env.client.leaseWriter(id, { writerId: "unary" });
       await unary.append([note(0)]);
       await unary.close();
+      await unary.close(); // a second close does nothing: it released the lease again and failed with OwnershipLost
       let append: Promise<unknown> | undefined;
       let header: Promise<unknown> | undefined;
       assert.doesNotThrow(() => {
@@ -113,6 +114,41 @@ for (const backend of BACKENDS) {
       await new Promise((r) => setTimeout(r, 1000)); // a reconnect would have taken the lease again by now
       assert.equal(writer.lease.epoch, epoch, "the writer reconnected");
       assert.equal((await env.client.getSession(id)).lease?.epoch, epoch, "the lease was taken again");
+    });
+
+    test("a closed client's calls fail with ClientClosed and send nothing; its lease writers stop renewing", async () => {
+      const id = sessionId("closed-calls");
+      const closing = new SessionLogClient({ target: env.server.target });
+      await closing.createSession(id);
+      const unary = await closing.leaseWriter(id, { heartbeatMs: 100 });
+      closing.close();
+      const held = (await env.client.getSession(id)).lease;
+      await new Promise((r) => setTimeout(r, 600)); // six heartbeats, had they gone on
+      assert.deepEqual((await env.client.getSession(id)).lease, held, "a closed client's lease writer renewed its lease");
+      await assert.rejects(unary.append([note(0)]), closedOnPurpose);
+      await settles(unary.close(), "the lease writer's close"); // the lease is left to lapse, as the Python writers leave it
+      assert.equal((await env.client.getSession(id)).lease?.epoch, held?.epoch, "the lease was released through a closed client");
+      const other = sessionId("never-created");
+      const calls: [string, () => Promise<unknown>][] = [
+        ["createSession", () => closing.createSession(other)],
+        ["getSession", () => closing.getSession(id)],
+        ["listSessions", async () => closing.listSessions().next()],
+        ["readEvents", async () => closing.readEvents(id).next()],
+        ["modelHistory", () => closing.modelHistory(id)],
+        ["stats", () => closing.stats(id)],
+        ["acquireLease", () => closing.acquireLease(id, { takeover: true })],
+        ["leaseWriter", () => closing.leaseWriter(id, { takeover: true })],
+      ];
+      for (const [what, call] of calls) {
+        await assert.rejects(settles(call(), what), (e: unknown) => {
+          assert.ok(e instanceof ClientClosed, `${what}: ${String(e)}`);
+          assert.equal(e.reason, "CANCELLED", what);
+          assert.equal(e.retryable, false, what);
+          return true;
+        });
+      }
+      await assert.rejects(env.client.getSession(other), NotFound, "a closed client created a session");
+      assert.equal((await env.client.getSession(id)).lease?.epoch, held?.epoch, "a closed client took the lease");
     });
 
     test("a process whose client was closed exits though its writer had an append pending", async () => {

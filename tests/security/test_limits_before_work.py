@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import LimitExceeded, ValidationError
+from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, ValidationError
 from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
@@ -93,6 +93,19 @@ def test_a_batch_over_the_rate_burst_is_refused_once_and_retries_are_not_charged
         first = client.append(sid, lease, batch)  # the whole burst
         again = client.append(sid, lease, batch)  # a retry stores nothing, so it costs nothing
         assert again.seqs == first.seqs and client.get_session(sid).next_seq == 10
+
+
+def test_a_batch_refused_after_its_rate_check_is_not_charged(limited: ServerThread, sid: str) -> None:
+    # The rate is taken before planning; a batch planning then refused (a stale expected seq, an
+    # event the fold refuses) wrote nothing but used up the namespace's tokens all the same.
+    with SessionLogClient(limited.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        for _ in range(5):
+            with pytest.raises(ExpectedSeqMismatch):
+                client.append(sid, lease, [note(i) for i in range(4)], expected_next_seq=7)
+        # Twenty events refused; the burst of ten is still whole.
+        assert client.append(sid, lease, [note(i) for i in range(10)]).seqs == list(range(10))
 
 
 def test_header_reports_that_log_an_event_are_charged_to_the_namespace_rate(limited: ServerThread, sid: str) -> None:

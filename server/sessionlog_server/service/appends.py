@@ -107,16 +107,30 @@ class AppendPipeline:
             self.rate_limiter.take(live.record.namespace, fresh)
             raw = [d.raw for d in decoded]
             try:
-                return await self._plan_locked(live, holder, proposals, expected_next_seq, raw)
-            except ValidationError:
-                # A retry of events older than what the session remembers is planned as new and
-                # may not fit the log any more: look its eventIds up, and plan it once again.
-                if not await self._remember_stored(live, proposals):
-                    raise
-                return await self._plan_locked(live, holder, proposals, expected_next_seq, raw)
+                return await self._plan_retrying_stored(live, holder, proposals, expected_next_seq, raw)
+            except SessionLogError:
+                self.rate_limiter.give_back(live.record.namespace, fresh)  # refused: nothing was sent to commit
+                raise
         except SessionLogError as exc:
             self.metrics.batches_refused.labels(exc.reason).inc()
             raise
+
+    async def _plan_retrying_stored(
+        self,
+        live: LiveSession,
+        holder: LeaseHolder,
+        proposals: Sequence[NewEvent],
+        expected_next_seq: int | None,
+        raw: Sequence[bytes],
+    ) -> asyncio.Future[AppendResult]:
+        try:
+            return await self._plan_locked(live, holder, proposals, expected_next_seq, raw)
+        except ValidationError:
+            # A retry of events older than what the session remembers is planned as new and
+            # may not fit the log any more: look its eventIds up, and plan it once again.
+            if not await self._remember_stored(live, proposals):
+                raise
+            return await self._plan_locked(live, holder, proposals, expected_next_seq, raw)
 
     async def _plan_locked(
         self,

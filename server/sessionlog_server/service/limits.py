@@ -1,7 +1,9 @@
 """Per-namespace rate limiting: a token bucket per namespace, refilled continuously.
 
 Checked before a batch is planned, so a refused batch writes nothing; the refusal is
-RESOURCE_EXHAUSTED with the limit in its details.
+RESOURCE_EXHAUSTED with the limit in its details. A batch that planning then refuses (a bad
+event, a stale expected seq) gets its tokens back: only what is committed or sent to commit
+is charged.
 """
 
 from __future__ import annotations
@@ -58,3 +60,9 @@ class RateLimiter:
                 retry_after_ms=int(1000 * (events - bucket.tokens) / self.rate),
             )
         bucket.tokens -= events
+
+    def give_back(self, namespace: str, events: int) -> None:
+        """Return what `take` spent for a batch that was then refused before it was committed."""
+        bucket = self._buckets.get(namespace)
+        if bucket is not None and self.enabled:
+            bucket.tokens = min(self.burst, bucket.tokens + events)

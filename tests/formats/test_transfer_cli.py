@@ -201,6 +201,23 @@ def test_a_bad_sessionlog_file_imports_nothing(
     assert entry["id"] == sid and client.get_session(sid).next_seq == 3200
 
 
+@pytest.mark.parametrize("far", [False, True], ids=["same-batch", "later-batch"])
+def test_a_sessionlog_file_with_an_eventid_twice_imports_nothing(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path, far: bool
+) -> None:
+    """A hand-edited export where two events share an eventId: the service would take the second
+    for a re-send of the first (in one batch it refuses the batch after the session was created;
+    in a later batch it returned the first's seq, so the import dropped the event, shifted every
+    later seq and reported success). It is refused offline, naming both lines, and creates nothing."""
+    line = 3001 if far else 5
+    bad = turns_export(tmp_path / "dup.jsonl", 1600, line2={"eventId": "e-1"}, **{f"line{line}": {"eventId": "e-1"}})
+    result = invoke(cli, "import", str(bad), "--format", "sessionlog", "--id", sid)
+    assert result.exit_code != 0
+    assert "DUPLICATE_ENTRY_ID" in result.stderr, result.stderr
+    assert f"line {line} (seq {line - 2})" in result.stderr and "seq 0 (line 2)" in result.stderr, result.stderr
+    assert sid not in [s.id for s in client.list_sessions()]
+
+
 @pytest.mark.parametrize("fmt", ["pi", "sessionlog"])
 def test_an_empty_file_is_empty_session_file(cli: CliRunner, tmp_path: Path, fmt: str) -> None:
     """The documented reason, as `replay` gives it."""

@@ -520,3 +520,14 @@ def test_a_refusal_seen_through_a_later_batch_still_names_the_refused_event(clie
         assert report.reason == "EVENT_TOO_LARGE"
         assert "holds seqs 0..2 of 10 and stopped at seq 3" in report.message, report.message
         assert report.message.endswith("Refused: seq 5 (line 7): event data is 352 bytes, over the limit of 200")
+
+
+def test_a_refusal_of_the_first_batch_says_the_session_holds_nothing(client: SessionLogClient, sid: str) -> None:
+    """Refused at seq 0, the report said 'it holds seqs 0..-1 of 10'."""
+    client.create_session(sid)
+    refused = LimitExceeded("EVENT_TOO_LARGE", "event 0: event data is 352 bytes, over the limit of 200")
+    refused.metadata["event_index"] = "0"
+    created = transfer_commands._Created(sid, f"session {sid!r}", 10, lambda seq: seq + 2)
+    report = transfer_commands._stopped_midway(client, [created], refused)
+    assert f"session {sid!r} was created and it holds none of its 10 events;" in report.message, report.message
+    assert report.message.endswith("Refused: seq 0 (line 2): event data is 352 bytes, over the limit of 200")

@@ -226,6 +226,8 @@ def _stopped_midway(
             reached = None
         if reached is None:
             got = "how far it got is unknown (the session could not be read)"
+        elif reached == 0:
+            got = f"it holds none of its {session.total} events"
         elif reached < session.total:
             got = f"it holds seqs 0..{reached - 1} of {session.total} and stopped at seq {reached}"
         else:

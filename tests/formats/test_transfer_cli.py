@@ -489,6 +489,20 @@ def test_ingest_refuses_a_truncated_stream_unless_lenient(cli: CliRunner, client
     assert [m["role"] for m in client.model_history(other)] == ["user", "assistant"]
 
 
+def test_ingest_refuses_an_event_over_a_limit_naming_its_line(
+    cli: CliRunner, client: SessionLogClient, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each event is checked as the service checks an append before it is sent, so a refusal names
+    the stream's line; the service's own refusal named only the event's index in some batch."""
+    monkeypatch.setattr(transfer_commands, "OFFLINE_LIMITS", replace(DEFAULT_LIMITS, max_event_bytes=2000))
+    text = [{"type": "text", "text": "x" * 3000}]
+    big = {"role": "toolResult", "toolCallId": "c1", "toolName": "ls", "content": text}
+    stream = [*TOOL_RUN[:11], {"type": "message_end", "message": big}, *TOOL_RUN[13:15]]
+    result = invoke(cli, "ingest", sid, "--format", "pi-events", stdin=stream_lines(*stream))
+    assert result.exit_code != 0
+    assert "EVENT_TOO_LARGE: pi event stream: line 12 (seq 6): tool/result: " in result.stderr, result.stderr
+
+
 def test_ingest_after_a_killed_run_resumes_the_session(cli: CliRunner, client: SessionLogClient, sid: str) -> None:
     events = [json.loads(line) for line in STREAM.read_text("utf-8").splitlines()]
     killed = [e for e in events if e["type"] not in ("turn_end", "agent_end")]  # cut after the reply, mid-run

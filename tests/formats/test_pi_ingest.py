@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from sessionlog.core.errors import LimitExceeded
 from sessionlog.core.events import NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.pi.ingest import StreamIngest
-from sessionlog.core.formats.pi.stream import parse_stream
+from sessionlog.core.formats.pi.stream import PiStreamParser, parse_stream
+from sessionlog.core.limits import Limits
 from tests.support.fixtures import delta_only, stream_events
 
 ASSISTANT = {"role": "assistant", "provider": "p", "model": "m", "timestamp": 2}
@@ -110,3 +114,24 @@ def test_other_events_are_kept_except_tool_progress() -> None:
     ]
     events, _ = ingest(stream)
     assert [(e.type, e.ignorable) for e in events] == [("pi/stream/auto_retry_start", True), ("pi/stream/entry", True)]
+
+
+def test_an_event_over_a_limit_is_refused_naming_the_streams_line_and_seq() -> None:
+    """With `limits`, every event is checked as the service checks an append before it is sent:
+    the refusal names the stream's line and the seq, where the service's named only 'event 0'."""
+    stream = [
+        {"type": "agent_start"},
+        {"type": "turn_start"},
+        {"type": "message_end", "message": {"role": "user", "content": "hi"}},
+        {"type": "message_end", "message": {**ASSISTANT, "content": [{"type": "text", "text": "x" * 600}]}},
+    ]
+    mapper = StreamIngest(SessionFold(), Limits(max_event_bytes=500))
+    parser = PiStreamParser()
+    with pytest.raises(LimitExceeded) as caught:
+        for line, event in enumerate(stream, start=1):
+            for item in parser.feed(event, line):
+                mapper.map(item, line)
+    assert caught.value.reason == "EVENT_TOO_LARGE"
+    assert caught.value.message.startswith("pi event stream: line 4 (seq 4): assistant/message: "), caught.value
+    assert (caught.value.metadata["line"], caught.value.metadata["seq"]) == ("4", "4")
+    assert mapper.fold.next_seq == 4  # the refused event is not folded

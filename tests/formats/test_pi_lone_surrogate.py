@@ -23,7 +23,7 @@ from sessionlog.client import SessionLogClient
 from sessionlog.core.formats.pi.context import session_context
 from sessionlog.core.formats.pi.load import load_pi_bytes
 from sessionlog.core.formats.pi.tree import PiTree
-from tests.formats.test_transfer_cli import cli, imported  # noqa: F401  (the `cli` fixture)
+from tests.formats.test_transfer_cli import app, cli, imported  # noqa: F401  (the `cli` fixture)
 from tests.support.fixtures import oracle as pi_oracle
 from tests.support.fixtures import pi_generated_sessions
 from tests.support.servers import ROOT
@@ -91,3 +91,21 @@ def test_import_serves_the_lone_surrogate_from_every_projection(
     assert request["request"]["messages"] == expected["messages"]
     assert any(LONE in json.dumps(row, ensure_ascii=False) for row in client.transcript(main))
     assert client.stats(main)["messages"] == len(expected["messages"])
+
+
+def test_export_writes_the_lone_surrogate_as_pis_escape(
+    cli: CliRunner,  # noqa: F811
+    client: SessionLogClient,
+    tmp_path: Path,
+) -> None:
+    """`export --format pi` writes the line as JSON.stringify does, the lone surrogate as its
+    escape; it died with UnicodeEncodeError (to stdout and with -o alike), and the file could
+    not be exported at all. The export opens again at the same context."""
+    path, expected = _with_lone_surrogate(tmp_path)
+    main = imported(cli, str(path))[0]["id"]
+    out = tmp_path / "exported.jsonl"
+    result = cli.invoke(app, ["export", main, "--format", "pi", "-o", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    line = next(text for text in path.read_text("utf-8").splitlines() if "\\ud83d" in text)
+    assert line.encode("utf-8") in out.read_bytes().splitlines()
+    assert session_context(PiTree(load_pi_bytes(out.read_bytes()).entries))["messages"] == expected["messages"]

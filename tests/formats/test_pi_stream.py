@@ -235,6 +235,11 @@ def test_header_only_counts_as_first_line_and_other_events_pass_through() -> Non
         ({"kind": "x"}, "BAD_STREAM_EVENT"),
         ({"type": "message_start"}, "BAD_STREAM_EVENT"),
         ({"type": "message_end", "message": "hi"}, "BAD_STREAM_EVENT"),
+        # a message without a string role became a role-less user/message, whose Pi export no
+        # reader opens (BAD_PI_ENTRY), or (role 5) an event the service refused without a line
+        ({"type": "message_end", "message": {"content": "hi"}}, "BAD_STREAM_EVENT"),
+        ({"type": "message_end", "message": {"role": 5, "content": "hi"}}, "BAD_STREAM_EVENT"),
+        ({"type": "message_start", "message": {"role": None, "content": []}}, "BAD_STREAM_EVENT"),
         (update("text_delta", -1, delta="x"), "BAD_STREAM_EVENT"),
         ({"type": "message_update", "assistantMessageEvent": "x"}, "BAD_STREAM_EVENT"),
     ],

@@ -201,6 +201,23 @@ def test_a_bad_sessionlog_file_imports_nothing(
     assert entry["id"] == sid and client.get_session(sid).next_seq == 3200
 
 
+@pytest.mark.parametrize("far", [False, True], ids=["same-batch", "later-batch"])
+def test_a_sessionlog_file_with_an_eventid_twice_imports_nothing(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path, far: bool
+) -> None:
+    """A hand-edited export where two events share an eventId: the service would take the second
+    for a re-send of the first (in one batch it refuses the batch after the session was created;
+    in a later batch it returned the first's seq, so the import dropped the event, shifted every
+    later seq and reported success). It is refused offline, naming both lines, and creates nothing."""
+    line = 3001 if far else 5
+    bad = turns_export(tmp_path / "dup.jsonl", 1600, line2={"eventId": "e-1"}, **{f"line{line}": {"eventId": "e-1"}})
+    result = invoke(cli, "import", str(bad), "--format", "sessionlog", "--id", sid)
+    assert result.exit_code != 0
+    assert "DUPLICATE_ENTRY_ID" in result.stderr, result.stderr
+    assert f"line {line} (seq {line - 2})" in result.stderr and "seq 0 (line 2)" in result.stderr, result.stderr
+    assert sid not in [s.id for s in client.list_sessions()]
+
+
 @pytest.mark.parametrize("fmt", ["pi", "sessionlog"])
 def test_an_empty_file_is_empty_session_file(cli: CliRunner, tmp_path: Path, fmt: str) -> None:
     """The documented reason, as `replay` gives it."""
@@ -472,6 +489,20 @@ def test_ingest_refuses_a_truncated_stream_unless_lenient(cli: CliRunner, client
     assert [m["role"] for m in client.model_history(other)] == ["user", "assistant"]
 
 
+def test_ingest_refuses_an_event_over_a_limit_naming_its_line(
+    cli: CliRunner, client: SessionLogClient, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each event is checked as the service checks an append before it is sent, so a refusal names
+    the stream's line; the service's own refusal named only the event's index in some batch."""
+    monkeypatch.setattr(transfer_commands, "OFFLINE_LIMITS", replace(DEFAULT_LIMITS, max_event_bytes=2000))
+    text = [{"type": "text", "text": "x" * 3000}]
+    big = {"role": "toolResult", "toolCallId": "c1", "toolName": "ls", "content": text}
+    stream = [*TOOL_RUN[:11], {"type": "message_end", "message": big}, *TOOL_RUN[13:15]]
+    result = invoke(cli, "ingest", sid, "--format", "pi-events", stdin=stream_lines(*stream))
+    assert result.exit_code != 0
+    assert "EVENT_TOO_LARGE: pi event stream: line 12 (seq 6): tool/result: " in result.stderr, result.stderr
+
+
 def test_ingest_after_a_killed_run_resumes_the_session(cli: CliRunner, client: SessionLogClient, sid: str) -> None:
     events = [json.loads(line) for line in STREAM.read_text("utf-8").splitlines()]
     killed = [e for e in events if e["type"] not in ("turn_end", "agent_end")]  # cut after the reply, mid-run
@@ -503,3 +534,14 @@ def test_a_refusal_seen_through_a_later_batch_still_names_the_refused_event(clie
         assert report.reason == "EVENT_TOO_LARGE"
         assert "holds seqs 0..2 of 10 and stopped at seq 3" in report.message, report.message
         assert report.message.endswith("Refused: seq 5 (line 7): event data is 352 bytes, over the limit of 200")
+
+
+def test_a_refusal_of_the_first_batch_says_the_session_holds_nothing(client: SessionLogClient, sid: str) -> None:
+    """Refused at seq 0, the report said 'it holds seqs 0..-1 of 10'."""
+    client.create_session(sid)
+    refused = LimitExceeded("EVENT_TOO_LARGE", "event 0: event data is 352 bytes, over the limit of 200")
+    refused.metadata["event_index"] = "0"
+    created = transfer_commands._Created(sid, f"session {sid!r}", 10, lambda seq: seq + 2)
+    report = transfer_commands._stopped_midway(client, [created], refused)
+    assert f"session {sid!r} was created and it holds none of its 10 events;" in report.message, report.message
+    assert report.message.endswith("Refused: seq 0 (line 2): event data is 352 bytes, over the limit of 200")

@@ -226,6 +226,8 @@ def _stopped_midway(
             reached = None
         if reached is None:
             got = "how far it got is unknown (the session could not be read)"
+        elif reached == 0:
+            got = f"it holds none of its {session.total} events"
         elif reached < session.total:
             got = f"it holds seqs 0..{reached - 1} of {session.total} and stopped at seq {reached}"
         else:
@@ -379,7 +381,7 @@ def ingest_command(
         resume = _has_events(client, session_id)
         with client.writer(session_id, create_if_missing=True, takeover=takeover, resume=resume) as writer:
             prior = list(client.read_events(session_id, to_seq=writer.next_seq - 1)) if writer.next_seq else []
-            ingest = StreamIngest(SessionFold.replay(prior, validate=False))
+            ingest = StreamIngest(SessionFold.replay(prior, validate=False), OFFLINE_LIMITS)
             appended = _ingest_stdin(writer, ingest, JsonlReader(lenient=lenient))
             writer.flush()
     open_turn = ingest.fold.open_turn is not None
@@ -406,10 +408,14 @@ def _ingest_stdin(writer: Writer, ingest: StreamIngest, reader: JsonlReader) -> 
     appended = 0
     try:
         for chunk in _stdin_chunks():
-            items = [item for line, obj in reader.feed_numbered(chunk) for item in parser.feed(obj, line)]
-            appended += _send(writer, ingest, items, start_seq + appended)
+            events = [
+                event
+                for line, obj in reader.feed_numbered(chunk)
+                for event in _mapped(ingest, parser.feed(obj, line), line)
+            ]
+            appended += _send(writer, events, start_seq + appended)
         reader.close()
-        appended += _send(writer, ingest, parser.close(), start_seq + appended)
+        appended += _send(writer, _mapped(ingest, parser.close(), None), start_seq + appended)
     except SessionLogError as exc:
         raise fail(describe(exc)) from None
     finally:
@@ -434,8 +440,9 @@ def _stdin_chunks() -> Iterator[bytes]:
         yield chunk
 
 
-def _send(writer: Writer, ingest: StreamIngest, items: Iterable[StreamItem], first_seq: int) -> int:
-    """Map `items`, report incomplete messages, append the events; returns how many."""
+def _mapped(ingest: StreamIngest, items: Iterable[StreamItem], line: int | None) -> list[NewEvent]:
+    """The events of `items` (read from the stream's `line`, None at its end), reporting each
+    incomplete message on stderr."""
     events: list[NewEvent] = []
     for item in items:
         if isinstance(item, IncompleteMessage):
@@ -445,7 +452,12 @@ def _send(writer: Writer, ingest: StreamIngest, items: Iterable[StreamItem], fir
                 f"sessionlog: warning: incomplete {item.role or 'unknown'} message ({where}): {item.reason}; "
                 f"appended as {kept}\n"
             )
-        events += ingest.map(item)
+        events += ingest.map(item, line)
+    return events
+
+
+def _send(writer: Writer, events: Sequence[NewEvent], first_seq: int) -> int:
+    """Append `events` in batches, the first at `first_seq`; returns how many."""
     for start, end in batch_bounds(events, max_events=BATCH_EVENTS):
         writer.append(events[start:end], expected_next_seq=first_seq + start)
     return len(events)

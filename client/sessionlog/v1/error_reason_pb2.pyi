@@ -873,10 +873,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Fix or regenerate the file; nothing was imported.
     """
     DUPLICATE_ENTRY_ID: _ErrorReason.ValueType  # 100
-    """Two Pi entries share an id.
+    """Two entries of a session file share an id: two Pi entries, or two events of a sessionlog
+    export (their eventId, which the service would take for a re-send and not append).
 
     Code: INVALID_ARGUMENT
-    Metadata: `line`
+    Metadata: `field`, `line`
     Raised by: files
     Client: Fix or regenerate the file; nothing was imported.
     """
@@ -2079,10 +2080,11 @@ Raised by: files
 Client: Fix or regenerate the file; nothing was imported.
 """
 DUPLICATE_ENTRY_ID: ErrorReason.ValueType  # 100
-"""Two Pi entries share an id.
+"""Two entries of a session file share an id: two Pi entries, or two events of a sessionlog
+export (their eventId, which the service would take for a re-send and not append).
 
 Code: INVALID_ARGUMENT
-Metadata: `line`
+Metadata: `field`, `line`
 Raised by: files
 Client: Fix or regenerate the file; nothing was imported.
 """

@@ -3,9 +3,9 @@
 `{"type":"sessionlog","version":1,"session":{…}}` comes first; every following line is an event
 envelope with `seq` and `time` (`Event.from_json`), seqs 0, 1, 2, … without gaps. The replay
 metrics of such a file come from folding it with the core's `SessionFold` (`fold_export` checks
-every event as the service would at append, envelope rules included, so a damaged export is
-refused with the line and seq that break it, and `import` refuses it before creating anything)
-and reading its SPEC §5 stats, mapped onto the same keys as a Pi replay:
+every event as the service would at append, envelope rules and unique eventIds included, so a
+damaged export is refused with the line and seq that break it, and `import` refuses it before
+creating anything) and reading its SPEC §5 stats, mapped onto the same keys as a Pi replay:
 
 - `sessionFormat` is `"sessionlog-v1"`; `eventsInFile` counts lines, header included;
 - `--at SEQ` folds the prefix `0..SEQ`: `eventsOnBranch` is its length, `eventsOffBranch` the
@@ -168,14 +168,32 @@ def fold_export(export: SessionlogExport, count: int | None = None, limits: Limi
     append: `validate.validate_proposal` (envelope rules, `limits`), then the fold's seq,
     surface and structure rules. A refusal names the file's line and the event's seq."""
     fold = SessionFold()
+    seq_of_id: dict[str, int] = {}
     for event in export.events[:count]:
         number = export.event_lines[event.seq]
         try:
             validate.validate_proposal(event.as_new(), limits=limits)
+            _check_event_id_unique(export, event, seq_of_id)
             fold.apply(event)
         except SessionLogError as exc:
             raise exc.located(f"line {number} (seq {event.seq})", line=number, seq=event.seq) from None
     return fold
+
+
+def _check_event_id_unique(export: SessionlogExport, event: Event, seq_of_id: dict[str, int]) -> None:
+    """An eventId is unique within a session (docs/events.md): the service answers an event whose
+    id it holds with that event's seq instead of appending it, so an import would drop the second
+    and shift every later seq. `seq_of_id` holds the ids of the events before `event`."""
+    if event.event_id is None:
+        return
+    first = seq_of_id.setdefault(event.event_id, event.seq)
+    if first != event.seq:
+        raise ValidationError(
+            "DUPLICATE_ENTRY_ID",
+            f"eventId {event.event_id!r} is already the eventId of seq {first} (line {export.event_lines[first]}): "
+            "the service would take this event for a re-send of that one and not append it",
+            field="eventId",
+        )
 
 
 def _seq(at: str | int) -> int:

@@ -2,7 +2,8 @@
 
 Folding the events of a branch with `SessionFold` gives a model history equal, message for
 message, to the context Pi builds for its leaf (`context.session_context`), and stats whose model
-and thinking level are Pi's. Every entry is kept (see `layout`), so `exporter` rebuilds the file.
+and thinking level are Pi's (once the branch sets a level: Pi's default, `off`, is not an entry,
+and the stats of a branch without one have none). Every entry is kept (see `layout`), so `exporter` rebuilds the file.
 
 **The log of a branch** (seqs are positions in the list):
 

@@ -29,15 +29,18 @@ ids, becomes a `user/message` carrying the message unchanged. A stream that ends
 leaves the turn open: the service's crash repair completes it, as for any harness that stopped.
 
 The events are checked against a `SessionFold` of the session (the caller replays the existing log
-into it); like the service, the ingest writes the empty system head before the first surface event
-of an empty session.
+into it) and, given `limits`, by the envelope rules an append applies (`validate_proposal`: sizes
+above all), so that a refusal names the stream's line and the seq before anything is sent, as the
+file importer's does; like the service, the ingest writes the empty system head before the first
+surface event of an empty session.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sessionlog.core.errors import SessionLogError, ValidationError
+from sessionlog.core import validate
+from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import APPEND, JsonObject, NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.pi.importer import (
@@ -59,6 +62,7 @@ from sessionlog.core.formats.pi.stream import (
     TurnEnd,
     TurnStart,
 )
+from sessionlog.core.limits import Limits
 from sessionlog.core.messages import empty_system_head, is_empty_content
 from sessionlog.core.vocabulary import (
     ASSISTANT_ATTEMPT,
@@ -81,16 +85,21 @@ STREAM_TYPE_PREFIX = "pi/stream/"
 
 
 class StreamIngest:
-    """Maps stream items to events, checking each against `fold` (the session so far)."""
+    """Maps stream items to events, checking each against `fold` (the session so far) and, when
+    `limits` is given, by the envelope rules the service applies to an append."""
 
-    def __init__(self, fold: SessionFold) -> None:
+    def __init__(self, fold: SessionFold, limits: Limits | None = None) -> None:
         self.fold = fold
+        self.limits = limits
         self.incomplete: list[IncompleteMessage] = []
         self._stop_reason: Any = None
         self._step_has_message = False
+        self._line: int | None = None
 
-    def map(self, item: StreamItem) -> list[NewEvent]:
-        """The events for one item (already applied to the fold), in order."""
+    def map(self, item: StreamItem, line: int | None = None) -> list[NewEvent]:
+        """The events for one item (already applied to the fold), in order; `line`, the stream's
+        line the item came from (if known), is named in a refusal."""
+        self._line = line
         out: list[NewEvent] = []
         if isinstance(item, SessionHeader):
             self._emit(out, NewEvent(PI_SESSION, {PI_KEY: item.header}, ignorable=True))
@@ -219,11 +228,16 @@ class StreamIngest:
         self._commit(out, event)
 
     def _commit(self, out: list[NewEvent], event: NewEvent) -> None:
+        """Check `event` as an append would be, fold it and keep it; a refusal keeps its class and
+        reason and names the stream's line (when known), the seq and the event's type."""
         seq = self.fold.next_seq
         try:
+            if self.limits is not None:
+                validate.validate_proposal(event, limits=self.limits)
             self.fold.apply(event.committed(seq, self.fold.last_time))
         except SessionLogError as exc:
-            raise ValidationError(exc.reason, f"pi event stream: {event.type} at seq {seq}: {exc.message}") from exc
+            where = f"line {self._line} (seq {seq})" if self._line is not None else f"seq {seq}"
+            raise exc.located(f"pi event stream: {where}: {event.type}", line=self._line, seq=seq) from None
         out.append(event)
 
 

@@ -1,8 +1,10 @@
 """JSON text as JavaScript's `JSON.stringify` writes it, so an exported Pi file matches Pi's bytes.
 
 Python and JavaScript agree on strings (with `ensure_ascii=False`: `"`, `\\` and control
-characters escaped, lowercase `\\u00xx`, everything else raw, U+2028/U+2029 included) and on the
-shortest digits that round-trip a double. They differ in how numbers are laid out:
+characters escaped, lowercase `\\u00xx`, everything else raw, U+2028/U+2029 included), but for a
+lone UTF-16 surrogate, which JavaScript writes as its lowercase escape (`\\ud83d`, ES2019) and
+Python leaves raw (text no UTF-8 file can hold); and on the shortest digits that round-trip a
+double. They differ in how numbers are laid out:
 
 - JavaScript writes a double in plain decimal when its decimal exponent is in [-7, 21)
   (`0.000009`, `100000000000000000000`) and in exponent form otherwise (`1e-7`, `1.5e+21`);
@@ -17,6 +19,8 @@ from __future__ import annotations
 from decimal import Decimal
 from json.encoder import encode_basestring
 from typing import Any
+
+from sessionlog.core.jsonvalue import escape_lone_surrogates, has_lone_surrogate
 
 
 def js_number(value: float) -> str:
@@ -55,7 +59,7 @@ def stringify(value: Any) -> str:
 
 def _write(value: Any, out: list[str]) -> None:
     if isinstance(value, str):
-        out.append(encode_basestring(value))
+        out.append(_string(value))
     elif value is None:
         out.append("null")
     elif value is True:
@@ -73,7 +77,7 @@ def _write(value: Any, out: list[str]) -> None:
             if not first:
                 out.append(",")
             first = False
-            out.append(encode_basestring(str(key)))
+            out.append(_string(str(key)))
             out.append(":")
             _write(item, out)
         out.append("}")
@@ -86,3 +90,10 @@ def _write(value: Any, out: list[str]) -> None:
         out.append("]")
     else:
         raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def _string(text: str) -> str:
+    """A JSON string as JSON.stringify writes it: a lone surrogate as its escape, as Pi's files
+    hold it (a model's broken emoji), the rest as `encode_basestring` writes it."""
+    encoded = encode_basestring(text)
+    return escape_lone_surrogates(encoded) if has_lone_surrogate(text) else encoded

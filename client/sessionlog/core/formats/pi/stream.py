@@ -257,8 +257,7 @@ class PiStreamParser:
             _parse_pending_arguments(self._open)
             rebuilt = self._open.message
             self._open = None
-        role = message.get("role")
-        return [MessageCompleted(role if isinstance(role, str) else "", message, rebuilt, self.turn)]
+        return [MessageCompleted(message["role"], message, rebuilt, self.turn)]
 
     def _tool_start(self, event: JsonObject, where: str, line: int | None) -> list[StreamItem]:
         return [
@@ -308,10 +307,16 @@ def _str(value: Any) -> str | None:
 
 
 def _message(event: JsonObject, name: str, where: str, line: int | None) -> JsonObject:
+    """The event's message: an object with a string role, as every Pi message has and as the Pi
+    file reader requires of a message entry (a role-less one would be exported as an entry no
+    reader opens)."""
     message = event.get(name)
-    if not isinstance(message, dict):
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise ValidationError(
-            "BAD_STREAM_EVENT", f"{where}{event.get('type')} needs a {name} object", line=line, field=name
+            "BAD_STREAM_EVENT",
+            f"{where}{event.get('type')} needs a {name} object with a string role",
+            line=line,
+            field=name,
         )
     return message
 

@@ -1,0 +1,92 @@
+"""The database failing under a running service (a full disk): what writers, metrics and the log see.
+
+A full disk is SQLite's own limit on the size of the file (`PRAGMA max_page_count`), set on
+the connections that write: a commit that needs the file to grow fails with SQLITE_FULL,
+"database or disk is full", as on a disk with no room left, while writes that fit in the
+pages the file has (leases) go on, as they did on a real full disk.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from sessionlog.client import SessionLogClient, Writer
+from tests.support.events import note
+from tests.support.servers import ServerThread
+
+ANSWER_WITHIN_S = 30.0
+BIG = "x" * 1_000_000
+"""A payload that needs new pages in the file."""
+NO_LIMIT = 4294967294
+"""SQLite's default `max_page_count`."""
+
+
+@pytest.fixture
+def sqlite_server(tmp_path: Path) -> Iterator[ServerThread]:
+    with ServerThread(f"sqlite:///{tmp_path / 'full.db'}") as server:
+        yield server
+
+
+class FullDisk:
+    """While `full`, no connection of the server that writes may grow the file: the one the
+    writer thread keeps (set on that thread, where it is used) and any it checks out after."""
+
+    def __init__(self, server: ServerThread) -> None:
+        self.server = server
+        self.full = False
+        event.listen(server.service.recorder.write_engine, "checkout", self._on_checkout)
+
+    def _on_checkout(self, connection: Any, _record: Any, _proxy: Any) -> None:
+        connection.execute(f"PRAGMA max_page_count = {1 if self.full else NO_LIMIT}")  # 1: as big as it is
+
+    def fill(self) -> None:
+        self.full = True
+        commits = self.server.service.recorder._commits
+        self.server.call(
+            self.server.service.committer.run_in_writer(
+                lambda: commits._connection().execute("PRAGMA max_page_count = 1")
+            )
+        )
+
+    def free(self) -> None:
+        self.full = False
+        commits = self.server.service.recorder._commits
+        self.server.call(
+            self.server.service.committer.run_in_writer(
+                lambda: commits._connection().execute(f"PRAGMA max_page_count = {NO_LIMIT}")
+            )
+        )
+
+
+def reconnected(writer: Writer, pending: Future[Any], within_s: float = ANSWER_WITHIN_S) -> None:
+    """Wait until the writer reconnected once (its stream was ended by the failure), or its
+    pending append is answered."""
+    deadline = time.monotonic() + within_s
+    while writer.reconnects < 1 and not pending.done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_streaming_writer_rides_out_a_full_disk_in_its_own_lease(sqlite_server: ServerThread, sid: str) -> None:
+    # The service ends the stream with STORAGE_UNAVAILABLE and the writer reconnects to re-send.
+    # The service gave the lease back as for any error it reports, so the reconnect got a fresh
+    # one and the writer failed with OWNERSHIP_LOST ("had another writer"): there was none.
+    disk = FullDisk(sqlite_server)
+    with SessionLogClient(sqlite_server.target) as client:
+        client.create_session(sid)
+        with client.writer(sid) as writer:
+            assert writer.append([note(0)]).result(ANSWER_WITHIN_S).seqs == [0]
+            token = writer.lease.token
+            disk.fill()
+            big = writer.append([note(1, data={"n": 1, "text": BIG})])
+            reconnected(writer, big)
+            disk.free()
+            assert big.result(ANSWER_WITHIN_S).seqs == [1]
+            assert writer.lease.token == token
+        assert [e.data["n"] for e in client.read_events(sid)] == [0, 1]

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from sessionlog.base import NO_RETRY
 from sessionlog.client import SessionLogClient, Writer
+from sessionlog.core.errors import Unavailable
 from tests.support.events import note
 from tests.support.servers import ServerThread
 
@@ -90,3 +92,26 @@ def test_a_streaming_writer_rides_out_a_full_disk_in_its_own_lease(sqlite_server
             assert big.result(ANSWER_WITHIN_S).seqs == [1]
             assert writer.lease.token == token
         assert [e.data["n"] for e in client.read_events(sid)] == [0, 1]
+
+
+def test_a_batch_the_full_disk_refused_is_counted_as_refused_not_as_committed(
+    sqlite_server: ServerThread, sid: str
+) -> None:
+    # `sessionlog_batches_refused_total{reason}` counted only what was refused before the
+    # commit; a full disk showed nowhere in the metrics, and its commits' latencies were
+    # observed in `sessionlog_commit_latency_seconds` ("submission to durable commit").
+    metrics = sqlite_server.service.metrics.registry
+    disk = FullDisk(sqlite_server)
+    with SessionLogClient(sqlite_server.target, retry=NO_RETRY) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        client.append(sid, lease, [note(0)])
+        disk.fill()
+        with pytest.raises(Unavailable) as refused:
+            client.append(sid, lease, [note(1, data={"n": 1, "text": BIG})])
+        assert refused.value.reason == "STORAGE_UNAVAILABLE" and "disk is full" in refused.value.message
+        disk.free()
+        client.append(sid, lease, [note(1, data={"n": 1, "text": BIG})])
+    assert metrics.get_sample_value("sessionlog_batches_refused_total", {"reason": "STORAGE_UNAVAILABLE"}) == 1
+    assert metrics.get_sample_value("sessionlog_batches_appended_total") == 2
+    assert metrics.get_sample_value("sessionlog_commit_latency_seconds_count") == 2

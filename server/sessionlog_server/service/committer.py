@@ -191,8 +191,9 @@ class GroupCommitter:
         self.groups_committed += 1
         if self._metrics is not None:
             self._metrics.group_size.observe(len(group))
-            for item in group:
-                self._metrics.commit_latency.observe(finished - item.queued_at)
+            for item, error in zip(group, results, strict=True):
+                if error is None:  # submission to durable commit: a refused batch has none
+                    self._metrics.commit_latency.observe(finished - item.queued_at)
         self.backlog.settle(sum(item.charge for item in group))
         for item, error in zip(group, results, strict=True):
             if error is None:

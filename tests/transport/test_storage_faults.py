@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event
+from structlog.testing import capture_logs
 
 from sessionlog.base import NO_RETRY
 from sessionlog.client import SessionLogClient, Writer
 from sessionlog.core.errors import Unavailable
 from tests.support.events import note
 from tests.support.servers import ServerThread
+from tests.support.waiting import eventually
 
 ANSWER_WITHIN_S = 30.0
 BIG = "x" * 1_000_000
@@ -115,3 +117,25 @@ def test_a_batch_the_full_disk_refused_is_counted_as_refused_not_as_committed(
     assert metrics.get_sample_value("sessionlog_batches_refused_total", {"reason": "STORAGE_UNAVAILABLE"}) == 1
     assert metrics.get_sample_value("sessionlog_batches_appended_total") == 2
     assert metrics.get_sample_value("sessionlog_commit_latency_seconds_count") == 2
+
+
+def test_the_log_says_why_the_database_refused_a_commit(sqlite_server: ServerThread, sid: str) -> None:
+    # The call's line said `status: UNAVAILABLE` and nothing else, and no line said what the
+    # database answered: an operator could not tell a full disk from a lost connection.
+    disk = FullDisk(sqlite_server)
+    with SessionLogClient(sqlite_server.target, retry=NO_RETRY) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        disk.fill()
+        with capture_logs() as logs:
+            with pytest.raises(Unavailable):
+                client.append(sid, lease, [note(0, data={"n": 0, "text": BIG})])
+            # The call's line is written once its answer has gone out.
+            calls = eventually(
+                lambda: [(e["method"], e["status"], e.get("reason")) for e in logs if e["event"] == "rpc"],
+                bool,
+            )
+    assert calls == [("AppendEvents", "UNAVAILABLE", "STORAGE_UNAVAILABLE")]
+    [failed] = [e for e in logs if e["event"] == "commit failed"]
+    assert failed["log_level"] == "warning" and failed["reason"] == "STORAGE_UNAVAILABLE"
+    assert "database or disk is full" in failed["error"] and failed["batches"] == 1

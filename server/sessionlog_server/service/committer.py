@@ -175,6 +175,7 @@ class GroupCommitter:
             log.exception("group commit failed", batches=len(group))
             unknown = Unavailable("COMMIT_OUTCOME_UNKNOWN", f"commit failed: {exc}; retry with the same event ids")
             results = [unknown] * len(group)
+        _log_unavailable(results)
         self._deliver(self._settle_group, group, results, time.perf_counter())
 
     def _deliver(self, callback: Callable[..., None], *args: Any) -> None:
@@ -212,6 +213,14 @@ class GroupCommitter:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
         with self._wakeup:
             self._stopped = True
+
+
+def _log_unavailable(results: list[SessionLogError | None]) -> None:
+    """Warn of a group the database failed (a full disk, a lost connection), with what it said:
+    each call's line names only the reason, and the driver's words are the operator's clue."""
+    failed = [error for error in results if isinstance(error, Unavailable)]
+    if failed:
+        log.warning("commit failed", reason=failed[0].reason, error=failed[0].message, batches=len(failed))
 
 
 def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -139,3 +139,21 @@ def test_the_log_says_why_the_database_refused_a_commit(sqlite_server: ServerThr
     [failed] = [e for e in logs if e["event"] == "commit failed"]
     assert failed["log_level"] == "warning" and failed["reason"] == "STORAGE_UNAVAILABLE"
     assert "database or disk is full" in failed["error"] and failed["batches"] == 1
+
+
+def test_a_database_file_deleted_while_serving_is_refused_not_written(sqlite_server: ServerThread, sid: str) -> None:
+    # SQLite goes on writing to the file it has open: appends after `rm` were acknowledged,
+    # and with the next start every one of them (and all that came before) was gone.
+    database = Path(sqlite_server.settings.db.removeprefix("sqlite:///"))
+    with SessionLogClient(sqlite_server.target, retry=NO_RETRY) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        assert client.append(sid, lease, [note(0)]).seqs == [0]
+        for file in database.parent.glob(f"{database.name}*"):
+            file.unlink()
+        with pytest.raises(Unavailable) as refused:
+            client.append(sid, lease, [note(1)])
+        assert refused.value.reason == "STORAGE_UNAVAILABLE"
+        assert f"the database file {database} was deleted or replaced" in refused.value.message
+        with pytest.raises(Unavailable):
+            client.create_session(f"{sid}-2")

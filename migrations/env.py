@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import Connection, Engine, create_engine, event, pool
 
 from sessionlog_server.storage.factory import normalise_url
 from sessionlog_server.storage.models import Base
@@ -31,9 +33,31 @@ def run_migrations_online() -> None:
         _run(connection)
         return
     engine = create_engine(normalise_url(config.get_main_option("sqlalchemy.url") or ""), poolclass=pool.NullPool)
+    if engine.dialect.name == "sqlite":
+        _transactional_sqlite(engine)
     with engine.connect() as conn:
         _run(conn)
     engine.dispose()
+
+
+def _transactional_sqlite(engine: Engine) -> None:
+    """Run each SQLite migration step in a transaction of its own, its revision bump included.
+
+    Alembic begins one per step, but pysqlite sends BEGIN only before INSERT, UPDATE and
+    DELETE, so CREATE, DROP and ALTER ran each on its own: a step stopped partway (`db
+    upgrade` killed, a failure inside it) left the tables it had made at the old revision,
+    and every later upgrade failed on them ("table fold_snapshots already exists"). SQLite's
+    DDL is transactional once the transaction is ours; IMMEDIATE takes the write lock at
+    once, as the service's writer does.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # transactions are begun below, not by pysqlite
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _run(connection: object) -> None:

@@ -11,6 +11,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
 from sessionlog.core import jsonvalue
@@ -88,3 +89,48 @@ def test_0006_keeps_metadata_as_text_carrying_existing_rows_over_and_back(empty_
     assert _metadata(empty_url) == before  # the previous shape (JSONB on PostgreSQL), same values
     upgrade(empty_url)
     assert _metadata(empty_url) == ("TEXT", values)
+
+
+def _tables_and_revision(url: str) -> tuple[set[str], str | None]:
+    engine = create_engine(normalise_url(url))
+    try:
+        with engine.connect() as conn:
+            return set(inspect(conn).get_table_names()), MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def test_a_sqlite_migration_stopped_halfway_leaves_its_revision_as_it_was(tmp_path: Path) -> None:
+    """A step that stops partway (`db upgrade` killed, a failure in the step) takes back what it
+    did: SQLite's DDL is transactional, but pysqlite runs it outside a transaction unless one is
+    begun explicitly. Killed during 0003, a file was left at revision 0001 with fold_snapshots
+    (and Alembic's copy of events) created, and every later upgrade, `serve` included, failed
+    with 'table fold_snapshots already exists'."""
+    url = f"sqlite:///{tmp_path / 'halfway.db'}"
+    upgrade(url, "0001")
+    engine = create_engine(normalise_url(url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO sessions (id, create_time, metadata) VALUES ('s', 0, '{}')"))
+            conn.execute(text("INSERT INTO events (session_id, seq, time, type, data) VALUES ('s', 0, 5, 'n', '{}')"))
+            # 0003 rebuilds events through this table (Alembic's batch mode): with the name taken,
+            # the step fails after it created fold_snapshots, as a kill there would stop it.
+            conn.execute(text("CREATE TABLE _alembic_tmp_events (taken INTEGER)"))
+        with pytest.raises(Exception, match="_alembic_tmp_events"):
+            upgrade(url)
+        tables, revision = _tables_and_revision(url)
+        assert revision == "0001" and "fold_snapshots" not in tables
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE _alembic_tmp_events"))
+    finally:
+        engine.dispose()
+
+    upgrade(url)  # the next upgrade runs the whole step
+    tables, revision = _tables_and_revision(url)
+    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    assert revision == head and "fold_snapshots" in tables
+    recorder = open_recorder(url)
+    try:
+        assert [(e.seq, e.time, e.type) for e in recorder.read_events("s", 0, None, 10)] == [(0, 5, "n")]
+    finally:
+        recorder.close()

@@ -241,6 +241,9 @@ class AppendPipeline:
         """
         live.end_commit()
         if error is not None:
+            # Counted as the refusals before the commit are (`start_append`): a database that
+            # fails (a full disk) shows in `sessionlog_batches_refused_total` by its reason.
+            self.metrics.batches_refused.labels(error.reason).inc()
             try:
                 # The fold already holds this batch: drop it; the log is re-folded on next use.
                 self.live.invalidate(live.session_id)

@@ -175,6 +175,7 @@ class GroupCommitter:
             log.exception("group commit failed", batches=len(group))
             unknown = Unavailable("COMMIT_OUTCOME_UNKNOWN", f"commit failed: {exc}; retry with the same event ids")
             results = [unknown] * len(group)
+        _log_unavailable(results)
         self._deliver(self._settle_group, group, results, time.perf_counter())
 
     def _deliver(self, callback: Callable[..., None], *args: Any) -> None:
@@ -191,8 +192,9 @@ class GroupCommitter:
         self.groups_committed += 1
         if self._metrics is not None:
             self._metrics.group_size.observe(len(group))
-            for item in group:
-                self._metrics.commit_latency.observe(finished - item.queued_at)
+            for item, error in zip(group, results, strict=True):
+                if error is None:  # submission to durable commit: a refused batch has none
+                    self._metrics.commit_latency.observe(finished - item.queued_at)
         self.backlog.settle(sum(item.charge for item in group))
         for item, error in zip(group, results, strict=True):
             if error is None:
@@ -211,6 +213,14 @@ class GroupCommitter:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
         with self._wakeup:
             self._stopped = True
+
+
+def _log_unavailable(results: list[SessionLogError | None]) -> None:
+    """Warn of a group the database failed (a full disk, a lost connection), with what it said:
+    each call's line names only the reason, and the driver's words are the operator's clue."""
+    failed = [error for error in results if isinstance(error, Unavailable)]
+    if failed:
+        log.warning("commit failed", reason=failed[0].reason, error=failed[0].message, batches=len(failed))
 
 
 def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -223,10 +223,10 @@ class LeaseManager:
         """A writer stream ended: give its lease back, or, if the stream broke, let it lapse.
 
         A stream the writer ended (or the service ended with an error it reported) releases
-        its lease. A broken stream (the writer's process or connection died, or the service is
-        stopping) stops renewing it instead: the writer may reconnect with its token while the
-        lease is live, and once it lapses, an open turn is repaired exactly as for a unary
-        writer (SPEC §8).
+        its lease. A broken stream (the writer's process or connection died, the service is
+        stopping, or its error was UNAVAILABLE: writer_stream.py) stops renewing it instead:
+        the writer may reconnect with its token while the lease is live, and once it lapses,
+        an open turn is repaired exactly as for a unary writer (SPEC §8).
         """
         if self._streams.get(holder.session_id) != holder:
             return  # taken over, or granted again by a reconnect

@@ -7,7 +7,9 @@ order it came, once durable. Acknowledgements that are ready together are handed
 decides what happens to the lease:
 
 - the writer sends `close`: the lease is released;
-- the service ends it with an error the writer is told: released as well;
+- the service ends it with an error the writer is told: released as well, unless the error is
+  UNAVAILABLE (the database failed, a commit's outcome is unknown): the writer reconnects on
+  that with its token and re-sends, so the lease is left to it as below;
 - the requests just stop (the writer process died, or its connection broke): the lease is left
   to lapse, and the expiry sweep repairs an open turn exactly as for a unary writer (SPEC §8);
 - the service stops: what is pending is acknowledged, then the stream ends with UNAVAILABLE
@@ -193,8 +195,14 @@ class WriterStream:
 
     def _told(self, error: BaseException) -> None:
         """The stream ends with `error`: one the service reports ends it as the service meant to
-        (the lease is released); anything else leaves it broken."""
-        if isinstance(error, SessionLogError):
+        (the lease is released); anything else leaves it broken.
+
+        An UNAVAILABLE one (the database failed, a commit's outcome is unknown) leaves it broken
+        too, as a shutdown does: the clients' writers reconnect on it with their token and
+        re-send what was not acknowledged. Released, the lease their reconnect got was a fresh
+        one, and they failed with OWNERSHIP_LOST, "another writer", where there was none.
+        """
+        if isinstance(error, SessionLogError) and not isinstance(error, Unavailable):
             self._broken = False
 
     async def finish(self) -> None:

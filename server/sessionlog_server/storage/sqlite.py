@@ -9,6 +9,7 @@ writer commits.
 
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -19,6 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import QueuePool
 
 from sessionlog.core import jsonvalue
+from sessionlog.core.errors import Unavailable
 from sessionlog_server.storage.changes import ChangeFeed, SQLiteChangeFeed
 from sessionlog_server.storage.driver import DriverSQL
 from sessionlog_server.storage.recorder import EventRecorder
@@ -86,6 +88,48 @@ def _sqlite_engine(url: str, *, synchronous: str, busy_timeout_ms: int, immediat
     return engine
 
 
+class DatabaseFile:
+    """Whether the database path still names the file the service has open.
+
+    SQLite goes on writing to the file it opened whatever becomes of its name: deleted (`rm`
+    of the database, a clean-up job) or replaced (a backup copied over it), its commits
+    succeed into a file no one will open again, and the next start finds none of them. Every
+    write transaction asks first (one `stat`, a few microseconds against a commit's fsync) and
+    is refused with STORAGE_UNAVAILABLE, writing nothing, once the name points elsewhere.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._identity = self._stat()
+        """(device, inode) of the file when the service opened it (None: not created yet; then
+        of the file the first write finds)."""
+        self._lost = False
+
+    def _stat(self) -> tuple[int, int] | None:
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return stat.st_dev, stat.st_ino
+
+    def check(self) -> None:
+        """Raise Unavailable if the path no longer names the file the service opened."""
+        identity = self._stat()
+        if self._identity is None and not self._lost:
+            self._identity = identity
+            return
+        if identity == self._identity:
+            return
+        if not self._lost:
+            self._lost = True
+            log.error("the database file was deleted or replaced; writes are refused", path=self.path)
+        raise Unavailable(
+            "STORAGE_UNAVAILABLE",
+            f"the database file {self.path} was deleted or replaced while the service ran; nothing "
+            "was written: restart the service to open the file its path names now",
+        )
+
+
 class SQLiteEventRecorder(EventRecorder):
     """EventRecorder on a SQLite file."""
 
@@ -112,7 +156,9 @@ class SQLiteEventRecorder(EventRecorder):
         write = _sqlite_engine(url, synchronous=mode, busy_timeout_ms=busy_timeout_ms, immediate=True, pool_size=2)
         read = _sqlite_engine(url, synchronous=mode, busy_timeout_ms=busy_timeout_ms, immediate=False, pool_size=4)
         path = write.url.database
-        self._writer_turn = WriterTurn(path, busy_timeout_ms / 1000) if path and path != ":memory:" else None
+        on_disk = bool(path) and path != ":memory:"
+        self._writer_turn = WriterTurn(path, busy_timeout_ms / 1000) if on_disk and path else None
+        self._file = DatabaseFile(path) if on_disk and path else None
         super().__init__(write, read)
         self._checkpoints = threading.Event()
         threading.Thread(target=self._checkpoint_loop, daemon=True, name="sessionlog-checkpoint").start()
@@ -158,7 +204,10 @@ class SQLiteEventRecorder(EventRecorder):
             self._writer_turn.close()
 
     def _turn(self) -> AbstractContextManager[None]:
-        """The processes' turn to write this file (storage/writer_turn.py)."""
+        """The processes' turn to write this file (storage/writer_turn.py), once the file is
+        known to be the one the service opened (`DatabaseFile`)."""
+        if self._file is not None:
+            self._file.check()
         return self._writer_turn.held() if self._writer_turn is not None else nullcontext()
 
     def _announce(self, conn: DriverSQL, session_ids: list[str]) -> None:

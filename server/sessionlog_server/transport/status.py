@@ -91,11 +91,15 @@ async def abort(context: grpc.aio.ServicerContext, exc: BaseException, method: s
 
 
 def _failure_code(exc: BaseException) -> str:
-    """The status a handler's failure is logged with; an abort already under way (the handler
-    aborted the call itself) is raised again as it is."""
+    """The status a handler's failure is logged with, its reason noted for the same line (as
+    a refused token's is: the code alone does not tell a full disk from a lost connection);
+    an abort already under way (the handler aborted the call itself) is raised again as it is."""
     if isinstance(exc, grpc.aio.AbortError):
         raise exc
-    return exc.code if isinstance(exc, SessionLogError) else "INTERNAL"
+    if not isinstance(exc, SessionLogError):
+        return "INTERNAL"
+    note(reason=exc.reason)
+    return exc.code
 
 
 def unary(method: F) -> F:

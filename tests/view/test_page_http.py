@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sessionlog.client import SessionLogClient
+from sessionlog.view import page
 from sessionlog_server.tokens import config_line, new_token
 from tests.security.test_tls_limits_metrics import make_certificate
 from tests.support.events import note
@@ -95,6 +96,31 @@ def test_the_page_needs_a_token_of_the_sessions_namespace(secured: ServerThread,
     assert page_data(get(secured, f"/sessions/{child}", f"Bearer {ALICE}")[1])["session"]["atSeq"] == (
         page_data(first)["session"]["atSeq"] + 1
     )
+
+
+UNBUILT = ("vendor/uPlot.min.css", "app.css", "vendor/not-built.iife.min.js", "app.js")
+"""The page's assets with the chart library's script not built (`make` was not run)."""
+
+
+def test_a_page_without_its_chart_library_says_so_before_reading_the_log(
+    secured: ServerThread, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the built chart library the page is a 500 that says to run `make`, answered
+    before the log is read (reading a long session's log took seconds and its size in memory)."""
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        child = write_scripted(alice, sid)
+    reads: list[str] = []
+    read_events = secured.service.read_events
+
+    def counted(session_id: str, *args: object) -> object:
+        reads.append(session_id)
+        return read_events(session_id, *args)
+
+    monkeypatch.setattr(secured.service, "read_events", counted)
+    monkeypatch.setattr(page, "ASSETS", UNBUILT)
+    status, body, _ = get(secured, f"/sessions/{child}?at=3", f"Bearer {ALICE}")
+    assert status == 500 and "vendor/not-built.iife.min.js is missing: run `make`" in body
+    assert reads == []
 
 
 def test_pages_need_tls_off_loopback(db_url: str, sid: str, tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from sessionlog.core.errors import NotFound, SessionLogError
 from sessionlog.core.events import Event
-from sessionlog.view.page import MissingAssets, SessionRef, render_page
+from sessionlog.view.page import MissingAssets, SessionRef, render_page, require_assets
 from sessionlog_server.service import access, projections
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.tokens import TokenStore
@@ -190,6 +190,7 @@ class AdminHttp:
             if cached is not None:
                 self._pages.move_to_end(key)
                 return cached
+        require_assets()
         events = self._call(self._events(principal, session_id, last))
         body = render_page(events, session, link="/sessions/{id}").encode("utf-8")
         with self._lock:

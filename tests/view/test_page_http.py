@@ -16,6 +16,7 @@ import pytest
 from sessionlog.client import SessionLogClient
 from sessionlog.view import page
 from sessionlog_server.tokens import config_line, new_token
+from sessionlog_server.transport import admin_http
 from tests.security.test_tls_limits_metrics import make_certificate
 from tests.support.events import note
 from tests.support.scripted import write_scripted
@@ -121,6 +122,26 @@ def test_a_page_without_its_chart_library_says_so_before_reading_the_log(
     status, body, _ = get(secured, f"/sessions/{child}?at=3", f"Bearer {ALICE}")
     assert status == 500 and "vendor/not-built.iife.min.js is missing: run `make`" in body
     assert reads == []
+
+
+def test_kept_pages_stay_within_their_byte_bound(
+    secured: ServerThread, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages are kept by count and by bytes: a long session's page (tens of MB) must not keep
+    hundreds of MB alive after its readers left; a page over the bound is served, not kept."""
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        child = write_scripted(alice, sid)
+    admin = secured.running.admin
+    sizes = [len(get(secured, f"/sessions/{child}?at={at}", f"Bearer {ALICE}")[1].encode()) for at in (30, 40)]
+    admin._pages.clear()
+    monkeypatch.setattr(admin_http, "PAGE_CACHE_BYTES", max(sizes) + 100, raising=False)
+    for at in (30, 40):
+        assert get(secured, f"/sessions/{child}?at={at}", f"Bearer {ALICE}")[0] == 200
+    assert [key[2] for key in admin._pages] == [40]  # two would be over the bound
+    assert sum(map(len, admin._pages.values())) <= admin_http.PAGE_CACHE_BYTES
+    monkeypatch.setattr(admin_http, "PAGE_CACHE_BYTES", 1000)
+    assert get(secured, f"/sessions/{child}?at=50", f"Bearer {ALICE}")[0] == 200
+    assert [key[2] for key in admin._pages] == [40]  # served, not kept, nothing else dropped
 
 
 def test_pages_need_tls_off_loopback(db_url: str, sid: str, tmp_path: Path) -> None:

@@ -362,6 +362,41 @@ def test_export_sessionlog_and_import_it_back(cli: CliRunner, client: SessionLog
     ]
 
 
+def test_export_sessionlog_writes_each_line_as_its_event_is_read(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long session's export holds a page of events, not its log: each line is written before
+    the events a page further on are read (it read every event before writing a line)."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    for first in range(1, 1201, 400):
+        client.append(sid, lease, [e for t in range(first, first + 400) for e in (turn_start(t), turn_end(t))])
+    read = 0
+    ahead: list[int] = []
+    events = SessionLogClient.read_events
+    lines = transfer_commands.sessionlog_lines
+
+    def counted(self: SessionLogClient, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        nonlocal read
+        for event in events(self, *args, **kwargs):
+            read += 1
+            yield event
+
+    def watched(*args: Any) -> Iterator[str]:
+        for written, line in enumerate(lines(*args)):
+            ahead.append(read - written)
+            yield line
+
+    monkeypatch.setattr(SessionLogClient, "read_events", counted)
+    monkeypatch.setattr(transfer_commands, "sessionlog_lines", watched)
+    out = tmp_path / "long.jsonl"
+    assert invoke(cli, "export", sid, "--format", "sessionlog", "-o", str(out)).exit_code == 0
+    assert len(out.read_text("utf-8").splitlines()) == 2401 == len(ahead)
+    assert max(ahead) <= 1  # the line of each event is written before the next is read
+    streamed = invoke(cli, "export", sid, "--format", "sessionlog")
+    assert streamed.exit_code == 0 and streamed.stdout_bytes == out.read_bytes()
+
+
 def test_export_pi_of_a_native_session_keeps_each_calls_usage(
     cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
 ) -> None:

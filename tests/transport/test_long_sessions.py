@@ -18,6 +18,7 @@ from sessionlog import convert
 from sessionlog.client import SessionLogClient
 from sessionlog.core import jsonvalue
 from sessionlog.core.events import NewEvent
+from sessionlog.core.projections.transcript import transcript
 from sessionlog.requests import history_request, transcript_request
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog_server.service.live import RECENT_IDS
@@ -238,6 +239,69 @@ def test_history_and_transcript_come_in_pages_read_at_one_seq(client: SessionLog
     assert rows == client.transcript(sid, at_seq=read_at)
     assert rows[: len(full_transcript)] == full_transcript
     assert client.model_history(sid)[: len(full_history)] == full_history
+
+
+def _compacting(turns: int, every: int) -> list[dict[str, Any]]:
+    """A system prompt, then `turns` user messages with a note each; every `every` messages a
+    compaction summary replaces all of them (sourceEventSeqs cite each replaced node)."""
+    out: list[dict[str, Any]] = [ev.system("be brief")]
+    nodes: list[int] = []
+    for turn in range(1, turns + 1):
+        nodes.append(len(out))
+        out += [ev.user(f"question {turn}"), ev.note(turn)]
+        if turn % every == 0:
+            summary = ev.user(f"summary up to {turn}")
+            summary["surfaceOp"] = {"op": "replace", "startSeq": nodes[0], "endSeq": nodes[-1]}
+            summary["sourceEventSeqs"] = list(nodes)
+            nodes = [len(out)]
+            out.append(summary)
+    return out
+
+
+def _transcript_pages(client: SessionLogClient, sid: str, page_size: int) -> list[Any]:
+    request = transcript_request(sid, None, False)
+    request.page_size = page_size
+    response = client.stub.GetTranscript(request)
+    rows = list(jsonvalue.loads(response.rows_json))
+    while response.next_page_token:
+        follow = pb.GetTranscriptRequest(scope=request.scope, page_size=page_size, page_token=response.next_page_token)
+        response = client.stub.GetTranscript(follow)
+        rows += jsonvalue.loads(response.rows_json)
+    return rows
+
+
+@pytest.mark.parametrize("every", [4, 300, 0])
+def test_a_transcript_page_scans_the_log_after_it_only_until_its_rows_were_replaced(
+    own_server: Any, sid: str, every: int
+) -> None:
+    """Following a transcript's pages costs the transcript, not pages times the log: past its
+    own events a page reads light rows only until the last replace of one of its rows (none
+    when its rows are still on the surface at the read seq), where it read up to the head."""
+    server = own_server()
+    light_rows: list[int] = []
+    surface_ops = server.service.reader.surface_ops
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        async for events in surface_ops(*args, **kwargs):
+            light_rows.extend(event.seq for event in events)
+            yield events
+
+    server.service.reader.surface_ops = counted
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        events = _compacting(1500, every or 10**6)
+        for start in range(0, len(events), 100):  # snapshots land after batches
+            client.append(sid, lease, events[start : start + 100])
+        expected = transcript(list(client.read_events(sid)))
+        first = transcript_request(sid, None, False)
+        first.page_size = 10
+        assert client.stub.GetTranscript(first).next_page_token
+        if every:  # a first page of light rows, or twice the surface events up to the summary
+            assert len(light_rows) <= 250 + 2 * (every + 1)  # that replaced page 1's last row
+        else:  # every row of page 1 is still on the surface: nothing after the page is read
+            assert light_rows == []
+        assert _transcript_pages(client, sid, 9) == jsonvalue.loads(jsonvalue.dumps(expected))
 
 
 def test_a_forged_page_token_is_refused(client: SessionLogClient, sid: str) -> None:

@@ -5,11 +5,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
+from typer.testing import CliRunner
+
+from sessionlog.cli.main import app
 from sessionlog.client import SessionLogClient
+from sessionlog.view import page
 from tests.support.scripted import write_scripted
 from tests.support.servers import ServerThread
+from tests.view.test_page_http import UNBUILT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,3 +121,23 @@ def test_the_pages_transcript_names_each_messages_role_and_marks_tool_errors(
     assert [rows[seq]["role"] for seq in (2, 5, 7, 32)] == ["user", "assistant", "toolResult", "user"]
     assert rows[3]["role"] is None  # turn/start: an event, not a message
     assert sorted(seq for seq, row in rows.items() if row.get("isError")) == [12, 51, 52]
+
+
+def test_view_without_its_chart_library_says_so_before_reading_the_log(
+    server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`view` of a clone where `make` was not run fails at once, not after reading the whole log."""
+    child = write_scripted(client, sid)
+    reads: list[str] = []
+    read_events = SessionLogClient.read_events
+
+    def counted(self: SessionLogClient, session_id: str, **kwargs: Any) -> Iterator[Any]:
+        reads.append(session_id)
+        return read_events(self, session_id, **kwargs)
+
+    monkeypatch.setattr(SessionLogClient, "read_events", counted)
+    monkeypatch.setattr(page, "ASSETS", UNBUILT)
+    result = CliRunner().invoke(app, ["--server", server.target, "view", child, "-o", str(tmp_path / "p.html")])
+    assert result.exit_code == 1
+    assert "vendor/not-built.iife.min.js is missing: run `make`" in result.stderr
+    assert reads == [] and not (tmp_path / "p.html").exists()

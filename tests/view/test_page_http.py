@@ -15,7 +15,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessionlog.client import SessionLogClient
+from sessionlog.view import page
 from sessionlog_server.tokens import config_line, new_token
+from sessionlog_server.transport import admin_http
 from tests.security.test_tls_limits_metrics import make_certificate
 from tests.support.events import note
 from tests.support.scripted import write_scripted
@@ -96,6 +98,51 @@ def test_the_page_needs_a_token_of_the_sessions_namespace(secured: ServerThread,
     assert page_data(get(secured, f"/sessions/{child}", f"Bearer {ALICE}")[1])["session"]["atSeq"] == (
         page_data(first)["session"]["atSeq"] + 1
     )
+
+
+UNBUILT = ("vendor/uPlot.min.css", "app.css", "vendor/not-built.iife.min.js", "app.js")
+"""The page's assets with the chart library's script not built (`make` was not run)."""
+
+
+def test_a_page_without_its_chart_library_says_so_before_reading_the_log(
+    secured: ServerThread, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the built chart library the page is a 500 that says to run `make`, answered
+    before the log is read (reading a long session's log took seconds and its size in memory)."""
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        child = write_scripted(alice, sid)
+    reads: list[str] = []
+    read_events = secured.service.read_events
+
+    def counted(session_id: str, *args: object) -> object:
+        reads.append(session_id)
+        return read_events(session_id, *args)
+
+    monkeypatch.setattr(secured.service, "read_events", counted)
+    monkeypatch.setattr(page, "ASSETS", UNBUILT)
+    status, body, _ = get(secured, f"/sessions/{child}?at=3", f"Bearer {ALICE}")
+    assert status == 500 and "vendor/not-built.iife.min.js is missing: run `make`" in body
+    assert reads == []
+
+
+def test_kept_pages_stay_within_their_byte_bound(
+    secured: ServerThread, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages are kept by count and by bytes: a long session's page (tens of MB) must not keep
+    hundreds of MB alive after its readers left; a page over the bound is served, not kept."""
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        child = write_scripted(alice, sid)
+    admin = secured.running.admin
+    sizes = [len(get(secured, f"/sessions/{child}?at={at}", f"Bearer {ALICE}")[1].encode()) for at in (30, 40)]
+    admin._pages.clear()
+    monkeypatch.setattr(admin_http, "PAGE_CACHE_BYTES", max(sizes) + 100, raising=False)
+    for at in (30, 40):
+        assert get(secured, f"/sessions/{child}?at={at}", f"Bearer {ALICE}")[0] == 200
+    assert [key[2] for key in admin._pages] == [40]  # two would be over the bound
+    assert sum(map(len, admin._pages.values())) <= admin_http.PAGE_CACHE_BYTES
+    monkeypatch.setattr(admin_http, "PAGE_CACHE_BYTES", 1000)
+    assert get(secured, f"/sessions/{child}?at=50", f"Bearer {ALICE}")[0] == 200
+    assert [key[2] for key in admin._pages] == [40]  # served, not kept, nothing else dropped
 
 
 def test_pages_need_tls_off_loopback(db_url: str, sid: str, tmp_path: Path) -> None:

@@ -14,6 +14,8 @@
   seq each got to, and which forks were not created (`_stopped_midway`).
 - `export SESSION_ID --format pi|sessionlog [-o FILE]` writes a Pi v3 file (the session's branch,
   entries as they were imported) or the project's own JSONL, to stdout or atomically to FILE.
+  The JSONL is written as the events are read (a page of them in memory, whatever the session's
+  length); a Pi file and OTLP traces are built from the whole log first.
 - `ingest SESSION_ID --format pi-events < events.jsonl` appends what a `pi --mode json` run did
   (`core.formats.pi.ingest`), batch by batch as stdin is read, and prints a summary. A message that
   never got its `message_end` is reported on stderr and kept as an `assistant/attempt` with the
@@ -50,7 +52,7 @@ from sessionlog.cli.common import connect, describe, fail, print_json
 from sessionlog.cli.progress import Advance, progress
 from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import NotFound, SessionLogError
-from sessionlog.core.events import NewEvent
+from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.jsonl import DEFAULT_READ_CHUNK_BYTES, JsonlReader, read_file_numbered
 from sessionlog.core.formats.otlp import otlp_traces
@@ -314,21 +316,34 @@ def export_command(
     """Export a session as a Pi session file, sessionlog JSON Lines, or OTLP/JSON traces."""
     with connect() as client:
         info = client.get_session(session_id)
-        events = []
         with progress(f"reading {session_id}", info.next_seq) as advance:
-            for event in client.read_events(session_id):
-                events.append(event)
-                advance(1)
+            if fmt == ExportFormat.sessionlog:
+                # One line per event, in seq order: written as the events are read, so a long
+                # session's export holds a page of events, not the log (a failure part way
+                # leaves no FILE; on stdout, the lines before it and a non-zero exit).
+                session = {k: v for k, v in info.to_json().items() if k != "lease"}
+                _write(output, sessionlog_lines(session, _counted(client.read_events(session_id), advance)))
+                return
+            events = list(_counted(client.read_events(session_id), advance))
     try:
         if fmt == ExportFormat.pi:
             lines: Iterable[str] = list(export_pi(events, session_id=info.id, cwd=info.cwd).lines())
-        elif fmt == ExportFormat.otlp_json:
-            lines = [jsonvalue.dumps(otlp_traces(events, info.id, content=content)) + "\n"]
         else:
-            session = {k: v for k, v in info.to_json().items() if k != "lease"}
-            lines = list(sessionlog_lines(session, events))
+            lines = [jsonvalue.dumps(otlp_traces(events, info.id, content=content)) + "\n"]
     except SessionLogError as exc:
         raise fail(describe(exc)) from None
+    _write(output, lines)
+
+
+def _counted(events: Iterable[Event], advance: Advance) -> Iterator[Event]:
+    """`events`, moving the progress bar by one for each."""
+    for event in events:
+        advance(1)
+        yield event
+
+
+def _write(output: Path | None, lines: Iterable[str]) -> None:
+    """To stdout, or atomically to `output`."""
     if output is None:
         _write_stdout(lines)
     else:

@@ -15,7 +15,7 @@ import typer
 
 from sessionlog.cli.common import connect, fail, guarded, print_json
 from sessionlog.core.request_diff import request_diff
-from sessionlog.view.page import MissingAssets, SessionRef, render_page
+from sessionlog.view.page import MissingAssets, SessionRef, render_page, require_assets
 
 
 def register(app: typer.Typer) -> None:
@@ -33,6 +33,10 @@ def view(
 ) -> None:
     """Write one self-contained HTML page: request chart, cache-read drops and their causes,
     request diffs, turns and tool calls, and the transcript with replaced rows marked."""
+    try:
+        require_assets()
+    except MissingAssets as exc:
+        raise fail(str(exc)) from None
     with connect() as client:
         info = client.get_session(session_id)
         if at is not None and at >= info.next_seq:

@@ -415,6 +415,11 @@ class SessionFold:
         self._need_messages()
         return [self._messages[seq] for seq in self._history_seqs()]
 
+    def on_surface(self, seq: int) -> bool:
+        """Whether `seq` is a node of the surface now, in O(1). A node once replaced never
+        comes back (a copy is a new seq), so a node on the surface now was never replaced."""
+        return seq in self._nodes
+
     @property
     def surface_size(self) -> int:
         """How many nodes the surface holds, in O(1)."""

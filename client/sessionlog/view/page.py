@@ -54,10 +54,22 @@ def _asset(name: str) -> str:
     try:
         return (resources.files("sessionlog.view") / name).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise MissingAssets(
-            f"session page asset {name} is missing: run `make` or `bash scripts/build_view_assets.sh` "
-            "(builds the pinned chart library from web/package-lock.json)"
-        ) from None
+        raise _missing(name) from None
+
+
+def _missing(name: str) -> MissingAssets:
+    return MissingAssets(
+        f"session page asset {name} is missing: run `make` or `bash scripts/build_view_assets.sh` "
+        "(builds the pinned chart library from web/package-lock.json)"
+    )
+
+
+def require_assets() -> None:
+    """MissingAssets unless every asset the page inlines is there. Callers check before they
+    read a session's log, which for a long session takes far longer than the page's error."""
+    for name in ASSETS:
+        if not (resources.files("sessionlog.view") / name).is_file():
+            raise _missing(name)
 
 
 def preview(value: Any) -> str:

@@ -167,8 +167,10 @@ async def transcript_page(
     """Transcript rows from a seq on (the start, or where the token says), one page.
 
     Which rows were replaced, and by what, depends on replaces later in the log: the surface is
-    folded from the page's start (its snapshot) to `at_seq` over light rows (seq, type and
-    surface op only), so a page holds its own events and the surface, never the whole log."""
+    folded from the page's start (its snapshot) over light rows (seq, type and surface op only)
+    until the last of the page's rows that leaves the surface before `at_seq` has left it, so a
+    page holds its own events and the surface, never the whole log, and following every page
+    does not rescan the log once a page."""
     record = await service.sessions.get_session(scope.session_id)
     from_seq = 0
     if page_token:
@@ -186,7 +188,7 @@ async def transcript_page(
     budget = service.settings.read_page_bytes
     scanned_to = from_seq - 1
     # The page's own events, read whole; the scan follows them.
-    async for events in _with_repair(service.reader.pages(record, from_seq, last_stored), folded.repair):
+    async for events in _with_repair(service.reader.pages(record, from_seq, last_stored, limit), folded.repair):
         for event in events:
             if scan.page_end is None:
                 page.append(event)
@@ -197,13 +199,16 @@ async def transcript_page(
         scanned_to = events[-1].seq
         if scan.page_end is not None:
             break
-    if scan.page_end is not None and scanned_to < at_seq:
-        # The rest of the prefix only matters for the replaces in it: light rows (seq, type,
-        # surface op) of surface events, no payloads.
+    if scan.page_end is not None and scanned_to < at_seq and scan.watch(folded.fold):
+        # The rest of the prefix only matters for the replaces that take the page's rows off
+        # the surface: light rows (seq, type, surface op) of surface events, no payloads, and
+        # only until the last such replace (else following every page would rescan the log).
         rest = service.reader.surface_ops(record, scanned_to + 1, last_stored)
         async for events in _with_repair(rest, [e for e in folded.repair if e.seq > scanned_to]):
             for event in events:
                 scan.add(event)
+            if not scan.pending:
+                break
     rows = [
         row
         for event in page
@@ -216,7 +221,11 @@ async def transcript_page(
 
 class _ReplaceScan:
     """Folds the surface over events from a page's start, noting which of the page's rows a
-    replace took off the surface (`replaced_by`) and what each replace in the page took off."""
+    replace took off the surface (`replaced_by`) and what each replace in the page took off.
+
+    Past the page, only the page's nodes still on the surface matter (`pending`): the scan can
+    stop once each has been replaced, and a node that is on the surface at the read seq never
+    is (`watch`)."""
 
     def __init__(self, surface: SurfaceState, first: int) -> None:
         self.surface = surface
@@ -224,9 +233,13 @@ class _ReplaceScan:
         self.page_end: int | None = None
         self.replaced_by: dict[int, int] = {}
         self.replaces: dict[int, list[int]] = {}
+        self.page_nodes: list[int] = []
+        self.pending: set[int] = set()
 
     def add(self, event: Event) -> None:
         plan = plan_surface_event(self.surface, event, _no_node, validate=False)
+        if plan is not None and (self.page_end is None or plan.seq <= self.page_end):
+            self.page_nodes.append(plan.seq)
         if plan is not None and plan.kind == "replace":
             end = self.page_end if self.page_end is not None else plan.seq
             if plan.seq <= end:
@@ -234,7 +247,14 @@ class _ReplaceScan:
             for seq in plan.shadowed:
                 if self.first <= seq <= end:
                     self.replaced_by.setdefault(seq, plan.seq)
+                    self.pending.discard(seq)
         apply_surface_plan(self.surface, plan)
+
+    def watch(self, at: SessionFold) -> bool:
+        """Once the page is cut: note the page's nodes that a later replace (up to the fold
+        `at`, the read seq's) takes off the surface; whether there are any to look for."""
+        self.pending = {seq for seq in self.page_nodes if seq not in self.replaced_by and not at.on_surface(seq)}
+        return bool(self.pending)
 
 
 async def _with_repair(pages: AsyncIterator[list[Event]], repair: list[Event]) -> AsyncIterator[list[Event]]:

@@ -105,10 +105,13 @@ class EventReader:
             seq = events[-1].seq + 1
 
     async def surface_ops(
-        self, record: SessionRecord, from_seq: int, to_seq: int, page: int = 20_000
+        self, record: SessionRecord, from_seq: int, to_seq: int, first_page: int = 250, max_page: int = 20_000
     ) -> AsyncIterator[list[Event]]:
         """The surface events from `from_seq` to `to_seq` as light events (seq, type and surface
-        op; empty data), across the fork chain, a page at a time: enough to fold the surface."""
+        op; empty data), across the fork chain, a page at a time: enough to fold the surface.
+        Pages start at `first_page` rows and double up to `max_page`, so a caller that stops
+        early (a transcript page once its rows are accounted for) reads little."""
+        page = first_page
         for segment in await self.segments(record):
             start = max(from_seq, segment.first)
             stop = to_seq if segment.last is None else min(to_seq, segment.last)
@@ -118,6 +121,7 @@ class EventReader:
                     break
                 yield events
                 start = events[-1].seq + 1
+                page = min(2 * page, max_page)
 
     async def read_at(self, record: SessionRecord, seqs: Sequence[int]) -> list[Event]:
         """The events at `seqs` (a sparse set, e.g. surface nodes) across the fork chain, in seq order."""

@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from sessionlog.core.errors import NotFound, SessionLogError
 from sessionlog.core.events import Event
-from sessionlog.view.page import MissingAssets, SessionRef, render_page
+from sessionlog.view.page import MissingAssets, SessionRef, render_page, require_assets
 from sessionlog_server.service import access, projections
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.tokens import TokenStore
@@ -48,6 +48,10 @@ SESSIONS_PREFIX = "/sessions/"
 PAGE_TIMEOUT_S = 120.0
 PAGE_CACHE = 4
 """Rendered pages kept (least recently used beyond that are dropped)."""
+PAGE_CACHE_BYTES = 64 * 1024 * 1024
+"""Bytes the kept pages may take together: a 200,000-event session's page weighs about 57 MB,
+so four kept by count alone held hundreds of MB for as long as nobody looked at other pages. A
+page larger than this is served and not kept."""
 StartResponse = Callable[..., Any]
 log = structlog.get_logger("sessionlog.admin")
 
@@ -201,8 +205,9 @@ class AdminHttp:
 
     def page(self, principal: access.Principal, session_id: str, at: int | None) -> bytes:
         """The page's bytes. The log is append-only, so the page of a session up to a given
-        seq (with the same forks) never changes: the last few are kept, and a reload or a
-        second reader of a large session does not fold it again."""
+        seq (with the same forks) never changes: the last few are kept (`PAGE_CACHE`, within
+        `PAGE_CACHE_BYTES`), and a reload or a second reader of a large session does not fold
+        it again."""
         session, head = self._call(self._describe(principal, session_id))
         if at is not None and at > head:
             raise projections.seq_not_found(session_id, at, head + 1)  # as a history read past the head
@@ -213,12 +218,14 @@ class AdminHttp:
             if cached is not None:
                 self._pages.move_to_end(key)
                 return cached
+        require_assets()
         events = self._call(self._events(principal, session_id, last))
         body = render_page(events, session, link="/sessions/{id}").encode("utf-8")
-        with self._lock:
-            self._pages[key] = body
-            while len(self._pages) > PAGE_CACHE:
-                self._pages.popitem(last=False)
+        if len(body) <= PAGE_CACHE_BYTES:
+            with self._lock:
+                self._pages[key] = body
+                while len(self._pages) > PAGE_CACHE or sum(map(len, self._pages.values())) > PAGE_CACHE_BYTES:
+                    self._pages.popitem(last=False)
         return body
 
     def _call(self, coro: Any) -> Any:

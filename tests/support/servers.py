@@ -145,10 +145,10 @@ class ServerProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
 
-    def terminate(self) -> int:
-        """SIGTERM: graceful shutdown; returns the exit code."""
+    def terminate(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        """SIGTERM (or another stop signal): graceful shutdown; returns the exit code."""
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(sig)
         return self.proc.wait(timeout=60)
 
 

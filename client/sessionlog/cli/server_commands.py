@@ -62,7 +62,7 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Run the sessionlog service (embedded SQLite by default) until SIGTERM/SIGINT."""
+    """Run the sessionlog service (embedded SQLite by default) until SIGTERM, SIGINT or SIGHUP (a graceful stop)."""
     from sessionlog_server.transport.grpc_core import apply_server_experiments
 
     apply_server_experiments()  # before anything below loads gRPC (transport/grpc_core.py)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import signal
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit, urlunsplit
 
@@ -28,6 +27,7 @@ from sessionlog_server.transport.event_loop import loop_name
 from sessionlog_server.transport.loopback import is_loopback
 from sessionlog_server.transport.registration import register_services
 from sessionlog_server.transport.servicer import SessionServicer
+from sessionlog_server.transport.signals import STOP_SIGNALS
 
 log = structlog.get_logger("sessionlog.server")
 SERVICE_NAME = session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
@@ -158,13 +158,13 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
 
 
 async def serve(settings: Settings, *, reuse_port: bool = False) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down gracefully (this process is the server's:
-    its collector is tuned for it)."""
+    """Serve until SIGTERM, SIGINT or SIGHUP (`STOP_SIGNALS`), then shut down gracefully (this
+    process is the server's: its collector is tuned for it)."""
     tune_collector(settings.gc_thresholds)
     running = await start_server(settings, reuse_port=reuse_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down", grace_s=settings.shutdown_grace_s)

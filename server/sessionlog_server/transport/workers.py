@@ -14,7 +14,7 @@ events (LiveSessionLoader.catch_up) when its lease is taken or it is read. A sub
 learns of another worker's appends by polling the log.
 
 The parent checks the address is free, runs the migrations once, starts the workers, forwards
-SIGTERM/SIGINT to them, and restarts a worker that dies (it is fenced like any crashed
+SIGTERM/SIGINT/SIGHUP (`STOP_SIGNALS`) to them, and restarts a worker that dies (it is fenced like any crashed
 process: its leases lapse and are repaired). Each worker exits when its parent is gone, so a
 kill -9 of the whole service leaves no orphan holding the port. Worker i serves metrics on the
 configured metrics port + i (port 0: each picks a free one, which its `serving` line names); only
@@ -35,6 +35,7 @@ import structlog
 
 from sessionlog_server.config import Settings
 from sessionlog_server.transport.address import join_listen, split_listen, wait_address_free
+from sessionlog_server.transport.signals import STOP_SIGNALS
 
 log = structlog.get_logger("sessionlog.workers")
 
@@ -87,8 +88,8 @@ def run_workers(settings: Settings, workers: int) -> None:
                 os.kill(process.pid, signum)
 
     processes = [start(i) for i in range(workers)]
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, forward)
     log.info("workers started", listen=listen, workers=workers, pids=[p.pid for p in processes])
     while not stopping.is_set():
         for index, process in enumerate(processes):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import event
 from structlog.testing import capture_logs
 
@@ -157,3 +158,27 @@ def test_a_database_file_deleted_while_serving_is_refused_not_written(sqlite_ser
         assert f"the database file {database} was deleted or replaced" in refused.value.message
         with pytest.raises(Unavailable):
             client.create_session(f"{sid}-2")
+        # Every write is refused until a restart: the health service says so, for the service
+        # and overall, where it stayed SERVING (a load balancer kept sending writes to it).
+        health = health_pb2_grpc.HealthStub(client.channel)
+        for service in ("sessionlog.v1.SessionService", ""):
+            eventually(
+                lambda service=service: health.Check(health_pb2.HealthCheckRequest(service=service)).status,
+                lambda status: status == health_pb2.HealthCheckResponse.NOT_SERVING,
+            )
+
+
+def test_a_full_disk_leaves_the_service_serving(sqlite_server: ServerThread, sid: str) -> None:
+    """A database that fails for a while is not lost storage: reads go on and writes are
+    retried, so the status stays SERVING."""
+    disk = FullDisk(sqlite_server)
+    with SessionLogClient(sqlite_server.target, retry=NO_RETRY) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        disk.fill()
+        with pytest.raises(Unavailable):
+            client.append(sid, lease, [note(0, data={"n": 0, "text": BIG})])
+        time.sleep(2.5)  # past two of the health watch's looks at the storage
+        reply = health_pb2_grpc.HealthStub(client.channel).Check(health_pb2.HealthCheckRequest())
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        disk.free()

@@ -91,6 +91,12 @@ class EventRecorder(ABC):
         except (sa_exc.DBAPIError, OverflowError) as exc:
             raise sqlalchemy_error(exc) from exc
 
+    def storage_lost(self) -> str | None:
+        """Why this process can write no more until it is restarted (a SQLite file deleted
+        under it), or None: the health service reports NOT_SERVING then. A database that fails
+        for a while (a full disk, a lost connection) is not lost: its calls fail and retry."""
+        return None
+
     def _lock_namespace(self, conn: Connection, namespace: str) -> None:
         """Make other writers' transactions that count `namespace`'s sessions wait for this one:
         nothing here, where write transactions take turns (SQLite: `BEGIN IMMEDIATE`)."""

@@ -112,22 +112,28 @@ class DatabaseFile:
             return None
         return stat.st_dev, stat.st_ino
 
-    def check(self) -> None:
-        """Raise Unavailable if the path no longer names the file the service opened."""
+    def problem(self) -> str | None:
+        """Why writes are refused for good (the path no longer names the file the service
+        opened), or None."""
         identity = self._stat()
         if self._identity is None and not self._lost:
             self._identity = identity
-            return
-        if identity == self._identity:
-            return
+            return None
+        if identity == self._identity and not self._lost:
+            return None
         if not self._lost:
-            self._lost = True
+            self._lost = True  # for good: a file put back at the path is not the one opened
             log.error("the database file was deleted or replaced; writes are refused", path=self.path)
-        raise Unavailable(
-            "STORAGE_UNAVAILABLE",
+        return (
             f"the database file {self.path} was deleted or replaced while the service ran; nothing "
-            "was written: restart the service to open the file its path names now",
+            "was written: restart the service to open the file its path names now"
         )
+
+    def check(self) -> None:
+        """Raise Unavailable if the path no longer names the file the service opened."""
+        problem = self.problem()
+        if problem is not None:
+            raise Unavailable("STORAGE_UNAVAILABLE", problem)
 
 
 class SQLiteEventRecorder(EventRecorder):
@@ -202,6 +208,10 @@ class SQLiteEventRecorder(EventRecorder):
         super().close()
         if self._writer_turn is not None:
             self._writer_turn.close()
+
+    def storage_lost(self) -> str | None:
+        """Why this process can write no more until it is restarted (`DatabaseFile`), or None."""
+        return self._file.problem() if self._file is not None else None
 
     def _turn(self) -> AbstractContextManager[None]:
         """The processes' turn to write this file (storage/writer_turn.py), once the file is

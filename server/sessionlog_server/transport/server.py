@@ -18,6 +18,7 @@ from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.service.otlp_live import LiveOtlpExport, start_live_export
 from sessionlog_server.storage.factory import open_recorder, shown_url
 from sessionlog_server.storage.migrate import prepare
+from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.address import check_address_free, join_listen, split_listen
 from sessionlog_server.transport.admin_http import AdminHttp
@@ -45,9 +46,13 @@ class RunningServer:
     """The metrics/admin HTTP listener (`/metrics`, `/sessions/ID`), when configured."""
     otlp: LiveOtlpExport | None = None
     """The live OTLP export, when `otlp_endpoint` is set."""
+    storage_watch: asyncio.Task[None] | None = None
+    """Turns the health status NOT_SERVING once the storage is lost (`watch_storage`)."""
 
     async def stop(self, grace: float) -> None:
         """Stop accepting calls, end writer streams, let in-flight calls finish, commit what is queued."""
+        if self.storage_watch is not None:
+            self.storage_watch.cancel()
         if self.admin is not None:
             self.admin.stop()
         await self.health.enter_graceful_shutdown()
@@ -58,6 +63,27 @@ class RunningServer:
             # After the last commits were published; in a thread, as it may wait for the collector.
             await asyncio.get_running_loop().run_in_executor(None, self.otlp.stop)
         self.service.recorder.close()
+
+
+STORAGE_WATCH_S = 1.0
+"""How often the health service asks whether the storage is lost."""
+
+
+async def watch_storage(recorder: EventRecorder, health_servicer: health.aio.HealthServicer) -> None:
+    """Report NOT_SERVING (for the service and overall) once the recorder says its storage is
+    lost for good (`EventRecorder.storage_lost`: a SQLite file deleted under the service):
+    every write is refused until a restart, which a load balancer or an orchestrator reading
+    the health service can then route around or do. A full disk or a lost connection is not
+    lost storage: writes fail and are retried, and the status stays SERVING."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(STORAGE_WATCH_S)
+        problem = await loop.run_in_executor(None, recorder.storage_lost)  # a stat: off the loop
+        if problem is not None:
+            log.error("storage lost: health is NOT_SERVING", error=problem)
+            for name in (SERVICE_NAME, ""):
+                await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+            return
 
 
 def check_exposure(settings: Settings, tokens: TokenStore) -> None:
@@ -127,6 +153,7 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
     gc.freeze()
     await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    storage_watch = asyncio.get_running_loop().create_task(watch_storage(recorder, health_servicer), name="storage")
     admin: AdminHttp | None = None
     metrics: str | None = None
     if settings.metrics_listen:
@@ -154,7 +181,7 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
         event_loop=loop_name(asyncio.get_running_loop()),
         gc_thresholds=list(gc.get_threshold()),
     )
-    return RunningServer(server, service, health_servicer, port, admin, otlp)
+    return RunningServer(server, service, health_servicer, port, admin, otlp, storage_watch)
 
 
 async def serve(settings: Settings, *, reuse_port: bool = False) -> None:

@@ -26,6 +26,7 @@ from sessionlog.core.errors import (
     LimitExceeded,
     NotFound,
     OwnershipLost,
+    Unavailable,
     ValidationError,
     WriterHeld,
 )
@@ -401,6 +402,23 @@ class TestPostgresRecorder(RecorderContract):
         row = admin.execute("SELECT state, query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
         assert row is not None
         return str(row[0]), str(row[1])
+
+    def test_a_connection_lost_at_the_commit_of_a_transaction_leaves_its_outcome_unknown(self) -> None:
+        """A transaction (a group with a blob or a snapshot, a lease) whose connection breaks at
+        its COMMIT may have been made durable before the answer was lost: COMMIT_OUTCOME_UNKNOWN,
+        where it said STORAGE_UNAVAILABLE, "nothing was committed"."""
+        commits = self.recorder._commits
+        pid = commits._connection().info.backend_pid  # type: ignore[attr-defined]
+
+        def work(tx: Any) -> None:
+            tx.exec_driver_sql("SELECT 1")
+            with psycopg.connect(self.url, autocommit=True) as admin:  # the backend goes before COMMIT
+                admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+
+        with pytest.raises(Unavailable) as lost:
+            commits.run(work)
+        assert lost.value.reason == "COMMIT_OUTCOME_UNKNOWN"
+        assert commits.run(lambda tx: 7) == 7  # and the next transaction has a new connection
 
     def test_a_plain_group_commits_as_one_statement_without_a_transaction_around_it(self, sid: str) -> None:
         """BEGIN, the statement and COMMIT were three round trips; the statement alone is one. The

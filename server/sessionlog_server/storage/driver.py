@@ -108,6 +108,13 @@ class StatementLost(Exception):
     is not known here (`CommitConnection.run_alone`)."""
 
 
+def _connection_lost(connection: Any) -> bool:
+    """Whether the driver's connection is gone (psycopg's `broken` or `closed`): a statement or
+    COMMIT that was out when it went has an unknown outcome. sqlite3 has neither: a local
+    COMMIT that fails did not commit."""
+    return bool(getattr(connection, "broken", False) or getattr(connection, "closed", False))
+
+
 class CommitConnection:
     """The writer thread's own connection for group commits, checked out once and kept.
 
@@ -153,9 +160,17 @@ class CommitConnection:
                     connection.commit()
                     return result
                 except BaseException as exc:
+                    lost = _connection_lost(connection)
                     dropped = self._rollback(connection, exc)
                     if dropped and reused and not committing:
                         continue  # the connection had died while idle: try once on a new one
+                    if committing and lost and isinstance(exc, self._driver_errors):
+                        # The COMMIT was sent and the connection broke: the database may have
+                        # made it durable before the answer was lost.
+                        raise Unavailable(
+                            "COMMIT_OUTCOME_UNKNOWN",
+                            f"the connection broke during the commit: {first_line(exc)}; retry with event ids",
+                        ) from exc
                     if isinstance(exc, self._driver_errors):
                         raise self._storage_error(exc) from exc
                     raise
@@ -187,7 +202,7 @@ class CommitConnection:
                 cursor.execute(statement, parameters)
                 return list(cursor)
             except self._driver_errors as exc:
-                if getattr(connection, "broken", False) or getattr(connection, "closed", False):
+                if _connection_lost(connection):
                     self._drop()
                     raise StatementLost(str(exc)) from exc
                 raise self._storage_error(exc) from exc

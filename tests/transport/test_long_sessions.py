@@ -21,7 +21,7 @@ from sessionlog.core.events import NewEvent
 from sessionlog.core.projections.transcript import transcript
 from sessionlog.requests import history_request, transcript_request
 from sessionlog.v1 import session_service_pb2 as pb
-from sessionlog_server.service.live import RECENT_IDS
+from sessionlog_server.service.live import INHERITED_IDS, RECENT_IDS
 from tests.support import events as ev
 from tests.support.servers import ServerThread
 from tests.support.waiting import eventually
@@ -133,6 +133,42 @@ def test_a_fork_answers_retries_of_its_own_ids_and_not_of_its_parents(own_server
         head = client.get_session(child.id).next_seq
         assert client.append(child.id, lease, [parent_first]).seqs == reused.seqs
         assert client.get_session(child.id).next_seq == head
+
+
+@pytest.mark.parametrize("prefix_turns", [3, INHERITED_IDS // 7 + 10])  # the prefix's ids held, or looked up
+def test_a_fork_answers_a_retry_of_an_event_it_inherited_with_its_seq(
+    own_server: Any, sid: str, prefix_turns: int
+) -> None:
+    # A batch sent to a session whose outcome was lost, then sent again to a fork of it taken at
+    # its head: the events are in the fork's log already (inherited), and were appended again,
+    # so the fork read back every event of that batch twice.
+    server = own_server()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        _fill(client, sid, prefix_turns, prefix="p")
+        sent = [
+            e
+            for first in range(1, prefix_turns + 1, 100)
+            for e in _turns(first, min(100, prefix_turns + 1 - first), "p")
+        ]
+        oldest, newest = sent[:3], sent[-3:]  # as `_fill` sent them
+        seqs = {e.event_id: e.seq for e in client.read_events(sid) if e.event_id is not None}
+        head = client.get_session(sid).next_seq
+        child = client.fork(sid, head - 1, f"{sid}-child")
+        lease = client.acquire_lease(child.id)
+        for batch in (newest, oldest):
+            assert client.append(child.id, lease, batch).seqs == [seqs[e["eventId"]] for e in batch]
+        assert client.get_session(child.id).next_seq == child.next_seq  # nothing appended
+        fresh = client.append(child.id, lease, _turns(prefix_turns + 1, 1, "k"))
+        assert fresh.seqs == list(range(child.next_seq, child.next_seq + 7))
+    own_server.stop(server)
+    again = own_server()  # a cold load of the fork
+    with SessionLogClient(again.target) as client:
+        lease = client.acquire_lease(child.id, takeover=True)
+        assert client.append(child.id, lease, oldest).seqs == [seqs[e["eventId"]] for e in oldest]
+        assert client.append(child.id, lease, _turns(prefix_turns + 1, 1, "k")).seqs == fresh.seqs
+        ids = [e.event_id for e in client.read_events(child.id) if e.event_id is not None]
+        assert len(ids) == len(set(ids))  # each eventId once in the log the fork reads back
 
 
 def test_snapshots_are_written_and_loading_starts_from_the_latest(own_server: Any, sid: str) -> None:

@@ -93,6 +93,8 @@ class AppendPipeline:
         try:
             proposals = validate_proposals(decoded, self.limits)
             live = await self.live.get(holder.session_id)
+            if live.inherited_ids is None:
+                await self._remember_inherited(live, proposals)
             known = _known_seqs(live, proposals)
             if any(seq >= live.durable_next_seq for seq in known if seq is not None):
                 # A retry of events whose batch is planned but not yet durable (the first try's
@@ -145,6 +147,15 @@ class AppendPipeline:
             return self.plan_and_commit(
                 live, holder.writer_id, holder.epoch, proposals, expected_next_seq=expected_next_seq, raw=raw
             )
+
+    async def _remember_inherited(self, live: LiveSession, proposals: Sequence[NewEvent]) -> None:
+        """A fork whose inherited prefix carries more eventIds than it holds: look the batch's
+        ids up in the prefix (the unique index answers only for the fork's own events), so a
+        retry of an inherited event is answered with its seq instead of being appended again."""
+        ids = [e.event_id for e in proposals if e.event_id is not None and live.known_seq(e.event_id) is None]
+        found = await self.reader.find_event_ids(live.record, ids, inherited_only=True) if ids else {}
+        for event_id, seq in found.items():
+            live.remember(event_id, seq)
 
     async def _remember_stored(self, live: LiveSession, proposals: Sequence[NewEvent]) -> bool:
         """Look up the eventIds the session does not remember (the unique index); True when some

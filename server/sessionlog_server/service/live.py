@@ -26,6 +26,9 @@ from sessionlog_server.storage.records import SessionRecord
 
 RECENT_IDS = 1024
 """EventIds a live session remembers; older ones are found through the unique index."""
+INHERITED_IDS = 1024
+"""EventIds of a fork's inherited prefix a live session holds; a fork whose prefix carries more
+looks up the ids of each batch in the prefix instead."""
 
 
 @dataclass(slots=True)
@@ -38,6 +41,11 @@ class LiveSession:
     """EventIds of the latest events (planned ones included), with their seqs; bounded."""
     ids_complete: bool = False
     """True while `recent_ids` holds every eventId of the session's own events."""
+    inherited_ids: dict[str, int] | None = field(default_factory=dict)
+    """Every eventId of the prefix a fork inherits, with its seq (empty for a session that is no
+    fork), or None when the prefix carries more than `INHERITED_IDS`. The prefix never changes,
+    and the unique index covers only the session's own events: eventIds are unique in the whole
+    log a session reads back, so a retry of an inherited event is answered with its seq."""
     durable_next_seq: int = 0
     """The next seq after every batch known durable (the fold may be ahead by in-flight batches)."""
     events_since_snapshot: int = 0
@@ -73,8 +81,11 @@ class LiveSession:
         return self.record.id
 
     def known_seq(self, event_id: str) -> int | None:
-        """The seq of a remembered eventId (None: not among the recent ids)."""
-        return self.recent_ids.get(event_id)
+        """The seq of a remembered eventId (None: not among the recent or inherited ids)."""
+        seq = self.recent_ids.get(event_id)
+        if seq is None and self.inherited_ids:
+            seq = self.inherited_ids.get(event_id)
+        return seq
 
     def unknown_ids(self, event_ids: list[str]) -> list[str]:
         """The ids that the recent set cannot answer for (they need the index lookup)."""
@@ -95,8 +106,9 @@ class LiveSession:
             self.ids_complete = False
 
     def resident_bytes(self) -> int:
-        """Estimated memory of this session (fold plus recent ids)."""
-        return self.fold.resident_bytes() + len(self.recent_ids) * 200
+        """Estimated memory of this session (fold plus recent and inherited ids)."""
+        ids = len(self.recent_ids) + len(self.inherited_ids or ())
+        return self.fold.resident_bytes() + ids * 200
 
 
 Loader = Callable[[str], Awaitable[LiveSession]]

@@ -25,7 +25,7 @@ from sessionlog.core.events import Event
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.snapshot import FOLD_VERSION, SnapshotUnusable, decode_snapshot, encode_snapshot
 from sessionlog_server.service.committer import GroupCommitter
-from sessionlog_server.service.live import RECENT_IDS, LiveSession
+from sessionlog_server.service.live import INHERITED_IDS, RECENT_IDS, LiveSession
 from sessionlog_server.service.reader import EventReader
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import SessionRecord, StoredSnapshot
@@ -137,6 +137,9 @@ class LiveSessionLoader:
         for event_id, seq in reversed(recent):
             live.recent_ids[event_id] = seq
         live.ids_complete = len(recent) <= RECENT_IDS
+        if record.fork_seq is not None:
+            inherited = await self.reader.inherited_event_ids(record, INHERITED_IDS + 1)
+            live.inherited_ids = dict(inherited) if len(inherited) <= INHERITED_IDS else None
         if loaded.folded_events >= self.snapshots.every_events and live.fold.next_seq > 0:
             stored = self.snapshots.stored(record.id, live.fold)
             try:

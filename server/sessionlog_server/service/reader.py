@@ -148,10 +148,35 @@ class EventReader:
             found.extend(row for row in rows if row.seq >= segment.first)
         return found
 
-    async def find_event_ids(self, record: SessionRecord, event_ids: Sequence[str]) -> dict[str, int]:
-        """Which of `event_ids` the session's own events carry (an inherited prefix is another
-        session's: a fork's writer may reuse its parent's ids)."""
-        return await self.run(self.recorder.find_event_ids, record.id, list(event_ids))
+    async def find_event_ids(
+        self, record: SessionRecord, event_ids: Sequence[str], *, inherited_only: bool = False
+    ) -> dict[str, int]:
+        """Which of `event_ids` the session's log carries, with their seqs: its own events and
+        the prefix a fork inherits (eventIds are unique in the log a session reads back), or
+        that prefix alone."""
+        found: dict[str, int] = {}
+        wanted = list(event_ids)
+        for segment in reversed(await self.segments(record)):
+            if not wanted:
+                break
+            if segment.session_id == record.id and inherited_only:
+                continue
+            hits = await self.run(self.recorder.find_event_ids, segment.session_id, wanted, segment.last)
+            found.update({eid: seq for eid, seq in hits.items() if seq >= segment.first})
+            wanted = [eid for eid in wanted if eid not in found]
+        return found
+
+    async def inherited_event_ids(self, record: SessionRecord, limit: int) -> list[tuple[str, int]]:
+        """Up to `limit` eventIds of the prefix a fork inherits, with their seqs, newest first
+        (none for a session that is no fork)."""
+        out: list[tuple[str, int]] = []
+        for segment in reversed(await self.segments(record)):
+            if segment.session_id == record.id:
+                continue
+            if len(out) >= limit:
+                break
+            out += await self.run(self.recorder.recent_event_ids, segment.session_id, limit - len(out), segment.last)
+        return out
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

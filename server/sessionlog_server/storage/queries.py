@@ -100,11 +100,16 @@ session_id, from_seq, to_seq, limit)."""
 
 RECENT_EVENT_IDS = (
     select(EVENTS.c.event_id, EVENTS.c.seq)
-    .where(EVENTS.c.session_id == bindparam("session_id"), EVENTS.c.event_id.is_not(None))
+    .where(
+        EVENTS.c.session_id == bindparam("session_id"),
+        EVENTS.c.seq <= bindparam("max_seq"),
+        EVENTS.c.event_id.is_not(None),
+    )
     .order_by(EVENTS.c.seq.desc())
     .limit(bindparam("limit"))
 )
-"""A session's own latest eventIds with their seqs, newest first (parameters: session_id, limit)."""
+"""A session's own latest eventIds at or before a seq, with their seqs, newest first
+(parameters: session_id, max_seq, limit)."""
 
 BLOBS_BY_DIGEST = select(BLOBS.c.sha256, BLOBS.c.content).where(
     BLOBS.c.sha256.in_(bindparam("digests", expanding=True))

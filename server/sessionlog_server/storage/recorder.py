@@ -51,6 +51,9 @@ from sessionlog_server.storage.rows import (
     stored_form,
 )
 
+NO_SEQ_BOUND = 2**63 - 1
+"""A seq bound that bounds nothing (the largest seq a BIGINT column holds)."""
+
 
 class EventRecorder(ABC):
     """Stores sessions, their writer leases, events and blobs in one SQL database."""
@@ -579,16 +582,19 @@ class EventRecorder(ABC):
             for seq, kind, op, start, end in rows
         ]
 
-    def find_event_ids(self, session_id: str, event_ids: Sequence[str]) -> dict[str, int]:
-        """Which of `event_ids` the session itself stores, with their seqs (the unique index)."""
+    def find_event_ids(self, session_id: str, event_ids: Sequence[str], max_seq: int | None = None) -> dict[str, int]:
+        """Which of `event_ids` the session itself stores (at or before `max_seq`: the part a
+        fork inherits), with their seqs (the unique index)."""
         with self._read() as conn:
-            return self._find_event_ids(conn, session_id, event_ids)
+            found = self._find_event_ids(conn, session_id, event_ids)
+        return found if max_seq is None else {eid: seq for eid, seq in found.items() if seq <= max_seq}
 
-    def recent_event_ids(self, session_id: str, limit: int) -> list[tuple[str, int]]:
-        """The session's own latest `limit` eventIds with their seqs, newest first."""
+    def recent_event_ids(self, session_id: str, limit: int, max_seq: int | None = None) -> list[tuple[str, int]]:
+        """The session's own latest `limit` eventIds (at or before `max_seq`) with their seqs,
+        newest first."""
+        params = {"session_id": session_id, "max_seq": NO_SEQ_BOUND if max_seq is None else max_seq, "limit": limit}
         with self._read() as conn:
-            rows = conn.execute(queries.RECENT_EVENT_IDS, {"session_id": session_id, "limit": limit})
-            return [(eid, seq) for eid, seq in rows]
+            return [(eid, seq) for eid, seq in conn.execute(queries.RECENT_EVENT_IDS, params)]
 
     def snapshots_before(self, session_id: str, max_seq: int, limit: int) -> list[StoredSnapshot]:
         """The session's own latest `limit` snapshots at or before `max_seq`, newest first."""

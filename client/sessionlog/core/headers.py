@@ -24,6 +24,8 @@ from sessionlog.core.vocabulary import REQUEST_HEADER
 HEADER_KEYS: frozenset[str] = frozenset({"config", "adapterDefaults", "tools"})
 HEADER_REASONS: tuple[str, ...] = ("initial", "resume", "change", "series")
 HEADER_EVENT_KEYS: frozenset[str] = frozenset({"header", "reason", "startsSeries"})
+NOT_SENT_KEYS: frozenset[str] = frozenset({"adapterDefaults"})
+"""Header keys the request (SPEC §5, `{...config, messages, tools}`) does not carry."""
 RESERVED_CONFIG_KEYS: tuple[str, ...] = ("messages", "tools")
 """Keys the request (SPEC §5, `{...config, messages, tools}`) sets itself, so a config may not hold them."""
 
@@ -154,6 +156,13 @@ def changed_fields(previous: JsonObject, header: JsonObject) -> list[str]:
         if _canon(previous.get(key)) != _canon(header.get(key)):
             changed.append(key)
     return changed
+
+
+def request_changed_fields(previous: JsonObject, header: JsonObject) -> list[str]:
+    """`changed_fields` the request carries: what a header change changes in the request's
+    bytes. A change of `adapterDefaults` alone is logged, but the request stays byte for byte
+    the same, so a prompt cache cannot miss because of it."""
+    return [name for name in changed_fields(previous, header) if name not in NOT_SENT_KEYS]
 
 
 def decide_header(

@@ -69,6 +69,22 @@ def test_read_only_projection_shows_repair_without_writing(client: SessionLogCli
     assert client.get_session(sid).next_seq == 6  # nothing written
 
 
+def test_a_request_names_the_prefix_it_is_of(client: SessionLogClient, sid: str) -> None:
+    """The request view names the seq its prefix ends at (as the TypeScript client's does): read
+    at the head of a live session its sha256 could not be tied to a prefix to read again with
+    `at_seq`, and read `with_repair` it did not say whether the repair was in it."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    client.append(sid, lease, open_turn_log())  # seqs 0-5, the turn left open
+    assert client.request(sid)["atSeq"] == 5
+    assert client.request(sid, at_seq=3)["atSeq"] == 3
+    assert client.request(sid, with_repair=True)["atSeq"] == 5  # the writer's lease is live: no repair
+    client.release_lease(lease)
+    shown = client.request(sid, with_repair=True)
+    assert shown["atSeq"] == 9  # two tool results, step/end and turn/end, in memory only
+    assert client.get_session(sid).next_seq == 6
+
+
 def test_fork_shares_the_prefix_and_forks_of_forks(client: SessionLogClient, sid: str) -> None:
     client.create_session(sid)
     with client.writer(sid) as writer:

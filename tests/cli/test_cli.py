@@ -171,6 +171,7 @@ def test_header_lines_projections_resume_and_fork(server: ServerThread, sid: str
     assert history == {"messages": [{"role": "user", "content": "hi"}]}
     request = json.loads(run(server, "request", sid).stdout)
     assert request["request"] == {"model": "m-1", "messages": history["messages"]} and len(request["sha256"]) == 64
+    assert (request["headerSeq"], request["atSeq"]) == (0, 3)
     stats = json.loads(run(server, "stats", sid).stdout)
     assert stats["model"] == "m-1" and stats["turns"] == 1
     rows = json.loads(run(server, "transcript", sid, "--at", "2").stdout)["rows"]

@@ -289,6 +289,10 @@ def _header_config_missing(log: Log) -> None:
     _header(log, "HEADER_CONFIG_MISSING", {"tools": [{"name": "t"}]})
 
 
+def _header_config_reserved_key(log: Log) -> None:
+    _header(log, "HEADER_CONFIG_RESERVED_KEY", {"config": {"model": "m1", "tools": [{"name": "t"}]}})
+
+
 def _header_bad_tools(log: Log) -> None:
     _header(log, "HEADER_BAD_TOOLS", {**HEADER, "tools": {"name": "t"}})
 
@@ -374,6 +378,7 @@ CASES: dict[str, Callable[[Log], None]] = {
     "HEADER_SYSTEM_FORBIDDEN": _header_system_forbidden,
     "HEADER_UNKNOWN_KEY": _header_unknown_key,
     "HEADER_CONFIG_MISSING": _header_config_missing,
+    "HEADER_CONFIG_RESERVED_KEY": _header_config_reserved_key,
     "HEADER_BAD_TOOLS": _header_bad_tools,
     "HEADER_EMPTY_TOOLS": _header_empty_tools,
     "HEADER_BAD_ADAPTER_DEFAULTS": _header_bad_adapter_defaults,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, OwnershipLost, ValidationError, WriterHeld
+from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.events import assistant, note, step_start, system, tool_call, turn_end, turn_start, user
 from tests.support.servers import ServerThread
 from tests.support.waiting import eventually
@@ -66,6 +69,57 @@ def test_read_only_projection_shows_repair_without_writing(client: SessionLogCli
     with_repair = client.model_history(sid, with_repair=True)
     assert [m["role"] for m in with_repair[-2:]] == ["toolResult", "toolResult"]
     assert len(client.model_history(sid)) == len(with_repair) - 2
+    assert client.get_session(sid).next_seq == 6  # nothing written
+
+
+def test_a_request_names_the_prefix_it_is_of(client: SessionLogClient, sid: str) -> None:
+    """The request view names the seq its prefix ends at (as the TypeScript client's does): read
+    at the head of a live session its sha256 could not be tied to a prefix to read again with
+    `at_seq`, and read `with_repair` it did not say whether the repair was in it."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    client.append(sid, lease, open_turn_log())  # seqs 0-5, the turn left open
+    assert client.request(sid)["atSeq"] == 5
+    assert client.request(sid, at_seq=3)["atSeq"] == 3
+    assert client.request(sid, with_repair=True)["atSeq"] == 5  # the writer's lease is live: no repair
+    client.release_lease(lease)
+    shown = client.request(sid, with_repair=True)
+    assert shown["atSeq"] == 9  # two tool results, step/end and turn/end, in memory only
+    assert client.get_session(sid).next_seq == 6
+
+
+@pytest.mark.parametrize("page_size", [1, 2, 3, 4])
+def test_a_repair_shown_in_memory_pages_like_any_prefix(client: SessionLogClient, sid: str, page_size: int) -> None:
+    """A history or transcript read `with_repair` page by page: each page token pinned the
+    repaired view's last seq, which the log does not hold, so the second page failed with
+    SEQ_NOT_FOUND (a history over 1,000 messages, a transcript over 500 rows). Pages of any
+    size, cut before or inside the repair, now add up to what one page shows."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    client.append(sid, lease, open_turn_log())
+    client.release_lease(lease)
+    scope = pb.ProjectionScope(session_id=sid, with_repair=True)
+    messages: list[dict] = []
+    rows: list[dict] = []
+    token = ""
+    while True:
+        history = client.stub.GetModelHistory(
+            pb.GetModelHistoryRequest(scope=scope, page_size=page_size, page_token=token)
+        )
+        messages += json.loads(history.messages_json)
+        token = history.next_page_token
+        if not token:
+            break
+    while True:
+        transcript = client.stub.GetTranscript(
+            pb.GetTranscriptRequest(scope=scope, page_size=page_size, page_token=token)
+        )
+        rows += json.loads(transcript.rows_json)
+        token = transcript.next_page_token
+        if not token:
+            break
+    assert messages == client.model_history(sid, with_repair=True) and len(messages) == 5
+    assert rows == client.transcript(sid, with_repair=True) and [r["seq"] for r in rows] == list(range(1, 10))
     assert client.get_session(sid).next_seq == 6  # nothing written
 
 

@@ -78,6 +78,21 @@ def test_header_reasons_initial_nothing_change_series_resume(client: SessionLogC
     assert kinds == [("initial", None), ("change", None), ("series", None), ("resume", None)]
 
 
+@pytest.mark.parametrize("key", ["tools", "messages"])
+def test_a_config_holding_the_requests_own_keys_is_refused(client: SessionLogClient, sid: str, key: str) -> None:
+    """The request is `{...config, messages, tools}`: a `config.tools` was accepted, logged as a
+    `change`, and then dropped from the request (a `config.messages` replaced by the history), so
+    two different headers gave the same request and sha256. Such a header is refused now."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    client.report_header(sid, lease, HEADER)
+    with pytest.raises(ValidationError) as refused:
+        client.report_header(sid, lease, {"config": {**HEADER["config"], key: [{"name": "read"}]}})
+    assert (refused.value.reason, refused.value.field) == ("HEADER_CONFIG_RESERVED_KEY", f"header.config.{key}")
+    assert [e.type for e in client.read_events(sid)] == ["request/header"]  # nothing logged
+    assert client.request(sid)["request"]["tools"] == HEADER["tools"]
+
+
 def test_projections_follow_the_log_and_at_seq(client: SessionLogClient, sid: str) -> None:
     client.create_session(sid)
     with client.writer(sid) as writer:

@@ -14,8 +14,10 @@ from typer.testing import CliRunner
 
 from sessionlog.cli.main import app
 from sessionlog.client import SessionLogClient
+from sessionlog.core.projections.timeline import timeline
 from sessionlog.view import page
-from tests.support.scripted import write_scripted
+from tests.support.events import step_end, step_start, system, turn_start, user
+from tests.support.scripted import HEADER_1, answer, usage, write_scripted
 from tests.support.servers import ServerThread
 from tests.view.test_page_http import UNBUILT
 
@@ -83,6 +85,35 @@ def test_diff_prints_the_request_diff(server: ServerThread, client: SessionLogCl
     assert diff["messages"]["replaced"] == [2, 5, 7, 10, 12] and diff["messages"]["added"] == [32, 35]
     backwards = run(server, "diff", sid, "--from", "37", "--to", "14")
     assert backwards.returncode == 1 and "SEQ_OUT_OF_RANGE" in backwards.stderr
+
+
+def test_a_header_change_the_request_does_not_carry_keeps_the_prefix(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """`adapterDefaults` is logged with a header but not sent (the request is `{...config,
+    messages, tools}`): a change of it alone left the request's bytes and sha256 as they were,
+    yet `diff` said the prefix was not kept and the timeline blamed the next cache drop on the
+    header. Both follow the request's bytes now; the header marker still names the field."""
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.report_header(HEADER_1).result()
+        writer.append([system("s"), user("go"), turn_start(1), step_start(1, 1)]).result()
+        writer.append([answer(1, 1, usage(100, 1000, 5), text="a"), step_end(1, 1)]).result()
+        flagged = writer.report_header({**HEADER_1, "adapterDefaults": {"temperature": True}}).result()
+        assert (flagged.reason, flagged.changed_fields) == ("change", ["adapterDefaults"])
+        writer.append([step_start(1, 2), answer(1, 2, usage(1100, 0, 5), text="b"), step_end(1, 2)]).result()
+    at = flagged.header_seq
+    assert at is not None
+    assert client.request(sid, at_seq=at - 1)["sha256"] == client.request(sid, at_seq=at)["sha256"]
+    done = run(server, "diff", sid, "--from", str(at - 1), "--to", str(at))
+    assert done.returncode == 0, done.stderr
+    diff = json.loads(done.stdout)
+    assert (diff["header"]["fields"], diff["header"]["logged"], diff["prefixKept"]) == ([], [at], True)
+    drawn = timeline(list(client.read_events(sid)))
+    (drop,) = [request["drop"] for request in drawn["requests"] if request["drop"] is not None]
+    assert drop["causes"] == ["none"] and drop["diff"]["prefixKept"] is True
+    (marker,) = [m for m in drawn["markers"] if m["kind"] == "header" and m["seq"] == at]
+    assert marker["fields"] == ["adapterDefaults"]
 
 
 def test_view_and_diff_past_the_head_name_the_sessions_length(

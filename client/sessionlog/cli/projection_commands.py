@@ -37,10 +37,10 @@ def transcript(session_id: SessionArg, at: AtOption = None, with_repair: RepairO
 
 
 def request(session_id: SessionArg, at: AtOption = None, with_repair: RepairOption = False) -> None:
-    """Print `{"request": {...}, "sha256": "..."}`: the exact request of that prefix."""
+    """Print `{"request": {...}, "sha256": "...", "headerSeq": N, "atSeq": N}`: the exact request
+    of that prefix, which ends at `atSeq`."""
     with connect() as client:
-        view = client.request(session_id, at_seq=at, with_repair=with_repair)
-        print_json({"request": view["request"], "sha256": view["sha256"], "headerSeq": view["headerSeq"]})
+        print_json(client.request(session_id, at_seq=at, with_repair=with_repair))
 
 
 def stats(session_id: SessionArg, at: AtOption = None, with_repair: RepairOption = False) -> None:

@@ -24,6 +24,10 @@ from sessionlog.core.vocabulary import REQUEST_HEADER
 HEADER_KEYS: frozenset[str] = frozenset({"config", "adapterDefaults", "tools"})
 HEADER_REASONS: tuple[str, ...] = ("initial", "resume", "change", "series")
 HEADER_EVENT_KEYS: frozenset[str] = frozenset({"header", "reason", "startsSeries"})
+NOT_SENT_KEYS: frozenset[str] = frozenset({"adapterDefaults"})
+"""Header keys the request (SPEC §5, `{...config, messages, tools}`) does not carry."""
+RESERVED_CONFIG_KEYS: tuple[str, ...] = ("messages", "tools")
+"""Keys the request (SPEC §5, `{...config, messages, tools}`) sets itself, so a config may not hold them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +85,24 @@ def check_header(header: Any) -> None:
         raise ValidationError(
             "HEADER_CONFIG_MISSING", "request header: config must be a JSON object", field="header.config"
         )
+    check_header_config_keys(header["config"])
     check_header_tools(header)
     check_header_adapter_defaults(header)
+
+
+def check_header_config_keys(config: JsonObject) -> None:
+    """`config` holds no key the request sets itself: the request is `{...config, messages,
+    tools}`, so a `config.tools` (an OpenAI-style config) would be dropped or overwritten and a
+    `config.messages` replaced by the model history, and the request view and its sha256 would
+    not show what the harness sent, while the header log still reported the change."""
+    for key in RESERVED_CONFIG_KEYS:
+        if key in config:
+            raise ValidationError(
+                "HEADER_CONFIG_RESERVED_KEY",
+                f"request header: config may not hold {key!r}: the request sets it "
+                "(tool schemas go in the header's tools, messages are the session's surface)",
+                field=f"header.config.{key}",
+            )
 
 
 def check_header_tools(header: JsonObject) -> None:
@@ -136,6 +156,13 @@ def changed_fields(previous: JsonObject, header: JsonObject) -> list[str]:
         if _canon(previous.get(key)) != _canon(header.get(key)):
             changed.append(key)
     return changed
+
+
+def request_changed_fields(previous: JsonObject, header: JsonObject) -> list[str]:
+    """`changed_fields` the request carries: what a header change changes in the request's
+    bytes. A change of `adapterDefaults` alone is logged, but the request stays byte for byte
+    the same, so a prompt cache cannot miss because of it."""
+    return [name for name in changed_fields(previous, header) if name not in NOT_SENT_KEYS]
 
 
 def decide_header(

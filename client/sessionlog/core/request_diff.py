@@ -1,8 +1,9 @@
 """What changed between two model requests of one session (issue 14): the prompt-cache view.
 
 A request is `{...header.config, messages, tools}` (SPEC §5), so between two log prefixes A < B
-it can change in two ways only: a different header (config fields, adapter defaults, the tool
-list) or a different surface (messages appended, surface ranges replaced). Appends keep A's
+it can change in two ways only: a different header (config fields, the tool list; a header's
+`adapterDefaults` is not sent) or a different surface (messages appended, surface ranges
+replaced). Appends keep A's
 request a prefix of B's, which a prompt cache can reuse; a header change or a replace inside
 A's surface breaks that prefix.
 
@@ -22,7 +23,7 @@ from typing import Any
 
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event, JsonObject
-from sessionlog.core.headers import HeaderState, changed_fields, header_state
+from sessionlog.core.headers import HeaderState, header_state, request_changed_fields
 from sessionlog.core.messages import source_kind
 from sessionlog.core.surface import SurfacePlan, SurfaceState, apply_surface_plan, event_nodes, plan_surface_event
 from sessionlog.core.vocabulary import REQUEST_HEADER
@@ -89,15 +90,16 @@ class SurfaceDelta:
 
 
 def header_change(before: HeaderState | None, after: HeaderState | None) -> list[str]:
-    """The header fields that differ between two header states (`changed_fields`'s names);
-    `["header"]` when one side has no header at all."""
+    """The header fields that differ between two header states in the request
+    (`request_changed_fields`: config keys and `tools`, not `adapterDefaults`, which is not
+    sent); `["header"]` when one side has no header at all."""
     if before is None and after is None:
         return []
     if before is None or after is None:
         return ["header"]
     if before.seq == after.seq or before.canonical_bytes() == after.canonical_bytes():
         return []
-    return changed_fields(before.header, after.header)
+    return request_changed_fields(before.header, after.header)
 
 
 def describe(

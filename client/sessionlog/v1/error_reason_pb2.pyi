@@ -622,6 +622,16 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: core
     Client: Fix the request; nothing was changed. Sent unchanged, it fails the same way.
     """
+    HEADER_CONFIG_RESERVED_KEY: _ErrorReason.ValueType  # 138
+    """A request header's `config` has a `messages` or `tools` key: the request is
+    `{...config, messages, tools}` (SPEC §5), so the model history and the header's own `tools`
+    would silently overwrite it and the request view would not be what was sent.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`
+    Raised by: core
+    Client: Put tool schemas in the header's `tools`; messages are the log's surface events.
+    """
     HEADER_UNKNOWN_KEY: _ErrorReason.ValueType  # 70
     """A request header has keys beyond `config`, `adapterDefaults`, `tools`.
 
@@ -1828,6 +1838,16 @@ Code: INVALID_ARGUMENT
 Metadata: `field`
 Raised by: core
 Client: Fix the request; nothing was changed. Sent unchanged, it fails the same way.
+"""
+HEADER_CONFIG_RESERVED_KEY: ErrorReason.ValueType  # 138
+"""A request header's `config` has a `messages` or `tools` key: the request is
+`{...config, messages, tools}` (SPEC §5), so the model history and the header's own `tools`
+would silently overwrite it and the request view would not be what was sent.
+
+Code: INVALID_ARGUMENT
+Metadata: `field`
+Raised by: core
+Client: Put tool schemas in the header's `tools`; messages are the log's surface events.
 """
 HEADER_UNKNOWN_KEY: ErrorReason.ValueType  # 70
 """A request header has keys beyond `config`, `adapterDefaults`, `tools`.

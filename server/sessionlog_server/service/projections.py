@@ -150,7 +150,7 @@ async def history_page(
     bodies = await service.messages.message_bytes(folded.record, seqs, folded.extra)
     bodies = _cut_by_bytes(bodies, service.settings.read_page_bytes)
     end = start + len(bodies)
-    token = _encode_token("history", max(folded.at_seq, 0), end, generation) if end < count else ""
+    token = _encode_token("history", _stored_seq(folded), end, generation) if end < count else ""
     return HistoryPage(b"[" + b",".join(bodies) + b"]", max(folded.at_seq, 0), start, count, generation, token)
 
 
@@ -181,14 +181,19 @@ async def transcript_page(
     if at_seq < 0:
         return TranscriptPage([], 0, "")
     limit = _page_size(page_size, DEFAULT_TRANSCRIPT_PAGE)
-    start = (await service.loader.fold_at(record, from_seq - 1)).fold if from_seq > 0 else None
-    scan = _ReplaceScan(SurfaceState(*_surface_of(start)) if start is not None else SurfaceState(), from_seq)
     last_stored = min(at_seq, record.next_seq - 1)
+    start = (await service.loader.fold_at(record, min(from_seq - 1, last_stored))).fold if from_seq > 0 else None
+    if start is not None:  # a page that begins inside a repair shown in memory starts after its first events
+        for event in folded.repair:
+            if event.seq < from_seq:
+                start.apply(event)
+    scan = _ReplaceScan(SurfaceState(*_surface_of(start)) if start is not None else SurfaceState(), from_seq)
     page: list[Event] = []
     budget = service.settings.read_page_bytes
     scanned_to = from_seq - 1
+    shown = [event for event in folded.repair if event.seq >= from_seq]
     # The page's own events, read whole; the scan follows them.
-    async for events in _with_repair(service.reader.pages(record, from_seq, last_stored, limit), folded.repair):
+    async for events in _with_repair(service.reader.pages(record, from_seq, last_stored, limit), shown):
         for event in events:
             if scan.page_end is None:
                 page.append(event)
@@ -215,8 +220,16 @@ async def transcript_page(
         if (row := transcript_row(event, scan.replaced_by.get(event.seq), scan.replaces.get(event.seq, []))) is not None
     ]
     last = page[-1].seq if page else at_seq
-    token = _encode_token("transcript", at_seq, last + 1, 0) if last < at_seq else ""
+    token = _encode_token("transcript", _stored_seq(folded), last + 1, 0) if last < at_seq else ""
     return TranscriptPage(rows, at_seq, token)
+
+
+def _stored_seq(folded: Folded) -> int:
+    """The seq a page token pins the next pages to: the last stored seq of the folded prefix.
+    A crash repair shown in memory (`with_repair`) has seqs past the head that the log does not
+    hold; the next page folds the same head and shows the same repair again (it is
+    deterministic), where asking for the repair's last seq was refused as past the head."""
+    return max(folded.at_seq - len(folded.repair), 0)
 
 
 class _ReplaceScan:

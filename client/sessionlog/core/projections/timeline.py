@@ -17,7 +17,8 @@ Definitions (each recomputable if it proves wrong, SPEC §1.6):
 - A **cache drop** is a request whose cacheRead tokens are fewer than those of the previous
   request that carried usage: the cached prefix got shorter. (The share alone also falls
   when a long tool result is appended after a perfect hit, which breaks nothing.) Its
-  **cause** compares the two requests: `header` (fields that differ, `tools` included),
+  **cause** compares the two requests: `header` (fields of the request that differ, `tools`
+  included; `adapterDefaults` is not sent, so a change of it alone is no cause),
   `replace` (which surface range, by which event), or `none`: the request bytes kept the old
   prefix, so the provider's cache expired or was cold (`gapMs` says how long it waited).
 - A tool call's **outcome**: `ok`, `error` (`isError`), `repaired` (a crash-repair or fork

@@ -172,7 +172,9 @@ async def follow(
             page = await reader.read(record, next_seq, None, REPLAY_PAGE)
             if page:
                 yield page
-                next_seq = page[-1].seq + 1
+                # Kept with the subscriber too: the SQLite feed wakes those whose log is past
+                # it, and one left at `from_seq` was woken by every commit of another process.
+                next_seq = subscriber.next_seq = page[-1].seq + 1
             if len(page) < REPLAY_PAGE:
                 break
             if subscriber.overflowed:

@@ -306,7 +306,9 @@ def _coalescing(requests: queue.Queue[Any]) -> Iterator[pb.WriteRequest]:
 
 
 class Subscription:
-    """An iterator of Events and one CaughtUp marker; `cancel()` ends it.
+    """An iterator of Events and one CaughtUp marker; `cancel()` ends it, and so does leaving
+    the loop (`break`, an exception), as with the asyncio client's `async for`: the service
+    then holds no stream for it.
 
     A cut (the service restarting, or cutting off a subscriber that fell behind) resubscribes
     from the seq after the last delivered event: the caller sees no gap and no repeat.
@@ -319,7 +321,13 @@ class Subscription:
         self._call = client.stub.SubscribeEvents(cursor.request())
 
     def __iter__(self) -> Iterator[Event | CaughtUp]:
-        while True:
+        try:
+            yield from self._follow()
+        finally:
+            self.cancel()  # however the iteration ended, its stream goes (the caller left it)
+
+    def _follow(self) -> Iterator[Event | CaughtUp]:
+        while not self._cancelled.is_set():
             try:
                 for response in self._call:
                     yield from self._cursor.items(response)

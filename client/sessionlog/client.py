@@ -87,9 +87,17 @@ class SessionLogClient(base.ClientBase):
 
     def close(self) -> None:
         """Close the channel. Writers still open are abandoned (batches in flight fail with an
-        outcome unknown; the lease is left to lapse), and any later call raises RuntimeError."""
+        outcome unknown; the lease is left to lapse); subscriptions, reads and calls under way,
+        and any later call, raise RuntimeError."""
         self._end_writers()
         self.channel.close()
+
+    def _error(self, exc: grpc.RpcError) -> SessionLogError:
+        """The error a failed call stands for; RuntimeError when `close()` ended the call under
+        way, as in the asyncio client (gRPC ends it with CANCELLED "Channel closed!", which
+        read as a failure of the service)."""
+        self._check_open()
+        return from_rpc_error(exc)
 
     def _run(self, call: Call[T]) -> T:
         """Make a unary call, retrying an idempotent one while its outcome is unknown."""
@@ -100,7 +108,7 @@ class SessionLogClient(base.ClientBase):
             try:
                 return call.read(method(call.request, timeout=self.timeout))
             except grpc.RpcError as exc:
-                delay = policy.wait_after(from_rpc_error(exc), attempt)
+                delay = policy.wait_after(self._error(exc), attempt)
             time.sleep(delay)
         raise AssertionError("unreachable")
 
@@ -265,14 +273,14 @@ class SessionLogClient(base.ClientBase):
                     yield from cursor.events(response)
                 return
             except grpc.RpcError as exc:
-                delay = self.retry.wait_after(from_rpc_error(exc), attempt)
+                delay = self.retry.wait_after(self._error(exc), attempt)
             time.sleep(delay)
 
     def subscribe(self, session_id: str, *, from_seq: int = 0) -> Subscription:
         """Replay from `from_seq`, a CaughtUp marker, then live events until cancelled (resuming
         on its own after a cut)."""
         self._check_open()
-        return Subscription(self.stub, SubscriptionCursor(session_id, from_seq))
+        return Subscription(self, SubscriptionCursor(session_id, from_seq))
 
 
 def _coalescing(requests: queue.Queue[Any]) -> Iterator[pb.WriteRequest]:
@@ -298,20 +306,28 @@ def _coalescing(requests: queue.Queue[Any]) -> Iterator[pb.WriteRequest]:
 
 
 class Subscription:
-    """An iterator of Events and one CaughtUp marker; `cancel()` ends it.
+    """An iterator of Events and one CaughtUp marker; `cancel()` ends it, and so does leaving
+    the loop (`break`, an exception), as with the asyncio client's `async for`: the service
+    then holds no stream for it.
 
     A cut (the service restarting, or cutting off a subscriber that fell behind) resubscribes
     from the seq after the last delivered event: the caller sees no gap and no repeat.
     """
 
-    def __init__(self, stub: SessionServiceStub, cursor: SubscriptionCursor) -> None:
-        self._stub = stub
+    def __init__(self, client: SessionLogClient, cursor: SubscriptionCursor) -> None:
+        self._client = client
         self._cursor = cursor
         self._cancelled = threading.Event()
-        self._call = stub.SubscribeEvents(cursor.request())
+        self._call = client.stub.SubscribeEvents(cursor.request())
 
     def __iter__(self) -> Iterator[Event | CaughtUp]:
-        while True:
+        try:
+            yield from self._follow()
+        finally:
+            self.cancel()  # however the iteration ended, its stream goes (the caller left it)
+
+    def _follow(self) -> Iterator[Event | CaughtUp]:
+        while not self._cancelled.is_set():
             try:
                 for response in self._call:
                     yield from self._cursor.items(response)
@@ -319,13 +335,14 @@ class Subscription:
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.CANCELLED and self._cancelled.is_set():
                     return
-                error = from_rpc_error(exc)
+                error = self._client._error(exc)
             delay = self._cursor.resume_delay(error)
             if delay is None:
                 raise error
             if self._cancelled.wait(delay):
                 return
-            self._call = self._stub.SubscribeEvents(self._cursor.request())
+            self._client._check_open()  # closed while this waited: say so, not gRPC's ValueError
+            self._call = self._client.stub.SubscribeEvents(self._cursor.request())
 
     def cancel(self) -> None:
         self._cancelled.set()

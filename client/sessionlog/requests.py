@@ -239,6 +239,10 @@ class SubscriptionCursor:
         return pb.SubscribeEventsRequest(session_id=self.session_id, from_seq=self.next_seq)
 
     def items(self, response: pb.SubscribeEventsResponse) -> list[Event | CaughtUp]:
+        """What the caller sees of a response: events not delivered yet, and the first marker."""
+        # Any response, a marker too, means the service was reached: the unreachable count is
+        # of attempts in a row, and a quiet session's resume yields nothing but a marker.
+        self.unreachable = 0
         out: list[Event | CaughtUp] = []
         for item in subscription_items(response):
             if isinstance(item, CaughtUp):
@@ -248,7 +252,6 @@ class SubscriptionCursor:
             elif item.seq >= self.next_seq:
                 self.next_seq = item.seq + 1
                 self.empty_resumes = 0
-                self.unreachable = 0
                 out.append(item)
         return out
 

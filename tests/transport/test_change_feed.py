@@ -91,3 +91,45 @@ def test_an_instance_listens_on_postgresql_only_while_someone_there_follows(fres
             assert settles_on("UNLISTEN sessionlog_events")
     finally:
         server.stop(grace=0.5)
+
+
+def test_a_caught_up_subscriber_is_not_woken_by_appends_to_other_sessions(fresh_db: str, sid: str) -> None:
+    # A dashboard replays a session from seq 0 and then waits. Another worker's appends to some
+    # other session must not make it read its log again: on SQLite the feed compares each
+    # followed session's log with the seq its subscribers expect next, and a subscriber that
+    # was still said to expect its `from_seq` after the replay was woken by every such commit.
+    settings: dict[str, Any] = {"workers": 2, "subscription_poll_ms": POLL_NEVER_MS, "lease_ttl_ms": 5_000}
+    writer_side, reader_side = ServerThread(fresh_db, **settings), ServerThread(fresh_db, **settings)
+    reads: list[int] = []
+    reader_of = reader_side.service.reader
+    plain_read = reader_of.read
+
+    async def counted_read(record: Any, *args: Any, **kwargs: Any) -> Any:
+        if record.id == sid:
+            reads.append(args[0])
+        return await plain_read(record, *args, **kwargs)
+
+    reader_of.read = counted_read
+    try:
+        with SessionLogClient(writer_side.target) as writer, SessionLogClient(reader_side.target) as reader:
+            writer.create_session(sid)
+            writer.create_session(f"{sid}-busy")
+            lease = writer.acquire_lease(sid)
+            writer.append(sid, lease, [ev.note(n) for n in range(3)])
+            subscription = reader.subscribe(sid)
+            items = iter(subscription)
+            assert [next(items).seq for _ in range(3)] == [0, 1, 2]
+            assert next(items) == CaughtUp(3)
+            replay_reads = len(reads)
+            busy = writer.acquire_lease(f"{sid}-busy")
+            for n in range(10):
+                writer.append(f"{sid}-busy", busy, [ev.note(n)])
+                time.sleep(0.05)  # each commit its own `data_version` change
+            woken = reads[replay_reads:]
+            writer.append(sid, lease, [ev.note(3)])
+            assert next(items).seq == 3  # the feed still wakes it for its own session
+            subscription.cancel()
+            assert woken == [], f"read its log {len(woken)} times for appends to another session"
+    finally:
+        writer_side.stop(grace=0.5)
+        reader_side.stop(grace=0.5)

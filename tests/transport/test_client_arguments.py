@@ -208,6 +208,33 @@ def test_closing_the_sync_client_ends_its_writers(server: ServerThread, sid: str
         assert [e.data["n"] for e in again.read_events(sid)] in ([0], [0, 1])
 
 
+def test_closing_the_sync_client_ends_its_subscriptions(server: ServerThread, sid: str) -> None:
+    """As the asyncio client's close does: a subscription being iterated (by a dashboard's
+    thread, say) raises that the client is closed, where it raised a ServerError of gRPC's
+    CANCELLED "Channel closed!", as if the service had failed."""
+    client = SessionLogClient(server.target)
+    client.create_session(sid)
+    subscription = client.subscribe(sid)
+    seen: list[Any] = []
+
+    def follow() -> None:
+        try:
+            seen.extend(subscription)
+        except Exception as exc:
+            seen.append(exc)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    client.close()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert len(seen) == 2 and isinstance(seen[1], RuntimeError), seen
+    assert "the client is closed" in str(seen[1])
+
+
 @pytest.mark.parametrize("max_in_flight", [0, -1, 1.5, True])
 def test_a_writer_in_flight_limit_that_is_not_a_positive_integer_is_refused(
     server: ServerThread, sid: str, max_in_flight: Any

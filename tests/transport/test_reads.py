@@ -12,6 +12,7 @@ from sessionlog.core.events import Event
 from sessionlog.requests import CaughtUp
 from tests.support.events import note
 from tests.support.servers import ServerThread
+from tests.support.waiting import eventually
 
 
 def test_read_range_and_pages(client: SessionLogClient, sid: str) -> None:
@@ -50,6 +51,25 @@ def test_subscription_replays_then_marks_caught_up_then_goes_live(client: Sessio
         subscription.cancel()
     kinds = [("marker", i.next_seq) if isinstance(i, CaughtUp) else ("event", i.seq) for i in items]
     assert kinds == [("event", 1), ("event", 2), ("marker", 3), ("event", 3), ("event", 4), ("event", 5)]
+
+
+def test_breaking_out_of_a_subscription_ends_it_on_the_service(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    # A dashboard keeps its subscription object and stops reading with `break`, as it would
+    # with the asyncio client's `async for`. The stream stayed open on the service (a
+    # subscriber, one of its open streams, and events sent to no one) until `cancel()`.
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([note(0)]).result()
+    subscription = client.subscribe(sid)
+    for item in subscription:
+        if isinstance(item, CaughtUp):
+            break
+    assert (
+        eventually(lambda: server.service.hub.has_subscribers(sid), lambda followed: not followed, timeout=10) is False
+    )
+    assert list(subscription) == []  # ended: iterating again yields nothing, and waits for nothing
 
 
 def test_list_sessions_pages_through_everything(db_url: str) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import WriterHeld
+from sessionlog.requests import CaughtUp
 from tests.support.events import note, turn_end, turn_start, user
 from tests.support.servers import ServerProcess
 
@@ -68,6 +69,33 @@ def test_a_writer_goes_on_in_its_lease_across_a_graceful_restart(tmp_path: Path,
             ]
             assert events[-1].data["reason"] == {"kind": "completed"}  # the writer's, not a repair's
             assert client.get_session(sid).lease is None  # closed: given back
+        assert server.terminate() == 0
+    finally:
+        if server.proc and server.proc.poll() is None:
+            server.kill()
+
+
+def test_a_subscription_neither_holds_a_graceful_stop_nor_misses_an_event(tmp_path: Path, sid: str) -> None:
+    # A dashboard follows a quiet session while the service restarts. A subscription never ends
+    # on its own, and the service stopping waited the whole grace period for it (10 s by
+    # default; set far beyond `terminate`'s 60 s wait here, so waiting fails the test). It is
+    # ended at once with SHUTTING_DOWN, and the client resubscribes from the seq after its last
+    # event once the service is back.
+    server = ServerProcess(f"sqlite:///{tmp_path / 's.db'}", env={"SESSIONLOG_SHUTDOWN_GRACE_S": "600"}).start()
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            client.append(sid, lease, [note(0)])
+            subscription = client.subscribe(sid)
+            items = iter(subscription)
+            assert next(items).seq == 0
+            assert next(items) == CaughtUp(1)
+            assert server.terminate() == 0
+            server.start()
+            client.append(sid, lease, [note(1)])
+            assert next(items).seq == 1  # no gap, no repeat, no second marker
+            subscription.cancel()
         assert server.terminate() == 0
     finally:
         if server.proc and server.proc.poll() is None:

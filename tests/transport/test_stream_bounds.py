@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
+from sessionlog import requests
 from sessionlog.client import SessionLogClient
 from sessionlog.errors import from_rpc_error
 from sessionlog.requests import CaughtUp
@@ -18,6 +19,7 @@ from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog.v1 import session_service_pb2_grpc
 from tests.support.events import note
 from tests.support.servers import ServerThread
+from tests.support.waiting import eventually
 
 BUFFER = 256 * 1024
 PAYLOAD = "x" * 20_000
@@ -142,3 +144,46 @@ def test_writer_streams_count_before_open_and_are_closed_if_open_never_comes(bou
         release.set()
         with client.writer(f"open-{time.time_ns()}", create_if_missing=True) as writer:
             assert writer.append([note(0)]).result().seqs == [0]
+
+
+def test_a_quiet_subscription_rides_out_restart_after_restart(
+    fresh_db: str, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A dashboard follows a session nothing is written to while the service is restarted again
+    # and again (deploys). Each time the subscription is back, caught up at the head, the
+    # service was reached: the next restart must get the clients' whole budget of attempts
+    # "in a row" again. It counted every attempt since the last event instead, so a quiet
+    # subscription gave up at some later restart. A budget of 10 attempts stands for the
+    # clients' minute here; each restart below costs about 5.
+    monkeypatch.setattr(requests, "MAX_UNREACHABLE_RESUMES", 10)
+    server = ServerThread(fresh_db, lease_ttl_ms=60_000)
+    address = f"127.0.0.1:{server.running.port}"
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            client.append(sid, lease, [note(0)])
+            subscription = client.subscribe(sid)
+            seen: list[Any] = []
+
+            def follow() -> None:
+                try:
+                    seen.extend(subscription)
+                except Exception as exc:
+                    seen.append(exc)
+
+            thread = threading.Thread(target=follow, daemon=True)
+            thread.start()
+            eventually(lambda: list(seen), lambda items: CaughtUp(1) in items)
+            for _ in range(4):
+                server.stop(grace=0.5)
+                time.sleep(0.6)  # the subscription tries again meanwhile, with backoff
+                server = ServerThread(fresh_db, listen_override=address, lease_ttl_ms=60_000)
+                eventually(server.service.hub.count, lambda n: n == 1 or not thread.is_alive())
+            client.append(sid, lease, [note(1)])
+            eventually(lambda: list(seen), lambda items: len(items) > 2 or not thread.is_alive())
+            subscription.cancel()
+            thread.join(10)
+            assert [getattr(item, "seq", item) for item in seen] == [0, CaughtUp(1), 1]
+    finally:
+        server.stop(grace=0.5)

@@ -1060,13 +1060,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     SHUTTING_DOWN: _ErrorReason.ValueType  # 122
     """The service instance is shutting down. Open writer streams end with it once what they sent
     is acknowledged; their leases stay live, so each writer reconnects with its lease token and
-    goes on in the same lease.
+    goes on in the same lease. Subscriptions end with it at once.
 
     Code: UNAVAILABLE
     Metadata: none
     Raised by: service
     Client: Retry with the same eventIds, against another instance or after the restart (the
-      client libraries' writers reconnect on their own).
+      client libraries' writers reconnect on their own); subscribe again from the seq after the
+      last event received (the client libraries' subscriptions do so on their own).
     """
     STREAM_ENDED: _ErrorReason.ValueType  # 123
     """The server ended a writer stream the writer had not closed, or a subscription, without an
@@ -2277,13 +2278,14 @@ Client: Retry with the same eventIds: events that did commit return their origin
 SHUTTING_DOWN: ErrorReason.ValueType  # 122
 """The service instance is shutting down. Open writer streams end with it once what they sent
 is acknowledged; their leases stay live, so each writer reconnects with its lease token and
-goes on in the same lease.
+goes on in the same lease. Subscriptions end with it at once.
 
 Code: UNAVAILABLE
 Metadata: none
 Raised by: service
 Client: Retry with the same eventIds, against another instance or after the restart (the
-  client libraries' writers reconnect on their own).
+  client libraries' writers reconnect on their own); subscribe again from the seq after the
+  last event received (the client libraries' subscriptions do so on their own).
 """
 STREAM_ENDED: ErrorReason.ValueType  # 123
 """The server ended a writer stream the writer had not closed, or a subscription, without an

@@ -141,11 +141,13 @@ class SessionLogService:
             return
         log.info("start-up repair done", sessions=len(repaired))
 
-    def end_writer_streams(self) -> None:
+    def end_streams(self) -> None:
         """Shutdown begins: every open writer stream acknowledges what it has and ends with
-        `SHUTTING_DOWN`."""
+        `SHUTTING_DOWN`, and so does every subscription (at once: the log keeps what it was
+        not sent). Neither ends on its own, so each left open held the stop for its grace."""
         for stream in list(self.writer_streams):
             stream.end_for_shutdown()
+        self.hub.end_all()
 
     async def stop(self) -> None:
         """Commit what is queued, stop background tasks (open writer streams' leases stay live

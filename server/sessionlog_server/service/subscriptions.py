@@ -6,6 +6,10 @@ the events it holds): a subscriber that falls that far behind gets its queue dro
 (so it holds no more memory) and, at its next read, is cut off with SUBSCRIBER_TOO_SLOW and
 the seq to resume from. The Python clients resubscribe from there on their own. A slow
 subscriber never slows a writer.
+
+A subscription never ends on its own, so when the service stops, every one is ended with
+UNAVAILABLE `SHUTTING_DOWN` (the clients resubscribe, there or elsewhere): left open, each held
+the stop for its whole grace period.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Sequence
 
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import LimitExceeded, OutOfRange
+from sessionlog.core.errors import LimitExceeded, OutOfRange, Unavailable
 from sessionlog.core.events import Event
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.metrics import Metrics
@@ -38,6 +42,8 @@ class Subscriber:
         self.next_seq = 0
         """The seq this subscriber expects next (what the change feed compares the log with)."""
         self.poked = False
+        self.ended = False
+        """The service is stopping: the subscription ends at its next step."""
         self._ready = asyncio.Event()
 
     def push(self, events: Sequence[Event], size: int) -> None:
@@ -58,17 +64,22 @@ class Subscriber:
         self.poked = True
         self._ready.set()
 
+    def end(self) -> None:
+        """The service is stopping: wake up and end."""
+        self.ended = True
+        self._ready.set()
+
     async def next_batch(self, timeout: float) -> Sequence[Event] | None:
         """The oldest queued batch; None after `timeout` or a poke with nothing queued (or on
-        overflow): the caller then reads the log."""
-        if not self.batches and not self.overflowed and not self.poked:
+        overflow, or the end): the caller then reads the log, or ends."""
+        if not self.batches and not self.overflowed and not self.poked and not self.ended:
             self._ready.clear()
             try:
                 await asyncio.wait_for(self._ready.wait(), timeout)
             except TimeoutError:
                 return None
         self.poked = False
-        if self.overflowed or not self.batches:
+        if self.overflowed or self.ended or not self.batches:
             return None
         batch, size = self.batches.popleft()
         self.queued_bytes -= size
@@ -87,12 +98,16 @@ class SubscriptionHub:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._subscribers: dict[str, set[Subscriber]] = defaultdict(set)
+        self.ending = False
+        """Set by `end_all`: subscriptions made from then on end at once too."""
         self.followed = threading.Event()
         """Set while anyone here follows a session: a change feed (on its own thread) waits for
         it before it listens at all, and learns of the first subscriber at once."""
 
     def subscribe(self, session_id: str) -> Subscriber:
         subscriber = Subscriber(self.max_bytes)
+        if self.ending:
+            subscriber.end()
         self._subscribers[session_id].add(subscriber)
         self.followed.set()
         return subscriber
@@ -115,6 +130,14 @@ class SubscriptionHub:
         for subscriber in subscribers:
             subscriber.push(events, nbytes)
 
+    def end_all(self) -> None:
+        """The service is stopping: end every subscription (and any made later) with
+        SHUTTING_DOWN, so none holds the stop for its grace period."""
+        self.ending = True
+        for subscribers in self._subscribers.values():
+            for subscriber in subscribers:
+                subscriber.end()
+
     def has_subscribers(self, session_id: str) -> bool:
         """Whether anyone here follows the session (publishing costs nothing otherwise)."""
         return bool(self._subscribers.get(session_id))
@@ -130,6 +153,15 @@ class SubscriptionHub:
 
     def count(self) -> int:
         return sum(len(s) for s in self._subscribers.values())
+
+
+def _shutting_down(session_id: str, next_seq: int) -> Unavailable:
+    """How a subscription ends when the service stops: resumable, from the seq not yet sent."""
+    return Unavailable(
+        "SHUTTING_DOWN",
+        f"the service is shutting down; subscribe to session {session_id!r} again from seq {next_seq}, "
+        "against another instance or after the restart",
+    )
 
 
 def _size(events: Sequence[Event]) -> int:
@@ -169,10 +201,14 @@ async def follow(
     try:
         next_seq = from_seq
         while True:  # replay: the log has everything committed so far
+            if subscriber.ended:
+                raise _shutting_down(session_id, next_seq)
             page = await reader.read(record, next_seq, None, REPLAY_PAGE)
             if page:
                 yield page
-                next_seq = page[-1].seq + 1
+                # Kept with the subscriber too: the SQLite feed wakes those whose log is past
+                # it, and one left at `from_seq` was woken by every commit of another process.
+                next_seq = subscriber.next_seq = page[-1].seq + 1
             if len(page) < REPLAY_PAGE:
                 break
             if subscriber.overflowed:
@@ -181,6 +217,8 @@ async def follow(
         del page  # nothing of the replay stays alive while the subscription waits
         while True:
             batch = await subscriber.next_batch(poll_s)
+            if subscriber.ended:
+                raise _shutting_down(session_id, next_seq)
             if subscriber.overflowed:
                 raise LimitExceeded(
                     "SUBSCRIBER_TOO_SLOW",

@@ -56,7 +56,7 @@ class RunningServer:
         if self.admin is not None:
             self.admin.stop()
         await self.health.enter_graceful_shutdown()
-        self.service.end_writer_streams()
+        self.service.end_streams()
         await self.server.stop(grace)
         await self.service.stop()
         if self.otlp is not None:

@@ -16,6 +16,7 @@ from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, Unavailable, ValidationError
 from tests.support.events import note, user
+from tests.support.following import follow_in_thread
 from tests.support.servers import ServerThread, hold_writer
 
 
@@ -215,16 +216,7 @@ def test_closing_the_sync_client_ends_its_subscriptions(server: ServerThread, si
     client = SessionLogClient(server.target)
     client.create_session(sid)
     subscription = client.subscribe(sid)
-    seen: list[Any] = []
-
-    def follow() -> None:
-        try:
-            seen.extend(subscription)
-        except Exception as exc:
-            seen.append(exc)
-
-    thread = threading.Thread(target=follow, daemon=True)
-    thread.start()
+    thread, seen = follow_in_thread(subscription)
     deadline = time.monotonic() + 10
     while not seen and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -18,6 +18,7 @@ from sessionlog.requests import CaughtUp
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog.v1 import session_service_pb2_grpc
 from tests.support.events import note
+from tests.support.following import follow_in_thread
 from tests.support.servers import ServerThread
 from tests.support.waiting import eventually
 
@@ -164,16 +165,7 @@ def test_a_quiet_subscription_rides_out_restart_after_restart(
             lease = client.acquire_lease(sid)
             client.append(sid, lease, [note(0)])
             subscription = client.subscribe(sid)
-            seen: list[Any] = []
-
-            def follow() -> None:
-                try:
-                    seen.extend(subscription)
-                except Exception as exc:
-                    seen.append(exc)
-
-            thread = threading.Thread(target=follow, daemon=True)
-            thread.start()
+            thread, seen = follow_in_thread(subscription)
             eventually(lambda: list(seen), lambda items: CaughtUp(1) in items)
             for _ in range(4):
                 server.stop(grace=0.5)

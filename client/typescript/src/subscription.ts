@@ -23,7 +23,7 @@ export interface SubscribeOptions {
   /** Aborting ends the iteration quietly. */
   signal?: AbortSignal;
   /** How resubscriptions back off (default: patient enough to ride out a service restart);
-   * the count resets whenever an event arrives. */
+   * the count resets whenever the service answers (an event, or the caught-up marker). */
   retry?: RetryPolicy;
   /** Called before each resubscription (for metrics and logs). */
   onResubscribe?: (fromSeq: number, cause: SessionLogError) => void;
@@ -90,6 +90,9 @@ export class Subscription implements AsyncIterable<Event | CaughtUp> {
     while (!signal.aborted) {
       try {
         for await (const response of this.rpc.subscribeEvents({ sessionId: this.sessionId, fromSeq: next }, { signal })) {
+          // The service was reached: the attempts "in a row" start again. Reset only by events,
+          // a quiet session's subscription summed its failures over every restart and gave up.
+          failures = 0;
           if (response.kind.case === "caughtUp") {
             if (!caughtUp) yield { caughtUp: true, nextSeq: num(response.kind.value.nextSeq) };
             caughtUp = true;
@@ -98,7 +101,6 @@ export class Subscription implements AsyncIterable<Event | CaughtUp> {
               const event = eventFromPb(message);
               if (event.seq < next) continue; // already delivered before the cut
               next = BigInt(event.seq) + 1n;
-              failures = 0;
               yield event;
             }
           }

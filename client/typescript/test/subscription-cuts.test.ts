@@ -56,6 +56,42 @@ for (const backend of BACKENDS) {
       assert.ok(causes.length >= CUTS.length, `resubscribed after every cut (${causes.join(",")})`);
     });
 
+    test("a quiet subscription rides out restart after restart: each answer starts its attempts again", async () => {
+      // Two attempts, each after a wait longer than a restart: one failure per cut. Counted
+      // since the last event, as it was, the second cut of a session nobody writes to ended it.
+      const id = sessionId("quiet");
+      await env.client.createSession(id);
+      const subscription = env.client.subscribe(id, { retry: { attempts: 2, initialDelayMs: 4000, maxDelayMs: 4000 } });
+      const items: string[] = [];
+      let ended: unknown = null;
+      const following = (async () => {
+        for await (const item of subscription) items.push("caughtUp" in item ? "caughtUp" : `seq ${item.seq}`);
+      })().catch((error: unknown) => {
+        ended = error;
+      });
+      const answered = async (count: number): Promise<void> => {
+        const deadline = Date.now() + 30_000;
+        while (items.length < count && ended === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      };
+      try {
+        await answered(1); // caught up at the empty head
+        for (let cut = 0; cut < 2; cut++) {
+          await env.server.stop();
+          await env.server.start();
+          await new Promise((r) => setTimeout(r, 4500)); // its one resubscription, answered
+          assert.equal(ended, null, `the subscription ended at cut ${cut + 1}: ${String(ended)}`);
+        }
+        const writer = await env.client.writer(id, { writerId: "late" });
+        await writer.append([note(1)]);
+        await writer.close();
+        await answered(2);
+      } finally {
+        subscription.cancel();
+      }
+      await following;
+      assert.deepEqual(items, ["caughtUp", "seq 0"]);
+    });
+
     test("a subscription that ended leaves no listener on the caller's signal or the client's", async () => {
       const id = sessionId("listeners");
       await env.client.createSession(id);

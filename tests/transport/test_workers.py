@@ -16,6 +16,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench.procs import worker_pids
 from sessionlog.client import SessionLogClient
 from sessionlog_server.config import Settings
@@ -137,22 +139,21 @@ def test_two_workers_share_the_address_and_lose_nothing(fresh_db: str, tmp_path:
             server.terminate()
 
 
-def test_sighup_stops_the_service_gracefully(fresh_db: str, sid: str) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sighup_stops_the_service_gracefully(fresh_db: str, sid: str, workers: int) -> None:
     """A terminal or ssh session that goes away sends SIGHUP: its default ended `serve` at once,
     with no drain and no log line (exit 129). It now stops as SIGTERM does, workers included."""
-    for workers in ("1", "2"):
-        server = ServerProcess(fresh_db, env={"SESSIONLOG_WORKERS": workers}).start()
-        assert server.proc is not None
-        try:
-            # Each server process serving (its stop signals handled): a worker still starting up
-            # is ended by any signal, as every process is before its handlers are in place.
-            log, expected = server.log, int(workers)
-            eventually(lambda: sum('"serving"' in line for line in log), lambda n: n == expected)  # noqa: B023
-            with SessionLogClient(server.target) as client:
-                client.create_session(f"{sid}-{workers}")
-            assert server.terminate(signal.SIGHUP) == 0
-            stops = [line for line in server.log if '"stopped"' in line]
-            assert len(stops) == int(workers), server.log  # each server process drained and said so
-        finally:
-            if server.proc.poll() is None:
-                server.kill()
+    server = ServerProcess(fresh_db, env={"SESSIONLOG_WORKERS": str(workers)}).start()
+    assert server.proc is not None
+    try:
+        # Each server process serving (its stop signals handled): a worker still starting up
+        # is ended by any signal, as every process is before its handlers are in place.
+        eventually(lambda: sum('"serving"' in line for line in server.log), lambda n: n == workers)
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+        assert server.terminate(signal.SIGHUP) == 0
+        stops = [line for line in server.log if '"stopped"' in line]
+        assert len(stops) == workers, server.log  # each server process drained and said so
+    finally:
+        if server.proc.poll() is None:
+            server.kill()

@@ -127,6 +127,7 @@ def with_event_ids(events: Iterable[EventLike]) -> list[NewEvent]:
 
 
 def create_request(session_id: str | None, cwd: str | None, metadata: dict[str, Any] | None) -> pb.CreateSessionRequest:
+    validate.check_session_text(cwd, metadata)  # the service's rule, typed, before protobuf fails on it
     return pb.CreateSessionRequest(
         session_id=session_id or "",
         cwd=cwd or "",
@@ -154,6 +155,7 @@ def open_request(
     lease_token: str = "",
 ) -> pb.WriteRequest:
     """The `open` message; `lease_token` (of a lease still held) lets a reconnect take it again."""
+    validate.check_writer_id(writer_id, DEFAULT_LIMITS)
     return pb.WriteRequest(
         open=pb.OpenWriter(
             session_id=session_id,
@@ -167,6 +169,7 @@ def open_request(
 
 
 def acquire_request(session_id: str, writer_id: str | None, takeover: bool, lease_token: str) -> pb.AcquireLeaseRequest:
+    validate.check_writer_id(writer_id, DEFAULT_LIMITS)
     return pb.AcquireLeaseRequest(
         session_id=session_id, writer_id=writer_id or "", takeover=takeover, lease_token=lease_token
     )
@@ -186,6 +189,7 @@ def release_request(lease: convert.LeaseInfo) -> pb.ReleaseLeaseRequest:
 
 
 def resume_request(session_id: str, writer_id: str | None, takeover: bool, lease_token: str) -> pb.ResumeSessionRequest:
+    validate.check_writer_id(writer_id, DEFAULT_LIMITS)
     return pb.ResumeSessionRequest(
         session_id=session_id, writer_id=writer_id or "", takeover=takeover, lease_token=lease_token
     )

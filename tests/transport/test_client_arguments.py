@@ -54,6 +54,24 @@ def test_an_event_id_with_a_lone_surrogate_is_a_validation_error(client: Session
         assert writer.append([note(1)]).result().seqs == [0]  # the writer goes on
 
 
+def test_a_cwd_or_writer_id_with_a_lone_surrogate_is_a_validation_error(client: SessionLogClient, sid: str) -> None:
+    # They raised protobuf's UnicodeEncodeError, untyped; the service's own rule (and its
+    # reason) now says what is wrong, before anything is sent.
+    with pytest.raises(ValidationError) as cwd:
+        client.create_session(sid, cwd="/home/\ud800")
+    assert (cwd.value.reason, cwd.value.field) == ("UNSTORABLE_VALUE", "cwd")
+    client.create_session(sid)
+    for call in (
+        lambda: client.acquire_lease(sid, writer_id="w\udc00"),
+        lambda: client.resume(sid, writer_id="w\udc00"),
+        lambda: client.writer(sid, writer_id="w\udc00"),
+    ):
+        with pytest.raises(ValidationError) as writer_id:
+            call()
+        assert (writer_id.value.reason, writer_id.value.field) == ("BAD_WRITER_ID", "writer_id")
+    assert client.get_session(sid).next_seq == 0 and client.acquire_lease(sid).writer_id  # nothing held
+
+
 SEQ_CALLS: dict[str, Callable[[SessionLogClient, str], Any]] = {
     "read_events": lambda c, sid: list(c.read_events(sid, from_seq=-1)),
     "read_events to": lambda c, sid: list(c.read_events(sid, to_seq=1.5)),  # type: ignore[arg-type]

@@ -68,7 +68,8 @@ def check_event_id(event: NewEvent, limits: Limits) -> None:
 
 def check_writer_id(writer_id: str | None, limits: Limits) -> None:
     """A writer id (a label; none or empty: the service picks one) is at most `max_id_chars`
-    long and holds no NUL character, on every database (SPEC §7)."""
+    long and holds no NUL character, on every database (SPEC §7), and no lone surrogate (the
+    clients check before sending: protobuf cannot encode it, or sends U+FFFD in its place)."""
     if not writer_id:
         return
     if len(writer_id) > limits.max_id_chars:
@@ -77,6 +78,12 @@ def check_writer_id(writer_id: str | None, limits: Limits) -> None:
         )
     if "\x00" in writer_id:
         raise ValidationError("BAD_WRITER_ID", "writer id must not contain a NUL character", field="writer_id")
+    if jsonvalue.has_lone_surrogate(writer_id):
+        raise ValidationError(
+            "BAD_WRITER_ID",
+            "writer id must not contain a lone UTF-16 surrogate (UTF-8 cannot carry it)",
+            field="writer_id",
+        )
 
 
 def check_data(event: NewEvent) -> None:
@@ -166,11 +173,14 @@ def check_session_fields(cwd: str | None, metadata_bytes: int, limits: Limits) -
 
 
 def check_session_text(cwd: str | None, metadata: object) -> None:
-    """A session's `cwd` holds no NUL character, and its metadata no NUL character and no lone
-    UTF-16 surrogate in any key or string: PostgreSQL (a text column, JSONB) cannot store them,
-    so they are refused on every database alike, before the database is asked."""
+    """A session's `cwd` and metadata hold no NUL character and no lone UTF-16 surrogate (in any
+    key or string of the metadata): PostgreSQL (a text column, JSONB) cannot store them, so they
+    are refused on every database alike, before the database is asked; the clients check the
+    same before sending (protobuf cannot encode a lone surrogate in `cwd`)."""
     if cwd and "\x00" in cwd:
         raise ValidationError("UNSTORABLE_VALUE", "cwd must not contain a NUL character", field="cwd")
+    if cwd and jsonvalue.has_lone_surrogate(cwd):
+        raise ValidationError("UNSTORABLE_VALUE", "cwd must not contain a lone UTF-16 surrogate", field="cwd")
     for text in jsonvalue.strings_in(metadata):
         if "\x00" in text:
             raise ValidationError("UNSTORABLE_VALUE", "metadata must not contain a NUL character", field="metadata")

@@ -129,7 +129,10 @@ def test_a_caught_up_subscriber_is_not_woken_by_appends_to_other_sessions(fresh_
             writer.append(sid, lease, [ev.note(3)])
             assert next(items).seq == 3  # the feed still wakes it for its own session
             subscription.cancel()
-            assert woken == [], f"read its log {len(woken)} times for appends to another session"
+            # At most one look: PostgreSQL's feed, once its LISTEN takes effect (up to half a second after
+            # the first subscriber), has every follower look at its log once, for the appends made
+            # before it could hear them. Woken by each commit, it read ten times.
+            assert len(woken) <= 1, f"read its log {len(woken)} times for appends to another session"
     finally:
         writer_side.stop(grace=0.5)
         reader_side.stop(grace=0.5)

@@ -26,18 +26,23 @@ def configure(level: str = "info", *, worker: int | None = None) -> None:
     process = _ProcessFields({"worker": worker} if worker is not None else {})
     logging.basicConfig(level=numeric, handlers=[_stdlib_handler(process)])
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            process,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
+        processors=[*_fields(process), structlog.processors.JSONRenderer()],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def _fields(process: _ProcessFields) -> list[Any]:
+    """What every line carries, structlog's own and the standard library's alike: the call's
+    context, the process's fields, the level, the time and any exception."""
+    return [
+        structlog.contextvars.merge_contextvars,
+        process,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+    ]
 
 
 class _ProcessFields:
@@ -63,14 +68,7 @@ def _stdlib_handler(process: _ProcessFields) -> logging.Handler:
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processor=structlog.processors.JSONRenderer(),
-            foreign_pre_chain=[
-                structlog.contextvars.merge_contextvars,
-                process,
-                structlog.stdlib.add_log_level,
-                structlog.stdlib.add_logger_name,
-                structlog.processors.TimeStamper(fmt="iso", utc=True),
-                structlog.processors.format_exc_info,
-            ],
+            foreign_pre_chain=[*_fields(process), structlog.stdlib.add_logger_name],
         )
     )
     return handler

@@ -1198,6 +1198,17 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: core
     Client: Use a shorter writer id without NUL characters, or none (the service picks one).
     """
+    WRITE_REQUEST_EMPTY: _ErrorReason.ValueType  # 139
+    """A writer stream message after `open` sets none of `batch`, `batches`, `header`, `close`
+    (an empty `WriteRequest`, or one holding only a kind this service does not know: a client
+    built from newer protos than the service's).
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`
+    Raised by: service
+    Client: Set one field of `kind` in every message. The batches sent before it were
+      acknowledged first; the stream has ended and released its lease: open a new one.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The catalogue of sessionlog errors (SPEC §13, AIP-193), in the style of googleapis'
@@ -2415,5 +2426,16 @@ Code: INVALID_ARGUMENT
 Metadata: `field`
 Raised by: core
 Client: Use a shorter writer id without NUL characters, or none (the service picks one).
+"""
+WRITE_REQUEST_EMPTY: ErrorReason.ValueType  # 139
+"""A writer stream message after `open` sets none of `batch`, `batches`, `header`, `close`
+(an empty `WriteRequest`, or one holding only a kind this service does not know: a client
+built from newer protos than the service's).
+
+Code: INVALID_ARGUMENT
+Metadata: `field`
+Raised by: service
+Client: Set one field of `kind` in every message. The batches sent before it were
+  acknowledged first; the stream has ended and released its lease: open a new one.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -423,8 +423,15 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         elif kind == "close":
             stream.close()
             return True
-        else:
+        elif kind == "open":
             raise ValidationError("WRITER_ALREADY_OPEN", "`open` may only be the first message", field="open")
+        else:  # None: nothing set, or only a kind of newer protos (an unknown field to this service)
+            raise ValidationError(
+                "WRITE_REQUEST_EMPTY",
+                "a writer message must set one of batch, batches, header or close (this one sets none"
+                " this service knows)",
+                field="kind",
+            )
         return False
 
 

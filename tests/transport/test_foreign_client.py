@@ -1,0 +1,54 @@
+"""The wire protocol as a client in another language meets it: generated stubs and the protos'
+comments only, every request built by hand (no client library to smooth a mistake over).
+
+Each error must be the one the `ErrorReason` catalogue (error_reason.proto) promises for that
+mistake, so a foreign client can switch on the reason and act on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from sessionlog.client import SessionLogClient
+from sessionlog.errors import from_rpc_error
+from sessionlog.v1 import event_pb2
+from sessionlog.v1 import session_service_pb2 as pb
+
+
+def _raw_note(n: int) -> event_pb2.NewEvent:
+    return event_pb2.NewEvent(type="test/note", ignorable=True, data_json=b'{"n": %d}' % n)
+
+
+def _refusal(answers: Iterator[pb.WriteResponse]) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as refused:
+        list(answers)
+    return refused.value
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        pb.WriteRequest(),  # no kind set: a client that forgot to fill the oneof
+        pb.WriteRequest.FromString(b"\x4a\x00"),  # field 9: a kind from a newer proto, unknown here
+    ],
+    ids=["empty", "unknown-kind"],
+)
+def test_a_writer_message_of_no_known_kind_is_named_as_such(
+    client: SessionLogClient, sid: str, request_: pb.WriteRequest
+) -> None:
+    opened = pb.WriteRequest(open=pb.OpenWriter(session_id=sid, create_if_missing=True))
+    batch = pb.WriteRequest(batch=pb.WriteBatch(batch_id=1, events=[_raw_note(0)]))
+    answers = client.stub.Write(iter([opened, batch, request_]), timeout=10)
+    assert next(answers).HasField("opened")
+    assert next(answers).ack.seqs == [0]  # what came before is acknowledged first
+    refused = _refusal(answers)
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+    error = from_rpc_error(refused)
+    # Not WRITER_ALREADY_OPEN: this writer sent `open` once only, and would look for a bug there.
+    assert error.reason == "WRITE_REQUEST_EMPTY", error
+    assert error.metadata["field"] == "kind"
+    assert client.get_session(sid).lease is None  # the stream ended as the service meant: released
+

@@ -16,6 +16,7 @@ from sessionlog.client import SessionLogClient
 from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
+from tests.support.events import note
 
 
 def _raw_note(n: int) -> event_pb2.NewEvent:
@@ -52,3 +53,18 @@ def test_a_writer_message_of_no_known_kind_is_named_as_such(
     assert error.metadata["field"] == "kind"
     assert client.get_session(sid).lease is None  # the stream ended as the service meant: released
 
+
+def test_forking_a_session_without_events_is_empty_source(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    for at_seq in (0, 5):
+        with pytest.raises(grpc.RpcError) as refused:
+            client.stub.ForkSession(pb.ForkSessionRequest(session_id=sid, at_seq=at_seq))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert from_rpc_error(refused.value).reason == "EMPTY_SOURCE"
+    with client.writer(sid) as writer:
+        writer.append([note(0)]).result()
+    # Past the head of a session that has events is still SEQ_NOT_FOUND.
+    with pytest.raises(grpc.RpcError) as refused:
+        client.stub.ForkSession(pb.ForkSessionRequest(session_id=sid, at_seq=1))
+    assert from_rpc_error(refused.value).reason == "SEQ_NOT_FOUND"
+    assert client.stub.ForkSession(pb.ForkSessionRequest(session_id=sid, at_seq=0)).session.parent.session_id == sid

@@ -150,6 +150,8 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
     """A new session inheriting `source_id`'s events 0..at_seq (shared, not copied)."""
     access.require_write("ForkSession")
     source = await service.sessions.get_session(source_id)
+    if source.next_seq == 0:  # whatever `at_seq` says: the catalogue's answer to this mistake
+        raise ValidationError("EMPTY_SOURCE", f"session {source_id!r} has no events to fork")
     if at_seq >= source.next_seq:
         raise NotFound(
             "SEQ_NOT_FOUND",
@@ -205,8 +207,6 @@ async def _open_turn_window(service: SessionLogService, source: SessionRecord, a
             if event.type == TURN_END:
                 return window[-1:]
         high = low - 1
-    if not window:
-        raise ValidationError("EMPTY_SOURCE", f"session {source.id!r} has no events to fork")
     return window[-1:]
 
 

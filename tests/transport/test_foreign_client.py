@@ -16,7 +16,7 @@ from sessionlog.client import SessionLogClient
 from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
-from tests.support.events import note
+from tests.support.events import note, system, user
 
 
 def _raw_note(n: int) -> event_pb2.NewEvent:
@@ -68,3 +68,36 @@ def test_forking_a_session_without_events_is_empty_source(client: SessionLogClie
         client.stub.ForkSession(pb.ForkSessionRequest(session_id=sid, at_seq=1))
     assert from_rpc_error(refused.value).reason == "SEQ_NOT_FOUND"
     assert client.stub.ForkSession(pb.ForkSessionRequest(session_id=sid, at_seq=0)).session.parent.session_id == sid
+
+
+def test_a_page_token_is_refused_for_another_session(client: SessionLogClient, sid: str) -> None:
+    # AIP-158: a token continues the request it came from. Both sessions are long enough that
+    # the first one's token, unchecked, read the second at the first's seq and index.
+    other = f"{sid}-other"
+    for session in (sid, other):
+        with client.writer(session, create_if_missing=True) as writer:
+            writer.append([system("s"), *(user(f"{session} {i}") for i in range(3))]).result()
+    scope = pb.ProjectionScope(session_id=sid)
+    history = client.stub.GetModelHistory(pb.GetModelHistoryRequest(scope=scope, page_size=1))
+    transcript = client.stub.GetTranscript(pb.GetTranscriptRequest(scope=scope, page_size=1))
+    assert history.next_page_token and transcript.next_page_token
+    elsewhere = pb.ProjectionScope(session_id=other)
+    calls = [
+        lambda: client.stub.GetModelHistory(
+            pb.GetModelHistoryRequest(scope=elsewhere, page_size=1, page_token=history.next_page_token)
+        ),
+        lambda: client.stub.GetTranscript(
+            pb.GetTranscriptRequest(scope=elsewhere, page_size=1, page_token=transcript.next_page_token)
+        ),
+    ]
+    for call in calls:
+        with pytest.raises(grpc.RpcError) as refused:
+            call()
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        error = from_rpc_error(refused.value)
+        assert error.reason == "BAD_PAGE_TOKEN" and error.metadata["field"] == "page_token"
+    # In its own session the token goes on where it left off.
+    second = client.stub.GetModelHistory(
+        pb.GetModelHistoryRequest(scope=scope, page_size=1, page_token=history.next_page_token)
+    )
+    assert second.from_index == 1 and f"{sid} 0".encode() in second.messages_json

@@ -1113,8 +1113,9 @@ class GetModelHistoryRequest(_message.Message):
     """
     page_token: _builtins.str
     """`next_page_token` of the previous page: the next page of the same history (read at the
-    same seq even if the session grew since). When set, `from_index` and `if_generation` are
-    taken from the token.
+    same seq even if the session grew since). When set, `from_index`, `if_generation` and
+    `scope.at_seq` are taken from the token; a token of another session, or of a transcript,
+    is refused (BAD_PAGE_TOKEN).
     """
     @_builtins.property
     def scope(self) -> Global___ProjectionScope:
@@ -1196,7 +1197,8 @@ class GetTranscriptRequest(_message.Message):
     """
     page_token: _builtins.str
     """`next_page_token` of the previous page: the next rows of the same transcript (read at the
-    same seq even if the session grew since).
+    same seq even if the session grew since; `scope.at_seq` is taken from the token). A token
+    of another session, or of a model history, is refused (BAD_PAGE_TOKEN).
     """
     @_builtins.property
     def scope(self) -> Global___ProjectionScope:

@@ -14,6 +14,7 @@ while the session grows. Messages come from the shared message cache as stored J
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -127,7 +128,7 @@ async def history_page(
 ) -> HistoryPage:
     """Messages of the model history from `from_index` on, one page."""
     if page_token:
-        at_seq, from_index, generation = _decode_token(page_token, "history")
+        at_seq, from_index, generation = _decode_token(page_token, "history", scope.session_id)
         scope = Scope(scope.session_id, at_seq, scope.with_repair)
         if_generation = generation
     folded = await fold_scope(service, scope)
@@ -150,7 +151,7 @@ async def history_page(
     bodies = await service.messages.message_bytes(folded.record, seqs, folded.extra)
     bodies = _cut_by_bytes(bodies, service.settings.read_page_bytes)
     end = start + len(bodies)
-    token = _encode_token("history", _stored_seq(folded), end, generation) if end < count else ""
+    token = _encode_token("history", scope.session_id, _stored_seq(folded), end, generation) if end < count else ""
     return HistoryPage(b"[" + b",".join(bodies) + b"]", max(folded.at_seq, 0), start, count, generation, token)
 
 
@@ -174,7 +175,7 @@ async def transcript_page(
     record = await service.sessions.get_session(scope.session_id)
     from_seq = 0
     if page_token:
-        at_token, from_seq, _ = _decode_token(page_token, "transcript")
+        at_token, from_seq, _ = _decode_token(page_token, "transcript", scope.session_id)
         scope = Scope(scope.session_id, at_token, scope.with_repair)
     folded = await fold_scope(service, scope, record)
     at_seq = folded.at_seq
@@ -220,7 +221,7 @@ async def transcript_page(
         if (row := transcript_row(event, scan.replaced_by.get(event.seq), scan.replaces.get(event.seq, []))) is not None
     ]
     last = page[-1].seq if page else at_seq
-    token = _encode_token("transcript", _stored_seq(folded), last + 1, 0) if last < at_seq else ""
+    token = _encode_token("transcript", scope.session_id, _stored_seq(folded), last + 1, 0) if last < at_seq else ""
     return TranscriptPage(rows, at_seq, token)
 
 
@@ -303,24 +304,36 @@ def _cut_by_bytes(bodies: list[bytes], budget: int) -> list[bytes]:
     return bodies
 
 
-def _encode_token(kind: str, at_seq: int, position: int, generation: int) -> str:
-    raw = jsonvalue.dumps_bytes([kind, at_seq, position, generation])
+def _encode_token(kind: str, session_id: str, at_seq: int, position: int, generation: int) -> str:
+    raw = jsonvalue.dumps_bytes([kind, _session_tag(session_id), at_seq, position, generation])
     return base64.urlsafe_b64encode(raw).decode("ascii")
 
 
-def _decode_token(token: str, kind: str) -> tuple[int, int, int]:
+def _decode_token(token: str, kind: str, session_id: str) -> tuple[int, int, int]:
+    """The seq, position and generation of a token `_encode_token` made for this kind of read
+    of this session (AIP-158: a token continues its own request). Another session's token
+    would read this one at that session's seq and index."""
     try:
         value = jsonvalue.loads(base64.urlsafe_b64decode(token.encode("ascii")))
-        if not isinstance(value, list) or len(value) != 4 or value[0] != kind:
+        if not isinstance(value, list) or len(value) != 5 or value[0] != kind:
             raise ValueError(token)
-        numbers = value[1:]
+        numbers = value[2:]
         if not all(type(n) is int and 0 <= n < 2**63 for n in numbers):
             raise ValueError(token)
     except (ValueError, TypeError, SessionLogError):
         raise ValidationError(
             "BAD_PAGE_TOKEN", "page_token is not a token this service issued", field="page_token"
         ) from None
+    if value[1] != _session_tag(session_id):
+        raise ValidationError(
+            "BAD_PAGE_TOKEN", f"page_token is not a token of session {session_id!r}", field="page_token"
+        )
     return numbers[0], numbers[1], numbers[2]
+
+
+def _session_tag(session_id: str) -> str:
+    """What a page token keeps of its session: enough to tell another session's token apart."""
+    return hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def _no_seq(scope: Scope, next_seq: int) -> NotFound:

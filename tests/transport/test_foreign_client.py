@@ -101,3 +101,23 @@ def test_a_page_token_is_refused_for_another_session(client: SessionLogClient, s
         pb.GetModelHistoryRequest(scope=scope, page_size=1, page_token=history.next_page_token)
     )
     assert second.from_index == 1 and f"{sid} 0".encode() in second.messages_json
+
+
+def test_a_call_without_its_lease_token_says_which_field_is_missing(client: SessionLogClient, sid: str) -> None:
+    # Still OWNERSHIP_LOST (an empty token holds no lease, as any wrong one), but a caller that
+    # never set the field learns that, and where its token comes from, not only "reopen".
+    client.create_session(sid)
+    stub = client.stub
+    calls = [
+        lambda: stub.AppendEvents(pb.AppendEventsRequest(session_id=sid, events=[_raw_note(0)])),
+        lambda: stub.RenewLease(pb.RenewLeaseRequest(session_id=sid)),
+        lambda: stub.ReleaseLease(pb.ReleaseLeaseRequest(session_id=sid)),
+        lambda: stub.ReportRequestHeader(pb.ReportRequestHeaderRequest(session_id=sid, header_json=b'{"config":{}}')),
+    ]
+    for call in calls:
+        with pytest.raises(grpc.RpcError) as refused:
+            call()
+        assert refused.value.code() == grpc.StatusCode.ABORTED
+        assert from_rpc_error(refused.value).reason == "OWNERSHIP_LOST"
+        assert "no lease_token" in refused.value.details() and "AcquireLease" in refused.value.details()
+    assert list(client.read_events(sid)) == []

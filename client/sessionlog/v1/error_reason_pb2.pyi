@@ -966,7 +966,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """
     OWNERSHIP_LOST: _ErrorReason.ValueType  # 110
     """The writer's lease was taken over or lapsed (a newer epoch owns the session), or the lease
-    token presented does not hold the session's current lease (then only `session_id` is set).
+    token presented does not hold the session's current lease (then only `session_id` is set;
+    an empty `lease_token` is answered so too, its message saying that none was given).
     The clients raise it too when a reconnecting writer finds that another writer held the
     session meanwhile.
 
@@ -2195,7 +2196,8 @@ Client: Re-read the log from `next_seq`, reconcile, and send a new batch.
 """
 OWNERSHIP_LOST: ErrorReason.ValueType  # 110
 """The writer's lease was taken over or lapsed (a newer epoch owns the session), or the lease
-token presented does not hold the session's current lease (then only `session_id` is set).
+token presented does not hold the session's current lease (then only `session_id` is set;
+an empty `lease_token` is answered so too, its message saying that none was given).
 The clients raise it too when a reconnecting writer finds that another writer held the
 session meanwhile.
 

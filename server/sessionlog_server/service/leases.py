@@ -134,7 +134,7 @@ class LeaseManager:
         record = await self.reader.caller_session(session_id, self.limits)
         stored = record.lease_token_hash
         if not presented or stored is None or not hmac.compare_digest(stored, presented):
-            raise lease_not_held(session_id)
+            raise lease_not_held(session_id, presented=bool(presented))
         holder = LeaseHolder(record.id, record.namespace, record.writer_id or "", record.epoch, stored)
         self._remember(holder)
         if self.live.peek(record.id) is not None:  # cached here before: it may name an older holder

@@ -611,17 +611,22 @@ class EventRecorder(ABC):
                 conn.execute(queries.INSERT_SNAPSHOT, [snapshot._asdict()])
 
 
-def lease_not_held(session_id: str) -> OwnershipLost:
+def lease_not_held(session_id: str, *, presented: bool = True) -> OwnershipLost:
     """The answer to a lease token that does not hold the session's current lease.
 
     The same for a token that was taken over, released, or never granted, so the answer tells
-    a caller nothing about other writers; the holder of a lost lease must reopen.
+    a caller nothing about other writers; the holder of a lost lease must reopen. A call that
+    presented none (`presented` False) is told so, and where a token comes from: a caller built
+    from the protos alone, that never set the field, would look for another writer.
     """
-    return OwnershipLost(
-        "OWNERSHIP_LOST",
-        f"the lease token does not hold the current lease of session {session_id!r}; reopen the writer",
-        session_id=session_id,
-    )
+    if not presented:
+        message = (
+            f"no lease_token was given for session {session_id!r}: send the token AcquireLease, "
+            "ResumeSession or the writer stream's `opened` returned"
+        )
+    else:
+        message = f"the lease token does not hold the current lease of session {session_id!r}; reopen the writer"
+    return OwnershipLost("OWNERSHIP_LOST", message, session_id=session_id)
 
 
 def _same_hash(stored: str | None, presented: str | None) -> bool:

@@ -116,8 +116,10 @@ class NewEvent(_message.Message):
     data_json: _builtins.bytes
     """The payload: a JSON object as UTF-8 text. Empty means `{}`."""
     event_id: _builtins.str
-    """Optional client id, unique within the session. A retried append with the same id returns
-    the original seq instead of appending again.
+    """Optional client id (at most 128 characters), unique within the session. A retried append
+    with the same id returns the original seq instead of appending again; the id alone decides,
+    the retry's other fields are not compared (the stored event stays as it was). Give every
+    event an id if a writer may retry after a lost acknowledgement.
     """
     ignorable: _builtins.bool
     """True lets a reader that does not know `type` skip it; an unknown type without it is refused."""

@@ -213,7 +213,9 @@ Global___ListSessionsResponse: _TypeAlias = ListSessionsResponse  # noqa: Y015
 
 @_typing.final
 class WriteRequest(_message.Message):
-    """A request on the writer stream: first `open`, then batches."""
+    """A request on the writer stream: first `open`, then batches (and header reports), then
+    `close`. Nothing after `close` is read.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -830,9 +832,11 @@ class ReadEventsRequest(_message.Message):
     session_id: _builtins.str
     """The session to read."""
     from_seq: _builtins.int
-    """The first seq to read (inclusive)."""
+    """The first seq to read (inclusive). At or past the end of the log the stream ends with no
+    message (SubscribeEvents, by contrast, refuses a `from_seq` past the head).
+    """
     to_seq: _builtins.int
-    """The last seq to read (inclusive); unset reads to the end of the log."""
+    """The last seq to read (inclusive); unset, or past the end, reads to the end of the log."""
     page_size: _builtins.int
     """At most this many events per response message; 0 means the default (500)."""
     def __init__(
@@ -1055,7 +1059,9 @@ Global___ReportRequestHeaderResponse: _TypeAlias = ReportRequestHeaderResponse  
 
 @_typing.final
 class ProjectionScope(_message.Message):
-    """Which log prefix a projection reads, and how."""
+    """Which log prefix a projection reads, and how. Every projection's response says in `at_seq`
+    the last seq it covers; that is 0 for a session without events too (its `next_seq` is 0).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1519,7 +1525,9 @@ class ForkSessionRequest(_message.Message):
     session_id: _builtins.str
     """The source session."""
     at_seq: _builtins.int
-    """The last seq the fork inherits (inclusive)."""
+    """The last seq the fork inherits (inclusive); 0, the default, inherits the first event
+    only. A session without events cannot be forked (EMPTY_SOURCE).
+    """
     new_session_id: _builtins.str
     """The new session's id; empty lets the service generate one."""
     def __init__(

@@ -31,6 +31,16 @@ class SessionServiceStub:
     Errors are `google.rpc.Status` with an `ErrorInfo` detail (domain `sessionlog`) whose
     `reason` is the name of an `ErrorReason` (error_reason.proto lists every one, with its code,
     its metadata keys and what a client should do), e.g. `WRITER_HELD`, `OWNERSHIP_LOST`.
+
+    A service configured with tokens wants call metadata `authorization: Bearer <token>` on every
+    call (UNAUTHENTICATED `TOKEN_MISSING` / `TOKEN_UNKNOWN` otherwise); the standard health
+    (grpc.health.v1) and reflection (grpc.reflection.v1alpha) services answer without one.
+
+    Messages are as large as what they carry: one event's `data_json` may be up to 64 MiB and a
+    batch 128 MiB (the service's defaults), and a read sends an event whole. gRPC libraries
+    receive at most 4 MiB by default: raise the channel's maximum receive (and send) message
+    size, as sessionlog's own clients do (256 MiB, the service's `max_message_bytes`), or a read
+    of a large event fails with RESOURCE_EXHAUSTED on the client.
     """
 
     def __init__(self, channel):
@@ -137,6 +147,16 @@ class SessionServiceServicer:
     Errors are `google.rpc.Status` with an `ErrorInfo` detail (domain `sessionlog`) whose
     `reason` is the name of an `ErrorReason` (error_reason.proto lists every one, with its code,
     its metadata keys and what a client should do), e.g. `WRITER_HELD`, `OWNERSHIP_LOST`.
+
+    A service configured with tokens wants call metadata `authorization: Bearer <token>` on every
+    call (UNAUTHENTICATED `TOKEN_MISSING` / `TOKEN_UNKNOWN` otherwise); the standard health
+    (grpc.health.v1) and reflection (grpc.reflection.v1alpha) services answer without one.
+
+    Messages are as large as what they carry: one event's `data_json` may be up to 64 MiB and a
+    batch 128 MiB (the service's defaults), and a read sends an event whole. gRPC libraries
+    receive at most 4 MiB by default: raise the channel's maximum receive (and send) message
+    size, as sessionlog's own clients do (256 MiB, the service's `max_message_bytes`), or a read
+    of a large event fails with RESOURCE_EXHAUSTED on the client.
     """
 
     def CreateSession(self, request, context):
@@ -383,6 +403,16 @@ class SessionService:
     Errors are `google.rpc.Status` with an `ErrorInfo` detail (domain `sessionlog`) whose
     `reason` is the name of an `ErrorReason` (error_reason.proto lists every one, with its code,
     its metadata keys and what a client should do), e.g. `WRITER_HELD`, `OWNERSHIP_LOST`.
+
+    A service configured with tokens wants call metadata `authorization: Bearer <token>` on every
+    call (UNAUTHENTICATED `TOKEN_MISSING` / `TOKEN_UNKNOWN` otherwise); the standard health
+    (grpc.health.v1) and reflection (grpc.reflection.v1alpha) services answer without one.
+
+    Messages are as large as what they carry: one event's `data_json` may be up to 64 MiB and a
+    batch 128 MiB (the service's defaults), and a read sends an event whole. gRPC libraries
+    receive at most 4 MiB by default: raise the channel's maximum receive (and send) message
+    size, as sessionlog's own clients do (256 MiB, the service's `max_message_bytes`), or a read
+    of a large event fails with RESOURCE_EXHAUSTED on the client.
     """
 
     @staticmethod

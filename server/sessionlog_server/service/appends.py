@@ -106,13 +106,9 @@ class AppendPipeline:
                 known = _known_seqs(live, proposals)
             # A retried event already stored appends nothing, so it is not charged again.
             fresh = known.count(None)
-            self.rate_limiter.take(live.record.namespace, fresh)
             raw = [d.raw for d in decoded]
-            try:
+            with self.rate_limiter.spending(live.record.namespace, fresh):  # given back if refused
                 return await self._plan_retrying_stored(live, holder, proposals, expected_next_seq, raw)
-            except SessionLogError:
-                self.rate_limiter.give_back(live.record.namespace, fresh)  # refused: nothing was sent to commit
-                raise
         except SessionLogError as exc:
             self.metrics.batches_refused.labels(exc.reason).inc()
             raise

@@ -1,14 +1,16 @@
 """Per-namespace rate limiting: a token bucket per namespace, refilled continuously.
 
 Checked before a batch is planned, so a refused batch writes nothing; the refusal is
-RESOURCE_EXHAUSTED with the limit in its details. A batch that planning then refuses (a bad
-event, a stale expected seq) gets its tokens back: only what is committed or sent to commit
-is charged.
+RESOURCE_EXHAUSTED with the limit in its details. A write that planning then refuses (a bad
+event, a stale expected seq; a header report as a batch) gets its tokens back (`spending`):
+only what is committed or sent to commit is charged.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sessionlog.core.errors import LimitExceeded
@@ -60,6 +62,19 @@ class RateLimiter:
                 retry_after_ms=int(1000 * (events - bucket.tokens) / self.rate),
             )
         bucket.tokens -= events
+
+    @contextmanager
+    def spending(self, namespace: str, events: int) -> Iterator[None]:
+        """`take` for a write planned and queued for commit in the block: if the block raises
+        (planning refused the write, or anything failed before the commit had it), nothing was
+        sent to commit, and the tokens are given back. Every write of a namespace is charged
+        through here, so none keeps tokens for what it never wrote."""
+        self.take(namespace, events)
+        try:
+            yield
+        except BaseException:
+            self.give_back(namespace, events)
+            raise
 
     def give_back(self, namespace: str, events: int) -> None:
         """Return what `take` spent for a batch that was then refused before it was committed."""

@@ -77,9 +77,9 @@ async def start_header_report(
         # A logged header is an event the writer appends: it spends the namespace's rate as a
         # batch's events do (a report that logs nothing costs nothing), and gets it back as a
         # batch does when planning refuses it.
-        with service.appends.rate_limiter.spending(live.record.namespace, 1):
+        with service.appends.rate_limiter.spending(live.record.namespace, 1) as charge:
             event = NewEvent(type=REQUEST_HEADER, data=decision.data_to_append)
-            committed = service.appends.plan_and_commit(live, writer_id, epoch, [event])
+            committed = service.appends.plan_and_commit(live, writer_id, epoch, [event], charge=charge)
 
     async def finish() -> HeaderReport:
         result = await committed

@@ -2,8 +2,10 @@
 
 Checked before a batch is planned, so a refused batch writes nothing; the refusal is
 RESOURCE_EXHAUSTED with the limit in its details. A write that planning then refuses (a bad
-event, a stale expected seq; a header report as a batch) gets its tokens back (`spending`):
-only what is committed or sent to commit is charged.
+event, a stale expected seq; a header report as a batch) gets its tokens back (`spending`), and
+so does one the commit's fence refuses as planned on a stale fold (`Charge`: nothing was
+written, and a unary append is planned once more, charged then): only what is committed, or
+may be, is charged.
 """
 
 from __future__ import annotations
@@ -20,6 +22,21 @@ from sessionlog.core.errors import LimitExceeded
 class _Bucket:
     tokens: float
     stamp: float
+
+
+@dataclass(slots=True)
+class Charge:
+    """The tokens one write spent, given back at most once (the write was refused with nothing
+    written, whichever step learnt it first)."""
+
+    limiter: RateLimiter
+    namespace: str
+    events: int
+
+    def give_back(self) -> None:
+        if self.events:
+            self.limiter.give_back(self.namespace, self.events)
+            self.events = 0
 
 
 class RateLimiter:
@@ -64,16 +81,18 @@ class RateLimiter:
         bucket.tokens -= events
 
     @contextmanager
-    def spending(self, namespace: str, events: int) -> Iterator[None]:
+    def spending(self, namespace: str, events: int) -> Iterator[Charge]:
         """`take` for a write planned and queued for commit in the block: if the block raises
         (planning refused the write, or anything failed before the commit had it), nothing was
         sent to commit, and the tokens are given back. Every write of a namespace is charged
-        through here, so none keeps tokens for what it never wrote."""
+        through here, so none keeps tokens for what it never wrote; the `Charge` goes with the
+        write to its commit, which gives it back if the fence refuses it."""
         self.take(namespace, events)
+        charge = Charge(self, namespace, events)
         try:
-            yield
+            yield charge
         except BaseException:
-            self.give_back(namespace, events)
+            charge.give_back()
             raise
 
     def give_back(self, namespace: str, events: int) -> None:

@@ -286,7 +286,7 @@ class AppendPipeline:
             self.metrics.batch_size.observe(len(pending.events))
             if self.commit_taps or self.hub.has_subscribers(live.session_id):  # else no one to hand events to
                 committed_events = _with_stored_text(pending)
-                self.hub.publish(live.session_id, committed_events, pending.stored_bytes)
+                self.hub.publish(live.session_id, committed_events, pending.stored_bytes, pending.committed_at)
                 for tap in self.commit_taps:
                     tap(live.session_id, committed_events)
         finally:

@@ -5,16 +5,20 @@ a retried batch is not charged twice, and a message's role must agree with its e
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import pytest
 
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, ValidationError
+from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, Unavailable, ValidationError
+from sessionlog.core.fold import SessionFold
 from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
+from sessionlog_server.service.loader import SnapshotPolicy
+from sessionlog_server.storage.records import StoredSnapshot
 from tests.support.events import note
 from tests.support.servers import ServerThread
 
@@ -124,6 +128,35 @@ def test_header_reports_that_log_an_event_are_charged_to_the_namespace_rate(limi
         assert logged < 30
         # A report that logs nothing (the same header again) costs nothing, even now.
         assert not client.report_header(sid, lease, {"config": {"model": f"m{logged - 1}"}}).appended
+
+
+@dataclass(frozen=True, slots=True)
+class _FailingAtHeaders(SnapshotPolicy):
+    """Due after every batch; taking the snapshot after one of `session_id`'s request/header
+    events fails (a fault between planning and commit: the report is never sent to commit)."""
+
+    session_id: str
+
+    def stored(self, session_id: str, fold: SessionFold) -> StoredSnapshot:  # type: ignore[override]
+        latest = fold.latest_header
+        if session_id == self.session_id and latest is not None and latest.seq == fold.next_seq - 1:
+            raise Unavailable("STORAGE_UNAVAILABLE", "taking the snapshot failed")
+        return SnapshotPolicy.stored(session_id, fold)
+
+
+def test_a_header_report_refused_after_its_rate_check_is_not_charged(limited: ServerThread, sid: str) -> None:
+    # A logged header spends the rate before it is planned; one refused between then and the
+    # commit kept its token, where a refused batch's are given back: eight failed reports left
+    # most of the burst of ten spent on nothing.
+    limited.service.appends.snapshots = _FailingAtHeaders(every_events=1, every_bytes=1 << 30, session_id=sid)
+    with SessionLogClient(limited.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        for i in range(8):
+            with pytest.raises(Unavailable):
+                client.report_header(sid, lease, {"config": {"model": f"m{i}"}})
+        assert client.get_session(sid).next_seq == 0  # nothing was logged
+        assert client.append(sid, lease, [note(i) for i in range(10)]).seqs == list(range(10))
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,10 @@ from sessionlog.cli.hints import speaks_tls
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import LimitExceeded, Unavailable
 from sessionlog_server.tokens import config_line, new_token
-from tests.support.events import note, user
+from tests.support.events import note, turn_start, user
+from tests.support.following import follow_in_thread
 from tests.support.servers import ServerThread, free_port
+from tests.support.waiting import eventually
 
 
 def make_certificate(directory: Path) -> tuple[Path, Path]:
@@ -230,5 +232,34 @@ def test_metrics_endpoint_exposes_the_documented_series(db_url: str, sid: str) -
             "sessionlog_subscribers 0.0",
         ):
             assert series in body, series
+    finally:
+        server.stop()
+
+
+def test_a_repair_delivered_live_counts_its_delivery_lag_not_its_events_age(fresh_db: str, sid: str) -> None:
+    # Repair events take the time of the event before them (SPEC §8), and the lag was counted
+    # from the events' time: a lease-expiry repair showed as the whole TTL and more of lag. It
+    # is counted from the batch's commit now.
+    if not fresh_db.startswith("sqlite"):
+        pytest.skip("the shared PostgreSQL database: another test's server may repair the session first")
+    server = ServerThread(fresh_db, lease_ttl_ms=2_000)
+    registry = server.service.metrics.registry
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            client.append(sid, lease, [turn_start(1)])  # the writer then goes silent
+            subscription = client.subscribe(sid)
+            thread, seen = follow_in_thread(subscription)
+            try:
+                eventually(lambda: [getattr(item, "type", None) for item in seen], lambda types: "turn/end" in types)
+            finally:
+                subscription.cancel()
+                thread.join(10)
+        repaired = [e for e in seen if getattr(e, "type", None) == "turn/end"]
+        assert repaired[0].data["reason"]["kind"] == "interrupted"
+        # One live batch (the replay of turn/start is not live): the repair, delivered at once.
+        assert registry.get_sample_value("sessionlog_subscription_lag_seconds_count") == 1
+        assert registry.get_sample_value("sessionlog_subscription_lag_seconds_sum") < 1.0
     finally:
         server.stop()

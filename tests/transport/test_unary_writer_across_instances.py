@@ -14,6 +14,7 @@ Two in-process instances on one database stand for two machines (PostgreSQL) or 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -26,17 +27,24 @@ H1: dict[str, Any] = {"config": {"provider": "acme", "model": "m-1"}}
 H2: dict[str, Any] = {"config": {"provider": "acme", "model": "m-2"}}
 
 
-@pytest.fixture
-def two(fresh_db: str) -> Iterator[tuple[SessionLogClient, SessionLogClient]]:
-    """Clients of two instances serving one database."""
-    settings: dict[str, Any] = {"workers": 2, "lease_ttl_ms": 5_000}
-    first, second = ServerThread(fresh_db, **settings), ServerThread(fresh_db, **settings)
+@contextmanager
+def instances(db: str, **extra: Any) -> Iterator[tuple[SessionLogClient, SessionLogClient]]:
+    """Clients of two instances serving one database (`extra`: settings of both)."""
+    settings: dict[str, Any] = {"workers": 2, "lease_ttl_ms": 5_000, **extra}
+    first, second = ServerThread(db, **settings), ServerThread(db, **settings)
     try:
         with SessionLogClient(first.target) as one, SessionLogClient(second.target) as other:
             yield one, other
     finally:
         first.stop(grace=0.5)
         second.stop(grace=0.5)
+
+
+@pytest.fixture
+def two(fresh_db: str) -> Iterator[tuple[SessionLogClient, SessionLogClient]]:
+    """Clients of two instances serving one database."""
+    with instances(fresh_db) as clients:
+        yield clients
 
 
 def logged(client: SessionLogClient, sid: str) -> list[tuple[str, Any]]:
@@ -99,3 +107,17 @@ def test_appends_through_either_instance_land_at_the_next_seq(
     one.append(sid, lease, [ev.note(7)])
     assert other.append(sid, lease, [ev.note(8)], expected_next_seq=8).seqs == [8]
     assert [e.data.get("n") for e in other.read_events(sid)] == list(range(9))
+
+
+def test_an_append_planned_again_on_the_caught_up_log_is_charged_once(fresh_db: str, sid: str) -> None:
+    # Planned on `other`'s stale fold, the batch is refused by the commit's fence and planned
+    # once more on the log as it stands: the one call spent its events twice, so a batch of
+    # seven (of a burst of ten) was refused RATE_LIMITED on its second planning.
+    with instances(fresh_db, max_events_per_second=10) as (one, other):
+        one.create_session(sid)
+        lease = one.acquire_lease(sid, writer_id="w")
+        assert other.append(sid, lease, [ev.note(0)]).seqs == [0]  # `other` caches the session
+        assert one.append(sid, lease, [ev.note(1)]).seqs == [1]  # and is now behind the log
+        batch = [ev.note(n) for n in range(2, 9)]
+        assert other.append(sid, lease, batch).seqs == list(range(2, 9))
+        assert [e.data.get("n") for e in other.read_events(sid)] == list(range(9))

@@ -176,7 +176,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     character in text, a string over its column's length). A NUL character in a session's
     `cwd`, and a NUL character or a lone UTF-16 surrogate anywhere in its metadata, are refused
     before the database is asked, on SQLite as on PostgreSQL (which cannot store them), with
-    `field` naming which.
+    `field` naming which. The clients refuse a `cwd` holding a lone surrogate before sending
+    (UTF-8 cannot carry it: it would travel as U+FFFD).
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
@@ -1192,7 +1193,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     BAD_WRITER_ID: _ErrorReason.ValueType  # 137
     """A writer id (`writer_id` of AcquireLease, ResumeSession or OpenWriter) is over 128
     characters or holds a NUL character; refused on every database alike, before anything is
-    changed.
+    changed. The clients also refuse one holding a lone UTF-16 surrogate before sending (UTF-8
+    cannot carry it: it would travel as U+FFFD).
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
@@ -1406,7 +1408,8 @@ UNSTORABLE_VALUE: ErrorReason.ValueType  # 17
 character in text, a string over its column's length). A NUL character in a session's
 `cwd`, and a NUL character or a lone UTF-16 surrogate anywhere in its metadata, are refused
 before the database is asked, on SQLite as on PostgreSQL (which cannot store them), with
-`field` naming which.
+`field` naming which. The clients refuse a `cwd` holding a lone surrogate before sending
+(UTF-8 cannot carry it: it would travel as U+FFFD).
 
 Code: INVALID_ARGUMENT
 Metadata: `field`
@@ -2422,7 +2425,8 @@ Client: Retry with the same eventIds: the retry returns their original seqs.
 BAD_WRITER_ID: ErrorReason.ValueType  # 137
 """A writer id (`writer_id` of AcquireLease, ResumeSession or OpenWriter) is over 128
 characters or holds a NUL character; refused on every database alike, before anything is
-changed.
+changed. The clients also refuse one holding a lone UTF-16 surrogate before sending (UTF-8
+cannot carry it: it would travel as U+FFFD).
 
 Code: INVALID_ARGUMENT
 Metadata: `field`

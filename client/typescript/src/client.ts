@@ -18,7 +18,7 @@ import { create } from "@bufbuild/protobuf";
 import { type Client, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { optionalSeq, pageSize, seq } from "./arguments.js";
-import { batchToPb, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
+import { batchToPb, checkWellFormed, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
 import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
 import { HistoryCopy } from "./history.js";
 import type { JsonObject } from "./json.js";
@@ -152,6 +152,7 @@ export class SessionLogClient {
 
   /** Create a session (ALREADY_EXISTS if the id is taken); the service generates an id if none. */
   async createSession(sessionId?: string, options: { cwd?: string; metadata?: JsonObject } = {}): Promise<SessionInfo> {
+    checkWellFormed(options.cwd, "UNSTORABLE_VALUE", "cwd");
     const request = {
       sessionId: sessionId ?? "",
       cwd: options.cwd ?? "",
@@ -196,6 +197,7 @@ export class SessionLogClient {
   /** Take the writer lease for unary appends (WRITER_HELD if another live writer has it). */
   async acquireLease(sessionId: string, options: { writerId?: string; takeover?: boolean; leaseToken?: string } = {}): Promise<HeldLease> {
     // `leaseToken`: the token of a live lease this caller still holds (takes it again at a new epoch).
+    checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
     const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false, leaseToken: options.leaseToken ?? "" };
     const response = await this.unary((signal) => this.rpc.acquireLease(request, { signal }), false);
     return { ...leaseFromPb(response.lease, response.leaseToken), nextSeq: num(response.nextSeq) };
@@ -240,6 +242,7 @@ export class SessionLogClient {
 
   /** Resume a session for unary appends: lease, repair of an open turn, seed boundary. */
   async resume(sessionId: string, options: { writerId?: string; takeover?: boolean } = {}): Promise<ResumeInfo> {
+    checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
     const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false };
     return resumeFromPb(await this.unary((signal) => this.rpc.resumeSession(request, { signal }), false));
   }

@@ -73,6 +73,17 @@ export function surfaceOpFromPb(op: PbSurfaceOp | undefined): SurfaceOp | undefi
 /** A UTF-16 surrogate not paired with its other half (with the `u` flag a pair is one code point). */
 const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
 
+/**
+ * Refuse a string field holding a lone UTF-16 surrogate, with the reason the service gives for
+ * that field. UTF-8 cannot carry one: protobuf-es sends U+FFFD in its place, so the service would
+ * store (or match) a value the caller never gave, where the Python clients refuse it before sending.
+ */
+export function checkWellFormed(value: string | undefined, reason: string, field: string, metadata: Record<string, string> = {}): void {
+  if (value !== undefined && LONE_SURROGATE.test(value)) {
+    throw invalid(reason, field, "must not contain a lone UTF-16 surrogate (UTF-8 cannot carry it)", metadata);
+  }
+}
+
 /** The longest eventId the service takes, in characters (its `max_id_chars`). */
 export const MAX_ID_CHARS = 128;
 
@@ -101,9 +112,7 @@ export function newEventToPb(event: NewEvent, index = 0): PbNewEvent {
   // UTF-8 cannot carry a lone surrogate: the wire would turn it into U+FFFD, so "a\ud800" and
   // "a\udc00" would reach the service as one id, and the second event would be answered with
   // the first one's seq instead of being appended (the Python client refuses it too).
-  if (event.eventId !== undefined && LONE_SURROGATE.test(event.eventId)) {
-    throw invalid("BAD_EVENT_ID", "eventId", "must not contain a lone UTF-16 surrogate (UTF-8 cannot carry it)", at(index));
-  }
+  checkWellFormed(event.eventId, "BAD_EVENT_ID", "eventId", at(index));
   if (event.ignorable !== undefined && typeof event.ignorable !== "boolean") throw invalid("BAD_IGNORABLE", "ignorable", "must be a boolean", at(index));
   return create(NewEventSchema, {
     type: event.type,

@@ -15,7 +15,7 @@ import { create } from "@bufbuild/protobuf";
 import { type Client, Code } from "@connectrpc/connect";
 import { Channel } from "./channel.js";
 import { optionalSeq } from "./arguments.js";
-import { batchToPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, resumeFromPb } from "./convert.js";
+import { batchToPb, checkWellFormed, headerReportFromPb, jsonObjectField, leaseFromPb, num, resumeFromPb } from "./convert.js";
 import { type ErrorFields, OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterClosed, WriterHeld, writerClosed } from "./errors.js";
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
@@ -139,6 +139,7 @@ export class Writer {
   static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}, clientClosed?: AbortSignal): Promise<Writer> {
     if (clientClosed?.aborted) throw writerClosed("the client is closed");
     checkMaxInFlight(options.maxInFlight);
+    checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
     const writer = new Writer(rpc, sessionId, options, clientClosed);
     clientClosed?.addEventListener("abort", writer.onClientClosed, { once: true });
     try {

@@ -78,9 +78,33 @@ describe(`arguments on ${backend}`, () => {
       await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "a\u0000b" }]), "eventId", "BAD_EVENT_ID", "append eventId with a NUL");
       await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "x".repeat(129) }]), "eventId", "BAD_EVENT_ID", "append eventId of 129 characters");
       await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "\udfff" }]), "eventId", "BAD_EVENT_ID", "append eventId with a lone surrogate");
+      await assertRefusedAtOnce(() => nowhere.createSession(id, { cwd: "\udfff" }), "cwd", "UNSTORABLE_VALUE", "createSession cwd with a lone surrogate");
+      await assertRefusedAtOnce(() => nowhere.writer(id, { writerId: "\udfff" }), "writerId", "BAD_WRITER_ID", "writer writerId with a lone surrogate");
     } finally {
       nowhere.close();
     }
+  });
+
+  test("a cwd or writer id holding a lone surrogate is refused by the service's rule, before anything is sent", async () => {
+    // They travelled as U+FFFD (protobuf's UTF-8 encoding replaces a lone surrogate): a session
+    // was created with a cwd the caller never gave, and a writer held the lease under another id.
+    const id = sessionId("surrogate");
+    await assertRefusedAtOnce(() => env.client.createSession(id, { cwd: "/home/\ud800" }), "cwd", "UNSTORABLE_VALUE", "createSession cwd");
+    await assert.rejects(env.client.getSession(id), NotFound, "no session was created");
+    await env.client.createSession(id);
+    const calls: [string, () => Promise<unknown>][] = [
+      ["acquireLease", () => env.client.acquireLease(id, { writerId: "w\udc00" })],
+      ["resume", () => env.client.resume(id, { writerId: "w\udc00" })],
+      ["writer", () => env.client.writer(id, { writerId: "w\udc00" })],
+      ["leaseWriter", () => env.client.leaseWriter(id, { writerId: "\ud83d" })],
+      ["leaseWriter resume", () => env.client.leaseWriter(id, { writerId: "\ud83d", resume: true })],
+    ];
+    for (const [what, call] of calls) await assertRefusedAtOnce(call, "writerId", "BAD_WRITER_ID", what);
+    const session = await env.client.getSession(id);
+    assert.equal(session.nextSeq, 0);
+    assert.equal(session.lease, undefined, "no writer holds the session");
+    // A pair is one character, and taken: only a lone half is refused.
+    assert.equal((await env.client.acquireLease(id, { writerId: "w\ud83d\ude00" })).writerId, "w\ud83d\ude00");
   });
 
   test("seqs may be bigints", async () => {

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from sessionlog.convert import DecodedEvent
-from sessionlog.core.errors import OwnershipLost, SessionLogError, ValidationError
+from sessionlog.core.errors import ExpectedSeqMismatch, OwnershipLost, SessionLogError, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access
@@ -24,7 +24,7 @@ from sessionlog_server.service.append import AppendPlan, plan_append, validate_p
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.leases import LeaseHolder
-from sessionlog_server.service.limits import RateLimiter
+from sessionlog_server.service.limits import Charge, RateLimiter
 from sessionlog_server.service.live import LiveSession, LiveSessions
 from sessionlog_server.service.loader import SnapshotPolicy
 from sessionlog_server.service.metrics import Metrics
@@ -106,13 +106,9 @@ class AppendPipeline:
                 known = _known_seqs(live, proposals)
             # A retried event already stored appends nothing, so it is not charged again.
             fresh = known.count(None)
-            self.rate_limiter.take(live.record.namespace, fresh)
             raw = [d.raw for d in decoded]
-            try:
-                return await self._plan_retrying_stored(live, holder, proposals, expected_next_seq, raw)
-            except SessionLogError:
-                self.rate_limiter.give_back(live.record.namespace, fresh)  # refused: nothing was sent to commit
-                raise
+            with self.rate_limiter.spending(live.record.namespace, fresh) as charge:  # given back if refused
+                return await self._plan_retrying_stored(live, holder, proposals, expected_next_seq, raw, charge)
         except SessionLogError as exc:
             self.metrics.batches_refused.labels(exc.reason).inc()
             raise
@@ -124,15 +120,16 @@ class AppendPipeline:
         proposals: Sequence[NewEvent],
         expected_next_seq: int | None,
         raw: Sequence[bytes],
+        charge: Charge,
     ) -> asyncio.Future[AppendResult]:
         try:
-            return await self._plan_locked(live, holder, proposals, expected_next_seq, raw)
+            return await self._plan_locked(live, holder, proposals, expected_next_seq, raw, charge)
         except ValidationError:
             # A retry of events older than what the session remembers is planned as new and
             # may not fit the log any more: look its eventIds up, and plan it once again.
             if not await self._remember_stored(live, proposals):
                 raise
-            return await self._plan_locked(live, holder, proposals, expected_next_seq, raw)
+            return await self._plan_locked(live, holder, proposals, expected_next_seq, raw, charge)
 
     async def _plan_locked(
         self,
@@ -141,11 +138,18 @@ class AppendPipeline:
         proposals: Sequence[NewEvent],
         expected_next_seq: int | None,
         raw: Sequence[bytes],
+        charge: Charge,
     ) -> asyncio.Future[AppendResult]:
         async with live.lock:
             self.check_writer(live, holder.writer_id, holder.epoch)
             return self.plan_and_commit(
-                live, holder.writer_id, holder.epoch, proposals, expected_next_seq=expected_next_seq, raw=raw
+                live,
+                holder.writer_id,
+                holder.epoch,
+                proposals,
+                expected_next_seq=expected_next_seq,
+                raw=raw,
+                charge=charge,
             )
 
     async def _remember_inherited(self, live: LiveSession, proposals: Sequence[NewEvent]) -> None:
@@ -187,11 +191,13 @@ class AppendPipeline:
         expected_next_seq: int | None = None,
         service_events: Sequence[NewEvent] = (),
         raw: Sequence[bytes] | None = None,
+        charge: Charge | None = None,
     ) -> asyncio.Future[AppendResult]:
         """Plan a batch against the live fold and hand it to the group committer.
 
         Must run under `live.lock`. `service_events` (repair closers) are committed first, at
-        the last event's time (SPEC §8); they take seqs but are not reported back.
+        the last event's time (SPEC §8); they take seqs but are not reported back. `charge` is
+        the rate the batch spent: given back if the commit's fence refuses it as stale.
         """
         now = now_ms()
         # Before planning (which remembers the batch's ids): the ids memory cannot vouch for.
@@ -220,7 +226,9 @@ class AppendPipeline:
         pending.verify_ids = unvouched
         try:
             self._maybe_snapshot(live, pending)
-            self.committer.enqueue(pending, lambda error: self._finish_append(live, pending, plan, error, result))
+            self.committer.enqueue(
+                pending, lambda error: self._finish_append(live, pending, plan, error, result, charge)
+            )
         except BaseException:
             self.live.invalidate(live.session_id)  # planned into the fold, never committed
             raise
@@ -243,6 +251,7 @@ class AppendPipeline:
         plan: AppendPlan,
         error: SessionLogError | None,
         result: asyncio.Future[AppendResult],
+        charge: Charge | None,
     ) -> None:
         """Once the commit's outcome is known: count, publish and acknowledge, or forget the
         batch (called by the committer on the event loop).
@@ -255,6 +264,11 @@ class AppendPipeline:
             # Counted as the refusals before the commit are (`start_append`): a database that
             # fails (a full disk) shows in `sessionlog_batches_refused_total` by its reason.
             self.metrics.batches_refused.labels(error.reason).inc()
+            if isinstance(error, ExpectedSeqMismatch) and charge is not None:
+                # Planned on a fold another instance's commits left behind: nothing was written,
+                # and a unary append is planned once more on the log as it stands, charged then
+                # (`SessionLogService.append`); one call is charged once.
+                charge.give_back()
             try:
                 # The fold already holds this batch: drop it; the log is re-folded on next use.
                 self.live.invalidate(live.session_id)
@@ -272,7 +286,7 @@ class AppendPipeline:
             self.metrics.batch_size.observe(len(pending.events))
             if self.commit_taps or self.hub.has_subscribers(live.session_id):  # else no one to hand events to
                 committed_events = _with_stored_text(pending)
-                self.hub.publish(live.session_id, committed_events, pending.stored_bytes)
+                self.hub.publish(live.session_id, committed_events, pending.stored_bytes, pending.committed_at)
                 for tap in self.commit_taps:
                     tap(live.session_id, committed_events)
         finally:

@@ -198,6 +198,7 @@ class GroupCommitter:
         self.backlog.settle(sum(item.charge for item in group))
         for item, error in zip(group, results, strict=True):
             if error is None:
+                item.batch.committed_at = finished  # its subscribers' lag runs from here
                 self.batches_committed += 1
             try:
                 item.settled(error)

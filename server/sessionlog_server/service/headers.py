@@ -75,10 +75,11 @@ async def start_header_report(
             done.set_result(HeaderReport(None, False, latest.seq if latest else None, []))
             return done
         # A logged header is an event the writer appends: it spends the namespace's rate as a
-        # batch's events do (a report that logs nothing costs nothing).
-        service.appends.rate_limiter.take(live.record.namespace, 1)
-        event = NewEvent(type=REQUEST_HEADER, data=decision.data_to_append)
-        committed = service.appends.plan_and_commit(live, writer_id, epoch, [event])
+        # batch's events do (a report that logs nothing costs nothing), and gets it back as a
+        # batch does when planning refuses it.
+        with service.appends.rate_limiter.spending(live.record.namespace, 1) as charge:
+            event = NewEvent(type=REQUEST_HEADER, data=decision.data_to_append)
+            committed = service.appends.plan_and_commit(live, writer_id, epoch, [event], charge=charge)
 
     async def finish() -> HeaderReport:
         result = await committed

@@ -1,14 +1,18 @@
 """Per-namespace rate limiting: a token bucket per namespace, refilled continuously.
 
 Checked before a batch is planned, so a refused batch writes nothing; the refusal is
-RESOURCE_EXHAUSTED with the limit in its details. A batch that planning then refuses (a bad
-event, a stale expected seq) gets its tokens back: only what is committed or sent to commit
-is charged.
+RESOURCE_EXHAUSTED with the limit in its details. A write that planning then refuses (a bad
+event, a stale expected seq; a header report as a batch) gets its tokens back (`spending`), and
+so does one the commit's fence refuses as planned on a stale fold (`Charge`: nothing was
+written, and a unary append is planned once more, charged then): only what is committed, or
+may be, is charged.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sessionlog.core.errors import LimitExceeded
@@ -18,6 +22,21 @@ from sessionlog.core.errors import LimitExceeded
 class _Bucket:
     tokens: float
     stamp: float
+
+
+@dataclass(slots=True)
+class Charge:
+    """The tokens one write spent, given back at most once (the write was refused with nothing
+    written, whichever step learnt it first)."""
+
+    limiter: RateLimiter
+    namespace: str
+    events: int
+
+    def give_back(self) -> None:
+        if self.events:
+            self.limiter.give_back(self.namespace, self.events)
+            self.events = 0
 
 
 class RateLimiter:
@@ -60,6 +79,21 @@ class RateLimiter:
                 retry_after_ms=int(1000 * (events - bucket.tokens) / self.rate),
             )
         bucket.tokens -= events
+
+    @contextmanager
+    def spending(self, namespace: str, events: int) -> Iterator[Charge]:
+        """`take` for a write planned and queued for commit in the block: if the block raises
+        (planning refused the write, or anything failed before the commit had it), nothing was
+        sent to commit, and the tokens are given back. Every write of a namespace is charged
+        through here, so none keeps tokens for what it never wrote; the `Charge` goes with the
+        write to its commit, which gives it back if the fence refuses it."""
+        self.take(namespace, events)
+        charge = Charge(self, namespace, events)
+        try:
+            yield charge
+        except BaseException:
+            charge.give_back()
+            raise
 
     def give_back(self, namespace: str, events: int) -> None:
         """Return what `take` spent for a batch that was then refused before it was committed."""

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import LimitExceeded, OutOfRange, Unavailable
@@ -31,12 +33,23 @@ from sessionlog_server.storage.records import SessionRecord
 REPLAY_PAGE = 500
 
 
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A committed batch as handed to a subscriber."""
+
+    events: Sequence[Event]
+    size: int
+    """Its stored payload bytes (what the subscriber's queue is bounded by)."""
+    committed_at: float
+    """When its commit returned (`time.perf_counter()`): the subscriber's lag runs from here."""
+
+
 class Subscriber:
     """One subscription's queue of committed batches, bounded by `max_bytes` of payload."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self.batches: deque[tuple[Sequence[Event], int]] = deque()
+        self.batches: deque[Published] = deque()
         self.queued_bytes = 0
         self.overflowed = False
         self.next_seq = 0
@@ -46,17 +59,17 @@ class Subscriber:
         """The service is stopping: the subscription ends at its next step."""
         self._ready = asyncio.Event()
 
-    def push(self, events: Sequence[Event], size: int) -> None:
+    def push(self, batch: Published) -> None:
         """Queue a committed batch, or, past the byte bound, drop everything and mark the overflow."""
         if self.overflowed:
             return
-        if self.batches and self.queued_bytes + size > self.max_bytes:  # one batch always fits
+        if self.batches and self.queued_bytes + batch.size > self.max_bytes:  # one batch always fits
             self.overflowed = True
             self.batches.clear()
             self.queued_bytes = 0
         else:
-            self.batches.append((events, size))
-            self.queued_bytes += size
+            self.batches.append(batch)
+            self.queued_bytes += batch.size
         self._ready.set()
 
     def poke(self) -> None:
@@ -69,7 +82,7 @@ class Subscriber:
         self.ended = True
         self._ready.set()
 
-    async def next_batch(self, timeout: float) -> Sequence[Event] | None:
+    async def next_batch(self, timeout: float) -> Published | None:
         """The oldest queued batch; None after `timeout` or a poke with nothing queued (or on
         overflow, or the end): the caller then reads the log, or ends."""
         if not self.batches and not self.overflowed and not self.poked and not self.ended:
@@ -81,8 +94,8 @@ class Subscriber:
         self.poked = False
         if self.overflowed or self.ended or not self.batches:
             return None
-        batch, size = self.batches.popleft()
-        self.queued_bytes -= size
+        batch = self.batches.popleft()
+        self.queued_bytes -= batch.size
         return batch
 
     def reset(self) -> None:
@@ -121,14 +134,21 @@ class SubscriptionHub:
         if not self._subscribers:
             self.followed.clear()
 
-    def publish(self, session_id: str, events: Sequence[Event], size: int | None = None) -> None:
-        """Hand a committed batch to every subscriber; `size` is its stored payload bytes."""
+    def publish(
+        self, session_id: str, events: Sequence[Event], size: int | None = None, committed_at: float | None = None
+    ) -> None:
+        """Hand a committed batch to every subscriber; `size` is its stored payload bytes, and
+        `committed_at` when its commit returned (`time.perf_counter()`; None: now)."""
         subscribers = self._subscribers.get(session_id)
         if not subscribers:
             return
-        nbytes = _size(events) if size is None else size
+        batch = Published(
+            events,
+            _size(events) if size is None else size,
+            time.perf_counter() if committed_at is None else committed_at,
+        )
         for subscriber in subscribers:
-            subscriber.push(events, nbytes)
+            subscriber.push(batch)
 
     def end_all(self) -> None:
         """The service is stopping: end every subscription (and any made later) with
@@ -167,6 +187,16 @@ def _shutting_down(session_id: str, next_seq: int) -> Unavailable:
 def _size(events: Sequence[Event]) -> int:
     """A batch's payload bytes, when the publisher did not say (its stored JSON text)."""
     return sum(len(jsonvalue.dumps(e.data)) for e in events)
+
+
+def _lag_s(events: Sequence[Event], committed_at: float | None) -> float:
+    """Seconds from a batch's commit to its delivery (now). A batch read from the log (another
+    process committed it, or no one published it here) has no commit time here: its last
+    event's time stands in, which is too early for a repair's events (they take the time of
+    the event before them, SPEC §8)."""
+    if committed_at is not None:
+        return max(0.0, time.perf_counter() - committed_at)
+    return max(0, now_ms() - events[-1].time) / 1000
 
 
 async def follow(
@@ -216,7 +246,7 @@ async def follow(
         yield next_seq
         del page  # nothing of the replay stays alive while the subscription waits
         while True:
-            batch = await subscriber.next_batch(poll_s)
+            published = await subscriber.next_batch(poll_s)
             if subscriber.ended:
                 raise _shutting_down(session_id, next_seq)
             if subscriber.overflowed:
@@ -228,20 +258,24 @@ async def follow(
                     resume_seq=next_seq,
                     limit=subscriber.max_bytes,
                 )
-            if batch is None:
+            batch: Sequence[Event]
+            committed_at: float | None = None
+            if published is None:
                 # Nothing published here: another instance may be the writer, look at the log.
                 batch = await reader.read(record, next_seq, None, REPLAY_PAGE)
                 if not batch:
                     continue
+            else:
+                batch, committed_at = published.events, published.committed_at
             fresh = [e for e in batch if e.seq >= next_seq]
             if fresh and fresh[0].seq > next_seq:
                 # Never skip: fill a gap from the log before going on.
                 fresh = await reader.read(record, next_seq, fresh[-1].seq, fresh[-1].seq - next_seq + 1)
             if fresh:
-                metrics.subscription_lag.observe(max(0, now_ms() - fresh[-1].time) / 1000)
+                metrics.subscription_lag.observe(_lag_s(fresh, committed_at))
                 yield fresh
                 next_seq = subscriber.next_seq = fresh[-1].seq + 1
-            del batch, fresh  # nor anything of what was sent, while it waits for more
+            del published, batch, fresh  # nor anything of what was sent, while it waits for more
     finally:
         metrics.subscribers.dec()
         hub.unsubscribe(session_id, subscriber)

@@ -100,6 +100,9 @@ class PendingBatch:
     """A fold snapshot at this batch's last seq, committed with it (so it never runs ahead)."""
     stored_bytes: int = 0
     """The stored JSON text of the batch's data, in bytes (snapshot policy, subscriber buffers)."""
+    committed_at: float = 0.0
+    """When its commit returned (`time.perf_counter()`, set by the group committer): a live
+    subscriber's lag is measured from it, not from the events' time (a repair's is older)."""
     verify_ids: list[str] = field(default_factory=list)
     """EventIds the service could not vouch for from memory. The events' unique index refuses one
     that is stored (and the group with it); the group is then committed again with these looked

@@ -62,7 +62,7 @@ class Settings:
     blob_threshold_bytes: int = 256 * 1024
     """Payload strings longer than this are stored once as content-addressed blobs."""
     max_event_bytes: int = DEFAULT_LIMITS.max_event_bytes
-    """Largest `data` of one event."""
+    """Largest `data` of one event, and largest reported request header (it is logged as one event)."""
     max_batch_events: int = DEFAULT_LIMITS.max_batch_events
     """Most events in one batch."""
     max_batch_bytes: int = DEFAULT_LIMITS.max_batch_bytes

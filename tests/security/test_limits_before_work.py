@@ -68,6 +68,25 @@ def test_sizes_are_checked_before_the_payload_is_parsed(limited: ServerThread, s
         assert client.get_session(sid).next_seq == 0
 
 
+def test_a_reported_header_is_bounded_as_an_event_is(limited: ServerThread, sid: str) -> None:
+    # A logged header is one event, but its size was checked by nothing but gRPC's message
+    # limit: a 5 KB header was logged past a max_event_bytes of 1,000, on both write paths.
+    big = {"config": {"model": "m", "notes": "y" * 5_000}}
+    with SessionLogClient(limited.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        with pytest.raises(LimitExceeded) as refused:
+            client.report_header(sid, lease, big)
+        assert refused.value.reason == "EVENT_TOO_LARGE" and refused.value.field == "header"
+        assert refused.value.metadata["limit"] == "1000"
+        client.release_lease(lease)
+        with client.writer(sid) as writer, pytest.raises(LimitExceeded) as streamed:
+            writer.report_header(big).result(timeout=10)
+        assert streamed.value.reason == "EVENT_TOO_LARGE"
+        assert client.get_session(sid).next_seq == 0  # neither logged anything
+        assert client.report_header(sid, client.acquire_lease(sid), {"config": {"model": "m"}}).appended
+
+
 def test_session_metadata_and_cwd_are_bounded(limited: ServerThread, sid: str) -> None:
     with SessionLogClient(limited.target) as client:
         stub = client.stub

@@ -122,13 +122,14 @@ def check_size(event: NewEvent, encoded_size: int, limits: Limits) -> None:
     check_event_bytes(encoded_size, limits)
 
 
-def check_event_bytes(encoded_size: int, limits: Limits) -> None:
-    """One event's serialised data fits in `max_event_bytes`."""
+def check_event_bytes(encoded_size: int, limits: Limits, what: str = "data") -> None:
+    """One event's serialised data (`what`: a header report's header, which is logged as one
+    event's data) fits in `max_event_bytes`."""
     if encoded_size > limits.max_event_bytes:
         raise LimitExceeded(
             "EVENT_TOO_LARGE",
-            f"event data is {encoded_size} bytes, over the limit of {limits.max_event_bytes}",
-            field="data",
+            f"event {what} is {encoded_size} bytes, over the limit of {limits.max_event_bytes}",
+            field=what,
             limit=limits.max_event_bytes,
             size=encoded_size,
         )

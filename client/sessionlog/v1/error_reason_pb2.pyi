@@ -980,7 +980,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
       it.
     """
     EVENT_TOO_LARGE: _ErrorReason.ValueType  # 111
-    """An event's data is over the event size limit.
+    """An event's data, or a reported request header (logged as one event; `field` is then
+    `header`), is over the event size limit.
 
     Code: RESOURCE_EXHAUSTED
     Metadata: `field`, `limit`, `size`
@@ -2212,7 +2213,8 @@ Client: Stop writing. Reopen (or resume) deliberately if this process should con
   it.
 """
 EVENT_TOO_LARGE: ErrorReason.ValueType  # 111
-"""An event's data is over the event size limit.
+"""An event's data, or a reported request header (logged as one event; `field` is then
+`header`), is over the event size limit.
 
 Code: RESOURCE_EXHAUSTED
 Metadata: `field`, `limit`, `size`

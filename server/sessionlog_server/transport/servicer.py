@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import grpc
 
@@ -105,6 +106,13 @@ def decode_events(messages: Sequence[event_pb2.NewEvent], limits: Limits) -> lis
     listed = messages[:]  # a list, looped over twice (a repeated field's loop ends on an IndexError: convert.py)
     validate.check_batch_sizes([len(m.data_json) for m in listed], limits)
     return [convert.new_event_from_pb(m, i) for i, m in enumerate(listed)]
+
+
+def decode_header(raw: bytes, limits: Limits) -> dict[str, Any]:
+    """Parse a reported header, after checking its size: a logged header is one event, bound
+    by `max_event_bytes` as a batch's events are (and an oversized one costs no parse)."""
+    validate.check_event_bytes(len(raw), limits, what="header")
+    return convert.data_from_bytes(raw, what="header")
 
 
 def optional_field(msg: object, name: str) -> int | None:
@@ -238,7 +246,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         holder = await self.service.leases.prove_for_caller(
             request.session_id, request.lease_token, "reporting a request header"
         )
-        header = convert.data_from_bytes(request.header_json, what="header")
+        header = decode_header(request.header_json, self.service.limits)
         report = await report_header(self.service, holder, header)
         note(reason=report.reason, header_seq=report.header_seq)
         return header_report_to_pb(report)
@@ -418,7 +426,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                 decoded = decode_events(batch.events, self.service.limits)
                 await stream.batch(batch.batch_id, optional_field(batch, "expected_next_seq"), decoded)
         elif kind == "header":
-            header = convert.data_from_bytes(request.header.header_json, what="header")
+            header = decode_header(request.header.header_json, self.service.limits)
             await stream.header(request.header.batch_id, header)
         elif kind == "close":
             stream.close()

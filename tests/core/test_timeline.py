@@ -8,7 +8,7 @@ from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event
 from sessionlog.core.projections.request import request
 from sessionlog.core.projections.stats import stats
-from sessionlog.core.projections.timeline import timeline
+from sessionlog.core.projections.timeline import TimelineFold, timeline
 from sessionlog.core.repair import commit_closers, open_turn_closers
 from sessionlog.core.request_diff import SurfaceDelta, request_diff
 from tests.support.scripted import COMPACTION_REPLACE_SEQ, DROPS, REQUEST_SEQS, committed
@@ -113,3 +113,24 @@ def test_composed_deltas_equal_the_direct_diff() -> None:
 def test_request_diff_refuses_seqs_out_of_order() -> None:
     with pytest.raises(ValidationError, match="request diff"):
         request_diff(repaired(), 20, 10)
+
+
+def test_a_fold_that_keeps_no_event_gives_the_same_timeline() -> None:
+    """`keep_events=False` (the session page's fold) keeps no event and counts what `result`
+    reports as it goes: the same timeline, even when its record lists were taken out and
+    cleared along the way (the counts do not come from the lists)."""
+    events = repaired()
+    whole = timeline(events)
+    fold = TimelineFold(keep_events=False)
+    taken: dict[str, list[object]] = {"requests": [], "markers": []}
+    for event in events:
+        fold.add(event)
+        for name in taken:
+            records = getattr(fold, name)
+            taken[name] += records
+            records.clear()
+    out = fold.result()
+    assert fold.events == [] and not fold.replacers  # the last request with usage came after the replace
+    assert out["stats"] == whole["stats"] and out["counts"] == whole["counts"]
+    assert taken == {"requests": whole["requests"], "markers": whole["markers"]}
+    assert out["turns"] == whole["turns"] and out["toolCalls"] == whole["toolCalls"]

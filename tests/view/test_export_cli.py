@@ -17,6 +17,7 @@ from sessionlog.client import SessionLogClient
 from sessionlog.core.projections.timeline import timeline
 from sessionlog.view import page
 from tests.support.events import step_end, step_start, system, turn_start, user
+from tests.support.pages import page_data
 from tests.support.scripted import HEADER_1, answer, usage, write_scripted
 from tests.support.servers import ServerThread
 from tests.view.test_page_http import UNBUILT
@@ -147,8 +148,7 @@ def test_the_pages_transcript_names_each_messages_role_and_marks_tool_errors(
     done = run(server, "view", child, "-o", str(out))
     assert done.returncode == 0, done.stderr
     html = out.read_text(encoding="utf-8")
-    page = json.loads(html.split('id="sessionlog-data">', 1)[1].split("</script>", 1)[0])
-    rows = {row["seq"]: row for row in page["transcript"]}
+    rows = {row["seq"]: row for row in page_data(html)["transcript"]}
     assert [rows[seq]["role"] for seq in (2, 5, 7, 32)] == ["user", "assistant", "toolResult", "user"]
     assert rows[3]["role"] is None  # turn/start: an event, not a message
     assert sorted(seq for seq, row in rows.items() if row.get("isError")) == [12, 51, 52]

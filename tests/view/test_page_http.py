@@ -4,21 +4,27 @@ same bearer tokens and namespaces as the gRPC API; `/metrics` stays open."""
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+import weakref
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
 from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import Unavailable
+from sessionlog.core.events import Event
 from sessionlog.view import page
 from sessionlog_server.tokens import config_line, new_token
 from sessionlog_server.transport import admin_http
 from tests.security.test_tls_limits_metrics import make_certificate
+from tests.support import pages
 from tests.support.events import note
 from tests.support.scripted import write_scripted
 from tests.support.servers import ServerThread
@@ -143,6 +149,69 @@ def test_kept_pages_stay_within_their_byte_bound(
     monkeypatch.setattr(admin_http, "PAGE_CACHE_BYTES", 1000)
     assert get(secured, f"/sessions/{child}?at=50", f"Bearer {ALICE}")[0] == 200
     assert [key[2] for key in admin._pages] == [40]  # served, not kept, nothing else dropped
+
+
+def test_a_long_sessions_page_is_read_and_sent_in_parts(
+    secured: ServerThread, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page of a long session is rendered as its log is read: when the service reads a
+    page of the log, the events of the earlier pages are gone (the whole log in memory at
+    once took about 1.2 GB for a 200,000-event session), the body comes without a
+    Content-Length, and such a page is not kept."""
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        alice.create_session(sid)
+        lease = alice.acquire_lease(sid)
+        for start in range(0, 3000, 500):
+            alice.append(sid, lease, [note(n) for n in range(start, start + 500)])
+    monkeypatch.setattr(page, "PART_EVENTS", 100, raising=False)
+    monkeypatch.setattr(admin_http, "PAGE_CACHE_BYTES", 100_000)
+    refs: list[weakref.ref[Event]] = []
+    held: list[int] = []
+    read_events = secured.service.read_events
+
+    async def counted(*args: Any) -> AsyncIterator[list[Event]]:
+        async for events in read_events(*args):
+            gc.collect()
+            held.append(sum(1 for ref in refs if ref() is not None))
+            yield list(pages.watched(events, refs))
+
+    monkeypatch.setattr(secured.service, "read_events", counted)
+    status, html, headers = get(secured, f"/sessions/{sid}", f"Bearer {ALICE}")
+    assert status == 200 and len(held) == 6  # 500 events a read
+    assert max(held) <= 600, held  # a read page and a part, of 3,000 events
+    assert pages.page_data(html)["session"]["events"] == 3000 and "Content-Length" not in headers
+    admin = secured.running.admin
+    assert admin is not None and all(key[1].session_id != sid for key in admin._pages)  # over the bound
+
+
+def test_a_read_failing_part_way_ends_the_page_with_what_failed(
+    secured: ServerThread, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status went out with the first part: a read that fails later ends the page with a
+    line that names the failure (and without the page's script, which would draw a part of the
+    log as if it were all), and the failure is logged."""
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        alice.create_session(sid)
+        lease = alice.acquire_lease(sid)
+        alice.append(sid, lease, [note(n) for n in range(1200)])
+    monkeypatch.setattr(page, "PART_EVENTS", 100)
+    read_events = secured.service.read_events
+
+    async def failing(*args: Any) -> AsyncIterator[list[Event]]:
+        async for events in read_events(*args):
+            yield events
+            raise Unavailable("STORAGE_UNAVAILABLE", "the database went away <b>")
+
+    monkeypatch.setattr(secured.service, "read_events", failing)
+    with capture_logs() as logs:
+        status, html, _ = get(secured, f"/sessions/{sid}", f"Bearer {ALICE}")
+    assert status == 200 and html.count('class="sessionlog-part"') == 5  # the first read's 500 events
+    assert html.endswith(
+        "This page is incomplete: reading the log failed (STORAGE_UNAVAILABLE: the database went away &lt;b&gt;).</p>\n"
+    )
+    assert 'id="sessionlog-data"' not in html and "sessionlog-ready" not in html
+    failed = [e for e in logs if e["event"] == "page incomplete"]
+    assert [(e["session_id"], e["caller"]) for e in failed] == [(sid, "alice")]
 
 
 def test_pages_need_tls_off_loopback(db_url: str, sid: str, tmp_path: Path) -> None:

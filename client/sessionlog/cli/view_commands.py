@@ -2,7 +2,8 @@
 `sessionlog diff SESSION_ID --from SEQ --to SEQ`: the request diff behind the page's.
 
 The events come over ReadEvents; the page is rendered here, offline, by the same
-`render_page` the server uses for `/sessions/ID`. Links to the parent and the forks point at
+`render_parts` the server uses for `/sessions/ID`, and written as it is rendered (a page of
+any length in the memory of a few parts). Links to the parent and the forks point at
 `ID.html` beside the file, so a folder of pages written by this command links up.
 """
 
@@ -15,7 +16,7 @@ import typer
 
 from sessionlog.cli.common import connect, fail, guarded, print_json
 from sessionlog.core.request_diff import request_diff
-from sessionlog.view.page import MissingAssets, SessionRef, render_page, require_assets
+from sessionlog.view.page import MissingAssets, SessionRef, render_parts, require_assets
 
 
 def register(app: typer.Typer) -> None:
@@ -42,14 +43,20 @@ def view(
         if at is not None and at >= info.next_seq:
             client.stats(session_id, at_seq=at)  # past the head: the service's SEQ_NOT_FOUND, as for history
         children = tuple((child.id, child.fork_seq) for child in client.list_sessions(parent_session_id=session_id))
-        events = list(client.read_events(session_id, to_seq=at))
-    session = SessionRef(info.id, info.parent_session_id, info.fork_seq, children)
-    try:
-        html = render_page(events, session)
-    except MissingAssets as exc:
-        raise fail(str(exc)) from None
-    path = output or Path(f"{session_id}.html")
-    path.write_text(html, encoding="utf-8")
+        session = SessionRef(info.id, info.parent_session_id, info.fork_seq, children)
+        path = output or Path(f"{session_id}.html")
+        # Written beside the target and moved over it when whole: a failed read leaves no half page.
+        partial = path.with_name(path.name + ".partial")
+        try:
+            with partial.open("w", encoding="utf-8") as file:
+                for part in render_parts(client.read_events(session_id, to_seq=at), session):
+                    file.write(part)
+        except BaseException as exc:
+            partial.unlink(missing_ok=True)
+            if isinstance(exc, MissingAssets):
+                raise fail(str(exc)) from None
+            raise
+    partial.replace(path)
     typer.echo(str(path))
 
 

@@ -4,7 +4,7 @@
 // SurfaceDelta.merge does in client/sessionlog/core/request_diff.py. The chart is uPlot.
 (function () {
   "use strict";
-  const D = JSON.parse(document.getElementById("sessionlog-data").textContent);
+  const D = assemble();
   const PAGE_ROWS = 100;
   const PAGE_TURNS = 25;
   // Header changes are marked by reason (SPEC §6); the other markers by kind.
@@ -19,6 +19,31 @@
     ["fork", "fork point", "#1971c2"],
     ["resume", "resume", "#2f9e44"],
   ];
+
+  // The data comes in parts (page.py's PageFold, so the server renders a page of any length in
+  // bounded memory): lists are appended in order, turns, steps and tool calls come as
+  // [index, record], and the rows a replace took off are named as [seq, replacer] pairs (the
+  // first replacer of a seq names it). The summary (#sessionlog-data) is the last part.
+  function assemble() {
+    const summary = JSON.parse(document.getElementById("sessionlog-data").textContent);
+    const data = Object.assign({}, summary, { requests: [], markers: [], transcript: [], turns: [], steps: [], toolCalls: [], headerPairs: {} });
+    delete data.replacedBy;
+    const replaced = [];
+    const add = (part) => {
+      for (const key of ["requests", "markers", "transcript"]) for (const item of part[key]) data[key].push(item);
+      for (const key of ["turns", "steps", "toolCalls"]) for (const [i, record] of part[key]) data[key][i] = record;
+      Object.assign(data.headerPairs, part.headerPairs);
+      for (const pair of part.replacedBy) replaced.push(pair);
+    };
+    for (const node of document.querySelectorAll("script.sessionlog-part")) add(JSON.parse(node.textContent));
+    add(summary);
+    const rows = new Map(data.transcript.map((row) => [row.seq, row]));
+    for (const [seq, by] of replaced) {
+      const row = rows.get(seq);
+      if (row && row.replacedBy === null) row.replacedBy = by;
+    }
+    return data;
+  }
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);

@@ -1,20 +1,26 @@
 """The session page (issue 14): one self-contained HTML file from a session's events.
 
-Everything the page shows is computed here from pure projections (`timeline`, `transcript`,
-`header_change`); the page's script (app.js, beside this file) only lays the numbers out,
-pages long lists, and composes the per-request surface deltas for a diff between two chosen
-requests exactly as `SurfaceDelta.merge` does. The chart library is uPlot, pinned in
-web/package-lock.json and copied into vendor/ by scripts/build_view_assets.sh; it is inlined,
-so the file needs no network when opened.
+Everything the page shows is computed here from pure projections (`TimelineFold`, the
+transcript's `transcript_row`, `header_change`); the page's script (app.js, beside this file)
+only joins the page's data parts, lays the numbers out, pages long lists, and composes the
+per-request surface deltas for a diff between two chosen requests exactly as
+`SurfaceDelta.merge` does. The chart library is uPlot, pinned in web/package-lock.json and
+copied into vendor/ by scripts/build_view_assets.sh; it is inlined, so the file needs no
+network when opened.
+
+The page is rendered in parts (`render_parts`), PART_EVENTS events at a time, from a log read
+lazily, and written out part by part: the memory a render takes does not grow with the
+session's length (a 200,000-event session's whole page, built at once, took about 1.2 GB).
 
 The CLI (`sessionlog view`) and the server (`/sessions/ID` on the metrics listener) both call
-`render_page`, so they serve the same page.
+`render_parts`, so they serve the same page.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -22,16 +28,19 @@ from typing import Any
 import orjson
 
 from sessionlog.core.events import Event, JsonObject
-from sessionlog.core.headers import HeaderState, header_state
-from sessionlog.core.projections.timeline import timeline
-from sessionlog.core.projections.transcript import transcript
+from sessionlog.core.headers import HeaderState
+from sessionlog.core.projections.timeline import TimelineFold
+from sessionlog.core.projections.transcript import TranscriptRow, transcript_row
 from sessionlog.core.request_diff import header_change
+from sessionlog.core.vocabulary import REQUEST_HEADER
 
 PREVIEW_CHARS = 160
 """A transcript row shows one line; the full message is in the log (`sessionlog transcript`)."""
 MAX_HEADER_PAIRS = 64
 """Header pairs are precomputed for sessions with at most this many headers (else only
 consecutive pairs; the page says so)."""
+PART_EVENTS = 2000
+"""Events folded into one data part of the page: what a render holds of the log at once."""
 
 ASSETS = ("vendor/uPlot.min.css", "app.css", "vendor/uPlot.iife.min.js", "app.js")
 
@@ -113,38 +122,24 @@ def _json(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def transcript_rows(events: Sequence[Event]) -> list[JsonObject]:
-    """The transcript projection's rows, cut to what the page lists."""
-    rows = []
-    for row in transcript(events):
-        data = row["data"]
-        # A message or replace row's `data` is the projected message itself.
-        message = data if row["kind"] != "event" and isinstance(data, dict) else None
-        out: JsonObject = {
-            "seq": row["seq"],
-            "kind": row["kind"],
-            "type": row.get("eventType", row["type"]),
-            "role": message.get("role") if isinstance(message, dict) else None,
-            "text": preview(message if isinstance(message, dict) else data),
-            "replacedBy": row["replacedBy"],
-        }
-        if isinstance(message, dict) and message.get("isError") is True:
-            out["isError"] = True
-        if row["kind"] == "replace":
-            out["replaces"] = row["replaces"]
-        rows.append(out)
-    return rows
-
-
-def header_pairs(events: Sequence[Event], header_seqs: list[int]) -> JsonObject:
-    """`"A:B"` -> the header fields that differ between the headers logged at A and B."""
-    states: list[HeaderState] = [header_state(events[seq], generation=0) for seq in header_seqs]
-    pairs: JsonObject = {}
-    for i, before in enumerate(states):
-        later = states[i + 1 :] if len(states) <= MAX_HEADER_PAIRS else states[i + 1 : i + 2]
-        for after in later:
-            pairs[f"{before.seq}:{after.seq}"] = header_change(before, after)
-    return pairs
+def row_shown(row: TranscriptRow) -> JsonObject:
+    """A transcript projection's row cut to what the page lists."""
+    data = row["data"]
+    # A message or replace row's `data` is the projected message itself.
+    message = data if row["kind"] != "event" and isinstance(data, dict) else None
+    out: JsonObject = {
+        "seq": row["seq"],
+        "kind": row["kind"],
+        "type": row.get("eventType", row["type"]),
+        "role": message.get("role") if isinstance(message, dict) else None,
+        "text": preview(message if isinstance(message, dict) else data),
+        "replacedBy": row["replacedBy"],
+    }
+    if isinstance(message, dict) and message.get("isError") is True:
+        out["isError"] = True
+    if row["kind"] == "replace":
+        out["replaces"] = row["replaces"]
+    return out
 
 
 # The timeline fields the page shows; the rest stay out of the file (a 100k-event session's
@@ -156,40 +151,122 @@ PAGE_FIELDS = {
     "toolCalls": ("callId", "name", "turn", "step", "blockSeq", "durationMs", "outcome", "errorCode"),
 }
 USAGE_FIELDS = ("context", "cacheRead", "output", "cacheShare", "cost")
+INDEXED = ("turns", "steps", "toolCalls")
+"""The records a later event may still change (an open turn, step or tool call): a part lists
+each once it is final, as `[index, record]` by its place in the timeline's list."""
 
 
-def _shown(view: JsonObject) -> JsonObject:
-    """The timeline cut to PAGE_FIELDS (a key absent from a record stays absent)."""
-    out = dict(view)
-    for name, keys in PAGE_FIELDS.items():
-        out[name] = [{key: record[key] for key in keys if key in record} for record in view[name]]
-    for request in out["requests"]:
-        if request["usage"] is not None:
-            request["usage"] = {key: request["usage"][key] for key in USAGE_FIELDS}
+def _shown(name: str, record: JsonObject) -> JsonObject:
+    """A timeline record cut to PAGE_FIELDS (a key absent from a record stays absent)."""
+    out = {key: record[key] for key in PAGE_FIELDS[name] if key in record}
+    if name == "requests" and out["usage"] is not None:
+        out["usage"] = {key: out["usage"][key] for key in USAGE_FIELDS}
     return out
 
 
-def page_data(events: Sequence[Event], session: SessionRef, *, link: str = "{id}.html") -> JsonObject:
-    """Everything the page shows, as one JSON object (also what the browser tests compare)."""
-    view = _shown(timeline(events))
-    header_seqs = [marker["seq"] for marker in view["markers"] if marker["kind"] == "header"]
-    return {
-        "session": {
-            "id": session.session_id,
-            "parent": session.parent_session_id,
-            "forkSeq": session.fork_seq,
-            "parentHref": link.format(id=session.parent_session_id) if session.parent_session_id else None,
-            "children": [
-                {"id": child, "forkSeq": seq, "href": link.format(id=child)} for child, seq in session.children
-            ],
-            "events": len(events),
-            "atSeq": events[-1].seq if events else None,
-        },
-        **view,
-        "headerPairs": header_pairs(events, header_seqs),
-        "headerPairsComplete": len(header_seqs) <= MAX_HEADER_PAIRS,
-        "transcript": transcript_rows(events),
-    }
+class PageFold:
+    """What the page shows, folded event by event and taken out in parts, so a render holds
+    one part of the page and the fold's open state (`TimelineFold(keep_events=False)`: the
+    surface's seqs and the open turns, steps and tool calls), never the log nor the whole page.
+
+    A part is a JSON object of lists (and `headerPairs`) that the page's script appends in
+    order; `finish` adds the summary (`session`, `stats`, `counts`, …). Two things the whole
+    log would have told at once come in pieces: a transcript row is listed with `replacedBy`
+    null and each replace lists `replacedBy: [[seq, replacer], …]` for the nodes it took off
+    (the first replacer of a seq names it, as in `transcript.replacements`); and the turns,
+    steps and tool calls come as `[index, record]` once no later event can change them.
+    """
+
+    def __init__(self) -> None:
+        self.fold = TimelineFold(keep_events=False)
+        self.transcript: list[JsonObject] = []
+        self.replaced_by: list[list[int]] = []
+        self.created = dict.fromkeys(INDEXED, 0)
+        self.pending: dict[str, list[tuple[int, JsonObject]]] = {name: [] for name in INDEXED}
+        self.headers: list[HeaderState] = []
+        """Every header so far while there are at most MAX_HEADER_PAIRS, then the latest."""
+        self.pairs: JsonObject = {}
+        self._consecutive = False
+        """Past MAX_HEADER_PAIRS headers: only consecutive pairs are kept (the page says so)."""
+        self.last_seq: int | None = None
+
+    def add(self, event: Event) -> None:
+        """Fold one event (seqs 0, 1, 2, … in order)."""
+        plan = self.fold.add(event)
+        self.last_seq = event.seq
+        replaces = list(plan.shadowed) if plan is not None and plan.kind == "replace" else []
+        row = transcript_row(event, None, replaces)
+        if row is not None:
+            self.transcript.append(row_shown(row))
+        self.replaced_by.extend([seq, event.seq] for seq in replaces)
+        if event.type == REQUEST_HEADER and self.fold.header is not None:
+            self._header(self.fold.header)
+
+    def _header(self, after: HeaderState) -> None:
+        """The header fields that differ between `after` and every earlier header while there
+        are at most MAX_HEADER_PAIRS headers, else between consecutive headers only."""
+        for before in self.headers:
+            self.pairs[f"{before.seq}:{after.seq}"] = header_change(before, after)
+        self.headers.append(after)
+        if not self._consecutive and len(self.headers) > MAX_HEADER_PAIRS:
+            kept = zip(self.headers, self.headers[1:], strict=False)
+            self.pairs = {key: self.pairs[key] for key in (f"{a.seq}:{b.seq}" for a, b in kept)}
+            self._consecutive = True
+        if self._consecutive:
+            self.headers = [after]
+
+    def take(self) -> JsonObject:
+        """The part of the page folded since the last `take` (every record in it final)."""
+        return self._part(final=False)
+
+    def finish(self, session: SessionRef, link: str) -> JsonObject:
+        """The last part, with every record still open as it stands, and the page's summary."""
+        part = self._part(final=True)
+        summary = self.fold.result()
+        part.update(
+            session={
+                "id": session.session_id,
+                "parent": session.parent_session_id,
+                "forkSeq": session.fork_seq,
+                "parentHref": link.format(id=session.parent_session_id) if session.parent_session_id else None,
+                "children": [
+                    {"id": child, "forkSeq": seq, "href": link.format(id=child)} for child, seq in session.children
+                ],
+                "events": self.fold.counts["events"],
+                "atSeq": self.last_seq,
+            },
+            stats=summary["stats"],
+            counts=summary["counts"],
+            surfaceGeneration=summary["surfaceGeneration"],
+            headerPairsComplete=not self._consecutive,
+        )
+        return part
+
+    def _part(self, *, final: bool) -> JsonObject:
+        fold = self.fold
+        part: JsonObject = {
+            "requests": [_shown("requests", request) for request in fold.requests],
+            "markers": list(fold.markers),
+        }
+        fold.requests.clear()
+        fold.markers.clear()
+        opened = (("turns", fold.turns, fold.open_turns), ("steps", fold.steps, fold.open_steps))
+        for name, records, still in (*opened, ("toolCalls", fold.tool_calls, fold.open_calls)):
+            pending = self.pending[name]
+            for record in records:
+                pending.append((self.created[name], record))
+                self.created[name] += 1
+            records.clear()
+            open_ids = set() if final else {id(record) for record in still.values()}
+            part[name] = [[index, _shown(name, record)] for index, record in pending if id(record) not in open_ids]
+            self.pending[name] = [(index, record) for index, record in pending if id(record) in open_ids]
+        part["transcript"], self.transcript = self.transcript, []
+        part["replacedBy"], self.replaced_by = self.replaced_by, []
+        if self._consecutive or final:
+            part["headerPairs"], self.pairs = self.pairs, {}
+        else:
+            part["headerPairs"] = {}  # all pairs are kept until the count of headers is known
+        return part
 
 
 def _script_safe(text: str) -> str:
@@ -205,25 +282,42 @@ def _json_safe(text: str) -> str:
     return text.replace("<", "\\u003c")
 
 
-def render_page(events: Sequence[Event], session: SessionRef, *, link: str = "{id}.html") -> str:
-    """The self-contained HTML page of `events` (a log prefix from seq 0)."""
+def _data_element(part: JsonObject, attribute: str) -> str:
+    return f'<script type="application/json" {attribute}>{_json_safe(_json(part))}</script>\n'
+
+
+def render_parts(events: Iterable[Event], session: SessionRef, *, link: str = "{id}.html") -> Iterator[str]:
+    """The self-contained HTML page of `events` (a log prefix from seq 0, read lazily) in
+    pieces: the head, one data element per PART_EVENTS events, the summary, the scripts.
+    Joined, they are the page; written out as they come, a page of any length is rendered in
+    the memory of one part (the events of a part are dropped once it is taken)."""
     uplot_css, app_css, uplot_js, app_js = (_asset(name) for name in ASSETS)
-    data = _json(page_data(events, session, link=link))
-    title = f"sessionlog · {session.session_id}"
-    return TEMPLATE.format(
-        title=_escape(title),
-        css=uplot_css + "\n" + app_css,
-        data=_json_safe(data),
-        uplot=_script_safe(uplot_js),
-        app=_script_safe(app_js),
-    )
+    title = _escape(f"sessionlog · {session.session_id}")
+    yield HEAD.format(title=title, css=uplot_css + "\n" + app_css)
+    fold = PageFold()
+    source = iter(events)
+    while True:
+        count = 0
+        for event in itertools.islice(source, PART_EVENTS):
+            fold.add(event)
+            count += 1
+        if not count:
+            break
+        yield _data_element(fold.take(), 'class="sessionlog-part"')
+    yield _data_element(fold.finish(session, link), 'id="sessionlog-data"')
+    yield TAIL.format(uplot=_script_safe(uplot_js), app=_script_safe(app_js))
+
+
+def render_page(events: Iterable[Event], session: SessionRef, *, link: str = "{id}.html") -> str:
+    """The self-contained HTML page of `events` (a log prefix from seq 0), as one string."""
+    return "".join(render_parts(events, session, link=link))
 
 
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-TEMPLATE = """<!doctype html>
+HEAD = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -246,8 +340,8 @@ TEMPLATE = """<!doctype html>
 <section id="turns-section"><h2>Turns</h2><div id="turns"></div></section>
 <section id="transcript-section"><h2>Transcript</h2><div id="transcript"></div></section>
 </main>
-<script type="application/json" id="sessionlog-data">{data}</script>
-<script>{uplot}</script>
+"""
+TAIL = """<script>{uplot}</script>
 <script>{app}</script>
 </body>
 </html>

@@ -16,7 +16,7 @@ are functions over these parts. Transport only translates messages.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 import structlog
@@ -213,7 +213,7 @@ class SessionLogService:
 
     async def read_events(
         self, session_id: str, from_seq: int, to_seq: int | None, page_size: int
-    ) -> AsyncIterator[list[Event]]:
+    ) -> AsyncGenerator[list[Event], None]:
         """Pages of events in seq order, each at most `page_size` events and about
         `read_page_bytes` of payload."""
         if page_size < 0:

@@ -13,7 +13,9 @@ only on a loopback listener (elsewhere `/sessions/` answers 403 and says why).
 
 It runs in its own threads (a threading WSGI server from the standard library) and reaches the
 service by scheduling coroutines on the server's event loop; the page is rendered in the HTTP
-thread, so a large session never blocks the loop that serves gRPC.
+thread, so a large session never blocks the loop that serves gRPC. The log is read a page at a
+time and the page is sent as it is rendered (`render_parts`), so a session of any length is
+served in the memory of a few parts; a page is kept for a reload only when it is small.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import html
 import ssl
 import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
 from typing import Any
 from urllib.parse import parse_qs
@@ -37,7 +40,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from sessionlog.core.errors import NotFound, SessionLogError
 from sessionlog.core.events import Event
-from sessionlog.view.page import MissingAssets, SessionRef, render_page, require_assets
+from sessionlog.view.page import MissingAssets, SessionRef, render_parts, require_assets
 from sessionlog_server.service import access, projections
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.tokens import TokenStore
@@ -48,10 +51,11 @@ SESSIONS_PREFIX = "/sessions/"
 PAGE_TIMEOUT_S = 120.0
 PAGE_CACHE = 4
 """Rendered pages kept (least recently used beyond that are dropped)."""
-PAGE_CACHE_BYTES = 64 * 1024 * 1024
-"""Bytes the kept pages may take together: a 200,000-event session's page weighs about 57 MB,
+PAGE_CACHE_BYTES = 16 * 1024 * 1024
+"""Bytes the kept pages may take together: a 200,000-event session's page weighs about 64 MB,
 so four kept by count alone held hundreds of MB for as long as nobody looked at other pages. A
-page larger than this is served and not kept."""
+page larger than this is streamed and not kept (what a render holds of it for keeping stops
+growing there)."""
 StartResponse = Callable[..., Any]
 log = structlog.get_logger("sessionlog.admin")
 
@@ -149,7 +153,7 @@ class AdminHttp:
 
     def _session_page(
         self, environ: dict[str, Any], start_response: StartResponse, line: dict[str, Any]
-    ) -> list[bytes]:
+    ) -> Iterable[bytes]:
         """`/sessions/ID[?at=SEQ]`; the caller's fields go into `line`, the request's log line."""
         path = environ.get("PATH_INFO", "")
         if not self.pages_allowed:
@@ -180,13 +184,15 @@ class AdminHttp:
             return _text(start_response, "500 Internal Server Error", f"{exc}\n")
         headers = [
             ("Content-Type", "text/html; charset=utf-8"),
-            ("Content-Length", str(len(body))),
             ("Cache-Control", "no-store"),
             # The page is self-contained: it loads nothing, so nothing else may be loaded into it.
             ("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"),
         ]
+        if isinstance(body, bytes):
+            start_response("200 OK", [("Content-Length", str(len(body))), *headers])
+            return [body]
         start_response("200 OK", headers)
-        return [body]
+        return body
 
     def authenticate(self, header: str) -> access.Principal | None:
         """The caller's principal, or None; without configured tokens everyone is anonymous."""
@@ -203,11 +209,12 @@ class AdminHttp:
             return None
         return self.tokens.lookup(credential) if credential else None
 
-    def page(self, principal: access.Principal, session_id: str, at: int | None) -> bytes:
-        """The page's bytes. The log is append-only, so the page of a session up to a given
-        seq (with the same forks) never changes: the last few are kept (`PAGE_CACHE`, within
-        `PAGE_CACHE_BYTES`), and a reload or a second reader of a large session does not fold
-        it again."""
+    def page(self, principal: access.Principal, session_id: str, at: int | None) -> bytes | Iterator[bytes]:
+        """The page: its bytes when kept, else its parts as they are rendered (the session is
+        looked up first, so a missing one or a bad seq is an error before anything is sent).
+        The log is append-only, so the page of a session up to a given seq (with the same
+        forks) never changes: the last few small ones are kept (`PAGE_CACHE`, within
+        `PAGE_CACHE_BYTES`), and a reload or a second reader does not fold it again."""
         session, head = self._call(self._describe(principal, session_id))
         if at is not None and at > head:
             raise projections.seq_not_found(session_id, at, head + 1)  # as a history read past the head
@@ -219,14 +226,47 @@ class AdminHttp:
                 self._pages.move_to_end(key)
                 return cached
         require_assets()
-        events = self._call(self._events(principal, session_id, last))
-        body = render_page(events, session, link="/sessions/{id}").encode("utf-8")
-        if len(body) <= PAGE_CACHE_BYTES:
+        return self._streamed(key, principal, session_id, session, last)
+
+    def _streamed(
+        self,
+        key: tuple[str, SessionRef, int],
+        principal: access.Principal,
+        session_id: str,
+        session: SessionRef,
+        last: int,
+    ) -> Iterator[bytes]:
+        """The page's parts, rendered as the log is read; kept whole if it ends within
+        `PAGE_CACHE_BYTES`. A read that fails part way ends the page with a line that says so
+        (the status was sent already) and is logged."""
+        kept: list[bytes] | None = []
+        size = 0
+        try:
+            for text in render_parts(self._events(principal, session_id, last), session, link="/sessions/{id}"):
+                part = text.encode("utf-8")
+                size += len(part)
+                if kept is not None and size <= PAGE_CACHE_BYTES:
+                    kept.append(part)
+                else:
+                    kept = None
+                yield part
+        except (SessionLogError, TimeoutError) as exc:
+            if isinstance(exc, SessionLogError):
+                error = access.public_error(exc, principal.namespace)
+                reason = f"{error.reason}: {error.message}"
+            else:
+                reason = f"no page of the log within {PAGE_TIMEOUT_S:.0f} s"
+            log.error("page incomplete", session_id=session_id, error=reason, **access.log_fields(principal))
+            # The page's script is not sent: nothing draws a part of the log as if it were all.
+            text = f"This page is incomplete: reading the log failed ({html.escape(reason)})."
+            yield f'<p class="error">{text}</p>\n'.encode()
+            return
+        if kept is not None:
+            body = b"".join(kept)
             with self._lock:
                 self._pages[key] = body
                 while len(self._pages) > PAGE_CACHE or sum(map(len, self._pages.values())) > PAGE_CACHE_BYTES:
                     self._pages.popitem(last=False)
-        return body
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=PAGE_TIMEOUT_S)
@@ -245,13 +285,21 @@ class AdminHttp:
         parent = access.public_id(record.parent_id) if record.parent_id is not None else None
         return SessionRef(access.public_id(record.id), parent, record.fork_seq, tuple(children)), record.next_seq - 1
 
-    async def _events(self, principal: access.Principal, session_id: str, last: int) -> list[Event]:
-        access.bind(principal)
-        events: list[Event] = []
-        if last >= 0:
-            async for page in self.service.read_events(session_id, 0, last, 0):
-                events.extend(page)
-        return events
+    def _events(self, principal: access.Principal, session_id: str, last: int) -> Iterator[Event]:
+        """Seqs 0..last, read a page at a time on the service's loop as the render asks."""
+        if last < 0:
+            return
+        pages = self.service.read_events(session_id, 0, last, 0)
+        try:
+            while (page := self._call(self._next_page(principal, pages))) is not None:
+                yield from page
+        finally:
+            self._call(pages.aclose())
+
+    @staticmethod
+    async def _next_page(principal: access.Principal, pages: AsyncGenerator[list[Event], None]) -> list[Event] | None:
+        access.bind(principal)  # each step runs as a task of its own, with a context of its own
+        return await anext(pages, None)
 
 
 def _at_seq(query: str) -> int | None:

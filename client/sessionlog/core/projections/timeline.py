@@ -39,7 +39,14 @@ from sessionlog.core.messages import is_copy, message_of, project_message, sourc
 from sessionlog.core.projections.stats import StatsAccumulator, is_model_call, usage_of
 from sessionlog.core.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
 from sessionlog.core.request_diff import SurfaceDelta, describe, header_change
-from sessionlog.core.surface import SurfaceNode, SurfaceState, apply_surface_plan, plan_surface_event, surface_node
+from sessionlog.core.surface import (
+    SurfaceNode,
+    SurfacePlan,
+    SurfaceState,
+    apply_surface_plan,
+    plan_surface_event,
+    surface_node,
+)
 from sessionlog.core.usage import number, usage_cost
 from sessionlog.core.vocabulary import (
     ASSISTANT_ATTEMPT,
@@ -74,9 +81,28 @@ class _Previous:
 
 @dataclass(slots=True)
 class TimelineFold:
-    """The one-pass fold behind `timeline`; `add` each event in seq order, then `result`."""
+    """The one-pass fold behind `timeline`; `add` each event in seq order, then `result`.
 
+    Its own figures need no past event: it counts what `result` reports as it goes and keeps
+    only the replace events a pending cache-drop diff may name. With `keep_events=False` it
+    keeps no event at all, and a caller that streams the records out (the session page) may
+    take them from `requests`, `markers`, `turns`, `steps` and `tool_calls` and clear those
+    lists (a record still in `open_turns`, `open_steps` or `open_calls` may change later), so
+    a fold of any length holds its surface's seqs, its open records and nothing else.
+    """
+
+    keep_events: bool = True
     events: list[Event] = field(default_factory=list)
+    """Every event folded (seq order), when `keep_events`; what the OTLP export reads."""
+    counts: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("events", "turns", "steps", "requests", "toolCalls", "toolErrors", "repairs", "cacheDrops"), 0
+        )
+    )
+    message_nodes: set[int] = field(default_factory=set)
+    """The surface nodes that project to a model message (the stats' `messages`)."""
+    replacers: dict[int, Event] = field(default_factory=dict)
+    """The replace events since the latest request with usage: what a cache drop's diff names."""
     surface: SurfaceState = field(default_factory=SurfaceState)
     totals: StatsAccumulator = field(default_factory=StatsAccumulator)
     header: HeaderState | None = None
@@ -98,14 +124,18 @@ class TimelineFold:
     def node_at(self, seq: int) -> SurfaceNode:
         return surface_node(self.events[seq])
 
-    def add(self, event: Event) -> None:
-        """Fold one event (seqs 0, 1, 2, … in order)."""
-        self.events.append(event)
+    def add(self, event: Event) -> SurfacePlan | None:
+        """Fold one event (seqs 0, 1, 2, … in order); its surface plan (None: log-only)."""
+        if self.keep_events:
+            self.events.append(event)
+        self.counts["events"] += 1
         kind = event.type
         # A request is the prefix before its response: measure it before the response lands.
         request = self._request(event) if is_model_call(event) else None
         plan = plan_surface_event(self.surface, event, self.node_at, validate=False)
         apply_surface_plan(self.surface, plan)
+        if plan is not None:
+            self._surface_moved(event, plan)
         self.since_request.record(event, plan)
         self.since_usage.record(event, plan)
         self.totals.add(event)
@@ -121,6 +151,14 @@ class TimelineFold:
             inherited = event.data.get("inherited") is True
             self._marker(event, "fork" if inherited else "resume")
         self._structure(event)
+        return plan
+
+    def _surface_moved(self, event: Event, plan: SurfacePlan) -> None:
+        if plan.kind == "replace":
+            self.message_nodes.difference_update(plan.shadowed)
+            self.replacers[event.seq] = event
+        if project_message(event) is not None:
+            self.message_nodes.add(event.seq)
 
     # --- headers and markers ----------------------------------------------------------
 
@@ -162,6 +200,7 @@ class TimelineFold:
             "drop": None,
         }
         self.since_request = SurfaceDelta()
+        self.counts["requests"] += 1
         if event.type == ASSISTANT_ATTEMPT and isinstance(event.data.get("error"), (dict, str)):
             request["error"] = event.data.get("error")
         self.requests.append(request)
@@ -171,15 +210,17 @@ class TimelineFold:
         cache_read = request["usage"]["cacheRead"]
         if self.previous is not None and cache_read < self.previous.cache_read:
             request["drop"] = self._drop(event, cache_read)
+            self.counts["cacheDrops"] += 1
         self.previous = _Previous(event.seq, event.time, cache_read, self.header)
         self.since_usage = SurfaceDelta()
+        self.replacers = {}
         return request
 
     def _drop(self, event: Event, cache_read: int | float) -> JsonObject:
         previous = self.previous
         assert previous is not None
         fields = header_change(previous.header, self.header)
-        diff = describe(self.since_usage, fields, previous.header, self.header, self.event_at)
+        diff = describe(self.since_usage, fields, previous.header, self.header, self.replacers.__getitem__)
         hits = (("header", bool(fields)), ("replace", bool(diff["messages"]["replaced"])))
         causes = [name for name, hit in hits if hit]
         return {
@@ -200,6 +241,7 @@ class TimelineFold:
             record: JsonObject = {"turn": turn, "startSeq": event.seq, "startTime": event.time}
             record.update(endSeq=None, endTime=None, durationMs=None, endKind=None, steps=0, requests=0)
             self.turns.append(record)
+            self.counts["turns"] += 1
             self.open_turns[turn] = record
         elif kind == TURN_END and turn is not None and turn in self.open_turns:
             record = self.open_turns.pop(turn)
@@ -213,6 +255,7 @@ class TimelineFold:
             record = {"turn": turn, "step": step, "startSeq": event.seq, "startTime": event.time}
             record.update(endSeq=None, durationMs=None, requests=[], toolCalls=0)
             self.steps.append(record)
+            self.counts["steps"] += 1
             self.open_steps[(turn, step)] = record
             if turn in self.open_turns:
                 self.open_turns[turn]["steps"] += 1
@@ -250,6 +293,7 @@ class TimelineFold:
                 "errorCode": None,
             }
             self.tool_calls.append(call)
+            self.counts["toolCalls"] += 1
             if owner is not None:
                 owner["toolCalls"] += 1
             if isinstance(call_id, str):
@@ -265,24 +309,18 @@ class TimelineFold:
         outcome = "repaired" if code in REPAIR_CODES else "error" if message.get("isError") is True else "ok"
         call.update(resultSeq=event.seq, outcome=outcome, errorCode=code if isinstance(code, str) else None)
         call["durationMs"] = event.time - call["startTime"]
+        self.counts["toolErrors"] += outcome in ("error", "repaired")
+        self.counts["repairs"] += outcome == "repaired"
 
     # --- result -----------------------------------------------------------------------
 
     def result(self) -> JsonObject:
-        """The timeline of the events folded so far."""
-        messages = sum(1 for seq in self.surface.nodes if project_message(self.events[seq]) is not None)
-        stats = self.totals.as_dict(events=len(self.events), messages=messages)
+        """The timeline of the events folded so far (the record lists as they stand)."""
+        counts = self.counts
+        stats = self.totals.as_dict(events=counts["events"], messages=len(self.message_nodes))
         return {
             "stats": stats,
-            "counts": {
-                "turns": len(self.turns),
-                "steps": len(self.steps),
-                "requests": len(self.requests),
-                "toolCalls": len(self.tool_calls),
-                "toolErrors": sum(1 for call in self.tool_calls if call["outcome"] in ("error", "repaired")),
-                "repairs": sum(1 for call in self.tool_calls if call["outcome"] == "repaired"),
-                "cacheDrops": sum(1 for request in self.requests if request["drop"] is not None),
-            },
+            "counts": {key: value for key, value in counts.items() if key != "events"},
             "requests": self.requests,
             "turns": self.turns,
             "steps": self.steps,

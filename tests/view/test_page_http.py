@@ -176,8 +176,13 @@ def test_a_long_sessions_page_is_read_and_sent_in_parts(
             yield list(pages.watched(events, refs))
 
     monkeypatch.setattr(secured.service, "read_events", counted)
-    status, html, headers = get(secured, f"/sessions/{sid}", f"Bearer {ALICE}")
+    with capture_logs() as logs:
+        status, html, headers = get(secured, f"/sessions/{sid}", f"Bearer {ALICE}")
     assert status == 200 and len(held) == 6  # 500 events a read
+    # The request's line comes once the body is sent, its latency the render's, and says how
+    # much was sent (it was logged as the first part went out, before the render).
+    line = next(e for e in logs if e["event"] == "page")
+    assert line["status"] == 200 and line["bytes"] == len(html.encode())
     assert max(held) <= 600, held  # a read page and a part, of 3,000 events
     assert pages.page_data(html)["session"]["events"] == 3000 and "Content-Length" not in headers
     admin = secured.running.admin

@@ -147,9 +147,11 @@ class AdminHttp:
             return start_response(status, headers, exc_info)
 
         try:
-            return self._session_page(environ, recorded, line)
-        finally:
-            log.info("page", **line, latency_ms=round((time.perf_counter() - started) * 1000, 3))
+            body = self._session_page(environ, recorded, line)
+        except BaseException:
+            _log_page(line, started)
+            raise
+        return _logged(body, line, started)
 
     def _session_page(
         self, environ: dict[str, Any], start_response: StartResponse, line: dict[str, Any]
@@ -300,6 +302,23 @@ class AdminHttp:
     async def _next_page(principal: access.Principal, pages: AsyncGenerator[list[Event], None]) -> list[Event] | None:
         access.bind(principal)  # each step runs as a task of its own, with a context of its own
         return await anext(pages, None)
+
+
+def _logged(body: Iterable[bytes], line: dict[str, Any], started: float) -> Iterator[bytes]:
+    """`body`, with the request's line logged once it is all sent (or the client went away):
+    a page is rendered as it is sent, so its time is the whole body's, not the first part's."""
+    sent = 0
+    try:
+        for part in body:
+            sent += len(part)
+            yield part
+    finally:
+        line["bytes"] = sent
+        _log_page(line, started)
+
+
+def _log_page(line: dict[str, Any], started: float) -> None:
+    log.info("page", **line, latency_ms=round((time.perf_counter() - started) * 1000, 3))
 
 
 def _at_seq(query: str) -> int | None:

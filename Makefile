@@ -5,7 +5,10 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 # The session page's chart library, built from the pinned npm lock file (see web/).
 VIEW_ASSETS := client/sessionlog/view/vendor/uPlot.iife.min.js
 
-.PHONY: serve test lint typecheck pytest tstest proto bench clean
+.PHONY: all serve test lint typecheck pytest tstest proto bench clean
+
+# `make` alone: the venv and the session page's chart library (what `sessionlog view` needs).
+all: $(STAMP) $(VIEW_ASSETS)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)

@@ -53,7 +53,8 @@ class Settings:
     migrate: bool = True
     """Run the migration chain on start."""
     sqlite_synchronous: str = "FULL"
-    """SQLite `synchronous` pragma: FULL (durable on power loss) or NORMAL (durable on crash)."""
+    """SQLite `synchronous` pragma: FULL (durable on power loss), NORMAL (durable on a process crash),
+    EXTRA (as FULL in WAL mode) or OFF (no fsync: not durable on an OS crash or power loss)."""
     sqlite_busy_timeout_ms: int = BUSY_TIMEOUT_MS
     """How long a write waits for the SQLite file while another worker or program writes it; past
     that it fails with STORAGE_UNAVAILABLE (nothing written, retry)."""

@@ -1200,7 +1200,7 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Code: INVALID_ARGUMENT
     Metadata: `field`
     Raised by: core
-    Client: Use a shorter writer id without NUL characters, or none (the service picks one).
+    Client: Use a shorter writer id without NUL characters or lone surrogates, or none (the service picks one).
     """
     WRITE_REQUEST_EMPTY: _ErrorReason.ValueType  # 139
     """A writer stream message after `open` sets none of `batch`, `batches`, `header`, `close`
@@ -2433,7 +2433,7 @@ cannot carry it: it would travel as U+FFFD).
 Code: INVALID_ARGUMENT
 Metadata: `field`
 Raised by: core
-Client: Use a shorter writer id without NUL characters, or none (the service picks one).
+Client: Use a shorter writer id without NUL characters or lone surrogates, or none (the service picks one).
 """
 WRITE_REQUEST_EMPTY: ErrorReason.ValueType  # 139
 """A writer stream message after `open` sets none of `batch`, `batches`, `header`, `close`

@@ -46,6 +46,8 @@ _BY_REASON: dict[str, type[SessionLogError]] = {
 
 #: Codes after which the outcome is unknown or transient: safe to retry with the same eventIds.
 RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+#: Codes gRPC itself reports for a failed transport (with no sessionlog ErrorInfo): TRANSPORT_ERROR.
+TRANSPORT_CODES = RETRYABLE_CODES | {grpc.StatusCode.INTERNAL}
 
 
 class ServerError(SessionLogError):
@@ -67,10 +69,12 @@ def from_rpc_error(error: grpc.RpcError) -> SessionLogError:
                 info = error_details_pb2.ErrorInfo()
                 detail.Unpack(info)
                 reason, metadata = info.reason, dict(info.metadata)
-    if code == grpc.StatusCode.INTERNAL and not reason:
-        # The service's own INTERNAL always carries an ErrorInfo. Without one, gRPC made the
-        # status itself: the asyncio client reports a write on a stream whose server died as
-        # "Internal error from Core" (grpc/grpc#36066). The outcome is unknown, like UNAVAILABLE.
+    if code in TRANSPORT_CODES and not reason:
+        # The service's own errors always carry an ErrorInfo. Without one, gRPC made the status
+        # itself: no server answered (UNAVAILABLE), none answered in time (DEADLINE_EXCEEDED), or
+        # the asyncio client reports a write on a stream whose server died as "Internal error
+        # from Core" (grpc/grpc#36066). The outcome is unknown; the reason is the catalogue's
+        # TRANSPORT_ERROR, as the TypeScript client reports it, not the code's name.
         exc: SessionLogError = Unavailable("TRANSPORT_ERROR", message or code.name)
         exc.grpc_code = code  # type: ignore[attr-defined]
         return exc

@@ -1083,8 +1083,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
       that fails.
     """
     TRANSPORT_ERROR: _ErrorReason.ValueType  # 124
-    """gRPC reported INTERNAL without a sessionlog ErrorInfo (e.g. a stream whose server died):
-    the outcome is unknown.
+    """gRPC itself failed the call, without a sessionlog ErrorInfo: no server answered at the
+    address (UNAVAILABLE), none answered within the client's timeout (DEADLINE_EXCEEDED), or a
+    stream whose server died (INTERNAL). The outcome is unknown.
 
     Code: UNAVAILABLE
     Metadata: none
@@ -2316,8 +2317,9 @@ Client: Client libraries reconnect and re-send with the same eventIds; surfaced 
   that fails.
 """
 TRANSPORT_ERROR: ErrorReason.ValueType  # 124
-"""gRPC reported INTERNAL without a sessionlog ErrorInfo (e.g. a stream whose server died):
-the outcome is unknown.
+"""gRPC itself failed the call, without a sessionlog ErrorInfo: no server answered at the
+address (UNAVAILABLE), none answered within the client's timeout (DEADLINE_EXCEEDED), or a
+stream whose server died (INTERNAL). The outcome is unknown.
 
 Code: UNAVAILABLE
 Metadata: none

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from sessionlog.cli.common import connect, fail, guarded, print_json
+from sessionlog.cli.common import connect, fail, guarded, print_json, write_atomically
 from sessionlog.core.request_diff import request_diff
 from sessionlog.view.page import MissingAssets, SessionRef, render_page, require_assets
 
@@ -49,7 +49,7 @@ def view(
     except MissingAssets as exc:
         raise fail(str(exc)) from None
     path = output or Path(f"{session_id}.html")
-    path.write_text(html, encoding="utf-8")
+    write_atomically(path, [html.encode("utf-8")])
     typer.echo(str(path))
 
 

@@ -188,3 +188,18 @@ def test_header_lines_projections_resume_and_fork(server: ServerThread, sid: str
 def test_times_read_as_times() -> None:
     assert readable_time(1_764_524_525_000, now_ms=1_764_524_502_000) == "2025-11-30 17:42:05 UTC (in 23 s)"
     assert readable_time(1_764_524_525_000, now_ms=1_764_524_530_400) == "2025-11-30 17:42:05 UTC (5 s ago)"
+
+
+def test_json_output_is_utf8_whatever_the_locale(server: ServerThread, sid: str) -> None:
+    """A console whose encoding cannot hold CJK or emoji (Windows' cp1252, a C locale) still gets
+    the JSON as UTF-8, as `export` writes its files, where `history` died in a UnicodeEncodeError."""
+    run(server, "create", "--id", sid)
+    message = {"role": "user", "content": "中文 🎉 naïve"}
+    run(server, "append", sid, stdin=lines({**USER, "data": {"message": message}}))
+    env = {**os.environ, "SESSIONLOG_SERVER": server.target, "PYTHONIOENCODING": "ascii"}
+    for command in (["history", sid], ["events", sid, "--from", "1"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "sessionlog", *command], capture_output=True, env=env, cwd=ROOT, timeout=60
+        )
+        assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
+        assert "中文 🎉 naïve".encode() in done.stdout and done.stdout.endswith(b"}\n")

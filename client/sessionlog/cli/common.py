@@ -32,8 +32,8 @@ class State:
 
 
 def print_json(value: Any) -> None:
-    """One JSON value on one line of stdout (UTF-8, not ASCII-escaped)."""
-    sys.stdout.write(jsonvalue.dumps(value) + "\n")
+    """One JSON value on one line of stdout (UTF-8 whatever the locale, not ASCII-escaped)."""
+    write_stdout([jsonvalue.dumps_bytes(value) + b"\n"])
 
 
 def write_stdout(chunks: Iterable[bytes]) -> None:

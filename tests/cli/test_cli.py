@@ -203,3 +203,33 @@ def test_json_output_is_utf8_whatever_the_locale(server: ServerThread, sid: str)
         )
         assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
         assert "中文 🎉 naïve".encode() in done.stdout and done.stdout.endswith(b"}\n")
+
+
+def test_append_whose_reader_left_still_appends_every_line(server: ServerThread, sid: str) -> None:
+    """`producer | sessionlog append ID | head -1`: once the seqs' reader is gone, the lines
+    that follow are still appended and the exit status is 0, where the printer thread died in a
+    BrokenPipeError traceback."""
+    run(server, "create", "--id", sid)
+    note = {"type": "test/n", "data": {}, "ignorable": True}
+    env = {**os.environ, "SESSIONLOG_SERVER": server.target}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sessionlog", "append", sid],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.stdin and proc.stdout and proc.stderr
+    proc.stdin.write(lines(note))
+    proc.stdin.flush()
+    assert proc.stdout.readline() == "0\n"
+    proc.stdout.close()  # `head -1` has its line and leaves
+    proc.stdin.write(lines(note, note))
+    proc.stdin.flush()
+    proc.stdin.write(lines(note))
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 0
+    assert proc.stderr.read() == ""
+    assert [json.loads(line)["seq"] for line in run(server, "events", sid).stdout.splitlines()] == [0, 1, 2, 3]

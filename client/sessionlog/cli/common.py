@@ -51,6 +51,17 @@ def write_stdout(chunks: Iterable[bytes]) -> None:
     sys.stdout.flush()
 
 
+def stdout_closed() -> None:
+    """What to do once a write to stdout raised BrokenPipeError (its reader left: `| head`) in a
+    command that goes on working: point stdout at /dev/null, so later writes, and the
+    interpreter's last flush, write nowhere instead of raising again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
 def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
     """`chunks` into the file `path`, whole or not at all: a temporary file beside it, fsynced,
     then renamed over it. A path that cannot be written (no such directory, a directory, no

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.cli.hints import readable_time
+from sessionlog.client import SessionLogClient
 from tests.support.servers import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,3 +237,25 @@ def test_append_whose_reader_left_still_appends_every_line(server: ServerThread,
     assert proc.wait(timeout=30) == 0
     assert proc.stderr.read() == ""
     assert [json.loads(line)["seq"] for line in run(server, "events", sid).stdout.splitlines()] == [0, 1, 2, 3]
+
+
+def test_a_port_past_65535_is_refused_not_dialled_modulo_65536() -> None:
+    """gRPC took `127.0.0.1:99999` as port 34463 (another service's, perhaps): both clients
+    refuse it, and the CLI says so in one line with the usage status 2, before any connection."""
+    env = {**os.environ, "SESSIONLOG_SERVER": "127.0.0.1:99999"}
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionlog", "stats", "s"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        "sessionlog: error: '127.0.0.1:99999': the port must be from 1 to 65535 (HOST:PORT, e.g. 127.0.0.1:50051)\n"
+    )
+    for make in (SessionLogClient, AsyncSessionLogClient):
+        with pytest.raises(ValueError, match="the port must be"):
+            make("dns:///localhost:65536")
+    SessionLogClient("127.0.0.1:65535").close()

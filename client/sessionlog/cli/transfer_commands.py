@@ -110,7 +110,7 @@ def import_command(
 ) -> None:
     """Import session files; print the sessions created (for Pi: the default leaf first, then forks)."""
     if session_id is not None and len(files) > 1:
-        raise fail("--id names one session: import one FILE at a time with it")
+        raise fail("--id names one session: import one FILE at a time with it", 2)
     sessions: list[dict[str, Any]] = []
     with connect() as client:
         for path in files:

@@ -43,6 +43,7 @@ from sessionlog.requests import (
     acquire_request,
     append_request,
     batch_request,
+    check_target,
     create_request,
     header_report_from_pb,
     header_request,
@@ -120,7 +121,8 @@ class ClientBase:
     ) -> None:
         """Connect to `target`; `token` authenticates, `ca_file` (or `credentials`, a
         grpc.ChannelCredentials) turns on TLS; `retry` says how idempotent calls are retried
-        on UNAVAILABLE."""
+        on UNAVAILABLE. A ValueError for a port past 65535 (`check_target`)."""
+        check_target(target)
         self.target = target
         self.timeout = timeout
         self.retry = retry

@@ -19,6 +19,18 @@ from sessionlog.core.limits import DEFAULT_LIMITS
 from sessionlog.v1 import session_service_pb2 as pb
 
 DEFAULT_TARGET = "127.0.0.1:50051"
+MAX_PORT = 65535
+
+
+def check_target(target: str) -> None:
+    """A ValueError for a target whose port is past 65535: gRPC takes it modulo 65536 and
+    connects to another port (`127.0.0.1:99999` dialled 34463), perhaps another service. Any
+    other form (`HOST:PORT`, `dns:///HOST:PORT`, `unix:PATH`) is gRPC's to judge."""
+    port = target.rpartition(":")[2]
+    if port.isdigit() and int(port) > MAX_PORT:
+        raise ValueError(f"{target!r}: the port must be from 1 to {MAX_PORT} (HOST:PORT, e.g. {DEFAULT_TARGET})")
+
+
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.cli.hints import readable_time
+from sessionlog.client import SessionLogClient
 from tests.support.servers import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,3 +192,70 @@ def test_header_lines_projections_resume_and_fork(server: ServerThread, sid: str
 def test_times_read_as_times() -> None:
     assert readable_time(1_764_524_525_000, now_ms=1_764_524_502_000) == "2025-11-30 17:42:05 UTC (in 23 s)"
     assert readable_time(1_764_524_525_000, now_ms=1_764_524_530_400) == "2025-11-30 17:42:05 UTC (5 s ago)"
+
+
+def test_json_output_is_utf8_whatever_the_locale(server: ServerThread, sid: str) -> None:
+    """A console whose encoding cannot hold CJK or emoji (Windows' cp1252, a C locale) still gets
+    the JSON as UTF-8, as `export` writes its files, where `history` died in a UnicodeEncodeError."""
+    run(server, "create", "--id", sid)
+    message = {"role": "user", "content": "中文 🎉 naïve"}
+    run(server, "append", sid, stdin=lines({**USER, "data": {"message": message}}))
+    env = {**os.environ, "SESSIONLOG_SERVER": server.target, "PYTHONIOENCODING": "ascii"}
+    for command in (["history", sid], ["events", sid, "--from", "1"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "sessionlog", *command], capture_output=True, env=env, cwd=ROOT, timeout=60
+        )
+        assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
+        assert "中文 🎉 naïve".encode() in done.stdout and done.stdout.endswith(b"}\n")
+
+
+def test_append_whose_reader_left_still_appends_every_line(server: ServerThread, sid: str) -> None:
+    """`producer | sessionlog append ID | head -1`: once the seqs' reader is gone, the lines
+    that follow are still appended and the exit status is 0, where the printer thread died in a
+    BrokenPipeError traceback."""
+    run(server, "create", "--id", sid)
+    note = {"type": "test/n", "data": {}, "ignorable": True}
+    env = {**os.environ, "SESSIONLOG_SERVER": server.target}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sessionlog", "append", sid],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.stdin and proc.stdout and proc.stderr
+    proc.stdin.write(lines(note))
+    proc.stdin.flush()
+    assert proc.stdout.readline() == "0\n"
+    proc.stdout.close()  # `head -1` has its line and leaves
+    proc.stdin.write(lines(note, note))
+    proc.stdin.flush()
+    proc.stdin.write(lines(note))
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 0
+    assert proc.stderr.read() == ""
+    assert [json.loads(line)["seq"] for line in run(server, "events", sid).stdout.splitlines()] == [0, 1, 2, 3]
+
+
+def test_a_port_past_65535_is_refused_not_dialled_modulo_65536() -> None:
+    """gRPC took `127.0.0.1:99999` as port 34463 (another service's, perhaps): both clients
+    refuse it, and the CLI says so in one line with the usage status 2, before any connection."""
+    env = {**os.environ, "SESSIONLOG_SERVER": "127.0.0.1:99999"}
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionlog", "stats", "s"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        "sessionlog: error: '127.0.0.1:99999': the port must be from 1 to 65535 (HOST:PORT, e.g. 127.0.0.1:50051)\n"
+    )
+    for make in (SessionLogClient, AsyncSessionLogClient):
+        with pytest.raises(ValueError, match="the port must be"):
+            make("dns:///localhost:65536")
+    SessionLogClient("127.0.0.1:65535").close()

@@ -340,3 +340,18 @@ def test_replay_of_a_large_file_shows_a_bar_on_a_terminal_and_nothing_in_a_pipe(
     assert json.loads(shown.stdout)["messages"] == 10_000  # stdout holds the result alone
     piped = subprocess.run(command, capture_output=True, env=env, timeout=120)
     assert piped.returncode == 0 and piped.stderr == b""
+
+
+def test_replay_table_prints_each_value_whole_in_a_pipe(app: typer.Typer, tmp_path: Path) -> None:
+    """A long model name reaches a script whole (the table was cut to 80 columns with `…`), no
+    line ends in padding, and a control character in a value is escaped, not sent to the terminal."""
+    model = "a-long-model-" + "x" * 100 + "-中文-\x1b[31mred"
+    text = RESUMED.read_text(encoding="utf-8").replace("gpt-5.5", json.dumps(model)[1:-1])
+    session = tmp_path / "long.jsonl"
+    session.write_text(text, encoding="utf-8")
+    result = run(app, "replay", session)
+    assert result.exit_code == 0, result.output
+    rows = result.output.splitlines()
+    shown = model.replace("\x1b", "\\u001b")
+    assert f"model              openai-codex/{shown}" in rows
+    assert all(row == row.rstrip() for row in rows) and "\x1b" not in result.output

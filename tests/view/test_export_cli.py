@@ -172,3 +172,24 @@ def test_view_without_its_chart_library_says_so_before_reading_the_log(
     assert result.exit_code == 1
     assert "vendor/not-built.iife.min.js is missing: run `make`" in result.stderr
     assert reads == [] and not (tmp_path / "p.html").exists()
+
+
+@pytest.mark.parametrize("command", [["view"], ["export", "--format", "pi"], ["export", "--format", "sessionlog"]])
+def test_an_output_path_that_cannot_be_written_is_one_line_and_leaves_nothing(
+    server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path, command: list[str]
+) -> None:
+    """`-o` into a missing directory or onto a directory is the user's mistake: one line naming
+    the path, exit status 2 and no file or temporary file left, where it was a traceback."""
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([user("héllo 🎉")]).result()
+    verb, *options = command
+    for target in (tmp_path / "no-such-dir" / "out", tmp_path):
+        done = run(server, verb, sid, *options, "-o", str(target))
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(f"sessionlog: error: cannot write {target}: "), done.stderr
+        assert len(done.stderr.splitlines()) == 1 and done.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+    written = tmp_path / "out"
+    assert run(server, verb, sid, *options, "-o", str(written)).returncode == 0
+    assert "héllo 🎉" in written.read_text(encoding="utf-8") and list(tmp_path.iterdir()) == [written]

@@ -132,11 +132,11 @@ def test_an_endpoint_that_is_not_an_http_url_is_refused_before_anything_is_read(
     server: ServerThread, sid: str, endpoint: str
 ) -> None:
     """The exporter takes any string and fails on every export; the service's own setting was
-    already checked at start-up, the command's option was not."""
+    already checked at start-up, the command's option was not. A usage mistake: status 2."""
     done = subprocess.run(
         command(server, sid, "--endpoint", endpoint), capture_output=True, text=True, cwd=ROOT, timeout=60
     )
-    assert done.returncode != 0
+    assert done.returncode == 2
     assert f"--endpoint {endpoint!r} is not an http(s) URL" in done.stderr
     assert done.stdout == ""
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
@@ -30,8 +32,54 @@ class State:
 
 
 def print_json(value: Any) -> None:
-    """One JSON value on one line of stdout (UTF-8, not ASCII-escaped)."""
-    sys.stdout.write(jsonvalue.dumps(value) + "\n")
+    """One JSON value on one line of stdout (UTF-8 whatever the locale, not ASCII-escaped)."""
+    write_stdout([jsonvalue.dumps_bytes(value) + b"\n"])
+
+
+def write_stdout(chunks: Iterable[bytes]) -> None:
+    """UTF-8 bytes on stdout whatever the locale: a Windows console's cp1252 or a C locale's
+    ASCII cannot encode the emoji and CJK that sessions hold, and the output of every command is
+    UTF-8 as docs/formats.md says its files are. Text written before is flushed first, so lines
+    keep their order."""
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    for chunk in chunks:
+        if buffer is not None:
+            buffer.write(chunk)
+        else:  # a stream with no bytes below it (a test's capture): it encodes
+            sys.stdout.write(chunk.decode("utf-8"))
+    sys.stdout.flush()
+
+
+def stdout_closed() -> None:
+    """What to do once a write to stdout raised BrokenPipeError (its reader left: `| head`) in a
+    command that goes on working: point stdout at /dev/null, so later writes, and the
+    interpreter's last flush, write nowhere instead of raising again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
+def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
+    """`chunks` into the file `path`, whole or not at all: a temporary file beside it, fsynced,
+    then renamed over it. A path that cannot be written (no such directory, a directory, no
+    permission) is the one-line error, exit status 2, and leaves no file behind."""
+    temp: str | None = None
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.resolve().parent)
+        with os.fdopen(fd, "wb") as out:
+            for chunk in chunks:
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except OSError as exc:
+        raise fail(f"cannot write {path}: {exc.strerror or exc}", code=2) from None
+    finally:
+        if temp is not None:
+            Path(temp).unlink(missing_ok=True)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

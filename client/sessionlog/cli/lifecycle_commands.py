@@ -39,7 +39,7 @@ def fork(
     at: Annotated[int, typer.Option("--at", min=0, help="The last seq the fork inherits (inclusive).")],
     new_id: Annotated[str | None, typer.Option("--id", help="The new session's id (generated if omitted).")] = None,
 ) -> None:
-    """Fork a session after seq --at; prints `{"id": ...}`. The prefix is shared, not copied."""
+    """Fork a session after seq --at; prints `{"id", "parent", "forkSeq"}`. The prefix is shared, not copied."""
     with connect() as client:
         session = client.fork(session_id, at, new_id)
         print_json({"id": session.id, "parent": session.parent_session_id, "forkSeq": session.fork_seq})

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+import unicodedata
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +24,8 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from sessionlog.cli.common import describe, fail
+from sessionlog.cli.common import describe, fail, write_stdout
 from sessionlog.cli.progress import progress
 from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.formats.jsonl import JsonlReader
@@ -122,12 +121,18 @@ def _recognised(recorded: dict[str, Any]) -> int:
 
 
 def _print_table(result: Replay) -> None:
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column("metric")
-    table.add_column("value")
-    for key, value in result.table_metrics().items():
-        table.add_row(Text(LABELS[key]), Text(_cell(key, value)))
-    _stdout().print(table)
+    """One `label  value` line per metric, labels padded to one column. Plain text, never cut
+    to a width: a rich table fitted a pipe's 80 columns and cut a long model name with `…`,
+    which a script reading the value got as the value."""
+    rows = [(LABELS[key], _cell(key, value)) for key, value in result.table_metrics().items()]
+    width = max(len(label) for label, _ in rows)
+    write_stdout(f"{label:<{width}}  {_printable(value)}\n".encode() for label, value in rows)
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters (an escape sequence in a model name) as `\\uXXXX`, so a
+    value cannot drive the terminal it is printed on."""
+    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) == "Cc" else c for c in text)
 
 
 def _print_check(recorded: dict[str, Any], changes: list[Change]) -> None:

@@ -74,12 +74,12 @@ def otlp(
     except ImportError:
         raise fail("sessionlog otlp needs the otlp extra: pip install 'sessionlog[otlp]'") from None
     if not is_traces_url(endpoint):
-        raise fail(f"--endpoint {endpoint!r} is not an http(s) URL (e.g. http://collector:4318/v1/traces)")
+        raise fail(f"--endpoint {endpoint!r} is not an http(s) URL (e.g. http://collector:4318/v1/traces)", 2)
     headers = {}
     for pair in header or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise fail(f"--header takes KEY=VALUE, got {pair!r}")
+            raise fail(f"--header takes KEY=VALUE, got {pair!r}", 2)
         headers[key] = value
     exporter: Any = OTLPSpanExporter(endpoint=endpoint, headers=headers or None)  # the SDK is partly untyped
     export = SessionExport(session_id, exporter, content=content)

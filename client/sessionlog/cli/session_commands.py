@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sessionlog.cli.batching import batch_bounds
-from sessionlog.cli.common import connect, describe, fail, print_json
+from sessionlog.cli.common import connect, describe, fail, print_json, stdout_closed
 from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.formats.jsonl import JsonlReader
@@ -54,7 +54,8 @@ def append(
     of events and bytes per batch need), so `producer | sessionlog append ID` streams, and
     each seq is printed as soon as its batch is durable. An envelope's `seq` and `time` are the
     service's to assign and are ignored, but must be well formed (BAD_SEQ, BAD_TIME). Lines read before a bad line may
-    already be committed; the error names the bad line.
+    already be committed; the error names the bad line. Should the reader of the seqs leave
+    (`| head -1`), every line is still appended; only the printing stops.
     """
     reader = JsonlReader()
     with connect() as client, client.writer(session_id, takeover=takeover) as writer:
@@ -115,16 +116,24 @@ class AckPrinter:
             try:
                 result = future.result()
             except SessionLogError as exc:
-                sys.stdout.flush()
+                self._print("")  # the seqs before the error come first
                 sys.stderr.write(f"sessionlog: error: {describe(exc, f'batch starting at line {first_line}')}\n")
                 sys.stderr.flush()
                 os._exit(1)
-            if isinstance(result, HeaderReport):
-                # Nothing appended: the seq of the latest header stands for this line.
-                sys.stdout.write(f"{result.header_seq}\n")
-            else:
-                sys.stdout.write("".join(f"{seq}\n" for seq in result.seqs))
+            # A header report appends nothing: the seq of the latest header stands for its line.
+            seqs = [result.header_seq] if isinstance(result, HeaderReport) else result.seqs
+            self._print("".join(f"{seq}\n" for seq in seqs))
+
+    @staticmethod
+    def _print(text: str) -> None:
+        """`text` on stdout, flushed. Should the reader of the seqs have left (`| head -1`), the
+        lines are still appended and a refused batch still ends the process with its error: only
+        the printing stops."""
+        try:
+            sys.stdout.write(text)
             sys.stdout.flush()
+        except BrokenPipeError:
+            stdout_closed()
 
 
 def _is_header_report(obj: dict[str, Any]) -> bool:

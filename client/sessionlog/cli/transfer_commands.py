@@ -35,9 +35,7 @@ appended twice.
 from __future__ import annotations
 
 import functools
-import os
 import sys
-import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -48,7 +46,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sessionlog.cli.batching import batch_bounds
-from sessionlog.cli.common import connect, describe, fail, print_json
+from sessionlog.cli.common import connect, describe, fail, print_json, write_atomically, write_stdout
 from sessionlog.cli.progress import Advance, progress
 from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import NotFound, SessionLogError
@@ -112,7 +110,7 @@ def import_command(
 ) -> None:
     """Import session files; print the sessions created (for Pi: the default leaf first, then forks)."""
     if session_id is not None and len(files) > 1:
-        raise fail("--id names one session: import one FILE at a time with it")
+        raise fail("--id names one session: import one FILE at a time with it", 2)
     sessions: list[dict[str, Any]] = []
     with connect() as client:
         for path in files:
@@ -343,41 +341,12 @@ def _counted(events: Iterable[Event], advance: Advance) -> Iterator[Event]:
 
 
 def _write(output: Path | None, lines: Iterable[str]) -> None:
-    """To stdout, or atomically to `output`."""
+    """To stdout, or atomically to `output`; UTF-8 either way (Pi files hold emoji and raw U+2028)."""
+    chunks = (line.encode("utf-8") for line in lines)
     if output is None:
-        _write_stdout(lines)
+        write_stdout(chunks)
     else:
-        _write_atomically(output, lines)
-
-
-def _write_stdout(lines: Iterable[str]) -> None:
-    """UTF-8 bytes whatever the locale (Pi files hold emoji and raw U+2028)."""
-    sys.stdout.flush()
-    buffer = getattr(sys.stdout, "buffer", None)
-    for line in lines:
-        if buffer is not None:
-            buffer.write(line.encode("utf-8"))
-        else:
-            sys.stdout.write(line)
-    if buffer is not None:
-        buffer.flush()
-    sys.stdout.flush()
-
-
-def _write_atomically(path: Path, lines: Iterable[str]) -> None:
-    """A temporary file beside `path`, fsynced, then renamed over it."""
-    directory = path.resolve().parent
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for line in lines:
-                out.write(line.encode("utf-8"))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+        write_atomically(output, chunks)
 
 
 # --- ingest ------------------------------------------------------------------------------------

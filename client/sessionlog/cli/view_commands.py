@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from sessionlog.cli.common import connect, fail, guarded, print_json
+from sessionlog.cli.common import connect, fail, guarded, print_json, write_atomically
 from sessionlog.core.request_diff import request_diff
 from sessionlog.view.page import MissingAssets, SessionRef, render_parts, require_assets
 
@@ -45,18 +45,10 @@ def view(
         children = tuple((child.id, child.fork_seq) for child in client.list_sessions(parent_session_id=session_id))
         session = SessionRef(info.id, info.parent_session_id, info.fork_seq, children)
         path = output or Path(f"{session_id}.html")
-        # Written beside the target and moved over it when whole: a failed read leaves no half page.
-        partial = path.with_name(path.name + ".partial")
-        try:
-            with partial.open("w", encoding="utf-8") as file:
-                for part in render_parts(client.read_events(session_id, to_seq=at), session):
-                    file.write(part)
-        except BaseException as exc:
-            partial.unlink(missing_ok=True)
-            if isinstance(exc, MissingAssets):
-                raise fail(str(exc)) from None
-            raise
-    partial.replace(path)
+        # Rendered as the log is read, into a file beside the target moved over it when whole:
+        # a failed read leaves no half page.
+        parts = render_parts(client.read_events(session_id, to_seq=at), session)
+        write_atomically(path, (part.encode("utf-8") for part in parts))
     typer.echo(str(path))
 
 

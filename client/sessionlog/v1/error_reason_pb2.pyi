@@ -1198,6 +1198,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: core
     Client: Use a shorter writer id without NUL characters, or none (the service picks one).
     """
+    EVENT_ID_REUSED: _ErrorReason.ValueType  # 139
+    """An event carries an eventId the session's log already holds for a different event (another
+    type, data, surfaceOp, sourceEventSeqs or ignorable flag). A retry re-sends the same event
+    and gets its original seq; a new event under a used id (a restarted harness numbering its
+    ids afresh) would be acknowledged without being stored, so it is refused, and nothing of
+    the batch is written.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`, `seq` (the event the id names)
+    Raised by: core
+    Client: Give each new event an id not used in the session (a UUID); re-send only to retry.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The catalogue of sessionlog errors (SPEC §13, AIP-193), in the style of googleapis'
@@ -2415,5 +2427,17 @@ Code: INVALID_ARGUMENT
 Metadata: `field`
 Raised by: core
 Client: Use a shorter writer id without NUL characters, or none (the service picks one).
+"""
+EVENT_ID_REUSED: ErrorReason.ValueType  # 139
+"""An event carries an eventId the session's log already holds for a different event (another
+type, data, surfaceOp, sourceEventSeqs or ignorable flag). A retry re-sends the same event
+and gets its original seq; a new event under a used id (a restarted harness numbering its
+ids afresh) would be acknowledged without being stored, so it is refused, and nothing of
+the batch is written.
+
+Code: INVALID_ARGUMENT
+Metadata: `field`, `seq` (the event the id names)
+Raised by: core
+Client: Give each new event an id not used in the session (a UUID); re-send only to retry.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

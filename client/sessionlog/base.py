@@ -425,9 +425,14 @@ class WriterCore:
 
     def open_request(self, takeover: bool, resume: bool) -> pb.WriteRequest:
         """The `open` message; a reconnect presents the token of the lease it held, so it takes
-        that lease again (at a new epoch) instead of finding it held until it lapses."""
-        token = self.lease.token if self.lease is not None else ""
-        return open_request(self.session_id, self.writer_id, takeover, self.create_if_missing, resume, token)
+        that lease again (at a new epoch) instead of finding it held until it lapses, and the
+        seq its acknowledgements reached, so the header reports it re-sends are answered from
+        the log (decided again, a pending change A -> B -> A logged B and A twice)."""
+        if self.lease is None:
+            return open_request(self.session_id, self.writer_id, takeover, self.create_if_missing, resume)
+        return open_request(
+            self.session_id, self.writer_id, takeover, self.create_if_missing, resume, self.lease.token, self.next_seq
+        )
 
     def resend(self) -> list[pb.WriteRequest]:
         """What a new stream must carry after its open: every request not yet acknowledged."""
@@ -483,9 +488,10 @@ class WriterCore:
         """The pendings `response` acknowledges, each with its result (removed from `pending`)."""
         kind = response.WhichOneof("kind")
         if kind == "header_ack":
-            results: list[tuple[int, Any]] = [
-                (response.header_ack.batch_id, header_report_from_pb(response.header_ack.result))
-            ]
+            report = header_report_from_pb(response.header_ack.result)
+            results: list[tuple[int, Any]] = [(response.header_ack.batch_id, report)]
+            if report.appended and report.header_seq is not None:  # a logged header is an event too
+                self.next_seq = max(self.next_seq, report.header_seq + 1)
         else:
             acks = response.acks.acks if kind == "acks" else [response.ack]
             results = [(ack.batch_id, AppendResult(list(ack.seqs), ack.next_seq)) for ack in acks]

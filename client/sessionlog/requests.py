@@ -165,8 +165,11 @@ def open_request(
     create_if_missing: bool,
     resume: bool = False,
     lease_token: str = "",
+    acknowledged_next_seq: int | None = None,
 ) -> pb.WriteRequest:
-    """The `open` message; `lease_token` (of a lease still held) lets a reconnect take it again."""
+    """The `open` message; `lease_token` (of a lease still held) lets a reconnect take it again,
+    and `acknowledged_next_seq` tells it where the answers it got end (what it re-sends from
+    there is answered from the log)."""
     validate.check_writer_id(writer_id, DEFAULT_LIMITS)
     return pb.WriteRequest(
         open=pb.OpenWriter(
@@ -176,6 +179,7 @@ def open_request(
             create_if_missing=create_if_missing,
             resume=resume,
             lease_token=lease_token,
+            acknowledged_next_seq=acknowledged_next_seq,
         )
     )
 

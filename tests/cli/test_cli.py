@@ -183,6 +183,10 @@ def test_header_lines_projections_resume_and_fork(server: ServerThread, sid: str
     assert json.loads(run(server, "surface", sid).stdout) == {"nodes": [1, 2], "replaceGeneration": 0}
     resumed = json.loads(run(server, "resume", sid).stdout)
     assert resumed["repairSeqs"] == [4] and resumed["endSeedSeq"] == 5 and resumed["nextSeq"] == 6
+    # the lease was given back: no token of it is printed (it took nothing: OWNERSHIP_LOST)
+    assert "leaseToken" not in resumed["lease"]
+    kept = json.loads(run(server, "resume", sid, "--keep").stdout)
+    assert len(kept["lease"]["leaseToken"]) > 20 and kept["endSeedSeq"] == 5  # the log ended with the seed
     forked = json.loads(run(server, "fork", sid, "--at", "2", "--id", f"{sid}-f").stdout)
     assert forked == {"id": f"{sid}-f", "parent": sid, "forkSeq": 2}
     children = [json.loads(line)["id"] for line in run(server, "sessions", "--parent", sid).stdout.splitlines()]

@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, text
 from sessionlog import convert
 from sessionlog.client import SessionLogClient
 from sessionlog.core import jsonvalue
+from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import NewEvent
 from sessionlog.core.projections.transcript import transcript
 from sessionlog.requests import history_request, transcript_request
@@ -389,6 +390,36 @@ def test_an_old_retry_that_fits_the_log_is_caught_by_the_commit(own_server: Any,
         assert "EVENT_IDS_STORED" in str(caught.value.trailing_metadata())
         assert client.get_session(sid).next_seq == head  # nothing written
         assert list(client.stub.AppendEvents(request).seqs) == [0, 1]  # the retry: original seqs
+        assert client.get_session(sid).next_seq == head
+
+
+def test_an_old_or_inherited_event_id_sent_with_another_event_is_refused(own_server: Any, sid: str) -> None:
+    """An id the session no longer remembers (found through the unique index), one of a fork's
+    inherited prefix, and one after a restart: each names a stored event, and a different
+    event under it is refused (EVENT_ID_REUSED), never answered with the stored event's seq."""
+    server = own_server()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        notes = [ev.note(n, eventId=f"n-{n}") for n in range(RECENT_IDS + 50)]
+        for start in range(0, len(notes), 500):
+            client.append(sid, lease, notes[start : start + 500])
+        head = client.get_session(sid).next_seq
+        child = client.fork(sid, head - 1, f"{sid}-child")
+        child_lease = client.acquire_lease(child.id)
+        for session, held in ((sid, lease), (child.id, child_lease)):
+            with pytest.raises(ValidationError) as reused:
+                client.append(session, held, [ev.note(-1, eventId="n-0")])
+            assert reused.value.reason == "EVENT_ID_REUSED" and reused.value.metadata["seq"] == "0"
+            assert client.append(session, held, [notes[0]]).seqs == [0]  # the true retry still is one
+        assert client.get_session(sid).next_seq == head
+        assert client.get_session(child.id).next_seq == child.next_seq
+    own_server.stop(server)
+    again = own_server()
+    with SessionLogClient(again.target) as client:
+        lease = client.acquire_lease(sid, takeover=True)
+        with pytest.raises(ValidationError, match=f"names the test/note at seq {head - 1}"):
+            client.append(sid, lease, [ev.note(-1, eventId=notes[-1]["eventId"])])
         assert client.get_session(sid).next_seq == head
 
 

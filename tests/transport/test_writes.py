@@ -107,6 +107,26 @@ def test_idempotent_retry_appends_nothing(client: SessionLogClient, sid: str) ->
     assert seqs_of(client, sid) == [0, 1, 2, 3, 4]
 
 
+def test_an_event_id_sent_again_with_another_event_is_refused_not_acknowledged(
+    client: SessionLogClient, sid: str
+) -> None:
+    # A harness restarted after a crash that numbers its eventIds afresh (a counter from 1)
+    # sends a new event under an id the log already holds: it was answered with the old
+    # event's seq, so an event acknowledged as durable was never stored.
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    client.append(sid, lease, [note(0, eventId="a"), note(1, eventId="b")])
+    with pytest.raises(ValidationError) as reused:
+        client.append(sid, lease, [note(2, eventId="c"), note(7, eventId="b")])
+    assert reused.value.reason == "EVENT_ID_REUSED"
+    assert reused.value.metadata["seq"] == "1" and reused.value.metadata["event_index"] == "1"
+    assert "eventId 'b'" in reused.value.message and "seq 1" in reused.value.message
+    with pytest.raises(ValidationError, match="eventId 'a' names the test/note at seq 0"):
+        client.append(sid, lease, [{**user("hello"), "eventId": "a"}])  # another type under the id
+    assert seqs_of(client, sid) == [0, 1]  # nothing of either batch was written
+    assert client.append(sid, lease, [note(1, eventId="b"), note(2, eventId="c")]).seqs == [1, 2]  # a true retry
+
+
 def test_batch_with_one_bad_event_stores_nothing(client: SessionLogClient, sid: str) -> None:
     client.create_session(sid)
     lease = client.acquire_lease(sid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -25,12 +26,16 @@ def resume(
 ) -> None:
     """Resume a session: take the lease, complete an open turn, mark the seed boundary.
 
-    Prints the state to continue from (next seq, latest header, surface generation, repair seqs).
+    Prints the state to continue from (next seq, latest header, surface generation, repair seqs);
+    with --keep, the lease's token too.
     """
     with connect() as client:
         info = client.resume(session_id, writer_id=writer_id, takeover=takeover)
         if release:
             client.release_lease(info.lease)
+            # A token is printed only for a lease kept: once given back it takes nothing (a
+            # harness that used it got OWNERSHIP_LOST).
+            info = replace(info, lease=replace(info.lease, token=""))
         print_json(info.to_json())
 
 

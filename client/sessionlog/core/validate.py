@@ -272,6 +272,28 @@ def check_batch_bytes(total: int, limits: Limits) -> None:
         )
 
 
+def check_retry(proposal: NewEvent, stored: Event) -> None:
+    """A proposal whose eventId the log holds must be that event sent again (a retry), else
+    EVENT_ID_REUSED: answered with the stored event's seq, a different event would be
+    acknowledged and never stored. Data is compared as canonical JSON, so a retry serialised
+    again (other key order or spacing) is still a retry."""
+    same = (
+        proposal.type == stored.type
+        and proposal.ignorable == stored.ignorable
+        and proposal.surface_op == stored.surface_op
+        and tuple(proposal.source_event_seqs) == tuple(stored.source_event_seqs)
+        and jsonvalue.canonical(proposal.data) == jsonvalue.canonical(stored.data)
+    )
+    if not same:
+        raise ValidationError(
+            "EVENT_ID_REUSED",
+            f"eventId {proposal.event_id!r} names the {stored.type} at seq {stored.seq}, a different event; "
+            "a new event needs an id not used in the session (nothing of the batch was written)",
+            field="eventId",
+            seq=stored.seq,
+        )
+
+
 def validate_batch_shape(events: list[NewEvent], limits: Limits = Limits()) -> None:
     """A batch is non-empty, within the count limit, and uses each eventId once."""
     if not events:

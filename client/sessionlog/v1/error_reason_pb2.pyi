@@ -1214,6 +1214,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Set one field of `kind` in every message. The batches sent before it were
       acknowledged first; the stream has ended and released its lease: open a new one.
     """
+    EVENT_ID_REUSED: _ErrorReason.ValueType  # 140
+    """An event carries an eventId the session's log already holds for a different event (another
+    type, data, surfaceOp, sourceEventSeqs or ignorable flag). A retry re-sends the same event
+    and gets its original seq; a new event under a used id (a restarted harness numbering its
+    ids afresh) would be acknowledged without being stored, so it is refused, and nothing of
+    the batch is written.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`, `seq` (the event the id names)
+    Raised by: core
+    Client: Give each new event an id not used in the session (a UUID); re-send only to retry.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The catalogue of sessionlog errors (SPEC §13, AIP-193), in the style of googleapis'
@@ -2447,5 +2459,17 @@ Metadata: `field`
 Raised by: service
 Client: Set one field of `kind` in every message. The batches sent before it were
   acknowledged first; the stream has ended and released its lease: open a new one.
+"""
+EVENT_ID_REUSED: ErrorReason.ValueType  # 140
+"""An event carries an eventId the session's log already holds for a different event (another
+type, data, surfaceOp, sourceEventSeqs or ignorable flag). A retry re-sends the same event
+and gets its original seq; a new event under a used id (a restarted harness numbering its
+ids afresh) would be acknowledged without being stored, so it is refused, and nothing of
+the batch is written.
+
+Code: INVALID_ARGUMENT
+Metadata: `field`, `seq` (the event the id names)
+Raised by: core
+Client: Give each new event an id not used in the session (a UUID); re-send only to retry.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -117,8 +117,9 @@ class NewEvent(_message.Message):
     """The payload: a JSON object as UTF-8 text. Empty means `{}`."""
     event_id: _builtins.str
     """Optional client id (at most 128 characters), unique within the session. A retried append
-    with the same id returns the original seq instead of appending again; the id alone decides,
-    the retry's other fields are not compared (the stored event stays as it was). Give every
+    with the same event under the same id returns the original seq instead of appending again;
+    a different event under a stored id (another type, data, surface_op, source_event_seqs or
+    ignorable; data compared as canonical JSON) is refused with EVENT_ID_REUSED. Give every
     event an id if a writer may retry after a lost acknowledgement.
     """
     ignorable: _builtins.bool

@@ -346,6 +346,7 @@ class OpenWriter(_message.Message):
     CREATE_IF_MISSING_FIELD_NUMBER: _builtins.int
     RESUME_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    ACKNOWLEDGED_NEXT_SEQ_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to write."""
     writer_id: _builtins.str
@@ -360,6 +361,13 @@ class OpenWriter(_message.Message):
     """The token of a lease this writer still holds (a reconnect after a broken stream): presenting
     it takes that live lease again, at a new epoch. Without it a live lease is WRITER_HELD.
     """
+    acknowledged_next_seq: _builtins.int
+    """With `lease_token` (a reconnect): the seq after the last event the writer saw acknowledged
+    (its batches' and its logged header reports'). What the log holds from there on is what the
+    service did with the requests whose answers were lost, so a header report re-sent is
+    answered from the log instead of being decided again (a pending change A -> B -> A, decided
+    again, logged B and A a second time).
+    """
     def __init__(
         self,
         *,
@@ -369,12 +377,15 @@ class OpenWriter(_message.Message):
         create_if_missing: _builtins.bool = ...,
         resume: _builtins.bool = ...,
         lease_token: _builtins.str = ...,
+        acknowledged_next_seq: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_acknowledged_next_seq", b"_acknowledged_next_seq", "acknowledged_next_seq", b"acknowledged_next_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_if_missing", b"create_if_missing", "lease_token", b"lease_token", "resume", b"resume", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_acknowledged_next_seq", b"_acknowledged_next_seq", "acknowledged_next_seq", b"acknowledged_next_seq", "create_if_missing", b"create_if_missing", "lease_token", b"lease_token", "resume", b"resume", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__acknowledged_next_seq: _TypeAlias = _typing.Literal["acknowledged_next_seq"]  # noqa: Y015
+    _WhichOneofArgType__acknowledged_next_seq: _TypeAlias = _typing.Literal["_acknowledged_next_seq", b"_acknowledged_next_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__acknowledged_next_seq) -> _WhichOneofReturnType__acknowledged_next_seq | None: ...
 
 Global___OpenWriter: _TypeAlias = OpenWriter  # noqa: Y015
 

@@ -264,6 +264,8 @@ export class Writer {
     if (index < 0) return; // an acknowledgement of a batch already settled before a reconnect
     const [pending] = this.inFlight.splice(index, 1);
     if (ack.kind === "batch") this.nextSeq = ack.result.nextSeq;
+    // A logged header is an event too: a reconnect says the acknowledgements reached past it.
+    else if (ack.result.appended && ack.result.headerSeq !== null) this.nextSeq = Math.max(this.nextSeq, ack.result.headerSeq + 1);
     pending!.settle(ack);
     while (this.backlog.length > 0 && this.inFlight.length < this.options.maxInFlight) this.send(this.backlog.shift()!);
   }
@@ -310,8 +312,18 @@ export class Writer {
       create(WriteRequestSchema, {
         kind: {
           case: "open",
-          // A reconnect presents the token of the lease it held, so it takes that lease again.
-          value: { sessionId: this.sessionId, writerId: this.writerId, takeover, createIfMissing: this.options.createIfMissing, resume, leaseToken: this.lease?.token ?? "" },
+          // A reconnect presents the token of the lease it held, so it takes that lease again,
+          // and the seq its acknowledgements reached: the header reports it re-sends are then
+          // answered from the log (decided again, a pending change A -> B -> A logged B and A twice).
+          value: {
+            sessionId: this.sessionId,
+            writerId: this.writerId,
+            takeover,
+            createIfMissing: this.options.createIfMissing,
+            resume,
+            leaseToken: this.lease?.token ?? "",
+            acknowledgedNextSeq: this.lease === undefined ? undefined : BigInt(this.nextSeq),
+          },
         },
       }),
     );

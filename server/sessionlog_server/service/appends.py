@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from sessionlog.convert import DecodedEvent
+from sessionlog.core import validate
 from sessionlog.core.errors import ExpectedSeqMismatch, OwnershipLost, SessionLogError, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
@@ -104,6 +105,7 @@ class AppendPipeline:
                 await live.wait_idle()
                 live = await self.live.get(holder.session_id)
                 known = _known_seqs(live, proposals)
+            await self._check_retries(live, proposals, known)
             # A retried event already stored appends nothing, so it is not charged again.
             fresh = known.count(None)
             raw = [d.raw for d in decoded]
@@ -129,6 +131,7 @@ class AppendPipeline:
             # may not fit the log any more: look its eventIds up, and plan it once again.
             if not await self._remember_stored(live, proposals):
                 raise
+            await self._check_retries(live, proposals, _known_seqs(live, proposals))
             return await self._plan_locked(live, holder, proposals, expected_next_seq, raw, charge)
 
     async def _plan_locked(
@@ -151,6 +154,28 @@ class AppendPipeline:
                 raw=raw,
                 charge=charge,
             )
+
+    async def _check_retries(
+        self, live: LiveSession, proposals: Sequence[NewEvent], known: Sequence[int | None]
+    ) -> None:
+        """Each proposal whose eventId the log holds (`known`: its seq, durable by now) must be
+        that event sent again (`validate.check_retry`), else the batch is refused with
+        EVENT_ID_REUSED: answered with the stored event's seq, it would be acknowledged and
+        never stored. Retries are rare (a lost answer), so reading their events costs nothing
+        on the common path."""
+        retried = [(index, seq) for index, seq in enumerate(known) if seq is not None]
+        if not retried:
+            return
+        stored = {event.seq: event for event in await self.reader.read_at(live.record, [s for _, s in retried])}
+        for index, seq in retried:
+            event = stored.get(seq)
+            if event is None:
+                continue  # not readable (never the case for a durable seq): the commit's index decides
+            try:
+                validate.check_retry(proposals[index], event)
+            except SessionLogError as exc:
+                exc.name_event(index)
+                raise
 
     async def _remember_inherited(self, live: LiveSession, proposals: Sequence[NewEvent]) -> None:
         """A fork whose inherited prefix carries more eventIds than it holds: look the batch's

@@ -11,7 +11,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sessionlog.core import jsonvalue
 from sessionlog.core.events import NewEvent
+from sessionlog.core.headers import check_header
 from sessionlog.core.vocabulary import REQUEST_HEADER
 from sessionlog_server.service import access
 
@@ -86,3 +88,31 @@ async def start_header_report(
         return HeaderReport(decision.reason, decision.starts_series, result.seqs[0], decision.changed_fields)
 
     return asyncio.ensure_future(finish())
+
+
+async def replayed_header_report(
+    service: SessionLogService, holder: LeaseHolder, header: dict[str, Any], seq: int
+) -> tuple[HeaderReport, bool]:
+    """A report re-sent after a reconnect, answered from the log where its first sending was
+    decided: the event at `seq` (the first one the writer did not see acknowledged, followed by
+    more of its own) is this header logged, or the report logged nothing. True when it was
+    logged there (the next re-sent request then stands after it).
+
+    Decided again instead, a report that was a change when it was sent is decided against the
+    header the later reports left: with A -> B -> A pending, B and A were logged a second time,
+    and the request at those seqs named a model no call used there.
+    """
+    check_header(header)
+    record = await service.reader.session(holder.session_id)
+    events = await service.reader.read(record, seq, seq, 1)
+    event = events[0] if events else None
+    if event is not None and event.type == REQUEST_HEADER:
+        logged = event.data.get("header")
+        if jsonvalue.canonical(logged) == jsonvalue.canonical(header):
+            reason = event.data.get("reason")
+            report = HeaderReport(
+                reason if isinstance(reason, str) else None, event.data.get("startsSeries") is True, seq, []
+            )
+            return report, True
+    latest = (await service.loader.fold_at(record, seq - 1)).fold.latest_header if seq > 0 else None
+    return HeaderReport(None, False, latest.seq if latest else None, []), False

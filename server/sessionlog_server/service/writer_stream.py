@@ -35,7 +35,7 @@ from sessionlog.core import validate
 from sessionlog.core.errors import AlreadyExists, SessionLogError, Unavailable
 from sessionlog_server.service import lifecycle
 from sessionlog_server.service.appends import AppendResult
-from sessionlog_server.service.headers import HeaderReport, start_header_report
+from sessionlog_server.service.headers import HeaderReport, replayed_header_report, start_header_report
 from sessionlog_server.service.leases import Grant, LeaseHolder
 from sessionlog_server.storage.records import SessionRecord
 
@@ -53,6 +53,8 @@ class OpenRequest:
     resume: bool = False
     create_if_missing: bool = False
     lease_token: str = ""
+    acknowledged_next_seq: int | None = None
+    """On a reconnect: the seq after the last event the writer saw acknowledged (`_Replay`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,21 @@ class _Ended:
 _Pending = tuple[int, "asyncio.Future[Any]"]
 
 
+@dataclass(slots=True)
+class _Replay:
+    """What a reconnected writer's stream re-sends first: the requests whose answers were lost.
+
+    The log from `cursor` to `end` (the next seq when the stream opened) holds what the service
+    did with them, in the order they were sent: nothing else writes under the lease. A re-sent
+    batch is answered by its eventIds and moves the cursor past its events; a re-sent header
+    report is answered from the event at the cursor (`replayed_header_report`). Once the cursor
+    reaches `end`, or a batch appends anything, the requests are new: decided as usual.
+    """
+
+    cursor: int
+    end: int
+
+
 class WriterStream:
     """One open writer stream's protocol state: its lease and its pending acknowledgements."""
 
@@ -105,6 +122,7 @@ class WriterStream:
         self._broken = True  # until the stream ends the way the writer or the service meant it to
         self.first_seq: int | None = None
         self.last_seq: int | None = None
+        self._replay: _Replay | None = None
 
     async def open(self, request: OpenRequest) -> Opened:
         """Take the lease (or resume the session) and hold it for as long as the stream lasts."""
@@ -134,15 +152,39 @@ class WriterStream:
         service.metrics.open_writers.inc()
         service.writer_streams.add(self)
         self.opened = Opened(record, token, next_seq, resumed, holder)
+        # The holder took its own lease again (its token kept): the log past what it saw
+        # acknowledged, within its lease, is what became of the requests it re-sends.
+        acknowledged = request.acknowledged_next_seq
+        kept = bool(request.lease_token) and token == request.lease_token
+        since = record.lease_since_seq
+        if kept and acknowledged is not None and since is not None and since <= acknowledged < next_seq:
+            self._replay = _Replay(acknowledged, next_seq)
         return self.opened
 
     async def batch(self, batch_id: int, expected_next_seq: int | None, decoded: Sequence[DecodedEvent]) -> None:
         """Plan a batch now (in order); it is acknowledged once durable."""
         future = await self.service.appends.start_append(self._holder(), expected_next_seq, decoded)
         self._put((batch_id, future))
+        replay = self._replay
+        if replay is not None:
+            done = future.done() and not future.cancelled() and future.exception() is None
+            seqs = future.result().seqs if done else []
+            if seqs and max(seqs) < replay.end:  # a retry: every event was in the log already
+                replay.cursor = max(replay.cursor, max(seqs) + 1)
+            else:
+                self._replay = None
 
     async def header(self, batch_id: int, header: dict[str, Any]) -> None:
-        """Decide a header report now, in order with the batches."""
+        """Decide a header report now, in order with the batches (a re-sent one: from the log)."""
+        replay = self._replay
+        if replay is not None and replay.cursor < replay.end:
+            report, logged = await replayed_header_report(self.service, self._holder(), header, replay.cursor)
+            replay.cursor += 1 if logged else 0
+            answered: asyncio.Future[HeaderReport] = asyncio.get_running_loop().create_future()
+            answered.set_result(report)
+            self._put((batch_id, answered))
+            return
+        self._replay = None
         future = await start_header_report(self.service, self._holder(), header)
         self._put((batch_id, future))
 

@@ -371,6 +371,9 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                 resume=opened.resume,
                 create_if_missing=opened.create_if_missing,
                 lease_token=opened.lease_token,
+                acknowledged_next_seq=(
+                    opened.acknowledged_next_seq if opened.HasField("acknowledged_next_seq") else None
+                ),
             )
         )
         holder = granted.holder

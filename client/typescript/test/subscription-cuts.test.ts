@@ -57,11 +57,12 @@ for (const backend of BACKENDS) {
     });
 
     test("a quiet subscription rides out restart after restart: each answer starts its attempts again", async () => {
-      // Two attempts, each after a wait longer than a restart: one failure per cut. Counted
-      // since the last event, as it was, the second cut of a session nobody writes to ended it.
+      // Two attempts, each after a wait longer than a restart (8 s: a loaded machine took more
+      // than 4 to start the service again): one failure per cut. Counted since the last event,
+      // as it was, the second cut of a session nobody writes to ended it.
       const id = sessionId("quiet");
       await env.client.createSession(id);
-      const subscription = env.client.subscribe(id, { retry: { attempts: 2, initialDelayMs: 4000, maxDelayMs: 4000 } });
+      const subscription = env.client.subscribe(id, { retry: { attempts: 2, initialDelayMs: 8000, maxDelayMs: 8000 } });
       const items: string[] = [];
       let ended: unknown = null;
       const following = (async () => {
@@ -78,7 +79,7 @@ for (const backend of BACKENDS) {
         for (let cut = 0; cut < 2; cut++) {
           await env.server.stop();
           await env.server.start();
-          await new Promise((r) => setTimeout(r, 4500)); // its one resubscription, answered
+          await new Promise((r) => setTimeout(r, 8500)); // its one resubscription, answered
           assert.equal(ended, null, `the subscription ended at cut ${cut + 1}: ${String(ended)}`);
         }
         const writer = await env.client.writer(id, { writerId: "late" });

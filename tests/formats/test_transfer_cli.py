@@ -491,6 +491,36 @@ def test_stats_and_the_replay_of_the_export_name_each_figure_alike(
     assert {key: LABELS[key] for key in SHARED} == {key: STATS_LABELS[key] for key in SHARED}
 
 
+def test_the_pi_export_of_another_harness_session_names_its_model(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """A session whose model and thinking level are only in its request header (assistant
+    messages without `provider`/`model`, as another harness writes them) replays from its Pi
+    export with the model and level `stats` names, where the file had no `model_change` and the
+    replay said `model: null`, `thinking: off`."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    config = {"provider": "acme", "model": "m-1", "thinkingLevel": "high"}
+    client.append(sid, lease, native_script(config), expected_next_seq=0)
+    later = {"provider": "acme", "model": "m-2", "thinkingLevel": "low"}  # after the last message
+    client.append(sid, lease, [header({"config": later, "tools": [READ]}, "change")])
+    client.release_lease(lease)
+    out = tmp_path / "native.pi.jsonl"
+    assert invoke(cli, "export", sid, "--format", "pi", "-o", str(out)).exit_code == 0
+    stats, replayed = client.stats(sid), replay_json(out)
+    assert (stats["provider"], stats["model"], stats["thinkingLevel"]) == ("acme", "m-2", "low")
+    same = ("model", "provider", "thinkingLevel", "modelCalls", "toolCalls", "inputTokens", "cacheReadTokens")
+    same += ("cacheWriteTokens", "outputTokens", "costUsd")
+    assert {key: replayed[key] for key in same} == {key: stats[key] for key in same}
+    # Imported back, the session has the same route (Pi's entries are what import reads it from).
+    (entry,) = imported(cli, str(out))
+    again = client.stats(entry["id"])
+    assert {key: again[key] for key in same} == {key: stats[key] for key in same}
+    lines = [json.loads(line) for line in out.read_text().splitlines()[1:]]
+    assistants = [e["message"] for e in lines if e["type"] == "message" and e["message"]["role"] == "assistant"]
+    assert {(m["provider"], m["model"]) for m in assistants} == {("acme", "m-1")}
+
+
 # --- ingest ------------------------------------------------------------------------------------
 
 

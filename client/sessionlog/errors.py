@@ -46,8 +46,14 @@ _BY_REASON: dict[str, type[SessionLogError]] = {
 
 #: Codes after which the outcome is unknown or transient: safe to retry with the same eventIds.
 RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-#: Codes gRPC itself reports for a failed transport (with no sessionlog ErrorInfo): TRANSPORT_ERROR.
-TRANSPORT_CODES = RETRYABLE_CODES | {grpc.StatusCode.INTERNAL}
+#: Codes that, without a sessionlog ErrorInfo, mean the transport failed (TRANSPORT_ERROR): the
+#: TypeScript client's set (client/typescript/src/errors.ts TRANSPORT_CODES), so both say alike.
+TRANSPORT_CODES = RETRYABLE_CODES | {
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.CANCELLED,
+}
 
 
 class ServerError(SessionLogError):
@@ -69,19 +75,32 @@ def from_rpc_error(error: grpc.RpcError) -> SessionLogError:
                 info = error_details_pb2.ErrorInfo()
                 detail.Unpack(info)
                 reason, metadata = info.reason, dict(info.metadata)
-    if code in TRANSPORT_CODES and not reason:
-        # The service's own errors always carry an ErrorInfo. Without one, gRPC made the status
-        # itself: no server answered (UNAVAILABLE), none answered in time (DEADLINE_EXCEEDED), or
-        # the asyncio client reports a write on a stream whose server died as "Internal error
-        # from Core" (grpc/grpc#36066). The outcome is unknown; the reason is the catalogue's
-        # TRANSPORT_ERROR, as the TypeScript client reports it, not the code's name.
-        exc: SessionLogError = Unavailable("TRANSPORT_ERROR", message or code.name)
-        exc.grpc_code = code  # type: ignore[attr-defined]
-        return exc
-    cls = _BY_REASON.get(reason) or _BY_CODE.get(code, ServerError)
-    exc = cls(reason or code.name, message or code.name, **metadata)
+    if not reason:
+        exc = _without_error_info(code, message or code.name)
+    else:
+        cls = _BY_REASON.get(reason) or _BY_CODE.get(code, ServerError)
+        exc = cls(reason, message or code.name, **metadata)
     exc.grpc_code = code  # type: ignore[attr-defined]
     return exc
+
+
+def _without_error_info(code: grpc.StatusCode, message: str) -> SessionLogError:
+    """The error of a status that carries no sessionlog ErrorInfo, which the service's own errors
+    always carry: gRPC or a server that is not sessionlog made it, so its code names no reason of
+    the catalogue. The TypeScript client (`toSessionLogError`) maps the same codes the same way.
+
+    - a failed transport (TRANSPORT_CODES): no server answered (UNAVAILABLE), none in time
+      (DEADLINE_EXCEEDED), a stream whose server died (the asyncio client's "Internal error from
+      Core", grpc/grpc#36066), a reset connection: TRANSPORT_ERROR, the outcome unknown;
+    - RESOURCE_EXHAUSTED: gRPC's own message size limit (a request over the server's
+      `max_message_bytes`, a response over the client's): MESSAGE_TOO_LARGE;
+    - any other code (UNIMPLEMENTED from a server that is not sessionlog, ...): UNEXPECTED_STATUS,
+      the code's name first in the message (and in `grpc_code`)."""
+    if code in TRANSPORT_CODES:
+        return Unavailable("TRANSPORT_ERROR", message)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return LimitExceeded("MESSAGE_TOO_LARGE", message)
+    return ServerError("UNEXPECTED_STATUS", f"{code.name}: {message}")
 
 
 def is_retryable(error: BaseException) -> bool:

@@ -16,7 +16,7 @@ import typer
 from typer.testing import CliRunner
 
 from sessionlog.cli.offline import register
-from sessionlog.core.formats.replay import METRIC_KEYS, replay_file, values_equal
+from sessionlog.core.formats.replay import METRIC_KEYS, Change, missing_metrics, replay_file, values_equal
 from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
 from tests.support.fixtures import oracle as pi_oracle
 
@@ -49,7 +49,8 @@ def test_replay_prints_the_spec_table(app: typer.Typer) -> None:
         "events in file": "7",
         "events on branch": "6",
         "events off branch": "0",
-        "model": "openai-codex/gpt-5.5",
+        "model": "gpt-5.5",
+        "provider": "openai-codex",
         "thinking": "medium",
         "messages": "4",
         "turns": "2",
@@ -58,6 +59,7 @@ def test_replay_prints_the_spec_table(app: typer.Typer) -> None:
         "compactions": "0",
         "input tokens": "3012",
         "cache read tokens": "0",
+        "cache write tokens": "0",
         "output tokens": "15",
         "cost usd": "0.015510",
     }
@@ -152,6 +154,29 @@ def test_replay_check_reports_differences_and_fails(app: typer.Typer, tmp_path: 
     assert json.loads(as_json.output)["check"]["differences"] == [
         {"key": "costUsd", "recorded": 0.0154, "replayed": 0.01551},
         {"key": "messages", "recorded": 5, "replayed": 4},
+    ]
+
+
+def test_replay_check_reads_records_written_before_provider_was_apart(app: typer.Typer, tmp_path: Path) -> None:
+    """Replay printed `model` as `provider/model` and the thinking level as `thinking`; it now
+    prints the stats' `model`, `provider` and `thinkingLevel`. A record of either kind is read
+    as it was written: the earlier one's `model` against `provider/model`, and rewritten so."""
+    legacy = {"model": "openai-codex/gpt-5.5", "thinking": "medium", "model_calls": 2}
+    current = {"model": "gpt-5.5", "provider": "openai-codex", "thinkingLevel": "medium"}
+    for record in (legacy, current):
+        result = run(app, "replay", RESUMED, "--check", _write_run(tmp_path, record))
+        assert result.exit_code == 0, result.output
+        assert f"check: all {len(record)} recorded metrics match" in result.output
+    stale = run(app, "replay", RESUMED, "--check", _write_run(tmp_path, {"model": "openai/gpt-4", "thinking": "low"}))
+    assert stale.exit_code == 1
+    assert 'model: "openai/gpt-4" -> "openai-codex/gpt-5.5"' in stale.output
+    assert 'thinking: "low" -> "medium"' in stale.output
+    computed = replay_file(RESUMED).metrics
+    assert "provider" not in {change.key for change in missing_metrics(legacy, computed)}
+    assert missing_metrics({"costUsd": 1}, computed)[4:7] == [
+        Change("model", None, "gpt-5.5"),
+        Change("provider", None, "openai-codex"),
+        Change("thinkingLevel", None, "medium"),
     ]
 
 
@@ -353,5 +378,5 @@ def test_replay_table_prints_each_value_whole_in_a_pipe(app: typer.Typer, tmp_pa
     assert result.exit_code == 0, result.output
     rows = result.output.splitlines()
     shown = model.replace("\x1b", "\\u001b")
-    assert f"model              openai-codex/{shown}" in rows
+    assert f"model               {shown}" in rows
     assert all(row == row.rstrip() for row in rows) and "\x1b" not in result.output

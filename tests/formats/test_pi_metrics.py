@@ -104,8 +104,9 @@ def test_usage_on_every_entry_kind_counts_not_only_assistant_messages() -> None:
         "eventsInFile": 11,
         "eventsOnBranch": 9,
         "eventsOffBranch": 1,
-        "model": "openai/gpt",
-        "thinking": "low",
+        "model": "gpt",
+        "provider": "openai",
+        "thinkingLevel": "low",
         # summary, kept c d e, then branch summary and the aborted assistant
         "messages": 6,
         "turns": 1,  # one agent run: d's calls keep it open until the aborted i ends it
@@ -126,7 +127,7 @@ def test_at_an_entry_folds_the_branch_up_to_it() -> None:
     pi_file = load_pi_bytes(handmade())
     at_x = pi_metrics(pi_file, "x")
     assert (at_x["eventsOnBranch"], at_x["eventsOffBranch"], at_x["modelCalls"], at_x["toolCalls"]) == (6, 4, 2, 3)
-    assert at_x["model"] == "p/m"
+    assert (at_x["provider"], at_x["model"]) == ("p", "m")
     assert at_x["compactionCostUsd"] is None
     assert at_x["costUsd"] == 9.75
     with pytest.raises(ValidationError) as caught:
@@ -154,8 +155,8 @@ def test_empty_session_has_zero_metrics() -> None:
     assert metrics["eventsInFile"] == 1
     assert metrics["eventsOnBranch"] == 0
     assert metrics["messages"] == 0
-    assert metrics["model"] is None
-    assert metrics["thinking"] == "off"
+    assert metrics["model"] is None and metrics["provider"] is None
+    assert metrics["thinkingLevel"] == "off"
     assert metrics["costUsd"] == 0
 
 
@@ -173,8 +174,9 @@ def test_metrics_agree_with_pis_context_on_every_leaf(session: Path) -> None:
         assert metrics["eventsOffBranch"] == oracle["entryCount"] - len(path)
         assert metrics["messages"] == len(context["messages"])
         model = context["model"]
-        assert metrics["model"] == (f"{model['provider']}/{model['modelId']}" if model else None)
-        assert metrics["thinking"] == context["thinkingLevel"]
+        route = (model["provider"], model["modelId"]) if model else (None, None)
+        assert (metrics["provider"], metrics["model"]) == route
+        assert metrics["thinkingLevel"] == context["thinkingLevel"]
         assistants = [by_id[i]["message"] for i in path if by_id[i]["type"] == "message"]
         assistants = [m for m in assistants if m["role"] == "assistant"]
         assert metrics["modelCalls"] == len(assistants)
@@ -192,8 +194,9 @@ def test_default_leaf_replay_of_the_real_fixture() -> None:
         "eventsInFile": 7,
         "eventsOnBranch": 6,
         "eventsOffBranch": 0,
-        "model": "openai-codex/gpt-5.5",
-        "thinking": "medium",
+        "model": "gpt-5.5",
+        "provider": "openai-codex",
+        "thinkingLevel": "medium",
         "messages": 4,
         "turns": 2,
         "modelCalls": 2,
@@ -201,6 +204,7 @@ def test_default_leaf_replay_of_the_real_fixture() -> None:
         "compactions": 0,
         "inputTokens": 3012,
         "cacheReadTokens": 0,
+        "cacheWriteTokens": 0,
         "outputTokens": 15,
         "costUsd": 0.01551,
     }
@@ -332,7 +336,7 @@ def test_sessionlog_export_uses_the_same_keys(tmp_path: Path) -> None:
     assert set(metrics) == set(ALL_KEYS)
     assert metrics["sessionFormat"] == "sessionlog-v1"
     assert (metrics["eventsInFile"], metrics["eventsOnBranch"], metrics["eventsOffBranch"]) == (8, 7, 0)
-    assert metrics["model"] == "openai/gpt"
+    assert (metrics["provider"], metrics["model"]) == ("openai", "gpt")
     assert (metrics["turns"], metrics["toolCalls"], metrics["compactions"]) == (1, 1, 1)
     assert (metrics["inputTokens"], metrics["outputTokens"], metrics["cacheReadTokens"]) == (110, 22, 5)
     assert metrics["costUsd"] == 0.002

@@ -23,17 +23,20 @@ from typer.testing import CliRunner, Result
 from sessionlog.base import failed_earlier
 from sessionlog.cli import transfer_commands
 from sessionlog.cli.common import State
+from sessionlog.cli.offline import register as register_offline
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import LimitExceeded
 from sessionlog.core.formats.pi.context import session_context
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
 from sessionlog.core.formats.pi.tree import PiTree
-from sessionlog.core.formats.replay import replay_file
+from sessionlog.core.formats.replay import LABELS, METRIC_KEYS, replay_file
 from sessionlog.core.limits import DEFAULT_LIMITS
+from sessionlog.core.projections.stats import STATS_KEYS
+from sessionlog.view.page import STATS_LABELS
 from tests.support.events import step_end, step_start, tool_call, tool_result, turn_end, turn_start, user
 from tests.support.fixtures import RESUMED_SESSION, STREAM_STDOUT, fixture, pi_generated_sessions
 from tests.support.fixtures import oracle as pi_oracle
-from tests.support.scripted import answer, usage
+from tests.support.scripted import READ, answer, header, usage
 from tests.support.servers import ServerThread
 
 SESSIONS = pi_generated_sessions()
@@ -426,6 +429,96 @@ def test_export_pi_of_a_native_session_keeps_each_calls_usage(
     original, again = client.stats(sid), client.stats(entry["id"])
     assert original["costUsd"] > 0
     assert {k: again[k] for k in keys} == {k: original[k] for k in keys}
+
+
+def native_script(header_config: dict[str, Any]) -> list[dict[str, Any]]:
+    """A session another harness wrote: its route and thinking level only in the request header,
+    assistant messages without `provider`/`model`, usage in `data.usage` (cache writes too)."""
+    calls = usage(1000, 0, 50)
+    calls["cacheWrite"] = 300
+    bare_answer = answer(1, 1, calls, ("c1", "read"))
+    del bare_answer["data"]["message"]["provider"], bare_answer["data"]["message"]["model"]
+    done = answer(1, 2, usage(200, 1000, 40), text="Done.")
+    del done["data"]["message"]["provider"], done["data"]["message"]["model"]
+    return [
+        header({"config": header_config, "tools": [READ]}, "initial"),
+        user("Add a stats endpoint."),
+        turn_start(1),
+        step_start(1, 1),
+        bare_answer,
+        tool_call(1, 1, "c1", "read"),
+        tool_result(1, 1, "c1", "contents"),
+        step_end(1, 1),
+        step_start(1, 2),
+        done,
+        step_end(1, 2),
+        turn_end(1),
+    ]
+
+
+def replay_json(path: Path) -> dict[str, Any]:
+    """What `sessionlog replay FILE --json` prints."""
+    offline = typer.Typer()
+    register_offline(offline)
+    result = CliRunner().invoke(offline, ["replay", str(path), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+SHARED = [key for key in METRIC_KEYS if key in STATS_KEYS]
+
+
+def test_stats_and_the_replay_of_the_export_name_each_figure_alike(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """One figure, one name: `replay --json` of a session's export gives, under every key it
+    shares with `stats`, what `stats` gives (`model` the model id alone, `provider` apart, the
+    thinking level as `thinkingLevel`, cache writes too), and the table and the session page label
+    each the same. Replay printed `model` as `acme/m-1` and the level as `thinking`."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    config = {"provider": "acme", "model": "m-1", "thinkingLevel": "high"}
+    client.append(sid, lease, native_script(config), expected_next_seq=0)
+    client.release_lease(lease)
+    out = tmp_path / "native.sessionlog.jsonl"
+    assert invoke(cli, "export", sid, "--format", "sessionlog", "-o", str(out)).exit_code == 0
+    stats, replayed = client.stats(sid), replay_json(out)
+    assert {"model", "provider", "thinkingLevel", "cacheWriteTokens", "costUsd"} <= set(SHARED)
+    assert {key: replayed[key] for key in SHARED} == {key: stats[key] for key in SHARED}
+    assert (replayed["model"], replayed["provider"], replayed["thinkingLevel"]) == ("m-1", "acme", "high")
+    assert replayed["cacheWriteTokens"] == 300
+    assert {key: LABELS[key] for key in SHARED} == {key: STATS_LABELS[key] for key in SHARED}
+
+
+def test_the_pi_export_of_another_harness_session_names_its_model(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """A session whose model and thinking level are only in its request header (assistant
+    messages without `provider`/`model`, as another harness writes them) replays from its Pi
+    export with the model and level `stats` names, where the file had no `model_change` and the
+    replay said `model: null`, `thinking: off`."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    config = {"provider": "acme", "model": "m-1", "thinkingLevel": "high"}
+    client.append(sid, lease, native_script(config), expected_next_seq=0)
+    later = {"provider": "acme", "model": "m-2", "thinkingLevel": "low"}  # after the last message
+    client.append(sid, lease, [header({"config": later, "tools": [READ]}, "change")])
+    client.release_lease(lease)
+    out = tmp_path / "native.pi.jsonl"
+    assert invoke(cli, "export", sid, "--format", "pi", "-o", str(out)).exit_code == 0
+    stats, replayed = client.stats(sid), replay_json(out)
+    assert (stats["provider"], stats["model"], stats["thinkingLevel"]) == ("acme", "m-2", "low")
+    same = ("model", "provider", "thinkingLevel", "modelCalls", "toolCalls", "inputTokens", "cacheReadTokens")
+    same += ("cacheWriteTokens", "outputTokens", "costUsd")
+    assert {key: replayed[key] for key in same} == {key: stats[key] for key in same}
+    # Imported back, the session has the same route (Pi's entries are what import reads it from).
+    (entry,) = imported(cli, str(out))
+    again = client.stats(entry["id"])
+    assert {key: again[key] for key in same} == {key: stats[key] for key in same}
+    lines = [json.loads(line) for line in out.read_text().splitlines()[1:]]
+    assistants = [e["message"] for e in lines if e["type"] == "message" and e["message"]["role"] == "assistant"]
+    assert {(m["provider"], m["model"]) for m in assistants} == {("acme", "m-1")}
 
 
 # --- ingest ------------------------------------------------------------------------------------

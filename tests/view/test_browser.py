@@ -13,6 +13,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from sessionlog.client import SessionLogClient
+from sessionlog.core.formats.replay import LABELS
+from sessionlog.core.projections.stats import STATS_KEYS, figure_label
 from sessionlog.core.request_diff import request_diff
 from tests.support.browser import chromium
 from tests.support.scripted import COMPACTION_REPLACE_SEQ, SCRIPT_LIKE, write_scripted
@@ -55,6 +57,13 @@ def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient
             for e in driver.find_elements(By.CSS_SELECTOR, "#summary dd[data-count]")
         }
         assert labels["model calls"] == "modelCalls"  # the stats' name, not the page's own "requests"
+        # Every stats figure shown is labelled as `sessionlog replay` labels it ("cache read" and
+        # "cost" were the page's own), cache writes included, and the model apart from its provider.
+        shown = {key: label for label, key in labels.items() if key in STATS_KEYS}
+        assert shown == {key: LABELS.get(key, figure_label(key)) for key in shown}
+        assert {"cacheReadTokens", "cacheWriteTokens", "costUsd", "model", "provider", "thinkingLevel"} <= set(shown)
+        assert (count["model"], count["provider"]) == (stats["model"], stats["provider"]) == ("m-1", "acme")
+        assert int(count["cacheWriteTokens"]) == stats["cacheWriteTokens"]
         assert len(driver.find_elements(By.CSS_SELECTOR, ".turn[data-turn]")) == stats["turns"]
         tools = driver.find_elements(By.CSS_SELECTOR, ".tool[data-tool-call-id]")
         assert len(tools) == stats["toolCalls"]

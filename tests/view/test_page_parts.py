@@ -13,6 +13,7 @@ import pytest
 from bench.view_paint import SyntheticSession
 from sessionlog.core.events import Event
 from sessionlog.core.headers import header_state
+from sessionlog.core.projections.stats import STATS_KEYS, figure_label
 from sessionlog.core.projections.timeline import timeline
 from sessionlog.core.projections.transcript import transcript
 from sessionlog.core.request_diff import header_change
@@ -46,6 +47,7 @@ def whole_log(events: Sequence[Event], session: page.SessionRef) -> dict[str, An
             "atSeq": events[-1].seq,
         },
         **view,
+        "labels": {key: figure_label(key) for key in STATS_KEYS},
         "headerPairs": pairs,
         "headerPairsComplete": len(states) <= page.MAX_HEADER_PAIRS,
         "transcript": [page.row_shown(row) for row in transcript(events)],

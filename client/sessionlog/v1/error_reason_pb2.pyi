@@ -1084,8 +1084,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """
     TRANSPORT_ERROR: _ErrorReason.ValueType  # 124
     """gRPC itself failed the call, without a sessionlog ErrorInfo: no server answered at the
-    address (UNAVAILABLE), none answered within the client's timeout (DEADLINE_EXCEEDED), or a
-    stream whose server died (INTERNAL). The outcome is unknown.
+    address (UNAVAILABLE), none answered within the client's timeout (DEADLINE_EXCEEDED), a
+    stream whose server died (INTERNAL, UNKNOWN), a connection reset (ABORTED) or cancelled
+    (CANCELLED) under the call. The outcome is unknown. Both client libraries map these codes so.
 
     Code: UNAVAILABLE
     Metadata: none
@@ -1225,6 +1226,29 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Metadata: `field`, `seq` (the event the id names)
     Raised by: core
     Client: Give each new event an id not used in the session (a UUID); re-send only to retry.
+    """
+    MESSAGE_TOO_LARGE: _ErrorReason.ValueType  # 141
+    """gRPC itself refused a message over its size limit, without a sessionlog ErrorInfo: a request
+    over the service's `max_message_bytes` (256 MiB by default), or an answer over the client's
+    receive limit (a generated stub's default is 4 MiB). Nothing was changed by a refused request.
+
+    Code: RESOURCE_EXHAUSTED
+    Metadata: none
+    Raised by: client
+    Client: Do not retry unchanged: send smaller batches, read in pages, or raise the client's
+      receive limit to the service's.
+    """
+    UNEXPECTED_STATUS: _ErrorReason.ValueType  # 142
+    """A status without a sessionlog ErrorInfo that is no transport failure nor a message size limit:
+    the server at the address is not sessionlog, or not one whose API has the method (gRPC's
+    UNIMPLEMENTED), or a proxy answered. The message starts with the status's own code; the
+    Python clients keep it as `grpc_code`, the TypeScript client as `cause`.
+
+    Code: INTERNAL
+    Metadata: none
+    Raised by: client
+    Client: Check the address points at a sessionlog service of this client's version; do not
+      retry blindly.
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -2330,8 +2354,9 @@ Client: Client libraries reconnect and re-send with the same eventIds; surfaced 
 """
 TRANSPORT_ERROR: ErrorReason.ValueType  # 124
 """gRPC itself failed the call, without a sessionlog ErrorInfo: no server answered at the
-address (UNAVAILABLE), none answered within the client's timeout (DEADLINE_EXCEEDED), or a
-stream whose server died (INTERNAL). The outcome is unknown.
+address (UNAVAILABLE), none answered within the client's timeout (DEADLINE_EXCEEDED), a
+stream whose server died (INTERNAL, UNKNOWN), a connection reset (ABORTED) or cancelled
+(CANCELLED) under the call. The outcome is unknown. Both client libraries map these codes so.
 
 Code: UNAVAILABLE
 Metadata: none
@@ -2471,5 +2496,28 @@ Code: INVALID_ARGUMENT
 Metadata: `field`, `seq` (the event the id names)
 Raised by: core
 Client: Give each new event an id not used in the session (a UUID); re-send only to retry.
+"""
+MESSAGE_TOO_LARGE: ErrorReason.ValueType  # 141
+"""gRPC itself refused a message over its size limit, without a sessionlog ErrorInfo: a request
+over the service's `max_message_bytes` (256 MiB by default), or an answer over the client's
+receive limit (a generated stub's default is 4 MiB). Nothing was changed by a refused request.
+
+Code: RESOURCE_EXHAUSTED
+Metadata: none
+Raised by: client
+Client: Do not retry unchanged: send smaller batches, read in pages, or raise the client's
+  receive limit to the service's.
+"""
+UNEXPECTED_STATUS: ErrorReason.ValueType  # 142
+"""A status without a sessionlog ErrorInfo that is no transport failure nor a message size limit:
+the server at the address is not sessionlog, or not one whose API has the method (gRPC's
+UNIMPLEMENTED), or a proxy answered. The message starts with the status's own code; the
+Python clients keep it as `grpc_code`, the TypeScript client as `cause`.
+
+Code: INTERNAL
+Metadata: none
+Raised by: client
+Client: Check the address points at a sessionlog service of this client's version; do not
+  retry blindly.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

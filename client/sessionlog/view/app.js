@@ -86,19 +86,22 @@
         box.append(el("a", { href: c.href, "data-child-session": c.id, "data-fork-seq": c.forkSeq }, `${c.id} (after ${c.forkSeq})`));
       });
     }
+    // Stats figures under their stats keys and the labels `sessionlog replay` prints (D.labels);
+    // the page's own counts (repairs, cache-read drops) under theirs.
     const st = D.stats;
+    const text = (v) => (v === null || v === undefined ? "–" : String(v));
+    const figure = (key, show) => [key, D.labels[key], show(st[key])];
     const items = [
-      ["turns", "turns", st.turns], ["modelCalls", "model calls", st.modelCalls], ["steps", "steps", st.steps],
-      ["toolCalls", "tool calls", st.toolCalls], ["toolErrors", "tool errors", st.toolErrors],
-      ["repairs", "repaired calls", D.counts.repairs], ["compactions", "compactions", st.compactions],
-      ["replaces", "replaces", st.replaces], ["cacheDrops", "cache-read drops", D.counts.cacheDrops],
-      ["inputTokens", "input tokens", st.inputTokens], ["cacheReadTokens", "cache read", st.cacheReadTokens],
-      ["outputTokens", "output tokens", st.outputTokens],
+      figure("turns", num), figure("modelCalls", num), figure("steps", num),
+      figure("toolCalls", num), figure("toolErrors", num),
+      ["repairs", "repaired calls", num(D.counts.repairs)], figure("compactions", num),
+      figure("replaces", num), ["cacheDrops", "cache-read drops", num(D.counts.cacheDrops)],
+      figure("messages", num), figure("inputTokens", num), figure("cacheReadTokens", num),
+      figure("cacheWriteTokens", num), figure("outputTokens", num), figure("costUsd", usd),
+      figure("model", text), figure("provider", text), figure("thinkingLevel", text),
     ];
     const dl = document.getElementById("summary");
-    for (const [key, label, value] of items) dl.append(el("div", {}, el("dt", {}, label), el("dd", { "data-count": key }, num(value))));
-    dl.append(el("div", {}, el("dt", {}, "cost"), el("dd", { "data-count": "costUsd" }, usd(st.costUsd))));
-    dl.append(el("div", {}, el("dt", {}, "model"), el("dd", { "data-count": "model" }, `${st.provider || "?"}/${st.model || "?"}`)));
+    for (const [key, label, value] of items) dl.append(el("div", {}, el("dt", {}, label), el("dd", { "data-count": key }, value)));
   }
 
   // --- the chart: one point per request, markers on the same seq axis -----------------

@@ -29,6 +29,7 @@ import orjson
 
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.headers import HeaderState
+from sessionlog.core.projections.stats import STATS_KEYS, figure_label
 from sessionlog.core.projections.timeline import TimelineFold
 from sessionlog.core.projections.transcript import TranscriptRow, transcript_row
 from sessionlog.core.request_diff import header_change
@@ -41,6 +42,10 @@ MAX_HEADER_PAIRS = 64
 consecutive pairs; the page says so)."""
 PART_EVENTS = 2000
 """Events folded into one data part of the page: what a render holds of the log at once."""
+
+STATS_LABELS: dict[str, str] = {key: figure_label(key) for key in STATS_KEYS}
+"""The label of each stats figure the page shows: the names `sessionlog replay` prints (the page
+data carries them, so the page's script cannot name a figure its own way)."""
 
 ASSETS = ("vendor/uPlot.min.css", "app.css", "vendor/uPlot.iife.min.js", "app.js")
 
@@ -236,6 +241,7 @@ class PageFold:
                 "atSeq": self.last_seq,
             },
             stats=summary["stats"],
+            labels=STATS_LABELS,
             counts=summary["counts"],
             surfaceGeneration=summary["surfaceGeneration"],
             headerPairsComplete=not self._consecutive,

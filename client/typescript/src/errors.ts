@@ -24,7 +24,7 @@ export interface ErrorFields {
 
 /** Base of every error this client throws for a failed call. */
 export class SessionLogError extends Error {
-  /** The catalogue reason (or, for a status without ErrorInfo, the code's name). */
+  /** The catalogue reason (a status without ErrorInfo too: see `toSessionLogError`). */
   readonly reason: ErrorReasonName | string;
   /** The gRPC status code it travelled with. */
   readonly code: Code;
@@ -118,8 +118,13 @@ const BY_CODE = new Map<Code, typeof SessionLogError>([
  */
 const LOCAL_SERIALIZATION = "serialize binary:";
 
-/** Codes that, without a sessionlog ErrorInfo, mean the connection failed (outcome unknown). */
-const TRANSPORT_CODES = new Set<Code>([Code.Internal, Code.Aborted, Code.Unknown, Code.Unavailable, Code.Canceled]);
+/**
+ * Codes that, without a sessionlog ErrorInfo, mean the connection failed (outcome unknown):
+ * TRANSPORT_ERROR. The Python clients' set too (client/sessionlog/errors.py TRANSPORT_CODES).
+ */
+const TRANSPORT_CODES = new Set<Code>([
+  Code.Internal, Code.Aborted, Code.Unknown, Code.Unavailable, Code.Canceled, Code.DeadlineExceeded,
+]);
 
 const BY_REASON = new Map<string, typeof SessionLogError>([
   ["WRITER_HELD", WriterHeld],
@@ -146,20 +151,33 @@ export function toSessionLogError(error: unknown): unknown {
   const violations: BadRequest_FieldViolation[] = connect.findDetails(BadRequestSchema).flatMap((d) => d.fieldViolations);
   const message = connect.rawMessage || CODE_NAMES.get(connect.code) || "error";
   const fieldViolations = violations.map((v) => ({ field: v.field, description: v.description }));
-  if (info === undefined && connect.code === Code.Internal && connect.rawMessage.startsWith(LOCAL_SERIALIZATION)) {
+  const reason = info?.reason ?? "";
+  if (reason) {
+    const cls = BY_REASON.get(reason) ?? BY_CODE.get(connect.code) ?? ServerError;
+    return new cls({ reason, message, code: connect.code, metadata: { ...(info?.metadata ?? {}) }, fieldViolations, cause: error });
+  }
+  // No sessionlog ErrorInfo, which the service's own errors always carry: the transport, gRPC or
+  // a server that is not sessionlog made the status, and its code's name is no reason of the
+  // catalogue. The Python clients (client/sessionlog/errors.py) map these codes the same way.
+  if (connect.code === Code.Internal && connect.rawMessage.startsWith(LOCAL_SERIALIZATION)) {
     return new ValidationError({ reason: "MALFORMED_REQUEST", message: `the request cannot be encoded: ${message}`, code: Code.InvalidArgument, cause: error });
   }
-  if (info === undefined && TRANSPORT_CODES.has(connect.code)) {
-    // The service's own errors always carry an ErrorInfo; without one, the transport made the
-    // status. Connect reports a connection reset (a killed server) as ABORTED and a broken
-    // stream as INTERNAL: neither is the service's OWNERSHIP_LOST, and the outcome is unknown,
-    // as for UNAVAILABLE, the code docs/errors.md gives TRANSPORT_ERROR (`cause` keeps
-    // Connect's own).
+  if (TRANSPORT_CODES.has(connect.code)) {
+    // Connect reports a connection reset (a killed server) as ABORTED, a broken stream as
+    // INTERNAL and the call's timeout as DEADLINE_EXCEEDED: none is the service's
+    // OWNERSHIP_LOST, and the outcome is unknown, as for UNAVAILABLE: TRANSPORT_ERROR, with the
+    // code docs/errors.md gives it (`cause` keeps Connect's own).
     return new Unavailable({ reason: "TRANSPORT_ERROR", message, code: Code.Unavailable, cause: error });
   }
-  const reason = info?.reason || CODE_NAMES.get(connect.code) || "UNKNOWN";
-  const cls = BY_REASON.get(reason) ?? BY_CODE.get(connect.code) ?? ServerError;
-  return new cls({ reason, message, code: connect.code, metadata: { ...(info?.metadata ?? {}) }, fieldViolations, cause: error });
+  if (connect.code === Code.ResourceExhausted) {
+    // gRPC's own message size limit (a request over the service's max_message_bytes, an answer
+    // over this client's): MESSAGE_TOO_LARGE.
+    return new LimitExceeded({ reason: "MESSAGE_TOO_LARGE", message, code: Code.ResourceExhausted, cause: error });
+  }
+  // Anything else (UNIMPLEMENTED from a server that is not sessionlog, a proxy's answer):
+  // UNEXPECTED_STATUS, its code first in the message (and in `cause`).
+  const text = `${CODE_NAMES.get(connect.code) ?? "UNKNOWN"}: ${message}`;
+  return new ServerError({ reason: "UNEXPECTED_STATUS", message: text, code: Code.Internal, cause: error });
 }
 
 /** The typed error of a failure inside this client: anything unexpected becomes a ServerError. */

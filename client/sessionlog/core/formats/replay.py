@@ -3,8 +3,10 @@
 A file is recognised by its first line: a Pi header (`{"type":"session",…}`) or a sessionlog
 export header (`{"type":"sessionlog","version":1,"session":{…}}`, SPEC §10). Both give the same
 metric keys (`METRIC_KEYS`, in table order, then `EXTRA_KEYS`); see `pi.metrics` for what each
-means. Recorded metrics may spell keys in camelCase (`costUsd`) or snake_case (`cost_usd`); the
-comparison maps both to the canonical camelCase key and keeps the record's own spelling on write.
+means. Recorded metrics may spell keys in camelCase (`costUsd`) or snake_case (`cost_usd`), or
+by the names replay printed before it took the stats' (`thinking`; `model` as `provider/model`);
+the comparison maps each to the canonical camelCase key and keeps the record's own spelling on
+write.
 A recorded number is compared at the precision it was written with (`values_equal`).
 """
 
@@ -30,6 +32,7 @@ from sessionlog.core.formats.pi.entries import HEADER_TYPE, JsonObject, parse_pi
 from sessionlog.core.formats.pi.metrics import branch_metrics
 from sessionlog.core.formats.pi.migrate import migrate
 from sessionlog.core.formats.pi.tree import PiTree
+from sessionlog.core.projections.stats import figure_label
 
 SESSIONLOG_HEADER_TYPE = "sessionlog"
 
@@ -39,7 +42,8 @@ METRIC_KEYS: tuple[str, ...] = (
     "eventsOnBranch",
     "eventsOffBranch",
     "model",
-    "thinking",
+    "provider",
+    "thinkingLevel",
     "messages",
     "turns",
     "modelCalls",
@@ -47,21 +51,29 @@ METRIC_KEYS: tuple[str, ...] = (
     "compactions",
     "inputTokens",
     "cacheReadTokens",
+    "cacheWriteTokens",
     "outputTokens",
     "costUsd",
 )
 """The replay table (docs/formats.md), in order: exactly the keys of `replay --json`.
 
-`turns` are runs of the agent loop and `modelCalls` assistant messages, in every output: seed
-000's table called model calls "turns"; here each has its own name (docs/projections.md)."""
+A figure the stats projection reports too has its stats key and meaning (`STATS_KEYS`): `model`
+is the model id alone and `provider` its provider, as in `sessionlog stats`. `turns` are runs of
+the agent loop and `modelCalls` assistant messages, in every output: seed 000's table called
+model calls "turns"; here each has its own name (docs/projections.md)."""
 
-EXTRA_KEYS: tuple[str, ...] = ("cacheWriteTokens", "totalTokens", "compactionCostUsd")
+EXTRA_KEYS: tuple[str, ...] = ("totalTokens", "compactionCostUsd")
 """Also computed and compared by `recompute` (a run record may hold them)."""
 
 ALL_KEYS: tuple[str, ...] = METRIC_KEYS + EXTRA_KEYS
 
-LABELS: dict[str, str] = {key: re.sub(r"(?<!^)([A-Z])", r" \1", key).lower() for key in ALL_KEYS}
-"""Table labels: `costUsd` → "cost usd", `eventsInFile` → "events in file"."""
+LABELS: dict[str, str] = {key: figure_label(key) for key in ALL_KEYS}
+"""Table labels, the stats' own (`figure_label`): `costUsd` → "cost usd", `thinkingLevel` → "thinking"."""
+
+RECORDED_ALIASES: dict[str, str] = {"thinking": "thinkingLevel"}
+"""Keys run records were written with before replay took the stats' names: `thinking` is the
+thinking level. (A record's `model` is `provider/model` when it holds no `provider`:
+`recorded_value`.)"""
 
 
 def snake_case(key: str) -> str:
@@ -69,12 +81,32 @@ def snake_case(key: str) -> str:
     return re.sub(r"(?<!^)([A-Z])", r"_\1", key).lower()
 
 
-_CANONICAL: dict[str, str] = {**{k: k for k in ALL_KEYS}, **{snake_case(k): k for k in ALL_KEYS}}
+_CANONICAL: dict[str, str] = {
+    **{k: k for k in ALL_KEYS},
+    **{snake_case(k): k for k in ALL_KEYS},
+    **RECORDED_ALIASES,
+}
 
 
 def canonical_key(key: str) -> str | None:
     """The camelCase metric key a recorded key stands for, or None if it is not a metric."""
     return _CANONICAL.get(key)
+
+
+def joins_provider(recorded: JsonObject) -> bool:
+    """Whether the record spells `model` as replay did before it printed `provider` apart:
+    `provider/model` in one value. A record that holds `model` and no `provider` is such a record."""
+    metrics = {canonical_key(key) for key in recorded}
+    return "model" in metrics and "provider" not in metrics
+
+
+def recorded_value(metric: str, computed: dict[str, Any], *, joined: bool) -> Any:
+    """The computed value of `metric` as a record spells it: with `joined`, `model` is
+    `provider/model` (the parts that are known; None when neither is)."""
+    if metric == "model" and joined:
+        parts = [str(computed[k]) for k in ("provider", "model") if computed.get(k) is not None]
+        return "/".join(parts) or None
+    return computed[metric]
 
 
 @dataclass(slots=True)
@@ -164,17 +196,19 @@ def _half_unit(recorded: float) -> float:
 
 
 def compare_recorded(recorded: JsonObject, computed: dict[str, Any]) -> list[Change]:
-    """Every recorded metric (either spelling) whose recomputed value differs (`values_equal`).
+    """Every recorded metric (either spelling, or an earlier name: `RECORDED_ALIASES`) whose
+    recomputed value (`recorded_value`) differs (`values_equal`).
 
     Only what was recorded is compared: a metric the record lacks is not a change
     (`missing_metrics` lists those). Keys keep the record's spelling.
     """
+    joined = joins_provider(recorded)
     changes: list[Change] = []
     for key, old in recorded.items():
         metric = canonical_key(key)
         if metric is None or metric not in computed:
             continue
-        new = computed[metric]
+        new = recorded_value(metric, computed, joined=joined)
         if not values_equal(old, new):
             changes.append(Change(key, old, new))
     return changes
@@ -182,11 +216,16 @@ def compare_recorded(recorded: JsonObject, computed: dict[str, Any]) -> list[Cha
 
 def missing_metrics(recorded: JsonObject, computed: dict[str, Any]) -> list[Change]:
     """The computed metrics (not null) that the record does not hold, as additions spelled like
-    the record's other keys (snake_case if any key has `_`), in table order."""
+    the record's other keys (snake_case if any key has `_`), in table order. A record whose
+    `model` joins the provider gets no `provider` (it holds it, and would then read `model` as
+    the model id alone)."""
     present = {canonical_key(k) for k in recorded}
     snake = any("_" in k for k in recorded)
+    joined = joins_provider(recorded)
+    if joined:
+        present.add("provider")
     return [
-        Change(snake_case(metric) if snake else metric, None, computed[metric])
+        Change(snake_case(metric) if snake else metric, None, recorded_value(metric, computed, joined=joined))
         for metric in ALL_KEYS
         if metric not in present and computed.get(metric) is not None
     ]

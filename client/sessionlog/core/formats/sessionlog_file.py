@@ -10,8 +10,9 @@ creating anything) and reading its SPEC §5 stats, mapped onto the same keys as 
 - `sessionFormat` is `"sessionlog-v1"`; `eventsInFile` counts lines, header included;
 - `--at SEQ` folds the prefix `0..SEQ`: `eventsOnBranch` is its length, `eventsOffBranch` the
   events after it (a sessionlog log has no branches: forks are separate sessions);
-- `model` is `provider/model`, `thinking` the thinking level, the rest (`turns`, `modelCalls`,
-  tokens, cost, ...) as `stats` computes them;
+- `model`, `provider`, `thinkingLevel` and the rest (`turns`, `modelCalls`, tokens, cost, ...)
+  are the stats' figures under the stats' keys (`sessionlog stats` of the imported session says
+  the same);
 - `totalTokens` sums each usage's `totalTokens` (or its four counts when missing), and
   `compactionCostUsd` the cost on `compaction/summary` events (None when there is none).
 
@@ -140,14 +141,14 @@ def sessionlog_metrics(export: SessionlogExport, at: str | int | None = None) ->
         if event.type == COMPACTION_SUMMARY:
             compaction_cost = compaction_cost or CostSum()
             compaction_cost.add(usage_cost(usage))
-    provider, model = folded.get("provider"), folded.get("model")
     return {
         "sessionFormat": f"sessionlog-v{FORMAT_VERSION}",
         "eventsInFile": export.lines,
         "eventsOnBranch": len(events),
         "eventsOffBranch": len(export.events) - len(events),
-        "model": "/".join(str(p) for p in (provider, model) if p) or None,
-        "thinking": folded.get("thinkingLevel"),
+        "model": folded.get("model"),
+        "provider": folded.get("provider"),
+        "thinkingLevel": folded.get("thinkingLevel"),
         "messages": folded.get("messages"),
         "turns": folded.get("turns"),
         "modelCalls": folded.get("modelCalls"),
@@ -155,9 +156,9 @@ def sessionlog_metrics(export: SessionlogExport, at: str | int | None = None) ->
         "compactions": folded.get("compactions"),
         "inputTokens": folded.get("inputTokens"),
         "cacheReadTokens": folded.get("cacheReadTokens"),
+        "cacheWriteTokens": folded.get("cacheWriteTokens"),
         "outputTokens": folded.get("outputTokens"),
         "costUsd": folded.get("costUsd"),
-        "cacheWriteTokens": folded.get("cacheWriteTokens"),
         "totalTokens": total_tokens,
         "compactionCostUsd": compaction_cost.value() if compaction_cost is not None else None,
     }

@@ -32,6 +32,7 @@ Choices, each recomputable if it proves wrong (SPEC §1.6):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +81,17 @@ STATS_KEYS: tuple[str, ...] = (
     "cacheWriteTokens",
     "costUsd",
 )
+"""The stats read model's keys, in order: the name of each figure in every output that shows
+it (`replay --json`, the session page's data), a figure of another meaning never reusing one."""
+
+LABEL_EXCEPTIONS: dict[str, str] = {"thinkingLevel": "thinking"}
+"""Labels that are not the key's words: SPEC §11 names the thinking level's line "thinking"."""
+
+
+def figure_label(key: str) -> str:
+    """The label a person reads for the figure `key` (`cacheReadTokens` -> "cache read tokens",
+    `costUsd` -> "cost usd"), the same in `sessionlog replay`'s table and on the session page."""
+    return LABEL_EXCEPTIONS.get(key) or re.sub(r"(?<!^)([A-Z])", r" \1", key).lower()
 
 
 def _text(value: Any) -> str | None:

@@ -15,7 +15,11 @@ at its last entry, the leaf, and builds the same context the session's model his
   session id and seq, chained to the entry before it, timestamped with the event's commit time. Their
   compactions, prompt replaces and `assistant/attempt` events have no Pi form and are left out (so
   is the usage they carry: the file's cost can be lower than the session's); the model history of
-  such a session is then only approximated by the exported file.
+  such a session is then only approximated by the exported file. Their route and thinking level,
+  which such a harness states in `request/header` / `request/context` events, become the
+  `model_change` / `thinking_level_change` entries Pi reads them from (before the next entry, when
+  they change), and an assistant message without `provider`/`model` gets the route then in force,
+  as Pi writes every assistant message: the file's model and level are the session's stats' (`_Route`).
 
 Lines are written as Pi's `JSON.stringify` writes them (`jsjson`: compact, non-ASCII and U+2028
 raw, numbers laid out the JavaScript way), each ending in LF: an imported entry whose nested
@@ -26,11 +30,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.formats.pi.context import ms_to_iso
-from sessionlog.core.formats.pi.entries import CURRENT_VERSION, HEADER_TYPE, MESSAGE
+from sessionlog.core.formats.pi.entries import (
+    CURRENT_VERSION,
+    HEADER_TYPE,
+    MESSAGE,
+    MODEL_CHANGE,
+    THINKING_LEVEL_CHANGE,
+)
 from sessionlog.core.formats.pi.jsjson import stringify
 from sessionlog.core.formats.pi.layout import (
     PI_KEY,
@@ -41,6 +51,7 @@ from sessionlog.core.formats.pi.layout import (
     rebuild_entry,
 )
 from sessionlog.core.messages import is_copy, is_replace, project_message
+from sessionlog.core.projections.stats import StatsAccumulator
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +83,88 @@ def _derived_id(session_id: str, seq: int, taken: set[str]) -> str:
         attempt += 1
 
 
+@dataclass(slots=True)
+class _Route:
+    """The model and thinking level, as the session's stats say them and as the file says them.
+
+    Pi reads a session's model from its `model_change` entries and assistant messages, and its
+    thinking level from `thinking_level_change` entries (`context.build_context`); another harness
+    states them in `request/header` and `request/context` events, which have no Pi form. So when
+    such an event changes the stats' route or level (`StatsAccumulator`, the one rule), the file
+    gets the entry Pi reads it from, before the next entry; and an assistant message without
+    `provider`/`model` gets the route then in force, as Pi writes every assistant message (Pi's
+    context would otherwise take the model from it as unknown)."""
+
+    stats: StatsAccumulator = field(default_factory=StatsAccumulator)
+    said_route: tuple[str | None, str | None] = (None, None)
+    said_level: str | None = None
+    changed_by: Event | None = None
+    """The latest event without a Pi entry that changed the route or level, if not yet said."""
+
+    def add(self, event: Event, *, entry: JsonObject | None) -> None:
+        """Fold `event`; `entry` is the Pi entry it is exported as, if any."""
+        before = (self.stats.provider, self.stats.model, self.stats.thinking_level)
+        self.stats.add(event)
+        if entry is not None:
+            self._said(entry)
+        elif before != (self.stats.provider, self.stats.model, self.stats.thinking_level):
+            self.changed_by = event
+
+    def _said(self, entry: JsonObject) -> None:
+        kind = entry.get("type")
+        message = entry.get("message")
+        if kind == MODEL_CHANGE:
+            self.said_route = (_text(entry.get("provider")), _text(entry.get("modelId")))
+        elif kind == THINKING_LEVEL_CHANGE:
+            self.said_level = _text(entry.get("thinkingLevel"))
+        elif kind == MESSAGE and isinstance(message, dict) and message.get("role") == "assistant":
+            self.said_route = (_text(message.get("provider")), _text(message.get("model")))
+
+    def unsaid(self) -> list[tuple[JsonObject, Event]]:
+        """The entries (without id, parent and time) that say what the file does not say yet,
+        each with the event that changed it; from now on the file says it."""
+        event, self.changed_by = self.changed_by, None
+        if event is None:
+            return []
+        stats, out = self.stats, []
+        if (stats.provider, stats.model) != self.said_route and (stats.provider or stats.model):
+            change = {"type": MODEL_CHANGE, "provider": stats.provider, "modelId": stats.model}
+            out.append(({key: value for key, value in change.items() if value is not None}, event))
+        if stats.thinking_level is not None and stats.thinking_level != self.said_level:
+            out.append(({"type": THINKING_LEVEL_CHANGE, "thinkingLevel": stats.thinking_level}, event))
+        for body, _ in out:
+            self._said(body)
+        return out
+
+    def fill(self, message: JsonObject) -> JsonObject:
+        """An assistant message with the route in force where it lacks `provider` or `model`."""
+        if message.get("role") != "assistant":
+            return message
+        known = {"provider": self.stats.provider, "model": self.stats.model}
+        missing = {key: value for key, value in known.items() if value is not None and key not in message}
+        return {**message, **missing} if missing else message
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def export_pi(events: Iterable[Event], *, session_id: str | None = None, cwd: str | None = None) -> PiExport:
     """Rebuild the Pi file of a session from its events (seq order)."""
     header: JsonObject | None = None
     entries: list[JsonObject] = []
     taken: set[str] = set()
-    pending: list[tuple[int, JsonObject, Event]] = []  # placeholders: (index in entries, message, event)
+    pending: list[tuple[int, JsonObject, Event]] = []  # placeholders: (index in entries, entry body, event)
+    route = _Route()
     first_time: int | None = None
+
+    def say(*synthesized: tuple[JsonObject, Event]) -> None:
+        """Add the entries the route needs, then `synthesized` (entry bodies without id, parent
+        and time, each with its event): placeholders, named once the file's order is known."""
+        for body, cause in [*route.unsaid(), *synthesized]:
+            pending.append((len(entries), body, cause))
+            entries.append({})
+
     for event in events:
         if first_time is None:
             first_time = event.time
@@ -88,20 +174,27 @@ def export_pi(events: Iterable[Event], *, session_id: str | None = None, cwd: st
                 header = order_header(pi)
             continue
         if is_copy(event) or is_replace(event):
+            route.add(event, entry=None)
             continue
         if entry_of(event.data) is not None:
             entry = rebuild_entry(event.data)
+            say()
             entries.append(entry)
             if isinstance(entry.get("id"), str):
                 taken.add(entry["id"])
+            route.add(event, entry=entry)
             continue
         message = project_message(event)
-        if message is not None:
-            usage = event.data.get("usage")
-            if isinstance(usage, dict) and "usage" not in message:
-                message = {**message, "usage": usage}  # Pi keeps a call's usage in its message
-            pending.append((len(entries), message, event))
-            entries.append({})
+        if message is None:
+            route.add(event, entry=None)
+            continue
+        usage = event.data.get("usage")
+        if isinstance(usage, dict) and "usage" not in message:
+            message = {**message, "usage": usage}  # Pi keeps a call's usage in its message
+        body = {"type": MESSAGE, "message": route.fill(message)}
+        say((body, event))
+        route.add(event, entry=body)
+    say()  # a header after the last message still sets the model
     sid = session_id or (str(header["id"]) if header and isinstance(header.get("id"), str) else "sessionlog")
     _name_synthesized(entries, pending, sid, taken)
     if header is None:
@@ -121,26 +214,19 @@ def _name_synthesized(
     session_id: str,
     taken: set[str],
 ) -> None:
-    """Fill the placeholders of synthesized `message` entries, in file order (so each one's parent
-    is the entry before it): a derived id, the parent, the event's commit time."""
+    """Fill the placeholders of synthesized entries, in file order (so each one's parent is the
+    entry before it): a derived id, the parent, the time of the event it was made from."""
     if not pending:
         return
-    slots = {index: (message, event) for index, message, event in pending}
+    slots = {index: (body, event) for index, body, event in pending}
     previous: str | None = None
     for index, entry in enumerate(entries):
         if index in slots:
-            message, event = slots[index]
+            body, event = slots[index]
             new_id = _derived_id(session_id, event.seq, taken)
             taken.add(new_id)
-            entries[index] = order_entry(
-                {
-                    "type": MESSAGE,
-                    "id": new_id,
-                    "parentId": previous,
-                    "timestamp": ms_to_iso(event.time),
-                    "message": message,
-                }
-            )
+            base = {"type": body["type"], "id": new_id, "parentId": previous, "timestamp": ms_to_iso(event.time)}
+            entries[index] = order_entry({**base, **body})
             previous = new_id
         else:
             entry_id = entry.get("id")

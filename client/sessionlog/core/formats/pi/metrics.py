@@ -9,14 +9,14 @@ re-run of the experiment. What each one means, for the branch from the root to t
 | `eventsInFile` | JSON lines in the file, header included |
 | `eventsOnBranch` | entries on the path root → leaf |
 | `eventsOffBranch` | the other entries (other branches; with `--at`, also what came later) |
-| `model` | `provider/modelId` as Pi's context reports it (None when no model is known) |
-| `thinking` | Pi's context thinking level (`"off"` by default) |
+| `model`, `provider` | `modelId` and `provider` of Pi's context model (None when not known) |
+| `thinkingLevel` | Pi's context thinking level (`"off"` by default) |
 | `messages` | messages in the context Pi builds for the leaf (`buildSessionContext`) |
 | `turns` | runs of the agent loop: `turn/start` events of the branch as the importer maps it (as an export) |
 | `modelCalls` | assistant messages on the branch (model calls), aborted and errored ones included |
 | `toolCalls` | `toolCall` blocks of those assistant messages |
 | `compactions` | `compaction` entries on the branch |
-| `inputTokens`, `cacheReadTokens`, `outputTokens`, `cacheWriteTokens`, `totalTokens` | summed usage |
+| `inputTokens`, `cacheReadTokens`, `cacheWriteTokens`, `outputTokens`, `totalTokens` | summed usage |
 | `costUsd` | summed `usage.cost.total` |
 | `compactionCostUsd` | the part of `costUsd` spent on compaction summaries (None if none carried usage) |
 
@@ -96,8 +96,9 @@ def branch_metrics(pi_file: PiFile, tree: PiTree, leaf_id: str | None) -> dict[s
         "eventsInFile": pi_file.objects_in_file,
         "eventsOnBranch": len(path),
         "eventsOffBranch": len(pi_file.entries) - len(path),
-        "model": model_name(context.get("model")),
-        "thinking": context.get("thinkingLevel"),
+        "model": _route(context.get("model"), "modelId"),
+        "provider": _route(context.get("model"), "provider"),
+        "thinkingLevel": context.get("thinkingLevel"),
         "messages": len(context["messages"]),
         "turns": sum(1 for event in map_path(pi_file.header, path) if event.type == TURN_START),
         "modelCalls": model_calls,
@@ -105,21 +106,18 @@ def branch_metrics(pi_file: PiFile, tree: PiTree, leaf_id: str | None) -> dict[s
         "compactions": compactions,
         "inputTokens": tokens["input"],
         "cacheReadTokens": tokens["cacheRead"],
+        "cacheWriteTokens": tokens["cacheWrite"],
         "outputTokens": tokens["output"],
         "costUsd": cost.value(),
-        "cacheWriteTokens": tokens["cacheWrite"],
         "totalTokens": total_tokens,
         "compactionCostUsd": compaction_cost.value() if compaction_cost is not None else None,
     }
 
 
-def model_name(model: Any) -> str | None:
-    """`provider/modelId` from Pi's context model (just the part that is known, or None)."""
-    if not isinstance(model, dict):
-        return None
-    provider, model_id = model.get("provider"), model.get("modelId")
-    parts = [str(p) for p in (provider, model_id) if p is not None]
-    return "/".join(parts) or None
+def _route(model: Any, key: str) -> str | None:
+    """`modelId` or `provider` of Pi's context model, as text (None when it is not known)."""
+    value = model.get(key) if isinstance(model, dict) else None
+    return str(value) if value is not None else None
 
 
 def pi_metrics(pi_file: PiFile, at: str | None = None) -> dict[str, Any]:

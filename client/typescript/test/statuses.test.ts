@@ -1,0 +1,80 @@
+/**
+ * A status without a sessionlog ErrorInfo gets a reason of the catalogue (docs/errors.md), as in
+ * the Python clients (tests/transport/test_transport_errors.py), against real servers: a gRPC
+ * server's DEADLINE_EXCEEDED (TRANSPORT_ERROR), one that is not sessionlog (UNIMPLEMENTED:
+ * UNEXPECTED_STATUS), and gRPC's own message size limit of a real service (RESOURCE_EXHAUSTED:
+ * MESSAGE_TOO_LARGE). The client gave the code's name, which no reason of the catalogue is.
+ */
+import assert from "node:assert/strict";
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import { describe, test } from "node:test";
+import { Code } from "@connectrpc/connect";
+import { isCataloguedReason, LimitExceeded, ServerError, SessionLogClient, Unavailable } from "../src/index.js";
+import { BACKENDS, sessionId, startServer } from "./support.js";
+
+const ONCE = { attempts: 1, initialDelayMs: 0, maxDelayMs: 0 };
+
+async function listening(server: http2.Http2Server): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return `127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+async function closed(server: http2.Http2Server): Promise<void> {
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+}
+
+/** An HTTP/2 server that answers every call with gRPC status `code` and no ErrorInfo. */
+function answering(code: number, message: string): http2.Http2Server {
+  return http2.createServer((request, response) => {
+    request.resume();
+    response.writeHead(200, { "content-type": "application/grpc", "grpc-status": String(code), "grpc-message": message });
+    response.end();
+  });
+}
+
+async function failure(server: http2.Http2Server): Promise<unknown> {
+  const client = new SessionLogClient({ target: await listening(server), retry: ONCE });
+  try {
+    return await client.getSession("s").catch((e: unknown) => e);
+  } finally {
+    client.close();
+    await closed(server);
+  }
+}
+
+describe("statuses without a sessionlog ErrorInfo", () => {
+  test("DEADLINE_EXCEEDED (a gRPC server's, past the call's deadline) is Unavailable with TRANSPORT_ERROR", async () => {
+    const error = await failure(answering(4, "Deadline Exceeded"));
+    assert.ok(error instanceof Unavailable, String(error));
+    assert.equal(error.reason, "TRANSPORT_ERROR");
+    assert.equal(error.code, Code.Unavailable);
+    assert.ok(error.retryable);
+  });
+
+  test("a server that is not sessionlog (UNIMPLEMENTED) is UNEXPECTED_STATUS, its code in the message", async () => {
+    const error = await failure(answering(12, "Method not found"));
+    assert.ok(error instanceof ServerError, String(error));
+    assert.equal(error.reason, "UNEXPECTED_STATUS");
+    assert.ok(isCataloguedReason(error.reason));
+    assert.match(error.message, /^UNIMPLEMENTED: /);
+    assert.equal(error.retryable, false);
+  });
+
+  for (const backend of BACKENDS.slice(0, 1)) {
+    test(`a request over the service's message limit is MESSAGE_TOO_LARGE and creates nothing (${backend})`, async () => {
+      const env = await startServer(backend, { SESSIONLOG_MAX_MESSAGE_BYTES: String(16 * 1024) });
+      try {
+        const id = sessionId("too-large");
+        const error = await env.client.createSession(id, { metadata: { notes: "x".repeat(32 * 1024) } }).catch((e: unknown) => e);
+        assert.ok(error instanceof LimitExceeded, String(error));
+        assert.equal(error.reason, "MESSAGE_TOO_LARGE");
+        assert.equal(error.code, Code.ResourceExhausted);
+        const found = await env.client.getSession(id).catch((e: unknown) => e);
+        assert.ok(found instanceof Error && (found as ServerError).reason === "SESSION_NOT_FOUND", String(found));
+      } finally {
+        await env.close();
+      }
+    });
+  }
+});

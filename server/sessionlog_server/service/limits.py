@@ -11,9 +11,8 @@ may be, is charged.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
+from types import TracebackType
 
 from sessionlog.core.errors import LimitExceeded
 
@@ -27,7 +26,11 @@ class _Bucket:
 @dataclass(slots=True)
 class Charge:
     """The tokens one write spent, given back at most once (the write was refused with nothing
-    written, whichever step learnt it first)."""
+    written, whichever step learnt it first).
+
+    Also the block that plans the write (`RateLimiter.spending`): leaving it by an exception
+    gives the tokens back. A class of its own rather than a generator-based context manager:
+    it is made for every batch, and a generator's set-up cost ~3 % of a batch's instructions."""
 
     limiter: RateLimiter
     namespace: str
@@ -37,6 +40,15 @@ class Charge:
         if self.events:
             self.limiter.give_back(self.namespace, self.events)
             self.events = 0
+
+    def __enter__(self) -> Charge:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if kind is not None:  # planning refused the write, or it failed before the commit had it
+            self.give_back()
 
 
 class RateLimiter:
@@ -80,20 +92,14 @@ class RateLimiter:
             )
         bucket.tokens -= events
 
-    @contextmanager
-    def spending(self, namespace: str, events: int) -> Iterator[Charge]:
-        """`take` for a write planned and queued for commit in the block: if the block raises
-        (planning refused the write, or anything failed before the commit had it), nothing was
-        sent to commit, and the tokens are given back. Every write of a namespace is charged
-        through here, so none keeps tokens for what it never wrote; the `Charge` goes with the
-        write to its commit, which gives it back if the fence refuses it."""
+    def spending(self, namespace: str, events: int) -> Charge:
+        """`take` for a write planned and queued for commit in a `with` block: if the block
+        raises (planning refused the write, or anything failed before the commit had it),
+        nothing was sent to commit, and the tokens are given back. Every write of a namespace is
+        charged through here, so none keeps tokens for what it never wrote; the `Charge` goes
+        with the write to its commit, which gives it back if the fence refuses it."""
         self.take(namespace, events)
-        charge = Charge(self, namespace, events)
-        try:
-            yield charge
-        except BaseException:
-            charge.give_back()
-            raise
+        return Charge(self, namespace, events)
 
     def give_back(self, namespace: str, events: int) -> None:
         """Return what `take` spent for a batch that was then refused before it was committed."""

@@ -177,10 +177,11 @@ class SessionFold:
                 seq=event.seq,
             )
         surface = plan_surface_event(self._surface, event, self._node_at, validate=validate)
+        shadowed = surface.shadowed if surface is not None else ()
         if validate:
-            structure = plan_structure_event(self._structure, event)
+            structure = plan_structure_event(self._structure, event, shadowed)
         else:
-            structure = trusted_structure_plan(self._structure, event)
+            structure = trusted_structure_plan(self._structure, event, shadowed)
         header = None
         if event.type == REQUEST_HEADER:
             generation = self._surface.replace_generation

@@ -259,6 +259,24 @@ def test_long_call_ids_are_hashed_into_event_ids() -> None:
 # --------------------------------------------------------------- checkpoints
 
 
+def test_first_changed_message_follows_replaces_and_their_rollback() -> None:
+    log = Log()
+    log.head()  # node 0 is empty: message indexes are one less than surface positions
+    for n in range(1, 6):
+        log.say(f"u{n}")
+    assert log.fold.first_changed_message(0) is None  # no replace since
+    log.add("user/message", user("u4 heard"), op=Replace(4, 4), sources=(4,))
+    log.add("user/message", user("u2 heard"), op=Replace(2, 2), sources=(2,))
+    assert (log.fold.first_changed_message(1), log.fold.first_changed_message(0)) == (1, 1)
+    mark = log.fold.checkpoint()
+    log.fold.apply(log.make("user/message", user("u1 heard"), op=Replace(1, 1), sources=(1,)))
+    assert log.fold.first_changed_message(2) == 0
+    log.fold.rollback(mark)
+    assert log.fold.first_changed_message(1) == 1 and log.fold.first_changed_message(2) is None
+    restored = SessionFold.from_snapshot(log.fold.snapshot())
+    assert restored.first_changed_message(0) is None  # not remembered: re-read it all
+
+
 def test_nested_checkpoints_roll_back_and_release() -> None:
     log = Log()
     log.in_step(("a", "t"))

@@ -167,6 +167,9 @@ def test_writers_may_not_write_reserved_turn_ends(client: SessionLogClient, sid:
     with pytest.raises(ValidationError) as refused:
         client.append(sid, lease, [turn_end(1, "interrupted")])
     assert refused.value.reason == "RESERVED_TURN_END_KIND"
+    # a voice harness whose user barged in is told which kind to write instead
+    assert "a turn the user interrupted ends with kind 'aborted'" in str(refused.value)
+    assert client.get_session(sid).next_seq == 1
 
 
 def test_start_up_repairs_abandoned_turns(fresh_db: str, sid: str) -> None:

@@ -232,6 +232,12 @@ def test_repair_follows_the_calls_a_replace_restates_or_drops() -> None:
     log.add("user/message", user("[gone]"), op=Replace(7, 7), sources=(7,))  # drops a as well
     assert [e.type for e in log.fold.closers("interrupted")] == ["step/end", "turn/end"]
     assert open_turn_closers(log.events[2:], "interrupted") == log.fold.closers("interrupted")
+    # a model-only copy of the first answer (as after a compaction) shows a and b again
+    copy = assistant(1, 1, ("a", "read"), ("b", "write"), source={"kind": "copy"})
+    log.add("assistant/message", copy, op=APPEND, sources=(4,))
+    closers = log.fold.closers("interrupted")
+    assert [e.data.get("message", {}).get("toolCallId") for e in closers] == ["a", "b", None, None]
+    assert open_turn_closers(log.events[2:], "interrupted") == closers
 
 
 def test_fork_closers_say_the_parent_may_have_finished() -> None:

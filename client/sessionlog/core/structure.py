@@ -22,7 +22,8 @@ Decisions (what a harness expects):
   A replace that takes the node carrying a pending call's `toolCall` block off the surface
   either restates the block (the call now rides on the replacing node) or drops it (a voice
   answer cut to what was heard): a dropped call is no longer pending for crash repair, whose
-  result would answer a call the model history does not hold (`plan_restated_calls`).
+  result would answer a call the model history does not hold; a copy (or replace) that
+  restates a dropped call's block puts it back (`plan_restated_calls`).
 - Other known log-only events (`compaction/*`) are free, but a `turn`/`step` they carry must
   name the open turn/step. `request/*` and `session/end-seed` are allowed anywhere and not
   checked; unknown (ignorable) types are never checked.
@@ -284,18 +285,19 @@ def check_step_start(state: StructureState, event: Event) -> int:
 
 
 def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[int]) -> StructurePlan | None:
-    """What a replace does to the open step's calls: each call whose block rides on a node it
-    takes off the surface (`shadowed`) now rides on the replacing node, and stays on the surface
-    only if the replacing message restates its `toolCall` block (same id). None when it touches
-    no call."""
-    if not state.calls or not shadowed:
+    """What a replace or a model-only copy does to the open step's calls: each call whose block
+    rides on a node a replace takes off the surface (`shadowed`) now rides on the replacing
+    node, and stays on the surface only if the replacing message restates its `toolCall` block
+    (same id); a call off the surface whose block the event restates is back on it (a copy of
+    the message a compaction took). None when it touches no call."""
+    if not state.calls:
         return None
     gone = set(shadowed)
     kept = {block.get("id") for block in tool_call_blocks(event)}
     moved = tuple(
         replace(call, block_seq=event.seq, on_surface=call.call_id in kept)
         for call in state.calls.values()
-        if call.block_seq in gone
+        if call.block_seq in gone or (not call.on_surface and call.call_id in kept)
     )
     return StructurePlan("restate_calls", event.seq, calls=moved) if moved else None
 
@@ -304,10 +306,8 @@ def plan_structure_event(state: StructureState, event: Event, shadowed: Sequence
     """Validate one event against the structure and prepare its transition; mutates nothing.
     `shadowed` is what a replace takes off the surface (its surface plan's)."""
     kind = event.type
-    if isinstance(event.surface_op, Replace):
+    if isinstance(event.surface_op, Replace) or is_copy(event):
         return plan_restated_calls(state, event, shadowed)
-    if is_copy(event):
-        return None
     if kind == TURN_START:
         return StructurePlan("turn_start", event.seq, check_turn_start(state, event))
     if kind == TURN_END:
@@ -340,10 +340,8 @@ def trusted_structure_plan(state: StructureState, event: Event, shadowed: Sequen
     """
     kind = event.type
     data = event.data
-    if isinstance(event.surface_op, Replace):
+    if isinstance(event.surface_op, Replace) or is_copy(event):
         return plan_restated_calls(state, event, shadowed)
-    if is_copy(event):
-        return None
     if kind in (TURN_START, TURN_END, STEP_START):
         number = data.get("step" if kind == STEP_START else "turn")
         if not isinstance(number, int) or isinstance(number, bool):

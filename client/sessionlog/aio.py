@@ -252,7 +252,7 @@ class AsyncSessionLogClient(base.ClientBase):
         return HistoryCopy(session_id)
 
     async def refresh_history(self, copy: HistoryCopy) -> list[dict[str, Any]]:
-        """Bring `copy` up to date, fetching only the messages it lacks (all after a replace)."""
+        """Bring `copy` up to date, fetching only the messages it lacks or a replace changed."""
         copy.apply(await self._run(base.history_page(copy)))
         while not copy.complete:
             copy.apply(await self._run(base.history_page(copy)))

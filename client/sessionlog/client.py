@@ -234,7 +234,7 @@ class SessionLogClient(base.ClientBase):
         return HistoryCopy(session_id)
 
     def refresh_history(self, copy: HistoryCopy) -> list[dict[str, Any]]:
-        """Bring `copy` up to date, fetching only the messages it lacks (all after a replace)."""
+        """Bring `copy` up to date, fetching only the messages it lacks or a replace changed."""
         copy.apply(self._run(base.history_page(copy)))
         while not copy.complete:
             copy.apply(self._run(base.history_page(copy)))

@@ -366,8 +366,10 @@ class HistoryCopy:
 
     While no replace happens, the history only grows, so a refresh asks for the messages from
     the copy's length on, quoting the replace generation it was read at; the server answers
-    with just the tail, or with everything when the surface was rewritten meanwhile. A harness
-    building each request from this copy pays O(new messages) per step.
+    with just the tail, or, when the surface was rewritten meanwhile, with the messages from
+    the first one a replace changed (a voice answer cut to what was heard changes only the
+    tail; everything when the server no longer knows). A harness building each request from
+    this copy pays O(new or changed messages) per step.
     """
 
     def __init__(self, session_id: str) -> None:

@@ -15,9 +15,10 @@ from sessionlog.core.projections.request import request
 from sessionlog.core.projections.stats import stats
 from sessionlog.core.projections.transcript import transcript
 from sessionlog.core.repair import check_writer_turn_end, commit_closers, open_turn_closers, repair_event_id
+from sessionlog.core.snapshot import decode_snapshot, encode_snapshot
 from sessionlog.core.surface import fold_surface
 
-from .builders import Log, fold_state, result, user
+from .builders import Log, assistant, fold_state, result, user
 
 # --------------------------------------------------------------- projection rule
 
@@ -205,6 +206,40 @@ def test_repair_closes_calls_in_transcript_order() -> None:
     assert log.fold.open_turn is None and log.fold.closers("interrupted") == []
 
 
+def test_repair_follows_the_calls_a_replace_restates_or_drops() -> None:
+    # A voice answer cut to what was heard keeps call a and drops b; a compaction from before
+    # the turn then takes the cut answer too, keeping a again. Only what the model still sees
+    # is answered, by the fold, by a whole-log scan, by a window from turn/start (a fork's),
+    # and after a snapshot round trip.
+    log = Log()
+    log.in_step(("a", "read"), ("b", "write"))
+    log.call(1, 1, "a", "read")
+    heard = assistant(1, 1, ("a", "read"), text="I'll", interrupted=True)
+    log.add("assistant/message", heard, op=Replace(4, 4), sources=(4,))
+    assert [c.call_id for c in log.fold.pending_calls] == ["a"]
+    summary = assistant(1, 1, ("a", "read"), text="[summary]")
+    log.add("assistant/message", summary, op=Replace(1, 6), sources=(1, 6))
+    closers = log.fold.closers("interrupted")
+    assert [(e.type, e.data.get("message", {}).get("toolCallId")) for e in closers] == [
+        ("tool/result", "a"),
+        ("step/end", None),
+        ("turn/end", None),
+    ]
+    assert open_turn_closers(log.events, "interrupted") == closers
+    assert open_turn_closers(log.events[2:], "interrupted") == closers  # a window from turn/start
+    restored = SessionFold.from_snapshot(decode_snapshot(encode_snapshot(log.fold.snapshot())))
+    assert restored.closers("interrupted") == closers
+    log.add("user/message", user("[gone]"), op=Replace(7, 7), sources=(7,))  # drops a as well
+    assert [e.type for e in log.fold.closers("interrupted")] == ["step/end", "turn/end"]
+    assert open_turn_closers(log.events[2:], "interrupted") == log.fold.closers("interrupted")
+    # a model-only copy of the first answer (as after a compaction) shows a and b again
+    copy = assistant(1, 1, ("a", "read"), ("b", "write"), source={"kind": "copy"})
+    log.add("assistant/message", copy, op=APPEND, sources=(4,))
+    closers = log.fold.closers("interrupted")
+    assert [e.data.get("message", {}).get("toolCallId") for e in closers] == ["a", "b", None, None]
+    assert open_turn_closers(log.events[2:], "interrupted") == closers
+
+
 def test_fork_closers_say_the_parent_may_have_finished() -> None:
     log = Log()
     log.in_step(("a", "deploy"))
@@ -228,6 +263,24 @@ def test_long_call_ids_are_hashed_into_event_ids() -> None:
 
 
 # --------------------------------------------------------------- checkpoints
+
+
+def test_first_changed_message_follows_replaces_and_their_rollback() -> None:
+    log = Log()
+    log.head()  # node 0 is empty: message indexes are one less than surface positions
+    for n in range(1, 6):
+        log.say(f"u{n}")
+    assert log.fold.first_changed_message(0) is None  # no replace since
+    log.add("user/message", user("u4 heard"), op=Replace(4, 4), sources=(4,))
+    log.add("user/message", user("u2 heard"), op=Replace(2, 2), sources=(2,))
+    assert (log.fold.first_changed_message(1), log.fold.first_changed_message(0)) == (1, 1)
+    mark = log.fold.checkpoint()
+    log.fold.apply(log.make("user/message", user("u1 heard"), op=Replace(1, 1), sources=(1,)))
+    assert log.fold.first_changed_message(2) == 0
+    log.fold.rollback(mark)
+    assert log.fold.first_changed_message(1) == 1 and log.fold.first_changed_message(2) is None
+    restored = SessionFold.from_snapshot(log.fold.snapshot())
+    assert restored.first_changed_message(0) is None  # not remembered: re-read it all
 
 
 def test_nested_checkpoints_roll_back_and_release() -> None:

@@ -167,6 +167,9 @@ def test_writers_may_not_write_reserved_turn_ends(client: SessionLogClient, sid:
     with pytest.raises(ValidationError) as refused:
         client.append(sid, lease, [turn_end(1, "interrupted")])
     assert refused.value.reason == "RESERVED_TURN_END_KIND"
+    # a voice harness whose user barged in is told which kind to write instead
+    assert "a turn the user interrupted ends with kind 'aborted'" in str(refused.value)
+    assert client.get_session(sid).next_seq == 1
 
 
 def test_start_up_repairs_abandoned_turns(fresh_db: str, sid: str) -> None:
@@ -247,3 +250,55 @@ def test_fork_of_a_fork_cut_inside_its_inherited_prefix(client: SessionLogClient
     assert events[:7] == list(client.read_events(sid, to_seq=6))
     assert events[7].type == "session/end-seed"
     assert [m["content"] for m in client.model_history(grandchild.id)] == ["s"]
+
+
+def heard(seq: int, calls: tuple[tuple[str, str], ...], *sources: int) -> dict:
+    """A voice harness's replace of the assistant message at `seq` by the part the user heard,
+    keeping the tool calls in `calls` (the ones it had not dropped)."""
+    event = assistant(1, 1, "checking", calls=calls)
+    event["data"]["interrupted"] = True
+    return {**event, "surfaceOp": {"op": "replace", "startSeq": seq, "endSeq": seq}, "sourceEventSeqs": [seq, *sources]}
+
+
+def answered_calls(history: list[dict]) -> tuple[list[str], list[str]]:
+    """The toolCall ids of a history's assistant messages, and the ids its tool results answer."""
+    asked = [
+        block["id"]
+        for message in history
+        if message["role"] == "assistant" and isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "toolCall"
+    ]
+    return asked, [message["toolCallId"] for message in history if message["role"] == "toolResult"]
+
+
+def test_repair_answers_only_the_tool_calls_left_on_the_surface(client: SessionLogClient, sid: str) -> None:
+    # The user barges in while call a runs: the harness replaces the answer by what was heard,
+    # keeping a (already started) and dropping b (never started), twice, then crashes.
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([*open_turn_log(), heard(4, (("a", "ls"),))]).result()
+        writer.append([heard(6, (("a", "ls"),), 4)]).result()
+    shown = client.model_history(sid, with_repair=True)
+    child = client.fork(sid, 7)
+    info = client.resume(sid, takeover=True)
+    repair = list(client.read_events(sid, from_seq=8))[: len(info.repair_seqs)]
+    assert [e.type for e in repair] == ["tool/result", "step/end", "turn/end"]
+    assert repair[0].data["message"]["toolCallId"] == "a"
+    assert repair[0].data["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+    history = client.model_history(sid)
+    assert answered_calls(history) == (["a"], ["a"])  # no result for b, which the model never saw
+    assert shown == history
+    forked = list(client.read_events(child.id, from_seq=8))
+    assert [e.type for e in forked] == ["session/end-seed", "tool/result", "step/end", "turn/end"]
+    assert answered_calls(client.model_history(child.id)) == (["a"], ["a"])
+
+
+def test_repair_writes_no_result_for_calls_replaced_away(client: SessionLogClient, sid: str) -> None:
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([*open_turn_log(), heard(4, ())]).result()
+    assert answered_calls(client.model_history(sid, with_repair=True)) == ([], [])
+    info = client.resume(sid, takeover=True)
+    assert [e.type for e in client.read_events(sid, from_seq=7)][: len(info.repair_seqs)] == ["step/end", "turn/end"]
+    assert answered_calls(client.model_history(sid)) == ([], [])

@@ -182,3 +182,34 @@ def test_history_copy_fetches_only_the_tail_until_a_replace(client: SessionLogCl
     assert [m["content"] for m in client.refresh_history(copy)] == ["sys", "summary"]
     assert copy.generation == 1
     assert client.refresh_history(copy) == client.model_history(sid)
+
+
+def test_history_copy_rereads_only_from_the_first_message_a_replace_changed(client: SessionLogClient, sid: str) -> None:
+    # A voice harness replaces the tail (what the user heard) every few turns: its copy fetches
+    # the messages from the first one a replace changed, not the whole history again.
+    client.create_session(sid)
+    copy = client.history_copy(sid)
+
+    def heard(seq: int, text: str) -> dict:
+        return {**user(text), "surfaceOp": {"op": "replace", "startSeq": seq, "endSeq": seq}, "sourceEventSeqs": [seq]}
+
+    def refetched() -> tuple[int, list[str]]:
+        response = client.stub.GetModelHistory(copy.request())
+        copy.apply(response)
+        assert copy.complete and copy.messages == client.model_history(sid)
+        return response.from_index, [m["content"] for m in jsonvalue.loads(response.messages_json)]
+
+    with client.writer(sid) as writer:
+        writer.append([system("sys"), *(user(f"u{n}") for n in range(1, 9))]).result()  # seqs 0..8
+        assert refetched() == (0, ["sys", *(f"u{n}" for n in range(1, 9))])
+        writer.append([heard(8, "u8 heard"), user("u9")]).result()  # seqs 9, 10
+        assert refetched() == (8, ["u8 heard", "u9"])
+        writer.append([heard(9, "u8 heard twice"), heard(3, "u3 fixed")]).result()  # seqs 11, 12
+        assert refetched() == (3, ["u3 fixed", "u4", "u5", "u6", "u7", "u8 heard twice", "u9"])
+        assert copy.generation == 3
+        writer.append([user("u10"), heard(1, "u1 fixed"), heard(13, "u10 heard")]).result()  # seqs 13..15
+        stale = client.history_copy(sid)  # a copy read at generation 3 that holds its 2 first messages
+        stale.messages, stale.generation = copy.messages[:2], 3
+        response = client.stub.GetModelHistory(stale.request())
+        assert response.from_index == 1  # the first changed message, never past the copy's end
+        assert refetched()[0] == 1

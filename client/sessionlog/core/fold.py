@@ -62,6 +62,9 @@ from sessionlog.core.surface import (
 )
 from sessionlog.core.vocabulary import REQUEST_HEADER, SESSION_END_SEED, SURFACE_TYPES, SYSTEM_MESSAGE
 
+RECENT_REPLACES = 64
+"""Replaces whose surface positions a fold remembers, so a history copy read a few replaces ago
+re-reads only from the first message they changed (`first_changed_message`)."""
 FOLD_BASE_BYTES = 4096
 """Estimated bytes of a fold without surface nodes (structure, header, stats, containers)."""
 NODE_BYTES = 120
@@ -137,6 +140,9 @@ class SessionFold:
         self._journal_base = 0
         self._marks: list[_Mark] = []  # oldest first
         self._next_token = 0
+        self._replace_starts: list[int] = []
+        """The surface position each of the latest replaces started at, oldest first (up to
+        2 * RECENT_REPLACES; a cache, not in snapshots: a fold loaded from one starts empty)."""
 
     # ----------------------------------------------------------------- building
 
@@ -177,10 +183,11 @@ class SessionFold:
                 seq=event.seq,
             )
         surface = plan_surface_event(self._surface, event, self._node_at, validate=validate)
+        shadowed = surface.shadowed if surface is not None else ()
         if validate:
-            structure = plan_structure_event(self._structure, event)
+            structure = plan_structure_event(self._structure, event, shadowed)
         else:
-            structure = trusted_structure_plan(self._structure, event)
+            structure = trusted_structure_plan(self._structure, event, shadowed)
         header = None
         if event.type == REQUEST_HEADER:
             generation = self._surface.replace_generation
@@ -198,6 +205,8 @@ class SessionFold:
             undo = _Undo(plan.surface) if self._marks else None
             self._apply_nodes(plan.surface, plan.node, plan.message, undo)
             apply_surface_plan(self._surface, plan.surface)
+            if plan.surface.kind == "replace":
+                self._note_replace(plan.surface.start_index)
             if undo is not None:
                 self._journal.append(undo)
         apply_structure_plan(self._structure, plan.structure)
@@ -207,6 +216,12 @@ class SessionFold:
         self._next_seq += 1
         self._last_time = event.time
         self._last_type = event.type
+
+    def _note_replace(self, start_index: int) -> None:
+        starts = self._replace_starts
+        starts.append(start_index)
+        if len(starts) > 2 * RECENT_REPLACES:
+            del starts[:RECENT_REPLACES]
 
     def _apply_nodes(
         self, plan: SurfacePlan, node: SurfaceNode, message: JsonObject | None, undo: _Undo | None
@@ -287,6 +302,8 @@ class SessionFold:
         while self._journal_base + len(self._journal) > taken.position:
             undo = self._journal.pop()
             undo_surface_plan(self._surface, undo.plan)
+            if undo.plan.kind == "replace" and self._replace_starts:
+                self._replace_starts.pop()
             self._undo_nodes(undo.plan, undo)
         self._next_seq = taken.next_seq
         self._last_time = taken.last_time
@@ -424,6 +441,18 @@ class SessionFold:
     def surface_size(self) -> int:
         """How many nodes the surface holds, in O(1)."""
         return len(self._surface.nodes)
+
+    def first_changed_message(self, since_generation: int) -> int | None:
+        """The index of the first message of the model history that a replace since
+        `since_generation` may have changed: the messages before it are those the history held
+        at that generation (replaces rewrite from their start on, appends add at the end).
+        None when it is not known (more than the remembered replaces, or none since)."""
+        moved = self._surface.replace_generation - since_generation
+        if moved <= 0 or moved > min(len(self._replace_starts), RECENT_REPLACES):
+            return None
+        position = min(self._replace_starts[-moved:])
+        nodes = self._surface.nodes
+        return position - sum(1 for seq in self._empty if nodes.index(seq) < position)
 
     def message_count(self) -> int:
         """How many messages the model history holds, in O(1)."""

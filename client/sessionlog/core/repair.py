@@ -98,7 +98,8 @@ def check_writer_turn_end(event: NewEvent) -> None:
         return
     raise ValidationError(
         "RESERVED_TURN_END_KIND",
-        f"turn/end kind {kind!r} is written only by crash repair or fork",
+        f"turn/end kind {kind!r} is written only by crash repair or fork; a turn the user "
+        "interrupted ends with kind 'aborted' (or 'error', 'blocked', ...)",
         field="data.reason",
     )
 

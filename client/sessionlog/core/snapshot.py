@@ -29,13 +29,15 @@ from sessionlog.core.surface import SurfaceNode
 from sessionlog.core.tool_calls import ToolCallState
 from sessionlog.core.vocabulary import ASSISTANT_MESSAGE, SYSTEM_MESSAGE, TOOL_RESULT, USER_MESSAGE
 
-FOLD_VERSION = 4
+FOLD_VERSION = 5
 """The version of the fold code a snapshot was written by. Bump it whenever what the fold
 computes from a log changes (a new field, a changed rule): older snapshots are then ignored.
 2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials).
 3: tool-result rewrite keys digest `jsonvalue.digest_form` instead of RFC 8785 bytes.
 4: stats count the tool calls and tool errors of the importers' fallback `user/message`s, by the
-   role of the message they carry (`projections.stats`)."""
+   role of the message they carry (`projections.stats`).
+5: a pending tool call follows the surface node that carries its block, and a replace that drops
+   the block takes it off the surface (`ToolCallState.on_surface`): repair no longer answers it."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}
@@ -96,7 +98,7 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
             structure.last_step,
             structure.open_step,
             [
-                [c.call_id, c.name, c.turn, c.step, c.block_seq, c.call_seq, c.result_seq]
+                [c.call_id, c.name, c.turn, c.step, c.block_seq, c.call_seq, c.result_seq, c.on_surface]
                 for c in structure.calls.values()
             ],
         ],
@@ -175,9 +177,18 @@ def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
 
 
 def _call(c: list[Any]) -> ToolCallState:
-    call_id, name, turn, step, block_seq, call_seq, result_seq = c
+    call_id, name, turn, step, block_seq, call_seq, result_seq, on_surface = c
+    if type(on_surface) is not bool:
+        raise TypeError(f"on_surface {on_surface!r} is not a boolean")
     return ToolCallState(
-        str(call_id), str(name), _int(turn), _int(step), _int(block_seq), _opt_int(call_seq), _opt_int(result_seq)
+        str(call_id),
+        str(name),
+        _int(turn),
+        _int(step),
+        _int(block_seq),
+        _opt_int(call_seq),
+        _opt_int(result_seq),
+        on_surface,
     )
 
 

@@ -19,6 +19,11 @@ Decisions (what a harness expects):
   model-only copies (`data.source.kind == "copy"`, e.g. Pi's kept entries re-appended after a
   compaction) rewrite history: their `turn`/`step` describe the original they restate, so they
   are not checked against the open turn, do not open tool calls and do not pair with one.
+  A replace that takes the node carrying a pending call's `toolCall` block off the surface
+  either restates the block (the call now rides on the replacing node) or drops it (a voice
+  answer cut to what was heard): a dropped call is no longer pending for crash repair, whose
+  result would answer a call the model history does not hold; a copy (or replace) that
+  restates a dropped call's block puts it back (`plan_restated_calls`).
 - Other known log-only events (`compaction/*`) are free, but a `turn`/`step` they carry must
   name the open turn/step. `request/*` and `session/end-seed` are allowed anywhere and not
   checked; unknown (ignorable) types are never checked.
@@ -31,11 +36,12 @@ Decisions (what a harness expects):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sessionlog.core.errors import ValidationError
-from sessionlog.core.events import Event, Replace
+from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog.core.messages import is_copy, message_of, tool_call_blocks
 from sessionlog.core.tool_calls import (
     ToolCallState,
@@ -51,6 +57,7 @@ from sessionlog.core.vocabulary import (
     COMPACTION_SUMMARY,
     STEP_END,
     STEP_START,
+    SURFACE_TYPES,
     SYSTEM_MESSAGE,
     TOOL_CALL,
     TOOL_RESULT,
@@ -84,8 +91,9 @@ class StructureState:
 
     @property
     def pending_calls(self) -> list[ToolCallState]:
-        """Calls of the open step without a result, in transcript order."""
-        return [call for call in self.calls.values() if call.result_seq is None]
+        """Calls of the open step without a result whose block the model still sees, in
+        transcript order: the calls crash repair answers."""
+        return [call for call in self.calls.values() if call.result_seq is None and call.on_surface]
 
     def snapshot(self) -> StructureState:
         """A copy to restore on rollback: O(calls of the open step)."""
@@ -100,7 +108,9 @@ class StructureState:
         self.calls = dict(snapshot.calls)
 
 
-PlanKind = Literal["turn_start", "turn_end", "step_start", "step_end", "open_calls", "call_started", "result"]
+PlanKind = Literal[
+    "turn_start", "turn_end", "step_start", "step_end", "open_calls", "restate_calls", "call_started", "result"
+]
 
 
 @dataclass(slots=True)
@@ -274,11 +284,30 @@ def check_step_start(state: StructureState, event: Event) -> int:
     return step
 
 
-def plan_structure_event(state: StructureState, event: Event) -> StructurePlan | None:
-    """Validate one event against the structure and prepare its transition; mutates nothing."""
+def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[int]) -> StructurePlan | None:
+    """What a replace or a model-only copy does to the open step's calls: each call whose block
+    rides on a node a replace takes off the surface (`shadowed`) now rides on the replacing
+    node, and stays on the surface only if the replacing message restates its `toolCall` block
+    (same id); a call off the surface whose block the event restates is back on it (a copy of
+    the message a compaction took). None when it touches no call."""
+    if not state.calls:
+        return None
+    gone = set(shadowed)
+    kept = {block.get("id") for block in tool_call_blocks(event)}
+    moved = tuple(
+        replace(call, block_seq=event.seq, on_surface=call.call_id in kept)
+        for call in state.calls.values()
+        if call.block_seq in gone or (not call.on_surface and call.call_id in kept)
+    )
+    return StructurePlan("restate_calls", event.seq, calls=moved) if moved else None
+
+
+def plan_structure_event(state: StructureState, event: Event, shadowed: Sequence[int] = ()) -> StructurePlan | None:
+    """Validate one event against the structure and prepare its transition; mutates nothing.
+    `shadowed` is what a replace takes off the surface (its surface plan's)."""
     kind = event.type
     if isinstance(event.surface_op, Replace) or is_copy(event):
-        return None
+        return plan_restated_calls(state, event, shadowed)
     if kind == TURN_START:
         return StructurePlan("turn_start", event.seq, check_turn_start(state, event))
     if kind == TURN_END:
@@ -303,7 +332,7 @@ def plan_structure_event(state: StructureState, event: Event) -> StructurePlan |
     return None
 
 
-def trusted_structure_plan(state: StructureState, event: Event) -> StructurePlan | None:
+def trusted_structure_plan(state: StructureState, event: Event, shadowed: Sequence[int] = ()) -> StructurePlan | None:
     """The transition of an already validated event, without checks (cold load, repair scan).
 
     Lenient on purpose: an event that the checks would refuse changes nothing it cannot
@@ -312,7 +341,7 @@ def trusted_structure_plan(state: StructureState, event: Event) -> StructurePlan
     kind = event.type
     data = event.data
     if isinstance(event.surface_op, Replace) or is_copy(event):
-        return None
+        return plan_restated_calls(state, event, shadowed)
     if kind in (TURN_START, TURN_END, STEP_START):
         number = data.get("step" if kind == STEP_START else "turn")
         if not isinstance(number, int) or isinstance(number, bool):
@@ -363,7 +392,7 @@ def apply_structure_plan(state: StructureState, plan: StructurePlan | None) -> N
     elif kind == "step_end":
         state.open_step = None
         state.calls = {}
-    elif kind == "open_calls":
+    elif kind in ("open_calls", "restate_calls"):
         for call in plan.calls:
             state.calls[call.call_id] = call
     elif kind == "call_started":
@@ -372,12 +401,45 @@ def apply_structure_plan(state: StructureState, plan: StructurePlan | None) -> N
         state.calls[plan.call_id] = replace(state.calls[plan.call_id], result_seq=plan.seq)
 
 
+class WindowSurface:
+    """The surface nodes that entered it within a window of the log, in surface order: what a
+    structure fold needs to know of the surface (which of the open step's nodes a replace takes
+    off) when it folds a window that starts at the open turn, not the whole log.
+
+    They stand after every older node: appends go to the end, and a replace that starts at an
+    older node and ends at one of these takes the place of the nodes it covers, so its node
+    stands first of them. A replace of older nodes only lands among the older nodes, and is not
+    one of these. From seq 0 every node is one of these, and this is the surface itself."""
+
+    def __init__(self) -> None:
+        self.nodes: list[int] = []
+
+    def land(self, event: Event) -> tuple[int, ...]:
+        """Put a surface event on; returns the nodes of the window it took off (surface order)."""
+        op = event.surface_op
+        if op == APPEND:
+            self.nodes.append(event.seq)
+            return ()
+        if not isinstance(op, Replace) or op.end_seq not in self.nodes:
+            return ()
+        start = self.nodes.index(op.start_seq) if op.start_seq in self.nodes else 0
+        end = self.nodes.index(op.end_seq)
+        shadowed = tuple(self.nodes[start : end + 1])
+        self.nodes[start : end + 1] = [event.seq]
+        return shadowed
+
+
 def fold_structure(events: list[Event] | tuple[Event, ...], *, validate: bool = True) -> StructureState:
     """Fold events into a structure state; with `validate=False` any window that starts at or
     before the open turn's `turn/start` gives the right open turn, step and calls."""
     state = StructureState()
+    surface = WindowSurface()
     for event in events:
-        plan = plan_structure_event(state, event) if validate else trusted_structure_plan(state, event)
+        shadowed = surface.land(event) if event.type in SURFACE_TYPES else ()
+        if validate:
+            plan = plan_structure_event(state, event, shadowed)
+        else:
+            plan = trusted_structure_plan(state, event, shadowed)
         apply_structure_plan(state, plan)
     return state
 
@@ -389,6 +451,7 @@ __all__ = [
     "StructurePlan",
     "StructureState",
     "ToolCallState",
+    "WindowSurface",
     "apply_structure_plan",
     "check_in_step",
     "check_position",
@@ -399,6 +462,7 @@ __all__ = [
     "check_turn_open",
     "check_turn_start",
     "fold_structure",
+    "plan_restated_calls",
     "plan_structure_event",
     "trusted_structure_plan",
 ]

@@ -19,7 +19,14 @@ from sessionlog.core.messages import message_of, tool_call_blocks
 
 @dataclass(frozen=True, slots=True)
 class ToolCallState:
-    """One tool call of the open step, opened by a `toolCall` block of an assistant message."""
+    """One tool call of the open step, opened by a `toolCall` block of an assistant message.
+
+    `block_seq` is the surface node that carries the call's block: the assistant message that
+    opened it, or the latest replace of that node. `on_surface` is false once a replace took the
+    block off the surface without restating it (a voice answer cut to what the user heard): the
+    model no longer sees the call, so crash repair writes no result for it, which would answer a
+    call missing from the model history (`structure.plan_restated_calls`).
+    """
 
     call_id: str
     name: str
@@ -28,6 +35,7 @@ class ToolCallState:
     block_seq: int
     call_seq: int | None = None
     result_seq: int | None = None
+    on_surface: bool = True
 
 
 def check_tool_call_blocks(

@@ -1122,7 +1122,9 @@ class GetModelHistoryRequest(_message.Message):
     """
     if_generation: _builtins.int
     """The replace generation the reader's copy was read at. If the surface was rewritten since,
-    `from_index` is ignored and the whole history is returned (`from_index` 0 in the response).
+    the messages are returned from the first one a replace since changed (at most
+    `from_index`; 0, the whole history, when the service no longer knows which): the reader
+    keeps its messages before the response's `from_index` and drops the rest.
     """
     page_size: _builtins.int
     """At most this many messages per response; 0 means the default (1000). A page also stops
@@ -1174,7 +1176,9 @@ class GetModelHistoryResponse(_message.Message):
     at_seq: _builtins.int
     """The last seq the projection covers."""
     from_index: _builtins.int
-    """The index of the first returned message (0 when the whole history is returned)."""
+    """The index of the first returned message (0 when the whole history is returned). A reader's
+    copy keeps its messages before it and replaces the rest by the returned ones.
+    """
     message_count: _builtins.int
     """How many messages the whole history holds."""
     replace_generation: _builtins.int

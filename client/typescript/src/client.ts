@@ -274,7 +274,7 @@ export class SessionLogClient {
     return new HistoryCopy(sessionId);
   }
 
-  /** Bring `copy` up to date, fetching only the messages it lacks (all of them after a replace). */
+  /** Bring `copy` up to date, fetching only the messages it lacks or a replace changed. */
   async refreshHistory(copy: HistoryCopy): Promise<Message[]> {
     do {
       const request = copy.request();

@@ -3,8 +3,9 @@
  *
  * While no replace happens the history only grows, so a refresh asks for the messages from
  * the copy's length on, quoting the replace generation it was read at; the service answers
- * with just the tail, or with everything when the surface was rewritten meanwhile. A harness
- * that builds each request from this copy pays O(new messages) per step.
+ * with just the tail, or, when the surface was rewritten meanwhile, with the messages from the
+ * first one a replace changed (everything when the service no longer knows). A harness that
+ * builds each request from this copy pays O(new or changed messages) per step.
  */
 import { create } from "@bufbuild/protobuf";
 import { pageSize } from "./arguments.js";

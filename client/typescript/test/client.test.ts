@@ -143,7 +143,7 @@ for (const backend of BACKENDS) {
       assert.ok(call && isEventOfType(call, "tool/call") && call.data.name === "read");
     });
 
-    test("a history copy fetches only what it lacks, and everything after a replace", async () => {
+    test("a history copy fetches only what it lacks, and after a replace what it changed", async () => {
       const id = sessionId();
       const writer = await client.writer(id, { createIfMissing: true });
       await writer.append([system("p"), user("one")]);
@@ -157,6 +157,10 @@ for (const backend of BACKENDS) {
       assert.equal(copy.messages.length, 3);
       assert.equal(copy.messages[0], firstMessage, "the copy kept its earlier messages");
       await writer.append([{ type: "user/message", data: { message: { role: "user", content: "summary" } }, surfaceOp: { op: "replace", startSeq: 1, endSeq: 2 }, sourceEventSeqs: [1, 2] }]);
+      const changed = await client.rpc.getModelHistory(copy.request());
+      assert.equal(changed.fromIndex, 1n, "the service sent the messages from the first one the replace changed");
+      copy.apply(changed);
+      assert.equal(copy.messages[0], firstMessage, "the copy kept the messages before it");
       const after = await client.refreshHistory(copy);
       assert.deepEqual(after.map((m) => m.content), ["p", "summary"]);
       assert.deepEqual(after, await client.modelHistory(id));

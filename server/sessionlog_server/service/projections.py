@@ -141,7 +141,10 @@ async def history_page(
             raise ValidationError(
                 "BAD_PAGE_TOKEN", "page_token does not match the session's history", field="page_token"
             )
-        start = 0  # the surface was rewritten: the reader's copy is stale
+        # The surface was rewritten since the reader's copy: it re-reads from the first
+        # message a replace changed (from the start when that is not known).
+        changed = fold.first_changed_message(if_generation)
+        start = 0 if changed is None else min(start, changed)
     if start > count:
         raise ValidationError(
             "BAD_FROM_INDEX", f"from_index {start} is past the {count} messages of the history", field="from_index"

@@ -31,6 +31,19 @@ def run(server: ServerThread, *args: str, stdin: str = "") -> subprocess.Complet
     )
 
 
+def started(server: ServerThread, *args: str, stdin: bool = True) -> subprocess.Popen[str]:
+    """`sessionlog ARGS` against `server`, running (text pipes; stdin only if asked)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "sessionlog", *args],
+        stdin=subprocess.PIPE if stdin else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SESSIONLOG_SERVER": server.target},
+        cwd=ROOT,
+    )
+
+
 def lines(*events: dict) -> str:
     return "".join(json.dumps(e) + "\n" for e in events)
 
@@ -114,16 +127,7 @@ def test_append_of_more_lines_than_a_batch_holds(server: ServerThread, sid: str,
 
 def test_append_streams_and_holds_the_lease(server: ServerThread, sid: str) -> None:
     run(server, "create", "--id", sid)
-    env = {**os.environ, "SESSIONLOG_SERVER": server.target}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sessionlog", "append", sid],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
+    proc = started(server, "append", sid)
     assert proc.stdin and proc.stdout
     proc.stdin.write(lines({"type": "test/n", "data": {}, "ignorable": True}))
     proc.stdin.flush()
@@ -143,15 +147,7 @@ def test_append_streams_and_holds_the_lease(server: ServerThread, sid: str) -> N
 def test_tail_follows_new_events(server: ServerThread, sid: str) -> None:
     run(server, "create", "--id", sid)
     run(server, "append", sid, stdin=lines({"type": "test/n", "data": {"i": 0}, "ignorable": True}))
-    env = {**os.environ, "SESSIONLOG_SERVER": server.target}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sessionlog", "tail", sid],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
+    proc = started(server, "tail", sid, stdin=False)
     try:
         assert proc.stdout
         assert json.loads(proc.stdout.readline())["seq"] == 0
@@ -219,16 +215,7 @@ def test_append_whose_reader_left_still_appends_every_line(server: ServerThread,
     BrokenPipeError traceback."""
     run(server, "create", "--id", sid)
     note = {"type": "test/n", "data": {}, "ignorable": True}
-    env = {**os.environ, "SESSIONLOG_SERVER": server.target}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sessionlog", "append", sid],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
+    proc = started(server, "append", sid)
     assert proc.stdin and proc.stdout and proc.stderr
     proc.stdin.write(lines(note))
     proc.stdin.flush()

@@ -23,9 +23,13 @@ MAX_PORT = 65535
 
 
 def check_target(target: str) -> None:
-    """A ValueError for a target whose port is past 65535: gRPC takes it modulo 65536 and
-    connects to another port (`127.0.0.1:99999` dialled 34463), perhaps another service. Any
-    other form (`HOST:PORT`, `dns:///HOST:PORT`, `unix:PATH`) is gRPC's to judge."""
+    """A ValueError for an empty (or blank) target, and for one whose port is past 65535: gRPC
+    takes the port modulo 65536 and connects to another port (`127.0.0.1:99999` dialled 34463),
+    perhaps another service, and an empty `--server ""` or `SESSIONLOG_SERVER=` is a mistake,
+    not a request for the default. Any other form (`HOST:PORT`, `dns:///HOST:PORT`,
+    `unix:PATH`) is gRPC's to judge."""
+    if not target.strip():
+        raise ValueError(f"the server address is empty: give HOST:PORT (e.g. {DEFAULT_TARGET})")
     port = target.rpartition(":")[2]
     if port.isdigit() and int(port) > MAX_PORT:
         raise ValueError(f"{target!r}: the port must be from 1 to {MAX_PORT} (HOST:PORT, e.g. {DEFAULT_TARGET})")

@@ -259,3 +259,25 @@ def test_a_port_past_65535_is_refused_not_dialled_modulo_65536() -> None:
         with pytest.raises(ValueError, match="the port must be"):
             make("dns:///localhost:65536")
     SessionLogClient("127.0.0.1:65535").close()
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_an_empty_server_address_is_a_usage_mistake(how: str) -> None:
+    """`--server ""` (or `SESSIONLOG_SERVER=`, a variable set from an empty shell variable)
+    dialled the default 127.0.0.1:50051, another server perhaps: it is refused in one line,
+    usage status 2, before any connection, and so do both clients."""
+    env = {**os.environ, "SESSIONLOG_SERVER": "" if how == "environment" else "127.0.0.1:1"}
+    args = ["--server", ""] if how == "option" else []
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionlog", *args, "stats", "s"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "sessionlog: error: the server address is empty: give HOST:PORT (e.g. 127.0.0.1:50051)\n"
+    for make in (SessionLogClient, AsyncSessionLogClient):
+        with pytest.raises(ValueError, match="the server address is empty"):
+            make(" ")

@@ -13,6 +13,7 @@ import pytest
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.cli.hints import readable_time
 from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import NotFound
 from tests.support.servers import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -281,3 +282,20 @@ def test_an_empty_server_address_is_a_usage_mistake(how: str) -> None:
     for make in (SessionLogClient, AsyncSessionLogClient):
         with pytest.raises(ValueError, match="the server address is empty"):
             make(" ")
+
+
+def test_sessions_of_a_missing_parent_is_session_not_found(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """`sessions --parent NO_SUCH` printed nothing and exited 0, as for a session without forks:
+    the service refuses a filter naming a session that does not exist (SESSION_NOT_FOUND, as
+    every call naming a missing session), and an existing parent without forks is still an
+    empty list."""
+    client.create_session(sid)
+    missing = run(server, "sessions", "--parent", "no-such-" + sid)
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr.startswith(f"sessionlog: error: SESSION_NOT_FOUND: session 'no-such-{sid}'")
+    with pytest.raises(NotFound):
+        list(client.list_sessions(parent_session_id="no-such-" + sid))
+    alone = run(server, "sessions", "--parent", sid)
+    assert (alone.returncode, alone.stdout, alone.stderr) == (0, "", "")

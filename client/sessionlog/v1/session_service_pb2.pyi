@@ -167,7 +167,7 @@ class ListSessionsRequest(_message.Message):
     page_token: _builtins.str
     """The `next_page_token` of the previous page, or empty for the first page."""
     parent_session_id: _builtins.str
-    """When set, only sessions forked from this parent."""
+    """When set, only sessions forked from this parent, which must exist (SESSION_NOT_FOUND)."""
     def __init__(
         self,
         *,

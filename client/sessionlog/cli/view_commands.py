@@ -64,4 +64,4 @@ def diff(
         next_seq = client.get_session(session_id).next_seq
         last = min(to_seq, next_seq - 1)
         events = list(client.read_events(session_id, to_seq=last)) if last >= 0 else []
-    print_json(guarded(lambda: request_diff(events, from_seq, to_seq, next_seq=next_seq)))
+    print_json(guarded(lambda: request_diff(events, from_seq, to_seq, next_seq=next_seq, session_id=session_id)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +26,7 @@ from sessionlog.cli import transfer_commands
 from sessionlog.cli.common import State
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import LimitExceeded
-from sessionlog.core.formats.pi.context import session_context
+from sessionlog.core.formats.pi.context import ms_to_iso, session_context
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
 from sessionlog.core.formats.pi.tree import PiTree
 from sessionlog.core.formats.replay import replay_file
@@ -426,6 +427,30 @@ def test_export_pi_of_a_native_session_keeps_each_calls_usage(
     original, again = client.stats(sid), client.stats(entry["id"])
     assert original["costUsd"] > 0
     assert {k: again[k] for k in keys} == {k: original[k] for k in keys}
+
+
+@pytest.mark.parametrize("empty", [True, False])
+def test_export_pi_stamps_the_header_with_the_sessions_creation_time(
+    cli: CliRunner, client: SessionLogClient, sid: str, empty: bool
+) -> None:
+    """A session not imported from Pi gets a fresh header, stamped as Pi stamps one: when the
+    session was created. An empty session's said 1970-01-01 (no event to take a time from)."""
+    created = client.create_session(sid, cwd="/repo")
+    if not empty:
+        time.sleep(0.01)  # its first event commits after the session was created
+        lease = client.acquire_lease(sid)
+        client.append(sid, lease, [user("hi")], expected_next_seq=0)
+        client.release_lease(lease)
+    done = invoke(cli, "export", sid, "--format", "pi")
+    assert done.exit_code == 0, done.stderr
+    header = json.loads(done.stdout.splitlines()[0])
+    assert header == {
+        "type": "session",
+        "version": 3,
+        "id": sid,
+        "timestamp": ms_to_iso(created.create_time),
+        "cwd": "/repo",
+    }
 
 
 # --- ingest ------------------------------------------------------------------------------------

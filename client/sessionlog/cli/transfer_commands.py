@@ -325,7 +325,9 @@ def export_command(
             events = list(_counted(client.read_events(session_id), advance))
     try:
         if fmt == ExportFormat.pi:
-            lines: Iterable[str] = list(export_pi(events, session_id=info.id, cwd=info.cwd).lines())
+            lines: Iterable[str] = list(
+                export_pi(events, session_id=info.id, cwd=info.cwd, create_time=info.create_time).lines()
+            )
         else:
             lines = [jsonvalue.dumps(otlp_traces(events, info.id, content=content)) + "\n"]
     except SessionLogError as exc:

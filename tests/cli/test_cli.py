@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -299,3 +300,50 @@ def test_sessions_of_a_missing_parent_is_session_not_found(
         list(client.list_sessions(parent_session_id="no-such-" + sid))
     alone = run(server, "sessions", "--parent", sid)
     assert (alone.returncode, alone.stdout, alone.stderr) == (0, "", "")
+
+
+@pytest.fixture
+def small_batches(db_url: str) -> Iterator[ServerThread]:
+    """A server whose batches hold at most 3 events and 200 bytes of data, below the defaults
+    the CLI cuts its input by."""
+    server = ServerThread(db_url, max_batch_events=3, max_batch_bytes=200)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_append_learns_a_lower_batch_limit_from_the_refusal(small_batches: ServerThread, sid: str) -> None:
+    """Lines read at once were sent as one batch cut by the built-in limits (10,000 events), and
+    a server configured for 3 refused it whole (BATCH_TOO_LARGE). The refusal states the limit:
+    the batch goes again cut to fit, as do the batches and the header report sent after it, each
+    line appended once, in order, and each seq printed. The last two lines are over the bytes
+    a batch may carry: that refusal is learned too."""
+    run(small_batches, "create", "--id", sid)
+    notes = [{"type": "test/note", "data": {"n": n}, "ignorable": True} for n in range(10)]
+    header = {"type": "request/header", "data": {"header": {"config": {"model": "m"}}}}
+    wide = [{"type": "test/note", "data": {"n": n, "pad": "x" * 90}, "ignorable": True} for n in (10, 11, 12)]
+    stdin = lines(*notes[:4], {**notes[4], "eventId": "e4"}, header, *notes[5:], *wide)
+    appended = run(small_batches, "append", sid, stdin=stdin)
+    assert appended.returncode == 0, appended.stderr
+    assert appended.stdout.split() == [str(seq) for seq in range(14)]
+    events = [json.loads(line) for line in run(small_batches, "events", sid).stdout.splitlines()]
+    assert [e["type"] for e in events] == ["test/note"] * 5 + ["request/header"] + ["test/note"] * 8
+    assert [e["data"]["n"] for e in events if e["type"] == "test/note"] == list(range(13))
+    assert events[4]["eventId"] == "e4"
+    assert len({e["eventId"] for e in events if e["type"] == "test/note"}) == 13  # none sent twice
+
+
+def test_append_of_one_event_over_the_servers_batch_bytes_fails_with_its_error(
+    small_batches: ServerThread, sid: str
+) -> None:
+    """An event alone over the server's batch bytes cannot be cut smaller: the server's
+    refusal, in one line, exit status 1; the lines before it are appended."""
+    run(small_batches, "create", "--id", sid)
+    big = {"type": "test/note", "data": {"pad": "x" * 300}, "ignorable": True}
+    note = {"type": "test/note", "data": {}, "ignorable": True}
+    refused = run(small_batches, "append", sid, stdin=lines(note, note, note, note, big))
+    assert refused.returncode == 1
+    assert refused.stdout.split() == ["0", "1", "2", "3"]
+    assert refused.stderr.startswith("sessionlog: error: BATCH_TOO_LARGE: batch starting at line 5: ")
+    assert "over the limit of 200" in refused.stderr and len(refused.stderr.splitlines()) == 1

@@ -250,6 +250,30 @@ def test_an_import_the_service_refuses_part_way_says_how_far_it_got(
             assert client.get_session(sid).next_seq == 2700
 
 
+def test_import_and_ingest_learn_a_lower_batch_limit_from_the_refusal(
+    cli: CliRunner, db_url: str, sid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that takes at most 7 events a batch refused the import's first batch of 300
+    (BATCH_TOO_LARGE) and the import stopped part way; so did an ingest. The refusal states the
+    limit: each batch goes again cut to fit, at the seq it must start at, every event once."""
+    with ServerThread(db_url, max_batch_events=7) as small:
+        monkeypatch.setattr(State, "server", small.target)
+        export = turns_export(tmp_path / "turns.jsonl", 400)
+        result = invoke(cli, "import", str(export), "--format", "sessionlog", "--id", sid)
+        assert result.exit_code == 0, result.stderr
+        ingested = invoke(cli, "ingest", f"{sid}-pi", "--format", "pi-events", stdin=STREAM.read_bytes())
+        assert ingested.exit_code == 0, ingested.stderr
+        with SessionLogClient(small.target) as client:
+            events = list(client.read_events(sid))
+            assert [(e.seq, e.type, e.data["turn"]) for e in events] == [
+                (2 * (t - 1) + k, kind, t) for t in range(1, 401) for k, kind in enumerate(("turn/start", "turn/end"))
+            ]
+            assert len({e.event_id for e in events}) == 800
+            summary = json.loads(ingested.stdout)
+            assert summary["nextSeq"] == client.get_session(f"{sid}-pi").next_seq > 7
+            assert [e.seq for e in client.read_events(f"{sid}-pi")] == list(range(summary["nextSeq"]))
+
+
 FORKED = next(s for s in SESSIONS if s.name.startswith("2025-10-04"))
 """A main branch (lines 2..18 shared, then its own) and three forks with their own entries from line 19."""
 

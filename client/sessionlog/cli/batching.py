@@ -132,14 +132,15 @@ class Appender:
             self._finished = True
             self._ready.notify_all()
 
-    def results(self) -> Iterator[tuple[Sent, AppendResult | HeaderReport]]:
+    def results(self, *, wait: bool = True) -> Iterator[tuple[Sent, AppendResult | HeaderReport]]:
         """Each batch or report with its result, in the order sent, as each becomes durable
-        (until `finish`); a refusal the learned limits get round is sent again meanwhile."""
+        (until `finish`); a refusal the learned limits get round is sent again meanwhile.
+        `wait=False` takes only what is already settled (for a sender between its sends)."""
         while True:
             with self._lock:
-                while not self._unsettled and not self._finished:
+                while wait and not self._unsettled and not self._finished:
                     self._ready.wait()
-                if not self._unsettled:
+                if not self._unsettled or not (wait or self._unsettled[0].future.done()):
                     return
                 head = self._unsettled[0]
             try:
@@ -151,9 +152,24 @@ class Appender:
                 self._unsettled.popleft()
             yield head, result
 
+    def settle(self, *, wait: bool, on_durable: Callable[[Sent], object] | None = None) -> None:
+        """Take the results (all of them once `finish`ed, with `wait`; else those settled so
+        far), telling `on_durable` of each; a batch that failed for good raises its error."""
+        try:
+            for sent, _ in self.results(wait=wait):
+                if on_durable is not None:
+                    on_durable(sent)
+        except BatchFailed as exc:
+            raise exc.error from None
+
     def close(self) -> None:
         """Close the writer (flushing it, giving the lease back)."""
         self.writer.close()
+
+    def abandon(self) -> None:
+        """End the writer without waiting for what is in flight (the lease is given back), as
+        leaving its `with` block on an error does: the sender failed."""
+        self.writer.__exit__(RuntimeError, None, None)
 
     # --- inside the lock ----------------------------------------------------------------
 

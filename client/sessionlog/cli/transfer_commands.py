@@ -25,7 +25,7 @@
   committed (the error names the line); `--lenient` drops the truncated last line of a killed run.
 
 Events are appended through one streaming writer per session, in batches of at most `BATCH_EVENTS`
-(and within the service's batch limits, `cli/batching.py`), each
+(and within the service's batch limits, learned from a refusal when lower: `cli/batching.py`), each
 sent with the seq it must start at: an import's compaction replaces and copies cite seqs, so a log
 that is not exactly where the plan says fails loudly instead of citing the wrong events. Every
 imported event carries a deterministic eventId, so a batch re-sent after a reconnect is not
@@ -34,7 +34,6 @@ appended twice.
 
 from __future__ import annotations
 
-import functools
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -45,7 +44,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sessionlog.cli.batching import batch_bounds
+from sessionlog.cli.batching import Appender, Sent
 from sessionlog.cli.common import connect, describe, fail, print_json, write_atomically, write_stdout
 from sessionlog.cli.progress import Advance, progress
 from sessionlog.core import jsonvalue, validate
@@ -68,7 +67,8 @@ from sessionlog.core.limits import DEFAULT_LIMITS
 
 OFFLINE_LIMITS = DEFAULT_LIMITS
 """The limits a file is checked against before its import creates anything: the service's
-defaults (one configured lower still refuses part way, and the error says how far it got)."""
+defaults (a service configured lower refuses an event part way, and the error says how far it
+got; a batch it refuses as too big is sent again, cut to fit)."""
 
 if TYPE_CHECKING:  # the CLI loads gRPC only when it connects (cli/common.py `connect`)
     from sessionlog.client import SessionLogClient, Writer
@@ -273,24 +273,35 @@ def append_planned(
     advance: Advance | None = None,
 ) -> None:
     """Append `events` so that the first lands at `first_seq`, in pipelined batches, each checked
-    against the seq it must start at; returns once all are durable. `advance(n)` is told of each
-    batch as it becomes durable."""
-    with client.writer(session_id, create_if_missing=True) as writer:
-        if writer.next_seq != first_seq:
+    against the seq it must start at (cut smaller should the service refuse one as too big:
+    `cli/batching.py`); returns once all are durable. `advance(n)` is told of each batch as it
+    becomes durable."""
+
+    def durable(sent: Sent) -> None:
+        if advance is not None:
+            advance(len(sent.lines))
+
+    def reopen() -> Writer:
+        return client.writer(session_id, create_if_missing=True)
+
+    appender = Appender(reopen(), reopen, max_events=BATCH_EVENTS)
+    try:
+        if appender.writer.next_seq != first_seq:
             raise SessionLogError(
                 "IMPORT_SEQ_MISMATCH",
-                f"session {session_id!r} is at seq {writer.next_seq}, the import expected {first_seq}",
+                f"session {session_id!r} is at seq {appender.writer.next_seq}, the import expected {first_seq}",
             )
-        for start, end in batch_bounds(events, max_events=BATCH_EVENTS):
-            batch = events[start:end]
-            future = writer.append(batch, expected_next_seq=first_seq + start)
-            if advance is not None:
-                future.add_done_callback(functools.partial(_tell_durable, advance, len(batch)))
-
-
-def _tell_durable(advance: Advance, events: int, _: object) -> None:
-    """A batch's future is done: move the bar by its events."""
-    advance(events)
+        for start in range(0, len(events), BATCH_EVENTS):
+            batch = events[start : start + BATCH_EVENTS]
+            seqs = range(first_seq + start, first_seq + start + len(batch))
+            appender.append(batch, seqs, expected_next_seq=first_seq + start)
+            appender.settle(wait=False, on_durable=durable)
+        appender.finish()
+        appender.settle(wait=True, on_durable=durable)
+    except BaseException:
+        appender.abandon()
+        raise
+    appender.close()
 
 
 # --- export ------------------------------------------------------------------------------------
@@ -365,11 +376,19 @@ def ingest_command(
     """Append the events of a `pi --mode json` run read from stdin; print a summary."""
     with connect() as client:
         resume = _has_events(client, session_id)
-        with client.writer(session_id, create_if_missing=True, takeover=takeover, resume=resume) as writer:
+        writer = client.writer(session_id, create_if_missing=True, takeover=takeover, resume=resume)
+        # Should the service refuse a batch as too big, the writer that goes on needs no resume.
+        appender = Appender(writer, lambda: client.writer(session_id, create_if_missing=True), max_events=BATCH_EVENTS)
+        try:
             prior = list(client.read_events(session_id, to_seq=writer.next_seq - 1)) if writer.next_seq else []
             ingest = StreamIngest(SessionFold.replay(prior, validate=False), OFFLINE_LIMITS)
-            appended = _ingest_stdin(writer, ingest, JsonlReader(lenient=lenient))
-            writer.flush()
+            appended = _ingest_stdin(appender, ingest, JsonlReader(lenient=lenient))
+            appender.finish()
+            appender.settle(wait=True)
+        except BaseException:
+            appender.abandon()
+            raise
+        appender.close()
     open_turn = ingest.fold.open_turn is not None
     if open_turn:
         sys.stderr.write(
@@ -387,7 +406,7 @@ def ingest_command(
     )
 
 
-def _ingest_stdin(writer: Writer, ingest: StreamIngest, reader: JsonlReader) -> int:
+def _ingest_stdin(appender: Appender, ingest: StreamIngest, reader: JsonlReader) -> int:
     """Parse stdin as it arrives, map and append batch by batch; returns how many events."""
     parser = PiStreamParser()
     start_seq = ingest.fold.next_seq
@@ -399,9 +418,9 @@ def _ingest_stdin(writer: Writer, ingest: StreamIngest, reader: JsonlReader) -> 
                 for line, obj in reader.feed_numbered(chunk)
                 for event in _mapped(ingest, parser.feed(obj, line), line)
             ]
-            appended += _send(writer, events, start_seq + appended)
+            appended += _send(appender, events, start_seq + appended)
         reader.close()
-        appended += _send(writer, _mapped(ingest, parser.close(), None), start_seq + appended)
+        appended += _send(appender, _mapped(ingest, parser.close(), None), start_seq + appended)
     except SessionLogError as exc:
         raise fail(describe(exc)) from None
     finally:
@@ -442,8 +461,9 @@ def _mapped(ingest: StreamIngest, items: Iterable[StreamItem], line: int | None)
     return events
 
 
-def _send(writer: Writer, events: Sequence[NewEvent], first_seq: int) -> int:
-    """Append `events` in batches, the first at `first_seq`; returns how many."""
-    for start, end in batch_bounds(events, max_events=BATCH_EVENTS):
-        writer.append(events[start:end], expected_next_seq=first_seq + start)
+def _send(appender: Appender, events: Sequence[NewEvent], first_seq: int) -> int:
+    """Append `events` in batches, the first at `first_seq`; returns how many. A batch refused
+    so far raises its error now, not once stdin ends."""
+    appender.append(events, range(first_seq, first_seq + len(events)), expected_next_seq=first_seq)
+    appender.settle(wait=False)
     return len(events)

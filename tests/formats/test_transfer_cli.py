@@ -24,6 +24,7 @@ from typer.testing import CliRunner, Result
 from sessionlog.base import failed_earlier
 from sessionlog.cli import transfer_commands
 from sessionlog.cli.common import State
+from sessionlog.cli.main import app as main_app
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import LimitExceeded
 from sessionlog.core.formats.pi.context import ms_to_iso, session_context
@@ -629,3 +630,20 @@ def test_a_refusal_of_the_first_batch_says_the_session_holds_nothing(client: Ses
     report = transfer_commands._stopped_midway(client, [created], refused)
     assert f"session {sid!r} was created and it holds none of its 10 events;" in report.message, report.message
     assert report.message.endswith("Refused: seq 0 (line 2): event data is 352 bytes, over the limit of 200")
+
+
+@pytest.mark.parametrize("fmt", ["pi", "sessionlog"])
+def test_a_malformed_file_is_a_usage_mistake_for_import_as_for_replay(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path, fmt: str
+) -> None:
+    """`import` of a malformed file exited 1 where `replay` of the same file exits 2: the file is
+    the user's mistake and creates nothing, the usage status 2 for both (README, exit statuses)."""
+    source = FORKED if fmt == "pi" else turns_export(tmp_path / "turns.jsonl", 3)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(source.read_text("utf-8") + "{not json\n", "utf-8")
+    replayed = CliRunner().invoke(main_app, ["replay", str(bad)])
+    assert replayed.exit_code == 2 and "MALFORMED_JSON" in replayed.stderr, replayed.stderr
+    result = invoke(cli, "import", str(bad), "--format", fmt, "--id", sid)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"sessionlog: error: MALFORMED_JSON: {bad}: ") and "line " in result.stderr
+    assert sessions_named(client, sid) == []

@@ -37,6 +37,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -129,9 +130,8 @@ def import_pi_file(client: SessionLogClient, path: Path, session_id: str | None)
 
     `import_pi` checks every event the sessions will be sent as an append would (a bad file creates
     nothing); should the service still refuse part way, the error says what was created."""
-    with progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
-        pi_file = load_pi_file(path, on_read=advance)
-    plan = import_pi(pi_file, OFFLINE_LIMITS)
+    with _bad_file_is_usage(path), progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
+        plan = import_pi(load_pi_file(path, on_read=advance), OFFLINE_LIMITS)
     header = plan.header
     main_id = session_id or str(uuid.uuid4())
     cwd = header.get("cwd") if isinstance(header.get("cwd"), str) else None
@@ -172,9 +172,9 @@ def _fork_id(main_id: str, leaf: str | None) -> str | None:
 
 def import_sessionlog_file(client: SessionLogClient, path: Path, session_id: str | None) -> dict[str, Any]:
     """One session with the export's events (new commit times); returns its `{id, file, leaf}`."""
-    with progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
+    with _bad_file_is_usage(path), progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
         export = parse_sessionlog_objects(read_file_numbered(path, JsonlReader(), on_read=advance))
-    fold_export(export, limits=OFFLINE_LIMITS)  # checked as the service will: a bad file creates nothing
+        fold_export(export, limits=OFFLINE_LIMITS)  # checked as the service will: a bad file creates nothing
     session = export.session
     new_id = session_id or str(uuid.uuid4())
     cwd = session.get("cwd") if isinstance(session.get("cwd"), str) else None
@@ -188,6 +188,19 @@ def import_sessionlog_file(client: SessionLogClient, path: Path, session_id: str
         except SessionLogError as exc:
             raise _stopped_midway(client, [created], exc) from None
     return {"id": new_id, "file": str(path), "leaf": None}
+
+
+@contextmanager
+def _bad_file_is_usage(path: Path) -> Iterator[None]:
+    """The offline reading and checking of a FILE to import: a file that cannot be read, or that
+    the checks refuse, is the user's mistake and creates nothing, so it is the usage status 2 as
+    `replay` of the same file is (README, exit statuses); what the service refuses later is 1."""
+    try:
+        yield
+    except SessionLogError as exc:
+        raise fail(describe(exc, str(path)), 2) from None
+    except OSError as exc:
+        raise fail(f"{path}: {exc.strerror or exc}", 2) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -348,12 +348,13 @@ def resume_from_pb(msg: pb.ResumeSessionResponse) -> ResumeInfo:
 def request_view_from_pb(msg: pb.GetRequestResponse) -> dict[str, Any]:
     """`{"request", "sha256", "headerSeq", "atSeq"}`; `atSeq` is the seq the request's prefix
     ends at (the head when none was asked for; past it when a crash repair is shown in memory),
-    so a request read at the head can be read again, and audited, with `at_seq`."""
+    so a request read at the head can be read again, and audited, with `at_seq`; None for a
+    session without events, whose request (`{"messages": []}`) ends at no seq."""
     return {
         "request": jsonvalue.loads(msg.request_json, what="request"),
         "sha256": msg.sha256,
         "headerSeq": msg.header_seq if msg.HasField("header_seq") else None,
-        "atSeq": msg.at_seq,
+        "atSeq": msg.at_seq if msg.HasField("at_seq") else None,
     }
 
 

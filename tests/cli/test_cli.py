@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -347,3 +348,26 @@ def test_append_of_one_event_over_the_servers_batch_bytes_fails_with_its_error(
     assert refused.stdout.split() == ["0", "1", "2", "3"]
     assert refused.stderr.startswith("sessionlog: error: BATCH_TOO_LARGE: batch starting at line 5: ")
     assert "over the limit of 200" in refused.stderr and len(refused.stderr.splitlines()) == 1
+
+
+def test_the_request_of_an_empty_session_ends_at_no_seq(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """`request` of a session without events printed `"atSeq":0`, an event that does not exist
+    (`request --at 0` is SEQ_NOT_FOUND): like its history and stats, the empty session has a
+    request, `{"messages":[]}`, which ends at no seq (null, as its headerSeq). With one event,
+    its request ends at seq 0, and reads again there."""
+    run(server, "create", "--id", sid)
+    empty = run(server, "request", sid)
+    assert empty.returncode == 0, empty.stderr
+    assert json.loads(empty.stdout) == {
+        "request": {"messages": []},
+        "sha256": hashlib.sha256(b'{"messages":[]}').hexdigest(),
+        "headerSeq": None,
+        "atSeq": None,
+    }
+    assert json.loads(run(server, "history", sid).stdout) == {"messages": []}
+    assert json.loads(run(server, "stats", sid).stdout)["events"] == 0
+    assert "SEQ_NOT_FOUND" in run(server, "request", sid, "--at", "0").stderr
+    run(server, "append", sid, stdin=lines({"type": "test/note", "data": {}, "ignorable": True}))
+    assert client.request(sid)["atSeq"] == client.request(sid, at_seq=0)["atSeq"] == 0

@@ -647,3 +647,19 @@ def test_a_malformed_file_is_a_usage_mistake_for_import_as_for_replay(
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.startswith(f"sessionlog: error: MALFORMED_JSON: {bad}: ") and "line " in result.stderr
     assert sessions_named(client, sid) == []
+
+
+def test_a_malformed_file_among_several_imports_none_of_them(
+    cli: CliRunner, client: SessionLogClient, tmp_path: Path
+) -> None:
+    """The files were imported one by one: a malformed second file failed (status 2, "a bad
+    file creates nothing") after the first had been imported, and its session went unreported.
+    Every file is checked first: none is imported."""
+    good = turns_export(tmp_path / "good.jsonl", 2)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(good.read_text("utf-8") + "{not json\n", "utf-8")
+    before = {s.id for s in client.list_sessions()}
+    result = invoke(cli, "import", str(good), str(bad), "--format", "sessionlog")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"sessionlog: error: MALFORMED_JSON: {bad}: ")
+    assert {s.id for s in client.list_sessions()} == before

@@ -9,7 +9,8 @@
   becomes one session with the same events (the service assigns new commit times); `leaf` is null.
   Either file is checked whole offline first, every event a session will be sent, by the rules
   the service applies at append (`fold_export`; for Pi, `import_pi`, forks included): a bad file
-  creates nothing and the error names its line and seq. Should the service still refuse part way
+  creates nothing (of several FILEs, all are checked before any is imported), the error names
+  its line and seq, and the exit status is 2 as for `replay` of it. Should the service still refuse part way
   (a limit, a quota, a fork's id taken), the error says which sessions were created and which
   seq each got to, and which forks were not created (`_stopped_midway`).
 - `export SESSION_ID --format pi|sessionlog [-o FILE]` writes a Pi v3 file (the session's branch,
@@ -55,11 +56,12 @@ from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.jsonl import DEFAULT_READ_CHUNK_BYTES, JsonlReader, read_file_numbered
 from sessionlog.core.formats.otlp import otlp_traces
 from sessionlog.core.formats.pi.exporter import export_pi
-from sessionlog.core.formats.pi.importer import import_pi
+from sessionlog.core.formats.pi.importer import PiImport, import_pi
 from sessionlog.core.formats.pi.ingest import StreamIngest
 from sessionlog.core.formats.pi.load import load_pi_file
 from sessionlog.core.formats.pi.stream import IncompleteMessage, PiStreamParser, StreamItem
 from sessionlog.core.formats.sessionlog_file import (
+    SessionlogExport,
     fold_export,
     parse_sessionlog_objects,
     sessionlog_lines,
@@ -112,6 +114,10 @@ def import_command(
     """Import session files; print the sessions created (for Pi: the default leaf first, then forks)."""
     if session_id is not None and len(files) > 1:
         raise fail("--id names one session: import one FILE at a time with it", 2)
+    if len(files) > 1:  # every file is checked before any is imported: a bad one creates nothing
+        check = _planned_pi if fmt == ImportFormat.pi else _planned_sessionlog
+        for path in files:
+            check(path)
     sessions: list[dict[str, Any]] = []
     with connect() as client:
         for path in files:
@@ -130,8 +136,7 @@ def import_pi_file(client: SessionLogClient, path: Path, session_id: str | None)
 
     `import_pi` checks every event the sessions will be sent as an append would (a bad file creates
     nothing); should the service still refuse part way, the error says what was created."""
-    with _bad_file_is_usage(path), progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
-        plan = import_pi(load_pi_file(path, on_read=advance), OFFLINE_LIMITS)
+    plan = _planned_pi(path)
     header = plan.header
     main_id = session_id or str(uuid.uuid4())
     cwd = header.get("cwd") if isinstance(header.get("cwd"), str) else None
@@ -172,9 +177,7 @@ def _fork_id(main_id: str, leaf: str | None) -> str | None:
 
 def import_sessionlog_file(client: SessionLogClient, path: Path, session_id: str | None) -> dict[str, Any]:
     """One session with the export's events (new commit times); returns its `{id, file, leaf}`."""
-    with _bad_file_is_usage(path), progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
-        export = parse_sessionlog_objects(read_file_numbered(path, JsonlReader(), on_read=advance))
-        fold_export(export, limits=OFFLINE_LIMITS)  # checked as the service will: a bad file creates nothing
+    export = _planned_sessionlog(path)
     session = export.session
     new_id = session_id or str(uuid.uuid4())
     cwd = session.get("cwd") if isinstance(session.get("cwd"), str) else None
@@ -188,6 +191,20 @@ def import_sessionlog_file(client: SessionLogClient, path: Path, session_id: str
         except SessionLogError as exc:
             raise _stopped_midway(client, [created], exc) from None
     return {"id": new_id, "file": str(path), "leaf": None}
+
+
+def _planned_pi(path: Path) -> PiImport:
+    """The Pi file read and planned offline, every event checked as an append would be."""
+    with _bad_file_is_usage(path), progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
+        return import_pi(load_pi_file(path, on_read=advance), OFFLINE_LIMITS)
+
+
+def _planned_sessionlog(path: Path) -> SessionlogExport:
+    """The sessionlog export read and folded offline, as the service will fold its events."""
+    with _bad_file_is_usage(path), progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
+        export = parse_sessionlog_objects(read_file_numbered(path, JsonlReader(), on_read=advance))
+        fold_export(export, limits=OFFLINE_LIMITS)
+    return export
 
 
 @contextmanager

@@ -99,7 +99,10 @@ class Appender:
     A batch the service refuses as too big, when its `limit` makes the batch smaller, is not a
     failure: the writer, which the refusal closed, is replaced by `reopen()`, and that batch and
     every one sent after it go again, cut by the learned limits. A single event over the limit,
-    or any other refusal, fails (`BatchFailed`) with the service's error.
+    or any other refusal, fails (`BatchFailed`) with the service's error. The service gave the
+    lease back when it ended the refused stream, so the new writer holds a new lease: a header
+    reported after the refused batch is that lease's first, and is logged (`resume`) even when
+    unchanged (docs/headers.md), as after any new writer.
     """
 
     def __init__(self, writer: Writer, reopen: Callable[[], Writer], *, max_events: int | None = None) -> None:

@@ -121,7 +121,7 @@ class ClientBase:
     ) -> None:
         """Connect to `target`; `token` authenticates, `ca_file` (or `credentials`, a
         grpc.ChannelCredentials) turns on TLS; `retry` says how idempotent calls are retried
-        on UNAVAILABLE. A ValueError for a port past 65535 (`check_target`)."""
+        on UNAVAILABLE. A ValueError for an empty target or a port past 65535 (`check_target`)."""
         check_target(target)
         self.target = target
         self.timeout = timeout

@@ -15,7 +15,9 @@ Needs the `otlp` extra (opentelemetry-sdk and opentelemetry-exporter-otlp-proto-
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -34,6 +36,48 @@ _KINDS = {0: SpanKind.INTERNAL, 1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: Spa
 
 class ExportFailed(RuntimeError):
     """The exporter did not accept a batch of spans."""
+
+
+EXPORTER_LOGGER = "opentelemetry.exporter.otlp"
+"""Where the SDK exporter logs its retries ("Transient error ... retrying in 0.87s") and its
+failures, each a line of its own on stderr unless someone takes them."""
+
+
+class ExporterLog(logging.Handler):
+    """Takes what the SDK exporter logs while `held` (nothing reaches stderr), so a command
+    reports the outcome in a line of its own words: `summary` says what the exporter said last
+    and what its last retried error was."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    @contextmanager
+    def held(self) -> Iterator[ExporterLog]:
+        logger = logging.getLogger(EXPORTER_LOGGER)
+        propagate = logger.propagate
+        logger.addHandler(self)
+        logger.propagate = False
+        try:
+            yield self
+        finally:
+            logger.removeHandler(self)
+            logger.propagate = propagate
+
+    def summary(self) -> str:
+        """The exporter's last message and, if it retried, how often and its last error, on one
+        line ('' when it said nothing)."""
+        if not self.records:
+            return ""
+        text = self.records[-1].getMessage().rstrip(".")
+        retries = [r for r in self.records if str(r.msg).startswith("Transient error") and r.args]
+        if retries:
+            last = retries[-1].args[0] if isinstance(retries[-1].args, tuple) else retries[-1].args
+            text += f" ({len(retries)} retried, the last error: {last})"
+        return " ".join(text.split())
 
 
 def _value(value: JsonObject) -> Any:

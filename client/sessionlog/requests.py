@@ -23,9 +23,13 @@ MAX_PORT = 65535
 
 
 def check_target(target: str) -> None:
-    """A ValueError for a target whose port is past 65535: gRPC takes it modulo 65536 and
-    connects to another port (`127.0.0.1:99999` dialled 34463), perhaps another service. Any
-    other form (`HOST:PORT`, `dns:///HOST:PORT`, `unix:PATH`) is gRPC's to judge."""
+    """A ValueError for an empty (or blank) target, and for one whose port is past 65535: gRPC
+    takes the port modulo 65536 and connects to another port (`127.0.0.1:99999` dialled 34463),
+    perhaps another service, and an empty `--server ""` or `SESSIONLOG_SERVER=` is a mistake,
+    not a request for the default. Any other form (`HOST:PORT`, `dns:///HOST:PORT`,
+    `unix:PATH`) is gRPC's to judge."""
+    if not target.strip():
+        raise ValueError(f"the server address is empty: give HOST:PORT (e.g. {DEFAULT_TARGET})")
     port = target.rpartition(":")[2]
     if port.isdigit() and int(port) > MAX_PORT:
         raise ValueError(f"{target!r}: the port must be from 1 to {MAX_PORT} (HOST:PORT, e.g. {DEFAULT_TARGET})")
@@ -348,12 +352,13 @@ def resume_from_pb(msg: pb.ResumeSessionResponse) -> ResumeInfo:
 def request_view_from_pb(msg: pb.GetRequestResponse) -> dict[str, Any]:
     """`{"request", "sha256", "headerSeq", "atSeq"}`; `atSeq` is the seq the request's prefix
     ends at (the head when none was asked for; past it when a crash repair is shown in memory),
-    so a request read at the head can be read again, and audited, with `at_seq`."""
+    so a request read at the head can be read again, and audited, with `at_seq`; None for a
+    session without events, whose request (`{"messages": []}`) ends at no seq."""
     return {
         "request": jsonvalue.loads(msg.request_json, what="request"),
         "sha256": msg.sha256,
         "headerSeq": msg.header_seq if msg.HasField("header_seq") else None,
-        "atSeq": msg.at_seq,
+        "atSeq": msg.at_seq if msg.HasField("at_seq") else None,
     }
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.cli.hints import readable_time
 from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import NotFound
 from tests.support.servers import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -250,3 +253,112 @@ def test_a_port_past_65535_is_refused_not_dialled_modulo_65536() -> None:
         with pytest.raises(ValueError, match="the port must be"):
             make("dns:///localhost:65536")
     SessionLogClient("127.0.0.1:65535").close()
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_an_empty_server_address_is_a_usage_mistake(how: str) -> None:
+    """`--server ""` (or `SESSIONLOG_SERVER=`, a variable set from an empty shell variable)
+    dialled the default 127.0.0.1:50051, another server perhaps: it is refused in one line,
+    usage status 2, before any connection, and so do both clients."""
+    env = {**os.environ, "SESSIONLOG_SERVER": "" if how == "environment" else "127.0.0.1:1"}
+    args = ["--server", ""] if how == "option" else []
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionlog", *args, "stats", "s"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "sessionlog: error: the server address is empty: give HOST:PORT (e.g. 127.0.0.1:50051)\n"
+    for make in (SessionLogClient, AsyncSessionLogClient):
+        with pytest.raises(ValueError, match="the server address is empty"):
+            make(" ")
+
+
+def test_sessions_of_a_missing_parent_is_session_not_found(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """`sessions --parent NO_SUCH` printed nothing and exited 0, as for a session without forks:
+    the service refuses a filter naming a session that does not exist (SESSION_NOT_FOUND, as
+    every call naming a missing session), and an existing parent without forks is still an
+    empty list."""
+    client.create_session(sid)
+    missing = run(server, "sessions", "--parent", "no-such-" + sid)
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr.startswith(f"sessionlog: error: SESSION_NOT_FOUND: session 'no-such-{sid}'")
+    with pytest.raises(NotFound):
+        list(client.list_sessions(parent_session_id="no-such-" + sid))
+    alone = run(server, "sessions", "--parent", sid)
+    assert (alone.returncode, alone.stdout, alone.stderr) == (0, "", "")
+
+
+@pytest.fixture
+def small_batches(db_url: str) -> Iterator[ServerThread]:
+    """A server whose batches hold at most 3 events and 200 bytes of data, below the defaults
+    the CLI cuts its input by."""
+    server = ServerThread(db_url, max_batch_events=3, max_batch_bytes=200)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_append_learns_a_lower_batch_limit_from_the_refusal(small_batches: ServerThread, sid: str) -> None:
+    """Lines read at once were sent as one batch cut by the built-in limits (10,000 events), and
+    a server configured for 3 refused it whole (BATCH_TOO_LARGE). The refusal states the limit:
+    the batch goes again cut to fit, as do the batches and the header report sent after it, each
+    line appended once, in order, and each seq printed. The last two lines are over the bytes
+    a batch may carry: that refusal is learned too."""
+    run(small_batches, "create", "--id", sid)
+    notes = [{"type": "test/note", "data": {"n": n}, "ignorable": True} for n in range(10)]
+    header = {"type": "request/header", "data": {"header": {"config": {"model": "m"}}}}
+    wide = [{"type": "test/note", "data": {"n": n, "pad": "x" * 90}, "ignorable": True} for n in (10, 11, 12)]
+    stdin = lines(*notes[:4], {**notes[4], "eventId": "e4"}, header, *notes[5:], *wide)
+    appended = run(small_batches, "append", sid, stdin=stdin)
+    assert appended.returncode == 0, appended.stderr
+    assert appended.stdout.split() == [str(seq) for seq in range(14)]
+    events = [json.loads(line) for line in run(small_batches, "events", sid).stdout.splitlines()]
+    assert [e["type"] for e in events] == ["test/note"] * 5 + ["request/header"] + ["test/note"] * 8
+    assert [e["data"]["n"] for e in events if e["type"] == "test/note"] == list(range(13))
+    assert events[4]["eventId"] == "e4"
+    assert len({e["eventId"] for e in events if e["type"] == "test/note"}) == 13  # none sent twice
+
+
+def test_append_of_one_event_over_the_servers_batch_bytes_fails_with_its_error(
+    small_batches: ServerThread, sid: str
+) -> None:
+    """An event alone over the server's batch bytes cannot be cut smaller: the server's
+    refusal, in one line, exit status 1; the lines before it are appended."""
+    run(small_batches, "create", "--id", sid)
+    big = {"type": "test/note", "data": {"pad": "x" * 300}, "ignorable": True}
+    note = {"type": "test/note", "data": {}, "ignorable": True}
+    refused = run(small_batches, "append", sid, stdin=lines(note, note, note, note, big))
+    assert refused.returncode == 1
+    assert refused.stdout.split() == ["0", "1", "2", "3"]
+    assert refused.stderr.startswith("sessionlog: error: BATCH_TOO_LARGE: batch starting at line 5: ")
+    assert "over the limit of 200" in refused.stderr and len(refused.stderr.splitlines()) == 1
+
+
+def test_the_request_of_an_empty_session_ends_at_no_seq(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """`request` of a session without events printed `"atSeq":0`, an event that does not exist
+    (`request --at 0` is SEQ_NOT_FOUND): like its history and stats, the empty session has a
+    request, `{"messages":[]}`, which ends at no seq (null, as its headerSeq). With one event,
+    its request ends at seq 0, and reads again there."""
+    run(server, "create", "--id", sid)
+    empty = run(server, "request", sid)
+    assert empty.returncode == 0, empty.stderr
+    assert json.loads(empty.stdout) == {
+        "request": {"messages": []},
+        "sha256": hashlib.sha256(b'{"messages":[]}').hexdigest(),
+        "headerSeq": None,
+        "atSeq": None,
+    }
+    assert json.loads(run(server, "history", sid).stdout) == {"messages": []}
+    assert json.loads(run(server, "stats", sid).stdout)["events"] == 0
+    assert "SEQ_NOT_FOUND" in run(server, "request", sid, "--at", "0").stderr
+    run(server, "append", sid, stdin=lines({"type": "test/note", "data": {}, "ignorable": True}))
+    assert client.request(sid)["atSeq"] == client.request(sid, at_seq=0)["atSeq"] == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -23,10 +24,11 @@ from typer.testing import CliRunner, Result
 from sessionlog.base import failed_earlier
 from sessionlog.cli import transfer_commands
 from sessionlog.cli.common import State
+from sessionlog.cli.main import app as main_app
 from sessionlog.cli.offline import register as register_offline
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import LimitExceeded
-from sessionlog.core.formats.pi.context import session_context
+from sessionlog.core.formats.pi.context import ms_to_iso, session_context
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
 from sessionlog.core.formats.pi.tree import PiTree
 from sessionlog.core.formats.replay import LABELS, METRIC_KEYS, replay_file
@@ -250,6 +252,30 @@ def test_an_import_the_service_refuses_part_way_says_how_far_it_got(
         assert "seq 2999 (line 3001)" in message, message
         with SessionLogClient(small.target) as client:
             assert client.get_session(sid).next_seq == 2700
+
+
+def test_import_and_ingest_learn_a_lower_batch_limit_from_the_refusal(
+    cli: CliRunner, db_url: str, sid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that takes at most 7 events a batch refused the import's first batch of 300
+    (BATCH_TOO_LARGE) and the import stopped part way; so did an ingest. The refusal states the
+    limit: each batch goes again cut to fit, at the seq it must start at, every event once."""
+    with ServerThread(db_url, max_batch_events=7) as small:
+        monkeypatch.setattr(State, "server", small.target)
+        export = turns_export(tmp_path / "turns.jsonl", 400)
+        result = invoke(cli, "import", str(export), "--format", "sessionlog", "--id", sid)
+        assert result.exit_code == 0, result.stderr
+        ingested = invoke(cli, "ingest", f"{sid}-pi", "--format", "pi-events", stdin=STREAM.read_bytes())
+        assert ingested.exit_code == 0, ingested.stderr
+        with SessionLogClient(small.target) as client:
+            events = list(client.read_events(sid))
+            assert [(e.seq, e.type, e.data["turn"]) for e in events] == [
+                (2 * (t - 1) + k, kind, t) for t in range(1, 401) for k, kind in enumerate(("turn/start", "turn/end"))
+            ]
+            assert len({e.event_id for e in events}) == 800
+            summary = json.loads(ingested.stdout)
+            assert summary["nextSeq"] == client.get_session(f"{sid}-pi").next_seq > 7
+            assert [e.seq for e in client.read_events(f"{sid}-pi")] == list(range(summary["nextSeq"]))
 
 
 FORKED = next(s for s in SESSIONS if s.name.startswith("2025-10-04"))
@@ -521,6 +547,30 @@ def test_the_pi_export_of_another_harness_session_names_its_model(
     assert {(m["provider"], m["model"]) for m in assistants} == {("acme", "m-1")}
 
 
+@pytest.mark.parametrize("empty", [True, False])
+def test_export_pi_stamps_the_header_with_the_sessions_creation_time(
+    cli: CliRunner, client: SessionLogClient, sid: str, empty: bool
+) -> None:
+    """A session not imported from Pi gets a fresh header, stamped as Pi stamps one: when the
+    session was created. An empty session's said 1970-01-01 (no event to take a time from)."""
+    created = client.create_session(sid, cwd="/repo")
+    if not empty:
+        time.sleep(0.01)  # its first event commits after the session was created
+        lease = client.acquire_lease(sid)
+        client.append(sid, lease, [user("hi")], expected_next_seq=0)
+        client.release_lease(lease)
+    done = invoke(cli, "export", sid, "--format", "pi")
+    assert done.exit_code == 0, done.stderr
+    header = json.loads(done.stdout.splitlines()[0])
+    assert header == {
+        "type": "session",
+        "version": 3,
+        "id": sid,
+        "timestamp": ms_to_iso(created.create_time),
+        "cwd": "/repo",
+    }
+
+
 # --- ingest ------------------------------------------------------------------------------------
 
 
@@ -673,3 +723,36 @@ def test_a_refusal_of_the_first_batch_says_the_session_holds_nothing(client: Ses
     report = transfer_commands._stopped_midway(client, [created], refused)
     assert f"session {sid!r} was created and it holds none of its 10 events;" in report.message, report.message
     assert report.message.endswith("Refused: seq 0 (line 2): event data is 352 bytes, over the limit of 200")
+
+
+@pytest.mark.parametrize("fmt", ["pi", "sessionlog"])
+def test_a_malformed_file_is_a_usage_mistake_for_import_as_for_replay(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path, fmt: str
+) -> None:
+    """`import` of a malformed file exited 1 where `replay` of the same file exits 2: the file is
+    the user's mistake and creates nothing, the usage status 2 for both (README, exit statuses)."""
+    source = FORKED if fmt == "pi" else turns_export(tmp_path / "turns.jsonl", 3)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(source.read_text("utf-8") + "{not json\n", "utf-8")
+    replayed = CliRunner().invoke(main_app, ["replay", str(bad)])
+    assert replayed.exit_code == 2 and "MALFORMED_JSON" in replayed.stderr, replayed.stderr
+    result = invoke(cli, "import", str(bad), "--format", fmt, "--id", sid)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"sessionlog: error: MALFORMED_JSON: {bad}: ") and "line " in result.stderr
+    assert sessions_named(client, sid) == []
+
+
+def test_a_malformed_file_among_several_imports_none_of_them(
+    cli: CliRunner, client: SessionLogClient, tmp_path: Path
+) -> None:
+    """The files were imported one by one: a malformed second file failed (status 2, "a bad
+    file creates nothing") after the first had been imported, and its session went unreported.
+    Every file is checked first: none is imported."""
+    good = turns_export(tmp_path / "good.jsonl", 2)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(good.read_text("utf-8") + "{not json\n", "utf-8")
+    before = {s.id for s in client.list_sessions()}
+    result = invoke(cli, "import", str(good), str(bad), "--format", "sessionlog")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"sessionlog: error: MALFORMED_JSON: {bad}: ")
+    assert {s.id for s in client.list_sessions()} == before

@@ -120,8 +120,10 @@ def test_a_header_change_the_request_does_not_carry_keeps_the_prefix(
 def test_view_and_diff_past_the_head_name_the_sessions_length(
     server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path
 ) -> None:
-    """`view --at` past the last seq is refused as `history --at` is (SEQ_NOT_FOUND), writing
-    nothing; a diff's range error counts the session's events, not the prefix it read."""
+    """`view --at` and `diff --to` (or `--from`) past the last seq are refused as `history
+    --at` is, in the same line (SEQ_NOT_FOUND, naming the session's next seq, not the prefix
+    read), where diff said SEQ_OUT_OF_RANGE; view writes nothing. A diff from after its to is
+    SEQ_OUT_OF_RANGE."""
     write_scripted(client, sid)
     length = client.get_session(sid).next_seq
     out = tmp_path / "page.html"
@@ -132,9 +134,14 @@ def test_view_and_diff_past_the_head_name_the_sessions_length(
     last = run(server, "view", sid, "-o", str(out), "--at", str(length - 1))
     assert last.returncode == 0, last.stderr
     backwards = run(server, "diff", sid, "--from", "3", "--to", "1")
-    assert backwards.returncode == 1 and f"to (1) < {length} events" in backwards.stderr, backwards.stderr
-    beyond = run(server, "diff", sid, "--from", "1", "--to", str(length))
-    assert beyond.returncode == 1 and f"< {length} events" in beyond.stderr, beyond.stderr
+    assert backwards.returncode == 1 and "SEQ_OUT_OF_RANGE" in backwards.stderr, backwards.stderr
+    assert (
+        history.stderr
+        == f"sessionlog: error: SEQ_NOT_FOUND: session {sid!r} has no seq {length} (next seq is {length})\n"
+    )
+    for first in ("1", str(length)):
+        beyond = run(server, "diff", sid, "--from", first, "--to", str(length))
+        assert (beyond.returncode, beyond.stdout, beyond.stderr) == (1, "", history.stderr)
 
 
 def test_the_pages_transcript_names_each_messages_role_and_marks_tool_errors(

@@ -22,7 +22,7 @@ from sessionlog.client import SessionLogClient
 from sessionlog.core.formats.otlp import otlp_traces, trace_id
 from tests.support.events import assistant, step_end, step_start, system, turn_end, turn_start, user
 from tests.support.scripted import usage, write_scripted
-from tests.support.servers import ServerThread
+from tests.support.servers import ServerThread, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,6 +125,31 @@ def test_one_shot_export_sends_every_span_once(
     keys = {kv.key for kv in chat.attributes}
     assert {"gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.provider.name"} <= keys
     assert receiver.requests[0].resource_spans[0].resource.attributes[0].value.string_value == "sessionlog"
+
+
+def test_a_dead_endpoint_is_one_line_of_the_cli_not_the_exporters_retries(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """The SDK exporter printed a "Transient error ... retrying in 0.87s." line per retry and its
+    own failure line before the command's error: its lines are held, and the one
+    `sessionlog: error:` line says what it said last and its last error."""
+    child = write_scripted(client, sid)
+    endpoint = f"http://127.0.0.1:{free_port()}/v1/traces"  # nothing listens there
+    done = subprocess.run(
+        command(server, child, "--endpoint", endpoint),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "3"},  # retries for 3 s, not 10
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(
+        f"sessionlog: error: the OTLP exporter refused 6 span(s) (FAILURE) sending to {endpoint}: "
+    )
+    assert "retried, the last error: " in done.stderr and "Connection refused" in done.stderr
+    assert "Transient error" not in done.stderr
 
 
 @pytest.mark.parametrize("endpoint", ["notaurl", "collector:4318/v1/traces", "http://:4318/x", "http://h:99999/x"])

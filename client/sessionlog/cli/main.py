@@ -39,7 +39,7 @@ def options(
     ] = None,
 ) -> None:
     """sessionlog: the event log of AI agent sessions."""
-    if server:
+    if server is not None:  # "" too: an empty address is refused when a command connects
         State.server = server
     if token:
         State.token = token

@@ -1,7 +1,9 @@
 """`sessionlog otlp SESSION_ID --endpoint URL [--follow]`: send a session to an OTLP endpoint.
 
 The spans are those of `export --format otlp-json`, sent with the official OpenTelemetry SDK
-exporter (OTLP/HTTP protobuf) by `sessionlog.otlp_live`. Without `--follow` the session is
+exporter (OTLP/HTTP protobuf) by `sessionlog.otlp_live`. The exporter retries an endpoint that
+does not answer; its own log lines are held, and a failure is one `sessionlog: error:` line
+that says what the exporter said last (exit status 1). Without `--follow` the session is
 read once and sent; with it, the command replays the session and then stays subscribed,
 sending each turn when it ends, until SIGINT or SIGTERM, when it sends the rest and the
 session's root span. Prints `{"spans": N}` at the end.
@@ -70,7 +72,7 @@ def otlp(
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        from sessionlog.otlp_live import ExportFailed, SessionExport
+        from sessionlog.otlp_live import ExporterLog, ExportFailed, SessionExport
     except ImportError:
         raise fail("sessionlog otlp needs the otlp extra: pip install 'sessionlog[otlp]'") from None
     if not is_traces_url(endpoint):
@@ -86,8 +88,11 @@ def otlp(
     stop = _Stop()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # The exporter's own log lines (a retry each, then its failure) are held, not printed: the
+    # outcome is this command's one line, which says what the exporter said last.
+    log = ExporterLog()
     try:
-        with connect() as client:
+        with log.held(), connect() as client:
             client.get_session(session_id)
             events = client.subscribe(session_id) if follow else client.read_events(session_id)
             try:
@@ -99,6 +104,8 @@ def otlp(
                 pass
         print_json({"spans": export.finish()})
     except ExportFailed as exc:
-        raise fail(str(exc)) from None
+        said = log.summary()
+        raise fail(f"{exc} sending to {endpoint}{': ' + said if said else ''}") from None
     finally:
-        exporter.shutdown()
+        with log.held():
+            exporter.shutdown()

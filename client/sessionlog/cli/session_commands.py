@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import os
-import queue
 import sys
 import threading
-from concurrent.futures import Future
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
-from sessionlog.cli.batching import batch_bounds
+from sessionlog.cli.batching import Appender, BatchFailed
 from sessionlog.cli.common import connect, describe, fail, print_json, stdout_closed
 from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.formats.jsonl import JsonlReader
 from sessionlog.core.vocabulary import REQUEST_HEADER
-from sessionlog.requests import AppendResult, CaughtUp, HeaderReport
-
-if TYPE_CHECKING:  # the CLI loads gRPC only when it connects (cli/common.py `connect`)
-    from sessionlog.client import Writer
+from sessionlog.requests import CaughtUp, HeaderReport
 
 READ_BYTES = 1 << 20
 
@@ -50,16 +45,20 @@ def append(
     """Append JSON Lines event envelopes from stdin, printing each committed seq.
 
     The lease is taken at once and held until stdin closes; lines are sent as they arrive
-    (whatever is available is sent at once, in as many batches as the service's default limits
-    of events and bytes per batch need), so `producer | sessionlog append ID` streams, and
-    each seq is printed as soon as its batch is durable. An envelope's `seq` and `time` are the
-    service's to assign and are ignored, but must be well formed (BAD_SEQ, BAD_TIME). Lines read before a bad line may
-    already be committed; the error names the bad line. Should the reader of the seqs leave
-    (`| head -1`), every line is still appended; only the printing stops.
+    (whatever is available is sent at once, in as many batches as the service's limits of events
+    and bytes per batch need: a server configured below the defaults says so when it refuses a
+    batch, and the batch goes again cut to fit, without reordering or appending twice), so
+    `producer | sessionlog append ID` streams, and each seq is printed as soon as its batch is
+    durable. An envelope's `seq` and `time` are the service's to assign and are ignored, but
+    must be well formed (BAD_SEQ, BAD_TIME). Lines read before a bad line may already be
+    committed; the error names the bad line. Should the reader of the seqs leave (`| head -1`),
+    every line is still appended; only the printing stops.
     """
     reader = JsonlReader()
-    with connect() as client, client.writer(session_id, takeover=takeover) as writer:
-        printer = AckPrinter()
+    with connect() as client:
+        writer = client.writer(session_id, takeover=takeover)
+        appender = Appender(writer, lambda: client.writer(session_id))
+        printer = AckPrinter(appender)
         try:
             while True:
                 chunk = os.read(sys.stdin.fileno(), READ_BYTES)
@@ -71,24 +70,18 @@ def append(
                 for number, obj in reader.feed_numbered(chunk):
                     if _is_header_report(obj):
                         # A header the service decides on: send what came before, then the report.
-                        _send(writer, printer, batch, numbers)
+                        appender.append(batch, numbers)
                         batch, numbers = [], []
-                        printer.expect(writer.report_header(_header_of(number, obj)), number)
+                        appender.report_header(_header_of(number, obj), number)
                         continue
                     batch.append(_parse_line(number, obj))
                     numbers.append(number)
-                _send(writer, printer, batch, numbers)
+                appender.append(batch, numbers)
         except SessionLogError as exc:
             raise fail(describe(exc)) from None
         finally:
             printer.finish()
-
-
-def _send(writer: Writer, printer: AckPrinter, batch: list[NewEvent], numbers: list[int]) -> None:
-    """Append what one read of stdin held, cut into batches within the service's default limits
-    (`cli/batching.py`); `numbers` are the events' line numbers, for the error of a batch."""
-    for start, end in batch_bounds(batch):
-        printer.expect(writer.append(batch[start:end]), numbers[start])
+            appender.close()
 
 
 class AckPrinter:
@@ -98,31 +91,27 @@ class AckPrinter:
     producer thinks; a failed batch ends the process at once with the one-line error.
     """
 
-    def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[Future[Any], int] | None] = queue.Queue()
+    def __init__(self, appender: Appender) -> None:
+        self._appender = appender
         self._thread = threading.Thread(target=self._run, daemon=True, name="ack-printer")
         self._thread.start()
 
-    def expect(self, future: Future[AppendResult] | Future[HeaderReport], first_line: int) -> None:
-        self._queue.put((future, first_line))
-
     def finish(self) -> None:
-        self._queue.put(None)
+        self._appender.finish()
         self._thread.join()
 
     def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            future, first_line = item
-            try:
-                result = future.result()
-            except SessionLogError as exc:
-                self._print("")  # the seqs before the error come first
-                sys.stderr.write(f"sessionlog: error: {describe(exc, f'batch starting at line {first_line}')}\n")
-                sys.stderr.flush()
-                os._exit(1)
-            # A header report appends nothing: the seq of the latest header stands for its line.
-            seqs = [result.header_seq] if isinstance(result, HeaderReport) else result.seqs
-            self._print("".join(f"{seq}\n" for seq in seqs))
+        try:
+            for _, result in self._appender.results():
+                # A header report appends nothing: the seq of the latest header stands for its line.
+                seqs = [result.header_seq] if isinstance(result, HeaderReport) else result.seqs
+                self._print("".join(f"{seq}\n" for seq in seqs))
+        except BatchFailed as exc:
+            self._print("")  # the seqs before the error come first
+            where = f"batch starting at line {exc.sent.first_line}"
+            sys.stderr.write(f"sessionlog: error: {describe(exc.error, where)}\n")
+            sys.stderr.flush()
+            os._exit(1)
 
     @staticmethod
     def _print(text: str) -> None:

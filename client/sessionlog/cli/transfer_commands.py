@@ -9,7 +9,8 @@
   becomes one session with the same events (the service assigns new commit times); `leaf` is null.
   Either file is checked whole offline first, every event a session will be sent, by the rules
   the service applies at append (`fold_export`; for Pi, `import_pi`, forks included): a bad file
-  creates nothing and the error names its line and seq. Should the service still refuse part way
+  creates nothing (of several FILEs, all are checked before any is imported), the error names
+  its line and seq, and the exit status is 2 as for `replay` of it. Should the service still refuse part way
   (a limit, a quota, a fork's id taken), the error says which sessions were created and which
   seq each got to, and which forks were not created (`_stopped_midway`).
 - `export SESSION_ID --format pi|sessionlog [-o FILE]` writes a Pi v3 file (the session's branch,
@@ -25,7 +26,7 @@
   committed (the error names the line); `--lenient` drops the truncated last line of a killed run.
 
 Events are appended through one streaming writer per session, in batches of at most `BATCH_EVENTS`
-(and within the service's batch limits, `cli/batching.py`), each
+(and within the service's batch limits, learned from a refusal when lower: `cli/batching.py`), each
 sent with the seq it must start at: an import's compaction replaces and copies cite seqs, so a log
 that is not exactly where the plan says fails loudly instead of citing the wrong events. Every
 imported event carries a deterministic eventId, so a batch re-sent after a reconnect is not
@@ -34,10 +35,10 @@ appended twice.
 
 from __future__ import annotations
 
-import functools
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sessionlog.cli.batching import batch_bounds
+from sessionlog.cli.batching import Appender, Sent
 from sessionlog.cli.common import connect, describe, fail, print_json, write_atomically, write_stdout
 from sessionlog.cli.progress import Advance, progress
 from sessionlog.core import jsonvalue, validate
@@ -55,11 +56,12 @@ from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.jsonl import DEFAULT_READ_CHUNK_BYTES, JsonlReader, read_file_numbered
 from sessionlog.core.formats.otlp import otlp_traces
 from sessionlog.core.formats.pi.exporter import export_pi
-from sessionlog.core.formats.pi.importer import import_pi
+from sessionlog.core.formats.pi.importer import PiImport, import_pi
 from sessionlog.core.formats.pi.ingest import StreamIngest
 from sessionlog.core.formats.pi.load import load_pi_file
 from sessionlog.core.formats.pi.stream import IncompleteMessage, PiStreamParser, StreamItem
 from sessionlog.core.formats.sessionlog_file import (
+    SessionlogExport,
     fold_export,
     parse_sessionlog_objects,
     sessionlog_lines,
@@ -68,7 +70,8 @@ from sessionlog.core.limits import DEFAULT_LIMITS
 
 OFFLINE_LIMITS = DEFAULT_LIMITS
 """The limits a file is checked against before its import creates anything: the service's
-defaults (one configured lower still refuses part way, and the error says how far it got)."""
+defaults (a service configured lower refuses an event part way, and the error says how far it
+got; a batch it refuses as too big is sent again, cut to fit)."""
 
 if TYPE_CHECKING:  # the CLI loads gRPC only when it connects (cli/common.py `connect`)
     from sessionlog.client import SessionLogClient, Writer
@@ -111,6 +114,10 @@ def import_command(
     """Import session files; print the sessions created (for Pi: the default leaf first, then forks)."""
     if session_id is not None and len(files) > 1:
         raise fail("--id names one session: import one FILE at a time with it", 2)
+    if len(files) > 1:  # every file is checked before any is imported: a bad one creates nothing
+        check = _planned_pi if fmt == ImportFormat.pi else _planned_sessionlog
+        for path in files:
+            check(path)
     sessions: list[dict[str, Any]] = []
     with connect() as client:
         for path in files:
@@ -129,9 +136,7 @@ def import_pi_file(client: SessionLogClient, path: Path, session_id: str | None)
 
     `import_pi` checks every event the sessions will be sent as an append would (a bad file creates
     nothing); should the service still refuse part way, the error says what was created."""
-    with progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
-        pi_file = load_pi_file(path, on_read=advance)
-    plan = import_pi(pi_file, OFFLINE_LIMITS)
+    plan = _planned_pi(path)
     header = plan.header
     main_id = session_id or str(uuid.uuid4())
     cwd = header.get("cwd") if isinstance(header.get("cwd"), str) else None
@@ -172,9 +177,7 @@ def _fork_id(main_id: str, leaf: str | None) -> str | None:
 
 def import_sessionlog_file(client: SessionLogClient, path: Path, session_id: str | None) -> dict[str, Any]:
     """One session with the export's events (new commit times); returns its `{id, file, leaf}`."""
-    with progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
-        export = parse_sessionlog_objects(read_file_numbered(path, JsonlReader(), on_read=advance))
-    fold_export(export, limits=OFFLINE_LIMITS)  # checked as the service will: a bad file creates nothing
+    export = _planned_sessionlog(path)
     session = export.session
     new_id = session_id or str(uuid.uuid4())
     cwd = session.get("cwd") if isinstance(session.get("cwd"), str) else None
@@ -188,6 +191,33 @@ def import_sessionlog_file(client: SessionLogClient, path: Path, session_id: str
         except SessionLogError as exc:
             raise _stopped_midway(client, [created], exc) from None
     return {"id": new_id, "file": str(path), "leaf": None}
+
+
+def _planned_pi(path: Path) -> PiImport:
+    """The Pi file read and planned offline, every event checked as an append would be."""
+    with _bad_file_is_usage(path), progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
+        return import_pi(load_pi_file(path, on_read=advance), OFFLINE_LIMITS)
+
+
+def _planned_sessionlog(path: Path) -> SessionlogExport:
+    """The sessionlog export read and folded offline, as the service will fold its events."""
+    with _bad_file_is_usage(path), progress(f"reading {path.name}", path.stat().st_size, unit="bytes") as advance:
+        export = parse_sessionlog_objects(read_file_numbered(path, JsonlReader(), on_read=advance))
+        fold_export(export, limits=OFFLINE_LIMITS)
+    return export
+
+
+@contextmanager
+def _bad_file_is_usage(path: Path) -> Iterator[None]:
+    """The offline reading and checking of a FILE to import: a file that cannot be read, or that
+    the checks refuse, is the user's mistake and creates nothing, so it is the usage status 2 as
+    `replay` of the same file is (README, exit statuses); what the service refuses later is 1."""
+    try:
+        yield
+    except SessionLogError as exc:
+        raise fail(describe(exc, str(path)), 2) from None
+    except OSError as exc:
+        raise fail(f"{path}: {exc.strerror or exc}", 2) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,24 +303,35 @@ def append_planned(
     advance: Advance | None = None,
 ) -> None:
     """Append `events` so that the first lands at `first_seq`, in pipelined batches, each checked
-    against the seq it must start at; returns once all are durable. `advance(n)` is told of each
-    batch as it becomes durable."""
-    with client.writer(session_id, create_if_missing=True) as writer:
-        if writer.next_seq != first_seq:
+    against the seq it must start at (cut smaller should the service refuse one as too big:
+    `cli/batching.py`); returns once all are durable. `advance(n)` is told of each batch as it
+    becomes durable."""
+
+    def durable(sent: Sent) -> None:
+        if advance is not None:
+            advance(len(sent.lines))
+
+    def reopen() -> Writer:
+        return client.writer(session_id, create_if_missing=True)
+
+    appender = Appender(reopen(), reopen, max_events=BATCH_EVENTS)
+    try:
+        if appender.writer.next_seq != first_seq:
             raise SessionLogError(
                 "IMPORT_SEQ_MISMATCH",
-                f"session {session_id!r} is at seq {writer.next_seq}, the import expected {first_seq}",
+                f"session {session_id!r} is at seq {appender.writer.next_seq}, the import expected {first_seq}",
             )
-        for start, end in batch_bounds(events, max_events=BATCH_EVENTS):
-            batch = events[start:end]
-            future = writer.append(batch, expected_next_seq=first_seq + start)
-            if advance is not None:
-                future.add_done_callback(functools.partial(_tell_durable, advance, len(batch)))
-
-
-def _tell_durable(advance: Advance, events: int, _: object) -> None:
-    """A batch's future is done: move the bar by its events."""
-    advance(events)
+        for start in range(0, len(events), BATCH_EVENTS):
+            batch = events[start : start + BATCH_EVENTS]
+            seqs = range(first_seq + start, first_seq + start + len(batch))
+            appender.append(batch, seqs, expected_next_seq=first_seq + start)
+            appender.settle(wait=False, on_durable=durable)
+        appender.finish()
+        appender.settle(wait=True, on_durable=durable)
+    except BaseException:
+        appender.abandon()
+        raise
+    appender.close()
 
 
 # --- export ------------------------------------------------------------------------------------
@@ -325,7 +366,9 @@ def export_command(
             events = list(_counted(client.read_events(session_id), advance))
     try:
         if fmt == ExportFormat.pi:
-            lines: Iterable[str] = list(export_pi(events, session_id=info.id, cwd=info.cwd).lines())
+            lines: Iterable[str] = list(
+                export_pi(events, session_id=info.id, cwd=info.cwd, create_time=info.create_time).lines()
+            )
         else:
             lines = [jsonvalue.dumps(otlp_traces(events, info.id, content=content)) + "\n"]
     except SessionLogError as exc:
@@ -363,11 +406,19 @@ def ingest_command(
     """Append the events of a `pi --mode json` run read from stdin; print a summary."""
     with connect() as client:
         resume = _has_events(client, session_id)
-        with client.writer(session_id, create_if_missing=True, takeover=takeover, resume=resume) as writer:
+        writer = client.writer(session_id, create_if_missing=True, takeover=takeover, resume=resume)
+        # Should the service refuse a batch as too big, the writer that goes on needs no resume.
+        appender = Appender(writer, lambda: client.writer(session_id, create_if_missing=True), max_events=BATCH_EVENTS)
+        try:
             prior = list(client.read_events(session_id, to_seq=writer.next_seq - 1)) if writer.next_seq else []
             ingest = StreamIngest(SessionFold.replay(prior, validate=False), OFFLINE_LIMITS)
-            appended = _ingest_stdin(writer, ingest, JsonlReader(lenient=lenient))
-            writer.flush()
+            appended = _ingest_stdin(appender, ingest, JsonlReader(lenient=lenient))
+            appender.finish()
+            appender.settle(wait=True)
+        except BaseException:
+            appender.abandon()
+            raise
+        appender.close()
     open_turn = ingest.fold.open_turn is not None
     if open_turn:
         sys.stderr.write(
@@ -385,7 +436,7 @@ def ingest_command(
     )
 
 
-def _ingest_stdin(writer: Writer, ingest: StreamIngest, reader: JsonlReader) -> int:
+def _ingest_stdin(appender: Appender, ingest: StreamIngest, reader: JsonlReader) -> int:
     """Parse stdin as it arrives, map and append batch by batch; returns how many events."""
     parser = PiStreamParser()
     start_seq = ingest.fold.next_seq
@@ -397,9 +448,9 @@ def _ingest_stdin(writer: Writer, ingest: StreamIngest, reader: JsonlReader) -> 
                 for line, obj in reader.feed_numbered(chunk)
                 for event in _mapped(ingest, parser.feed(obj, line), line)
             ]
-            appended += _send(writer, events, start_seq + appended)
+            appended += _send(appender, events, start_seq + appended)
         reader.close()
-        appended += _send(writer, _mapped(ingest, parser.close(), None), start_seq + appended)
+        appended += _send(appender, _mapped(ingest, parser.close(), None), start_seq + appended)
     except SessionLogError as exc:
         raise fail(describe(exc)) from None
     finally:
@@ -440,8 +491,9 @@ def _mapped(ingest: StreamIngest, items: Iterable[StreamItem], line: int | None)
     return events
 
 
-def _send(writer: Writer, events: Sequence[NewEvent], first_seq: int) -> int:
-    """Append `events` in batches, the first at `first_seq`; returns how many."""
-    for start, end in batch_bounds(events, max_events=BATCH_EVENTS):
-        writer.append(events[start:end], expected_next_seq=first_seq + start)
+def _send(appender: Appender, events: Sequence[NewEvent], first_seq: int) -> int:
+    """Append `events` in batches, the first at `first_seq`; returns how many. A batch refused
+    so far raises its error now, not once stdin ends."""
+    appender.append(events, range(first_seq, first_seq + len(events)), expected_next_seq=first_seq)
+    appender.settle(wait=False)
     return len(events)

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from sessionlog.cli.common import connect, fail, guarded, print_json, write_atomically
+from sessionlog.core.errors import seq_not_found
 from sessionlog.core.request_diff import request_diff
 from sessionlog.view.page import MissingAssets, SessionRef, render_parts, require_assets
 
@@ -41,7 +42,7 @@ def view(
     with connect() as client:
         info = client.get_session(session_id)
         if at is not None and at >= info.next_seq:
-            client.stats(session_id, at_seq=at)  # past the head: the service's SEQ_NOT_FOUND, as for history
+            raise seq_not_found(session_id, at, info.next_seq)  # as history says of it
         children = tuple((child.id, child.fork_seq) for child in client.list_sessions(parent_session_id=session_id))
         session = SessionRef(info.id, info.parent_session_id, info.fork_seq, children)
         path = output or Path(f"{session_id}.html")
@@ -64,4 +65,4 @@ def diff(
         next_seq = client.get_session(session_id).next_seq
         last = min(to_seq, next_seq - 1)
         events = list(client.read_events(session_id, to_seq=last)) if last >= 0 else []
-    print_json(guarded(lambda: request_diff(events, from_seq, to_seq, next_seq=next_seq)))
+    print_json(guarded(lambda: request_diff(events, from_seq, to_seq, next_seq=next_seq, session_id=session_id)))

@@ -75,6 +75,16 @@ class NotFound(SessionLogError):
     default_reason = "SESSION_NOT_FOUND"
 
 
+def seq_not_found(session_id: str | None, seq: int | None, next_seq: int) -> NotFound:
+    """SEQ_NOT_FOUND: a read at `seq`, at or past `next_seq`. Every read that names a seq past
+    the head says so in these words: the projections, fork, the session page and `sessionlog
+    diff` (`request_diff`, whose caller may not name the session)."""
+    where = f"session {session_id!r}" if session_id is not None else "the session"
+    return NotFound(
+        "SEQ_NOT_FOUND", f"{where} has no seq {seq} (next seq is {next_seq})", session_id=session_id, seq=seq
+    )
+
+
 class AlreadyExists(SessionLogError):
     """The session id is taken (ALREADY_EXISTS)."""
 

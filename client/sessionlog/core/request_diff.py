@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessionlog.core.errors import ValidationError
+from sessionlog.core.errors import ValidationError, seq_not_found
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.headers import HeaderState, header_state, request_changed_fields
 from sessionlog.core.messages import source_kind
@@ -148,20 +148,31 @@ def describe(
     }
 
 
-def request_diff(events: Sequence[Event], from_seq: int, to_seq: int, *, next_seq: int | None = None) -> JsonObject:
+def request_diff(
+    events: Sequence[Event],
+    from_seq: int,
+    to_seq: int,
+    *,
+    next_seq: int | None = None,
+    session_id: str | None = None,
+) -> JsonObject:
     """The diff between the request of prefix `0..from_seq` and that of `0..to_seq` (inclusive,
     as `sessionlog request --at`); `events` is the log from seq 0 to at least `to_seq`, of a
-    session whose next seq is `next_seq` (default: `len(events)`, the whole log).
+    session (`session_id`, for the error) whose next seq is `next_seq` (default: `len(events)`,
+    the whole log). A seq past the head is SEQ_NOT_FOUND, as `request --at` says of it;
+    `from_seq` after `to_seq` is SEQ_OUT_OF_RANGE.
 
     Returns `{"fromSeq", "toSeq", "header": {fromSeq, toSeq, fields, logged}, "messages":
     {added, replaced, replaces: [{seq, type, sourceKind, startSeq, endSeq, replaced}],
     firstChanged}, "prefixKept"}`.
     """
     length = len(events) if next_seq is None else next_seq
-    if not 0 <= from_seq <= to_seq < length:
+    if max(from_seq, to_seq) >= length:
+        raise seq_not_found(session_id, max(from_seq, to_seq), length)
+    if not 0 <= from_seq <= to_seq:
         raise ValidationError(
             "SEQ_OUT_OF_RANGE",
-            f"request diff: need 0 <= from ({from_seq}) <= to ({to_seq}) < {length} events",
+            f"request diff: need 0 <= from ({from_seq}) <= to ({to_seq})",
             field="seq",
         )
     state = SurfaceState()

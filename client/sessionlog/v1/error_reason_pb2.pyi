@@ -755,7 +755,7 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Fork after the source has events, or create a fresh session.
     """
     SEQ_OUT_OF_RANGE: _ErrorReason.ValueType  # 127
-    """A request diff's seqs are not `0 <= from <= to <` the log's length.
+    """A request diff's `from` seq is after its `to` seq (a seq past the head is SEQ_NOT_FOUND).
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
@@ -925,11 +925,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Check the id; create the session (or open the writer with create_if_missing).
     """
     SEQ_NOT_FOUND: _ErrorReason.ValueType  # 105
-    """The session has no such seq (a projection's or fork's `at_seq` is past the head).
+    """The session has no such seq (a projection's, fork's or request diff's seq is past the head).
 
     Code: NOT_FOUND
     Metadata: `seq`, `session_id`
-    Raised by: service
+    Raised by: core
     Client: Use a seq below the session's `next_seq`.
     """
     SESSION_EXISTS: _ErrorReason.ValueType  # 106
@@ -2025,7 +2025,7 @@ Raised by: service
 Client: Fork after the source has events, or create a fresh session.
 """
 SEQ_OUT_OF_RANGE: ErrorReason.ValueType  # 127
-"""A request diff's seqs are not `0 <= from <= to <` the log's length.
+"""A request diff's `from` seq is after its `to` seq (a seq past the head is SEQ_NOT_FOUND).
 
 Code: INVALID_ARGUMENT
 Metadata: `field`
@@ -2195,11 +2195,11 @@ Raised by: service
 Client: Check the id; create the session (or open the writer with create_if_missing).
 """
 SEQ_NOT_FOUND: ErrorReason.ValueType  # 105
-"""The session has no such seq (a projection's or fork's `at_seq` is past the head).
+"""The session has no such seq (a projection's, fork's or request diff's seq is past the head).
 
 Code: NOT_FOUND
 Metadata: `seq`, `session_id`
-Raised by: service
+Raised by: core
 Client: Use a seq below the session's `next_seq`.
 """
 SESSION_EXISTS: ErrorReason.ValueType  # 106

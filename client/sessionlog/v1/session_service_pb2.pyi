@@ -167,7 +167,7 @@ class ListSessionsRequest(_message.Message):
     page_token: _builtins.str
     """The `next_page_token` of the previous page, or empty for the first page."""
     parent_session_id: _builtins.str
-    """When set, only sessions forked from this parent."""
+    """When set, only sessions forked from this parent, which must exist (SESSION_NOT_FOUND)."""
     def __init__(
         self,
         *,
@@ -1071,7 +1071,8 @@ Global___ReportRequestHeaderResponse: _TypeAlias = ReportRequestHeaderResponse  
 @_typing.final
 class ProjectionScope(_message.Message):
     """Which log prefix a projection reads, and how. Every projection's response says in `at_seq`
-    the last seq it covers; that is 0 for a session without events too (its `next_seq` is 0).
+    the last seq it covers; that is 0 for a session without events too (its `next_seq` is 0),
+    except in GetRequestResponse, which leaves it unset then.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -1311,21 +1312,29 @@ class GetRequestResponse(_message.Message):
     header_seq: _builtins.int
     """The seq of the header the request uses (unset when the session has none)."""
     at_seq: _builtins.int
-    """The last seq the projection covers."""
+    """The last seq the request's prefix covers, to read it again with `scope.at_seq`; unset when
+    the prefix holds no event (a session without events: its request is `{"messages":[]}`,
+    as its history is empty, and there is no seq to read it at).
+    """
     def __init__(
         self,
         *,
         request_json: _builtins.bytes = ...,
         sha256: _builtins.str = ...,
         header_seq: _builtins.int | None = ...,
-        at_seq: _builtins.int = ...,
+        at_seq: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_header_seq", b"_header_seq", "header_seq", b"header_seq"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq", "_header_seq", b"_header_seq", "at_seq", b"at_seq", "header_seq", b"header_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_header_seq", b"_header_seq", "at_seq", b"at_seq", "header_seq", b"header_seq", "request_json", b"request_json", "sha256", b"sha256"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq", "_header_seq", b"_header_seq", "at_seq", b"at_seq", "header_seq", b"header_seq", "request_json", b"request_json", "sha256", b"sha256"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__at_seq: _TypeAlias = _typing.Literal["at_seq"]  # noqa: Y015
+    _WhichOneofArgType__at_seq: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq"]  # noqa: Y015
     _WhichOneofReturnType__header_seq: _TypeAlias = _typing.Literal["header_seq"]  # noqa: Y015
     _WhichOneofArgType__header_seq: _TypeAlias = _typing.Literal["_header_seq", b"_header_seq"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__at_seq) -> _WhichOneofReturnType__at_seq | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__header_seq) -> _WhichOneofReturnType__header_seq | None: ...
 
 Global___GetRequestResponse: _TypeAlias = GetRequestResponse  # noqa: Y015

@@ -304,7 +304,7 @@ export class SessionLogClient {
       requestJson: response.requestJson,
       sha256: response.sha256,
       headerSeq: response.headerSeq === undefined ? null : num(response.headerSeq),
-      atSeq: num(response.atSeq),
+      atSeq: response.atSeq === undefined ? null : num(response.atSeq),
     };
   }
 

@@ -234,7 +234,8 @@ export interface RequestView {
   requestJson: Uint8Array;
   sha256: string;
   headerSeq: number | null;
-  atSeq: number;
+  /** The seq the prefix ends at; null for a session without events (its request is `{"messages":[]}`). */
+  atSeq: number | null;
 }
 
 /** Derived metrics over every event that carries usage. */

@@ -49,6 +49,17 @@ for (const backend of BACKENDS) {
       assert.equal(events[1]!.data.n, 12345678901234567890n);
     });
 
+    test("the request of a session without events ends at no seq; with one, at seq 0", async () => {
+      const id = sessionId();
+      await client.createSession(id);
+      const empty = await client.request(id);
+      assert.deepEqual([empty.request, empty.headerSeq, empty.atSeq], [{ messages: [] }, null, null]);
+      const writer = await client.writer(id);
+      await writer.append([note(1)]);
+      await writer.close();
+      assert.equal((await client.request(id)).atSeq, 0);
+    });
+
     test("a retried eventId returns the original seq instead of appending again", async () => {
       const id = sessionId();
       const writer = await client.writer(id, { createIfMissing: true });

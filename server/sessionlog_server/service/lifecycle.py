@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from sessionlog.core.errors import NotFound, SessionLogError, ValidationError, WriterHeld
+from sessionlog.core.errors import SessionLogError, ValidationError, WriterHeld, seq_not_found
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.repair import commit_closers, fork_seed
 from sessionlog.core.vocabulary import SESSION_END_SEED, TURN_END, TURN_START
@@ -153,12 +153,7 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
     if source.next_seq == 0:  # whatever `at_seq` says: the catalogue's answer to this mistake
         raise ValidationError("EMPTY_SOURCE", f"session {source_id!r} has no events to fork")
     if at_seq >= source.next_seq:
-        raise NotFound(
-            "SEQ_NOT_FOUND",
-            f"session {source_id!r} has no seq {at_seq} (next seq is {source.next_seq})",
-            session_id=source_id,
-            seq=at_seq,
-        )
+        raise seq_not_found(source_id, at_seq, source.next_seq)
     child_id = new_id or str(uuid.uuid4())
     child_id = access.session_key(child_id, service.limits)
     window = await _open_turn_window(service, source, at_seq)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import NotFound, SessionLogError, ValidationError
+from sessionlog.core.errors import NotFound, SessionLogError, ValidationError, seq_not_found
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.messages import project_message
@@ -341,13 +341,3 @@ def _session_tag(session_id: str) -> str:
 
 def _no_seq(scope: Scope, next_seq: int) -> NotFound:
     return seq_not_found(scope.session_id, scope.at_seq, next_seq)
-
-
-def seq_not_found(session_id: str, seq: int | None, next_seq: int) -> NotFound:
-    """SEQ_NOT_FOUND: a read at `seq`, at or past `next_seq` (projections, the session page)."""
-    return NotFound(
-        "SEQ_NOT_FOUND",
-        f"session {session_id!r} has no seq {seq} (next seq is {next_seq})",
-        session_id=session_id,
-        seq=seq,
-    )

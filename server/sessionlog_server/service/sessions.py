@@ -73,13 +73,21 @@ class SessionDirectory:
     async def list_sessions(
         self, page_size: int, page_token: str, parent_id: str | None
     ) -> tuple[list[SessionRecord], str]:
-        """One page of the caller's sessions and the token of the next page ('' on the last)."""
+        """One page of the caller's sessions and the token of the next page ('' on the last).
+
+        `parent_id` filters on a session, so it must be one of the caller's: a parent that does
+        not exist (or is another namespace's) is SESSION_NOT_FOUND, as every call naming a
+        session answers (AIP-132: a List naming a parent that does not exist is NOT_FOUND),
+        where an empty page read as "it has no forks"."""
         namespace = access.current().namespace
         if page_size < 0:
             raise ValidationError("BAD_PAGE_SIZE", "page_size must not be negative", field="page_size")
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         after = _decode_page_token(page_token) if page_token else None
-        parent = access.session_key(parent_id, self.limits) if parent_id is not None else None
+        parent = None
+        if parent_id is not None:
+            await self.get_session(parent_id)
+            parent = access.session_key(parent_id, self.limits)
         records = await self.reader.run(self.recorder.list_sessions, namespace, size + 1, after, parent)
         more = len(records) > size
         records = records[:size]

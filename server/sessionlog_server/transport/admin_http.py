@@ -38,10 +38,10 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import structlog
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from sessionlog.core.errors import NotFound, SessionLogError
+from sessionlog.core.errors import NotFound, SessionLogError, seq_not_found
 from sessionlog.core.events import Event
 from sessionlog.view.page import MissingAssets, SessionRef, render_parts, require_assets
-from sessionlog_server.service import access, projections
+from sessionlog_server.service import access
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.address import split_listen
@@ -219,7 +219,7 @@ class AdminHttp:
         `PAGE_CACHE_BYTES`), and a reload or a second reader does not fold it again."""
         session, head = self._call(self._describe(principal, session_id))
         if at is not None and at > head:
-            raise projections.seq_not_found(session_id, at, head + 1)  # as a history read past the head
+            raise seq_not_found(session_id, at, head + 1)  # as a history read past the head
         last = head if at is None else at
         key = (principal.namespace, session, last)
         with self._lock:

@@ -288,9 +288,9 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self, request: pb.GetRequestRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetRequestResponse:
         view, at_seq = await request_of(self.service, scope_from_pb(request.scope))
-        response = pb.GetRequestResponse(
-            request_json=jsonvalue.canonical(view["request"]), sha256=view["sha256"], at_seq=max(at_seq, 0)
-        )
+        response = pb.GetRequestResponse(request_json=jsonvalue.canonical(view["request"]), sha256=view["sha256"])
+        if at_seq >= 0:  # -1: an empty session, whose request ends at no seq
+            response.at_seq = at_seq
         if view.get("headerSeq") is not None:
             response.header_seq = view["headerSeq"]
         return response

@@ -8,7 +8,9 @@ at its last entry, the leaf, and builds the same context the session's model his
   the order Pi writes them. Compaction landings and model-only copies carry no `data.pi` and are
   skipped, as are turn and step brackets, fork seeds and repair closers: Pi has no entry for them.
 - **The header** is the `data.pi` of the first `pi/session` event. A session that was not imported
-  from Pi gets a fresh v3 header (the session id, the first event's time, the cwd if known).
+  from Pi gets a fresh v3 header (the session id, its creation time, the cwd if known): Pi
+  stamps a header when it creates the session, and an empty session has no event to take a
+  time from (it got 1970-01-01). Without the creation time, the first event's time stands in.
 - **Events written by other harnesses** (no `data.pi`): every appended surface event with a model
   message becomes a `message` entry (the message as it is, plus the event's `data.usage` as the
   message's `usage` when it has none, where Pi keeps a call's usage), with an id derived from the
@@ -149,8 +151,15 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def export_pi(events: Iterable[Event], *, session_id: str | None = None, cwd: str | None = None) -> PiExport:
-    """Rebuild the Pi file of a session from its events (seq order)."""
+def export_pi(
+    events: Iterable[Event],
+    *,
+    session_id: str | None = None,
+    cwd: str | None = None,
+    create_time: int | None = None,
+) -> PiExport:
+    """Rebuild the Pi file of a session from its events (seq order); `create_time` (Unix ms,
+    the session's) stamps a fresh header."""
     header: JsonObject | None = None
     entries: list[JsonObject] = []
     taken: set[str] = set()
@@ -202,7 +211,7 @@ def export_pi(events: Iterable[Event], *, session_id: str | None = None, cwd: st
             "type": HEADER_TYPE,
             "version": CURRENT_VERSION,
             "id": sid,
-            "timestamp": ms_to_iso(first_time or 0),
+            "timestamp": ms_to_iso(create_time if create_time is not None else first_time or 0),
             "cwd": cwd or "",
         }
     return PiExport(header, entries)

@@ -165,7 +165,10 @@ class ListSessionsRequest(_message.Message):
     page_size: _builtins.int
     """At most this many sessions per page; 0 means the default (100), the maximum is 1000."""
     page_token: _builtins.str
-    """The `next_page_token` of the previous page, or empty for the first page."""
+    """The `next_page_token` of the previous page, or empty for the first page. A token continues
+    its own listing: with another `parent_session_id` (or none where it had one) it is refused
+    (BAD_PAGE_TOKEN).
+    """
     parent_session_id: _builtins.str
     """When set, only sessions forked from this parent."""
     def __init__(

@@ -85,6 +85,9 @@ class ResumeInfo:
     replace_generation: int
     repair_seqs: list[int]
     end_seed_seq: int
+    last_turn: int
+    """The last turn the log holds (0 when none, a fork's inherited turns count): turns are
+    numbered without gaps, so the next `turn/start` is `last_turn + 1`."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +99,7 @@ class ResumeInfo:
             "replaceGeneration": self.replace_generation,
             "repairSeqs": self.repair_seqs,
             "endSeedSeq": self.end_seed_seq,
+            "lastTurn": self.last_turn,
             "openTurn": None,
         }
 
@@ -346,6 +350,7 @@ def resume_from_pb(msg: pb.ResumeSessionResponse) -> ResumeInfo:
         replace_generation=msg.replace_generation,
         repair_seqs=list(msg.repair_seqs),
         end_seed_seq=msg.end_seed_seq,
+        last_turn=msg.last_turn,
     )
 
 

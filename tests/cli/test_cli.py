@@ -182,6 +182,7 @@ def test_header_lines_projections_resume_and_fork(server: ServerThread, sid: str
     assert json.loads(run(server, "surface", sid).stdout) == {"nodes": [1, 2], "replaceGeneration": 0}
     resumed = json.loads(run(server, "resume", sid).stdout)
     assert resumed["repairSeqs"] == [4] and resumed["endSeedSeq"] == 5 and resumed["nextSeq"] == 6
+    assert resumed["lastTurn"] == 1  # the next turn/start is turn 2
     # the lease was given back: no token of it is printed (it took nothing: OWNERSHIP_LOST)
     assert "leaseToken" not in resumed["lease"]
     kept = json.loads(run(server, "resume", sid, "--keep").stdout)

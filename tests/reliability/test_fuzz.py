@@ -877,8 +877,10 @@ def test_values_a_database_cannot_hold_are_refused_not_unavailable(client: Sessi
 
 def test_page_tokens_of_the_wrong_shape_are_invalid_argument(client: SessionLogClient) -> None:
     """Bug: a page token decoding to `[true, "x"]` passed the int check (bool is an int) and
-    reached SQL as a boolean: INTERNAL."""
-    for token in [_b64(b'[true,"x"]'), _b64(b'[1.5,"x"]'), _b64(b'[99999999999999999999999,"x"]')]:
+    reached SQL as a boolean: INTERNAL. (A token's last field is its listing's parent filter, ''
+    for all sessions.)"""
+    shapes = [b'[true,"x",""]', b'[1.5,"x",""]', b'[99999999999999999999999,"x",""]', b'[1,"x"]']
+    for token in map(_b64, shapes):
         code, error = call(client.stub.ListSessions, pb.ListSessionsRequest(page_token=token))
         allowed(code, "ListSessions", error)
         assert code == grpc.StatusCode.INVALID_ARGUMENT, code

@@ -121,3 +121,34 @@ def test_a_call_without_its_lease_token_says_which_field_is_missing(client: Sess
         assert from_rpc_error(refused.value).reason == "OWNERSHIP_LOST"
         assert "no lease_token" in refused.value.details() and "AcquireLease" in refused.value.details()
     assert list(client.read_events(sid)) == []
+
+
+def test_a_session_listing_token_is_refused_with_another_parent_filter(client: SessionLogClient, sid: str) -> None:
+    # AIP-158: a ListSessions token continues its own listing. Presented with another
+    # parent_session_id (or none), it went on with the new filter from the first one's position.
+    with client.writer(sid, create_if_missing=True) as writer:
+        writer.append([note(1)]).result()
+    other = f"{sid}-other"
+    client.create_session(other)
+    forks = [client.fork(sid, 0, f"{sid}-f{i}").id for i in range(3)]
+    first = client.stub.ListSessions(pb.ListSessionsRequest(page_size=1, parent_session_id=sid))
+    assert [s.id for s in first.sessions] == forks[:1] and first.next_page_token
+    unfiltered = client.stub.ListSessions(pb.ListSessionsRequest(page_size=1))
+    assert unfiltered.next_page_token
+    mismatched = [
+        pb.ListSessionsRequest(page_size=1, page_token=first.next_page_token, parent_session_id=other),
+        pb.ListSessionsRequest(page_size=1, page_token=first.next_page_token),
+        pb.ListSessionsRequest(page_size=1, page_token=unfiltered.next_page_token, parent_session_id=sid),
+    ]
+    for request in mismatched:
+        with pytest.raises(grpc.RpcError) as refused:
+            client.stub.ListSessions(request)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        error = from_rpc_error(refused.value)
+        assert error.reason == "BAD_PAGE_TOKEN" and error.metadata["field"] == "page_token"
+        assert "parent_session_id" in error.message
+    # With its own filter the token goes on where it left off.
+    second = client.stub.ListSessions(
+        pb.ListSessionsRequest(page_size=2, page_token=first.next_page_token, parent_session_id=sid)
+    )
+    assert [s.id for s in second.sessions] == forks[1:] and not second.next_page_token

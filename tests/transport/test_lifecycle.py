@@ -33,6 +33,7 @@ def test_resume_repairs_an_open_turn_and_marks_the_seed(client: SessionLogClient
         resumed = writer.resumed
         assert resumed is not None and resumed.repair_seqs == [6, 7, 8, 9]
         assert resumed.end_seed_seq == 10 and resumed.next_seq == 11
+        assert resumed.last_turn == 1  # the repaired turn: the harness's next is turn 2
         header = writer.report_header({"config": {"model": "m"}}).result()
         assert header.reason == "initial"
     events = list(client.read_events(sid))
@@ -158,6 +159,20 @@ def test_fork_inside_an_open_turn_gets_forked_repair(client: SessionLogClient, s
     assert not client.get_session(child.id).open_turn
     with client.writer(child.id) as writer:  # the child continues with a new turn
         writer.append([user("next"), turn_start(2), turn_end(2)]).result()
+
+
+def test_resume_names_the_last_turn_a_fork_inherited_too(client: SessionLogClient, sid: str) -> None:
+    """A resumed harness numbers its next turn from the answer, without reading stats or the log."""
+    client.create_session(sid)
+    fresh = client.resume(sid)
+    assert fresh.last_turn == 0 and fresh.to_json()["lastTurn"] == 0  # no turn yet: the next is 1
+    client.append(sid, fresh.lease, [system("s"), turn_start(1), turn_end(1), user("u"), turn_start(2), turn_end(2)])
+    client.release_lease(fresh.lease)
+    child = client.fork(sid, 6, f"{sid}-child")  # inherits turns 1 and 2, writes none of its own
+    with client.writer(child.id, resume=True) as writer:
+        assert writer.resumed is not None and writer.resumed.last_turn == 2
+        writer.append([turn_start(writer.resumed.last_turn + 1), turn_end(3)]).result()
+    assert client.resume(child.id).last_turn == 3
 
 
 def test_writers_may_not_write_reserved_turn_ends(client: SessionLogClient, sid: str) -> None:

@@ -84,9 +84,9 @@ def _write(client: SessionLogClient, opening: pb.WriteRequest, sent: list[pb.Wri
     return answers
 
 
-def _report(response: pb.WriteResponse) -> tuple[str | None, int | None]:
+def _report(response: pb.WriteResponse) -> tuple[str | None, int | None, list[str]]:
     report = header_report_from_pb(response.header_ack.result)
-    return report.reason, report.header_seq
+    return report.reason, report.header_seq, report.changed_fields
 
 
 def test_header_reports_re_sent_after_lost_answers_are_answered_from_the_log(
@@ -116,12 +116,14 @@ def test_header_reports_re_sent_after_lost_answers_are_answered_from_the_log(
     opening = open_request(sid, "w", False, False, lease_token=token, acknowledged_next_seq=acknowledged)
     again = _write(client, opening, [*lost, header_write_request(14, b)])
     reports = [_report(r) for r in again if r.HasField("header_ack")]
-    assert reports[:3] == [_report(r) for r in first if r.HasField("header_ack")]
+    # the re-sent answers equal the lost ones, the fields each change changed included
+    lost_answers = [r.header_ack.result for r in first if r.HasField("header_ack")]
+    assert [r.header_ack.result for r in again if r.HasField("header_ack")][:3] == lost_answers
     assert reports == [
-        ("change", acknowledged),
-        ("change", acknowledged + 2),
-        (None, acknowledged + 2),
-        ("change", acknowledged + 3),
+        ("change", acknowledged, ["model"]),
+        ("change", acknowledged + 2, ["model"]),
+        (None, acknowledged + 2, []),
+        ("change", acknowledged + 3, ["model"]),
     ]
     headers = [(e.seq, e.data["reason"]) for e in client.read_events(sid) if e.type == "request/header"]
     assert headers == [*logged, (acknowledged + 3, "change")]  # only the new report was logged

@@ -26,8 +26,8 @@ def resume(
 ) -> None:
     """Resume a session: take the lease, complete an open turn, mark the seed boundary.
 
-    Prints the state to continue from (next seq, latest header, surface generation, repair seqs);
-    with --keep, the lease's token too.
+    Prints the state to continue from (next seq, last turn, latest header, surface generation,
+    repair seqs); with --keep, the lease's token too. The next turn is lastTurn + 1.
     """
     with connect() as client:
         info = client.resume(session_id, writer_id=writer_id, takeover=takeover)

@@ -723,7 +723,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Fix the request; nothing was changed. Sent unchanged, it fails the same way.
     """
     BAD_PAGE_TOKEN: _ErrorReason.ValueType  # 81
-    """`page_token` is not a token this service issued.
+    """`page_token` is not a token this service issued for this request: a token continues only
+    the request it came from (AIP-158), so one of another session's history or transcript, or
+    of a ListSessions with another `parent_session_id`, is refused too.
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
@@ -1993,7 +1995,9 @@ Raised by: service
 Client: Fix the request; nothing was changed. Sent unchanged, it fails the same way.
 """
 BAD_PAGE_TOKEN: ErrorReason.ValueType  # 81
-"""`page_token` is not a token this service issued.
+"""`page_token` is not a token this service issued for this request: a token continues only
+the request it came from (AIP-158), so one of another session's history or transcript, or
+of a ListSessions with another `parent_session_id`, is refused too.
 
 Code: INVALID_ARGUMENT
 Metadata: `field`

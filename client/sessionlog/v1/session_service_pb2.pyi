@@ -165,7 +165,10 @@ class ListSessionsRequest(_message.Message):
     page_size: _builtins.int
     """At most this many sessions per page; 0 means the default (100), the maximum is 1000."""
     page_token: _builtins.str
-    """The `next_page_token` of the previous page, or empty for the first page."""
+    """The `next_page_token` of the previous page, or empty for the first page. A token continues
+    its own listing: with another `parent_session_id` (or none where it had one) it is refused
+    (BAD_PAGE_TOKEN).
+    """
     parent_session_id: _builtins.str
     """When set, only sessions forked from this parent, which must exist (SESSION_NOT_FOUND)."""
     def __init__(
@@ -1495,6 +1498,7 @@ class ResumeSessionResponse(_message.Message):
     REPAIR_SEQS_FIELD_NUMBER: _builtins.int
     END_SEED_SEQ_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    LAST_TURN_FIELD_NUMBER: _builtins.int
     next_seq: _builtins.int
     """The seq the next appended event will get."""
     latest_header_json: _builtins.bytes
@@ -1507,6 +1511,11 @@ class ResumeSessionResponse(_message.Message):
     """The seq of the `session/end-seed` marker (written now or already last in the log)."""
     lease_token: _builtins.str
     """The lease token of the resumed writer (see AcquireLeaseResponse.lease_token)."""
+    last_turn: _builtins.int
+    """The number of the last turn the log holds (0 when it has none; a fork's inherited turns
+    count). Turns are numbered 1, 2, ... without gaps, so the harness's next `turn/start` is
+    `last_turn + 1`; no turn is open after a resume.
+    """
     @_builtins.property
     def lease(self) -> _session_pb2.Lease:
         """The lease the resumed writer holds (for unary appends)."""
@@ -1526,10 +1535,11 @@ class ResumeSessionResponse(_message.Message):
         repair_seqs: _abc.Iterable[_builtins.int] | None = ...,
         end_seed_seq: _builtins.int = ...,
         lease_token: _builtins.str = ...,
+        last_turn: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq", "latest_header_seq", b"latest_header_seq", "lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq", "end_seed_seq", b"end_seed_seq", "latest_header_json", b"latest_header_json", "latest_header_seq", b"latest_header_seq", "lease", b"lease", "lease_token", b"lease_token", "next_seq", b"next_seq", "repair_seqs", b"repair_seqs", "replace_generation", b"replace_generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq", "end_seed_seq", b"end_seed_seq", "last_turn", b"last_turn", "latest_header_json", b"latest_header_json", "latest_header_seq", b"latest_header_seq", "lease", b"lease", "lease_token", b"lease_token", "next_seq", b"next_seq", "repair_seqs", b"repair_seqs", "replace_generation", b"replace_generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__latest_header_seq: _TypeAlias = _typing.Literal["latest_header_seq"]  # noqa: Y015
     _WhichOneofArgType__latest_header_seq: _TypeAlias = _typing.Literal["_latest_header_seq", b"_latest_header_seq"]  # noqa: Y015

@@ -15,7 +15,7 @@
  * typed `SessionLogError` (errors.ts).
  */
 import { create } from "@bufbuild/protobuf";
-import { type Client, createClient, type Interceptor } from "@connectrpc/connect";
+import { type CallOptions, type Client, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { optionalSeq, pageSize, seq } from "./arguments.js";
 import { batchToPb, checkWellFormed, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
@@ -140,10 +140,17 @@ export class SessionLogClient {
     if (this.closed) throw clientClosed();
   }
 
-  private unary<T>(call: (signal: AbortSignal) => Promise<T>, idempotent: boolean): Promise<T> {
+  /**
+   * One unary call, retried while its outcome is unknown when `idempotent`. Each attempt has
+   * Connect's `timeoutMs`: sent as the call's gRPC deadline (so the service knows when its
+   * client gives up) and, once past, DEADLINE_EXCEEDED ("the operation timed out"), as the
+   * Python clients' timeout is. An AbortSignal.timeout ended the call as CANCELLED instead and
+   * told the server nothing.
+   */
+  private unary<T>(call: (options: CallOptions) => Promise<T>, idempotent: boolean): Promise<T> {
     const attempt = (): Promise<T> => {
       this.checkOpen();
-      return call(AbortSignal.timeout(this.timeoutMs));
+      return call({ timeoutMs: this.timeoutMs });
     };
     return idempotent ? withRetry(this.retry, attempt) : once(attempt);
   }
@@ -158,12 +165,12 @@ export class SessionLogClient {
       cwd: options.cwd ?? "",
       metadataJson: options.metadata ? jsonObjectField(options.metadata, "metadata", "DATA_NOT_OBJECT") : new Uint8Array(),
     };
-    const response = await this.unary((signal) => this.rpc.createSession(request, { signal }), false);
+    const response = await this.unary((callOptions) => this.rpc.createSession(request, callOptions), false);
     return sessionFromPb(response.session);
   }
 
   async getSession(sessionId: string): Promise<SessionInfo> {
-    const response = await this.unary((signal) => this.rpc.getSession({ sessionId }, { signal }), true);
+    const response = await this.unary((callOptions) => this.rpc.getSession({ sessionId }, callOptions), true);
     return sessionFromPb(response.session);
   }
 
@@ -172,7 +179,7 @@ export class SessionLogClient {
     let pageToken = "";
     for (;;) {
       const request = { pageSize: pageSize(options.pageSize, 100), pageToken, parentSessionId: options.parentSessionId ?? "" };
-      const response = await this.unary((signal) => this.rpc.listSessions(request, { signal }), true);
+      const response = await this.unary((callOptions) => this.rpc.listSessions(request, callOptions), true);
       for (const session of response.sessions) yield sessionFromPb(session);
       pageToken = response.nextPageToken;
       if (!pageToken) return;
@@ -199,7 +206,7 @@ export class SessionLogClient {
     // `leaseToken`: the token of a live lease this caller still holds (takes it again at a new epoch).
     checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
     const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false, leaseToken: options.leaseToken ?? "" };
-    const response = await this.unary((signal) => this.rpc.acquireLease(request, { signal }), false);
+    const response = await this.unary((callOptions) => this.rpc.acquireLease(request, callOptions), false);
     return { ...leaseFromPb(response.lease, response.leaseToken), nextSeq: num(response.nextSeq) };
   }
 
@@ -214,27 +221,27 @@ export class SessionLogClient {
       events: batchToPb(events),
       expectedNextSeq: optionalSeq(options.expectedNextSeq, "expectedNextSeq"),
     };
-    const response = await this.unary((signal) => this.rpc.appendEvents(request, { signal }), true);
+    const response = await this.unary((callOptions) => this.rpc.appendEvents(request, callOptions), true);
     return { seqs: response.seqs.map(num), nextSeq: num(response.nextSeq) };
   }
 
   /** Extend a lease (a heartbeat); OwnershipLost if it was taken over. */
   async renewLease(lease: Lease): Promise<Lease> {
     const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "" };
-    const response = await this.unary((signal) => this.rpc.renewLease(request, { signal }), true);
+    const response = await this.unary((callOptions) => this.rpc.renewLease(request, callOptions), true);
     return leaseFromPb(response.lease, lease.token);
   }
 
   /** Give a lease up so another writer can take it at once. */
   async releaseLease(lease: Lease): Promise<void> {
     const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "" };
-    await this.unary((signal) => this.rpc.releaseLease(request, { signal }), true);
+    await this.unary((callOptions) => this.rpc.releaseLease(request, callOptions), true);
   }
 
   /** Report the request header about to be used; the service decides whether to log it. */
   async reportHeader(lease: Lease, header: RequestHeader | JsonObject): Promise<HeaderReport> {
     const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "", headerJson: jsonObjectField(header, "header", "HEADER_NOT_OBJECT") };
-    const response = await this.unary((signal) => this.rpc.reportRequestHeader(request, { signal }), false);
+    const response = await this.unary((callOptions) => this.rpc.reportRequestHeader(request, callOptions), false);
     return headerReportFromPb(response);
   }
 
@@ -244,13 +251,13 @@ export class SessionLogClient {
   async resume(sessionId: string, options: { writerId?: string; takeover?: boolean } = {}): Promise<ResumeInfo> {
     checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
     const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false };
-    return resumeFromPb(await this.unary((signal) => this.rpc.resumeSession(request, { signal }), false));
+    return resumeFromPb(await this.unary((callOptions) => this.rpc.resumeSession(request, callOptions), false));
   }
 
   /** Fork `sessionId` after `atSeq` (inclusive); the prefix is shared, not copied. */
   async fork(sessionId: string, atSeq: SeqArgument, newSessionId?: string): Promise<ForkResult> {
     const request = { sessionId, atSeq: seq(atSeq, "atSeq"), newSessionId: newSessionId ?? "" };
-    const response = await this.unary((signal) => this.rpc.forkSession(request, { signal }), false);
+    const response = await this.unary((callOptions) => this.rpc.forkSession(request, callOptions), false);
     return { session: sessionFromPb(response.session), repairSeqs: response.repairSeqs.map(num) };
   }
 
@@ -262,7 +269,7 @@ export class SessionLogClient {
     let pageToken = "";
     do {
       const request = { scope: scope(sessionId, options), pageSize: pageSize(options.pageSize, 0), pageToken };
-      const response = await this.unary((signal) => this.rpc.getModelHistory(request, { signal }), true);
+      const response = await this.unary((callOptions) => this.rpc.getModelHistory(request, callOptions), true);
       for (const message of parseArray(response.messagesJson, "messages")) messages.push(message as Message);
       pageToken = response.nextPageToken;
     } while (pageToken);
@@ -278,7 +285,7 @@ export class SessionLogClient {
   async refreshHistory(copy: HistoryCopy): Promise<Message[]> {
     do {
       const request = copy.request();
-      copy.apply(await this.unary((signal) => this.rpc.getModelHistory(request, { signal }), true));
+      copy.apply(await this.unary((callOptions) => this.rpc.getModelHistory(request, callOptions), true));
     } while (!copy.complete);
     return copy.messages;
   }
@@ -289,7 +296,7 @@ export class SessionLogClient {
     let pageToken = "";
     do {
       const request = { scope: scope(sessionId, options), pageSize: pageSize(options.pageSize, 0), pageToken };
-      const response = await this.unary((signal) => this.rpc.getTranscript(request, { signal }), true);
+      const response = await this.unary((callOptions) => this.rpc.getTranscript(request, callOptions), true);
       for (const row of parseArray(response.rowsJson, "rows")) rows.push(row as unknown as TranscriptRow);
       pageToken = response.nextPageToken;
     } while (pageToken);
@@ -298,7 +305,7 @@ export class SessionLogClient {
 
   /** The exact request of that prefix, its canonical bytes and their sha256. */
   async request(sessionId: string, options: ProjectionOptions = {}): Promise<RequestView> {
-    const response = await this.unary((signal) => this.rpc.getRequest({ scope: scope(sessionId, options) }, { signal }), true);
+    const response = await this.unary((callOptions) => this.rpc.getRequest({ scope: scope(sessionId, options) }, callOptions), true);
     return {
       request: parseObject(response.requestJson, "request") as RequestView["request"],
       requestJson: response.requestJson,
@@ -310,13 +317,13 @@ export class SessionLogClient {
 
   /** Counts, tokens and cost over every event that carries usage. */
   async stats(sessionId: string, options: ProjectionOptions = {}): Promise<Stats> {
-    const response = await this.unary((signal) => this.rpc.getStats({ scope: scope(sessionId, options) }, { signal }), true);
+    const response = await this.unary((callOptions) => this.rpc.getStats({ scope: scope(sessionId, options) }, callOptions), true);
     return parseObject(response.statsJson, "stats") as Stats;
   }
 
   /** The surface nodes and replace generation (for debugging). */
   async surface(sessionId: string, options: ProjectionOptions = {}): Promise<SurfaceView> {
-    const response = await this.unary((signal) => this.rpc.getSurface({ scope: scope(sessionId, options) }, { signal }), true);
+    const response = await this.unary((callOptions) => this.rpc.getSurface({ scope: scope(sessionId, options) }, callOptions), true);
     return { nodes: response.nodes.map(num), replaceGeneration: num(response.replaceGeneration), atSeq: num(response.atSeq) };
   }
 

@@ -210,6 +210,7 @@ export function resumeFromPb(msg: ResumeSessionResponse): ResumeInfo {
     replaceGeneration: num(msg.replaceGeneration),
     repairSeqs: msg.repairSeqs.map(num),
     endSeedSeq: num(msg.endSeedSeq),
+    lastTurn: num(msg.lastTurn),
   };
 }
 

@@ -184,6 +184,9 @@ export interface ResumeInfo {
   replaceGeneration: number;
   repairSeqs: number[];
   endSeedSeq: number;
+  /** The last turn the log holds (0 when none; a fork's inherited turns count). Turns are
+   * numbered without gaps, so the next `turn/start` is `lastTurn + 1`. */
+  lastTurn: number;
 }
 
 export interface ForkResult {

@@ -186,6 +186,7 @@ for (const backend of BACKENDS) {
       const resumed = await client.writer(id, { resume: true, takeover: true });
       assert.ok(resumed.resumed);
       assert.equal(resumed.resumed.repairSeqs.length, 3);
+      assert.equal(resumed.resumed.lastTurn, 1, "the repaired turn: the harness's next is turn 2");
       await resumed.close();
       const events = await collect(client.readEvents(id));
       const repair = events.slice(-4).map((e) => e.type);
@@ -200,6 +201,9 @@ for (const backend of BACKENDS) {
       const tail = child.slice(3).map((e) => e.type);
       assert.ok(tail.includes("session/end-seed") && tail.includes("turn/end"), tail.join(","));
       assert.deepEqual(child.find((e) => e.type === "turn/end")!.data.reason, { kind: "forked" });
+      const childResumed = await client.resume(fork.session.id);
+      assert.equal(childResumed.lastTurn, 1, "a fork's inherited turns count");
+      await client.releaseLease(childResumed.lease);
     });
 
     test("a lease writer heartbeats, and a takeover is OwnershipLost, never a quiet re-acquire", async () => {

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { describe, test } from "node:test";
-import { Code } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { isCataloguedReason, LimitExceeded, ServerError, SessionLogClient, Unavailable } from "../src/index.js";
 import { BACKENDS, sessionId, startServer } from "./support.js";
 
@@ -50,6 +50,34 @@ describe("statuses without a sessionlog ErrorInfo", () => {
     assert.equal(error.reason, "TRANSPORT_ERROR");
     assert.equal(error.code, Code.Unavailable);
     assert.ok(error.retryable);
+  });
+
+  test("a call's timeoutMs is the call's gRPC deadline: DEADLINE_EXCEEDED, TRANSPORT_ERROR saying the timeout passed", async () => {
+    // Connect was given an AbortSignal.timeout: the call ended as CANCELLED ("The operation was
+    // aborted"), and the server was never told the deadline, so it went on with a call the
+    // client had given up on. The Python client sends its timeout as the call's deadline.
+    const deadlines: (string | undefined)[] = [];
+    const silent = http2.createServer((request) => {
+      deadlines.push(request.headers["grpc-timeout"] as string | undefined);
+      request.resume(); // and never answers
+    });
+    const client = new SessionLogClient({ target: await listening(silent), timeoutMs: 300, retry: ONCE });
+    try {
+      const started = Date.now();
+      const error = await client.getSession("s").catch((e: unknown) => e);
+      assert.ok(Date.now() - started < 5_000, "the call ended at its timeout");
+      assert.ok(error instanceof Unavailable, String(error));
+      assert.equal(error.reason, "TRANSPORT_ERROR");
+      assert.equal(error.code, Code.Unavailable);
+      assert.equal((error.cause as ConnectError).code, Code.DeadlineExceeded);
+      assert.match(error.message, /timed out|deadline/i);
+      assert.equal(deadlines.length, 1);
+      assert.match(deadlines[0] ?? "", /^\d+m$/, "the server was told the call's deadline");
+      assert.ok(Number(deadlines[0]!.slice(0, -1)) <= 300, deadlines[0]);
+    } finally {
+      client.close();
+      await closed(silent);
+    }
   });
 
   test("a server that is not sessionlog (UNIMPLEMENTED) is UNEXPECTED_STATUS, its code in the message", async () => {

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sessionlog.core import jsonvalue
 from sessionlog.core.events import NewEvent
-from sessionlog.core.headers import check_header
+from sessionlog.core.headers import changed_fields, check_header
 from sessionlog.core.vocabulary import REQUEST_HEADER
 from sessionlog_server.service import access
 
@@ -96,7 +96,8 @@ async def replayed_header_report(
     """A report re-sent after a reconnect, answered from the log where its first sending was
     decided: the event at `seq` (the first one the writer did not see acknowledged, followed by
     more of its own) is this header logged, or the report logged nothing. True when it was
-    logged there (the next re-sent request then stands after it).
+    logged there (the next re-sent request then stands after it). The answer is the lost one:
+    its `changed_fields` are what the header changed from the one logged before it.
 
     Decided again instead, a report that was a change when it was sent is decided against the
     header the later reports left: with A -> B -> A pending, B and A were logged a second time,
@@ -106,13 +107,14 @@ async def replayed_header_report(
     record = await service.reader.session(holder.session_id)
     events = await service.reader.read(record, seq, seq, 1)
     event = events[0] if events else None
+    before = (await service.loader.fold_at(record, seq - 1)).fold.latest_header if seq > 0 else None
     if event is not None and event.type == REQUEST_HEADER:
         logged = event.data.get("header")
         if jsonvalue.canonical(logged) == jsonvalue.canonical(header):
             reason = event.data.get("reason")
+            fields = changed_fields(before.header, header) if before is not None else []
             report = HeaderReport(
-                reason if isinstance(reason, str) else None, event.data.get("startsSeries") is True, seq, []
+                reason if isinstance(reason, str) else None, event.data.get("startsSeries") is True, seq, fields
             )
             return report, True
-    latest = (await service.loader.fold_at(record, seq - 1)).fold.latest_header if seq > 0 else None
-    return HeaderReport(None, False, latest.seq if latest else None, []), False
+    return HeaderReport(None, False, before.seq if before else None, []), False

@@ -51,6 +51,8 @@ class ResumeResult:
     replace_generation: int
     repair_seqs: list[int]
     end_seed_seq: int
+    last_turn: int
+    """The last turn the log holds (0 when none): the harness's next turn is this plus one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,7 @@ async def resume(
         replace_generation=fold.replace_generation,
         repair_seqs=repair_seqs,
         end_seed_seq=end_seed_seq,
+        last_turn=fold.last_turn,
     )
 
 

@@ -13,14 +13,12 @@ while the session grows. Messages come from the shared message cache as stored J
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import NotFound, SessionLogError, ValidationError, seq_not_found
+from sessionlog.core.errors import NotFound, ValidationError, seq_not_found
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.messages import project_message
@@ -29,6 +27,7 @@ from sessionlog.core.projections.transcript import TranscriptRow, transcript_row
 from sessionlog.core.repair import commit_closers
 from sessionlog.core.surface import SurfaceNode, SurfaceState, apply_surface_plan, plan_surface_event
 from sessionlog_server.service.clock import now_ms
+from sessionlog_server.service.page_tokens import decode_token, encode_token, request_tag, unissued_token
 from sessionlog_server.storage.records import SessionRecord
 
 if TYPE_CHECKING:
@@ -308,35 +307,22 @@ def _cut_by_bytes(bodies: list[bytes], budget: int) -> list[bytes]:
 
 
 def _encode_token(kind: str, session_id: str, at_seq: int, position: int, generation: int) -> str:
-    raw = jsonvalue.dumps_bytes([kind, _session_tag(session_id), at_seq, position, generation])
-    return base64.urlsafe_b64encode(raw).decode("ascii")
+    return encode_token([kind, request_tag(session_id), at_seq, position, generation])
 
 
 def _decode_token(token: str, kind: str, session_id: str) -> tuple[int, int, int]:
     """The seq, position and generation of a token `_encode_token` made for this kind of read
     of this session (AIP-158: a token continues its own request). Another session's token
     would read this one at that session's seq and index."""
-    try:
-        value = jsonvalue.loads(base64.urlsafe_b64decode(token.encode("ascii")))
-        if not isinstance(value, list) or len(value) != 5 or value[0] != kind:
-            raise ValueError(token)
-        numbers = value[2:]
-        if not all(type(n) is int and 0 <= n < 2**63 for n in numbers):
-            raise ValueError(token)
-    except (ValueError, TypeError, SessionLogError):
-        raise ValidationError(
-            "BAD_PAGE_TOKEN", "page_token is not a token this service issued", field="page_token"
-        ) from None
-    if value[1] != _session_tag(session_id):
+    value = decode_token(token, 5)
+    numbers = value[2:]
+    if value[0] != kind or not all(type(n) is int and 0 <= n < 2**63 for n in numbers):
+        raise unissued_token()
+    if value[1] != request_tag(session_id):
         raise ValidationError(
             "BAD_PAGE_TOKEN", f"page_token is not a token of session {session_id!r}", field="page_token"
         )
     return numbers[0], numbers[1], numbers[2]
-
-
-def _session_tag(session_id: str) -> str:
-    """What a page token keeps of its session: enough to tell another session's token apart."""
-    return hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def _no_seq(scope: Scope, next_seq: int) -> NotFound:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import base64
 import uuid
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from sessionlog.core import jsonvalue, validate
-from sessionlog.core.errors import SessionLogError, ValidationError
+from sessionlog.core.errors import ValidationError
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.committer import GroupCommitter
+from sessionlog_server.service.page_tokens import decode_token, encode_token, request_tag, unissued_token
 from sessionlog_server.service.reader import EventReader
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import SessionRecord
@@ -78,35 +78,43 @@ class SessionDirectory:
         `parent_id` filters on a session, so it must be one of the caller's: a parent that does
         not exist (or is another namespace's) is SESSION_NOT_FOUND, as every call naming a
         session answers (AIP-132: a List naming a parent that does not exist is NOT_FOUND),
-        where an empty page read as "it has no forks"."""
+        where an empty page read as "it has no forks". The token continues this listing only:
+        with another `parent_id` it is BAD_PAGE_TOKEN."""
         namespace = access.current().namespace
         if page_size < 0:
             raise ValidationError("BAD_PAGE_SIZE", "page_size must not be negative", field="page_size")
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        after = _decode_page_token(page_token) if page_token else None
         parent = None
         if parent_id is not None:
             await self.get_session(parent_id)
             parent = access.session_key(parent_id, self.limits)
+        after = _decode_page_token(page_token, parent) if page_token else None
         records = await self.reader.run(self.recorder.list_sessions, namespace, size + 1, after, parent)
         more = len(records) > size
         records = records[:size]
-        token = _encode_page_token(records[-1]) if more else ""
+        token = _encode_page_token(records[-1], parent) if more else ""
         return records, token
 
 
-def _encode_page_token(record: SessionRecord) -> str:
-    raw = jsonvalue.dumps_bytes([record.create_time, record.id])
-    return base64.urlsafe_b64encode(raw).decode("ascii")
+def _filter_tag(parent: str | None) -> str:
+    """The listing a token continues: its parent filter ('' for all sessions)."""
+    return request_tag(parent) if parent is not None else ""
 
 
-def _decode_page_token(token: str) -> tuple[int, str]:
-    try:
-        created, sid = jsonvalue.loads(base64.urlsafe_b64decode(token.encode("ascii")))
-        if type(created) is not int or not 0 <= created < 2**63 or not isinstance(sid, str):
-            raise ValueError(token)  # (a bool is an int to isinstance, and reached SQL as one)
-    except (ValueError, TypeError, SessionLogError):
+def _encode_page_token(record: SessionRecord, parent: str | None) -> str:
+    return encode_token([record.create_time, record.id, _filter_tag(parent)])
+
+
+def _decode_page_token(token: str, parent: str | None) -> tuple[int, str]:
+    """Where the listing a token continues left off (AIP-158: a token continues its own
+    request; with another parent filter it went on from the first listing's position)."""
+    created, sid, tag = decode_token(token, 3)
+    if type(created) is not int or not 0 <= created < 2**63 or not isinstance(sid, str):
+        raise unissued_token()  # (a bool is an int to isinstance, and reached SQL as one)
+    if tag != _filter_tag(parent):
         raise ValidationError(
-            "BAD_PAGE_TOKEN", "page_token is not a token this service issued", field="page_token"
-        ) from None
+            "BAD_PAGE_TOKEN",
+            "page_token is not a token of this listing: it was issued for another parent_session_id",
+            field="page_token",
+        )
     return created, sid

@@ -91,6 +91,7 @@ def resume_to_pb(result: lifecycle.ResumeResult) -> pb.ResumeSessionResponse:
         repair_seqs=result.repair_seqs,
         end_seed_seq=result.end_seed_seq,
         lease_token=result.lease_token,
+        last_turn=result.last_turn,
     )
     if result.latest_header_seq is not None:
         msg.latest_header_seq = result.latest_header_seq

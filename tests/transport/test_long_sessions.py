@@ -255,6 +255,9 @@ def test_a_read_at_an_old_seq_after_a_fold_version_bump_stores_snapshots_on_its_
     assert _current_snapshots(fresh_db, sid)[-2:] == [349, 399]
     head = cold.call(cold.service.loader.fold_at(record))
     assert head.snapshot_seq == 399 and head.folded_events == record.next_seq - 400
+    with SessionLogClient(cold.target) as client:  # the appends count on from the latest snapshot
+        _fill(client, sid, 5, prefix="more", first_turn=61)  # 20 events since 399, then 35 more
+    assert _current_snapshots(fresh_db, sid)[-1] == record.next_seq + 34
 
 
 @pytest.mark.parametrize("damage", ["bytes", "version"])

@@ -16,10 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessionlog.core import jsonvalue
-from sessionlog.core.events import Event
+from sessionlog.core.events import Event, Replace
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.projections.request import request, request_view
 from sessionlog.core.snapshot import FOLD_VERSION, SnapshotUnusable, decode_snapshot, encode_snapshot
+from tests.core.builders import Log, user
 from tests.core.test_properties import SETTINGS, logs, naive_history, naive_nodes, naive_stats
 
 
@@ -46,6 +47,10 @@ def assert_same_state(fold: SessionFold, prefix: list[Event]) -> None:
     )
     assert fold.latest_header == reference.latest_header
     assert fold.replace_generation == reference.replace_generation
+    generations = range(reference.replace_generation + 1)
+    assert [fold.first_changed_message(g) for g in generations] == [
+        reference.first_changed_message(g) for g in generations
+    ]
     assert fold.has_system_head == reference.has_system_head
     assert request_view(fold.latest_header, history) == request(prefix)
 
@@ -118,3 +123,17 @@ def test_a_snapshot_with_the_wrong_shape_is_refused() -> None:
             decode_snapshot(zlib.compress(jsonvalue.dumps_bytes(body)))
     with pytest.raises(SnapshotUnusable):
         decode_snapshot(b"not zlib at all")
+
+
+def test_a_snapshot_without_replace_starts_decodes_and_remembers_none() -> None:
+    # The first snapshots of version 5 did not keep them: such a fold answers a copy older than
+    # the snapshot with the whole history (first_changed_message None), as it did.
+    log = Log()
+    log.head()
+    log.say("u1")
+    log.add("user/message", user("u1 heard"), op=Replace(1, 1), sources=(1,))
+    body = jsonvalue.loads(zlib.decompress(_stored(log.events)))
+    assert body["replaceStarts"] == [1]
+    del body["replaceStarts"]
+    fold = SessionFold.from_snapshot(decode_snapshot(zlib.compress(jsonvalue.dumps_bytes(body))))
+    assert fold.first_changed_message(0) is None and fold.replace_generation == 1

@@ -349,11 +349,20 @@ class RecorderContract:
 
     def test_snapshots_are_kept_once_per_seq_and_read_newest_first(self, sid: str) -> None:
         self.recorder.create_session(session(sid))
-        for seq in (3, 7, 12):
-            self.recorder.save_snapshot(StoredSnapshot(sid, seq, 1, f"state-{seq}".encode()))
-        self.recorder.save_snapshot(StoredSnapshot(sid, 7, 1, b"state-7"))  # already there: no error
-        found = self.recorder.snapshots_before(sid, 10, 5)
+        self.recorder.save_snapshots([StoredSnapshot(sid, seq, 2, f"state-{seq}".encode()) for seq in (3, 7, 12)])
+        self.recorder.save_snapshots([StoredSnapshot(sid, 7, 2, b"again")])  # already there: kept, no error
+        found = self.recorder.snapshots_before(sid, 10, 2, 5)
         assert [(s.seq, s.state) for s in found] == [(7, b"state-7"), (3, b"state-3")]
+
+    def test_a_snapshot_replaces_one_of_older_fold_code_at_its_seq_only(self, sid: str) -> None:
+        # After a fold-version bump a stale snapshot held its seq: the new one was not stored,
+        # and every load there folded from further back.
+        self.recorder.create_session(session(sid))
+        self.recorder.save_snapshots([StoredSnapshot(sid, 3, 1, b"old-3"), StoredSnapshot(sid, 5, 3, b"newer-5")])
+        self.recorder.save_snapshots([StoredSnapshot(sid, 3, 2, b"new-3"), StoredSnapshot(sid, 5, 2, b"new-5")])
+        assert [(s.seq, s.state) for s in self.recorder.snapshots_before(sid, 10, 2, 5)] == [(3, b"new-3")]
+        assert [(s.seq, s.state) for s in self.recorder.snapshots_before(sid, 10, 3, 5)] == [(5, b"newer-5")]
+        assert self.recorder.snapshots_before(sid, 10, 1, 5) == []
 
 
 class TestSQLiteRecorder(RecorderContract):

@@ -20,6 +20,7 @@ from sessionlog.core import jsonvalue
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import NewEvent
 from sessionlog.core.projections.transcript import transcript
+from sessionlog.core.snapshot import FOLD_VERSION
 from sessionlog.requests import history_request, transcript_request
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog_server.service.live import INHERITED_IDS, RECENT_IDS
@@ -191,6 +192,72 @@ def test_snapshots_are_written_and_loading_starts_from_the_latest(own_server: An
     with SessionLogClient(cold.target) as client:
         assert _everything(client, sid) == expected
         assert _everything(client, sid, middle) == expected_middle
+
+
+def _current_snapshots(db: str, session_id: str) -> list[int]:
+    """The seqs of the session's stored snapshots that this fold code can use."""
+    engine = create_engine(db)
+    with engine.connect() as conn:
+        query = text("SELECT seq FROM fold_snapshots WHERE session_id = :s AND fold_version = :v ORDER BY seq")
+        seqs = [seq for (seq,) in conn.execute(query, {"s": session_id, "v": FOLD_VERSION})]
+    engine.dispose()
+    return seqs
+
+
+def test_a_read_at_an_old_seq_after_a_fold_version_bump_stores_snapshots_on_its_way(
+    own_server: Any, fresh_db: str, sid: str
+) -> None:
+    """After a fold-version bump every stored snapshot is ignored: a read at an old seq folded
+    the log from seq 0, and stored nothing, so every such read did it again. It now stores
+    snapshots on its way at the policy's spacing, under the session whose rows hold their seq
+    (the parent's for a fork's inherited prefix), replacing a stale one at the same seq."""
+    server = own_server()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        _fill(client, sid, 60, per_batch=5)  # 420 events; batches of 35 end at 34, 69, ...
+        middle = 300
+        expected = _everything(client, sid, middle)
+    own_server.stop(server)
+    engine = create_engine(fresh_db)
+    with engine.begin() as conn:  # as an upgrade leaves them: written by the previous fold code
+        rows = conn.execute(text("SELECT seq, state FROM fold_snapshots WHERE session_id = :s"), {"s": sid}).all()
+        planted = [49, 320, 325, 330]  # where the first new one will go; and more than a load reads after 299
+        assert rows and not set(planted) & {seq for seq, _ in rows}
+        stale = FOLD_VERSION - 1
+        for seq, state in [*rows, *((seq, rows[0][1]) for seq in planted)]:
+            body = jsonvalue.loads(zlib.decompress(bytes(state)))
+            body["v"] = stale
+            conn.execute(text("DELETE FROM fold_snapshots WHERE session_id = :s AND seq = :q"), {"s": sid, "q": seq})
+            conn.execute(
+                text("INSERT INTO fold_snapshots (session_id, seq, fold_version, state) VALUES (:s, :q, :v, :b)"),
+                {"s": sid, "q": seq, "v": stale, "b": zlib.compress(jsonvalue.dumps_bytes(body))},
+            )
+    engine.dispose()
+    assert _current_snapshots(fresh_db, sid) == []
+    cold = own_server()
+    with SessionLogClient(cold.target) as client:
+        child = client.fork(sid, 350, f"{sid}-fork")
+        assert client.model_history(child.id, at_seq=middle) == expected[0]
+        assert client.stats(child.id, at_seq=middle) == expected[3]
+        # Stored where every fork of the parent finds them, one per SNAPSHOT_EVERY events.
+        assert _current_snapshots(fresh_db, sid) == list(range(SNAPSHOT_EVERY - 1, middle, SNAPSHOT_EVERY))
+        assert _current_snapshots(fresh_db, child.id) == []
+        assert _everything(client, sid, middle) == expected
+    record = cold.call(cold.service.reader.session(sid))
+    again = cold.call(cold.service.loader.fold_at(record, middle))
+    assert (again.snapshot_seq, again.folded_events, again.stored_snapshots) == (299, 1, 0)
+    earlier = cold.call(cold.service.loader.fold_at(record, 120))
+    assert (earlier.snapshot_seq, earlier.folded_events) == (99, 21)
+    past_stale = cold.call(cold.service.loader.fold_at(record, 330))  # the stale ones are not even read
+    assert (past_stale.snapshot_seq, past_stale.folded_events) == (299, 31)
+    with SessionLogClient(cold.target) as client:
+        client.model_history(sid)  # the head: a load from the snapshot at 299
+    assert _current_snapshots(fresh_db, sid)[-2:] == [349, 399]
+    head = cold.call(cold.service.loader.fold_at(record))
+    assert head.snapshot_seq == 399 and head.folded_events == record.next_seq - 400
+    with SessionLogClient(cold.target) as client:  # the appends count on from the latest snapshot
+        _fill(client, sid, 5, prefix="more", first_turn=61)  # 20 events since 399, then 35 more
+    assert _current_snapshots(fresh_db, sid)[-1] == record.next_seq + 34
 
 
 @pytest.mark.parametrize("damage", ["bytes", "version"])

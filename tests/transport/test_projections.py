@@ -20,6 +20,7 @@ from tests.support.events import (
     turn_start,
     user,
 )
+from tests.support.servers import ServerThread
 
 USAGE = {
     "input": 100,
@@ -213,3 +214,33 @@ def test_history_copy_rereads_only_from_the_first_message_a_replace_changed(clie
         response = client.stub.GetModelHistory(stale.request())
         assert response.from_index == 1  # the first changed message, never past the copy's end
         assert refetched()[0] == 1
+
+
+def test_a_history_copy_after_a_restart_rereads_only_from_the_first_changed_message(fresh_db: str, sid: str) -> None:
+    # The fold remembers where its latest replaces started; a fold loaded from a snapshot (after
+    # a restart, on another instance) remembered none, and a copy read before a replace was
+    # answered with the whole history again.
+    def heard(seq: int, text: str) -> dict:
+        return {**user(text), "surfaceOp": {"op": "replace", "startSeq": seq, "endSeq": seq}, "sourceEventSeqs": [seq]}
+
+    server = ServerThread(fresh_db, snapshot_every_events=1)  # a snapshot after every batch
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            copy = client.history_copy(sid)
+            lease = client.acquire_lease(sid)
+            client.append(sid, lease, [system("sys"), *(user(f"u{n}") for n in range(1, 9))])  # seqs 0..8
+            client.refresh_history(copy)
+            client.append(sid, lease, [heard(6, "u6 heard"), user("u9")])  # seqs 9, 10: stored with a snapshot
+    finally:
+        server.stop(grace=0.5)
+    again = ServerThread(fresh_db, snapshot_every_events=1)  # loads the session from that snapshot
+    try:
+        with SessionLogClient(again.target) as client:
+            response = client.stub.GetModelHistory(copy.request())
+            assert response.from_index == 6  # where it was 0: the whole history again
+            assert [m["content"] for m in jsonvalue.loads(response.messages_json)] == ["u6 heard", "u7", "u8", "u9"]
+            copy.apply(response)
+            assert copy.complete and copy.messages == client.model_history(sid)
+    finally:
+        again.stop(grace=0.5)

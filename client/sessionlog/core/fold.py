@@ -142,7 +142,8 @@ class SessionFold:
         self._next_token = 0
         self._replace_starts: list[int] = []
         """The surface position each of the latest replaces started at, oldest first (up to
-        2 * RECENT_REPLACES; a cache, not in snapshots: a fold loaded from one starts empty)."""
+        2 * RECENT_REPLACES; snapshots keep the latest RECENT_REPLACES, so a fold loaded from
+        one answers `first_changed_message` as the fold that wrote it did)."""
 
     # ----------------------------------------------------------------- building
 
@@ -485,6 +486,7 @@ class SessionFold:
             node_info=[self._nodes[seq] for seq in self._surface.nodes],
             empty=sorted(self._empty),
             replace_generation=self._surface.replace_generation,
+            replace_starts=self._replace_starts[-RECENT_REPLACES:],
             structure=self._structure.snapshot(),
             header=self._latest_header,
             stats=self._stats.copy(),
@@ -500,6 +502,7 @@ class SessionFold:
         fold._surface = SurfaceState(list(snapshot.nodes), snapshot.replace_generation)
         fold._nodes = dict(zip(snapshot.nodes, snapshot.node_info, strict=True))
         fold._empty = set(snapshot.empty)
+        fold._replace_starts = list(snapshot.replace_starts)
         fold._history = None
         fold._structure = snapshot.structure.snapshot()
         fold._latest_header = snapshot.header

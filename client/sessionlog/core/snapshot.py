@@ -37,7 +37,8 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
 4: stats count the tool calls and tool errors of the importers' fallback `user/message`s, by the
    role of the message they carry (`projections.stats`).
 5: a pending tool call follows the surface node that carries its block, and a replace that drops
-   the block takes it off the surface (`ToolCallState.on_surface`): repair no longer answers it."""
+   the block takes it off the surface (`ToolCallState.on_surface`): repair no longer answers it;
+   a snapshot keeps where the latest replaces started (`replaceStarts`)."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}
@@ -59,6 +60,10 @@ class FoldSnapshot:
     node_info: list[SurfaceNode]
     empty: list[int]
     replace_generation: int
+    replace_starts: list[int]
+    """The surface position each of the latest replaces (up to `fold.RECENT_REPLACES`) started
+    at, oldest first: a history copy a few replaces old re-reads only from the first message
+    they changed, on any instance and after a restart (`SessionFold.first_changed_message`)."""
     structure: StructureState
     header: HeaderState | None
     stats: StatsAccumulator
@@ -92,6 +97,7 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
         "keys": keys,
         "empty": snapshot.empty,
         "generation": snapshot.replace_generation,
+        "replaceStarts": snapshot.replace_starts,
         "structure": [
             structure.last_turn,
             structure.open_turn,
@@ -170,6 +176,9 @@ def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
         node_info=info,
         empty=[_int(seq) for seq in body["empty"]],
         replace_generation=_int(body["generation"]),
+        # Absent from the first snapshots of version 5 (never released): none remembered, so a
+        # copy older than the snapshot is read again whole, as before.
+        replace_starts=[_int(start) for start in body.get("replaceStarts", [])],
         structure=structure,
         header=header,
         stats=stats,

@@ -31,7 +31,7 @@ from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.leases import LeaseHolder, LeaseManager
 from sessionlog_server.service.limits import RateLimiter
 from sessionlog_server.service.live import LiveSessions
-from sessionlog_server.service.loader import LiveSessionLoader, SessionLoader, SnapshotPolicy
+from sessionlog_server.service.loader import LiveSessionLoader, SessionLoader, SnapshotPolicy, SnapshotStore
 from sessionlog_server.service.messages import MessageCache
 from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.service.reader import EventReader
@@ -68,9 +68,9 @@ class SessionLogService:
             backlog_bytes=settings.commit_backlog_bytes,
             metrics=self.metrics,
         )
-        self.loader = SessionLoader(self.reader)
         self.snapshots = SnapshotPolicy(settings.snapshot_every_events, settings.snapshot_every_bytes)
-        self.loading = LiveSessionLoader(self.loader, self.reader, recorder, self.committer, self.snapshots)
+        self.loader = SessionLoader(self.reader, SnapshotStore(self.snapshots, recorder, self.committer))
+        self.loading = LiveSessionLoader(self.loader, self.reader, recorder)
         self.messages = MessageCache(self.reader, settings.message_cache_bytes)
         self.live = LiveSessions(self.loading.load, settings.session_cache_size, settings.session_cache_bytes)
         self.hub = SubscriptionHub(settings.subscriber_buffer_bytes)

@@ -10,6 +10,12 @@ When to store a snapshot is decided by `SnapshotPolicy`, in one place: after
 `snapshot_every_events` events, or an eighth of the surface's nodes when that is more (a
 snapshot costs O(surface), so on a large surface they are spaced out to keep the stored bytes
 proportional to the log), or after `snapshot_every_bytes` of payload.
+
+A load that has to fold a long stretch of the log (no usable snapshot near the wanted seq: a
+fold-version bump made every stored one stale, or none was ever taken) stores snapshots on its
+way at the policy's spacing (`SnapshotStore`), so the next read anywhere in that stretch starts
+near it. It takes them by the events rule only (a cold fold has no stored sizes at hand), so it
+never stores more than one per `snapshot_every_events` events.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from sessionlog.core.fold import SessionFold
 from sessionlog.core.snapshot import FOLD_VERSION, SnapshotUnusable, decode_snapshot, encode_snapshot
 from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.live import INHERITED_IDS, RECENT_IDS, LiveSession
-from sessionlog_server.service.reader import EventReader
+from sessionlog_server.service.reader import EventReader, Segment, segment_of
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import SessionRecord, StoredSnapshot
 
@@ -45,15 +51,35 @@ class SnapshotPolicy:
 
     def due(self, events_since: int, bytes_since: int, surface_nodes: int) -> bool:
         """Whether `events_since` events (`bytes_since` payload bytes) call for a new snapshot."""
-        spacing = surface_nodes // 8
-        if events_since >= max(self.every_events, spacing):
+        if self.due_by_events(events_since, surface_nodes):
             return True
-        return bytes_since >= self.every_bytes and events_since >= spacing
+        return bytes_since >= self.every_bytes and events_since >= surface_nodes // 8
+
+    def due_by_events(self, events_since: int, surface_nodes: int) -> bool:
+        """Whether `events_since` events call for a new snapshot, whatever their size."""
+        return events_since >= max(self.every_events, surface_nodes // 8)
 
     @staticmethod
     def stored(session_id: str, fold: SessionFold) -> StoredSnapshot:
         """The snapshot of `fold` as stored under `session_id` (at the fold's last seq)."""
         return StoredSnapshot(session_id, fold.next_seq - 1, FOLD_VERSION, encode_snapshot(fold.snapshot()))
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotStore:
+    """Where a long load keeps the snapshots it takes on its way: the writer thread, in queue
+    order with the commits. A cache: a write that fails is logged and the load goes on."""
+
+    policy: SnapshotPolicy
+    recorder: EventRecorder
+    committer: GroupCommitter
+
+    async def save(self, snapshots: list[StoredSnapshot]) -> None:
+        """Store `snapshots` in one transaction (one replaces a stale one at its seq)."""
+        try:
+            await self.committer.run_in_writer(self.recorder.save_snapshots, snapshots)
+        except SessionLogError as exc:
+            log.warning("snapshot not stored", session_id=snapshots[0].session_id, error=str(exc))
 
 
 @dataclass(slots=True)
@@ -65,23 +91,72 @@ class Loaded:
     """Events folded after the snapshot (or from seq 0 when none was usable)."""
     snapshot_seq: int | None
     """The seq of the snapshot the load started from, if any."""
+    stored_snapshots: int = 0
+    """Snapshots the load stored on its way (`SnapshotStore`)."""
+    events_since_snapshot: int = 0
+    """Events of the fold after its latest snapshot (one it stored, else the one it started from)."""
 
 
 class SessionLoader:
-    """Builds message-less folds of a session's log from snapshots and pages of events."""
+    """Builds message-less folds of a session's log from snapshots and pages of events; with a
+    `store`, a long fold stores snapshots on its way (see the module docstring)."""
 
-    def __init__(self, reader: EventReader, *, page_events: int = LOAD_PAGE_EVENTS) -> None:
+    def __init__(
+        self, reader: EventReader, store: SnapshotStore | None = None, *, page_events: int = LOAD_PAGE_EVENTS
+    ) -> None:
         self.reader = reader
+        self.store = store
         self.page_events = page_events
 
     async def fold_at(self, record: SessionRecord, at_seq: int | None = None) -> Loaded:
         """The fold of the session's log up to `at_seq` (inclusive; None = the head)."""
         target = record.next_seq - 1 if at_seq is None else at_seq
         fold, snapshot_seq = await self._start(record, target)
-        folded = 0
-        async for page in self.fold_pages(fold, record, target):
-            folded += len(page)
-        return Loaded(fold, folded, snapshot_seq)
+        loaded = Loaded(fold, 0, snapshot_seq)
+        segments = await self.reader.segments(record) if self.store is not None and target >= 0 else []
+        loop = asyncio.get_running_loop()
+        taken: list[StoredSnapshot] = []
+        saving: asyncio.Future[None] | None = None
+        async for page in self.reader.pages(record, fold.next_seq, target, self.page_events):
+            taken += await loop.run_in_executor(None, self._fold_page, loaded, page, segments)
+            if taken and self.store is not None and (saving is None or saving.done()):
+                # Stored as the load goes, while it folds on (one write at a time, the snapshots
+                # taken meanwhile in the next): a read whose deadline ends before a refold of a
+                # long log does leaves its retry a shorter one.
+                saving = asyncio.ensure_future(self.store.save(taken))
+                loaded.stored_snapshots += len(taken)
+                taken = []
+        if saving is not None:
+            await saving
+        if taken and self.store is not None:
+            await self.store.save(taken)
+            loaded.stored_snapshots += len(taken)
+        return loaded
+
+    def _fold_page(self, loaded: Loaded, page: list[Event], segments: list[Segment]) -> list[StoredSnapshot]:
+        """Fold `page` onto the load (on an executor thread); with a store, return the
+        snapshots the policy calls for on the way, each under the session whose rows hold its
+        seq (a fork's inherited prefix is its ancestor's, where every fork of it finds them)."""
+        fold = loaded.fold
+        loaded.folded_events += len(page)
+        if self.store is None:
+            fold.extend(page)
+            loaded.events_since_snapshot += len(page)
+            return []
+        policy = self.store.policy
+        taken: list[StoredSnapshot] = []
+        index = 0
+        while index < len(page):
+            # None is due before `every_events` events: fold up to there in one call.
+            chunk = page[index : index + max(1, policy.every_events - loaded.events_since_snapshot)]
+            fold.extend(chunk)
+            index += len(chunk)
+            loaded.events_since_snapshot += len(chunk)
+            if policy.due_by_events(loaded.events_since_snapshot, fold.surface_size):
+                owner = segment_of(segments, fold.next_seq - 1).session_id
+                taken.append(policy.stored(owner, fold))
+                loaded.events_since_snapshot = 0
+        return taken
 
     async def fold_pages(self, fold: SessionFold, record: SessionRecord, to_seq: int) -> AsyncIterator[list[Event]]:
         """Fold the events after the fold's head up to `to_seq` onto it, a page at a time (a
@@ -96,7 +171,7 @@ class SessionLoader:
         """The fold of the latest usable snapshot at or before `target`, or an empty fold."""
         if target < 0:
             return SessionFold(keep_messages=False), None
-        for stored in await self.reader.snapshots(record, target):
+        for stored in await self.reader.snapshots(record, target, FOLD_VERSION):
             try:
                 snapshot = decode_snapshot(stored.state)
             except SnapshotUnusable as exc:
@@ -112,27 +187,19 @@ class SessionLoader:
 class LiveSessionLoader:
     """Brings a session into the live cache (`load`) and keeps a cached one current (`catch_up`)."""
 
-    def __init__(
-        self,
-        loader: SessionLoader,
-        reader: EventReader,
-        recorder: EventRecorder,
-        committer: GroupCommitter,
-        snapshots: SnapshotPolicy,
-    ) -> None:
+    def __init__(self, loader: SessionLoader, reader: EventReader, recorder: EventRecorder) -> None:
         self.loader = loader
         self.reader = reader
         self.recorder = recorder
-        self.committer = committer
-        self.snapshots = snapshots
 
     async def load(self, session_id: str) -> LiveSession:
         """Load a session: its latest snapshot, then the events after it (trusted: validated
-        when appended). A load that had to fold many events stores a snapshot at its head, so
-        the next cold load is short."""
+        when appended). A load that had to fold many events stored snapshots on its way, so
+        the next cold load is short; the appends count their events from the latest one."""
         record = await self.reader.session(session_id)
         loaded = await self.loader.fold_at(record)
         live = LiveSession(record=record, fold=loaded.fold, durable_next_seq=loaded.fold.next_seq)
+        live.events_since_snapshot = loaded.events_since_snapshot
         recent = await self.reader.run(self.recorder.recent_event_ids, record.id, RECENT_IDS + 1)
         for event_id, seq in reversed(recent):
             live.recent_ids[event_id] = seq
@@ -140,12 +207,6 @@ class LiveSessionLoader:
         if record.fork_seq is not None:
             inherited = await self.reader.inherited_event_ids(record, INHERITED_IDS + 1)
             live.inherited_ids = dict(inherited) if len(inherited) <= INHERITED_IDS else None
-        if loaded.folded_events >= self.snapshots.every_events and live.fold.next_seq > 0:
-            stored = self.snapshots.stored(record.id, live.fold)
-            try:
-                await self.committer.run_in_writer(self.recorder.save_snapshot, stored)
-            except SessionLogError as exc:  # a cache: the load stands without it
-                log.warning("snapshot not stored", session_id=session_id, error=str(exc))
         return live
 
     async def catch_up(self, live: LiveSession, record: SessionRecord) -> None:
@@ -162,4 +223,4 @@ class LiveSessionLoader:
         live.record = record
 
 
-__all__ = ["LOAD_PAGE_EVENTS", "LiveSessionLoader", "Loaded", "SessionLoader", "SnapshotPolicy"]
+__all__ = ["LOAD_PAGE_EVENTS", "LiveSessionLoader", "Loaded", "SessionLoader", "SnapshotPolicy", "SnapshotStore"]

@@ -31,6 +31,14 @@ class Segment:
     last: int | None
 
 
+def segment_of(segments: Sequence[Segment], seq: int) -> Segment:
+    """The segment of `segments` (as `EventReader.segments` lists them) that holds `seq`."""
+    for segment in reversed(segments):
+        if segment.first <= seq:
+            return segment
+    raise ValueError(f"seq {seq} is in no segment")
+
+
 class EventReader:
     """Reads events and session rows on a pool of reader threads."""
 
@@ -134,8 +142,11 @@ class EventReader:
         out.sort(key=lambda event: event.seq)
         return out
 
-    async def snapshots(self, record: SessionRecord, max_seq: int, per_segment: int = 3) -> list[StoredSnapshot]:
-        """Stored fold snapshots usable for the session's log up to `max_seq`, newest first.
+    async def snapshots(
+        self, record: SessionRecord, max_seq: int, fold_version: int, per_segment: int = 3
+    ) -> list[StoredSnapshot]:
+        """Stored fold snapshots of fold code `fold_version` usable for the session's log up to
+        `max_seq`, newest first.
 
         A fork's log is its ancestors' prefix plus its own events, so an ancestor's snapshot at
         or before the cut is a snapshot of the fork's log too."""
@@ -144,7 +155,7 @@ class EventReader:
             if segment.first > max_seq:
                 continue
             high = max_seq if segment.last is None else min(max_seq, segment.last)
-            rows = await self.run(self.recorder.snapshots_before, segment.session_id, high, per_segment)
+            rows = await self.run(self.recorder.snapshots_before, segment.session_id, high, fold_version, per_segment)
             found.extend(row for row in rows if row.seq >= segment.first)
         return found
 

@@ -118,17 +118,13 @@ BLOBS_BY_DIGEST = select(BLOBS.c.sha256, BLOBS.c.content).where(
 
 SNAPSHOTS_BEFORE = (
     select(SNAPSHOTS.c.session_id, SNAPSHOTS.c.seq, SNAPSHOTS.c.fold_version, SNAPSHOTS.c.state)
-    .where(SNAPSHOTS.c.session_id == bindparam("session_id"), SNAPSHOTS.c.seq <= bindparam("max_seq"))
+    .where(
+        SNAPSHOTS.c.session_id == bindparam("session_id"),
+        SNAPSHOTS.c.seq <= bindparam("max_seq"),
+        SNAPSHOTS.c.fold_version == bindparam("fold_version"),
+    )
     .order_by(SNAPSHOTS.c.seq.desc())
     .limit(bindparam("limit"))
 )
-"""A session's own latest snapshots at or before a seq, newest first (parameters: session_id,
-max_seq, limit)."""
-
-SNAPSHOT_EXISTS = select(SNAPSHOTS.c.seq).where(
-    SNAPSHOTS.c.session_id == bindparam("session_id"), SNAPSHOTS.c.seq == bindparam("seq")
-)
-"""Whether a snapshot is stored at a seq (parameters: session_id, seq)."""
-
-INSERT_SNAPSHOT = SNAPSHOTS.insert()
-"""A snapshot row (parameters: its columns)."""
+"""A session's own latest snapshots of one fold version at or before a seq, newest first
+(parameters: session_id, max_seq, fold_version, limit)."""

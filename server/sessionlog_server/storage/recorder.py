@@ -596,19 +596,30 @@ class EventRecorder(ABC):
         with self._read() as conn:
             return [(eid, seq) for eid, seq in conn.execute(queries.RECENT_EVENT_IDS, params)]
 
-    def snapshots_before(self, session_id: str, max_seq: int, limit: int) -> list[StoredSnapshot]:
-        """The session's own latest `limit` snapshots at or before `max_seq`, newest first."""
-        params = {"session_id": session_id, "max_seq": max_seq, "limit": limit}
+    def snapshots_before(self, session_id: str, max_seq: int, fold_version: int, limit: int) -> list[StoredSnapshot]:
+        """The session's own latest `limit` snapshots written by fold code `fold_version` at or
+        before `max_seq`, newest first (those of other fold code are skipped in the query: after
+        a fold-version bump they are many, and none of them would do)."""
+        params = {"session_id": session_id, "max_seq": max_seq, "fold_version": fold_version, "limit": limit}
         with self._read() as conn:
             rows = conn.execute(queries.SNAPSHOTS_BEFORE, params)
             return [StoredSnapshot(sid, seq, version, bytes(state)) for sid, seq, version, state in rows]
 
-    def save_snapshot(self, snapshot: StoredSnapshot) -> None:
-        """Store a snapshot unless one is already stored at that seq (it would be equal)."""
+    def save_snapshots(self, snapshots: Sequence[StoredSnapshot]) -> None:
+        """Store snapshots in one transaction. One already stored at a seq stays if it was
+        written by the same fold code (it is equal) or newer; one of an older fold version is
+        replaced: it is ignored on every load, and a new one at its seq would else never be
+        stored, so loads there would fold from further back every time."""
+        mark = self.placeholder
         with self._write() as conn:
-            exists = conn.execute(queries.SNAPSHOT_EXISTS, {"session_id": snapshot.session_id, "seq": snapshot.seq})
-            if exists.first() is None:
-                conn.execute(queries.INSERT_SNAPSHOT, [snapshot._asdict()])
+            conn.exec_driver_sql(
+                "INSERT INTO fold_snapshots (session_id, seq, fold_version, state) "
+                f"VALUES ({mark}, {mark}, {mark}, {mark}) "
+                "ON CONFLICT (session_id, seq) DO UPDATE "
+                "SET fold_version = excluded.fold_version, state = excluded.state "
+                "WHERE fold_snapshots.fold_version < excluded.fold_version",
+                [(s.session_id, s.seq, s.fold_version, s.state) for s in snapshots],
+            )
 
 
 def lease_not_held(session_id: str, *, presented: bool = True) -> OwnershipLost:

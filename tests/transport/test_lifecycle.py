@@ -9,7 +9,17 @@ import pytest
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, OwnershipLost, ValidationError, WriterHeld
 from sessionlog.v1 import session_service_pb2 as pb
-from tests.support.events import assistant, note, step_start, system, tool_call, turn_end, turn_start, user
+from tests.support.events import (
+    assistant,
+    note,
+    step_start,
+    system,
+    tool_call,
+    tool_result,
+    turn_end,
+    turn_start,
+    user,
+)
 from tests.support.servers import ServerThread
 from tests.support.waiting import eventually
 
@@ -302,3 +312,21 @@ def test_repair_writes_no_result_for_calls_replaced_away(client: SessionLogClien
     info = client.resume(sid, takeover=True)
     assert [e.type for e in client.read_events(sid, from_seq=7)][: len(info.repair_seqs)] == ["step/end", "turn/end"]
     assert answered_calls(client.model_history(sid)) == ([], [])
+
+
+def test_a_result_for_a_call_a_replace_dropped_is_refused(client: SessionLogClient, sid: str) -> None:
+    # The answer is cut to what the user heard, keeping a and dropping b: the model history no
+    # longer holds b's toolCall block, so a result for b would stand in it with no call before it.
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([*open_turn_log(), heard(4, (("a", "ls"),))]).result()
+        with pytest.raises(ValidationError) as refused:
+            writer.append([tool_result(1, 1, "a", "ok"), tool_result(1, 1, "b", "done")]).result()
+    error = refused.value
+    assert error.reason == "TOOL_RESULT_CALL_DROPPED"
+    assert error.metadata["replaced_by"] == "6" and error.metadata["event_index"] == "1"
+    assert "seq 6" in error.message and "'b'" in error.message
+    assert client.get_session(sid).next_seq == 7  # nothing of the batch was written
+    with client.writer(sid) as writer:
+        writer.append([tool_result(1, 1, "a", "ok")]).result()
+    assert answered_calls(client.model_history(sid)) == (["a"], ["a"])

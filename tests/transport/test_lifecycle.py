@@ -330,3 +330,30 @@ def test_a_result_for_a_call_a_replace_dropped_is_refused(client: SessionLogClie
     with client.writer(sid) as writer:
         writer.append([tool_result(1, 1, "a", "ok")]).result()
     assert answered_calls(client.model_history(sid)) == (["a"], ["a"])
+
+
+def test_replacing_a_replaced_seq_names_the_replace_that_took_it(client: SessionLogClient, sid: str) -> None:
+    # A voice harness that keeps the seq of the answer it first logged replaces it a second
+    # time: the refusal says which replace took that seq off the surface, and which node stands
+    # for it now.
+    client.create_session(sid)
+
+    def refused(batch: list[dict]) -> ValidationError:
+        with client.writer(sid) as writer, pytest.raises(ValidationError) as info:
+            writer.append(batch).result()
+        return info.value
+
+    with client.writer(sid) as writer:
+        writer.append([*open_turn_log(), heard(4, (("a", "ls"),))]).result()
+    once = refused([heard(4, ())])
+    with client.writer(sid) as writer:
+        writer.append([heard(6, (("a", "ls"),), 4)]).result()
+    twice = refused([note(1), heard(4, ())])
+    log_only = refused([heard(2, ())])
+    assert once.reason == "SURFACE_RANGE_NOT_FOUND" and once.metadata["replaced_by"] == "6"
+    assert "start seq 4 is not on the surface: the replace at seq 6 took it off; replace seq 6" in once.message
+    assert twice.metadata["replaced_by"] == "6" and twice.metadata["event_index"] == "1"
+    assert "the replace at seq 6 took it off, then the one at seq 7 took seq 6 off; replace seq 7" in twice.message
+    assert "replaced_by" not in log_only.metadata
+    assert "seq 2 is a log-only event, never on the surface" in log_only.message
+    assert client.get_session(sid).next_seq == 8  # nothing of the refused batches was written

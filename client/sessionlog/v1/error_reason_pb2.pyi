@@ -519,12 +519,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Fix or regenerate the file; nothing was imported.
     """
     SURFACE_RANGE_NOT_FOUND: _ErrorReason.ValueType  # 56
-    """A replace's start or end seq is not on the surface.
+    """A replace's start or end seq is not on the surface. When a replace took it off (a seq
+    replaced once already), the service's message names that replace and each replace since,
+    up to the node that stands for it now; else it says the seq is a log-only event.
 
     Code: INVALID_ARGUMENT
-    Metadata: `field`, `seq`
+    Metadata: `field`, `seq`, `replaced_by` (the replace that took the named seq off, if one did)
     Raised by: core
-    Client: Read the surface (GetSurface) and replace nodes that are on it.
+    Client: Replace the node the message names (the one on the surface now), or read the
+      surface (GetSurface) and replace nodes that are on it.
     """
     SURFACE_RANGE_REVERSED: _ErrorReason.ValueType  # 57
     """A replace's start comes after its end in surface order.
@@ -1802,12 +1805,15 @@ Raised by: core
 Client: Fix or regenerate the file; nothing was imported.
 """
 SURFACE_RANGE_NOT_FOUND: ErrorReason.ValueType  # 56
-"""A replace's start or end seq is not on the surface.
+"""A replace's start or end seq is not on the surface. When a replace took it off (a seq
+replaced once already), the service's message names that replace and each replace since,
+up to the node that stands for it now; else it says the seq is a log-only event.
 
 Code: INVALID_ARGUMENT
-Metadata: `field`, `seq`
+Metadata: `field`, `seq`, `replaced_by` (the replace that took the named seq off, if one did)
 Raised by: core
-Client: Read the surface (GetSurface) and replace nodes that are on it.
+Client: Replace the node the message names (the one on the surface now), or read the
+  surface (GetSurface) and replace nodes that are on it.
 """
 SURFACE_RANGE_REVERSED: ErrorReason.ValueType  # 57
 """A replace's start comes after its end in surface order.

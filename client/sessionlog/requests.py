@@ -65,6 +65,8 @@ class HeaderReport:
     """What the service did with a reported request header (SPEC §6).
 
     `reason` is None when nothing was logged; `header_seq` is then the latest header's seq.
+    `starts_series` is true for `series` too, whose logged event carries no `startsSeries`
+    (its reason says it; docs/headers.md).
     """
 
     reason: str | None

@@ -67,7 +67,7 @@ class Builder:
     last_turn: int = 0
     step: int | None = None
     last_step: int = 0
-    calls: dict[str, list[Any]] = field(default_factory=dict)  # id -> [name, called, resulted]
+    calls: dict[str, list[Any]] = field(default_factory=dict)  # id -> [name, called, resulted, block, on]
     call_counter: int = 0
     time: int = 1000
     header: dict[str, Any] | None = None
@@ -92,9 +92,22 @@ class Builder:
             self.nodes.append(seq)
         elif isinstance(op, Replace):
             i, j = self.nodes.index(op.start_seq), self.nodes.index(op.end_seq)
+            self.restate(event, self.nodes[i : j + 1])
             self.nodes[i : j + 1] = [seq]
             self.gen += 1
+        if op == APPEND and data.get("source", {}).get("kind") == "copy":
+            self.restate(event, [])
         return event
+
+    def restate(self, event: Event, shadowed: list[int]) -> None:
+        """A replace (or copy) moves the open step's calls whose block it takes off the surface,
+        keeping only those it restates, and puts back the dropped calls it restates: a result
+        answers only a call whose block the model still sees (TOOL_RESULT_CALL_DROPPED)."""
+        content = event.data.get("message", {}).get("content")
+        kept = {b.get("id") for b in content if isinstance(b, dict)} if isinstance(content, list) else set()
+        for call_id, call in self.calls.items():
+            if (call[4] and call[3] in shadowed) or (not call[4] and call_id in kept):
+                call[3], call[4] = event.seq, call_id in kept
 
     def pos(self, x: int) -> dict[str, Any]:
         """Optional turn/step fields for a prompt: none, the turn, or turn and step."""
@@ -138,21 +151,24 @@ class Builder:
         if self.step is None:
             self.a2(x, y)
         content: list[dict[str, Any]] = [{"type": "text", "text": f"a{y}"}]
+        opened: list[tuple[str, str]] = []
         for _ in range(x % 4):
             self.call_counter += 1
             call_id, name = f"call{self.call_counter}", TOOLS[(x + self.call_counter) % 3]
             content.append({"type": "toolCall", "id": call_id, "name": name, "arguments": {"n": y}})
-            self.calls[call_id] = [name, False, False]
+            opened.append((call_id, name))
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if y % 3 == 0:
             message.update(provider="pa", model=f"ma{y % 2}")
         data: dict[str, Any] = {"turn": self.turn, "step": self.step, "message": message}
         if y % 2 == 0:
             data["usage"] = usage(y % 101)
-        self.emit("assistant/message", data, APPEND)
+        seq = self.emit("assistant/message", data, APPEND).seq
+        for call_id, name in opened:
+            self.calls[call_id] = [name, False, False, seq, True]
 
-    def pick(self, x: int, *, called: bool | None = None) -> str | None:
-        open_calls = [c for c, (_, was_called, done) in self.calls.items() if not done]
+    def pick(self, x: int, *, called: bool | None = None, on_surface: bool = False) -> str | None:
+        open_calls = [c for c, (_, _, done, _, on) in self.calls.items() if not done and (on or not on_surface)]
         if called is not None:
             open_calls = [c for c in open_calls if self.calls[c][1] == called]
         return open_calls[x % len(open_calls)] if open_calls else None
@@ -168,7 +184,7 @@ class Builder:
         )
 
     def a5(self, x: int, y: int) -> None:  # tool/result
-        call_id = self.pick(x)
+        call_id = self.pick(x, on_surface=True)
         if call_id is None:
             return self.a3(x, y)
         self.calls[call_id][2] = True

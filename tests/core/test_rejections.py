@@ -263,6 +263,21 @@ def _tool_result_unknown_call(log: Log) -> None:
     log.reject("TOOL_RESULT_UNKNOWN_CALL", "tool/result", result(1, 1, "c2"), op=APPEND)
 
 
+def _tool_result_call_dropped(log: Log) -> None:
+    # The answer cut to what was heard keeps c1 and drops c2; a later compaction of the cut
+    # answer keeps dropping it: the refusal names the replace that dropped it, seq 5.
+    log.in_step(("c1", "tool"), ("c2", "tool"))
+    log.add("assistant/message", assistant(1, 1, ("c1", "tool"), interrupted=True), op=Replace(4, 4), sources=(4,))
+    log.add("assistant/message", assistant(1, 1, ("c1", "tool"), text="[cut]"), op=Replace(5, 5), sources=(5,))
+    error = log.reject("TOOL_RESULT_CALL_DROPPED", "tool/result", result(1, 1, "c2"), op=APPEND)
+    assert error.metadata["replaced_by"] == "5" and "seq 5" in error.message
+    log.result(1, 1, "c1")  # the call the model still sees is answered
+    # a model-only copy that restates c2 (as after a compaction) puts it back: it may be answered
+    copy = assistant(1, 1, ("c1", "tool"), ("c2", "tool"), source={"kind": "copy"})
+    log.add("assistant/message", copy, op=APPEND, sources=(4,))
+    log.result(1, 1, "c2")
+
+
 def _tool_result_duplicate(log: Log) -> None:
     log.in_step(("c1", "tool"))
     log.result(1, 1, "c1")
@@ -373,6 +388,7 @@ CASES: dict[str, Callable[[Log], None]] = {
     "TOOL_ERROR_WITHOUT_IS_ERROR": _tool_error_without_is_error,
     "TOOL_RESULT_CALL_ID_MISSING": _tool_result_call_id_missing,
     "TOOL_RESULT_UNKNOWN_CALL": _tool_result_unknown_call,
+    "TOOL_RESULT_CALL_DROPPED": _tool_result_call_dropped,
     "TOOL_RESULT_DUPLICATE": _tool_result_duplicate,
     "HEADER_NOT_OBJECT": _header_not_object,
     "HEADER_SYSTEM_FORBIDDEN": _header_system_forbidden,

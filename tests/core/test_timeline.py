@@ -5,13 +5,16 @@ from __future__ import annotations
 import pytest
 
 from sessionlog.core.errors import ValidationError
-from sessionlog.core.events import Event
+from sessionlog.core.events import Event, Replace
 from sessionlog.core.projections.request import request
 from sessionlog.core.projections.stats import stats
 from sessionlog.core.projections.timeline import TimelineFold, timeline
+from sessionlog.core.projections.transcript import transcript
 from sessionlog.core.repair import commit_closers, open_turn_closers
 from sessionlog.core.request_diff import SurfaceDelta, request_diff
 from tests.support.scripted import COMPACTION_REPLACE_SEQ, DROPS, REQUEST_SEQS, committed
+
+from .builders import Log, assistant
 
 
 def repaired() -> list[Event]:
@@ -134,3 +137,37 @@ def test_a_fold_that_keeps_no_event_gives_the_same_timeline() -> None:
     assert out["stats"] == whole["stats"] and out["counts"] == whole["counts"]
     assert taken == {"requests": whole["requests"], "markers": whole["markers"]}
     assert out["turns"] == whole["turns"] and out["toolCalls"] == whole["toolCalls"]
+
+
+def _voice_log() -> list[Event]:
+    """A voice turn: the answer asks for a, b and c; the user barges in and the answer is cut to
+    what was heard, keeping a and dropping b (seq 7); a is answered; the step ends with c never
+    answered; repair is not needed (the step ended)."""
+    log = Log()
+    log.in_step(("a", "ls"), ("b", "rm"), ("c", "cat"))  # 0 .. 4
+    log.call(1, 1, "a", "ls")  # 5
+    log.result(1, 1, "a")  # 6
+    heard = assistant(1, 1, ("a", "ls"), ("c", "cat"), text="I'll", interrupted=True)
+    log.add("assistant/message", heard, op=Replace(4, 4), sources=(4,))  # 7
+    log.end_step()  # 8
+    log.end_turn(kind="aborted")  # 9
+    return log.events
+
+
+def test_tool_calls_a_replace_dropped_or_no_result_answered_are_not_pending() -> None:
+    fold = TimelineFold(keep_events=False)
+    for event in _voice_log()[:8]:
+        fold.add(event)
+    # While the step is open, b is dropped (a copy could still bring it back), c pending.
+    assert {c["callId"]: c["outcome"] for c in fold.tool_calls} == {"a": "ok", "b": "dropped", "c": "pending"}
+    view = timeline(_voice_log())
+    outcomes = {c["callId"]: c["outcome"] for c in view["toolCalls"]}
+    assert outcomes == {"a": "ok", "b": "dropped", "c": "unanswered"}
+    assert view["counts"]["toolCalls"] == 3 and view["counts"]["toolErrors"] == 0
+
+
+def test_a_replace_interrupted_answer_is_marked_in_the_transcript() -> None:
+    rows = {row["seq"]: row for row in transcript(_voice_log())}
+    assert rows[7]["kind"] == "replace" and rows[7]["interrupted"] is True
+    assert rows[4]["replacedBy"] == 7 and "interrupted" not in rows[4]
+    assert all("interrupted" not in row for seq, row in rows.items() if seq != 7)

@@ -9,7 +9,17 @@ import pytest
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, OwnershipLost, ValidationError, WriterHeld
 from sessionlog.v1 import session_service_pb2 as pb
-from tests.support.events import assistant, note, step_start, system, tool_call, turn_end, turn_start, user
+from tests.support.events import (
+    assistant,
+    note,
+    step_start,
+    system,
+    tool_call,
+    tool_result,
+    turn_end,
+    turn_start,
+    user,
+)
 from tests.support.servers import ServerThread
 from tests.support.waiting import eventually
 
@@ -317,3 +327,48 @@ def test_repair_writes_no_result_for_calls_replaced_away(client: SessionLogClien
     info = client.resume(sid, takeover=True)
     assert [e.type for e in client.read_events(sid, from_seq=7)][: len(info.repair_seqs)] == ["step/end", "turn/end"]
     assert answered_calls(client.model_history(sid)) == ([], [])
+
+
+def test_a_result_for_a_call_a_replace_dropped_is_refused(client: SessionLogClient, sid: str) -> None:
+    # The answer is cut to what the user heard, keeping a and dropping b: the model history no
+    # longer holds b's toolCall block, so a result for b would stand in it with no call before it.
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([*open_turn_log(), heard(4, (("a", "ls"),))]).result()
+        with pytest.raises(ValidationError) as refused:
+            writer.append([tool_result(1, 1, "a", "ok"), tool_result(1, 1, "b", "done")]).result()
+    error = refused.value
+    assert error.reason == "TOOL_RESULT_CALL_DROPPED"
+    assert error.metadata["replaced_by"] == "6" and error.metadata["event_index"] == "1"
+    assert "seq 6" in error.message and "'b'" in error.message
+    assert client.get_session(sid).next_seq == 7  # nothing of the batch was written
+    with client.writer(sid) as writer:
+        writer.append([tool_result(1, 1, "a", "ok")]).result()
+    assert answered_calls(client.model_history(sid)) == (["a"], ["a"])
+
+
+def test_replacing_a_replaced_seq_names_the_replace_that_took_it(client: SessionLogClient, sid: str) -> None:
+    # A voice harness that keeps the seq of the answer it first logged replaces it a second
+    # time: the refusal says which replace took that seq off the surface, and which node stands
+    # for it now.
+    client.create_session(sid)
+
+    def refused(batch: list[dict]) -> ValidationError:
+        with client.writer(sid) as writer, pytest.raises(ValidationError) as info:
+            writer.append(batch).result()
+        return info.value
+
+    with client.writer(sid) as writer:
+        writer.append([*open_turn_log(), heard(4, (("a", "ls"),))]).result()
+    once = refused([heard(4, ())])
+    with client.writer(sid) as writer:
+        writer.append([heard(6, (("a", "ls"),), 4)]).result()
+    twice = refused([note(1), heard(4, ())])
+    log_only = refused([heard(2, ())])
+    assert once.reason == "SURFACE_RANGE_NOT_FOUND" and once.metadata["replaced_by"] == "6"
+    assert "start seq 4 is not on the surface: the replace at seq 6 took it off; replace seq 6" in once.message
+    assert twice.metadata["replaced_by"] == "6" and twice.metadata["event_index"] == "1"
+    assert "the replace at seq 6 took it off, then the one at seq 7 took seq 6 off; replace seq 7" in twice.message
+    assert "replaced_by" not in log_only.metadata
+    assert "seq 2 is a log-only event, never on the surface" in log_only.message
+    assert client.get_session(sid).next_seq == 8  # nothing of the refused batches was written

@@ -17,6 +17,17 @@ from sessionlog.core.formats.replay import LABELS
 from sessionlog.core.projections.stats import STATS_KEYS, figure_label
 from sessionlog.core.request_diff import request_diff
 from tests.support.browser import chromium
+from tests.support.events import (
+    assistant,
+    step_end,
+    step_start,
+    system,
+    tool_call,
+    tool_result,
+    turn_end,
+    turn_start,
+    user,
+)
 from tests.support.scripted import COMPACTION_REPLACE_SEQ, SCRIPT_LIKE, write_scripted
 from tests.support.servers import ServerThread
 
@@ -134,3 +145,48 @@ def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient
         assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0
         assert driver.save_screenshot(str(tmp_path / "session-page.png"))
     assert (tmp_path / "session-page.png").stat().st_size > 10_000
+
+
+def test_a_voice_sessions_cut_answer_and_dropped_calls_on_the_page(
+    server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    # The answer asks for a, b and c; the user barges in and the answer is cut to what was heard
+    # (seq 7), keeping a and c and dropping b; a is answered, the step ends without c's result.
+    heard = assistant(1, 1, "I'll", calls=(("a", "ls"), ("c", "cat")))
+    heard["data"]["interrupted"] = True
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append(
+            [
+                system("sys"),
+                user("go"),
+                turn_start(1),
+                step_start(1, 1),
+                assistant(1, 1, "checking", calls=(("a", "ls"), ("b", "rm"), ("c", "cat"))),
+                tool_call(1, 1, "a", "ls"),
+                tool_result(1, 1, "a", "ok"),
+                {**heard, "surfaceOp": {"op": "replace", "startSeq": 4, "endSeq": 4}, "sourceEventSeqs": [4]},
+                step_end(1, 1),
+                turn_end(1, "aborted"),
+            ]
+        ).result()
+    assert [row.get("interrupted") for row in client.transcript(sid) if row["seq"] in (4, 7)] == [None, True]
+    page = tmp_path / "voice.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionlog", "--server", server.target, "view", sid, "-o", str(page)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    with chromium() as driver:
+        driver.get(page.as_uri())
+        WebDriverWait(driver, 20).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+        tools = driver.find_elements(By.CSS_SELECTOR, ".tool[data-tool-call-id]")
+        shown = {t.get_attribute("data-tool-call-id"): (t.get_attribute("data-outcome"), t.text) for t in tools}
+        assert {call: outcome for call, (outcome, _) in shown.items()} == {"a": "ok", "b": "dropped", "c": "unanswered"}
+        assert shown["b"][1] == "rm dropped" and shown["c"][1] == "cat unanswered"
+        cut = driver.find_elements(By.CSS_SELECTOR, '#transcript .row[data-interrupted="true"]')
+        assert [e.get_attribute("data-seq") for e in cut] == ["7"]
+        assert cut[0].find_element(By.CSS_SELECTOR, ".badge.interrupted").text == "interrupted"

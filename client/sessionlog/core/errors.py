@@ -43,6 +43,14 @@ class SessionLogError(Exception):
         given = {key: str(value) for key, value in metadata.items() if value is not None}
         return type(self)(self.reason, f"{where}: {self.message}", **{**self.metadata, **given})
 
+    def add_detail(self, detail: str, **metadata: object) -> None:
+        """Say more about the problem once it is known (something only the log can tell, looked
+        up after the core refused): `: detail` after the message, and `metadata` added (None
+        values left out)."""
+        self.message = f"{self.message}: {detail}"
+        self.args = (self.message,)
+        self.metadata.update({key: str(value) for key, value in metadata.items() if value is not None})
+
     def name_event(self, index: int) -> None:
         """Say which event of a batch is at fault: `event_index` metadata and an `event N: `
         prefix, once (an error re-raised through several layers is named by the first)."""

@@ -29,7 +29,7 @@ from sessionlog.core.surface import SurfaceNode
 from sessionlog.core.tool_calls import ToolCallState
 from sessionlog.core.vocabulary import ASSISTANT_MESSAGE, SYSTEM_MESSAGE, TOOL_RESULT, USER_MESSAGE
 
-FOLD_VERSION = 5
+FOLD_VERSION = 6
 """The version of the fold code a snapshot was written by. Bump it whenever what the fold
 computes from a log changes (a new field, a changed rule): older snapshots are then ignored.
 2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials).
@@ -38,7 +38,9 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
    role of the message they carry (`projections.stats`).
 5: a pending tool call follows the surface node that carries its block, and a replace that drops
    the block takes it off the surface (`ToolCallState.on_surface`): repair no longer answers it;
-   a snapshot keeps where the latest replaces started (`replaceStarts`)."""
+   a snapshot keeps where the latest replaces started (`replaceStarts`).
+6: a dropped call keeps the seq of the replace that dropped it (`block_seq`), which a refused
+   result names, where a later replace of that node moved it on."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}

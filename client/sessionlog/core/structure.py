@@ -21,9 +21,11 @@ Decisions (what a harness expects):
   are not checked against the open turn, do not open tool calls and do not pair with one.
   A replace that takes the node carrying a pending call's `toolCall` block off the surface
   either restates the block (the call now rides on the replacing node) or drops it (a voice
-  answer cut to what was heard): a dropped call is no longer pending for crash repair, whose
-  result would answer a call the model history does not hold; a copy (or replace) that
-  restates a dropped call's block puts it back (`plan_restated_calls`).
+  answer cut to what was heard): a dropped call is no longer pending for crash repair, and a
+  writer's `tool/result` for it is refused (TOOL_RESULT_CALL_DROPPED), as either would answer a
+  call the model history does not hold; a copy (or replace) that restates a dropped call's
+  block puts it back (`plan_restated_calls`). A `tool/call` for a dropped call is still
+  accepted: it records that the tool really started, which stays true.
 - Other known log-only events (`compaction/*`) are free, but a `turn`/`step` they carry must
   name the open turn/step. `request/*` and `session/end-seed` are allowed anywhere and not
   checked; unknown (ignorable) types are never checked.
@@ -285,11 +287,12 @@ def check_step_start(state: StructureState, event: Event) -> int:
 
 
 def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[int]) -> StructurePlan | None:
-    """What a replace or a model-only copy does to the open step's calls: each call whose block
-    rides on a node a replace takes off the surface (`shadowed`) now rides on the replacing
-    node, and stays on the surface only if the replacing message restates its `toolCall` block
-    (same id); a call off the surface whose block the event restates is back on it (a copy of
-    the message a compaction took). None when it touches no call."""
+    """What a replace or a model-only copy does to the open step's calls: each call on the
+    surface whose block rides on a node a replace takes off the surface (`shadowed`) now rides
+    on the replacing node, and stays on the surface only if the replacing message restates its
+    `toolCall` block (same id); a call off the surface whose block the event restates is back on
+    it (a copy of the message a compaction took). A call already off the surface keeps the seq
+    of the replace that dropped it (what a refused result names). None when it touches no call."""
     if not state.calls:
         return None
     gone = set(shadowed)
@@ -297,7 +300,7 @@ def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[
     moved = tuple(
         replace(call, block_seq=event.seq, on_surface=call.call_id in kept)
         for call in state.calls.values()
-        if call.block_seq in gone or (not call.on_surface and call.call_id in kept)
+        if (call.on_surface and call.block_seq in gone) or (not call.on_surface and call.call_id in kept)
     )
     return StructurePlan("restate_calls", event.seq, calls=moved) if moved else None
 

@@ -13,7 +13,7 @@ list, O(surface) in C; replaces are rare (compaction, trimming, prompt changes).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -195,6 +195,7 @@ def _endpoint_index(state: SurfaceState, event: Event, name: str, endpoint: int)
             f"surface replace: {name} seq {endpoint} is not on the surface",
             field="surfaceOp",
             seq=event.seq,
+            replaced_by=None,  # the fold cannot tell; the service adds it from the log (ReplacementChain)
         ) from None
 
 
@@ -349,6 +350,59 @@ def fold_surface(events: Sequence[Event], *, validate: bool = True) -> SurfaceFo
     return SurfaceFold(list(state.nodes), state.replace_generation, tuple(replacements))
 
 
+class ReplacementChain:
+    """Follows the replaces that took a seq off the surface, and then each replacing node in
+    turn: why a replace naming that seq found it missing (SURFACE_RANGE_NOT_FOUND), and which
+    node stands for it now (`detail`).
+
+    Start it from the surface (in surface order) at an event at or after the seq's own, then
+    `follow` the surface events after that one, in seq order, a page at a time (light rows do:
+    only seq, type and surface op are read), while it returns False. It stops at the first
+    replacing node that is on the surface now (`current`)."""
+
+    def __init__(self, seq: int, nodes: Sequence[int], current: Callable[[int], bool]) -> None:
+        self.seq = seq
+        self.was_on_surface = seq in nodes
+        self.chain: list[int] = []
+        self._state = SurfaceState(list(nodes))
+        self._current = current
+
+    @property
+    def done(self) -> bool:
+        """Nothing more to follow: the seq never was a node, or its chain reached the surface."""
+        return not self.was_on_surface or (bool(self.chain) and self._current(self.chain[-1]))
+
+    def follow(self, events: Iterable[Event]) -> bool:
+        """Fold more of the later surface events; returns `done`."""
+        for event in events:
+            if self.done:
+                break
+            plan = plan_surface_event(self._state, event, no_node_lookup, validate=False)
+            apply_surface_plan(self._state, plan)
+            if plan is not None and (self.chain[-1] if self.chain else self.seq) in plan.shadowed:
+                self.chain.append(plan.seq)
+        return self.done
+
+    def detail(self) -> str:
+        """What the chain tells a writer, for the refusal's message ('' when nothing)."""
+        if not self.was_on_surface:
+            return f"seq {self.seq} is a log-only event, never on the surface"
+        if not self.chain:
+            return ""
+        steps = [f"the replace at seq {self.chain[0]} took it off"]
+        steps += [
+            f"then the one at seq {seq} took seq {before} off"
+            for before, seq in zip(self.chain, self.chain[1:], strict=False)
+        ]
+        text = ", ".join(steps)
+        return f"{text}; replace seq {self.chain[-1]} instead" if self.done else text
+
+
+def no_node_lookup(seq: int) -> SurfaceNode:
+    """The node lookup of a trusted surface scan (`validate=False`), which never asks for one."""
+    raise AssertionError(f"a trusted surface scan looked up node {seq}")  # only validation asks
+
+
 def surface_messages(nodes: Sequence[int], event_at: EventLookup) -> list[dict[str, Any]]:
     """The model history of `nodes`: each node through `project_message`, None dropped."""
     out: list[dict[str, Any]] = []
@@ -362,6 +416,7 @@ def surface_messages(nodes: Sequence[int], event_at: EventLookup) -> list[dict[s
 __all__ = [
     "EventLookup",
     "NodeLookup",
+    "ReplacementChain",
     "SurfaceFold",
     "SurfaceNode",
     "SurfacePlan",
@@ -376,6 +431,7 @@ __all__ = [
     "check_tool_result_rewrite",
     "event_nodes",
     "fold_surface",
+    "no_node_lookup",
     "plan_surface_event",
     "replacement_range",
     "rewrite_key",

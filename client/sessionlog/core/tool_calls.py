@@ -22,10 +22,11 @@ class ToolCallState:
     """One tool call of the open step, opened by a `toolCall` block of an assistant message.
 
     `block_seq` is the surface node that carries the call's block: the assistant message that
-    opened it, or the latest replace of that node. `on_surface` is false once a replace took the
-    block off the surface without restating it (a voice answer cut to what the user heard): the
-    model no longer sees the call, so crash repair writes no result for it, which would answer a
-    call missing from the model history (`structure.plan_restated_calls`).
+    opened it, or the latest replace of that node; once a replace took the block off the surface
+    without restating it (a voice answer cut to what the user heard), `on_surface` is false and
+    `block_seq` stays that replace's seq. The model no longer sees the call, so crash repair
+    writes no result for it and a writer's result is refused (`check_tool_result`): either would
+    answer a call missing from the model history (`structure.plan_restated_calls`).
     """
 
     call_id: str
@@ -146,6 +147,18 @@ def check_tool_result(event: Event, calls: Mapping[str, ToolCallState], turn: in
             f"tool/result at seq {event.seq}: call {call_id!r} already has its result at seq {call.result_seq}",
             field="data.message.toolCallId",
             seq=event.seq,
+        )
+    if not call.on_surface:
+        # SPEC §3 refuses a result for an unknown call: the model no longer knows this one, and
+        # its result would stand in the model history with no call before it.
+        raise ValidationError(
+            "TOOL_RESULT_CALL_DROPPED",
+            f"tool/result at seq {event.seq}: call {call_id!r} is no longer in the model history: the replace "
+            f"at seq {call.block_seq} took its toolCall block off the surface; restate the block (a replace "
+            f"or a model-only copy that keeps it) before answering the call",
+            field="data.message.toolCallId",
+            seq=event.seq,
+            replaced_by=call.block_seq,
         )
     check_tool_error(event)
     return call_id

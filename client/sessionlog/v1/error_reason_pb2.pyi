@@ -488,6 +488,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: core
     Client: Append one result per call; rewrite a result with a replace.
     """
+    TOOL_RESULT_CALL_DROPPED: _ErrorReason.ValueType  # 143
+    """A `tool/result` answers a call whose `toolCall` block a replace took off the surface without
+    restating it (a voice answer cut to what the user heard, dropping a call it had announced).
+    The model history no longer holds the call, so its result would stand there with no call
+    before it, which model providers refuse: to the model the call is unknown (SPEC §3).
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`, `seq`, `replaced_by` (the replace that dropped the call)
+    Raised by: core
+    Client: Do not answer a call the model was not left with; to answer it, first restate its
+      toolCall block (a replace of the `replaced_by` node, or a model-only copy, that keeps it).
+    """
     TOOL_ERROR_WITHOUT_IS_ERROR: _ErrorReason.ValueType  # 54
     """A `tool/result` carries `data.error` but not `message.isError: true`.
 
@@ -507,12 +519,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Fix or regenerate the file; nothing was imported.
     """
     SURFACE_RANGE_NOT_FOUND: _ErrorReason.ValueType  # 56
-    """A replace's start or end seq is not on the surface.
+    """A replace's start or end seq is not on the surface. When a replace took it off (a seq
+    replaced once already), the service's message names that replace and each replace since,
+    up to the node that stands for it now; else it says the seq is a log-only event.
 
     Code: INVALID_ARGUMENT
-    Metadata: `field`, `seq`
+    Metadata: `field`, `seq`, `replaced_by` (the replace that took the named seq off, if one did)
     Raised by: core
-    Client: Read the surface (GetSurface) and replace nodes that are on it.
+    Client: Replace the node the message names (the one on the surface now), or read the
+      surface (GetSurface) and replace nodes that are on it.
     """
     SURFACE_RANGE_REVERSED: _ErrorReason.ValueType  # 57
     """A replace's start comes after its end in surface order.
@@ -1285,6 +1300,7 @@ class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     - `from_seq`, `resume_seq`: where a subscription asked to start, where it should start again;
     - `limit`, `size`: a configured limit and the offending size; `retry_after_ms`: when to retry;
     - `type`: the event type; `header_reason`: the reason the service decided;
+    - `replaced_by`: the seq of the replace that took the named seq or call off the surface;
     - `line`, `offset`, `entry`: where in a file (line number, byte offset, Pi entry id).
 
     An error about one event of an appended batch also carries `event_index`, the event's index
@@ -1760,6 +1776,18 @@ Metadata: `field`, `seq`
 Raised by: core
 Client: Append one result per call; rewrite a result with a replace.
 """
+TOOL_RESULT_CALL_DROPPED: ErrorReason.ValueType  # 143
+"""A `tool/result` answers a call whose `toolCall` block a replace took off the surface without
+restating it (a voice answer cut to what the user heard, dropping a call it had announced).
+The model history no longer holds the call, so its result would stand there with no call
+before it, which model providers refuse: to the model the call is unknown (SPEC §3).
+
+Code: INVALID_ARGUMENT
+Metadata: `field`, `seq`, `replaced_by` (the replace that dropped the call)
+Raised by: core
+Client: Do not answer a call the model was not left with; to answer it, first restate its
+  toolCall block (a replace of the `replaced_by` node, or a model-only copy, that keeps it).
+"""
 TOOL_ERROR_WITHOUT_IS_ERROR: ErrorReason.ValueType  # 54
 """A `tool/result` carries `data.error` but not `message.isError: true`.
 
@@ -1779,12 +1807,15 @@ Raised by: core
 Client: Fix or regenerate the file; nothing was imported.
 """
 SURFACE_RANGE_NOT_FOUND: ErrorReason.ValueType  # 56
-"""A replace's start or end seq is not on the surface.
+"""A replace's start or end seq is not on the surface. When a replace took it off (a seq
+replaced once already), the service's message names that replace and each replace since,
+up to the node that stands for it now; else it says the seq is a log-only event.
 
 Code: INVALID_ARGUMENT
-Metadata: `field`, `seq`
+Metadata: `field`, `seq`, `replaced_by` (the replace that took the named seq off, if one did)
 Raised by: core
-Client: Read the surface (GetSurface) and replace nodes that are on it.
+Client: Replace the node the message names (the one on the surface now), or read the
+  surface (GetSurface) and replace nodes that are on it.
 """
 SURFACE_RANGE_REVERSED: ErrorReason.ValueType  # 57
 """A replace's start comes after its end in surface order.

@@ -1254,7 +1254,9 @@ class GetTranscriptResponse(_message.Message):
     AT_SEQ_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     rows_json: _builtins.bytes
-    """The rows, a JSON array as UTF-8 text; each row has seq, time, kind, type, data, replacedBy."""
+    """The rows, a JSON array as UTF-8 text; each row has seq, time, kind, type, data, replacedBy
+    (and `interrupted: true` on a message or replace row whose event carries it).
+    """
     at_seq: _builtins.int
     """The last seq the projection covers."""
     next_page_token: _builtins.str

@@ -65,6 +65,8 @@
   const pct = (x) => (100 * x).toFixed(1) + "%";
   const secs = (ms) => (ms === null || ms === undefined ? "open" : (ms / 1000).toFixed(ms < 10000 ? 2 : 0) + " s");
 
+  // Tool calls without a result: still `pending`, `dropped` by a replace, or `unanswered` (step ended).
+  const UNANSWERED = new Set(["pending", "dropped", "unanswered"]);
   const markerKey = (m) => (m.kind === "header" ? `header:${m.reason}` : m.kind);
   const requestBySeq = new Map(D.requests.map((r) => [r.seq, r]));
   const rowBySeq = new Map(D.transcript.map((r, i) => [r.seq, i]));
@@ -345,7 +347,7 @@
             el("span", { class: "step-label" }, `step ${s.step} · ${secs(s.durationMs)} · requests ${s.requests.join(", ") || "–"}`));
           for (const c of callsOf.get(`${t.turn}.${s.step}`) || []) {
             step.append(el("span", { class: `tool outcome-${c.outcome}`, "data-tool-call-id": c.callId, "data-seq": c.blockSeq, "data-outcome": c.outcome, title: c.errorCode || c.outcome },
-              `${c.name} ${c.outcome === "pending" ? "pending" : secs(c.durationMs)}${c.errorCode ? " " + c.errorCode : ""}`));
+              `${c.name} ${UNANSWERED.has(c.outcome) ? c.outcome : secs(c.durationMs)}${c.errorCode ? " " + c.errorCode : ""}`));
           }
           turn.append(step);
         }
@@ -377,9 +379,10 @@
         const classes = ["row", `kind-${r.kind}`];
         if (r.replacedBy !== null) classes.push("replaced");
         if (r.isError) classes.push("error");
-        const row = el("div", { class: classes.join(" "), "data-seq": r.seq, "data-kind": r.kind, "data-replaced-by": r.replacedBy, "data-replaces": r.replaces ? r.replaces.join(",") : null },
+        if (r.interrupted) classes.push("interrupted");
+        const row = el("div", { class: classes.join(" "), "data-seq": r.seq, "data-kind": r.kind, "data-replaced-by": r.replacedBy, "data-replaces": r.replaces ? r.replaces.join(",") : null, "data-interrupted": r.interrupted ? "true" : null },
           el("span", { class: "seq" }, r.seq), el("span", { class: "type" }, r.kind === "replace" ? `⤷ ${r.type} replaces ${r.replaces.length} node(s)` : (r.role || r.type)),
-          el("span", { class: "text" }, r.text));
+          el("span", { class: "text" }, r.interrupted ? el("span", { class: "badge interrupted" }, "interrupted") : null, r.text));
         if (r.replacedBy !== null) {
           row.append(el("a", { href: `#seq-${r.replacedBy}`, class: "replaced-by", onclick: (e) => { e.preventDefault(); goToSeq(r.replacedBy); } }, `replaced by ${r.replacedBy}`));
         }

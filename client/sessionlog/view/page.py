@@ -142,6 +142,8 @@ def row_shown(row: TranscriptRow) -> JsonObject:
     }
     if isinstance(message, dict) and message.get("isError") is True:
         out["isError"] = True
+    if row.get("interrupted") is True:
+        out["interrupted"] = True
     if row["kind"] == "replace":
         out["replaces"] = row["replaces"]
     return out

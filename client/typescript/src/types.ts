@@ -214,8 +214,9 @@ export interface ProjectionOptions {
 export type ModelHistory = Message[];
 
 interface TranscriptRowBase { seq: number; time: number; replacedBy: number | null }
-/** A surface event that entered with `append`; `data` is its projected message. */
-export interface TranscriptMessageRow extends TranscriptRowBase { kind: "message"; type: string; data: Message }
+/** A surface event that entered with `append`; `data` is its projected message; `interrupted`
+ * when the event says the user cut the answer off. */
+export interface TranscriptMessageRow extends TranscriptRowBase { kind: "message"; type: string; data: Message; interrupted?: true }
 /** A log-only event; `data` is the event's data. */
 export interface TranscriptEventRow extends TranscriptRowBase { kind: "event"; type: string; data: JsonObject }
 /** Where a replacing event (a compaction summary, a trimmed tool result) landed. */
@@ -227,6 +228,8 @@ export interface TranscriptReplaceRow extends TranscriptRowBase {
   startSeq: number;
   endSeq: number;
   data: Message;
+  /** The replacing event says the answer was cut off (a voice answer cut to what was heard). */
+  interrupted?: true;
 }
 export type TranscriptRow = TranscriptMessageRow | TranscriptEventRow | TranscriptReplaceRow;
 

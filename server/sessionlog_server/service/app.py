@@ -85,6 +85,7 @@ class SessionLogService:
             self.live,
             self.committer,
             self.reader,
+            self.loader,
             self.hub,
             self.metrics,
             RateLimiter(settings.max_events_per_second),

@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import validate
 from sessionlog.core.errors import ExpectedSeqMismatch, OwnershipLost, SessionLogError, ValidationError
-from sessionlog.core.events import Event, NewEvent
+from sessionlog.core.events import Event, NewEvent, Replace
 from sessionlog.core.limits import Limits
+from sessionlog.core.surface import ReplacementChain
 from sessionlog_server.service import access
 from sessionlog_server.service.append import AppendPlan, plan_append, validate_proposals
 from sessionlog_server.service.clock import now_ms
@@ -27,7 +28,7 @@ from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.leases import LeaseHolder
 from sessionlog_server.service.limits import Charge, RateLimiter
 from sessionlog_server.service.live import LiveSession, LiveSessions
-from sessionlog_server.service.loader import SnapshotPolicy
+from sessionlog_server.service.loader import SessionLoader, SnapshotPolicy
 from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.service.reader import EventReader
 from sessionlog_server.service.subscriptions import SubscriptionHub
@@ -53,6 +54,7 @@ class AppendPipeline:
         live: LiveSessions,
         committer: GroupCommitter,
         reader: EventReader,
+        loader: SessionLoader,
         hub: SubscriptionHub,
         metrics: Metrics,
         rate_limiter: RateLimiter,
@@ -65,6 +67,7 @@ class AppendPipeline:
         self.live = live
         self.committer = committer
         self.reader = reader
+        self.loader = loader
         self.hub = hub
         self.metrics = metrics
         self.rate_limiter = rate_limiter
@@ -126,10 +129,11 @@ class AppendPipeline:
     ) -> asyncio.Future[AppendResult]:
         try:
             return await self._plan_locked(live, holder, proposals, expected_next_seq, raw, charge)
-        except ValidationError:
+        except ValidationError as exc:
             # A retry of events older than what the session remembers is planned as new and
             # may not fit the log any more: look its eventIds up, and plan it once again.
             if not await self._remember_stored(live, proposals):
+                await self._explain_off_surface(live, proposals, exc)
                 raise
             await self._check_retries(live, proposals, _known_seqs(live, proposals))
             return await self._plan_locked(live, holder, proposals, expected_next_seq, raw, charge)
@@ -154,6 +158,35 @@ class AppendPipeline:
                 raw=raw,
                 charge=charge,
             )
+
+    async def _explain_off_surface(
+        self, live: LiveSession, proposals: Sequence[NewEvent], exc: ValidationError
+    ) -> None:
+        """A replace refused because a seq it names is not on the surface: say which replace took
+        that seq off, and which node stands for it now (`replaced_by`, the first), or that it is
+        a log-only event. The fold keeps no record of what replaced what (its memory follows the
+        surface), so the log tells: the fold at that seq (from a snapshot), then the surface
+        operations after it, as light rows, until a replacing node on the surface now. Only
+        this refusal reads them."""
+        if exc.reason != "SURFACE_RANGE_NOT_FOUND":
+            return
+        index = int(exc.metadata.get("event_index", "-1"))
+        op = proposals[index].surface_op if 0 <= index < len(proposals) else None
+        if not isinstance(op, Replace):
+            return
+        fold = live.fold  # as before the refused batch
+        gone = [seq for seq in (op.start_seq, op.end_seq) if seq < fold.next_seq and not fold.on_surface(seq)]
+        if not gone:
+            return  # an event of the refused batch itself
+        record = live.record
+        nodes = (await self.loader.fold_at(record, gone[0])).fold.surface_view()["nodes"]
+        chain = ReplacementChain(gone[0], nodes, fold.on_surface)
+        if not chain.done:
+            async for page in self.reader.surface_ops(record, gone[0] + 1, fold.next_seq - 1):
+                if chain.follow(page):
+                    break
+        if detail := chain.detail():
+            exc.add_detail(detail, replaced_by=chain.chain[0] if chain.chain else None)
 
     async def _check_retries(
         self, live: LiveSession, proposals: Sequence[NewEvent], known: Sequence[int | None]

@@ -25,7 +25,7 @@ from sessionlog.core.messages import project_message
 from sessionlog.core.projections.request import request_view
 from sessionlog.core.projections.transcript import TranscriptRow, transcript_row
 from sessionlog.core.repair import commit_closers
-from sessionlog.core.surface import SurfaceNode, SurfaceState, apply_surface_plan, plan_surface_event
+from sessionlog.core.surface import SurfaceState, apply_surface_plan, no_node_lookup, plan_surface_event
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.page_tokens import decode_token, encode_token, request_tag, unissued_token
 from sessionlog_server.storage.records import SessionRecord
@@ -253,7 +253,7 @@ class _ReplaceScan:
         self.pending: set[int] = set()
 
     def add(self, event: Event) -> None:
-        plan = plan_surface_event(self.surface, event, _no_node, validate=False)
+        plan = plan_surface_event(self.surface, event, no_node_lookup, validate=False)
         if plan is not None and (self.page_end is None or plan.seq <= self.page_end):
             self.page_nodes.append(plan.seq)
         if plan is not None and plan.kind == "replace":
@@ -284,10 +284,6 @@ async def _with_repair(pages: AsyncIterator[list[Event]], repair: list[Event]) -
 def _surface_of(fold: SessionFold) -> tuple[list[int], int]:
     view = fold.surface_view()
     return list(view["nodes"]), int(view["replaceGeneration"])
-
-
-def _no_node(seq: int) -> SurfaceNode:
-    raise AssertionError(f"a trusted surface scan looked up node {seq}")  # only validation asks
 
 
 def _page_size(requested: int, default: int) -> int:

@@ -22,7 +22,10 @@ Definitions (each recomputable if it proves wrong, SPEC §1.6):
   `replace` (which surface range, by which event), or `none`: the request bytes kept the old
   prefix, so the provider's cache expired or was cold (`gapMs` says how long it waited).
 - A tool call's **outcome**: `ok`, `error` (`isError`), `repaired` (a crash-repair or fork
-  closer: `TOOL_OUTCOME_UNKNOWN` / `TOOL_NOT_STARTED`), or `pending` (no result yet).
+  closer: `TOOL_OUTCOME_UNKNOWN` / `TOOL_NOT_STARTED`), `dropped` (a replace took its `toolCall`
+  block off the surface without restating it, as the append checks and crash repair decide it:
+  `structure.plan_restated_calls`; a copy that restates it makes it pending again),
+  `unanswered` (its step ended without a result), or `pending` (no result yet, step open).
   **durationMs** runs from its `tool/call` (else from the assistant message that asked for it)
   to its result.
 """
@@ -39,6 +42,7 @@ from sessionlog.core.messages import is_copy, message_of, project_message, sourc
 from sessionlog.core.projections.stats import StatsAccumulator, is_model_call, usage_of
 from sessionlog.core.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
 from sessionlog.core.request_diff import SurfaceDelta, describe, header_change
+from sessionlog.core.structure import StructureState, apply_structure_plan, trusted_structure_plan
 from sessionlog.core.surface import (
     SurfaceNode,
     SurfacePlan,
@@ -117,6 +121,8 @@ class TimelineFold:
     open_turns: dict[int, JsonObject] = field(default_factory=dict)
     open_steps: dict[tuple[int, int], JsonObject] = field(default_factory=dict)
     open_calls: dict[str, JsonObject] = field(default_factory=dict)
+    structure: StructureState = field(default_factory=StructureState)
+    """Which calls of the open step the model still sees (the append path's rule)."""
 
     def event_at(self, seq: int) -> Event:
         return self.events[seq]
@@ -151,7 +157,21 @@ class TimelineFold:
             inherited = event.data.get("inherited") is True
             self._marker(event, "fork" if inherited else "resume")
         self._structure(event)
+        self._calls_on_surface(event, plan)
         return plan
+
+    def _calls_on_surface(self, event: Event, plan: SurfacePlan | None) -> None:
+        """A replace or copy that takes a call's block off the surface, or restates it, makes the
+        call `dropped` or `pending` again (the structure fold decides, as at append)."""
+        shadowed = plan.shadowed if plan is not None else ()
+        moved = trusted_structure_plan(self.structure, event, shadowed)
+        apply_structure_plan(self.structure, moved)
+        if moved is None or moved.kind != "restate_calls":
+            return
+        for call in moved.calls:
+            record = self.open_calls.get(call.call_id)
+            if record is not None and record["resultSeq"] is None:
+                record["outcome"] = "pending" if call.on_surface else "dropped"
 
     def _surface_moved(self, event: Event, plan: SurfacePlan) -> None:
         if plan.kind == "replace":
@@ -262,6 +282,7 @@ class TimelineFold:
         elif kind == STEP_END and turn is not None and step is not None and (turn, step) in self.open_steps:
             record = self.open_steps.pop((turn, step))
             record.update(endSeq=event.seq, durationMs=event.time - record["startTime"])
+            self._close_calls(turn, step)
         elif is_model_call(event):
             self._response(event, turn, step)
         elif kind == TOOL_CALL:
@@ -298,6 +319,15 @@ class TimelineFold:
                 owner["toolCalls"] += 1
             if isinstance(call_id, str):
                 self.open_calls[call_id] = call
+
+    def _close_calls(self, turn: int, step: int) -> None:
+        """The step ended: its calls without a result get none now (`unanswered`, or `dropped`
+        if the model no longer saw them)."""
+        ended = [key for key, call in self.open_calls.items() if (call["turn"], call["step"]) == (turn, step)]
+        for key in ended:
+            call = self.open_calls.pop(key)
+            if call["outcome"] == "pending":
+                call["outcome"] = "unanswered"
 
     def _result(self, event: Event) -> None:
         message = message_of(event) or {}

@@ -15,6 +15,10 @@ must not erase conversation the user already saw. Row shapes (every row has `seq
   declared range, `data` its projected message; `replacedBy` is set if a later replace took the
   replacement itself off the surface.
 
+A message or replace row whose event says `data.interrupted: true` (an answer the user cut
+off, or a replace of it by what the user heard) carries `interrupted: true`: the event's flag
+sits beside its message, which is all `data` holds.
+
 Not rows: `system/message` events, appended or replacing (model history, not conversation;
 the prompt is inspected through the request view, as in dsh), and appended model-only copies
 (`data.source.kind == "copy"`).
@@ -73,8 +77,9 @@ def transcript_row(event: Event, replaced: int | None, replaces: list[int]) -> T
     if event.type == SYSTEM_MESSAGE or is_copy(event):
         return None
     op = event.surface_op
+    row: TranscriptRow
     if isinstance(op, Replace):
-        return {
+        row = {
             "seq": event.seq,
             "time": event.time,
             "kind": "replace",
@@ -86,11 +91,15 @@ def transcript_row(event: Event, replaced: int | None, replaces: list[int]) -> T
             "data": message_of(event),
             "replacedBy": replaced,
         }
-    return {
-        "seq": event.seq,
-        "time": event.time,
-        "kind": "message",
-        "type": event.type,
-        "data": message_of(event),
-        "replacedBy": replaced,
-    }
+    else:
+        row = {
+            "seq": event.seq,
+            "time": event.time,
+            "kind": "message",
+            "type": event.type,
+            "data": message_of(event),
+            "replacedBy": replaced,
+        }
+    if event.data.get("interrupted") is True:
+        row["interrupted"] = True
+    return row

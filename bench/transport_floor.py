@@ -32,7 +32,7 @@ from bench.stats import latency_ms
 from sessionlog_server.config import Settings
 from sessionlog_server.transport.collector import DEFAULT_THRESHOLDS, tune_collector
 from sessionlog_server.transport.event_loop import run
-from sessionlog_server.transport.grpc_core import apply_server_experiments
+from sessionlog_server.transport.grpc_core import apply_server_options
 
 SERVICE = "bench.Echo"
 
@@ -185,7 +185,7 @@ def _echo_server() -> Iterator[tuple[int, str]]:
     """The echo server in a process of its own: its pid and address."""
     # With the gRPC options `serve` sets (transport/grpc_core.py), so the floor is a sessionlog
     # server's: the process started here loads gRPC with them.
-    apply_server_experiments()
+    apply_server_options()
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
     port = free_port()

@@ -7,7 +7,9 @@ defaults whatever it set afterwards."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from bench.procs import worker_pids
-from sessionlog_server.transport.grpc_core import GRPC_EXPERIMENTS, SERVER_EXPERIMENTS, apply_server_experiments
+from sessionlog_server.transport.grpc_core import (
+    GRPC_EXPERIMENTS,
+    GRPC_VERBOSITY,
+    SERVER_EXPERIMENTS,
+    SERVER_VERBOSITY,
+    apply_server_options,
+)
+from tests.security.test_tls_limits_metrics import make_certificate
 from tests.support.servers import ServerProcess
 from tests.support.waiting import eventually
 
@@ -26,16 +35,20 @@ def test_the_cli_loads_grpc_only_when_a_command_connects() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_apply_sets_the_servers_experiments_unless_the_environment_has_its_own(
+def test_apply_sets_the_servers_options_unless_the_environment_has_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(GRPC_EXPERIMENTS, raising=False)
-    apply_server_experiments()
-    assert os.environ[GRPC_EXPERIMENTS] == SERVER_EXPERIMENTS
-    for own in ("", "-event_engine_client"):
-        monkeypatch.setenv(GRPC_EXPERIMENTS, own)
-        apply_server_experiments()
-        assert os.environ[GRPC_EXPERIMENTS] == own
+    for name, value, own in (
+        (GRPC_EXPERIMENTS, SERVER_EXPERIMENTS, "-event_engine_client"),
+        (GRPC_VERBOSITY, SERVER_VERBOSITY, "DEBUG"),
+    ):
+        monkeypatch.delenv(name, raising=False)
+        apply_server_options()
+        assert os.environ[name] == value
+        for mine in ("", own):
+            monkeypatch.setenv(name, mine)
+            apply_server_options()
+            assert os.environ[name] == mine
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -64,3 +77,27 @@ def test_serve_starts_its_workers_with_the_servers_experiments(tmp_path: Path) -
 
 def test_serve_keeps_an_operators_own_setting(tmp_path: Path) -> None:
     assert _worker_setting(tmp_path, "own", {GRPC_EXPERIMENTS: ""}) == {""}
+
+
+def test_a_failed_tls_handshake_writes_no_line_that_is_not_json(tmp_path: Path) -> None:
+    """The service's log is one JSON object per line (README, Configuration and deployment), and
+    a log shipper parses it so. gRPC core logs through absl, which without `GRPC_VERBOSITY`
+    writes its INFO lines to stderr: every plaintext client or port scanner that reached a TLS
+    server added a line `I1205 ... Handshake failed with error SSL_ERROR_SSL: ...`, which anyone
+    could repeat at will. `serve` sets gRPC's verbosity to ERROR unless the environment has its own."""
+    key, cert = make_certificate(tmp_path)
+    server = ServerProcess(
+        f"sqlite:///{tmp_path / 'tls'}.db",
+        env={"SESSIONLOG_WORKERS": "1", "SESSIONLOG_TLS_CERT_FILE": str(cert), "SESSIONLOG_TLS_KEY_FILE": str(key)},
+    )
+    server.env.pop(GRPC_VERBOSITY, None)  # the suite's own process sets it (tests/__init__.py)
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port or 0), timeout=5) as plain:
+            plain.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            assert plain.recv(100) == b""  # the server closed it: the handshake has failed
+    finally:
+        server.terminate()
+    assert server.log, "the server wrote no line at all"
+    for line in server.log:
+        assert line.startswith("{") and isinstance(json.loads(line), dict), line

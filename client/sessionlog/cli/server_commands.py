@@ -63,9 +63,9 @@ def serve(
     ] = None,
 ) -> None:
     """Run the sessionlog service (embedded SQLite by default) until SIGTERM, SIGINT or SIGHUP (a graceful stop)."""
-    from sessionlog_server.transport.grpc_core import apply_server_experiments
+    from sessionlog_server.transport.grpc_core import apply_server_options
 
-    apply_server_experiments()  # before anything below loads gRPC (transport/grpc_core.py)
+    apply_server_options()  # before anything below loads gRPC (transport/grpc_core.py)
     from sessionlog_server.config import Settings
     from sessionlog_server.logging import configure
     from sessionlog_server.transport.collector import parse_thresholds

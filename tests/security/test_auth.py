@@ -155,3 +155,22 @@ def test_each_call_is_logged_with_its_caller_and_refused_tokens_too(secured: Ser
     refused = [e for e in logs if e.get("status") == "UNAUTHENTICATED"]
     assert [e["reason"] for e in refused] == ["TOKEN_UNKNOWN", "TOKEN_MISSING"]
     assert all("not-a-real-token" not in repr(e) for e in logs)  # the token presented is not logged
+
+
+def test_each_calls_log_line_names_its_session_by_the_callers_id(secured: ServerThread, sid: str) -> None:
+    # An operator finds a session's calls by `session_id` beside `namespace`: the writer
+    # stream's line said `team-a:<id>` (the service's key) where every other call said `<id>`,
+    # and a fork's `child` was the key too, so filtering on the id missed every Write.
+    with capture_logs() as logs, connect(secured, ALICE) as alice:
+        alice.create_session(sid)
+        with alice.writer(sid) as writer:
+            writer.append([system("s"), user("u")]).result()
+        alice.fork(sid, 1, f"{sid}-f")
+    lines = {e["method"]: e for e in logs if e["event"] == "rpc"}
+    assert {m: lines[m].get("session_id") for m in ("CreateSession", "Write", "ForkSession")} == {
+        "CreateSession": sid,
+        "Write": sid,
+        "ForkSession": sid,
+    }
+    assert lines["ForkSession"]["child"] == f"{sid}-f"
+    assert all(line.get("namespace") == "team-a" for line in lines.values())

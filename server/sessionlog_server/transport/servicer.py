@@ -330,7 +330,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self, request: pb.ForkSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.ForkSessionResponse:
         result = await lifecycle.fork(self.service, request.session_id, request.at_seq, request.new_session_id or None)
-        note(child=result.record.id, fork_seq=request.at_seq)
+        note(child=access.public_id(result.record.id), fork_seq=request.at_seq)
         return pb.ForkSessionResponse(session=session_to_pb(result.record), repair_seqs=result.repair_seqs)
 
     @status.streaming
@@ -378,7 +378,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
             )
         )
         holder = granted.holder
-        note(session_id=holder.session_id, writer_id=holder.writer_id, epoch=holder.epoch)
+        note(session_id=access.public_id(holder.session_id), writer_id=holder.writer_id, epoch=holder.epoch)
         pump = asyncio.ensure_future(self._pump(context, stream))
         try:
             welcome = pb.WriterOpened(

@@ -156,3 +156,24 @@ def test_a_wheel_installed_outside_the_checkout_upgrades_and_serves(wheel: Path,
     finally:
         codes = _stop([proc])
     assert codes == [0]
+
+
+def test_the_image_carries_every_vendored_file_the_build_script_makes() -> None:
+    """The image builds the page's chart library itself (no `make` there): each file that
+    scripts/build_view_assets.sh puts in the view's vendor folder (the licence included) must be
+    copied into the image's vendor folder too, where the image left uPlot's licence out."""
+    script = (ROOT / "scripts" / "build_view_assets.sh").read_text()
+    made: set[str] = set()
+    for line in script.splitlines():
+        words = shlex.split(line) if line.startswith("cp ") else []
+        if words and words[-1].startswith("client/sessionlog/view/vendor/"):
+            named = words[-1].removeprefix("client/sessionlog/view/vendor/")
+            made |= {named} if named else {Path(source).name for source in words[1:-1]}
+    assert made >= {"uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE"}
+    copied: set[str] = set()
+    for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and words[-1].startswith("./client/sessionlog/view/vendor/"):
+            named = words[-1].removeprefix("./client/sessionlog/view/vendor/")
+            copied |= {named} if named else {Path(source).name for source in words[2:-1]}
+    assert copied == made

@@ -260,6 +260,16 @@ def test_a_read_at_an_old_seq_after_a_fold_version_bump_stores_snapshots_on_its_
     assert _current_snapshots(fresh_db, sid)[-1] == record.next_seq + 34
 
 
+def _damaged(state: bytes, damage: str) -> bytes:
+    """A stored snapshot's state made unusable: its bytes cut ("bytes"), or a body of a format
+    this code does not read under its column's fold version ("version")."""
+    if damage == "bytes":
+        return state[:-7] + b"garbage"
+    body = jsonvalue.loads(zlib.decompress(state))
+    body["v"] = 999
+    return zlib.compress(jsonvalue.dumps_bytes(body))
+
+
 @pytest.mark.parametrize("damage", ["bytes", "version"])
 def test_damaged_or_foreign_snapshots_are_ignored_and_answers_do_not_change(
     own_server: Any, fresh_db: str, sid: str, damage: str
@@ -275,15 +285,9 @@ def test_damaged_or_foreign_snapshots_are_ignored_and_answers_do_not_change(
         rows = conn.execute(text("SELECT seq, state FROM fold_snapshots WHERE session_id = :s"), {"s": sid}).all()
         assert rows, "the policy wrote snapshots"
         for seq, state in rows:
-            if damage == "bytes":
-                broken = bytes(state)[:-7] + b"garbage"
-            else:
-                body = jsonvalue.loads(zlib.decompress(bytes(state)))
-                body["v"] = 999
-                broken = zlib.compress(jsonvalue.dumps_bytes(body))
             conn.execute(
                 text("UPDATE fold_snapshots SET state = :b WHERE session_id = :s AND seq = :q"),
-                {"b": broken, "s": sid, "q": seq},
+                {"b": _damaged(bytes(state), damage), "s": sid, "q": seq},
             )
     engine.dispose()
     cold = own_server()
@@ -291,6 +295,43 @@ def test_damaged_or_foreign_snapshots_are_ignored_and_answers_do_not_change(
         assert _everything(client, sid) == expected
         lease = client.acquire_lease(sid)  # and it can still be written
         client.append(sid, lease, [ev.user("after the damage")])
+
+
+@pytest.mark.parametrize("damage", ["bytes", "version"])
+def test_a_damaged_snapshot_is_replaced_by_the_next_one_stored_at_its_seq(
+    own_server: Any, fresh_db: str, sid: str, damage: str
+) -> None:
+    """A damaged snapshot of the current fold version was kept as "equal" when a walk stored a
+    new one at its seq, so every load there ignored it and folded from the one before."""
+    server = own_server()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        _fill(client, sid, 30, per_batch=5)  # 210 events
+        expected = client.model_history(sid, at_seq=120)
+    own_server.stop(server)
+    engine = create_engine(fresh_db)
+    with engine.begin() as conn:  # no snapshot: a read at 120 walks from seq 0, storing 49 and 99
+        conn.execute(text("DELETE FROM fold_snapshots WHERE session_id = :s"), {"s": sid})
+    cold = own_server()
+    record = cold.call(cold.service.reader.session(sid))
+    walked = cold.call(cold.service.loader.fold_at(record, 120))
+    assert (walked.snapshot_seq, walked.stored_snapshots) == (None, 2)
+    assert _current_snapshots(fresh_db, sid) == [49, 99]
+    with engine.begin() as conn:
+        (state,) = conn.execute(
+            text("SELECT state FROM fold_snapshots WHERE session_id = :s AND seq = 99"), {"s": sid}
+        ).one()
+        conn.execute(
+            text("UPDATE fold_snapshots SET state = :b WHERE session_id = :s AND seq = 99"),
+            {"b": _damaged(bytes(state), damage), "s": sid},
+        )
+    engine.dispose()
+    past_damage = cold.call(cold.service.loader.fold_at(record, 120))  # ignores 99, walks from 49
+    assert (past_damage.snapshot_seq, past_damage.folded_events, past_damage.stored_snapshots) == (49, 71, 1)
+    again = cold.call(cold.service.loader.fold_at(record, 120))  # the one it stored at 99 replaced it
+    assert (again.snapshot_seq, again.folded_events) == (99, 21)
+    with SessionLogClient(cold.target) as client:
+        assert client.model_history(sid, at_seq=120) == expected
 
 
 def test_a_cached_session_catches_up_with_what_another_instance_wrote(own_server: Any, sid: str) -> None:

@@ -15,7 +15,8 @@ A load that has to fold a long stretch of the log (no usable snapshot near the w
 fold-version bump made every stored one stale, or none was ever taken) stores snapshots on its
 way at the policy's spacing (`SnapshotStore`), so the next read anywhere in that stretch starts
 near it. It takes them by the events rule only (a cold fold has no stored sizes at hand), so it
-never stores more than one per `snapshot_every_events` events.
+never stores more than one per `snapshot_every_events` events. A stored snapshot the load
+cannot use (damaged) is deleted, so the next one taken at its seq replaces it.
 """
 
 from __future__ import annotations
@@ -81,6 +82,14 @@ class SnapshotStore:
         except SessionLogError as exc:
             log.warning("snapshot not stored", session_id=snapshots[0].session_id, error=str(exc))
 
+    async def discard(self, unusable: list[StoredSnapshot]) -> None:
+        """Delete snapshots a load found unusable, so the next one taken at their seq replaces
+        them (`EventRecorder.discard_snapshots`); in queue order, before the load's own saves."""
+        try:
+            await self.committer.run_in_writer(self.recorder.discard_snapshots, unusable)
+        except SessionLogError as exc:
+            log.warning("snapshot not discarded", session_id=unusable[0].session_id, error=str(exc))
+
 
 @dataclass(slots=True)
 class Loaded:
@@ -111,7 +120,9 @@ class SessionLoader:
     async def fold_at(self, record: SessionRecord, at_seq: int | None = None) -> Loaded:
         """The fold of the session's log up to `at_seq` (inclusive; None = the head)."""
         target = record.next_seq - 1 if at_seq is None else at_seq
-        fold, snapshot_seq = await self._start(record, target)
+        fold, snapshot_seq, unusable = await self._start(record, target)
+        if unusable and self.store is not None:
+            await self.store.discard(unusable)
         loaded = Loaded(fold, 0, snapshot_seq)
         segments = await self.reader.segments(record) if self.store is not None and target >= 0 else []
         loop = asyncio.get_running_loop()
@@ -167,21 +178,25 @@ class SessionLoader:
             await loop.run_in_executor(None, fold.extend, page)
             yield page
 
-    async def _start(self, record: SessionRecord, target: int) -> tuple[SessionFold, int | None]:
-        """The fold of the latest usable snapshot at or before `target`, or an empty fold."""
+    async def _start(self, record: SessionRecord, target: int) -> tuple[SessionFold, int | None, list[StoredSnapshot]]:
+        """The fold of the latest usable snapshot at or before `target` (or an empty fold), its
+        seq, and the later stored ones it could not use."""
+        unusable: list[StoredSnapshot] = []
         if target < 0:
-            return SessionFold(keep_messages=False), None
+            return SessionFold(keep_messages=False), None, unusable
         for stored in await self.reader.snapshots(record, target, FOLD_VERSION):
             try:
                 snapshot = decode_snapshot(stored.state)
             except SnapshotUnusable as exc:
                 log.info("snapshot ignored", session_id=record.id, seq=stored.seq, reason=str(exc))
+                unusable.append(stored)
                 continue
             if snapshot.seq != stored.seq:
                 log.info("snapshot ignored", session_id=record.id, seq=stored.seq, reason="seq does not match")
+                unusable.append(stored)
                 continue
-            return SessionFold.from_snapshot(snapshot), stored.seq
-        return SessionFold(keep_messages=False), None
+            return SessionFold.from_snapshot(snapshot), stored.seq, unusable
+        return SessionFold(keep_messages=False), None, unusable
 
 
 class LiveSessionLoader:

@@ -78,7 +78,7 @@ class Servers:
         self.running: list[ServerThread] = []
 
     def __call__(self, **settings: Any) -> ServerThread:
-        server = ServerThread(self.db, lease_ttl_ms=5_000, snapshot_every_events=SNAPSHOT_EVERY, **settings)
+        server = ServerThread(self.db, **{"lease_ttl_ms": 5_000, "snapshot_every_events": SNAPSHOT_EVERY, **settings})
         self.running.append(server)
         return server
 
@@ -258,6 +258,37 @@ def test_a_read_at_an_old_seq_after_a_fold_version_bump_stores_snapshots_on_its_
     with SessionLogClient(cold.target) as client:  # the appends count on from the latest snapshot
         _fill(client, sid, 5, prefix="more", first_turn=61)  # 20 events since 399, then 35 more
     assert _current_snapshots(fresh_db, sid)[-1] == record.next_seq + 34
+
+
+def test_a_walk_over_large_payloads_stores_snapshots_by_their_bytes_too(own_server: Any, sid: str) -> None:
+    """A cold fold storing snapshots on its way applied only the policy's events rule: events
+    whose strings went to blobs had no stored length at hand, so a session of large payloads got
+    a walk snapshot every `snapshot_every_events` events rather than every `snapshot_every_bytes`."""
+    server = own_server(blob_threshold_bytes=1024, snapshot_every_events=1000, snapshot_every_bytes=300_000)
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        for first in range(0, 200, 50):  # 200 events of 10,000 bytes each, in blobs
+            client.append(sid, lease, [ev.user(f"{n:05d}" + "x" * 9_995) for n in range(first, first + 50)])
+        expected = _everything(client, sid)
+    own_server.stop(server)
+    engine = create_engine(own_server.db)
+    with engine.begin() as conn:  # as after a fold-version bump: a walk from seq 0
+        conn.execute(text("DELETE FROM fold_snapshots WHERE session_id = :s"), {"s": sid})
+    engine.dispose()
+    cold = own_server(blob_threshold_bytes=1024, snapshot_every_events=1000, snapshot_every_bytes=300_000)
+    record = cold.call(cold.service.reader.session(sid))
+    walked = cold.call(cold.service.loader.fold_at(record))
+    assert walked.snapshot_seq is None
+    # The 30th large one (seq 30, after a small first event) brings the payload past 300,000
+    # bytes, and so on every 30.
+    assert _current_snapshots(own_server.db, sid) == [30, 60, 90, 120, 150, 180]
+    assert (walked.stored_snapshots, walked.events_since_snapshot) == (6, 20)
+    assert 200_000 <= walked.bytes_since_snapshot < 210_000
+    again = cold.call(cold.service.loader.fold_at(record, 100))
+    assert (again.snapshot_seq, again.folded_events) == (90, 10)
+    with SessionLogClient(cold.target) as client:
+        assert _everything(client, sid) == expected
 
 
 def _damaged(state: bytes, damage: str) -> bytes:

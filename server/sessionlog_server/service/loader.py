@@ -14,8 +14,8 @@ proportional to the log), or after `snapshot_every_bytes` of payload.
 A load that has to fold a long stretch of the log (no usable snapshot near the wanted seq: a
 fold-version bump made every stored one stale, or none was ever taken) stores snapshots on its
 way at the policy's spacing (`SnapshotStore`), so the next read anywhere in that stretch starts
-near it. It takes them by the events rule only (a cold fold has no stored sizes at hand), so it
-never stores more than one per `snapshot_every_events` events. A stored snapshot the load
+near it: by both its rules, the bytes counted from what each event's data takes in storage
+(`Event.stored_size`: its row's text and the blobs it references). A stored snapshot the load
 cannot use (damaged) is deleted, so the next one taken at its seq replaces it.
 """
 
@@ -104,6 +104,8 @@ class Loaded:
     """Snapshots the load stored on its way (`SnapshotStore`)."""
     events_since_snapshot: int = 0
     """Events of the fold after its latest snapshot (one it stored, else the one it started from)."""
+    bytes_since_snapshot: int = 0
+    """The stored bytes of those events' data (`Event.stored_size`)."""
 
 
 class SessionLoader:
@@ -150,23 +152,33 @@ class SessionLoader:
         seq (a fork's inherited prefix is its ancestor's, where every fork of it finds them)."""
         fold = loaded.fold
         loaded.folded_events += len(page)
+        sizes = [event.stored_size or 0 for event in page]
         if self.store is None:
             fold.extend(page)
             loaded.events_since_snapshot += len(page)
+            loaded.bytes_since_snapshot += sum(sizes)
             return []
         policy = self.store.policy
         taken: list[StoredSnapshot] = []
         index = 0
         while index < len(page):
-            # None is due before `every_events` events: fold up to there in one call.
-            chunk = page[index : index + max(1, policy.every_events - loaded.events_since_snapshot)]
-            fold.extend(chunk)
-            index += len(chunk)
-            loaded.events_since_snapshot += len(chunk)
-            if policy.due_by_events(loaded.events_since_snapshot, fold.surface_size):
+            # None is due before `every_events` events or `every_bytes` bytes: fold up to the
+            # first of those in one call.
+            stop = min(len(page), index + max(1, policy.every_events - loaded.events_since_snapshot))
+            room = policy.every_bytes - loaded.bytes_since_snapshot
+            end = index
+            while end < stop and room > 0:
+                room -= sizes[end]
+                end += 1
+            end = max(end, index + 1)
+            fold.extend(page[index:end])
+            loaded.events_since_snapshot += end - index
+            loaded.bytes_since_snapshot += sum(sizes[index:end])
+            index = end
+            if policy.due(loaded.events_since_snapshot, loaded.bytes_since_snapshot, fold.surface_size):
                 owner = segment_of(segments, fold.next_seq - 1).session_id
                 taken.append(policy.stored(owner, fold))
-                loaded.events_since_snapshot = 0
+                loaded.events_since_snapshot = loaded.bytes_since_snapshot = 0
         return taken
 
     async def fold_pages(self, fold: SessionFold, record: SessionRecord, to_seq: int) -> AsyncIterator[list[Event]]:
@@ -215,6 +227,7 @@ class LiveSessionLoader:
         loaded = await self.loader.fold_at(record)
         live = LiveSession(record=record, fold=loaded.fold, durable_next_seq=loaded.fold.next_seq)
         live.events_since_snapshot = loaded.events_since_snapshot
+        live.bytes_since_snapshot = loaded.bytes_since_snapshot
         recent = await self.reader.run(self.recorder.recent_event_ids, record.id, RECENT_IDS + 1)
         for event_id, seq in reversed(recent):
             live.recent_ids[event_id] = seq

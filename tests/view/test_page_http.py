@@ -219,6 +219,36 @@ def test_a_read_failing_part_way_ends_the_page_with_what_failed(
     assert [(e["session_id"], e["caller"]) for e in failed] == [(sid, "alice")]
 
 
+def test_an_unexpected_failure_part_way_ends_the_page_as_an_internal_error(
+    secured: ServerThread, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure that is no sessionlog error (a bug) closed the connection mid-page: with no
+    Content-Length, a browser or a script could not tell the page was cut. It ends the page as
+    a read failure does, logged with its traceback, its text kept from the client."""
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        alice.create_session(sid)
+        lease = alice.acquire_lease(sid)
+        alice.append(sid, lease, [note(n) for n in range(1200)])
+    monkeypatch.setattr(page, "PART_EVENTS", 100)
+    read_events = secured.service.read_events
+
+    async def failing(*args: Any) -> AsyncIterator[list[Event]]:
+        async for events in read_events(*args):
+            yield events
+            raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(secured.service, "read_events", failing)
+    with capture_logs() as logs:
+        status, html, _ = get(secured, f"/sessions/{sid}", f"Bearer {ALICE}")
+    assert status == 200 and html.count('class="sessionlog-part"') == 5  # the first read's 500 events
+    assert html.endswith("This page is incomplete: reading the log failed (INTERNAL: internal error).</p>\n")
+    assert "secret internals" not in html
+    assert 'id="sessionlog-data"' not in html and "sessionlog-ready" not in html
+    failed = [e for e in logs if e["event"] == "page incomplete"]
+    assert [(e["session_id"], e["caller"], e["exc_info"]) for e in failed] == [(sid, "alice", True)]
+    assert "secret internals" in failed[0]["error"]
+
+
 def test_pages_need_tls_off_loopback(db_url: str, sid: str, tmp_path: Path) -> None:
     key, cert = make_certificate(tmp_path)
     token = "Bearer " + ALICE

@@ -151,6 +151,8 @@ class AdminHttp:
         except BaseException:
             _log_page(line, started)
             raise
+        if environ.get("REQUEST_METHOD") == "HEAD":
+            body = _headers_only(body)
         return _logged(body, line, started)
 
     def _session_page(
@@ -307,6 +309,17 @@ class AdminHttp:
     async def _next_page(principal: access.Principal, pages: AsyncGenerator[list[Event], None]) -> list[Event] | None:
         access.bind(principal)  # each step runs as a task of its own, with a context of its own
         return await anext(pages, None)
+
+
+def _headers_only(body: Iterable[bytes]) -> Iterator[bytes]:
+    """The answer to a HEAD request: `body` closed unsent, so a page that is rendered as it is
+    sent is never rendered (its session was looked up: a missing one is still 404). One empty
+    part sends the headers as they are: a streamed page's without a length, where the WSGI
+    server would say `Content-Length: 0` of a body that ends before its headers went out."""
+    close = getattr(body, "close", None)
+    if close is not None:
+        close()
+    yield b""
 
 
 def _incomplete(reason: str) -> bytes:

@@ -291,6 +291,20 @@ def test_a_walk_over_large_payloads_stores_snapshots_by_their_bytes_too(own_serv
         assert _everything(client, sid) == expected
 
 
+def test_appends_of_large_payloads_store_snapshots_by_their_bytes(own_server: Any, sid: str) -> None:
+    """The appends counted a batch's bytes as its stored text with the blob strings taken out,
+    so payloads that went to blobs counted a few bytes each: a session of them got a snapshot
+    every `snapshot_every_events` events only, however many MB they held."""
+    server = own_server(blob_threshold_bytes=1024, snapshot_every_events=1000, snapshot_every_bytes=300_000)
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        for first in range(0, 120, 40):  # batches of 40 events of 10,000 bytes each, in blobs
+            client.append(sid, lease, [ev.user(f"{n:05d}" + "x" * 9_995) for n in range(first, first + 40)])
+    # 400 kB a batch: the first one past 300 kB since the last snapshot ends where one is taken.
+    assert _current_snapshots(own_server.db, sid) == [40, 80, 120]
+
+
 def _damaged(state: bytes, damage: str) -> bytes:
     """A stored snapshot's state made unusable: its bytes cut ("bytes"), or a body of a format
     this code does not read under its column's fold version ("version")."""

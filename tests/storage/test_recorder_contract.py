@@ -364,6 +364,15 @@ class RecorderContract:
         assert [(s.seq, s.state) for s in self.recorder.snapshots_before(sid, 10, 3, 5)] == [(5, b"newer-5")]
         assert self.recorder.snapshots_before(sid, 10, 1, 5) == []
 
+    def test_a_discarded_snapshot_makes_room_for_the_next_at_its_seq_unless_it_changed(self, sid: str) -> None:
+        # A damaged one of the current fold code was kept as equal: loads ignored it forever.
+        self.recorder.create_session(session(sid))
+        self.recorder.save_snapshots([StoredSnapshot(sid, 3, 2, b"damaged"), StoredSnapshot(sid, 5, 2, b"good-5")])
+        self.recorder.discard_snapshots([StoredSnapshot(sid, 3, 2, b"damaged"), StoredSnapshot(sid, 5, 2, b"read")])
+        self.recorder.save_snapshots([StoredSnapshot(sid, 3, 2, b"new-3"), StoredSnapshot(sid, 5, 2, b"new-5")])
+        found = self.recorder.snapshots_before(sid, 10, 2, 5)
+        assert [(s.seq, s.state) for s in found] == [(5, b"good-5"), (3, b"new-3")]
+
 
 class TestSQLiteRecorder(RecorderContract):
     data_type_sql = "SELECT typeof(data), data FROM events WHERE session_id = ?"

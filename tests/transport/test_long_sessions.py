@@ -78,7 +78,7 @@ class Servers:
         self.running: list[ServerThread] = []
 
     def __call__(self, **settings: Any) -> ServerThread:
-        server = ServerThread(self.db, lease_ttl_ms=5_000, snapshot_every_events=SNAPSHOT_EVERY, **settings)
+        server = ServerThread(self.db, **{"lease_ttl_ms": 5_000, "snapshot_every_events": SNAPSHOT_EVERY, **settings})
         self.running.append(server)
         return server
 
@@ -260,6 +260,61 @@ def test_a_read_at_an_old_seq_after_a_fold_version_bump_stores_snapshots_on_its_
     assert _current_snapshots(fresh_db, sid)[-1] == record.next_seq + 34
 
 
+def test_a_walk_over_large_payloads_stores_snapshots_by_their_bytes_too(own_server: Any, sid: str) -> None:
+    """A cold fold storing snapshots on its way applied only the policy's events rule: events
+    whose strings went to blobs had no stored length at hand, so a session of large payloads got
+    a walk snapshot every `snapshot_every_events` events rather than every `snapshot_every_bytes`."""
+    server = own_server(blob_threshold_bytes=1024, snapshot_every_events=1000, snapshot_every_bytes=300_000)
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        for first in range(0, 200, 50):  # 200 events of 10,000 bytes each, in blobs
+            client.append(sid, lease, [ev.user(f"{n:05d}" + "x" * 9_995) for n in range(first, first + 50)])
+        expected = _everything(client, sid)
+    own_server.stop(server)
+    engine = create_engine(own_server.db)
+    with engine.begin() as conn:  # as after a fold-version bump: a walk from seq 0
+        conn.execute(text("DELETE FROM fold_snapshots WHERE session_id = :s"), {"s": sid})
+    engine.dispose()
+    cold = own_server(blob_threshold_bytes=1024, snapshot_every_events=1000, snapshot_every_bytes=300_000)
+    record = cold.call(cold.service.reader.session(sid))
+    walked = cold.call(cold.service.loader.fold_at(record))
+    assert walked.snapshot_seq is None
+    # The 30th large one (seq 30, after a small first event) brings the payload past 300,000
+    # bytes, and so on every 30.
+    assert _current_snapshots(own_server.db, sid) == [30, 60, 90, 120, 150, 180]
+    assert (walked.stored_snapshots, walked.events_since_snapshot) == (6, 20)
+    assert 200_000 <= walked.bytes_since_snapshot < 210_000
+    again = cold.call(cold.service.loader.fold_at(record, 100))
+    assert (again.snapshot_seq, again.folded_events) == (90, 10)
+    with SessionLogClient(cold.target) as client:
+        assert _everything(client, sid) == expected
+
+
+def test_appends_of_large_payloads_store_snapshots_by_their_bytes(own_server: Any, sid: str) -> None:
+    """The appends counted a batch's bytes as its stored text with the blob strings taken out,
+    so payloads that went to blobs counted a few bytes each: a session of them got a snapshot
+    every `snapshot_every_events` events only, however many MB they held."""
+    server = own_server(blob_threshold_bytes=1024, snapshot_every_events=1000, snapshot_every_bytes=300_000)
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        for first in range(0, 120, 40):  # batches of 40 events of 10,000 bytes each, in blobs
+            client.append(sid, lease, [ev.user(f"{n:05d}" + "x" * 9_995) for n in range(first, first + 40)])
+    # 400 kB a batch: the first one past 300 kB since the last snapshot ends where one is taken.
+    assert _current_snapshots(own_server.db, sid) == [40, 80, 120]
+
+
+def _damaged(state: bytes, damage: str) -> bytes:
+    """A stored snapshot's state made unusable: its bytes cut ("bytes"), or a body of a format
+    this code does not read under its column's fold version ("version")."""
+    if damage == "bytes":
+        return state[:-7] + b"garbage"
+    body = jsonvalue.loads(zlib.decompress(state))
+    body["v"] = 999
+    return zlib.compress(jsonvalue.dumps_bytes(body))
+
+
 @pytest.mark.parametrize("damage", ["bytes", "version"])
 def test_damaged_or_foreign_snapshots_are_ignored_and_answers_do_not_change(
     own_server: Any, fresh_db: str, sid: str, damage: str
@@ -275,15 +330,9 @@ def test_damaged_or_foreign_snapshots_are_ignored_and_answers_do_not_change(
         rows = conn.execute(text("SELECT seq, state FROM fold_snapshots WHERE session_id = :s"), {"s": sid}).all()
         assert rows, "the policy wrote snapshots"
         for seq, state in rows:
-            if damage == "bytes":
-                broken = bytes(state)[:-7] + b"garbage"
-            else:
-                body = jsonvalue.loads(zlib.decompress(bytes(state)))
-                body["v"] = 999
-                broken = zlib.compress(jsonvalue.dumps_bytes(body))
             conn.execute(
                 text("UPDATE fold_snapshots SET state = :b WHERE session_id = :s AND seq = :q"),
-                {"b": broken, "s": sid, "q": seq},
+                {"b": _damaged(bytes(state), damage), "s": sid, "q": seq},
             )
     engine.dispose()
     cold = own_server()
@@ -291,6 +340,43 @@ def test_damaged_or_foreign_snapshots_are_ignored_and_answers_do_not_change(
         assert _everything(client, sid) == expected
         lease = client.acquire_lease(sid)  # and it can still be written
         client.append(sid, lease, [ev.user("after the damage")])
+
+
+@pytest.mark.parametrize("damage", ["bytes", "version"])
+def test_a_damaged_snapshot_is_replaced_by_the_next_one_stored_at_its_seq(
+    own_server: Any, fresh_db: str, sid: str, damage: str
+) -> None:
+    """A damaged snapshot of the current fold version was kept as "equal" when a walk stored a
+    new one at its seq, so every load there ignored it and folded from the one before."""
+    server = own_server()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        _fill(client, sid, 30, per_batch=5)  # 210 events
+        expected = client.model_history(sid, at_seq=120)
+    own_server.stop(server)
+    engine = create_engine(fresh_db)
+    with engine.begin() as conn:  # no snapshot: a read at 120 walks from seq 0, storing 49 and 99
+        conn.execute(text("DELETE FROM fold_snapshots WHERE session_id = :s"), {"s": sid})
+    cold = own_server()
+    record = cold.call(cold.service.reader.session(sid))
+    walked = cold.call(cold.service.loader.fold_at(record, 120))
+    assert (walked.snapshot_seq, walked.stored_snapshots) == (None, 2)
+    assert _current_snapshots(fresh_db, sid) == [49, 99]
+    with engine.begin() as conn:
+        (state,) = conn.execute(
+            text("SELECT state FROM fold_snapshots WHERE session_id = :s AND seq = 99"), {"s": sid}
+        ).one()
+        conn.execute(
+            text("UPDATE fold_snapshots SET state = :b WHERE session_id = :s AND seq = 99"),
+            {"b": _damaged(bytes(state), damage), "s": sid},
+        )
+    engine.dispose()
+    past_damage = cold.call(cold.service.loader.fold_at(record, 120))  # ignores 99, walks from 49
+    assert (past_damage.snapshot_seq, past_damage.folded_events, past_damage.stored_snapshots) == (49, 71, 1)
+    again = cold.call(cold.service.loader.fold_at(record, 120))  # the one it stored at 99 replaced it
+    assert (again.snapshot_seq, again.folded_events) == (99, 21)
+    with SessionLogClient(cold.target) as client:
+        assert client.model_history(sid, at_seq=120) == expected
 
 
 def test_a_cached_session_catches_up_with_what_another_instance_wrote(own_server: Any, sid: str) -> None:

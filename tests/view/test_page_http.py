@@ -28,6 +28,7 @@ from tests.support import pages
 from tests.support.events import note
 from tests.support.scripted import write_scripted
 from tests.support.servers import ServerThread
+from tests.support.waiting import eventually
 
 ALICE, BOB = new_token(), new_token()
 
@@ -44,12 +45,12 @@ def secured(db_url: str) -> Iterator[ServerThread]:
 
 
 def get(
-    server: ServerThread, path: str, authorization: str | None = None, *, ca: Path | None = None
+    server: ServerThread, path: str, authorization: str | None = None, *, ca: Path | None = None, method: str = "GET"
 ) -> tuple[int, str, dict[str, str]]:
     admin = server.running.admin
     assert admin is not None
     scheme = "https" if ca is not None else "http"
-    request = urllib.request.Request(f"{scheme}://127.0.0.1:{admin.port}{path}")
+    request = urllib.request.Request(f"{scheme}://127.0.0.1:{admin.port}{path}", method=method)
     if authorization:
         request.add_header("Authorization", authorization)
     context = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
@@ -217,6 +218,66 @@ def test_a_read_failing_part_way_ends_the_page_with_what_failed(
     assert 'id="sessionlog-data"' not in html and "sessionlog-ready" not in html
     failed = [e for e in logs if e["event"] == "page incomplete"]
     assert [(e["session_id"], e["caller"]) for e in failed] == [(sid, "alice")]
+
+
+def test_an_unexpected_failure_part_way_ends_the_page_as_an_internal_error(
+    secured: ServerThread, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure that is no sessionlog error (a bug) closed the connection mid-page: with no
+    Content-Length, a browser or a script could not tell the page was cut. It ends the page as
+    a read failure does, logged with its traceback, its text kept from the client."""
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        alice.create_session(sid)
+        lease = alice.acquire_lease(sid)
+        alice.append(sid, lease, [note(n) for n in range(1200)])
+    monkeypatch.setattr(page, "PART_EVENTS", 100)
+    read_events = secured.service.read_events
+
+    async def failing(*args: Any) -> AsyncIterator[list[Event]]:
+        async for events in read_events(*args):
+            yield events
+            raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(secured.service, "read_events", failing)
+    with capture_logs() as logs:
+        status, html, _ = get(secured, f"/sessions/{sid}", f"Bearer {ALICE}")
+    assert status == 200 and html.count('class="sessionlog-part"') == 5  # the first read's 500 events
+    assert html.endswith("This page is incomplete: reading the log failed (INTERNAL: internal error).</p>\n")
+    assert "secret internals" not in html
+    assert 'id="sessionlog-data"' not in html and "sessionlog-ready" not in html
+    failed = [e for e in logs if e["event"] == "page incomplete"]
+    assert [(e["session_id"], e["caller"], e["exc_info"]) for e in failed] == [(sid, "alice", True)]
+    assert "secret internals" in failed[0]["error"]
+
+
+def test_a_head_request_gets_the_headers_without_a_render(
+    secured: ServerThread, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HEAD rendered the whole page (the log read from seq 0) to send nothing of it."""
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        alice.create_session(sid)
+        lease = alice.acquire_lease(sid)
+        alice.append(sid, lease, [note(n) for n in range(300)])
+    read_events = secured.service.read_events
+    reads: list[tuple[Any, ...]] = []
+
+    def counted(*args: Any) -> AsyncIterator[list[Event]]:
+        reads.append(args)
+        return read_events(*args)
+
+    monkeypatch.setattr(secured.service, "read_events", counted)
+    with capture_logs() as logs:
+        status, body, headers = get(secured, f"/sessions/{sid}", f"Bearer {ALICE}", method="HEAD")
+        # Logged once the body is done, which a HEAD's client does not wait for.
+        lines = eventually(lambda: [(e["status"], e["bytes"]) for e in logs if e["event"] == "page"], bool)
+    assert (status, body, reads, lines) == (200, "", [], [(200, 0)])
+    assert headers["Content-Type"] == "text/html; charset=utf-8" and "Content-Length" not in headers
+    status, html, _ = get(secured, f"/sessions/{sid}", f"Bearer {ALICE}")  # rendered, and kept
+    assert status == 200 and page_data(html)["session"]["events"] == 300 and len(reads) == 1
+    status, body, headers = get(secured, f"/sessions/{sid}", f"Bearer {ALICE}", method="HEAD")
+    assert (status, body, headers["Content-Length"]) == (200, "", str(len(html.encode())))
+    assert get(secured, f"/sessions/{sid}-missing", f"Bearer {ALICE}", method="HEAD")[:2] == (404, "")
+    assert len(reads) == 1
 
 
 def test_pages_need_tls_off_loopback(db_url: str, sid: str, tmp_path: Path) -> None:

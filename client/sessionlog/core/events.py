@@ -143,7 +143,10 @@ class Event:
     """A committed event: position `seq` in its session's log, committed at `time` (epoch ms).
 
     `data_text`, when known, is the exact JSON text of `data` as it was accepted and stored;
-    readers hand it on byte for byte instead of serialising `data` again (SPEC §12)."""
+    readers hand it on byte for byte instead of serialising `data` again (SPEC §12).
+    `stored_size`, when read from storage, is what its data took there in bytes: the stored
+    JSON text plus the blob strings taken out of it (a cold fold's snapshot spacing by bytes,
+    with no text at hand for an event whose strings went to blobs)."""
 
     seq: int
     time: int
@@ -154,6 +157,7 @@ class Event:
     surface_op: SurfaceOp | None = None
     source_event_seqs: tuple[int, ...] = ()
     data_text: str | None = field(default=None, compare=False, repr=False)
+    stored_size: int | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> JsonObject:
         """The SPEC §2 envelope: seq, time, type, data, then optional fields where set."""

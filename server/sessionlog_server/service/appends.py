@@ -297,7 +297,7 @@ class AppendPipeline:
         """Attach a fold snapshot to the batch when the policy says one is due: it is the state
         after this batch, committed in the batch's own transaction (never ahead of the log)."""
         live.events_since_snapshot += len(pending.events)
-        live.bytes_since_snapshot += pending.stored_bytes
+        live.bytes_since_snapshot += pending.payload_bytes
         if self.snapshots.due(live.events_since_snapshot, live.bytes_since_snapshot, live.fold.surface_size):
             pending.snapshot = self.snapshots.stored(live.session_id, live.fold)
             live.events_since_snapshot = live.bytes_since_snapshot = 0

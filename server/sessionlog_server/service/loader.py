@@ -14,8 +14,9 @@ proportional to the log), or after `snapshot_every_bytes` of payload.
 A load that has to fold a long stretch of the log (no usable snapshot near the wanted seq: a
 fold-version bump made every stored one stale, or none was ever taken) stores snapshots on its
 way at the policy's spacing (`SnapshotStore`), so the next read anywhere in that stretch starts
-near it. It takes them by the events rule only (a cold fold has no stored sizes at hand), so it
-never stores more than one per `snapshot_every_events` events.
+near it: by both its rules, the bytes counted from what each event's data takes in storage
+(`Event.stored_size`: its row's text and the blobs it references). A stored snapshot the load
+cannot use (damaged) is deleted, so the next one taken at its seq replaces it.
 """
 
 from __future__ import annotations
@@ -81,6 +82,14 @@ class SnapshotStore:
         except SessionLogError as exc:
             log.warning("snapshot not stored", session_id=snapshots[0].session_id, error=str(exc))
 
+    async def discard(self, unusable: list[StoredSnapshot]) -> None:
+        """Delete snapshots a load found unusable, so the next one taken at their seq replaces
+        them (`EventRecorder.discard_snapshots`); in queue order, before the load's own saves."""
+        try:
+            await self.committer.run_in_writer(self.recorder.discard_snapshots, unusable)
+        except SessionLogError as exc:
+            log.warning("snapshot not discarded", session_id=unusable[0].session_id, error=str(exc))
+
 
 @dataclass(slots=True)
 class Loaded:
@@ -95,6 +104,8 @@ class Loaded:
     """Snapshots the load stored on its way (`SnapshotStore`)."""
     events_since_snapshot: int = 0
     """Events of the fold after its latest snapshot (one it stored, else the one it started from)."""
+    bytes_since_snapshot: int = 0
+    """The stored bytes of those events' data (`Event.stored_size`)."""
 
 
 class SessionLoader:
@@ -111,7 +122,9 @@ class SessionLoader:
     async def fold_at(self, record: SessionRecord, at_seq: int | None = None) -> Loaded:
         """The fold of the session's log up to `at_seq` (inclusive; None = the head)."""
         target = record.next_seq - 1 if at_seq is None else at_seq
-        fold, snapshot_seq = await self._start(record, target)
+        fold, snapshot_seq, unusable = await self._start(record, target)
+        if unusable and self.store is not None:
+            await self.store.discard(unusable)
         loaded = Loaded(fold, 0, snapshot_seq)
         segments = await self.reader.segments(record) if self.store is not None and target >= 0 else []
         loop = asyncio.get_running_loop()
@@ -139,23 +152,33 @@ class SessionLoader:
         seq (a fork's inherited prefix is its ancestor's, where every fork of it finds them)."""
         fold = loaded.fold
         loaded.folded_events += len(page)
+        sizes = [event.stored_size or 0 for event in page]
         if self.store is None:
             fold.extend(page)
             loaded.events_since_snapshot += len(page)
+            loaded.bytes_since_snapshot += sum(sizes)
             return []
         policy = self.store.policy
         taken: list[StoredSnapshot] = []
         index = 0
         while index < len(page):
-            # None is due before `every_events` events: fold up to there in one call.
-            chunk = page[index : index + max(1, policy.every_events - loaded.events_since_snapshot)]
-            fold.extend(chunk)
-            index += len(chunk)
-            loaded.events_since_snapshot += len(chunk)
-            if policy.due_by_events(loaded.events_since_snapshot, fold.surface_size):
+            # None is due before `every_events` events or `every_bytes` bytes: fold up to the
+            # first of those in one call.
+            stop = min(len(page), index + max(1, policy.every_events - loaded.events_since_snapshot))
+            room = policy.every_bytes - loaded.bytes_since_snapshot
+            end = index
+            while end < stop and room > 0:
+                room -= sizes[end]
+                end += 1
+            end = max(end, index + 1)
+            fold.extend(page[index:end])
+            loaded.events_since_snapshot += end - index
+            loaded.bytes_since_snapshot += sum(sizes[index:end])
+            index = end
+            if policy.due(loaded.events_since_snapshot, loaded.bytes_since_snapshot, fold.surface_size):
                 owner = segment_of(segments, fold.next_seq - 1).session_id
                 taken.append(policy.stored(owner, fold))
-                loaded.events_since_snapshot = 0
+                loaded.events_since_snapshot = loaded.bytes_since_snapshot = 0
         return taken
 
     async def fold_pages(self, fold: SessionFold, record: SessionRecord, to_seq: int) -> AsyncIterator[list[Event]]:
@@ -167,21 +190,25 @@ class SessionLoader:
             await loop.run_in_executor(None, fold.extend, page)
             yield page
 
-    async def _start(self, record: SessionRecord, target: int) -> tuple[SessionFold, int | None]:
-        """The fold of the latest usable snapshot at or before `target`, or an empty fold."""
+    async def _start(self, record: SessionRecord, target: int) -> tuple[SessionFold, int | None, list[StoredSnapshot]]:
+        """The fold of the latest usable snapshot at or before `target` (or an empty fold), its
+        seq, and the later stored ones it could not use."""
+        unusable: list[StoredSnapshot] = []
         if target < 0:
-            return SessionFold(keep_messages=False), None
+            return SessionFold(keep_messages=False), None, unusable
         for stored in await self.reader.snapshots(record, target, FOLD_VERSION):
             try:
                 snapshot = decode_snapshot(stored.state)
             except SnapshotUnusable as exc:
                 log.info("snapshot ignored", session_id=record.id, seq=stored.seq, reason=str(exc))
+                unusable.append(stored)
                 continue
             if snapshot.seq != stored.seq:
                 log.info("snapshot ignored", session_id=record.id, seq=stored.seq, reason="seq does not match")
+                unusable.append(stored)
                 continue
-            return SessionFold.from_snapshot(snapshot), stored.seq
-        return SessionFold(keep_messages=False), None
+            return SessionFold.from_snapshot(snapshot), stored.seq, unusable
+        return SessionFold(keep_messages=False), None, unusable
 
 
 class LiveSessionLoader:
@@ -200,6 +227,7 @@ class LiveSessionLoader:
         loaded = await self.loader.fold_at(record)
         live = LiveSession(record=record, fold=loaded.fold, durable_next_seq=loaded.fold.next_seq)
         live.events_since_snapshot = loaded.events_since_snapshot
+        live.bytes_since_snapshot = loaded.bytes_since_snapshot
         recent = await self.reader.run(self.recorder.recent_event_ids, record.id, RECENT_IDS + 1)
         for event_id, seq in reversed(recent):
             live.recent_ids[event_id] = seq

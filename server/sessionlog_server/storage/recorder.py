@@ -621,6 +621,19 @@ class EventRecorder(ABC):
                 [(s.session_id, s.seq, s.fold_version, s.state) for s in snapshots],
             )
 
+    def discard_snapshots(self, snapshots: Sequence[StoredSnapshot]) -> None:
+        """Delete stored snapshots a load could not use (damaged, or of a format this code does
+        not read under its fold version), so the next one stored at their seq goes in: one of
+        the same fold version would else be kept as equal, and every load there would ignore
+        it and fold from further back. A row whose state changed since it was read stays."""
+        mark = self.placeholder
+        with self._write() as conn:
+            conn.exec_driver_sql(
+                f"DELETE FROM fold_snapshots WHERE session_id = {mark} AND seq = {mark} "
+                f"AND fold_version = {mark} AND state = {mark}",
+                [(s.session_id, s.seq, s.fold_version, s.state) for s in snapshots],
+            )
+
 
 def lease_not_held(session_id: str, *, presented: bool = True) -> OwnershipLost:
     """The answer to a lease token that does not hold the session's current lease.

@@ -99,7 +99,7 @@ class PendingBatch:
     snapshot: StoredSnapshot | None = None
     """A fold snapshot at this batch's last seq, committed with it (so it never runs ahead)."""
     stored_bytes: int = 0
-    """The stored JSON text of the batch's data, in bytes (snapshot policy, subscriber buffers)."""
+    """The stored JSON text of the batch's data, in bytes (subscriber buffers, commit backlog)."""
     committed_at: float = 0.0
     """When its commit returned (`time.perf_counter()`, set by the group committer): a live
     subscriber's lag is measured from it, not from the events' time (a repair's is older)."""
@@ -107,6 +107,13 @@ class PendingBatch:
     """EventIds the service could not vouch for from memory. The events' unique index refuses one
     that is stored (and the group with it); the group is then committed again with these looked
     up, and a stored one fails its own batch with EventIdsStored (`EventRecorder.after_refusal`)."""
+
+    @property
+    def payload_bytes(self) -> int:
+        """The batch's data as a load reads it back, in bytes: its stored text and its blobs
+        (the snapshot policy's bytes rule, as a cold fold counts `Event.stored_size`; a blob
+        the batch holds twice counted once)."""
+        return self.stored_bytes + sum(map(len, self.blobs.values()))
 
     @property
     def new_next_seq(self) -> int:

@@ -97,9 +97,11 @@ def event_from_row(row: Any, contents: dict[str, bytes]) -> Event:
     stored = row["data"]
     data = jsonvalue.loads(stored, what=f"stored data of seq {row['seq']}")
     exact: str | None = stored
+    size = len(stored) if stored.isascii() else len(stored.encode("utf-8"))
     if row["blob_refs"]:
         data = blob_store.internalize(data, row["blob_refs"], contents)
         exact = None  # the stored text has the blob strings taken out
+        size += sum(len(contents[ref[1]]) for ref in row["blob_refs"])
     return Event(
         seq=row["seq"],
         time=row["time"],
@@ -110,4 +112,5 @@ def event_from_row(row: Any, contents: dict[str, bytes]) -> Event:
         surface_op=op,
         source_event_seqs=tuple(row["source_event_seqs"] or ()),
         data_text=exact,
+        stored_size=size,
     )

@@ -151,6 +151,8 @@ class AdminHttp:
         except BaseException:
             _log_page(line, started)
             raise
+        if environ.get("REQUEST_METHOD") == "HEAD":
+            body = _headers_only(body)
         return _logged(body, line, started)
 
     def _session_page(
@@ -239,8 +241,10 @@ class AdminHttp:
         last: int,
     ) -> Iterator[bytes]:
         """The page's parts, rendered as the log is read; kept whole if it ends within
-        `PAGE_CACHE_BYTES`. A read that fails part way ends the page with a line that says so
-        (the status was sent already) and is logged."""
+        `PAGE_CACHE_BYTES`. A read or render that fails part way ends the page with a line that
+        says so (the status was sent already, and the body has no length that would tell a cut
+        one) and is logged; an unexpected failure (a bug) with its traceback, its text kept from
+        the client, which is told of an internal error (as a gRPC call's INTERNAL is)."""
         kept: list[bytes] | None = []
         size = 0
         try:
@@ -259,9 +263,12 @@ class AdminHttp:
             else:
                 reason = f"no page of the log within {PAGE_TIMEOUT_S:.0f} s"
             log.error("page incomplete", session_id=session_id, error=reason, **access.log_fields(principal))
-            # The page's script is not sent: nothing draws a part of the log as if it were all.
-            text = f"This page is incomplete: reading the log failed ({html.escape(reason)})."
-            yield f'<p class="error">{text}</p>\n'.encode()
+            yield _incomplete(reason)
+            return
+        except Exception as exc:
+            fields = access.log_fields(principal)
+            log.exception("page incomplete", session_id=session_id, error=repr(exc), **fields)
+            yield _incomplete("INTERNAL: internal error")
             return
         if kept is not None:
             body = b"".join(kept)
@@ -302,6 +309,24 @@ class AdminHttp:
     async def _next_page(principal: access.Principal, pages: AsyncGenerator[list[Event], None]) -> list[Event] | None:
         access.bind(principal)  # each step runs as a task of its own, with a context of its own
         return await anext(pages, None)
+
+
+def _headers_only(body: Iterable[bytes]) -> Iterator[bytes]:
+    """The answer to a HEAD request: `body` closed unsent, so a page that is rendered as it is
+    sent is never rendered (its session was looked up: a missing one is still 404). One empty
+    part sends the headers as they are: a streamed page's without a length, where the WSGI
+    server would say `Content-Length: 0` of a body that ends before its headers went out."""
+    close = getattr(body, "close", None)
+    if close is not None:
+        close()
+    yield b""
+
+
+def _incomplete(reason: str) -> bytes:
+    """The line that ends a page cut short by `reason`. The page's script is not sent after it:
+    nothing draws a part of the log as if it were all."""
+    text = f"This page is incomplete: reading the log failed ({html.escape(reason)})."
+    return f'<p class="error">{text}</p>\n'.encode()
 
 
 def _logged(body: Iterable[bytes], line: dict[str, Any], started: float) -> Iterator[bytes]:

@@ -127,9 +127,13 @@ def test_a_page_without_its_chart_library_says_so_before_reading_the_log(
 
     monkeypatch.setattr(secured.service, "read_events", counted)
     monkeypatch.setattr(page, "ASSETS", UNBUILT)
-    status, body, _ = get(secured, f"/sessions/{child}?at=3", f"Bearer {ALICE}")
+    with capture_logs() as logs:
+        status, body, _ = get(secured, f"/sessions/{child}?at=3", f"Bearer {ALICE}")
     assert status == 500 and "vendor/not-built.iife.min.js is missing: run `make`" in body
     assert reads == []
+    # The request's line says why too: an operator reading the log saw only "status": 500.
+    line = next(e for e in logs if e["event"] == "page")
+    assert line["status"] == 500 and "run `make`" in line["error"]
 
 
 def test_kept_pages_stay_within_their_byte_bound(
@@ -315,6 +319,14 @@ def test_each_page_request_is_logged_with_its_caller(secured: ServerThread, sid:
         assert get(secured, f"/sessions/{sid}", f"Bearer {BOB}")[0] == 404
         assert get(secured, f"/sessions/{sid}", "Bearer slt_forged")[0] == 401
         assert get(secured, "/metrics")[0] == 200  # scrapes are not page views: no line
-    lines = [(e["session_id"], e["status"], e.get("caller"), e.get("namespace")) for e in logs if e["event"] == "page"]
-    assert lines == [(sid, 200, "alice", "team-a"), (sid, 404, "bob", "team-b"), (sid, 401, None, None)]
+    lines = [
+        (e["session_id"], e["status"], e.get("caller"), e.get("namespace"), e.get("reason"))
+        for e in logs
+        if e["event"] == "page"
+    ]
+    assert lines == [
+        (sid, 200, "alice", "team-a", None),
+        (sid, 404, "bob", "team-b", "SESSION_NOT_FOUND"),
+        (sid, 401, None, None, None),
+    ]
     assert all("slt_forged" not in repr(e) and ALICE not in repr(e) for e in logs)

@@ -167,7 +167,7 @@ class AdminHttp:
                 "session pages are served over TLS (SESSIONLOG_TLS_CERT_FILE) or on a loopback listener only\n",
             )
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
-            return _text(start_response, "405 Method Not Allowed", "only GET\n", [("Allow", "GET, HEAD")])
+            return _text(start_response, "405 Method Not Allowed", "only GET and HEAD\n", [("Allow", "GET, HEAD")])
         principal = self.authenticate(environ.get("HTTP_AUTHORIZATION", ""))
         if principal is None:
             challenge = [("WWW-Authenticate", 'Basic realm="sessionlog", charset="UTF-8"')]
@@ -183,8 +183,10 @@ class AdminHttp:
         except SessionLogError as exc:
             error = access.public_error(exc, principal.namespace)
             status = "404 Not Found" if isinstance(error, NotFound) else "400 Bad Request"
+            line["reason"] = error.reason  # the line says why, as a failed call's does
             return _text(start_response, status, f"{error.reason}: {error.message}\n")
         except MissingAssets as exc:
+            line["error"] = str(exc)  # the operator's clue: only the body said it
             return _text(start_response, "500 Internal Server Error", f"{exc}\n")
         headers = [
             ("Content-Type", "text/html; charset=utf-8"),

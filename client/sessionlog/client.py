@@ -100,17 +100,17 @@ class SessionLogClient(base.ClientBase):
         return from_rpc_error(exc)
 
     def _run(self, call: Call[T]) -> T:
-        """Make a unary call, retrying an idempotent one while its outcome is unknown."""
+        """Make a unary call, retrying an idempotent one while its outcome is unknown, within
+        the client's `timeout` in all (`base.Budget`)."""
         method = getattr(self.stub, call.method)
-        policy = self.retry if call.idempotent else base.NO_RETRY
-        for attempt in itertools.count(1):
+        budget = base.Budget(self.timeout, self.retry if call.idempotent else base.NO_RETRY)
+        while True:
             self._check_open()
             try:
-                return call.read(method(call.request, timeout=self.timeout))
+                return call.read(method(call.request, timeout=budget.next_attempt()))
             except grpc.RpcError as exc:
-                delay = policy.wait_after(self._error(exc), attempt)
+                delay = budget.wait_after(self._error(exc))
             time.sleep(delay)
-        raise AssertionError("unreachable")
 
     def _pages(self, paged: Paged[T]) -> Iterator[T]:
         token = ""

@@ -23,7 +23,7 @@ import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
 import { HistoryCopy } from "./history.js";
 import type { JsonObject } from "./json.js";
 import { clientClosed, toSessionLogError, Unavailable } from "./errors.js";
-import { backoff, DEFAULT_RETRY, once, type RetryPolicy, sleep, withRetry } from "./retry.js";
+import { backoff, Budget, DEFAULT_RETRY, NO_RETRY, type RetryPolicy, sleep, withBudget } from "./retry.js";
 import { Subscription, type SubscribeOptions } from "./subscription.js";
 import type {
   AppendResult,
@@ -62,7 +62,12 @@ export interface ClientOptions {
    * client's `ca_file` does; with an `http://` target the constructor refuses it (TypeError).
    */
   ca?: string | Buffer;
-  /** Deadline of each unary call, in ms (streams have none). */
+  /**
+   * The budget of each unary call (each page of a listing or projection), in ms, 30 s by
+   * default: its attempts and the backoff between them included; each attempt has what is left
+   * as its gRPC deadline, and none starts once it is spent. Writer streams and subscriptions
+   * have none (they reconnect by their own policy); 0 or less: no budget.
+   */
   timeoutMs?: number;
   /** How idempotent calls are retried on UNAVAILABLE. */
   retry?: RetryPolicy;
@@ -141,18 +146,18 @@ export class SessionLogClient {
   }
 
   /**
-   * One unary call, retried while its outcome is unknown when `idempotent`. Each attempt has
-   * Connect's `timeoutMs`: sent as the call's gRPC deadline (so the service knows when its
-   * client gives up) and, once past, DEADLINE_EXCEEDED ("the operation timed out"), as the
-   * Python clients' timeout is. An AbortSignal.timeout ended the call as CANCELLED instead and
-   * told the server nothing.
+   * One unary call, retried while its outcome is unknown when `idempotent`, within the client's
+   * `timeoutMs` in all (`Budget`): each attempt has what is left of it as Connect's `timeoutMs`,
+   * sent as the attempt's gRPC deadline (so the service knows when its client gives up) and,
+   * once past, DEADLINE_EXCEEDED ("the operation timed out"), as the Python clients' timeout is.
+   * An AbortSignal.timeout ended the call as CANCELLED instead and told the server nothing.
    */
   private unary<T>(call: (options: CallOptions) => Promise<T>, idempotent: boolean): Promise<T> {
-    const attempt = (): Promise<T> => {
+    const budget = new Budget(this.timeoutMs, idempotent ? this.retry : NO_RETRY);
+    return withBudget(budget, (timeoutMs) => {
       this.checkOpen();
-      return call({ timeoutMs: this.timeoutMs });
-    };
-    return idempotent ? withRetry(this.retry, attempt) : once(attempt);
+      return call({ timeoutMs });
+    });
   }
 
   // --- sessions --------------------------------------------------------------------------

@@ -50,7 +50,10 @@ import { Writer, type WriterOptions } from "./writer.js";
 export const DEFAULT_TARGET = "127.0.0.1:50051";
 
 export interface ClientOptions {
-  /** `host:port` (plain HTTP/2, or TLS when `ca` is given) or an `http://` / `https://` URL. */
+  /**
+   * `host:port` (plain HTTP/2, or TLS when `ca` is given) or an `http://` / `https://` URL;
+   * an empty one, or a port past 65535, is refused (TypeError), as by the Python clients.
+   */
   target?: string;
   /**
    * Bearer token, sent as `authorization: Bearer <token>`. As with the Python client it is sent
@@ -79,6 +82,24 @@ export interface HeldLease extends Lease {
   nextSeq: number;
 }
 
+/** The highest TCP port. */
+const MAX_PORT = 65535;
+
+/**
+ * A TypeError for an empty (or blank) target and for one whose port is past 65535, in the
+ * Python clients' words (`check_target`): Node's URL parser refused both as "Invalid URL",
+ * naming neither the address nor what was wrong with it. An empty target (an unset variable)
+ * is a mistake, not a request for the default.
+ */
+function checkTarget(target: string): void {
+  const address = target.replace(/^https?:\/\//i, "");
+  if (!address.trim()) throw new TypeError(`the server address is empty: give HOST:PORT (e.g. ${DEFAULT_TARGET})`);
+  const port = address.slice(address.lastIndexOf(":") + 1);
+  if (/^\d+$/.test(port) && Number(port) > MAX_PORT) {
+    throw new TypeError(`${JSON.stringify(target)}: the port must be from 1 to ${MAX_PORT} (HOST:PORT, e.g. ${DEFAULT_TARGET})`);
+  }
+}
+
 /**
  * The URL Connect dials for `target`. A bare `host:port` is plaintext unless a CA is given:
  * then it is TLS, or a CA meant to protect the connection (and the token on it) would be
@@ -105,6 +126,7 @@ export class SessionLogClient {
 
   constructor(options: ClientOptions = {}) {
     this.target = options.target ?? DEFAULT_TARGET;
+    checkTarget(this.target);
     const baseUrl = baseUrlOf(this.target, options.ca !== undefined);
     this.timeoutMs = options.timeoutMs ?? 30_000;
     this.retry = options.retry ?? DEFAULT_RETRY;

@@ -273,7 +273,8 @@ class AsyncSessionLogClient(base.ClientBase):
         return await self._run(base.stats(session_id, at_seq, with_repair))
 
     async def surface(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
-        """`{"nodes", "replaceGeneration"}` (for debugging)."""
+        """`{"nodes", "replaceGeneration", "atSeq"}` (for debugging; `atSeq` None for a session
+        without events)."""
         return await self._run(base.surface(session_id, at_seq, with_repair))
 
     # --- reading ----------------------------------------------------------------------

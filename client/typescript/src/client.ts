@@ -18,7 +18,7 @@ import { create } from "@bufbuild/protobuf";
 import { type CallOptions, type Client, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { optionalSeq, pageSize, seq } from "./arguments.js";
-import { batchToPb, checkWellFormed, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
+import { batchToPb, checkWellFormed, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, optionalNum, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
 import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
 import { HistoryCopy } from "./history.js";
 import type { JsonObject } from "./json.js";
@@ -337,8 +337,8 @@ export class SessionLogClient {
       request: parseObject(response.requestJson, "request") as RequestView["request"],
       requestJson: response.requestJson,
       sha256: response.sha256,
-      headerSeq: response.headerSeq === undefined ? null : num(response.headerSeq),
-      atSeq: response.atSeq === undefined ? null : num(response.atSeq),
+      headerSeq: optionalNum(response.headerSeq),
+      atSeq: optionalNum(response.atSeq),
     };
   }
 
@@ -348,10 +348,10 @@ export class SessionLogClient {
     return parseObject(response.statsJson, "stats") as Stats;
   }
 
-  /** The surface nodes and replace generation (for debugging). */
+  /** The surface nodes, replace generation and the seq they cover (null for a session without events; for debugging). */
   async surface(sessionId: string, options: ProjectionOptions = {}): Promise<SurfaceView> {
     const response = await this.unary((callOptions) => this.rpc.getSurface({ scope: scope(sessionId, options) }, callOptions), true);
-    return { nodes: response.nodes.map(num), replaceGeneration: num(response.replaceGeneration), atSeq: num(response.atSeq) };
+    return { nodes: response.nodes.map(num), replaceGeneration: num(response.replaceGeneration), atSeq: optionalNum(response.atSeq) };
   }
 
   // --- reading ---------------------------------------------------------------------------

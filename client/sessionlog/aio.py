@@ -116,20 +116,20 @@ class AsyncSessionLogClient(base.ClientBase):
             raise RuntimeError("the client is closed") from None
 
     async def _run(self, call: Call[T]) -> T:
-        """Make a unary call, retrying an idempotent one while its outcome is unknown."""
+        """Make a unary call, retrying an idempotent one while its outcome is unknown, within
+        the client's `timeout` in all (`base.Budget`)."""
         method = getattr(self.stub, call.method)
-        policy = self.retry if call.idempotent else base.NO_RETRY
-        for attempt in itertools.count(1):
+        budget = base.Budget(self.timeout, self.retry if call.idempotent else base.NO_RETRY)
+        while True:
             self._check_open()
             try:
-                return call.read(await method(call.request, timeout=self.timeout))
+                return call.read(await method(call.request, timeout=budget.next_attempt()))
             except grpc.RpcError as exc:
-                delay = policy.wait_after(from_rpc_error(exc), attempt)
+                delay = budget.wait_after(from_rpc_error(exc))
             except asyncio.CancelledError:
                 self._closed_under()
                 raise
             await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
 
     async def _pages(self, paged: Paged[T]) -> AsyncIterator[T]:
         token = ""
@@ -273,7 +273,8 @@ class AsyncSessionLogClient(base.ClientBase):
         return await self._run(base.stats(session_id, at_seq, with_repair))
 
     async def surface(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
-        """`{"nodes", "replaceGeneration"}` (for debugging)."""
+        """`{"nodes", "replaceGeneration", "atSeq"}` (for debugging; `atSeq` None for a session
+        without events)."""
         return await self._run(base.surface(session_id, at_seq, with_repair))
 
     # --- reading ----------------------------------------------------------------------

@@ -9,7 +9,8 @@ loop and asyncio futures. Everything else is defined here once (kurrentdbclient'
   and whether it may be retried; `Paged`: the same for calls read page by page; `EventCursor`:
   where a broken `ReadEvents` goes on from;
 - `RetryPolicy`: how idempotent calls are retried on UNAVAILABLE (reads, and appends, whose
-  events always carry eventIds), and how writers back off while reconnecting;
+  events always carry eventIds), and how writers back off while reconnecting; `Budget`: a
+  unary call's timeout, the budget of all its attempts;
 - `LeaseKeeper`: a unary writer's lease, kept by heartbeats, and the loss that ends it;
 - `WriterCore`: the streaming writer's bookkeeping (batch ids, the pending batches in send
   order, acknowledgements, failure, what a reconnect re-sends, and the check that no other
@@ -98,8 +99,58 @@ class RetryPolicy:
 
 DEFAULT_RETRY = RetryPolicy()
 NO_RETRY = RetryPolicy(attempts=1)
+
 #: How a writer whose stream broke reconnects: long enough to ride out a service restart.
 RECONNECT = RetryPolicy(attempts=120, initial_delay=0.05, max_delay=0.5)
+
+
+class Budget:
+    """A unary call's `timeout` as the budget of the whole call, its retries and their waits
+    included: each attempt gets what is left of it as its gRPC deadline, and no attempt starts
+    once it is spent (nor a wait that would spend it). Each attempt had the whole timeout: a
+    call to a service that never answered was tried `policy.attempts` times over, 8 times its
+    timeout and the backoff (minutes with the 30 s default) before it failed.
+
+    A call that fails for want of time raises the last attempt's error (its class and reason:
+    Unavailable, TRANSPORT_ERROR for gRPC's DEADLINE_EXCEEDED; the outcome is unknown) told as
+    "the call's timeout of T s was spent after N attempts: ...". `timeout` None: no budget,
+    each attempt without a deadline.
+    """
+
+    def __init__(self, timeout: float | None, policy: RetryPolicy) -> None:
+        self._timeout = timeout
+        self._policy = policy
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._attempts = 0
+
+    def next_attempt(self) -> float | None:
+        """Count an attempt; its timeout: what is left of the budget."""
+        self._attempts += 1
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - time.monotonic())
+
+    def wait_after(self, error: SessionLogError) -> float:
+        """The wait before the next attempt after `error` ended this one; raises `error` when it
+        is not to be retried, told as the budget spent when the time for another attempt is."""
+        if isinstance(error, Unavailable) and self._spent(0.0):
+            raise self._spent_error(error) from None
+        delay = self._policy.wait_after(error, self._attempts)
+        if self._spent(delay):
+            raise self._spent_error(error) from None
+        return delay
+
+    def _spent(self, delay: float) -> bool:
+        """Whether no time is left for an attempt after `delay`."""
+        return self._deadline is not None and time.monotonic() + delay >= self._deadline
+
+    def _spent_error(self, error: SessionLogError) -> SessionLogError:
+        attempts = f"{self._attempts} attempt{'s' if self._attempts > 1 else ''}"
+        spent = error.located(f"the call's timeout of {self._timeout:g} s was spent after {attempts}")
+        if hasattr(error, "grpc_code"):
+            spent.grpc_code = error.grpc_code  # type: ignore[attr-defined]
+        spent.__cause__ = error
+        return spent
 
 
 # --- the client --------------------------------------------------------------------------
@@ -121,7 +172,10 @@ class ClientBase:
     ) -> None:
         """Connect to `target`; `token` authenticates, `ca_file` (or `credentials`, a
         grpc.ChannelCredentials) turns on TLS; `retry` says how idempotent calls are retried
-        on UNAVAILABLE. A ValueError for an empty target or a port past 65535 (`check_target`)."""
+        on UNAVAILABLE. `timeout` (seconds, None for none) is the budget of each unary call
+        (each page of a listing or projection), its retries and their waits included
+        (`Budget`); writer streams and subscriptions have their own reconnect policy. A
+        ValueError for an empty target or a port past 65535 (`check_target`)."""
         check_target(target)
         self.target = target
         self.timeout = timeout

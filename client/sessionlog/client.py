@@ -100,17 +100,17 @@ class SessionLogClient(base.ClientBase):
         return from_rpc_error(exc)
 
     def _run(self, call: Call[T]) -> T:
-        """Make a unary call, retrying an idempotent one while its outcome is unknown."""
+        """Make a unary call, retrying an idempotent one while its outcome is unknown, within
+        the client's `timeout` in all (`base.Budget`)."""
         method = getattr(self.stub, call.method)
-        policy = self.retry if call.idempotent else base.NO_RETRY
-        for attempt in itertools.count(1):
+        budget = base.Budget(self.timeout, self.retry if call.idempotent else base.NO_RETRY)
+        while True:
             self._check_open()
             try:
-                return call.read(method(call.request, timeout=self.timeout))
+                return call.read(method(call.request, timeout=budget.next_attempt()))
             except grpc.RpcError as exc:
-                delay = policy.wait_after(self._error(exc), attempt)
+                delay = budget.wait_after(self._error(exc))
             time.sleep(delay)
-        raise AssertionError("unreachable")
 
     def _pages(self, paged: Paged[T]) -> Iterator[T]:
         token = ""
@@ -255,7 +255,8 @@ class SessionLogClient(base.ClientBase):
         return self._run(base.stats(session_id, at_seq, with_repair))
 
     def surface(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
-        """`{"nodes", "replaceGeneration"}` (for debugging)."""
+        """`{"nodes", "replaceGeneration", "atSeq"}` (for debugging; `atSeq` None for a session
+        without events)."""
         return self._run(base.surface(session_id, at_seq, with_repair))
 
     # --- reading ----------------------------------------------------------------------

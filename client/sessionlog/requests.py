@@ -365,12 +365,20 @@ def request_view_from_pb(msg: pb.GetRequestResponse) -> dict[str, Any]:
         "request": jsonvalue.loads(msg.request_json, what="request"),
         "sha256": msg.sha256,
         "headerSeq": msg.header_seq if msg.HasField("header_seq") else None,
-        "atSeq": msg.at_seq if msg.HasField("at_seq") else None,
+        "atSeq": at_seq_from_pb(msg),
     }
 
 
 def surface_from_pb(msg: pb.GetSurfaceResponse) -> dict[str, Any]:
-    return {"nodes": list(msg.nodes), "replaceGeneration": msg.replace_generation}
+    """`{"nodes", "replaceGeneration", "atSeq"}`: `atSeq` the last seq the surface covers, None
+    for a session without events (as in every projection: `at_seq_from_pb`)."""
+    return {"nodes": list(msg.nodes), "replaceGeneration": msg.replace_generation, "atSeq": at_seq_from_pb(msg)}
+
+
+def at_seq_from_pb(msg: Any) -> int | None:
+    """A projection response's `at_seq`: the last seq it covers, None when the service left it
+    unset (a session without events, which covers no seq: `at_seq=0` is SEQ_NOT_FOUND there)."""
+    return int(msg.at_seq) if msg.HasField("at_seq") else None
 
 
 class HistoryCopy:
@@ -388,6 +396,9 @@ class HistoryCopy:
         self.session_id = session_id
         self.messages: list[dict[str, Any]] = []
         self.generation: int | None = None
+        self.at_seq: int | None = None
+        """The last seq the copy covers (None before the first refresh, and for a session
+        without events)."""
         self.page_token = ""
 
     @property
@@ -412,6 +423,7 @@ class HistoryCopy:
             del self.messages[response.from_index :]
             self.messages.extend(fresh)
         self.generation = response.replace_generation
+        self.at_seq = at_seq_from_pb(response)
         self.page_token = response.next_page_token
         return self.messages
 

@@ -179,7 +179,7 @@ def test_header_lines_projections_resume_and_fork(server: ServerThread, sid: str
     assert stats["model"] == "m-1" and stats["turns"] == 1
     rows = json.loads(run(server, "transcript", sid, "--at", "2").stdout)["rows"]
     assert [r["seq"] for r in rows] == [0, 2]
-    assert json.loads(run(server, "surface", sid).stdout) == {"nodes": [1, 2], "replaceGeneration": 0}
+    assert json.loads(run(server, "surface", sid).stdout) == {"nodes": [1, 2], "replaceGeneration": 0, "atSeq": 3}
     resumed = json.loads(run(server, "resume", sid).stdout)
     assert resumed["repairSeqs"] == [4] and resumed["endSeedSeq"] == 5 and resumed["nextSeq"] == 6
     assert resumed["lastTurn"] == 1  # the next turn/start is turn 2

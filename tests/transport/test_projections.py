@@ -9,6 +9,7 @@ import pytest
 from sessionlog.client import SessionLogClient
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import NotFound, ValidationError
+from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.events import (
     assistant,
     step_end,
@@ -140,7 +141,11 @@ def test_replaced_events_leave_history_but_stay_in_transcript(client: SessionLog
         trim_seq = writer.append([trimmed]).result().seqs[0]
     history = client.model_history(sid)
     assert history[3]["content"][0]["text"] == "[trimmed]"
-    assert client.surface(sid) == {"nodes": [*nodes[:3], trim_seq, *nodes[4:]], "replaceGeneration": 1}
+    assert client.surface(sid) == {
+        "nodes": [*nodes[:3], trim_seq, *nodes[4:]],
+        "replaceGeneration": 1,
+        "atSeq": trim_seq,
+    }
     rows = {r["seq"]: r for r in client.transcript(sid)}
     assert rows[result_seq]["replacedBy"] == trim_seq
     assert client.stats(sid)["replaces"] == 1
@@ -244,3 +249,36 @@ def test_a_history_copy_after_a_restart_rereads_only_from_the_first_changed_mess
             assert copy.complete and copy.messages == client.model_history(sid)
     finally:
         again.stop(grace=0.5)
+
+
+def test_every_projection_of_an_empty_session_ends_at_no_seq(client: SessionLogClient, sid: str) -> None:
+    """A session without events covers no seq: every projection's `at_seq` is unset (None in the
+    clients), as GetRequest's was alone, where the history, transcript, stats and surface said
+    0, the seq of an event that does not exist (`at_seq=0` is SEQ_NOT_FOUND there). With
+    events, each covers the head, and `at_seq=0` covers seq 0."""
+    client.create_session(sid)
+
+    def covered() -> list[int | None]:
+        scope = pb.ProjectionScope(session_id=sid)
+        responses = [
+            client.stub.GetModelHistory(pb.GetModelHistoryRequest(scope=scope)),
+            client.stub.GetTranscript(pb.GetTranscriptRequest(scope=scope)),
+            client.stub.GetRequest(pb.GetRequestRequest(scope=scope)),
+            client.stub.GetStats(pb.GetStatsRequest(scope=scope)),
+            client.stub.GetSurface(pb.GetSurfaceRequest(scope=scope)),
+        ]
+        return [r.at_seq if r.HasField("at_seq") else None for r in responses]
+
+    copy = client.history_copy(sid)
+    client.refresh_history(copy)
+    assert covered() == [None] * 5
+    assert client.surface(sid)["atSeq"] is None and client.request(sid)["atSeq"] is None
+    assert copy.at_seq is None
+    with pytest.raises(NotFound):
+        client.surface(sid, at_seq=0)
+    with client.writer(sid) as writer:
+        head = writer.append([user("one")]).result().seqs[-1]
+    client.refresh_history(copy)
+    assert covered() == [head] * 5
+    assert client.surface(sid)["atSeq"] == copy.at_seq == head
+    assert client.surface(sid, at_seq=0)["atSeq"] == 0

@@ -51,6 +51,7 @@ def stats(session_id: SessionArg, at: AtOption = None, with_repair: RepairOption
 
 
 def surface(session_id: SessionArg, at: AtOption = None, with_repair: RepairOption = False) -> None:
-    """Print `{"nodes": [...], "replaceGeneration": N}` (for debugging)."""
+    """Print `{"nodes": [...], "replaceGeneration": N, "atSeq": N}` (for debugging; `atSeq` is
+    null for a session without events)."""
     with connect() as client:
         print_json(client.surface(session_id, at_seq=at, with_repair=with_repair))

@@ -1104,6 +1104,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     address (UNAVAILABLE), none answered within the client's timeout (DEADLINE_EXCEEDED), a
     stream whose server died (INTERNAL, UNKNOWN), a connection reset (ABORTED) or cancelled
     (CANCELLED) under the call. The outcome is unknown. Both client libraries map these codes so.
+    A unary call's timeout is the budget of all its attempts: a call that spent it says "the
+    call's timeout of T s (timeoutMs of T ms) was spent after N attempts: " before the last
+    attempt's message.
 
     Code: UNAVAILABLE
     Metadata: none
@@ -2392,6 +2395,9 @@ TRANSPORT_ERROR: ErrorReason.ValueType  # 124
 address (UNAVAILABLE), none answered within the client's timeout (DEADLINE_EXCEEDED), a
 stream whose server died (INTERNAL, UNKNOWN), a connection reset (ABORTED) or cancelled
 (CANCELLED) under the call. The outcome is unknown. Both client libraries map these codes so.
+A unary call's timeout is the budget of all its attempts: a call that spent it says "the
+call's timeout of T s (timeoutMs of T ms) was spent after N attempts: " before the last
+attempt's message.
 
 Code: UNAVAILABLE
 Metadata: none

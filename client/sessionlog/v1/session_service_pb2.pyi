@@ -1074,8 +1074,10 @@ Global___ReportRequestHeaderResponse: _TypeAlias = ReportRequestHeaderResponse  
 @_typing.final
 class ProjectionScope(_message.Message):
     """Which log prefix a projection reads, and how. Every projection's response says in `at_seq`
-    the last seq it covers; that is 0 for a session without events too (its `next_seq` is 0),
-    except in GetRequestResponse, which leaves it unset then.
+    the last seq it covers, to read it again with `scope.at_seq`; every one leaves it unset for
+    a session without events (its `next_seq` is 0: there is no seq to read it at, and
+    `scope.at_seq` 0 is SEQ_NOT_FOUND); a client built from an older copy of this file, where
+    only GetRequestResponse's had presence, reads 0 there.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -1178,7 +1180,7 @@ class GetModelHistoryResponse(_message.Message):
     messages_json: _builtins.bytes
     """The messages from `from_index` on, a JSON array as UTF-8 text."""
     at_seq: _builtins.int
-    """The last seq the projection covers."""
+    """The last seq the projection covers; unset for a session without events."""
     from_index: _builtins.int
     """The index of the first returned message (0 when the whole history is returned). A reader's
     copy keeps its messages before it and replaces the rest by the returned ones.
@@ -1193,17 +1195,19 @@ class GetModelHistoryResponse(_message.Message):
         self,
         *,
         messages_json: _builtins.bytes = ...,
-        at_seq: _builtins.int = ...,
+        at_seq: _builtins.int | None = ...,
         from_index: _builtins.int = ...,
         message_count: _builtins.int = ...,
         replace_generation: _builtins.int = ...,
         next_page_token: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq", "at_seq", b"at_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "from_index", b"from_index", "message_count", b"message_count", "messages_json", b"messages_json", "next_page_token", b"next_page_token", "replace_generation", b"replace_generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq", "at_seq", b"at_seq", "from_index", b"from_index", "message_count", b"message_count", "messages_json", b"messages_json", "next_page_token", b"next_page_token", "replace_generation", b"replace_generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__at_seq: _TypeAlias = _typing.Literal["at_seq"]  # noqa: Y015
+    _WhichOneofArgType__at_seq: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__at_seq) -> _WhichOneofReturnType__at_seq | None: ...
 
 Global___GetModelHistoryResponse: _TypeAlias = GetModelHistoryResponse  # noqa: Y015
 
@@ -1258,21 +1262,23 @@ class GetTranscriptResponse(_message.Message):
     (and `interrupted: true` on a message or replace row whose event carries it).
     """
     at_seq: _builtins.int
-    """The last seq the projection covers."""
+    """The last seq the projection covers; unset for a session without events."""
     next_page_token: _builtins.str
     """Empty on the last page; otherwise pass it as `page_token` for the next rows."""
     def __init__(
         self,
         *,
         rows_json: _builtins.bytes = ...,
-        at_seq: _builtins.int = ...,
+        at_seq: _builtins.int | None = ...,
         next_page_token: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq", "at_seq", b"at_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "next_page_token", b"next_page_token", "rows_json", b"rows_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq", "at_seq", b"at_seq", "next_page_token", b"next_page_token", "rows_json", b"rows_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__at_seq: _TypeAlias = _typing.Literal["at_seq"]  # noqa: Y015
+    _WhichOneofArgType__at_seq: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__at_seq) -> _WhichOneofReturnType__at_seq | None: ...
 
 Global___GetTranscriptResponse: _TypeAlias = GetTranscriptResponse  # noqa: Y015
 
@@ -1381,18 +1387,20 @@ class GetStatsResponse(_message.Message):
     turns, steps, toolCalls, toolErrors, compactions, replaces, tokens and costUsd).
     """
     at_seq: _builtins.int
-    """The last seq the projection covers."""
+    """The last seq the projection covers; unset for a session without events."""
     def __init__(
         self,
         *,
         stats_json: _builtins.bytes = ...,
-        at_seq: _builtins.int = ...,
+        at_seq: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq", "at_seq", b"at_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "stats_json", b"stats_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq", "at_seq", b"at_seq", "stats_json", b"stats_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__at_seq: _TypeAlias = _typing.Literal["at_seq"]  # noqa: Y015
+    _WhichOneofArgType__at_seq: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__at_seq) -> _WhichOneofReturnType__at_seq | None: ...
 
 Global___GetStatsResponse: _TypeAlias = GetStatsResponse  # noqa: Y015
 
@@ -1432,7 +1440,7 @@ class GetSurfaceResponse(_message.Message):
     replace_generation: _builtins.int
     """How many replaces the surface has seen."""
     at_seq: _builtins.int
-    """The last seq the projection covers."""
+    """The last seq the projection covers; unset for a session without events."""
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The surface nodes (event seqs) in surface order."""
@@ -1442,13 +1450,15 @@ class GetSurfaceResponse(_message.Message):
         *,
         nodes: _abc.Iterable[_builtins.int] | None = ...,
         replace_generation: _builtins.int = ...,
-        at_seq: _builtins.int = ...,
+        at_seq: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq", "at_seq", b"at_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_seq", b"at_seq", "nodes", b"nodes", "replace_generation", b"replace_generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq", "at_seq", b"at_seq", "nodes", b"nodes", "replace_generation", b"replace_generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__at_seq: _TypeAlias = _typing.Literal["at_seq"]  # noqa: Y015
+    _WhichOneofArgType__at_seq: _TypeAlias = _typing.Literal["_at_seq", b"_at_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__at_seq) -> _WhichOneofReturnType__at_seq | None: ...
 
 Global___GetSurfaceResponse: _TypeAlias = GetSurfaceResponse  # noqa: Y015
 

@@ -18,12 +18,12 @@ import { create } from "@bufbuild/protobuf";
 import { type CallOptions, type Client, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { optionalSeq, pageSize, seq } from "./arguments.js";
-import { batchToPb, checkWellFormed, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
+import { batchToPb, checkWellFormed, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, optionalNum, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
 import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
 import { HistoryCopy } from "./history.js";
 import type { JsonObject } from "./json.js";
 import { clientClosed, toSessionLogError, Unavailable } from "./errors.js";
-import { backoff, DEFAULT_RETRY, once, type RetryPolicy, sleep, withRetry } from "./retry.js";
+import { backoff, Budget, DEFAULT_RETRY, NO_RETRY, type RetryPolicy, sleep, withBudget } from "./retry.js";
 import { Subscription, type SubscribeOptions } from "./subscription.js";
 import type {
   AppendResult,
@@ -50,7 +50,10 @@ import { Writer, type WriterOptions } from "./writer.js";
 export const DEFAULT_TARGET = "127.0.0.1:50051";
 
 export interface ClientOptions {
-  /** `host:port` (plain HTTP/2, or TLS when `ca` is given) or an `http://` / `https://` URL. */
+  /**
+   * `host:port` (plain HTTP/2, or TLS when `ca` is given) or an `http://` / `https://` URL;
+   * an empty one, or a port past 65535, is refused (TypeError), as by the Python clients.
+   */
   target?: string;
   /**
    * Bearer token, sent as `authorization: Bearer <token>`. As with the Python client it is sent
@@ -62,7 +65,12 @@ export interface ClientOptions {
    * client's `ca_file` does; with an `http://` target the constructor refuses it (TypeError).
    */
   ca?: string | Buffer;
-  /** Deadline of each unary call, in ms (streams have none). */
+  /**
+   * The budget of each unary call (each page of a listing or projection), in ms, 30 s by
+   * default: its attempts and the backoff between them included; each attempt has what is left
+   * as its gRPC deadline, and none starts once it is spent. Writer streams and subscriptions
+   * have none (they reconnect by their own policy); 0 or less: no budget.
+   */
   timeoutMs?: number;
   /** How idempotent calls are retried on UNAVAILABLE. */
   retry?: RetryPolicy;
@@ -72,6 +80,24 @@ export interface ClientOptions {
 export interface HeldLease extends Lease {
   /** The next seq at the time the lease was granted. */
   nextSeq: number;
+}
+
+/** The highest TCP port. */
+const MAX_PORT = 65535;
+
+/**
+ * A TypeError for an empty (or blank) target and for one whose port is past 65535, in the
+ * Python clients' words (`check_target`): Node's URL parser refused both as "Invalid URL",
+ * naming neither the address nor what was wrong with it. An empty target (an unset variable)
+ * is a mistake, not a request for the default.
+ */
+function checkTarget(target: string): void {
+  const address = target.replace(/^https?:\/\//i, "");
+  if (!address.trim()) throw new TypeError(`the server address is empty: give HOST:PORT (e.g. ${DEFAULT_TARGET})`);
+  const port = address.slice(address.lastIndexOf(":") + 1);
+  if (/^\d+$/.test(port) && Number(port) > MAX_PORT) {
+    throw new TypeError(`${JSON.stringify(target)}: the port must be from 1 to ${MAX_PORT} (HOST:PORT, e.g. ${DEFAULT_TARGET})`);
+  }
 }
 
 /**
@@ -100,6 +126,7 @@ export class SessionLogClient {
 
   constructor(options: ClientOptions = {}) {
     this.target = options.target ?? DEFAULT_TARGET;
+    checkTarget(this.target);
     const baseUrl = baseUrlOf(this.target, options.ca !== undefined);
     this.timeoutMs = options.timeoutMs ?? 30_000;
     this.retry = options.retry ?? DEFAULT_RETRY;
@@ -141,18 +168,18 @@ export class SessionLogClient {
   }
 
   /**
-   * One unary call, retried while its outcome is unknown when `idempotent`. Each attempt has
-   * Connect's `timeoutMs`: sent as the call's gRPC deadline (so the service knows when its
-   * client gives up) and, once past, DEADLINE_EXCEEDED ("the operation timed out"), as the
-   * Python clients' timeout is. An AbortSignal.timeout ended the call as CANCELLED instead and
-   * told the server nothing.
+   * One unary call, retried while its outcome is unknown when `idempotent`, within the client's
+   * `timeoutMs` in all (`Budget`): each attempt has what is left of it as Connect's `timeoutMs`,
+   * sent as the attempt's gRPC deadline (so the service knows when its client gives up) and,
+   * once past, DEADLINE_EXCEEDED ("the operation timed out"), as the Python clients' timeout is.
+   * An AbortSignal.timeout ended the call as CANCELLED instead and told the server nothing.
    */
   private unary<T>(call: (options: CallOptions) => Promise<T>, idempotent: boolean): Promise<T> {
-    const attempt = (): Promise<T> => {
+    const budget = new Budget(this.timeoutMs, idempotent ? this.retry : NO_RETRY);
+    return withBudget(budget, (timeoutMs) => {
       this.checkOpen();
-      return call({ timeoutMs: this.timeoutMs });
-    };
-    return idempotent ? withRetry(this.retry, attempt) : once(attempt);
+      return call({ timeoutMs });
+    });
   }
 
   // --- sessions --------------------------------------------------------------------------
@@ -310,8 +337,8 @@ export class SessionLogClient {
       request: parseObject(response.requestJson, "request") as RequestView["request"],
       requestJson: response.requestJson,
       sha256: response.sha256,
-      headerSeq: response.headerSeq === undefined ? null : num(response.headerSeq),
-      atSeq: response.atSeq === undefined ? null : num(response.atSeq),
+      headerSeq: optionalNum(response.headerSeq),
+      atSeq: optionalNum(response.atSeq),
     };
   }
 
@@ -321,10 +348,10 @@ export class SessionLogClient {
     return parseObject(response.statsJson, "stats") as Stats;
   }
 
-  /** The surface nodes and replace generation (for debugging). */
+  /** The surface nodes, replace generation and the seq they cover (null for a session without events; for debugging). */
   async surface(sessionId: string, options: ProjectionOptions = {}): Promise<SurfaceView> {
     const response = await this.unary((callOptions) => this.rpc.getSurface({ scope: scope(sessionId, options) }, callOptions), true);
-    return { nodes: response.nodes.map(num), replaceGeneration: num(response.replaceGeneration), atSeq: num(response.atSeq) };
+    return { nodes: response.nodes.map(num), replaceGeneration: num(response.replaceGeneration), atSeq: optionalNum(response.atSeq) };
   }
 
   // --- reading ---------------------------------------------------------------------------

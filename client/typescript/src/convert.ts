@@ -24,6 +24,15 @@ export function num(value: bigint): number {
   return n;
 }
 
+/**
+ * An optional wire integer (a header's seq, a projection's `atSeq`) as a number, or null when the
+ * service left it unset: a session without events has no header seq, and its projections cover
+ * no seq (`atSeq` null in every one, as in the Python clients).
+ */
+export function optionalNum(value: bigint | undefined): number | null {
+  return value === undefined ? null : num(value);
+}
+
 /** Metadata naming the event of a batch an error is about (docs/errors.md: `event_index`). */
 function at(index: number): Record<string, string> {
   return { event_index: String(index) };
@@ -195,7 +204,7 @@ export function headerReportFromPb(msg: ReportRequestHeaderResponse | undefined)
   return {
     reason: REASONS.get(msg.reason) ?? null,
     startsSeries: msg.startsSeries,
-    headerSeq: msg.headerSeq === undefined ? null : num(msg.headerSeq),
+    headerSeq: optionalNum(msg.headerSeq),
     appended: msg.appended,
     changedFields: [...msg.changedFields],
   };
@@ -206,7 +215,7 @@ export function resumeFromPb(msg: ResumeSessionResponse): ResumeInfo {
     lease: leaseFromPb(msg.lease, msg.leaseToken),
     nextSeq: num(msg.nextSeq),
     latestHeader: msg.latestHeaderJson.length ? (parseObject(msg.latestHeaderJson, "latest header") as unknown as RequestHeader) : null,
-    latestHeaderSeq: msg.latestHeaderSeq === undefined ? null : num(msg.latestHeaderSeq),
+    latestHeaderSeq: optionalNum(msg.latestHeaderSeq),
     replaceGeneration: num(msg.replaceGeneration),
     repairSeqs: msg.repairSeqs.map(num),
     endSeedSeq: num(msg.endSeedSeq),

@@ -9,7 +9,7 @@
  */
 import { create } from "@bufbuild/protobuf";
 import { pageSize } from "./arguments.js";
-import { num, parseArray, scope } from "./convert.js";
+import { num, optionalNum, parseArray, scope } from "./convert.js";
 import { type GetModelHistoryRequest, GetModelHistoryRequestSchema, type GetModelHistoryResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import type { Message } from "./types.js";
 
@@ -19,7 +19,7 @@ export class HistoryCopy {
   messages: Message[] = [];
   /** The replace generation the copy was read at (null before the first refresh). */
   generation: number | null = null;
-  /** The last seq the copy covers. */
+  /** The last seq the copy covers (null before the first refresh, and for a session without events). */
   atSeq: number | null = null;
   /** Set while the server has more pages of the history being fetched. */
   pageToken = "";
@@ -57,7 +57,7 @@ export class HistoryCopy {
       for (const message of fresh) this.messages.push(message);
     }
     this.generation = num(response.replaceGeneration);
-    this.atSeq = num(response.atSeq);
+    this.atSeq = optionalNum(response.atSeq);
     this.pageToken = response.nextPageToken;
     return this.messages;
   }

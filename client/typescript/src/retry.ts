@@ -34,24 +34,79 @@ export function backoff(policy: RetryPolicy, attempt: number): number {
   return Math.min(policy.initialDelayMs * 2 ** Math.max(0, attempt - 1), policy.maxDelayMs);
 }
 
-/** Run `call`, retrying on Unavailable per `policy`; every error comes out typed. */
-export async function withRetry<T>(policy: RetryPolicy, call: () => Promise<T>, signal?: AbortSignal): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await call();
-    } catch (raw) {
-      const error = toSessionLogError(raw);
-      if (!(error instanceof Unavailable) || attempt >= policy.attempts || signal?.aborted) throw error;
-      await sleep(backoff(policy, attempt), signal);
-    }
+/** A policy that tries once: the calls that are not idempotent. */
+export const NO_RETRY: RetryPolicy = { attempts: 1, initialDelayMs: 0, maxDelayMs: 0 };
+
+/**
+ * A unary call's `timeoutMs` as the budget of the whole call, its retries and their waits
+ * included: each attempt gets what is left of it as its gRPC deadline, and no attempt starts
+ * once it is spent (nor a wait that would spend it). Each attempt had the whole timeout: a call
+ * to a service that never answered was tried `policy.attempts` times over, 8 times its timeout
+ * and the backoff (minutes with the 30 s default). The Python clients' `Budget` (sessionlog.base).
+ *
+ * A call that fails for want of time throws the last attempt's error (its class and reason:
+ * Unavailable, TRANSPORT_ERROR for Connect's DEADLINE_EXCEEDED) told as "the call's timeoutMs
+ * of T ms was spent after N attempts: ...". `timeoutMs` <= 0: no budget (Connect's meaning).
+ */
+export class Budget {
+  private readonly deadline: number | undefined;
+  private attempts = 0;
+
+  constructor(private readonly timeoutMs: number, private readonly policy: RetryPolicy) {
+    this.deadline = timeoutMs > 0 ? performance.now() + timeoutMs : undefined;
+  }
+
+  /** Count an attempt; its `timeoutMs` for Connect: what is left (at least 1, as 0 is none). */
+  nextAttempt(): number | undefined {
+    this.attempts += 1;
+    if (this.deadline === undefined) return undefined;
+    return Math.max(1, Math.ceil(this.deadline - performance.now()));
+  }
+
+  /**
+   * The wait before the next attempt after `raw` ended this one; throws it (typed) when it is
+   * not to be retried, told as the budget spent when the time for another attempt is.
+   */
+  waitAfter(raw: unknown): number {
+    const error = toSessionLogError(raw);
+    if (!(error instanceof Unavailable)) throw error;
+    if (this.spent(0)) throw this.spentError(error);
+    if (this.attempts >= this.policy.attempts) throw error;
+    const delay = backoff(this.policy, this.attempts);
+    if (this.spent(delay)) throw this.spentError(error);
+    return delay;
+  }
+
+  /** Whether no time is left for an attempt after `delayMs`. */
+  private spent(delayMs: number): boolean {
+    return this.deadline !== undefined && performance.now() + delayMs >= this.deadline;
+  }
+
+  private spentError(error: Unavailable): Unavailable {
+    const attempts = `${this.attempts} attempt${this.attempts > 1 ? "s" : ""}`;
+    return new Unavailable({
+      reason: error.reason,
+      message: `the call's timeoutMs of ${this.timeoutMs} ms was spent after ${attempts}: ${error.message}`,
+      code: error.code,
+      metadata: { ...error.metadata },
+      fieldViolations: [...error.fieldViolations],
+      cause: (error as Error).cause ?? error,
+    });
   }
 }
 
-/** Run `call` once; every error comes out typed. */
-export async function once<T>(call: () => Promise<T>): Promise<T> {
-  try {
-    return await call();
-  } catch (raw) {
-    throw toSessionLogError(raw);
+/**
+ * Run `call` (given each attempt's `timeoutMs`) within `budget`, retrying on Unavailable per
+ * its policy; every error comes out typed.
+ */
+export async function withBudget<T>(budget: Budget, call: (timeoutMs: number | undefined) => Promise<T>): Promise<T> {
+  for (;;) {
+    let delay: number;
+    try {
+      return await call(budget.nextAttempt());
+    } catch (raw) {
+      delay = budget.waitAfter(raw);
+    }
+    await sleep(delay);
   }
 }

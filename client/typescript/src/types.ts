@@ -270,7 +270,8 @@ export interface Stats {
 export interface SurfaceView {
   nodes: number[];
   replaceGeneration: number;
-  atSeq: number;
+  /** The last seq the surface covers; null for a session without events (as every projection's). */
+  atSeq: number | null;
 }
 
 /** Subscription marker: the replay is complete; later items are live events. */

@@ -185,3 +185,25 @@ describe(`arguments on ${backend}`, () => {
     }
   });
 });
+
+describe("the target", () => {
+  // Node's URL parser refused these as "Invalid URL", naming neither the address nor the fault;
+  // the Python clients' check_target says what is wrong, and so does this client now.
+  test("an empty or blank target is refused at construction, as by the Python clients", () => {
+    for (const target of ["", "  ", "http://"]) {
+      assert.throws(
+        () => new SessionLogClient({ target }),
+        (e: unknown) => e instanceof TypeError && /^the server address is empty: give HOST:PORT/.test(e.message),
+        JSON.stringify(target),
+      );
+    }
+  });
+
+  test("a port past 65535 is refused at construction, naming the target", () => {
+    assert.throws(
+      () => new SessionLogClient({ target: "127.0.0.1:99999" }),
+      (e: unknown) => e instanceof TypeError && e.message.startsWith('"127.0.0.1:99999": the port must be from 1 to 65535'),
+    );
+    assert.doesNotThrow(() => new SessionLogClient({ target: "127.0.0.1:65535" }).close());
+  });
+});

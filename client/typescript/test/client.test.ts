@@ -60,6 +60,22 @@ for (const backend of BACKENDS) {
       assert.equal((await client.request(id)).atSeq, 0);
     });
 
+    test("every projection of a session without events covers no seq: atSeq null in surface and the history copy too", async () => {
+      // The request's atSeq was null, but surface().atSeq and the history copy's said 0, the seq
+      // of an event that does not exist (atSeq 0 is SEQ_NOT_FOUND there).
+      const id = sessionId();
+      await client.createSession(id);
+      const copy = client.historyCopy(id);
+      await client.refreshHistory(copy);
+      assert.deepEqual([(await client.surface(id)).atSeq, (await client.request(id)).atSeq, copy.atSeq], [null, null, null]);
+      const writer = await client.writer(id);
+      const head = (await writer.append([note(1)])).seqs[0]!;
+      await writer.close();
+      await client.refreshHistory(copy);
+      assert.deepEqual([(await client.surface(id)).atSeq, (await client.request(id)).atSeq, copy.atSeq], [head, head, head]);
+      assert.equal((await client.surface(id, { atSeq: 0 })).atSeq, 0);
+    });
+
     test("a retried eventId returns the original seq instead of appending again", async () => {
       const id = sessionId();
       const writer = await client.writer(id, { createIfMissing: true });

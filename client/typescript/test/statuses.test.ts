@@ -11,7 +11,7 @@ import type { AddressInfo } from "node:net";
 import { describe, test } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { isCataloguedReason, LimitExceeded, ServerError, SessionLogClient, Unavailable } from "../src/index.js";
-import { BACKENDS, sessionId, startServer } from "./support.js";
+import { BACKENDS, freePort, sessionId, startServer } from "./support.js";
 
 const ONCE = { attempts: 1, initialDelayMs: 0, maxDelayMs: 0 };
 
@@ -77,6 +77,46 @@ describe("statuses without a sessionlog ErrorInfo", () => {
     } finally {
       client.close();
       await closed(silent);
+    }
+  });
+
+  test("timeoutMs is the budget of the whole call: a retried read against a server that never answers fails within it", async () => {
+    // Each attempt had the whole timeoutMs and a timed-out read was retried 8 times: with
+    // timeoutMs 300, getSession took about 6 s to fail (4 minutes with the 30 s default).
+    const deadlines: (string | undefined)[] = [];
+    const silent = http2.createServer((request) => {
+      deadlines.push(request.headers["grpc-timeout"] as string | undefined);
+      request.resume(); // and never answers
+    });
+    const client = new SessionLogClient({ target: await listening(silent), timeoutMs: 500 });
+    try {
+      const started = Date.now();
+      const error = await client.getSession("s").catch((e: unknown) => e);
+      const elapsed = Date.now() - started;
+      assert.ok(elapsed < 2_500, `the call took ${elapsed} ms with a timeoutMs of 500`);
+      assert.ok(error instanceof Unavailable, String(error));
+      assert.equal(error.reason, "TRANSPORT_ERROR");
+      assert.match(error.message, /^the call's timeoutMs of 500 ms was spent after 1 attempt: /);
+      assert.equal((error.cause as ConnectError).code, Code.DeadlineExceeded);
+      assert.equal(deadlines.length, 1, "no attempt starts once the budget is spent");
+    } finally {
+      client.close();
+      await closed(silent);
+    }
+  });
+
+  test("no retry waits past the budget: the call fails when the backoff would spend it", async () => {
+    const slow = { attempts: 8, initialDelayMs: 400, maxDelayMs: 400 };
+    const client = new SessionLogClient({ target: `127.0.0.1:${await freePort()}`, timeoutMs: 1_000, retry: slow });
+    try {
+      const started = Date.now();
+      const error = await client.getSession("s").catch((e: unknown) => e);
+      const elapsed = Date.now() - started;
+      assert.ok(elapsed < 2_000, `the call took ${elapsed} ms with a timeoutMs of 1000`); // it waited out 7 * 400 ms
+      assert.ok(error instanceof Unavailable, String(error));
+      assert.match(error.message, /^the call's timeoutMs of 1000 ms was spent after \d attempts: /);
+    } finally {
+      client.close();
     }
   });
 

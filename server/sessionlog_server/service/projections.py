@@ -67,6 +67,7 @@ class HistoryPage:
 
     messages_json: bytes
     at_seq: int
+    """The last seq the page's history covers; -1 for a session without events."""
     from_index: int
     message_count: int
     replace_generation: int
@@ -79,6 +80,7 @@ class TranscriptPage:
 
     rows: list[TranscriptRow]
     at_seq: int
+    """The last seq the transcript covers; -1 for a session without events."""
     next_page_token: str
 
 
@@ -154,7 +156,7 @@ async def history_page(
     bodies = _cut_by_bytes(bodies, service.settings.read_page_bytes)
     end = start + len(bodies)
     token = _encode_token("history", scope.session_id, _stored_seq(folded), end, generation) if end < count else ""
-    return HistoryPage(b"[" + b",".join(bodies) + b"]", max(folded.at_seq, 0), start, count, generation, token)
+    return HistoryPage(b"[" + b",".join(bodies) + b"]", folded.at_seq, start, count, generation, token)
 
 
 async def request_of(service: SessionLogService, scope: Scope) -> tuple[dict[str, Any], int]:
@@ -182,7 +184,7 @@ async def transcript_page(
     folded = await fold_scope(service, scope, record)
     at_seq = folded.at_seq
     if at_seq < 0:
-        return TranscriptPage([], 0, "")
+        return TranscriptPage([], at_seq, "")
     limit = _page_size(page_size, DEFAULT_TRANSCRIPT_PAGE)
     last_stored = min(at_seq, record.next_seq - 1)
     start = (await service.loader.fold_at(record, min(from_seq - 1, last_stored))).fold if from_seq > 0 else None

@@ -98,6 +98,12 @@ def resume_to_pb(result: lifecycle.ResumeResult) -> pb.ResumeSessionResponse:
     return msg
 
 
+def covered(at_seq: int) -> int | None:
+    """A projection response's `at_seq`: the last seq the projection covers, or None (left
+    unset) for a session without events (-1), where there is no seq to read it at again."""
+    return at_seq if at_seq >= 0 else None
+
+
 def scope_from_pb(scope: pb.ProjectionScope) -> Scope:
     return Scope(scope.session_id, scope.at_seq if scope.HasField("at_seq") else None, scope.with_repair)
 
@@ -266,7 +272,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         )
         return pb.GetModelHistoryResponse(
             messages_json=page.messages_json,
-            at_seq=page.at_seq,
+            at_seq=covered(page.at_seq),
             from_index=page.from_index,
             message_count=page.message_count,
             replace_generation=page.replace_generation,
@@ -281,7 +287,9 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
             self.service, scope_from_pb(request.scope), page_size=request.page_size, page_token=request.page_token
         )
         return pb.GetTranscriptResponse(
-            rows_json=jsonvalue.dumps_bytes(page.rows), at_seq=page.at_seq, next_page_token=page.next_page_token
+            rows_json=jsonvalue.dumps_bytes(page.rows),
+            at_seq=covered(page.at_seq),
+            next_page_token=page.next_page_token,
         )
 
     @status.unary
@@ -289,9 +297,9 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self, request: pb.GetRequestRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetRequestResponse:
         view, at_seq = await request_of(self.service, scope_from_pb(request.scope))
-        response = pb.GetRequestResponse(request_json=jsonvalue.canonical(view["request"]), sha256=view["sha256"])
-        if at_seq >= 0:  # -1: an empty session, whose request ends at no seq
-            response.at_seq = at_seq
+        response = pb.GetRequestResponse(
+            request_json=jsonvalue.canonical(view["request"]), sha256=view["sha256"], at_seq=covered(at_seq)
+        )
         if view.get("headerSeq") is not None:
             response.header_seq = view["headerSeq"]
         return response
@@ -299,7 +307,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     @status.unary
     async def GetStats(self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext) -> pb.GetStatsResponse:
         folded = await fold_scope(self.service, scope_from_pb(request.scope))
-        return pb.GetStatsResponse(stats_json=jsonvalue.dumps_bytes(folded.fold.stats()), at_seq=max(folded.at_seq, 0))
+        return pb.GetStatsResponse(stats_json=jsonvalue.dumps_bytes(folded.fold.stats()), at_seq=covered(folded.at_seq))
 
     @status.unary
     async def GetSurface(
@@ -308,7 +316,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         folded = await fold_scope(self.service, scope_from_pb(request.scope))
         view = folded.fold.surface_view()
         return pb.GetSurfaceResponse(
-            nodes=view["nodes"], replace_generation=view["replaceGeneration"], at_seq=max(folded.at_seq, 0)
+            nodes=view["nodes"], replace_generation=view["replaceGeneration"], at_seq=covered(folded.at_seq)
         )
 
     @status.unary

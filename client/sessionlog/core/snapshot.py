@@ -29,7 +29,7 @@ from sessionlog.core.surface import SurfaceNode
 from sessionlog.core.tool_calls import ToolCallState
 from sessionlog.core.vocabulary import ASSISTANT_MESSAGE, SYSTEM_MESSAGE, TOOL_RESULT, USER_MESSAGE
 
-FOLD_VERSION = 6
+FOLD_VERSION = 7
 """The version of the fold code a snapshot was written by. Bump it whenever what the fold
 computes from a log changes (a new field, a changed rule): older snapshots are then ignored.
 2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials).
@@ -40,7 +40,9 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
    the block takes it off the surface (`ToolCallState.on_surface`): repair no longer answers it;
    a snapshot keeps where the latest replaces started (`replaceStarts`).
 6: a dropped call keeps the seq of the replace that dropped it (`block_seq`), which a refused
-   result names, where a later replace of that node moved it on."""
+   result names, where a later replace of that node moved it on.
+7: a call's block rides on every surface node that restates it (`ToolCallState.copies`), so a
+   replace of one of two copies leaves the call on the surface, where it dropped the call."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}
@@ -106,7 +108,7 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
             structure.last_step,
             structure.open_step,
             [
-                [c.call_id, c.name, c.turn, c.step, c.block_seq, c.call_seq, c.result_seq, c.on_surface]
+                [c.call_id, c.name, c.turn, c.step, c.block_seq, c.call_seq, c.result_seq, c.on_surface, list(c.copies)]
                 for c in structure.calls.values()
             ],
         ],
@@ -188,7 +190,7 @@ def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
 
 
 def _call(c: list[Any]) -> ToolCallState:
-    call_id, name, turn, step, block_seq, call_seq, result_seq, on_surface = c
+    call_id, name, turn, step, block_seq, call_seq, result_seq, on_surface, copies = c
     if type(on_surface) is not bool:
         raise TypeError(f"on_surface {on_surface!r} is not a boolean")
     return ToolCallState(
@@ -200,6 +202,7 @@ def _call(c: list[Any]) -> ToolCallState:
         _opt_int(call_seq),
         _opt_int(result_seq),
         on_surface,
+        tuple(_int(seq) for seq in copies),
     )
 
 

@@ -208,6 +208,8 @@ class Builder:
             return
         i = 1 + x % (len(self.nodes) - 1)
         j = i + y % (len(self.nodes) - i)
+        if self.orphans(i, j):  # REPLACE_ORPHANS_TOOL_RESULT: take the rest, or the whole body
+            i, j = (i, len(self.nodes) - 1) if not self.orphans(i, len(self.nodes) - 1) else (1, len(self.nodes) - 1)
         shadowed = tuple(self.nodes[i : j + 1])
         if y % 2 == 0:
             self.emit(
@@ -216,6 +218,21 @@ class Builder:
         extra = (0,) if x % 3 == 0 else ()
         data = {"message": {"role": "user", "content": f"summary {y}"}, "source": {"kind": "compaction"}}
         self.emit("user/message", data, Replace(shadowed[0], shadowed[-1]), shadowed + extra)
+
+    def orphans(self, i: int, j: int) -> bool:
+        """Whether a summary replacing nodes i..j would leave a tool result on the surface whose
+        call's block only the replaced assistant messages carried."""
+
+        def ids(seq: int) -> set[str]:
+            event = self.events[seq]
+            if event.type != "assistant/message":
+                return set()
+            return {b["id"] for b in event.data["message"]["content"] if b.get("type") == "toolCall"}
+
+        left = self.nodes[:i] + self.nodes[j + 1 :]
+        dropped = set().union(*(ids(s) for s in self.nodes[i : j + 1])) - set().union(*(ids(s) for s in left))
+        results = {self.events[s].data["message"]["toolCallId"] for s in left if self.events[s].type == "tool/result"}
+        return bool(dropped & results)
 
     def a7(self, x: int, y: int) -> None:  # trim a tool result on the surface
         results = [s for s in self.nodes if self.events[s].type == "tool/result"]

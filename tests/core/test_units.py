@@ -500,3 +500,15 @@ def test_a_call_two_copies_restate_stays_until_both_are_replaced() -> None:
     assert log.fold.pending_calls == []
     error = log.reject("TOOL_RESULT_CALL_DROPPED", "tool/result", result(1, 1, "a"), op=APPEND)
     assert error.metadata["replaced_by"] == "9"
+
+
+def test_a_fold_from_a_snapshot_still_refuses_to_leave_a_result_without_its_call() -> None:
+    # The snapshot keeps which calls the nodes carry and answer (fold version 7).
+    log = Log()
+    log.in_step(("a", "ls"))
+    log.result(1, 1, "a")
+    restored = SessionFold.from_snapshot(decode_snapshot(encode_snapshot(log.fold.snapshot())))
+    cut = log.make("assistant/message", assistant(1, 1, interrupted=True), op=Replace(4, 4), sources=(4,))
+    with pytest.raises(ValidationError) as refused:
+        restored.check(cut)
+    assert refused.value.reason == "REPLACE_ORPHANS_TOOL_RESULT"

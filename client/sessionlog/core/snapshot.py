@@ -42,7 +42,10 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
 6: a dropped call keeps the seq of the replace that dropped it (`block_seq`), which a refused
    result names, where a later replace of that node moved it on.
 7: a call's block rides on every surface node that restates it (`ToolCallState.copies`), so a
-   replace of one of two copies leaves the call on the surface, where it dropped the call."""
+   replace of one of two copies leaves the call on the surface, where it dropped the call;
+   surface nodes keep the call ids of their toolCall blocks and the one a tool result answers
+   (`SurfaceNode.calls`, `answers`), so a replace that would leave a result without its call is
+   refused (`surface.check_replace_keeps_calls`)."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}
@@ -89,6 +92,14 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
         for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True)
         if info.rewrite_key is not None
     }
+    calls = {
+        str(seq): list(info.calls) for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True) if info.calls
+    }
+    answers = {
+        str(seq): info.answers
+        for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True)
+        if info.answers is not None
+    }
     structure = snapshot.structure
     header = snapshot.header
     body: dict[str, Any] = {
@@ -99,6 +110,8 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
         "nodes": deltas,
         "types": [_TYPE_INDEX[info.type] for info in snapshot.node_info],
         "keys": keys,
+        "calls": calls,
+        "answers": answers,
         "empty": snapshot.empty,
         "generation": snapshot.replace_generation,
         "replaceStarts": snapshot.replace_starts,
@@ -151,7 +164,12 @@ def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
     if len(types) != len(nodes):
         raise ValueError("node and type counts differ")
     keys = {int(seq): bytes.fromhex(text) for seq, text in dict(body["keys"]).items()}
-    info = [SurfaceNode(kind, keys.get(seq)) for seq, kind in zip(nodes, types, strict=True)]
+    calls = {int(seq): tuple(str(call_id) for call_id in ids) for seq, ids in dict(body["calls"]).items()}
+    answers = {int(seq): str(call_id) for seq, call_id in dict(body["answers"]).items()}
+    info = [
+        SurfaceNode(kind, keys.get(seq), calls.get(seq, ()), answers.get(seq))
+        for seq, kind in zip(nodes, types, strict=True)
+    ]
     last_turn, open_turn, last_step, open_step, calls = body["structure"]
     structure = StructureState(
         _int(last_turn),

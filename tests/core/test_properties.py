@@ -67,7 +67,7 @@ class Builder:
     last_turn: int = 0
     step: int | None = None
     last_step: int = 0
-    calls: dict[str, list[Any]] = field(default_factory=dict)  # id -> [name, called, resulted, block, on]
+    calls: dict[str, list[Any]] = field(default_factory=dict)  # id -> [name, called, resulted, carriers, on]
     call_counter: int = 0
     time: int = 1000
     header: dict[str, Any] | None = None
@@ -100,14 +100,14 @@ class Builder:
         return event
 
     def restate(self, event: Event, shadowed: list[int]) -> None:
-        """A replace (or copy) moves the open step's calls whose block it takes off the surface,
-        keeping only those it restates, and puts back the dropped calls it restates: a result
-        answers only a call whose block the model still sees (TOOL_RESULT_CALL_DROPPED)."""
+        """A replace (or copy) takes the nodes it shadows off each call's carriers and adds its
+        own node to the calls it restates: a result answers only a call whose block some node
+        the model still sees carries (TOOL_RESULT_CALL_DROPPED)."""
         content = event.data.get("message", {}).get("content")
         kept = {b.get("id") for b in content if isinstance(b, dict)} if isinstance(content, list) else set()
         for call_id, call in self.calls.items():
-            if (call[4] and call[3] in shadowed) or (not call[4] and call_id in kept):
-                call[3], call[4] = event.seq, call_id in kept
+            call[3] = [seq for seq in call[3] if seq not in shadowed] + ([event.seq] if call_id in kept else [])
+            call[4] = bool(call[3])
 
     def pos(self, x: int) -> dict[str, Any]:
         """Optional turn/step fields for a prompt: none, the turn, or turn and step."""
@@ -165,7 +165,7 @@ class Builder:
             data["usage"] = usage(y % 101)
         seq = self.emit("assistant/message", data, APPEND).seq
         for call_id, name in opened:
-            self.calls[call_id] = [name, False, False, seq, True]
+            self.calls[call_id] = [name, False, False, [seq], True]
 
     def pick(self, x: int, *, called: bool | None = None, on_surface: bool = False) -> str | None:
         open_calls = [c for c, (_, _, done, _, on) in self.calls.items() if not done and (on or not on_surface)]
@@ -208,6 +208,8 @@ class Builder:
             return
         i = 1 + x % (len(self.nodes) - 1)
         j = i + y % (len(self.nodes) - i)
+        if self.orphans(i, j):  # REPLACE_ORPHANS_TOOL_RESULT: take the rest, or the whole body
+            i, j = (i, len(self.nodes) - 1) if not self.orphans(i, len(self.nodes) - 1) else (1, len(self.nodes) - 1)
         shadowed = tuple(self.nodes[i : j + 1])
         if y % 2 == 0:
             self.emit(
@@ -216,6 +218,21 @@ class Builder:
         extra = (0,) if x % 3 == 0 else ()
         data = {"message": {"role": "user", "content": f"summary {y}"}, "source": {"kind": "compaction"}}
         self.emit("user/message", data, Replace(shadowed[0], shadowed[-1]), shadowed + extra)
+
+    def orphans(self, i: int, j: int) -> bool:
+        """Whether a summary replacing nodes i..j would leave a tool result on the surface whose
+        call's block only the replaced assistant messages carried."""
+
+        def ids(seq: int) -> set[str]:
+            event = self.events[seq]
+            if event.type != "assistant/message":
+                return set()
+            return {b["id"] for b in event.data["message"]["content"] if b.get("type") == "toolCall"}
+
+        left = self.nodes[:i] + self.nodes[j + 1 :]
+        dropped = set().union(*(ids(s) for s in self.nodes[i : j + 1])) - set().union(*(ids(s) for s in left))
+        results = {self.events[s].data["message"]["toolCallId"] for s in left if self.events[s].type == "tool/result"}
+        return bool(dropped & results)
 
     def a7(self, x: int, y: int) -> None:  # trim a tool result on the surface
         results = [s for s in self.nodes if self.events[s].type == "tool/result"]

@@ -278,6 +278,20 @@ def _tool_result_call_dropped(log: Log) -> None:
     log.result(1, 1, "c2")
 
 
+def _replace_orphans_tool_result(log: Log) -> None:
+    # The answer is cut to what was heard, without its call a, whose result is already in the
+    # history: the result would stand there with no call before it. Nothing changes.
+    log.in_step(("a", "ls"))
+    log.result(1, 1, "a")
+    cut = assistant(1, 1, text="I'll", interrupted=True)
+    error = log.reject("REPLACE_ORPHANS_TOOL_RESULT", "assistant/message", cut, op=Replace(4, 4), sources=(4,))
+    assert error.metadata["result_seq"] == "5" and "'a'" in error.message and "seq 5" in error.message
+    # a replace that restates the block, or covers the result too, leaves no result behind
+    log.add("assistant/message", assistant(1, 1, ("a", "ls"), interrupted=True), op=Replace(4, 4), sources=(4,))
+    log.add("assistant/message", cut, op=Replace(6, 5), sources=(5, 6))
+    assert [m["role"] for m in log.fold.model_history()] == ["user", "assistant"]
+
+
 def _tool_result_duplicate(log: Log) -> None:
     log.in_step(("c1", "tool"))
     log.result(1, 1, "c1")
@@ -390,6 +404,7 @@ CASES: dict[str, Callable[[Log], None]] = {
     "TOOL_RESULT_UNKNOWN_CALL": _tool_result_unknown_call,
     "TOOL_RESULT_CALL_DROPPED": _tool_result_call_dropped,
     "TOOL_RESULT_DUPLICATE": _tool_result_duplicate,
+    "REPLACE_ORPHANS_TOOL_RESULT": _replace_orphans_tool_result,
     "HEADER_NOT_OBJECT": _header_not_object,
     "HEADER_SYSTEM_FORBIDDEN": _header_system_forbidden,
     "HEADER_UNKNOWN_KEY": _header_unknown_key,

@@ -477,3 +477,38 @@ def test_every_known_type_is_a_well_formed_name() -> None:
     from sessionlog.core.vocabulary import KNOWN_TYPES
 
     assert all(_TYPE_PATTERN.fullmatch(name) for name in KNOWN_TYPES)
+
+
+def test_a_call_two_copies_restate_stays_until_both_are_replaced() -> None:
+    # The answer is cut to nothing heard (call a dropped), then two model-only copies restate it
+    # (as a compaction's kept entries re-appended twice). A replace of the first copy leaves the
+    # second on the surface: the model still sees a, so repair answers it and so may the writer,
+    # in the fold, in a scan of the log, and after a snapshot round trip.
+    log = Log()
+    log.in_step(("a", "ls"))
+    log.add("assistant/message", assistant(1, 1, text="I'll", interrupted=True), op=Replace(4, 4), sources=(4,))
+    copy = assistant(1, 1, ("a", "ls"), source={"kind": "copy"})
+    log.add("assistant/message", copy, op=APPEND, sources=(4,))
+    log.add("assistant/message", copy, op=APPEND, sources=(4,))
+    log.add("user/message", user("[gone]"), op=Replace(6, 6), sources=(6,))
+    assert [c.call_id for c in log.fold.pending_calls] == ["a"]
+    assert open_turn_closers(log.events[2:], "interrupted") == log.fold.closers("interrupted")
+    restored = SessionFold.from_snapshot(decode_snapshot(encode_snapshot(log.fold.snapshot())))
+    assert restored.closers("interrupted") == log.fold.closers("interrupted")
+    # the replace of the second copy drops a at last: a result would stand without its call
+    log.add("user/message", user("[gone too]"), op=Replace(7, 7), sources=(7,))
+    assert log.fold.pending_calls == []
+    error = log.reject("TOOL_RESULT_CALL_DROPPED", "tool/result", result(1, 1, "a"), op=APPEND)
+    assert error.metadata["replaced_by"] == "9"
+
+
+def test_a_fold_from_a_snapshot_still_refuses_to_leave_a_result_without_its_call() -> None:
+    # The snapshot keeps which calls the nodes carry and answer (fold version 7).
+    log = Log()
+    log.in_step(("a", "ls"))
+    log.result(1, 1, "a")
+    restored = SessionFold.from_snapshot(decode_snapshot(encode_snapshot(log.fold.snapshot())))
+    cut = log.make("assistant/message", assistant(1, 1, interrupted=True), op=Replace(4, 4), sources=(4,))
+    with pytest.raises(ValidationError) as refused:
+        restored.check(cut)
+    assert refused.value.reason == "REPLACE_ORPHANS_TOOL_RESULT"

@@ -372,3 +372,21 @@ def test_replacing_a_replaced_seq_names_the_replace_that_took_it(client: Session
     assert "replaced_by" not in log_only.metadata
     assert "seq 2 is a log-only event, never on the surface" in log_only.message
     assert client.get_session(sid).next_seq == 8  # nothing of the refused batches was written
+
+
+def test_a_replace_that_leaves_a_result_without_its_call_is_refused(client: SessionLogClient, sid: str) -> None:
+    # Call a was answered, then the answer is cut to what the user heard without a: the result
+    # would stay in the model history with no call before it. Refused, nothing written, and a
+    # cut that keeps a goes in.
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([*open_turn_log(), tool_result(1, 1, "a", "ok")]).result()
+        with pytest.raises(ValidationError) as refused:
+            writer.append([heard(4, ())]).result()
+    error = refused.value
+    assert error.reason == "REPLACE_ORPHANS_TOOL_RESULT"
+    assert error.metadata["result_seq"] == "6" and "'a'" in error.message
+    assert client.get_session(sid).next_seq == 7
+    with client.writer(sid) as writer:
+        writer.append([heard(4, (("a", "ls"),))]).result()
+    assert answered_calls(client.model_history(sid)) == (["a"], ["a"])

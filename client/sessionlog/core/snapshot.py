@@ -29,7 +29,7 @@ from sessionlog.core.surface import SurfaceNode
 from sessionlog.core.tool_calls import ToolCallState
 from sessionlog.core.vocabulary import ASSISTANT_MESSAGE, SYSTEM_MESSAGE, TOOL_RESULT, USER_MESSAGE
 
-FOLD_VERSION = 6
+FOLD_VERSION = 7
 """The version of the fold code a snapshot was written by. Bump it whenever what the fold
 computes from a log changes (a new field, a changed rule): older snapshots are then ignored.
 2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials).
@@ -40,7 +40,12 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
    the block takes it off the surface (`ToolCallState.on_surface`): repair no longer answers it;
    a snapshot keeps where the latest replaces started (`replaceStarts`).
 6: a dropped call keeps the seq of the replace that dropped it (`block_seq`), which a refused
-   result names, where a later replace of that node moved it on."""
+   result names, where a later replace of that node moved it on.
+7: a call's block rides on every surface node that restates it (`ToolCallState.copies`), so a
+   replace of one of two copies leaves the call on the surface, where it dropped the call;
+   surface nodes keep the call ids of their toolCall blocks and the one a tool result answers
+   (`SurfaceNode.calls`, `answers`), so a replace that would leave a result without its call is
+   refused (`surface.check_replace_keeps_calls`)."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}
@@ -87,6 +92,14 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
         for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True)
         if info.rewrite_key is not None
     }
+    calls = {
+        str(seq): list(info.calls) for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True) if info.calls
+    }
+    answers = {
+        str(seq): info.answers
+        for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True)
+        if info.answers is not None
+    }
     structure = snapshot.structure
     header = snapshot.header
     body: dict[str, Any] = {
@@ -97,6 +110,8 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
         "nodes": deltas,
         "types": [_TYPE_INDEX[info.type] for info in snapshot.node_info],
         "keys": keys,
+        "calls": calls,
+        "answers": answers,
         "empty": snapshot.empty,
         "generation": snapshot.replace_generation,
         "replaceStarts": snapshot.replace_starts,
@@ -106,7 +121,7 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
             structure.last_step,
             structure.open_step,
             [
-                [c.call_id, c.name, c.turn, c.step, c.block_seq, c.call_seq, c.result_seq, c.on_surface]
+                [c.call_id, c.name, c.turn, c.step, c.block_seq, c.call_seq, c.result_seq, c.on_surface, list(c.copies)]
                 for c in structure.calls.values()
             ],
         ],
@@ -149,7 +164,12 @@ def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
     if len(types) != len(nodes):
         raise ValueError("node and type counts differ")
     keys = {int(seq): bytes.fromhex(text) for seq, text in dict(body["keys"]).items()}
-    info = [SurfaceNode(kind, keys.get(seq)) for seq, kind in zip(nodes, types, strict=True)]
+    calls = {int(seq): tuple(str(call_id) for call_id in ids) for seq, ids in dict(body["calls"]).items()}
+    answers = {int(seq): str(call_id) for seq, call_id in dict(body["answers"]).items()}
+    info = [
+        SurfaceNode(kind, keys.get(seq), calls.get(seq, ()), answers.get(seq))
+        for seq, kind in zip(nodes, types, strict=True)
+    ]
     last_turn, open_turn, last_step, open_step, calls = body["structure"]
     structure = StructureState(
         _int(last_turn),
@@ -188,7 +208,7 @@ def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
 
 
 def _call(c: list[Any]) -> ToolCallState:
-    call_id, name, turn, step, block_seq, call_seq, result_seq, on_surface = c
+    call_id, name, turn, step, block_seq, call_seq, result_seq, on_surface, copies = c
     if type(on_surface) is not bool:
         raise TypeError(f"on_surface {on_surface!r} is not a boolean")
     return ToolCallState(
@@ -200,6 +220,7 @@ def _call(c: list[Any]) -> ToolCallState:
         _opt_int(call_seq),
         _opt_int(result_seq),
         on_surface,
+        tuple(_int(seq) for seq in copies),
     )
 
 

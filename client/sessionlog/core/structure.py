@@ -19,9 +19,9 @@ Decisions (what a harness expects):
   model-only copies (`data.source.kind == "copy"`, e.g. Pi's kept entries re-appended after a
   compaction) rewrite history: their `turn`/`step` describe the original they restate, so they
   are not checked against the open turn, do not open tool calls and do not pair with one.
-  A replace that takes the node carrying a pending call's `toolCall` block off the surface
-  either restates the block (the call now rides on the replacing node) or drops it (a voice
-  answer cut to what was heard): a dropped call is no longer pending for crash repair, and a
+  A replace that takes the last node carrying a pending call's `toolCall` block off the
+  surface either restates the block (the call now rides on the replacing node) or drops it (a
+  voice answer cut to what was heard): a dropped call is no longer pending for crash repair, and a
   writer's `tool/result` for it is refused (TOOL_RESULT_CALL_DROPPED), as either would answer a
   call the model history does not hold; a copy (or replace) that restates a dropped call's
   block puts it back (`plan_restated_calls`). A `tool/call` for a dropped call is still
@@ -287,22 +287,30 @@ def check_step_start(state: StructureState, event: Event) -> int:
 
 
 def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[int]) -> StructurePlan | None:
-    """What a replace or a model-only copy does to the open step's calls: each call on the
-    surface whose block rides on a node a replace takes off the surface (`shadowed`) now rides
-    on the replacing node, and stays on the surface only if the replacing message restates its
-    `toolCall` block (same id); a call off the surface whose block the event restates is back on
-    it (a copy of the message a compaction took). A call already off the surface keeps the seq
-    of the replace that dropped it (what a refused result names). None when it touches no call."""
+    """What a replace or a model-only copy does to the open step's calls: a call's block rides
+    on the surface nodes that carry it (`ToolCallState.blocks`); those a replace takes off the
+    surface (`shadowed`) no longer carry it, and the event's node does if its message restates
+    the `toolCall` block (same id). A call stays on the surface while any node carries it (a
+    second copy of the message a replace took), is back on it when a copy restates it, and is
+    dropped when none is left, keeping the seq of the replace that dropped it (what a refused
+    result names). None when it touches no call."""
     if not state.calls:
         return None
     gone = set(shadowed)
     kept = {block.get("id") for block in tool_call_blocks(event)}
-    moved = tuple(
-        replace(call, block_seq=event.seq, on_surface=call.call_id in kept)
-        for call in state.calls.values()
-        if (call.on_surface and call.block_seq in gone) or (not call.on_surface and call.call_id in kept)
-    )
-    return StructurePlan("restate_calls", event.seq, calls=moved) if moved else None
+    moved: list[ToolCallState] = []
+    for call in state.calls.values():
+        blocks = call.blocks
+        left = tuple(seq for seq in blocks if seq not in gone)
+        if call.call_id in kept:
+            left += (event.seq,)
+        if left == blocks:
+            continue
+        if left:
+            moved.append(replace(call, block_seq=left[-1], copies=left[:-1], on_surface=True))
+        else:
+            moved.append(replace(call, block_seq=event.seq, copies=(), on_surface=False))
+    return StructurePlan("restate_calls", event.seq, calls=tuple(moved)) if moved else None
 
 
 def plan_structure_event(state: StructureState, event: Event, shadowed: Sequence[int] = ()) -> StructurePlan | None:

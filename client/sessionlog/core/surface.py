@@ -20,7 +20,7 @@ from typing import Any, Literal
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import APPEND, Event, Replace
-from sessionlog.core.messages import check_message, is_copy, project_message
+from sessionlog.core.messages import check_message, is_copy, message_of, project_message, tool_call_blocks
 from sessionlog.core.validate import check_surface_fields
 from sessionlog.core.vocabulary import SURFACE_TYPES, SYSTEM_MESSAGE, TOOL_RESULT
 
@@ -33,13 +33,17 @@ class SurfaceNode:
     """What the surface rules need to know of a node once it is on the surface.
 
     A replace is validated against the nodes it covers without their events: node 0's type
-    (the system-head rule) and, for a `tool/result`, `rewrite_key`, a digest of everything but
-    `message.content` (a trim may change only the content). Keeping these instead of the events
-    is what lets a live fold hold a few bytes per node whatever the messages weigh.
+    (the system-head rule); for a `tool/result`, `rewrite_key`, a digest of everything but
+    `message.content` (a trim may change only the content), and `answers`, the call id it
+    answers; for an `assistant/message`, `calls`, the ids of its `toolCall` blocks (a replace
+    may not leave a result without its call, `check_replace_keeps_calls`). Keeping these instead
+    of the events is what lets a live fold hold a few bytes per node whatever the messages weigh.
     """
 
     type: str
     rewrite_key: bytes | None = None
+    calls: tuple[str, ...] = ()
+    answers: str | None = None
 
 
 NodeLookup = Callable[[int], SurfaceNode]
@@ -58,10 +62,20 @@ _SHARED_NODES: dict[str, SurfaceNode] = {kind: SurfaceNode(kind) for kind in SUR
 
 
 def surface_node(event: Event) -> SurfaceNode:
-    """The `SurfaceNode` of an event that lands on the surface (shared for all but tool results)."""
+    """The `SurfaceNode` of an event that lands on the surface (shared for all but tool results
+    and assistant messages with tool calls)."""
     if event.type == TOOL_RESULT:
-        return SurfaceNode(TOOL_RESULT, rewrite_key(event))
+        call_id = (message_of(event) or {}).get("toolCallId")
+        return SurfaceNode(TOOL_RESULT, rewrite_key(event), answers=call_id if isinstance(call_id, str) else None)
+    calls = call_ids(event)
+    if calls:
+        return SurfaceNode(event.type, calls=calls)
     return _SHARED_NODES.get(event.type) or SurfaceNode(event.type)
+
+
+def call_ids(event: Event) -> tuple[str, ...]:
+    """The ids of an `assistant/message`'s `toolCall` blocks (string ids only), in order."""
+    return tuple(call_id for block in tool_call_blocks(event) if isinstance(call_id := block.get("id"), str))
 
 
 def event_nodes(event_at: EventLookup) -> NodeLookup:
@@ -258,6 +272,39 @@ def check_tool_result_rewrite(event: Event, shadowed: Sequence[int], node_at: No
         )
 
 
+def check_replace_keeps_calls(
+    state: SurfaceState, event: Event, start_index: int, end_index: int, node_at: NodeLookup
+) -> None:
+    """A replace may not leave a `tool/result` on the surface whose call it takes off: when the
+    nodes it covers carry a `toolCall` block that the replacing message does not restate and no
+    node left on the surface carries, a result for that call that stays (outside the range)
+    would stand in the model history with no call before it, which model providers refuse (a
+    voice answer cut to what was heard after its call was answered). Cover the result too, or
+    restate the block. O(covered nodes), and O(surface) only when a block is dropped."""
+    nodes = state.nodes
+    dropped = {call_id for seq in nodes[start_index : end_index + 1] for call_id in node_at(seq).calls}
+    if not dropped:
+        return
+    dropped.difference_update(call_ids(event))
+    if not dropped:
+        return
+    left = [*nodes[:start_index], *nodes[end_index + 1 :]]
+    for seq in left:
+        dropped.difference_update(node_at(seq).calls)
+    for seq in left:
+        call_id = node_at(seq).answers
+        if call_id is not None and call_id in dropped:
+            raise ValidationError(
+                "REPLACE_ORPHANS_TOOL_RESULT",
+                f"surface replace: seq {event.seq} takes the toolCall block of call {call_id!r} off the surface, "
+                f"but its tool/result at seq {seq} stays: the model history would hold a result with no call "
+                f"before it; cover seq {seq} too, or restate the block in the replacing message",
+                field="surfaceOp",
+                seq=event.seq,
+                result_seq=seq,
+            )
+
+
 def check_system_head(state: SurfaceState, event: Event, start_index: int, end_index: int, node_at: NodeLookup) -> None:
     """Node-0 protection: a replace starting at a system/message node 0 is a system/message
     replacing exactly that node (a prompt change); compaction may not swallow the prompt."""
@@ -304,6 +351,7 @@ def plan_surface_event(
         check_sources_cover(event, shadowed)
         check_tool_result_rewrite(event, shadowed, node_at)
         check_system_head(state, event, start_index, end_index, node_at)
+        check_replace_keeps_calls(state, event, start_index, end_index, node_at)
     return SurfacePlan("replace", event.seq, op.start_seq, op.end_seq, start_index, end_index, shadowed)
 
 
@@ -422,7 +470,9 @@ __all__ = [
     "SurfacePlan",
     "SurfaceState",
     "apply_surface_plan",
+    "call_ids",
     "check_copy_sources",
+    "check_replace_keeps_calls",
     "check_sources_cover",
     "check_sources_earlier",
     "check_sources_unique",

@@ -22,11 +22,14 @@ class ToolCallState:
     """One tool call of the open step, opened by a `toolCall` block of an assistant message.
 
     `block_seq` is the surface node that carries the call's block: the assistant message that
-    opened it, or the latest replace of that node; once a replace took the block off the surface
-    without restating it (a voice answer cut to what the user heard), `on_surface` is false and
-    `block_seq` stays that replace's seq. The model no longer sees the call, so crash repair
-    writes no result for it and a writer's result is refused (`check_tool_result`): either would
-    answer a call missing from the model history (`structure.plan_restated_calls`).
+    opened it, or the latest replace or model-only copy that restates it; `copies` are the other
+    surface nodes that carry it too (two copies of one message), so a replace of one of them
+    leaves the call on the surface. Once replaces took every such node off the surface without
+    restating the block (a voice answer cut to what the user heard), `on_surface` is false and
+    `block_seq` stays the seq of the replace that dropped it. The model no longer sees the call,
+    so crash repair writes no result for it and a writer's result is refused
+    (`check_tool_result`): either would answer a call missing from the model history
+    (`structure.plan_restated_calls`).
     """
 
     call_id: str
@@ -37,6 +40,12 @@ class ToolCallState:
     call_seq: int | None = None
     result_seq: int | None = None
     on_surface: bool = True
+    copies: tuple[int, ...] = ()
+
+    @property
+    def blocks(self) -> tuple[int, ...]:
+        """The surface nodes that carry the call's block now, oldest first (none once dropped)."""
+        return (*self.copies, self.block_seq) if self.on_surface else ()
 
 
 def check_tool_call_blocks(

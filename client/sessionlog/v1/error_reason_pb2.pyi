@@ -622,6 +622,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: core
     Client: Keep toolCallId, isError and the rest; change only the content.
     """
+    REPLACE_ORPHANS_TOOL_RESULT: _ErrorReason.ValueType  # 144
+    """A replace takes a `toolCall` block off the surface (its message does not restate it, and no
+    node left on the surface carries it) while the call's `tool/result` stays on the surface
+    outside the range: the model history would hold a result with no call before it, which
+    model providers refuse (a voice answer cut to what was heard after its call was answered).
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`, `seq`, `result_seq` (the result the replace would leave behind)
+    Raised by: core
+    Client: Cover the result too (a range that ends at `result_seq`), or keep the call's
+      toolCall block in the replacing message.
+    """
     HEADER_NOT_OBJECT: _ErrorReason.ValueType  # 68
     """A reported request header is not a JSON object.
 
@@ -1304,6 +1316,7 @@ class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     - `limit`, `size`: a configured limit and the offending size; `retry_after_ms`: when to retry;
     - `type`: the event type; `header_reason`: the reason the service decided;
     - `replaced_by`: the seq of the replace that took the named seq or call off the surface;
+    - `result_seq`: the seq of a `tool/result` the refused event would leave without its call;
     - `line`, `offset`, `entry`: where in a file (line number, byte offset, Pi entry id).
 
     An error about one event of an appended batch also carries `event_index`, the event's index
@@ -1912,6 +1925,18 @@ Code: INVALID_ARGUMENT
 Metadata: `field`, `seq`
 Raised by: core
 Client: Keep toolCallId, isError and the rest; change only the content.
+"""
+REPLACE_ORPHANS_TOOL_RESULT: ErrorReason.ValueType  # 144
+"""A replace takes a `toolCall` block off the surface (its message does not restate it, and no
+node left on the surface carries it) while the call's `tool/result` stays on the surface
+outside the range: the model history would hold a result with no call before it, which
+model providers refuse (a voice answer cut to what was heard after its call was answered).
+
+Code: INVALID_ARGUMENT
+Metadata: `field`, `seq`, `result_seq` (the result the replace would leave behind)
+Raised by: core
+Client: Cover the result too (a range that ends at `result_seq`), or keep the call's
+  toolCall block in the replacing message.
 """
 HEADER_NOT_OBJECT: ErrorReason.ValueType  # 68
 """A reported request header is not a JSON object.

@@ -248,6 +248,25 @@ def test_compaction_keeping_the_tail_replaces_only_what_came_before() -> None:
     assert set(landing.data) == {"message", "source"}
 
 
+def test_compaction_keeping_entries_from_a_tool_result_imports_as_pi_builds_it() -> None:
+    """A compaction whose kept entries start at a tool result (Pi does not cut there itself;
+    an edited file may): replacing only what comes before them would take the result's call
+    off the surface and leave the result behind, which the surface refuses
+    (REPLACE_ORPHANS_TOOL_RESULT), so the import failed. The importer replaces everything and
+    copies the kept entries instead, and the history is still the context Pi builds."""
+    pf = pi_file(
+        user("u1", None),
+        assistant("a1", "u1", "c1"),
+        result("r1", "a1", "c1"),
+        assistant("a2", "r1"),
+        entry("k1", "a2", "compaction", summary="S", firstKeptEntryId="r1", tokensBefore=9),
+        user("u2", "k1", "more"),
+    )
+    plan = check_every_leaf(pf)
+    log = commit(plan.main.events)
+    assert any(is_copy(e) for e in log)  # the kept entries, copied after the summary
+
+
 def test_model_and_thinking_events_carry_what_stats_read() -> None:
     events = imported(SESSIONS[0]).main.events
     model = next(e for e in events if e.type == "pi/model_change")

@@ -80,7 +80,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sessionlog.core import validate
-from sessionlog.core.errors import SessionLogError
+from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.events import APPEND, JsonObject, NewEvent, Replace
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.formats.pi.context import compaction_summary_message, entry_message
@@ -372,19 +372,30 @@ class BranchMapper:
             self._emit(NewEvent(USER_MESSAGE, data, surface_op=APPEND, source_event_seqs=(summary_seq,)))
             return
         tail = len(body) - len(kept_nodes)
-        keep_in_place = tail > 0 and body[tail:] == kept_nodes
-        replaced = body[:tail] if keep_in_place else body
-        op = Replace(replaced[0], replaced[-1])
-        sources = tuple(sorted({*replaced, summary_seq}))
-        self._emit(NewEvent(USER_MESSAGE, data, surface_op=op, source_event_seqs=sources))
-        if keep_in_place:
-            return
+        if tail > 0 and body[tail:] == kept_nodes:
+            # The kept entries end the surface: replace only what stands before them. Unless they
+            # start at a tool result whose call that would cut (Pi does not cut there; an edited
+            # file may): the surface refuses to leave a result without its call, so the whole
+            # body is replaced and the kept entries copied, as for any other compaction.
+            try:
+                self._replace_by_summary(data, body[:tail], summary_seq)
+                return
+            except ValidationError as exc:
+                if exc.reason != "REPLACE_ORPHANS_TOOL_RESULT":
+                    raise
+        self._replace_by_summary(data, body, summary_seq)
         for kept_entry in kept:
             kept_id = str(kept_entry["id"])
             origin = self._origin[kept_id]
             copy = {"message": origin.message, "source": {"kind": COPY_SOURCE_KIND, "entryId": kept_id}}
             seq = self._emit(NewEvent(origin.type, copy, surface_op=APPEND, source_event_seqs=(origin.seq,)))
             self._node[kept_id] = seq
+
+    def _replace_by_summary(self, data: JsonObject, replaced: list[int], summary_seq: int) -> None:
+        """The compaction's summary message, replacing the surface nodes `replaced`."""
+        op = Replace(replaced[0], replaced[-1])
+        sources = tuple(sorted({*replaced, summary_seq}))
+        self._emit(NewEvent(USER_MESSAGE, data, surface_op=op, source_event_seqs=sources))
 
     def _kept(self, compaction: JsonObject) -> list[JsonObject]:
         """Entries before the compaction, from `firstKeptEntryId` on, that carry a message (Pi's

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -174,3 +175,25 @@ def test_each_calls_log_line_names_its_session_by_the_callers_id(secured: Server
     }
     assert lines["ForkSession"]["child"] == f"{sid}-f"
     assert all(line.get("namespace") == "team-a" for line in lines.values())
+
+
+def test_lines_outside_calls_name_a_session_by_the_callers_id_and_namespace(secured: ServerThread, sid: str) -> None:
+    # The service's own lines (a lease granted, a fork, a repair, a writer stream that broke)
+    # said `session_id="team-a:<id>"` (the service's key) and no `namespace`, so filtering a
+    # tenant's log on `session_id` and `namespace`, as its calls' lines are found, missed them.
+    broken = "writer stream ended without close; its lease is left to a reconnect or to lapse"
+    with capture_logs() as logs:
+        with connect(secured, ALICE) as alice:
+            alice.create_session(sid)
+            writer = alice.writer(sid)
+            writer.append([system("s"), user("u"), turn_start(1)]).result()
+            alice.fork(sid, 2, f"{sid}-f")  # the child's open turn is repaired
+        deadline = time.monotonic() + 10  # the client closed with its stream open: it broke
+        while not any(e["event"] == broken for e in logs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with connect(secured, ALICE) as alice:
+            alice.resume(sid, takeover=True)  # the open turn is repaired
+    named = [e for e in logs if e["event"] != "rpc" and "session_id" in e]
+    assert {e["event"] for e in named} >= {"lease granted", broken, "forked", "repaired on resume"}
+    assert {(e["session_id"], e.get("namespace")) for e in named} == {(sid, "team-a"), (f"{sid}-f", "team-a")}
+    assert [e["parent"] for e in named if e["event"] == "forked"] == [sid]

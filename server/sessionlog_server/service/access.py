@@ -96,6 +96,16 @@ def public_id(key: str) -> str:
     return key.rpartition(":")[2]
 
 
+def session_log_fields(key: str) -> dict[str, str]:
+    """How a log line names the session of key `key`: by the id its caller knows it by, with
+    its namespace, as a call's `rpc` line does (`log_fields`), so filtering a tenant's log on
+    `namespace` and `session_id` finds the service's own lines on its sessions too (leases,
+    repairs, forks, snapshots, commits), which run outside any call or for another caller. A
+    key is split at its last `:` (an id has none); one without is of the default namespace."""
+    namespace, _, session_id = key.rpartition(":")
+    return {"session_id": session_id, "namespace": namespace or DEFAULT_NAMESPACE}
+
+
 def public_error(error: SessionLogError, namespace: str | None = None) -> SessionLogError:
     """`error` as the caller may read it: the service and storage raise errors naming a session
     by its key, so a key of the caller's namespace (`namespace`, else the bound caller's) is told

@@ -29,6 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 import structlog
 
 from sessionlog.core.errors import SessionLogError, Unavailable
+from sessionlog_server.service import access
 from sessionlog_server.service.backlog import CommitBacklog
 from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.storage.recorder import EventRecorder
@@ -203,7 +204,7 @@ class GroupCommitter:
             try:
                 item.settled(error)
             except Exception:  # one batch's follow-up must not keep the rest of the group unsettled
-                log.exception("settling a committed batch failed", session_id=item.batch.session_id)
+                log.exception("settling a committed batch failed", **access.session_log_fields(item.batch.session_id))
 
     async def drain_and_stop(self) -> None:
         """Refuse new batches, commit those already queued, stop the writer thread."""

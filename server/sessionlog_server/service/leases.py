@@ -179,7 +179,13 @@ class LeaseManager:
         self._remember(grant.holder)
         self._streams.pop(session_id, None)  # a stream's older grant is fenced now
         await self._adopt(record)
-        log.info("lease granted", session_id=session_id, writer_id=wid, epoch=record.epoch, takeover=takeover)
+        log.info(
+            "lease granted",
+            **access.session_log_fields(session_id),
+            writer_id=wid,
+            epoch=record.epoch,
+            takeover=takeover,
+        )
         return grant
 
     async def refresh(self, holder: LeaseHolder) -> None:
@@ -234,7 +240,7 @@ class LeaseManager:
         if broken:
             log.info(
                 "writer stream ended without close; its lease is left to a reconnect or to lapse",
-                session_id=holder.session_id,
+                **access.session_log_fields(holder.session_id),
                 epoch=holder.epoch,
             )
             return

@@ -85,7 +85,7 @@ async def resume(
     repair_seqs = list(range(first, first + len(closers)))
     end_seed_seq = result.seqs[0] if seed else fold.next_seq - 1
     if closers:
-        log.info("repaired on resume", session_id=session_id, seqs=repair_seqs)
+        log.info("repaired on resume", **access.session_log_fields(session_id), seqs=repair_seqs)
     return ResumeResult(
         record=record,
         lease_token=grant.token,
@@ -122,7 +122,7 @@ async def repair_abandoned(service: SessionLogService, *, expired_only: bool, co
             except WriterHeld:
                 return None  # a writer (or another instance) got there first
             except SessionLogError as exc:
-                log.warning("repair failed", session_id=record.id, error=str(exc))
+                log.warning("repair failed", **access.session_log_fields(record.id), error=str(exc))
                 return None
 
     done = await asyncio.gather(*(repair_one(record) for record in candidates))
@@ -143,7 +143,12 @@ async def repair_session(service: SessionLogService, session_id: str, trigger: s
         result = await committed
         service.repairs_written += 1
         service.metrics.repairs_written.labels(trigger).inc()
-        log.info("repaired abandoned turn", session_id=session_id, next_seq=result.next_seq, events=len(closers))
+        log.info(
+            "repaired abandoned turn",
+            **access.session_log_fields(session_id),
+            next_seq=result.next_seq,
+            events=len(closers),
+        )
         return True
     finally:
         await service.leases.release(grant.holder)
@@ -183,7 +188,13 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
         service.recorder.create_session, record, events, quota=service.sessions.max_sessions_per_namespace
     )
     repair_seqs = [e.seq for e in events[1:]]
-    log.info("forked", session_id=child_id, parent=source_id, fork_seq=at_seq, repairs=len(repair_seqs))
+    log.info(
+        "forked",
+        **access.session_log_fields(child_id),
+        parent=access.public_id(source_id),
+        fork_seq=at_seq,
+        repairs=len(repair_seqs),
+    )
     return ForkResult(created, repair_seqs)
 
 

@@ -31,6 +31,7 @@ from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import Event
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.snapshot import FOLD_VERSION, SnapshotUnusable, decode_snapshot, encode_snapshot
+from sessionlog_server.service import access
 from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.live import INHERITED_IDS, RECENT_IDS, LiveSession
 from sessionlog_server.service.reader import EventReader, Segment, segment_of
@@ -80,7 +81,7 @@ class SnapshotStore:
         try:
             await self.committer.run_in_writer(self.recorder.save_snapshots, snapshots)
         except SessionLogError as exc:
-            log.warning("snapshot not stored", session_id=snapshots[0].session_id, error=str(exc))
+            log.warning("snapshot not stored", **access.session_log_fields(snapshots[0].session_id), error=str(exc))
 
     async def discard(self, unusable: list[StoredSnapshot]) -> None:
         """Delete snapshots a load found unusable, so the next one taken at their seq replaces
@@ -88,7 +89,7 @@ class SnapshotStore:
         try:
             await self.committer.run_in_writer(self.recorder.discard_snapshots, unusable)
         except SessionLogError as exc:
-            log.warning("snapshot not discarded", session_id=unusable[0].session_id, error=str(exc))
+            log.warning("snapshot not discarded", **access.session_log_fields(unusable[0].session_id), error=str(exc))
 
 
 @dataclass(slots=True)
@@ -200,11 +201,16 @@ class SessionLoader:
             try:
                 snapshot = decode_snapshot(stored.state)
             except SnapshotUnusable as exc:
-                log.info("snapshot ignored", session_id=record.id, seq=stored.seq, reason=str(exc))
+                log.info("snapshot ignored", **access.session_log_fields(record.id), seq=stored.seq, reason=str(exc))
                 unusable.append(stored)
                 continue
             if snapshot.seq != stored.seq:
-                log.info("snapshot ignored", session_id=record.id, seq=stored.seq, reason="seq does not match")
+                log.info(
+                    "snapshot ignored",
+                    **access.session_log_fields(record.id),
+                    seq=stored.seq,
+                    reason="seq does not match",
+                )
                 unusable.append(stored)
                 continue
             return SessionFold.from_snapshot(snapshot), stored.seq, unusable

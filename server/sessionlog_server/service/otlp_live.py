@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 
 from sessionlog.core.events import Event
+from sessionlog_server.service import access
 from sessionlog_server.service.app import SessionLogService
 
 log = structlog.get_logger("sessionlog.otlp")
@@ -77,7 +78,7 @@ class LiveOtlpExport:
                 self._feed(session_id, events)
             except Exception as exc:
                 self.sessions.pop(session_id, None)
-                log.warning("live OTLP export failed", session_id=session_id, error=str(exc))
+                log.warning("live OTLP export failed", **access.session_log_fields(session_id), error=str(exc))
 
     def _feed(self, session_id: str, events: list[Event]) -> None:
         export = self.sessions.get(session_id)

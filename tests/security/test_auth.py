@@ -8,11 +8,14 @@ import sys
 import time
 from collections.abc import Iterator
 
+import grpc
 import pytest
 from structlog.testing import capture_logs
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, PermissionDenied, Unauthenticated
+from sessionlog.errors import from_rpc_error
+from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog_server.tokens import config_line, new_token
 from tests.support.events import note, system, turn_start, user
 from tests.support.servers import ServerThread
@@ -197,3 +200,22 @@ def test_lines_outside_calls_name_a_session_by_the_callers_id_and_namespace(secu
     assert {e["event"] for e in named} >= {"lease granted", broken, "forked", "repaired on resume"}
     assert {(e["session_id"], e.get("namespace")) for e in named} == {(sid, "team-a"), (f"{sid}-f", "team-a")}
     assert [e["parent"] for e in named if e["event"] == "forked"] == [sid]
+
+
+def test_a_session_listing_token_continues_only_its_namespaces_listing(secured: ServerThread, sid: str) -> None:
+    # AIP-158: a ListSessions token continues its own request. Tied to its parent filter only,
+    # one handed to another tenant set a position in that tenant's own listing.
+    with connect(secured, ALICE) as alice, connect(secured, BOB) as bob, connect(secured, AUDITOR) as auditor:
+        alice.create_session(sid)
+        alice.create_session(f"{sid}-2")
+        first = alice.stub.ListSessions(pb.ListSessionsRequest(page_size=1))
+        assert first.next_page_token
+        with pytest.raises(grpc.RpcError) as refused:
+            bob.stub.ListSessions(pb.ListSessionsRequest(page_size=1, page_token=first.next_page_token))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        error = from_rpc_error(refused.value)
+        assert error.reason == "BAD_PAGE_TOKEN" and error.metadata["field"] == "page_token"
+        assert "namespace" in error.message and "team-a" not in error.message
+        # Another token of the namespace lists the same sessions: the token goes on for it.
+        second = auditor.stub.ListSessions(pb.ListSessionsRequest(page_size=1, page_token=first.next_page_token))
+        assert len(second.sessions) == 1 and second.sessions[0].id != first.sessions[0].id

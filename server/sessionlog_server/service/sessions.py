@@ -79,7 +79,7 @@ class SessionDirectory:
         not exist (or is another namespace's) is SESSION_NOT_FOUND, as every call naming a
         session answers (AIP-132: a List naming a parent that does not exist is NOT_FOUND),
         where an empty page read as "it has no forks". The token continues this listing only:
-        with another `parent_id` it is BAD_PAGE_TOKEN."""
+        with another `parent_id`, or from a caller of another namespace, it is BAD_PAGE_TOKEN."""
         namespace = access.current().namespace
         if page_size < 0:
             raise ValidationError("BAD_PAGE_SIZE", "page_size must not be negative", field="page_size")
@@ -88,33 +88,37 @@ class SessionDirectory:
         if parent_id is not None:
             await self.get_session(parent_id)
             parent = access.session_key(parent_id, self.limits)
-        after = _decode_page_token(page_token, parent) if page_token else None
+        after = _decode_page_token(page_token, namespace, parent) if page_token else None
         records = await self.reader.run(self.recorder.list_sessions, namespace, size + 1, after, parent)
         more = len(records) > size
         records = records[:size]
-        token = _encode_page_token(records[-1], parent) if more else ""
+        token = _encode_page_token(records[-1], namespace, parent) if more else ""
         return records, token
 
 
-def _filter_tag(parent: str | None) -> str:
-    """The listing a token continues: its parent filter ('' for all sessions)."""
-    return request_tag(parent) if parent is not None else ""
+def _listing_tag(namespace: str, parent: str | None) -> str:
+    """The listing a token continues: the caller's namespace and its parent filter (None for
+    all sessions). The namespace is in it as the filter is: a listing is of one namespace's
+    sessions, and a token handed to another tenant set a position in that tenant's listing."""
+    return request_tag(jsonvalue.dumps([namespace, parent]))
 
 
-def _encode_page_token(record: SessionRecord, parent: str | None) -> str:
-    return encode_token([record.create_time, record.id, _filter_tag(parent)])
+def _encode_page_token(record: SessionRecord, namespace: str, parent: str | None) -> str:
+    return encode_token([record.create_time, record.id, _listing_tag(namespace, parent)])
 
 
-def _decode_page_token(token: str, parent: str | None) -> tuple[int, str]:
+def _decode_page_token(token: str, namespace: str, parent: str | None) -> tuple[int, str]:
     """Where the listing a token continues left off (AIP-158: a token continues its own
-    request; with another parent filter it went on from the first listing's position)."""
+    request; with another parent filter, or another namespace, it went on from the first
+    listing's position)."""
     created, sid, tag = decode_token(token, 3)
     if type(created) is not int or not 0 <= created < 2**63 or not isinstance(sid, str):
         raise unissued_token()  # (a bool is an int to isinstance, and reached SQL as one)
-    if tag != _filter_tag(parent):
+    if tag != _listing_tag(namespace, parent):
         raise ValidationError(
             "BAD_PAGE_TOKEN",
-            "page_token is not a token of this listing: it was issued for another parent_session_id",
+            "page_token is not a token of this listing: it was issued for another parent_session_id, "
+            "or to a caller of another namespace",
             field="page_token",
         )
     return created, sid

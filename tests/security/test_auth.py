@@ -219,3 +219,21 @@ def test_a_session_listing_token_continues_only_its_namespaces_listing(secured: 
         # Another token of the namespace lists the same sessions: the token goes on for it.
         second = auditor.stub.ListSessions(pb.ListSessionsRequest(page_size=1, page_token=first.next_page_token))
         assert len(second.sessions) == 1 and second.sessions[0].id != first.sessions[0].id
+
+
+def test_a_history_token_continues_only_its_namespaces_session(secured: ServerThread, sid: str) -> None:
+    # Two tenants may each have a session `sid`: a history token tied to the id alone, handed
+    # to the other tenant, read that tenant's session from the first one's seq and index.
+    with connect(secured, ALICE) as alice, connect(secured, BOB) as bob:
+        for client in (alice, bob):
+            client.create_session(sid)
+            with client.writer(sid) as writer:
+                writer.append([system("s"), user("u")]).result()
+        scope = pb.ProjectionScope(session_id=sid)
+        first = alice.stub.GetModelHistory(pb.GetModelHistoryRequest(scope=scope, page_size=1))
+        assert first.next_page_token
+        with pytest.raises(grpc.RpcError) as refused:
+            bob.stub.GetModelHistory(pb.GetModelHistoryRequest(scope=scope, page_token=first.next_page_token))
+        assert from_rpc_error(refused.value).reason == "BAD_PAGE_TOKEN"
+        second = alice.stub.GetModelHistory(pb.GetModelHistoryRequest(scope=scope, page_token=first.next_page_token))
+        assert second.from_index == 1 and second.messages_json != first.messages_json

@@ -751,9 +751,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """
     BAD_PAGE_TOKEN: _ErrorReason.ValueType  # 81
     """`page_token` is not a token this service issued for this request: a token continues only
-    the request it came from (AIP-158), so one of another session's history or transcript, or
-    of a ListSessions with another `parent_session_id` or by a caller of another namespace, is
-    refused too.
+    the request it came from (AIP-158), so one of another session's history or transcript, of
+    a ListSessions with another `parent_session_id`, or issued to a caller of another namespace
+    (for its session of the same id, say), is refused too.
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
@@ -2056,9 +2056,9 @@ Client: Fix the request; nothing was changed. Sent unchanged, it fails the same 
 """
 BAD_PAGE_TOKEN: ErrorReason.ValueType  # 81
 """`page_token` is not a token this service issued for this request: a token continues only
-the request it came from (AIP-158), so one of another session's history or transcript, or
-of a ListSessions with another `parent_session_id` or by a caller of another namespace, is
-refused too.
+the request it came from (AIP-158), so one of another session's history or transcript, of
+a ListSessions with another `parent_session_id`, or issued to a caller of another namespace
+(for its session of the same id, say), is refused too.
 
 Code: INVALID_ARGUMENT
 Metadata: `field`

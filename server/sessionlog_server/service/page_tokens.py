@@ -1,9 +1,10 @@
 """Page tokens (AIP-158): opaque to clients, and each continues only the request it came from.
 
 A token is a JSON list, base64url-encoded. What it continues is tagged in it (`request_tag`: the
-session of a history or transcript page, the parent filter of a session listing), so a token
-presented with another request is refused (BAD_PAGE_TOKEN) instead of reading that request from
-the first one's position.
+caller's namespace, and the session of a history or transcript page or the parent filter of a
+session listing), so a token presented with another request, or by a caller of another
+namespace, is refused (BAD_PAGE_TOKEN) instead of reading that request from the first one's
+position.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import SessionLogError, ValidationError
+from sessionlog_server.service import access
 
 
 def encode_token(fields: list[Any]) -> str:
@@ -37,7 +39,10 @@ def unissued_token() -> ValidationError:
     return ValidationError("BAD_PAGE_TOKEN", "page_token is not a token this service issued", field="page_token")
 
 
-def request_tag(value: str) -> str:
-    """What a token keeps of the request it continues (a session id): enough to tell a token of
-    another request apart, without carrying the id itself."""
-    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+def request_tag(value: str | None) -> str:
+    """What a token keeps of the request it continues (a session id, a listing's parent filter
+    or None): enough to tell a token of another request apart, without carrying the id itself.
+    The caller's namespace is part of the request: two tenants may each have a session `s1`,
+    and a token handed to the other one read its `s1` (or its listing) from the first's place."""
+    request = jsonvalue.dumps([access.current().namespace, value])
+    return hashlib.sha256(request.encode("utf-8", "surrogatepass")).hexdigest()[:12]

@@ -88,33 +88,28 @@ class SessionDirectory:
         if parent_id is not None:
             await self.get_session(parent_id)
             parent = access.session_key(parent_id, self.limits)
-        after = _decode_page_token(page_token, namespace, parent) if page_token else None
+        after = _decode_page_token(page_token, parent) if page_token else None
         records = await self.reader.run(self.recorder.list_sessions, namespace, size + 1, after, parent)
         more = len(records) > size
         records = records[:size]
-        token = _encode_page_token(records[-1], namespace, parent) if more else ""
+        token = _encode_page_token(records[-1], parent) if more else ""
         return records, token
 
 
-def _listing_tag(namespace: str, parent: str | None) -> str:
-    """The listing a token continues: the caller's namespace and its parent filter (None for
-    all sessions). The namespace is in it as the filter is: a listing is of one namespace's
-    sessions, and a token handed to another tenant set a position in that tenant's listing."""
-    return request_tag(jsonvalue.dumps([namespace, parent]))
+def _encode_page_token(record: SessionRecord, parent: str | None) -> str:
+    """The token of the listing after `record`: tagged with the listing it continues, the
+    caller's namespace and the parent filter (None for all sessions; `request_tag`)."""
+    return encode_token([record.create_time, record.id, request_tag(parent)])
 
 
-def _encode_page_token(record: SessionRecord, namespace: str, parent: str | None) -> str:
-    return encode_token([record.create_time, record.id, _listing_tag(namespace, parent)])
-
-
-def _decode_page_token(token: str, namespace: str, parent: str | None) -> tuple[int, str]:
+def _decode_page_token(token: str, parent: str | None) -> tuple[int, str]:
     """Where the listing a token continues left off (AIP-158: a token continues its own
     request; with another parent filter, or another namespace, it went on from the first
     listing's position)."""
     created, sid, tag = decode_token(token, 3)
     if type(created) is not int or not 0 <= created < 2**63 or not isinstance(sid, str):
         raise unissued_token()  # (a bool is an int to isinstance, and reached SQL as one)
-    if tag != _listing_tag(namespace, parent):
+    if tag != request_tag(parent):
         raise ValidationError(
             "BAD_PAGE_TOKEN",
             "page_token is not a token of this listing: it was issued for another parent_session_id, "

@@ -13,9 +13,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import NotFound, PermissionDenied, Unauthenticated
+from sessionlog.core.errors import NotFound, PermissionDenied, Unauthenticated, WriterHeld
 from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import session_service_pb2 as pb
+from sessionlog_server.service import access
 from sessionlog_server.tokens import config_line, new_token
 from tests.support.events import note, system, turn_start, user
 from tests.support.servers import ServerThread
@@ -178,6 +179,19 @@ def test_each_calls_log_line_names_its_session_by_the_callers_id(secured: Server
     }
     assert lines["ForkSession"]["child"] == f"{sid}-f"
     assert all(line.get("namespace") == "team-a" for line in lines.values())
+
+
+def test_a_failure_on_a_line_outside_calls_names_the_session_by_the_callers_id() -> None:
+    # "repair failed", "snapshot not stored" and the like log what failed, and storage's words
+    # name the session by its key: the line's session_id said "s1" while its error said
+    # "session 'team-a:s1'".
+    failed = WriterHeld("WRITER_HELD", "session 'team-a:s1' is held by writer 'w' until 5", session_id="team-a:s1")
+    assert access.session_log_fields("team-a:s1", failed) == {
+        "session_id": "s1",
+        "namespace": "team-a",
+        "error": "session 's1' is held by writer 'w' until 5",
+    }
+    assert access.session_log_fields("s1", RuntimeError("exporter down"))["error"] == "exporter down"
 
 
 def test_lines_outside_calls_name_a_session_by_the_callers_id_and_namespace(secured: ServerThread, sid: str) -> None:

@@ -96,14 +96,19 @@ def public_id(key: str) -> str:
     return key.rpartition(":")[2]
 
 
-def session_log_fields(key: str) -> dict[str, str]:
+def session_log_fields(key: str, error: BaseException | None = None) -> dict[str, str]:
     """How a log line names the session of key `key`: by the id its caller knows it by, with
     its namespace, as a call's `rpc` line does (`log_fields`), so filtering a tenant's log on
     `namespace` and `session_id` finds the service's own lines on its sessions too (leases,
     repairs, forks, snapshots, commits), which run outside any call or for another caller. A
-    key is split at its last `:` (an id has none); one without is of the default namespace."""
+    key is split at its last `:` (an id has none); one without is of the default namespace.
+    With `error`, what failed, as its words say it (`error`): a sessionlog error names the
+    session by its id there too (`public_error`), where storage's words give the key."""
     namespace, _, session_id = key.rpartition(":")
-    return {"session_id": session_id, "namespace": namespace or DEFAULT_NAMESPACE}
+    fields = {"session_id": session_id, "namespace": namespace or DEFAULT_NAMESPACE}
+    if error is not None:
+        fields["error"] = str(public_error(error, fields["namespace"]) if isinstance(error, SessionLogError) else error)
+    return fields
 
 
 def public_error(error: SessionLogError, namespace: str | None = None) -> SessionLogError:

@@ -122,7 +122,7 @@ async def repair_abandoned(service: SessionLogService, *, expired_only: bool, co
             except WriterHeld:
                 return None  # a writer (or another instance) got there first
             except SessionLogError as exc:
-                log.warning("repair failed", **access.session_log_fields(record.id), error=str(exc))
+                log.warning("repair failed", **access.session_log_fields(record.id, exc))
                 return None
 
     done = await asyncio.gather(*(repair_one(record) for record in candidates))

@@ -81,7 +81,7 @@ class SnapshotStore:
         try:
             await self.committer.run_in_writer(self.recorder.save_snapshots, snapshots)
         except SessionLogError as exc:
-            log.warning("snapshot not stored", **access.session_log_fields(snapshots[0].session_id), error=str(exc))
+            log.warning("snapshot not stored", **access.session_log_fields(snapshots[0].session_id, exc))
 
     async def discard(self, unusable: list[StoredSnapshot]) -> None:
         """Delete snapshots a load found unusable, so the next one taken at their seq replaces
@@ -89,7 +89,7 @@ class SnapshotStore:
         try:
             await self.committer.run_in_writer(self.recorder.discard_snapshots, unusable)
         except SessionLogError as exc:
-            log.warning("snapshot not discarded", **access.session_log_fields(unusable[0].session_id), error=str(exc))
+            log.warning("snapshot not discarded", **access.session_log_fields(unusable[0].session_id, exc))
 
 
 @dataclass(slots=True)

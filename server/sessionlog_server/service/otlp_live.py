@@ -78,7 +78,7 @@ class LiveOtlpExport:
                 self._feed(session_id, events)
             except Exception as exc:
                 self.sessions.pop(session_id, None)
-                log.warning("live OTLP export failed", **access.session_log_fields(session_id), error=str(exc))
+                log.warning("live OTLP export failed", **access.session_log_fields(session_id, exc))
 
     def _feed(self, session_id: str, events: list[Event]) -> None:
         export = self.sessions.get(session_id)

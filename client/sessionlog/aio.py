@@ -283,12 +283,17 @@ class AsyncSessionLogClient(base.ClientBase):
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None, page_size: int = 500
     ) -> AsyncIterator[Event]:
         """Events from `from_seq` to `to_seq` (inclusive), in seq order; a read broken by a
-        transient failure goes on from the seq after the last event it delivered."""
+        transient failure goes on from the seq after the last event it delivered.
+
+        The client's `timeout` bounds the wait for each page (the first, and each one after),
+        not the whole read, which may take long for a long session: a read that gets no page
+        within it fails with Unavailable (TRANSPORT_ERROR, `base.no_page`), after the events of
+        the pages before. The time the caller spends between events is not counted."""
         cursor = base.EventCursor(session_id, from_seq, to_seq, page_size)
         for attempt in itertools.count(1):
             self._check_open()
             try:
-                async for response in self.stub.ReadEvents(cursor.request()):
+                async for response in _each_within(self.stub.ReadEvents(cursor.request()), self.timeout):
                     for event in cursor.events(response):
                         yield event
                 return
@@ -613,3 +618,24 @@ async def _write_coalesced(call: Any, requests: list[pb.WriteRequest]) -> None:
     """Write `requests` on the stream, runs of batches merged into one message (`coalesce`)."""
     for request in coalesce(requests):
         await call.write(request)
+
+
+async def _each_within(call: Any, timeout: float | None) -> AsyncIterator[Any]:
+    """The messages of the server stream `call`, each waited for at most `timeout` seconds (None:
+    no bound), as gRPC takes a deadline for the whole call only: a wait that runs out cancels the
+    call and fails with `base.no_page`. The caller's own time between messages is not counted.
+    The call is cancelled however the iteration ends (a caller that stops reading leaves no
+    stream behind)."""
+    try:
+        while True:
+            try:
+                response = await asyncio.wait_for(call.read(), timeout)
+            except TimeoutError:
+                if timeout is None:
+                    raise
+                raise base.no_page(timeout) from None
+            if response is grpc.aio.EOF:
+                return
+            yield response
+    finally:
+        call.cancel()

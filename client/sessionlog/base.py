@@ -7,7 +7,8 @@ loop and asyncio futures. Everything else is defined here once (kurrentdbclient'
   says only how its kind of channel is opened);
 - `Call`: each unary call as the stub method it uses, its request, how its response is read
   and whether it may be retried; `Paged`: the same for calls read page by page; `EventCursor`:
-  where a broken `ReadEvents` goes on from;
+  where a broken `ReadEvents` goes on from, and `no_page`: a read that waited its timeout for a
+  page;
 - `RetryPolicy`: how idempotent calls are retried on UNAVAILABLE (reads, and appends, whose
   events always carry eventIds), and how writers back off while reconnecting; `Budget`: a
   unary call's timeout, the budget of all its attempts;
@@ -174,7 +175,8 @@ class ClientBase:
         grpc.ChannelCredentials) turns on TLS; `retry` says how idempotent calls are retried
         on UNAVAILABLE. `timeout` (seconds, None for none) is the budget of each unary call
         (each page of a listing or projection), its retries and their waits included
-        (`Budget`); writer streams and subscriptions have their own reconnect policy. A
+        (`Budget`), and of the wait for each page of `read_events` (`no_page`); writer streams
+        and subscriptions have their own reconnect policy. A
         ValueError for an empty target or a port past 65535 (`check_target`)."""
         check_target(target)
         self.target = target
@@ -338,6 +340,19 @@ def stats(session_id: str, at_seq: int | None, with_repair: bool) -> Call[dict[s
 def surface(session_id: str, at_seq: int | None, with_repair: bool) -> Call[dict[str, Any]]:
     request = pb.GetSurfaceRequest(scope=scope(session_id, at_seq, with_repair))
     return Call("GetSurface", request, surface_from_pb, idempotent=True)
+
+
+def no_page(timeout: float) -> Unavailable:
+    """The error of a read whose `ReadEvents` stream sent no page (nor its end) within the
+    client's `timeout` of asking for one: TRANSPORT_ERROR, as a unary call that spent its
+    timeout. The timeout bounds each page, not the whole read, which may take long for a long
+    session; a read had no deadline at all, and one from a service that accepted the call and
+    never answered waited forever."""
+    return Unavailable(
+        "TRANSPORT_ERROR",
+        f"the read got no page within the client's timeout of {timeout:g} s (the service accepted the "
+        "call and sent nothing more); the events before were delivered",
+    )
 
 
 class EventCursor:

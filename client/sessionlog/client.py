@@ -265,12 +265,17 @@ class SessionLogClient(base.ClientBase):
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None, page_size: int = 500
     ) -> Iterator[Event]:
         """Events from `from_seq` to `to_seq` (inclusive), in seq order; a read broken by a
-        transient failure goes on from the seq after the last event it delivered."""
+        transient failure goes on from the seq after the last event it delivered.
+
+        The client's `timeout` bounds the wait for each page (the first, and each one after),
+        not the whole read, which may take long for a long session: a read that gets no page
+        within it fails with Unavailable (TRANSPORT_ERROR, `base.no_page`), after the events of
+        the pages before. The time the caller spends between events is not counted."""
         cursor = base.EventCursor(session_id, from_seq, to_seq, page_size)
         for attempt in itertools.count(1):
             self._check_open()
             try:
-                for response in self.stub.ReadEvents(cursor.request()):
+                for response in _each_within(self.stub.ReadEvents(cursor.request()), self.timeout):
                     yield from cursor.events(response)
                 return
             except grpc.RpcError as exc:
@@ -282,6 +287,41 @@ class SessionLogClient(base.ClientBase):
         on its own after a cut)."""
         self._check_open()
         return Subscription(self, SubscriptionCursor(session_id, from_seq))
+
+
+def _each_within(call: Any, timeout: float | None) -> Iterator[Any]:
+    """The messages of the server stream `call`, each waited for at most `timeout` seconds (None:
+    no bound), as gRPC's sync streams take a deadline for the whole call only: a timer started
+    while waiting for a message cancels the call when none comes in time, and the wait fails with
+    `base.no_page`. The caller's own time between messages is not counted. The call is cancelled
+    however the iteration ends (a caller that stops reading leaves no stream behind)."""
+    try:
+        while True:
+            expired = threading.Event()
+            timer = None if timeout is None else threading.Timer(timeout, _expire, (expired, call))
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
+            try:
+                response = next(call)
+            except StopIteration:
+                return
+            except grpc.RpcError:
+                if timeout is not None and expired.is_set():
+                    raise base.no_page(timeout) from None
+                raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            yield response
+    finally:
+        call.cancel()
+
+
+def _expire(expired: threading.Event, call: Any) -> None:
+    """A stream's wait for a message ran out: say so, then cancel the call (which ends the wait)."""
+    expired.set()
+    call.cancel()
 
 
 def _coalescing(requests: queue.Queue[Any]) -> Iterator[pb.WriteRequest]:

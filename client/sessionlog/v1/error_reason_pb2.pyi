@@ -1119,7 +1119,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     (CANCELLED) under the call. The outcome is unknown. Both client libraries map these codes so.
     A unary call's timeout is the budget of all its attempts: a call that spent it says "the
     call's timeout of T s (timeoutMs of T ms) was spent after N attempts: " before the last
-    attempt's message.
+    attempt's message. A read's (ReadEvents) timeout bounds the wait for each page, not the
+    whole read: one that gets no page within it says "the read got no page within the client's
+    timeout of T s (timeoutMs of T ms)".
 
     Code: UNAVAILABLE
     Metadata: none
@@ -2424,7 +2426,9 @@ stream whose server died (INTERNAL, UNKNOWN), a connection reset (ABORTED) or ca
 (CANCELLED) under the call. The outcome is unknown. Both client libraries map these codes so.
 A unary call's timeout is the budget of all its attempts: a call that spent it says "the
 call's timeout of T s (timeoutMs of T ms) was spent after N attempts: " before the last
-attempt's message.
+attempt's message. A read's (ReadEvents) timeout bounds the wait for each page, not the
+whole read: one that gets no page within it says "the read got no page within the client's
+timeout of T s (timeoutMs of T ms)".
 
 Code: UNAVAILABLE
 Metadata: none

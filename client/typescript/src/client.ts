@@ -23,7 +23,7 @@ import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
 import { HistoryCopy } from "./history.js";
 import type { JsonObject } from "./json.js";
 import { clientClosed, toSessionLogError, Unavailable } from "./errors.js";
-import { backoff, Budget, DEFAULT_RETRY, NO_RETRY, type RetryPolicy, sleep, withBudget } from "./retry.js";
+import { backoff, Budget, DEFAULT_RETRY, eachWithin, NO_RETRY, NoPage, type RetryPolicy, sleep, withBudget } from "./retry.js";
 import { Subscription, type SubscribeOptions } from "./subscription.js";
 import type {
   AppendResult,
@@ -68,8 +68,9 @@ export interface ClientOptions {
   /**
    * The budget of each unary call (each page of a listing or projection), in ms, 30 s by
    * default: its attempts and the backoff between them included; each attempt has what is left
-   * as its gRPC deadline, and none starts once it is spent. Writer streams and subscriptions
-   * have none (they reconnect by their own policy); 0 or less: no budget.
+   * as its gRPC deadline, and none starts once it is spent. For `readEvents` it bounds the wait
+   * for each page of the stream, not the whole read (`NoPage`). Writer streams and
+   * subscriptions have none (they reconnect by their own policy); 0 or less: no budget.
    */
   timeoutMs?: number;
   /** How idempotent calls are retried on UNAVAILABLE. */
@@ -356,7 +357,13 @@ export class SessionLogClient {
 
   // --- reading ---------------------------------------------------------------------------
 
-  /** Events from `fromSeq` to `toSeq` (inclusive), in seq order; a broken read resumes where it stopped. */
+  /**
+   * Events from `fromSeq` to `toSeq` (inclusive), in seq order; a broken read resumes where it
+   * stopped. The client's `timeoutMs` bounds the wait for each page (the first, and each one
+   * after), not the whole read, which may take long for a long session: a read that gets no page
+   * within it throws Unavailable (TRANSPORT_ERROR, `NoPage`), after the events of the pages
+   * before. The time the caller spends between events is not counted.
+   */
   async *readEvents(sessionId: string, options: { fromSeq?: SeqArgument; toSeq?: SeqArgument; pageSize?: number } = {}): AsyncGenerator<Event> {
     let next = optionalSeq(options.fromSeq, "fromSeq") ?? 0n;
     const toSeq = optionalSeq(options.toSeq, "toSeq");
@@ -366,7 +373,7 @@ export class SessionLogClient {
       this.checkOpen();
       const request = { sessionId, fromSeq: next, toSeq, pageSize: size };
       try {
-        for await (const response of this.rpc.readEvents(request)) {
+        for await (const response of eachWithin((signal) => this.rpc.readEvents(request, { signal }), this.timeoutMs)) {
           for (const message of response.events) {
             const event = eventFromPb(message);
             next = BigInt(event.seq) + 1n;
@@ -376,6 +383,7 @@ export class SessionLogClient {
         }
         return;
       } catch (raw) {
+        if (raw instanceof NoPage) throw raw;
         const error = toSessionLogError(raw);
         failures += 1;
         if (!(error instanceof Unavailable) || failures >= this.retry.attempts) throw error;

@@ -3,6 +3,7 @@
  * Only idempotent calls go through here: reads, and appends whose events all carry eventIds
  * (a retry of a committed batch returns the original seqs instead of appending twice).
  */
+import { Code } from "@connectrpc/connect";
 import { toSessionLogError, Unavailable } from "./errors.js";
 
 export interface RetryPolicy {
@@ -108,5 +109,66 @@ export async function withBudget<T>(budget: Budget, call: (timeoutMs: number | u
       delay = budget.waitAfter(raw);
     }
     await sleep(delay);
+  }
+}
+
+/**
+ * The error of a read whose stream sent no page (nor its end) within the client's `timeoutMs`
+ * of asking for one: Unavailable, TRANSPORT_ERROR, as a unary call that spent its timeout (the
+ * Python clients' `no_page`, sessionlog.base). The timeout bounds each page, not the whole read,
+ * which may take long for a long session; a read had no deadline at all, and one from a service
+ * that accepted the call and never answered waited forever.
+ */
+export class NoPage extends Unavailable {
+  constructor(timeoutMs: number, cause: unknown) {
+    super({
+      reason: "TRANSPORT_ERROR",
+      message:
+        `the read got no page within the client's timeoutMs of ${timeoutMs} ms (the service accepted the ` +
+        "call and sent nothing more); the events before were delivered",
+      code: Code.Unavailable,
+      cause,
+    });
+  }
+}
+
+/**
+ * The messages of the server stream `open` starts (given the signal that cancels it), each
+ * waited for at most `timeoutMs` (0 or less: no bound), as Connect's `timeoutMs` is a deadline
+ * for the whole call: a wait that runs out cancels the call and throws `NoPage`. The caller's
+ * own time between messages is not counted. The call is cancelled however the iteration ends
+ * early (a caller that stops reading leaves no stream behind).
+ */
+export async function* eachWithin<T>(open: (signal: AbortSignal) => AsyncIterable<T>, timeoutMs: number): AsyncGenerator<T> {
+  const cancel = new AbortController();
+  const messages = open(cancel.signal)[Symbol.asyncIterator]();
+  let ended = false;
+  try {
+    for (;;) {
+      let expired = false;
+      const timer =
+        timeoutMs > 0
+          ? setTimeout(() => {
+              expired = true;
+              cancel.abort();
+            }, timeoutMs)
+          : undefined;
+      let next: IteratorResult<T>;
+      try {
+        next = await messages.next();
+      } catch (raw) {
+        ended = true;
+        throw expired ? new NoPage(timeoutMs, raw) : raw;
+      } finally {
+        clearTimeout(timer);
+      }
+      if (next.done) {
+        ended = true;
+        return;
+      }
+      yield next.value;
+    }
+  } finally {
+    if (!ended) cancel.abort();
   }
 }

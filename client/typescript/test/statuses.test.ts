@@ -9,7 +9,10 @@ import assert from "node:assert/strict";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { describe, test } from "node:test";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { EventSchema } from "../src/gen/sessionlog/v1/event_pb.js";
+import { ReadEventsResponseSchema } from "../src/gen/sessionlog/v1/session_service_pb.js";
 import { isCataloguedReason, LimitExceeded, ServerError, SessionLogClient, Unavailable } from "../src/index.js";
 import { BACKENDS, freePort, sessionId, startServer } from "./support.js";
 
@@ -42,6 +45,79 @@ async function failure(server: http2.Http2Server): Promise<unknown> {
     await closed(server);
   }
 }
+
+/**
+ * An HTTP/2 server whose every call (a ReadEvents) is answered with `pages` pages of one event,
+ * `gapMs` before each, then the stream's end, or nothing more when `hang`.
+ */
+function pacedReads(pages: number, gapMs: number, hang: boolean): http2.Http2Server {
+  return http2.createServer((request, response) => {
+    request.resume();
+    response.writeHead(200, { "content-type": "application/grpc" });
+    void (async () => {
+      for (let seq = 0; seq < pages; seq++) {
+        await new Promise((resolve) => setTimeout(resolve, gapMs));
+        if (response.stream.closed) return;
+        const event = create(EventSchema, { seq: BigInt(seq), timeUnixMs: 1n, type: "custom", dataJson: new TextEncoder().encode("{}") });
+        const body = toBinary(ReadEventsResponseSchema, create(ReadEventsResponseSchema, { events: [event] }));
+        const frame = Buffer.alloc(5 + body.length);
+        frame.writeUInt32BE(body.length, 1);
+        frame.set(body, 5);
+        response.write(frame);
+      }
+      if (hang) return;
+      response.addTrailers({ "grpc-status": "0" });
+      response.end();
+    })();
+  });
+}
+
+/** The seqs `readEvents` delivers against `server` with `timeoutMs`, and what it threw, if anything. */
+async function readFrom(server: http2.Http2Server, timeoutMs: number, lingerMs = 0): Promise<{ seqs: number[]; error: unknown; elapsed: number }> {
+  const client = new SessionLogClient({ target: await listening(server), timeoutMs });
+  const seqs: number[] = [];
+  const started = Date.now();
+  try {
+    for await (const event of client.readEvents("s")) {
+      seqs.push(Number(event.seq));
+      await new Promise((resolve) => setTimeout(resolve, lingerMs));
+    }
+    return { seqs, error: undefined, elapsed: Date.now() - started };
+  } catch (error) {
+    return { seqs, error, elapsed: Date.now() - started };
+  } finally {
+    client.close();
+    await closed(server);
+  }
+}
+
+describe("readEvents: timeoutMs bounds the wait for each page, not the whole read", () => {
+  // A read had no deadline: against a service that accepted the call and sent nothing it
+  // waited forever (the Python clients: tests/transport/test_read_deadline.py).
+  test("a read from a service that sends nothing fails within its timeoutMs, TRANSPORT_ERROR saying so", async () => {
+    const { seqs, error, elapsed } = await readFrom(pacedReads(0, 0, true), 500);
+    assert.ok(elapsed < 3_000, `the read took ${elapsed} ms with a timeoutMs of 500`);
+    assert.deepEqual(seqs, []);
+    assert.ok(error instanceof Unavailable, String(error));
+    assert.equal(error.reason, "TRANSPORT_ERROR");
+    assert.match(error.message, /no page within the client's timeoutMs of 500 ms/);
+  });
+
+  test("a read that stalls after some pages gives them, then fails (the caller's own time not counted)", async () => {
+    const { seqs, error, elapsed } = await readFrom(pacedReads(2, 0, true), 500, 700);
+    assert.deepEqual(seqs, [0, 1]);
+    assert.ok(error instanceof Unavailable, String(error));
+    assert.match(error.message, /no page within the client's timeoutMs of 500 ms/);
+    assert.ok(elapsed < 5_000, `the read took ${elapsed} ms`);
+  });
+
+  test("pages 300 ms apart take longer than timeoutMs in all, and the read completes", async () => {
+    const { seqs, error, elapsed } = await readFrom(pacedReads(5, 300, false), 500);
+    assert.equal(error, undefined, String(error));
+    assert.deepEqual(seqs, [0, 1, 2, 3, 4]);
+    assert.ok(elapsed > 500);
+  });
+});
 
 describe("statuses without a sessionlog ErrorInfo", () => {
   test("DEADLINE_EXCEEDED (a gRPC server's, past the call's deadline) is Unavailable with TRANSPORT_ERROR", async () => {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import subprocess
 import sys
@@ -233,6 +235,37 @@ def test_a_session_listing_token_continues_only_its_namespaces_listing(secured: 
         # Another token of the namespace lists the same sessions: the token goes on for it.
         second = auditor.stub.ListSessions(pb.ListSessionsRequest(page_size=1, page_token=first.next_page_token))
         assert len(second.sessions) == 1 and second.sessions[0].id != first.sessions[0].id
+
+
+def test_a_session_listing_token_carries_the_callers_id_not_the_services_key(secured: ServerThread, sid: str) -> None:
+    # A token is opaque, not secret: base64 of one showed the service's key ("team-a:<id>"),
+    # where a caller sees only its ids. It holds the id; the key is rebuilt from the caller's.
+    with connect(secured, ALICE) as alice:
+        made = [sid, f"{sid}-2", f"{sid}-3"]
+        for session_id in made:
+            alice.create_session(session_id)
+        listed: list[str] = []
+        token = ""
+        while True:
+            page = alice.stub.ListSessions(pb.ListSessionsRequest(page_size=1, page_token=token))
+            listed += [s.id for s in page.sessions]
+            token = page.next_page_token
+            if not token:
+                break
+            fields = json.loads(base64.urlsafe_b64decode(token))
+            assert "team-a" not in json.dumps(fields), fields
+            assert fields[1] == page.sessions[0].id
+        assert len(listed) == len(set(listed)) and set(made) <= set(listed), "the tokens go on where they left off"
+        # A token whose id is not a valid id (one altered, or the key an older token held) is
+        # BAD_PAGE_TOKEN, as any token the service did not issue, never another error.
+        first = alice.stub.ListSessions(pb.ListSessionsRequest(page_size=1))
+        created, _, tag = json.loads(base64.urlsafe_b64decode(first.next_page_token))
+        for bad_id in ["", f"team-a:{sid}", "not url safe", "x" * 300, 7]:
+            forged = base64.urlsafe_b64encode(json.dumps([created, bad_id, tag]).encode()).decode()
+            with pytest.raises(grpc.RpcError) as refused:
+                alice.stub.ListSessions(pb.ListSessionsRequest(page_size=1, page_token=forged))
+            error = from_rpc_error(refused.value)
+            assert (error.reason, error.metadata.get("field")) == ("BAD_PAGE_TOKEN", "page_token"), (bad_id, error)
 
 
 def test_a_history_token_continues_only_its_namespaces_session(secured: ServerThread, sid: str) -> None:

@@ -4,7 +4,9 @@ A token is a JSON list, base64url-encoded. What it continues is tagged in it (`r
 caller's namespace, and the session of a history or transcript page or the parent filter of a
 session listing), so a token presented with another request, or by a caller of another
 namespace, is refused (BAD_PAGE_TOKEN) instead of reading that request from the first one's
-position.
+position. A token is opaque, not secret: it holds what the caller may see (its own session ids,
+`access.public_id`), never the service's key (`namespace:id`), which is rebuilt from the caller's
+namespace when the token comes back.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ class SessionDirectory:
         if parent_id is not None:
             await self.get_session(parent_id)
             parent = access.session_key(parent_id, self.limits)
-        after = _decode_page_token(page_token, parent) if page_token else None
+        after = _decode_page_token(page_token, parent, self.limits) if page_token else None
         records = await self.reader.run(self.recorder.list_sessions, namespace, size + 1, after, parent)
         more = len(records) > size
         records = records[:size]
@@ -97,15 +97,19 @@ class SessionDirectory:
 
 
 def _encode_page_token(record: SessionRecord, parent: str | None) -> str:
-    """The token of the listing after `record`: tagged with the listing it continues, the
-    caller's namespace and the parent filter (None for all sessions; `request_tag`)."""
-    return encode_token([record.create_time, record.id, request_tag(parent)])
+    """The token of the listing after `record`: its creation time and the id its caller knows
+    it by (`access.public_id`; a token is opaque, not secret, and base64 of one showed the
+    service's key, `namespace:id`), tagged with the listing it continues, the caller's
+    namespace and the parent filter (None for all sessions; `request_tag`)."""
+    return encode_token([record.create_time, access.public_id(record.id), request_tag(parent)])
 
 
-def _decode_page_token(token: str, parent: str | None) -> tuple[int, str]:
-    """Where the listing a token continues left off (AIP-158: a token continues its own
-    request; with another parent filter, or another namespace, it went on from the first
-    listing's position)."""
+def _decode_page_token(token: str, parent: str | None, limits: Limits) -> tuple[int, str]:
+    """Where the listing a token continues left off, as its creation time and the key of the
+    caller's session it names (AIP-158: a token continues its own request; with another parent
+    filter, or another namespace, it went on from the first listing's position). An id that is
+    not a valid id (an altered token) is BAD_PAGE_TOKEN, as any token the service did not
+    issue, where `session_key` would call it BAD_SESSION_ID, a field the caller did not send."""
     created, sid, tag = decode_token(token, 3)
     if type(created) is not int or not 0 <= created < 2**63 or not isinstance(sid, str):
         raise unissued_token()  # (a bool is an int to isinstance, and reached SQL as one)
@@ -116,4 +120,7 @@ def _decode_page_token(token: str, parent: str | None) -> tuple[int, str]:
             "or to a caller of another namespace",
             field="page_token",
         )
-    return created, sid
+    try:
+        return created, access.session_key(sid, limits)
+    except ValidationError:
+        raise unissued_token() from None

@@ -16,6 +16,7 @@ from sessionlog.core.projections.stats import stats
 from sessionlog.core.projections.transcript import transcript
 from sessionlog.core.repair import check_writer_turn_end, commit_closers, open_turn_closers, repair_event_id
 from sessionlog.core.snapshot import decode_snapshot, encode_snapshot
+from sessionlog.core.structure import fold_structure
 from sessionlog.core.surface import fold_surface
 
 from .builders import Log, assistant, fold_state, result, user
@@ -512,3 +513,52 @@ def test_a_fold_from_a_snapshot_still_refuses_to_leave_a_result_without_its_call
     with pytest.raises(ValidationError) as refused:
         restored.check(cut)
     assert refused.value.reason == "REPLACE_ORPHANS_TOOL_RESULT"
+
+
+def _two_steps_reusing_a(log: Log, *, first_answered: bool = True) -> None:
+    """Step 1 calls a (answered or not), step 2 calls a again and answers it: seqs 4 (step 1's
+    message), [5 its result], then step 2's message and its result at the last two seqs."""
+    log.in_step(("a", "ls"))
+    if first_answered:
+        log.result(1, 1, "a")
+    log.end_step(1, 1)
+    log.step(1, 2)
+    log.reply(1, 2, ("a", "ls"))
+    log.result(1, 2, "a")
+
+
+@pytest.mark.parametrize("first_answered", [True, False])
+def test_a_replace_dropping_a_later_steps_call_is_refused_while_an_earlier_a_stands(first_answered: bool) -> None:
+    # Call ids are unique within a step only. Step 2's call a is cut from its message while
+    # step 1's a stays on the surface: step 2's result would stand with no call of its own (or
+    # answer step 1's unanswered a), which the id alone did not tell apart. Nothing changes.
+    log = Log()
+    _two_steps_reusing_a(log, first_answered=first_answered)
+    second, its_result = log.events[-2].seq, log.events[-1].seq
+    cut = assistant(1, 2, text="I'll", interrupted=True)
+    error = log.reject(
+        "REPLACE_ORPHANS_TOOL_RESULT", "assistant/message", cut, op=Replace(second, second), sources=(second,)
+    )
+    assert error.metadata["result_seq"] == str(its_result)
+    # restating the block, or covering the result too, still goes in
+    kept = assistant(1, 2, ("a", "ls"), interrupted=True)
+    restated = log.add("assistant/message", kept, op=Replace(second, second), sources=(second,)).seq
+    log.add("assistant/message", cut, op=Replace(restated, its_result), sources=(restated, its_result))
+
+
+def test_a_restated_earlier_call_does_not_keep_a_later_call_of_the_same_id() -> None:
+    # Step 1's answer is replaced keeping its call a; step 2's a is then cut from its message.
+    # The restatement of step 1's a does not carry step 2's a: that call is dropped, and a
+    # result for it is refused (it would answer step 1's a in the model history).
+    log = Log()
+    log.in_step(("a", "ls"))
+    log.result(1, 1, "a")
+    log.end_step(1, 1)
+    log.step(1, 2)
+    log.reply(1, 2, ("a", "ls"))  # seq 8
+    log.add("assistant/message", assistant(1, 1, ("a", "ls"), interrupted=True), op=Replace(4, 4), sources=(4,))
+    log.add("assistant/message", assistant(1, 2, text="I'll", interrupted=True), op=Replace(8, 8), sources=(8,))
+    assert log.fold.pending_calls == []
+    error = log.reject("TOOL_RESULT_CALL_DROPPED", "tool/result", result(1, 2, "a"), op=APPEND)
+    assert error.metadata["replaced_by"] == "10"
+    assert fold_structure(log.events, validate=False).pending_calls == []

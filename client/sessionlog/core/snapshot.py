@@ -29,7 +29,7 @@ from sessionlog.core.surface import SurfaceNode
 from sessionlog.core.tool_calls import ToolCallState
 from sessionlog.core.vocabulary import ASSISTANT_MESSAGE, SYSTEM_MESSAGE, TOOL_RESULT, USER_MESSAGE
 
-FOLD_VERSION = 7
+FOLD_VERSION = 8
 """The version of the fold code a snapshot was written by. Bump it whenever what the fold
 computes from a log changes (a new field, a changed rule): older snapshots are then ignored.
 2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials).
@@ -45,7 +45,10 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
    replace of one of two copies leaves the call on the surface, where it dropped the call;
    surface nodes keep the call ids of their toolCall blocks and the one a tool result answers
    (`SurfaceNode.calls`, `answers`), so a replace that would leave a result without its call is
-   refused (`surface.check_replace_keeps_calls`)."""
+   refused (`surface.check_replace_keeps_calls`).
+8: surface nodes say whether they are model-only copies (`SurfaceNode.copy`, `copyNodes`), so a
+   call is told by the node that opened it, not by its id alone (a later step may reuse it), and
+   a replace restating a call covers one of its blocks (`structure.plan_restated_calls`)."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}
@@ -100,6 +103,7 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
         for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True)
         if info.answers is not None
     }
+    copy_nodes = [seq for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True) if info.copy]
     structure = snapshot.structure
     header = snapshot.header
     body: dict[str, Any] = {
@@ -112,6 +116,7 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
         "keys": keys,
         "calls": calls,
         "answers": answers,
+        "copyNodes": copy_nodes,
         "empty": snapshot.empty,
         "generation": snapshot.replace_generation,
         "replaceStarts": snapshot.replace_starts,
@@ -166,8 +171,9 @@ def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
     keys = {int(seq): bytes.fromhex(text) for seq, text in dict(body["keys"]).items()}
     calls = {int(seq): tuple(str(call_id) for call_id in ids) for seq, ids in dict(body["calls"]).items()}
     answers = {int(seq): str(call_id) for seq, call_id in dict(body["answers"]).items()}
+    copy_nodes = {_int(seq) for seq in body["copyNodes"]}
     info = [
-        SurfaceNode(kind, keys.get(seq), calls.get(seq, ()), answers.get(seq))
+        SurfaceNode(kind, keys.get(seq), calls.get(seq, ()), answers.get(seq), seq in copy_nodes)
         for seq, kind in zip(nodes, types, strict=True)
     ]
     last_turn, open_turn, last_step, open_step, calls = body["structure"]

@@ -290,7 +290,10 @@ def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[
     """What a replace or a model-only copy does to the open step's calls: a call's block rides
     on the surface nodes that carry it (`ToolCallState.blocks`); those a replace takes off the
     surface (`shadowed`) no longer carry it, and the event's node does if its message restates
-    the `toolCall` block (same id). A call stays on the surface while any node carries it (a
+    the `toolCall` block (same id): a copy, a replace that covers a node carrying it, or one that
+    puts a dropped call back. A replace that covers none of a call's nodes restates another
+    call of that id (an earlier step's: ids are unique within a step only), not this one.
+    A call stays on the surface while any node carries it (a
     second copy of the message a replace took), is back on it when a copy restates it, and is
     dropped when none is left, keeping the seq of the replace that dropped it (what a refused
     result names). None when it touches no call."""
@@ -298,11 +301,12 @@ def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[
         return None
     gone = set(shadowed)
     kept = {block.get("id") for block in tool_call_blocks(event)}
+    replacing = isinstance(event.surface_op, Replace)
     moved: list[ToolCallState] = []
     for call in state.calls.values():
         blocks = call.blocks
         left = tuple(seq for seq in blocks if seq not in gone)
-        if call.call_id in kept:
+        if call.call_id in kept and (not replacing or len(left) < len(blocks) or not call.on_surface):
             left += (event.seq,)
         if left == blocks:
             continue

@@ -36,7 +36,9 @@ class SurfaceNode:
     (the system-head rule); for a `tool/result`, `rewrite_key`, a digest of everything but
     `message.content` (a trim may change only the content), and `answers`, the call id it
     answers; for an `assistant/message`, `calls`, the ids of its `toolCall` blocks (a replace
-    may not leave a result without its call, `check_replace_keeps_calls`). Keeping these instead
+    may not leave a result without its call, `check_replace_keeps_calls`) and `copy`, whether it
+    is a model-only copy (it restates calls of an earlier message rather than opening new ones:
+    a later step may reuse a call id). Keeping these instead
     of the events is what lets a live fold hold a few bytes per node whatever the messages weigh.
     """
 
@@ -44,6 +46,7 @@ class SurfaceNode:
     rewrite_key: bytes | None = None
     calls: tuple[str, ...] = ()
     answers: str | None = None
+    copy: bool = False
 
 
 NodeLookup = Callable[[int], SurfaceNode]
@@ -69,7 +72,7 @@ def surface_node(event: Event) -> SurfaceNode:
         return SurfaceNode(TOOL_RESULT, rewrite_key(event), answers=call_id if isinstance(call_id, str) else None)
     calls = call_ids(event)
     if calls:
-        return SurfaceNode(event.type, calls=calls)
+        return SurfaceNode(event.type, calls=calls, copy=is_copy(event))
     return _SHARED_NODES.get(event.type) or SurfaceNode(event.type)
 
 
@@ -272,33 +275,69 @@ def check_tool_result_rewrite(event: Event, shadowed: Sequence[int], node_at: No
         )
 
 
+def _pair_calls(
+    entries: Iterable[tuple[int, SurfaceNode, dict[str, int]]], ids: set[str]
+) -> tuple[dict[tuple[int, str], int], dict[int, int | None]]:
+    """Which call each node's `toolCall` block stands for, and which call each result answers,
+    for the call ids in `ids`, along surface order.
+
+    A call is named by the seq of the node that opened it. A message opens new calls (ids are
+    unique within a step only: a later step may reuse one); a model-only copy stands for the
+    call of its id still waiting for its result, or opens one if none is; `fixed` gives a
+    node's calls outright (the replacing node takes over the calls of the blocks it covers).
+    A result answers the latest call of its id still waiting,
+    or none. O(nodes), memory by the surface."""
+    waiting: dict[str, int] = {}
+    carried: dict[tuple[int, str], int] = {}
+    answered: dict[int, int | None] = {}
+    for seq, node, fixed in entries:
+        for call_id in node.calls:
+            if call_id not in ids:
+                continue
+            call = fixed.get(call_id) or (waiting.get(call_id, seq) if node.copy else seq)
+            carried[seq, call_id] = waiting[call_id] = call
+        if node.answers is not None and node.answers in ids:
+            answered[seq] = waiting.pop(node.answers, None)
+    return carried, answered
+
+
 def check_replace_keeps_calls(
     state: SurfaceState, event: Event, start_index: int, end_index: int, node_at: NodeLookup
 ) -> None:
     """A replace may not leave a `tool/result` on the surface whose call it takes off: when the
-    nodes it covers carry a `toolCall` block that the replacing message does not restate and no
-    node left on the surface carries, a result for that call that stays (outside the range)
-    would stand in the model history with no call before it, which model providers refuse (a
-    voice answer cut to what was heard after its call was answered). Cover the result too, or
-    restate the block. O(covered nodes), and O(surface) only when a block is dropped."""
+    nodes it covers carry the result's call and neither the replacing message restates the
+    block nor a copy of it stays, the result would stand with no call before it, which model
+    providers refuse (a voice answer cut to what was heard after its call was answered);
+    REPLACE_ORPHANS_TOOL_RESULT. Cover the result too, or restate the block. A call is told by
+    the node that opened it, not by its id alone: a later step may reuse the id of a call still
+    on the surface, which is another call (`_pair_calls`).
+
+    O(1) when the covered nodes carry and answer no call, else O(surface) (replaces are rare)."""
     nodes = state.nodes
-    dropped = {call_id for seq in nodes[start_index : end_index + 1] for call_id in node_at(seq).calls}
-    if not dropped:
+    covered = nodes[start_index : end_index + 1]
+    ids = {call_id for seq in covered for call_id in node_at(seq).calls}
+    ids.update(answer for seq in covered if (answer := node_at(seq).answers) is not None)
+    if not ids:
         return
-    dropped.difference_update(call_ids(event))
-    if not dropped:
-        return
-    left = [*nodes[:start_index], *nodes[end_index + 1 :]]
-    for seq in left:
-        dropped.difference_update(node_at(seq).calls)
-    for seq in left:
-        call_id = node_at(seq).answers
-        if call_id is not None and call_id in dropped:
+    none: dict[str, int] = {}
+    carried, answered = _pair_calls(((seq, node_at(seq), none) for seq in nodes), ids)
+    takes_over = {call_id: carried[seq, call_id] for seq in covered for call_id in node_at(seq).calls if call_id in ids}
+    before, after = nodes[:start_index], nodes[end_index + 1 :]
+    entries = [
+        *((seq, node_at(seq), none) for seq in before),
+        (event.seq, surface_node(event), takes_over),
+        *((seq, node_at(seq), {c: carried[seq, c] for c in node_at(seq).calls if c in ids}) for seq in after),
+    ]
+    _, now_answered = _pair_calls(entries, ids)
+    for seq in after:
+        call = answered.get(seq)
+        if call is not None and now_answered.get(seq) != call:
             raise ValidationError(
                 "REPLACE_ORPHANS_TOOL_RESULT",
-                f"surface replace: seq {event.seq} takes the toolCall block of call {call_id!r} off the surface, "
-                f"but its tool/result at seq {seq} stays: the model history would hold a result with no call "
-                f"before it; cover seq {seq} too, or restate the block in the replacing message",
+                f"surface replace: seq {event.seq} takes the toolCall block of call {node_at(seq).answers!r} "
+                f"(opened at seq {call}) off the surface, but its tool/result at seq {seq} stays: the model "
+                f"history would hold a result with no call before it; cover seq {seq} too, or restate the "
+                f"block in the replacing message",
                 field="surfaceOp",
                 seq=event.seq,
                 result_seq=seq,

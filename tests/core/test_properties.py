@@ -208,7 +208,7 @@ class Builder:
             return
         i = 1 + x % (len(self.nodes) - 1)
         j = i + y % (len(self.nodes) - i)
-        if self.orphans(i, j):  # REPLACE_ORPHANS_TOOL_RESULT: take the rest, or the whole body
+        if self.orphans(i, j):  # REPLACE_ORPHANS/DROPS_TOOL_RESULT: take the rest, or the whole body
             i, j = (i, len(self.nodes) - 1) if not self.orphans(i, len(self.nodes) - 1) else (1, len(self.nodes) - 1)
         shadowed = tuple(self.nodes[i : j + 1])
         if y % 2 == 0:
@@ -221,7 +221,8 @@ class Builder:
 
     def orphans(self, i: int, j: int) -> bool:
         """Whether a summary replacing nodes i..j would leave a tool result on the surface whose
-        call's block only the replaced assistant messages carried."""
+        call's block only the replaced assistant messages carried, or take off the only results
+        of a call whose block stays (call ids are unique in these logs)."""
 
         def ids(seq: int) -> set[str]:
             event = self.events[seq]
@@ -229,10 +230,13 @@ class Builder:
                 return set()
             return {b["id"] for b in event.data["message"]["content"] if b.get("type") == "toolCall"}
 
-        left = self.nodes[:i] + self.nodes[j + 1 :]
-        dropped = set().union(*(ids(s) for s in self.nodes[i : j + 1])) - set().union(*(ids(s) for s in left))
-        results = {self.events[s].data["message"]["toolCallId"] for s in left if self.events[s].type == "tool/result"}
-        return bool(dropped & results)
+        def answers(seqs: list[int]) -> set[str]:
+            return {self.events[s].data["message"]["toolCallId"] for s in seqs if self.events[s].type == "tool/result"}
+
+        covered, left = self.nodes[i : j + 1], self.nodes[:i] + self.nodes[j + 1 :]
+        kept = set().union(*(ids(s) for s in left))
+        dropped = set().union(*(ids(s) for s in covered)) - kept
+        return bool(dropped & answers(left)) or bool((answers(covered) - answers(left)) & kept)
 
     def a7(self, x: int, y: int) -> None:  # trim a tool result on the surface
         results = [s for s in self.nodes if self.events[s].type == "tool/result"]

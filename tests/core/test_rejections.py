@@ -292,6 +292,22 @@ def _replace_orphans_tool_result(log: Log) -> None:
     assert [m["role"] for m in log.fold.model_history()] == ["user", "assistant"]
 
 
+def _replace_drops_tool_result(log: Log) -> None:
+    # The result of call a is summarised into a user message while a's block stays: the model
+    # history would hold call a with no result after it. Nor may a summary restating a cover
+    # both. Nothing changes.
+    log.in_step(("a", "ls"))
+    log.result(1, 1, "a")
+    error = log.reject("REPLACE_DROPS_TOOL_RESULT", "user/message", user("summary"), op=Replace(5, 5), sources=(5,))
+    assert error.metadata["result_seq"] == "5" and "'a'" in error.message and "seq 4" in error.message
+    restated = assistant(1, 1, ("a", "ls"), text="[summary]")
+    log.reject("REPLACE_DROPS_TOOL_RESULT", "assistant/message", restated, op=Replace(4, 5), sources=(4, 5))
+    # a trim keeps the result; a summary covering call and result takes both
+    log.add("tool/result", result(1, 1, "a", "[trimmed]"), op=Replace(5, 5), sources=(5,))
+    log.add("user/message", user("summary"), op=Replace(4, 6), sources=(4, 6))
+    assert [m["role"] for m in log.fold.model_history()] == ["user", "user"]
+
+
 def _tool_result_duplicate(log: Log) -> None:
     log.in_step(("c1", "tool"))
     log.result(1, 1, "c1")
@@ -405,6 +421,7 @@ CASES: dict[str, Callable[[Log], None]] = {
     "TOOL_RESULT_CALL_DROPPED": _tool_result_call_dropped,
     "TOOL_RESULT_DUPLICATE": _tool_result_duplicate,
     "REPLACE_ORPHANS_TOOL_RESULT": _replace_orphans_tool_result,
+    "REPLACE_DROPS_TOOL_RESULT": _replace_drops_tool_result,
     "HEADER_NOT_OBJECT": _header_not_object,
     "HEADER_SYSTEM_FORBIDDEN": _header_system_forbidden,
     "HEADER_UNKNOWN_KEY": _header_unknown_key,

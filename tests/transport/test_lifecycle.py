@@ -390,3 +390,23 @@ def test_a_replace_that_leaves_a_result_without_its_call_is_refused(client: Sess
     with client.writer(sid) as writer:
         writer.append([heard(4, (("a", "ls"),))]).result()
     assert answered_calls(client.model_history(sid)) == (["a"], ["a"])
+
+
+def test_a_replace_that_takes_a_result_off_while_its_call_stays_is_refused(client: SessionLogClient, sid: str) -> None:
+    # Call a was answered, then its result alone is summarised into a user message: the model
+    # history would hold call a with no result after it. Refused, nothing written, and a trim
+    # of the result goes in.
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([*open_turn_log(), tool_result(1, 1, "a", "ok")]).result()
+        summary = {**user("a listed the files"), "surfaceOp": {"op": "replace", "startSeq": 6, "endSeq": 6}}
+        with pytest.raises(ValidationError) as refused:
+            writer.append([{**summary, "sourceEventSeqs": [6]}]).result()
+    error = refused.value
+    assert error.reason == "REPLACE_DROPS_TOOL_RESULT"
+    assert error.metadata["result_seq"] == "6" and "'a'" in error.message
+    assert client.get_session(sid).next_seq == 7
+    trim = {**tool_result(1, 1, "a", "[trimmed]"), "surfaceOp": {"op": "replace", "startSeq": 6, "endSeq": 6}}
+    with client.writer(sid) as writer:
+        writer.append([{**trim, "sourceEventSeqs": [6]}]).result()
+    assert answered_calls(client.model_history(sid)) == (["a", "b"], ["a"])

@@ -310,7 +310,8 @@ def check_replace_keeps_calls(
     providers refuse (a voice answer cut to what was heard after its call was answered);
     REPLACE_ORPHANS_TOOL_RESULT. Cover the result too, or restate the block. A call is told by
     the node that opened it, not by its id alone: a later step may reuse the id of a call still
-    on the surface, which is another call (`_pair_calls`).
+    on the surface, which is another call (`_pair_calls`). The same pairing then checks the
+    converse, a result taken off while its call stays (`check_replace_keeps_results`).
 
     O(1) when the covered nodes carry and answer no call, else O(surface) (replaces are rare)."""
     nodes = state.nodes
@@ -328,7 +329,7 @@ def check_replace_keeps_calls(
         (event.seq, surface_node(event), takes_over),
         *((seq, node_at(seq), {c: carried[seq, c] for c in node_at(seq).calls if c in ids}) for seq in after),
     ]
-    _, now_answered = _pair_calls(entries, ids)
+    now_carried, now_answered = _pair_calls(entries, ids)
     for seq in after:
         call = answered.get(seq)
         if call is not None and now_answered.get(seq) != call:
@@ -338,6 +339,39 @@ def check_replace_keeps_calls(
                 f"(opened at seq {call}) off the surface, but its tool/result at seq {seq} stays: the model "
                 f"history would hold a result with no call before it; cover seq {seq} too, or restate the "
                 f"block in the replacing message",
+                field="surfaceOp",
+                seq=event.seq,
+                result_seq=seq,
+            )
+    check_replace_keeps_results(event, covered, answered, set(now_carried.values()), now_answered, node_at)
+
+
+def check_replace_keeps_results(
+    event: Event,
+    covered: Sequence[int],
+    answered: dict[int, int | None],
+    kept_calls: set[int],
+    now_answered: dict[int, int | None],
+    node_at: NodeLookup,
+) -> None:
+    """A replace may not take a `tool/result` off the surface while its call's block stays: when
+    a covered result answered a call that a node left on the surface (or the replacing message)
+    still carries and no node of the new surface answers it, the model history would hold a
+    call with no result after it, which model providers refuse (a lone result summarised into
+    a user message); REPLACE_DROPS_TOOL_RESULT. Cover the call's block too, or replace the
+    result with a trimmed tool/result. `answered` and `now_answered` are `_pair_calls` over the
+    surface before and after the replace, `kept_calls` the calls a block still stands for after.
+    """
+    still_answered = {call for call in now_answered.values() if call is not None}
+    for seq in covered:
+        call = answered.get(seq)
+        if call is not None and call in kept_calls and call not in still_answered:
+            raise ValidationError(
+                "REPLACE_DROPS_TOOL_RESULT",
+                f"surface replace: seq {event.seq} takes the tool/result at seq {seq} off the surface, but the "
+                f"toolCall block of its call {node_at(seq).answers!r} (opened at seq {call}) stays: the model "
+                f"history would hold a call with no result after it; cover the call's block too, or replace "
+                f"seq {seq} by a tool/result that changes only its content",
                 field="surfaceOp",
                 seq=event.seq,
                 result_seq=seq,
@@ -512,6 +546,7 @@ __all__ = [
     "call_ids",
     "check_copy_sources",
     "check_replace_keeps_calls",
+    "check_replace_keeps_results",
     "check_sources_cover",
     "check_sources_earlier",
     "check_sources_unique",

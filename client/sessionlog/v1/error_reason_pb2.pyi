@@ -634,6 +634,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Cover the result too (a range that ends at `result_seq`), or keep the call's
       toolCall block in the replacing message.
     """
+    REPLACE_DROPS_TOOL_RESULT: _ErrorReason.ValueType  # 145
+    """A replace takes a `tool/result` off the surface (replacing it by a message of another kind,
+    a summary say) while its call's `toolCall` block stays on the surface or is restated by the
+    replacing message, and no node left on the surface answers the call: the model history
+    would hold a call with no result after it, which model providers refuse.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`, `seq`, `result_seq` (the result the replace would take off)
+    Raised by: core
+    Client: Cover the call's message too (the range takes call and result together), or
+      replace the result by a `tool/result` that changes only its content (a trim).
+    """
     HEADER_NOT_OBJECT: _ErrorReason.ValueType  # 68
     """A reported request header is not a JSON object.
 
@@ -1940,6 +1952,18 @@ Metadata: `field`, `seq`, `result_seq` (the result the replace would leave behin
 Raised by: core
 Client: Cover the result too (a range that ends at `result_seq`), or keep the call's
   toolCall block in the replacing message.
+"""
+REPLACE_DROPS_TOOL_RESULT: ErrorReason.ValueType  # 145
+"""A replace takes a `tool/result` off the surface (replacing it by a message of another kind,
+a summary say) while its call's `toolCall` block stays on the surface or is restated by the
+replacing message, and no node left on the surface answers the call: the model history
+would hold a call with no result after it, which model providers refuse.
+
+Code: INVALID_ARGUMENT
+Metadata: `field`, `seq`, `result_seq` (the result the replace would take off)
+Raised by: core
+Client: Cover the call's message too (the range takes call and result together), or
+  replace the result by a `tool/result` that changes only its content (a trim).
 """
 HEADER_NOT_OBJECT: ErrorReason.ValueType  # 68
 """A reported request header is not a JSON object.

@@ -562,3 +562,33 @@ def test_a_restated_earlier_call_does_not_keep_a_later_call_of_the_same_id() -> 
     error = log.reject("TOOL_RESULT_CALL_DROPPED", "tool/result", result(1, 2, "a"), op=APPEND)
     assert error.metadata["replaced_by"] == "10"
     assert fold_structure(log.events, validate=False).pending_calls == []
+
+
+def test_a_summary_of_a_later_steps_result_is_refused_while_an_earlier_a_is_answered() -> None:
+    # Step 1's a and its result stay; step 2's result alone is summarised: step 2's a would
+    # stand with no result, though a result of id a (step 1's) is still on the surface.
+    log = Log()
+    _two_steps_reusing_a(log)
+    its_result = log.events[-1].seq
+    summary = user("a listed the files")
+    error = log.reject(
+        "REPLACE_DROPS_TOOL_RESULT", "user/message", summary, op=Replace(its_result, its_result), sources=(its_result,)
+    )
+    assert error.metadata["result_seq"] == str(its_result) and f"opened at seq {its_result - 1}" in error.message
+
+
+@pytest.mark.xfail(strict=True, reason="copies are matched by call id alone (plan_restated_calls, _pair_calls)")
+def test_a_copy_of_an_earlier_steps_message_does_not_carry_a_later_call_of_the_same_id() -> None:
+    # A model-only copy of step 1's message (citing seq 4) is appended while step 2's a is
+    # open; step 2's a is then cut from its message. The copy restates step 1's a, not step
+    # 2's: step 2's a is dropped, so crash repair leaves it alone and a result for it is refused.
+    log = Log()
+    log.in_step(("a", "ls"))
+    log.result(1, 1, "a")
+    log.end_step(1, 1)
+    log.step(1, 2)
+    log.reply(1, 2, ("a", "ls"))  # seq 8
+    log.add("assistant/message", assistant(1, 1, ("a", "ls"), source={"kind": "copy"}), op=APPEND, sources=(4,))
+    log.add("assistant/message", assistant(1, 2, text="I'll", interrupted=True), op=Replace(8, 8), sources=(8,))
+    assert log.fold.pending_calls == []
+    log.reject("TOOL_RESULT_CALL_DROPPED", "tool/result", result(1, 2, "a"), op=APPEND)

@@ -30,7 +30,8 @@ class Charge:
 
     Also the block that plans the write (`RateLimiter.spending`): leaving it by an exception
     gives the tokens back. A class of its own rather than a generator-based context manager:
-    it is made for every batch, and a generator's set-up cost ~3 % of a batch's instructions."""
+    it is made for every batch, and a generator's set-up cost ~2 % of an event's instructions
+    at the bench's 16-stream load (bench/PROFILE.md, round 26)."""
 
     limiter: RateLimiter
     namespace: str

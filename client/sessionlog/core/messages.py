@@ -85,6 +85,12 @@ def tool_call_blocks(event: Event | NewEvent) -> list[JsonObject]:
     return message_tool_calls(message) if message is not None else []
 
 
+def call_ids(event: Event | NewEvent) -> tuple[str, ...]:
+    """The ids of an `assistant/message`'s `toolCall` blocks (string ids only), in order: what
+    the surface and structure rules tell a message's calls by."""
+    return tuple(call_id for block in tool_call_blocks(event) if isinstance(call_id := block.get("id"), str))
+
+
 def message_tool_calls(message: JsonObject) -> list[JsonObject]:
     """The `toolCall` content blocks of a message, whatever event carries it (`tool_call_blocks`
     is for the structure rules, which pair only an `assistant/message`'s calls)."""

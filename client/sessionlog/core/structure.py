@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import APPEND, Event, Replace
-from sessionlog.core.messages import is_copy, message_of, tool_call_blocks
+from sessionlog.core.messages import call_ids, is_copy, message_of, tool_call_blocks
 from sessionlog.core.tool_calls import (
     ToolCallState,
     check_tool_call,
@@ -300,7 +300,7 @@ def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[
     if not state.calls:
         return None
     gone = set(shadowed)
-    kept = {block.get("id") for block in tool_call_blocks(event)}
+    kept = set(call_ids(event))
     replacing = isinstance(event.surface_op, Replace)
     moved: list[ToolCallState] = []
     for call in state.calls.values():

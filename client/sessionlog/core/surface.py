@@ -20,7 +20,7 @@ from typing import Any, Literal
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import APPEND, Event, Replace
-from sessionlog.core.messages import check_message, is_copy, message_of, project_message, tool_call_blocks
+from sessionlog.core.messages import call_ids, check_message, is_copy, message_of, project_message
 from sessionlog.core.validate import check_surface_fields
 from sessionlog.core.vocabulary import SURFACE_TYPES, SYSTEM_MESSAGE, TOOL_RESULT
 
@@ -74,11 +74,6 @@ def surface_node(event: Event) -> SurfaceNode:
     if calls:
         return SurfaceNode(event.type, calls=calls, copy=is_copy(event))
     return _SHARED_NODES.get(event.type) or SurfaceNode(event.type)
-
-
-def call_ids(event: Event) -> tuple[str, ...]:
-    """The ids of an `assistant/message`'s `toolCall` blocks (string ids only), in order."""
-    return tuple(call_id for block in tool_call_blocks(event) if isinstance(call_id := block.get("id"), str))
 
 
 def event_nodes(event_at: EventLookup) -> NodeLookup:
@@ -543,7 +538,6 @@ __all__ = [
     "SurfacePlan",
     "SurfaceState",
     "apply_surface_plan",
-    "call_ids",
     "check_copy_sources",
     "check_replace_keeps_calls",
     "check_replace_keeps_results",

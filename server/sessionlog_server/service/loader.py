@@ -53,13 +53,10 @@ class SnapshotPolicy:
 
     def due(self, events_since: int, bytes_since: int, surface_nodes: int) -> bool:
         """Whether `events_since` events (`bytes_since` payload bytes) call for a new snapshot."""
-        if self.due_by_events(events_since, surface_nodes):
+        spacing = surface_nodes // 8
+        if events_since >= max(self.every_events, spacing):
             return True
-        return bytes_since >= self.every_bytes and events_since >= surface_nodes // 8
-
-    def due_by_events(self, events_since: int, surface_nodes: int) -> bool:
-        """Whether `events_since` events call for a new snapshot, whatever their size."""
-        return events_since >= max(self.every_events, surface_nodes // 8)
+        return bytes_since >= self.every_bytes and events_since >= spacing
 
     @staticmethod
     def stored(session_id: str, fold: SessionFold) -> StoredSnapshot:

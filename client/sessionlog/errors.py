@@ -44,16 +44,19 @@ _BY_REASON: dict[str, type[SessionLogError]] = {
     "WRITER_HELD": WriterHeld,
 }
 
-#: Codes after which the outcome is unknown or transient: safe to retry with the same eventIds.
-RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-#: Codes that, without a sessionlog ErrorInfo, mean the transport failed (TRANSPORT_ERROR): the
-#: TypeScript client's set (client/typescript/src/errors.ts TRANSPORT_CODES), so both say alike.
-TRANSPORT_CODES = RETRYABLE_CODES | {
-    grpc.StatusCode.INTERNAL,
-    grpc.StatusCode.UNKNOWN,
-    grpc.StatusCode.ABORTED,
-    grpc.StatusCode.CANCELLED,
-}
+#: Codes that, without a sessionlog ErrorInfo, mean the transport failed (TRANSPORT_ERROR, an
+#: Unavailable: the outcome is unknown, safe to retry with the same eventIds): the TypeScript
+#: client's set (client/typescript/src/errors.ts TRANSPORT_CODES), so both say alike.
+TRANSPORT_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.CANCELLED,
+    }
+)
 
 
 class ServerError(SessionLogError):

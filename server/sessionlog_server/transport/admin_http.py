@@ -1,7 +1,7 @@
 """The metrics/admin HTTP listener: `/metrics` for Prometheus and `/sessions/ID` for people.
 
 `/sessions/ID[?at=SEQ]` serves the same self-contained page as `sessionlog view` (one
-`render_page`), read through the same use cases as ReadEvents, so namespaces apply: a session
+`render_parts`), read through the same use cases as ReadEvents, so namespaces apply: a session
 of another namespace is 404, like a missing one. When bearer tokens are configured the page
 needs one of them, as `Authorization: Bearer <token>` or, so a browser can open the page, as
 the password of HTTP Basic auth (the browser asks for it on the 401). `/metrics` stays open,

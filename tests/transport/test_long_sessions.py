@@ -519,6 +519,15 @@ def test_a_fork_loads_from_its_parents_snapshot_before_the_cut(own_server: Any, 
     assert loaded.folded_events <= SNAPSHOT_EVERY + 100
 
 
+def _past_recent_ids(client: SessionLogClient, sid: str, lease: Any) -> list[dict[str, Any]]:
+    """Append notes with eventIds, 50 more than a live session remembers (so the oldest are
+    found only through the unique index); the notes as sent."""
+    notes = [ev.note(n, eventId=f"n-{n}") for n in range(RECENT_IDS + 50)]
+    for start in range(0, len(notes), 500):
+        client.append(sid, lease, notes[start : start + 500])
+    return notes
+
+
 def test_an_old_retry_that_fits_the_log_is_caught_by_the_commit(own_server: Any, sid: str) -> None:
     """Ignorable events retried long after their batch plan as new events; the commit checks
     their eventIds against the unique index, writes nothing and says EVENT_IDS_STORED; the
@@ -527,9 +536,7 @@ def test_an_old_retry_that_fits_the_log_is_caught_by_the_commit(own_server: Any,
     with SessionLogClient(server.target) as client:
         client.create_session(sid)
         lease = client.acquire_lease(sid)
-        notes = [ev.note(n, eventId=f"n-{n}") for n in range(RECENT_IDS + 50)]
-        for start in range(0, len(notes), 500):
-            client.append(sid, lease, notes[start : start + 500])
+        notes = _past_recent_ids(client, sid, lease)
         head = client.get_session(sid).next_seq
         old = [dict(notes[0]), dict(notes[1])]
         request = pb.AppendEventsRequest(
@@ -554,9 +561,7 @@ def test_an_old_or_inherited_event_id_sent_with_another_event_is_refused(own_ser
     with SessionLogClient(server.target) as client:
         client.create_session(sid)
         lease = client.acquire_lease(sid)
-        notes = [ev.note(n, eventId=f"n-{n}") for n in range(RECENT_IDS + 50)]
-        for start in range(0, len(notes), 500):
-            client.append(sid, lease, notes[start : start + 500])
+        notes = _past_recent_ids(client, sid, lease)
         head = client.get_session(sid).next_seq
         child = client.fork(sid, head - 1, f"{sid}-child")
         child_lease = client.acquire_lease(child.id)

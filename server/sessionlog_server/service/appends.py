@@ -272,8 +272,7 @@ class AppendPipeline:
             extra_first=service_events,
             raw=raw,
         )
-        loop = asyncio.get_running_loop()
-        result: asyncio.Future[AppendResult] = loop.create_future()
+        result: asyncio.Future[AppendResult] = self.committer.create_future()
         if plan.pending is None:
             result.set_result(AppendResult(plan.seqs, live.fold.next_seq, now + self.lease_ttl_ms))
             return result

@@ -109,11 +109,20 @@ class GroupCommitter:
         self._put(_Item(batch, settled, time.perf_counter(), charge))
         self.backlog.add(charge)
 
+    def create_future(self) -> asyncio.Future[Any]:
+        """A future of the loop this committer settles batches on, for a batch's outcome.
+
+        Made for every batch: `asyncio.get_running_loop()`, which would find the same loop,
+        asks the kernel for the process id each time (its check for a fork), and py-spy put
+        that system call in 3-10 % of the event loop's samples under the 16-stream load.
+        """
+        assert self._loop is not None, "start the committer first"
+        return self._loop.create_future()
+
     async def run_in_writer(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run another write (lease, session creation) on the writer thread, in queue order; its
         result keeps `fn`'s type."""
-        assert self._loop is not None, "start the committer first"
-        done: asyncio.Future[T] = self._loop.create_future()
+        done: asyncio.Future[T] = self.create_future()
         self._put(_Call(functools.partial(fn, *args, **kwargs), done))
         return await done
 

@@ -4,17 +4,23 @@ A harness forks its session at a decision point, one fork per candidate plan, an
 its own crash and lost answers. ForkSession was the one lifecycle write that could not be sent
 again: with the harness's own id the retry was SESSION_EXISTS (its fork, or another session?),
 with a generated id a second fork, and the clients did not retry it at all. Now a fork asked
-for again (same source, same seq, same new id) answers with the fork it made.
+for again (same source, same seq, same new id) answers with the fork it made, and the clients
+name every fork and retry it on UNAVAILABLE, as they do appends.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import AlreadyExists
 from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.events import assistant, step_start, system, tool_call, turn_start, user
+from tests.support.lossy_proxy import AnswerLosingProxy
+from tests.support.servers import ServerThread
 
 
 def _decision_point(client: SessionLogClient, sid: str) -> int:
@@ -71,3 +77,30 @@ def test_another_fork_under_a_taken_id_is_refused_and_changes_nothing(client: Se
     assert client.get_session(fork.id) == fork
     assert client.get_session(f"{sid}-other").next_seq == 1
     assert [s.id for s in client.list_sessions(parent_session_id=sid)] == [fork.id]
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
+def test_a_fork_whose_answer_was_lost_is_sent_again(server: ServerThread, sid: str, named: bool) -> None:
+    with SessionLogClient(server.target) as direct:
+        head = _decision_point(direct, sid)
+        with AnswerLosingProxy(server.target, "ForkSession") as proxy, SessionLogClient(proxy.target) as client:
+            fork = client.fork(sid, head, f"{sid}-plan1" if named else None)
+            assert proxy.calls["ForkSession"] == 2
+        if named:
+            assert fork.id == f"{sid}-plan1"
+        assert [s.id for s in direct.list_sessions(parent_session_id=sid)] == [fork.id]  # one fork, not two
+        assert direct.get_session(fork.id).parent_session_id == sid
+
+
+def test_the_asyncio_client_sends_a_lost_fork_again(server: ServerThread, sid: str) -> None:
+    with SessionLogClient(server.target) as direct:
+        head = _decision_point(direct, sid)
+
+        async def fork_through(target: str) -> str:
+            async with AsyncSessionLogClient(target) as client:
+                return (await client.fork(sid, head)).id
+
+        with AnswerLosingProxy(server.target, "ForkSession") as proxy:
+            fork_id = asyncio.run(fork_through(proxy.target))
+            assert proxy.calls["ForkSession"] == 2
+        assert [s.id for s in direct.list_sessions(parent_session_id=sid)] == [fork_id]

@@ -236,7 +236,9 @@ class AsyncSessionLogClient(base.ClientBase):
         return await self._run(base.resume(session_id, writer_id, takeover, lease_token))
 
     async def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> convert.SessionInfo:
-        """Fork `session_id` after `at_seq` (inclusive); the prefix is shared, not copied."""
+        """Fork `session_id` after `at_seq` (inclusive); the prefix is shared, not copied. The
+        fork is named (a uuid when `new_session_id` is None) and retried on UNAVAILABLE: asked
+        for again, the service answers with the fork it made."""
         return await self._run(base.fork(session_id, at_seq, new_session_id))
 
     # --- projections ------------------------------------------------------------------

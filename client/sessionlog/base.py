@@ -9,8 +9,9 @@ loop and asyncio futures. Everything else is defined here once (kurrentdbclient'
   and whether it may be retried; `Paged`: the same for calls read page by page; `EventCursor`:
   where a broken `ReadEvents` goes on from, and `no_page`: a read that waited its timeout for a
   page;
-- `RetryPolicy`: how idempotent calls are retried on UNAVAILABLE (reads, and appends, whose
-  events always carry eventIds), and how writers back off while reconnecting; `Budget`: a
+- `RetryPolicy`: how idempotent calls are retried on UNAVAILABLE (reads; appends, whose
+  events always carry eventIds; forks, which always name their new session), and how writers
+  back off while reconnecting; `Budget`: a
   unary call's timeout, the budget of all its attempts;
 - `LeaseKeeper`: a unary writer's lease, kept by heartbeats, and the loss that ends it;
 - `WriterCore`: the streaming writer's bookkeeping (batch ids, the pending batches in send
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -300,10 +302,15 @@ def resume(session_id: str, writer_id: str | None, takeover: bool, lease_token: 
 
 
 def fork(session_id: str, at_seq: int, new_session_id: str | None) -> Call[convert.SessionInfo]:
+    """A fork is idempotent: it always names its new session (a uuid when the caller gives no
+    id), and the service answers a fork asked for again with the fork it made (SPEC §8), so a
+    retry after an unknown outcome cannot fork twice."""
     request = pb.ForkSessionRequest(
-        session_id=session_id, at_seq=seq_argument(at_seq, "at_seq"), new_session_id=new_session_id or ""
+        session_id=session_id,
+        at_seq=seq_argument(at_seq, "at_seq"),
+        new_session_id=new_session_id or str(uuid.uuid4()),
     )
-    return Call("ForkSession", request, lambda r: convert.session_from_pb(r.session), idempotent=False)
+    return Call("ForkSession", request, lambda r: convert.session_from_pb(r.session), idempotent=True)
 
 
 def model_history(session_id: str, at_seq: int | None, with_repair: bool) -> Paged[dict[str, Any]]:

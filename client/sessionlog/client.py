@@ -218,7 +218,9 @@ class SessionLogClient(base.ClientBase):
         return self._run(base.resume(session_id, writer_id, takeover, lease_token))
 
     def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> convert.SessionInfo:
-        """Fork `session_id` after `at_seq` (inclusive); the prefix is shared, not copied."""
+        """Fork `session_id` after `at_seq` (inclusive); the prefix is shared, not copied. The
+        fork is named (a uuid when `new_session_id` is None) and retried on UNAVAILABLE: asked
+        for again, the service answers with the fork it made."""
         return self._run(base.fork(session_id, at_seq, new_session_id))
 
     # --- projections ------------------------------------------------------------------

@@ -290,7 +290,8 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ForkSession(self, request, context):
-        """Forks a session at a seq: the child shares the parent's prefix without copying it.
+        """Forks a session at a seq: the child shares the parent's prefix without copying it. Asked
+        for again with the same source, seq and new id, it answers with the fork it made (SPEC §8).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

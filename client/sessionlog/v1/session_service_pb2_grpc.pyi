@@ -99,7 +99,9 @@ class SessionServiceStub:
     seed boundary, and returns the state to continue from (SPEC §8).
     """
     ForkSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.ForkSessionRequest, _session_service_pb2.ForkSessionResponse]
-    """Forks a session at a seq: the child shares the parent's prefix without copying it."""
+    """Forks a session at a seq: the child shares the parent's prefix without copying it. Asked
+    for again with the same source, seq and new id, it answers with the fork it made (SPEC §8).
+    """
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -172,7 +174,9 @@ class SessionServiceAsyncStub(SessionServiceStub):
     seed boundary, and returns the state to continue from (SPEC §8).
     """
     ForkSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ForkSessionRequest, _session_service_pb2.ForkSessionResponse]  # type: ignore[assignment]
-    """Forks a session at a seq: the child shares the parent's prefix without copying it."""
+    """Forks a session at a seq: the child shares the parent's prefix without copying it. Asked
+    for again with the same source, seq and new id, it answers with the fork it made (SPEC §8).
+    """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     """The sessionlog service: sessions, their single writer, and reads of their logs.
@@ -350,6 +354,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_service_pb2.ForkSessionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.ForkSessionResponse, _abc.Awaitable[_session_service_pb2.ForkSessionResponse]]:
-        """Forks a session at a seq: the child shares the parent's prefix without copying it."""
+        """Forks a session at a seq: the child shares the parent's prefix without copying it. Asked
+        for again with the same source, seq and new id, it answers with the fork it made (SPEC §8).
+        """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

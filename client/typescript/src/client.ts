@@ -9,12 +9,14 @@
  * for await (const event of client.readEvents("demo")) console.log(event.seq, event.type);
  * ```
  *
- * Idempotent calls (reads, and appends, whose events always carry eventIds) are retried on
- * UNAVAILABLE with backoff; the others (create, acquire, resume, fork, header reports) are
- * not, because a retry after an unknown outcome could act twice. Every failure is thrown as a
+ * Idempotent calls (reads; appends, whose events always carry eventIds; forks, which always
+ * name their new session) are retried on UNAVAILABLE with backoff; the others (create,
+ * acquire, resume, header reports) are not, because a retry after an unknown outcome could
+ * act twice. Every failure is thrown as a
  * typed `SessionLogError` (errors.ts).
  */
 import { create } from "@bufbuild/protobuf";
+import { randomUUID } from "node:crypto";
 import { type CallOptions, type Client, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { optionalSeq, pageSize, seq } from "./arguments.js";
@@ -282,10 +284,14 @@ export class SessionLogClient {
     return resumeFromPb(await this.unary((callOptions) => this.rpc.resumeSession(request, callOptions), false));
   }
 
-  /** Fork `sessionId` after `atSeq` (inclusive); the prefix is shared, not copied. */
+  /**
+   * Fork `sessionId` after `atSeq` (inclusive); the prefix is shared, not copied. The fork is
+   * named (a UUID when `newSessionId` is not given) and retried on UNAVAILABLE: asked for again,
+   * the service answers with the fork it made, so a retry cannot fork twice.
+   */
   async fork(sessionId: string, atSeq: SeqArgument, newSessionId?: string): Promise<ForkResult> {
-    const request = { sessionId, atSeq: seq(atSeq, "atSeq"), newSessionId: newSessionId ?? "" };
-    const response = await this.unary((callOptions) => this.rpc.forkSession(request, callOptions), false);
+    const request = { sessionId, atSeq: seq(atSeq, "atSeq"), newSessionId: newSessionId || randomUUID() };
+    const response = await this.unary((callOptions) => this.rpc.forkSession(request, callOptions), true);
     return { session: sessionFromPb(response.session), repairSeqs: response.repairSeqs.map(num) };
   }
 

@@ -11,12 +11,12 @@ import {
   NotFound,
   OutOfRange,
   OwnershipLost,
-  type SessionLogClient,
+  SessionLogClient,
   ValidationError,
   WriterHeld,
 } from "../src/index.js";
 import { assistant, note, stepEnd, stepStart, system, toolCall, toolResult, turnEnd, turnStart, usage, user } from "./events.js";
-import { BACKENDS, sessionId, startServer } from "./support.js";
+import { answerLosingProxy, BACKENDS, sessionId, startServer } from "./support.js";
 
 async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
   const out: T[] = [];
@@ -220,6 +220,33 @@ for (const backend of BACKENDS) {
       const childResumed = await client.resume(fork.session.id);
       assert.equal(childResumed.lastTurn, 1, "a fork's inherited turns count");
       await client.releaseLease(childResumed.lease);
+    });
+
+    test("a fork whose answer was lost is sent again and answered with the fork it made, not a second one", async () => {
+      const id = sessionId();
+      const writer = await client.writer(id, { createIfMissing: true });
+      await writer.append([system("p"), turnStart(1), user("go"), stepStart(1, 1), assistant(1, 1, "", [["c1", "bash"]])]);
+      await writer.close();
+      const proxy = await answerLosingProxy(env.server.target, "ForkSession");
+      const lossy = new SessionLogClient({ target: proxy.target });
+      try {
+        const named = await lossy.fork(id, 4, `${id}-plan1`);
+        assert.equal(named.session.id, `${id}-plan1`);
+        assert.deepEqual(named.repairSeqs, [6, 7, 8], "the repair seqs of the fork made the first time");
+      } finally {
+        lossy.close();
+        await proxy.close();
+      }
+      const unnamedProxy = await answerLosingProxy(env.server.target, "ForkSession");
+      const unnamedClient = new SessionLogClient({ target: unnamedProxy.target });
+      try {
+        await unnamedClient.fork(id, 4);
+      } finally {
+        unnamedClient.close();
+        await unnamedProxy.close();
+      }
+      const forks = await collect(client.listSessions({ parentSessionId: id }));
+      assert.equal(forks.length, 2, forks.map((f) => f.id).join(","));
     });
 
     test("a lease writer heartbeats, and a takeover is OwnershipLost, never a quiet re-acquire", async () => {

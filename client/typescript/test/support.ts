@@ -147,3 +147,31 @@ export function sessionId(prefix = "ts"): string {
   counter += 1;
   return `${prefix}-${process.pid}-${counter}-${Math.random().toString(36).slice(2, 8)}`;
 }
+
+/**
+ * tests/support/lossy_proxy.py in a child process: it forwards unary calls to `upstream`, and
+ * the first `losses` answers to `method` are lost (UNAVAILABLE) after the server has made them.
+ */
+export async function answerLosingProxy(upstream: string, method: string, losses = 1): Promise<{ target: string; close(): Promise<void> }> {
+  const proc = spawn(PYTHON, ["-m", "tests.support.lossy_proxy", upstream, method, String(losses)], {
+    cwd: REPO_ROOT,
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  const target = await new Promise<string>((resolve, reject) => {
+    let out = "";
+    proc.stdout!.on("data", (chunk: Buffer) => {
+      out += chunk.toString();
+      const line = /^listening (\S+)\n/m.exec(out);
+      if (line) resolve(line[1]!);
+    });
+    proc.once("exit", (code) => reject(new Error(`the proxy exited (${code}) before listening`)));
+  });
+  return {
+    target,
+    async close() {
+      const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+      proc.stdin!.end();
+      await exited;
+    },
+  };
+}

@@ -8,7 +8,8 @@ where the events go:
   takes the lease itself, commits the closers, and gives the lease back;
 - fork: a new session row pointing at the parent's prefix, plus its own first events
   (`session/end-seed {inherited:true}` and, if the cut is inside an open turn, `forked`
-  closers), in one transaction. Nothing of the prefix is copied.
+  closers), in one transaction. Nothing of the prefix is copied. A fork asked for again (same
+  source, seq and new id: a retry after a lost answer) answers with the fork it made.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from sessionlog.core.errors import SessionLogError, ValidationError, WriterHeld, seq_not_found
+from sessionlog.core.errors import AlreadyExists, SessionLogError, ValidationError, WriterHeld, seq_not_found
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.repair import commit_closers, fork_seed
 from sessionlog.core.vocabulary import SESSION_END_SEED, TURN_END, TURN_START
@@ -184,10 +185,22 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
         lease_expires_at=None,
         open_turn=False,
     )
-    created = await service.committer.run_in_writer(
-        service.recorder.create_session, record, events, quota=service.sessions.max_sessions_per_namespace
-    )
     repair_seqs = [e.seq for e in events[1:]]
+    try:
+        created = await service.committer.run_in_writer(
+            service.recorder.create_session, record, events, quota=service.sessions.max_sessions_per_namespace
+        )
+    except AlreadyExists:
+        made = await _fork_made_before(service, record)
+        if made is None:
+            raise
+        log.info(
+            "fork asked for again",
+            **access.session_log_fields(child_id),
+            parent=access.public_id(source_id),
+            fork_seq=at_seq,
+        )
+        return ForkResult(made, repair_seqs)
     log.info(
         "forked",
         **access.session_log_fields(child_id),
@@ -196,6 +209,17 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
         repairs=len(repair_seqs),
     )
     return ForkResult(created, repair_seqs)
+
+
+async def _fork_made_before(service: SessionLogService, wanted: SessionRecord) -> SessionRecord | None:
+    """The session under `wanted`'s id if it is the same fork (of the same parent at the same
+    seq), else None. Its first events are the ones this fork would have got: a fork's seed is
+    a pure function of the prefix it inherits, which never changes, so the repair seqs
+    answered the first time are answered again, whatever was written to it since."""
+    record = await service.reader.session(wanted.id)
+    if (record.parent_id, record.fork_seq) != (wanted.parent_id, wanted.fork_seq):
+        return None
+    return record
 
 
 async def _open_turn_window(service: SessionLogService, source: SessionRecord, at_seq: int) -> list[Event]:

@@ -29,7 +29,7 @@ from sessionlog.core.surface import SurfaceNode
 from sessionlog.core.tool_calls import ToolCallState
 from sessionlog.core.vocabulary import ASSISTANT_MESSAGE, SYSTEM_MESSAGE, TOOL_RESULT, USER_MESSAGE
 
-FOLD_VERSION = 8
+FOLD_VERSION = 9
 """The version of the fold code a snapshot was written by. Bump it whenever what the fold
 computes from a log changes (a new field, a changed rule): older snapshots are then ignored.
 2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials).
@@ -48,7 +48,10 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
    refused (`surface.check_replace_keeps_calls`).
 8: surface nodes say whether they are model-only copies (`SurfaceNode.copy`, `copyNodes`), so a
    call is told by the node that opened it, not by its id alone (a later step may reuse it), and
-   a replace restating a call covers one of its blocks (`structure.plan_restated_calls`)."""
+   a replace restating a call covers one of its blocks (`structure.plan_restated_calls`).
+9: a model-only copy restates the calls of the messages it cites, not every call of an id it
+   carries (`tool_calls.restated_call`): a call keeps every node that carried its block
+   (`ToolCallState.carried_by`)."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}
@@ -125,10 +128,7 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
             structure.open_turn,
             structure.last_step,
             structure.open_step,
-            [
-                [c.call_id, c.name, c.turn, c.step, c.block_seq, c.call_seq, c.result_seq, c.on_surface, list(c.copies)]
-                for c in structure.calls.values()
-            ],
+            [_call_row(c) for c in structure.calls.values()],
         ],
         "header": None
         if header is None
@@ -213,8 +213,16 @@ def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
     )
 
 
+def _call_row(c: ToolCallState) -> list[Any]:
+    """A call as stored (read back by `_call`)."""
+    return [
+        *(c.call_id, c.name, c.turn, c.step, c.block_seq, c.call_seq, c.result_seq, c.on_surface),
+        *(list(c.copies), list(c.carried_by)),
+    ]
+
+
 def _call(c: list[Any]) -> ToolCallState:
-    call_id, name, turn, step, block_seq, call_seq, result_seq, on_surface, copies = c
+    call_id, name, turn, step, block_seq, call_seq, result_seq, on_surface, copies, carried_by = c
     if type(on_surface) is not bool:
         raise TypeError(f"on_surface {on_surface!r} is not a boolean")
     return ToolCallState(
@@ -227,7 +235,16 @@ def _call(c: list[Any]) -> ToolCallState:
         _opt_int(result_seq),
         on_surface,
         tuple(_int(seq) for seq in copies),
+        _carried_by(carried_by),
     )
+
+
+def _carried_by(seqs: list[Any]) -> tuple[int, ...]:
+    """A call's `carried_by`: never empty, its first seq is the message that opened the call."""
+    carried_by = tuple(_int(seq) for seq in seqs)
+    if not carried_by:
+        raise ValueError("a tool call carried by no node")
+    return carried_by
 
 
 def _int(value: Any) -> int:

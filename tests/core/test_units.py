@@ -671,3 +671,36 @@ def test_a_copy_of_a_call_whose_message_a_replace_restated_survives_a_snapshot()
     assert decode_snapshot(encode_snapshot(restored.snapshot())) == decode_snapshot(
         encode_snapshot(log.fold.snapshot())
     )
+
+
+def test_a_replace_may_not_leave_a_later_steps_result_after_a_copy_of_an_earlier_call() -> None:
+    # A copy of step 1's message (a, already answered) lands while step 2's a is open, and step 2's
+    # result follows it. Cutting step 2's a from its message would leave that result after only
+    # step 1's restated call, which it does not answer: refused, as when step 1's a stands alone.
+    log = Log()
+    second = _step_two_reusing_a(log)
+    _copy_of(log, 4)
+    its_result = log.result(1, 2, "a").seq
+    cut = assistant(1, 2, text="I'll", interrupted=True)
+    error = log.reject(
+        "REPLACE_ORPHANS_TOOL_RESULT", "assistant/message", cut, op=Replace(second, second), sources=(second,)
+    )
+    assert error.metadata["result_seq"] == str(its_result)
+    # the copy of step 1's message may go: step 2's a and its result still pair
+    log.add("user/message", user("[gone]"), op=Replace(its_result - 1, its_result - 1), sources=(its_result - 1,))
+
+
+def test_two_copies_of_a_cut_message_stand_for_one_call_that_a_later_result_answers() -> None:
+    # The answer is cut (a dropped), two copies cite it (off the surface now) and a result follows
+    # them. The copies restate one call, so a replace of the second copy leaves the result paired
+    # with the first: accepted, where naming each copy's call apart would orphan the result.
+    log = Log()
+    log.in_step(("a", "ls"))
+    log.add("assistant/message", assistant(1, 1, text="I'll", interrupted=True), op=Replace(4, 4), sources=(4,))
+    copy = assistant(1, 1, ("a", "ls"), source={"kind": "copy"})
+    log.add("assistant/message", copy, op=APPEND, sources=(4,))
+    second = log.add("assistant/message", copy, op=APPEND, sources=(4,)).seq
+    log.result(1, 1, "a")
+    log.add("user/message", user("[gone]"), op=Replace(second, second), sources=(second,))
+    roles = [m["role"] for m in log.fold.model_history()]
+    assert log.fold.pending_calls == [] and roles[-3:] == ["assistant", "user", "toolResult"]

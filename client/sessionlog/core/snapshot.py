@@ -51,7 +51,8 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
    a replace restating a call covers one of its blocks (`structure.plan_restated_calls`).
 9: a model-only copy restates the calls of the messages it cites, not every call of an id it
    carries (`tool_calls.restated_call`): a call keeps every node that carried its block
-   (`ToolCallState.carried_by`)."""
+   (`ToolCallState.carried_by`), and copy nodes keep the seqs they cite (`SurfaceNode.sources`,
+   `copySources`, which replaces `copyNodes`)."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}
@@ -106,7 +107,9 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
         for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True)
         if info.answers is not None
     }
-    copy_nodes = [seq for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True) if info.copy]
+    copy_sources = {
+        str(seq): list(info.sources) for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True) if info.copy
+    }
     structure = snapshot.structure
     header = snapshot.header
     body: dict[str, Any] = {
@@ -119,7 +122,7 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
         "keys": keys,
         "calls": calls,
         "answers": answers,
-        "copyNodes": copy_nodes,
+        "copySources": copy_sources,
         "empty": snapshot.empty,
         "generation": snapshot.replace_generation,
         "replaceStarts": snapshot.replace_starts,
@@ -171,9 +174,13 @@ def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
     keys = {int(seq): bytes.fromhex(text) for seq, text in dict(body["keys"]).items()}
     calls = {int(seq): tuple(str(call_id) for call_id in ids) for seq, ids in dict(body["calls"]).items()}
     answers = {int(seq): str(call_id) for seq, call_id in dict(body["answers"]).items()}
-    copy_nodes = {_int(seq) for seq in body["copyNodes"]}
+    copy_sources = {
+        int(seq): tuple(_int(source) for source in cited) for seq, cited in dict(body["copySources"]).items()
+    }
     info = [
-        SurfaceNode(kind, keys.get(seq), calls.get(seq, ()), answers.get(seq), seq in copy_nodes)
+        SurfaceNode(
+            kind, keys.get(seq), calls.get(seq, ()), answers.get(seq), seq in copy_sources, copy_sources.get(seq, ())
+        )
         for seq, kind in zip(nodes, types, strict=True)
     ]
     last_turn, open_turn, last_step, open_step, calls = body["structure"]

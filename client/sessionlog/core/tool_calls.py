@@ -76,7 +76,8 @@ def restated_call(copy_sources: Iterable[int], call_carried_by: Callable[[int], 
     only a trusted replay could hold one) restates no call.
 
     Used by the structure (`structure.plan_restated_calls`: does a copy bring a call of the open
-    step back). O(sources)."""
+    step back) and the surface (`surface._pair_calls`: which call a copy on the surface stands
+    for). O(sources)."""
     return max((call for seq in copy_sources if (call := call_carried_by(seq)) is not None), default=None)
 
 

@@ -221,8 +221,9 @@ class Builder:
 
     def orphans(self, i: int, j: int) -> bool:
         """Whether a summary replacing nodes i..j would leave a tool result on the surface whose
-        call's block only the replaced assistant messages carried, or take off the only results
-        of a call whose block stays (call ids are unique in these logs)."""
+        call's block the replaced assistant messages carried and no node left before it does,
+        or take off the only results of a call whose block stays (call ids are unique in these
+        logs, but a model-only copy of a message repeats its ids, before or after its result)."""
 
         def ids(seq: int) -> set[str]:
             event = self.events[seq]
@@ -235,8 +236,13 @@ class Builder:
 
         covered, left = self.nodes[i : j + 1], self.nodes[:i] + self.nodes[j + 1 :]
         kept = set().union(*(ids(s) for s in left))
-        dropped = set().union(*(ids(s) for s in covered)) - kept
-        return bool(dropped & answers(left)) or bool((answers(covered) - answers(left)) & kept)
+        taken = set().union(*(ids(s) for s in covered))
+        before: set[str] = set()  # the ids of the blocks left before each node, in surface order
+        for seq in left:
+            if answers([seq]) & (taken - before):
+                return True
+            before |= ids(seq)
+        return bool((answers(covered) - answers(left)) & kept)
 
     def a7(self, x: int, y: int) -> None:  # trim a tool result on the surface
         results = [s for s in self.nodes if self.events[s].type == "tool/result"]

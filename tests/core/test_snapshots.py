@@ -16,11 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessionlog.core import jsonvalue
-from sessionlog.core.events import Event, Replace
+from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.projections.request import request, request_view
 from sessionlog.core.snapshot import FOLD_VERSION, SnapshotUnusable, decode_snapshot, encode_snapshot
-from tests.core.builders import Log, user
+from tests.core.builders import Log, assistant, user
 from tests.core.test_properties import SETTINGS, logs, naive_history, naive_nodes, naive_stats
 
 
@@ -137,3 +137,21 @@ def test_a_snapshot_without_replace_starts_decodes_and_remembers_none() -> None:
     del body["replaceStarts"]
     fold = SessionFold.from_snapshot(decode_snapshot(zlib.compress(jsonvalue.dumps_bytes(body))))
     assert fold.first_changed_message(0) is None and fold.replace_generation == 1
+
+
+def test_a_snapshot_of_fold_version_8_is_refused_and_the_log_refolded_instead() -> None:
+    # Version 8 kept neither the nodes a call's block was carried by nor what a copy cites, so a
+    # fold restored from one would match copies to calls by id alone: such snapshots are ignored
+    # (the loader then folds from an older snapshot or from seq 0), and their layout is not
+    # misread as this version's either.
+    log = Log()
+    log.in_step(("a", "ls"))
+    log.add("assistant/message", assistant(1, 1, ("a", "ls"), source={"kind": "copy"}), op=APPEND, sources=(4,))
+    body = jsonvalue.loads(zlib.decompress(encode_snapshot(log.fold.snapshot())))
+    body["copyNodes"] = [int(seq) for seq in body.pop("copySources")]
+    body["structure"][4] = [call[:-1] for call in body["structure"][4]]  # no carried_by
+    for version, refusal in ((8, "fold version 8"), (FOLD_VERSION, "wrong shape")):
+        body["v"] = version
+        with pytest.raises(SnapshotUnusable, match=refusal):
+            decode_snapshot(zlib.compress(jsonvalue.dumps_bytes(body)))
+    assert SessionFold.replay(log.events, validate=False).pending_calls == log.fold.pending_calls

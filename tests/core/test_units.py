@@ -577,7 +577,6 @@ def test_a_summary_of_a_later_steps_result_is_refused_while_an_earlier_a_is_answ
     assert error.metadata["result_seq"] == str(its_result) and f"opened at seq {its_result - 1}" in error.message
 
 
-@pytest.mark.xfail(strict=True, reason="copies are matched by call id alone (plan_restated_calls, _pair_calls)")
 def test_a_copy_of_an_earlier_steps_message_does_not_carry_a_later_call_of_the_same_id() -> None:
     # A model-only copy of step 1's message (citing seq 4) is appended while step 2's a is
     # open; step 2's a is then cut from its message. The copy restates step 1's a, not step
@@ -592,3 +591,116 @@ def test_a_copy_of_an_earlier_steps_message_does_not_carry_a_later_call_of_the_s
     log.add("assistant/message", assistant(1, 2, text="I'll", interrupted=True), op=Replace(8, 8), sources=(8,))
     assert log.fold.pending_calls == []
     log.reject("TOOL_RESULT_CALL_DROPPED", "tool/result", result(1, 2, "a"), op=APPEND)
+    assert open_turn_closers(log.events[2:], "interrupted") == log.fold.closers("interrupted")
+    restored = SessionFold.from_snapshot(decode_snapshot(encode_snapshot(log.fold.snapshot())))
+    assert restored.pending_calls == []
+
+
+def _step_two_reusing_a(log: Log) -> int:
+    """Step 1 calls a and answers it (seqs 4, 5); step 2 calls a again (seq 8), still open.
+    Returns step 2's message seq."""
+    log.in_step(("a", "ls"))
+    log.result(1, 1, "a")
+    log.end_step(1, 1)
+    log.step(1, 2)
+    return log.reply(1, 2, ("a", "ls")).seq
+
+
+def _copy_of(log: Log, *sources: int) -> int:
+    """Append a model-only copy of an assistant message calling a, citing `sources`."""
+    copy = assistant(1, 2, ("a", "ls"), source={"kind": "copy"})
+    return log.add("assistant/message", copy, op=APPEND, sources=sources).seq
+
+
+@pytest.mark.parametrize("cited", [(8,), (4, 8)], ids=["step-2", "both-steps"])
+def test_a_copy_citing_the_later_steps_message_carries_its_call(cited: tuple[int, ...]) -> None:
+    # A copy that cites step 2's message (alone, or with step 1's) restates step 2's a: when step
+    # 2's message is cut, the copy still shows the call, so repair answers it and so may the writer.
+    log = Log()
+    second = _step_two_reusing_a(log)
+    _copy_of(log, *cited)
+    log.add(
+        "assistant/message",
+        assistant(1, 2, text="I'll", interrupted=True),
+        op=Replace(second, second),
+        sources=(second,),
+    )
+    assert [(c.call_id, c.on_surface) for c in log.fold.pending_calls] == [("a", True)]
+    closers = log.fold.closers("interrupted")
+    assert [e.data.get("message", {}).get("toolCallId") for e in closers] == ["a", None, None]
+    assert open_turn_closers(log.events[2:], "interrupted") == closers
+    log.add("tool/result", result(1, 2, "a"), op=APPEND)
+    assert log.fold.pending_calls == []
+
+
+def test_a_copy_citing_nothing_is_refused_while_a_call_of_its_id_is_open() -> None:
+    # A copy restates only what it cites; one that cites nothing is refused at the door
+    # (COPY_SOURCES_EMPTY), so no copy restates a call by its id alone. Nothing changes.
+    log = Log()
+    _step_two_reusing_a(log)
+    log.reject(
+        "COPY_SOURCES_EMPTY", "assistant/message", assistant(1, 2, ("a", "ls"), source={"kind": "copy"}), op=APPEND
+    )
+    assert [(c.call_id, c.block_seq) for c in log.fold.pending_calls] == [("a", 8)]
+
+
+def test_a_copy_of_a_call_whose_message_a_replace_restated_survives_a_snapshot() -> None:
+    # Step 2's a is restated by a replace (seq 9) and then copied from its original message (seq
+    # 8, off the surface now): the copy carries the call because 8 once carried it, which a fold
+    # restored from a snapshot must still know. Cutting the replace then leaves the copy's block.
+    log = Log()
+    second = _step_two_reusing_a(log)
+    kept = assistant(1, 2, ("a", "ls"), text="kept")
+    restated = log.add("assistant/message", kept, op=Replace(second, second), sources=(second,)).seq
+    restored = SessionFold.from_snapshot(decode_snapshot(encode_snapshot(log.fold.snapshot())))
+    assert restored.pending_calls == log.fold.pending_calls
+    for fold in (log.fold, restored):
+        copy = log.make(
+            "assistant/message", assistant(1, 2, ("a", "ls"), source={"kind": "copy"}), op=APPEND, sources=(second,)
+        )
+        fold.apply(copy)
+        cut = log.make(
+            "assistant/message",
+            assistant(1, 2, text="I'll", interrupted=True),
+            op=Replace(restated, restated),
+            sources=(restated,),
+            seq=copy.seq + 1,
+        )
+        fold.apply(cut)
+        assert [(c.call_id, c.block_seq, c.on_surface) for c in fold.pending_calls] == [("a", copy.seq, True)]
+    assert decode_snapshot(encode_snapshot(restored.snapshot())) == decode_snapshot(
+        encode_snapshot(log.fold.snapshot())
+    )
+
+
+def test_a_replace_may_not_leave_a_later_steps_result_after_a_copy_of_an_earlier_call() -> None:
+    # A copy of step 1's message (a, already answered) lands while step 2's a is open, and step 2's
+    # result follows it. Cutting step 2's a from its message would leave that result after only
+    # step 1's restated call, which it does not answer: refused, as when step 1's a stands alone.
+    log = Log()
+    second = _step_two_reusing_a(log)
+    _copy_of(log, 4)
+    its_result = log.result(1, 2, "a").seq
+    cut = assistant(1, 2, text="I'll", interrupted=True)
+    error = log.reject(
+        "REPLACE_ORPHANS_TOOL_RESULT", "assistant/message", cut, op=Replace(second, second), sources=(second,)
+    )
+    assert error.metadata["result_seq"] == str(its_result)
+    # the copy of step 1's message may go: step 2's a and its result still pair
+    log.add("user/message", user("[gone]"), op=Replace(its_result - 1, its_result - 1), sources=(its_result - 1,))
+
+
+def test_two_copies_of_a_cut_message_stand_for_one_call_that_a_later_result_answers() -> None:
+    # The answer is cut (a dropped), two copies cite it (off the surface now) and a result follows
+    # them. The copies restate one call, so a replace of the second copy leaves the result paired
+    # with the first: accepted, where naming each copy's call apart would orphan the result.
+    log = Log()
+    log.in_step(("a", "ls"))
+    log.add("assistant/message", assistant(1, 1, text="I'll", interrupted=True), op=Replace(4, 4), sources=(4,))
+    copy = assistant(1, 1, ("a", "ls"), source={"kind": "copy"})
+    log.add("assistant/message", copy, op=APPEND, sources=(4,))
+    second = log.add("assistant/message", copy, op=APPEND, sources=(4,)).seq
+    log.result(1, 1, "a")
+    log.add("user/message", user("[gone]"), op=Replace(second, second), sources=(second,))
+    roles = [m["role"] for m in log.fold.model_history()]
+    assert log.fold.pending_calls == [] and roles[-3:] == ["assistant", "user", "toolResult"]

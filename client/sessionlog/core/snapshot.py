@@ -29,7 +29,7 @@ from sessionlog.core.surface import SurfaceNode
 from sessionlog.core.tool_calls import ToolCallState
 from sessionlog.core.vocabulary import ASSISTANT_MESSAGE, SYSTEM_MESSAGE, TOOL_RESULT, USER_MESSAGE
 
-FOLD_VERSION = 8
+FOLD_VERSION = 9
 """The version of the fold code a snapshot was written by. Bump it whenever what the fold
 computes from a log changes (a new field, a changed rule): older snapshots are then ignored.
 2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials).
@@ -48,7 +48,11 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
    refused (`surface.check_replace_keeps_calls`).
 8: surface nodes say whether they are model-only copies (`SurfaceNode.copy`, `copyNodes`), so a
    call is told by the node that opened it, not by its id alone (a later step may reuse it), and
-   a replace restating a call covers one of its blocks (`structure.plan_restated_calls`)."""
+   a replace restating a call covers one of its blocks (`structure.plan_restated_calls`).
+9: a model-only copy restates the calls of the messages it cites, not every call of an id it
+   carries (`tool_calls.restated_call`): a call keeps every node that carried its block
+   (`ToolCallState.carried_by`), and copy nodes keep the seqs they cite (`SurfaceNode.sources`,
+   `copySources`, which replaces `copyNodes`)."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}
@@ -103,7 +107,9 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
         for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True)
         if info.answers is not None
     }
-    copy_nodes = [seq for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True) if info.copy]
+    copy_sources = {
+        str(seq): list(info.sources) for seq, info in zip(snapshot.nodes, snapshot.node_info, strict=True) if info.copy
+    }
     structure = snapshot.structure
     header = snapshot.header
     body: dict[str, Any] = {
@@ -116,7 +122,7 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
         "keys": keys,
         "calls": calls,
         "answers": answers,
-        "copyNodes": copy_nodes,
+        "copySources": copy_sources,
         "empty": snapshot.empty,
         "generation": snapshot.replace_generation,
         "replaceStarts": snapshot.replace_starts,
@@ -125,10 +131,7 @@ def encode_snapshot(snapshot: FoldSnapshot) -> bytes:
             structure.open_turn,
             structure.last_step,
             structure.open_step,
-            [
-                [c.call_id, c.name, c.turn, c.step, c.block_seq, c.call_seq, c.result_seq, c.on_surface, list(c.copies)]
-                for c in structure.calls.values()
-            ],
+            [_call_row(c) for c in structure.calls.values()],
         ],
         "header": None
         if header is None
@@ -171,9 +174,13 @@ def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
     keys = {int(seq): bytes.fromhex(text) for seq, text in dict(body["keys"]).items()}
     calls = {int(seq): tuple(str(call_id) for call_id in ids) for seq, ids in dict(body["calls"]).items()}
     answers = {int(seq): str(call_id) for seq, call_id in dict(body["answers"]).items()}
-    copy_nodes = {_int(seq) for seq in body["copyNodes"]}
+    copy_sources = {
+        int(seq): tuple(_int(source) for source in cited) for seq, cited in dict(body["copySources"]).items()
+    }
     info = [
-        SurfaceNode(kind, keys.get(seq), calls.get(seq, ()), answers.get(seq), seq in copy_nodes)
+        SurfaceNode(
+            kind, keys.get(seq), calls.get(seq, ()), answers.get(seq), seq in copy_sources, copy_sources.get(seq, ())
+        )
         for seq, kind in zip(nodes, types, strict=True)
     ]
     last_turn, open_turn, last_step, open_step, calls = body["structure"]
@@ -213,8 +220,16 @@ def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
     )
 
 
+def _call_row(c: ToolCallState) -> list[Any]:
+    """A call as stored (read back by `_call`)."""
+    return [
+        *(c.call_id, c.name, c.turn, c.step, c.block_seq, c.call_seq, c.result_seq, c.on_surface),
+        *(list(c.copies), list(c.carried_by)),
+    ]
+
+
 def _call(c: list[Any]) -> ToolCallState:
-    call_id, name, turn, step, block_seq, call_seq, result_seq, on_surface, copies = c
+    call_id, name, turn, step, block_seq, call_seq, result_seq, on_surface, copies, carried_by = c
     if type(on_surface) is not bool:
         raise TypeError(f"on_surface {on_surface!r} is not a boolean")
     return ToolCallState(
@@ -227,7 +242,16 @@ def _call(c: list[Any]) -> ToolCallState:
         _opt_int(result_seq),
         on_surface,
         tuple(_int(seq) for seq in copies),
+        _carried_by(carried_by),
     )
+
+
+def _carried_by(seqs: list[Any]) -> tuple[int, ...]:
+    """A call's `carried_by`: never empty, its first seq is the message that opened the call."""
+    carried_by = tuple(_int(seq) for seq in seqs)
+    if not carried_by:
+        raise ValueError("a tool call carried by no node")
+    return carried_by
 
 
 def _int(value: Any) -> int:

@@ -24,8 +24,10 @@ Decisions (what a harness expects):
   voice answer cut to what was heard): a dropped call is no longer pending for crash repair, and a
   writer's `tool/result` for it is refused (TOOL_RESULT_CALL_DROPPED), as either would answer a
   call the model history does not hold; a copy (or replace) that restates a dropped call's
-  block puts it back (`plan_restated_calls`). A `tool/call` for a dropped call is still
-  accepted: it records that the tool really started, which stays true.
+  block puts it back (`plan_restated_calls`). A copy restates only the calls of the messages
+  it cites (`sourceEventSeqs`, `tool_calls.restated_call`), not every call of an id it
+  carries: a later step may reuse an earlier step's id. A `tool/call` for a dropped call is
+  still accepted: it records that the tool really started, which stays true.
 - Other known log-only events (`compaction/*`) are free, but a `turn`/`step` they carry must
   name the open turn/step. `request/*` and `session/end-seed` are allowed anywhere and not
   checked; unknown (ignorable) types are never checked.
@@ -50,6 +52,7 @@ from sessionlog.core.tool_calls import (
     check_tool_call,
     check_tool_call_blocks,
     check_tool_result,
+    restated_call,
 )
 from sessionlog.core.vocabulary import (
     ASSISTANT_ATTEMPT,
@@ -290,31 +293,43 @@ def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[
     """What a replace or a model-only copy does to the open step's calls: a call's block rides
     on the surface nodes that carry it (`ToolCallState.blocks`); those a replace takes off the
     surface (`shadowed`) no longer carry it, and the event's node does if its message restates
-    the `toolCall` block (same id): a copy, a replace that covers a node carrying it, or one that
-    puts a dropped call back. A replace that covers none of a call's nodes restates another
-    call of that id (an earlier step's: ids are unique within a step only), not this one.
-    A call stays on the surface while any node carries it (a
-    second copy of the message a replace took), is back on it when a copy restates it, and is
-    dropped when none is left, keeping the seq of the replace that dropped it (what a refused
-    result names). None when it touches no call."""
+    the `toolCall` block (same id, and `_restates`). A call stays on the surface while any node
+    carries it (a second copy of the message a replace took), is back on it when a copy
+    restates it, and is dropped when none is left, keeping the seq of the replace that dropped
+    it (what a refused result names). None when it touches no call.
+
+    Only for replaces and copies: O(calls of the open step), and for a copy O(the event's
+    sources x the nodes each of those calls was carried by)."""
     if not state.calls:
         return None
     gone = set(shadowed)
     kept = set(call_ids(event))
-    replacing = isinstance(event.surface_op, Replace)
     moved: list[ToolCallState] = []
     for call in state.calls.values():
         blocks = call.blocks
         left = tuple(seq for seq in blocks if seq not in gone)
-        if call.call_id in kept and (not replacing or len(left) < len(blocks) or not call.on_surface):
+        restated = call.call_id in kept and _restates(call, event, covers_a_block=len(left) < len(blocks))
+        if restated:
             left += (event.seq,)
         if left == blocks:
             continue
+        carried_by = (*call.carried_by, event.seq) if restated else call.carried_by
         if left:
-            moved.append(replace(call, block_seq=left[-1], copies=left[:-1], on_surface=True))
+            moved.append(replace(call, block_seq=left[-1], copies=left[:-1], on_surface=True, carried_by=carried_by))
         else:
-            moved.append(replace(call, block_seq=event.seq, copies=(), on_surface=False))
+            moved.append(replace(call, block_seq=event.seq, copies=(), on_surface=False, carried_by=carried_by))
     return StructurePlan("restate_calls", event.seq, calls=tuple(moved)) if moved else None
+
+
+def _restates(call: ToolCallState, event: Event, *, covers_a_block: bool) -> bool:
+    """Whether `event`, whose message holds a `toolCall` block of `call`'s id, restates `call`
+    rather than another call of that id (an earlier step's: ids are unique within a step only).
+    A replace does when it covers a node carrying the call's block, or puts a dropped call back;
+    a model-only copy does when it cites a node that carried the block (`restated_call`)."""
+    if isinstance(event.surface_op, Replace):
+        return covers_a_block or not call.on_surface
+    carriers = call.carried_by
+    return restated_call(event.source_event_seqs, lambda seq: call.origin if seq in carriers else None) is not None
 
 
 def plan_structure_event(state: StructureState, event: Event, shadowed: Sequence[int] = ()) -> StructurePlan | None:
@@ -371,7 +386,9 @@ def trusted_structure_plan(state: StructureState, event: Event, shadowed: Sequen
         for block in tool_call_blocks(event):
             call_id, name = block.get("id"), block.get("name")
             if isinstance(call_id, str) and call_id not in state.calls:
-                calls.append(ToolCallState(call_id, name if isinstance(name, str) else "", turn, step, event.seq))
+                calls.append(
+                    ToolCallState.opened(call_id, name if isinstance(name, str) else "", turn, step, event.seq)
+                )
         return StructurePlan("open_calls", event.seq, calls=tuple(calls)) if calls else None
     if kind == TOOL_CALL:
         call_id = data.get("callId")

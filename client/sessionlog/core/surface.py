@@ -21,6 +21,7 @@ from sessionlog.core import jsonvalue
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog.core.messages import call_ids, check_message, is_copy, message_of, project_message
+from sessionlog.core.tool_calls import restated_call
 from sessionlog.core.validate import check_surface_fields
 from sessionlog.core.vocabulary import SURFACE_TYPES, SYSTEM_MESSAGE, TOOL_RESULT
 
@@ -36,9 +37,10 @@ class SurfaceNode:
     (the system-head rule); for a `tool/result`, `rewrite_key`, a digest of everything but
     `message.content` (a trim may change only the content), and `answers`, the call id it
     answers; for an `assistant/message`, `calls`, the ids of its `toolCall` blocks (a replace
-    may not leave a result without its call, `check_replace_keeps_calls`) and `copy`, whether it
-    is a model-only copy (it restates calls of an earlier message rather than opening new ones:
-    a later step may reuse a call id). Keeping these instead
+    may not leave a result without its call, `check_replace_keeps_calls`), `copy`, whether it
+    is a model-only copy, and for a copy `sources`, the seqs it cites: a copy restates the calls
+    of the messages it cites rather than opening new ones, and not any call of the same id (a
+    later step may reuse one; `tool_calls.restated_call`). Keeping these instead
     of the events is what lets a live fold hold a few bytes per node whatever the messages weigh.
     """
 
@@ -47,6 +49,7 @@ class SurfaceNode:
     calls: tuple[str, ...] = ()
     answers: str | None = None
     copy: bool = False
+    sources: tuple[int, ...] = ()
 
 
 NodeLookup = Callable[[int], SurfaceNode]
@@ -72,7 +75,9 @@ def surface_node(event: Event) -> SurfaceNode:
         return SurfaceNode(TOOL_RESULT, rewrite_key(event), answers=call_id if isinstance(call_id, str) else None)
     calls = call_ids(event)
     if calls:
-        return SurfaceNode(event.type, calls=calls, copy=is_copy(event))
+        if is_copy(event):
+            return SurfaceNode(event.type, calls=calls, copy=True, sources=event.source_event_seqs)
+        return SurfaceNode(event.type, calls=calls)
     return _SHARED_NODES.get(event.type) or SurfaceNode(event.type)
 
 
@@ -278,22 +283,50 @@ def _pair_calls(
 
     A call is named by the seq of the node that opened it. A message opens new calls (ids are
     unique within a step only: a later step may reuse one); a model-only copy stands for the
-    call of its id still waiting for its result, or opens one if none is; `fixed` gives a
-    node's calls outright (the replacing node takes over the calls of the blocks it covers).
-    A result answers the latest call of its id still waiting,
-    or none. O(nodes), memory by the surface."""
+    call a node it cites carried (`tool_calls.restated_call`), and when none of its cited nodes
+    is on the surface, opens one that later copies citing the same nodes stand for too (two
+    copies of one message restate one call); `fixed` gives a node's calls outright (the
+    replacing node takes over the calls of the blocks it covers). A block makes its call wait
+    for a result unless the call already has one before it (a copy of an answered call does
+    not take the result of a later call of its id). A result answers the latest call of its id
+    still waiting, or none. O(nodes), memory by the surface."""
     waiting: dict[str, int] = {}
     carried: dict[tuple[int, str], int] = {}
+    cited: dict[tuple[int, str], int] = {}  # the calls off-surface nodes cited by copies carried
+    done: set[tuple[str, int]] = set()
     answered: dict[int, int | None] = {}
     for seq, node, fixed in entries:
         for call_id in node.calls:
             if call_id not in ids:
                 continue
-            call = fixed.get(call_id) or (waiting.get(call_id, seq) if node.copy else seq)
-            carried[seq, call_id] = waiting[call_id] = call
+            call = fixed.get(call_id) or (_copied_call(node, seq, call_id, carried, cited) if node.copy else seq)
+            carried[seq, call_id] = call
+            if (call_id, call) not in done:
+                waiting[call_id] = call
         if node.answers is not None and node.answers in ids:
-            answered[seq] = waiting.pop(node.answers, None)
+            answer = answered[seq] = waiting.pop(node.answers, None)
+            if answer is not None:
+                done.add((node.answers, answer))
     return carried, answered
+
+
+def _copied_call(
+    node: SurfaceNode, seq: int, call_id: str, carried: dict[tuple[int, str], int], cited: dict[tuple[int, str], int]
+) -> int:
+    """The call of `call_id` that the copy at `seq` stands for (see `_pair_calls`). When no node
+    it cites is known to carry one, the copy opens it, and what it cites is noted as carrying it
+    (in `cited`, as those nodes are off the surface). A copy citing nothing (only a trusted
+    replay holds one) opens a call of its own."""
+
+    def call_carried_by(source: int) -> int | None:
+        return carried.get((source, call_id), cited.get((source, call_id)))
+
+    call = restated_call(node.sources, call_carried_by)
+    if call is None:
+        call = seq
+        for source in node.sources:
+            cited[source, call_id] = call
+    return call
 
 
 def check_replace_keeps_calls(

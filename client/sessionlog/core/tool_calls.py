@@ -9,7 +9,7 @@ used by `structure.py`'s state machine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from sessionlog.core.errors import ValidationError
@@ -30,6 +30,12 @@ class ToolCallState:
     so crash repair writes no result for it and a writer's result is refused
     (`check_tool_result`): either would answer a call missing from the model history
     (`structure.plan_restated_calls`).
+
+    `carried_by` is every node that ever carried the block, on the surface or not: the message
+    that opened the call first, then each replace or copy that restated it. A model-only copy
+    restates the call only if it cites one of them (`restated_call`): ids are unique within a
+    step only, so a copy of an earlier step's message carrying the same id is another call.
+    It grows by one per restatement within the step, and is forgotten with the step.
     """
 
     call_id: str
@@ -41,11 +47,38 @@ class ToolCallState:
     result_seq: int | None = None
     on_surface: bool = True
     copies: tuple[int, ...] = ()
+    carried_by: tuple[int, ...] = ()
+
+    @classmethod
+    def opened(cls, call_id: str, name: str, turn: int, step: int, seq: int) -> ToolCallState:
+        """A call just opened by the `toolCall` block of the assistant message at `seq`."""
+        return cls(call_id, name, turn, step, seq, carried_by=(seq,))
 
     @property
     def blocks(self) -> tuple[int, ...]:
         """The surface nodes that carry the call's block now, oldest first (none once dropped)."""
         return (*self.copies, self.block_seq) if self.on_surface else ()
+
+    @property
+    def origin(self) -> int:
+        """The seq of the assistant message that opened the call."""
+        return self.carried_by[0]
+
+
+def restated_call(copy_sources: Iterable[int], call_carried_by: Callable[[int], int | None]) -> int | None:
+    """THE copy rule, for one call id a model-only copy's `toolCall` blocks carry: the
+    copy restates the call whose block a node it cites (`sourceEventSeqs`) carried, never one it
+    does not cite, whatever calls of that id are open. Calls are named by the seq of the message
+    that opened them; `call_carried_by(seq)` names the call of that id the node at `seq` carried
+    (None: none, or not known). Of several, the latest opened (the open step's, as a copy citing
+    both an earlier step's message and the open step's restates the open one). None when no
+    cited node carried one: a copy citing nothing (the service refuses it, COPY_SOURCES_EMPTY;
+    only a trusted replay could hold one) restates no call.
+
+    Used by the structure (`structure.plan_restated_calls`: does a copy bring a call of the open
+    step back) and the surface (`surface._pair_calls`: which call a copy on the surface stands
+    for). O(sources)."""
+    return max((call for seq in copy_sources if (call := call_carried_by(seq)) is not None), default=None)
 
 
 def check_tool_call_blocks(
@@ -71,7 +104,7 @@ def check_tool_call_blocks(
                 field="data.message.content",
                 seq=event.seq,
             )
-        opened[call_id] = ToolCallState(call_id, name, turn, step, event.seq)
+        opened[call_id] = ToolCallState.opened(call_id, name, turn, step, event.seq)
     return tuple(opened.values())
 
 

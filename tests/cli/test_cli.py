@@ -92,7 +92,8 @@ def test_bad_input_exits_non_zero_with_one_line(server: ServerThread, sid: str) 
 
 def test_append_refuses_a_malformed_seq_or_time(server: ServerThread, sid: str) -> None:
     """The service assigns `seq` and `time`, so a well-formed one is ignored; a malformed one is
-    refused with its documented reason, as a malformed eventId is, and nothing is written."""
+    refused with its documented reason, as a malformed eventId is, and nothing is written. So is
+    a malformed `data.recordedTime`, which the projections would otherwise pass over in silence."""
     run(server, "create", "--id", sid)
     note = {"type": "test/note", "data": {}, "ignorable": True}
     for envelope, reason in [
@@ -104,6 +105,10 @@ def test_append_refuses_a_malformed_seq_or_time(server: ServerThread, sid: str) 
     ]:
         refused = run(server, "append", sid, stdin=lines(envelope))
         assert refused.returncode != 0 and f"{reason}: line 1" in refused.stderr, (envelope, refused.stderr)
+    for recorded in ["2025-10-07T04:39:45.501Z", 1.5, True]:  # epoch ms, an integer as `time` is
+        refused = run(server, "append", sid, stdin=lines({**note, "data": {"recordedTime": recorded}}))
+        assert refused.returncode != 0, recorded
+        assert "BAD_TIME: batch starting at line 1: event 0: data.recordedTime" in refused.stderr, refused.stderr
     assert run(server, "events", sid).stdout == ""
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from sessionlog.core.events import Event, NewEvent, Replace
 from sessionlog.core.fold import SessionFold
-from sessionlog.core.formats.pi.context import session_context
+from sessionlog.core.formats.pi.context import ms_to_iso, session_context
 from sessionlog.core.formats.pi.entries import PiFile
 from sessionlog.core.formats.pi.exporter import export_pi
 from sessionlog.core.formats.pi.importer import PiImport, branch_events, event_id, import_pi, map_path
@@ -30,12 +30,15 @@ from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
 from sessionlog.core.formats.pi.tree import PiTree
 from sessionlog.core.formats.sessionlog_file import parse_sessionlog_objects, sessionlog_lines, write_sessionlog
 from sessionlog.core.messages import empty_system_head, is_copy, is_replace
+from sessionlog.core.projections.timeline import timeline
 from sessionlog.core.projections.transcript import transcript
 from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions, pi_leaf_cases
 from tests.support.fixtures import oracle as pi_oracle
 
 SESSIONS = pi_generated_sessions()
 T0 = "2025-01-01T00:00:00.000Z"
+T0_MS = 1_735_689_600_000
+"""T0 in epoch ms: the `recordedTime` of the events of an entry stamped T0."""
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -245,7 +248,8 @@ def test_compaction_keeping_the_tail_replaces_only_what_came_before() -> None:
     assert not any(is_copy(e) for e in log)
     summary = next(e for e in log if e.type == "compaction/summary")
     assert summary.seq in landing.source_event_seqs
-    assert set(landing.data) == {"message", "source"}
+    assert set(landing.data) == {"message", "source", "recordedTime"}  # no data.pi: it stands for no entry
+    assert landing.data["recordedTime"] == summary.data["recordedTime"]  # when Pi compacted
 
 
 def test_compaction_keeping_entries_from_a_tool_result_imports_as_pi_builds_it() -> None:
@@ -272,8 +276,8 @@ def test_model_and_thinking_events_carry_what_stats_read() -> None:
     model = next(e for e in events if e.type == "pi/model_change")
     thinking = next(e for e in events if e.type == "pi/thinking_level_change")
     assert model.ignorable and thinking.ignorable
-    assert {"provider", "modelId", "pi"} == set(model.data)
-    assert {"thinkingLevel", "pi"} == set(thinking.data)
+    assert {"provider", "modelId", "pi", "recordedTime"} == set(model.data)
+    assert {"thinkingLevel", "pi", "recordedTime"} == set(thinking.data)
     assert model.data["pi"] == {k: model.data["pi"][k] for k in ("type", "id", "parentId", "timestamp")}
 
 
@@ -418,7 +422,7 @@ def test_an_agent_run_is_one_turn_with_a_step_per_model_call() -> None:
         "step/start", "assistant/message", "tool/result", "tool/result", "step/end",
         "step/start", "assistant/message", "step/end", "turn/end",
     ]  # fmt: skip
-    assert branch_events(pf)[-1].data == {"turn": 1, "reason": {"kind": "completed"}}
+    assert branch_events(pf)[-1].data == {"turn": 1, "reason": {"kind": "completed"}, "recordedTime": T0_MS}
 
 
 @pytest.mark.parametrize(
@@ -476,13 +480,46 @@ def test_fork_at_a_pending_call_moves_the_cut_back_and_reimports_the_shared_entr
     assert not [m for m in child.model_history() if m.get("isError")]  # no synthetic tool error for the model
 
 
+def timed(entry: dict[str, Any], at: int | None, *, sent: int | None = None) -> dict[str, Any]:
+    """`entry` stamped `at` ms after T0 (no `timestamp` at all when None); an assistant message's
+    own `timestamp` (when Pi sent the request) `sent` ms after T0."""
+    out = {key: value for key, value in entry.items() if key != "timestamp"}
+    if at is not None:
+        out["timestamp"] = ms_to_iso(T0_MS + at)
+    if sent is not None:
+        out["message"] = {**out["message"], "timestamp": T0_MS + sent}
+    return out
+
+
+def test_durations_are_pis_times_and_unknown_where_pi_recorded_none() -> None:
+    """Turns, steps and tool calls are measured with the times Pi recorded (a model call from the
+    time its request went out), not with commit times; where one end has no time Pi recorded (an
+    entry without a timestamp, a turn a fork cut) the duration is unknown, not a gap between clocks."""
+    pf = pi_file(
+        timed(user("u1", None), 0),
+        timed(assistant("a1", "u1", "c1"), 3_000, sent=1_000),
+        timed(result("r1", "a1", "c1"), 3_500),
+        timed(assistant("a2", "r1"), 5_000, sent=3_600),
+        timed(user("u9", "r1", "elsewhere"), 4_000),  # another leaf: the user branched mid-run
+        timed(user("u2", "a2"), None),  # Pi always stamps entries; an edited file may not
+        timed(assistant("a3", "u2"), 9_000, sent=8_000),
+    )
+    plan = import_pi(pf)
+    main = timeline(commit(plan.main.events))
+    assert [t["durationMs"] for t in main["turns"]] == [5_000, None]
+    assert [s["durationMs"] for s in main["steps"]] == [2_500, 1_400, 1_000]
+    assert [(c["callId"], c["durationMs"]) for c in main["toolCalls"]] == [("c1", 500)]
+    fork = timeline(commit(fork_log(plan, "u9")))
+    assert fork["turns"][0]["endKind"] == "forked" and fork["turns"][0]["durationMs"] is None
+
+
 def test_fork_after_a_finished_turn_inherits_no_repair() -> None:
     pf = pi_file(user("u1", None), assistant("a1", "u1"), user("u2", "a1"), assistant("a2", "u2"),
                  user("u3", "a1", "other"))  # fmt: skip
     plan = check_every_leaf(pf)
     fork = plan.branches[1]
     assert fork.first_own_entry == 2 and [e.type for e in fork.inherited] == ["session/end-seed"]
-    assert fork.events[0].type == "turn/start" and fork.events[0].data == {"turn": 2}
+    assert fork.events[0].type == "turn/start" and fork.events[0].data == {"turn": 2, "recordedTime": T0_MS}
 
 
 def test_several_roots_fork_after_the_header() -> None:

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from sessionlog.view.page import STATS_LABELS
 from tests.support.events import step_end, step_start, tool_call, tool_result, turn_end, turn_start, user
 from tests.support.fixtures import RESUMED_SESSION, STREAM_STDOUT, fixture, pi_generated_sessions
 from tests.support.fixtures import oracle as pi_oracle
+from tests.support.pages import page_data
 from tests.support.scripted import READ, answer, header, usage
 from tests.support.servers import ServerThread
 
@@ -135,6 +137,39 @@ def test_several_files_and_the_real_resumed_session(cli: CliRunner, client: Sess
     tree = PiTree(load_pi_file(resumed).entries)
     assert_session_is_pis(client, sessions[0]["id"], session_context(tree))
     assert_session_is_pis(client, sessions[1]["id"], contexts(small)[sessions[1]["leaf"]])
+
+
+def pi_ms(stamp: str) -> int:
+    """An entry's ISO `timestamp` in epoch ms, read here independently of the importer."""
+    return round(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def test_an_imported_sessions_durations_are_what_pis_timestamps_say(
+    cli: CliRunner, client: SessionLogClient, server: ServerThread, tmp_path: Path
+) -> None:
+    """The session page of an imported file measures turns, steps and tool calls with Pi's
+    timestamps: the import commits every event at once, and those commit times gave 0 s for all."""
+    session = next(s for s in SESSIONS if s.name.startswith("2025-10-07"))
+    entries = {e["id"]: e for e in map(json.loads, session.read_text("utf-8").splitlines()[1:])}
+    (entry,) = imported(cli, str(session))
+    out = tmp_path / "page.html"
+    shown = CliRunner().invoke(main_app, ["--server", server.target, "view", entry["id"], "-o", str(out)])
+    assert shown.exit_code == 0, shown.stderr
+    page = page_data(out.read_text("utf-8"))
+    # Turn 1: the prompt cdf287cc, a call (9f488379) with its result (d9e298be), the answer 261b6102.
+    prompt, call, tool_result, answer_ = (entries[i] for i in ("cdf287cc", "9f488379", "d9e298be", "261b6102"))
+    turn, step, tool = page["turns"][0], page["steps"][0], page["toolCalls"][0]
+    assert turn["durationMs"] == pi_ms(answer_["timestamp"]) - pi_ms(prompt["timestamp"]) == 5443
+    # A model call starts at its message's `timestamp` (Pi stamps it when the request goes out).
+    assert step["durationMs"] == pi_ms(tool_result["timestamp"]) - call["message"]["timestamp"] == 3325
+    assert tool["callId"] == call["message"]["content"][1]["id"]
+    assert tool["durationMs"] == pi_ms(tool_result["timestamp"]) - pi_ms(call["timestamp"]) == 77
+    # The transcript says when each row happened by Pi's clock, beside the one commit time of the import.
+    rows = client.transcript(entry["id"])
+    answered = next(r for r in rows if r["kind"] == "message" and r["data"] == answer_["message"])
+    assert answered["recordedTime"] == pi_ms(answer_["timestamp"])
+    stamps = {pi_ms(e["timestamp"]) for e in entries.values() if e["type"] == "message"}
+    assert {r["recordedTime"] for r in rows if r["kind"] == "message"} == stamps
 
 
 def test_stats_count_the_tool_calls_and_errors_of_pis_unstructured_messages(

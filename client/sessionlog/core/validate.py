@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from sessionlog.core import jsonvalue
+from sessionlog.core.clock import check_recorded_time
 from sessionlog.core.errors import LimitExceeded, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import Limits
@@ -229,6 +230,7 @@ def validate_envelope(event: NewEvent, encoded_size: int, limits: Limits = Limit
     check_type(event, limits)
     check_event_id(event, limits)
     check_data(event)
+    check_recorded_time(event.data)
     check_surface_fields(event)
     check_message_role(event)
     check_size(event, encoded_size, limits)

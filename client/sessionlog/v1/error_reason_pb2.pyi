@@ -65,7 +65,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
       fails the same way.
     """
     BAD_TIME: _ErrorReason.ValueType  # 5
-    """A `time` in an envelope is not an integer (epoch milliseconds).
+    """A `time` in an envelope, or an event's `data.recordedTime` (the time an import carries over
+    from its source file), is not an integer (epoch milliseconds).
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
@@ -1384,7 +1385,8 @@ Client: Fix the event or the argument; nothing was sent or written. Sent unchang
   fails the same way.
 """
 BAD_TIME: ErrorReason.ValueType  # 5
-"""A `time` in an envelope is not an integer (epoch milliseconds).
+"""A `time` in an envelope, or an event's `data.recordedTime` (the time an import carries over
+from its source file), is not an integer (epoch milliseconds).
 
 Code: INVALID_ARGUMENT
 Metadata: `field`

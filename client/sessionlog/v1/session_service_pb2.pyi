@@ -1259,7 +1259,8 @@ class GetTranscriptResponse(_message.Message):
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     rows_json: _builtins.bytes
     """The rows, a JSON array as UTF-8 text; each row has seq, time, kind, type, data, replacedBy
-    (and `interrupted: true` on a message or replace row whose event carries it).
+    (and `interrupted: true` on a message or replace row whose event carries it, and
+    `recordedTime` on a row whose event carries `data.recordedTime`).
     """
     at_seq: _builtins.int
     """The last seq the projection covers; unset for a session without events."""

@@ -63,7 +63,10 @@
   const num = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
   const usd = (n) => "$" + Number(n || 0).toFixed(6);
   const pct = (x) => (100 * x).toFixed(1) + "%";
-  const secs = (ms) => (ms === null || ms === undefined ? "open" : (ms / 1000).toFixed(ms < 10000 ? 2 : 0) + " s");
+  // A duration is null while its record is open, and also once it is closed when one of its two
+  // ends has no time on the other's clock (an imported turn the service closed): then "unknown".
+  const secs = (ms, open = false) =>
+    ms === null || ms === undefined ? (open ? "open" : "unknown") : (ms / 1000).toFixed(ms < 10000 ? 2 : 0) + " s";
 
   // Tool calls without a result: still `pending`, `dropped` by a replace, or `unanswered` (step ended).
   const UNANSWERED = new Set(["pending", "dropped", "unanswered"]);
@@ -195,7 +198,7 @@
         for (const rep of d.diff.messages.replaces) {
           parts.push(`surface replace of seqs ${rep.startSeq}–${rep.endSeq} by seq ${rep.seq} (${rep.sourceKind || rep.type}), ${rep.replaced.length} node(s)`);
         }
-      } else parts.push(`nothing in the request changed: the prompt cache expired or was cold (${secs(d.gapMs)} since the previous request)`);
+      } else parts.push(`nothing in the request changed: the prompt cache expired or was cold (${d.gapMs === null ? "how long after the previous request is unknown" : secs(d.gapMs) + " since the previous request"})`);
     }
     return parts.join("; ");
   }
@@ -341,10 +344,10 @@
       for (const t of D.turns.slice(from, to)) {
         const kind = t.endKind || "open";
         const turn = el("div", { class: `turn end-${kind}`, "data-turn": t.turn, "data-seq": t.startSeq, "data-end-kind": kind },
-          el("h3", {}, `Turn ${t.turn}`, el("span", { class: `badge end-${kind}` }, kind), ` ${t.steps} step(s), ${t.requests} request(s), ${secs(t.durationMs)}`));
+          el("h3", {}, `Turn ${t.turn}`, el("span", { class: `badge end-${kind}` }, kind), ` ${t.steps} step(s), ${t.requests} request(s), ${secs(t.durationMs, t.endKind === null)}`));
         for (const s of stepsOf.get(t.turn) || []) {
           const step = el("div", { class: "step", "data-turn": t.turn, "data-step": s.step, "data-seq": s.startSeq },
-            el("span", { class: "step-label" }, `step ${s.step} · ${secs(s.durationMs)} · requests ${s.requests.join(", ") || "–"}`));
+            el("span", { class: "step-label" }, `step ${s.step} · ${secs(s.durationMs, s.endSeq === null)} · requests ${s.requests.join(", ") || "–"}`));
           for (const c of callsOf.get(`${t.turn}.${s.step}`) || []) {
             step.append(el("span", { class: `tool outcome-${c.outcome}`, "data-tool-call-id": c.callId, "data-seq": c.blockSeq, "data-outcome": c.outcome, title: c.errorCode || c.outcome },
               `${c.name} ${UNANSWERED.has(c.outcome) ? c.outcome : secs(c.durationMs)}${c.errorCode ? " " + c.errorCode : ""}`));

@@ -154,7 +154,7 @@ def row_shown(row: TranscriptRow) -> JsonObject:
 PAGE_FIELDS = {
     "requests": ("seq", "kind", "turn", "step", "headerSeq", "delta", "cumulativeCost", "usage", "drop", "error"),
     "turns": ("turn", "startSeq", "durationMs", "endKind", "steps", "requests"),
-    "steps": ("turn", "step", "startSeq", "durationMs", "requests"),
+    "steps": ("turn", "step", "startSeq", "endSeq", "durationMs", "requests"),
     "toolCalls": ("callId", "name", "turn", "step", "blockSeq", "durationMs", "outcome", "errorCode"),
 }
 USAGE_FIELDS = ("context", "cacheRead", "output", "cacheShare", "cost")

@@ -28,6 +28,10 @@ Definitions (each recomputable if it proves wrong, SPEC §1.6):
   `unanswered` (its step ended without a result), or `pending` (no result yet, step open).
   **durationMs** runs from its `tool/call` (else from the assistant message that asked for it)
   to its result.
+- Every duration (`durationMs` of turns, steps and tool calls, a drop's `gapMs`) runs between
+  the two events' moments (`clock.moment`: the time an import recorded, else the commit time)
+  and is None, unknown, when they are on different clocks (`clock.elapsed_ms`). The records'
+  `time`, `startTime` and `endTime` stay commit times, the clock the OTLP export lays spans on.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sessionlog.core.clock import Moment, elapsed_ms, moment
 from sessionlog.core.events import Event, JsonObject, Replace
 from sessionlog.core.headers import HeaderState, changed_fields, header_state
 from sessionlog.core.messages import is_copy, message_of, project_message, source_kind, tool_call_blocks
@@ -78,7 +83,7 @@ class _Previous:
     """The latest request that carried usage: what a cache drop is measured against."""
 
     seq: int
-    time: int
+    moment: Moment
     cache_read: int | float
     header: HeaderState | None
 
@@ -123,6 +128,11 @@ class TimelineFold:
     open_calls: dict[str, JsonObject] = field(default_factory=dict)
     structure: StructureState = field(default_factory=StructureState)
     """Which calls of the open step the model still sees (the append path's rule)."""
+    turn_starts: dict[int, Moment] = field(default_factory=dict)
+    step_starts: dict[tuple[int, int], Moment] = field(default_factory=dict)
+    call_starts: dict[str, Moment] = field(default_factory=dict)
+    """When each open turn, step and tool call started (by turn, `(turn, step)`, call id): what its
+    `durationMs` is measured from (`clock.moment`, not its commit-time `startTime`)."""
 
     def event_at(self, seq: int) -> Event:
         return self.events[seq]
@@ -231,7 +241,7 @@ class TimelineFold:
         if self.previous is not None and cache_read < self.previous.cache_read:
             request["drop"] = self._drop(event, cache_read)
             self.counts["cacheDrops"] += 1
-        self.previous = _Previous(event.seq, event.time, cache_read, self.header)
+        self.previous = _Previous(event.seq, moment(event), cache_read, self.header)
         self.since_usage = SurfaceDelta()
         self.replacers = {}
         return request
@@ -247,7 +257,7 @@ class TimelineFold:
             "previousSeq": previous.seq,
             "cacheReadBefore": previous.cache_read,
             "cacheReadAfter": cache_read,
-            "gapMs": event.time - previous.time,
+            "gapMs": elapsed_ms(previous.moment, moment(event)),
             "causes": causes or ["none"],
             "diff": diff,
         }
@@ -263,12 +273,13 @@ class TimelineFold:
             self.turns.append(record)
             self.counts["turns"] += 1
             self.open_turns[turn] = record
+            self.turn_starts[turn] = moment(event)
         elif kind == TURN_END and turn is not None and turn in self.open_turns:
             record = self.open_turns.pop(turn)
             reason = data.get("reason")
             end_kind = reason.get("kind") if isinstance(reason, dict) else None
             record.update(endSeq=event.seq, endTime=event.time, endKind=end_kind)
-            record["durationMs"] = event.time - record["startTime"]
+            record["durationMs"] = _elapsed(self.turn_starts.pop(turn, None), event)
             if end_kind in REPAIR_TURN_ENDS:
                 self._marker(event, "repair")["endKind"] = end_kind
         elif kind == STEP_START and turn is not None and step is not None:
@@ -277,11 +288,12 @@ class TimelineFold:
             self.steps.append(record)
             self.counts["steps"] += 1
             self.open_steps[(turn, step)] = record
+            self.step_starts[(turn, step)] = moment(event)
             if turn in self.open_turns:
                 self.open_turns[turn]["steps"] += 1
         elif kind == STEP_END and turn is not None and step is not None and (turn, step) in self.open_steps:
             record = self.open_steps.pop((turn, step))
-            record.update(endSeq=event.seq, durationMs=event.time - record["startTime"])
+            record.update(endSeq=event.seq, durationMs=_elapsed(self.step_starts.pop((turn, step), None), event))
             self._close_calls(turn, step)
         elif is_model_call(event):
             self._response(event, turn, step)
@@ -289,6 +301,7 @@ class TimelineFold:
             call = self.open_calls.get(str(data.get("callId")))
             if call is not None and call["callSeq"] is None:
                 call.update(callSeq=event.seq, startTime=event.time)
+                self.call_starts[call["callId"]] = moment(event)
         elif kind == TOOL_RESULT and _appended(event):
             self._result(event)
 
@@ -319,6 +332,7 @@ class TimelineFold:
                 owner["toolCalls"] += 1
             if isinstance(call_id, str):
                 self.open_calls[call_id] = call
+                self.call_starts[call_id] = moment(event)
 
     def _close_calls(self, turn: int, step: int) -> None:
         """The step ended: its calls without a result get none now (`unanswered`, or `dropped`
@@ -326,6 +340,7 @@ class TimelineFold:
         ended = [key for key, call in self.open_calls.items() if (call["turn"], call["step"]) == (turn, step)]
         for key in ended:
             call = self.open_calls.pop(key)
+            self.call_starts.pop(key, None)
             if call["outcome"] == "pending":
                 call["outcome"] = "unanswered"
 
@@ -338,7 +353,7 @@ class TimelineFold:
         code = error.get("code") if isinstance(error, dict) else None
         outcome = "repaired" if code in REPAIR_CODES else "error" if message.get("isError") is True else "ok"
         call.update(resultSeq=event.seq, outcome=outcome, errorCode=code if isinstance(code, str) else None)
-        call["durationMs"] = event.time - call["startTime"]
+        call["durationMs"] = _elapsed(self.call_starts.pop(call["callId"], None), event)
         self.counts["toolErrors"] += outcome in ("error", "repaired")
         self.counts["repairs"] += outcome == "repaired"
 
@@ -358,6 +373,11 @@ class TimelineFold:
             "markers": self.markers,
             "surfaceGeneration": self.surface.replace_generation,
         }
+
+
+def _elapsed(start: Moment | None, end: Event) -> int | None:
+    """The duration of a record that started at `start` and that `end` closes (None: unknown)."""
+    return elapsed_ms(start, moment(end)) if start is not None else None
 
 
 def _appended(event: Event) -> bool:

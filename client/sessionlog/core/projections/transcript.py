@@ -15,6 +15,9 @@ must not erase conversation the user already saw. Row shapes (every row has `seq
   declared range, `data` its projected message; `replacedBy` is set if a later replace took the
   replacement itself off the surface.
 
+A row whose event carries the time its source recorded (`data.recordedTime`, which an import
+writes: the rows' commit `time` is then one instant for the whole file) has `recordedTime` too.
+
 A message or replace row whose event says `data.interrupted: true` (an answer the user cut
 off, or a replace of it by what the user heard) carries `interrupted: true`: the event's flag
 sits beside its message, which is all `data` holds.
@@ -29,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sessionlog.core.clock import moment
 from sessionlog.core.events import Event, Replace
 from sessionlog.core.messages import is_copy, message_of
 from sessionlog.core.surface import fold_surface
@@ -65,6 +69,14 @@ def transcript(events: Sequence[Event]) -> list[TranscriptRow]:
 def transcript_row(event: Event, replaced: int | None, replaces: list[int]) -> TranscriptRow | None:
     """The row of one event (None when it is not shown), given who replaced it and, for a
     replace, which nodes it replaced."""
+    row = _row(event, replaced, replaces)
+    if row is not None and (when := moment(event)).recorded:
+        row["recordedTime"] = when.ms
+    return row
+
+
+def _row(event: Event, replaced: int | None, replaces: list[int]) -> TranscriptRow | None:
+    """`transcript_row` without the recorded time."""
     if event.type not in SURFACE_TYPES:
         return {
             "seq": event.seq,

@@ -65,6 +65,17 @@ pending would make the service answer the call with an error the model would see
 moves back to the last entry boundary with no pending call, and the child re-imports the shared
 entries after it.
 
+**Times.** The service stamps every event with its commit time, which for an import is one
+instant; Pi's own times go into `data.recordedTime` (epoch ms, `clock.RECORDED_TIME`), from which
+the projections measure durations. An event the importer writes for an entry carries the entry's
+`timestamp`, except the events that open a model call (`step/start`, and the `turn/start` and
+previous `step/end` before it): they carry the assistant message's `timestamp`, the time Pi sent
+the request, so a step runs from the request to its last result and a model call's latency is
+`step/start` to `assistant/message`. `pi/session` carries the header's. Events Pi recorded no
+time for carry none, and a duration measured to or from them is unknown: the head (seq 0), the
+closers at the end of a branch (a run Pi never saw end), what `fork` writes, and the events of an
+entry whose time is missing or not a date.
+
 **Event ids** are deterministic, so a re-sent batch is deduplicated and `import(export(import(f)))`
 equals `import(f)`: `pi:<entryId>:<n>` for the n-th event of an entry, `pi:head:0`,
 `pi:session:0`, `pi:end:<n>` for the closers at the end of a branch.
@@ -80,10 +91,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sessionlog.core import validate
+from sessionlog.core.clock import RECORDED_TIME
 from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.events import APPEND, JsonObject, NewEvent, Replace
 from sessionlog.core.fold import SessionFold
-from sessionlog.core.formats.pi.context import compaction_summary_message, entry_message
+from sessionlog.core.formats.pi.context import compaction_summary_message, entry_message, js_date_ms
 from sessionlog.core.formats.pi.entries import (
     BRANCH_SUMMARY,
     COMPACTION,
@@ -158,6 +170,16 @@ def event_id(owner: str, index: int) -> str:
     return f"pi:sha256-{digest}:{index}"
 
 
+def pi_time(value: Any) -> int | None:
+    """Epoch ms of a time Pi recorded (an entry's ISO `timestamp`, a message's ms `timestamp`), read
+    as JavaScript's `Date` reads it; None when there is none or it is not a date: a missing time is
+    unknown, never the epoch `new Date(null)` would give."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    ms = js_date_ms(value)
+    return ms if isinstance(ms, int) else None
+
+
 def _result_call_id(entry: JsonObject) -> str | None:
     if entry.get("type") != MESSAGE:
         return None
@@ -196,6 +218,7 @@ class _Saved:
     node: dict[str, int]
     future: Counter[str]
     stop_reason: Any
+    time: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,8 +254,10 @@ class BranchMapper:
         self._path: list[JsonObject] = []
         self._future: Counter[str] = Counter()
         self._stop_reason: Any = None
+        self._time: int | None = None
+        """The recorded time of the events written next (None: Pi recorded none)."""
         self._emit(empty_system_head())
-        self._owner, self._index = "session", 0
+        self._owner, self._index, self._time = "session", 0, pi_time(header.get("timestamp"))
         self._emit(NewEvent(PI_SESSION, {PI_KEY: header}, ignorable=True))
 
     @property
@@ -250,7 +275,7 @@ class BranchMapper:
     def feed(self, entry: JsonObject) -> None:
         """Map one entry (the next on the path)."""
         entry_id = entry.get("id")
-        self._owner, self._index = str(entry_id), 0
+        self._owner, self._index, self._time = str(entry_id), 0, pi_time(entry.get("timestamp"))
         call_id = _result_call_id(entry)
         if call_id is not None and self._future[call_id] > 0:
             self._future[call_id] -= 1
@@ -267,7 +292,7 @@ class BranchMapper:
 
     def finish(self) -> None:
         """End of the branch: close the step and turn still open."""
-        self._owner, self._index = "end", 0
+        self._owner, self._index, self._time = "end", 0, None
         self._end_turn()
 
     def save(self) -> _Saved:
@@ -280,6 +305,7 @@ class BranchMapper:
             dict(self._node),
             Counter(self._future),
             self._stop_reason,
+            self._time,
         )
 
     def restore(self, saved: _Saved) -> None:
@@ -289,7 +315,7 @@ class BranchMapper:
         del self.lines[saved.events :]
         del self._path[saved.path :]
         self._origin, self._node = saved.origin, saved.node
-        self._future, self._stop_reason = saved.future, saved.stop_reason
+        self._future, self._stop_reason, self._time = saved.future, saved.stop_reason, saved.time
 
     def fork(self) -> list[NewEvent]:
         """Write what the service writes into a fork cut at the current end of the log, and return
@@ -318,6 +344,7 @@ class BranchMapper:
             self._user_side(entry, message, in_message=("message",), source=UNSTRUCTURED)
             return
         state = self.fold.structure
+        answered, self._time = self._time, pi_time(message.get("timestamp"))  # the request went out
         if state.open_step is not None and state.open_turn is not None:
             self._emit(NewEvent(STEP_END, {"turn": state.open_turn, "step": state.open_step}))
         if state.open_turn is None:
@@ -325,6 +352,7 @@ class BranchMapper:
         turn = state.open_turn
         step = state.last_step + 1
         self._emit(NewEvent(STEP_START, {"turn": turn, "step": step}))
+        self._time = answered
         self._surface(entry, ASSISTANT_MESSAGE, {"turn": turn, "step": step}, message, in_message=("message",))
         self._stop_reason = message.get("stopReason")
         if not any(self._future[c] > 0 for c in calls):
@@ -446,8 +474,10 @@ class BranchMapper:
         self._node[entry_id] = seq
 
     def _emit(self, event: NewEvent) -> int:
-        """Write the next event of the current entry: a proposal, as an append would send it."""
-        return self._commit(replace(event, event_id=event_id(self._owner, self._index)), proposed=True)
+        """Write the next event of the current entry: a proposal, as an append would send it,
+        carrying the time Pi recorded for it when there is one."""
+        data = event.data if self._time is None else {**event.data, RECORDED_TIME: self._time}
+        return self._commit(replace(event, data=data, event_id=event_id(self._owner, self._index)), proposed=True)
 
     def _commit(self, event: NewEvent, *, proposed: bool = False) -> int:
         """Fold `event` and keep it. A proposal is checked first by the envelope rules when
@@ -612,6 +642,7 @@ __all__ = [
     "import_pi",
     "map_path",
     "pi_event_type",
+    "pi_time",
     "tool_call_ids",
     "turn_end_kind",
 ]

@@ -293,37 +293,48 @@ class SessionLogClient(base.ClientBase):
 
 def _each_within(call: Any, timeout: float | None) -> Iterator[Any]:
     """The messages of the server stream `call`, each waited for at most `timeout` seconds (None:
-    no bound), as gRPC's sync streams take a deadline for the whole call only: a timer started
-    while waiting for a message cancels the call when none comes in time, and the wait fails with
-    `base.no_page`. The caller's own time between messages is not counted. The call is cancelled
-    however the iteration ends (a caller that stops reading leaves no stream behind)."""
+    no bound), as gRPC's sync streams take a deadline for the whole call only. One thread per
+    stream (`_fetch`) takes each message from gRPC when asked; the caller waits for its answer
+    with a bounded wait, so the caller alone decides whether a page came in time: a page handed
+    over within the wait is delivered, and a wait that runs out cancels the call (a page gRPC
+    hands over later goes with it) and fails with `base.no_page`. A timer thread per page cost
+    a thread a page and decided apart from the reader: it could cancel the stream under a page
+    just delivered. The caller's own time between messages is not counted (a message is taken
+    only when asked for). The call is cancelled however the iteration ends (a caller that stops
+    reading leaves no stream, and no thread, behind)."""
+    asks: queue.SimpleQueue[bool] = queue.SimpleQueue()
+    answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    threading.Thread(target=_fetch, args=(call, asks, answers), daemon=True, name="sessionlog-read").start()
     try:
         while True:
-            expired = threading.Event()
-            timer = None if timeout is None else threading.Timer(timeout, _expire, (expired, call))
-            if timer is not None:
-                timer.daemon = True
-                timer.start()
+            asks.put(True)
             try:
-                response = next(call)
-            except StopIteration:
+                answer = answers.get(timeout=timeout)
+            except queue.Empty:
+                assert timeout is not None  # a wait without a bound never runs out
+                raise base.no_page(timeout) from None
+            if answer is _END:
                 return
-            except grpc.RpcError:
-                if timeout is not None and expired.is_set():
-                    raise base.no_page(timeout) from None
-                raise
-            finally:
-                if timer is not None:
-                    timer.cancel()
-            yield response
+            if isinstance(answer, BaseException):
+                raise answer
+            yield answer
     finally:
         call.cancel()
+        asks.put(False)
 
 
-def _expire(expired: threading.Event, call: Any) -> None:
-    """A stream's wait for a message ran out: say so, then cancel the call (which ends the wait)."""
-    expired.set()
-    call.cancel()
+def _fetch(call: Any, asks: queue.SimpleQueue[bool], answers: queue.SimpleQueue[Any]) -> None:
+    """The thread of `_each_within`: for each ask, the stream's next message, `_END` at its end,
+    or the error that ended it; stops when told (False) or once the stream ended."""
+    while asks.get():
+        try:
+            answers.put(next(call))
+        except StopIteration:
+            answers.put(_END)
+            return
+        except BaseException as exc:  # the reader raises it, as it would have from next(call)
+            answers.put(exc)
+            return
 
 
 def _coalescing(requests: queue.Queue[Any]) -> Iterator[pb.WriteRequest]:

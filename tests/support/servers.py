@@ -110,16 +110,22 @@ class ServerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
-        listen = f"127.0.0.1:{self.port or 0}"
-        cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", listen]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        serving: Future[int] = Future()
-        threading.Thread(target=self._drain, args=(self.proc, serving), daemon=True, name="server-log").start()
+        serving = self.launch()
         try:
             self.port = serving.result(timeout=timeout)
         except TimeoutError:
             raise TimeoutError("server did not start: " + "\n".join(self.log)) from None
         return self
+
+    def launch(self) -> Future[int]:
+        """Start the process and return at once (for tests of its start-up): the future is the
+        port of its first `serving` line, or fails when it exits before one."""
+        listen = f"127.0.0.1:{self.port or 0}"
+        cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", listen]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        serving: Future[int] = Future()
+        threading.Thread(target=self._drain, args=(self.proc, serving), daemon=True, name="server-log").start()
+        return serving
 
     def _drain(self, proc: subprocess.Popen[bytes], serving: Future[int]) -> None:
         """Read the server's log lines as they come (so its stderr never fills up), and resolve

@@ -4,12 +4,17 @@ each one after), not the whole read, in both Python clients (the TypeScript clie
 
 A read had no deadline at all: against a service that accepted the call and sent nothing, it
 waited forever. A whole read of a long session may take long, so the timeout is per page: a
-read that gets no page within it fails with TRANSPORT_ERROR saying so.
+read that gets no page within it fails with TRANSPORT_ERROR saying so. The reader waiting for
+a page alone decides it did not come (the sync client's timer thread per page decided apart
+and could cancel the stream under a page just delivered), and a long read starts no thread a
+page.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
@@ -37,6 +42,8 @@ class Paced:
     pages: int = 0
     gap: float = 0.0
     hang: bool = True
+    #: How many ReadEvents streams the service was asked for (a read that reopened asked twice).
+    streams: int = 0
 
 
 @pytest.fixture
@@ -47,6 +54,7 @@ def paced() -> Iterator[tuple[str, Paced]]:
     plan = Paced()
 
     def read(request: pb.ReadEventsRequest, context: grpc.ServicerContext) -> Iterator[pb.ReadEventsResponse]:
+        plan.streams += 1
         for seq in range(request.from_seq, plan.pages):
             time.sleep(plan.gap)
             event = event_pb2.Event(seq=seq, time_unix_ms=1, type="custom", data_json=b"{}")
@@ -145,3 +153,81 @@ def test_a_read_without_a_timeout_has_no_page_deadline(paced: tuple[str, Paced])
     plan.pages, plan.gap, plan.hang = 2, TIMEOUT + 0.2, False
     seqs, _ = read_all(target, None)
     assert seqs == [0, 1]
+
+
+def test_a_long_read_starts_no_thread_per_page(paced: tuple[str, Paced]) -> None:
+    """The sync client started a timer thread for each page it waited for: a read of a long
+    session started as many threads as it had pages. The threads started during a read of 200
+    pages (the fake service's own few included) are bounded, not one a page."""
+    target, plan = paced
+    plan.pages, plan.hang = 200, False
+    started: list[str] = []
+
+    def count(frame: object, event: str, arg: object) -> None:
+        """The trace hook `threading` installs in each thread it starts: note it, then trace no more."""
+        started.append(threading.current_thread().name)
+        sys.settrace(None)
+
+    threading.settrace(count)
+    try:
+        seqs, _ = read_all(target, TIMEOUT)
+    finally:
+        threading.settrace(None)
+    assert seqs == list(range(200))
+    assert len(started) < 10, f"{len(started)} threads started during a read of 200 pages: {started[:12]}"
+
+
+#: Pages that come exactly when the wait for them runs out, for the tests of that race.
+RACE_TIMEOUT = 0.05
+RACE_READS = 40
+
+
+def check_reads_at_the_deadline(reads: list[tuple[list[int], str]], plan: Paced) -> None:
+    """Each read, whose pages came as its wait for them ran out, either delivered every page or
+    failed with no_page after a prefix of them, and asked the service for one stream only: a page
+    that came is never followed by the stream cancelled behind it (and silently reopened)."""
+    for seqs, outcome in reads:
+        assert outcome in ("all", "no page"), outcome
+        assert seqs == list(range(len(seqs)))
+        assert outcome == "no page" or len(seqs) == plan.pages
+    assert plan.streams == len(reads), f"{plan.streams} streams for {len(reads)} reads"
+
+
+def test_a_page_that_comes_as_its_wait_runs_out_is_not_cancelled_behind(paced: tuple[str, Paced]) -> None:
+    """The sync client's timer thread decided a page had not come while the reading thread took
+    it: the page was delivered and the timer then cancelled the stream under it, so the read
+    either reopened from the next seq (a retry spent, some reads doubled on the service) or
+    failed. One place decides now, the reader waiting for the page."""
+    target, plan = paced
+    plan.pages, plan.gap, plan.hang = 4, RACE_TIMEOUT, False
+    reads: list[tuple[list[int], str]] = []
+    with SessionLogClient(target, timeout=RACE_TIMEOUT) as client:
+        for _ in range(RACE_READS):
+            seqs: list[int] = []
+            try:
+                for event in client.read_events("s"):
+                    seqs.append(event.seq)
+                reads.append((seqs, "all"))
+            except Unavailable as exc:
+                reads.append((seqs, "no page" if "no page within" in exc.message else exc.message))
+    check_reads_at_the_deadline(reads, plan)
+
+
+def test_the_asyncio_client_decides_a_page_at_its_deadline_alike(paced: tuple[str, Paced]) -> None:
+    target, plan = paced
+    plan.pages, plan.gap, plan.hang = 4, RACE_TIMEOUT, False
+
+    async def read_many() -> list[tuple[list[int], str]]:
+        reads: list[tuple[list[int], str]] = []
+        async with AsyncSessionLogClient(target, timeout=RACE_TIMEOUT) as client:
+            for _ in range(RACE_READS):
+                seqs: list[int] = []
+                try:
+                    async for event in client.read_events("s"):
+                        seqs.append(event.seq)
+                    reads.append((seqs, "all"))
+                except Unavailable as exc:
+                    reads.append((seqs, "no page" if "no page within" in exc.message else exc.message))
+        return reads
+
+    check_reads_at_the_deadline(asyncio.run(read_many()), plan)

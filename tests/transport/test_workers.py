@@ -146,8 +146,8 @@ def test_sighup_stops_the_service_gracefully(fresh_db: str, sid: str, workers: i
     server = ServerProcess(fresh_db, env={"SESSIONLOG_WORKERS": str(workers)}).start()
     assert server.proc is not None
     try:
-        # Each server process serving (its stop signals handled): a worker still starting up
-        # is ended by any signal, as every process is before its handlers are in place.
+        # Each server process serving, so each has a call's worth to drain (a stop while they
+        # start up: tests/transport/test_stop_during_start.py).
         eventually(lambda: sum('"serving"' in line for line in server.log), lambda n: n == workers)
         with SessionLogClient(server.target) as client:
             client.create_session(sid)

@@ -63,6 +63,9 @@ def serve(
     ] = None,
 ) -> None:
     """Run the sessionlog service (embedded SQLite by default) until SIGTERM, SIGINT or SIGHUP (a graceful stop)."""
+    from sessionlog_server.transport.signals import hold_stop_signals
+
+    hold_stop_signals()  # until the handlers are in place (transport/signals.py): one that comes waits for them
     from sessionlog_server.transport.grpc_core import apply_server_options
 
     apply_server_options()  # before anything below loads gRPC (transport/grpc_core.py)

@@ -28,7 +28,7 @@ from sessionlog_server.transport.event_loop import loop_name
 from sessionlog_server.transport.loopback import is_loopback
 from sessionlog_server.transport.registration import register_services
 from sessionlog_server.transport.servicer import SessionServicer
-from sessionlog_server.transport.signals import STOP_SIGNALS
+from sessionlog_server.transport.signals import STOP_SIGNALS, release_stop_signals
 
 log = structlog.get_logger("sessionlog.server")
 SERVICE_NAME = session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
@@ -186,13 +186,18 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
 
 async def serve(settings: Settings, *, reuse_port: bool = False) -> None:
     """Serve until SIGTERM, SIGINT or SIGHUP (`STOP_SIGNALS`), then shut down gracefully (this
-    process is the server's: its collector is tuned for it)."""
-    tune_collector(settings.gc_thresholds)
-    running = await start_server(settings, reuse_port=reuse_port)
+    process is the server's: its collector is tuned for it).
+
+    The handlers are in place before start-up, and only then are the stop signals released
+    (held since the process started: `serve` command, a worker's spawn): one that comes while
+    the server starts lets it finish starting, then drain, where it ended the process at once."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
+    release_stop_signals()
+    tune_collector(settings.gc_thresholds)
+    running = await start_server(settings, reuse_port=reuse_port)
     await stop.wait()
     log.info("shutting down", grace_s=settings.shutdown_grace_s)
     await running.stop(settings.shutdown_grace_s)

@@ -13,7 +13,8 @@ PostgreSQL. A worker's cached session that another worker wrote to catches up on
 events (LiveSessionLoader.catch_up) when its lease is taken or it is read. A subscriber on one worker
 learns of another worker's appends by polling the log.
 
-The parent checks the address is free, runs the migrations once, starts the workers, forwards
+The parent checks the address is free, runs the migrations once, starts the workers (each born
+with the stop signals held until its handlers are in place: signals.py), forwards
 SIGTERM/SIGINT/SIGHUP (`STOP_SIGNALS`) to them, and restarts a worker that dies (it is fenced like any crashed
 process: its leases lapse and are repaired). Each worker exits when its parent is gone, so a
 kill -9 of the whole service leaves no orphan holding the port. Worker i serves metrics on the
@@ -29,13 +30,14 @@ import signal
 import threading
 import time
 from dataclasses import replace
+from multiprocessing import resource_tracker
 from multiprocessing.process import BaseProcess
 
 import structlog
 
 from sessionlog_server.config import Settings
 from sessionlog_server.transport.address import join_listen, split_listen, wait_address_free
-from sessionlog_server.transport.signals import STOP_SIGNALS
+from sessionlog_server.transport.signals import STOP_SIGNALS, release_stop_signals, stop_signals_held
 
 log = structlog.get_logger("sessionlog.workers")
 
@@ -63,23 +65,38 @@ def worker_settings(settings: Settings, index: int) -> Settings:
 
 
 def run_workers(settings: Settings, workers: int) -> None:
-    """Migrate, start `workers` processes on `settings.listen`, supervise them until a signal."""
+    """Migrate, start `workers` processes on `settings.listen`, supervise them until a signal.
+
+    The parent's handlers are in place first, so a stop while it migrates ends it before any
+    worker starts (exit 0, "stopped before the workers started"), where it ended it at once."""
     from sessionlog_server.storage.migrate import prepare
 
-    listen = wait_address_free(settings.listen, settings.shutdown_grace_s + 5)
-    prepare(settings.db, settings.migrate)
-    settings = replace(settings, listen=listen)
     context = multiprocessing.get_context("spawn")
     stopping = threading.Event()
+    processes: list[BaseProcess] = []
 
-    def start(index: int) -> BaseProcess:
-        process = context.Process(
-            target=_worker_main,
-            args=(worker_settings(settings, index), index, os.getpid()),
-            name=f"sessionlog-worker-{index}",
-        )
-        process.start()
-        return process
+    def start(index: int) -> None:
+        """Start worker `index` in its place in `processes`, unless stopping. The stop signals
+        are held across the spawn: the worker is born with them held and releases them once its
+        own handlers are in place (`serve`), so a stop forwarded while it starts up waits for
+        them and it drains, where it ended at once; and the parent's handler, which forwards to
+        `processes`, runs only once the worker is in it."""
+        # Starting its resource tracker (the first spawn), multiprocessing unblocks SIGINT and
+        # SIGTERM in this thread: have it started before the stop signals are held.
+        resource_tracker.ensure_running()
+        with stop_signals_held():
+            if stopping.is_set():
+                return
+            process = context.Process(
+                target=_worker_main,
+                args=(worker_settings(settings, index), index, os.getpid()),
+                name=f"sessionlog-worker-{index}",
+            )
+            process.start()
+            if index < len(processes):
+                processes[index] = process
+            else:
+                processes.append(process)
 
     def forward(signum: int, _frame: object) -> None:
         stopping.set()
@@ -87,22 +104,32 @@ def run_workers(settings: Settings, workers: int) -> None:
             if process.pid is not None and process.is_alive():
                 os.kill(process.pid, signum)
 
-    processes = [start(i) for i in range(workers)]
     for sig in STOP_SIGNALS:
         signal.signal(sig, forward)
+    release_stop_signals()  # held since `serve` began (signals.py): one that came is handled now
+    listen = wait_address_free(settings.listen, settings.shutdown_grace_s + 5)
+    prepare(settings.db, settings.migrate)
+    settings = replace(settings, listen=listen)
+    for index in range(workers):
+        start(index)
+    if not processes:
+        log.info("stopped before the workers started")
+        return
     log.info("workers started", listen=listen, workers=workers, pids=[p.pid for p in processes])
     while not stopping.is_set():
         for index, process in enumerate(processes):
             if not process.is_alive() and not stopping.is_set():
                 log.warning("worker died; starting it again", worker=index, exitcode=process.exitcode)
                 time.sleep(RESTART_BACKOFF_S)
-                processes[index] = start(index)
+                start(index)
         stopping.wait(0.2)
     for process in processes:
         process.join(timeout=settings.shutdown_grace_s + 30)
         if process.is_alive():
             process.kill()
-    log.info("workers stopped")
+            process.join()
+    # A worker that did not drain (killed, or ended by a signal: a negative code) shows here.
+    log.info("workers stopped", exitcodes=[process.exitcode for process in processes])
 
 
 def _worker_main(settings: Settings, index: int, parent: int) -> None:

@@ -302,6 +302,12 @@ def _each_within(call: Any, timeout: float | None) -> Iterator[Any]:
     just delivered. The caller's own time between messages is not counted (a message is taken
     only when asked for). The call is cancelled however the iteration ends (a caller that stops
     reading leaves no stream, and no thread, behind)."""
+    if timeout is None:  # nothing to bound: no thread either
+        try:
+            yield from call
+        finally:
+            call.cancel()
+        return
     asks: queue.SimpleQueue[bool] = queue.SimpleQueue()
     answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
     threading.Thread(target=_fetch, args=(call, asks, answers), daemon=True, name="sessionlog-read").start()
@@ -311,7 +317,6 @@ def _each_within(call: Any, timeout: float | None) -> Iterator[Any]:
             try:
                 answer = answers.get(timeout=timeout)
             except queue.Empty:
-                assert timeout is not None  # a wait without a bound never runs out
                 raise base.no_page(timeout) from None
             if answer is _END:
                 return

@@ -155,12 +155,8 @@ def test_a_read_without_a_timeout_has_no_page_deadline(paced: tuple[str, Paced])
     assert seqs == [0, 1]
 
 
-def test_a_long_read_starts_no_thread_per_page(paced: tuple[str, Paced]) -> None:
-    """The sync client started a timer thread for each page it waited for: a read of a long
-    session started as many threads as it had pages. The threads started during a read of 200
-    pages (the fake service's own few included) are bounded, not one a page."""
-    target, plan = paced
-    plan.pages, plan.hang = 200, False
+def threads_started_reading(target: str, timeout: float | None) -> tuple[list[int], list[str]]:
+    """The seqs a sync read delivers and the names of the threads started while it ran."""
     started: list[str] = []
 
     def count(frame: object, event: str, arg: object) -> None:
@@ -170,11 +166,31 @@ def test_a_long_read_starts_no_thread_per_page(paced: tuple[str, Paced]) -> None
 
     threading.settrace(count)
     try:
-        seqs, _ = read_all(target, TIMEOUT)
+        seqs, _ = read_all(target, timeout)
     finally:
         threading.settrace(None)
+    return seqs, started
+
+
+def test_a_long_read_starts_no_thread_per_page(paced: tuple[str, Paced]) -> None:
+    """The sync client started a timer thread for each page it waited for: a read of a long
+    session started as many threads as it had pages. The threads started during a read of 200
+    pages (the fake service's own few included) are bounded, not one a page."""
+    target, plan = paced
+    plan.pages, plan.hang = 200, False
+    seqs, started = threads_started_reading(target, TIMEOUT)
     assert seqs == list(range(200))
     assert len(started) < 10, f"{len(started)} threads started during a read of 200 pages: {started[:12]}"
+
+
+def test_a_read_without_a_timeout_starts_no_reading_thread(paced: tuple[str, Paced]) -> None:
+    """Without a bound on the wait there is nothing for a reading thread to decide: the stream
+    is read where the caller iterates."""
+    target, plan = paced
+    plan.pages, plan.hang = 20, False
+    seqs, started = threads_started_reading(target, None)
+    assert seqs == list(range(20))
+    assert "sessionlog-read" not in started, started
 
 
 #: Pages that come exactly when the wait for them runs out, for the tests of that race.

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -292,7 +291,7 @@ class AsyncSessionLogClient(base.ClientBase):
         within it fails with Unavailable (TRANSPORT_ERROR, `base.no_page`), after the events of
         the pages before. The time the caller spends between events is not counted."""
         cursor = base.EventCursor(session_id, from_seq, to_seq, page_size)
-        for attempt in itertools.count(1):
+        for attempt in cursor.attempts():
             self._check_open()
             try:
                 async for response in _each_within(self.stub.ReadEvents(cursor.request()), self.timeout):

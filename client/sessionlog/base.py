@@ -375,6 +375,17 @@ class EventCursor:
     def request(self) -> pb.ReadEventsRequest:
         return read_request(self.session_id, self.next_seq, self.to_seq, self.page_size)
 
+    def attempts(self) -> Iterator[int]:
+        """The attempt numbers to hand the retry policy: 1, 2, ..., and 1 again after an attempt
+        that delivered events. A read broken after progress meets a new failure, not the same one
+        again, so a long read that reopens now and then never runs out of retries while each
+        failure still gets the policy's attempts (as the TypeScript client counts)."""
+        attempt, seen = 0, self.next_seq
+        while True:
+            attempt = 1 if self.next_seq != seen else attempt + 1
+            seen = self.next_seq
+            yield attempt
+
     def events(self, response: pb.ReadEventsResponse) -> Iterator[Event]:
         for message in response.events:
             event = convert.event_from_pb(message)

@@ -22,7 +22,6 @@ shared with the asyncio client (`sessionlog.aio`); this module only makes the ca
 
 from __future__ import annotations
 
-import itertools
 import queue
 import threading
 import time
@@ -274,7 +273,7 @@ class SessionLogClient(base.ClientBase):
         within it fails with Unavailable (TRANSPORT_ERROR, `base.no_page`), after the events of
         the pages before. The time the caller spends between events is not counted."""
         cursor = base.EventCursor(session_id, from_seq, to_seq, page_size)
-        for attempt in itertools.count(1):
+        for attempt in cursor.attempts():
             self._check_open()
             try:
                 for response in _each_within(self.stub.ReadEvents(cursor.request()), self.timeout):

@@ -44,6 +44,8 @@ class Paced:
     hang: bool = True
     #: How many ReadEvents streams the service was asked for (a read that reopened asked twice).
     streams: int = 0
+    #: Pages a stream sends before the service breaks it (UNAVAILABLE); 0: never broken.
+    break_after: int = 0
 
 
 @pytest.fixture
@@ -55,7 +57,9 @@ def paced() -> Iterator[tuple[str, Paced]]:
 
     def read(request: pb.ReadEventsRequest, context: grpc.ServicerContext) -> Iterator[pb.ReadEventsResponse]:
         plan.streams += 1
-        for seq in range(request.from_seq, plan.pages):
+        for sent, seq in enumerate(range(request.from_seq, plan.pages)):
+            if plan.break_after and sent == plan.break_after:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "broken by the test")
             time.sleep(plan.gap)
             event = event_pb2.Event(seq=seq, time_unix_ms=1, type="custom", data_json=b"{}")
             yield pb.ReadEventsResponse(events=[event])
@@ -247,3 +251,20 @@ def test_the_asyncio_client_decides_a_page_at_its_deadline_alike(paced: tuple[st
         return reads
 
     check_reads_at_the_deadline(asyncio.run(read_many()), plan)
+
+
+def test_a_read_broken_after_each_page_goes_on_past_the_policys_attempts(paced: tuple[str, Paced]) -> None:
+    """Each attempt that delivered events counts as a new failure, not the same one again: a long
+    read whose stream breaks every page reopens more times than the policy's 8 attempts and
+    still delivers every event, in both Python clients (the TypeScript client counted so)."""
+    target, plan = paced
+    plan.pages, plan.hang, plan.break_after = 12, False, 1
+    seqs, _ = read_all(target, TIMEOUT)
+    assert seqs == list(range(12))
+
+    async def read_async() -> list[int]:
+        async with AsyncSessionLogClient(target, timeout=TIMEOUT) as client:
+            return [event.seq async for event in client.read_events("s")]
+
+    assert asyncio.run(read_async()) == list(range(12))
+    assert plan.streams == 2 * 12

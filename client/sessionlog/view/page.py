@@ -42,8 +42,9 @@ from sessionlog.core.projections.timeline import TimelineFold
 from sessionlog.core.projections.transcript import TranscriptRow, transcript_row
 from sessionlog.core.request_diff import header_change
 from sessionlog.core.vocabulary import REQUEST_HEADER
+from sessionlog.view import windows
 from sessionlog.view.chart import ChartBuckets
-from sessionlog.view.windows import PAGE_ROWS, PAGE_TURNS, WindowStore
+from sessionlog.view.windows import WindowStore
 
 PREVIEW_CHARS = 160
 """A transcript row shows one line; the full message is in the log (`sessionlog transcript`)."""
@@ -262,8 +263,8 @@ class PageFold:
             counts=summary["counts"],
             surfaceGeneration=summary["surfaceGeneration"],
             headerPairsComplete=not self._consecutive,
-            pageRows=PAGE_ROWS,
-            pageTurns=PAGE_TURNS,
+            pageRows=windows.PAGE_ROWS,  # the script pages the lists as the windows are cut
+            pageTurns=windows.PAGE_TURNS,
         )
         return part
 
@@ -365,6 +366,7 @@ def fill_store(
     last = fold.finish(session, link)  # only once every part is taken: it lists what is still open
     chart.add(last["requests"], last["markers"])
     store.add(last)
+    store.finished = True
     return windowed_summary(last, store, chart)
 
 

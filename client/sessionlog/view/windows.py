@@ -69,6 +69,8 @@ class WindowStore:
         self._lock = threading.Lock()
         self.counts = dict.fromkeys(LISTS, 0)
         """Items in each list so far."""
+        self.finished = False
+        """Every part of the page is in (page.py `fill_store` says so after the last)."""
 
     def __enter__(self) -> WindowStore:
         return self

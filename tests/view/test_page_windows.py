@@ -110,3 +110,16 @@ def test_a_window_that_is_not_there_is_a_clear_error(store: WindowStore) -> None
     with pytest.raises(BadWindow, match="must not be past"):
         store.diff(9, 3)
     assert store.find(10**6)["page"] is None and store.find(7)["page"] == 0
+
+
+def test_a_diff_window_holds_what_the_page_composes_a_diff_from(store: WindowStore) -> None:
+    events = committed()
+    page.render_page(iter(events), SESSION, store=store)
+    want = whole_log(events, SESSION)
+    got = store.diff(15, 43)
+    assert got["requests"] == [r for r in want["requests"] if 15 <= r["seq"] <= 43]
+    named = {seq for r in got["requests"] for seq in r["delta"]["added"]}
+    named |= {seq for r in got["requests"] for seq, _ in r["delta"]["replaced"]}
+    assert got["rows"] == [row for row in want["transcript"] if row["seq"] in named] and got["rows"]
+    ends = [r["headerSeq"] for r in got["requests"] if r["seq"] in (15, 43)]
+    assert got["headerPairs"] == {f"{ends[0]}:{ends[1]}": want["headerPairs"][f"{ends[0]}:{ends[1]}"]}

@@ -139,7 +139,7 @@ class WindowStore:
             first = page * PAGE_ROWS
             bounds = (first, first + PAGE_ROWS - 1)
             if name == "transcript":
-                items = self._rows("WHERE idx BETWEEN ? AND ?", bounds)
+                items = self._rows("WHERE r.idx BETWEEN ? AND ?", bounds)
             elif name == "requests":
                 items = self._select("SELECT body FROM requests WHERE idx BETWEEN ? AND ? ORDER BY idx", bounds)
             else:
@@ -170,7 +170,7 @@ class WindowStore:
                 {seq for r in requests for seq in r["delta"]["added"]}
                 | {seq for r in requests for seq, _ in r["delta"]["replaced"]}
             )
-            rows = self._rows("WHERE seq IN (SELECT value FROM json_each(?))", (_dumps(named),))
+            rows = self._rows("WHERE r.seq IN (SELECT value FROM json_each(?))", (_dumps(named),))
         pairs = {key: json.loads(pair[0])} if pair is not None else {}
         return {
             "list": "diff",

@@ -206,11 +206,16 @@ class AdminHttp:
             return _text(start_response, "400 Bad Request", f"{exc}\n")
         try:
             if ask is not None:
-                window = self.window(principal, session_id, at, ask)
-                return _json(start_response, window)
+                return _json(start_response, self._window_or_internal(principal, session_id, at, ask, line))
             body = self.page(principal, session_id, at)
         except BadWindow as exc:
             return _text(start_response, "400 Bad Request", f"{exc}\n")
+        except _Internal:
+            return _text(start_response, "500 Internal Server Error", "INTERNAL: internal error\n")
+        except TimeoutError:
+            reason = f"no page of the log within {PAGE_TIMEOUT_S:.0f} s"
+            line["error"] = reason
+            return _text(start_response, "503 Service Unavailable", f"{reason}\n")
         except SessionLogError as exc:
             error = access.public_error(exc, principal.namespace)
             status = "404 Not Found" if isinstance(error, NotFound) else "400 Bad Request"
@@ -294,6 +299,20 @@ class AdminHttp:
             with self._lock:
                 self._building.pop(key, None)
         return ask.read(store)
+
+    def _window_or_internal(
+        self, principal: access.Principal, session_id: str, at: int | None, ask: WindowQuery, line: dict[str, Any]
+    ) -> JsonObject:
+        """`window`, where an unexpected failure (a bug) is logged with its traceback and the
+        client told of an internal error only, as a page cut short by one is."""
+        try:
+            return self.window(principal, session_id, at, ask)
+        except (SessionLogError, BadWindow, TimeoutError):
+            raise
+        except Exception as exc:
+            log.exception("window failed", session_id=session_id, error=repr(exc), **access.log_fields(principal))
+            line["error"] = "INTERNAL"
+            raise _Internal from None
 
     def _kept_store(self, key: PageKey) -> WindowStore | None:
         with self._lock:
@@ -440,6 +459,10 @@ def _seq(query: dict[str, list[str]], name: str) -> int | None:
         what = "a seq" if name != "page" else "a page number"
         raise ValueError(f"{name} must be a non-negative integer ({what}), got {value!r}")
     return int(value)
+
+
+class _Internal(Exception):
+    """A window failed for a reason the client is not told (it was logged)."""
 
 
 @dataclass(frozen=True, slots=True)

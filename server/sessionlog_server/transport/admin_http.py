@@ -64,10 +64,10 @@ PAGE_TIMEOUT_S = 120.0
 PAGE_CACHE = 4
 """Rendered pages kept (least recently used beyond that are dropped)."""
 PAGE_CACHE_BYTES = 16 * 1024 * 1024
-"""Bytes the kept pages may take together: a 200,000-event session's page weighs about 64 MB,
-so four kept by count alone held hundreds of MB for as long as nobody looked at other pages. A
-page larger than this is streamed and not kept (what a render holds of it for keeping stops
-growing there)."""
+"""Bytes the kept pages may take together: a page of 20,000 events (the longest that is not
+windowed) weighs about 7 MB, and an unwindowed 200,000-event page weighed 64 MB, so four kept by
+count alone held hundreds of MB for as long as nobody looked at other pages. A page larger than
+this is streamed and not kept (what a render holds of it for keeping stops growing there)."""
 PAGE_STORES = 4
 """Window stores kept for the windowed pages last rendered (each a scratch file on disk, about
 the size of the page it stands for; the least recently used beyond that are removed)."""

@@ -224,7 +224,9 @@ def test_a_long_sessions_page_fetches_its_windows_as_it_is_paged(
             WebDriverWait(driver, 20).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
             shown = numbers(driver, "#transcript .row[data-seq]", "data-seq")
             assert shown == [row["seq"] for row in rows[:5]]
-            assert driver.execute_script("return performance.getEntriesByType('resource').length") == 1  # the diff
+            # The first screen fetched one window: the first cache drop's diff (once it is drawn).
+            WebDriverWait(driver, 20).until(lambda d: d.find_element(By.ID, "diff").get_attribute("data-to-seq"))
+            assert driver.execute_script("return performance.getEntriesByType('resource').length") == 1
             # The last page of the transcript: the session's last rows, replaced ones marked.
             driver.find_element(By.CSS_SELECTOR, "#transcript nav.pager button:last-of-type").click()
             last = [row["seq"] for row in rows[(len(rows) - 1) // 5 * 5 :]]

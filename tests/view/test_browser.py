@@ -9,13 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.formats.replay import LABELS
 from sessionlog.core.projections.stats import STATS_KEYS, figure_label
+from sessionlog.core.projections.timeline import timeline
 from sessionlog.core.request_diff import request_diff
+from sessionlog.view import page, windows
 from tests.support.browser import chromium
 from tests.support.events import (
     assistant,
@@ -36,6 +40,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def numbers(driver: object, selector: str, attribute: str) -> list[int]:
     return [int(e.get_attribute(attribute)) for e in driver.find_elements(By.CSS_SELECTOR, selector)]  # type: ignore[attr-defined]
+
+
+def numbers_now(driver: object, selector: str, attribute: str) -> list[int]:
+    """`numbers` read in one script run: a page being redrawn has no stale elements then."""
+    script = "return Array.from(document.querySelectorAll(arguments[0]), (e) => Number(e.getAttribute(arguments[1])))"
+    return list(driver.execute_script(script, selector, attribute))  # type: ignore[attr-defined]
 
 
 def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path) -> None:
@@ -190,3 +200,79 @@ def test_a_voice_sessions_cut_answer_and_dropped_calls_on_the_page(
         cut = driver.find_elements(By.CSS_SELECTOR, '#transcript .row[data-interrupted="true"]')
         assert [e.get_attribute("data-seq") for e in cut] == ["7"]
         assert cut[0].find_element(By.CSS_SELECTOR, ".badge.interrupted").text == "interrupted"
+
+
+def test_a_long_sessions_page_fetches_its_windows_as_it_is_paged(
+    db_url: str, sid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A windowed page (past WINDOW_EVENTS, here 20, in windows of 5 rows and 2 turns) served
+    by `/sessions/ID` holds the first window of each list; paging to the end shows the session's
+    last rows, requests and turns, fetched from the server as they are shown, and a diff and a
+    jump to a seq read what they need the same way."""
+    monkeypatch.setattr(page, "WINDOW_EVENTS", 20)
+    monkeypatch.setattr(windows, "PAGE_ROWS", 5)
+    monkeypatch.setattr(windows, "PAGE_TURNS", 2)
+    with ServerThread(db_url, metrics_listen="127.0.0.1:0") as server, SessionLogClient(server.target) as client:
+        child = write_scripted(client, sid)
+        rows = client.transcript(child)
+        events = list(client.read_events(child))
+        stats = client.stats(child)
+        admin = server.running.admin
+        assert admin is not None
+        with chromium() as driver:
+            driver.get(f"http://127.0.0.1:{admin.port}/sessions/{child}")
+            WebDriverWait(driver, 20).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+            shown = numbers(driver, "#transcript .row[data-seq]", "data-seq")
+            assert shown == [row["seq"] for row in rows[:5]]
+            # The first screen fetched one window: the first cache drop's diff (once it is drawn).
+            WebDriverWait(driver, 20).until(lambda d: d.find_element(By.ID, "diff").get_attribute("data-to-seq"))
+            assert driver.execute_script("return performance.getEntriesByType('resource').length") == 1
+            # The last page of the transcript: the session's last rows, replaced ones marked.
+            driver.find_element(By.CSS_SELECTOR, "#transcript nav.pager button:last-of-type").click()
+            last = [row["seq"] for row in rows[(len(rows) - 1) // 5 * 5 :]]
+            WebDriverWait(driver, 20).until(lambda d: numbers_now(d, "#transcript .row[data-seq]", "data-seq") == last)
+            assert last[-1] == rows[-1]["seq"] and len(rows) > 20
+            # The last page of requests and of turns (turn 4, its steps and tool calls).
+            driver.find_element(By.CSS_SELECTOR, "#requests nav.pager button:last-of-type").click()
+            requests = [r["seq"] for r in timeline(events)["requests"]]
+            assert len(requests) == stats["modelCalls"] > 5
+            last_requests = requests[(len(requests) - 1) // 5 * 5 :]
+            WebDriverWait(driver, 20).until(
+                lambda d: numbers_now(d, "table.requests tr[data-request-seq]", "data-request-seq") == last_requests
+            )
+            driver.find_element(By.CSS_SELECTOR, "#turns nav.pager button:last-of-type").click()
+            WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, '.turn[data-turn="4"]'))
+            assert driver.find_elements(By.CSS_SELECTOR, '.turn[data-turn="4"] .tool[data-tool-call-id]')
+            # A jump to a seq on another page shows its page.
+            jump = driver.find_element(By.CSS_SELECTOR, "#transcript form.jump input")
+            jump.send_keys(str(rows[15]["seq"]), Keys.ENTER)
+            WebDriverWait(driver, 20).until(
+                lambda d: d.find_elements(By.CSS_SELECTOR, f'#transcript .row.flash[data-seq="{rows[15]["seq"]}"]')
+            )
+            # The diff of two requests, composed from the fetched window as the core does.
+            for field, value in (("diff-from", "15"), ("diff-to", "43")):
+                box = driver.find_element(By.ID, field)
+                box.clear()
+                box.send_keys(value)
+            driver.find_element(By.ID, "diff-run").click()
+            WebDriverWait(driver, 20).until(
+                lambda d: (
+                    d.find_element(By.ID, "diff").get_attribute("data-to-seq") == "43"
+                    and not d.find_element(By.ID, "diff").get_attribute("data-loading")
+                )
+            )
+            expected = request_diff(events, 14, 42)
+            assert numbers(driver, "#diff [data-diff-added]", "data-diff-added") == expected["messages"]["added"]
+            assert (
+                numbers(driver, "#diff [data-diff-replaced]", "data-diff-replaced") == expected["messages"]["replaced"]
+            )
+            added = driver.find_element(By.CSS_SELECTOR, f'#diff [data-diff-added="{COMPACTION_REPLACE_SEQ}"]').text
+            assert added.startswith(f"seq {COMPACTION_REPLACE_SEQ} ")  # the row's text, from the window
+            # The chart is drawn from the page's buckets; every fetch was the page's own path.
+            assert driver.find_elements(By.CSS_SELECTOR, "#chart canvas")
+            assert driver.find_element(By.ID, "chart").get_attribute("data-bucket-width") == "1"
+            fetched = driver.execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
+            assert fetched and all(
+                name.startswith(f"http://127.0.0.1:{admin.port}/sessions/{child}?") for name in fetched
+            )
+            assert driver.save_screenshot(str(tmp_path / "windowed-page.png"))

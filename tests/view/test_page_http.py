@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import Unavailable
 from sessionlog.core.events import Event
-from sessionlog.view import page
+from sessionlog.view import page, windows
 from sessionlog_server.tokens import config_line, new_token
 from sessionlog_server.transport import admin_http
 from tests.security.test_tls_limits_metrics import make_certificate
@@ -323,3 +323,81 @@ def test_each_page_request_is_logged_with_its_caller(secured: ServerThread, sid:
         (sid, 404, "bob", "team-b", "SESSION_NOT_FOUND"),
     ]
     assert all("slt_forged" not in repr(e) and ALICE not in repr(e) for e in logs)
+
+
+CAROL = new_token()
+
+
+@pytest.fixture
+def windowed_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages past 20 events windowed, in windows of 10 rows and 2 turns (the scripted session
+    then has several windows of each list)."""
+    monkeypatch.setattr(page, "WINDOW_EVENTS", 20)
+    monkeypatch.setattr(windows, "PAGE_ROWS", 10)
+    monkeypatch.setattr(windows, "PAGE_TURNS", 2)
+
+
+def window(server: ServerThread, path: str, token: str) -> Any:
+    status, body, headers = get(server, path, f"Bearer {token}")
+    assert status == 200 and headers["Content-Type"] == "application/json", (status, body)
+    return json.loads(body)
+
+
+def test_a_long_pages_windows_are_read_with_the_pages_token_and_namespace(
+    db_url: str, sid: str, windowed_pages: None
+) -> None:
+    """A windowed page embeds its first windows; the rest come as JSON from the page's path,
+    behind the same token, of the caller's own namespace's session: a tenant with a session of
+    the same id reads its own rows, never the store another tenant's page left behind."""
+    lines = [
+        config_line(ALICE, "team-a", read_only=False, name="alice"),
+        config_line(CAROL, "team-c", read_only=False, name="carol"),
+    ]
+    with ServerThread(db_url, tokens="[" + ",".join(lines) + "]", metrics_listen="127.0.0.1:0") as server:
+        with SessionLogClient(server.target, token=ALICE) as alice:
+            child = write_scripted(alice, sid)
+            rows = [page.row_shown(row) for row in alice.transcript(child)]
+            at = alice.get_session(child).next_seq - 1
+        with SessionLogClient(server.target, token=CAROL) as carol:
+            carol.create_session(child)
+            lease = carol.acquire_lease(child)
+            carol.append(child, lease, [note(n) for n in range(30)])
+            carol_rows = [page.row_shown(row) for row in carol.transcript(child)]
+        status, html, headers = get(server, f"/sessions/{child}", f"Bearer {ALICE}")
+        assert status == 200 and "connect-src 'self'" in headers["Content-Security-Policy"]
+        data = pages.page_parts(html)
+        assert len(data) == 1 and data[0]["windows"]["transcript"] == len(rows) > 30
+        assert data[0]["transcript"] == rows[:10]
+        shown = []
+        for number in range(-(-len(rows) // 10)):
+            got = window(server, f"/sessions/{child}?at={at}&list=transcript&page={number}", ALICE)
+            shown += got["items"]
+        assert shown == rows  # replaced rows marked as the whole transcript marks them
+        assert any(row["replacedBy"] is not None for row in shown)
+        assert window(server, f"/sessions/{child}?at={at}&list=transcript&seq={rows[-1]['seq']}", ALICE)["page"] == (
+            (len(rows) - 1) // 10
+        )
+        # Carol's session of the same id: her own rows, from a store of her own.
+        assert window(server, f"/sessions/{child}?list=transcript&page=0", CAROL)["items"] == carol_rows[:10]
+        status, body, _ = get(server, f"/sessions/{child}?at={at}&list=transcript&page=0", f"Bearer {CAROL}")
+        assert status == 404 and "SEQ_NOT_FOUND" in body  # her session has no such seq: nothing of Alice's
+        assert get(server, f"/sessions/{child}?at={at}&list=transcript&page=0")[0] == 401
+        # Bad windows are clear errors.
+        for query, words in (
+            ("list=transcript&page=99", "page 99 is past the"),
+            ("list=events&page=0", "list must be one of"),
+            ("list=turns&page=x", "page must be a non-negative integer"),
+            ("list=turns", "needs page=N"),
+            ("list=diff&from=3", "needs from=SEQ and to=SEQ"),
+        ):
+            status, body, _ = get(server, f"/sessions/{child}?at={at}&{query}", f"Bearer {ALICE}")
+            assert status == 400 and words in body, (query, body)
+        # A store that is not kept (evicted, another server) is rebuilt from the log.
+        admin = server.running.admin
+        assert admin is not None
+        kept = window(server, f"/sessions/{child}?at={at}&list=turns&page=1", ALICE)
+        for store in admin._stores.values():
+            store.close()
+        admin._stores.clear()
+        assert window(server, f"/sessions/{child}?at={at}&list=turns&page=1", ALICE) == kept
+        assert kept["items"] and kept["steps"] and kept["toolCalls"]

@@ -17,7 +17,7 @@ from sessionlog.core.projections.stats import STATS_KEYS, figure_label
 from sessionlog.core.projections.timeline import timeline
 from sessionlog.core.projections.transcript import transcript
 from sessionlog.core.request_diff import header_change
-from sessionlog.view import page
+from sessionlog.view import page, windows
 from tests.support.pages import page_data, watched
 from tests.support.scripted import committed
 
@@ -50,6 +50,8 @@ def whole_log(events: Sequence[Event], session: page.SessionRef) -> dict[str, An
         "labels": {key: figure_label(key) for key in STATS_KEYS},
         "headerPairs": pairs,
         "headerPairsComplete": len(states) <= page.MAX_HEADER_PAIRS,
+        "pageRows": windows.PAGE_ROWS,
+        "pageTurns": windows.PAGE_TURNS,
         "transcript": [page.row_shown(row) for row in transcript(events)],
     }
 

@@ -2,11 +2,17 @@
 // computes none of them), pages the long lists so a 100k-event session stays responsive, and
 // composes the per-request surface deltas for a diff between two requests exactly as
 // SurfaceDelta.merge does in client/sessionlog/core/request_diff.py. The chart is uPlot.
+//
+// A long session's page is windowed (D.windows, page.py `windowed`): it holds the first window
+// of each list and the chart bucketed per D.chart.width seqs, and the script fetches any other
+// window (a page of a list, the transcript page of a seq, what a diff is composed from) as JSON
+// from the page's own path when it is shown, so the browser never holds the whole session.
 (function () {
   "use strict";
   const D = assemble();
-  const PAGE_ROWS = 100;
-  const PAGE_TURNS = 25;
+  const PAGE_ROWS = D.pageRows;
+  const PAGE_TURNS = D.pageTurns;
+  const WINDOWED = Boolean(D.windows);
   // Header changes are marked by reason (SPEC §6); the other markers by kind.
   const MARKER_KINDS = [
     ["header:initial", "header: initial", "#845ef7"],
@@ -26,6 +32,7 @@
   // first replacer of a seq names it). The summary (#sessionlog-data) is the last part.
   function assemble() {
     const summary = JSON.parse(document.getElementById("sessionlog-data").textContent);
+    if (summary.windows) return summary; // windowed: the summary holds the first windows
     const data = Object.assign({}, summary, { requests: [], markers: [], transcript: [], turns: [], steps: [], toolCalls: [], headerPairs: {} });
     delete data.replacedBy;
     const replaced = [];
@@ -74,6 +81,23 @@
   const requestBySeq = new Map(D.requests.map((r) => [r.seq, r]));
   const rowBySeq = new Map(D.transcript.map((r, i) => [r.seq, i]));
 
+  // --- windows (a windowed page) -------------------------------------------------------
+  // One window as JSON from the page's path, at the seq the page shows (the log is
+  // append-only, so the window is of the same prefix as the page).
+  function fetchWindow(query) {
+    const params = new URLSearchParams(Object.assign({ at: D.session.atSeq }, query));
+    return fetch(`${location.pathname}?${params}`, { credentials: "same-origin" }).then((response) => {
+      if (!response.ok) return response.text().then((text) => Promise.reject(new Error(text.trim() || response.statusText)));
+      return response.json();
+    });
+  }
+  // The items of page `page` of list `name`: sliced from `all` on a short page; on a windowed
+  // page the first window is `all` and the others are fetched.
+  function pageItems(name, all, perPage) {
+    if (!WINDOWED) return (page) => all.slice(page * perPage, (page + 1) * perPage);
+    return (page) => (page === 0 ? all : fetchWindow({ list: name, page }).then((w) => w.items));
+  }
+
   // --- header: the session, its fork relations, the counts ---------------------------
   function renderSession() {
     const box = document.getElementById("session");
@@ -112,13 +136,21 @@
   // --- the chart: one point per request, markers on the same seq axis -----------------
   function renderChart() {
     const box = document.getElementById("chart");
-    const withUsage = D.requests.filter((r) => r.usage);
+    // A windowed page's chart: one point per bucket of D.chart.width seqs (page.py chart.py).
+    const points = WINDOWED ? D.chart.points : D.requests;
+    const markers = WINDOWED ? D.chart.markers : D.markers;
+    if (WINDOWED) {
+      box.setAttribute("data-bucket-width", D.chart.width);
+      document.getElementById("markers-legend").append(el("p", { class: "chart-note" },
+        `${num(D.windows.requests)} requests, drawn per ${num(D.chart.width)} seqs: each point shows the largest context and output, the smallest cache read and share, and the cost at its end.`));
+    }
+    const withUsage = points.filter((r) => r.usage);
     if (!withUsage.length || typeof uPlot === "undefined") {
       box.append(el("p", {}, "No request carries usage."));
       return;
     }
     const xs = new Set(withUsage.map((r) => r.seq));
-    for (const m of D.markers) xs.add(m.seq);
+    for (const m of markers) xs.add(m.seq);
     const x = Array.from(xs).sort((a, b) => a - b);
     const at = new Map(x.map((seq, i) => [seq, i]));
     const column = () => new Array(x.length).fill(null);
@@ -130,7 +162,7 @@
     }
     const markerColumns = MARKER_KINDS.map(([kind], k) => {
       const col = column();
-      for (const m of D.markers) if (markerKey(m) === kind) col[at.get(m.seq)] = 0.97 - 0.05 * k;
+      for (const m of markers) if (markerKey(m) === kind) col[at.get(m.seq)] = 0.97 - 0.05 * k;
       return col;
     });
     const line = (label, stroke, scale, extra) => Object.assign({ label, stroke, scale, width: 2, spanGaps: true, points: { show: x.length < 400 } }, extra || {});
@@ -159,7 +191,9 @@
   }
 
   // --- paging ------------------------------------------------------------------------
-  function pager(container, total, perPage, draw, label) {
+  // `items(page)` gives a page's items, or a promise of them (a fetched window); `draw(items,
+  // body)` lays them out. `show` returns a promise that settles once the page is drawn.
+  function pager(container, total, perPage, items, draw, label) {
     const nav = el("nav", { class: "pager" });
     const body = el("div", { class: "page-body" });
     container.append(nav, body);
@@ -168,12 +202,23 @@
     const info = el("span", { class: "page-info" });
     const goto = el("input", { type: "number", min: 1, max: pages, class: "page-input", title: "page" });
     goto.addEventListener("change", () => show(Number(goto.value) - 1));
+    const paint = (page, list) => {
+      if (page !== current) return; // a later page was asked for while this one was fetched
+      body.replaceChildren();
+      draw(list, body);
+      container.setAttribute("data-page", page);
+    };
     const show = (page) => {
       current = Math.max(0, Math.min(pages - 1, page));
-      body.replaceChildren();
-      draw(current * perPage, Math.min(total, (current + 1) * perPage), body);
       goto.value = current + 1;
       info.textContent = ` of ${pages} (${num(total)} ${label})`;
+      const asked = current;
+      const got = items(asked);
+      if (!(got instanceof Promise)) return Promise.resolve(paint(asked, got));
+      container.setAttribute("data-loading", asked);
+      return got.then((list) => paint(asked, list), (error) => {
+        if (asked === current) body.replaceChildren(el("p", { class: "error" }, `This page could not be read: ${error.message}`));
+      }).finally(() => container.removeAttribute("data-loading"));
     };
     nav.append(
       el("button", { type: "button", onclick: () => show(0) }, "«"),
@@ -213,10 +258,11 @@
   function renderRequests() {
     const box = document.getElementById("requests");
     const head = el("tr", {}, ...["seq", "turn.step", "kind", "context", "cache read", "share", "output", "cost", "cumulative", "cache drop"].map((h) => el("th", {}, h)));
-    pager(box, D.requests.length, PAGE_ROWS, (from, to, body) => {
+    const total = WINDOWED ? D.windows.requests : D.requests.length;
+    pager(box, total, PAGE_ROWS, pageItems("requests", D.requests, PAGE_ROWS), (list, body) => {
       const table = el("table", { class: "requests" }, el("thead", {}, head.cloneNode(true)));
       const tbody = el("tbody");
-      for (const r of D.requests.slice(from, to)) {
+      for (const r of list) {
         const u = r.usage || {};
         tbody.append(el("tr", { "data-request-seq": r.seq, "data-turn": r.turn, class: r.drop ? "drop" : null, title: "click: pick for the diff", onclick: () => pick(r.seq) },
           el("td", {}, r.seq), el("td", {}, `${r.turn ?? "–"}.${r.step ?? "–"}`), el("td", {}, r.kind + (r.error ? " (error)" : "")),
@@ -228,10 +274,11 @@
       body.append(table);
     }, "requests");
     const drops = document.getElementById("drops");
-    const list = D.requests.filter((r) => r.drop);
-    if (!list.length) drops.append(el("p", {}, "No request read fewer cached tokens than the one before it."));
-    pager(drops, list.length, PAGE_ROWS, (from, to, body) => {
-      for (const r of list.slice(from, to)) {
+    const dropList = WINDOWED ? D.drops : D.requests.filter((r) => r.drop);
+    const dropTotal = WINDOWED ? D.windows.drops : dropList.length;
+    if (!dropTotal) drops.append(el("p", {}, "No request read fewer cached tokens than the one before it."));
+    pager(drops, dropTotal, PAGE_ROWS, pageItems("drops", dropList, PAGE_ROWS), (list, body) => {
+      for (const r of list) {
         const show = () => {
           document.getElementById("diff-from").value = r.drop.previousSeq;
           document.getElementById("diff-to").value = r.seq;
@@ -246,7 +293,10 @@
   }
 
   // --- the diff between two requests -------------------------------------------------
-  function composeDiff(fromSeq, toSeq) {
+  // `src`: the requests the diff is composed over, by seq, and the header pairs (the page's
+  // own on a short page, a fetched `list=diff` window on a windowed one).
+  const pageSource = { requests: D.requests, requestBySeq, headerPairs: D.headerPairs, rowText };
+  function composeDiff(fromSeq, toSeq, src) {
     let added = [];
     const replaced = new Map();
     let firstChanged = null;
@@ -260,18 +310,18 @@
       }
       for (const s of seqs) if (gone.has(s) && !replaced.has(s)) replaced.set(s, by);
     };
-    for (const r of D.requests) {
+    for (const r of src.requests) {
       if (r.seq <= fromSeq || r.seq > toSeq) continue;
       for (const [seq, by] of r.delta.replaced) leave([seq], by);
       added.push(...r.delta.added);
       if (r.delta.firstChanged !== null && (firstChanged === null || r.delta.firstChanged < firstChanged)) firstChanged = r.delta.firstChanged;
       headers.push(...r.delta.headers);
     }
-    const a = requestBySeq.get(fromSeq).headerSeq, b = requestBySeq.get(toSeq).headerSeq;
+    const a = src.requestBySeq.get(fromSeq).headerSeq, b = src.requestBySeq.get(toSeq).headerSeq;
     let fields = [];
     if (a === null && b === null) fields = [];
     else if (a === null || b === null) fields = ["header"];
-    else if (a !== b) fields = D.headerPairs[`${a}:${b}`] || null;
+    else if (a !== b) fields = src.headerPairs[`${a}:${b}`] || null;
     return { added, replaced, firstChanged, headers, fields };
   }
 
@@ -282,14 +332,33 @@
     return `seq ${seq} ${row.role || row.type}: ${row.text}`;
   }
 
+  // The diff's source: the page's own lists, or on a windowed page the `list=diff` window.
+  function diffSource(fromSeq, toSeq) {
+    if (!WINDOWED) return Promise.resolve(pageSource);
+    if (!(fromSeq < toSeq)) return Promise.resolve({ requestBySeq: new Map() });
+    return fetchWindow({ list: "diff", from: fromSeq, to: toSeq }).then((w) => {
+      const rows = new Map(w.rows.map((r) => [r.seq, r]));
+      const text = (seq) => (rows.has(seq) ? `seq ${seq} ${rows.get(seq).role || rows.get(seq).type}: ${rows.get(seq).text}` : `seq ${seq}`);
+      return { requests: w.requests, requestBySeq: new Map(w.requests.map((r) => [r.seq, r])), headerPairs: w.headerPairs, rowText: text };
+    });
+  }
+
   function runDiff(fromSeq, toSeq) {
     const box = document.getElementById("diff");
+    if (!WINDOWED) return drawDiff(box, fromSeq, toSeq, pageSource);
+    box.setAttribute("data-loading", "true");
+    return diffSource(fromSeq, toSeq).then((src) => drawDiff(box, fromSeq, toSeq, src),
+      (error) => box.replaceChildren(el("p", { class: "error" }, `The diff could not be read: ${error.message}`)))
+      .finally(() => box.removeAttribute("data-loading"));
+  }
+
+  function drawDiff(box, fromSeq, toSeq, src) {
     box.replaceChildren();
-    if (!requestBySeq.has(fromSeq) || !requestBySeq.has(toSeq) || fromSeq >= toSeq) {
+    if (!src.requestBySeq.has(fromSeq) || !src.requestBySeq.has(toSeq) || fromSeq >= toSeq) {
       box.append(el("p", { class: "error" }, "Pick two requests (their seqs, the earlier first) from the request list."));
       return;
     }
-    const d = composeDiff(fromSeq, toSeq);
+    const d = composeDiff(fromSeq, toSeq, src);
     const kept = d.fields !== null && d.fields.length === 0 && d.replaced.size === 0;
     box.setAttribute("data-from-seq", fromSeq);
     box.setAttribute("data-to-seq", toSeq);
@@ -304,11 +373,11 @@
     if (d.headers.length) box.append(el("p", {}, `Headers logged in between: seqs ${d.headers.join(", ")}`));
     const replaced = el("ul", { class: "diff-replaced" });
     for (const [seq, by] of Array.from(d.replaced.entries()).sort((p, q) => p[0] - q[0])) {
-      replaced.append(el("li", { "data-diff-replaced": seq, "data-replaced-by": by }, `${rowText(seq)} — replaced by seq ${by}`));
+      replaced.append(el("li", { "data-diff-replaced": seq, "data-replaced-by": by }, `${src.rowText(seq)} — replaced by seq ${by}`));
     }
     box.append(el("h3", {}, `Messages replaced (${d.replaced.size})` + (d.firstChanged !== null ? `, from surface position ${d.firstChanged}` : "")), replaced);
     const added = el("ul", { class: "diff-added" });
-    for (const seq of d.added) added.append(el("li", { "data-diff-added": seq }, rowText(seq)));
+    for (const seq of d.added) added.append(el("li", { "data-diff-added": seq }, src.rowText(seq)));
     box.append(el("h3", {}, `Messages added (${d.added.length})`), added);
   }
 
@@ -318,7 +387,7 @@
       event.preventDefault();
       runDiff(Number(document.getElementById("diff-from").value), Number(document.getElementById("diff-to").value));
     });
-    const first = D.requests.find((r) => r.drop);
+    const first = (WINDOWED ? D.drops : D.requests).find((r) => r.drop);
     if (first) {
       document.getElementById("diff-from").value = first.drop.previousSeq;
       document.getElementById("diff-to").value = first.seq;
@@ -327,21 +396,33 @@
   }
 
   // --- turns, steps and tool calls ---------------------------------------------------
-  function renderTurns() {
-    const box = document.getElementById("turns");
+  // The steps by turn and the tool calls by turn.step, of the whole page or of one window.
+  function grouped(steps, toolCalls) {
     const stepsOf = new Map();
-    for (const s of D.steps) {
+    for (const s of steps) {
       if (!stepsOf.has(s.turn)) stepsOf.set(s.turn, []);
       stepsOf.get(s.turn).push(s);
     }
     const callsOf = new Map();
-    for (const c of D.toolCalls) {
+    for (const c of toolCalls) {
       const key = `${c.turn}.${c.step}`;
       if (!callsOf.has(key)) callsOf.set(key, []);
       callsOf.get(key).push(c);
     }
-    pager(box, D.turns.length, PAGE_TURNS, (from, to, body) => {
-      for (const t of D.turns.slice(from, to)) {
+    return { stepsOf, callsOf };
+  }
+
+  function renderTurns() {
+    const box = document.getElementById("turns");
+    const whole = grouped(D.steps, D.toolCalls);
+    const first = { turns: D.turns, groups: whole };
+    const items = !WINDOWED
+      ? (page) => ({ turns: D.turns.slice(page * PAGE_TURNS, (page + 1) * PAGE_TURNS), groups: whole })
+      : (page) => (page === 0 ? first : fetchWindow({ list: "turns", page }).then((w) => ({ turns: w.items, groups: grouped(w.steps, w.toolCalls) })));
+    const total = WINDOWED ? D.windows.turns : D.turns.length;
+    pager(box, total, PAGE_TURNS, items, (shown, body) => {
+      const { stepsOf, callsOf } = shown.groups;
+      for (const t of shown.turns) {
         const kind = t.endKind || "open";
         const turn = el("div", { class: `turn end-${kind}`, "data-turn": t.turn, "data-seq": t.startSeq, "data-end-kind": kind },
           el("h3", {}, `Turn ${t.turn}`, el("span", { class: `badge end-${kind}` }, kind), ` ${t.steps} step(s), ${t.requests} request(s), ${secs(t.durationMs, t.endKind === null)}`));
@@ -362,14 +443,18 @@
   // --- the transcript, replaced rows marked and linked -------------------------------
   let transcriptPager = null;
   function goToSeq(seq) {
-    const i = rowBySeq.get(seq);
-    if (i === undefined || !transcriptPager) return;
-    transcriptPager.show(Math.floor(i / PAGE_ROWS));
-    const row = document.querySelector(`#transcript [data-seq="${seq}"]`);
-    if (row) {
-      row.classList.add("flash");
-      row.scrollIntoView({ block: "center" });
-    }
+    if (!transcriptPager) return;
+    // The transcript page of the seq: from the page's rows, or asked of a windowed page's server.
+    const found = WINDOWED
+      ? fetchWindow({ list: "transcript", seq }).then((w) => w.page)
+      : Promise.resolve(rowBySeq.has(seq) ? Math.floor(rowBySeq.get(seq) / PAGE_ROWS) : null);
+    found.then((page) => (page === null ? null : transcriptPager.show(page))).then(() => {
+      const row = document.querySelector(`#transcript [data-seq="${seq}"]`);
+      if (row) {
+        row.classList.add("flash");
+        row.scrollIntoView({ block: "center" });
+      }
+    });
   }
 
   function renderTranscript() {
@@ -377,8 +462,9 @@
     const jump = el("form", { class: "jump", onsubmit: (e) => { e.preventDefault(); goToSeq(Number(jump.querySelector("input").value)); } },
       el("label", {}, "go to seq ", el("input", { type: "number", min: 0 })));
     box.append(jump);
-    transcriptPager = pager(box, D.transcript.length, PAGE_ROWS, (from, to, body) => {
-      for (const r of D.transcript.slice(from, to)) {
+    const total = WINDOWED ? D.windows.transcript : D.transcript.length;
+    transcriptPager = pager(box, total, PAGE_ROWS, pageItems("transcript", D.transcript, PAGE_ROWS), (list, body) => {
+      for (const r of list) {
         const classes = ["row", `kind-${r.kind}`];
         if (r.replacedBy !== null) classes.push("replaced");
         if (r.isError) classes.push("error");
@@ -402,9 +488,11 @@
   renderTranscript();
   // For the browser tests and for people at the console: the diff of any two request seqs.
   window.sessionlog = {
+    // On a windowed page, a promise of it (its requests are fetched).
     diff: (fromSeq, toSeq) => {
-      const d = composeDiff(fromSeq, toSeq);
-      return { added: d.added, replaced: Array.from(d.replaced.keys()).sort((p, q) => p - q), firstChanged: d.firstChanged, fields: d.fields, headers: d.headers };
+      const shown = (d) => ({ added: d.added, replaced: Array.from(d.replaced.keys()).sort((p, q) => p - q), firstChanged: d.firstChanged, fields: d.fields, headers: d.headers });
+      if (!WINDOWED) return shown(composeDiff(fromSeq, toSeq, pageSource));
+      return diffSource(fromSeq, toSeq).then((src) => shown(composeDiff(fromSeq, toSeq, src)));
     },
   };
   document.body.setAttribute("data-ready", "true");

@@ -12,8 +12,16 @@ The page is rendered in parts (`render_parts`), PART_EVENTS events at a time, fr
 lazily, and written out part by part: the memory a render takes does not grow with the
 session's length (a 200,000-event session's whole page, built at once, took about 1.2 GB).
 
+A page past WINDOW_EVENTS events is windowed (`windowed`): instead of every part it embeds
+the summary, the first window of each list and the chart bucketed per N seqs (chart.py), so
+what the browser parses stays about the same size however long the session; the lists go into
+a `WindowStore` (windows.py), from which the page's script fetches a window as it is paged to
+(the server's `/sessions/ID?at=SEQ&list=…`). Before, a 200,000-event page embedded 66 MB of
+JSON that the browser parsed and held before it drew anything.
+
 The CLI (`sessionlog view`) and the server (`/sessions/ID` on the metrics listener) both call
-`render_parts`, so they serve the same page.
+`render_parts`, so they serve the same page; the CLI's file is opened offline, where there is no
+server to fetch windows from, so it embeds every part at any length.
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ from sessionlog.core.projections.timeline import TimelineFold
 from sessionlog.core.projections.transcript import TranscriptRow, transcript_row
 from sessionlog.core.request_diff import header_change
 from sessionlog.core.vocabulary import REQUEST_HEADER
+from sessionlog.view import windows
+from sessionlog.view.chart import ChartBuckets
+from sessionlog.view.windows import WindowStore
 
 PREVIEW_CHARS = 160
 """A transcript row shows one line; the full message is in the log (`sessionlog transcript`)."""
@@ -42,6 +53,11 @@ MAX_HEADER_PAIRS = 64
 consecutive pairs; the page says so)."""
 PART_EVENTS = 2000
 """Events folded into one data part of the page: what a render holds of the log at once."""
+WINDOW_EVENTS = 20_000
+"""A page of more events than this is windowed (`windowed`): about 6.6 MB of JSON, which a
+browser parses in well under a second, where 200,000 events embedded 66 MB."""
+SUMMARY_KEYS = ("session", "stats", "labels", "counts", "surfaceGeneration", "headerPairsComplete")
+"""What the last part adds to its lists: the page's summary."""
 
 STATS_LABELS: dict[str, str] = {key: figure_label(key) for key in STATS_KEYS}
 """The label of each stats figure the page shows: the names `sessionlog replay` prints (the page
@@ -247,6 +263,8 @@ class PageFold:
             counts=summary["counts"],
             surfaceGeneration=summary["surfaceGeneration"],
             headerPairsComplete=not self._consecutive,
+            pageRows=windows.PAGE_ROWS,  # the script pages the lists as the windows are cut
+            pageTurns=windows.PAGE_TURNS,
         )
         return part
 
@@ -294,15 +312,38 @@ def _data_element(part: JsonObject, attribute: str) -> str:
     return f'<script type="application/json" {attribute}>{_json_safe(_json(part))}</script>\n'
 
 
-def render_parts(events: Iterable[Event], session: SessionRef, *, link: str = "{id}.html") -> Iterator[str]:
+def windowed(events: int) -> bool:
+    """Whether the page of a prefix of `events` events is windowed (the one rule: the server
+    asks it before it reads the log, with the prefix's length)."""
+    return events > WINDOW_EVENTS
+
+
+def render_parts(
+    events: Iterable[Event], session: SessionRef, *, link: str = "{id}.html", store: WindowStore | None = None
+) -> Iterator[str]:
     """The self-contained HTML page of `events` (a log prefix from seq 0, read lazily) in
     pieces: the head, one data element per PART_EVENTS events, the summary, the scripts.
     Joined, they are the page; written out as they come, a page of any length is rendered in
-    the memory of one part (the events of a part are dropped once it is taken)."""
+    the memory of one part (the events of a part are dropped once it is taken).
+
+    With a `store`, the page is windowed: the parts go into the store and the page embeds only
+    the summary, the first window of each list and the bucketed chart (`windowed_summary`)."""
     uplot_css, app_css, uplot_js, app_js = (_asset(name) for name in ASSETS)
     title = _escape(f"sessionlog · {session.session_id}")
     yield HEAD.format(title=title, css=uplot_css + "\n" + app_css)
     fold = PageFold()
+    if store is None:
+        for part in _parts(fold, events):
+            yield _data_element(part, 'class="sessionlog-part"')
+        yield _data_element(fold.finish(session, link), 'id="sessionlog-data"')
+    else:
+        yield _data_element(fill_store(fold, events, store, session, link), 'id="sessionlog-data"')
+    yield TAIL.format(uplot=_script_safe(uplot_js), app=_script_safe(app_js))
+
+
+def _parts(fold: PageFold, events: Iterable[Event]) -> Iterator[JsonObject]:
+    """`events` folded into `fold`, taken out a part per PART_EVENTS events (the rest is
+    `fold.finish`'s)."""
     source = iter(events)
     while True:
         count = 0
@@ -310,15 +351,51 @@ def render_parts(events: Iterable[Event], session: SessionRef, *, link: str = "{
             fold.add(event)
             count += 1
         if not count:
-            break
-        yield _data_element(fold.take(), 'class="sessionlog-part"')
-    yield _data_element(fold.finish(session, link), 'id="sessionlog-data"')
-    yield TAIL.format(uplot=_script_safe(uplot_js), app=_script_safe(app_js))
+            return
+        yield fold.take()
 
 
-def render_page(events: Iterable[Event], session: SessionRef, *, link: str = "{id}.html") -> str:
+def fill_store(
+    fold: PageFold, events: Iterable[Event], store: WindowStore, session: SessionRef, link: str
+) -> JsonObject:
+    """Fold `events` into `store` part by part; the windowed page's summary (`windowed_summary`)."""
+    chart = ChartBuckets()
+    for part in _parts(fold, events):
+        chart.add(part["requests"], part["markers"])
+        store.add(part)
+    last = fold.finish(session, link)  # only once every part is taken: it lists what is still open
+    chart.add(last["requests"], last["markers"])
+    store.add(last)
+    store.finished = True
+    return windowed_summary(last, store, chart)
+
+
+def windowed_summary(last: JsonObject, store: WindowStore, chart: ChartBuckets) -> JsonObject:
+    """The data a windowed page embeds: the summary of the last part, the chart's buckets, and
+    the first window of each list with how many items each list has (`windows`); the page's
+    script fetches the other windows. Its size does not grow with the session's length."""
+    summary: JsonObject = {key: last[key] for key in (*SUMMARY_KEYS, "pageRows", "pageTurns")}
+    first = {name: store.window(name, 0) for name in store.counts}
+    turns = first["turns"]
+    summary.update(
+        windows=dict(store.counts),
+        chart=chart.result(),
+        transcript=first["transcript"]["items"],
+        requests=first["requests"]["items"],
+        drops=first["drops"]["items"],
+        turns=turns["items"],
+        steps=turns["steps"],
+        toolCalls=turns["toolCalls"],
+        headerPairs={},
+    )
+    return summary
+
+
+def render_page(
+    events: Iterable[Event], session: SessionRef, *, link: str = "{id}.html", store: WindowStore | None = None
+) -> str:
     """The self-contained HTML page of `events` (a log prefix from seq 0), as one string."""
-    return "".join(render_parts(events, session, link=link))
+    return "".join(render_parts(events, session, link=link, store=store))
 
 
 def _escape(text: str) -> str:

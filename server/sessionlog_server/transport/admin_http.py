@@ -7,6 +7,15 @@ needs one of them, as `Authorization: Bearer <token>` or, so a browser can open 
 the password of HTTP Basic auth (the browser asks for it on the 401). `/metrics` stays open,
 as it was, for scrapers.
 
+A long session's page is windowed (`sessionlog.view.page.windowed`): it embeds the first window
+of each list, and its script fetches the others as JSON from the same path,
+`/sessions/ID?at=SEQ&list=transcript|requests|drops|turns&page=N` (`&seq=S` instead of `page`
+finds the transcript page of a seq; `list=diff&from=A&to=B` gives what a request diff is
+composed from). Windows are read from the page's `WindowStore`, a scratch file filled as the
+page was rendered (the last few are kept, `PAGE_STORES`); one that is not kept (another
+server, a restart) is rebuilt from the log. The same token and namespace rules apply as to
+the page: a window is of a session the caller may read, at a seq it has.
+
 Session content and tokens do not cross a network in clear text: when the server has a TLS
 certificate the listener speaks HTTPS with it (both paths); without one, pages are served
 only on a loopback listener (elsewhere `/sessions/` answers 403 and says why).
@@ -24,12 +33,14 @@ import asyncio
 import base64
 import binascii
 import html
+import json
 import ssl
 import sys
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
+from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any
 from urllib.parse import parse_qs
@@ -39,8 +50,9 @@ import structlog
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from sessionlog.core.errors import NotFound, SessionLogError, seq_not_found
-from sessionlog.core.events import Event
-from sessionlog.view.page import MissingAssets, SessionRef, render_parts, require_assets
+from sessionlog.core.events import Event, JsonObject
+from sessionlog.view.page import MissingAssets, PageFold, SessionRef, fill_store, render_parts, require_assets, windowed
+from sessionlog.view.windows import BadWindow, WindowStore
 from sessionlog_server.service import access
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.tokens import TokenStore
@@ -52,11 +64,17 @@ PAGE_TIMEOUT_S = 120.0
 PAGE_CACHE = 4
 """Rendered pages kept (least recently used beyond that are dropped)."""
 PAGE_CACHE_BYTES = 16 * 1024 * 1024
-"""Bytes the kept pages may take together: a 200,000-event session's page weighs about 64 MB,
-so four kept by count alone held hundreds of MB for as long as nobody looked at other pages. A
-page larger than this is streamed and not kept (what a render holds of it for keeping stops
-growing there)."""
+"""Bytes the kept pages may take together: a page of 20,000 events (the longest that is not
+windowed) weighs about 7 MB, and an unwindowed 200,000-event page weighed 64 MB, so four kept by
+count alone held hundreds of MB for as long as nobody looked at other pages. A page larger than
+this is streamed and not kept (what a render holds of it for keeping stops growing there)."""
+PAGE_STORES = 4
+"""Window stores kept for the windowed pages last rendered (each a scratch file on disk, about
+the size of the page it stands for; the least recently used beyond that are removed)."""
+PAGE_LINK = "/sessions/{id}"
 StartResponse = Callable[..., Any]
+PageKey = tuple[str, SessionRef, int]
+"""A page: the caller's namespace, the session (with its forks) and the last seq it shows."""
 log = structlog.get_logger("sessionlog.admin")
 
 
@@ -100,7 +118,10 @@ class AdminHttp:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
-        self._pages: OrderedDict[tuple[str, SessionRef, int], bytes] = OrderedDict()
+        self._pages: OrderedDict[PageKey, bytes] = OrderedDict()
+        self._stores: OrderedDict[PageKey, WindowStore] = OrderedDict()
+        self._building: dict[PageKey, threading.Lock] = {}
+        """One lock per store being rebuilt, so two windows of one page rebuild it once."""
         self._lock = threading.Lock()
         self.pages_allowed = False
 
@@ -128,6 +149,9 @@ class AdminHttp:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        with self._lock:
+            while self._stores:
+                self._stores.popitem()[1].close()
 
     # --- WSGI ------------------------------------------------------------------------------
 
@@ -174,12 +198,24 @@ class AdminHttp:
             return _text(start_response, "401 Unauthorized", "a sessionlog token is required\n", challenge)
         line.update(access.log_fields(principal))
         session_id = path[len(SESSIONS_PREFIX) :]
+        query = parse_qs(environ.get("QUERY_STRING", ""))
         try:
-            at = _at_seq(environ.get("QUERY_STRING", ""))
+            at = _seq(query, "at")
+            ask = _window_query(query)
         except ValueError as exc:
             return _text(start_response, "400 Bad Request", f"{exc}\n")
         try:
+            if ask is not None:
+                return _json(start_response, self._window_or_internal(principal, session_id, at, ask, line))
             body = self.page(principal, session_id, at)
+        except BadWindow as exc:
+            return _text(start_response, "400 Bad Request", f"{exc}\n")
+        except _Internal:
+            return _text(start_response, "500 Internal Server Error", "INTERNAL: internal error\n")
+        except TimeoutError:
+            reason = f"no page of the log within {PAGE_TIMEOUT_S:.0f} s"
+            line["error"] = reason
+            return _text(start_response, "503 Service Unavailable", f"{reason}\n")
         except SessionLogError as exc:
             error = access.public_error(exc, principal.namespace)
             status = "404 Not Found" if isinstance(error, NotFound) else "400 Bad Request"
@@ -191,8 +227,12 @@ class AdminHttp:
         headers = [
             ("Content-Type", "text/html; charset=utf-8"),
             ("Cache-Control", "no-store"),
-            # The page is self-contained: it loads nothing, so nothing else may be loaded into it.
-            ("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'"),
+            # The page loads nothing but its own windows (a windowed page), so nothing else may be
+            # loaded into it.
+            (
+                "Content-Security-Policy",
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'",
+            ),
         ]
         if isinstance(body, bytes):
             start_response("200 OK", [("Content-Length", str(len(body))), *headers])
@@ -221,36 +261,94 @@ class AdminHttp:
         The log is append-only, so the page of a session up to a given seq (with the same
         forks) never changes: the last few small ones are kept (`PAGE_CACHE`, within
         `PAGE_CACHE_BYTES`), and a reload or a second reader does not fold it again."""
-        session, head = self._call(self._describe(principal, session_id))
-        if at is not None and at > head:
-            raise seq_not_found(session_id, at, head + 1)  # as a history read past the head
-        last = head if at is None else at
-        key = (principal.namespace, session, last)
+        key = self._key(principal, session_id, at)
         with self._lock:
             cached = self._pages.get(key)
             if cached is not None:
                 self._pages.move_to_end(key)
                 return cached
         require_assets()
-        return self._streamed(key, principal, session_id, session, last)
+        return self._streamed(key, principal, session_id)
 
-    def _streamed(
-        self,
-        key: tuple[str, SessionRef, int],
-        principal: access.Principal,
-        session_id: str,
-        session: SessionRef,
-        last: int,
-    ) -> Iterator[bytes]:
+    def _key(self, principal: access.Principal, session_id: str, at: int | None) -> PageKey:
+        """The page of `session_id` at `at` (None: its head) as `principal` may see it."""
+        session, head = self._call(self._describe(principal, session_id))
+        if at is not None and at > head:
+            raise seq_not_found(session_id, at, head + 1)  # as a history read past the head
+        return (principal.namespace, session, head if at is None else at)
+
+    def window(self, principal: access.Principal, session_id: str, at: int | None, ask: WindowQuery) -> JsonObject:
+        """One window of the page's lists (`WindowQuery`), from the page's store: the one kept
+        since the page was rendered, else rebuilt from the log (once, however many windows
+        ask for it at the same time)."""
+        key = self._key(principal, session_id, at)
+        store = self._kept_store(key)
+        if store is None:
+            with self._lock:
+                building = self._building.setdefault(key, threading.Lock())
+            with building:
+                store = self._kept_store(key)
+                if store is None:
+                    store = WindowStore()
+                    try:
+                        fill_store(PageFold(), self._events(principal, session_id, key[2]), store, key[1], PAGE_LINK)
+                    except BaseException:
+                        store.close()
+                        raise
+                    self._keep_store(key, store)
+            with self._lock:
+                self._building.pop(key, None)
+        return ask.read(store)
+
+    def _window_or_internal(
+        self, principal: access.Principal, session_id: str, at: int | None, ask: WindowQuery, line: dict[str, Any]
+    ) -> JsonObject:
+        """`window`, where an unexpected failure (a bug) is logged with its traceback and the
+        client told of an internal error only, as a page cut short by one is."""
+        try:
+            return self.window(principal, session_id, at, ask)
+        except (SessionLogError, BadWindow, TimeoutError):
+            raise
+        except Exception as exc:
+            log.exception("window failed", session_id=session_id, error=repr(exc), **access.log_fields(principal))
+            line["error"] = "INTERNAL"
+            raise _Internal from None
+
+    def _kept_store(self, key: PageKey) -> WindowStore | None:
+        with self._lock:
+            store = self._stores.get(key)
+            if store is not None:
+                self._stores.move_to_end(key)
+            return store
+
+    def _keep_store(self, key: PageKey, store: WindowStore) -> None:
+        """Keep `store` as the page's (one kept already stays: windows may be reading it)."""
+        with self._lock:
+            if key in self._stores:
+                store.close()
+                return
+            self._stores[key] = store
+            while len(self._stores) > PAGE_STORES:
+                self._stores.popitem(last=False)[1].close()
+
+    def _streamed(self, key: PageKey, principal: access.Principal, session_id: str) -> Iterator[bytes]:
         """The page's parts, rendered as the log is read; kept whole if it ends within
         `PAGE_CACHE_BYTES`. A read or render that fails part way ends the page with a line that
         says so (the status was sent already, and the body has no length that would tell a cut
         one) and is logged; an unexpected failure (a bug) with its traceback, its text kept from
         the client, which is told of an internal error (as a gRPC call's INTERNAL is)."""
+        _, session, last = key
         kept: list[bytes] | None = []
         size = 0
+        store = WindowStore() if windowed(last + 1) else None
+        stored = False
         try:
-            for text in render_parts(self._events(principal, session_id, last), session, link="/sessions/{id}"):
+            parts = render_parts(self._events(principal, session_id, last), session, link=PAGE_LINK, store=store)
+            for text in parts:
+                if store is not None and store.finished and not stored:
+                    # Kept before the page's script is sent: the script's first windows find it.
+                    self._keep_store(key, store)
+                    stored = True
                 part = text.encode("utf-8")
                 size += len(part)
                 if kept is not None and size <= PAGE_CACHE_BYTES:
@@ -272,6 +370,9 @@ class AdminHttp:
             log.exception("page incomplete", session_id=session_id, error=repr(exc), **fields)
             yield _incomplete("INTERNAL: internal error")
             return
+        finally:
+            if store is not None and not stored:
+                store.close()  # a page cut short (or a client gone) leaves no store behind
         if kept is not None:
             body = b"".join(kept)
             with self._lock:
@@ -348,15 +449,70 @@ def _log_page(line: dict[str, Any], started: float) -> None:
     log.info("page", **line, latency_ms=round((time.perf_counter() - started) * 1000, 3))
 
 
-def _at_seq(query: str) -> int | None:
-    """`?at=SEQ` (the last one wins); ValueError names a value that is not a seq."""
-    values = parse_qs(query).get("at")
+def _seq(query: dict[str, list[str]], name: str) -> int | None:
+    """The query's `name=N` (the last one wins); ValueError names a value that is not one."""
+    values = query.get(name)
     if not values:
         return None
     value = values[-1]
     if not value.isdigit():
-        raise ValueError(f"at must be a non-negative integer (a seq), got {value!r}")
+        what = "a seq" if name != "page" else "a page number"
+        raise ValueError(f"{name} must be a non-negative integer ({what}), got {value!r}")
     return int(value)
+
+
+class _Internal(Exception):
+    """A window failed for a reason the client is not told (it was logged)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WindowQuery:
+    """What a windowed page's script asks for: a page of a list, the transcript page of a seq,
+    or what a diff of two requests is composed from."""
+
+    name: str
+    page: int | None = None
+    seq: int | None = None
+    span: tuple[int, int] | None = None
+
+    def read(self, store: WindowStore) -> JsonObject:
+        if self.span is not None:
+            return store.diff(*self.span)
+        if self.seq is not None:
+            return store.find(self.seq)
+        assert self.page is not None
+        return store.window(self.name, self.page)
+
+
+def _window_query(query: dict[str, list[str]]) -> WindowQuery | None:
+    """The window `list=…` asks for (None: the page itself); ValueError says what is missing."""
+    names = query.get("list")
+    if not names:
+        return None
+    name = names[-1]
+    if name == "diff":
+        start, end = _seq(query, "from"), _seq(query, "to")
+        if start is None or end is None:
+            raise ValueError("list=diff needs from=SEQ and to=SEQ (two request seqs)")
+        return WindowQuery(name, span=(start, end))
+    page, seq = _seq(query, "page"), _seq(query, "seq")
+    if seq is not None and name == "transcript":
+        return WindowQuery(name, seq=seq)
+    if page is None:
+        raise ValueError(f"list={name} needs page=N (seq=S finds the transcript page of a seq)")
+    return WindowQuery(name, page=page)
+
+
+def _json(start_response: StartResponse, value: JsonObject) -> list[bytes]:
+    """A window as JSON: not kept by the browser (the page is not either)."""
+    body = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    headers = [
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+        ("Cache-Control", "no-store"),
+    ]
+    start_response("200 OK", headers)
+    return [body]
 
 
 def _text(

@@ -13,7 +13,7 @@ import pytest
 
 from sessionlog.view import page
 from sessionlog.view.chart import MAX_BUCKETS
-from sessionlog.view.windows import PAGE_ROWS, PAGE_TURNS, BadWindow, WindowStore
+from sessionlog.view.windows import PAGE_ROWS, PAGE_TURNS, BadWindow, StoreClosed, WindowStore
 from tests.support.scripted import committed
 from tests.view.test_page_parts import SESSION, headers_and_compactions, whole_log
 
@@ -110,6 +110,16 @@ def test_a_window_that_is_not_there_is_a_clear_error(store: WindowStore) -> None
     with pytest.raises(BadWindow, match="must not be past"):
         store.diff(9, 3)
     assert store.find(10**6)["page"] is None and store.find(7)["page"] == 0
+
+
+def test_a_closed_store_says_so_to_its_readers(store: WindowStore) -> None:
+    """A store evicted (closed) while a window was about to be read from it says so, which the
+    server answers from a rebuilt store, where the closed database's own error was a 500."""
+    page.render_page(iter(committed()), SESSION, store=store)
+    store.close()
+    for read in (lambda: store.window("transcript", 0), lambda: store.find(7), lambda: store.diff(3, 9)):
+        with pytest.raises(StoreClosed):
+            read()
 
 
 def test_a_diff_window_holds_what_the_page_composes_a_diff_from(store: WindowStore) -> None:

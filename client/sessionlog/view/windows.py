@@ -20,6 +20,7 @@ import os
 import sqlite3
 import tempfile
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from sessionlog.core.events import JsonObject
@@ -52,6 +53,11 @@ class BadWindow(ValueError):
     """A window that is not there (a page past the list's end, a list the page has not)."""
 
 
+class StoreClosed(RuntimeError):
+    """The store was closed (its page's store evicted) before a window could be read from it:
+    the caller reads the window from a store rebuilt from the log."""
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -71,6 +77,7 @@ class WindowStore:
         """Items in each list so far."""
         self.finished = False
         """Every part of the page is in (page.py `fill_store` says so after the last)."""
+        self.closed = False
 
     def __enter__(self) -> WindowStore:
         return self
@@ -81,6 +88,7 @@ class WindowStore:
     def close(self) -> None:
         """Close the file and remove it."""
         with self._lock:
+            self.closed = True
             self._db.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
@@ -133,7 +141,7 @@ class WindowStore:
             raise BadWindow(f"list must be one of {', '.join(LISTS)}, got {name!r}")
         if not 0 <= page < self.pages(name):
             raise BadWindow(f"page {page} is past the {self.pages(name)} page(s) of {name}")
-        with self._lock:
+        with self._reading():
             if name == "turns":
                 return {"list": name, "page": page, **self._turns(page)}
             first = page * PAGE_ROWS
@@ -149,7 +157,7 @@ class WindowStore:
 
     def find(self, seq: int) -> JsonObject:
         """The transcript page that holds the row of `seq` (`page` null when no row has it)."""
-        with self._lock:
+        with self._reading():
             found = self._db.execute("SELECT idx FROM rows WHERE seq = ?", (seq,)).fetchone()
         page = None if found is None else found[0] // PAGE_ROWS
         return {"list": "transcript", "seq": seq, "page": page}
@@ -160,7 +168,7 @@ class WindowStore:
         the deltas name (the page shows each added or replaced message by its row)."""
         if from_seq > to_seq:
             raise BadWindow(f"from ({from_seq}) must not be past to ({to_seq})")
-        with self._lock:
+        with self._reading():
             query = "SELECT body FROM requests WHERE seq BETWEEN ? AND ? ORDER BY seq"
             requests = self._select(query, (from_seq, to_seq))
             ends = [r["headerSeq"] for r in requests if r["seq"] in (from_seq, to_seq)]
@@ -180,6 +188,14 @@ class WindowStore:
             "headerPairs": pairs,
             "rows": rows,
         }
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Hold the store for a read; StoreClosed once it was closed (evicted meanwhile)."""
+        with self._lock:
+            if self.closed:
+                raise StoreClosed("the page's window store was closed")
+            yield
 
     def _select(self, query: str, parameters: tuple[Any, ...]) -> list[Any]:
         return [json.loads(body) for (body,) in self._db.execute(query, parameters)]

@@ -52,7 +52,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from sessionlog.core.errors import NotFound, SessionLogError, seq_not_found
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.view.page import MissingAssets, PageFold, SessionRef, fill_store, render_parts, require_assets, windowed
-from sessionlog.view.windows import BadWindow, WindowStore
+from sessionlog.view.windows import BadWindow, StoreClosed, WindowStore
 from sessionlog_server.service import access
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.tokens import TokenStore
@@ -282,23 +282,34 @@ class AdminHttp:
         since the page was rendered, else rebuilt from the log (once, however many windows
         ask for it at the same time)."""
         key = self._key(principal, session_id, at)
+        try:
+            return ask.read(self._store(principal, session_id, key))
+        except StoreClosed:
+            # Evicted by other pages' stores between being found and being read: once more,
+            # from a store rebuilt now (which the eviction of the oldest cannot have reached yet).
+            return ask.read(self._store(principal, session_id, key))
+
+    def _store(self, principal: access.Principal, session_id: str, key: PageKey) -> WindowStore:
+        """The page's store: the one kept, else one rebuilt from the log (once, however many
+        windows ask for it at the same time)."""
         store = self._kept_store(key)
-        if store is None:
-            with self._lock:
-                building = self._building.setdefault(key, threading.Lock())
-            with building:
-                store = self._kept_store(key)
-                if store is None:
-                    store = WindowStore()
-                    try:
-                        fill_store(PageFold(), self._events(principal, session_id, key[2]), store, key[1], PAGE_LINK)
-                    except BaseException:
-                        store.close()
-                        raise
-                    self._keep_store(key, store)
-            with self._lock:
-                self._building.pop(key, None)
-        return ask.read(store)
+        if store is not None and not store.closed:
+            return store
+        with self._lock:
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            store = self._kept_store(key)
+            if store is None or store.closed:
+                store = WindowStore()
+                try:
+                    fill_store(PageFold(), self._events(principal, session_id, key[2]), store, key[1], PAGE_LINK)
+                except BaseException:
+                    store.close()
+                    raise
+                store = self._keep_store(key, store)
+        with self._lock:
+            self._building.pop(key, None)
+        return store
 
     def _window_or_internal(
         self, principal: access.Principal, session_id: str, at: int | None, ask: WindowQuery, line: dict[str, Any]
@@ -321,15 +332,19 @@ class AdminHttp:
                 self._stores.move_to_end(key)
             return store
 
-    def _keep_store(self, key: PageKey, store: WindowStore) -> None:
-        """Keep `store` as the page's (one kept already stays: windows may be reading it)."""
+    def _keep_store(self, key: PageKey, store: WindowStore) -> WindowStore:
+        """Keep `store` as the page's, and return the page's store: one kept already stays
+        (windows may be reading it) and `store` is closed."""
         with self._lock:
-            if key in self._stores:
+            kept = self._stores.get(key)
+            if kept is not None and not kept.closed:
                 store.close()
-                return
+                return kept
             self._stores[key] = store
+            self._stores.move_to_end(key)
             while len(self._stores) > PAGE_STORES:
                 self._stores.popitem(last=False)[1].close()
+            return store
 
     def _streamed(self, key: PageKey, principal: access.Principal, session_id: str) -> Iterator[bytes]:
         """The page's parts, rendered as the log is read; kept whole if it ends within

@@ -14,6 +14,7 @@ and holds), and the time the render took. Asserts nothing.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -52,12 +53,14 @@ def measure(count: int, scale: float, *, whole: bool = False) -> dict[str, Any]:
             for found in DATA_ELEMENT.findall(text):
                 json_bytes += len(found.encode("utf-8"))
                 elements += 1
+        store_bytes = os.path.getsize(store.path) if kept is not None else 0
     return {
         "windowed": kept is not None,
         "events": events,
         "page_mb": round(page / 1e6, 2),
         "embedded_json_mb": round(json_bytes / 1e6, 3),
         "data_elements": elements,
+        "store_mb": round(store_bytes / 1e6, 1),
         "seconds": round(time.perf_counter() - started, 1),
     }
 
@@ -72,8 +75,9 @@ def main() -> None:
     print(
         f"{figures['events']:,} events, {'windowed' if figures['windowed'] else 'whole'}: "
         f"page {figures['page_mb']} MB, embedded JSON "
-        f"{figures['embedded_json_mb']} MB in {figures['data_elements']} data elements; "
-        f"rendered in {figures['seconds']} s"
+        f"{figures['embedded_json_mb']} MB in {figures['data_elements']} data elements"
+        + (f", window store {figures['store_mb']} MB on disk" if figures["windowed"] else "")
+        + f"; rendered in {figures['seconds']} s"
     )
 
 

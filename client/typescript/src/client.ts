@@ -18,10 +18,11 @@
 import { create } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
 import { type CallOptions, type Client, createClient, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import { optionalSeq, pageSize, seq } from "./arguments.js";
 import { batchToPb, checkWellFormed, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, optionalNum, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
 import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
+import { SessionManager } from "./sessions.js";
 import { HistoryCopy } from "./history.js";
 import type { JsonObject } from "./json.js";
 import { clientClosed, toSessionLogError, Unavailable } from "./errors.js";
@@ -121,7 +122,7 @@ export class SessionLogClient {
   readonly target: string;
   /** The generated Connect client, for calls this class does not wrap. */
   readonly rpc: Client<typeof SessionService>;
-  private readonly sessions: Http2SessionManager;
+  private readonly sessions: SessionManager;
   /** Aborted by `close()`: writers and subscriptions end with it instead of reconnecting. */
   private readonly closing = new AbortController();
   private readonly timeoutMs: number;
@@ -143,7 +144,7 @@ export class SessionLogClient {
     }
     const nodeOptions = options.ca === undefined ? {} : { ca: options.ca };
     // Ping idle connections so a restarted server is noticed quickly.
-    this.sessions = new Http2SessionManager(baseUrl, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000 }, nodeOptions);
+    this.sessions = new SessionManager(baseUrl, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000 }, nodeOptions);
     const transport = createGrpcTransport({ baseUrl, interceptors, sessionManager: this.sessions, nodeOptions });
     this.rpc = createClient(SessionService, transport);
   }

@@ -210,6 +210,14 @@ export function headerReportFromPb(msg: ReportRequestHeaderResponse | undefined)
   };
 }
 
+/**
+ * A writer's next seq after `report`: a header the service logged is an event too, so the next
+ * seq is past it (used as `expectedNextSeq`, a stale one fails with EXPECTED_SEQ_MISMATCH).
+ */
+export function nextSeqAfterHeader(nextSeq: number, report: HeaderReport): number {
+  return report.appended && report.headerSeq !== null ? Math.max(nextSeq, report.headerSeq + 1) : nextSeq;
+}
+
 export function resumeFromPb(msg: ResumeSessionResponse): ResumeInfo {
   return {
     lease: leaseFromPb(msg.lease, msg.leaseToken),

@@ -9,6 +9,7 @@
  * was closed, which also stops the heartbeats and leaves the lease to lapse.
  */
 import type { HeldLease, SessionLogClient } from "./client.js";
+import { nextSeqAfterHeader } from "./convert.js";
 import { OwnershipLost, type SessionLogError, typedError, writerClosed } from "./errors.js";
 import type { JsonObject } from "./json.js";
 import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo, SeqArgument } from "./types.js";
@@ -24,6 +25,7 @@ export interface LeaseWriterOptions {
 
 export class LeaseWriter {
   lease: Lease;
+  /** The seq the next appended event gets, as of this writer's last append or logged header. */
   nextSeq: number;
   readonly resumed: ResumeInfo | null;
   private failure: SessionLogError | null = null;
@@ -65,11 +67,13 @@ export class LeaseWriter {
     }
   }
 
-  /** Report the request header about to be used. */
+  /** Report the request header about to be used; `nextSeq` moves past it when it is logged. */
   async reportHeader(header: RequestHeader | JsonObject): Promise<HeaderReport> {
     this.check();
     try {
-      return await this.client.reportHeader(this.lease, header);
+      const report = await this.client.reportHeader(this.lease, header);
+      this.nextSeq = nextSeqAfterHeader(this.nextSeq, report);
+      return report;
     } catch (error) {
       throw this.noteFailure(error);
     }

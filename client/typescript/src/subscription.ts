@@ -88,8 +88,9 @@ export class Subscription implements AsyncIterable<Event | CaughtUp> {
     let failures = 0;
     const signal = this.controller.signal;
     while (!signal.aborted) {
+      const stream = streamOf(signal);
       try {
-        for await (const response of this.rpc.subscribeEvents({ sessionId: this.sessionId, fromSeq: next }, { signal })) {
+        for await (const response of this.rpc.subscribeEvents({ sessionId: this.sessionId, fromSeq: next }, { signal: stream.signal })) {
           // The service was reached: the attempts "in a row" start again. Reset only by events,
           // a quiet session's subscription summed its failures over every restart and gave up.
           failures = 0;
@@ -121,7 +122,28 @@ export class Subscription implements AsyncIterable<Event | CaughtUp> {
         } catch {
           return;
         }
+      } finally {
+        stream.abort();
       }
     }
   }
+}
+
+/**
+ * The signal of one subscription stream: aborted with `signal`, and by `abort()` when the
+ * caller stops iterating (a `break`, a `return`, a throw in its loop). Connect does not cancel a
+ * server stream whose iteration ends early: the stream stayed open, fed by the service, and kept
+ * the process from exiting.
+ */
+function streamOf(signal: AbortSignal): { signal: AbortSignal; abort(): void } {
+  const controller = new AbortController();
+  const end = (): void => controller.abort();
+  signal.addEventListener("abort", end, { once: true });
+  return {
+    signal: controller.signal,
+    abort() {
+      signal.removeEventListener("abort", end);
+      controller.abort();
+    },
+  };
 }

@@ -15,7 +15,7 @@ import { create } from "@bufbuild/protobuf";
 import { type Client, Code } from "@connectrpc/connect";
 import { Channel } from "./channel.js";
 import { optionalSeq } from "./arguments.js";
-import { batchToPb, checkWellFormed, headerReportFromPb, jsonObjectField, leaseFromPb, num, resumeFromPb } from "./convert.js";
+import { batchToPb, checkWellFormed, headerReportFromPb, jsonObjectField, leaseFromPb, nextSeqAfterHeader, num, resumeFromPb } from "./convert.js";
 import { type ErrorFields, OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterClosed, WriterHeld, writerClosed } from "./errors.js";
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
@@ -265,7 +265,7 @@ export class Writer {
     const [pending] = this.inFlight.splice(index, 1);
     if (ack.kind === "batch") this.nextSeq = ack.result.nextSeq;
     // A logged header is an event too: a reconnect says the acknowledgements reached past it.
-    else if (ack.result.appended && ack.result.headerSeq !== null) this.nextSeq = Math.max(this.nextSeq, ack.result.headerSeq + 1);
+    else this.nextSeq = nextSeqAfterHeader(this.nextSeq, ack.result);
     pending!.settle(ack);
     while (this.backlog.length > 0 && this.inFlight.length < this.options.maxInFlight) this.send(this.backlog.shift()!);
   }

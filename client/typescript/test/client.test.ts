@@ -268,6 +268,24 @@ for (const backend of BACKENDS) {
       await unary.close();
     });
 
+    test("both writers' nextSeq counts a header they logged, so it serves as expectedNextSeq", async () => {
+      const id = sessionId();
+      await client.createSession(id);
+      const unary = await client.leaseWriter(id);
+      await unary.append([turnStart(1)], { expectedNextSeq: unary.nextSeq });
+      const report = await unary.reportHeader({ config: { model: "m-1" } });
+      assert.equal(report.headerSeq, 1, "the header was logged");
+      assert.equal(unary.nextSeq, 2, "the lease writer's nextSeq is past the header it logged");
+      await unary.append([turnEnd(1)], { expectedNextSeq: unary.nextSeq });
+      await unary.close();
+      const stream = await client.writer(id);
+      const changed = await stream.reportHeader({ config: { model: "m-2" } });
+      assert.equal(changed.headerSeq, 3, "the changed header was logged");
+      assert.equal(stream.nextSeq, 4, "the streaming writer's nextSeq is past the header it logged");
+      await stream.append([turnStart(2)], { expectedNextSeq: stream.nextSeq });
+      await stream.close();
+    });
+
     test("a subscription replays, marks caught-up once, then follows the live tail", async () => {
       const id = sessionId();
       const writer = await client.writer(id, { createIfMissing: true });

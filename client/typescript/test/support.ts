@@ -115,6 +115,16 @@ export class ServerProcess {
     await this.signal("SIGTERM");
   }
 
+  /** SIGSTOP: the service hangs (its connections stay open, nothing answers, not even a PING). */
+  pause(): void {
+    this.proc?.kill("SIGSTOP");
+  }
+
+  /** SIGCONT after `pause()`. */
+  unpause(): void {
+    this.proc?.kill("SIGCONT");
+  }
+
   private async signal(signal: NodeJS.Signals): Promise<void> {
     const proc = this.proc;
     if (proc === null || proc.exitCode !== null || proc.signalCode !== null) return;

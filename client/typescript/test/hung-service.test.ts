@@ -1,0 +1,46 @@
+/**
+ * A service that hangs (stopped with SIGSTOP: its connections stay open and nothing answers,
+ * not even a PING): the client's keepalive gives the connection up, and what the caller does
+ * then, such as closing the client, must not crash the process. The transport is the same on
+ * every backend, so this runs on the first one only.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { BACKENDS, startServer } from "./support.js";
+
+const CLOSE_AFTER_HANG = fileURLToPath(new URL("./fixtures/close-after-hang.js", import.meta.url));
+
+describe(`a hung service, on ${BACKENDS[0]}`, () => {
+  let env: Awaited<ReturnType<typeof startServer>>;
+  before(async () => {
+    env = await startServer(BACKENDS[0]!);
+  });
+  after(async () => {
+    env.server.unpause();
+    await env.close();
+  });
+
+  test("closing the client after the keepalive gave up a hung connection does not crash the process", async () => {
+    env.server.pause();
+    const child = spawn(process.execPath, [CLOSE_AFTER_HANG, env.server.target], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+    child.stderr.on("data", (chunk: Buffer) => (err += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    let timer: NodeJS.Timeout | undefined;
+    const hung = new Promise<"hung">((resolve) => (timer = setTimeout(() => resolve("hung"), 60_000)));
+    try {
+      const code = await Promise.race([exited, hung]);
+      assert.equal(out.split("\n")[0], "Unavailable TRANSPORT_ERROR", "the writer failed as the keepalive gave up");
+      assert.equal(code, 0, `the process crashed after closing its client:\n${err}`);
+      assert.equal(out.trim().split("\n").at(-1), "alive");
+    } finally {
+      clearTimeout(timer);
+      child.kill("SIGKILL"); // no-op once it exited
+      env.server.unpause();
+    }
+  });
+});

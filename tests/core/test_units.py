@@ -744,3 +744,32 @@ def test_a_replace_citing_the_dropped_calls_message_puts_it_back(cited: tuple[in
     assert open_turn_closers(log.events[2:], "interrupted") == log.fold.closers("interrupted")
     log.add("tool/result", result(1, 2, "a"), op=APPEND)
     assert log.fold.pending_calls == []
+
+
+def test_a_replace_keeping_both_calls_of_a_message_may_not_drop_one_result() -> None:
+    # One message opens a and b; b's result comes first, then a's. A replace of the message and
+    # b's result that keeps both blocks (b's result folded into the text) would leave b's block
+    # with no result after it, though a's result, for a call of the same message, stays.
+    log = Log()
+    log.in_step(("a", "ls"), ("b", "cat"))
+    b_result = log.result(1, 1, "b").seq
+    log.result(1, 1, "a")
+    both = assistant(1, 1, ("a", "ls"), ("b", "cat"), text="b printed the file")
+    error = log.reject(
+        "REPLACE_DROPS_TOOL_RESULT", "assistant/message", both, op=Replace(4, b_result), sources=(4, b_result)
+    )
+    assert error.metadata["result_seq"] == str(b_result) and "call 'b'" in error.message
+
+
+def test_a_replace_cutting_one_call_and_its_result_keeps_the_other_call_of_the_message() -> None:
+    # One message opens a and b; b is answered, a is still running. A replace of the message and
+    # b's result keeping only a's block takes b and its result together: accepted, a stays
+    # pending (b's block kept by a's message does not count as b's).
+    log = Log()
+    log.in_step(("a", "ls"), ("b", "cat"))
+    b_result = log.result(1, 1, "b").seq
+    kept = assistant(1, 1, ("a", "ls"), text="only a")
+    log.add("assistant/message", kept, op=Replace(4, b_result), sources=(4, b_result))
+    assert [(c.call_id, c.on_surface) for c in log.fold.pending_calls] == [("a", True)]
+    log.result(1, 1, "a")
+    assert [m["role"] for m in log.fold.model_history()][-2:] == ["assistant", "toolResult"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event
@@ -63,6 +64,15 @@ class ToolCallState:
     def origin(self) -> int:
         """The seq of the assistant message that opened the call."""
         return self.carried_by[0]
+
+
+class CallKey(NamedTuple):
+    """A tool call's identity on the surface, across steps: the seq of the node that opened it
+    and its id. Neither alone names a call: a later step may reuse an id, and one message
+    opens several calls (`surface._pair_calls`)."""
+
+    opened_at: int
+    call_id: str
 
 
 def restated_call(copy_sources: Iterable[int], call_carried_by: Callable[[int], int | None]) -> int | None:

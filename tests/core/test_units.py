@@ -731,13 +731,17 @@ def test_a_replace_restating_an_earlier_steps_call_does_not_put_back_a_later_dro
     assert restored.pending_calls == []
 
 
-@pytest.mark.parametrize("cited", [(8,), (4, 8)], ids=["step-2", "both-steps"])
+@pytest.mark.parametrize("cited", [(), (8,), (4, 8)], ids=["the-cut", "step-2", "both-steps"])
 def test_a_replace_citing_the_dropped_calls_message_puts_it_back(cited: tuple[int, ...]) -> None:
-    # A replace that cites step 2's message (the one that carried its a; with step 1's too) and
+    # A replace of the cut that dropped step 2's a (the replace a refused result names, which
+    # stands for the message it cut), or one citing step 2's message (with step 1's too), that
     # keeps a block of id a restates step 2's a: the call is back, so repair answers it and so
     # may the writer.
     log = Log()
     cut = _step_two_cut(log)
+    assert log.reject("TOOL_RESULT_CALL_DROPPED", "tool/result", result(1, 2, "a"), op=APPEND).metadata[
+        "replaced_by"
+    ] == str(cut)
     back = assistant(1, 2, ("a", "ls"), text="I'll list")
     restated = log.add("assistant/message", back, op=Replace(cut, cut), sources=(cut, *cited)).seq
     assert [(c.call_id, c.block_seq, c.on_surface) for c in log.fold.pending_calls] == [("a", restated, True)]

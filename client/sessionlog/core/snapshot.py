@@ -54,8 +54,9 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
    (`ToolCallState.carried_by`), and copy nodes keep the seqs they cite (`SurfaceNode.sources`,
    `copySources`, which replaces `copyNodes`).
 10: a replace restates a call only if it cites a node that carried the call's block, as a copy
-   does (`structure._restates`), where it put back a dropped call of any id its message carried:
-   a trim of step 1's message keeping its call a revived step 2's dropped a."""
+   does, or (as a copy now may too) the replace that dropped it (`structure._restates`), where
+   it put back a dropped call of any id its message carried: a trim of step 1's message keeping
+   its call a revived step 2's dropped a."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}

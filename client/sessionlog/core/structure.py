@@ -325,11 +325,12 @@ def _restates(call: ToolCallState, event: Event) -> bool:
     """Whether `event`, a replace or a model-only copy whose message holds a `toolCall` block of
     `call`'s id, restates `call` rather than another call of that id (an earlier step's: ids are
     unique within a step only). Both are told by what they stand for: the event restates the
-    call when it cites (`sourceEventSeqs`) a node that carried the call's block
-    (`restated_call`). A replace cites every node it covers, so one covering a node that
-    carries the block restates the call; one that covers and cites only an earlier step's
-    message does not, and neither puts back a call a replace dropped."""
-    carriers = frozenset(call.carried_by)
+    call when it cites (`sourceEventSeqs`) a node that carried the call's block or, while the
+    call is dropped, the replace that dropped it (`block_seq`, the `replaced_by` of a refused
+    result), which stands for the message it cut (`restated_call`). A replace cites every node
+    it covers, so one covering a node that carries the block restates the call; one that
+    covers and cites only an earlier step's message does not, and puts no dropped call back."""
+    carriers = {*call.carried_by, *(() if call.on_surface else (call.block_seq,))}
     return restated_call(event.source_event_seqs, lambda seq: call.origin if seq in carriers else None) is not None
 
 

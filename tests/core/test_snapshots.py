@@ -155,3 +155,24 @@ def test_a_snapshot_of_fold_version_8_is_refused_and_the_log_refolded_instead() 
         with pytest.raises(SnapshotUnusable, match=refusal):
             decode_snapshot(zlib.compress(jsonvalue.dumps_bytes(body)))
     assert SessionFold.replay(log.events, validate=False).pending_calls == log.fold.pending_calls
+
+
+def test_a_snapshot_of_fold_version_9_is_refused_and_the_log_refolded_instead() -> None:
+    # Version 9 let a replace put a dropped call back by its id alone: a trim of step 1's message
+    # keeping its a revived step 2's dropped a, which such a snapshot holds as on the surface
+    # (pending, so repair would answer it). It is ignored, and the log folded again.
+    log = Log()
+    log.in_step(("a", "ls"))
+    log.result(1, 1, "a")
+    log.end_step(1, 1)
+    log.step(1, 2)
+    log.reply(1, 2, ("a", "ls"))
+    log.add("assistant/message", assistant(1, 2, text="I'll", interrupted=True), op=Replace(8, 8), sources=(8,))
+    log.add("assistant/message", assistant(1, 1, ("a", "ls"), text="trimmed"), op=Replace(4, 4), sources=(4,))
+    body = jsonvalue.loads(zlib.decompress(encode_snapshot(log.fold.snapshot())))
+    (call,) = body["structure"][4]
+    call[4], call[7], call[9] = 10, True, [8, 10]  # block_seq, on_surface, carried_by as version 9 had them
+    body["v"] = 9
+    with pytest.raises(SnapshotUnusable, match="fold version 9"):
+        decode_snapshot(zlib.compress(jsonvalue.dumps_bytes(body)))
+    assert SessionFold.replay(log.events, validate=False).pending_calls == log.fold.pending_calls == []

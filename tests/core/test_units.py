@@ -704,3 +704,76 @@ def test_two_copies_of_a_cut_message_stand_for_one_call_that_a_later_result_answ
     log.add("user/message", user("[gone]"), op=Replace(second, second), sources=(second,))
     roles = [m["role"] for m in log.fold.model_history()]
     assert log.fold.pending_calls == [] and roles[-3:] == ["assistant", "user", "toolResult"]
+
+
+def _step_two_cut(log: Log) -> int:
+    """Step 1 calls a and answers it (seqs 4, 5); step 2 calls a again (seq 8) and a replace cuts
+    that call from its message (seq 9), dropping step 2's a. Returns the cut's seq."""
+    second = _step_two_reusing_a(log)
+    cut = assistant(1, 2, text="I'll", interrupted=True)
+    return log.add("assistant/message", cut, op=Replace(second, second), sources=(second,)).seq
+
+
+def test_a_replace_restating_an_earlier_steps_call_does_not_put_back_a_later_dropped_call() -> None:
+    # Step 2's a is dropped; then step 1's message is trimmed, keeping its call a (it cites seq 4,
+    # which carried step 1's a only). It restates step 1's a: step 2's stays dropped, so crash
+    # repair leaves it alone and a result for it is refused, in the fold, in a scan of the log
+    # and after a snapshot round trip.
+    log = Log()
+    cut = _step_two_cut(log)
+    trimmed = assistant(1, 1, ("a", "ls"), text="trimmed")
+    log.add("assistant/message", trimmed, op=Replace(4, 4), sources=(4,))
+    assert log.fold.pending_calls == []
+    error = log.reject("TOOL_RESULT_CALL_DROPPED", "tool/result", result(1, 2, "a"), op=APPEND)
+    assert error.metadata["replaced_by"] == str(cut)
+    assert open_turn_closers(log.events[2:], "interrupted") == log.fold.closers("interrupted")
+    restored = SessionFold.from_snapshot(decode_snapshot(encode_snapshot(log.fold.snapshot())))
+    assert restored.pending_calls == []
+
+
+@pytest.mark.parametrize("cited", [(), (8,), (4, 8)], ids=["the-cut", "step-2", "both-steps"])
+def test_a_replace_citing_the_dropped_calls_message_puts_it_back(cited: tuple[int, ...]) -> None:
+    # A replace of the cut that dropped step 2's a (the replace a refused result names, which
+    # stands for the message it cut), or one citing step 2's message (with step 1's too), that
+    # keeps a block of id a restates step 2's a: the call is back, so repair answers it and so
+    # may the writer.
+    log = Log()
+    cut = _step_two_cut(log)
+    assert log.reject("TOOL_RESULT_CALL_DROPPED", "tool/result", result(1, 2, "a"), op=APPEND).metadata[
+        "replaced_by"
+    ] == str(cut)
+    back = assistant(1, 2, ("a", "ls"), text="I'll list")
+    restated = log.add("assistant/message", back, op=Replace(cut, cut), sources=(cut, *cited)).seq
+    assert [(c.call_id, c.block_seq, c.on_surface) for c in log.fold.pending_calls] == [("a", restated, True)]
+    assert open_turn_closers(log.events[2:], "interrupted") == log.fold.closers("interrupted")
+    log.add("tool/result", result(1, 2, "a"), op=APPEND)
+    assert log.fold.pending_calls == []
+
+
+def test_a_replace_keeping_both_calls_of_a_message_may_not_drop_one_result() -> None:
+    # One message opens a and b; b's result comes first, then a's. A replace of the message and
+    # b's result that keeps both blocks (b's result folded into the text) would leave b's block
+    # with no result after it, though a's result, for a call of the same message, stays.
+    log = Log()
+    log.in_step(("a", "ls"), ("b", "cat"))
+    b_result = log.result(1, 1, "b").seq
+    log.result(1, 1, "a")
+    both = assistant(1, 1, ("a", "ls"), ("b", "cat"), text="b printed the file")
+    error = log.reject(
+        "REPLACE_DROPS_TOOL_RESULT", "assistant/message", both, op=Replace(4, b_result), sources=(4, b_result)
+    )
+    assert error.metadata["result_seq"] == str(b_result) and "call 'b'" in error.message
+
+
+def test_a_replace_cutting_one_call_and_its_result_keeps_the_other_call_of_the_message() -> None:
+    # One message opens a and b; b is answered, a is still running. A replace of the message and
+    # b's result keeping only a's block takes b and its result together: accepted, a stays
+    # pending (b's block kept by a's message does not count as b's).
+    log = Log()
+    log.in_step(("a", "ls"), ("b", "cat"))
+    b_result = log.result(1, 1, "b").seq
+    kept = assistant(1, 1, ("a", "ls"), text="only a")
+    log.add("assistant/message", kept, op=Replace(4, b_result), sources=(4, b_result))
+    assert [(c.call_id, c.on_surface) for c in log.fold.pending_calls] == [("a", True)]
+    log.result(1, 1, "a")
+    assert [m["role"] for m in log.fold.model_history()][-2:] == ["assistant", "toolResult"]

@@ -29,7 +29,7 @@ from sessionlog.core.surface import SurfaceNode
 from sessionlog.core.tool_calls import ToolCallState
 from sessionlog.core.vocabulary import ASSISTANT_MESSAGE, SYSTEM_MESSAGE, TOOL_RESULT, USER_MESSAGE
 
-FOLD_VERSION = 9
+FOLD_VERSION = 10
 """The version of the fold code a snapshot was written by. Bump it whenever what the fold
 computes from a log changes (a new field, a changed rule): older snapshots are then ignored.
 2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials).
@@ -52,7 +52,11 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
 9: a model-only copy restates the calls of the messages it cites, not every call of an id it
    carries (`tool_calls.restated_call`): a call keeps every node that carried its block
    (`ToolCallState.carried_by`), and copy nodes keep the seqs they cite (`SurfaceNode.sources`,
-   `copySources`, which replaces `copyNodes`)."""
+   `copySources`, which replaces `copyNodes`).
+10: a replace restates a call only if it cites a node that carried the call's block, as a copy
+   does, or (as a copy now may too) the replace that dropped it (`structure._restates`), where
+   it put back a dropped call of any id its message carried: a trim of step 1's message keeping
+   its call a revived step 2's dropped a."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}

@@ -23,11 +23,11 @@ Decisions (what a harness expects):
   surface either restates the block (the call now rides on the replacing node) or drops it (a
   voice answer cut to what was heard): a dropped call is no longer pending for crash repair, and a
   writer's `tool/result` for it is refused (TOOL_RESULT_CALL_DROPPED), as either would answer a
-  call the model history does not hold; a copy (or replace) that restates a dropped call's
-  block puts it back (`plan_restated_calls`). A copy restates only the calls of the messages
-  it cites (`sourceEventSeqs`, `tool_calls.restated_call`), not every call of an id it
-  carries: a later step may reuse an earlier step's id. A `tool/call` for a dropped call is
-  still accepted: it records that the tool really started, which stays true.
+  call the model history does not hold; a copy or replace that restates a dropped call's
+  block puts it back (`plan_restated_calls`). A copy or a replace restates only the calls of
+  the messages it cites (`sourceEventSeqs`, `tool_calls.restated_call`), not every call of an
+  id it carries: a later step may reuse an earlier step's id. A `tool/call` for a dropped call
+  is still accepted: it records that the tool really started, which stays true.
 - Other known log-only events (`compaction/*`) are free, but a `turn`/`step` they carry must
   name the open turn/step. `request/*` and `session/end-seed` are allowed anywhere and not
   checked; unknown (ignorable) types are never checked.
@@ -294,12 +294,12 @@ def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[
     on the surface nodes that carry it (`ToolCallState.blocks`); those a replace takes off the
     surface (`shadowed`) no longer carry it, and the event's node does if its message restates
     the `toolCall` block (same id, and `_restates`). A call stays on the surface while any node
-    carries it (a second copy of the message a replace took), is back on it when a copy
-    restates it, and is dropped when none is left, keeping the seq of the replace that dropped
-    it (what a refused result names). None when it touches no call.
+    carries it (a second copy of the message a replace took), is back on it when a copy or a
+    replace restates it, and is dropped when none is left, keeping the seq of the replace that
+    dropped it (what a refused result names). None when it touches no call.
 
-    Only for replaces and copies: O(calls of the open step), and for a copy O(the event's
-    sources x the nodes each of those calls was carried by)."""
+    Only for replaces and copies: O(calls of the open step), and for each call whose id the
+    event's message carries O(the event's sources + the nodes that call was carried by)."""
     if not state.calls:
         return None
     gone = set(shadowed)
@@ -308,7 +308,7 @@ def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[
     for call in state.calls.values():
         blocks = call.blocks
         left = tuple(seq for seq in blocks if seq not in gone)
-        restated = call.call_id in kept and _restates(call, event, covers_a_block=len(left) < len(blocks))
+        restated = call.call_id in kept and _restates(call, event)
         if restated:
             left += (event.seq,)
         if left == blocks:
@@ -321,14 +321,16 @@ def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[
     return StructurePlan("restate_calls", event.seq, calls=tuple(moved)) if moved else None
 
 
-def _restates(call: ToolCallState, event: Event, *, covers_a_block: bool) -> bool:
-    """Whether `event`, whose message holds a `toolCall` block of `call`'s id, restates `call`
-    rather than another call of that id (an earlier step's: ids are unique within a step only).
-    A replace does when it covers a node carrying the call's block, or puts a dropped call back;
-    a model-only copy does when it cites a node that carried the block (`restated_call`)."""
-    if isinstance(event.surface_op, Replace):
-        return covers_a_block or not call.on_surface
-    carriers = call.carried_by
+def _restates(call: ToolCallState, event: Event) -> bool:
+    """Whether `event`, a replace or a model-only copy whose message holds a `toolCall` block of
+    `call`'s id, restates `call` rather than another call of that id (an earlier step's: ids are
+    unique within a step only). Both are told by what they stand for: the event restates the
+    call when it cites (`sourceEventSeqs`) a node that carried the call's block or, while the
+    call is dropped, the replace that dropped it (`block_seq`, the `replaced_by` of a refused
+    result), which stands for the message it cut (`restated_call`). A replace cites every node
+    it covers, so one covering a node that carries the block restates the call; one that
+    covers and cites only an earlier step's message does not, and puts no dropped call back."""
+    carriers = {*call.carried_by, *(() if call.on_surface else (call.block_seq,))}
     return restated_call(event.source_event_seqs, lambda seq: call.origin if seq in carriers else None) is not None
 
 

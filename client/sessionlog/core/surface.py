@@ -21,7 +21,7 @@ from sessionlog.core import jsonvalue
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog.core.messages import call_ids, check_message, is_copy, message_of, project_message
-from sessionlog.core.tool_calls import restated_call
+from sessionlog.core.tool_calls import CallKey, restated_call
 from sessionlog.core.validate import check_surface_fields
 from sessionlog.core.vocabulary import SURFACE_TYPES, SYSTEM_MESSAGE, TOOL_RESULT
 
@@ -276,56 +276,66 @@ def check_tool_result_rewrite(event: Event, shadowed: Sequence[int], node_at: No
 
 
 def _pair_calls(
-    entries: Iterable[tuple[int, SurfaceNode, dict[str, int]]], ids: set[str]
-) -> tuple[dict[tuple[int, str], int], dict[int, int | None]]:
-    """Which call each node's `toolCall` block stands for, and which call each result answers,
-    for the call ids in `ids`, along surface order.
+    entries: Iterable[tuple[int, SurfaceNode, dict[str, CallKey]]], ids: set[str]
+) -> tuple[dict[tuple[int, str], CallKey], dict[int, CallKey | None]]:
+    """Which call each node's `toolCall` block stands for (by the node's seq and the block's
+    id), and which call each result answers (by the result's seq), for the call ids in `ids`,
+    along surface order.
 
-    A call is named by the seq of the node that opened it. A message opens new calls (ids are
-    unique within a step only: a later step may reuse one); a model-only copy stands for the
-    call a node it cites carried (`tool_calls.restated_call`), and when none of its cited nodes
-    is on the surface, opens one that later copies citing the same nodes stand for too (two
-    copies of one message restate one call); `fixed` gives a node's calls outright (the
-    replacing node takes over the calls of the blocks it covers). A block makes its call wait
-    for a result unless the call already has one before it (a copy of an answered call does
-    not take the result of a later call of its id). A result answers the latest call of its id
-    still waiting, or none. O(nodes), memory by the surface."""
-    waiting: dict[str, int] = {}
-    carried: dict[tuple[int, str], int] = {}
-    cited: dict[tuple[int, str], int] = {}  # the calls off-surface nodes cited by copies carried
-    done: set[tuple[str, int]] = set()
-    answered: dict[int, int | None] = {}
+    A call is named by the seq of the node that opened it and its id (`CallKey`: a message
+    opens one call per block). A message opens new calls (ids are unique within a step only: a
+    later step may reuse one); a model-only copy stands for the call a node it cites carried
+    (`tool_calls.restated_call`), and when none of its cited nodes is on the surface, opens one
+    that later copies citing the same nodes stand for too (two copies of one message restate
+    one call); `fixed` gives a node's calls outright (the replacing node takes over the calls
+    of the blocks it covers). A block makes its call wait for a result unless the call already
+    has one before it (a copy of an answered call does not take the result of a later call of
+    its id). A result answers the latest call of its id still waiting, or none. O(nodes),
+    memory by the surface."""
+    waiting: dict[str, CallKey] = {}
+    carried: dict[tuple[int, str], CallKey] = {}
+    cited: dict[tuple[int, str], CallKey] = {}  # the calls off-surface nodes cited by copies carried
+    done: set[CallKey] = set()
+    answered: dict[int, CallKey | None] = {}
     for seq, node, fixed in entries:
         for call_id in node.calls:
             if call_id not in ids:
                 continue
-            call = fixed.get(call_id) or (_copied_call(node, seq, call_id, carried, cited) if node.copy else seq)
+            call = fixed.get(call_id) or (
+                _copied_call(node, seq, call_id, carried, cited) if node.copy else CallKey(seq, call_id)
+            )
             carried[seq, call_id] = call
-            if (call_id, call) not in done:
+            if call not in done:
                 waiting[call_id] = call
         if node.answers is not None and node.answers in ids:
             answer = answered[seq] = waiting.pop(node.answers, None)
             if answer is not None:
-                done.add((node.answers, answer))
+                done.add(answer)
     return carried, answered
 
 
 def _copied_call(
-    node: SurfaceNode, seq: int, call_id: str, carried: dict[tuple[int, str], int], cited: dict[tuple[int, str], int]
-) -> int:
+    node: SurfaceNode,
+    seq: int,
+    call_id: str,
+    carried: dict[tuple[int, str], CallKey],
+    cited: dict[tuple[int, str], CallKey],
+) -> CallKey:
     """The call of `call_id` that the copy at `seq` stands for (see `_pair_calls`). When no node
     it cites is known to carry one, the copy opens it, and what it cites is noted as carrying it
     (in `cited`, as those nodes are off the surface). A copy citing nothing (only a trusted
     replay holds one) opens a call of its own."""
 
     def call_carried_by(source: int) -> int | None:
-        return carried.get((source, call_id), cited.get((source, call_id)))
+        call = carried.get((source, call_id)) or cited.get((source, call_id))
+        return None if call is None else call.opened_at
 
-    call = restated_call(node.sources, call_carried_by)
-    if call is None:
-        call = seq
-        for source in node.sources:
-            cited[source, call_id] = call
+    opened_at = restated_call(node.sources, call_carried_by)
+    if opened_at is not None:
+        return CallKey(opened_at, call_id)
+    call = CallKey(seq, call_id)
+    for source in node.sources:
+        cited[source, call_id] = call
     return call
 
 
@@ -348,7 +358,7 @@ def check_replace_keeps_calls(
     ids.update(answer for seq in covered if (answer := node_at(seq).answers) is not None)
     if not ids:
         return
-    none: dict[str, int] = {}
+    none: dict[str, CallKey] = {}
     carried, answered = _pair_calls(((seq, node_at(seq), none) for seq in nodes), ids)
     takes_over = {call_id: carried[seq, call_id] for seq in covered for call_id in node_at(seq).calls if call_id in ids}
     before, after = nodes[:start_index], nodes[end_index + 1 :]
@@ -363,24 +373,23 @@ def check_replace_keeps_calls(
         if call is not None and now_answered.get(seq) != call:
             raise ValidationError(
                 "REPLACE_ORPHANS_TOOL_RESULT",
-                f"surface replace: seq {event.seq} takes the toolCall block of call {node_at(seq).answers!r} "
-                f"(opened at seq {call}) off the surface, but its tool/result at seq {seq} stays: the model "
+                f"surface replace: seq {event.seq} takes the toolCall block of call {call.call_id!r} "
+                f"(opened at seq {call.opened_at}) off the surface, but its tool/result at seq {seq} stays: the model "
                 f"history would hold a result with no call before it; cover seq {seq} too, or restate the "
                 f"block in the replacing message",
                 field="surfaceOp",
                 seq=event.seq,
                 result_seq=seq,
             )
-    check_replace_keeps_results(event, covered, answered, set(now_carried.values()), now_answered, node_at)
+    check_replace_keeps_results(event, covered, answered, set(now_carried.values()), now_answered)
 
 
 def check_replace_keeps_results(
     event: Event,
     covered: Sequence[int],
-    answered: dict[int, int | None],
-    kept_calls: set[int],
-    now_answered: dict[int, int | None],
-    node_at: NodeLookup,
+    answered: dict[int, CallKey | None],
+    kept_calls: set[CallKey],
+    now_answered: dict[int, CallKey | None],
 ) -> None:
     """A replace may not take a `tool/result` off the surface while its call's block stays: when
     a covered result answered a call that a node left on the surface (or the replacing message)
@@ -388,7 +397,9 @@ def check_replace_keeps_results(
     call with no result after it, which model providers refuse (a lone result summarised into
     a user message); REPLACE_DROPS_TOOL_RESULT. Cover the call's block too, or replace the
     result with a trimmed tool/result. `answered` and `now_answered` are `_pair_calls` over the
-    surface before and after the replace, `kept_calls` the calls a block still stands for after.
+    surface before and after the replace, `kept_calls` the calls a block still stands for after
+    (each named by its opening node and its id, so a kept call of the same message, or of the
+    same id in another step, is not this one).
     """
     still_answered = {call for call in now_answered.values() if call is not None}
     for seq in covered:
@@ -397,7 +408,7 @@ def check_replace_keeps_results(
             raise ValidationError(
                 "REPLACE_DROPS_TOOL_RESULT",
                 f"surface replace: seq {event.seq} takes the tool/result at seq {seq} off the surface, but the "
-                f"toolCall block of its call {node_at(seq).answers!r} (opened at seq {call}) stays: the model "
+                f"toolCall block of its call {call.call_id!r} (opened at seq {call.opened_at}) stays: the model "
                 f"history would hold a call with no result after it; cover the call's block too, or replace "
                 f"seq {seq} by a tool/result that changes only its content",
                 field="surfaceOp",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event
@@ -33,8 +34,9 @@ class ToolCallState:
 
     `carried_by` is every node that ever carried the block, on the surface or not: the message
     that opened the call first, then each replace or copy that restated it. A model-only copy
-    restates the call only if it cites one of them (`restated_call`): ids are unique within a
-    step only, so a copy of an earlier step's message carrying the same id is another call.
+    or a replace restates the call only if it cites one of them, or the replace that dropped
+    it while it is dropped (`restated_call`, `structure._restates`): ids are unique within a
+    step only, so a message of an earlier step carrying the same id holds another call.
     It grows by one per restatement within the step, and is forgotten with the step.
     """
 
@@ -65,20 +67,30 @@ class ToolCallState:
         return self.carried_by[0]
 
 
-def restated_call(copy_sources: Iterable[int], call_carried_by: Callable[[int], int | None]) -> int | None:
-    """THE copy rule, for one call id a model-only copy's `toolCall` blocks carry: the
-    copy restates the call whose block a node it cites (`sourceEventSeqs`) carried, never one it
-    does not cite, whatever calls of that id are open. Calls are named by the seq of the message
-    that opened them; `call_carried_by(seq)` names the call of that id the node at `seq` carried
-    (None: none, or not known). Of several, the latest opened (the open step's, as a copy citing
-    both an earlier step's message and the open step's restates the open one). None when no
-    cited node carried one: a copy citing nothing (the service refuses it, COPY_SOURCES_EMPTY;
-    only a trusted replay could hold one) restates no call.
+class CallKey(NamedTuple):
+    """A tool call's identity on the surface, across steps: the seq of the node that opened it
+    and its id. Neither alone names a call: a later step may reuse an id, and one message
+    opens several calls (`surface._pair_calls`)."""
 
-    Used by the structure (`structure.plan_restated_calls`: does a copy bring a call of the open
-    step back) and the surface (`surface._pair_calls`: which call a copy on the surface stands
-    for). O(sources)."""
-    return max((call for seq in copy_sources if (call := call_carried_by(seq)) is not None), default=None)
+    opened_at: int
+    call_id: str
+
+
+def restated_call(sources: Iterable[int], call_carried_by: Callable[[int], int | None]) -> int | None:
+    """THE restatement rule, for one call id the `toolCall` blocks of a model-only copy or of a
+    replace carry: the event restates the call whose block a node it cites (`sourceEventSeqs`)
+    carried, never one it does not cite, whatever calls of that id are open. Calls are named by
+    the seq of the message that opened them; `call_carried_by(seq)` names the call of that id
+    the node at `seq` carried (None: none, or not known). Of several, the latest opened (the
+    open step's, as an event citing both an earlier step's message and the open step's
+    restates the open one). None when no cited node carried one: a copy citing nothing (the
+    service refuses it, COPY_SOURCES_EMPTY; only a trusted replay could hold one) restates no
+    call.
+
+    Used by the structure (`structure._restates`: does a copy or a replace restate a call of
+    the open step) and the surface (`surface._pair_calls`: which call a copy on the surface
+    stands for). O(sources)."""
+    return max((call for seq in sources if (call := call_carried_by(seq)) is not None), default=None)
 
 
 def check_tool_call_blocks(
@@ -196,8 +208,9 @@ def check_tool_result(event: Event, calls: Mapping[str, ToolCallState], turn: in
         raise ValidationError(
             "TOOL_RESULT_CALL_DROPPED",
             f"tool/result at seq {event.seq}: call {call_id!r} is no longer in the model history: the replace "
-            f"at seq {call.block_seq} took its toolCall block off the surface; restate the block (a replace "
-            f"or a model-only copy that keeps it) before answering the call",
+            f"at seq {call.block_seq} took its toolCall block off the surface; restate the block (a replace of "
+            f"seq {call.block_seq}, or a replace or model-only copy citing seq {call.origin}, that keeps it) before "
+            f"answering the call",
             field="data.message.toolCallId",
             seq=event.seq,
             replaced_by=call.block_seq,

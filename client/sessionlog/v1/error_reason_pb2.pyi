@@ -499,7 +499,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Metadata: `field`, `seq`, `replaced_by` (the replace that dropped the call)
     Raised by: core
     Client: Do not answer a call the model was not left with; to answer it, first restate its
-      toolCall block (a replace of the `replaced_by` node, or a model-only copy, that keeps it).
+      toolCall block (a replace of the `replaced_by` node, or a replace or model-only copy citing
+      the message that opened the call, that keeps it).
     """
     TOOL_ERROR_WITHOUT_IS_ERROR: _ErrorReason.ValueType  # 54
     """A `tool/result` carries `data.error` but not `message.isError: true`.
@@ -1819,7 +1820,8 @@ Code: INVALID_ARGUMENT
 Metadata: `field`, `seq`, `replaced_by` (the replace that dropped the call)
 Raised by: core
 Client: Do not answer a call the model was not left with; to answer it, first restate its
-  toolCall block (a replace of the `replaced_by` node, or a model-only copy, that keeps it).
+  toolCall block (a replace of the `replaced_by` node, or a replace or model-only copy citing
+  the message that opened the call, that keeps it).
 """
 TOOL_ERROR_WITHOUT_IS_ERROR: ErrorReason.ValueType  # 54
 """A `tool/result` carries `data.error` but not `message.isError: true`.

@@ -24,8 +24,10 @@ export interface ErrorFields {
 
 /** Base of every error this client throws for a failed call. */
 export class SessionLogError extends Error {
-  /** The catalogue reason (a status without ErrorInfo too: see `toSessionLogError`). */
-  readonly reason: ErrorReasonName | string;
+  /** The catalogue reason (a status without ErrorInfo too: see `toSessionLogError`). Typed so
+   * an editor offers the catalogue's names (`string & {}` keeps them from collapsing into
+   * `string`), while a newer service's reason still fits. */
+  readonly reason: ErrorReasonName | (string & {});
   /** The gRPC status code it travelled with. */
   readonly code: Code;
   /** `ErrorInfo.metadata`: string values, keys as the catalogue documents. */

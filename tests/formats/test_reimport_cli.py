@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from sessionlog.cli import transfer_commands
 from sessionlog.cli.common import State
+from sessionlog.cli.import_targets import FileTargets
 from sessionlog.client import SessionLogClient
 from sessionlog.core.formats.pi.load import load_pi_file
 from sessionlog.core.formats.pi.tree import PiTree
@@ -115,6 +117,42 @@ def test_a_pi_file_that_grew_gets_only_its_new_tail(cli: CliRunner, client: Sess
     assert [s["leaf"] for s in sessions] == [s["leaf"] for s in whole]
     for mine, reference in zip(sessions, whole, strict=True):
         assert envelopes(client, mine["id"]) == envelopes(client, reference["id"]), mine
+
+
+def test_a_pi_file_that_changes_while_the_import_runs_is_compared_again(
+    cli: CliRunner, client: SessionLogClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several FILEs are checked first, then read again to be written, one at a time: Pi may write
+    to a live one in between. Checked, the file had grown on the branch its session holds; read
+    again, its last entry is on another branch. What is read again is compared with the server
+    again, so the session is left as it was (appending the new main branch's tail to it would
+    have mixed two branches) and the error says the file changed while the import ran."""
+    changing, first = pi_id(), pi_id()
+    # Lines 75 and 84 each end a turn on the branch line 63 starts; the whole file's last entry
+    # (line 110) is on the branch line 97 starts.
+    path = pi_copy(FORKED, tmp_path / "live.jsonl", changing, lines=75)
+    imported(cli, str(path))
+    held = client.get_session(changing).next_seq
+    pi_copy(FORKED, path, changing, lines=84)
+    reads = 0
+    targets_of = transfer_commands._pi_file_targets
+
+    def pi_writes_between_reads(read: Path, session_id: str | None) -> FileTargets:
+        nonlocal reads
+        if read == path:
+            reads += 1
+            if reads == 2:  # after the check, before the write
+                pi_copy(FORKED, path, changing)
+        return targets_of(read, session_id)
+
+    monkeypatch.setattr(transfer_commands, "_pi_file_targets", pi_writes_between_reads)
+    other = pi_copy(SMALL, tmp_path / "other.jsonl", first)
+    result = invoke(cli, "import", str(other), str(path))
+    assert reads == 2
+    assert result.exit_code == 1 and "IMPORTED_SESSION_DIFFERS" in result.stderr, result.stderr
+    assert f"{path} changed while the import ran, and the FILEs before it were imported" in result.stderr
+    assert client.get_session(changing).next_seq == held
+    assert sessions_named(client, first) == [first]
 
 
 @pytest.mark.parametrize(

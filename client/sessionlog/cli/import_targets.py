@@ -123,18 +123,26 @@ def _derived_note(name: str, derived: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
-    """A target and what the server holds of it: nothing (`held` None), or a session at `held`
-    whose events begin the planned ones (`held` == `target.next_seq`: all of them)."""
+    """What the server holds of a target: nothing (`held` None), or a session at `held` whose
+    events begin the planned ones (`held` == `next_seq`: all of them). It keeps none of the
+    target's events, so an import holds this for every FILE, and a plan for one at a time."""
 
-    target: Target
+    session_id: str
+    label: str
+    leaf: str | None
     held: int | None
+    next_seq: int
     digest: str
+
+    @classmethod
+    def of(cls, target: Target, held: int | None, digest: str) -> Resolved:
+        return cls(target.session_id, target.label, target.leaf, held, target.next_seq, digest)
 
     @property
     def status(self) -> Status:
         if self.held is None:
             return Status.imported
-        return Status.already_imported if self.held == self.target.next_seq else Status.appended
+        return Status.already_imported if self.held == self.next_seq else Status.appended
 
 
 class Resolver:
@@ -152,9 +160,9 @@ class Resolver:
         for the first that conflicts. Resolving a FILE again (it changed since) sets its claims anew."""
         resolved = [self._resolve(index, target) for target in file.targets]
         for entry in resolved:
-            claimed = self._claimed.get(entry.target.session_id)
+            claimed = self._claimed.get(entry.session_id)
             if claimed is None or claimed[0] == index:
-                self._claimed[entry.target.session_id] = (index, file.path, entry.digest)
+                self._claimed[entry.session_id] = (index, file.path, entry.digest)
         return resolved
 
     def _resolve(self, index: int, target: Target) -> Resolved:
@@ -164,11 +172,11 @@ class Resolver:
             _, earlier, earlier_digest = claimed
             if earlier_digest != digest:
                 raise differs(target, f"is also what {earlier} maps other events to")
-            return Resolved(target, target.next_seq, digest)
+            return Resolved.of(target, target.next_seq, digest)
         try:
             info = self.client.get_session(target.session_id)
         except NotFound:
-            return Resolved(target, None, digest)
+            return Resolved.of(target, None, digest)
         if target.parent is not None and (info.parent_session_id, info.fork_seq) != target.parent:
             parent, seq = target.parent
             raise differs(target, f"is not the fork of {parent!r} after seq {seq} the file maps it to")
@@ -177,7 +185,7 @@ class Resolver:
         stored = self.client.read_events(target.session_id, from_seq=target.first_seq, to_seq=end - 1)
         comparison = compare_log(stored if end > target.first_seq else (), held, target.events, target.first_seq)
         if comparison.same or comparison.behind:
-            return Resolved(target, held, digest)
+            return Resolved.of(target, held, digest)
         raise _difference(target, comparison)
 
 

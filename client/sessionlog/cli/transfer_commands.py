@@ -44,7 +44,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
@@ -59,6 +59,7 @@ from sessionlog.cli.import_targets import (
     Resolved,
     Resolver,
     Status,
+    Target,
     pi_targets,
     sessionlog_targets,
 )
@@ -143,25 +144,30 @@ def import_command(
         # Every file is read, checked and compared with what the server holds before any is
         # written: a bad file, or one that conflicts with a stored session, imports nothing.
         resolver = Resolver(client)
-        checked: list[tuple[FileTargets | None, list[Resolved]]] = []
+        checked: list[tuple[list[str], list[Resolved]]] = []
+        kept: FileTargets | None = None  # one FILE's plan is kept; several are read again, one at a time
         conflicts: list[str] = []
         for index, path in enumerate(files):
             file = targets_of(path, session_id)
             try:
-                resolved = resolver.resolve(file, index)
+                checked.append((file.notes, resolver.resolve(file, index)))
             except SessionLogError as exc:
                 if exc.reason != "IMPORTED_SESSION_DIFFERS":
                     raise fail(describe(exc, str(path))) from None
                 conflicts.append(describe(exc, str(path)))
-                continue
-            checked.append((file if len(files) == 1 else None, resolved))  # one file's plan is kept
+            kept = file if len(files) == 1 else None
         if conflicts:
             raise fail(f"{'; '.join(conflicts)}; nothing was imported (of any FILE given)")
         sessions: list[dict[str, Any]] = []
-        for index, (path, (kept, resolved)) in enumerate(zip(files, checked, strict=True)):
+        for index, (path, (notes, resolved)) in enumerate(zip(files, checked, strict=True)):
+
+            def read_again(path: Path = path) -> FileTargets:
+                return kept or targets_of(path, session_id)
+
             try:
-                file = kept or targets_of(path, session_id)
-                sessions += _import_file(client, file, resolved, partial(resolver.resolve, index=index))
+                sessions += _import_file(
+                    client, path, notes, resolved, read_again, partial(resolver.resolve, index=index)
+                )
             except SessionLogError as exc:
                 changed = exc.reason == "IMPORTED_SESSION_DIFFERS"  # only a FILE read again can differ now
                 after = (
@@ -183,32 +189,40 @@ def _sessionlog_file_targets(path: Path, session_id: str | None) -> FileTargets:
 
 def _import_file(
     client: SessionLogClient,
-    file: FileTargets,
+    path: Path,
+    notes: list[str],
     checked: list[Resolved],
+    read_again: Callable[[], FileTargets],
     resolve: Callable[[FileTargets], list[Resolved]],
 ) -> list[dict[str, Any]]:
-    """Write what `checked` says is missing of `file`'s sessions; returns their `{id, file, leaf,
-    status, appended}`. `file` was read again since it was checked (unless it is the one FILE):
-    should it have changed meanwhile (Pi appends to a live session's file), it is resolved again."""
-    if [target.digest() for target in file.targets] == [entry.digest for entry in checked]:
-        resolved = [replace(entry, target=target) for entry, target in zip(checked, file.targets, strict=True)]
-    else:
-        resolved = resolve(file)
-    path = str(file.path)
-    for note in file.notes:
+    """Write what `checked` says is missing of the sessions of the file at `path`; returns their
+    `{id, file, leaf, status, appended}`. A file already imported is not read again. One that is
+    (it was checked with the other FILEs), should it have changed since (Pi appends to a live
+    session's file), is resolved again."""
+    for note in notes:
         _note(f"{path}: {note}")
-    out: list[dict[str, Any]] = [
-        {"id": entry.target.session_id, "file": path, "leaf": entry.target.leaf, "status": str(entry.status)}
-        for entry in resolved
-    ]
-    if all(entry.status is Status.already_imported for entry in resolved):
-        _note(f"{path}: already imported ({_labels(resolved)}); skipped")
-        return [{**item, "appended": 0} for item in out]
-    appended = _write_missing(client, file, resolved)
-    for item, count, entry in zip(out, appended, resolved, strict=True):
-        item["appended"] = count
+    resolved = checked
+    appended = [0] * len(checked)
+    if all(entry.status is Status.already_imported for entry in checked):
+        _note(f"{path}: already imported ({_labels(checked)}); skipped")
+    else:
+        file = read_again()
+        if [target.digest() for target in file.targets] != [entry.digest for entry in checked]:
+            resolved = resolve(file)
+        appended = _write_missing(client, file, resolved)
+    out: list[dict[str, Any]] = []
+    for entry, count in zip(resolved, appended, strict=True):
+        out.append(
+            {
+                "id": entry.session_id,
+                "file": str(path),
+                "leaf": entry.leaf,
+                "status": str(entry.status),
+                "appended": count,
+            }
+        )
         if entry.status is Status.appended:
-            _note(f"{path}: {entry.target.label} was imported before and the file grew: appended {count} events")
+            _note(f"{path}: {entry.label} was imported before and the file grew: appended {count} events")
     return out
 
 
@@ -216,13 +230,13 @@ def _write_missing(client: SessionLogClient, file: FileTargets, resolved: Sequen
     """Create the missing sessions and append each its missing events, in order (a fork after the
     session it forks); returns how many events each got. Should the service refuse part way, the
     error says what was written (`_stopped_midway`)."""
+    pairs = list(zip(file.targets, resolved, strict=True))
     written: list[_Written] = []
     appended: list[int] = []
     writing = True
-    total = sum(entry.target.next_seq - _write_from(entry) for entry in resolved)
+    total = sum(target.next_seq - _write_from(target, entry) for target, entry in pairs)
     with progress(f"importing {file.path.name}", total) as advance:
-        for index, entry in enumerate(resolved):
-            target = entry.target
+        for index, (target, entry) in enumerate(pairs):
             if entry.status is Status.already_imported:
                 appended.append(0)
                 continue
@@ -239,7 +253,7 @@ def _write_missing(client: SessionLogClient, file: FileTargets, resolved: Sequen
                     )
                 )
                 writing = True
-                start = _write_from(entry)
+                start = _write_from(target, entry)
                 events = target.events[start - target.first_seq :]
                 append_planned(client, target.session_id, events, first_seq=start, advance=advance)
                 appended.append(len(events))
@@ -247,21 +261,21 @@ def _write_missing(client: SessionLogClient, file: FileTargets, resolved: Sequen
                 if not written:
                     raise  # nothing was written: the error is the whole story
                 later = resolved[index + (1 if writing else 0) :]
-                missing = [str(e.target.leaf) for e in later if e.status is Status.imported]
+                missing = [str(e.leaf) for e in later if e.status is Status.imported]
                 raise _stopped_midway(client, written, exc, writing=writing, forks_not_created=missing) from None
     return appended
 
 
-def _write_from(entry: Resolved) -> int:
+def _write_from(target: Target, entry: Resolved) -> int:
     """The seq the import appends from: where the stored session ends, or, in one it creates, where
     its own events begin (a fork starts with what the service writes into it)."""
-    return entry.target.own_seq if entry.held is None else entry.held
+    return target.own_seq if entry.held is None else entry.held
 
 
 def _labels(resolved: Sequence[Resolved]) -> str:
     """`session 'ID'`, and how many forks with it."""
     forks = len(resolved) - 1
-    first = resolved[0].target.label
+    first = resolved[0].label
     return first if forks == 0 else f"{first} and its {forks} fork{'s' if forks > 1 else ''}"
 
 

@@ -23,7 +23,7 @@ from sessionlog.client import SessionLogClient
 from sessionlog.core.formats.pi.context import session_context
 from sessionlog.core.formats.pi.load import load_pi_bytes
 from sessionlog.core.formats.pi.tree import PiTree
-from tests.formats.test_transfer_cli import app, cli, imported  # noqa: F401  (the `cli` fixture)
+from tests.formats.test_transfer_cli import app, imported
 from tests.support.fixtures import oracle as pi_oracle
 from tests.support.fixtures import pi_generated_sessions
 from tests.support.servers import ROOT
@@ -80,12 +80,13 @@ def test_replay_and_our_context_accept_and_keep_the_lone_surrogate(tmp_path: Pat
 
 
 def test_import_serves_the_lone_surrogate_from_every_projection(
-    cli: CliRunner,  # noqa: F811
+    cli: CliRunner,
     client: SessionLogClient,
+    sid: str,
     tmp_path: Path,
 ) -> None:
     path, expected = _with_lone_surrogate(tmp_path)
-    main = imported(cli, str(path))[0]["id"]
+    main = imported(cli, str(path), "--id", sid)[0]["id"]  # the edited file, not the fixture's session
     assert client.model_history(main) == expected["messages"]
     request = client.request(main)
     assert request["request"]["messages"] == expected["messages"]
@@ -94,15 +95,16 @@ def test_import_serves_the_lone_surrogate_from_every_projection(
 
 
 def test_export_writes_the_lone_surrogate_as_pis_escape(
-    cli: CliRunner,  # noqa: F811
+    cli: CliRunner,
     client: SessionLogClient,
+    sid: str,
     tmp_path: Path,
 ) -> None:
     """`export --format pi` writes the line as JSON.stringify does, the lone surrogate as its
     escape; it died with UnicodeEncodeError (to stdout and with -o alike), and the file could
     not be exported at all. The export opens again at the same context."""
     path, expected = _with_lone_surrogate(tmp_path)
-    main = imported(cli, str(path))[0]["id"]
+    main = imported(cli, str(path), "--id", sid)[0]["id"]  # the edited file, not the fixture's session
     out = tmp_path / "exported.jsonl"
     result = cli.invoke(app, ["export", main, "--format", "pi", "-o", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr

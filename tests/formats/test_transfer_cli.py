@@ -8,8 +8,6 @@ context Pi built for that leaf; its stats give Pi's model and thinking level.
 from __future__ import annotations
 
 import json
-import logging
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -18,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 import typer
 from typer.testing import CliRunner, Result
 
@@ -48,23 +45,6 @@ STREAM = fixture(STREAM_STDOUT)
 
 app = typer.Typer()
 transfer_commands.register(app)
-
-
-@pytest.fixture
-def cli(server: ServerThread, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
-    """A runner whose commands talk to `server`. The server runs in this process, and unconfigured
-    structlog prints to whatever `sys.stdout` is, which the runner captures: its logs go to the real
-    stderr (warnings only) while a command runs, so stdout holds only what the command printed."""
-    monkeypatch.setattr(State, "server", server.target)
-    saved = structlog.get_config()
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.__stderr__),
-    )
-    try:
-        yield CliRunner()
-    finally:
-        structlog.configure(wrapper_class=saved["wrapper_class"], logger_factory=saved["logger_factory"])
 
 
 def invoke(cli: CliRunner, *args: str, stdin: str | bytes | None = None) -> Result:
@@ -107,6 +87,10 @@ def test_imported_sessions_give_pis_context_for_every_leaf(
     assert [s["leaf"] for s in sessions] == [data["defaultLeafId"]] + [o["leafId"] for o in data["otherLeaves"]]
     assert all(s["file"] == str(session) for s in sessions)
     main = sessions[0]["id"]
+    # Named by the file (Pi's session id), so an import of it again finds them: forks `<id>.<leafId>`.
+    assert [s["id"] for s in sessions] == [data["sessionId"]] + [
+        f"{data['sessionId']}.{s['leaf']}" for s in sessions[1:]
+    ]
     for entry in sessions:
         assert_session_is_pis(client, entry["id"], expected[entry["leaf"]])
         info = client.get_session(entry["id"])
@@ -123,8 +107,8 @@ def test_id_names_the_main_session_and_its_forks(cli: CliRunner, client: Session
     info = client.get_session(sid)
     assert info.cwd == load_pi_file(session).header["cwd"]
     assert info.metadata["pi"]["sessionId"] == load_pi_file(session).header["id"]
-    again = invoke(cli, "import", str(session), "--id", sid)
-    assert again.exit_code != 0 and "SESSION_EXISTS" in again.stderr
+    again = imported(cli, str(session), "--id", sid)  # the same file, the same sessions: nothing to do
+    assert [(s["id"], s["status"]) for s in again] == [(s["id"], "already-imported") for s in sessions]
     many = invoke(cli, "import", str(session), str(session), "--id", sid)
     assert many.exit_code == 2 and "one FILE" in many.stderr  # a usage mistake, as typer's own
 
@@ -173,7 +157,7 @@ def test_an_imported_sessions_durations_are_what_pis_timestamps_say(
 
 
 def test_stats_count_the_tool_calls_and_errors_of_pis_unstructured_messages(
-    cli: CliRunner, client: SessionLogClient, tmp_path: Path
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
 ) -> None:
     """A Pi assistant message whose tool call has no id is imported as a `user/message` kept as
     the model saw it, and the result of that call as an unpaired one. Stats counted the message
@@ -188,7 +172,7 @@ def test_stats_count_the_tool_calls_and_errors_of_pis_unstructured_messages(
     answer["isError"] = True
     edited = tmp_path / "unstructured.jsonl"
     edited.write_text("".join(json.dumps(o) + "\n" for o in [header, *entries]), "utf-8")
-    (entry,) = imported(cli, str(edited))
+    (entry,) = imported(cli, str(edited), "--id", sid)  # not the session of the unedited file
     kinds = [e.data["source"]["kind"] for e in client.read_events(entry["id"]) if e.type == "user/message"]
     assert [k for k in kinds if k != "user"] == ["pi-unstructured", "pi-unpaired-tool-result"]
     stats = client.stats(entry["id"])
@@ -403,7 +387,8 @@ def test_export_pi_gives_back_pis_lines_for_every_leaf(cli: CliRunner, server: S
         out = tmp_path / f"{entry['leaf']}.jsonl"
         assert invoke(cli, "export", entry["id"], "--format", "pi", "-o", str(out)).exit_code == 0
         assert out.read_bytes() == result.stdout_bytes
-        assert imported(cli, str(out))[0]["leaf"] == entry["leaf"]  # Pi's file opens at the same leaf
+        # Pi's file opens at the same leaf (under another id: the file's own names the main session)
+        assert imported(cli, str(out), "--id", f"{entry['id']}-back")[0]["leaf"] == entry["leaf"]
 
 
 def test_export_sessionlog_and_import_it_back(cli: CliRunner, client: SessionLogClient, tmp_path: Path) -> None:
@@ -416,8 +401,10 @@ def test_export_sessionlog_and_import_it_back(cli: CliRunner, client: SessionLog
     header = json.loads(lines[0])
     assert header["type"] == "sessionlog" and header["version"] == 1 and header["session"]["id"] == entry["id"]
     assert "lease" not in header["session"]
-    (copy,) = imported(cli, str(out), "--format", "sessionlog")
-    assert copy["leaf"] is None
+    (same,) = imported(cli, str(out), "--format", "sessionlog")  # named by the export: it is there
+    assert (same["id"], same["status"], same["leaf"]) == (entry["id"], "already-imported", None)
+    (copy,) = imported(cli, str(out), "--format", "sessionlog", "--id", f"{entry['id']}-copy")
+    assert copy["status"] == "imported"
     assert client.model_history(copy["id"]) == contexts(session)[entry["leaf"]]["messages"]
     original = [e.to_json() for e in client.read_events(entry["id"])]
     again = [e.to_json() for e in client.read_events(copy["id"])]
@@ -485,7 +472,7 @@ def test_export_pi_of_a_native_session_keeps_each_calls_usage(
     client.release_lease(lease)
     out = tmp_path / "native.jsonl"
     assert invoke(cli, "export", sid, "--format", "pi", "-o", str(out)).exit_code == 0
-    (entry,) = imported(cli, str(out))
+    (entry,) = imported(cli, str(out), "--id", f"{sid}-back")  # the file names `sid`, which holds other events
     keys = ("modelCalls", "inputTokens", "outputTokens", "cacheReadTokens", "costUsd")
     original, again = client.stats(sid), client.stats(entry["id"])
     assert original["costUsd"] > 0
@@ -574,7 +561,7 @@ def test_the_pi_export_of_another_harness_session_names_its_model(
     same += ("cacheWriteTokens", "outputTokens", "costUsd")
     assert {key: replayed[key] for key in same} == {key: stats[key] for key in same}
     # Imported back, the session has the same route (Pi's entries are what import reads it from).
-    (entry,) = imported(cli, str(out))
+    (entry,) = imported(cli, str(out), "--id", f"{sid}-back")
     again = client.stats(entry["id"])
     assert {key: again[key] for key in same} == {key: stats[key] for key in same}
     lines = [json.loads(line) for line in out.read_text().splitlines()[1:]]
@@ -741,7 +728,7 @@ def test_a_refusal_seen_through_a_later_batch_still_names_the_refused_event(clie
     client.append(sid, client.acquire_lease(sid), [{"type": "test/note", "ignorable": True, "data": {}}] * 3)
     refused = LimitExceeded("EVENT_TOO_LARGE", "event 2: event data is 352 bytes, over the limit of 200")
     refused.metadata["event_index"] = "2"
-    created = transfer_commands._Created(sid, f"session {sid!r}", 10, lambda seq: seq + 2)
+    created = transfer_commands._Written(sid, f"session {sid!r}", 10, lambda seq: seq + 2)
     for seen in (refused, failed_earlier(refused)):
         report = transfer_commands._stopped_midway(client, [created], seen)
         assert report.reason == "EVENT_TOO_LARGE"
@@ -754,7 +741,7 @@ def test_a_refusal_of_the_first_batch_says_the_session_holds_nothing(client: Ses
     client.create_session(sid)
     refused = LimitExceeded("EVENT_TOO_LARGE", "event 0: event data is 352 bytes, over the limit of 200")
     refused.metadata["event_index"] = "0"
-    created = transfer_commands._Created(sid, f"session {sid!r}", 10, lambda seq: seq + 2)
+    created = transfer_commands._Written(sid, f"session {sid!r}", 10, lambda seq: seq + 2)
     report = transfer_commands._stopped_midway(client, [created], refused)
     assert f"session {sid!r} was created and it holds none of its 10 events;" in report.message, report.message
     assert report.message.endswith("Refused: seq 0 (line 2): event data is 352 bytes, over the limit of 200")

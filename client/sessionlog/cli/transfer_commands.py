@@ -1,18 +1,24 @@
 """Moving sessions in and out of a server: `import`, `export` and `ingest` (docs/formats.md).
 
-- `import FILE... [--format pi|sessionlog] [--id ID]` prints `{"sessions": [{"id", "file", "leaf"}]}`.
-  A Pi file becomes one session per leaf: the branch of its default leaf (the last entry) first,
-  then every other leaf as a fork of it at their divergence point (`ForkSession`, the prefix
-  shared, not copied) followed by that leaf's own entries (`core.formats.pi.importer` says how
-  entries map to events and where the cut lands). `--id` names the main session (one FILE only);
-  forks are then `ID.<leafId>`; without it the ids are generated. A sessionlog export (docs/formats.md)
-  becomes one session with the same events (the service assigns new commit times); `leaf` is null.
-  Either file is checked whole offline first, every event a session will be sent, by the rules
-  the service applies at append (`fold_export`; for Pi, `import_pi`, forks included): a bad file
-  creates nothing (of several FILEs, all are checked before any is imported), the error names
-  its line and seq, and the exit status is 2 as for `replay` of it. Should the service still refuse part way
-  (a limit, a quota, a fork's id taken), the error says which sessions were created and which
-  seq each got to, and which forks were not created (`_stopped_midway`).
+- `import FILE... [--format pi|sessionlog] [--id ID]` prints `{"sessions": [{"id", "file", "leaf",
+  "status", "appended"}]}`. A Pi file becomes one session per leaf: the branch of its default leaf
+  (the last entry) first, then every other leaf as a fork of it at their divergence point
+  (`ForkSession`, the prefix shared, not copied) followed by that leaf's own entries
+  (`core.formats.pi.importer` says how entries map to events and where the cut lands). A
+  sessionlog export (docs/formats.md) becomes one session with the same events (the service
+  assigns new commit times); `leaf` is null. Each session is named by the file: the main one by
+  `--id` (one FILE only), else by Pi's session id or the export's `session.id`; forks are
+  `<main>.<leafId>` (`core.formats.session_ids`, which also derives an id from a name that is no
+  valid one). So importing the same files again meets what the first import made
+  (`cli.import_targets`): a session that holds exactly the file's events is `already-imported`
+  and left alone, one that holds their beginning (the file grew since) gets the rest
+  (`appended`), any other is a conflict (IMPORTED_SESSION_DIFFERS). Every file is checked whole
+  offline first, every event a session will be sent, by the rules the service applies at append
+  (`fold_export`; for Pi, `import_pi`, forks included), then against what the server holds: a bad
+  file (exit status 2, as for `replay` of it; the error names its line and seq) or a conflicting
+  one (status 1) imports no FILE. Should the service still refuse part way (a limit, a quota, a
+  fork's id taken), the error says which sessions were written and which seq each got to, and
+  which forks were not created (`_stopped_midway`); the same import run again completes them.
 - `export SESSION_ID --format pi|sessionlog [-o FILE]` writes a Pi v3 file (the session's branch,
   entries as they were imported) or the project's own JSONL, to stdout or atomically to FILE.
   The JSONL is written as the events are read (a page of them in memory, whatever the session's
@@ -36,11 +42,11 @@ appended twice.
 from __future__ import annotations
 
 import sys
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -48,6 +54,15 @@ import typer
 
 from sessionlog.cli.batching import Appender, Sent
 from sessionlog.cli.common import connect, describe, fail, print_json, write_atomically, write_stdout
+from sessionlog.cli.import_targets import (
+    FileTargets,
+    Resolved,
+    Resolver,
+    Status,
+    Target,
+    pi_targets,
+    sessionlog_targets,
+)
 from sessionlog.cli.progress import Advance, progress
 from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import NotFound, SessionLogError
@@ -108,89 +123,164 @@ def import_command(
     files: Annotated[list[Path], typer.Argument(help="Session files to import.", exists=True, dir_okay=False)],
     fmt: Annotated[ImportFormat, typer.Option("--format", help="The files' format.")] = ImportFormat.pi,
     session_id: Annotated[
-        str | None, typer.Option("--id", help="Id of the (main) session; forks get ID.<leafId>. One FILE only.")
+        str | None,
+        typer.Option(
+            "--id",
+            help="Id of the (main) session, instead of the file's own (Pi's session id, the export's); "
+            "forks get ID.<leafId>. One FILE only.",
+        ),
     ] = None,
 ) -> None:
-    """Import session files; print the sessions created (for Pi: the default leaf first, then forks)."""
+    """Import session files, each session named by its file so a re-run adds only what is new; print their status."""
     if session_id is not None and len(files) > 1:
         raise fail("--id names one session: import one FILE at a time with it", 2)
-    if len(files) > 1:  # every file is checked before any is imported: a bad one creates nothing
-        check = _planned_pi if fmt == ImportFormat.pi else _planned_sessionlog
-        for path in files:
-            check(path)
-    sessions: list[dict[str, Any]] = []
+    if session_id is not None:
+        try:
+            validate.check_session_id(session_id)
+        except SessionLogError as exc:
+            raise fail(describe(exc, "--id"), 2) from None
+    targets_of = _pi_file_targets if fmt == ImportFormat.pi else _sessionlog_file_targets
     with connect() as client:
-        for path in files:
+        # Every file is read, checked and compared with what the server holds before any is
+        # written: a bad file, or one that conflicts with a stored session, imports nothing.
+        resolver = Resolver(client)
+        checked: list[tuple[list[str], list[Resolved]]] = []
+        kept: FileTargets | None = None  # one FILE's plan is kept; several are read again, one at a time
+        conflicts: list[str] = []
+        for index, path in enumerate(files):
+            file = targets_of(path, session_id)
             try:
-                if fmt == ImportFormat.pi:
-                    sessions += import_pi_file(client, path, session_id)
-                else:
-                    sessions.append(import_sessionlog_file(client, path, session_id))
+                checked.append((file.notes, resolver.resolve(file, index)))
             except SessionLogError as exc:
-                raise fail(describe(exc, str(path))) from None
+                if exc.reason != "IMPORTED_SESSION_DIFFERS":
+                    raise fail(describe(exc, str(path))) from None
+                conflicts.append(describe(exc, str(path)))
+            kept = file if len(files) == 1 else None
+        if conflicts:
+            raise fail(f"{'; '.join(conflicts)}; nothing was imported (of any FILE given)")
+        sessions: list[dict[str, Any]] = []
+        for index, (path, (notes, resolved)) in enumerate(zip(files, checked, strict=True)):
+
+            def read_again(path: Path = path) -> FileTargets:
+                return kept or targets_of(path, session_id)
+
+            try:
+                sessions += _import_file(
+                    client, path, notes, resolved, read_again, partial(resolver.resolve, index=index)
+                )
+            except SessionLogError as exc:
+                changed = exc.reason == "IMPORTED_SESSION_DIFFERS"  # only a FILE read again can differ now
+                after = (
+                    f"; {path} changed while the import ran, and the FILEs before it were imported" if changed else ""
+                )
+                raise fail(describe(exc, str(path)) + after) from None
     print_json({"sessions": sessions})
 
 
-def import_pi_file(client: SessionLogClient, path: Path, session_id: str | None) -> list[dict[str, Any]]:
-    """Create the main session and one fork per other leaf; returns their `{id, file, leaf}`.
+def _pi_file_targets(path: Path, session_id: str | None) -> FileTargets:
+    return pi_targets(path, _planned_pi(path), session_id)
 
-    `import_pi` checks every event the sessions will be sent as an append would (a bad file creates
-    nothing); should the service still refuse part way, the error says what was created."""
-    plan = _planned_pi(path)
-    header = plan.header
-    main_id = session_id or str(uuid.uuid4())
-    cwd = header.get("cwd") if isinstance(header.get("cwd"), str) else None
-    metadata = {"pi": {"sessionId": header.get("id"), "file": str(path)}}
-    client.create_session(main_id, cwd=cwd or None, metadata=metadata)
-    created = [_Created(main_id, f"session {main_id!r}", plan.main.next_seq, plan.main.line_of)]
-    writing = True
-    total = sum(len(branch.events) for branch in plan.branches)
-    with progress(f"importing {path.name}", total) as advance:
-        try:
-            append_planned(client, main_id, plan.main.events, first_seq=0, advance=advance)
-            out = [{"id": main_id, "file": str(path), "leaf": plan.main.leaf_id}]
-            for branch in plan.branches[1:]:
-                assert branch.fork_seq is not None
-                child_id = _fork_id(main_id, branch.leaf_id) if session_id is not None else None
-                writing = False
-                child = client.fork(main_id, branch.fork_seq, child_id)
-                label = f"fork {child.id!r} (leaf {branch.leaf_id})"
-                created.append(_Created(child.id, label, branch.next_seq, branch.line_of))
-                writing = True
-                append_planned(client, child.id, branch.events, first_seq=branch.first_seq, advance=advance)
-                out.append({"id": child.id, "file": str(path), "leaf": branch.leaf_id})
-        except SessionLogError as exc:
-            missing = [str(branch.leaf_id) for branch in plan.branches[len(created) :]]
-            raise _stopped_midway(client, created, exc, writing=writing, forks_not_created=missing) from None
+
+def _sessionlog_file_targets(path: Path, session_id: str | None) -> FileTargets:
+    export = _planned_sessionlog(path)
+    with _bad_file_is_usage(path):
+        return sessionlog_targets(path, export, session_id)
+
+
+def _import_file(
+    client: SessionLogClient,
+    path: Path,
+    notes: list[str],
+    checked: list[Resolved],
+    read_again: Callable[[], FileTargets],
+    resolve: Callable[[FileTargets], list[Resolved]],
+) -> list[dict[str, Any]]:
+    """Write what `checked` says is missing of the sessions of the file at `path`; returns their
+    `{id, file, leaf, status, appended}`. A file already imported is not read again. One that is
+    (it was checked with the other FILEs), should it have changed since (Pi appends to a live
+    session's file), is resolved again."""
+    for note in notes:
+        _note(f"{path}: {note}")
+    resolved = checked
+    appended = [0] * len(checked)
+    if all(entry.status is Status.already_imported for entry in checked):
+        _note(f"{path}: already imported ({_labels(checked)}); skipped")
+    else:
+        file = read_again()
+        if [target.digest() for target in file.targets] != [entry.digest for entry in checked]:
+            resolved = resolve(file)
+        appended = _write_missing(client, file, resolved)
+    out: list[dict[str, Any]] = []
+    for entry, count in zip(resolved, appended, strict=True):
+        out.append(
+            {
+                "id": entry.session_id,
+                "file": str(path),
+                "leaf": entry.leaf,
+                "status": str(entry.status),
+                "appended": count,
+            }
+        )
+        if entry.status is Status.appended:
+            _note(f"{path}: {entry.label} was imported before and the file grew: appended {count} events")
     return out
 
 
-def _fork_id(main_id: str, leaf: str | None) -> str | None:
-    """`<main>.<leaf>` when that is a valid session id, else None (the service names the fork)."""
-    candidate = f"{main_id}.{leaf}"
-    try:
-        validate.check_session_id(candidate)
-    except SessionLogError:
-        return None
-    return candidate
+def _write_missing(client: SessionLogClient, file: FileTargets, resolved: Sequence[Resolved]) -> list[int]:
+    """Create the missing sessions and append each its missing events, in order (a fork after the
+    session it forks); returns how many events each got. Should the service refuse part way, the
+    error says what was written (`_stopped_midway`)."""
+    pairs = list(zip(file.targets, resolved, strict=True))
+    written: list[_Written] = []
+    appended: list[int] = []
+    writing = True
+    total = sum(target.next_seq - _write_from(target, entry) for target, entry in pairs)
+    with progress(f"importing {file.path.name}", total) as advance:
+        for index, (target, entry) in enumerate(pairs):
+            if entry.status is Status.already_imported:
+                appended.append(0)
+                continue
+            try:
+                if entry.held is None:
+                    writing = False
+                    if target.parent is None:
+                        client.create_session(target.session_id, cwd=file.cwd, metadata=file.metadata)
+                    else:
+                        client.fork(*target.parent, target.session_id)
+                written.append(
+                    _Written(
+                        target.session_id, target.label, target.next_seq, target.line_of, created=entry.held is None
+                    )
+                )
+                writing = True
+                start = _write_from(target, entry)
+                events = target.events[start - target.first_seq :]
+                append_planned(client, target.session_id, events, first_seq=start, advance=advance)
+                appended.append(len(events))
+            except SessionLogError as exc:
+                if not written:
+                    raise  # nothing was written: the error is the whole story
+                later = resolved[index + (1 if writing else 0) :]
+                missing = [str(e.leaf) for e in later if e.status is Status.imported]
+                raise _stopped_midway(client, written, exc, writing=writing, forks_not_created=missing) from None
+    return appended
 
 
-def import_sessionlog_file(client: SessionLogClient, path: Path, session_id: str | None) -> dict[str, Any]:
-    """One session with the export's events (new commit times); returns its `{id, file, leaf}`."""
-    export = _planned_sessionlog(path)
-    session = export.session
-    new_id = session_id or str(uuid.uuid4())
-    cwd = session.get("cwd") if isinstance(session.get("cwd"), str) else None
-    metadata = session.get("metadata") if isinstance(session.get("metadata"), dict) else None
-    client.create_session(new_id, cwd=cwd or None, metadata=metadata or None)
-    lines = export.event_lines
-    created = _Created(new_id, f"session {new_id!r}", len(export.events), lambda seq: lines[seq])
-    with progress(f"importing {path.name}", len(export.events)) as advance:
-        try:
-            append_planned(client, new_id, [e.as_new() for e in export.events], first_seq=0, advance=advance)
-        except SessionLogError as exc:
-            raise _stopped_midway(client, [created], exc) from None
-    return {"id": new_id, "file": str(path), "leaf": None}
+def _write_from(target: Target, entry: Resolved) -> int:
+    """The seq the import appends from: where the stored session ends, or, in one it creates, where
+    its own events begin (a fork starts with what the service writes into it)."""
+    return target.own_seq if entry.held is None else entry.held
+
+
+def _labels(resolved: Sequence[Resolved]) -> str:
+    """`session 'ID'`, and how many forks with it."""
+    forks = len(resolved) - 1
+    first = resolved[0].label
+    return first if forks == 0 else f"{first} and its {forks} fork{'s' if forks > 1 else ''}"
+
+
+def _note(text: str) -> None:
+    sys.stderr.write(f"sessionlog: note: {text}\n")
 
 
 def _planned_pi(path: Path) -> PiImport:
@@ -221,35 +311,37 @@ def _bad_file_is_usage(path: Path) -> Iterator[None]:
 
 
 @dataclass(frozen=True, slots=True)
-class _Created:
-    """A session an import created: its id, how an error names it, the seq it ends at once
-    imported, and the file's line of the event it is sent at a seq (for seqs it is sent)."""
+class _Written:
+    """A session an import wrote to (`created` by it, else appended to): its id, how an error
+    names it, the seq it ends at once imported, and the file's line of the event it is sent at a
+    seq (for seqs it is sent)."""
 
     session_id: str
     label: str
     total: int
     line_of: Callable[[int], int | None]
+    created: bool = True
 
 
 def _stopped_midway(
     client: SessionLogClient,
-    created: Sequence[_Created],
+    written: Sequence[_Written],
     exc: SessionLogError,
     *,
     writing: bool = True,
     forks_not_created: Sequence[str] = (),
 ) -> SessionLogError:
     """The service refused a file that validated offline (a limit, a quota) after sessions were
-    created: each holds what came before. Say which were created and how far each got (and which
-    forks were not), never leave them silent. `writing`: the refusal came while appending to the
-    last of `created` (else while creating the next fork)."""
+    created or appended to: each holds what came before. Say which were written and how far each
+    got (and which forks were not created), never leave them silent. `writing`: the refusal came
+    while appending to the last of `written` (else while creating the next session)."""
     # A batch sent after the refused one fails with the writer's earlier failure as its cause
     # (`base.failed_earlier`): the refused batch's own error names its event.
     if isinstance(exc.__cause__, SessionLogError) and exc.reason == exc.__cause__.reason:
         exc = exc.__cause__
     parts: list[str] = []
-    stopped: tuple[_Created, int] | None = None
-    for session in created:
+    stopped: tuple[_Written, int] | None = None
+    for session in written:
         try:
             reached: int | None = client.get_session(session.session_id).next_seq
         except SessionLogError:
@@ -262,16 +354,16 @@ def _stopped_midway(
             got = f"it holds seqs 0..{reached - 1} of {session.total} and stopped at seq {reached}"
         else:
             got = f"it holds all {session.total} events"
-        parts.append(f"{session.label} was created and {got}")
-        if reached is not None and writing and session is created[-1]:
+        parts.append(f"{session.label} {'was created' if session.created else 'was there'} and {got}")
+        if reached is not None and writing and session is written[-1]:
             stopped = (session, reached)
     if forks_not_created:
         leaves = "leaf" if len(forks_not_created) == 1 else "leaves"
         parts.append(f"no fork was created for {leaves} {', '.join(forks_not_created)}")
     refused = exc.message
-    metadata = {**exc.metadata, "session_id": created[-1].session_id}
-    if len(created) > 1:
-        metadata["sessions"] = ",".join(session.session_id for session in created)
+    metadata = {**exc.metadata, "session_id": written[-1].session_id}
+    if len(written) > 1:
+        metadata["sessions"] = ",".join(session.session_id for session in written)
     if stopped is not None:
         session, reached = stopped
         metadata["next_seq"] = str(reached)
@@ -286,10 +378,10 @@ def _stopped_midway(
             metadata["seq"] = str(reached)
             if (line := session.line_of(reached)) is not None:
                 metadata["line"] = str(line)
-    them = "them" if len(created) > 1 else "it"
+    them = "them" if len(written) > 1 else "it"
     message = (
-        f"the service refused the import part way: {'; '.join(parts)}; "
-        f"delete {them} or import again with another --id. Refused: {refused}"
+        f"the service refused the import part way: {'; '.join(parts)}; once the cause is fixed, run the same "
+        f"import again to complete {them} (it appends what is missing). Refused: {refused}"
     )
     return type(exc)(exc.reason, message, **metadata)
 

@@ -904,12 +904,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Pass an id or seq of the file.
     """
     NOT_A_PI_SESSION: _ErrorReason.ValueType  # 97
-    """A Pi file does not start with a session header.
+    """A Pi file does not start with a session header, or is the output of `pi --mode json`: a
+    stream of events after the same header, not a session file.
 
     Code: INVALID_ARGUMENT
     Metadata: `line`
     Raised by: files
-    Client: Fix or regenerate the file; nothing was imported.
+    Client: Fix or regenerate the file; a stream is appended with `sessionlog ingest SESSION_ID
+      --format pi-events < FILE`. Nothing was imported.
     """
     BAD_PI_VERSION: _ErrorReason.ValueType  # 98
     """A Pi session header's version is not a positive integer.
@@ -1298,6 +1300,20 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: client
     Client: Check the address points at a sessionlog service of this client's version; do not
       retry blindly.
+    """
+    IMPORTED_SESSION_DIFFERS: _ErrorReason.ValueType  # 146
+    """`sessionlog import` found a session under the id it imports a file to (the id the file names,
+    a fork's `<id>.<leafId>`, or `--id`) holding other events than the file maps to it: neither
+    the file's events nor their beginning, which the import would complete. The file changed
+    other than by growing at the end (a Pi run the earlier import closed went on, another leaf
+    became Pi's default), the session went on past an older export, two FILEs map different
+    events to one id, or the id names an unrelated session. Nothing of any FILE was imported.
+
+    Code: ALREADY_EXISTS
+    Metadata: `session_id`, `seq` (the first that differs), `line` (the file's line there)
+    Raised by: files
+    Client: Import the file under another id (`--id`, one FILE), or leave the stored session as
+      it is; `sessionlog events SESSION_ID` shows what it holds.
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -2225,12 +2241,14 @@ Raised by: files
 Client: Pass an id or seq of the file.
 """
 NOT_A_PI_SESSION: ErrorReason.ValueType  # 97
-"""A Pi file does not start with a session header.
+"""A Pi file does not start with a session header, or is the output of `pi --mode json`: a
+stream of events after the same header, not a session file.
 
 Code: INVALID_ARGUMENT
 Metadata: `line`
 Raised by: files
-Client: Fix or regenerate the file; nothing was imported.
+Client: Fix or regenerate the file; a stream is appended with `sessionlog ingest SESSION_ID
+  --format pi-events < FILE`. Nothing was imported.
 """
 BAD_PI_VERSION: ErrorReason.ValueType  # 98
 """A Pi session header's version is not a positive integer.
@@ -2619,5 +2637,19 @@ Metadata: none
 Raised by: client
 Client: Check the address points at a sessionlog service of this client's version; do not
   retry blindly.
+"""
+IMPORTED_SESSION_DIFFERS: ErrorReason.ValueType  # 146
+"""`sessionlog import` found a session under the id it imports a file to (the id the file names,
+a fork's `<id>.<leafId>`, or `--id`) holding other events than the file maps to it: neither
+the file's events nor their beginning, which the import would complete. The file changed
+other than by growing at the end (a Pi run the earlier import closed went on, another leaf
+became Pi's default), the session went on past an older export, two FILEs map different
+events to one id, or the id names an unrelated session. Nothing of any FILE was imported.
+
+Code: ALREADY_EXISTS
+Metadata: `session_id`, `seq` (the first that differs), `line` (the file's line there)
+Raised by: files
+Client: Import the file under another id (`--id`, one FILE), or leave the stored session as
+  it is; `sessionlog events SESSION_ID` shows what it holds.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -13,6 +13,7 @@ from typing import Any
 
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.formats.jsonl import JsonlWarning
+from sessionlog.core.formats.pi.stream import STREAM_EVENT_TYPES
 
 JsonObject = dict[str, Any]
 
@@ -95,8 +96,10 @@ def is_pi_header(obj: JsonObject) -> bool:
 def parse_pi_objects(records: Iterable[tuple[int, JsonObject]], warnings: list[JsonlWarning] | None = None) -> PiFile:
     """Split numbered JSON objects into the header and the entries, checking their shape.
 
-    The first object must be a Pi header; entries need a string `type`, and from v2 on a string
-    `id` (unique in the file) and a `parentId` that is a string or null. A `message` entry needs a
+    The first object must be a Pi header, and no later one an event of a `pi --mode json` stream
+    (which starts with the same header: NOT_A_PI_SESSION, pointing at `sessionlog ingest`, where it
+    failed as an entry without an id). Entries need a string `type`, and from v2 on a string `id`
+    (unique in the file) and a `parentId` that is a string or null. A `message` entry needs a
     `message` object with a string `role`, since everything that folds messages reads it.
     """
     header: JsonObject | None = None
@@ -122,6 +125,13 @@ def parse_pi_objects(records: Iterable[tuple[int, JsonObject]], warnings: list[J
         if kind == HEADER_TYPE:
             extra.append((number, obj))
             continue
+        if kind in STREAM_EVENT_TYPES:
+            raise ValidationError(
+                "NOT_A_PI_SESSION",
+                f"line {number}: {kind} is an event of a `pi --mode json` stream, not a session file entry: "
+                "a stream is appended to a session with `sessionlog ingest SESSION_ID --format pi-events < FILE`",
+                line=number,
+            )
         _check_entry(obj, number, version, seen)
         entries.append(obj)
         lines.append(number)

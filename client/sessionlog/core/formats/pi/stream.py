@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sessionlog.core.errors import ValidationError
+from sessionlog.core.events import JsonObject
 from sessionlog.core.formats.jsonl import JsonlReader, read_chunks_numbered, read_file_numbered
-from sessionlog.core.formats.pi.entries import JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +300,10 @@ _HANDLERS = {
     "tool_execution_start": PiStreamParser._tool_start,
     "tool_execution_end": PiStreamParser._tool_end,
 }
+
+STREAM_EVENT_TYPES: frozenset[str] = frozenset(_HANDLERS)
+"""The event types of `pi --mode json` output the parser reads; none is a session file entry type,
+so a line of one after a Pi header tells a stream from a session file (`entries.parse_pi_objects`)."""
 
 
 def _str(value: Any) -> str | None:

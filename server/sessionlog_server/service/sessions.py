@@ -1,6 +1,6 @@
 """Sessions as records: create, look up (in the caller's namespace), list, count against quotas.
 
-A create asked for again (same id, cwd and metadata text: a retry after a lost answer) of a
+A create asked for again (same id, cwd and metadata: a retry after a lost answer) of a
 session nothing was written to since answers with the session it made (`_made_by_this_create`).
 """
 
@@ -47,7 +47,7 @@ class SessionDirectory:
 
         `metadata_text` is the metadata's JSON text as the client sent it (already parsed into
         `metadata`): stored and served byte for byte. Without it, `metadata` is serialised.
-        Asked for again with the same id, cwd and metadata text before anything was written to
+        Asked for again with the same id, cwd and metadata before anything was written to
         the session, it answers with the session it made; any other session under the id is
         SESSION_EXISTS, and nothing changes."""
         access.require_write("CreateSession")
@@ -116,17 +116,19 @@ class SessionDirectory:
 
 def _made_by_this_create(stored: SessionRecord, wanted: SessionRecord) -> bool:
     """True if `stored` is the session the create of `wanted` makes, as that create left it:
-    the same key (so the same namespace), cwd and metadata text, byte for byte, as the text is
-    what is stored and served; no parent (a fork is another session); and nothing written
-    since, as a create writes the row alone: no event (next_seq 0) and no lease ever granted
-    (epoch 0). A harness whose create lost its answer retries before it does anything else
-    with the session, so this answers its retry; a session that was used, by it or another
-    caller, is not told apart from another's and stays SESSION_EXISTS."""
+    the same key (so the same namespace) and cwd, and the same metadata compared as canonical
+    JSON, as a retried event's data is (`validate.check_retry`: a retry serialised again, in
+    another key order or spacing, is still a retry; the answer holds the text stored first);
+    no parent (a fork is another session); and nothing written since, as a create writes the
+    row alone: no event (next_seq 0) and no lease ever granted (epoch 0). A harness whose
+    create lost its answer retries before it does anything else with the session, so this
+    answers its retry; a session that was used, by it or another caller, cannot be told from
+    another's and stays SESSION_EXISTS."""
     return (
         stored.id == wanted.id
         and stored.parent_id is None
         and stored.cwd == wanted.cwd
-        and stored.stored_metadata == wanted.stored_metadata
+        and jsonvalue.canonical(stored.metadata) == jsonvalue.canonical(wanted.metadata)
         and stored.next_seq == 0
         and stored.epoch == 0
     )

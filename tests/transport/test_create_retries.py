@@ -10,18 +10,21 @@ session it made; anything else stays SESSION_EXISTS and changes nothing.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 import pytest
 
+from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import AlreadyExists
 from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog_server.tokens import config_line, new_token
 from tests.support.events import system, user
+from tests.support.lossy_proxy import AnswerLosingProxy
 from tests.support.servers import ServerThread
 
 METADATA = {"harness": "claude-code", "task": {"id": 7, "labels": ["a", "b"]}}
@@ -153,3 +156,28 @@ def test_a_create_asked_for_again_is_its_namespaces_session_and_passes_the_full_
             assert alice.get_session(sid).next_seq == 0
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
+def test_a_create_whose_answer_was_lost_is_sent_again(server: ServerThread, sid: str, named: bool) -> None:
+    with SessionLogClient(server.target) as direct:
+        before = {s.id for s in direct.list_sessions()}
+        with AnswerLosingProxy(server.target, "CreateSession") as proxy, SessionLogClient(proxy.target) as client:
+            made = client.create_session(sid if named else None, cwd="/w", metadata=METADATA)
+            assert proxy.calls["CreateSession"] == 2
+        if named:
+            assert made.id == sid
+        assert {s.id for s in direct.list_sessions()} - before == {made.id}  # one session, not two
+        assert direct.get_session(made.id) == made
+
+
+def test_the_asyncio_client_sends_a_lost_create_again(server: ServerThread, sid: str) -> None:
+    async def create_through(target: str) -> str:
+        async with AsyncSessionLogClient(target) as client:
+            return (await client.create_session(sid, cwd="/w", metadata=METADATA)).id
+
+    with AnswerLosingProxy(server.target, "CreateSession") as proxy:
+        assert asyncio.run(create_through(proxy.target)) == sid
+        assert proxy.calls["CreateSession"] == 2
+    with SessionLogClient(server.target) as direct:
+        assert _ids(direct, sid) == [sid]

@@ -252,7 +252,7 @@ def create_session(
 ) -> Call[convert.SessionInfo]:
     """A create is idempotent: it always names its session (a uuid when the caller gives no
     id), and the service answers a create asked for again, before anything was written to the
-    session, with the session it made (SPEC §8), so a retry after an unknown outcome cannot
+    session, with the session it made (SPEC §2), so a retry after an unknown outcome cannot
     create twice, nor mistake another's session for its own."""
     request = create_request(session_id or str(uuid.uuid4()), cwd, metadata)
     return Call("CreateSession", request, lambda r: convert.session_from_pb(r.session), idempotent=True)

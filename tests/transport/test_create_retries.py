@@ -1,4 +1,4 @@
-"""A create whose answer was lost can be asked for again (SPEC §8).
+"""A create whose answer was lost can be asked for again (SPEC §2).
 
 A harness names its session, creates it, and must survive a lost answer (a network drop, a
 service restarted mid-call). CreateSession answered a second create of the same id with

@@ -1,7 +1,7 @@
 """Sessions as records: create, look up (in the caller's namespace), list, count against quotas.
 
-A create asked for again (same id, cwd and metadata: a retry after a lost answer) of a
-session nothing was written to since answers with the session it made (`_made_by_this_create`).
+A create asked for again (same id, cwd and metadata: a retry after a lost answer) of a session
+nothing was written to since answers with the session it made (SPEC §2, `_made_by_this_create`).
 """
 
 from __future__ import annotations

@@ -144,7 +144,9 @@ class AsyncSessionLogClient(base.ClientBase):
     async def create_session(
         self, session_id: str | None = None, *, cwd: str | None = None, metadata: dict[str, Any] | None = None
     ) -> convert.SessionInfo:
-        """Create a session (ALREADY_EXISTS if the id is taken)."""
+        """Create a session, named `session_id` (a uuid when None). It is retried on
+        UNAVAILABLE: asked for again, the service answers with the session it made. Another
+        session under the id (other cwd or metadata, or written to since) is ALREADY_EXISTS."""
         return await self._run(base.create_session(session_id, cwd, metadata))
 
     async def get_session(self, session_id: str) -> convert.SessionInfo:

@@ -10,9 +10,9 @@ loop and asyncio futures. Everything else is defined here once (kurrentdbclient'
   where a broken `ReadEvents` goes on from, and `no_page`: a read that waited its timeout for a
   page;
 - `RetryPolicy`: how idempotent calls are retried on UNAVAILABLE (reads; appends, whose
-  events always carry eventIds; forks, which always name their new session), and how writers
-  back off while reconnecting; `Budget`: a
-  unary call's timeout, the budget of all its attempts;
+  events always carry eventIds; creates and forks, which always name their new session), and
+  how writers back off while reconnecting; `Budget`: a unary call's timeout, the budget of all
+  its attempts;
 - `LeaseKeeper`: a unary writer's lease, kept by heartbeats, and the loss that ends it;
 - `WriterCore`: the streaming writer's bookkeeping (batch ids, the pending batches in send
   order, acknowledgements, failure, what a reconnect re-sends, and the check that no other
@@ -250,8 +250,12 @@ def _same(response: Any) -> Any:
 def create_session(
     session_id: str | None, cwd: str | None, metadata: dict[str, Any] | None
 ) -> Call[convert.SessionInfo]:
-    request = create_request(session_id, cwd, metadata)
-    return Call("CreateSession", request, lambda r: convert.session_from_pb(r.session), idempotent=False)
+    """A create is idempotent: it always names its session (a uuid when the caller gives no
+    id), and the service answers a create asked for again, before anything was written to the
+    session, with the session it made (SPEC §2), so a retry after an unknown outcome cannot
+    create twice, nor mistake another's session for its own."""
+    request = create_request(session_id or str(uuid.uuid4()), cwd, metadata)
+    return Call("CreateSession", request, lambda r: convert.session_from_pb(r.session), idempotent=True)
 
 
 def get_session(session_id: str) -> Call[convert.SessionInfo]:

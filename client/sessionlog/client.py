@@ -15,9 +15,10 @@ not yet acknowledged. That is safe because every event carries an eventId (one i
 when the caller gives none), so the service returns the original seqs instead of appending
 twice. Ownership loss (ABORTED) is never retried: the caller must reopen.
 
-Idempotent unary calls (reads; appends, whose events always carry eventIds) are retried on
-UNAVAILABLE with backoff. What each call sends and how it is read lives in `sessionlog.base`,
-shared with the asyncio client (`sessionlog.aio`); this module only makes the calls.
+Idempotent unary calls (reads; appends, whose events always carry eventIds; creates and
+forks, which always name their new session) are retried on UNAVAILABLE with backoff. What
+each call sends and how it is read lives in `sessionlog.base`, shared with the asyncio client
+(`sessionlog.aio`); this module only makes the calls.
 """
 
 from __future__ import annotations
@@ -124,7 +125,9 @@ class SessionLogClient(base.ClientBase):
     def create_session(
         self, session_id: str | None = None, *, cwd: str | None = None, metadata: dict[str, Any] | None = None
     ) -> convert.SessionInfo:
-        """Create a session (ALREADY_EXISTS if the id is taken)."""
+        """Create a session, named `session_id` (a uuid when None). It is retried on
+        UNAVAILABLE: asked for again, the service answers with the session it made. Another
+        session under the id (other cwd or metadata, or written to since) is ALREADY_EXISTS."""
         return self._run(base.create_session(session_id, cwd, metadata))
 
     def get_session(self, session_id: str) -> convert.SessionInfo:

@@ -979,7 +979,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Use a seq below the session's `next_seq`.
     """
     SESSION_EXISTS: _ErrorReason.ValueType  # 106
-    """The session id is taken in the caller's namespace.
+    """The session id is taken in the caller's namespace by a session this call would not make:
+    a create under another cwd or metadata, or of a session written to (an event, a lease)
+    since it was created; a fork of another source or seq. (A create or fork asked for again
+    is answered with the session it made.)
 
     Code: ALREADY_EXISTS
     Metadata: `session_id`
@@ -2316,7 +2319,10 @@ Raised by: core
 Client: Use a seq below the session's `next_seq`.
 """
 SESSION_EXISTS: ErrorReason.ValueType  # 106
-"""The session id is taken in the caller's namespace.
+"""The session id is taken in the caller's namespace by a session this call would not make:
+a create under another cwd or metadata, or of a session written to (an event, a lease)
+since it was created; a fork of another source or seq. (A create or fork asked for again
+is answered with the session it made.)
 
 Code: ALREADY_EXISTS
 Metadata: `session_id`

@@ -63,7 +63,9 @@ class CreateSessionRequest(_message.Message):
     CWD_FIELD_NUMBER: _builtins.int
     METADATA_JSON_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
-    """The id to create; empty lets the service generate one."""
+    """The id to create; empty lets the service generate one (a create that names no session
+    cannot be asked for again: sessionlog's clients send a UUID of their own instead).
+    """
     cwd: _builtins.str
     """The agent's working directory, if any."""
     metadata_json: _builtins.bytes

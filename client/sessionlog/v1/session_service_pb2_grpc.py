@@ -160,7 +160,10 @@ class SessionServiceServicer:
     """
 
     def CreateSession(self, request, context):
-        """Creates a session. Fails with ALREADY_EXISTS if the id is taken.
+        """Creates a session. Asked for again with the same id, cwd and metadata (compared as
+        canonical JSON) before anything was written to the session (no event, no lease ever
+        taken), it answers with the session it made, so a create whose answer was lost can be
+        retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

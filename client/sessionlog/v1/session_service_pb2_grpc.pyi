@@ -49,7 +49,11 @@ class SessionServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> SessionServiceAsyncStub: ...
     CreateSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.CreateSessionRequest, _session_service_pb2.CreateSessionResponse]
-    """Creates a session. Fails with ALREADY_EXISTS if the id is taken."""
+    """Creates a session. Asked for again with the same id, cwd and metadata (compared as
+    canonical JSON) before anything was written to the session (no event, no lease ever
+    taken), it answers with the session it made, so a create whose answer was lost can be
+    retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS).
+    """
     GetSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.GetSessionRequest, _session_service_pb2.GetSessionResponse]
     """Gets a session by id."""
     ListSessions: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.ListSessionsRequest, _session_service_pb2.ListSessionsResponse]
@@ -124,7 +128,11 @@ class SessionServiceAsyncStub(SessionServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreateSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.CreateSessionRequest, _session_service_pb2.CreateSessionResponse]  # type: ignore[assignment]
-    """Creates a session. Fails with ALREADY_EXISTS if the id is taken."""
+    """Creates a session. Asked for again with the same id, cwd and metadata (compared as
+    canonical JSON) before anything was written to the session (no event, no lease ever
+    taken), it answers with the session it made, so a create whose answer was lost can be
+    retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS).
+    """
     GetSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.GetSessionRequest, _session_service_pb2.GetSessionResponse]  # type: ignore[assignment]
     """Gets a session by id."""
     ListSessions: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ListSessionsRequest, _session_service_pb2.ListSessionsResponse]  # type: ignore[assignment]
@@ -202,7 +210,11 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_service_pb2.CreateSessionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.CreateSessionResponse, _abc.Awaitable[_session_service_pb2.CreateSessionResponse]]:
-        """Creates a session. Fails with ALREADY_EXISTS if the id is taken."""
+        """Creates a session. Asked for again with the same id, cwd and metadata (compared as
+        canonical JSON) before anything was written to the session (no event, no lease ever
+        taken), it answers with the session it made, so a create whose answer was lost can be
+        retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS).
+        """
 
     @_abc_1.abstractmethod
     def GetSession(

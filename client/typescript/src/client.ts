@@ -9,11 +9,10 @@
  * for await (const event of client.readEvents("demo")) console.log(event.seq, event.type);
  * ```
  *
- * Idempotent calls (reads; appends, whose events always carry eventIds; forks, which always
- * name their new session) are retried on UNAVAILABLE with backoff; the others (create,
- * acquire, resume, header reports) are not, because a retry after an unknown outcome could
- * act twice. Every failure is thrown as a
- * typed `SessionLogError` (errors.ts).
+ * Idempotent calls (reads; appends, whose events always carry eventIds; creates and forks,
+ * which always name their new session) are retried on UNAVAILABLE with backoff; the others
+ * (acquire, resume, header reports) are not, because a retry after an unknown outcome could
+ * act twice. Every failure is thrown as a typed `SessionLogError` (errors.ts).
  */
 import { create } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
@@ -188,15 +187,20 @@ export class SessionLogClient {
 
   // --- sessions --------------------------------------------------------------------------
 
-  /** Create a session (ALREADY_EXISTS if the id is taken); the service generates an id if none. */
+  /**
+   * Create a session, named `sessionId` (a UUID when not given). It is retried on UNAVAILABLE:
+   * asked for again before anything was written to it, the service answers with the session it
+   * made, so a retry cannot create twice. Another session under the id (other cwd or metadata,
+   * or written to since) is ALREADY_EXISTS (SESSION_EXISTS).
+   */
   async createSession(sessionId?: string, options: { cwd?: string; metadata?: JsonObject } = {}): Promise<SessionInfo> {
     checkWellFormed(options.cwd, "UNSTORABLE_VALUE", "cwd");
     const request = {
-      sessionId: sessionId ?? "",
+      sessionId: sessionId || randomUUID(),
       cwd: options.cwd ?? "",
       metadataJson: options.metadata ? jsonObjectField(options.metadata, "metadata", "DATA_NOT_OBJECT") : new Uint8Array(),
     };
-    const response = await this.unary((callOptions) => this.rpc.createSession(request, callOptions), false);
+    const response = await this.unary((callOptions) => this.rpc.createSession(request, callOptions), true);
     return sessionFromPb(response.session);
   }
 

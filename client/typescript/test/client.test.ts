@@ -111,7 +111,7 @@ for (const backend of BACKENDS) {
     test("errors are typed, with the catalogue reason and its metadata", async () => {
       const id = sessionId();
       await client.createSession(id);
-      await assert.rejects(client.createSession(id), (e: unknown) => e instanceof AlreadyExists && e.reason === "SESSION_EXISTS");
+      await assert.rejects(client.createSession(id, { cwd: "/elsewhere" }), (e: unknown) => e instanceof AlreadyExists && e.reason === "SESSION_EXISTS");
       await assert.rejects(client.getSession(sessionId("missing")), (e: unknown) => e instanceof NotFound && e.reason === "SESSION_NOT_FOUND");
       const holder = await client.writer(id, { writerId: "first" });
       await assert.rejects(client.writer(id, { writerId: "second" }), (e: unknown) => {
@@ -220,6 +220,38 @@ for (const backend of BACKENDS) {
       const childResumed = await client.resume(fork.session.id);
       assert.equal(childResumed.lastTurn, 1, "a fork's inherited turns count");
       await client.releaseLease(childResumed.lease);
+    });
+
+    test("a create asked for again answers with the session it made; under another cwd or metadata, or once written to, it is SESSION_EXISTS", async () => {
+      const id = sessionId();
+      const made = await client.createSession(id, { cwd: "/w", metadata: { task: 7 } });
+      assert.deepEqual(await client.createSession(id, { cwd: "/w", metadata: { task: 7 } }), made);
+      const exists = (e: unknown) => e instanceof AlreadyExists && e.reason === "SESSION_EXISTS";
+      await assert.rejects(client.createSession(id, { cwd: "/w", metadata: { task: 8 } }), exists);
+      await assert.rejects(client.createSession(id, { metadata: { task: 7 } }), exists);
+      const writer = await client.writer(id);
+      await writer.append([note(1)]);
+      await writer.close();
+      await assert.rejects(client.createSession(id, { cwd: "/w", metadata: { task: 7 } }), exists);
+    });
+
+    test("a create whose answer was lost is sent again and answered with the session it made, not a second one", async () => {
+      const id = sessionId();
+      const cwd = `/work/${id}`;
+      for (const named of [true, false]) {
+        const proxy = await answerLosingProxy(env.server.target, "CreateSession");
+        const lossy = new SessionLogClient({ target: proxy.target });
+        try {
+          const made = await lossy.createSession(named ? id : undefined, { cwd, metadata: { named } });
+          if (named) assert.equal(made.id, id);
+          assert.deepEqual(await client.getSession(made.id), made);
+        } finally {
+          lossy.close();
+          await proxy.close();
+        }
+      }
+      const sessions = (await collect(client.listSessions())).filter((s) => s.cwd === cwd);
+      assert.deepEqual(sessions.map((s) => s.metadata.named).sort(), [false, true], "one session per create, not two");
     });
 
     test("a fork whose answer was lost is sent again and answered with the fork it made, not a second one", async () => {

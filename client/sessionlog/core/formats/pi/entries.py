@@ -125,7 +125,7 @@ def parse_pi_objects(records: Iterable[tuple[int, JsonObject]], warnings: list[J
         if kind == HEADER_TYPE:
             extra.append((number, obj))
             continue
-        if kind in STREAM_EVENT_TYPES:
+        if isinstance(kind, str) and kind in STREAM_EVENT_TYPES:  # any JSON value may stand here
             raise ValidationError(
                 "NOT_A_PI_SESSION",
                 f"line {number}: {kind} is an event of a `pi --mode json` stream, not a session file entry: "

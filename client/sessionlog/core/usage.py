@@ -122,3 +122,10 @@ def total_cost(costs: list[int | float]) -> float:
     for cost in costs:
         total.add(cost)
     return total.value()
+
+
+def cost_difference(cost: int | float, less: int | float) -> float:
+    """`cost - less`, exact, rounded as `CostSum.value` rounds it: what a fork's own events cost
+    is its `costUsd` less its source's at the cut (docs/repair.md#fork), and `0.3 - 0.1` in
+    floats is 0.19999999999999998, not the 0.2 a sum of the same events reports."""
+    return total_cost([cost, -less])

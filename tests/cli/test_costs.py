@@ -4,6 +4,7 @@ total that counts every shared prefix once (docs/projections.md#costs), against 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from sessionlog.client import SessionLogClient
@@ -120,3 +121,27 @@ def test_a_missing_session_or_two_selections_are_refused(server: ServerThread, s
     both = run(server, "costs", "--family", sid, "--parent", sid)
     assert (both.returncode, both.stdout) == (2, "")
     assert both.stderr == "sessionlog: error: give --family or --parent, not both\n"
+
+
+def test_a_project_or_a_time_span_selects_the_sessions(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """`--cwd` (a project: forks share their source's) and `--since`/`--until` (creation time,
+    ISO 8601, UTC unless it says otherwise) narrow the listing; a fork whose source is left out
+    still counts only its own events."""
+    first, second = _family(client, sid)
+    project = _costs(server, "--cwd", "/work/project", "--family", sid)
+    assert [row["id"] for row in project["sessions"]] == [sid, first, second]
+    assert _costs(server, "--cwd", "/work/elsewhere", "--family", sid) == {
+        "sessions": [],
+        "total": dict.fromkeys(project["total"], 0),
+    }
+    created = datetime.fromtimestamp(client.get_session(first).create_time / 1000, UTC)
+    later = _costs(server, "--family", sid, "--since", created.isoformat())
+    assert [row["id"] for row in later["sessions"]] == [first, second]
+    assert later["total"]["costUsd"] == 0.63
+    earlier = _costs(server, "--family", sid, "--until", created.replace(tzinfo=None).isoformat())
+    assert [row["id"] for row in earlier["sessions"]] == [sid]
+    bad = run(server, "costs", "--since", "last week")
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr.startswith("sessionlog: error: --since: 'last week' is no ISO 8601 date or time")

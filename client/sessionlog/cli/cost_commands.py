@@ -9,7 +9,8 @@ is made is reported as listed; a fork's source's stats are read at the fork's cu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,6 +26,9 @@ if TYPE_CHECKING:  # imported where a client is made (`common.connect`)
 
 LOWER_BOUND = "≥"
 """Marks a cost in the table that leaves out the cost of unpriced events (`unpricedEvents`)."""
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class CostFormat(StrEnum):
@@ -44,18 +48,27 @@ def costs(
     family: Annotated[
         str | None, typer.Option("--family", help="This session and its forks, forks of forks included.")
     ] = None,
+    cwd: Annotated[str | None, typer.Option("--cwd", help="Only sessions of this working directory.")] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only sessions created at or after this ISO 8601 time (UTC if bare).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Only sessions created before this ISO 8601 time (UTC if bare).")
+    ] = None,
     fmt: Annotated[CostFormat, typer.Option("--format", help="json: one object; table: plain text.")] = (
         CostFormat.json
     ),
 ) -> None:
     """Print what sessions cost: one row per session (every session, the forks of --parent, or
-    the --family of a session), a fork's own figures apart from the prefix it inherits, and a
-    total that counts every shared prefix once. `unpricedEvents` not 0: the cost leaves out that
-    many events' usage, which had no price."""
+    the --family of a session; narrowed by --cwd, --since, --until), a fork's own figures apart
+    from the prefix it inherits, and a total that counts every shared prefix once.
+    `unpricedEvents` not 0: the cost leaves out that many events' usage, which had no price."""
     if parent is not None and family is not None:
         raise fail("give --family or --parent, not both", code=2)
+    created = _CreatedBetween(_epoch_ms("--since", since), _epoch_ms("--until", until))
     with connect() as client:
-        sessions = _family(client, family) if family is not None else client.list_sessions(parent_session_id=parent)
+        listed = _family(client, family) if family is not None else client.list_sessions(parent_session_id=parent)
+        sessions = (s for s in listed if (cwd is None or s.cwd == cwd) and created.holds(s.create_time))
         try:
             rows = _rows(client, sessions)
         except ValueError as exc:  # stats without a figure the report needs
@@ -76,7 +89,34 @@ def _family(client: SessionLogClient, root_id: str) -> Iterator[SessionInfo]:
         pending.extend(reversed(list(client.list_sessions(parent_session_id=session.id))))
 
 
-def _rows(client: SessionLogClient, sessions: Iterator[SessionInfo]) -> list[SessionCost]:
+class _CreatedBetween:
+    """Creation times from `since` (inclusive) to `until` (exclusive), epoch ms; None: unbounded."""
+
+    def __init__(self, since: int | None, until: int | None) -> None:
+        self.since = since
+        self.until = until
+
+    def holds(self, create_time: int) -> bool:
+        return (self.since is None or create_time >= self.since) and (self.until is None or create_time < self.until)
+
+
+def _epoch_ms(option: str, text: str | None) -> int | None:
+    """An ISO 8601 date or time as epoch ms (UTC when it names no offset); a usage mistake if
+    it is none."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise fail(
+            f"{option}: {text!r} is no ISO 8601 date or time (e.g. 2025-09-01 or 2025-09-01T12:00+02:00)", code=2
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - EPOCH) // timedelta(milliseconds=1)  # exact: a float timestamp can lose the last ms
+
+
+def _rows(client: SessionLogClient, sessions: Iterable[SessionInfo]) -> list[SessionCost]:
     """One row per session: its stats as listed and, for a fork, its source's at the cut (read
     once per source and cut, however many forks share them)."""
     inherited: dict[tuple[str, int], dict[str, Any]] = {}

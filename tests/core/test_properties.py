@@ -43,14 +43,9 @@ END_KINDS = ["completed", "aborted", "blocked", "error", "max-tokens"]
 
 
 def usage(n: int) -> dict[str, Any]:
-    return {
-        "input": n,
-        "output": n % 7,
-        "cacheRead": n % 5,
-        "cacheWrite": n % 3,
-        "totalTokens": n + n % 7,
-        "cost": {"input": n / 1000, "total": n / 997},
-    }
+    """Usage with `n` input tokens; one in eleven has no price (a model the harness has no pricing for)."""
+    tokens = {"input": n, "output": n % 7, "cacheRead": n % 5, "cacheWrite": n % 3, "totalTokens": n + n % 7}
+    return tokens if n % 11 == 4 else {**tokens, "cost": {"input": n / 1000, "total": n / 997}}
 
 
 # ------------------------------------------------------------------ the simulated harness
@@ -370,6 +365,7 @@ def naive_stats(events: list[Event]) -> dict[str, Any]:
     model = provider = thinking = None
     tokens = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}
     costs: list[float] = []
+    unpriced = 0
     for e in events:
         d = e.data
         if e.type == "request/context":
@@ -390,7 +386,10 @@ def naive_stats(events: list[Event]) -> dict[str, Any]:
         if u:
             for k in tokens:
                 tokens[k] += u.get(k, 0)
-            costs.append(u["cost"]["total"])
+            if "cost" in u:
+                costs.append(u["cost"]["total"])
+            else:
+                unpriced += 1
     fresh = [e for e in events if not restated(e)]
     return {
         "events": len(events),
@@ -421,6 +420,7 @@ def naive_stats(events: list[Event]) -> dict[str, Any]:
         "cacheReadTokens": tokens["cacheRead"],
         "cacheWriteTokens": tokens["cacheWrite"],
         "costUsd": round(math.fsum(costs), 12),
+        "unpricedEvents": unpriced,
     }
 
 

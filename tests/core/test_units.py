@@ -426,8 +426,9 @@ def test_stats_sources() -> None:
     assert list(s) == [
         "events", "model", "provider", "thinkingLevel", "messages", "turns", "modelCalls", "steps", "toolCalls",
         "toolErrors", "compactions", "replaces", "inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens",
-        "costUsd",
+        "costUsd", "unpricedEvents",
     ]  # fmt: skip
+    assert s["unpricedEvents"] == 2  # the message's and the attempt's usage name no cost
 
 
 def test_replay_trusting_equals_validating() -> None:

@@ -14,7 +14,7 @@ from sessionlog.core import jsonvalue
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.projections.stats import stats
 from sessionlog.core.snapshot import decode_snapshot, encode_snapshot
-from sessionlog.core.usage import USAGE_LIMIT, CostSum, number, total_cost, usage_cost
+from sessionlog.core.usage import USAGE_LIMIT, CostSum, number, total_cost, usage_cost, usage_price
 from tests.core.builders import Log
 
 COSTS = st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False) | st.integers(-(10**9), 10**9))
@@ -89,3 +89,29 @@ def test_usage_past_the_limit_leaves_stats_and_snapshots_writable(inputs: tuple[
     restored = SessionFold.from_snapshot(decode_snapshot(encode_snapshot(log.fold.snapshot())))
     assert restored.stats() == s == stats(log.events)
     assert SessionFold.replay(log.events, validate=False).stats() == s
+
+
+def test_usage_price_is_none_when_the_usage_names_no_cost() -> None:
+    assert usage_price({"input": 9, "cost": {"total": 0}}) == 0  # a free model is priced, at 0
+    assert usage_price({"cost": {"total": "n/a", "output": 0.5}}) == 0.5  # a total that is no number: the parts
+    assert usage_price({"input": 9}) is None
+    assert usage_price({"input": 9, "cost": "unknown"}) is None
+    assert usage_price({"input": 9, "cost": {"total": None, "input": True}}) is None
+    assert usage_price({"input": 9, "cost": {"total": 1e308}}) is None  # past the limit: no price that counts
+    assert usage_cost({"input": 9}) == 0  # what `costUsd` adds for it
+
+
+def test_stats_count_the_events_whose_usage_has_tokens_but_no_price() -> None:
+    """A harness with no pricing for its model logs usage without a cost: it added 0 to `costUsd`,
+    and the stats could not tell that from a free model. `unpricedEvents` counts such events (with
+    tokens: a usage of none cost nothing), in the fold, its snapshots and the reference alike."""
+    log = Log()
+    log.head()
+    log.add("pi/usage", {"usage": {"input": 100, "output": 10}}, ignorable=True)  # no pricing for the model
+    log.add("pi/usage", {"usage": {"input": 7, "cost": {"total": 0}}}, ignorable=True)  # a free model
+    log.add("pi/usage", {"usage": {"input": 3, "cost": {"total": 0.25}}}, ignorable=True)
+    log.add("pi/usage", {"usage": {"input": 0, "output": 0}}, ignorable=True)  # no tokens: nothing to price
+    s = log.fold.stats()
+    assert (s["inputTokens"], s["costUsd"], s["unpricedEvents"]) == (110, 0.25, 1)
+    restored = SessionFold.from_snapshot(decode_snapshot(encode_snapshot(log.fold.snapshot())))
+    assert restored.stats() == s == stats(log.events)

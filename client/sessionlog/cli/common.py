@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,6 +50,22 @@ def write_stdout(chunks: Iterable[bytes]) -> None:
         else:  # a stream with no bytes below it (a test's capture): it encodes
             sys.stdout.write(chunk.decode("utf-8"))
     sys.stdout.flush()
+
+
+def table_cell(key: str, value: Any) -> str:
+    """A figure as a plain-text table shows it (`replay`, `costs`): `-` for none, a `...Usd`
+    cost to six decimals, anything else as is."""
+    if value is None:
+        return "-"
+    if key.endswith("Usd") and isinstance(value, (int, float)):
+        return f"{value:.6f}"
+    return str(value)
+
+
+def printable(text: str) -> str:
+    """`text` with control characters (an escape sequence in a model name) as `\\uXXXX`, so a
+    value cannot drive the terminal it is printed on."""
+    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) == "Cc" else c for c in text)
 
 
 def stdout_closed() -> None:

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from sessionlog.cli import (
+    cost_commands,
     lifecycle_commands,
     offline,
     otlp_commands,
@@ -50,6 +51,7 @@ def options(
 server_commands.register(app)
 session_commands.register(app)
 projection_commands.register(app)
+cost_commands.register(app)
 lifecycle_commands.register(app)
 transfer_commands.register(app)
 offline.register(app)

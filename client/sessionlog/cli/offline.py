@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-import unicodedata
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from sessionlog.cli.common import describe, fail, write_stdout
+from sessionlog.cli.common import describe, fail, printable, table_cell, write_stdout
 from sessionlog.cli.progress import progress
 from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.formats.jsonl import JsonlReader
@@ -62,14 +61,6 @@ def _stderr() -> Console:
 def render(value: Any) -> str:
     """A metric value as JSON text (null, numbers, quoted strings)."""
     return dumps(value)
-
-
-def _cell(key: str, value: Any) -> str:
-    if value is None:
-        return "-"
-    if key.endswith("Usd") and isinstance(value, (int, float)):
-        return f"{value:.6f}"
-    return str(value)
 
 
 # --- replay --------------------------------------------------------------------------------
@@ -124,15 +115,9 @@ def _print_table(result: Replay) -> None:
     """One `label  value` line per metric, labels padded to one column. Plain text, never cut
     to a width: a rich table fitted a pipe's 80 columns and cut a long model name with `…`,
     which a script reading the value got as the value."""
-    rows = [(LABELS[key], _cell(key, value)) for key, value in result.table_metrics().items()]
+    rows = [(LABELS[key], table_cell(key, value)) for key, value in result.table_metrics().items()]
     width = max(len(label) for label, _ in rows)
-    write_stdout(f"{label:<{width}}  {_printable(value)}\n".encode() for label, value in rows)
-
-
-def _printable(text: str) -> str:
-    """`text` with control characters (an escape sequence in a model name) as `\\uXXXX`, so a
-    value cannot drive the terminal it is printed on."""
-    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) == "Cc" else c for c in text)
+    write_stdout(f"{label:<{width}}  {printable(value)}\n".encode() for label, value in rows)
 
 
 def _print_check(recorded: dict[str, Any], changes: list[Change]) -> None:

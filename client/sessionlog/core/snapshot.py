@@ -29,7 +29,7 @@ from sessionlog.core.surface import SurfaceNode
 from sessionlog.core.tool_calls import ToolCallState
 from sessionlog.core.vocabulary import ASSISTANT_MESSAGE, SYSTEM_MESSAGE, TOOL_RESULT, USER_MESSAGE
 
-FOLD_VERSION = 10
+FOLD_VERSION = 11
 """The version of the fold code a snapshot was written by. Bump it whenever what the fold
 computes from a log changes (a new field, a changed rule): older snapshots are then ignored.
 2: stats count model calls and keep the cost as an exact sum (`usage.CostSum` partials).
@@ -56,7 +56,8 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
 10: a replace restates a call only if it cites a node that carried the call's block, as a copy
    does, or (as a copy now may too) the replace that dropped it (`structure._restates`), where
    it put back a dropped call of any id its message carried: a trim of step 1's message keeping
-   its call a revived step 2's dropped a."""
+   its call a revived step 2's dropped a.
+11: stats count the events whose usage has tokens but no price (`unpricedEvents`)."""
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}

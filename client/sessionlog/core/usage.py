@@ -39,15 +39,36 @@ def number(value: Any) -> int | float:
     return value if -USAGE_LIMIT <= value <= USAGE_LIMIT else 0
 
 
-def usage_cost(usage: JsonObject) -> int | float:
-    """`cost.total`, else the sum of the cost parts (0 without a cost object)."""
+def usage_price(usage: JsonObject) -> int | float | None:
+    """`cost.total`, else the sum of the cost parts; None when the usage names no cost that
+    counts (no cost object, no number in it, a total past `USAGE_LIMIT`): the harness had no
+    pricing for its model, which a cost of 0 (a free model) is not."""
     cost = usage.get("cost")
     if not isinstance(cost, dict):
-        return 0
+        return None
     total = cost.get("total")
-    if isinstance(total, (int, float)) and not isinstance(total, bool):
-        return number(total)
-    return sum(number(cost.get(key)) for key in TOKEN_KEYS)
+    if _is_number(total):
+        return total if number(total) == total else None
+    parts = [cost.get(key) for key in TOKEN_KEYS if _is_number(cost.get(key))]
+    if not any(number(part) == part for part in parts):
+        return None
+    return sum(number(part) for part in parts)
+
+
+def usage_cost(usage: JsonObject) -> int | float:
+    """What the usage adds to a cost: its price (`usage_price`), 0 when it has none."""
+    price = usage_price(usage)
+    return 0 if price is None else price
+
+
+def is_unpriced(usage: JsonObject) -> bool:
+    """Tokens with no price (`usage_price` None): a cost that is not known, not a cost of 0. A
+    usage of no tokens cost nothing, priced or not."""
+    return usage_price(usage) is None and usage_total_tokens(usage) != 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def usage_total_tokens(usage: JsonObject) -> int | float:
@@ -101,3 +122,10 @@ def total_cost(costs: list[int | float]) -> float:
     for cost in costs:
         total.add(cost)
     return total.value()
+
+
+def cost_difference(cost: int | float, less: int | float) -> float:
+    """`cost - less`, exact, rounded as `CostSum.value` rounds it: what a fork's own events cost
+    is its `costUsd` less its source's at the cut (docs/repair.md#fork), and `0.3 - 0.1` in
+    floats is 0.19999999999999998, not the 0.2 a sum of the same events reports."""
+    return total_cost([cost, -less])

@@ -264,6 +264,8 @@ export interface Stats {
   cacheReadTokens: number;
   cacheWriteTokens: number;
   costUsd: number;
+  /** Events whose usage has tokens but no cost (no pricing for the model): `costUsd` leaves them out. */
+  unpricedEvents: number;
   [key: string]: JsonValue;
 }
 

@@ -156,6 +156,8 @@ for (const backend of BACKENDS) {
       assert.equal(stats.inputTokens, 30);
       assert.equal(stats.outputTokens, 12);
       assert.equal(stats.toolCalls, 1);
+      assert.equal(stats.costUsd, 0.006);
+      assert.equal(stats.unpricedEvents, 0, "every usage carried a price");
       const surface = await client.surface(id);
       assert.equal(surface.nodes.length, 5);
       assert.deepEqual(await client.modelHistory(id, { pageSize: 2 }), history, "pages add up to the whole history");

@@ -11,6 +11,9 @@ Choices, each recomputable if it proves wrong (SPEC §1.6):
   *copies* (`data.source.kind == "copy"`): they restate another event's data, and counting them
   would bill the same call twice. Usage is read and cost summed by `sessionlog.core.usage`
   (the rule the Pi and export replays use too): exact sums, reported to 12 decimals.
+- **unpricedEvents**: events whose usage has tokens but no cost (`usage.is_unpriced`: the
+  harness had no pricing for the model). `costUsd` leaves them out, so it is a lower bound
+  whenever this is not 0; a cost of 0 (a free model) is a price and is not counted here.
 - **model / provider**: the latest by seq of `request/context` `{provider, model}`, a
   `request/header`'s `config.{provider, model}`, an appended assistant message's
   `message.{provider, model}`, and Pi's ignorable `pi/model_change {provider, modelId}`.
@@ -47,7 +50,7 @@ from sessionlog.core.messages import (
     source_kind,
 )
 from sessionlog.core.projections.model_history import model_history
-from sessionlog.core.usage import CostSum, number, usage_cost
+from sessionlog.core.usage import CostSum, is_unpriced, number, usage_cost
 from sessionlog.core.vocabulary import (
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
@@ -80,6 +83,7 @@ STATS_KEYS: tuple[str, ...] = (
     "cacheReadTokens",
     "cacheWriteTokens",
     "costUsd",
+    "unpricedEvents",
 )
 """The stats read model's keys, in order: the name of each figure in every output that shows
 it (`replay --json`, the session page's data), a figure of another meaning never reusing one."""
@@ -151,6 +155,9 @@ class StatsAccumulator:
     cache_write_tokens: int | float = 0
     cost_partials: list[float] = field(default_factory=list)
     """The exact running cost (`usage.CostSum`'s partials: plain data, so snapshots store it)."""
+    unpriced_events: int = 0
+    """Events whose usage has tokens but no price (`usage.is_unpriced`): their cost is unknown,
+    not 0, and `costUsd` leaves it out."""
 
     def copy(self) -> StatsAccumulator:
         """A snapshot to restore on rollback (sums restored exactly, never subtracted)."""
@@ -171,6 +178,7 @@ class StatsAccumulator:
             self.cache_read_tokens,
             self.cache_write_tokens,
             list(self.cost_partials),
+            self.unpriced_events,
         )
 
     def add(self, event: Event) -> None:
@@ -240,6 +248,8 @@ class StatsAccumulator:
         self.cache_read_tokens += number(usage.get("cacheRead"))
         self.cache_write_tokens += number(usage.get("cacheWrite"))
         CostSum(self.cost_partials).add(usage_cost(usage))
+        if is_unpriced(usage):
+            self.unpriced_events += 1
 
     def cost_usd(self) -> float:
         """The cost so far, as every output reports it (exact sum, 12 decimals)."""
@@ -265,6 +275,7 @@ class StatsAccumulator:
             "cacheReadTokens": self.cache_read_tokens,
             "cacheWriteTokens": self.cache_write_tokens,
             "costUsd": self.cost_usd(),
+            "unpricedEvents": self.unpriced_events,
         }
 
 

@@ -1,0 +1,164 @@
+"""`sessionlog costs`: what sessions cost, each fork's own part apart from the prefix it
+inherits, and a total that counts every shared prefix once (`core.costs`,
+docs/projections.md#costs).
+
+Only the client's public calls: ListSessions (every page of it) finds the sessions; each one's
+stats are read at the last seq the listing showed, so a session that goes on while the report
+is made is reported as listed; a fork's source's stats are read at the fork's cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from sessionlog.cli.common import connect, fail, print_json, printable, table_cell, write_stdout
+from sessionlog.core.costs import COST_KEYS, SessionCost, cost_report, total_figures
+from sessionlog.core.projections.stats import figure_label
+
+if TYPE_CHECKING:  # imported where a client is made (`common.connect`)
+    from sessionlog.client import SessionLogClient
+    from sessionlog.convert import SessionInfo
+
+LOWER_BOUND = "≥"
+"""Marks a cost in the table that leaves out the cost of unpriced events (`unpricedEvents`)."""
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class CostFormat(StrEnum):
+    json = "json"
+    table = "table"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `costs` command to `app`."""
+    app.command("costs")(costs)
+
+
+def costs(
+    parent: Annotated[
+        str | None, typer.Option("--parent", help="Only the direct forks of this session (as `sessions --parent`).")
+    ] = None,
+    family: Annotated[
+        str | None, typer.Option("--family", help="This session and its forks, forks of forks included.")
+    ] = None,
+    cwd: Annotated[str | None, typer.Option("--cwd", help="Only sessions of this working directory.")] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only sessions created at or after this ISO 8601 time (UTC if bare).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Only sessions created before this ISO 8601 time (UTC if bare).")
+    ] = None,
+    fmt: Annotated[CostFormat, typer.Option("--format", help="json: one object; table: plain text.")] = (
+        CostFormat.json
+    ),
+) -> None:
+    """Print what sessions cost: one row per session (every session, the forks of --parent, or
+    the --family of a session; narrowed by --cwd, --since, --until), a fork's own figures apart
+    from the prefix it inherits, and a total that counts every shared prefix once.
+    `unpricedEvents` not 0: the cost leaves out that many events' usage, which had no price."""
+    if parent is not None and family is not None:
+        raise fail("give --family or --parent, not both", code=2)
+    created = _CreatedBetween(_epoch_ms("--since", since), _epoch_ms("--until", until))
+    with connect() as client:
+        listed = _family(client, family) if family is not None else client.list_sessions(parent_session_id=parent)
+        sessions = (s for s in listed if (cwd is None or s.cwd == cwd) and created.holds(s.create_time))
+        try:
+            rows = _rows(client, sessions)
+        except ValueError as exc:  # stats without a figure the report needs
+            raise fail(str(exc)) from None
+    if fmt is CostFormat.json:
+        print_json(cost_report(rows))
+    else:
+        _print_table(rows)
+
+
+def _family(client: SessionLogClient, root_id: str) -> Iterator[SessionInfo]:
+    """`root_id`, then each of its forks followed by the forks of that fork (depth first, each
+    level in listing order: a fork's row comes after its source's)."""
+    pending = [client.get_session(root_id)]
+    while pending:
+        session = pending.pop()
+        yield session
+        pending.extend(reversed(list(client.list_sessions(parent_session_id=session.id))))
+
+
+class _CreatedBetween:
+    """Creation times from `since` (inclusive) to `until` (exclusive), epoch ms; None: unbounded."""
+
+    def __init__(self, since: int | None, until: int | None) -> None:
+        self.since = since
+        self.until = until
+
+    def holds(self, create_time: int) -> bool:
+        return (self.since is None or create_time >= self.since) and (self.until is None or create_time < self.until)
+
+
+def _epoch_ms(option: str, text: str | None) -> int | None:
+    """An ISO 8601 date or time as epoch ms (UTC when it names no offset); a usage mistake if
+    it is none."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise fail(
+            f"{option}: {text!r} is no ISO 8601 date or time (e.g. 2025-09-01 or 2025-09-01T12:00+02:00)", code=2
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - EPOCH) // timedelta(milliseconds=1)  # exact: a float timestamp can lose the last ms
+
+
+def _rows(client: SessionLogClient, sessions: Iterable[SessionInfo]) -> list[SessionCost]:
+    """One row per session: its stats as listed and, for a fork, its source's at the cut (read
+    once per source and cut, however many forks share them)."""
+    inherited: dict[tuple[str, int], dict[str, Any]] = {}
+    rows = []
+    for session in sessions:
+        at_seq = session.next_seq - 1 if session.next_seq > 0 else None
+        stats = client.stats(session.id, at_seq=at_seq)
+        source = None
+        if session.parent_session_id is not None and session.fork_seq is not None:
+            cut = (session.parent_session_id, session.fork_seq)
+            if cut not in inherited:
+                inherited[cut] = client.stats(cut[0], at_seq=cut[1])
+            source = inherited[cut]
+        rows.append(SessionCost.of(session.id, session.parent_session_id, session.fork_seq, stats, source, at_seq))
+    return rows
+
+
+def _print_table(rows: list[SessionCost]) -> None:
+    """One line per session and a `total` line, columns padded: the session's route, events and
+    cost, then its own figures (`own ...`, labelled as stats label them). A cost that leaves out
+    unpriced events reads `≥COST`. Plain text, never cut to a width (as `replay`'s table)."""
+    header = ["session", "parent", "fork seq", "model", figure_label("events"), figure_label("costUsd")]
+    header += [f"own {figure_label(key)}" for key in COST_KEYS]
+    lines = [header]
+    for row in rows:
+        route = [row.session_id, row.parent_session_id, row.fork_seq, row.model]
+        whole = [table_cell("events", row.stats["events"]), _cost(row.stats)]
+        lines.append([printable(table_cell("", value)) for value in route] + whole + _own(row.own))
+    lines.append(["total", "-", "-", "-", "-", "-", *_own(total_figures(rows))])
+    widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
+    write_stdout(_padded(line, widths).encode() for line in lines)
+
+
+def _padded(cells: list[str], widths: list[int]) -> str:
+    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip() + "\n"
+
+
+def _own(figures: dict[str, int | float]) -> list[str]:
+    return [_cost(figures) if key == "costUsd" else table_cell(key, figures[key]) for key in COST_KEYS]
+
+
+def _cost(figures: dict[str, int | float]) -> str:
+    """`costUsd` as the table shows it, marked as a lower bound when unpriced events are left out."""
+    cost = table_cell("costUsd", figures["costUsd"])
+    return f"{LOWER_BOUND}{cost}" if figures["unpricedEvents"] else cost

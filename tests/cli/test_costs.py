@@ -1,0 +1,147 @@
+"""`sessionlog costs`: what sessions cost, each fork's own part apart from what it inherits, and a
+total that counts every shared prefix once (docs/projections.md#costs), against a real server."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from sessionlog.client import SessionLogClient
+from sessionlog.core.projections.stats import usage_of
+from sessionlog.core.usage import total_cost, usage_cost
+from tests.cli.test_cli import run
+from tests.support.events import assistant, step_end, step_start, system, turn_end, turn_start, user
+from tests.support.servers import ServerThread
+
+
+def _usage(cost: float | None) -> dict[str, Any]:
+    """A model call's usage; None: no pricing for its model (no cost object)."""
+    usage: dict[str, Any] = {"input": 100, "output": 10, "cacheRead": 50, "cacheWrite": 5, "totalTokens": 165}
+    return usage if cost is None else {**usage, "cost": {"total": cost}}
+
+
+def _turn(turn: int, *costs: float | None) -> list[dict[str, Any]]:
+    """One turn of one step per model call, each call with the usage of its cost."""
+    events = [user(f"turn {turn}"), turn_start(turn)]
+    for step, cost in enumerate(costs, start=1):
+        events += [step_start(turn, step), assistant(turn, step, "done", usage=_usage(cost)), step_end(turn, step)]
+    return [*events, turn_end(turn)]
+
+
+def _append(client: SessionLogClient, session_id: str, events: list[dict[str, Any]]) -> int:
+    """Append `events`; the session's last seq after them."""
+    with client.writer(session_id) as writer:
+        writer.append(events).result()
+    return client.get_session(session_id).next_seq - 1
+
+
+def _family(client: SessionLogClient, sid: str) -> tuple[str, str]:
+    """A parent, a fork of it and a fork of that fork, each going on with calls of its own (the
+    last one with a call of a model that has no pricing); the forks' ids."""
+    client.create_session(sid, cwd="/work/project")
+    cut = _append(client, sid, [system("s"), *_turn(1, 0.1)])
+    first = client.fork(sid, cut, f"{sid}-a").id
+    _append(client, sid, _turn(2, 1.0))  # the parent goes on after the fork
+    cut = _append(client, first, _turn(2, 0.2, 0.03))
+    second = client.fork(first, cut, f"{sid}-a-b").id
+    _append(client, second, [*_turn(3, 0.4), *_turn(4, None)])
+    return first, second
+
+
+def _costs(server: ServerThread, *args: str) -> dict[str, Any]:
+    done = run(server, "costs", *args)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def test_a_family_costs_each_event_once(server: ServerThread, client: SessionLogClient, sid: str) -> None:
+    """Adding the stats of a session and its forks counted each inherited prefix again (the
+    parent's first turn three times here); the report's rows give each fork's own part, and its
+    total is what the distinct events cost."""
+    first, second = _family(client, sid)
+    report = _costs(server, "--family", sid)
+    rows = {row["id"]: row for row in report["sessions"]}
+    assert list(rows) == [sid, first, second]
+    assert rows[first]["parent"]["sessionId"] == sid and rows[second]["parent"]["sessionId"] == first
+    assert [rows[s]["own"]["costUsd"] for s in rows] == [1.1, 0.23, 0.4]
+    assert [rows[s]["stats"]["costUsd"] for s in rows] == [client.stats(s)["costUsd"] for s in rows]
+    assert rows[second]["own"]["modelCalls"] == 2 and rows[second]["own"]["inputTokens"] == 200
+    assert [rows[s]["own"]["unpricedEvents"] for s in rows] == [0, 0, 1]  # kept visible, not a silent 0
+
+    distinct = [e for e in client.read_events(sid)]
+    for fork in (first, second):
+        fork_seq = rows[fork]["parent"]["forkSeq"]
+        distinct += [e for e in client.read_events(fork) if e.seq > fork_seq]
+    usages = [usage for usage in map(usage_of, distinct) if usage is not None]
+    total = report["total"]
+    assert total["costUsd"] == total_cost([usage_cost(usage) for usage in usages]) == 1.73
+    assert total["events"] == len(distinct) and total["modelCalls"] == len(usages) == 6
+    assert total["inputTokens"] == 100 * len(usages) and total["unpricedEvents"] == 1
+    assert total_cost([row["stats"]["costUsd"] for row in rows.values()]) > total["costUsd"]
+
+
+def test_direct_forks_cost_only_their_own_events(server: ServerThread, client: SessionLogClient, sid: str) -> None:
+    first, _ = _family(client, sid)
+    report = _costs(server, "--parent", sid)
+    assert [row["id"] for row in report["sessions"]] == [first]
+    assert report["total"] == report["sessions"][0]["own"] and report["total"]["costUsd"] == 0.23
+
+
+def test_the_table_marks_a_cost_that_leaves_unpriced_calls_out(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    _, second = _family(client, sid)
+    done = run(server, "costs", "--family", sid, "--format", "table")
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    header, *rows, total = done.stdout.splitlines()
+    assert header.split()[:3] == ["session", "parent", "fork"]
+    assert [row.split()[0] for row in rows] == [sid, f"{sid}-a", second]
+    assert total.split()[0] == "total" and "≥1.730000" in total.split()
+    assert "≥0.400000" in rows[2].split() and "≥" not in rows[0] + rows[1]
+
+
+def test_many_forks_are_paged_through_and_their_prefix_counted_once(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """More forks than a page of ListSessions holds (100)."""
+    client.create_session(sid)
+    cut = _append(client, sid, [system("s"), *_turn(1, 0.5)])
+    forks = [client.fork(sid, cut, f"{sid}-{n:03}").id for n in range(101)]
+    report = _costs(server, "--family", sid)
+    assert [row["id"] for row in report["sessions"]] == [sid, *forks]
+    assert report["total"]["costUsd"] == 0.5 and report["total"]["modelCalls"] == 1
+
+
+def test_a_missing_session_or_two_selections_are_refused(server: ServerThread, sid: str) -> None:
+    missing = run(server, "costs", "--family", "no-such-" + sid)
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr.startswith(f"sessionlog: error: SESSION_NOT_FOUND: session 'no-such-{sid}'")
+    both = run(server, "costs", "--family", sid, "--parent", sid)
+    assert (both.returncode, both.stdout) == (2, "")
+    assert both.stderr == "sessionlog: error: give --family or --parent, not both\n"
+
+
+def test_a_project_or_a_time_span_selects_the_sessions(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """`--cwd` (a project: forks share their source's) and `--since`/`--until` (creation time,
+    ISO 8601, UTC unless it says otherwise) narrow the listing; a fork whose source is left out
+    still counts only its own events."""
+    first, second = _family(client, sid)
+    project = _costs(server, "--cwd", "/work/project", "--family", sid)
+    assert [row["id"] for row in project["sessions"]] == [sid, first, second]
+    assert _costs(server, "--cwd", "/work/elsewhere", "--family", sid) == {
+        "sessions": [],
+        "total": dict.fromkeys(project["total"], 0),
+    }
+    created = datetime.fromtimestamp(client.get_session(first).create_time / 1000, UTC)
+    later = _costs(server, "--family", sid, "--since", created.isoformat())
+    assert [row["id"] for row in later["sessions"]] == [first, second]
+    assert later["total"]["costUsd"] == 0.63
+    earlier = _costs(server, "--family", sid, "--until", created.replace(tzinfo=None).isoformat())
+    assert [row["id"] for row in earlier["sessions"]] == [sid]
+    bad = run(server, "costs", "--since", "last week")
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr.startswith("sessionlog: error: --since: 'last week' is no ISO 8601 date or time")

@@ -14,7 +14,9 @@ One trace per session, built from `timeline()` so the figures are the page's fig
 
 Span times: a request starts at the event before its response (its prefix was complete then)
 and ends at the response; a tool call runs from its `tool/call` (else the assistant message)
-to its result. An open turn or pending call ends at the last event.
+to its result, or to the `step/end` that left it without one (unanswered: it ran past its turn
+to the end of the log before, and a follower, which sends it when its turn ends, gave it another
+end than the export). An open turn or pending call ends at the last event.
 
 Ids are derived, so a re-export is byte-identical: the trace id is the first 16 bytes of
 sha256("sessionlog/trace\\0" + session id); a span id the first 8 bytes of
@@ -41,6 +43,7 @@ from sessionlog.core.messages import message_of
 from sessionlog.core.projections.stats import usage_of
 from sessionlog.core.projections.timeline import TimelineFold, usage_view
 from sessionlog.core.surface import surface_messages
+from sessionlog.core.vocabulary import STEP_END
 
 SCOPE_NAME = "sessionlog"
 RESOURCE: dict[str, Any] = {"service.name": "sessionlog"}
@@ -164,6 +167,9 @@ class OtlpFold:
         self.fold = TimelineFold()
         self.inputs: dict[int, list[JsonObject]] = {}
         self.root = span_id(session_id, "session", 0)
+        self.step_ends: dict[tuple[int, int], int] = {}
+        """The seq of the `step/end` that closed each step (by `(turn, step)`): where a call its
+        step ended without a result ends."""
 
     @property
     def events(self) -> list[Event]:
@@ -178,6 +184,10 @@ class OtlpFold:
         if self.content and usage_of(event) is not None:
             # The request's messages: the surface of the prefix before the response.
             self.inputs[event.seq] = surface_messages(self.fold.surface.nodes, self.fold.event_at)
+        if event.type == STEP_END:
+            step = (event.data.get("turn"), event.data.get("step"))
+            if step in self.fold.open_steps:
+                self.step_ends[step] = event.seq
         self.fold.add(event)
 
     def common(self, operation: str) -> dict[str, Any]:
@@ -315,8 +325,16 @@ class OtlpFold:
             out["status"] = {"code": STATUS_ERROR, "message": attrs["error.type"]}
         return out
 
+    def call_end(self, call: JsonObject) -> int | None:
+        """The seq a tool call's span ends at: its result, else the `step/end` that left it without
+        one (unanswered, dropped), else None: still pending, it runs to the end of the log."""
+        if call["resultSeq"] is not None:
+            return int(call["resultSeq"])
+        return self.step_ends.get((call["turn"], call["step"]))
+
     def tool(self, call: JsonObject) -> JsonObject:
-        end = self.events[call["resultSeq"]].time if call["resultSeq"] is not None else self.last_time
+        end_seq = self.call_end(call)
+        end = self.events[end_seq].time if end_seq is not None else self.last_time
         attrs: dict[str, Any] = {
             **self.common("execute_tool"),
             "gen_ai.tool.name": call["name"],

@@ -258,6 +258,55 @@ def test_a_live_sessions_trace_lies_on_commit_times() -> None:
     assert not any(span_attr(s, "sessionlog.duration_unknown") is not None for s in spans)
 
 
+def test_an_imported_sessions_spans_lie_on_its_recorded_times() -> None:
+    """Spans are laid on the times the source recorded: the import's one commit instant gave every
+    span zero length. What carries no recorded time (the head, what the fork wrote) lies at the
+    latest recorded time before it (the head: the earliest after it), its span marked
+    unknown-duration, never months away on the service's clock."""
+    events = imported_fork()
+    spans = spans_of(otlp_traces(events, SID))
+    assert laid(spans, R) == [
+        (f"session {SID}", None, 0, 23_000),  # from the first recorded time: the head lies there
+        ("invoke_agent", None, 0, 6_000),
+        ("invoke_agent", None, 10_000, 12_000),  # closed by the fork: it ends at its last known time
+        ("invoke_agent", None, 20_000, 23_000),
+        ("chat", 4, 1_000, 3_000),  # from the request (step/start) to the answer
+        ("chat", 8, 4_000, 6_000),
+        ("chat", 14, 11_000, 12_000),
+        ("chat", 22, 21_000, 23_000),
+        ("execute_tool read", "c1", 3_000, 3_500),
+        ("execute_tool bash", "c2", 12_000, 12_000),  # answered by the fork's closer
+    ]
+    unknown = [
+        (s["name"], span_attr(s, "sessionlog.seq")) for s in spans if span_attr(s, "sessionlog.duration_unknown")
+    ]
+    assert unknown == [("invoke_agent", None), ("execute_tool bash", 14)]
+    markers = {e["name"]: int(e["timeUnixNano"]) // 1_000_000 - R for e in spans[0]["events"]}
+    assert markers == {"sessionlog.fork": 12_000, "sessionlog.repair": 12_000}
+
+
+def test_a_span_the_recorded_times_put_outside_its_turn_is_kept_inside_it() -> None:
+    """A source's times need not follow the log's order (a request stamped before the prompt
+    that opened its turn was written): the span is cut to its turn and marked unknown-duration,
+    so the trace still nests."""
+    events = imported_log(
+        (system("prompt"), None),
+        (user("q1"), 0),
+        (turn_start(1), 0),
+        (step_start(1, 1), -5),  # the request went out 5 ms before the prompt's entry was stamped
+        (assistant(1, 1, text="a1", usage=usage(100, 0, 5)), 2_000),
+        (step_end(1, 1), 2_000),
+        (turn_end(1), 2_000),
+    )
+    spans = spans_of(otlp_traces(events, SID))
+    assert laid(spans, R) == [
+        (f"session {SID}", None, -5, 2_000),
+        ("invoke_agent", None, 0, 2_000),
+        ("chat", 4, 0, 2_000),
+    ]
+    assert [span_attr(s, "sessionlog.duration_unknown") for s in spans] == [None, None, True]
+
+
 def unanswered() -> list[Event]:
     """A live session whose step ended without a result for its call, and a later turn."""
     script = [system("prompt"), user("q1"), turn_start(1), step_start(1, 1)]
@@ -301,7 +350,7 @@ def sdk_span(span: ReadableSpan) -> tuple[Any, ...]:
     return (span.context.span_id, parent, span.name, span.start_time, span.end_time, attributes, events)
 
 
-@pytest.mark.parametrize("log", [repaired, unanswered], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("log", [repaired, imported_fork, unanswered], ids=lambda f: f.__name__)
 def test_following_sends_the_spans_of_the_export(log: Any) -> None:
     """Sent turn by turn as each ends, every span is the one the whole export has: ids, times,
     attributes and markers alike (the live tests compare ids and names through a receiver)."""

@@ -8,18 +8,25 @@ import base64
 import json
 from typing import Any
 
+import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.semconv._incubating.attributes import error_attributes
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as genai
 
 from sessionlog.core import jsonvalue
-from sessionlog.core.events import Event
-from sessionlog.core.formats.otlp import otlp_traces
+from sessionlog.core.events import Event, NewEvent
+from sessionlog.core.formats.otlp import RESOURCE, SCOPE_NAME, otlp_traces
 from sessionlog.core.projections.stats import stats
-from sessionlog.core.repair import commit_closers, open_turn_closers
-from tests.support.scripted import REQUEST_SEQS, committed
+from sessionlog.core.repair import commit_closers, fork_seed, open_turn_closers
+from sessionlog.otlp_live import SessionExport, readable_span
+from tests.support.events import assistant, step_end, step_start, system, tool_result, turn_end, turn_start, user
+from tests.support.scripted import REQUEST_SEQS, committed, usage
 
 SID = "sess-otlp"
 GENAI_NAMES = {value for name, value in vars(genai).items() if name.startswith("GEN_AI_") and isinstance(value, str)}
@@ -133,3 +140,219 @@ def test_export_is_deterministic_and_content_is_opt_in() -> None:
     assert inputs[2]["parts"][0] == {"type": "tool_call", "id": "c1", "name": "read", "arguments": {"path": "x"}}
     output = json.loads(chat[REQUEST_SEQS[2]][genai.GEN_AI_OUTPUT_MESSAGES])
     assert output == [{"role": "assistant", "parts": [{"type": "text", "content": "Done."}]}]
+
+
+# --- where spans lie in time ---------------------------------------------------------------
+
+IMPORTED_AT = 1_800_000_000_000
+"""The commit time of an import: one instant for the whole file."""
+FORKED_AT = IMPORTED_AT + 60_000
+R = 1_700_000_000_000
+"""The recorded times of the hand-made imported logs below are R + an offset (ms)."""
+
+
+def spans_of(document: dict[str, Any]) -> list[dict[str, Any]]:
+    spans: list[dict[str, Any]] = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    return spans
+
+
+def span_ms(span: dict[str, Any]) -> tuple[int, int]:
+    """A span's start and end in epoch ms (OTLP/JSON writes nanoseconds as decimal strings)."""
+    return int(span["startTimeUnixNano"]) // 1_000_000, int(span["endTimeUnixNano"]) // 1_000_000
+
+
+def span_attr(span: dict[str, Any], key: str) -> Any:
+    """The value of attribute `key` (None when absent); an OTLP/JSON intValue as an int."""
+    value = next((item["value"] for item in span["attributes"] if item["key"] == key), None)
+    if value is None:
+        return None
+    return int(value["intValue"]) if "intValue" in value else next(iter(value.values()))
+
+
+def laid(spans: list[dict[str, Any]], origin: int, unit: int = 1) -> list[tuple[str, Any, float, float]]:
+    """(name, seq or call id, start, end) of every span, times as (ms - origin) / unit."""
+    out = []
+    for span in spans:
+        start, end = span_ms(span)
+        what = span_attr(span, "gen_ai.tool.call.id") or span_attr(span, "sessionlog.seq")
+        out.append((span["name"], what, (start - origin) / unit, (end - origin) / unit))
+    return out
+
+
+def recorded(envelope: dict[str, Any], at: int) -> dict[str, Any]:
+    """`envelope` carrying the time its source recorded, R + `at` ms."""
+    return {**envelope, "data": {**envelope["data"], "recordedTime": R + at}}
+
+
+def imported_log(*timed: tuple[dict[str, Any], int | None], time: int = IMPORTED_AT, seq: int = 0) -> list[Event]:
+    """Envelopes committed at one instant from `seq` on, each with its recorded time (None: none)."""
+    return [
+        NewEvent.from_json(recorded(envelope, at) if at is not None else envelope).committed(seq + n, time)
+        for n, (envelope, at) in enumerate(timed)
+    ]
+
+
+def imported_fork() -> list[Event]:
+    """An imported session forked in its second turn, and the fork's own third turn: the head (seq
+    0) and what the fork wrote (`fork_seed`: the end-seed and the closers of turn 2) carry no
+    recorded time; everything the file had does."""
+    shared = imported_log(
+        (system("prompt"), None),  # 0: the head the service inserts, no time of Pi's
+        (user("q1"), 0),
+        (turn_start(1), 0),
+        (step_start(1, 1), 1_000),  # the request went out
+        (assistant(1, 1, calls=(("c1", "read"),), usage=usage(100, 0, 5)), 3_000),
+        (tool_result(1, 1, "c1", "x"), 3_500),
+        (step_end(1, 1), 4_000),
+        (step_start(1, 2), 4_000),
+        (assistant(1, 2, text="a1", usage=usage(100, 100, 5)), 6_000),
+        (step_end(1, 2), 6_000),
+        (turn_end(1), 6_000),
+        (user("q2"), 10_000),  # 11
+        (turn_start(2), 10_000),
+        (step_start(2, 1), 11_000),
+        (assistant(2, 1, calls=(("c2", "bash"),), usage=usage(100, 100, 5)), 12_000),  # 14
+    )
+    seed = commit_closers(fork_seed(shared), len(shared), FORKED_AT)  # 15..18, the service's clock
+    own = imported_log(
+        (user("q3"), 20_000),
+        (turn_start(3), 20_000),
+        (step_start(3, 1), 21_000),
+        (assistant(3, 1, text="a3", usage=usage(100, 100, 5)), 23_000),
+        (step_end(3, 1), 23_000),
+        (turn_end(3), 23_000),
+        time=FORKED_AT,
+        seq=len(shared) + len(seed),
+    )
+    return shared + seed + own
+
+
+def test_a_live_sessions_trace_lies_on_commit_times() -> None:
+    """A live session (no recorded times) keeps the trace it always had: every span on commit
+    times (the scripted log commits an event a second), none marked unknown-duration. Pinned."""
+    events = repaired()
+    spans = spans_of(otlp_traces(events, SID))
+    assert laid(spans, events[0].time, 1000) == [
+        (f"session {SID}", None, 0, 50),
+        ("invoke_agent", None, 3, 17),
+        ("invoke_agent", None, 20, 29),
+        ("invoke_agent", None, 36, 45),
+        ("invoke_agent", None, 47, 50),  # the repair's closers commit at the last event's time
+        *[("chat m-1", seq, seq - 1, seq) for seq in (5, 10, 15, 22, 27, 31, 38, 43, 49)],
+        ("execute_tool read", "c1", 6, 7),  # from its tool/call to its result
+        ("execute_tool read", "c2", 11, 12),
+        ("execute_tool bash", "c3", 23, 24),
+        ("execute_tool read", "c4", 39, 40),
+        ("execute_tool bash", "c5", 50, 50),
+        ("execute_tool bash", "c6", 49, 50),  # never started: from the message that asked for it
+    ]
+    root = spans[0]
+    assert [(int(e["timeUnixNano"]) // 1_000_000 - events[0].time) // 1000 for e in root["events"]] == [
+        0,
+        19,
+        31,
+        32,
+        34,
+        50,
+    ]
+    assert not any(span_attr(s, "sessionlog.duration_unknown") is not None for s in spans)
+
+
+def test_an_imported_sessions_spans_lie_on_its_recorded_times() -> None:
+    """Spans are laid on the times the source recorded: the import's one commit instant gave every
+    span zero length. What carries no recorded time (the head, what the fork wrote) lies at the
+    latest recorded time before it (the head: the earliest after it), its span marked
+    unknown-duration, never months away on the service's clock."""
+    events = imported_fork()
+    spans = spans_of(otlp_traces(events, SID))
+    assert laid(spans, R) == [
+        (f"session {SID}", None, 0, 23_000),  # from the first recorded time: the head lies there
+        ("invoke_agent", None, 0, 6_000),
+        ("invoke_agent", None, 10_000, 12_000),  # closed by the fork: it ends at its last known time
+        ("invoke_agent", None, 20_000, 23_000),
+        ("chat", 4, 1_000, 3_000),  # from the request (step/start) to the answer
+        ("chat", 8, 4_000, 6_000),
+        ("chat", 14, 11_000, 12_000),
+        ("chat", 22, 21_000, 23_000),
+        ("execute_tool read", "c1", 3_000, 3_500),
+        ("execute_tool bash", "c2", 12_000, 12_000),  # answered by the fork's closer
+    ]
+    unknown = [
+        (s["name"], span_attr(s, "sessionlog.seq")) for s in spans if span_attr(s, "sessionlog.duration_unknown")
+    ]
+    assert unknown == [("invoke_agent", None), ("execute_tool bash", 14)]
+    markers = {e["name"]: int(e["timeUnixNano"]) // 1_000_000 - R for e in spans[0]["events"]}
+    assert markers == {"sessionlog.fork": 12_000, "sessionlog.repair": 12_000}
+
+
+def test_a_span_the_recorded_times_put_outside_its_turn_is_kept_inside_it() -> None:
+    """A source's times need not follow the log's order (a request stamped before the prompt
+    that opened its turn was written): the span is cut to its turn and marked unknown-duration,
+    so the trace still nests."""
+    events = imported_log(
+        (system("prompt"), None),
+        (user("q1"), 0),
+        (turn_start(1), 0),
+        (step_start(1, 1), -5),  # the request went out 5 ms before the prompt's entry was stamped
+        (assistant(1, 1, text="a1", usage=usage(100, 0, 5)), 2_000),
+        (step_end(1, 1), 2_000),
+        (turn_end(1), 2_000),
+    )
+    spans = spans_of(otlp_traces(events, SID))
+    assert laid(spans, R) == [
+        (f"session {SID}", None, -5, 2_000),
+        ("invoke_agent", None, 0, 2_000),
+        ("chat", 4, 0, 2_000),
+    ]
+    assert [span_attr(s, "sessionlog.duration_unknown") for s in spans] == [None, None, True]
+
+
+def unanswered() -> list[Event]:
+    """A live session whose step ended without a result for its call, and a later turn."""
+    script = [system("prompt"), user("q1"), turn_start(1), step_start(1, 1)]
+    script += [assistant(1, 1, calls=(("c1", "read"),), usage=usage(100, 0, 5)), step_end(1, 1), turn_end(1)]
+    script += [user("q2"), turn_start(2), step_start(2, 1), assistant(2, 1, text="a2"), step_end(2, 1), turn_end(2)]
+    return committed(script)
+
+
+def test_an_unanswered_tool_call_ends_with_its_step() -> None:
+    """A call whose step ended without a result ran to the end of the log, outside its turn, and
+    a follower (which sends it when its turn ends) gave it another end than the export."""
+    events = unanswered()
+    spans = spans_of(otlp_traces(events, SID))
+    tool = next(s for s in spans if s["name"] == "execute_tool read")
+    assert span_attr(tool, "sessionlog.tool.outcome") == "unanswered"
+    assert laid([tool], events[0].time, 1000) == [("execute_tool read", "c1", 4, 5)]  # the message, step/end
+
+
+def followed(events: list[Event]) -> list[tuple[Any, ...]]:
+    """The spans `SessionExport` (the follower and the service's live export) sends, a turn at a
+    time, then the rest with the root, through a real SDK exporter held in memory."""
+    exporter = InMemorySpanExporter()
+    export = SessionExport(SID, exporter)
+    for event in events:
+        export.add(event)
+    export.finish()
+    return sorted(sdk_span(span) for span in exporter.get_finished_spans())
+
+
+def exported(events: list[Event]) -> list[tuple[Any, ...]]:
+    """The spans of `otlp_traces`, as the SDK spans the follower sends would be."""
+    resource, scope = Resource(RESOURCE), InstrumentationScope(SCOPE_NAME, "")
+    return sorted(sdk_span(readable_span(s, resource, scope)) for s in spans_of(otlp_traces(events, SID)))
+
+
+def sdk_span(span: ReadableSpan) -> tuple[Any, ...]:
+    assert span.context is not None
+    parent = span.parent.span_id if span.parent is not None else None
+    events = [(e.name, e.timestamp, dict(e.attributes or {})) for e in span.events]
+    attributes = dict(span.attributes or {})
+    return (span.context.span_id, parent, span.name, span.start_time, span.end_time, attributes, events)
+
+
+@pytest.mark.parametrize("log", [repaired, imported_fork, unanswered], ids=lambda f: f.__name__)
+def test_following_sends_the_spans_of_the_export(log: Any) -> None:
+    """Sent turn by turn as each ends, every span is the one the whole export has: ids, times,
+    attributes and markers alike (the live tests compare ids and names through a receiver)."""
+    events = log()
+    assert followed(events) == exported(events)

@@ -156,6 +156,92 @@ def test_an_imported_sessions_durations_are_what_pis_timestamps_say(
     assert {r["recordedTime"] for r in rows if r["kind"] == "message"} == stamps
 
 
+def spans_of(document: dict[str, Any]) -> list[dict[str, Any]]:
+    spans: list[dict[str, Any]] = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    return spans
+
+
+def span_ms(span: dict[str, Any]) -> tuple[int, int]:
+    """A span's start and end in epoch ms (OTLP/JSON writes nanoseconds as decimal strings)."""
+    return int(span["startTimeUnixNano"]) // 1_000_000, int(span["endTimeUnixNano"]) // 1_000_000
+
+
+def span_attr(span: dict[str, Any], key: str) -> Any:
+    value = next((item["value"] for item in span["attributes"] if item["key"] == key), None)
+    return None if value is None else next(iter(value.values()))
+
+
+def pi_turns(path: list[dict[str, Any]]) -> list[int]:
+    """The duration of each agent run on `path`, read from Pi's entries here: a run starts at a
+    user prompt (else at the request of an assistant message that comes first) and ends at the
+    assistant message none of whose tool calls gets a result later on the path."""
+    answered_later: list[set[str]] = []
+    seen: set[str] = set()
+    for entry in reversed(path):
+        answered_later.append(set(seen))
+        message = entry.get("message") or {}
+        if message.get("role") == "toolResult":
+            seen.add(message["toolCallId"])
+    answered_later.reverse()
+    durations, start = [], None
+    for entry, later in zip(path, answered_later, strict=True):
+        message = entry.get("message") or {}
+        if message.get("role") == "user" and start is None:
+            start = pi_ms(entry["timestamp"])
+        elif message.get("role") == "assistant":
+            start = message["timestamp"] if start is None else start
+            calls = {block["id"] for block in message["content"] if block.get("type") == "toolCall"}
+            if not calls & later:
+                durations.append(pi_ms(entry["timestamp"]) - start)
+                start = None
+    return durations
+
+
+def test_the_otlp_export_of_an_imported_session_lays_spans_on_pis_times(
+    cli: CliRunner, sid: str, tmp_path: Path
+) -> None:
+    """Every span of an imported session lasts what Pi's timestamps say, where all of them were
+    zero-length (the import commits the file at one instant): a model call from the time its
+    request went out (the message's `timestamp`) to its entry's, a tool call from the entry that
+    asked for it to its result's, a turn from its prompt to its last answer; every span lies
+    inside its parent."""
+    session = next(s for s in SESSIONS if s.name.startswith("2025-09-19"))
+    header, *lines = session.read_text("utf-8").rstrip("\n").split("\n")  # raw U+2028 inside strings
+    entries = {e["id"]: e for e in map(json.loads, lines)}
+    path = [entries[i] for i in pi_oracle(session)["defaultPath"]]
+    imported(cli, str(session), "--id", sid)
+    exported = invoke(cli, "export", sid, "--format", "otlp-json", "-o", str(tmp_path / "trace.json"))
+    assert exported.exit_code == 0, exported.stderr
+    spans = spans_of(json.loads((tmp_path / "trace.json").read_text("utf-8")))
+
+    def lasts(span: dict[str, Any]) -> int:
+        start, end = span_ms(span)
+        return end - start
+
+    assistants = [e for e in path if (e.get("message") or {}).get("role") == "assistant"]
+    chats = [s for s in spans if s["name"].startswith("chat")]
+    assert len(chats) == len(assistants) == 43
+    assert [lasts(s) for s in chats] == [pi_ms(e["timestamp"]) - e["message"]["timestamp"] for e in assistants]
+    asked = {b["id"]: e for e in assistants for b in e["message"]["content"] if b.get("type") == "toolCall"}
+    results = {e["message"]["toolCallId"]: e for e in path if (e.get("message") or {}).get("role") == "toolResult"}
+    tools = {span_attr(s, "gen_ai.tool.call.id"): s for s in spans if s["name"].startswith("execute_tool")}
+    assert set(tools) == set(asked) == set(results)
+    assert {i: lasts(s) for i, s in tools.items()} == {
+        i: pi_ms(results[i]["timestamp"]) - pi_ms(asked[i]["timestamp"]) for i in tools
+    }
+    turns = [s for s in spans if s["name"] == "invoke_agent"]
+    assert [lasts(s) for s in turns] == pi_turns(path)
+    assert sum(lasts(s) == 0 for s in chats + turns) == 0
+    by_id = {s["spanId"]: s for s in spans}
+    for span in spans:
+        if "parentSpanId" in span:
+            (start, end), (low, high) = span_ms(span), span_ms(by_id[span["parentSpanId"]])
+            assert low <= start <= end <= high, (span["name"], span_attr(span, "sessionlog.seq"))
+    root = next(s for s in spans if "parentSpanId" not in s)
+    stamps = [pi_ms(e["timestamp"]) for e in path]
+    assert span_ms(root) == (pi_ms(json.loads(header)["timestamp"]), max(stamps))
+
+
 def test_stats_count_the_tool_calls_and_errors_of_pis_unstructured_messages(
     cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
 ) -> None:

@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from sessionlog.client import SessionLogClient
 from sessionlog.core.formats.otlp import otlp_traces, trace_id
 from tests.support.events import assistant, step_end, step_start, system, turn_end, turn_start, user
+from tests.support.fixtures import pi_generated_sessions
 from tests.support.scripted import usage, write_scripted
 from tests.support.servers import ServerThread, free_port
 
@@ -66,6 +67,17 @@ class Receiver:
             for ss in rs.scope_spans
             for s in ss.spans
             if trace is None or s.trace_id.hex() == trace
+        ]
+
+    def timed(self, trace: str) -> list[tuple[str, str, str, int, int]]:
+        """(span id, parent id, name, start, end in ns) of every span of `trace` received."""
+        return [
+            (s.span_id.hex(), s.parent_span_id.hex(), s.name, s.start_time_unix_nano, s.end_time_unix_nano)
+            for request in self.requests
+            for rs in request.resource_spans
+            for ss in rs.scope_spans
+            for s in ss.spans
+            if s.trace_id.hex() == trace
         ]
 
 
@@ -241,6 +253,38 @@ def test_the_service_sends_each_turn_as_it_ends(db_url: str, sid: str, receiver:
         server.stop()
     got = receiver.spans(trace=want[0][0])  # the parent's trace
     assert sorted(got) == sorted(want)  # each span once, as the export has it; the root is not sent live
+
+
+def test_the_service_sends_an_imported_sessions_turns_on_pis_times(db_url: str, sid: str, receiver: Receiver) -> None:
+    """An imported session's turns go out as the import's batches commit them, each span laid on
+    the times Pi recorded, as the whole export lays it (the import commits at one instant)."""
+    session = next(s for s in pi_generated_sessions() if s.name.startswith("2025-10-07"))
+    server = ServerThread(db_url, otlp_endpoint=receiver.url)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "sessionlog", "--server", server.target, "import", str(session), "--id", sid],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        with SessionLogClient(server.target) as client:
+            document = otlp_traces(list(client.read_events(sid)), sid)
+        spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        want = sorted(
+            (s["spanId"], s.get("parentSpanId", ""), s["name"], int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"]))
+            for s in spans
+            if "parentSpanId" in s  # the root is not sent live
+        )
+        deadline = time.monotonic() + 30
+        while len(receiver.timed(trace_id(sid))) < len(want):
+            assert time.monotonic() < deadline, receiver.timed(trace_id(sid))
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    assert sorted(receiver.timed(trace_id(sid))) == want
+    assert sum(end > start for *_, start, end in want) > len(want) // 2  # not the import's one instant
 
 
 def test_after_a_restart_the_open_turn_is_sent_whole(fresh_db: str, sid: str, receiver: Receiver) -> None:

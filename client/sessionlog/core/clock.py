@@ -11,11 +11,18 @@ An event's **moment** is its recorded time when it has one, else its commit time
 which of the two clocks it is on. A duration is measured only between two moments on the same
 clock: from a recorded time to a commit time (an imported turn the service closed when it forked
 the session) it is unknown, never the months between the file and the import.
+
+Where an event lies on a time axis (the OTLP trace) follows from the same rule
+(`SessionClock`): a session is on the recorded clock once one of its events has a recorded
+time, else on the commit clock. An event on the session's clock lies at its moment; one that is
+not (the head the service inserts, what a fork or crash repair writes into an imported session)
+lies at the latest recorded moment before it, or, in the prefix before the first one, at that
+first one: never months away on the other clock, and marked as borrowed (`Placement.timed`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from sessionlog.core.errors import ValidationError
@@ -62,4 +69,79 @@ def elapsed_ms(start: Moment, end: Moment) -> int | None:
     return end.ms - start.ms
 
 
-__all__ = ["RECORDED_TIME", "Moment", "check_recorded_time", "elapsed_ms", "is_epoch_ms", "moment"]
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where an event lies on its session's time axis (epoch ms), and whether that is its own
+    time on the session's clock (`timed`) or borrowed from the nearest event that has one."""
+
+    ms: int
+    timed: bool
+
+
+@dataclass(slots=True)
+class SessionClock:
+    """The placement of a session's events (see the module docstring), folded event by event.
+
+    `add` each event in seq order; `at(seq)` depends on the events folded so far only while the
+    session is on the commit clock: the first recorded time moves the events before it (on the
+    commit clock until then) to that time. Only an importer writes recorded times, and an import
+    records one from its second event on (the head is the first), so a session is on one clock
+    from its start; a live session that later got recorded times would see its earlier events
+    move once (a follower that sent them before keeps the spans it sent).
+    """
+
+    moments: list[Moment] = field(default_factory=list)
+    latest: list[int | None] = field(default_factory=list)
+    """The latest recorded moment at or before each seq (None: none yet)."""
+    first_recorded: int | None = None
+    recorded_span: tuple[int, int] | None = None
+    """The earliest and latest recorded moments (the source's clock need not follow seq order)."""
+    committed_span: tuple[int, int] | None = None
+
+    def add(self, event: Event) -> None:
+        """Fold one event (seqs 0, 1, 2, … in order)."""
+        when = moment(event)
+        self.moments.append(when)
+        if when.recorded:
+            if self.first_recorded is None:
+                self.first_recorded = when.ms
+            self.recorded_span = _widened(self.recorded_span, when.ms)
+        else:
+            self.committed_span = _widened(self.committed_span, when.ms)
+        self.latest.append(when.ms if when.recorded else (self.latest[-1] if self.latest else None))
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the session is on the recorded clock (an event of it has a recorded time)."""
+        return self.first_recorded is not None
+
+    def at(self, seq: int) -> Placement:
+        """Where event `seq` lies: its moment when it is on the session's clock, else the latest
+        recorded moment before it (the first one, for a prefix without any), borrowed."""
+        when = self.moments[seq]
+        if self.first_recorded is None or when.recorded:
+            return Placement(when.ms, True)
+        latest = self.latest[seq]
+        return Placement(self.first_recorded if latest is None else latest, False)
+
+    def bounds(self) -> tuple[int, int]:
+        """The earliest and latest time an event lies at ((0, 0) with none): every placement is
+        a moment on the session's clock, so they hold them all."""
+        span = self.recorded_span if self.recorded else self.committed_span
+        return span if span is not None else (0, 0)
+
+
+def _widened(span: tuple[int, int] | None, ms: int) -> tuple[int, int]:
+    return (ms, ms) if span is None else (min(span[0], ms), max(span[1], ms))
+
+
+__all__ = [
+    "RECORDED_TIME",
+    "Moment",
+    "Placement",
+    "SessionClock",
+    "check_recorded_time",
+    "elapsed_ms",
+    "is_epoch_ms",
+    "moment",
+]

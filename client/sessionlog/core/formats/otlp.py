@@ -14,7 +14,23 @@ One trace per session, built from `timeline()` so the figures are the page's fig
 
 Span times: a request starts at the event before its response (its prefix was complete then)
 and ends at the response; a tool call runs from its `tool/call` (else the assistant message)
-to its result. An open turn or pending call ends at the last event.
+to its result, or to the `step/end` that left it without one (unanswered: it ran past its turn
+to the end of the log before, and a follower, which sends it when its turn ends, gave it another
+end than the export). An open turn or pending call ends at the end of the log.
+
+Each of those events lies where `clock.SessionClock` puts it: at its commit time in a live
+session, at the time its source recorded (`data.recordedTime`) in an imported one, where every
+commit time is the one instant of the import. An event an imported session holds without a
+recorded time (the head, a fork's seed and closers, an importer's end-of-branch closers) lies at
+the latest recorded time before it (the head: at the first one), and a span that starts or ends
+at such an event is marked `sessionlog.duration_unknown` (its length is not the time between its
+two events, which the timeline calls unknown too): a turn a fork closed ends at the last thing
+known to have happened in it, a call the fork answered is zero-length. The trace nests: the root
+spans every event's time, turns lie in it, and a model or tool call whose times fall outside its
+turn's (a source clock that does not follow the log's order) is cut to the turn and marked as
+well. A turn, and the calls in it, are laid from the events up to its `turn/end`, so a follower
+that sends them when the turn ends sends the spans the whole export has (the root, and what is
+still open, it sends at the end, from the whole log).
 
 Ids are derived, so a re-export is byte-identical: the trace id is the first 16 bytes of
 sha256("sessionlog/trace\\0" + session id); a span id the first 8 bytes of
@@ -32,18 +48,23 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from sessionlog.core import jsonvalue
+from sessionlog.core.clock import Placement, SessionClock
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.messages import message_of
 from sessionlog.core.projections.stats import usage_of
 from sessionlog.core.projections.timeline import TimelineFold, usage_view
 from sessionlog.core.surface import surface_messages
+from sessionlog.core.vocabulary import STEP_END
 
 SCOPE_NAME = "sessionlog"
 RESOURCE: dict[str, Any] = {"service.name": "sessionlog"}
+DURATION_UNKNOWN = "sessionlog.duration_unknown"
+"""The attribute (true) of a span whose length is not the time between its two events."""
 SPAN_KIND_INTERNAL = 1
 SPAN_KIND_CLIENT = 3
 STATUS_ERROR = 2
@@ -123,14 +144,33 @@ def semconv_message(message: JsonObject) -> JsonObject:
     return {"role": role if isinstance(role, str) else "user", "parts": parts}
 
 
+@dataclass(frozen=True, slots=True)
+class Extent:
+    """A span's start and end (epoch ms), and whether its length is the time between its two
+    events (`measured`)."""
+
+    start: int
+    end: int
+    measured: bool
+
+
+def extent(start: Placement, end: Placement, within: Extent | None = None) -> Extent:
+    """The span from `start` to `end`, cut to `within` (its parent's extent) so the trace nests.
+    Its length is measured when both ends lie at their own times on the session's clock and
+    nothing was cut (an end before the start is cut to a zero-length span at the start)."""
+    low, high = (within.start, within.end) if within is not None else (start.ms, max(start.ms, end.ms))
+    first = min(max(start.ms, low), high)
+    last = min(max(end.ms, first), high)
+    return Extent(first, last, start.timed and end.timed and (first, last) == (start.ms, end.ms))
+
+
 def _span(
     session_id: str,
     span: str,
     parent: str | None,
     name: str,
     kind: int,
-    start: int,
-    end: int,
+    when: Extent,
     attrs: dict[str, Any],
 ) -> JsonObject:
     out: JsonObject = {"traceId": trace_id(session_id), "spanId": span}
@@ -139,9 +179,9 @@ def _span(
     out.update(
         name=name,
         kind=kind,
-        startTimeUnixNano=_nanos(start),
-        endTimeUnixNano=_nanos(max(start, end)),
-        attributes=attributes(attrs),
+        startTimeUnixNano=_nanos(when.start),
+        endTimeUnixNano=_nanos(when.end),
+        attributes=attributes({**attrs, DURATION_UNKNOWN: None if when.measured else True}),
     )
     return out
 
@@ -162,23 +202,37 @@ class OtlpFold:
         self.session_id = session_id
         self.content = content
         self.fold = TimelineFold()
+        self.clock = SessionClock()
         self.inputs: dict[int, list[JsonObject]] = {}
         self.root = span_id(session_id, "session", 0)
+        self.step_ends: dict[tuple[int, int], int] = {}
+        """The seq of the `step/end` that closed each step (by `(turn, step)`): where a call its
+        step ended without a result ends."""
 
     @property
     def events(self) -> list[Event]:
         return self.fold.events
 
-    @property
-    def last_time(self) -> int:
-        return self.fold.events[-1].time if self.fold.events else 0
+    def at(self, seq: int) -> Placement:
+        """Where event `seq` lies in the trace."""
+        return self.clock.at(seq)
+
+    def end_of_log(self) -> Placement:
+        """Where an open turn or a pending call ends: the latest time an event lies at."""
+        events = self.fold.events
+        return Placement(self.clock.bounds()[1], self.at(len(events) - 1).timed if events else True)
 
     def add(self, event: Event) -> None:
         """Fold one event (seqs 0, 1, 2, … in order)."""
         if self.content and usage_of(event) is not None:
             # The request's messages: the surface of the prefix before the response.
             self.inputs[event.seq] = surface_messages(self.fold.surface.nodes, self.fold.event_at)
+        if event.type == STEP_END:
+            step = (event.data.get("turn"), event.data.get("step"))
+            if step in self.fold.open_steps:
+                self.step_ends[step] = event.seq
         self.fold.add(event)
+        self.clock.add(event)
 
     def common(self, operation: str) -> dict[str, Any]:
         return {"gen_ai.operation.name": operation, "gen_ai.conversation.id": self.session_id}
@@ -200,14 +254,14 @@ class OtlpFold:
 
     def root_span(self) -> JsonObject:
         events = self.fold.events
+        low, high = self.clock.bounds()
         root = _span(
             self.session_id,
             self.root,
             None,
             f"session {self.session_id}",
             SPAN_KIND_INTERNAL,
-            events[0].time if events else 0,
-            self.last_time,
+            Extent(low, high, True),
             {
                 "gen_ai.conversation.id": self.session_id,
                 "sessionlog.events": len(events),
@@ -228,19 +282,22 @@ class OtlpFold:
             "sessionlog.turn.end_kind": marker.get("endKind"),
         }
         name = MARKER_EVENTS[marker["kind"]]
-        return {"timeUnixNano": _nanos(marker["time"]), "name": name, "attributes": attributes(values)}
+        return {"timeUnixNano": _nanos(self.at(marker["seq"]).ms), "name": name, "attributes": attributes(values)}
+
+    def turn_extent(self, turn: JsonObject) -> Extent:
+        """A turn's span: from its `turn/start` to its `turn/end`, else to the end of the log."""
+        end = self.at(turn["endSeq"]) if turn["endSeq"] is not None else self.end_of_log()
+        return extent(self.at(turn["startSeq"]), end)
 
     def turn(self, turn: JsonObject) -> JsonObject:
         span = span_id(self.session_id, "turn", turn["startSeq"])
-        end = turn["endTime"] if turn["endTime"] is not None else self.last_time
         out = _span(
             self.session_id,
             span,
             self.root,
             "invoke_agent",
             SPAN_KIND_INTERNAL,
-            turn["startTime"],
-            end,
+            self.turn_extent(turn),
             {
                 **self.common("invoke_agent"),
                 "sessionlog.turn": turn["turn"],
@@ -251,12 +308,14 @@ class OtlpFold:
             out["status"] = {"code": STATUS_ERROR, "message": f"turn ended: {turn['endKind']}"}
         return out
 
-    def parent_of(self, turn: Any) -> str:
-        """The span of turn number `turn` (turns are numbered 1, 2, … in log order), else the root."""
+    def parent_of(self, turn: Any) -> tuple[str, Extent | None]:
+        """The span of turn number `turn` (turns are numbered 1, 2, … in log order) and its
+        extent, else the root (whose extent holds every event's time: nothing to cut to)."""
         turns = self.fold.turns
         if isinstance(turn, int) and 0 < turn <= len(turns) and turns[turn - 1]["turn"] == turn:
-            return span_id(self.session_id, "turn", turns[turn - 1]["startSeq"])
-        return self.root
+            record = turns[turn - 1]
+            return span_id(self.session_id, "turn", record["startSeq"]), self.turn_extent(record)
+        return self.root, None
 
     def chat(self, event: Event, request: JsonObject | None, usage: JsonObject | None) -> JsonObject:
         data = event.data
@@ -299,24 +358,34 @@ class OtlpFold:
                 if isinstance(stop, str):
                     output["finish_reason"] = stop
                 attrs["gen_ai.output.messages"] = jsonvalue.dumps([output])
-        start = self.events[event.seq - 1].time if event.seq > 0 else event.time
+        start = self.at(event.seq - 1 if event.seq > 0 else event.seq)
         name = f"chat {model}" if model else "chat"
+        parent, within = self.parent_of(data.get("turn"))
         out = _span(
             self.session_id,
             span_id(self.session_id, "chat", event.seq),
-            self.parent_of(data.get("turn")),
+            parent,
             name,
             SPAN_KIND_CLIENT,
-            start,
-            event.time,
+            extent(start, self.at(event.seq), within),
             attrs,
         )
         if error is not None:
             out["status"] = {"code": STATUS_ERROR, "message": attrs["error.type"]}
         return out
 
+    def call_end(self, call: JsonObject) -> int | None:
+        """The seq a tool call's span ends at: its result, else the `step/end` that left it without
+        one (unanswered, dropped), else None: still pending, it runs to the end of the log."""
+        if call["resultSeq"] is not None:
+            return int(call["resultSeq"])
+        return self.step_ends.get((call["turn"], call["step"]))
+
     def tool(self, call: JsonObject) -> JsonObject:
-        end = self.events[call["resultSeq"]].time if call["resultSeq"] is not None else self.last_time
+        end_seq = self.call_end(call)
+        end = self.at(end_seq) if end_seq is not None else self.end_of_log()
+        start = self.at(call["callSeq"] if call["callSeq"] is not None else call["blockSeq"])
+        parent, within = self.parent_of(call["turn"])
         attrs: dict[str, Any] = {
             **self.common("execute_tool"),
             "gen_ai.tool.name": call["name"],
@@ -331,11 +400,10 @@ class OtlpFold:
         out = _span(
             self.session_id,
             span_id(self.session_id, "tool", f"{call['blockSeq']}/{call['callId']}"),
-            self.parent_of(call["turn"]),
+            parent,
             f"execute_tool {call['name']}",
             SPAN_KIND_INTERNAL,
-            call["startTime"],
-            end,
+            extent(start, end, within),
             attrs,
         )
         if failed:

@@ -31,7 +31,8 @@ Definitions (each recomputable if it proves wrong, SPEC §1.6):
 - Every duration (`durationMs` of turns, steps and tool calls, a drop's `gapMs`) runs between
   the two events' moments (`clock.moment`: the time an import recorded, else the commit time)
   and is None, unknown, when they are on different clocks (`clock.elapsed_ms`). The records'
-  `time`, `startTime` and `endTime` stay commit times, the clock the OTLP export lays spans on.
+  `time`, `startTime` and `endTime` stay commit times; the OTLP export lays its spans by
+  `clock.SessionClock` instead, from the seqs.
 """
 
 from __future__ import annotations

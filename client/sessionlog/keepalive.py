@@ -39,7 +39,9 @@ CHANNEL_KEEPALIVE_OPTIONS: list[tuple[str, int]] = [
     # whose append was on the wire noticed a hang after a minute. Every PING gets the same 5 s.
     ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     # Ping an idle connection too: a lease writer's heartbeat or any later call then finds a
-    # live connection (or a new one) instead of spending its timeout on a dead one.
+    # live connection (or a new one) instead of spending its timeout on a dead one. (The
+    # TypeScript client's Connect pings a connection idle that long before it sends a call on
+    # it instead; gRPC core has no such check.)
     ("grpc.keepalive_permit_without_calls", 1),
     # gRPC otherwise sends at most two PINGs while the client sends no data, and a quiet
     # subscription (or a writer with nothing to append) sends none.

@@ -16,6 +16,7 @@ from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import SessionLogError, Unavailable, ValidationError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.limits import DEFAULT_LIMITS
+from sessionlog.keepalive import CHANNEL_KEEPALIVE_OPTIONS
 from sessionlog.v1 import session_service_pb2 as pb
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -49,6 +50,9 @@ CHANNEL_OPTIONS = [
     # bench) sent all their streams to whichever `serve --workers` process accepted that one
     # connection, while the others idled.
     ("grpc.use_local_subchannel_pool", 1),
+    # Notice a service that hangs (its connections open, nothing answered) within
+    # `keepalive.HANG_NOTICED_WITHIN_S`, as the TypeScript client does.
+    *CHANNEL_KEEPALIVE_OPTIONS,
 ]
 
 

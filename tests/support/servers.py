@@ -151,6 +151,17 @@ class ServerProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
 
+    def pause(self) -> None:
+        """SIGSTOP: the service hangs rather than dies. Its connections stay open and nothing
+        answers on them, not even an HTTP/2 PING (a paused VM, a host gone silent)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def unpause(self) -> None:
+        """SIGCONT after `pause()` (harmless when the process is not stopped)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def terminate(self, sig: signal.Signals = signal.SIGTERM) -> int:
         """SIGTERM (or another stop signal): graceful shutdown; returns the exit code."""
         assert self.proc is not None

@@ -21,7 +21,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { optionalSeq, pageSize, seq } from "./arguments.js";
 import { batchToPb, checkWellFormed, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, optionalNum, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
 import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
-import { SessionManager } from "./sessions.js";
+import { PING_INTERVAL_MS, PING_TIMEOUT_MS, SessionManager } from "./sessions.js";
 import { HistoryCopy } from "./history.js";
 import type { JsonObject } from "./json.js";
 import { clientClosed, toSessionLogError, Unavailable } from "./errors.js";
@@ -142,8 +142,8 @@ export class SessionLogClient {
       });
     }
     const nodeOptions = options.ca === undefined ? {} : { ca: options.ca };
-    // Ping idle connections so a restarted server is noticed quickly.
-    this.sessions = new SessionManager(baseUrl, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000 }, nodeOptions);
+    // Ping the connection while calls are open, so a service that hangs is noticed (sessions.ts).
+    this.sessions = new SessionManager(baseUrl, { pingIntervalMs: PING_INTERVAL_MS, pingTimeoutMs: PING_TIMEOUT_MS }, nodeOptions);
     const transport = createGrpcTransport({ baseUrl, interceptors, sessionManager: this.sessions, nodeOptions });
     this.rpc = createClient(SessionService, transport);
   }

@@ -12,6 +12,17 @@
 import type * as http2 from "node:http2";
 import { Http2SessionManager } from "@connectrpc/connect-node";
 
+/**
+ * The connection's keepalive: a PING after this long without a frame from the service, so a
+ * service that hangs (its connections open, nothing answered) is noticed. The Python clients
+ * use the same values (client/sessionlog/keepalive.py), and the service accepts PINGs half this
+ * far apart (server/sessionlog_server/transport/keepalive.py).
+ */
+export const PING_INTERVAL_MS = 10_000;
+
+/** How long a PING may go unanswered before the connection is given up. */
+export const PING_TIMEOUT_MS = 5_000;
+
 export class SessionManager extends Http2SessionManager {
   private readonly guarded = new WeakSet<http2.Http2Session>();
 

@@ -60,6 +60,12 @@ class Settings:
     that it fails with STORAGE_UNAVAILABLE (nothing written, retry)."""
     lease_ttl_ms: int = 30_000
     """How long a writer lease lasts without a renewal (streaming leases are renewed by the service)."""
+    client_ping_ms: int = 20_000
+    """How long a client's connection may stay quiet before the service sends it a PING; one not
+    answered within half that (at least 1 s) ends the connection. A writer whose host went silent
+    (power loss, a dropped network, a stopped process) then loses its stream, and its lease lapses
+    after `lease_ttl_ms`, where the service renewed it for as long as the stream seemed open: for
+    hours. 0: no pings (gRPC's own default, one every 2 hours)."""
     blob_threshold_bytes: int = 256 * 1024
     """Payload strings longer than this are stored once as content-addressed blobs."""
     max_event_bytes: int = DEFAULT_LIMITS.max_event_bytes

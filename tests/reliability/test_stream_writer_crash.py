@@ -78,3 +78,31 @@ def test_a_killed_streaming_writer_is_repaired_when_its_lease_lapses(
     assert tail[-1].data["reason"] == {"kind": "interrupted"}
     assert all(e.time == tail[0].time for e in tail)  # repair takes the last event's time
     assert not any(e.type == "session/end-seed" for e in events)  # no resume happened
+
+
+def test_a_silent_streaming_writer_loses_its_lease_and_is_repaired(db_url: str, sid: str) -> None:
+    """A writer whose host went silent (here its process stopped, so nothing answers on its
+    connection, as after a power loss or a dropped network: no FIN) held its lease for as long as
+    the service saw its stream open, which a quiet stream gave it no reason to doubt: the lease
+    was renewed, and the turn never repaired. The service's PINGs (`client_ping_ms`) end that
+    stream; the lease lapses and the sweep repairs the turn."""
+    running = ServerThread(db_url, lease_ttl_ms=TTL_MS, client_ping_ms=500)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, running.target, sid],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        proc.send_signal(signal.SIGSTOP)
+        with SessionLogClient(running.target) as client:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and client.get_session(sid).open_turn:
+                time.sleep(0.2)
+            assert not client.get_session(sid).open_turn, "the silent writer's lease never lapsed"
+            assert list(client.read_events(sid))[-1].data["reason"] == {"kind": "interrupted"}
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        running.stop()

@@ -25,7 +25,7 @@ from sessionlog_server.transport.admin_http import AdminHttp
 from sessionlog_server.transport.auth import AuthInterceptor
 from sessionlog_server.transport.collector import tune_collector
 from sessionlog_server.transport.event_loop import loop_name
-from sessionlog_server.transport.keepalive import SERVER_PING_OPTIONS
+from sessionlog_server.transport.keepalive import SERVER_PING_OPTIONS, client_ping_options
 from sessionlog_server.transport.loopback import is_loopback
 from sessionlog_server.transport.registration import register_services
 from sessionlog_server.transport.servicer import SessionServicer
@@ -134,6 +134,7 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
         ("grpc.max_send_message_length", settings.max_message_bytes),
         ("grpc.so_reuseport", 1 if reuse_port else 0),
         *SERVER_PING_OPTIONS,  # the clients' keepalive pings draw no GOAWAY
+        *client_ping_options(settings.client_ping_ms),  # a silent client's connection ends
     ]
     server = grpc.aio.server(options=options, interceptors=[AuthInterceptor(tokens)])
     health_servicer = health.aio.HealthServicer()

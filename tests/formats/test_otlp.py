@@ -26,6 +26,7 @@ from sessionlog.core.projections.stats import stats
 from sessionlog.core.repair import commit_closers, fork_seed, open_turn_closers
 from sessionlog.otlp_live import SessionExport, readable_span
 from tests.support.events import assistant, step_end, step_start, system, tool_result, turn_end, turn_start, user
+from tests.support.otlp import span_attr, span_ms, spans_of
 from tests.support.scripted import REQUEST_SEQS, committed, usage
 
 SID = "sess-otlp"
@@ -149,24 +150,6 @@ IMPORTED_AT = 1_800_000_000_000
 FORKED_AT = IMPORTED_AT + 60_000
 R = 1_700_000_000_000
 """The recorded times of the hand-made imported logs below are R + an offset (ms)."""
-
-
-def spans_of(document: dict[str, Any]) -> list[dict[str, Any]]:
-    spans: list[dict[str, Any]] = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
-    return spans
-
-
-def span_ms(span: dict[str, Any]) -> tuple[int, int]:
-    """A span's start and end in epoch ms (OTLP/JSON writes nanoseconds as decimal strings)."""
-    return int(span["startTimeUnixNano"]) // 1_000_000, int(span["endTimeUnixNano"]) // 1_000_000
-
-
-def span_attr(span: dict[str, Any], key: str) -> Any:
-    """The value of attribute `key` (None when absent); an OTLP/JSON intValue as an int."""
-    value = next((item["value"] for item in span["attributes"] if item["key"] == key), None)
-    if value is None:
-        return None
-    return int(value["intValue"]) if "intValue" in value else next(iter(value.values()))
 
 
 def laid(spans: list[dict[str, Any]], origin: int, unit: int = 1) -> list[tuple[str, Any, float, float]]:

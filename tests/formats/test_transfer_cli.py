@@ -36,6 +36,7 @@ from sessionlog.view.page import STATS_LABELS
 from tests.support.events import step_end, step_start, tool_call, tool_result, turn_end, turn_start, user
 from tests.support.fixtures import RESUMED_SESSION, STREAM_STDOUT, fixture, pi_generated_sessions
 from tests.support.fixtures import oracle as pi_oracle
+from tests.support.otlp import span_attr, span_ms, spans_of
 from tests.support.pages import page_data
 from tests.support.scripted import READ, answer, header, usage
 from tests.support.servers import ServerThread
@@ -154,21 +155,6 @@ def test_an_imported_sessions_durations_are_what_pis_timestamps_say(
     assert answered["recordedTime"] == pi_ms(answer_["timestamp"])
     stamps = {pi_ms(e["timestamp"]) for e in entries.values() if e["type"] == "message"}
     assert {r["recordedTime"] for r in rows if r["kind"] == "message"} == stamps
-
-
-def spans_of(document: dict[str, Any]) -> list[dict[str, Any]]:
-    spans: list[dict[str, Any]] = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
-    return spans
-
-
-def span_ms(span: dict[str, Any]) -> tuple[int, int]:
-    """A span's start and end in epoch ms (OTLP/JSON writes nanoseconds as decimal strings)."""
-    return int(span["startTimeUnixNano"]) // 1_000_000, int(span["endTimeUnixNano"]) // 1_000_000
-
-
-def span_attr(span: dict[str, Any], key: str) -> Any:
-    value = next((item["value"] for item in span["attributes"] if item["key"] == key), None)
-    return None if value is None else next(iter(value.values()))
 
 
 def pi_turns(path: list[dict[str, Any]]) -> list[int]:

@@ -40,6 +40,18 @@ WRITER = textwrap.dedent(
 )
 
 
+def doomed_writer(target: str, sid: str) -> subprocess.Popen[bytes]:
+    """A writer process holding `sid`'s stream inside a turn (a tool call started, no result)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, target, sid],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+    return proc
+
+
 @pytest.fixture
 def short_lease_server(db_url: str) -> Iterator[ServerThread]:
     running = ServerThread(db_url, lease_ttl_ms=TTL_MS)
@@ -50,14 +62,8 @@ def short_lease_server(db_url: str) -> Iterator[ServerThread]:
 def test_a_killed_streaming_writer_is_repaired_when_its_lease_lapses(
     short_lease_server: ServerThread, sid: str
 ) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, short_lease_server.target, sid],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-    )
+    proc = doomed_writer(short_lease_server.target, sid)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
@@ -87,14 +93,8 @@ def test_a_silent_streaming_writer_loses_its_lease_and_is_repaired(db_url: str, 
     was renewed, and the turn never repaired. The service's PINGs (`client_ping_ms`) end that
     stream; the lease lapses and the sweep repairs the turn."""
     running = ServerThread(db_url, lease_ttl_ms=TTL_MS, client_ping_ms=500)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, running.target, sid],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-    )
+    proc = doomed_writer(running.target, sid)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
         proc.send_signal(signal.SIGSTOP)
         with SessionLogClient(running.target) as client:
             deadline = time.monotonic() + 30

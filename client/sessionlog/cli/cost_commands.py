@@ -16,17 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sessionlog.cli.common import connect, fail, print_json, printable, table_cell, write_stdout
+from sessionlog.cli.common import connect, cost_cell, fail, print_json, printable, table_cell, write_stdout
 from sessionlog.core.costs import COST_KEYS, SessionCost, cost_report, total_figures
 from sessionlog.core.projections.stats import figure_label
 
 if TYPE_CHECKING:  # imported where a client is made (`common.connect`)
     from sessionlog.client import SessionLogClient
     from sessionlog.convert import SessionInfo
-
-LOWER_BOUND = "≥"
-"""Marks a cost in the table that leaves out the cost of unpriced events (`unpricedEvents`)."""
-
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -143,7 +139,7 @@ def _print_table(rows: list[SessionCost]) -> None:
     lines = [header]
     for row in rows:
         route = [row.session_id, row.parent_session_id, row.fork_seq, row.model]
-        whole = [table_cell("events", row.stats["events"]), _cost(row.stats)]
+        whole = [table_cell("events", row.stats["events"]), cost_cell(row.stats)]
         lines.append([printable(table_cell("", value)) for value in route] + whole + _own(row.own))
     lines.append(["total", "-", "-", "-", "-", "-", *_own(total_figures(rows))])
     widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
@@ -155,10 +151,4 @@ def _padded(cells: list[str], widths: list[int]) -> str:
 
 
 def _own(figures: dict[str, int | float]) -> list[str]:
-    return [_cost(figures) if key == "costUsd" else table_cell(key, figures[key]) for key in COST_KEYS]
-
-
-def _cost(figures: dict[str, int | float]) -> str:
-    """`costUsd` as the table shows it, marked as a lower bound when unpriced events are left out."""
-    cost = table_cell("costUsd", figures["costUsd"])
-    return f"{LOWER_BOUND}{cost}" if figures["unpricedEvents"] else cost
+    return [cost_cell(figures) if key == "costUsd" else table_cell(key, figures[key]) for key in COST_KEYS]

@@ -12,6 +12,7 @@ from sessionlog.core.projections.stats import usage_of
 from sessionlog.core.usage import total_cost, usage_cost
 from tests.cli.test_cli import run
 from tests.support.events import assistant, step_end, step_start, system, turn_end, turn_start, user
+from tests.support.fixtures import pi_generated_sessions
 from tests.support.servers import ServerThread
 
 
@@ -126,7 +127,8 @@ def test_a_missing_session_or_two_selections_are_refused(server: ServerThread, s
 def test_a_project_or_a_time_span_selects_the_sessions(
     server: ServerThread, client: SessionLogClient, sid: str
 ) -> None:
-    """`--cwd` (a project: forks share their source's) and `--since`/`--until` (creation time,
+    """`--cwd` (a project: forks share their source's) and `--since`/`--until` (a live session's
+    creation time,
     ISO 8601, UTC unless it says otherwise) narrow the listing; a fork whose source is left out
     still counts only its own events."""
     first, second = _family(client, sid)
@@ -145,3 +147,20 @@ def test_a_project_or_a_time_span_selects_the_sessions(
     bad = run(server, "costs", "--since", "last week")
     assert (bad.returncode, bad.stdout) == (2, "")
     assert bad.stderr.startswith("sessionlog: error: --since: 'last week' is no ISO 8601 date or time")
+
+
+def test_an_imported_session_is_dated_by_its_file(server: ServerThread, client: SessionLogClient, sid: str) -> None:
+    """`--since`/`--until` date an imported session, and its forks, by when its file began (the
+    recorded time of its first event after the head), not by the import: a month of Pi
+    sessions imported today is that month's spend. They were dated by their creation, so
+    `--since 2025-09-01 --until 2025-10-01` over September's files reported nothing, total 0."""
+    path = pi_generated_sessions()[0]  # Pi's header: 2025-09-15T14:28:41.570Z; one other leaf
+    imported = run(server, "import", str(path), "--id", sid)
+    assert imported.returncode == 0, imported.stderr
+    family = [entry["id"] for entry in json.loads(imported.stdout)["sessions"]]
+    assert len(family) == 2
+    september = _costs(server, "--family", sid, "--since", "2025-09-15T14:28:41.570Z", "--until", "2025-10-01")
+    assert [row["id"] for row in september["sessions"]] == family
+    assert september["total"] == _costs(server, "--family", sid)["total"]
+    assert _costs(server, "--family", sid, "--since", "2025-09-15T14:28:41.571Z")["sessions"] == []
+    assert _costs(server, "--family", sid, "--until", "2025-09-15T14:28:41.570Z")["sessions"] == []

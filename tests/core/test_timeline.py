@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from sessionlog.core.errors import ValidationError
-from sessionlog.core.events import Event, Replace
+from sessionlog.core.events import Event, NewEvent, Replace
 from sessionlog.core.projections.request import request
 from sessionlog.core.projections.stats import stats
 from sessionlog.core.projections.timeline import TimelineFold, timeline
 from sessionlog.core.projections.transcript import transcript
 from sessionlog.core.repair import commit_closers, open_turn_closers
 from sessionlog.core.request_diff import SurfaceDelta, request_diff
+from tests.support.events import priced_and_unpriced
 from tests.support.scripted import COMPACTION_REPLACE_SEQ, DROPS, REQUEST_SEQS, committed
 
 from .builders import Log, assistant
@@ -44,6 +45,17 @@ def test_usage_context_share_and_cumulative_cost() -> None:
         # The cumulative cost at a request is the stats cost of the prefix ending with it.
         assert req["cumulativeCost"] == pytest.approx(stats(events[: req["seq"] + 1])["costUsd"])
     assert sum(r["usage"]["output"] for r in view["requests"]) + 60 == view["stats"]["outputTokens"]
+
+
+def test_a_request_without_a_price_has_no_cost() -> None:
+    """A request whose usage has tokens but no cost (no pricing for the model) has cost None, not
+    0: the page shows it as unpriced, where it showed $0.000000, a free model's cost. The
+    cumulative cost leaves it out, as `costUsd` does, and the stats count it in `unpricedEvents`."""
+    events = [NewEvent.from_json(e).committed(n, 1000 + n) for n, e in enumerate(priced_and_unpriced())]
+    view = timeline(events)
+    assert [r["usage"]["cost"] for r in view["requests"]] == [0.25, None]
+    assert [r["cumulativeCost"] for r in view["requests"]] == [0.25, 0.25]
+    assert (view["stats"]["costUsd"], view["stats"]["unpricedEvents"]) == (0.25, 1)
 
 
 def test_each_cache_drop_names_its_cause() -> None:

@@ -62,7 +62,25 @@ def test_replay_prints_the_spec_table(app: typer.Typer) -> None:
         "cache write tokens": "0",
         "output tokens": "15",
         "cost usd": "0.015510",
+        "unpriced events": "0",
     }
+
+
+def test_replay_marks_a_cost_that_leaves_unpriced_usage_out(app: typer.Typer, tmp_path: Path) -> None:
+    """A file whose model had no pricing (usage with tokens, no cost) replays with its
+    `unpricedEvents` and its cost marked `≥` in the table, as `sessionlog costs` marks it: the
+    cost is a lower bound. Replay printed `cost usd 0.000000`, a free model's figure."""
+    lines = [json.loads(line) for line in RESUMED.read_text().splitlines()]
+    for line in lines:
+        if line.get("type") == "message" and line["message"]["role"] == "assistant":
+            del line["message"]["usage"]["cost"]
+    path = tmp_path / "unpriced.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    data = json.loads(run(app, "replay", path, "--json").output)
+    assert (data["costUsd"], data["unpricedEvents"]) == (0.0, 2)
+    rows = [line.split() for line in run(app, "replay", path).output.splitlines()]
+    table = {" ".join(r[:-1]): r[-1] for r in rows if r}
+    assert (table["cost usd"], table["unpriced events"]) == ("≥0.000000", "2")
 
 
 def test_replay_json_has_exactly_the_spec_keys(app: typer.Typer) -> None:

@@ -25,7 +25,17 @@ from sessionlog.core.formats.otlp import RESOURCE, SCOPE_NAME, otlp_traces
 from sessionlog.core.projections.stats import stats
 from sessionlog.core.repair import commit_closers, fork_seed, open_turn_closers
 from sessionlog.otlp_live import SessionExport, readable_span
-from tests.support.events import assistant, step_end, step_start, system, tool_result, turn_end, turn_start, user
+from tests.support.events import (
+    assistant,
+    priced_and_unpriced,
+    step_end,
+    step_start,
+    system,
+    tool_result,
+    turn_end,
+    turn_start,
+    user,
+)
 from tests.support.otlp import span_attr, span_ms, spans_of
 from tests.support.scripted import REQUEST_SEQS, committed, usage
 
@@ -104,6 +114,23 @@ def test_token_sums_equal_the_stats_projection() -> None:
     assert sum(a[genai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] for a in chat) == totals["cacheReadTokens"]
     assert sum(a[genai.GEN_AI_USAGE_OUTPUT_TOKENS] for a in chat) == totals["outputTokens"]
     assert abs(sum(a["sessionlog.cost_usd"] for a in chat) - totals["costUsd"]) < 1e-12
+
+
+def test_a_call_without_a_price_has_no_cost_and_is_counted_unpriced() -> None:
+    """A model call whose usage has tokens but no cost (no pricing for the model) is exported
+    with no `sessionlog.cost_usd` and `sessionlog.unpriced_events` 1, and the root span carries
+    the session's `unpricedEvents` beside its `costUsd`, where the call said `cost_usd` 0.0 and
+    the root nothing, a free model's figures: a collector could not tell the cost was partial."""
+    events = [NewEvent.from_json(e).committed(n, 1000 + n) for n, e in enumerate(priced_and_unpriced())]
+    spans = spans_of(otlp_traces(events, SID))
+    chat = [span for span in spans if span["name"].startswith("chat")]
+    assert [span_attr(span, "sessionlog.cost_usd") for span in chat] == [0.25, None]
+    assert [span_attr(span, "sessionlog.unpriced_events") for span in chat] == [None, 1]
+    assert [span_attr(span, "gen_ai.usage.output_tokens") for span in chat] == [4, 4]
+    (root,) = [span for span in spans if "parentSpanId" not in span or not span["parentSpanId"]]
+    totals = stats(events)
+    assert span_attr(root, "sessionlog.cost_usd") == totals["costUsd"] == 0.25
+    assert span_attr(root, "sessionlog.unpriced_events") == totals["unpricedEvents"] == 1
 
 
 def test_tools_repairs_and_markers() -> None:

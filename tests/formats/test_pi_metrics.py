@@ -118,6 +118,7 @@ def test_usage_on_every_entry_kind_counts_not_only_assistant_messages() -> None:
         "outputTokens": 10 + 3 + 5 + 2 + 0 + 1,
         "costUsd": 0.25 + 0.5 + 1 + 2 + 4,
         "cacheWriteTokens": 6,
+        "unpricedEvents": 0,  # i's usage has a price, of 0
         "totalTokens": 116 + 11 + 55 + 22 + 3 + 3,
         "compactionCostUsd": 1.0,
     }
@@ -148,6 +149,25 @@ def test_cost_sum_is_exact_and_order_free() -> None:
         entries.append(entry(f"m{i}", parent, "usage", kind="k", usage=usage(0, 0, cost=0.1)))
         parent = f"m{i}"
     assert pi_metrics(load_pi_bytes(handmade(*entries)))["costUsd"] == 1.0
+
+
+def test_usage_without_a_price_is_counted_as_stats_count_it() -> None:
+    """An entry whose usage has tokens but no cost (a model Pi had no pricing for) adds 0 to
+    `costUsd` and 1 to `unpricedEvents`, as `sessionlog stats` counts it, so replay's cost is
+    known to be a lower bound; a price of 0 and a usage of no tokens are not counted. Replay
+    printed the cost alone, which could not be told from a free model's."""
+    unpriced = usage(40, 4)
+    del unpriced["cost"]
+    entries = [
+        entry("a", None, "message", message=msg("user", content="u")),
+        entry("b", "a", "message", message=msg("assistant", content=[], usage=unpriced, stopReason="stop")),
+        entry("c", "b", "message", message=msg("assistant", content=[], usage=usage(1, 1), stopReason="stop")),
+        entry("d", "c", "usage", kind="k", usage={"input": 0, "output": 0}),
+        entry("e", "d", "message", message=msg("assistant", content=[], usage=usage(2, 2, cost=0.5))),
+    ]
+    metrics = pi_metrics(load_pi_bytes(handmade(*entries)))
+    assert (metrics["costUsd"], metrics["unpricedEvents"]) == (0.5, 1)
+    assert (metrics["inputTokens"], metrics["outputTokens"]) == (43, 7)
 
 
 def test_empty_session_has_zero_metrics() -> None:
@@ -207,6 +227,7 @@ def test_default_leaf_replay_of_the_real_fixture() -> None:
         "cacheWriteTokens": 0,
         "outputTokens": 15,
         "costUsd": 0.01551,
+        "unpricedEvents": 0,
     }
     assert list(result.table_metrics()) == list(METRIC_KEYS)
 

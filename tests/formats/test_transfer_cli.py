@@ -604,7 +604,7 @@ def test_stats_and_the_replay_of_the_export_name_each_figure_alike(
     out = tmp_path / "native.sessionlog.jsonl"
     assert invoke(cli, "export", sid, "--format", "sessionlog", "-o", str(out)).exit_code == 0
     stats, replayed = client.stats(sid), replay_json(out)
-    assert {"model", "provider", "thinkingLevel", "cacheWriteTokens", "costUsd"} <= set(SHARED)
+    assert {"model", "provider", "thinkingLevel", "cacheWriteTokens", "costUsd", "unpricedEvents"} <= set(SHARED)
     assert {key: replayed[key] for key in SHARED} == {key: stats[key] for key in SHARED}
     assert (replayed["model"], replayed["provider"], replayed["thinkingLevel"]) == ("m-1", "acme", "high")
     assert replayed["cacheWriteTokens"] == 300

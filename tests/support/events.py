@@ -65,3 +65,24 @@ def tool_result(turn: int, step: int, call_id: str, text: str, is_error: bool = 
         "isError": is_error,
     }
     return {"type": "tool/result", "data": {"turn": turn, "step": step, "message": message}, "surfaceOp": "append"}
+
+
+UNPRICED_USAGE: dict[str, Any] = {"input": 40, "output": 4, "cacheRead": 0, "cacheWrite": 0}
+"""Usage with tokens and no cost: the harness had no pricing for its model (`unpricedEvents`)."""
+
+
+def priced_and_unpriced() -> list[dict[str, Any]]:
+    """One turn of two model calls: the first priced at 0.25 USD, the second with `UNPRICED_USAGE`."""
+    priced = {**UNPRICED_USAGE, "cost": {"total": 0.25}}
+    return [
+        system("sys"),
+        user("go"),
+        turn_start(1),
+        step_start(1, 1),
+        assistant(1, 1, "one", usage=priced),
+        step_end(1, 1),
+        step_start(1, 2),
+        assistant(1, 2, "two", usage=UNPRICED_USAGE),
+        step_end(1, 2),
+        turn_end(1),
+    ]

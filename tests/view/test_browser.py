@@ -23,6 +23,7 @@ from sessionlog.view import page, windows
 from tests.support.browser import chromium
 from tests.support.events import (
     assistant,
+    priced_and_unpriced,
     step_end,
     step_start,
     system,
@@ -200,6 +201,40 @@ def test_a_voice_sessions_cut_answer_and_dropped_calls_on_the_page(
         cut = driver.find_elements(By.CSS_SELECTOR, '#transcript .row[data-interrupted="true"]')
         assert [e.get_attribute("data-seq") for e in cut] == ["7"]
         assert cut[0].find_element(By.CSS_SELECTOR, ".badge.interrupted").text == "interrupted"
+
+
+def test_a_cost_that_leaves_unpriced_calls_out_reads_as_a_lower_bound(
+    server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """A session with a call its model had no price for: the page shows the stats'
+    `unpricedEvents` under their label, marks the cost `≥` (as `costs` and `replay` mark it), and
+    the call's request row says `unpriced`, where the page showed $0.250000 and $0.000000, the
+    figures of a session whose second call was free."""
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append(priced_and_unpriced()).result()
+    stats = client.stats(sid)
+    assert (stats["costUsd"], stats["unpricedEvents"]) == (0.25, 1)
+    page = tmp_path / "unpriced.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionlog", "--server", server.target, "view", sid, "-o", str(page)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    with chromium() as driver:
+        driver.get(page.as_uri())
+        WebDriverWait(driver, 20).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+        figures = {
+            e.get_attribute("data-count"): (e.find_element(By.XPATH, "preceding-sibling::dt").text, e.text)
+            for e in driver.find_elements(By.CSS_SELECTOR, "#summary dd[data-count]")
+        }
+        assert figures["costUsd"] == (figure_label("costUsd"), "≥$0.250000")
+        assert figures["unpricedEvents"] == (figure_label("unpricedEvents"), "1")
+        rows = driver.find_elements(By.CSS_SELECTOR, "table.requests tr[data-request-seq]")
+        assert [row.find_elements(By.TAG_NAME, "td")[7].text for row in rows] == ["$0.250000", "unpriced"]
 
 
 def test_a_long_sessions_page_fetches_its_windows_as_it_is_paged(

@@ -6,7 +6,7 @@ import os
 import sys
 import tempfile
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -60,6 +60,19 @@ def table_cell(key: str, value: Any) -> str:
     if key.endswith("Usd") and isinstance(value, (int, float)):
         return f"{value:.6f}"
     return str(value)
+
+
+LOWER_BOUND = "≥"
+"""Marks a cost that leaves out the cost of unpriced events (`unpricedEvents` not 0): the
+usage of a model with no pricing added 0, so the cost is a lower bound, not the spend."""
+
+
+def cost_cell(figures: Mapping[str, Any]) -> str:
+    """`costUsd` of `figures` as a plain-text table shows it (`replay`, `costs`), marked with
+    `LOWER_BOUND` when their `unpricedEvents` is not 0, so a cost that is not known to be the
+    whole spend never reads as one."""
+    cost = table_cell("costUsd", figures.get("costUsd"))
+    return f"{LOWER_BOUND}{cost}" if figures.get("unpricedEvents") else cost
 
 
 def printable(text: str) -> str:

@@ -4,7 +4,9 @@ docs/projections.md#costs).
 
 Only the client's public calls: ListSessions (every page of it) finds the sessions; each one's
 stats are read at the last seq the listing showed, so a session that goes on while the report
-is made is reported as listed; a fork's source's stats are read at the fork's cut.
+is made is reported as listed; a fork's source's stats are read at the fork's cut. With
+--since/--until, each session's first event after the head is read too: an imported session is
+dated by when its file began (`started_ms`), not by its import.
 """
 
 from __future__ import annotations
@@ -16,17 +18,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sessionlog.cli.common import connect, fail, print_json, printable, table_cell, write_stdout
+from sessionlog.cli.common import connect, cost_cell, fail, print_json, printable, table_cell, write_stdout
+from sessionlog.core.clock import RECORDED_TIME, is_epoch_ms
 from sessionlog.core.costs import COST_KEYS, SessionCost, cost_report, total_figures
 from sessionlog.core.projections.stats import figure_label
 
 if TYPE_CHECKING:  # imported where a client is made (`common.connect`)
     from sessionlog.client import SessionLogClient
     from sessionlog.convert import SessionInfo
-
-LOWER_BOUND = "≥"
-"""Marks a cost in the table that leaves out the cost of unpriced events (`unpricedEvents`)."""
-
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -50,25 +49,33 @@ def costs(
     ] = None,
     cwd: Annotated[str | None, typer.Option("--cwd", help="Only sessions of this working directory.")] = None,
     since: Annotated[
-        str | None, typer.Option("--since", help="Only sessions created at or after this ISO 8601 time (UTC if bare).")
+        str | None,
+        typer.Option(
+            "--since",
+            help="Only sessions begun at or after this ISO 8601 time (UTC if bare; an import: its file's start).",
+        ),
     ] = None,
     until: Annotated[
-        str | None, typer.Option("--until", help="Only sessions created before this ISO 8601 time (UTC if bare).")
+        str | None,
+        typer.Option("--until", help="Only sessions begun before this ISO 8601 time (UTC if bare)."),
     ] = None,
     fmt: Annotated[CostFormat, typer.Option("--format", help="json: one object; table: plain text.")] = (
         CostFormat.json
     ),
 ) -> None:
     """Print what sessions cost: one row per session (every session, the forks of --parent, or
-    the --family of a session; narrowed by --cwd, --since, --until), a fork's own figures apart
+    the --family of a session; narrowed by --cwd, --since, --until: when a session began, an
+    imported one when its file did), a fork's own figures apart
     from the prefix it inherits, and a total that counts every shared prefix once.
     `unpricedEvents` not 0: the cost leaves out that many events' usage, which had no price."""
     if parent is not None and family is not None:
         raise fail("give --family or --parent, not both", code=2)
-    created = _CreatedBetween(_epoch_ms("--since", since), _epoch_ms("--until", until))
+    begun = _BegunBetween(_epoch_ms("--since", since), _epoch_ms("--until", until))
     with connect() as client:
         listed = _family(client, family) if family is not None else client.list_sessions(parent_session_id=parent)
-        sessions = (s for s in listed if (cwd is None or s.cwd == cwd) and created.holds(s.create_time))
+        sessions = (s for s in listed if cwd is None or s.cwd == cwd)
+        if begun.bounded:
+            sessions = (s for s in sessions if begun.holds(started_ms(client, s)))
         try:
             rows = _rows(client, sessions)
         except ValueError as exc:  # stats without a figure the report needs
@@ -89,15 +96,33 @@ def _family(client: SessionLogClient, root_id: str) -> Iterator[SessionInfo]:
         pending.extend(reversed(list(client.list_sessions(parent_session_id=session.id))))
 
 
-class _CreatedBetween:
-    """Creation times from `since` (inclusive) to `until` (exclusive), epoch ms; None: unbounded."""
+class _BegunBetween:
+    """Start times from `since` (inclusive) to `until` (exclusive), epoch ms; None: unbounded."""
 
     def __init__(self, since: int | None, until: int | None) -> None:
         self.since = since
         self.until = until
 
+    @property
+    def bounded(self) -> bool:
+        return self.since is not None or self.until is not None
+
     def holds(self, create_time: int) -> bool:
         return (self.since is None or create_time >= self.since) and (self.until is None or create_time < self.until)
+
+
+def started_ms(client: SessionLogClient, session: SessionInfo) -> int:
+    """When a session began (epoch ms): the recorded time of its first event after the head
+    (seq 1), which an importer carries over from the file (`data.recordedTime`: when a Pi file
+    began, for its forks too, which share that event), else its creation time. An import
+    creates its sessions when it runs, so their creation time says nothing of when the agent
+    worked; a live session's events carry no recorded time."""
+    if session.next_seq > 1:
+        for event in client.read_events(session.id, from_seq=1, to_seq=1):
+            recorded = event.data.get(RECORDED_TIME)
+            if is_epoch_ms(recorded):
+                return recorded
+    return session.create_time
 
 
 def _epoch_ms(option: str, text: str | None) -> int | None:
@@ -143,7 +168,7 @@ def _print_table(rows: list[SessionCost]) -> None:
     lines = [header]
     for row in rows:
         route = [row.session_id, row.parent_session_id, row.fork_seq, row.model]
-        whole = [table_cell("events", row.stats["events"]), _cost(row.stats)]
+        whole = [table_cell("events", row.stats["events"]), cost_cell(row.stats)]
         lines.append([printable(table_cell("", value)) for value in route] + whole + _own(row.own))
     lines.append(["total", "-", "-", "-", "-", "-", *_own(total_figures(rows))])
     widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
@@ -155,10 +180,4 @@ def _padded(cells: list[str], widths: list[int]) -> str:
 
 
 def _own(figures: dict[str, int | float]) -> list[str]:
-    return [_cost(figures) if key == "costUsd" else table_cell(key, figures[key]) for key in COST_KEYS]
-
-
-def _cost(figures: dict[str, int | float]) -> str:
-    """`costUsd` as the table shows it, marked as a lower bound when unpriced events are left out."""
-    cost = table_cell("costUsd", figures["costUsd"])
-    return f"{LOWER_BOUND}{cost}" if figures["unpricedEvents"] else cost
+    return [cost_cell(figures) if key == "costUsd" else table_cell(key, figures[key]) for key in COST_KEYS]

@@ -24,7 +24,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from sessionlog.cli.common import describe, fail, printable, table_cell, write_stdout
+from sessionlog.cli.common import cost_cell, describe, fail, printable, table_cell, write_stdout
 from sessionlog.cli.progress import progress
 from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.formats.jsonl import JsonlReader
@@ -115,7 +115,9 @@ def _print_table(result: Replay) -> None:
     """One `label  value` line per metric, labels padded to one column. Plain text, never cut
     to a width: a rich table fitted a pipe's 80 columns and cut a long model name with `…`,
     which a script reading the value got as the value."""
-    rows = [(LABELS[key], table_cell(key, value)) for key, value in result.table_metrics().items()]
+    metrics = result.table_metrics()
+    cells = {key: cost_cell(metrics) if key == "costUsd" else table_cell(key, value) for key, value in metrics.items()}
+    rows = [(LABELS[key], cell) for key, cell in cells.items()]
     width = max(len(label) for label, _ in rows)
     write_stdout(f"{label:<{width}}  {printable(value)}\n".encode() for label, value in rows)
 

@@ -69,6 +69,11 @@
   }
   const num = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
   const usd = (n) => "$" + Number(n || 0).toFixed(6);
+  // A cost that leaves out calls with no price (the stats' unpricedEvents) is a lower bound,
+  // marked as `sessionlog costs` and `replay` mark it (cli.common.cost_cell); a call with no
+  // price has cost null (timeline.usage_view), which $0 (a free model's) would not say.
+  const lowerBound = (cost, unpriced) => (unpriced ? "≥" : "") + usd(cost);
+  const callCost = (cost) => (cost === null ? "unpriced" : usd(cost));
   const pct = (x) => (100 * x).toFixed(1) + "%";
   // A duration is null while its record is open, and also once it is closed when one of its two
   // ends has no time on the other's clock (an imported turn the service closed): then "unknown".
@@ -126,7 +131,8 @@
       ["repairs", "repaired calls", num(D.counts.repairs)], figure("compactions", num),
       figure("replaces", num), ["cacheDrops", "cache-read drops", num(D.counts.cacheDrops)],
       figure("messages", num), figure("inputTokens", num), figure("cacheReadTokens", num),
-      figure("cacheWriteTokens", num), figure("outputTokens", num), figure("costUsd", usd),
+      figure("cacheWriteTokens", num), figure("outputTokens", num),
+      figure("costUsd", (cost) => lowerBound(cost, st.unpricedEvents)), figure("unpricedEvents", num),
       figure("model", text), figure("provider", text), figure("thinkingLevel", text),
     ];
     const dl = document.getElementById("summary");
@@ -267,7 +273,7 @@
         tbody.append(el("tr", { "data-request-seq": r.seq, "data-turn": r.turn, class: r.drop ? "drop" : null, title: "click: pick for the diff", onclick: () => pick(r.seq) },
           el("td", {}, r.seq), el("td", {}, `${r.turn ?? "–"}.${r.step ?? "–"}`), el("td", {}, r.kind + (r.error ? " (error)" : "")),
           el("td", {}, num(u.context)), el("td", {}, num(u.cacheRead)), el("td", {}, u.context ? pct(u.cacheShare) : "–"),
-          el("td", {}, num(u.output)), el("td", {}, r.usage ? usd(u.cost) : "–"), el("td", {}, usd(r.cumulativeCost)),
+          el("td", {}, num(u.output)), el("td", {}, r.usage ? callCost(u.cost) : "–"), el("td", {}, usd(r.cumulativeCost)),
           el("td", { "data-cause": r.drop ? r.drop.causes.join(" ") : null }, r.drop ? r.drop.causes.join(", ") : "")));
       }
       table.append(tbody);

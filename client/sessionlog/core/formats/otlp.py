@@ -266,6 +266,7 @@ class OtlpFold:
                 "gen_ai.conversation.id": self.session_id,
                 "sessionlog.events": len(events),
                 "sessionlog.cost_usd": self.fold.totals.cost_usd(),
+                "sessionlog.unpriced_events": self.fold.totals.unpriced_events,
             },
         )
         root["events"] = [self.marker(marker) for marker in self.fold.markers]
@@ -342,7 +343,9 @@ class OtlpFold:
                     "gen_ai.usage.cache_read.input_tokens": _tokens(tokens["cacheRead"]),
                     "gen_ai.usage.cache_creation.input_tokens": _tokens(tokens["cacheWrite"]),
                     "gen_ai.usage.output_tokens": _tokens(tokens["output"]),
-                    "sessionlog.cost_usd": float(tokens["cost"]),
+                    # A call with no price has no cost, and counts as one unpriced event.
+                    "sessionlog.cost_usd": None if tokens["cost"] is None else float(tokens["cost"]),
+                    "sessionlog.unpriced_events": 1 if tokens["cost"] is None else None,
                 }
             )
         drop = (request or {}).get("drop")

@@ -57,7 +57,7 @@ from sessionlog.core.surface import (
     plan_surface_event,
     surface_node,
 )
-from sessionlog.core.usage import number, usage_cost
+from sessionlog.core.usage import is_unpriced, number, usage_cost
 from sessionlog.core.vocabulary import (
     ASSISTANT_ATTEMPT,
     COMPACTION_SUMMARY,
@@ -386,7 +386,9 @@ def _appended(event: Event) -> bool:
 
 
 def usage_view(usage: JsonObject) -> JsonObject:
-    """The per-request token figures the chart and the export need."""
+    """The per-request token figures the chart and the export need. `cost` is None for usage
+    with tokens and no price (`usage.is_unpriced`, an event `unpricedEvents` counts): its cost
+    is not known, which 0, a free model's, would not say."""
     input_tokens = number(usage.get("input"))
     cache_read = number(usage.get("cacheRead"))
     cache_write = number(usage.get("cacheWrite"))
@@ -398,7 +400,7 @@ def usage_view(usage: JsonObject) -> JsonObject:
         "output": number(usage.get("output")),
         "context": context,
         "cacheShare": (cache_read / context) if context else 0.0,
-        "cost": usage_cost(usage),
+        "cost": None if is_unpriced(usage) else usage_cost(usage),
     }
 
 

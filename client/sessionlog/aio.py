@@ -49,6 +49,7 @@ from sessionlog.requests import (
     AppendResult,
     CaughtUp,
     EventLike,
+    ForkInfo,
     HeaderReport,
     HistoryCopy,
     ResumeInfo,
@@ -236,10 +237,11 @@ class AsyncSessionLogClient(base.ClientBase):
         """Resume a session for unary appends: lease (with its token), repair, seed boundary (SPEC §8)."""
         return await self._run(base.resume(session_id, writer_id, takeover, lease_token))
 
-    async def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> convert.SessionInfo:
+    async def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> ForkInfo:
         """Fork `session_id` after `at_seq` (inclusive); the prefix is shared, not copied. The
         fork is named (a uuid when `new_session_id` is None) and retried on UNAVAILABLE: asked
-        for again, the service answers with the fork it made."""
+        for again, the service answers with the fork it made. The answer is the new session
+        and the seqs of the events written to close a turn the cut fell inside (`repair_seqs`)."""
         return await self._run(base.fork(session_id, at_seq, new_session_id))
 
     # --- projections ------------------------------------------------------------------

@@ -132,7 +132,7 @@ def test_a_create_under_a_forks_id_is_refused(client: SessionLogClient, sid: str
     fork = client.fork(sid, 1, f"{sid}-fork")
     with pytest.raises(AlreadyExists):
         client.create_session(fork.id)
-    assert client.get_session(fork.id) == fork
+    assert client.get_session(fork.id) == fork.session
 
 
 def test_a_create_asked_for_again_is_its_namespaces_session_and_passes_the_full_quota(db_url: str, sid: str) -> None:

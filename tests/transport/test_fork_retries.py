@@ -74,7 +74,7 @@ def test_another_fork_under_a_taken_id_is_refused_and_changes_nothing(client: Se
         with pytest.raises(AlreadyExists) as caught:
             client.fork(source, at_seq, new_id)
         assert caught.value.reason == "SESSION_EXISTS"
-    assert client.get_session(fork.id) == fork
+    assert client.get_session(fork.id) == fork.session
     assert client.get_session(f"{sid}-other").next_seq == 1
     assert [s.id for s in client.list_sessions(parent_session_id=sid)] == [fork.id]
 

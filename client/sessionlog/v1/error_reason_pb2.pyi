@@ -982,10 +982,13 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The session id is taken in the caller's namespace by a session this call would not make:
     a create under another cwd or metadata, or of a session written to (an event, a lease)
     since it was created; a fork of another source or seq. (A create or fork asked for again
-    is answered with the session it made.)
+    is answered with the session it made.) The message and `differs` say which: `parent` (for a
+    create, the session is a fork; for a fork, it is no fork or another source's), `fork_seq`
+    (a fork of the same source at another seq), `cwd`, `metadata`, `events` (written to since
+    it was created), `lease` (leased since, no event yet).
 
     Code: ALREADY_EXISTS
-    Metadata: `session_id`
+    Metadata: `differs`, `session_id`
     Raised by: service
     Client: Pick another id, or open the existing session.
     """
@@ -1353,7 +1356,9 @@ class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     - `type`: the event type; `header_reason`: the reason the service decided;
     - `replaced_by`: the seq of the replace that took the named seq or call off the surface;
     - `result_seq`: the seq of a `tool/result` the refused event would leave without its call;
-    - `line`, `offset`, `entry`: where in a file (line number, byte offset, Pi entry id).
+    - `line`, `offset`, `entry`: where in a file (line number, byte offset, Pi entry id);
+    - `differs`: what the session under a taken id has that the call would not make, as names
+      joined by commas (`cwd,metadata`).
 
     An error about one event of an appended batch also carries `event_index`, the event's index
     in its batch; a reason a file reader re-raises carries `line` and, where known, `seq` and
@@ -2322,10 +2327,13 @@ SESSION_EXISTS: ErrorReason.ValueType  # 106
 """The session id is taken in the caller's namespace by a session this call would not make:
 a create under another cwd or metadata, or of a session written to (an event, a lease)
 since it was created; a fork of another source or seq. (A create or fork asked for again
-is answered with the session it made.)
+is answered with the session it made.) The message and `differs` say which: `parent` (for a
+create, the session is a fork; for a fork, it is no fork or another source's), `fork_seq`
+(a fork of the same source at another seq), `cwd`, `metadata`, `events` (written to since
+it was created), `lease` (leased since, no event yet).
 
 Code: ALREADY_EXISTS
-Metadata: `session_id`
+Metadata: `differs`, `session_id`
 Raised by: service
 Client: Pick another id, or open the existing session.
 """

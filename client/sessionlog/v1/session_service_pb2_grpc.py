@@ -163,7 +163,8 @@ class SessionServiceServicer:
         """Creates a session. Asked for again with the same id, cwd and metadata (compared as
         canonical JSON) before anything was written to the session (no event, no lease ever
         taken), it answers with the session it made, so a create whose answer was lost can be
-        retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS).
+        retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS, whose
+        ErrorInfo `differs` names what differs: another cwd or metadata, used since, a fork).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -52,7 +52,8 @@ class SessionServiceStub:
     """Creates a session. Asked for again with the same id, cwd and metadata (compared as
     canonical JSON) before anything was written to the session (no event, no lease ever
     taken), it answers with the session it made, so a create whose answer was lost can be
-    retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS).
+    retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS, whose
+    ErrorInfo `differs` names what differs: another cwd or metadata, used since, a fork).
     """
     GetSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.GetSessionRequest, _session_service_pb2.GetSessionResponse]
     """Gets a session by id."""
@@ -131,7 +132,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Creates a session. Asked for again with the same id, cwd and metadata (compared as
     canonical JSON) before anything was written to the session (no event, no lease ever
     taken), it answers with the session it made, so a create whose answer was lost can be
-    retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS).
+    retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS, whose
+    ErrorInfo `differs` names what differs: another cwd or metadata, used since, a fork).
     """
     GetSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.GetSessionRequest, _session_service_pb2.GetSessionResponse]  # type: ignore[assignment]
     """Gets a session by id."""
@@ -213,7 +215,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """Creates a session. Asked for again with the same id, cwd and metadata (compared as
         canonical JSON) before anything was written to the session (no event, no lease ever
         taken), it answers with the session it made, so a create whose answer was lost can be
-        retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS).
+        retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS, whose
+        ErrorInfo `differs` names what differs: another cwd or metadata, used since, a fork).
         """
 
     @_abc_1.abstractmethod

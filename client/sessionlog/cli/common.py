@@ -62,6 +62,18 @@ def table_cell(key: str, value: Any) -> str:
     return str(value)
 
 
+LOWER_BOUND = "≥"
+"""Marks a printed cost that leaves out the cost of unpriced events (`unpricedEvents`)."""
+
+
+def lower_bound(cost: str, unpriced_events: Any) -> str:
+    """A cost as printed (`costs`' table, `replay`'s, `recompute`'s report), marked `≥` when
+    `unpriced_events` (the figures' `unpricedEvents`) is not 0: the cost of those events is not
+    known, so the cost shown is a lower bound (docs/projections.md). JSON keeps the number and
+    says `unpricedEvents` beside it."""
+    return f"{LOWER_BOUND}{cost}" if unpriced_events else cost
+
+
 def printable(text: str) -> str:
     """`text` with control characters (an escape sequence in a model name) as `\\uXXXX`, so a
     value cannot drive the terminal it is printed on."""

@@ -16,17 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sessionlog.cli.common import connect, fail, print_json, printable, table_cell, write_stdout
+from sessionlog.cli.common import connect, fail, lower_bound, print_json, printable, table_cell, write_stdout
 from sessionlog.core.costs import COST_KEYS, SessionCost, cost_report, total_figures
 from sessionlog.core.projections.stats import figure_label
 
 if TYPE_CHECKING:  # imported where a client is made (`common.connect`)
     from sessionlog.client import SessionLogClient
     from sessionlog.convert import SessionInfo
-
-LOWER_BOUND = "≥"
-"""Marks a cost in the table that leaves out the cost of unpriced events (`unpricedEvents`)."""
-
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -160,5 +156,4 @@ def _own(figures: dict[str, int | float]) -> list[str]:
 
 def _cost(figures: dict[str, int | float]) -> str:
     """`costUsd` as the table shows it, marked as a lower bound when unpriced events are left out."""
-    cost = table_cell("costUsd", figures["costUsd"])
-    return f"{LOWER_BOUND}{cost}" if figures["unpricedEvents"] else cost
+    return lower_bound(table_cell("costUsd", figures["costUsd"]), figures["unpricedEvents"])

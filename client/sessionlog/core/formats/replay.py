@@ -54,13 +54,15 @@ METRIC_KEYS: tuple[str, ...] = (
     "cacheWriteTokens",
     "outputTokens",
     "costUsd",
+    "unpricedEvents",
 )
 """The replay table (docs/formats.md), in order: exactly the keys of `replay --json`.
 
 A figure the stats projection reports too has its stats key and meaning (`STATS_KEYS`): `model`
 is the model id alone and `provider` its provider, as in `sessionlog stats`. `turns` are runs of
 the agent loop and `modelCalls` assistant messages, in every output: seed 000's table called
-model calls "turns"; here each has its own name (docs/projections.md)."""
+model calls "turns"; here each has its own name (docs/projections.md). `unpricedEvents` not 0 makes
+`costUsd` a lower bound, as in `stats`: the cost of those events is not known."""
 
 EXTRA_KEYS: tuple[str, ...] = ("totalTokens", "compactionCostUsd")
 """Also computed and compared by `recompute` (a run record may hold them)."""

@@ -159,6 +159,7 @@ def sessionlog_metrics(export: SessionlogExport, at: str | int | None = None) ->
         "cacheWriteTokens": folded.get("cacheWriteTokens"),
         "outputTokens": folded.get("outputTokens"),
         "costUsd": folded.get("costUsd"),
+        "unpricedEvents": folded.get("unpricedEvents"),
         "totalTokens": total_tokens,
         "compactionCostUsd": compaction_cost.value() if compaction_cost is not None else None,
     }

@@ -18,6 +18,7 @@ re-run of the experiment. What each one means, for the branch from the root to t
 | `compactions` | `compaction` entries on the branch |
 | `inputTokens`, `cacheReadTokens`, `cacheWriteTokens`, `outputTokens`, `totalTokens` | summed usage |
 | `costUsd` | summed `usage.cost.total` |
+| `unpricedEvents` | entries whose usage has tokens but no cost (`usage.is_unpriced`): not in `costUsd` |
 | `compactionCostUsd` | the part of `costUsd` spent on compaction summaries (None if none carried usage) |
 
 Usage is summed over **every** entry on the branch that carries one, not only assistant messages:
@@ -44,7 +45,7 @@ from sessionlog.core.formats.pi.entries import (
 )
 from sessionlog.core.formats.pi.importer import map_path
 from sessionlog.core.formats.pi.tree import PiTree
-from sessionlog.core.usage import CostSum, number, usage_cost, usage_total_tokens
+from sessionlog.core.usage import CostSum, is_unpriced, number, usage_cost, usage_total_tokens
 from sessionlog.core.vocabulary import TURN_START
 
 
@@ -65,7 +66,7 @@ def branch_metrics(pi_file: PiFile, tree: PiTree, leaf_id: str | None) -> dict[s
     leaf = leaf_id if leaf_id is not None else tree.default_leaf()
     path = tree.path(leaf) if leaf is not None else []
     context = build_context(path)
-    model_calls = tool_calls = compactions = 0
+    model_calls = tool_calls = compactions = unpriced_events = 0
     tokens: dict[str, int | float] = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}
     total_tokens: int | float = 0
     cost = CostSum()
@@ -88,6 +89,7 @@ def branch_metrics(pi_file: PiFile, tree: PiTree, leaf_id: str | None) -> dict[s
             tokens[key] += number(usage.get(key))
         total_tokens += usage_total_tokens(usage)
         cost.add(usage_cost(usage))
+        unpriced_events += is_unpriced(usage)
         if kind == COMPACTION:
             compaction_cost = compaction_cost or CostSum()
             compaction_cost.add(usage_cost(usage))
@@ -109,6 +111,7 @@ def branch_metrics(pi_file: PiFile, tree: PiTree, leaf_id: str | None) -> dict[s
         "cacheWriteTokens": tokens["cacheWrite"],
         "outputTokens": tokens["output"],
         "costUsd": cost.value(),
+        "unpricedEvents": unpriced_events,
         "totalTokens": total_tokens,
         "compactionCostUsd": compaction_cost.value() if compaction_cost is not None else None,
     }

@@ -271,7 +271,8 @@ class SessionLogClient(base.ClientBase):
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None, page_size: int = 500
     ) -> Iterator[Event]:
         """Events from `from_seq` to `to_seq` (inclusive), in seq order; a read broken by a
-        transient failure goes on from the seq after the last event it delivered.
+        transient failure goes on from the seq after the last event it delivered. None from the
+        session's next seq; from past it, OutOfRange (FROM_SEQ_PAST_HEAD).
 
         The client's `timeout` bounds the wait for each page (the first, and each one after),
         not the whole read, which may take long for a long session: a read that gets no page

@@ -71,6 +71,10 @@ def test_create_append_events_sessions(server: ServerThread, sid: str) -> None:
     assert [
         e["seq"] for e in map(json.loads, run(server, "events", sid, "--from", "1", "--to", "2").stdout.splitlines())
     ] == [1, 2]
+    assert run(server, "events", sid, "--from", "4").stdout == ""  # the head: nothing since
+    past = run(server, "events", sid, "--from", "40")  # printed nothing and exited 0, as for no events
+    assert (past.returncode, past.stdout) == (1, "")
+    assert "FROM_SEQ_PAST_HEAD" in past.stderr and "from seq 40: its next seq is 4" in past.stderr
     retry = run(server, "append", sid, stdin=lines({**note, "eventId": "n1"}))
     assert retry.stdout.split() == ["2"]
     listed = [json.loads(line)["id"] for line in run(server, "sessions").stdout.splitlines()]

@@ -1168,13 +1168,16 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Import into a fresh session, or export the session again.
     """
     FROM_SEQ_PAST_HEAD: _ErrorReason.ValueType  # 128
-    """A subscription asked to start past the end of the log (it would wait for seqs that may
-    never exist, and must never be told it is caught up there).
+    """A read or a subscription asked to start past the end of the log: a seq the log has not
+    reached (a typo, another session's seq). A read would have answered nothing, as for a log
+    with nothing there; a subscription would wait for seqs that may never exist, and must never
+    be told it is caught up there. From `next_seq` itself a read is empty and a subscription
+    waits for the next event.
 
     Code: OUT_OF_RANGE
     Metadata: `from_seq`, `next_seq`, `session_id`
     Raised by: service
-    Client: Subscribe from `next_seq` or earlier.
+    Client: Read or subscribe from `next_seq` or earlier.
     """
     SUBSCRIBER_TOO_SLOW: _ErrorReason.ValueType  # 129
     """The subscriber fell further behind than the service buffers for one subscriber
@@ -1351,7 +1354,8 @@ class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     - `holder`, `epoch`, `expires_at`: the lease holder's writer id (a label, never a
       credential: no error ever carries a lease token), its fencing epoch, and when the lease
       lapses (Unix epoch milliseconds);
-    - `from_seq`, `resume_seq`: where a subscription asked to start, where it should start again;
+    - `from_seq`, `resume_seq`: where a read or subscription asked to start, where a subscription
+      should start again;
     - `limit`, `size`: a configured limit and the offending size; `retry_after_ms`: when to retry;
     - `type`: the event type; `header_reason`: the reason the service decided;
     - `replaced_by`: the seq of the replace that took the named seq or call off the surface;
@@ -2513,13 +2517,16 @@ Raised by: files
 Client: Import into a fresh session, or export the session again.
 """
 FROM_SEQ_PAST_HEAD: ErrorReason.ValueType  # 128
-"""A subscription asked to start past the end of the log (it would wait for seqs that may
-never exist, and must never be told it is caught up there).
+"""A read or a subscription asked to start past the end of the log: a seq the log has not
+reached (a typo, another session's seq). A read would have answered nothing, as for a log
+with nothing there; a subscription would wait for seqs that may never exist, and must never
+be told it is caught up there. From `next_seq` itself a read is empty and a subscription
+waits for the next event.
 
 Code: OUT_OF_RANGE
 Metadata: `from_seq`, `next_seq`, `session_id`
 Raised by: service
-Client: Subscribe from `next_seq` or earlier.
+Client: Read or subscribe from `next_seq` or earlier.
 """
 SUBSCRIBER_TOO_SLOW: ErrorReason.ValueType  # 129
 """The subscriber fell further behind than the service buffers for one subscriber

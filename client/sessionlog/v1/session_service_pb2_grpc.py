@@ -229,7 +229,8 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReadEvents(self, request, context):
-        """Reads events by seq range, forward, in pages of at most `page_size` events.
+        """Reads events by seq range, forward, in pages of at most `page_size` events. A `from_seq`
+        past the head is OUT_OF_RANGE (FROM_SEQ_PAST_HEAD).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -82,7 +82,9 @@ class SessionServiceStub:
     ReleaseLease: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.ReleaseLeaseRequest, _session_service_pb2.ReleaseLeaseResponse]
     """Gives a lease up so another writer can take it at once."""
     ReadEvents: _grpc.UnaryStreamMultiCallable[_session_service_pb2.ReadEventsRequest, _session_service_pb2.ReadEventsResponse]
-    """Reads events by seq range, forward, in pages of at most `page_size` events."""
+    """Reads events by seq range, forward, in pages of at most `page_size` events. A `from_seq`
+    past the head is OUT_OF_RANGE (FROM_SEQ_PAST_HEAD).
+    """
     SubscribeEvents: _grpc.UnaryStreamMultiCallable[_session_service_pb2.SubscribeEventsRequest, _session_service_pb2.SubscribeEventsResponse]
     """Replays events from a seq, sends a caught-up marker, then streams events as they commit."""
     ReportRequestHeader: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.ReportRequestHeaderRequest, _session_service_pb2.ReportRequestHeaderResponse]
@@ -162,7 +164,9 @@ class SessionServiceAsyncStub(SessionServiceStub):
     ReleaseLease: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ReleaseLeaseRequest, _session_service_pb2.ReleaseLeaseResponse]  # type: ignore[assignment]
     """Gives a lease up so another writer can take it at once."""
     ReadEvents: _aio.UnaryStreamMultiCallable[_session_service_pb2.ReadEventsRequest, _session_service_pb2.ReadEventsResponse]  # type: ignore[assignment]
-    """Reads events by seq range, forward, in pages of at most `page_size` events."""
+    """Reads events by seq range, forward, in pages of at most `page_size` events. A `from_seq`
+    past the head is OUT_OF_RANGE (FROM_SEQ_PAST_HEAD).
+    """
     SubscribeEvents: _aio.UnaryStreamMultiCallable[_session_service_pb2.SubscribeEventsRequest, _session_service_pb2.SubscribeEventsResponse]  # type: ignore[assignment]
     """Replays events from a seq, sends a caught-up marker, then streams events as they commit."""
     ReportRequestHeader: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ReportRequestHeaderRequest, _session_service_pb2.ReportRequestHeaderResponse]  # type: ignore[assignment]
@@ -293,7 +297,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_service_pb2.ReadEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_session_service_pb2.ReadEventsResponse], _abc.AsyncIterator[_session_service_pb2.ReadEventsResponse]]:
-        """Reads events by seq range, forward, in pages of at most `page_size` events."""
+        """Reads events by seq range, forward, in pages of at most `page_size` events. A `from_seq`
+        past the head is OUT_OF_RANGE (FROM_SEQ_PAST_HEAD).
+        """
 
     @_abc_1.abstractmethod
     def SubscribeEvents(

@@ -40,6 +40,7 @@ from sessionlog.requests import (
     DEFAULT_TARGET,
     AppendResult,
     EventLike,
+    ForkInfo,
     HeaderReport,
     HistoryCopy,
     ResumeInfo,
@@ -49,6 +50,7 @@ from sessionlog.requests import (
     batch_request,
     check_target,
     create_request,
+    fork_from_pb,
     header_report_from_pb,
     header_request,
     header_write_request,
@@ -305,16 +307,16 @@ def resume(session_id: str, writer_id: str | None, takeover: bool, lease_token: 
     return Call("ResumeSession", request, resume_from_pb, idempotent=False)
 
 
-def fork(session_id: str, at_seq: int, new_session_id: str | None) -> Call[convert.SessionInfo]:
+def fork(session_id: str, at_seq: int, new_session_id: str | None) -> Call[ForkInfo]:
     """A fork is idempotent: it always names its new session (a uuid when the caller gives no
     id), and the service answers a fork asked for again with the fork it made (SPEC §8), so a
-    retry after an unknown outcome cannot fork twice."""
+    retry after an unknown outcome cannot fork twice. The answer carries the repair seqs."""
     request = pb.ForkSessionRequest(
         session_id=session_id,
         at_seq=seq_argument(at_seq, "at_seq"),
         new_session_id=new_session_id or str(uuid.uuid4()),
     )
-    return Call("ForkSession", request, lambda r: convert.session_from_pb(r.session), idempotent=True)
+    return Call("ForkSession", request, fork_from_pb, idempotent=True)
 
 
 def model_history(session_id: str, at_seq: int | None, with_repair: bool) -> Paged[dict[str, Any]]:

@@ -54,6 +54,7 @@ from sessionlog.requests import (
     AppendResult,
     CaughtUp,
     EventLike,
+    ForkInfo,
     HeaderReport,
     HistoryCopy,
     ResumeInfo,
@@ -219,10 +220,11 @@ class SessionLogClient(base.ClientBase):
         """Resume a session for unary appends: lease (with its token), repair, seed boundary (SPEC §8)."""
         return self._run(base.resume(session_id, writer_id, takeover, lease_token))
 
-    def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> convert.SessionInfo:
+    def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> ForkInfo:
         """Fork `session_id` after `at_seq` (inclusive); the prefix is shared, not copied. The
         fork is named (a uuid when `new_session_id` is None) and retried on UNAVAILABLE: asked
-        for again, the service answers with the fork it made."""
+        for again, the service answers with the fork it made. The answer is the new session
+        and the seqs of the events written to close a turn the cut fell inside (`repair_seqs`)."""
         return self._run(base.fork(session_id, at_seq, new_session_id))
 
     # --- projections ------------------------------------------------------------------
@@ -269,7 +271,8 @@ class SessionLogClient(base.ClientBase):
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None, page_size: int = 500
     ) -> Iterator[Event]:
         """Events from `from_seq` to `to_seq` (inclusive), in seq order; a read broken by a
-        transient failure goes on from the seq after the last event it delivered.
+        transient failure goes on from the seq after the last event it delivered. None from the
+        session's next seq; from past it, OutOfRange (FROM_SEQ_PAST_HEAD).
 
         The client's `timeout` bounds the wait for each page (the first, and each one after),
         not the whole read, which may take long for a long session: a read that gets no page

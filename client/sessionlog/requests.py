@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from sessionlog import convert
@@ -108,6 +108,34 @@ class ResumeInfo:
             "lastTurn": self.last_turn,
             "openTurn": None,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class ForkInfo(convert.SessionInfo):
+    """A fork as ForkSession answers it: the new session, every field of a SessionInfo (so a
+    caller reads `.id`, `.next_seq` or `to_json()` as of any session), and the seqs of the
+    `forked` repair events the service wrote after the child's end-seed when the cut fell inside
+    an open turn (docs/repair.md), as `resume` answers its own. A harness that forks mid-turn
+    learns from them which events close the turn without reading the child's log. Asked for
+    again, a fork answers the same seqs (its seed is a pure function of the prefix)."""
+
+    repair_seqs: list[int]
+    """Empty when the cut fell between turns: nothing was repaired."""
+
+    @property
+    def session(self) -> convert.SessionInfo:
+        """The session alone, as `get_session` answers it (a ForkInfo carries more, so it is
+        never equal to a SessionInfo)."""
+        return convert.SessionInfo(**_session_fields(self))
+
+    def to_json(self) -> dict[str, Any]:
+        # Named, not super(): a slotted dataclass is a new class, which zero-argument super() misses.
+        return {**convert.SessionInfo.to_json(self), "repairSeqs": self.repair_seqs}
+
+
+def _session_fields(session: convert.SessionInfo) -> dict[str, Any]:
+    """The SessionInfo fields of `session` (not `asdict`, which would turn its lease into a dict)."""
+    return {f.name: getattr(session, f.name) for f in fields(convert.SessionInfo)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +386,10 @@ def resume_from_pb(msg: pb.ResumeSessionResponse) -> ResumeInfo:
         end_seed_seq=msg.end_seed_seq,
         last_turn=msg.last_turn,
     )
+
+
+def fork_from_pb(msg: pb.ForkSessionResponse) -> ForkInfo:
+    return ForkInfo(**_session_fields(convert.session_from_pb(msg.session)), repair_seqs=msg.repair_seqs[:])
 
 
 def request_view_from_pb(msg: pb.GetRequestResponse) -> dict[str, Any]:

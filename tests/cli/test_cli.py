@@ -71,6 +71,10 @@ def test_create_append_events_sessions(server: ServerThread, sid: str) -> None:
     assert [
         e["seq"] for e in map(json.loads, run(server, "events", sid, "--from", "1", "--to", "2").stdout.splitlines())
     ] == [1, 2]
+    assert run(server, "events", sid, "--from", "4").stdout == ""  # the head: nothing since
+    past = run(server, "events", sid, "--from", "40")  # printed nothing and exited 0, as for no events
+    assert (past.returncode, past.stdout) == (1, "")
+    assert "FROM_SEQ_PAST_HEAD" in past.stderr and "from seq 40: its next seq is 4" in past.stderr
     retry = run(server, "append", sid, stdin=lines({**note, "eventId": "n1"}))
     assert retry.stdout.split() == ["2"]
     listed = [json.loads(line)["id"] for line in run(server, "sessions").stdout.splitlines()]
@@ -167,6 +171,23 @@ def test_tail_follows_new_events(server: ServerThread, sid: str) -> None:
         proc.wait(timeout=10)
 
 
+def test_fork_inside_an_open_turn_prints_the_repair_seqs(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """`fork` printed the new session's id, parent and cut, not the events the service wrote into
+    it to close the turn the cut fell in (which `resume` prints as `repairSeqs`)."""
+    run(server, "create", "--id", sid)
+    turn = [USER, {"type": "turn/start", "data": {"turn": 1}}, {"type": "step/start", "data": {"turn": 1, "step": 1}}]
+    assert run(server, "append", sid, stdin=lines(*turn)).returncode == 0
+    head = client.get_session(sid).next_seq - 1  # the step/start
+    forked = run(server, "fork", sid, "--at", str(head), "--id", f"{sid}-f")
+    assert forked.returncode == 0, forked.stderr
+    # the child's end-seed follows the cut; then the service ends the step and the turn
+    repairs = [head + 2, head + 3]
+    assert json.loads(forked.stdout) == {"id": f"{sid}-f", "parent": sid, "forkSeq": head, "repairSeqs": repairs}
+    assert [e.type for e in client.read_events(f"{sid}-f", from_seq=head + 2)] == ["step/end", "turn/end"]
+
+
 def test_header_lines_projections_resume_and_fork(server: ServerThread, sid: str) -> None:
     run(server, "create", "--id", sid)
     header = {"type": "request/header", "data": {"header": {"config": {"model": "m-1"}}}}
@@ -193,7 +214,7 @@ def test_header_lines_projections_resume_and_fork(server: ServerThread, sid: str
     kept = json.loads(run(server, "resume", sid, "--keep").stdout)
     assert len(kept["lease"]["leaseToken"]) > 20 and kept["endSeedSeq"] == 5  # the log ended with the seed
     forked = json.loads(run(server, "fork", sid, "--at", "2", "--id", f"{sid}-f").stdout)
-    assert forked == {"id": f"{sid}-f", "parent": sid, "forkSeq": 2}
+    assert forked == {"id": f"{sid}-f", "parent": sid, "forkSeq": 2, "repairSeqs": []}
     children = [json.loads(line)["id"] for line in run(server, "sessions", "--parent", sid).stdout.splitlines()]
     assert children == [f"{sid}-f"]
 

@@ -91,6 +91,32 @@ def test_replay_json_has_exactly_the_spec_keys(app: typer.Typer) -> None:
     assert data == replay_file(BRANCHY).table_metrics()
 
 
+def _with_an_unpriced_call(path: Path) -> Path:
+    """RESUMED and one more model call whose usage has tokens but no cost (a model without
+    pricing), at `path`."""
+    lines = RESUMED.read_text("utf-8").splitlines()
+    leaf = json.loads(lines[-1])["id"]
+    usage = {"input": 100, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 105}
+    message = {"role": "assistant", "content": [{"type": "text", "text": "43"}], "provider": "local",
+               "model": "m", "usage": usage, "stopReason": "stop", "timestamp": 1780065900000}  # fmt: skip
+    call = {"type": "message", "id": "unpr1ced", "parentId": leaf, "timestamp": "2026-05-29T14:45:00.000Z",
+            "message": message}  # fmt: skip
+    path.write_text("\n".join([*lines, json.dumps(call)]) + "\n", "utf-8")
+    return path
+
+
+def test_replay_says_a_cost_that_leaves_unpriced_calls_out_is_a_lower_bound(app: typer.Typer, tmp_path: Path) -> None:
+    """Replay printed the priced calls' sum as the file's cost, with nothing to tell it from the
+    whole; `stats` and `costs` count the calls left out (`unpricedEvents`) and mark the cost `≥`."""
+    path = _with_an_unpriced_call(tmp_path / "unpriced.jsonl")
+    table = run(app, "replay", path)
+    assert table.exit_code == 0, table.output
+    rows = {" ".join(r[:-1]): r[-1] for r in (line.split() for line in table.output.splitlines()) if r}
+    assert (rows["cost usd"], rows["unpriced events"]) == ("≥0.015510", "1")
+    data = json.loads(run(app, "replay", path, "--json").output)
+    assert (data["costUsd"], data["unpricedEvents"]) == (0.01551, 1)  # the number stays a number
+
+
 def test_replay_at_an_entry(app: typer.Typer) -> None:
     oracle = pi_oracle(BRANCHY)
     other = oracle["otherLeaves"][0]
@@ -284,6 +310,34 @@ def test_recompute_reports_a_cost_recorded_as_zero(app: typer.Typer, tmp_path: P
     assert "    compactionCostUsd: 0.0 -> 0.0015" in result.output
     assert "1 run(s) differ from the recorded metrics" in result.output
     assert values_equal(0.0, 0.0) and values_equal(0.0, 0) and values_equal(0.0, 1e-12)  # float noise only
+
+
+def test_recompute_says_which_costs_leave_unpriced_calls_out(app: typer.Typer, tmp_path: Path) -> None:
+    """A recomputed cost that leaves out unpriced model calls is a lower bound: recompute marks
+    it `≥` where it reports it changed, names every run whose cost is one (changed or not), and
+    compares a recorded `unpricedEvents` like any metric. It reported the priced sum as the cost."""
+    _with_an_unpriced_call(tmp_path / "unpriced.jsonl")
+    shutil.copy(RESUMED, tmp_path / "priced.jsonl")
+    records = [
+        {"run_id": "stale", "session_file": "unpriced.jsonl", "metrics": {"cost_usd": 0.01}},
+        {"run_id": "same", "session_file": "unpriced.jsonl", "metrics": {"costUsd": 0.01551, "unpricedEvents": 1}},
+        {"run_id": "counted", "session_file": "unpriced.jsonl", "metrics": {"unpriced_events": 0}},
+        {"run_id": "priced", "session_file": "priced.jsonl", "metrics": {"costUsd": 0.01551}},
+    ]
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("".join(json.dumps(record) + "\n" for record in records))
+    out = run(app, "recompute", runs, "--sessions", tmp_path).output
+    assert "    cost_usd: 0.01 -> ≥0.01551" in out
+    assert "    unpriced_events: 0 -> 1" in out
+    assert "costUsd is a lower bound (unpricedEvents not 0) in 3 run(s): stale (1), same (1), counted (1)" in out
+    assert "2 run(s) unchanged" in out and "2 run(s) differ from the recorded metrics" in out
+    record = json.loads(
+        next(line for line in runs.read_text().splitlines() if '"stale"' in line)
+    )  # the report marks the cost; a rewrite writes the number
+    assert record["metrics"] == {"cost_usd": 0.01}
+    run(app, "recompute", runs, "--sessions", tmp_path, "--write")
+    rewritten = [json.loads(line)["metrics"] for line in runs.read_text().splitlines()]
+    assert rewritten[0] == {"cost_usd": 0.01551} and rewritten[2] == {"unpriced_events": 1}
 
 
 def test_recompute_write_rewrites_only_changed_lines_atomically(app: typer.Typer, tmp_path: Path) -> None:

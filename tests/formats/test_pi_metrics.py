@@ -117,8 +117,8 @@ def test_usage_on_every_entry_kind_counts_not_only_assistant_messages() -> None:
         "cacheReadTokens": 5,
         "outputTokens": 10 + 3 + 5 + 2 + 0 + 1,
         "costUsd": 0.25 + 0.5 + 1 + 2 + 4,
+        "unpricedEvents": 0,  # every usage names its cost, i's a cost of 0
         "cacheWriteTokens": 6,
-        "unpricedEvents": 0,  # i's usage has a price, of 0
         "totalTokens": 116 + 11 + 55 + 22 + 3 + 3,
         "compactionCostUsd": 1.0,
     }
@@ -403,3 +403,27 @@ def test_a_pi_file_and_its_export_report_the_same_figures(session: Path, tmp_pat
         from_export = replay_file(export).metrics
         for key in SAME_WHATEVER_THE_FORMAT:
             assert (key, from_pi[key]) == (key, from_export[key])
+
+
+def test_usage_without_a_price_is_counted_in_either_format(tmp_path: Path) -> None:
+    """A cost that leaves out unpriced model calls is a lower bound, and replay says so as `stats`
+    does (`unpricedEvents`, docs/projections.md): replay summed the priced calls only, and its
+    cost read as the whole, where `stats` of the imported session said what it left out."""
+    unpriced = {"input": 40, "output": 4, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 44}  # no cost object
+    entries = [
+        *ENTRIES[:5],  # a to e: calls costing 0.25 and 0.5
+        entry("u1", "e", "message", message=msg("assistant", content=[], provider="local", model="m", usage=unpriced)),
+        entry("u2", "u1", "usage", kind="k", usage={**unpriced, "cost": {"total": None}}),  # no number in it
+        entry("free", "u2", "usage", kind="k", usage=usage(9, 9, cost=0)),  # a price of 0 is a price
+        entry("none", "free", "usage", kind="k", usage={"input": 0, "output": 0, "cost": {}}),  # no tokens
+    ]
+    path = tmp_path / "unpriced.jsonl"
+    path.write_bytes(handmade(*entries))
+    from_pi = replay_file(path).metrics
+    assert (from_pi["unpricedEvents"], from_pi["costUsd"]) == (2, 0.25 + 0.5)
+    pi_file = load_pi_file(path)
+    events = [e.committed(seq, 1000 + seq) for seq, e in enumerate(branch_events(pi_file, None))]
+    export = tmp_path / "unpriced.sessionlog.jsonl"
+    export.write_text("".join(sessionlog_lines({"id": "s"}, events)), "utf-8")
+    assert replay_file(export).metrics["unpricedEvents"] == 2
+    assert replay_file(export, at="0").metrics["unpricedEvents"] == 0

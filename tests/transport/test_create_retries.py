@@ -78,18 +78,30 @@ def test_the_metadata_is_compared_as_canonical_json(client: SessionLogClient, si
 
 
 @pytest.mark.parametrize(
-    ("cwd", "metadata"),
-    [("/elsewhere", METADATA), (None, METADATA), ("/work/repo", {"harness": "other"}), ("/work/repo", None)],
-    ids=["other-cwd", "no-cwd", "other-metadata", "no-metadata"],
+    ("cwd", "metadata", "differs", "said"),
+    [
+        ("/elsewhere", METADATA, "cwd", "it was created with cwd '/work/repo', this create gives cwd '/elsewhere'"),
+        (None, METADATA, "cwd", "it was created with cwd '/work/repo', this create gives no cwd"),
+        ("/work/repo", {"harness": "other"}, "metadata", "it was created with other metadata"),
+        ("/work/repo", None, "metadata", "it was created with other metadata"),
+        ("/w", {}, "cwd,metadata", "this create gives cwd '/w'; it was created with other metadata"),
+    ],
+    ids=["other-cwd", "no-cwd", "other-metadata", "no-metadata", "both"],
 )
 def test_another_create_under_a_taken_id_is_refused_and_changes_nothing(
-    client: SessionLogClient, sid: str, cwd: str | None, metadata: dict[str, Any] | None
+    client: SessionLogClient, sid: str, cwd: str | None, metadata: dict[str, Any] | None, differs: str, said: str
 ) -> None:
+    """The refusal says what differs (in words, and as ErrorInfo `differs`): a harness that
+    retried its create with another cwd or metadata learns it from the error, where it could not
+    tell that from another's session under its id."""
     first = client.create_session(sid, cwd="/work/repo", metadata=METADATA)
     with pytest.raises(AlreadyExists) as caught:
         client.create_session(sid, cwd=cwd, metadata=metadata)
     assert caught.value.reason == "SESSION_EXISTS"
     assert caught.value.metadata["session_id"] == sid
+    assert caught.value.metadata["differs"] == differs
+    assert f"session {sid!r} already exists, and this create would not make it: " in caught.value.message
+    assert said in caught.value.message
     assert client.get_session(sid) == first
     assert _ids(client, sid) == [sid]
 
@@ -108,10 +120,16 @@ def _with_a_lease_held(client: SessionLogClient, sid: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "written", [_with_an_event, _with_a_lease_taken_and_given_back, _with_a_lease_held], ids=lambda f: f.__name__[6:]
+    ("written", "differs", "said"),
+    [
+        (_with_an_event, "events", "it holds 2 events written since it was created"),
+        (_with_a_lease_taken_and_given_back, "lease", "a writer took its lease since it was created"),
+        (_with_a_lease_held, "lease", "a writer took its lease since it was created"),
+    ],
+    ids=["an-event", "a-lease-taken-and-given-back", "a-lease-held"],
 )
 def test_a_create_of_a_session_written_to_since_is_refused_and_changes_nothing(
-    client: SessionLogClient, sid: str, written: Callable[[SessionLogClient, str], None]
+    client: SessionLogClient, sid: str, written: Callable[[SessionLogClient, str], None], differs: str, said: str
 ) -> None:
     client.create_session(sid, cwd="/work/repo", metadata=METADATA)
     written(client, sid)
@@ -122,6 +140,7 @@ def test_a_create_of_a_session_written_to_since_is_refused_and_changes_nothing(
         client.create_session(sid, cwd="/work/repo", metadata=METADATA)
 
     assert caught.value.reason == "SESSION_EXISTS"
+    assert caught.value.metadata["differs"] == differs and said in caught.value.message
     assert client.get_session(sid) == before
     assert list(client.read_events(sid)) == events
 
@@ -130,9 +149,11 @@ def test_a_create_under_a_forks_id_is_refused(client: SessionLogClient, sid: str
     client.create_session(sid)
     _with_an_event(client, sid)
     fork = client.fork(sid, 1, f"{sid}-fork")
-    with pytest.raises(AlreadyExists):
+    with pytest.raises(AlreadyExists) as caught:
         client.create_session(fork.id)
-    assert client.get_session(fork.id) == fork
+    assert caught.value.metadata["differs"] == "parent"
+    assert f"it is the fork of session {sid!r} after seq 1" in caught.value.message
+    assert client.get_session(fork.id) == fork.session
 
 
 def test_a_create_asked_for_again_is_its_namespaces_session_and_passes_the_full_quota(db_url: str, sid: str) -> None:

@@ -69,12 +69,18 @@ def test_another_fork_under_a_taken_id_is_refused_and_changes_nothing(client: Se
     client.create_session(f"{sid}-other")
     with client.writer(f"{sid}-other") as writer:
         writer.append([system("other")]).result()
-    refused = [(sid, head - 1, fork.id), (f"{sid}-other", 0, fork.id), (sid, head, f"{sid}-other")]
-    for source, at_seq, new_id in refused:
+    refused = [
+        (sid, head - 1, fork.id, "fork_seq", f"it is the fork of session {sid!r} after seq {head}, not {head - 1}"),
+        (f"{sid}-other", 0, fork.id, "parent", f"it is the fork of session {sid!r} after seq {head}"),
+        (sid, head, f"{sid}-other", "parent", "it is no fork"),
+    ]
+    for source, at_seq, new_id, differs, said in refused:
         with pytest.raises(AlreadyExists) as caught:
             client.fork(source, at_seq, new_id)
         assert caught.value.reason == "SESSION_EXISTS"
-    assert client.get_session(fork.id) == fork
+        assert caught.value.metadata == {"session_id": new_id, "differs": differs}
+        assert f"session {new_id!r} already exists, and this fork would not make it: {said}" == caught.value.message
+    assert client.get_session(fork.id) == fork.session
     assert client.get_session(f"{sid}-other").next_seq == 1
     assert [s.id for s in client.list_sessions(parent_session_id=sid)] == [fork.id]
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
+from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
+from sessionlog.convert import SessionInfo
 from sessionlog.core.errors import NotFound, OwnershipLost, ValidationError, WriterHeld
+from sessionlog.requests import ForkInfo
 from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.events import (
     assistant,
@@ -169,6 +173,35 @@ def test_fork_inside_an_open_turn_gets_forked_repair(client: SessionLogClient, s
     assert not client.get_session(child.id).open_turn
     with client.writer(child.id) as writer:  # the child continues with a new turn
         writer.append([user("next"), turn_start(2), turn_end(2)]).result()
+
+
+def test_fork_answers_the_repair_seqs_it_wrote_in_both_clients(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """A harness that forks mid-turn learns which events the service wrote to close the turn, as
+    from a resume, without reading the child's log. The Python clients answered the new session
+    alone (the TypeScript client's `repairSeqs` were dropped); the answer is still that session,
+    field for field, so callers that read `.id`, `.next_seq` or `to_json()` are unchanged."""
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append([*open_turn_log(), note(9)]).result()
+    child = client.fork(sid, 5, f"{sid}-child")
+    assert child.repair_seqs == [7, 8, 9, 10]  # after the end-seed at 6: two results, step/end, turn/end
+    repairs = list(client.read_events(child.id, from_seq=7))
+    assert [e.type for e in repairs] == ["tool/result", "tool/result", "step/end", "turn/end"]
+    assert isinstance(child, SessionInfo) and child.session == client.get_session(child.id)
+    assert (child.id, child.parent_session_id, child.fork_seq, child.next_seq) == (f"{sid}-child", sid, 5, 11)
+    assert child.to_json() == {**child.session.to_json(), "repairSeqs": [7, 8, 9, 10]}
+    assert client.fork(sid, 5, f"{sid}-child").repair_seqs == [7, 8, 9, 10]  # asked for again: the same
+    assert client.fork(sid, 1, f"{sid}-before").repair_seqs == []  # a cut before the turn repairs nothing
+
+    async def fork_async() -> ForkInfo:
+        async with AsyncSessionLogClient(server.target) as aio:
+            return await aio.fork(sid, 4, f"{sid}-async")
+
+    forked = asyncio.run(fork_async())
+    assert forked.repair_seqs == [6, 7, 8, 9]  # cut at the assistant message: its two calls get results
+    assert forked.session == client.get_session(f"{sid}-async")
 
 
 def test_resume_names_the_last_turn_a_fork_inherited_too(client: SessionLogClient, sid: str) -> None:

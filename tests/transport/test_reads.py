@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import OutOfRange
 from sessionlog.core.events import Event
 from sessionlog.requests import CaughtUp
 from tests.support.events import note
@@ -21,7 +25,39 @@ def test_read_range_and_pages(client: SessionLogClient, sid: str) -> None:
         writer.append([note(i) for i in range(1200)]).result()
     assert [e.seq for e in client.read_events(sid, from_seq=10, to_seq=14)] == [10, 11, 12, 13, 14]
     assert [e.seq for e in client.read_events(sid, page_size=7)] == list(range(1200))
-    assert list(client.read_events(sid, from_seq=5000)) == []
+    assert [e.seq for e in client.read_events(sid, from_seq=1190, to_seq=5000)] == list(range(1190, 1200))
+
+
+def test_a_read_from_past_the_head_is_refused_as_a_subscription_is(server: ServerThread, sid: str) -> None:
+    """A read from a seq the log has not reached (a typo'd from_seq, another session's seq) read
+    nothing, as a read of a session with nothing there would: an auditor took it for "no events".
+    It is OUT_OF_RANGE, FROM_SEQ_PAST_HEAD, as SubscribeEvents answers; a read from the head (a
+    poll for what came since) is still an empty read."""
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        assert list(client.read_events(sid)) == []  # an empty session reads empty, from its head
+        with pytest.raises(OutOfRange) as empty:
+            list(client.read_events(sid, from_seq=1))
+        assert empty.value.reason == "FROM_SEQ_PAST_HEAD"
+        with client.writer(sid) as writer:
+            writer.append([note(i) for i in range(3)]).result()
+        assert list(client.read_events(sid, from_seq=3)) == []  # the head: nothing since
+        assert list(client.read_events(sid, from_seq=3, to_seq=9)) == []
+        with pytest.raises(OutOfRange) as past:
+            list(client.read_events(sid, from_seq=4))
+        assert (past.value.reason, past.value.metadata) == (
+            "FROM_SEQ_PAST_HEAD",
+            {"session_id": sid, "from_seq": "4", "next_seq": "3"},
+        )
+        assert str(past.value) == f"cannot read session {sid!r} from seq 4: its next seq is 3"
+
+    async def read_past_the_head() -> OutOfRange:
+        async with AsyncSessionLogClient(server.target) as aio:
+            with pytest.raises(OutOfRange) as refused:
+                [e async for e in aio.read_events(sid, from_seq=50)]
+            return refused.value
+
+    assert asyncio.run(read_past_the_head()).metadata["next_seq"] == "3"
 
 
 def test_subscription_replays_then_marks_caught_up_then_goes_live(client: SessionLogClient, sid: str) -> None:

@@ -67,12 +67,18 @@ LOWER_BOUND = "≥"
 usage of a model with no pricing added 0, so the cost is a lower bound, not the spend."""
 
 
+def lower_bound(cost: str, unpriced_events: Any) -> str:
+    """A cost as printed (`costs`' table, `replay`'s, `recompute`'s report), marked `≥` when
+    `unpriced_events` (the figures' `unpricedEvents`) is not 0: the cost of those events is not
+    known, so the cost shown is a lower bound (docs/projections.md). JSON keeps the number and
+    says `unpricedEvents` beside it."""
+    return f"{LOWER_BOUND}{cost}" if unpriced_events else cost
+
+
 def cost_cell(figures: Mapping[str, Any]) -> str:
-    """`costUsd` of `figures` as a plain-text table shows it (`replay`, `costs`), marked with
-    `LOWER_BOUND` when their `unpricedEvents` is not 0, so a cost that is not known to be the
-    whole spend never reads as one."""
-    cost = table_cell("costUsd", figures.get("costUsd"))
-    return f"{LOWER_BOUND}{cost}" if figures.get("unpricedEvents") else cost
+    """`costUsd` of `figures` as a plain-text table shows it (`replay`, `costs`): `lower_bound`
+    of the cell, so a cost that is not known to be the whole spend never reads as one."""
+    return lower_bound(table_cell("costUsd", figures.get("costUsd")), figures.get("unpricedEvents"))
 
 
 def printable(text: str) -> str:

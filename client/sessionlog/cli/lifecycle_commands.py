@@ -44,7 +44,18 @@ def fork(
     at: Annotated[int, typer.Option("--at", min=0, help="The last seq the fork inherits (inclusive).")],
     new_id: Annotated[str | None, typer.Option("--id", help="The new session's id (generated if omitted).")] = None,
 ) -> None:
-    """Fork a session after seq --at; prints `{"id", "parent", "forkSeq"}`. The prefix is shared, not copied."""
+    """Fork a session after seq --at; the prefix is shared, not copied.
+
+    Prints `{"id", "parent", "forkSeq", "repairSeqs"}`: `repairSeqs` are the events the service
+    wrote to close a turn the cut fell inside (none for a cut between turns), as `resume` prints.
+    """
     with connect() as client:
-        session = client.fork(session_id, at, new_id)
-        print_json({"id": session.id, "parent": session.parent_session_id, "forkSeq": session.fork_seq})
+        forked = client.fork(session_id, at, new_id)
+        print_json(
+            {
+                "id": forked.id,
+                "parent": forked.parent_session_id,
+                "forkSeq": forked.fork_seq,
+                "repairSeqs": forked.repair_seqs,
+            }
+        )

@@ -6,9 +6,11 @@ looks like: docs/formats.md (and `sessionlog recompute --help`).
 
 `recompute` reports, per run, the recorded metrics whose recomputed value differs, each compared
 at the precision it was recorded with; metrics the records lack are listed once at the end, not
-as changes. `--write` replaces the `metrics` of changed runs only (and, with `--add-new`, adds
-the missing metrics to every run), keeps every other line byte for byte, and swaps the file in
-atomically (a temporary file in the same directory, fsync, `os.replace`).
+as changes, and so are the runs whose cost is a lower bound (`unpricedEvents` not 0; both
+commands mark such a cost `≥`, as `costs` does). `--write` replaces the `metrics` of changed
+runs only (and, with `--add-new`, adds the missing metrics to every run), keeps every other
+line byte for byte, and swaps the file in atomically (a temporary file in the same directory,
+fsync, `os.replace`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from sessionlog.cli.common import cost_cell, describe, fail, printable, table_cell, write_stdout
+from sessionlog.cli.common import cost_cell, describe, fail, lower_bound, printable, table_cell, write_stdout
 from sessionlog.cli.progress import progress
 from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.formats.jsonl import JsonlReader
@@ -63,6 +65,13 @@ def render(value: Any) -> str:
     return dumps(value)
 
 
+def render_new(change: Change, computed: dict[str, Any]) -> str:
+    """A changed metric's new value as a report prints it: a cost that leaves out unpriced events
+    marked as the lower bound it is (`lower_bound`)."""
+    text = render(change.new)
+    return lower_bound(text, computed["unpricedEvents"]) if canonical_key(change.key) == "costUsd" else text
+
+
 # --- replay --------------------------------------------------------------------------------
 
 
@@ -92,7 +101,7 @@ def replay_command(
     else:
         _print_table(result)
         if recorded is not None:
-            _print_check(recorded, changes)
+            _print_check(recorded, changes, result.metrics)
     if recorded is not None and (changes or not _recognised(recorded)):
         raise typer.Exit(1)
 
@@ -122,7 +131,7 @@ def _print_table(result: Replay) -> None:
     write_stdout(f"{label:<{width}}  {printable(value)}\n".encode() for label, value in rows)
 
 
-def _print_check(recorded: dict[str, Any], changes: list[Change]) -> None:
+def _print_check(recorded: dict[str, Any], changes: list[Change], computed: dict[str, Any]) -> None:
     console = _stdout()
     count = _recognised(recorded)
     if count == 0:
@@ -132,7 +141,7 @@ def _print_check(recorded: dict[str, Any], changes: list[Change]) -> None:
     else:
         console.print(f"check: {len(changes)} of {count} recorded metrics differ (recorded -> replayed)", markup=False)
         for change in changes:
-            console.print(f"  {change.key}: {render(change.old)} -> {render(change.new)}", markup=False)
+            console.print(f"  {change.key}: {render(change.old)} -> {render_new(change, computed)}", markup=False)
 
 
 def _print_json(result: Replay, recorded: dict[str, Any] | None, changes: list[Change]) -> None:
@@ -158,6 +167,8 @@ class RunOutcome:
     """Recorded metrics whose recomputed value differs."""
     missing: list[Change] = field(default_factory=list)
     """Metrics the record lacks, as additions (`--add-new`)."""
+    computed: dict[str, Any] = field(default_factory=dict)
+    """The recomputed metrics (empty when the run could not be recomputed)."""
     error: str | None = None
 
 
@@ -210,6 +221,7 @@ def recompute_command(
 
     _report(outcomes)
     _report_missing(outcomes)
+    _report_lower_bounds(outcomes)
     changed = [o for o in outcomes if o.changes]
     failed = [o for o in outcomes if o.error]
     console = _stdout()
@@ -277,6 +289,7 @@ def _recompute_one(
     except OSError as exc:
         outcome.error = f"{path}: {exc.strerror or exc}"
         return outcome, size
+    outcome.computed = computed
     outcome.changes = compare_recorded(recorded, computed)
     outcome.missing = missing_metrics(recorded, computed)
     return outcome, size
@@ -298,7 +311,8 @@ def _report(outcomes: list[RunOutcome]) -> None:
                 continue
             console.print(f"  {member.run_id}", markup=False)
             for change in member.changes:
-                console.print(f"    {change.key}: {render(change.old)} -> {render(change.new)}", markup=False)
+                text = f"    {change.key}: {render(change.old)} -> {render_new(change, member.computed)}"
+                console.print(text, markup=False)
 
 
 def _report_missing(outcomes: list[RunOutcome]) -> None:
@@ -312,6 +326,24 @@ def _report_missing(outcomes: list[RunOutcome]) -> None:
     if counts:
         listed = ", ".join(f"{metric} ({count} run(s))" for metric, count in counts.items())
         _stdout().print(f"not recorded, not compared (--write --add-new adds them): {listed}", markup=False)
+
+
+LOWER_BOUNDS_NAMED = 10
+"""How many runs whose cost is a lower bound the report names (then counts the rest)."""
+
+
+def _report_lower_bounds(outcomes: list[RunOutcome]) -> None:
+    """The runs whose recomputed `costUsd` leaves out the cost of unpriced events, changed or
+    not, once for the file: their recorded cost is a lower bound too, which no change line says
+    of an unchanged run."""
+    named = [(o.run_id, o.computed["unpricedEvents"]) for o in outcomes if o.computed.get("unpricedEvents")]
+    if not named:
+        return
+    listed = ", ".join(f"{run_id} ({count})" for run_id, count in named[:LOWER_BOUNDS_NAMED])
+    if len(named) > LOWER_BOUNDS_NAMED:
+        listed += f", and {len(named) - LOWER_BOUNDS_NAMED} more"
+    text = f"costUsd is a lower bound (unpricedEvents not 0) in {len(named)} run(s): {listed}"
+    _stdout().print(text, markup=False)
 
 
 def _rewrite(runs: Path, data: bytes, outcomes: list[RunOutcome], *, add_new: bool) -> None:

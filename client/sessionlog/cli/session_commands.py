@@ -147,10 +147,12 @@ def _parse_line(number: int, obj: object) -> NewEvent:
 
 def events(
     session_id: Annotated[str, typer.Argument(help="The session to read.")],
-    from_seq: Annotated[int, typer.Option("--from", min=0, help="First seq (inclusive).")] = 0,
+    from_seq: Annotated[
+        int, typer.Option("--from", min=0, help="First seq (inclusive); past the session's next seq, an error.")
+    ] = 0,
     to_seq: Annotated[int | None, typer.Option("--to", min=0, help="Last seq (inclusive).")] = None,
 ) -> None:
-    """Print events as JSON Lines envelopes."""
+    """Print events as JSON Lines envelopes (none from the session's next seq: nothing since)."""
     with connect() as client:
         for event in client.read_events(session_id, from_seq=from_seq, to_seq=to_seq):
             print_json(event.to_json())

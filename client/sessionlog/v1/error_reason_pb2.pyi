@@ -982,10 +982,13 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The session id is taken in the caller's namespace by a session this call would not make:
     a create under another cwd or metadata, or of a session written to (an event, a lease)
     since it was created; a fork of another source or seq. (A create or fork asked for again
-    is answered with the session it made.)
+    is answered with the session it made.) The message and `differs` say which: `parent` (for a
+    create, the session is a fork; for a fork, it is no fork or another source's), `fork_seq`
+    (a fork of the same source at another seq), `cwd`, `metadata`, `events` (written to since
+    it was created), `lease` (leased since, no event yet).
 
     Code: ALREADY_EXISTS
-    Metadata: `session_id`
+    Metadata: `differs`, `session_id`
     Raised by: service
     Client: Pick another id, or open the existing session.
     """
@@ -1165,13 +1168,16 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Import into a fresh session, or export the session again.
     """
     FROM_SEQ_PAST_HEAD: _ErrorReason.ValueType  # 128
-    """A subscription asked to start past the end of the log (it would wait for seqs that may
-    never exist, and must never be told it is caught up there).
+    """A read or a subscription asked to start past the end of the log: a seq the log has not
+    reached (a typo, another session's seq). A read would have answered nothing, as for a log
+    with nothing there; a subscription would wait for seqs that may never exist, and must never
+    be told it is caught up there. From `next_seq` itself a read is empty and a subscription
+    waits for the next event.
 
     Code: OUT_OF_RANGE
     Metadata: `from_seq`, `next_seq`, `session_id`
     Raised by: service
-    Client: Subscribe from `next_seq` or earlier.
+    Client: Read or subscribe from `next_seq` or earlier.
     """
     SUBSCRIBER_TOO_SLOW: _ErrorReason.ValueType  # 129
     """The subscriber fell further behind than the service buffers for one subscriber
@@ -1348,12 +1354,15 @@ class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     - `holder`, `epoch`, `expires_at`: the lease holder's writer id (a label, never a
       credential: no error ever carries a lease token), its fencing epoch, and when the lease
       lapses (Unix epoch milliseconds);
-    - `from_seq`, `resume_seq`: where a subscription asked to start, where it should start again;
+    - `from_seq`, `resume_seq`: where a read or subscription asked to start, where a subscription
+      should start again;
     - `limit`, `size`: a configured limit and the offending size; `retry_after_ms`: when to retry;
     - `type`: the event type; `header_reason`: the reason the service decided;
     - `replaced_by`: the seq of the replace that took the named seq or call off the surface;
     - `result_seq`: the seq of a `tool/result` the refused event would leave without its call;
-    - `line`, `offset`, `entry`: where in a file (line number, byte offset, Pi entry id).
+    - `line`, `offset`, `entry`: where in a file (line number, byte offset, Pi entry id);
+    - `differs`: what the session under a taken id has that the call would not make, as names
+      joined by commas (`cwd,metadata`).
 
     An error about one event of an appended batch also carries `event_index`, the event's index
     in its batch; a reason a file reader re-raises carries `line` and, where known, `seq` and
@@ -2322,10 +2331,13 @@ SESSION_EXISTS: ErrorReason.ValueType  # 106
 """The session id is taken in the caller's namespace by a session this call would not make:
 a create under another cwd or metadata, or of a session written to (an event, a lease)
 since it was created; a fork of another source or seq. (A create or fork asked for again
-is answered with the session it made.)
+is answered with the session it made.) The message and `differs` say which: `parent` (for a
+create, the session is a fork; for a fork, it is no fork or another source's), `fork_seq`
+(a fork of the same source at another seq), `cwd`, `metadata`, `events` (written to since
+it was created), `lease` (leased since, no event yet).
 
 Code: ALREADY_EXISTS
-Metadata: `session_id`
+Metadata: `differs`, `session_id`
 Raised by: service
 Client: Pick another id, or open the existing session.
 """
@@ -2505,13 +2517,16 @@ Raised by: files
 Client: Import into a fresh session, or export the session again.
 """
 FROM_SEQ_PAST_HEAD: ErrorReason.ValueType  # 128
-"""A subscription asked to start past the end of the log (it would wait for seqs that may
-never exist, and must never be told it is caught up there).
+"""A read or a subscription asked to start past the end of the log: a seq the log has not
+reached (a typo, another session's seq). A read would have answered nothing, as for a log
+with nothing there; a subscription would wait for seqs that may never exist, and must never
+be told it is caught up there. From `next_seq` itself a read is empty and a subscription
+waits for the next event.
 
 Code: OUT_OF_RANGE
 Metadata: `from_seq`, `next_seq`, `session_id`
 Raised by: service
-Client: Subscribe from `next_seq` or earlier.
+Client: Read or subscribe from `next_seq` or earlier.
 """
 SUBSCRIBER_TOO_SLOW: ErrorReason.ValueType  # 129
 """The subscriber fell further behind than the service buffers for one subscriber

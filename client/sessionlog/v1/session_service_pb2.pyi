@@ -848,8 +848,10 @@ class ReadEventsRequest(_message.Message):
     session_id: _builtins.str
     """The session to read."""
     from_seq: _builtins.int
-    """The first seq to read (inclusive). At or past the end of the log the stream ends with no
-    message (SubscribeEvents, by contrast, refuses a `from_seq` past the head).
+    """The first seq to read (inclusive). At the end of the log (the session's `next_seq`) the
+    stream ends with no message: nothing was written since. Past it the read is OUT_OF_RANGE
+    (FROM_SEQ_PAST_HEAD), as SubscribeEvents answers: a seq the log has not reached is a
+    mistake, never an empty log.
     """
     to_seq: _builtins.int
     """The last seq to read (inclusive); unset, or past the end, reads to the end of the log."""

@@ -163,7 +163,8 @@ class SessionServiceServicer:
         """Creates a session. Asked for again with the same id, cwd and metadata (compared as
         canonical JSON) before anything was written to the session (no event, no lease ever
         taken), it answers with the session it made, so a create whose answer was lost can be
-        retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS).
+        retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS, whose
+        ErrorInfo `differs` names what differs: another cwd or metadata, used since, a fork).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -228,7 +229,8 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReadEvents(self, request, context):
-        """Reads events by seq range, forward, in pages of at most `page_size` events.
+        """Reads events by seq range, forward, in pages of at most `page_size` events. A `from_seq`
+        past the head is OUT_OF_RANGE (FROM_SEQ_PAST_HEAD).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

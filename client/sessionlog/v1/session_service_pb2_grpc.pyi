@@ -52,7 +52,8 @@ class SessionServiceStub:
     """Creates a session. Asked for again with the same id, cwd and metadata (compared as
     canonical JSON) before anything was written to the session (no event, no lease ever
     taken), it answers with the session it made, so a create whose answer was lost can be
-    retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS).
+    retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS, whose
+    ErrorInfo `differs` names what differs: another cwd or metadata, used since, a fork).
     """
     GetSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.GetSessionRequest, _session_service_pb2.GetSessionResponse]
     """Gets a session by id."""
@@ -81,7 +82,9 @@ class SessionServiceStub:
     ReleaseLease: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.ReleaseLeaseRequest, _session_service_pb2.ReleaseLeaseResponse]
     """Gives a lease up so another writer can take it at once."""
     ReadEvents: _grpc.UnaryStreamMultiCallable[_session_service_pb2.ReadEventsRequest, _session_service_pb2.ReadEventsResponse]
-    """Reads events by seq range, forward, in pages of at most `page_size` events."""
+    """Reads events by seq range, forward, in pages of at most `page_size` events. A `from_seq`
+    past the head is OUT_OF_RANGE (FROM_SEQ_PAST_HEAD).
+    """
     SubscribeEvents: _grpc.UnaryStreamMultiCallable[_session_service_pb2.SubscribeEventsRequest, _session_service_pb2.SubscribeEventsResponse]
     """Replays events from a seq, sends a caught-up marker, then streams events as they commit."""
     ReportRequestHeader: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.ReportRequestHeaderRequest, _session_service_pb2.ReportRequestHeaderResponse]
@@ -131,7 +134,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Creates a session. Asked for again with the same id, cwd and metadata (compared as
     canonical JSON) before anything was written to the session (no event, no lease ever
     taken), it answers with the session it made, so a create whose answer was lost can be
-    retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS).
+    retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS, whose
+    ErrorInfo `differs` names what differs: another cwd or metadata, used since, a fork).
     """
     GetSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.GetSessionRequest, _session_service_pb2.GetSessionResponse]  # type: ignore[assignment]
     """Gets a session by id."""
@@ -160,7 +164,9 @@ class SessionServiceAsyncStub(SessionServiceStub):
     ReleaseLease: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ReleaseLeaseRequest, _session_service_pb2.ReleaseLeaseResponse]  # type: ignore[assignment]
     """Gives a lease up so another writer can take it at once."""
     ReadEvents: _aio.UnaryStreamMultiCallable[_session_service_pb2.ReadEventsRequest, _session_service_pb2.ReadEventsResponse]  # type: ignore[assignment]
-    """Reads events by seq range, forward, in pages of at most `page_size` events."""
+    """Reads events by seq range, forward, in pages of at most `page_size` events. A `from_seq`
+    past the head is OUT_OF_RANGE (FROM_SEQ_PAST_HEAD).
+    """
     SubscribeEvents: _aio.UnaryStreamMultiCallable[_session_service_pb2.SubscribeEventsRequest, _session_service_pb2.SubscribeEventsResponse]  # type: ignore[assignment]
     """Replays events from a seq, sends a caught-up marker, then streams events as they commit."""
     ReportRequestHeader: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ReportRequestHeaderRequest, _session_service_pb2.ReportRequestHeaderResponse]  # type: ignore[assignment]
@@ -213,7 +219,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """Creates a session. Asked for again with the same id, cwd and metadata (compared as
         canonical JSON) before anything was written to the session (no event, no lease ever
         taken), it answers with the session it made, so a create whose answer was lost can be
-        retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS).
+        retried (SPEC §2). Any other session under the id is ALREADY_EXISTS (SESSION_EXISTS, whose
+        ErrorInfo `differs` names what differs: another cwd or metadata, used since, a fork).
         """
 
     @_abc_1.abstractmethod
@@ -290,7 +297,9 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_service_pb2.ReadEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_session_service_pb2.ReadEventsResponse], _abc.AsyncIterator[_session_service_pb2.ReadEventsResponse]]:
-        """Reads events by seq range, forward, in pages of at most `page_size` events."""
+        """Reads events by seq range, forward, in pages of at most `page_size` events. A `from_seq`
+        past the head is OUT_OF_RANGE (FROM_SEQ_PAST_HEAD).
+        """
 
     @_abc_1.abstractmethod
     def SubscribeEvents(

@@ -370,7 +370,7 @@ export class SessionLogClient {
 
   /**
    * Events from `fromSeq` to `toSeq` (inclusive), in seq order; a broken read resumes where it
-   * stopped. The client's `timeoutMs` bounds the wait for each page (the first, and each one
+   * stopped. None from the session's next seq; from past it, OutOfRange (FROM_SEQ_PAST_HEAD). The client's `timeoutMs` bounds the wait for each page (the first, and each one
    * after), not the whole read, which may take long for a long session: a read that gets no page
    * within it throws Unavailable (TRANSPORT_ERROR, `NoPage`), after the events of the pages
    * before. The time the caller spends between events is not counted.

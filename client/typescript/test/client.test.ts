@@ -339,6 +339,12 @@ for (const backend of BACKENDS) {
       assert.deepEqual(seen.map((i) => ("seq" in i ? i.seq : "caught-up")), [0, 1, "caught-up", 2, 3]);
       const beyond = client.subscribe(id, { fromSeq: 99 });
       await assert.rejects(collect(beyond), (e: unknown) => e instanceof OutOfRange && e.reason === "FROM_SEQ_PAST_HEAD");
+      // A read from past the head is refused alike (it read nothing); from the head it is empty.
+      assert.deepEqual(await collect(client.readEvents(id, { fromSeq: 4 })), []);
+      await assert.rejects(
+        collect(client.readEvents(id, { fromSeq: 99 })),
+        (e: unknown) => e instanceof OutOfRange && e.reason === "FROM_SEQ_PAST_HEAD" && e.metadata.next_seq === "4",
+      );
     });
   });
 }

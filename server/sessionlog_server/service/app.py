@@ -34,7 +34,7 @@ from sessionlog_server.service.live import LiveSessions
 from sessionlog_server.service.loader import LiveSessionLoader, SessionLoader, SnapshotPolicy, SnapshotStore
 from sessionlog_server.service.messages import MessageCache
 from sessionlog_server.service.metrics import Metrics
-from sessionlog_server.service.reader import EventReader
+from sessionlog_server.service.reader import EventReader, check_from_seq
 from sessionlog_server.service.sessions import SessionDirectory
 from sessionlog_server.service.subscriptions import SubscriptionHub
 from sessionlog_server.storage.changes import ChangeFeed
@@ -216,10 +216,11 @@ class SessionLogService:
         self, session_id: str, from_seq: int, to_seq: int | None, page_size: int
     ) -> AsyncGenerator[list[Event], None]:
         """Pages of events in seq order, each at most `page_size` events and about
-        `read_page_bytes` of payload."""
+        `read_page_bytes` of payload; none from the head, FROM_SEQ_PAST_HEAD from past it."""
         if page_size < 0:
             raise ValidationError("BAD_PAGE_SIZE", "page_size must not be negative", field="page_size")
         record = await self.sessions.get_session(session_id)
+        check_from_seq(record, from_seq, "read")
         if to_seq is not None and to_seq >= record.next_seq:
             to_seq = record.next_seq - 1
         size = min(page_size or DEFAULT_READ_PAGE, 10_000)

@@ -27,6 +27,7 @@ from sessionlog.core.repair import commit_closers, fork_seed
 from sessionlog.core.vocabulary import SESSION_END_SEED, TURN_END, TURN_START
 from sessionlog_server.service import access
 from sessionlog_server.service.clock import now_ms
+from sessionlog_server.service.taken_ids import fork_differences, session_exists
 from sessionlog_server.storage.records import SessionRecord
 
 if TYPE_CHECKING:
@@ -190,10 +191,11 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
         created = await service.committer.run_in_writer(
             service.recorder.create_session, record, events, quota=service.sessions.max_sessions_per_namespace
         )
-    except AlreadyExists:
-        made = await _fork_made_before(service, record)
-        if made is None:
-            raise
+    except AlreadyExists:  # SESSION_EXISTS, or INTEGRITY_ERROR: a fork or create at once elsewhere
+        made = await service.reader.session(child_id)
+        differences = fork_differences(made, record)
+        if differences:
+            raise session_exists(child_id, "fork", differences) from None
         log.info(
             "fork asked for again",
             **access.session_log_fields(child_id),
@@ -209,17 +211,6 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
         repairs=len(repair_seqs),
     )
     return ForkResult(created, repair_seqs)
-
-
-async def _fork_made_before(service: SessionLogService, wanted: SessionRecord) -> SessionRecord | None:
-    """The session under `wanted`'s id if it is the same fork (of the same parent at the same
-    seq), else None. Its first events are the ones this fork would have got: a fork's seed is
-    a pure function of the prefix it inherits, which never changes, so the repair seqs
-    answered the first time are answered again, whatever was written to it since."""
-    record = await service.reader.session(wanted.id)
-    if (record.parent_id, record.fork_seq) != (wanted.parent_id, wanted.fork_seq):
-        return None
-    return record
 
 
 async def _open_turn_window(service: SessionLogService, source: SessionRecord, at_seq: int) -> list[Event]:

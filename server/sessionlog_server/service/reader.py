@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sessionlog.core.errors import NotFound
+from sessionlog.core.errors import NotFound, OutOfRange
 from sessionlog.core.events import Event
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access
@@ -29,6 +29,22 @@ class Segment:
     session_id: str
     first: int
     last: int | None
+
+
+def check_from_seq(record: SessionRecord, from_seq: int, action: str) -> None:
+    """OUT_OF_RANGE (FROM_SEQ_PAST_HEAD) for a read or subscription (`action`: "read",
+    "subscribe to") of `record` from a seq its log has not reached. Such a seq is a mistake (a
+    typo, another session's seq): a read answered it with nothing, which an auditor took for a
+    log with nothing there, and a subscription must never say it is caught up at it. From the
+    head itself (`next_seq`) a read is empty (nothing since) and a subscription waits."""
+    if from_seq > record.next_seq:
+        raise OutOfRange(
+            "FROM_SEQ_PAST_HEAD",
+            f"cannot {action} session {record.id!r} from seq {from_seq}: its next seq is {record.next_seq}",
+            session_id=record.id,
+            from_seq=from_seq,
+            next_seq=record.next_seq,
+        )
 
 
 def segment_of(segments: Sequence[Segment], seq: int) -> Segment:

@@ -1,7 +1,8 @@
 """Sessions as records: create, look up (in the caller's namespace), list, count against quotas.
 
 A create asked for again (same id, cwd and metadata: a retry after a lost answer) of a session
-nothing was written to since answers with the session it made (SPEC §2, `_made_by_this_create`).
+nothing was written to since answers with the session it made (SPEC §2); any other session under
+the id is SESSION_EXISTS, saying what differs (`taken_ids.create_differences`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.page_tokens import decode_token, encode_token, request_tag, unissued_token
 from sessionlog_server.service.reader import EventReader
+from sessionlog_server.service.taken_ids import create_differences, session_exists
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import SessionRecord
 
@@ -49,7 +51,7 @@ class SessionDirectory:
         `metadata`): stored and served byte for byte. Without it, `metadata` is serialised.
         Asked for again with the same id, cwd and metadata before anything was written to
         the session, it answers with the session it made; any other session under the id is
-        SESSION_EXISTS, and nothing changes."""
+        SESSION_EXISTS, saying what differs, and nothing changes."""
         access.require_write("CreateSession")
         namespace = access.current().namespace
         sid = access.session_key(session_id or str(uuid.uuid4()), self.limits)
@@ -79,8 +81,9 @@ class SessionDirectory:
             )
         except AlreadyExists:  # SESSION_EXISTS, or INTEGRITY_ERROR: a create at once elsewhere
             stored = await self.reader.session(sid)
-            if not _made_by_this_create(stored, record):
-                raise
+            differences = create_differences(stored, record)
+            if differences:
+                raise session_exists(sid, "create", differences) from None
             log.info("create asked for again", **access.session_log_fields(sid))
             return stored
 
@@ -112,26 +115,6 @@ class SessionDirectory:
         records = records[:size]
         token = _encode_page_token(records[-1], parent) if more else ""
         return records, token
-
-
-def _made_by_this_create(stored: SessionRecord, wanted: SessionRecord) -> bool:
-    """True if `stored` is the session the create of `wanted` makes, as that create left it:
-    the same key (so the same namespace) and cwd, and the same metadata compared as canonical
-    JSON, as a retried event's data is (`validate.check_retry`: a retry serialised again, in
-    another key order or spacing, is still a retry; the answer holds the text stored first);
-    no parent (a fork is another session); and nothing written since, as a create writes the
-    row alone: no event (next_seq 0) and no lease ever granted (epoch 0). A harness whose
-    create lost its answer retries before it does anything else with the session, so this
-    answers its retry; a session that was used, by it or another caller, cannot be told from
-    another's and stays SESSION_EXISTS."""
-    return (
-        stored.id == wanted.id
-        and stored.parent_id is None
-        and stored.cwd == wanted.cwd
-        and jsonvalue.canonical(stored.metadata) == jsonvalue.canonical(wanted.metadata)
-        and stored.next_seq == 0
-        and stored.epoch == 0
-    )
 
 
 def _encode_page_token(record: SessionRecord, parent: str | None) -> str:

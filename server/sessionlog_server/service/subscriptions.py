@@ -22,11 +22,11 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import LimitExceeded, OutOfRange, Unavailable
+from sessionlog.core.errors import LimitExceeded, Unavailable
 from sessionlog.core.events import Event
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.metrics import Metrics
-from sessionlog_server.service.reader import EventReader
+from sessionlog_server.service.reader import EventReader, check_from_seq
 from sessionlog_server.storage.records import SessionRecord
 
 #: Events per replay page read from the log.
@@ -217,14 +217,7 @@ async def follow(
     head is OUT_OF_RANGE: a client must never read "caught up" at a seq the log has not reached.
     """
     session_id = record.id
-    if from_seq > record.next_seq:
-        raise OutOfRange(
-            "FROM_SEQ_PAST_HEAD",
-            f"cannot subscribe to session {session_id!r} from seq {from_seq}: its next seq is {record.next_seq}",
-            session_id=session_id,
-            from_seq=from_seq,
-            next_seq=record.next_seq,
-        )
+    check_from_seq(record, from_seq, "subscribe to")
     subscriber = hub.subscribe(session_id)
     subscriber.next_seq = from_seq
     metrics.subscribers.inc()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from sessionlog import convert
+from sessionlog.connecting import CHANNEL_CONNECT_OPTIONS
 from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import SessionLogError, Unavailable, ValidationError
 from sessionlog.core.events import Event, NewEvent
@@ -40,11 +41,9 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    # Reconnect quickly after a restart of the service (gRPC's default backoff grows to 120 s,
-    # long enough for a writer's lease to lapse while its channel waits).
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
+    # Reconnect within a second of a restart of the service, and give a connect attempt long
+    # enough for a service far away (`connecting.CONNECT_TIMEOUT_MS`).
+    *CHANNEL_CONNECT_OPTIONS,
     # One client, one connection. gRPC otherwise shares one TCP connection among every channel
     # of a process to the same target, so a process with several clients (an agent host, a
     # bench) sent all their streams to whichever `serve --workers` process accepted that one

@@ -45,6 +45,15 @@ export function createDatabase(backend: Backend): Database {
   };
 }
 
+/** A self-signed certificate for 127.0.0.1, made for this run in `dir`; returns its files. */
+export function makeCertificate(dir: string): { key: string; cert: string } {
+  const key = join(dir, "key.pem");
+  const cert = join(dir, "cert.pem");
+  execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", key, "-out", cert,
+    "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"], { stdio: "ignore" });
+  return { key, cert };
+}
+
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
@@ -158,12 +167,16 @@ export function sessionId(prefix = "ts"): string {
   return `${prefix}-${process.pid}-${counter}-${Math.random().toString(36).slice(2, 8)}`;
 }
 
-/**
- * tests/support/lossy_proxy.py in a child process: it forwards unary calls to `upstream`, and
- * the first `losses` answers to `method` are lost (UNAVAILABLE) after the server has made them.
- */
-export async function answerLosingProxy(upstream: string, method: string, losses = 1): Promise<{ target: string; close(): Promise<void> }> {
-  const proc = spawn(PYTHON, ["-m", "tests.support.lossy_proxy", upstream, method, String(losses)], {
+/** A proxy of tests/support/ in a child process: `target` names it, `close()` stops it. */
+export interface Proxy {
+  target: string;
+  close(): Promise<void>;
+}
+
+/** `python -m tests.support.<module> ARGS...`: waits for its `listening HOST:PORT` line; it
+ * serves until its stdin closes. */
+async function pythonProxy(module: string, args: string[]): Promise<Proxy> {
+  const proc = spawn(PYTHON, ["-m", `tests.support.${module}`, ...args], {
     cwd: REPO_ROOT,
     stdio: ["pipe", "pipe", "inherit"],
   });
@@ -184,4 +197,20 @@ export async function answerLosingProxy(upstream: string, method: string, losses
       await exited;
     },
   };
+}
+
+/**
+ * tests/support/lossy_proxy.py in a child process: it forwards unary calls to `upstream`, and
+ * the first `losses` answers to `method` are lost (UNAVAILABLE) after the server has made them.
+ */
+export function answerLosingProxy(upstream: string, method: string, losses = 1): Promise<Proxy> {
+  return pythonProxy("lossy_proxy", [upstream, method, String(losses)]);
+}
+
+/**
+ * tests/support/latency_proxy.py in a child process: it forwards the bytes of every connection
+ * to `upstream` with `delayMs` added each way (a service far away), TLS and all.
+ */
+export function latencyProxy(upstream: string, delayMs: number): Promise<Proxy> {
+  return pythonProxy("latency_proxy", [upstream, String(delayMs)]);
 }

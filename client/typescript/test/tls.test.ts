@@ -3,22 +3,12 @@
  * token given with it never travels in plaintext; an explicit http:// target with a CA is refused.
  */
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { SessionLogClient } from "../src/index.js";
-import { BACKENDS, createDatabase, type Database, ServerProcess, sessionId } from "./support.js";
-
-/** A self-signed certificate for 127.0.0.1, made for this run; returns its files. */
-function makeCertificate(dir: string): { key: string; cert: string } {
-  const key = join(dir, "key.pem");
-  const cert = join(dir, "cert.pem");
-  execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", key, "-out", cert,
-    "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"], { stdio: "ignore" });
-  return { key, cert };
-}
+import { BACKENDS, createDatabase, type Database, makeCertificate, ServerProcess, sessionId } from "./support.js";
 
 const backend = BACKENDS[0]!;
 

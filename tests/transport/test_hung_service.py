@@ -52,7 +52,8 @@ def test_a_writers_pending_append_fails_within_the_bound_while_the_service_hangs
     hanging_server: ServerProcess, sid: str
 ) -> None:
     with SessionLogClient(hanging_server.target) as client:
-        # Two reconnect attempts: each fails at once on a service that accepts no connection
+        # Two reconnect attempts: the first waits out the connect timeout (connecting.py), the
+        # second fails at once on a service that answers no connection
         # (`reconnect_attempts` sets how long the writer goes on trying; the bound is the hang's).
         writer = client.writer(sid, create_if_missing=True, reconnect_attempts=2)
         assert writer.append([note(0)]).result(timeout=30).seqs == [0]

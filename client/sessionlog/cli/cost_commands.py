@@ -12,6 +12,7 @@ dated by when its file began (`started_ms`), not by its import.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
@@ -141,22 +142,40 @@ def _epoch_ms(option: str, text: str | None) -> int | None:
     return (when - EPOCH) // timedelta(milliseconds=1)  # exact: a float timestamp can lose the last ms
 
 
+READS_IN_FLIGHT = 16
+"""Stats reads sent at once: each is a round trip to the service, so one after another a report
+over many sessions takes as many round trips as it reads (934 imported sessions: 1,177 reads,
+2.6 s on loopback and about 25 s over a 20 ms link)."""
+
+
 def _rows(client: SessionLogClient, sessions: Iterable[SessionInfo]) -> list[SessionCost]:
-    """One row per session: its stats as listed and, for a fork, its source's at the cut (read
-    once per source and cut, however many forks share them)."""
-    inherited: dict[tuple[str, int], dict[str, Any]] = {}
-    rows = []
-    for session in sessions:
-        at_seq = session.next_seq - 1 if session.next_seq > 0 else None
-        stats = client.stats(session.id, at_seq=at_seq)
-        source = None
-        if session.parent_session_id is not None and session.fork_seq is not None:
-            cut = (session.parent_session_id, session.fork_seq)
-            if cut not in inherited:
-                inherited[cut] = client.stats(cut[0], at_seq=cut[1])
-            source = inherited[cut]
-        rows.append(SessionCost.of(session.id, session.parent_session_id, session.fork_seq, stats, source, at_seq))
-    return rows
+    """One row per session, in listing order: its stats as listed and, for a fork, its source's
+    at the cut (read once per source and cut, however many forks share them). The reads go
+    `READS_IN_FLIGHT` at a time; the listing is walked as they go."""
+    inherited: dict[tuple[str, int], Future[dict[str, Any]]] = {}
+    pending: list[tuple[SessionInfo, int | None, Future[dict[str, Any]], Future[dict[str, Any]] | None]] = []
+    with ThreadPoolExecutor(READS_IN_FLIGHT, thread_name_prefix="sessionlog-costs") as pool:
+        for session in sessions:
+            at_seq = session.next_seq - 1 if session.next_seq > 0 else None
+            stats = pool.submit(client.stats, session.id, at_seq=at_seq)
+            source = None
+            if session.parent_session_id is not None and session.fork_seq is not None:
+                cut = (session.parent_session_id, session.fork_seq)
+                if cut not in inherited:
+                    inherited[cut] = pool.submit(client.stats, cut[0], at_seq=cut[1])
+                source = inherited[cut]
+            pending.append((session, at_seq, stats, source))
+        return [
+            SessionCost.of(
+                session.id,
+                session.parent_session_id,
+                session.fork_seq,
+                stats.result(),
+                source.result() if source is not None else None,
+                at_seq,
+            )
+            for session, at_seq, stats, source in pending
+        ]
 
 
 def _print_table(rows: list[SessionCost]) -> None:

@@ -40,7 +40,7 @@ def _append(client: SessionLogClient, session_id: str, events: list[dict[str, An
 def _family(client: SessionLogClient, sid: str) -> tuple[str, str]:
     """A parent, a fork of it and a fork of that fork, each going on with calls of its own (the
     last one with a call of a model that has no pricing); the forks' ids."""
-    client.create_session(sid, cwd="/work/project")
+    client.create_session(sid, cwd="/home/dev/project")
     cut = _append(client, sid, [system("s"), *_turn(1, 0.1)])
     first = client.fork(sid, cut, f"{sid}-a").id
     _append(client, sid, _turn(2, 1.0))  # the parent goes on after the fork
@@ -132,9 +132,9 @@ def test_a_project_or_a_time_span_selects_the_sessions(
     ISO 8601, UTC unless it says otherwise) narrow the listing; a fork whose source is left out
     still counts only its own events."""
     first, second = _family(client, sid)
-    project = _costs(server, "--cwd", "/work/project", "--family", sid)
+    project = _costs(server, "--cwd", "/home/dev/project", "--family", sid)
     assert [row["id"] for row in project["sessions"]] == [sid, first, second]
-    assert _costs(server, "--cwd", "/work/elsewhere", "--family", sid) == {
+    assert _costs(server, "--cwd", "/home/dev/elsewhere", "--family", sid) == {
         "sessions": [],
         "total": dict.fromkeys(project["total"], 0),
     }

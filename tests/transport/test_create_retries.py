@@ -45,9 +45,9 @@ def _ids(client: SessionLogClient, sid: str) -> list[str]:
 
 
 def test_a_create_asked_for_again_answers_with_the_session_it_made(client: SessionLogClient, sid: str) -> None:
-    first = client.create_session(sid, cwd="/work/repo", metadata=METADATA)
+    first = client.create_session(sid, cwd="/home/dev/repo", metadata=METADATA)
 
-    again = client.create_session(sid, cwd="/work/repo", metadata=METADATA)
+    again = client.create_session(sid, cwd="/home/dev/repo", metadata=METADATA)
 
     assert again == first  # its create_time too: the session made the first time, not a new one
     assert client.get_session(sid) == first
@@ -80,10 +80,10 @@ def test_the_metadata_is_compared_as_canonical_json(client: SessionLogClient, si
 @pytest.mark.parametrize(
     ("cwd", "metadata", "differs", "said"),
     [
-        ("/elsewhere", METADATA, "cwd", "it was created with cwd '/work/repo', this create gives cwd '/elsewhere'"),
-        (None, METADATA, "cwd", "it was created with cwd '/work/repo', this create gives no cwd"),
-        ("/work/repo", {"harness": "other"}, "metadata", "it was created with other metadata"),
-        ("/work/repo", None, "metadata", "it was created with other metadata"),
+        ("/elsewhere", METADATA, "cwd", "it was created with cwd '/home/dev/repo', this create gives cwd '/elsewhere'"),
+        (None, METADATA, "cwd", "it was created with cwd '/home/dev/repo', this create gives no cwd"),
+        ("/home/dev/repo", {"harness": "other"}, "metadata", "it was created with other metadata"),
+        ("/home/dev/repo", None, "metadata", "it was created with other metadata"),
         ("/w", {}, "cwd,metadata", "this create gives cwd '/w'; it was created with other metadata"),
     ],
     ids=["other-cwd", "no-cwd", "other-metadata", "no-metadata", "both"],
@@ -94,7 +94,7 @@ def test_another_create_under_a_taken_id_is_refused_and_changes_nothing(
     """The refusal says what differs (in words, and as ErrorInfo `differs`): a harness that
     retried its create with another cwd or metadata learns it from the error, where it could not
     tell that from another's session under its id."""
-    first = client.create_session(sid, cwd="/work/repo", metadata=METADATA)
+    first = client.create_session(sid, cwd="/home/dev/repo", metadata=METADATA)
     with pytest.raises(AlreadyExists) as caught:
         client.create_session(sid, cwd=cwd, metadata=metadata)
     assert caught.value.reason == "SESSION_EXISTS"
@@ -131,13 +131,13 @@ def _with_a_lease_held(client: SessionLogClient, sid: str) -> None:
 def test_a_create_of_a_session_written_to_since_is_refused_and_changes_nothing(
     client: SessionLogClient, sid: str, written: Callable[[SessionLogClient, str], None], differs: str, said: str
 ) -> None:
-    client.create_session(sid, cwd="/work/repo", metadata=METADATA)
+    client.create_session(sid, cwd="/home/dev/repo", metadata=METADATA)
     written(client, sid)
     before = client.get_session(sid)
     events = list(client.read_events(sid))
 
     with pytest.raises(AlreadyExists) as caught:
-        client.create_session(sid, cwd="/work/repo", metadata=METADATA)
+        client.create_session(sid, cwd="/home/dev/repo", metadata=METADATA)
 
     assert caught.value.reason == "SESSION_EXISTS"
     assert caught.value.metadata["differs"] == differs and said in caught.value.message

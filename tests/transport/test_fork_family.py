@@ -26,7 +26,7 @@ def _turn(turn: int, cost: float) -> list[dict[str, Any]]:
 
 
 def test_a_forks_own_spend_is_its_stats_less_its_sources_at_the_cut(client: SessionLogClient, sid: str) -> None:
-    client.create_session(sid, cwd="/work/repo", metadata={"task": 7})
+    client.create_session(sid, cwd="/home/dev/repo", metadata={"task": 7})
     with client.writer(sid) as writer:
         writer.append([system("s"), *_turn(1, 0.1)]).result()
     cut = client.get_session(sid).next_seq - 1
@@ -38,7 +38,7 @@ def test_a_forks_own_spend_is_its_stats_less_its_sources_at_the_cut(client: Sess
         writer.append(_turn(2, 1.0)).result()
     grandchild = client.fork(plans[0].id, plans[0].next_seq, f"{sid}-plan1-a")
 
-    assert [(p.cwd, p.metadata) for p in plans] == [("/work/repo", {"task": 7})] * 2
+    assert [(p.cwd, p.metadata) for p in plans] == [("/home/dev/repo", {"task": 7})] * 2
     assert [s.id for s in client.list_sessions(parent_session_id=sid)] == [p.id for p in plans]
     assert [s.id for s in client.list_sessions(parent_session_id=plans[0].id)] == [grandchild.id]
     inherited = client.stats(sid, at_seq=cut)

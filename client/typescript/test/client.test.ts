@@ -239,7 +239,7 @@ for (const backend of BACKENDS) {
 
     test("a create whose answer was lost is sent again and answered with the session it made, not a second one", async () => {
       const id = sessionId();
-      const cwd = `/work/${id}`;
+      const cwd = `/home/dev/${id}`;
       for (const named of [true, false]) {
         const proxy = await answerLosingProxy(env.server.target, "CreateSession");
         const lossy = new SessionLogClient({ target: proxy.target });

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from selenium.webdriver.common.by import By
@@ -39,6 +40,23 @@ from tests.support.servers import ServerThread
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def write_page(server: ServerThread, session_id: str, page: Path) -> None:
+    """`sessionlog view` writes the session's page to `page`, as a user runs it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionlog", "--server", server.target, "view", session_id, "-o", str(page)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def wait_ready(driver: Any) -> None:
+    """Until the page's script says it has drawn the first screen (`body[data-ready]`)."""
+    WebDriverWait(driver, 20).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+
+
 def numbers(driver: object, selector: str, attribute: str) -> list[int]:
     return [int(e.get_attribute(attribute)) for e in driver.find_elements(By.CSS_SELECTOR, selector)]  # type: ignore[attr-defined]
 
@@ -52,20 +70,13 @@ def numbers_now(driver: object, selector: str, attribute: str) -> list[int]:
 def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path) -> None:
     child = write_scripted(client, sid)
     page = tmp_path / f"{child}.html"
-    done = subprocess.run(
-        [sys.executable, "-m", "sessionlog", "--server", server.target, "view", child, "-o", str(page)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    write_page(server, child, page)
     stats = client.stats(child)
     events = list(client.read_events(child))
     rows = client.transcript(child)
     with chromium() as driver:
         driver.get(page.as_uri())
-        WebDriverWait(driver, 20).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+        wait_ready(driver)
         count = {e.get_attribute("data-count"): e.text for e in driver.find_elements(By.CSS_SELECTOR, "[data-count]")}
         assert int(count["turns"]) == stats["turns"] == 4
         assert int(count["toolCalls"]) == stats["toolCalls"] == 6
@@ -183,17 +194,10 @@ def test_a_voice_sessions_cut_answer_and_dropped_calls_on_the_page(
         ).result()
     assert [row.get("interrupted") for row in client.transcript(sid) if row["seq"] in (4, 7)] == [None, True]
     page = tmp_path / "voice.html"
-    done = subprocess.run(
-        [sys.executable, "-m", "sessionlog", "--server", server.target, "view", sid, "-o", str(page)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    write_page(server, sid, page)
     with chromium() as driver:
         driver.get(page.as_uri())
-        WebDriverWait(driver, 20).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+        wait_ready(driver)
         tools = driver.find_elements(By.CSS_SELECTOR, ".tool[data-tool-call-id]")
         shown = {t.get_attribute("data-tool-call-id"): (t.get_attribute("data-outcome"), t.text) for t in tools}
         assert {call: outcome for call, (outcome, _) in shown.items()} == {"a": "ok", "b": "dropped", "c": "unanswered"}
@@ -216,17 +220,10 @@ def test_a_cost_that_leaves_unpriced_calls_out_reads_as_a_lower_bound(
     stats = client.stats(sid)
     assert (stats["costUsd"], stats["unpricedEvents"]) == (0.25, 1)
     page = tmp_path / "unpriced.html"
-    done = subprocess.run(
-        [sys.executable, "-m", "sessionlog", "--server", server.target, "view", sid, "-o", str(page)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    write_page(server, sid, page)
     with chromium() as driver:
         driver.get(page.as_uri())
-        WebDriverWait(driver, 20).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+        wait_ready(driver)
         figures = {
             e.get_attribute("data-count"): (e.find_element(By.XPATH, "preceding-sibling::dt").text, e.text)
             for e in driver.find_elements(By.CSS_SELECTOR, "#summary dd[data-count]")
@@ -256,7 +253,7 @@ def test_a_long_sessions_page_fetches_its_windows_as_it_is_paged(
         assert admin is not None
         with chromium() as driver:
             driver.get(f"http://127.0.0.1:{admin.port}/sessions/{child}")
-            WebDriverWait(driver, 20).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+            wait_ready(driver)
             shown = numbers(driver, "#transcript .row[data-seq]", "data-seq")
             assert shown == [row["seq"] for row in rows[:5]]
             # The first screen fetched one window: the first cache drop's diff (once it is drawn).

@@ -101,10 +101,15 @@ def test_a_writer_opens_writes_and_reconnects_after_a_cut(far: FarService, sid: 
     assert far.proxy.connections == 2
 
 
-def test_a_subscription_replays_and_catches_up(far: FarService, sid: str) -> None:
+def seed_nearby(far: FarService, sid: str) -> None:
+    """Session `sid` holding one event, written straight to the service (not over the link)."""
     with SessionLogClient(far.server.target, ca_file=far.ca_file) as near:
         near.create_session(sid)
         near.append(sid, near.acquire_lease(sid), [note(0)])
+
+
+def test_a_subscription_replays_and_catches_up(far: FarService, sid: str) -> None:
+    seed_nearby(far, sid)
     started = time.monotonic()
     with SessionLogClient(far.target, ca_file=far.ca_file) as client:
         subscription = client.subscribe(sid)
@@ -146,9 +151,7 @@ def test_an_async_writer_opens_writes_and_reconnects_after_a_cut(far: FarService
 
 
 def test_an_async_subscription_replays_and_catches_up(far: FarService, sid: str) -> None:
-    with SessionLogClient(far.server.target, ca_file=far.ca_file) as near:
-        near.create_session(sid)
-        near.append(sid, near.acquire_lease(sid), [note(0)])
+    seed_nearby(far, sid)
 
     async def scenario() -> list[object]:
         async with AsyncSessionLogClient(far.target, ca_file=far.ca_file) as client:

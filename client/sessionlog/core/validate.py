@@ -12,7 +12,7 @@ import re
 from sessionlog.core import jsonvalue
 from sessionlog.core.clock import check_recorded_time
 from sessionlog.core.errors import LimitExceeded, ValidationError
-from sessionlog.core.events import Event, NewEvent
+from sessionlog.core.events import Event, NewEvent, event_id_problem
 from sessionlog.core.limits import Limits
 from sessionlog.core.repair import check_writer_turn_end
 from sessionlog.core.vocabulary import KEPT_AS_SEEN, KNOWN_TYPES, SURFACE_TYPES, USER_MESSAGE
@@ -55,16 +55,12 @@ def check_type(event: NewEvent, limits: Limits) -> None:
 
 
 def check_event_id(event: NewEvent, limits: Limits) -> None:
-    """An eventId is non-empty, at most `max_id_chars` long, and holds no NUL character (which
-    PostgreSQL's text columns cannot store: refused here, so both databases agree) and no lone
-    surrogate (UTF-8, and so the wire, cannot carry it: a client would fail to encode it, or
-    send U+FFFD in its place and make two ids one)."""
-    if event.event_id is not None and not (0 < len(event.event_id) <= limits.max_id_chars):
-        raise ValidationError("BAD_EVENT_ID", f"eventId must be 1 to {limits.max_id_chars} characters", field="eventId")
-    if event.event_id is not None and "\x00" in event.event_id:
-        raise ValidationError("BAD_EVENT_ID", "eventId must not contain a NUL character", field="eventId")
-    if event.event_id is not None and jsonvalue.has_lone_surrogate(event.event_id):
-        raise ValidationError("BAD_EVENT_ID", "eventId must not contain a lone UTF-16 surrogate", field="eventId")
+    """An eventId, when given, is one every database stores and the wire carries
+    (`events.event_id_problem`): a client would fail to encode a lone surrogate, or send U+FFFD
+    in its place and make two ids one."""
+    problem = None if event.event_id is None else event_id_problem(event.event_id, limits.max_id_chars)
+    if problem is not None:
+        raise ValidationError("BAD_EVENT_ID", problem, field="eventId")
 
 
 def check_writer_id(writer_id: str | None, limits: Limits) -> None:

@@ -71,11 +71,14 @@ HEADER_REASONS = {
 
 
 def header_report_to_pb(report: HeaderReport) -> pb.ReportRequestHeaderResponse:
+    """A header report's answer. `changed_fields` names config keys, which JSON lets hold a lone
+    surrogate and protobuf strings (UTF-8) cannot: such a name is sent as JSON writes it, its
+    `\\uXXXX` escape, where it failed the answer of a header already logged (INTERNAL)."""
     msg = pb.ReportRequestHeaderResponse(
         reason=HEADER_REASONS[report.reason],
         starts_series=report.starts_series,
         appended=report.appended,
-        changed_fields=report.changed_fields,
+        changed_fields=[jsonvalue.escape_lone_surrogates(name) for name in report.changed_fields],
     )
     if report.header_seq is not None:
         msg.header_seq = report.header_seq

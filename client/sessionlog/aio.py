@@ -3,7 +3,7 @@ guarantees as the sync client in `sessionlog.client`).
 
 ```python
 async with AsyncSessionLogClient("127.0.0.1:50051") as client:
-    async with await client.writer("demo", create_if_missing=True) as writer:
+    async with client.writer("demo", create_if_missing=True) as writer:
         acked = await writer.append([{"type": "turn/start", "data": {"turn": 1}}])  # sent
         print((await acked).seqs)                                                    # durable
 ```
@@ -43,6 +43,7 @@ from sessionlog.base import (
 from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable
 from sessionlog.core.events import Event
 from sessionlog.errors import from_rpc_error
+from sessionlog.opening import Opening
 from sessionlog.requests import (
     CHANNEL_OPTIONS,
     CLOSE_REQUEST,
@@ -188,7 +189,7 @@ class AsyncSessionLogClient(base.ClientBase):
         """Report the request header about to be used; the service decides whether to log it."""
         return await self._run(base.report_header(session_id, lease, header))
 
-    async def writer(
+    def writer(
         self,
         session_id: str,
         *,
@@ -198,8 +199,25 @@ class AsyncSessionLogClient(base.ClientBase):
         resume: bool = False,
         max_in_flight: int = 256,
         reconnect_attempts: int = RECONNECT.attempts,
+    ) -> Opening[AsyncWriter]:
+        """Open a streaming writer; it holds the lease until closed (`resume` as in the sync client).
+        Await it, or open it in `async with` (`Opening`), which closes it at the block's end."""
+        return Opening(
+            self._open_writer(
+                session_id, writer_id, takeover, create_if_missing, resume, max_in_flight, reconnect_attempts
+            )
+        )
+
+    async def _open_writer(
+        self,
+        session_id: str,
+        writer_id: str | None,
+        takeover: bool,
+        create_if_missing: bool,
+        resume: bool,
+        max_in_flight: int,
+        reconnect_attempts: int,
     ) -> AsyncWriter:
-        """Open a streaming writer; it holds the lease until closed (`resume` as in the sync client)."""
         self._check_open()
         base.check_max_in_flight(max_in_flight)
         core = WriterCore(session_id, writer_id, create_if_missing)
@@ -212,7 +230,7 @@ class AsyncSessionLogClient(base.ClientBase):
         self._writers.add(writer)
         return writer
 
-    async def lease_writer(
+    def lease_writer(
         self,
         session_id: str,
         *,
@@ -220,9 +238,15 @@ class AsyncSessionLogClient(base.ClientBase):
         takeover: bool = False,
         resume: bool = False,
         heartbeat: float | None = None,
-    ) -> AsyncLeaseWriter:
+    ) -> Opening[AsyncLeaseWriter]:
         """Take the lease for unary appends (or resume, SPEC §8) and keep it alive with heartbeats
-        every `heartbeat` seconds (default: a third of the lease's time left)."""
+        every `heartbeat` seconds (default: a third of the lease's time left). Await it, or open
+        it in `async with` (`Opening`), which closes it at the block's end."""
+        return Opening(self._open_lease_writer(session_id, writer_id, takeover, resume, heartbeat))
+
+    async def _open_lease_writer(
+        self, session_id: str, writer_id: str | None, takeover: bool, resume: bool, heartbeat: float | None
+    ) -> AsyncLeaseWriter:
         if resume:
             resumed = await self.resume(session_id, writer_id=writer_id, takeover=takeover)
             return AsyncLeaseWriter(self, resumed.lease, resumed, heartbeat)

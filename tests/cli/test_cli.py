@@ -16,7 +16,8 @@ from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.cli.hints import readable_time
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound
-from tests.support.servers import ServerThread
+from sessionlog_server.tokens import config_line, new_token
+from tests.support.servers import ServerThread, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -389,3 +390,33 @@ def test_the_request_of_an_empty_session_ends_at_no_seq(
     assert "SEQ_NOT_FOUND" in run(server, "request", sid, "--at", "0").stderr
     run(server, "append", sid, stdin=lines({"type": "test/note", "data": {}, "ignorable": True}))
     assert client.request(sid)["atSeq"] == client.request(sid, at_seq=0)["atSeq"] == 0
+
+
+def test_no_server_at_the_address_says_how_to_start_one_or_name_another() -> None:
+    # The error was gRPC's alone ("failed to connect to all addresses; ... Connection
+    # refused"): what went wrong, not that the service is not started or is elsewhere.
+    target = f"127.0.0.1:{free_port()}"
+    refused = subprocess.run(
+        [sys.executable, "-m", "sessionlog", "--server", target, "sessions"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("sessionlog: error: TRANSPORT_ERROR: ")
+    assert f"nothing listens at {target}: start the service (`sessionlog serve`)" in refused.stderr
+    assert "--server HOST:PORT (or SESSIONLOG_SERVER)" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_a_missing_or_unknown_token_says_how_to_give_one(db_url: str) -> None:
+    with ServerThread(db_url, tokens=f"[{config_line(new_token(), 'cli', read_only=False, name='cli')}]") as server:
+        missing = run(server, "sessions")
+        assert missing.returncode == 1 and missing.stderr.startswith("sessionlog: error: TOKEN_MISSING: ")
+        assert "pass it with --token TOKEN (or set SESSIONLOG_TOKEN)" in missing.stderr
+        unknown = run(server, "--token", "slt_not-one-of-the-servers", "sessions")
+        assert unknown.returncode == 1 and unknown.stderr.startswith("sessionlog: error: TOKEN_UNKNOWN: ")
+        assert "the server's tokens file holds no such token: check --token (or SESSIONLOG_TOKEN)" in unknown.stderr
+        # A server without tokens is a plain "nothing listens" only when nothing does.
+        assert "nothing listens" not in missing.stderr + unknown.stderr

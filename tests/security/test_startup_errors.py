@@ -197,3 +197,16 @@ def test_the_serving_line_says_where_otlp_traces_go(tmp_path: Path) -> None:
             assert "s3cr3t-pw" not in "\n".join(server.log)
         finally:
             server.kill()
+
+
+def test_access_errors_refuse_to_start_before_any_worker_starts(tmp_path: Path) -> None:
+    # With several workers (`serve`'s default on a machine of two cores or more) these were
+    # found by each worker as it started: each died with a traceback and was started again,
+    # once a second, and `serve` never exited (the Dockerfile's 0.0.0.0 without tokens did so).
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    workers = ("serve", "--db", db, "--workers", "2")
+    _one_line(_run(*workers, "--listen", "0.0.0.0:0"), "without bearer tokens")
+    missing = tmp_path / "tokens.jsonl"
+    _one_line(_run(*workers, "--listen", "127.0.0.1:0", env={"SESSIONLOG_TOKENS_FILE": str(missing)}), str(missing))
+    no_cert = {"SESSIONLOG_TLS_CERT_FILE": str(tmp_path / "cert.pem"), "SESSIONLOG_TLS_KEY_FILE": str(missing)}
+    _one_line(_run(*workers, "--listen", "127.0.0.1:0", env=no_cert), str(missing))

@@ -166,3 +166,27 @@ def test_a_client_used_off_its_event_loop_says_so(server: ServerThread, sid: str
             assert (await own.create_session(sid)).id == sid  # nothing was created above
 
     asyncio.run(on_its_own_loop())
+
+
+def test_writers_open_in_async_with_as_the_sync_writers_open_in_with(server: ServerThread, sid: str) -> None:
+    """`async with client.writer(...)` and `async with client.lease_writer(...)`, as the sync
+    client's `with client.writer(...)` (the README: "the same methods, with the same meaning").
+    They raised TypeError ("'coroutine' object does not support the asynchronous context
+    manager protocol"); only `async with await client.writer(...)` worked, and still does."""
+
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            async with client.writer(sid, create_if_missing=True) as writer:
+                assert (await (await writer.append([note(0)]))).seqs == [0]
+            async with client.lease_writer(sid) as lease_writer:
+                assert (await lease_writer.append([note(1)])).seqs == [1]
+            async with await client.writer(sid) as writer:  # awaited first, as before
+                assert (await (await writer.append([note(2)]))).seqs == [2]
+            with pytest.raises(ValueError):  # an error in the block still closes the writer
+                async with client.writer(sid) as writer:
+                    raise ValueError("the harness failed")
+            writer = await client.writer(sid)  # the lease was given back each time
+            await writer.close()
+            assert [e.seq async for e in client.read_events(sid)] == [0, 1, 2]
+
+    asyncio.run(scenario())

@@ -10,7 +10,7 @@ import pytest
 
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import OwnershipLost
+from sessionlog.core.errors import OwnershipLost, WriterHeld
 from tests.support.events import note
 from tests.support.servers import ServerThread
 
@@ -75,3 +75,15 @@ def test_closing_a_lease_writer_twice_gives_the_lease_back_once(server: ServerTh
             assert (await client.get_session(sid)).lease is None
 
     asyncio.run(scenario())
+
+
+def test_a_held_session_says_when_its_lease_lapses_and_how_to_take_it_over(client: SessionLogClient, sid: str) -> None:
+    # The message said who held the lease until when, and no way on: a harness author read
+    # "held by writer 'w' until 1796476273604 (epoch 2)" and had to find `takeover` in the docs.
+    client.create_session(sid)
+    with client.lease_writer(sid, writer_id="first"):
+        with pytest.raises(WriterHeld) as held:
+            client.writer(sid, writer_id="second")
+        expires_at = held.value.metadata["expires_at"]
+        assert f"is held by writer 'first' until {expires_at} (Unix ms, epoch " in held.value.message
+        assert held.value.message.endswith("wait for it to lapse, or take it over (takeover)")

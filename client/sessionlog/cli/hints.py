@@ -39,26 +39,59 @@ def hint(error: SessionLogError, *, ca_file: str | None, target: str) -> str | N
     """What to do next, where the error alone does not say it."""
     if error.reason == "WRITER_HELD":
         return "--takeover takes the session over (the holder is fenced out and must reopen)"
+    if error.reason == "TOKEN_MISSING":
+        return (
+            "the server takes bearer tokens: pass it with --token TOKEN (or set SESSIONLOG_TOKEN); "
+            "its operator makes one with `sessionlog token new`"
+        )
+    if error.reason == "TOKEN_UNKNOWN":
+        return "the server's tokens file holds no such token: check --token (or SESSIONLOG_TOKEN)"
+    if error.reason == "TRANSPORT_ERROR" and listening(target) is False:
+        return (
+            f"nothing listens at {target}: start the service (`sessionlog serve`) or give its address "
+            "with --server HOST:PORT (or SESSIONLOG_SERVER)"
+        )
     if error.code == "UNAVAILABLE" and ca_file is None and speaks_tls(target):
         return f"{target} speaks TLS: pass --ca-file PEM (or set SESSIONLOG_CA_FILE) to connect with TLS"
     return None
 
 
+def _host_port(target: str) -> tuple[str, int] | None:
+    """The host and port of a `HOST:PORT` target (`[::1]:50051` too); None for anything else
+    (a `dns:///` or `unix:` target), which the probes below leave alone."""
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or "/" in host:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def listening(target: str, timeout: float = TLS_PROBE_TIMEOUT_S) -> bool | None:
+    """Whether anything accepts a TCP connection at `HOST:PORT` (None: not a target to probe),
+    to tell "no service there" from a service that failed the call."""
+    address = _host_port(target)
+    if address is None:
+        return None
+    try:
+        with socket.create_connection(address, timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def speaks_tls(target: str, timeout: float = TLS_PROBE_TIMEOUT_S) -> bool:
     """Whether `HOST:PORT` completes a TLS handshake (certificate not checked: this only tells a
     TLS server from a plaintext one, to explain a refused plaintext connection)."""
-    host, sep, port = target.rpartition(":")
-    if not sep or not port.isdigit() or "/" in host:
+    address = _host_port(target)
+    if address is None:
         return False
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     context.set_alpn_protocols(["h2"])
-    name = host.strip("[]")
     try:
         with (
-            socket.create_connection((name, int(port)), timeout=timeout) as raw,
-            context.wrap_socket(raw, server_hostname=name or None),
+            socket.create_connection(address, timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=address[0] or None),
         ):
             return True
     except (OSError, ssl.SSLError):

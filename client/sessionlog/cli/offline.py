@@ -190,7 +190,7 @@ def recompute_command(
         {"run_id": "r17", "experiment": "e22", "session_file": "r17.jsonl",
          "metrics": {"turns": 12, "model_calls": 30, "cost_usd": 0.636157}}
 
-    `session_file` is under --sessions DIR (default DIR/<run_id>.jsonl); `at` (optional) is the
+    `session_file` is under --sessions DIR (default `DIR/<run_id>.jsonl`); `at` (optional) is the
     entry id or seq the metrics were taken at; metric keys are those of `sessionlog replay --json`,
     camelCase or snake_case. A run changed when a recorded metric differs, compared at the
     precision it was recorded with; metrics no record has are listed once. See docs/formats.md.

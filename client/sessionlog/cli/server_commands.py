@@ -52,8 +52,12 @@ def new_token(
 
 def serve(
     db: DbOption = None,
-    listen: Annotated[str | None, typer.Option("--listen", help="HOST:PORT to bind (default 127.0.0.1:50051).")] = None,
-    no_migrate: Annotated[bool, typer.Option("--no-migrate", help="Do not run migrations on start.")] = False,
+    listen: Annotated[
+        str | None, typer.Option("--listen", help="HOST:PORT to bind (default: $SESSIONLOG_LISTEN or 127.0.0.1:50051).")
+    ] = None,
+    no_migrate: Annotated[
+        bool, typer.Option("--no-migrate", help="Do not run migrations on start (as $SESSIONLOG_MIGRATE=false).")
+    ] = False,
     workers: Annotated[
         int | None,
         typer.Option(

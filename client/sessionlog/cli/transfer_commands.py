@@ -127,7 +127,7 @@ def import_command(
         typer.Option(
             "--id",
             help="Id of the (main) session, instead of the file's own (Pi's session id, the export's); "
-            "forks get ID.<leafId>. One FILE only.",
+            "forks get `ID.<leafId>`. One FILE only.",
         ),
     ] = None,
 ) -> None:

@@ -238,7 +238,8 @@ class EventRecorder(ABC):
                 raise WriterHeld(
                     "WRITER_HELD",
                     f"session {session_id!r} is held by writer {current.writer_id!r} until "
-                    f"{current.lease_expires_at} (epoch {current.epoch})",
+                    f"{current.lease_expires_at} (Unix ms, epoch {current.epoch}): wait for it to lapse, "
+                    "or take it over (takeover)",
                     session_id=session_id,
                     holder=current.writer_id,
                     expires_at=current.lease_expires_at,

@@ -106,6 +106,18 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
         return grpc.ssl_server_credentials([(key.read(), cert.read())])
 
 
+def configured_access(settings: Settings) -> tuple[TokenStore, grpc.ServerCredentials | None]:
+    """The bearer tokens and TLS credentials `settings` name, read and checked (a tokens file or
+    certificate that cannot be read, 0.0.0.0 without tokens: OSError or ValueError saying so).
+
+    `serve`'s parent calls it before it starts any worker (workers.py), as each worker's
+    `start_server` does again: a mistake here is one line from the parent, not workers that
+    die at start-up and are started again for ever."""
+    tokens = TokenStore.load(settings.tokens_file or None, settings.tokens or None)
+    check_exposure(settings, tokens)
+    return tokens, server_credentials(settings)
+
+
 async def start_server(settings: Settings, *, reuse_port: bool = False) -> RunningServer:
     """Migrate (unless told not to), open storage, and start serving on `settings.listen`.
 
@@ -115,9 +127,7 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
         # "One per core" is resolved by `serve`, which starts the workers; a server started on
         # its own (embedded, in tests) with the default is one process.
         settings = replace(settings, workers=1)
-    tokens = TokenStore.load(settings.tokens_file or None, settings.tokens or None)
-    check_exposure(settings, tokens)
-    credentials = server_credentials(settings)
+    tokens, credentials = configured_access(settings)
     if not reuse_port:  # a worker's parent checked the address and prepared the database (workers.py)
         check_address_free(settings.listen)
         await asyncio.get_running_loop().run_in_executor(None, prepare, settings.db, settings.migrate)

@@ -13,8 +13,8 @@ PostgreSQL. A worker's cached session that another worker wrote to catches up on
 events (LiveSessionLoader.catch_up) when its lease is taken or it is read. A subscriber on one worker
 learns of another worker's appends by polling the log.
 
-The parent checks the address is free, runs the migrations once, starts the workers (each born
-with the stop signals held until its handlers are in place: signals.py), forwards
+The parent checks the tokens, the TLS files and the address, runs the migrations once, starts
+the workers (each born with the stop signals held until its handlers are in place: signals.py), forwards
 SIGTERM/SIGINT/SIGHUP (`STOP_SIGNALS`) to them, and restarts a worker that dies (it is fenced like any crashed
 process: its leases lapse and are repaired). Each worker exits when its parent is gone, so a
 kill -9 of the whole service leaves no orphan holding the port. Worker i serves metrics on the
@@ -70,6 +70,7 @@ def run_workers(settings: Settings, workers: int) -> None:
     The parent's handlers are in place first, so a stop while it migrates ends it before any
     worker starts (exit 0, "stopped before the workers started"), where it ended it at once."""
     from sessionlog_server.storage.migrate import prepare
+    from sessionlog_server.transport.server import configured_access
 
     context = multiprocessing.get_context("spawn")
     stopping = threading.Event()
@@ -107,6 +108,7 @@ def run_workers(settings: Settings, workers: int) -> None:
     for sig in STOP_SIGNALS:
         signal.signal(sig, forward)
     release_stop_signals()  # held since `serve` began (signals.py): one that came is handled now
+    configured_access(settings)  # tokens and TLS, as each worker reads them: a mistake stops the parent
     listen = wait_address_free(settings.listen, settings.shutdown_grace_s + 5)
     prepare(settings.db, settings.migrate)
     settings = replace(settings, listen=listen)

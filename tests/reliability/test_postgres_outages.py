@@ -1,0 +1,49 @@
+"""What an operator running on PostgreSQL meets when the database misbehaves: it accepts
+connections and never answers (a hung host, a stalled link), refuses them, or is not the one
+sessionlog may write. The service says so, on one line or with a retryable error, rather than
+waiting forever or serving what can only fail.
+
+The database is reached through a TCP proxy the test controls (`LatencyProxy`, stalled or cut),
+never by restarting the PostgreSQL the suite shares.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.support.latency_proxy import LatencyProxy
+from tests.support.servers import ServerProcess
+
+START_GUARD_S = 90.0
+"""How long a start-up is waited for before the test calls it hung (a guard, not a measure)."""
+
+
+def _proxied(url: str) -> LatencyProxy:
+    """A proxy (no delay) in front of the PostgreSQL that `url` names."""
+    parsed = make_url(url)
+    return LatencyProxy(f"{parsed.host}:{parsed.port or 5432}", 0.0)
+
+
+def _through(proxy: LatencyProxy, url: str) -> str:
+    """`url` with its host and port replaced by the proxy's."""
+    host, port = proxy.target.rsplit(":", 1)
+    return make_url(url).set(host=host, port=int(port)).render_as_string(hide_password=False)
+
+
+def test_serve_gives_up_on_a_database_that_never_answers_with_one_line(pg_database: str) -> None:
+    """A connection attempt to a PostgreSQL that accepts TCP and answers nothing (a hung host, a
+    link that drops everything after the handshake) waited forever: `serve` sat at start-up
+    with no log line at all, and a running service's new connections hung its reader and
+    writer threads the same way. Now an attempt is given up after the connect timeout."""
+    with _proxied(pg_database) as proxy:
+        proxy.stall()
+        server = ServerProcess(_through(proxy, pg_database))
+        started = server.launch()
+        try:
+            with pytest.raises(RuntimeError, match="server exited") as exited:
+                started.result(timeout=START_GUARD_S)
+        finally:
+            server.kill()
+        last = str(exited.value).strip().splitlines()[-1]
+        assert "sessionlog: error: cannot use the database: connection timeout expired" in last, last

@@ -9,9 +9,12 @@ never by restarting the PostgreSQL the suite shares.
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from sessionlog_server.storage.migrate import upgrade
+from tests.conftest import PG_ADMIN_URL, scratch_pg
 from tests.support.latency_proxy import LatencyProxy
 from tests.support.servers import ServerProcess
 
@@ -47,3 +50,26 @@ def test_serve_gives_up_on_a_database_that_never_answers_with_one_line(pg_databa
             server.kill()
         last = str(exited.value).strip().splitlines()[-1]
         assert "sessionlog: error: cannot use the database: connection timeout expired" in last, last
+
+
+def test_serve_refuses_a_read_only_database_with_one_line() -> None:
+    """A URL that names a read-only database (a hot standby, a replica's address by mistake,
+    `default_transaction_read_only`) started a service that answered every write with
+    STORAGE_UNAVAILABLE ("cannot execute INSERT in a read-only transaction"), which clients
+    retry as if it would pass, while reads worked and the health check said SERVING. It is
+    refused at start-up, naming the database."""
+    with scratch_pg("sessionlog_read_only") as url:
+        upgrade(url)
+        name = make_url(url).database
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+        for migrate in ("true", "false"):
+            server = ServerProcess(url, env={"SESSIONLOG_MIGRATE": migrate})
+            started = server.launch()
+            try:
+                with pytest.raises(RuntimeError, match="server exited") as exited:
+                    started.result(timeout=START_GUARD_S)
+            finally:
+                server.kill()
+            last = str(exited.value).strip().splitlines()[-1]
+            assert f"sessionlog: error: the database {url} is read-only" in last, last

@@ -60,12 +60,38 @@ def upgrade(url: str, revision: str = "head") -> None:
 
 
 def prepare(url: str, migrate: bool) -> None:
-    """Before serving: bring the database to head, or, told not to migrate, make sure it is
-    there already (`check_at_head`)."""
+    """Before serving: make sure the database takes writes (`check_writable`), then bring it to
+    head, or, told not to migrate, make sure it is there already (`check_at_head`)."""
+    check_writable(url)
     if migrate:
         upgrade(url)
     else:
         check_at_head(url)
+
+
+def check_writable(url: str) -> None:
+    """Refuse (ValueError, naming the database) a PostgreSQL database that takes no writes: a
+    standby (a replica's address given by mistake) or one whose transactions are read-only
+    (`default_transaction_read_only` on the database or the role). Served anyway, reads worked,
+    the health check said SERVING and every write failed with STORAGE_UNAVAILABLE, which
+    clients retry as if it would pass."""
+    parsed = make_url(normalise_url(url))
+    if parsed.get_backend_name() != "postgresql":
+        return
+    engine = create_engine(parsed, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            standby, read_only = conn.execute(
+                text("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
+            ).one()
+    finally:
+        engine.dispose()
+    if standby or read_only == "on":
+        why = "a standby in recovery" if standby else "its transactions are read-only: default_transaction_read_only"
+        raise ValueError(
+            f"the database {shown_url(url)} is read-only ({why}); sessionlog writes to it: "
+            "point --db (SESSIONLOG_DB) at the primary"
+        )
 
 
 def check_at_head(url: str) -> None:

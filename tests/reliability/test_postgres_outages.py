@@ -9,14 +9,22 @@ never by restarting the PostgreSQL the suite shares.
 
 from __future__ import annotations
 
+import json
+import uuid
+from typing import Any
+
 import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from sessionlog.client import SessionLogClient
+from sessionlog_server.service.committer import STALL_WARN_S
 from sessionlog_server.storage.migrate import upgrade
 from tests.conftest import PG_ADMIN_URL, scratch_pg
+from tests.support.events import note
 from tests.support.latency_proxy import LatencyProxy
 from tests.support.servers import ServerProcess
+from tests.support.waiting import eventually
 
 START_GUARD_S = 90.0
 """How long a start-up is waited for before the test calls it hung (a guard, not a measure)."""
@@ -73,3 +81,35 @@ def test_serve_refuses_a_read_only_database_with_one_line() -> None:
                 server.kill()
             last = str(exited.value).strip().splitlines()[-1]
             assert f"sessionlog: error: the database {url} is read-only" in last, last
+
+
+def test_a_commit_the_database_does_not_answer_is_logged_while_it_waits(pg_database: str) -> None:
+    """A database that stops answering on a connection already open (a hung host, a stalled
+    link) holds the writer thread in its statement until it answers. The appends wait (their
+    clients' deadlines end the unary calls) and nothing was logged, however long it lasted: the
+    operator saw a service quietly answering nothing. The wait is logged while it lasts, and its
+    end once the database answers; the append waiting meanwhile is then acknowledged."""
+    with _proxied(pg_database) as proxy:
+        server = ServerProcess(_through(proxy, pg_database)).start()
+        sid = f"stall-{uuid.uuid4().hex[:10]}"
+        try:
+            with SessionLogClient(server.target) as client:
+                writer = client.writer(sid, writer_id="w", create_if_missing=True)
+                assert writer.append([note(0, eventId=f"{sid}-0")]).result(timeout=30).seqs == [0]
+                proxy.stall()
+                waiting = writer.append([note(1, eventId=f"{sid}-1")])
+                eventually(lambda: _logged(server, "database write waiting"), bool)
+                assert not waiting.done()
+                proxy.resume()
+                assert waiting.result(timeout=60).seqs == [1]
+                answered = eventually(lambda: _logged(server, "database write answered"), bool)
+                assert answered[0]["waited_s"] >= STALL_WARN_S, answered
+                writer.close()
+        finally:
+            server.kill()
+
+
+def _logged(server: ServerProcess, event: str) -> list[dict[str, Any]]:
+    """The server's log records of `event` so far."""
+    records = [json.loads(line) for line in list(server.log) if line.startswith("{")]
+    return [record for record in records if record.get("event") == event]

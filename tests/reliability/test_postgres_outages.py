@@ -1,7 +1,8 @@
 """What an operator running on PostgreSQL meets when the database misbehaves: it accepts
-connections and never answers (a hung host, a stalled link), refuses them, or is not the one
-sessionlog may write. The service says so, on one line or with a retryable error, rather than
-waiting forever or serving what can only fail.
+connections and never answers (a hung host, a stalled link), stops answering on connections
+already open, or is not one sessionlog may write (a standby). The service says so, on one line
+at start-up or in its log while it waits, rather than waiting silently or serving what can only
+fail. (A database that refuses connections: tests/storage/test_recorder_contract.py.)
 
 The database is reached through a TCP proxy the test controls (`LatencyProxy`, stalled or cut),
 never by restarting the PostgreSQL the suite shares.

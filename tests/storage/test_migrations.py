@@ -15,8 +15,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
 from sessionlog.core import jsonvalue
-from sessionlog_server.storage.factory import normalise_url, open_recorder
-from sessionlog_server.storage.migrate import alembic_config, upgrade
+from sessionlog_server.storage.factory import normalise_url, open_recorder, shown_url
+from sessionlog_server.storage.migrate import alembic_config, check_at_head, upgrade
 from sessionlog_server.storage.models import Base
 from tests.conftest import BACKENDS, scratch_pg
 
@@ -134,3 +134,26 @@ def test_a_sqlite_migration_stopped_halfway_leaves_its_revision_as_it_was(tmp_pa
         assert [(e.seq, e.time, e.type) for e in recorder.read_events("s", 0, None, 10)] == [(0, 5, "n")]
     finally:
         recorder.close()
+
+
+def test_a_database_migrated_by_a_newer_version_is_refused_naming_what_to_run(empty_url: str) -> None:
+    """A database at a revision this version does not know (a newer instance migrated it, as in
+    a rolling upgrade rolled back): `serve` said only "Can't locate revision identified by
+    '0099'", naming neither the database nor why, and `serve --no-migrate` told the operator to
+    run `sessionlog db upgrade`, which fails the same way. Both now say the schema is newer than
+    this version's, and leave the database as it is."""
+    upgrade(empty_url)
+    engine = create_engine(normalise_url(empty_url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    finally:
+        engine.dispose()
+    head = ScriptDirectory.from_config(alembic_config(empty_url)).get_current_head()
+    for prepared in (lambda: upgrade(empty_url), lambda: check_at_head(empty_url)):
+        with pytest.raises(ValueError) as refused:
+            prepared()
+        said = str(refused.value)
+        assert said.startswith(f"the database {shown_url(empty_url)} is at schema revision 0099"), said
+        assert f"newer than this version's ({head})" in said and "db upgrade" not in said, said
+    assert _tables_and_revision(empty_url)[1] == "0099"

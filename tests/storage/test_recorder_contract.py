@@ -508,3 +508,35 @@ def test_a_commit_on_a_connection_numbered_past_1023_works(pg_database: str) -> 
         for fd in filler:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_commit_while_the_database_refuses_connections_says_storage_unavailable() -> None:
+    """A database that refuses new connections (restarting, failing over, at `max_connections`)
+    while the writer's kept connection is gone: the commit sent nothing, so it is
+    STORAGE_UNAVAILABLE (nothing written, retry). The driver's error escaped the recorder
+    unmapped, and the committer took it for an unexpected failure: an error with a traceback
+    in the log for every group, and COMMIT_OUTCOME_UNKNOWN to writers whose batch never left."""
+    from tests.conftest import PG_ADMIN_URL, scratch_pg
+
+    with scratch_pg("sessionlog_refusing") as url:
+        upgrade(url)
+        recorder = open_recorder(url)
+        try:
+            sid = f"rf-{uuid.uuid4().hex[:12]}"
+            recorder.create_session(session(sid))
+            lease = recorder.acquire_lease(sid, "w1", takeover=False, now=NOW, ttl_ms=TTL, token_hash="h-w1")
+            assert recorder.commit_batches([batch(lease, [note(0)])]) == [None]
+            name = url.rsplit("/", 1)[1]
+            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+                admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+                admin.execute(  # each gone before it returns (the kept connection's too)
+                    "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = %s", (name,)
+                )
+            # One group alone (one statement) and one with a blob (a transaction).
+            for pending in (batch(lease, [note(1)]), batch(lease, [note(1, {"blob": "x" * 100})])):
+                with pytest.raises(Unavailable) as refused:
+                    recorder.commit_batches([pending])
+                assert refused.value.reason == "STORAGE_UNAVAILABLE", refused.value
+                assert "not currently accepting connections" in refused.value.message
+        finally:
+            recorder.close()

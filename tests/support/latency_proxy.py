@@ -36,6 +36,9 @@ class LatencyProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="latency-proxy")
         self._thread.start()
         self._closing = False
+        self._flowing = asyncio.Event()
+        """Cleared while the proxy is stalled (`stall`): nothing is delivered either way."""
+        self._loop.call_soon_threadsafe(self._flowing.set)
         self._sockets: set[asyncio.StreamWriter] = set()
         self._relays: set[asyncio.Task[Any]] = set()
         """The task of each connection, until both its directions have ended."""
@@ -80,11 +83,11 @@ class LatencyProxy:
         in_flight.put_nowait((time.monotonic() + self.delay_s, b""))
         await delivering
 
-    @staticmethod
-    async def _deliver(in_flight: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter) -> None:
+    async def _deliver(self, in_flight: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter) -> None:
         while True:
             due, chunk = await in_flight.get()
             await asyncio.sleep(max(0.0, due - time.monotonic()))
+            await self._flowing.wait()
             if not chunk:
                 with contextlib.suppress(OSError):
                     if writer.can_write_eof():
@@ -95,6 +98,16 @@ class LatencyProxy:
                 await writer.drain()
             except OSError:
                 return  # that side has gone: nothing more to deliver to it
+
+    def stall(self) -> None:
+        """Deliver nothing either way until `resume`, connections kept open and new ones
+        accepted: a peer that hangs (a paused VM, a link that drops every packet), which
+        neither side can tell from a quiet one."""
+        self._loop.call_soon_threadsafe(self._flowing.clear)
+
+    def resume(self) -> None:
+        """Deliver again what a `stall` held back, in order."""
+        self._loop.call_soon_threadsafe(self._flowing.set)
 
     def cut(self) -> None:
         """Cut every connection open now (each side sees it reset), as a network fault would;
@@ -109,6 +122,7 @@ class LatencyProxy:
         """Stop listening and cut every connection (each side sees it reset), then wait for
         their relays to end (a connection whose upstream is being opened ends as it opens)."""
         self._closing = True
+        self._flowing.set()  # a stalled delivery ends with its connection
         self._server.close()
         self._abort_all()
         await asyncio.gather(*self._relays, return_exceptions=True)

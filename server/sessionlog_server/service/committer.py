@@ -40,6 +40,12 @@ T = TypeVar("T")
 log = structlog.get_logger("sessionlog.commit")
 
 
+STALL_WARN_S = 5.0
+"""A write the writer thread has waited on this long for the database is logged while it waits
+("database write waiting"), and its end once it is answered ("database write answered")."""
+STALL_CHECK_S = 1.0
+"""How often the event loop looks whether the writer thread is waiting that long."""
+
 Settled = Callable[[SessionLogError | None], None]
 """Told a batch's outcome on the event loop: None once it is durable, else why it is not."""
 
@@ -86,6 +92,11 @@ class GroupCommitter:
         self._stopping = False
         """Shutdown: no new batches; the thread ends once the queue is empty."""
         self._stopped = False
+        self._busy_since: float | None = None
+        """When the writer thread began its current write (monotonic), None while it is idle."""
+        self._stalled_since: float | None = None
+        """The start of the write logged as not answered, until it is answered."""
+        self._stall_check: asyncio.TimerHandle | None = None
         self.groups_committed = 0
         self.batches_committed = 0
 
@@ -93,6 +104,7 @@ class GroupCommitter:
         """Start the writer thread; outcomes are delivered to the running event loop."""
         self._loop = asyncio.get_running_loop()
         self._thread.start()
+        self._stall_check = self._loop.call_later(STALL_CHECK_S, self._check_stall)
 
     def enqueue(self, batch: PendingBatch, settled: Settled) -> None:
         """Queue a batch; `settled` is called on the event loop with its outcome, exactly once.
@@ -149,10 +161,12 @@ class GroupCommitter:
                     call, group = head, None
                 else:
                     call, group = None, self._take_group()
+            self._busy_since = time.monotonic()
             if call is not None:
                 self._run_call(call)
             elif group is not None:
                 self._commit(group)
+            self._busy_since = None
             # While it waits for more, the thread holds nothing of this (a group's events).
             del head, call, group
 
@@ -198,6 +212,23 @@ class GroupCommitter:
 
     # --- back on the event loop -----------------------------------------------------------
 
+    def _check_stall(self) -> None:
+        """Log a write the database has not answered for STALL_WARN_S, once, and its end.
+
+        A database that stops answering on an open connection (a hung host, a stalled link)
+        holds the writer thread in its statement, raising nothing, until it answers or TCP
+        gives up (minutes); every append waits behind it. Nothing else says so: the log was
+        silent however long it lasted."""
+        busy_since, now = self._busy_since, time.monotonic()
+        if self._stalled_since is not None and busy_since != self._stalled_since:
+            log.warning("database write answered", waited_s=round(now - self._stalled_since, 1))
+            self._stalled_since = None
+        if self._stalled_since is None and busy_since is not None and now - busy_since >= STALL_WARN_S:
+            self._stalled_since = busy_since
+            log.warning("database write waiting", waited_s=round(now - busy_since, 1), queued=len(self._queue))
+        assert self._loop is not None
+        self._stall_check = self._loop.call_later(STALL_CHECK_S, self._check_stall)
+
     def _settle_group(self, group: list[_Item], results: list[SessionLogError | None], finished: float) -> None:
         self.groups_committed += 1
         if self._metrics is not None:
@@ -217,6 +248,8 @@ class GroupCommitter:
 
     async def drain_and_stop(self) -> None:
         """Refuse new batches, commit those already queued, stop the writer thread."""
+        if self._stall_check is not None:
+            self._stall_check.cancel()
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify()

@@ -146,10 +146,7 @@ class CommitConnection:
         """
         while True:
             reused = self._pooled is not None
-            try:
-                connection = self._connection()
-            except sa_exc.DBAPIError as exc:
-                raise sqlalchemy_error(exc) from exc
+            connection = self._connection()
             committing = False
             with self._turn():
                 try:
@@ -189,10 +186,7 @@ class CommitConnection:
         statement is out leaves its outcome unknown here, as a COMMIT that breaks does: the
         connection is dropped and `StatementLost` raised, for the caller to find out.
         """
-        try:
-            connection = self._connection()
-        except sa_exc.DBAPIError as exc:
-            raise sqlalchemy_error(exc) from exc
+        connection = self._connection()
         if _has_input(connection):
             return None
         with self._turn():
@@ -217,8 +211,18 @@ class CommitConnection:
             pooled.close()
 
     def _connection(self) -> Any:
+        """The kept driver connection, checked out of the pool first if there is none. A
+        connection the database refuses (restarting, failing over, at `max_connections`) is
+        `storage_error`'s STORAGE_UNAVAILABLE: nothing was sent. The pool raises the driver's
+        own error here, not SQLAlchemy's wrapper, which reached the committer unmapped (an
+        error with a traceback per group, and COMMIT_OUTCOME_UNKNOWN for batches never sent)."""
         if self._pooled is None:
-            self._pooled = self._engine.raw_connection()
+            try:
+                self._pooled = self._engine.raw_connection()
+            except sa_exc.DBAPIError as exc:
+                raise sqlalchemy_error(exc) from exc
+            except self._driver_errors as exc:
+                raise self._storage_error(exc) from exc
         return self._pooled.driver_connection
 
     def _rollback(self, connection: Any, cause: BaseException) -> bool:

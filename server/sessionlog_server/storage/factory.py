@@ -37,12 +37,23 @@ def shown_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+CONNECT_TIMEOUT_S = 10
+"""How long a PostgreSQL connection attempt may take (libpq's `connect_timeout`) unless the URL
+sets its own. libpq's default is forever: a database host that accepts the TCP connection and
+answers nothing (hung, or behind a link that drops everything) held `serve` at start-up with no
+log line, and a running service's reader and writer threads on each new connection."""
+
+
 def normalise_url(url: str) -> str:
-    """Accept `postgresql://` and `postgres://` and use the psycopg 3 driver for them."""
+    """Accept `postgresql://` and `postgres://` and use the psycopg 3 driver for them, with a
+    `connect_timeout` of CONNECT_TIMEOUT_S where the URL has none (every connection the service,
+    its migrations and its change feed open is made from this URL)."""
     parsed = make_url(url)
-    if parsed.drivername in {"postgresql", "postgres"}:
-        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-    return url
+    if parsed.get_backend_name() not in {"postgresql", "postgres"}:
+        return url
+    if "connect_timeout" not in parsed.query:
+        parsed = parsed.update_query_dict({"connect_timeout": str(CONNECT_TIMEOUT_S)})
+    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
 def open_recorder(

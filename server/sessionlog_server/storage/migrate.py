@@ -55,17 +55,46 @@ def upgrade(url: str, revision: str = "head") -> None:
     started together on a fresh database migrate one after the other (the later ones find it
     at head) instead of racing to create the same tables.
     """
+    config = alembic_config(url)
     with migration_lock(url):
-        command.upgrade(alembic_config(url), revision)
+        current = None if _missing(url) else _current_revision(url)
+        check_known(url, config, current)
+        command.upgrade(config, revision)
 
 
 def prepare(url: str, migrate: bool) -> None:
-    """Before serving: bring the database to head, or, told not to migrate, make sure it is
-    there already (`check_at_head`)."""
+    """Before serving: make sure the database takes writes (`check_writable`), then bring it to
+    head, or, told not to migrate, make sure it is there already (`check_at_head`)."""
+    check_writable(url)
     if migrate:
         upgrade(url)
     else:
         check_at_head(url)
+
+
+def check_writable(url: str) -> None:
+    """Refuse (ValueError, naming the database) a PostgreSQL database that takes no writes: a
+    standby (a replica's address given by mistake) or one whose transactions are read-only
+    (`default_transaction_read_only` on the database or the role). Served anyway, reads worked,
+    the health check said SERVING and every write failed with STORAGE_UNAVAILABLE, which
+    clients retry as if it would pass."""
+    parsed = make_url(normalise_url(url))
+    if parsed.get_backend_name() != "postgresql":
+        return
+    engine = create_engine(parsed, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            standby, read_only = conn.execute(
+                text("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
+            ).one()
+    finally:
+        engine.dispose()
+    if standby or read_only == "on":
+        why = "a standby in recovery" if standby else "its transactions are read-only: default_transaction_read_only"
+        raise ValueError(
+            f"the database {shown_url(url)} is read-only ({why}); sessionlog writes to it: "
+            "point --db (SESSIONLOG_DB) at the primary"
+        )
 
 
 def check_at_head(url: str) -> None:
@@ -75,24 +104,47 @@ def check_at_head(url: str) -> None:
     clients retry as if it would pass. A SQLite file that does not exist is not created."""
     config = alembic_config(url)
     head = ScriptDirectory.from_config(config).get_current_head()
-    parsed = make_url(normalise_url(url))
-    current: str | None = None
-    file = sqlite_file(url)
-    missing = file is not None and not file.exists()
-    if not missing:
-        engine = create_engine(parsed, poolclass=NullPool)
-        try:
-            with engine.connect() as conn:
-                current = MigrationContext.configure(conn).get_current_revision()
-        finally:
-            engine.dispose()
+    missing = _missing(url)
+    current = None if missing else _current_revision(url)
+    check_known(url, config, current)
     if current != head:
         found = "does not exist" if missing else f"is at schema revision {current or 'none (never migrated)'}"
-        # The URL as the operator wrote it (`parsed` names the driver it was rewritten for).
+        # The URL as the operator wrote it, not as it was rewritten for the driver.
         raise ValueError(
             f"the database {shown_url(url)} {found}; this server needs "
             f"schema revision {head}: run `sessionlog db upgrade` with the same --db, or serve without --no-migrate"
         )
+
+
+def check_known(url: str, config: Config, current: str | None) -> None:
+    """Refuse (ValueError, naming the database) a schema revision `current` that this version's
+    chain does not hold: a newer version migrated the database (a rolling upgrade rolled back,
+    an old instance restarted after a new one started). Alembic said only "Can't locate
+    revision", and `check_at_head` sent the operator to `sessionlog db upgrade`, which fails
+    the same way. Nothing is done to the database."""
+    script = ScriptDirectory.from_config(config)
+    if current is None or current in {step.revision for step in script.walk_revisions()}:
+        return
+    raise ValueError(
+        f"the database {shown_url(url)} is at schema revision {current}, newer than this version's "
+        f"({script.get_current_head()}): a newer sessionlog migrated it; serve it with that version or a later one"
+    )
+
+
+def _missing(url: str) -> bool:
+    """Whether `url` names a SQLite file that does not exist (and must not be created here)."""
+    file = sqlite_file(url)
+    return file is not None and not file.exists()
+
+
+def _current_revision(url: str) -> str | None:
+    """The database's schema revision (None: never migrated)."""
+    engine = create_engine(make_url(normalise_url(url)), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
 
 
 #: PostgreSQL advisory lock key of migrations (any fixed 64-bit number; "sessionlog" in ASCII).

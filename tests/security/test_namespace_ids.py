@@ -82,3 +82,16 @@ def test_the_longest_namespace_still_takes_generated_session_ids(db_url: str) ->
             assert [s.id for s in client.list_sessions()] == [created.id]
     finally:
         server.stop()
+
+
+def test_an_id_with_a_trailing_line_break_is_refused_not_a_look_alike(tenants: ServerThread, sid: str) -> None:
+    # `s1\n` passed the id pattern (`$` also matches before a final line break): it made a second
+    # session beside `s1`, which a listing, a log line or a page title shows as `s1`.
+    with SessionLogClient(tenants.target, token=ALICE) as alice:
+        alice.create_session(sid)
+        with pytest.raises(ValidationError, match="not URL-safe") as refused:
+            alice.create_session(sid + "\n")
+        assert refused.value.reason == "BAD_SESSION_ID"
+        with pytest.raises(ValidationError, match="not URL-safe"):
+            alice.get_session(sid + "\n")
+        assert sid + "\n" not in [s.id for s in alice.list_sessions()]

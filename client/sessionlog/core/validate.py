@@ -20,7 +20,9 @@ from sessionlog.core.vocabulary import KEPT_AS_SEEN, KNOWN_TYPES, SURFACE_TYPES,
 _TYPE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)*$")
 SESSION_ID = r"[A-Za-z0-9][A-Za-z0-9._~\-]*"
 """A session id, as a regular expression (URL-safe: no `:`, which the service's keys use)."""
-_SESSION_ID_PATTERN = re.compile(f"^{SESSION_ID}$")
+_SESSION_ID_PATTERN = re.compile(SESSION_ID)
+"""Matched whole (`fullmatch`): `^...$` let `s1\n` through, `$` matching before a final line
+break, and made it a second session beside `s1` that listings and log lines show as `s1`."""
 
 
 def check_session_id(session_id: str, limits: Limits = Limits()) -> None:
@@ -31,7 +33,7 @@ def check_session_id(session_id: str, limits: Limits = Limits()) -> None:
             f"session id must be 1 to {limits.max_id_chars} characters",
             field="session_id",
         )
-    if not _SESSION_ID_PATTERN.match(session_id):
+    if not _SESSION_ID_PATTERN.fullmatch(session_id):
         raise ValidationError(
             "BAD_SESSION_ID",
             f"session id {session_id!r} is not URL-safe (letters, digits, '.', '_', '~', '-')",

@@ -86,6 +86,9 @@ class Settings:
     """Sessions one namespace may hold; 0: no limit."""
     max_open_streams: int = 10_000
     """Writer and subscription streams open at once on this instance (counted from their first byte)."""
+    max_open_streams_per_namespace: int = 0
+    """Of those, the streams one namespace may hold open at once, so one tenant cannot take them
+    all and leave the others' writers and subscriptions refused; 0: no share of its own."""
     writer_open_timeout_s: float = 10.0
     """How long a writer stream may stay open without sending its `open` message."""
     subscription_poll_ms: int = 1000

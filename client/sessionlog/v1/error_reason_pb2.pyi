@@ -1072,6 +1072,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: service
     Client: Retry later with backoff, or connect to another instance.
     """
+    TOO_MANY_NAMESPACE_STREAMS: _ErrorReason.ValueType  # 175
+    """The caller's namespace already holds its share of this instance's open writer and
+    subscription streams (`max_open_streams_per_namespace`), so other namespaces keep theirs.
+
+    Code: RESOURCE_EXHAUSTED
+    Metadata: `limit`, `namespace`
+    Raised by: service
+    Client: Close streams the namespace no longer needs, or retry later with backoff.
+    """
     TOKEN_MISSING: _ErrorReason.ValueType  # 116
     """The call has no bearer token and the service requires one.
 
@@ -2420,6 +2429,15 @@ Code: RESOURCE_EXHAUSTED
 Metadata: `limit`
 Raised by: service
 Client: Retry later with backoff, or connect to another instance.
+"""
+TOO_MANY_NAMESPACE_STREAMS: ErrorReason.ValueType  # 175
+"""The caller's namespace already holds its share of this instance's open writer and
+subscription streams (`max_open_streams_per_namespace`), so other namespaces keep theirs.
+
+Code: RESOURCE_EXHAUSTED
+Metadata: `limit`, `namespace`
+Raised by: service
+Client: Close streams the namespace no longer needs, or retry later with backoff.
 """
 TOKEN_MISSING: ErrorReason.ValueType  # 116
 """The call has no bearer token and the service requires one.

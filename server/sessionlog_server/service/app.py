@@ -25,7 +25,7 @@ from sessionlog.convert import DecodedEvent
 from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, SessionLogError, ValidationError
 from sessionlog.core.events import Event
 from sessionlog_server.config import Settings
-from sessionlog_server.service import subscriptions
+from sessionlog_server.service import access, subscriptions
 from sessionlog_server.service.appends import AppendPipeline, AppendResult
 from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.leases import LeaseHolder, LeaseManager
@@ -110,6 +110,8 @@ class SessionLogService:
         """Open writer streams, ended at once when the service stops (so shutdown need not wait
         out its grace period for writers that send nothing)."""
         self.open_streams = 0
+        self.namespace_streams: dict[str, int] = {}
+        """Open streams by namespace (only namespaces holding some)."""
         self.repairs_written = 0
         self._keeper: asyncio.Task[None] | None = None
         self._repairer: asyncio.Task[None] | None = None
@@ -163,17 +165,34 @@ class SessionLogService:
 
     # --- streams ------------------------------------------------------------------------
 
-    def open_stream(self) -> None:
-        """Count a writer or subscription stream in; refuse past `max_open_streams`."""
+    def open_stream(self) -> str:
+        """Count a writer or subscription stream of the caller in; refuse past `max_open_streams`,
+        or past its namespace's share (`max_open_streams_per_namespace`), so one tenant holding
+        streams open cannot leave another none. Returns the namespace `close_stream` takes."""
+        namespace = access.current().namespace
         limit = self.settings.max_open_streams
         if limit and self.open_streams >= limit:
             raise LimitExceeded(
                 "TOO_MANY_STREAMS", f"this instance already serves its limit of {limit} open streams", limit=limit
             )
+        share, held = self.settings.max_open_streams_per_namespace, self.namespace_streams.get(namespace, 0)
+        if share and held >= share:
+            raise LimitExceeded(
+                "TOO_MANY_NAMESPACE_STREAMS",
+                f"namespace {namespace!r} already holds its limit of {share} open streams on this instance",
+                limit=share,
+                namespace=namespace,
+            )
         self.open_streams += 1
+        self.namespace_streams[namespace] = held + 1
+        return namespace
 
-    def close_stream(self) -> None:
+    def close_stream(self, namespace: str) -> None:
+        """Count out a stream `open_stream` counted in for `namespace`."""
         self.open_streams -= 1
+        held = self.namespace_streams.pop(namespace) - 1
+        if held:
+            self.namespace_streams[namespace] = held
 
     # --- background tasks ---------------------------------------------------------------
 

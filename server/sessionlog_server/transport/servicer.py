@@ -238,7 +238,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         # generator, keeps the response yielded last until the next one, so a quiet
         # subscription would keep its last page of events for as long as it stays quiet.
         max_bytes = self.service.settings.read_page_bytes
-        self.service.open_stream()
+        namespace = self.service.open_stream()
         try:
             async for item in self.service.subscribe(request.session_id, request.from_seq):
                 if isinstance(item, int):
@@ -247,7 +247,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                     await _send_events(context, item, max_bytes)
                 del item
         finally:
-            self.service.close_stream()
+            self.service.close_stream(namespace)
 
     @status.unary
     async def ReportRequestHeader(
@@ -351,7 +351,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         # The requests are read with `read_request`, never through `request_iterator` (see there).
         # A stream counts against the limit from its first byte, and must open in time: a
         # client that opens streams and sends nothing cannot hold slots for free.
-        self.service.open_stream()
+        namespace = self.service.open_stream()
         try:
             timeout = self.service.settings.writer_open_timeout_s
             try:
@@ -370,7 +370,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
             async for response in self._write(first.open, context):
                 yield response
         finally:
-            self.service.close_stream()
+            self.service.close_stream(namespace)
 
     async def _write(self, opened: pb.OpenWriter, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WriteResponse]:
         """The writer stream after its `open` message (the protocol is service/writer_stream.py)."""

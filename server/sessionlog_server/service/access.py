@@ -96,6 +96,18 @@ def public_id(key: str) -> str:
     return key.rpartition(":")[2]
 
 
+def logged_id(session_id: str) -> str:
+    """A session id as a caller sent it, for the log line of its call or page request: whole up
+    to the longest an id can be (`max_id_chars`), else cut there, with its length. Such a line
+    names the session as it was asked for, valid or not, and the caller makes the "id" as long
+    as a message (256 MB by default over gRPC) or a URL (64 KB, before any token is checked):
+    copied whole, a 1 MB id made a 1 MB line."""
+    longest = DEFAULT_LIMITS.max_id_chars
+    if len(session_id) <= longest:
+        return session_id
+    return f"{session_id[:longest]}… ({len(session_id)} characters)"
+
+
 def session_log_fields(key: str, error: BaseException | None = None) -> dict[str, str]:
     """How a log line names the session of key `key`: by the id its caller knows it by, with
     its namespace, as a call's `rpc` line does (`log_fields`), so filtering a tenant's log on

@@ -164,7 +164,7 @@ class AdminHttp:
         # One line per page request, as per RPC: who asked for which session's page, and the
         # outcome (an audit of who read what; never the token).
         started = time.perf_counter()
-        line: dict[str, Any] = {"session_id": path[len(SESSIONS_PREFIX) :]}
+        line: dict[str, Any] = {"session_id": access.logged_id(path[len(SESSIONS_PREFIX) :])}
 
         def recorded(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             line["status"] = int(status.split(" ", 1)[0])

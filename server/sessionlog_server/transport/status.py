@@ -47,7 +47,7 @@ def _log_rpc(method: str, request: Any, started: float, code: str) -> None:
     fields = {**access.log_fields(access.current()), **_rpc_fields.get({})}
     session_id = getattr(request, "session_id", None) or getattr(getattr(request, "scope", None), "session_id", None)
     if session_id:
-        fields.setdefault("session_id", session_id)
+        fields.setdefault("session_id", access.logged_id(session_id))
     log.info("rpc", method=method, status=code, latency_ms=round((time.perf_counter() - started) * 1000, 3), **fields)
 
 

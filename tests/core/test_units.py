@@ -481,6 +481,20 @@ def test_every_known_type_is_a_well_formed_name() -> None:
     assert all(_TYPE_PATTERN.fullmatch(name) for name in KNOWN_TYPES)
 
 
+@pytest.mark.parametrize("name", ["test/x\n", "x\n", "pi/message\n"])
+def test_a_type_name_with_a_trailing_line_break_is_refused(name: str) -> None:
+    # `$` matches before a final line break: `test/x\n` went in as a type of its own, shown
+    # as `test/x` by every reader that prints it. An importer's type names follow the same rule.
+    from sessionlog.core.formats.pi.importer import FALLBACK_ENTRY_TYPE, pi_event_type
+    from sessionlog.core.limits import DEFAULT_LIMITS
+    from sessionlog.core.validate import check_type
+
+    with pytest.raises(ValidationError) as refused:
+        check_type(NewEvent(name, ignorable=True), DEFAULT_LIMITS)
+    assert refused.value.reason == "BAD_TYPE"
+    assert pi_event_type(name.rpartition("/")[2]) == FALLBACK_ENTRY_TYPE
+
+
 def test_a_call_two_copies_restate_stays_until_both_are_replaced() -> None:
     # The answer is cut to nothing heard (call a dropped), then two model-only copies restate it
     # (as a compaction's kept entries re-appended twice). A replace of the first copy leaves the

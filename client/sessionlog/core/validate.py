@@ -17,7 +17,9 @@ from sessionlog.core.limits import Limits
 from sessionlog.core.repair import check_writer_turn_end
 from sessionlog.core.vocabulary import KEPT_AS_SEEN, KNOWN_TYPES, SURFACE_TYPES, USER_MESSAGE
 
-_TYPE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)*$")
+_TYPE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)*")
+"""A type name, matched whole (`fullmatch`): `^...$` let `test/x\n` through (`$` matches before a
+final line break), a type of its own that every reader printing it shows as `test/x`."""
 SESSION_ID = r"[A-Za-z0-9][A-Za-z0-9._~\-]*"
 """A session id, as a regular expression (URL-safe: no `:`, which the service's keys use)."""
 _SESSION_ID_PATTERN = re.compile(SESSION_ID)
@@ -45,7 +47,7 @@ def check_type(event: NewEvent, limits: Limits) -> None:
     """The type is a well-formed name, and known to the service unless `ignorable`."""
     if event.type in KNOWN_TYPES and len(event.type) <= limits.max_type_chars:
         return  # the vocabulary's names are well formed: no pattern to match for almost every event
-    if len(event.type) > limits.max_type_chars or not _TYPE_PATTERN.match(event.type):
+    if len(event.type) > limits.max_type_chars or not _TYPE_PATTERN.fullmatch(event.type):
         raise ValidationError("BAD_TYPE", f"event type {event.type!r} is not a valid type name", field="type")
     if event.type not in KNOWN_TYPES and not event.ignorable:
         raise ValidationError(

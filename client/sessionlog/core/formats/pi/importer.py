@@ -143,7 +143,8 @@ TURN_END_BY_STOP_REASON: dict[str, str] = {
 run stopped before the model answered its tool results (a crash or an abort); a turn with no
 assistant message at all ends `aborted` too; any other reason (`deferred`, newer ones) `completed`."""
 
-_TYPE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+_TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*")
+"""An entry type that names its event type, matched whole (`fullmatch`, as the door's rule)."""
 MAX_EVENT_ID_CHARS = 128
 
 
@@ -156,7 +157,7 @@ def turn_end_kind(stop_reason: Any) -> str:
 
 def pi_event_type(entry_type: Any) -> str:
     """`pi/<type>` for an entry type that is a valid event type name, else `pi/entry`."""
-    if isinstance(entry_type, str) and _TYPE_NAME.match(entry_type) and len(entry_type) <= 120:
+    if isinstance(entry_type, str) and _TYPE_NAME.fullmatch(entry_type) and len(entry_type) <= 120:
         return PI_TYPE_PREFIX + entry_type
     return FALLBACK_ENTRY_TYPE
 

@@ -482,6 +482,10 @@ class WriterCore:
     session_id: str
     writer_id: str | None
     create_if_missing: bool
+    lease_token: str = ""
+    """The token of a live lease the caller already holds (`resume`'s or `acquire_lease`'s): the
+    first `open` presents it, so the writer takes that lease again instead of finding the session
+    held by it (WRITER_HELD) until it lapses. Empty: take the lease afresh."""
     pending: deque[Pending] = field(default_factory=deque)
     lease: convert.LeaseInfo | None = None
     next_seq: int = 0
@@ -522,7 +526,9 @@ class WriterCore:
         seq its acknowledgements reached, so the header reports it re-sends are answered from
         the log (decided again, a pending change A -> B -> A logged B and A twice)."""
         if self.lease is None:
-            return open_request(self.session_id, self.writer_id, takeover, self.create_if_missing, resume)
+            return open_request(
+                self.session_id, self.writer_id, takeover, self.create_if_missing, resume, self.lease_token
+            )
         return open_request(
             self.session_id, self.writer_id, takeover, self.create_if_missing, resume, self.lease.token, self.next_seq
         )

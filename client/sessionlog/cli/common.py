@@ -9,7 +9,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -30,6 +30,19 @@ class State:
     server: str = os.environ.get("SESSIONLOG_SERVER", DEFAULT_TARGET)
     token: str | None = os.environ.get("SESSIONLOG_TOKEN") or None
     ca_file: str | None = os.environ.get("SESSIONLOG_CA_FILE") or None
+
+
+LeaseTokenOption = Annotated[
+    str,
+    typer.Option(
+        "--lease-token",
+        envvar="SESSIONLOG_LEASE_TOKEN",
+        help="Write under a live lease already held: the token `resume --keep` printed.",
+    ),
+]
+"""The commands that write (`append`, `ingest`) take a lease `resume --keep` kept with this, as
+the clients' writers take `lease_token`: without it the session is held by that very lease
+(WRITER_HELD) until it lapses. The lease is given back when the command ends."""
 
 
 def print_json(value: Any) -> None:

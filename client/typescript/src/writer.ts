@@ -32,6 +32,12 @@ export interface WriterOptions {
   createIfMissing?: boolean;
   /** Resume first (SPEC §8): repair an open turn, mark the seed boundary; see `writer.resumed`. */
   resume?: boolean;
+  /**
+   * The token of a live lease already held (`acquireLease`'s or `resume`'s, or the one
+   * `sessionlog resume --keep` printed): the writer takes that lease again, at a new epoch,
+   * instead of finding the session held by it (WRITER_HELD); it gives it back when closed.
+   */
+  leaseToken?: string;
   /** At most this many batches (and header reports) unacknowledged on the wire; later ones wait. */
   maxInFlight?: number;
   /** How reconnects back off, and how many are tried before the writer gives up. */
@@ -315,13 +321,14 @@ export class Writer {
           // A reconnect presents the token of the lease it held, so it takes that lease again,
           // and the seq its acknowledgements reached: the header reports it re-sends are then
           // answered from the log (decided again, a pending change A -> B -> A logged B and A twice).
+          // The first open presents the token of a lease the caller holds already, if given.
           value: {
             sessionId: this.sessionId,
             writerId: this.writerId,
             takeover,
             createIfMissing: this.options.createIfMissing,
             resume,
-            leaseToken: this.lease?.token ?? "",
+            leaseToken: this.lease?.token ?? this.options.leaseToken ?? "",
             acknowledgedNextSeq: this.lease === undefined ? undefined : BigInt(this.nextSeq),
           },
         },

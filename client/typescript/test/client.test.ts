@@ -108,6 +108,19 @@ for (const backend of BACKENDS) {
       assert.deepEqual(events.map((e) => e.data.n), Array.from({ length: 50 }, (_, i) => i));
     });
 
+    test("a writer opens under a lease already held: leaseToken takes it again", async () => {
+      // Without the token the writer found the session held by that very lease (WRITER_HELD).
+      const id = sessionId("kept");
+      await client.createSession(id);
+      const kept = (await client.resume(id)).lease;
+      await assert.rejects(client.writer(id), (e: unknown) => e instanceof WriterHeld);
+      const writer = await client.writer(id, { leaseToken: kept.token });
+      assert.equal(writer.lease.token, kept.token);
+      assert.equal(writer.lease.epoch, kept.epoch + 1, "taken again, at the next epoch");
+      await writer.append([note(0)]);
+      await writer.close();
+    });
+
     test("errors are typed, with the catalogue reason and its metadata", async () => {
       const id = sessionId();
       await client.createSession(id);

@@ -542,7 +542,7 @@ class AsyncWriter(base.WriterView):
             first = await asyncio.shield(reading)
         except grpc.RpcError as exc:
             call.cancel()
-            raise from_rpc_error(exc) from None
+            raise self._core.refused(from_rpc_error(exc)) from None
         except asyncio.CancelledError:
             # The caller gave up opening: end the stream on purpose, so the service releases a
             # lease it granted meanwhile (a stream just cancelled leaves it held until it lapses).

@@ -67,6 +67,7 @@ from sessionlog.requests import (
     surface_from_pb,
     transcript_request,
     with_event_ids,
+    writer_open_refused,
 )
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog.v1.session_service_pb2_grpc import SessionServiceStub
@@ -532,6 +533,11 @@ class WriterCore:
         return open_request(
             self.session_id, self.writer_id, takeover, self.create_if_missing, resume, self.lease.token, self.next_seq
         )
+
+    def refused(self, error: SessionLogError) -> SessionLogError:
+        """What an `open` the service refused raises: its error, worded for the caller (the
+        first open's SESSION_NOT_FOUND names `create_if_missing`; `writer_open_refused`)."""
+        return writer_open_refused(error, self.create_if_missing) if self.lease is None else error
 
     def resend(self) -> list[pb.WriteRequest]:
         """What a new stream must carry after its open: every request not yet acknowledged."""

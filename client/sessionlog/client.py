@@ -583,7 +583,7 @@ class Writer(base.WriterView):
             first = next(call, None)
         except grpc.RpcError as exc:
             requests.put(_END)
-            raise from_rpc_error(exc) from None
+            raise self._core.refused(from_rpc_error(exc)) from None
         try:
             with self._lock:
                 self._core.opened(first)

@@ -1,5 +1,5 @@
-"""What a streaming writer's opening takes (sync and asyncio clients): a kept lease's token
-opens it under that lease."""
+"""What a streaming writer's opening takes and says (sync and asyncio clients): a kept lease's
+token opens it under that lease, and a session that is not there names the way to create it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import WriterHeld
+from sessionlog.core.errors import NotFound, WriterHeld
 from tests.support.events import note
 from tests.support.servers import ServerThread
 
@@ -39,5 +39,20 @@ def test_an_async_writer_opens_under_a_kept_lease(server: ServerThread, sid: str
             assert writer.lease is not None and writer.lease.token == kept.token
             assert (await (await writer.append([note(0)]))).seqs == [0]
             await writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_writer_for_a_missing_session_names_create_if_missing(server: ServerThread, sid: str) -> None:
+    with SessionLogClient(server.target) as client, pytest.raises(NotFound) as refused:
+        client.writer(sid)
+    assert refused.value.reason == "SESSION_NOT_FOUND" and refused.value.metadata["session_id"] == sid
+    assert "create_if_missing=True" in refused.value.message, refused.value.message
+
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            with pytest.raises(NotFound) as refused:
+                await client.writer(sid)
+            assert "create_if_missing=True" in refused.value.message, refused.value.message
 
     asyncio.run(scenario())

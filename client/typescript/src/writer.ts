@@ -16,7 +16,7 @@ import { type Client, Code } from "@connectrpc/connect";
 import { Channel } from "./channel.js";
 import { optionalSeq } from "./arguments.js";
 import { batchToPb, checkWellFormed, headerReportFromPb, jsonObjectField, leaseFromPb, nextSeqAfterHeader, num, resumeFromPb } from "./convert.js";
-import { type ErrorFields, OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterClosed, WriterHeld, writerClosed } from "./errors.js";
+import { type ErrorFields, NotFound, OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterClosed, WriterHeld, writerClosed } from "./errors.js";
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
 import type { JsonObject } from "./json.js";
@@ -42,6 +42,23 @@ export interface WriterOptions {
   maxInFlight?: number;
   /** How reconnects back off, and how many are tried before the writer gives up. */
   reconnect?: RetryPolicy;
+}
+
+/**
+ * What the service's answer to a writer's first `open` throws, worded for its caller: a session
+ * that is not there (SESSION_NOT_FOUND, without `createIfMissing`) names the option that creates
+ * it, which the service's message, written for every call, does not (as the Python writers do).
+ */
+function openRefused(error: unknown, createIfMissing: boolean): unknown {
+  if (!(error instanceof NotFound) || error.reason !== "SESSION_NOT_FOUND" || createIfMissing) return error;
+  return new NotFound({
+    reason: error.reason,
+    message: `${error.message}; open the writer with createIfMissing: true to create it`,
+    code: error.code,
+    metadata: { ...error.metadata },
+    fieldViolations: [...error.fieldViolations],
+    cause: error.cause,
+  });
 }
 
 /** Give every event an eventId, so a retry after an unknown outcome cannot append twice. */
@@ -340,7 +357,8 @@ export class Writer {
       first = await responses.next();
     } catch (raw) {
       abort.abort();
-      throw toSessionLogError(raw);
+      const error = toSessionLogError(raw);
+      throw this.lease === undefined ? openRefused(error, this.options.createIfMissing) : error;
     }
     if (first.done || first.value.kind.case !== "opened") {
       abort.abort();

@@ -126,6 +126,12 @@ for (const backend of BACKENDS) {
       await client.createSession(id);
       await assert.rejects(client.createSession(id, { cwd: "/elsewhere" }), (e: unknown) => e instanceof AlreadyExists && e.reason === "SESSION_EXISTS");
       await assert.rejects(client.getSession(sessionId("missing")), (e: unknown) => e instanceof NotFound && e.reason === "SESSION_NOT_FOUND");
+      // A writer's names the option that creates the session; the service's message did not.
+      await assert.rejects(client.writer(sessionId("missing")), (e: unknown) => {
+        assert.ok(e instanceof NotFound && e.reason === "SESSION_NOT_FOUND");
+        assert.match(e.message, /not found; open the writer with createIfMissing: true to create it$/);
+        return true;
+      });
       const holder = await client.writer(id, { writerId: "first" });
       await assert.rejects(client.writer(id, { writerId: "second" }), (e: unknown) => {
         assert.ok(e instanceof WriterHeld);

@@ -446,3 +446,14 @@ def test_append_and_ingest_write_under_the_lease_resume_kept(server: ServerThrea
         timeout=60,
     )
     assert ingested.returncode == 0, ingested.stderr
+
+
+def test_a_session_that_is_not_there_names_the_command_that_creates_it(server: ServerThread, sid: str) -> None:
+    """SESSION_NOT_FOUND said only "session 'x' not found"; the command line names `create`,
+    and not the Python writer's `create_if_missing`, which no command takes."""
+    for args in (["append", sid], ["events", sid]):
+        refused = run(server, *args, stdin=lines(USER))
+        assert refused.returncode == 1, refused.stderr
+        error = refused.stderr.strip().splitlines()[-1]
+        assert error.startswith(f"sessionlog: error: SESSION_NOT_FOUND: session '{sid}' not found; "), error
+        assert f"sessionlog create --id {sid}" in error and "create_if_missing" not in error, error

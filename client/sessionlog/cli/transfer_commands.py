@@ -443,6 +443,7 @@ def export_command(
         ExportFormat,
         typer.Option(
             "--format",
+            metavar="FORMAT",  # the three choices took the type column's width, and cut the help
             help="pi: a Pi v3 session file; sessionlog: JSON Lines (docs/formats.md); "
             "otlp-json: OTLP/JSON traces (GenAI conventions).",
         ),

@@ -199,28 +199,19 @@ class AsyncSessionLogClient(base.ClientBase):
         resume: bool = False,
         max_in_flight: int = 256,
         reconnect_attempts: int = RECONNECT.attempts,
+        lease_token: str = "",
     ) -> Opening[AsyncWriter]:
-        """Open a streaming writer; it holds the lease until closed (`resume` as in the sync client).
-        Await it, or open it in `async with` (`Opening`), which closes it at the block's end."""
-        return Opening(
-            self._open_writer(
-                session_id, writer_id, takeover, create_if_missing, resume, max_in_flight, reconnect_attempts
-            )
-        )
+        """Open a streaming writer; it holds the lease until closed (`resume` and `lease_token` as
+        in the sync client). Await it, or open it in `async with` (`Opening`), which closes it at
+        the block's end."""
+        core = WriterCore(session_id, writer_id, create_if_missing, lease_token)
+        return Opening(self._open_writer(core, takeover, resume, max_in_flight, reconnect_attempts))
 
     async def _open_writer(
-        self,
-        session_id: str,
-        writer_id: str | None,
-        takeover: bool,
-        create_if_missing: bool,
-        resume: bool,
-        max_in_flight: int,
-        reconnect_attempts: int,
+        self, core: WriterCore, takeover: bool, resume: bool, max_in_flight: int, reconnect_attempts: int
     ) -> AsyncWriter:
         self._check_open()
         base.check_max_in_flight(max_in_flight)
-        core = WriterCore(session_id, writer_id, create_if_missing)
         writer = AsyncWriter(self.stub, core, max_in_flight, replace(RECONNECT, attempts=reconnect_attempts))
         try:
             await writer._connect(takeover, resume)
@@ -551,7 +542,7 @@ class AsyncWriter(base.WriterView):
             first = await asyncio.shield(reading)
         except grpc.RpcError as exc:
             call.cancel()
-            raise from_rpc_error(exc) from None
+            raise self._core.refused(from_rpc_error(exc)) from None
         except asyncio.CancelledError:
             # The caller gave up opening: end the stream on purpose, so the service releases a
             # lease it granted meanwhile (a stream just cancelled leaves it held until it lapses).

@@ -67,6 +67,7 @@ from sessionlog.requests import (
     surface_from_pb,
     transcript_request,
     with_event_ids,
+    writer_open_refused,
 )
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog.v1.session_service_pb2_grpc import SessionServiceStub
@@ -482,6 +483,10 @@ class WriterCore:
     session_id: str
     writer_id: str | None
     create_if_missing: bool
+    lease_token: str = ""
+    """The token of a live lease the caller already holds (`resume`'s or `acquire_lease`'s): the
+    first `open` presents it, so the writer takes that lease again instead of finding the session
+    held by it (WRITER_HELD) until it lapses. Empty: take the lease afresh."""
     pending: deque[Pending] = field(default_factory=deque)
     lease: convert.LeaseInfo | None = None
     next_seq: int = 0
@@ -522,10 +527,17 @@ class WriterCore:
         seq its acknowledgements reached, so the header reports it re-sends are answered from
         the log (decided again, a pending change A -> B -> A logged B and A twice)."""
         if self.lease is None:
-            return open_request(self.session_id, self.writer_id, takeover, self.create_if_missing, resume)
+            return open_request(
+                self.session_id, self.writer_id, takeover, self.create_if_missing, resume, self.lease_token
+            )
         return open_request(
             self.session_id, self.writer_id, takeover, self.create_if_missing, resume, self.lease.token, self.next_seq
         )
+
+    def refused(self, error: SessionLogError) -> SessionLogError:
+        """What an `open` the service refused raises: its error, worded for the caller (the
+        first open's SESSION_NOT_FOUND names `create_if_missing`; `writer_open_refused`)."""
+        return writer_open_refused(error, self.create_if_missing) if self.lease is None else error
 
     def resend(self) -> list[pb.WriteRequest]:
         """What a new stream must carry after its open: every request not yet acknowledged."""

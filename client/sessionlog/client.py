@@ -179,15 +179,19 @@ class SessionLogClient(base.ClientBase):
         resume: bool = False,
         max_in_flight: int = 256,
         reconnect_attempts: int = RECONNECT.attempts,
+        lease_token: str = "",
     ) -> Writer:
         """Open a streaming writer (takes the lease now; use it as a context manager).
 
         With `resume=True` the session is resumed first (SPEC §8): an open turn is completed,
         the seed boundary is marked, and `writer.resumed` holds the state to continue from.
+        `lease_token` is the token of a live lease already held (`resume`'s or `acquire_lease`'s):
+        the writer takes that lease again (at a new epoch, keeping the token) and gives it back
+        when closed.
         """
         self._check_open()
         base.check_max_in_flight(max_in_flight)
-        core = WriterCore(session_id, writer_id, create_if_missing)
+        core = WriterCore(session_id, writer_id, create_if_missing, lease_token)
         policy = replace(RECONNECT, attempts=reconnect_attempts)
         writer = Writer(
             self.stub, core, takeover=takeover, resume=resume, max_in_flight=max_in_flight, reconnect=policy
@@ -579,7 +583,7 @@ class Writer(base.WriterView):
             first = next(call, None)
         except grpc.RpcError as exc:
             requests.put(_END)
-            raise from_rpc_error(exc) from None
+            raise self._core.refused(from_rpc_error(exc)) from None
         try:
             with self._lock:
                 self._core.opened(first)

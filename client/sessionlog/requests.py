@@ -199,6 +199,20 @@ def append_request(
     return request
 
 
+CREATE_IF_MISSING_HINT = "open the writer with create_if_missing=True to create it"
+"""What a writer's SESSION_NOT_FOUND adds: the way to a session that does not exist yet."""
+
+
+def writer_open_refused(error: SessionLogError, create_if_missing: bool) -> SessionLogError:
+    """`error`, the service's answer to a writer's `open`, worded for its caller: a session that
+    is not there (SESSION_NOT_FOUND, without `create_if_missing`) names the option that creates
+    it, which the service's message, written for every call, does not."""
+    if error.reason == "SESSION_NOT_FOUND" and not create_if_missing:
+        error.message = f"{error.message}; {CREATE_IF_MISSING_HINT}"
+        error.args = (error.message,)
+    return error
+
+
 def open_request(
     session_id: str,
     writer_id: str | None,

@@ -420,3 +420,40 @@ def test_a_missing_or_unknown_token_says_how_to_give_one(db_url: str) -> None:
         assert "the server's tokens file holds no such token: check --token (or SESSIONLOG_TOKEN)" in unknown.stderr
         # A server without tokens is a plain "nothing listens" only when nothing does.
         assert "nothing listens" not in missing.stderr + unknown.stderr
+
+
+def test_append_and_ingest_write_under_the_lease_resume_kept(server: ServerThread, sid: str) -> None:
+    """`resume --keep` printed a lease token no command took: `append` found the session held by
+    that very lease (WRITER_HELD) until it lapsed. `--lease-token` (or SESSIONLOG_LEASE_TOKEN)
+    writes under it; once the append ends, the lease is given back."""
+    run(server, "create", "--id", sid)
+    token = json.loads(run(server, "resume", sid, "--keep").stdout)["lease"]["leaseToken"]
+    held = run(server, "append", sid, stdin=lines(USER))
+    assert held.returncode == 1 and "WRITER_HELD" in held.stderr, held.stderr
+    appended = run(server, "append", sid, "--lease-token", token, stdin=lines(USER))
+    assert appended.returncode == 0, appended.stderr
+    assert appended.stdout.split() == ["2"]  # after the seed boundary resume wrote at seq 1
+    assert run(server, "append", sid, stdin=lines(USER)).stdout.split() == ["3"]  # given back
+    token = json.loads(run(server, "resume", sid, "--keep").stdout)["lease"]["leaseToken"]
+    env = {**os.environ, "SESSIONLOG_SERVER": server.target, "SESSIONLOG_LEASE_TOKEN": token}
+    ingested = subprocess.run(
+        [sys.executable, "-m", "sessionlog", "ingest", sid, "--format", "pi-events"],
+        input="",
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert ingested.returncode == 0, ingested.stderr
+
+
+def test_a_session_that_is_not_there_names_the_command_that_creates_it(server: ServerThread, sid: str) -> None:
+    """SESSION_NOT_FOUND said only "session 'x' not found"; the command line names `create`,
+    and not the Python writer's `create_if_missing`, which no command takes."""
+    for args in (["append", sid], ["events", sid]):
+        refused = run(server, *args, stdin=lines(USER))
+        assert refused.returncode == 1, refused.stderr
+        error = refused.stderr.strip().splitlines()[-1]
+        assert error.startswith(f"sessionlog: error: SESSION_NOT_FOUND: session '{sid}' not found; "), error
+        assert f"sessionlog create --id {sid}" in error and "create_if_missing" not in error, error

@@ -44,3 +44,52 @@ def test_the_recompute_example_keeps_its_lines() -> None:
 
 def test_placeholders_in_angle_brackets_are_shown() -> None:
     assert "ID.<leafId>" in help_text("import", columns=200)
+
+
+COMMANDS = [
+    *[
+        "serve",
+        "create",
+        "append",
+        "events",
+        "sessions",
+        "tail",
+        "history",
+        "transcript",
+        "request",
+        "stats",
+        "surface",
+        "costs",
+        "resume",
+        "fork",
+    ],
+    *["import", "export", "ingest", "replay", "recompute", "view", "otlp", "diff"],
+]
+
+
+def test_nothing_is_cut_at_80_columns() -> None:
+    # `export --format`'s choices took the type column's width: they broke mid-word
+    # ("otlp-jso" / "n>") and `--with-content`'s help was cut at "gen_ai.input/output.mes…".
+    for command in COMMANDS:
+        text = help_text(command, columns=80)
+        assert "…" not in text, (command, text)
+    assert "<pi|sessionlog|otlp-json>" not in help_text("export", columns=80)
+
+
+def test_every_summary_in_the_list_of_commands_is_short() -> None:
+    # `costs`' summary took seven lines of the list at 80 columns: the list is for finding a
+    # command, its help for the details.
+    listing = help_text(columns=80)
+    rows = [line for line in listing.splitlines() if line.startswith("│ ")]
+    summaries: dict[str, int] = {}
+    name = ""
+    for row in rows:
+        first = row[2:].split(" ", 1)[0]
+        if first:  # a command's first line (`db` and `token` are groups: not counted)
+            name = first if first in COMMANDS else ""
+            summaries.setdefault(name, 0)
+        if name:
+            summaries[name] += 1
+    summaries.pop("", None)
+    assert set(summaries) == set(COMMANDS)
+    assert {command: lines for command, lines in summaries.items() if lines > 3} == {}

@@ -120,7 +120,11 @@ def test_serving_an_unmigrated_database_without_migrating_refuses_to_start(tmp_p
             result = _run(
                 "serve", "--db", f"sqlite:///{db}", "--listen", "127.0.0.1:0", "--no-migrate", "--workers", workers
             )
-            _one_line(result, found, "sessionlog db upgrade")
+            _one_line(result, found, "sessionlog db upgrade", "--no-migrate")
+    # Migrations turned off by the environment: the message said "serve without --no-migrate",
+    # a flag the operator never gave; it names the variable too.
+    result = _run("serve", "--db", f"sqlite:///{empty}", "--listen", "127.0.0.1:0", env={"SESSIONLOG_MIGRATE": "false"})
+    _one_line(result, "never migrated", "sessionlog db upgrade", "SESSIONLOG_MIGRATE")
     assert not missing.exists()  # nothing created
     upgraded = _run("db", "upgrade", "--db", f"sqlite:///{empty}")
     assert upgraded.returncode == 0, upgraded.stderr

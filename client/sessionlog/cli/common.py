@@ -9,7 +9,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -25,11 +25,37 @@ T = TypeVar("T")
 
 
 class State:
-    """Global options, set by the app callback."""
+    """Global options, set by the app callback (given before the command) and by the command
+    (given after it: cli/global_options.py)."""
 
     server: str = os.environ.get("SESSIONLOG_SERVER", DEFAULT_TARGET)
     token: str | None = os.environ.get("SESSIONLOG_TOKEN") or None
     ca_file: str | None = os.environ.get("SESSIONLOG_CA_FILE") or None
+
+    @classmethod
+    def set(cls, name: str, value: str | None) -> None:
+        """Take the global option `name` (`server`, `token`, `ca_file`) given as `value`. None
+        (not given) leaves it; so does an empty token or CA file, while an empty server is kept:
+        it is refused when a command connects."""
+        if name == "server" and value is not None:
+            cls.server = value
+        elif name == "token" and value:
+            cls.token = value
+        elif name == "ca_file" and value:
+            cls.ca_file = value
+
+
+LeaseTokenOption = Annotated[
+    str,
+    typer.Option(
+        "--lease-token",
+        envvar="SESSIONLOG_LEASE_TOKEN",
+        help="Write under a live lease already held: the token `resume --keep` printed.",
+    ),
+]
+"""The commands that write (`append`, `ingest`) take a lease `resume --keep` kept with this, as
+the clients' writers take `lease_token`: without it the session is held by that very lease
+(WRITER_HELD) until it lapses. The lease is given back when the command ends."""
 
 
 def print_json(value: Any) -> None:

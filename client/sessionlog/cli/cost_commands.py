@@ -64,10 +64,12 @@ def costs(
         CostFormat.json
     ),
 ) -> None:
-    """Print what sessions cost: one row per session (every session, the forks of --parent, or
-    the --family of a session; narrowed by --cwd, --since, --until: when a session began, an
-    imported one when its file did), a fork's own figures apart
-    from the prefix it inherits, and a total that counts every shared prefix once.
+    """Print what sessions cost: one row per session, and a total that counts every shared
+    prefix once.
+
+    The sessions are every session, the forks of --parent, or the --family of a session;
+    narrowed by --cwd, --since, --until (when a session began: an imported one, when its file
+    did). A fork's row gives its own figures apart from the prefix it inherits.
     `unpricedEvents` not 0: the cost leaves out that many events' usage, which had no price."""
     if parent is not None and family is not None:
         raise fail("give --family or --parent, not both", code=2)

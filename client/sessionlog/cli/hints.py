@@ -6,12 +6,14 @@ and metadata for matching). The CLI keeps the reason and rewords only what a per
 
 from __future__ import annotations
 
+import shlex
 import socket
 import ssl
 import time
 from datetime import UTC, datetime
 
 from sessionlog.core.errors import SessionLogError
+from sessionlog.requests import CREATE_IF_MISSING_HINT
 
 TLS_PROBE_TIMEOUT_S = 2.0
 
@@ -25,20 +27,26 @@ def readable_time(epoch_ms: int, now_ms: int | None = None) -> str:
 
 
 def readable_message(error: SessionLogError) -> str:
-    """The error's message, with a lease expiry in epoch milliseconds shown as a time."""
+    """The error's message, with a lease expiry in epoch milliseconds shown as a time, and
+    without the Python writer's `create_if_missing` advice (no command takes it; `hint` names
+    the command that creates a session)."""
     expires = error.metadata.get("expires_at", "")
     if error.reason == "WRITER_HELD" and expires.isdigit():
         holder = error.metadata.get("holder", "?")
         session = error.metadata.get("session_id")
         whose = f"session {session!r}" if session else "the session"
         return f"{whose} is held by writer {holder!r} until {readable_time(int(expires))}"
-    return error.message
+    return error.message.removesuffix(f"; {CREATE_IF_MISSING_HINT}")
 
 
 def hint(error: SessionLogError, *, ca_file: str | None, target: str) -> str | None:
     """What to do next, where the error alone does not say it."""
     if error.reason == "WRITER_HELD":
         return "--takeover takes the session over (the holder is fenced out and must reopen)"
+    if error.reason == "SESSION_NOT_FOUND":
+        session = error.metadata.get("session_id")
+        create = f"sessionlog create --id {shlex.quote(session)}" if session else "sessionlog create --id ID"
+        return f"`{create}` creates it (`sessionlog sessions` lists those there are)"
     if error.reason == "TOKEN_MISSING":
         return (
             "the server takes bearer tokens: pass it with --token TOKEN (or set SESSIONLOG_TOKEN); "

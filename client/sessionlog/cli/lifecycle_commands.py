@@ -27,7 +27,10 @@ def resume(
     """Resume a session: take the lease, complete an open turn, mark the seed boundary.
 
     Prints the state to continue from (next seq, last turn, latest header, surface generation,
-    repair seqs); with --keep, the lease's token too. The next turn is lastTurn + 1.
+    repair seqs); with --keep, the lease's token too (`lease.leaseToken`): `append` and `ingest`
+    write under the kept lease with `--lease-token TOKEN` (or SESSIONLOG_LEASE_TOKEN), and give it
+    back when they end. Kept and not used, it lapses after the server's lease time (30 s by
+    default). The next turn is lastTurn + 1.
     """
     with connect() as client:
         info = client.resume(session_id, writer_id=writer_id, takeover=takeover)

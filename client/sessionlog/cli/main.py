@@ -21,6 +21,7 @@ from sessionlog.cli import (
     view_commands,
 )
 from sessionlog.cli.common import State
+from sessionlog.cli.global_options import GlobalOptionsAnywhere
 
 # Help is Markdown: a docstring's paragraphs flow to the terminal's width (Typer's "rich" mode
 # kept every line break of the source, so an 80-column terminal cut each line again), `code`
@@ -32,6 +33,7 @@ app = typer.Typer(
     help=__doc__,
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
+    cls=GlobalOptionsAnywhere,
 )
 
 
@@ -50,12 +52,9 @@ def options(
     ] = None,
 ) -> None:
     """sessionlog: the event log of AI agent sessions."""
-    if server is not None:  # "" too: an empty address is refused when a command connects
-        State.server = server
-    if token:
-        State.token = token
-    if ca_file:
-        State.ca_file = ca_file
+    State.set("server", server)
+    State.set("token", token)
+    State.set("ca_file", ca_file)
 
 
 server_commands.register(app)

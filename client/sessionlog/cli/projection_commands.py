@@ -37,9 +37,11 @@ def transcript(session_id: SessionArg, at: AtOption = None, with_repair: RepairO
 
 
 def request(session_id: SessionArg, at: AtOption = None, with_repair: RepairOption = False) -> None:
-    """Print `{"request": {...}, "sha256": "...", "headerSeq": N, "atSeq": N}`: the exact request
-    of that prefix, which ends at `atSeq` (null, as `headerSeq`, for a session without events:
-    its request is `{"messages": []}`)."""
+    """Print the exact request of that prefix, its sha256 and the header it used.
+
+    Prints `{"request": {...}, "sha256": "...", "headerSeq": N, "atSeq": N}`: the prefix ends at
+    `atSeq` (null, as `headerSeq`, for a session without events: its request is
+    `{"messages": []}`)."""
     with connect() as client:
         print_json(client.request(session_id, at_seq=at, with_repair=with_repair))
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from sessionlog.cli.batching import Appender, BatchFailed
-from sessionlog.cli.common import connect, describe, fail, print_json, stdout_closed
+from sessionlog.cli.common import LeaseTokenOption, connect, describe, fail, print_json, stdout_closed
 from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.formats.jsonl import JsonlReader
@@ -41,10 +41,12 @@ def create(
 def append(
     session_id: Annotated[str, typer.Argument(help="The session to append to.")],
     takeover: Annotated[bool, typer.Option("--takeover", help="Take the lease from a live writer.")] = False,
+    lease_token: LeaseTokenOption = "",
 ) -> None:
     """Append JSON Lines event envelopes from stdin, printing each committed seq.
 
-    The lease is taken at once and held until stdin closes; lines are sent as they arrive
+    The lease is taken at once (with --lease-token, the lease `resume --keep` kept) and held
+    until stdin closes; lines are sent as they arrive
     (whatever is available is sent at once, in as many batches as the service's limits of events
     and bytes per batch need: a server configured below the defaults says so when it refuses a
     batch, and the batch goes again cut to fit, without reordering or appending twice), so
@@ -56,7 +58,7 @@ def append(
     """
     reader = JsonlReader()
     with connect() as client:
-        writer = client.writer(session_id, takeover=takeover)
+        writer = client.writer(session_id, takeover=takeover, lease_token=lease_token)
         appender = Appender(writer, lambda: client.writer(session_id))
         printer = AckPrinter(appender)
         try:

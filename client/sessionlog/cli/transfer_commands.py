@@ -53,7 +53,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sessionlog.cli.batching import Appender, Sent
-from sessionlog.cli.common import connect, describe, fail, print_json, write_atomically, write_stdout
+from sessionlog.cli.common import (
+    LeaseTokenOption,
+    connect,
+    describe,
+    fail,
+    print_json,
+    write_atomically,
+    write_stdout,
+)
 from sessionlog.cli.import_targets import (
     FileTargets,
     Resolved,
@@ -435,6 +443,7 @@ def export_command(
         ExportFormat,
         typer.Option(
             "--format",
+            metavar="FORMAT",  # the three choices took the type column's width, and cut the help
             help="pi: a Pi v3 session file; sessionlog: JSON Lines (docs/formats.md); "
             "otlp-json: OTLP/JSON traces (GenAI conventions).",
         ),
@@ -494,11 +503,14 @@ def ingest_command(
     lenient: Annotated[
         bool, typer.Option("--lenient", help="Drop a truncated last line (a killed pi) with a warning.")
     ] = False,
+    lease_token: LeaseTokenOption = "",
 ) -> None:
     """Append the events of a `pi --mode json` run read from stdin; print a summary."""
     with connect() as client:
         resume = _has_events(client, session_id)
-        writer = client.writer(session_id, create_if_missing=True, takeover=takeover, resume=resume)
+        writer = client.writer(
+            session_id, create_if_missing=True, takeover=takeover, resume=resume, lease_token=lease_token
+        )
         # Should the service refuse a batch as too big, the writer that goes on needs no resume.
         appender = Appender(writer, lambda: client.writer(session_id, create_if_missing=True), max_events=BATCH_EVENTS)
         try:

@@ -58,9 +58,10 @@ def diff(
     from_seq: Annotated[int, typer.Option("--from", min=0, help="The earlier request: its prefix ends here.")],
     to_seq: Annotated[int, typer.Option("--to", min=0, help="The later request: its prefix ends here.")],
 ) -> None:
-    """Print what changed between the requests of two prefixes (`request --at FROM` and
-    `--at TO`): header fields, messages replaced (and by which event), messages added, and
-    whether the later request still starts with the earlier one (a prompt-cache hit)."""
+    """Print what changed between the requests of two prefixes (`request --at FROM` and `--at TO`).
+
+    Header fields, messages replaced (and by which event), messages added, and whether the later
+    request still starts with the earlier one (a prompt-cache hit)."""
     with connect() as client:
         next_seq = client.get_session(session_id).next_seq
         last = min(to_seq, next_seq - 1)

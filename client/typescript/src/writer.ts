@@ -16,7 +16,7 @@ import { type Client, Code } from "@connectrpc/connect";
 import { Channel } from "./channel.js";
 import { optionalSeq } from "./arguments.js";
 import { batchToPb, checkWellFormed, headerReportFromPb, jsonObjectField, leaseFromPb, nextSeqAfterHeader, num, resumeFromPb } from "./convert.js";
-import { type ErrorFields, OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterClosed, WriterHeld, writerClosed } from "./errors.js";
+import { type ErrorFields, NotFound, OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterClosed, WriterHeld, writerClosed } from "./errors.js";
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
 import type { JsonObject } from "./json.js";
@@ -32,10 +32,33 @@ export interface WriterOptions {
   createIfMissing?: boolean;
   /** Resume first (SPEC §8): repair an open turn, mark the seed boundary; see `writer.resumed`. */
   resume?: boolean;
+  /**
+   * The token of a live lease already held (`acquireLease`'s or `resume`'s, or the one
+   * `sessionlog resume --keep` printed): the writer takes that lease again, at a new epoch,
+   * instead of finding the session held by it (WRITER_HELD); it gives it back when closed.
+   */
+  leaseToken?: string;
   /** At most this many batches (and header reports) unacknowledged on the wire; later ones wait. */
   maxInFlight?: number;
   /** How reconnects back off, and how many are tried before the writer gives up. */
   reconnect?: RetryPolicy;
+}
+
+/**
+ * What the service's answer to a writer's first `open` throws, worded for its caller: a session
+ * that is not there (SESSION_NOT_FOUND, without `createIfMissing`) names the option that creates
+ * it, which the service's message, written for every call, does not (as the Python writers do).
+ */
+function openRefused(error: unknown, createIfMissing: boolean): unknown {
+  if (!(error instanceof NotFound) || error.reason !== "SESSION_NOT_FOUND" || createIfMissing) return error;
+  return new NotFound({
+    reason: error.reason,
+    message: `${error.message}; open the writer with createIfMissing: true to create it`,
+    code: error.code,
+    metadata: { ...error.metadata },
+    fieldViolations: [...error.fieldViolations],
+    cause: error.cause,
+  });
 }
 
 /** Give every event an eventId, so a retry after an unknown outcome cannot append twice. */
@@ -315,13 +338,14 @@ export class Writer {
           // A reconnect presents the token of the lease it held, so it takes that lease again,
           // and the seq its acknowledgements reached: the header reports it re-sends are then
           // answered from the log (decided again, a pending change A -> B -> A logged B and A twice).
+          // The first open presents the token of a lease the caller holds already, if given.
           value: {
             sessionId: this.sessionId,
             writerId: this.writerId,
             takeover,
             createIfMissing: this.options.createIfMissing,
             resume,
-            leaseToken: this.lease?.token ?? "",
+            leaseToken: this.lease?.token ?? this.options.leaseToken ?? "",
             acknowledgedNextSeq: this.lease === undefined ? undefined : BigInt(this.nextSeq),
           },
         },
@@ -333,7 +357,8 @@ export class Writer {
       first = await responses.next();
     } catch (raw) {
       abort.abort();
-      throw toSessionLogError(raw);
+      const error = toSessionLogError(raw);
+      throw this.lease === undefined ? openRefused(error, this.options.createIfMissing) : error;
     }
     if (first.done || first.value.kind.case !== "opened") {
       abort.abort();

@@ -108,11 +108,30 @@ for (const backend of BACKENDS) {
       assert.deepEqual(events.map((e) => e.data.n), Array.from({ length: 50 }, (_, i) => i));
     });
 
+    test("a writer opens under a lease already held: leaseToken takes it again", async () => {
+      // Without the token the writer found the session held by that very lease (WRITER_HELD).
+      const id = sessionId("kept");
+      await client.createSession(id);
+      const kept = (await client.resume(id)).lease;
+      await assert.rejects(client.writer(id), (e: unknown) => e instanceof WriterHeld);
+      const writer = await client.writer(id, { leaseToken: kept.token });
+      assert.equal(writer.lease.token, kept.token);
+      assert.equal(writer.lease.epoch, kept.epoch + 1, "taken again, at the next epoch");
+      await writer.append([note(0)]);
+      await writer.close();
+    });
+
     test("errors are typed, with the catalogue reason and its metadata", async () => {
       const id = sessionId();
       await client.createSession(id);
       await assert.rejects(client.createSession(id, { cwd: "/elsewhere" }), (e: unknown) => e instanceof AlreadyExists && e.reason === "SESSION_EXISTS");
       await assert.rejects(client.getSession(sessionId("missing")), (e: unknown) => e instanceof NotFound && e.reason === "SESSION_NOT_FOUND");
+      // A writer's names the option that creates the session; the service's message did not.
+      await assert.rejects(client.writer(sessionId("missing")), (e: unknown) => {
+        assert.ok(e instanceof NotFound && e.reason === "SESSION_NOT_FOUND");
+        assert.match(e.message, /not found; open the writer with createIfMissing: true to create it$/);
+        return true;
+      });
       const holder = await client.writer(id, { writerId: "first" });
       await assert.rejects(client.writer(id, { writerId: "second" }), (e: unknown) => {
         assert.ok(e instanceof WriterHeld);

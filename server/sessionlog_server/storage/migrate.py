@@ -101,7 +101,10 @@ def check_at_head(url: str) -> None:
     """Refuse (ValueError, naming the command that fixes it) a database whose schema is not the
     one this code was written for. Served anyway (`serve --no-migrate` on a database never or
     not yet migrated), every call failed with STORAGE_UNAVAILABLE ("no such table"), which
-    clients retry as if it would pass. A SQLite file that does not exist is not created."""
+    clients retry as if it would pass. A SQLite file that does not exist is not created.
+    Migrations are turned off by a flag or by the environment, and this layer does not know
+    which: the message names both (it named only the flag, which an operator who had set
+    SESSIONLOG_MIGRATE=false never gave)."""
     config = alembic_config(url)
     head = ScriptDirectory.from_config(config).get_current_head()
     missing = _missing(url)
@@ -112,7 +115,8 @@ def check_at_head(url: str) -> None:
         # The URL as the operator wrote it, not as it was rewritten for the driver.
         raise ValueError(
             f"the database {shown_url(url)} {found}; this server needs "
-            f"schema revision {head}: run `sessionlog db upgrade` with the same --db, or serve without --no-migrate"
+            f"schema revision {head}: run `sessionlog db upgrade` with the same --db, or serve with migrations "
+            "on (without --no-migrate, and SESSIONLOG_MIGRATE unset or true)"
         )
 
 

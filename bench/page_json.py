@@ -14,7 +14,6 @@ and holds), and the time the render took. Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -53,7 +52,7 @@ def measure(count: int, scale: float, *, whole: bool = False) -> dict[str, Any]:
             for found in DATA_ELEMENT.findall(text):
                 json_bytes += len(found.encode("utf-8"))
                 elements += 1
-        store_bytes = os.path.getsize(store.path) if kept is not None else 0
+        store_bytes = store.stored_bytes() if kept is not None else 0
     return {
         "windowed": kept is not None,
         "events": events,

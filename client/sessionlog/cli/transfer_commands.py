@@ -36,7 +36,8 @@ Events are appended through one streaming writer per session, in batches of at m
 sent with the seq it must start at: an import's compaction replaces and copies cite seqs, so a log
 that is not exactly where the plan says fails loudly instead of citing the wrong events. Every
 imported event carries a deterministic eventId, so a batch re-sent after a reconnect is not
-appended twice.
+appended twice. A writer is opened again while the service restarts (`cli/writers.py`), so an
+import or ingest rides out a restart whichever step it was at.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from sessionlog.cli.import_targets import (
     sessionlog_targets,
 )
 from sessionlog.cli.progress import Advance, progress
+from sessionlog.cli.writers import command_writer_id, open_writer
 from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import NotFound, SessionLogError
 from sessionlog.core.events import Event, NewEvent
@@ -411,8 +413,10 @@ def append_planned(
         if advance is not None:
             advance(len(sent.lines))
 
+    writer_id = command_writer_id()
+
     def reopen() -> Writer:
-        return client.writer(session_id, create_if_missing=True)
+        return open_writer(client, session_id, writer_id)
 
     appender = Appender(reopen(), reopen, max_events=BATCH_EVENTS)
     try:
@@ -508,11 +512,10 @@ def ingest_command(
     """Append the events of a `pi --mode json` run read from stdin; print a summary."""
     with connect() as client:
         resume = _has_events(client, session_id)
-        writer = client.writer(
-            session_id, create_if_missing=True, takeover=takeover, resume=resume, lease_token=lease_token
-        )
+        writer_id = command_writer_id()
+        writer = open_writer(client, session_id, writer_id, takeover=takeover, resume=resume, lease_token=lease_token)
         # Should the service refuse a batch as too big, the writer that goes on needs no resume.
-        appender = Appender(writer, lambda: client.writer(session_id, create_if_missing=True), max_events=BATCH_EVENTS)
+        appender = Appender(writer, lambda: open_writer(client, session_id, writer_id), max_events=BATCH_EVENTS)
         try:
             prior = list(client.read_events(session_id, to_seq=writer.next_seq - 1)) if writer.next_seq else []
             ingest = StreamIngest(SessionFold.replay(prior, validate=False), OFFLINE_LIMITS)

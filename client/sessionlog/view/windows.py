@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
-import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -64,12 +62,18 @@ def _dumps(value: Any) -> str:
 
 class WindowStore:
     """The lists of one page (one session's prefix up to one seq) in a SQLite file of its own,
-    removed by `close`. Safe to read from several threads (one connection behind a lock)."""
+    gone once `close`d or its process ends, however it ends. Safe to read from several threads
+    (one connection behind a lock).
 
-    def __init__(self, directory: str | None = None) -> None:
-        handle, self.path = tempfile.mkstemp(prefix="sessionlog-page-", suffix=".db", dir=directory)
-        os.close(handle)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+    The file is SQLite's own temporary database (an empty file name): SQLite keeps it in its
+    page cache while it is small, spills the rest to a file in the temporary directory
+    (`SQLITE_TMPDIR`, else `TMPDIR`, else `/var/tmp`, `/tmp`) and unlinks that file as soon as
+    it opens it. A named file (`mkstemp`) was removed only by `close`: a killed server (SIGKILL,
+    the OOM killer, a power loss) left every kept page's file behind for good.
+    """
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect("", check_same_thread=False, isolation_level=None)
         # A scratch file: rebuilt from the log whenever it is missing, so never synced.
         self._db.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + SCHEMA)
         self._lock = threading.Lock()
@@ -86,12 +90,17 @@ class WindowStore:
         self.close()
 
     def close(self) -> None:
-        """Close the file and remove it."""
+        """Close the file (which removes it)."""
         with self._lock:
             self.closed = True
             self._db.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+
+    def stored_bytes(self) -> int:
+        """The size of the store's database: what it holds in SQLite's cache and on disk."""
+        with self._lock:
+            (pages,) = self._db.execute("PRAGMA page_count").fetchone()
+            (page_size,) = self._db.execute("PRAGMA page_size").fetchone()
+        return int(pages) * int(page_size)
 
     def add(self, part: JsonObject) -> None:
         """One part of the page (`PageFold.take` or `finish`), in the order they were taken."""

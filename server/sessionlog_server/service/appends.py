@@ -129,11 +129,15 @@ class AppendPipeline:
     ) -> asyncio.Future[AppendResult]:
         try:
             return await self._plan_locked(live, holder, proposals, expected_next_seq, raw, charge)
-        except ValidationError as exc:
-            # A retry of events older than what the session remembers is planned as new and
-            # may not fit the log any more: look its eventIds up, and plan it once again.
+        except (ValidationError, ExpectedSeqMismatch) as exc:
+            # A retry of events older than what the session remembers (a restarted service
+            # remembers only the latest `RECENT_IDS`) is planned as new and may not fit the log
+            # any more, nor start at the seq it expects: look its eventIds up, and plan it once
+            # again. Refused on its expected seq instead, a writer's batches sent again after a
+            # restart failed, each one stored.
             if not await self._remember_stored(live, proposals):
-                await self._explain_off_surface(live, proposals, exc)
+                if isinstance(exc, ValidationError):
+                    await self._explain_off_surface(live, proposals, exc)
                 raise
             await self._check_retries(live, proposals, _known_seqs(live, proposals))
             return await self._plan_locked(live, holder, proposals, expected_next_seq, raw, charge)

@@ -70,7 +70,8 @@ count alone held hundreds of MB for as long as nobody looked at other pages. A p
 this is streamed and not kept (what a render holds of it for keeping stops growing there)."""
 PAGE_STORES = 4
 """Window stores kept for the windowed pages last rendered (each a scratch file on disk, about
-the size of the page it stands for; the least recently used beyond that are removed)."""
+the size of the page it stands for, gone with the process however it ends; the least recently
+used beyond that are removed)."""
 PAGE_LINK = "/sessions/{id}"
 StartResponse = Callable[..., Any]
 PageKey = tuple[str, SessionRef, int]

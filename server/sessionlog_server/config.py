@@ -115,7 +115,8 @@ class Settings:
     read_page_bytes: int = 4 * 1024 * 1024
     """A read page stops growing past this many payload bytes (at least one event per page)."""
     session_cache_size: int = 1024
-    """How many sessions' folded state the service keeps in memory (see also `session_cache_bytes`)."""
+    """How many sessions' folded state the service keeps in memory (see also `session_cache_bytes`);
+    also how many sessions' proven lease tokens and origins (parent and cut) it remembers."""
     session_cache_bytes: int = 256 * 1024 * 1024
     """Bytes the cached sessions' folded state may take (estimated; about 120 bytes a surface node)."""
     message_cache_bytes: int = 64 * 1024 * 1024

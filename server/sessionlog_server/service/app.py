@@ -61,7 +61,7 @@ class SessionLogService:
         one cached of a session may be behind the log."""
         self.limits = settings.limits
         self.metrics = Metrics()
-        self.reader = EventReader(recorder)
+        self.reader = EventReader(recorder, origins=settings.session_cache_size)
         self.committer = GroupCommitter(
             recorder,
             max_batches=settings.group_commit_max_batches,

@@ -1,12 +1,15 @@
 """Reads of a session's log, including the prefix a fork inherits from its parents.
 
 A fork stores only its own events (seqs after `fork_seq`); seqs up to `fork_seq` are read from
-the parent, recursively, so a fork costs the same whatever the prefix length (SPEC §8).
+the parent, recursively, so a fork costs the same whatever the prefix length (SPEC §8). Where
+each session came from (its parent and cut, which never change) is remembered for the latest
+sessions looked up, so reading a fork does not read its ancestors' rows each time.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -55,13 +58,33 @@ def segment_of(segments: Sequence[Segment], seq: int) -> Segment:
     raise ValueError(f"seq {seq} is in no segment")
 
 
+Origin = tuple[str | None, int | None]
+"""Where a session came from: its parent's key and the cut (`fork_seq`); (None, None) for a
+session that is no fork."""
+
+
 class EventReader:
     """Reads events and session rows on a pool of reader threads."""
 
-    def __init__(self, recorder: EventRecorder, *, threads: int = 4) -> None:
+    def __init__(self, recorder: EventRecorder, *, threads: int = 4, origins: int = 1024) -> None:
         self.recorder = recorder
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sessionlog-reader")
-        self._origins: dict[str, tuple[str | None, int | None]] = {}
+        self._origins: OrderedDict[str, Origin] = OrderedDict()
+        """The origins of the sessions last looked up, least recently used first, at most
+        `origins_capacity`: kept for every session ever looked up, it grew by an entry per
+        session a long-running service served (about 200 bytes each), never shrinking."""
+        self.origins_capacity = max(origins, 1)
+
+    @property
+    def origins_kept(self) -> int:
+        """How many sessions' origins are remembered now (at most `origins_capacity`)."""
+        return len(self._origins)
+
+    def _remember_origin(self, session_id: str, origin: Origin) -> None:
+        self._origins[session_id] = origin
+        self._origins.move_to_end(session_id)
+        if len(self._origins) > self.origins_capacity:
+            self._origins.popitem(last=False)
 
     async def run(self, fn: Callable[..., T], *args: object) -> T:
         """Run a blocking storage call on a reader thread."""
@@ -70,7 +93,7 @@ class EventReader:
     async def session(self, session_id: str) -> SessionRecord:
         """The session row (NotFound if absent)."""
         record = await self.run(self.recorder.get_session, session_id)
-        self._origins[session_id] = (record.parent_id, record.fork_seq)
+        self._remember_origin(session_id, (record.parent_id, record.fork_seq))
         return record
 
     async def caller_session(self, session_id: str, limits: Limits) -> SessionRecord:
@@ -94,6 +117,8 @@ class EventReader:
             if origin is None:
                 parent_record = await self.session(parent)
                 origin = (parent_record.parent_id, parent_record.fork_seq)
+            else:
+                self._origins.move_to_end(parent)
             grand, grand_cut = origin
             first = 0 if grand_cut is None else grand_cut + 1
             chain.append(Segment(parent, first, cut))

@@ -84,11 +84,17 @@ class Subscriber:
 
     async def next_batch(self, timeout: float) -> Published | None:
         """The oldest queued batch; None after `timeout` or a poke with nothing queued (or on
-        overflow, or the end): the caller then reads the log, or ends."""
+        overflow, or the end): the caller then reads the log, or ends.
+
+        The wait is `asyncio.timeout`, not `asyncio.wait_for`: Python 3.11's `wait_for` returns
+        the result when a cancellation comes with it, so a subscription whose client went away
+        just as a batch or a poke arrived went on, and waited for the log until the service
+        stopped (tests/transport/test_long_running_state.py)."""
         if not self.batches and not self.overflowed and not self.poked and not self.ended:
             self._ready.clear()
             try:
-                await asyncio.wait_for(self._ready.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._ready.wait()
             except TimeoutError:
                 return None
         self.poked = False

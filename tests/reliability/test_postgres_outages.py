@@ -43,6 +43,17 @@ def _through(proxy: LatencyProxy, url: str) -> str:
     return make_url(url).set(host=host, port=int(port)).render_as_string(hide_password=False)
 
 
+def _refused_start(server: ServerProcess) -> str:
+    """The last line `server` printed, having exited before it served (killed if it served)."""
+    started = server.launch()
+    try:
+        with pytest.raises(RuntimeError, match="server exited") as exited:
+            started.result(timeout=START_GUARD_S)
+    finally:
+        server.kill()
+    return str(exited.value).strip().splitlines()[-1]
+
+
 def test_serve_gives_up_on_a_database_that_never_answers_with_one_line(pg_database: str) -> None:
     """A connection attempt to a PostgreSQL that accepts TCP and answers nothing (a hung host, a
     link that drops everything after the handshake) waited forever: `serve` sat at start-up
@@ -50,14 +61,7 @@ def test_serve_gives_up_on_a_database_that_never_answers_with_one_line(pg_databa
     writer threads the same way. Now an attempt is given up after the connect timeout."""
     with _proxied(pg_database) as proxy:
         proxy.stall()
-        server = ServerProcess(_through(proxy, pg_database))
-        started = server.launch()
-        try:
-            with pytest.raises(RuntimeError, match="server exited") as exited:
-                started.result(timeout=START_GUARD_S)
-        finally:
-            server.kill()
-        last = str(exited.value).strip().splitlines()[-1]
+        last = _refused_start(ServerProcess(_through(proxy, pg_database)))
         assert "sessionlog: error: cannot use the database: connection timeout expired" in last, last
 
 
@@ -73,14 +77,7 @@ def test_serve_refuses_a_read_only_database_with_one_line() -> None:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
         for migrate in ("true", "false"):
-            server = ServerProcess(url, env={"SESSIONLOG_MIGRATE": migrate})
-            started = server.launch()
-            try:
-                with pytest.raises(RuntimeError, match="server exited") as exited:
-                    started.result(timeout=START_GUARD_S)
-            finally:
-                server.kill()
-            last = str(exited.value).strip().splitlines()[-1]
+            last = _refused_start(ServerProcess(url, env={"SESSIONLOG_MIGRATE": migrate}))
             assert f"sessionlog: error: the database {url} is read-only" in last, last
 
 

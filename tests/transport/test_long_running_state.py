@@ -3,8 +3,8 @@
 A service serves new sessions all the time (each agent run is one, each candidate plan a fork),
 reads them for a while and never again. Whatever it remembers per session, per writer or per
 page must be capped (and the cap documented), else it grows with every session ever served
-until the process is restarted. Each test here serves many more sessions than the cap and
-counts what the server holds afterwards.
+until the process is restarted. Each test here serves many more sessions (or subscriptions)
+than the server should hold and counts what it holds afterwards.
 """
 
 from __future__ import annotations

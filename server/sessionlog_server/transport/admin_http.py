@@ -298,18 +298,20 @@ class AdminHttp:
             return store
         with self._lock:
             building = self._building.setdefault(key, threading.Lock())
-        with building:
-            store = self._kept_store(key)
-            if store is None or store.closed:
-                store = WindowStore()
-                try:
-                    fill_store(PageFold(), self._events(principal, session_id, key[2]), store, key[1], PAGE_LINK)
-                except BaseException:
-                    store.close()
-                    raise
-                store = self._keep_store(key, store)
-        with self._lock:
-            self._building.pop(key, None)
+        try:
+            with building:
+                store = self._kept_store(key)
+                if store is None or store.closed:
+                    store = WindowStore()
+                    try:
+                        fill_store(PageFold(), self._events(principal, session_id, key[2]), store, key[1], PAGE_LINK)
+                    except BaseException:
+                        store.close()
+                        raise
+                    store = self._keep_store(key, store)
+        finally:  # a rebuild that failed (the database away) leaves no lock behind for its page
+            with self._lock:
+                self._building.pop(key, None)
         return store
 
     def _window_or_internal(

@@ -355,7 +355,11 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         try:
             timeout = self.service.settings.writer_open_timeout_s
             try:
-                first = await asyncio.wait_for(read_request(context), timeout)
+                # `asyncio.timeout`, not `wait_for`: Python 3.11's `wait_for` returns the result
+                # when a cancellation comes with it (`Subscriber.next_batch`), and a stream
+                # cancelled as its `open` arrived went on to take the lease.
+                async with asyncio.timeout(timeout):
+                    first = await read_request(context)
             except TimeoutError:
                 raise ValidationError(
                     "WRITER_OPEN_TIMEOUT",

@@ -40,6 +40,7 @@ _BY_CODE: dict[grpc.StatusCode, type[SessionLogError]] = {
 }
 
 _BY_REASON: dict[str, type[SessionLogError]] = {
+    "ACKNOWLEDGED_PAST_LOG": ExpectedSeqMismatch,
     "EXPECTED_SEQ_MISMATCH": ExpectedSeqMismatch,
     "WRITER_HELD": WriterHeld,
 }

@@ -1017,6 +1017,19 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: service
     Client: Re-read the log from `next_seq`, reconcile, and send a new batch.
     """
+    ACKNOWLEDGED_PAST_LOG: _ErrorReason.ValueType  # 195
+    """A reconnecting writer saw events acknowledged up to `acknowledged_next_seq`, and the
+    session's log ends before that (`next_seq`): the database was restored from a backup taken
+    before those acknowledgements (or replaced by an older copy). Going on from the log's next
+    seq would give seqs the writer was told were its events to other events, so the stream is
+    refused, nothing is appended, and the lease it would have taken again is released.
+
+    Code: FAILED_PRECONDITION
+    Metadata: `acknowledged_next_seq`, `next_seq`, `session_id`
+    Raised by: service
+    Client: The events from `next_seq` on that were acknowledged are not in the log. Re-read
+      it, then resume the session deliberately and re-send what should be there.
+    """
     OWNERSHIP_LOST: _ErrorReason.ValueType  # 110
     """The writer's lease was taken over or lapsed (a newer epoch owns the session), or the lease
     token presented does not hold the session's current lease (then only `session_id` is set;
@@ -2374,6 +2387,19 @@ Code: FAILED_PRECONDITION
 Metadata: `expected`, `next_seq`, `session_id`
 Raised by: service
 Client: Re-read the log from `next_seq`, reconcile, and send a new batch.
+"""
+ACKNOWLEDGED_PAST_LOG: ErrorReason.ValueType  # 195
+"""A reconnecting writer saw events acknowledged up to `acknowledged_next_seq`, and the
+session's log ends before that (`next_seq`): the database was restored from a backup taken
+before those acknowledgements (or replaced by an older copy). Going on from the log's next
+seq would give seqs the writer was told were its events to other events, so the stream is
+refused, nothing is appended, and the lease it would have taken again is released.
+
+Code: FAILED_PRECONDITION
+Metadata: `acknowledged_next_seq`, `next_seq`, `session_id`
+Raised by: service
+Client: The events from `next_seq` on that were acknowledged are not in the log. Re-read
+  it, then resume the session deliberately and re-send what should be there.
 """
 OWNERSHIP_LOST: ErrorReason.ValueType  # 110
 """The writer's lease was taken over or lapsed (a newer epoch owns the session), or the lease

@@ -131,6 +131,7 @@ const TRANSPORT_CODES = new Set<Code>([
 const BY_REASON = new Map<string, typeof SessionLogError>([
   ["WRITER_HELD", WriterHeld],
   ["EXPECTED_SEQ_MISMATCH", ExpectedSeqMismatch],
+  ["ACKNOWLEDGED_PAST_LOG", ExpectedSeqMismatch],
 ]);
 
 /** Whether `reason` is in the catalogue this client was built with. */

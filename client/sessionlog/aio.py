@@ -456,23 +456,37 @@ class AsyncWriter(base.WriterView):
         except BaseException:
             self._slots.release()
             raise
-        future.add_done_callback(lambda _: self._slots.release())
+        future.add_done_callback(self._finished)
         self._post(request)
         # The writer keeps `future` (its slot, `flush`) until the batch's outcome is known; the
         # caller's copy may be cancelled without cancelling that.
         return asyncio.shield(future)
 
+    def _finished(self, future: asyncio.Future[Any]) -> None:
+        """A batch's outcome is known: free its slot, and mark a failure read (the caller's copy
+        may have been cancelled, leaving no one to read it; the writer raises it on its next
+        call all the same)."""
+        self._slots.release()
+        if not future.cancelled():
+            future.exception()
+
     async def flush(self) -> None:
-        """Wait until every batch sent so far is durable (raises the first failure)."""
+        """Wait until every batch sent so far is durable (raises the first failure). Cancelling
+        it stops the wait, not the batches (it waits on shields of the writer's futures)."""
         self._core.check_failure()
         for pending in list(self._core.pending):
-            await pending.future  # type: ignore[misc]
+            await asyncio.shield(pending.future)  # type: ignore[arg-type]
 
     async def close(self) -> None:
-        """Flush, end the stream and give the lease back."""
+        """Flush, end the stream and give the lease back. A close given up while it flushes
+        (its task cancelled, a timeout run out) abandons the stream as `cancel()` does, rather
+        than wait on for the service."""
         try:
             if self._core.failure is None:
                 await self.flush()
+        except asyncio.CancelledError:
+            self._abandon(Unavailable("STREAM_ENDED", "the writer's close was given up with batches in flight"))
+            raise
         finally:
             self._core.closed = True
             await self._stop(cancel=False)
@@ -521,9 +535,12 @@ class AsyncWriter(base.WriterView):
                 await self._call.write(CLOSE_REQUEST)
                 await self._call.done_writing()
         if self._reader is not None:
+            # The service gets CLOSE_WITHIN_S to end the stream (the reader then sees its end); a
+            # busy or hung one does not hold the close up: the stream is cancelled, the lease lapses.
+            await asyncio.wait([self._reader], timeout=None if cancel else CLOSE_WITHIN_S)
+        self._call.cancel()
+        if self._reader is not None:
             await asyncio.gather(self._reader, return_exceptions=True)
-        if not cancel:
-            self._call.cancel()  # the reader has seen the end, or the stream was already gone
 
     # --- stream -----------------------------------------------------------------------
 
@@ -620,7 +637,7 @@ class AsyncWriter(base.WriterView):
             reject(pending, recovery.error)
 
 
-#: How long a writer whose open was given up waits for the service to end the stream.
+#: How long a writer whose open was given up, or that is closing, waits for the service to end the stream.
 CLOSE_WITHIN_S = 5.0
 
 

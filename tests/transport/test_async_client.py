@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -11,7 +12,7 @@ from sessionlog.core.errors import OwnershipLost, Unavailable, WriterHeld
 from sessionlog.core.events import Event
 from sessionlog.requests import CaughtUp
 from tests.support.events import note, system, user
-from tests.support.servers import ServerThread, hold_writer
+from tests.support.servers import ServerThread, hold_writer, planned_next_seq
 
 
 def test_async_client_end_to_end(server: ServerThread, sid: str) -> None:
@@ -190,3 +191,97 @@ def test_writers_open_in_async_with_as_the_sync_writers_open_in_with(server: Ser
             assert [e.seq async for e in client.read_events(sid)] == [0, 1, 2]
 
     asyncio.run(scenario())
+
+
+def test_a_flush_given_up_leaves_the_batches_it_waited_for_whole(server: ServerThread, sid: str) -> None:
+    """A `flush` whose task is cancelled (here by `asyncio.timeout`) stops the wait, not the
+    batches: it awaited the writer's own futures, so the cancellation cancelled them, and a
+    batch that then committed was delivered as CancelledError to a caller nobody cancelled,
+    and `close` raised CancelledError too."""
+
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            writer = await client.writer(sid, create_if_missing=True)
+            gate = hold_writer(server)  # nothing commits until the gate opens
+            try:
+                sent = await writer.append([note(1)])
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.1):
+                        await writer.flush()
+            finally:
+                gate.set()
+            assert (await asyncio.wait_for(sent, 10)).seqs == [0]  # raised CancelledError
+            await asyncio.wait_for(writer.close(), 10)  # raised CancelledError
+            assert [e.data["n"] async for e in client.read_events(sid)] == [1]
+
+    asyncio.run(scenario())
+
+
+def test_a_close_given_up_ends_the_stream_at_once(server: ServerThread, sid: str) -> None:
+    """A `close` whose task is cancelled while it flushes (here by `asyncio.timeout`, the
+    service not answering) abandons the stream as `cancel()` does: the batch in flight fails
+    as of unknown outcome, and it commits at most once. It waited on for the service instead,
+    past the timeout, for as long as the service took (here: until the gate opened)."""
+
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            writer = await client.writer(sid, create_if_missing=True)
+            gate = hold_writer(server)
+            try:
+                sent = await writer.append([note(1)])
+
+                async def close_within_timeout() -> None:
+                    with pytest.raises(TimeoutError):
+                        async with asyncio.timeout(0.1):
+                            await writer.close()
+
+                closing = asyncio.create_task(close_within_timeout())
+                await asyncio.wait([closing], timeout=10)
+                assert closing.done(), "close waited past its timeout for the service"
+                await closing
+            finally:
+                gate.set()
+            with pytest.raises(Unavailable, match="close was given up"):
+                await asyncio.wait_for(sent, 10)
+            await asyncio.wait_for(writer.close(), 10)  # a second close does nothing
+            async with AsyncSessionLogClient(server.target) as again:
+                assert [e.data["n"] async for e in again.read_events(sid)] in ([], [1])
+
+    asyncio.run(scenario())
+
+
+def test_a_task_cancelled_in_its_writer_block_leaves_no_unretrieved_failure(server: ServerThread, sid: str) -> None:
+    """A task cancelled while it awaits a batch's result inside `async with client.writer(...)`:
+    the block's exit fails the batch, and nobody is left to read that failure (the task's copy
+    was cancelled). asyncio logged "Future exception was never retrieved" for each such batch."""
+    reported: list[dict[str, object]] = []
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: reported.append(context))
+        async with AsyncSessionLogClient(server.target) as client:
+            opened, held = asyncio.Event(), asyncio.Event()
+
+            async def write() -> None:
+                async with client.writer(sid, create_if_missing=True) as writer:
+                    opened.set()
+                    await held.wait()
+                    await (await writer.append([note(1)]))
+
+            writing = asyncio.create_task(write())
+            await asyncio.wait_for(opened.wait(), 10)
+            gate = hold_writer(server)
+            try:
+                held.set()
+                while planned_next_seq(server, sid) < 1:  # the batch is planned, not committed
+                    await asyncio.sleep(0.01)
+                writing.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await asyncio.wait_for(writing, 10)
+            finally:
+                gate.set()
+            del writing
+            gc.collect()
+
+    asyncio.run(scenario())
+    gc.collect()
+    assert [context["message"] for context in reported] == []

@@ -13,7 +13,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import Connection, create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
 from sessionlog_server.storage.factory import normalise_url, shown_url, sqlite_file
@@ -81,14 +81,10 @@ def check_writable(url: str) -> None:
     parsed = make_url(normalise_url(url))
     if parsed.get_backend_name() != "postgresql":
         return
-    engine = create_engine(parsed, poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            standby, read_only = conn.execute(
-                text("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
-            ).one()
-    finally:
-        engine.dispose()
+    with _connection(url) as conn:
+        standby, read_only = conn.execute(
+            text("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
+        ).one()
     if standby or read_only == "on":
         why = "a standby in recovery" if standby else "its transactions are read-only: default_transaction_read_only"
         raise ValueError(
@@ -143,10 +139,18 @@ def _missing(url: str) -> bool:
 
 def _current_revision(url: str) -> str | None:
     """The database's schema revision (None: never migrated)."""
+    with _connection(url) as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+@contextmanager
+def _connection(url: str) -> Iterator[Connection]:
+    """One connection to `url`, for a check before serving or the migration lock: its engine,
+    pooling nothing, is disposed of once the connection is done."""
     engine = create_engine(make_url(normalise_url(url)), poolclass=NullPool)
     try:
         with engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+            yield conn
     finally:
         engine.dispose()
 
@@ -161,18 +165,14 @@ def migration_lock(url: str) -> Iterator[None]:
     exclusive `flock` on a `.migrate-lock` file beside it (in-memory SQLite needs none)."""
     parsed = make_url(normalise_url(url))
     if parsed.get_backend_name() == "postgresql":
-        engine = create_engine(parsed, poolclass=NullPool)
-        try:
-            with engine.connect() as conn:
-                conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": PG_MIGRATION_LOCK})
+        with _connection(url) as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": PG_MIGRATION_LOCK})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": PG_MIGRATION_LOCK})
                 conn.commit()
-                try:
-                    yield
-                finally:
-                    conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": PG_MIGRATION_LOCK})
-                    conn.commit()
-        finally:
-            engine.dispose()
         return
     database = sqlite_file(url)
     if database is None:

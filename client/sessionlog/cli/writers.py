@@ -63,8 +63,6 @@ def open_writer(
             if takeover or exc.metadata.get("holder") != writer_id:
                 raise
             takeover = True  # the lease an earlier attempt got, its answer lost: ours to take
-        except Unavailable:
-            if attempt >= RECONNECT.attempts:
-                raise
-            time.sleep(RECONNECT.delay(attempt))
+        except Unavailable as exc:
+            time.sleep(RECONNECT.wait_after(exc, attempt))  # raises it once the attempts are spent
             attempt += 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -13,6 +14,7 @@ from sessionlog.convert import SessionInfo
 from sessionlog.core.errors import NotFound, OwnershipLost, ValidationError, WriterHeld
 from sessionlog.requests import ForkInfo
 from sessionlog.v1 import session_service_pb2 as pb
+from sessionlog_server.service.lifecycle import repair_session
 from tests.support.events import (
     assistant,
     note,
@@ -24,7 +26,7 @@ from tests.support.events import (
     turn_start,
     user,
 )
-from tests.support.servers import ServerThread
+from tests.support.servers import ServerThread, hold_writer
 from tests.support.waiting import eventually
 
 
@@ -289,6 +291,36 @@ def test_an_open_writer_stream_keeps_its_lease_past_the_ttl(db_url: str, sid: st
             assert [e.seq for e in client.read_events(sid)] == [0, 1]
     finally:
         server.stop()
+
+
+def test_resume_waits_for_a_repair_the_service_is_making(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """A harness that resumes while the service itself repairs the session (the start-up
+    repair, or the sweep once the dead writer's lease lapsed) gets the repaired session. It got
+    WRITER_HELD naming the service's repair writer, whose lease it was told to wait out (the
+    whole TTL), though the repair gives the lease back within milliseconds."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    client.append(sid, lease, open_turn_log())
+    client.release_lease(lease)
+    queued = server.service.committer._queue
+    gate = hold_writer(server)  # the repair's lease and the resume's wait in queue order
+    try:
+        repair = asyncio.run_coroutine_threadsafe(repair_session(server.service, sid), server.loop)
+        eventually(lambda: len(queued), lambda n: n == 1)
+        with ThreadPoolExecutor(1) as pool:
+            resuming = pool.submit(client.resume, sid)
+            eventually(lambda: len(queued), lambda n: n == 2)
+            gate.set()
+            assert repair.result(timeout=30)
+            resumed = resuming.result(timeout=30)
+    finally:
+        gate.set()
+    assert resumed.repair_seqs == [] and resumed.end_seed_seq == 10 and resumed.next_seq == 11
+    kinds = [e.data["reason"]["kind"] for e in client.read_events(sid) if e.type == "turn/end"]
+    assert kinds == ["interrupted"]  # repaired once, by the service
+    assert client.report_header(sid, resumed.lease, {"config": {"model": "m"}}).reason == "initial"
 
 
 def test_resume_refused_while_another_writer_is_live(client: SessionLogClient, sid: str) -> None:

@@ -14,18 +14,19 @@ per-session work; the others are the service's own (repair, stream keeper) and c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import secrets
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
 
 from sessionlog.core import validate
-from sessionlog.core.errors import OwnershipLost, SessionLogError
+from sessionlog.core.errors import OwnershipLost, SessionLogError, WriterHeld
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access
 from sessionlog_server.service.clock import now_ms
@@ -43,6 +44,19 @@ log = structlog.get_logger("sessionlog.leases")
 
 #: Random bytes in a lease token (256 bits: guessing one is not an attack).
 TOKEN_BYTES = 32
+
+REPAIR_WRITER = "sessionlog-repair"
+"""The writer ids of the service's own repair leases are this, a dash and a random suffix."""
+REPAIR_WAIT_S = 10.0
+"""How long a caller's grant waits at most for a repair of the session to give its lease back
+(at most the lease TTL: a repair whose instance died holds it until it lapses)."""
+REPAIR_POLL_S = 0.05
+"""How often a caller's grant looks again at a lease another instance's repair holds."""
+
+
+def held_by_repair(error: WriterHeld) -> bool:
+    """Whether WRITER_HELD names a repair lease of the service (this instance's or another's)."""
+    return error.metadata.get("holder", "").startswith(f"{REPAIR_WRITER}-")
 
 
 def new_token() -> str:
@@ -99,6 +113,8 @@ class LeaseManager:
     """Leases proven or granted here, so an append checks its token without a database read."""
     _streams: dict[str, LeaseHolder] = field(init=False, default_factory=dict)
     """The lease each open writer stream holds, renewed by `keep_stream_leases`."""
+    _repairs: dict[str, asyncio.Event] = field(init=False, default_factory=dict)
+    """The sessions this instance is repairing, each set once its repair lease is given back."""
 
     # --- the caller's use cases (check access first) ----------------------------------------
 
@@ -113,7 +129,49 @@ class LeaseManager:
         access.require_write("taking a writer lease")
         record = await self.reader.caller_session(session_id, self.limits)
         validate.check_writer_id(writer_id, self.limits)
-        return await self.grant(record.id, writer_id, takeover=takeover, lease_token=lease_token)
+        return await self._grant_after_repair(record.id, writer_id, takeover=takeover, lease_token=lease_token)
+
+    async def _grant_after_repair(
+        self, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str
+    ) -> Grant:
+        """`grant`, after a repair of the session the service is making (SPEC §8: at start-up,
+        or when a dead writer's lease lapsed) has given its lease back. The repair is no writer
+        the caller could wait for: WRITER_HELD named it with its lease's expiry, a TTL away,
+        though it ends within moments, and a harness resuming a crashed session (what the
+        repair is for) waited that long or took the lease over. The wait is bounded
+        (`REPAIR_WAIT_S`, at most the TTL); past it the caller hears WRITER_HELD as before."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(REPAIR_WAIT_S, self.ttl_ms / 1000)
+        while True:
+            try:
+                return await self.grant(session_id, writer_id, takeover=takeover, lease_token=lease_token)
+            except WriterHeld as exc:
+                left = deadline - loop.time()
+                if not held_by_repair(exc) or left <= 0:
+                    raise
+            done = self._repairs.get(session_id)
+            if done is None:  # another instance's repair: look again shortly
+                await asyncio.sleep(min(REPAIR_POLL_S, left))
+                continue
+            with contextlib.suppress(TimeoutError):  # this instance's repair says when it ends
+                await asyncio.wait_for(done.wait(), left)
+
+    @contextlib.asynccontextmanager
+    async def repair_lease(self, session_id: str) -> AsyncIterator[Grant]:
+        """The service's own lease for repairing a session, held for the block and given back
+        after it; a caller asking for the lease meanwhile waits for that (`grant_for_caller`)."""
+        done = asyncio.Event()
+        owner = self._repairs.setdefault(session_id, done) is done
+        try:
+            grant = await self.grant(session_id, f"{REPAIR_WRITER}-{uuid.uuid4().hex[:8]}", takeover=False)
+            try:
+                yield grant
+            finally:
+                await self.release(grant.holder)
+        finally:
+            if owner:
+                del self._repairs[session_id]
+                done.set()
 
     async def prove_for_caller(self, session_id: str, lease_token: str, action: str) -> LeaseHolder:
         """The lease `lease_token` holds on the caller's session, or OWNERSHIP_LOST.

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("sessionlog.lifecycle")
 
-REPAIR_WRITER = "sessionlog-repair"
 #: How far back a fork looks for the open turn's start, per read.
 FORK_SCAN_PAGE = 256
 
@@ -133,9 +132,8 @@ async def repair_abandoned(service: SessionLogService, *, expired_only: bool, co
 
 async def repair_session(service: SessionLogService, session_id: str, trigger: str = "sweep") -> bool:
     """Take the lease as the service, commit the closers, give the lease back."""
-    grant = await service.leases.grant(session_id, f"{REPAIR_WRITER}-{uuid.uuid4().hex[:8]}", takeover=False)
-    wid, epoch = grant.record.writer_id or "", grant.record.epoch
-    try:
+    async with service.leases.repair_lease(session_id) as grant:
+        wid, epoch = grant.record.writer_id or "", grant.record.epoch
         live = await service.live.get(session_id)
         async with live.lock:
             closers = live.fold.closers("interrupted")
@@ -152,8 +150,6 @@ async def repair_session(service: SessionLogService, session_id: str, trigger: s
             events=len(closers),
         )
         return True
-    finally:
-        await service.leases.release(grant.holder)
 
 
 async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: str | None) -> ForkResult:

@@ -37,6 +37,8 @@ log = structlog.get_logger("sessionlog.lifecycle")
 
 #: How far back a fork looks for the open turn's start, per read.
 FORK_SCAN_PAGE = 256
+#: How many pages a fork reads back at most before it loads the fold at the cut instead.
+FORK_SCAN_PAGES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,10 +164,8 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
         raise seq_not_found(source_id, at_seq, source.next_seq)
     child_id = new_id or str(uuid.uuid4())
     child_id = access.session_key(child_id, service.limits)
-    window = await _open_turn_window(service, source, at_seq)
-    boundary = window[-1]
-    seed = fork_seed(window if _window_has_open_turn(window) else [], boundary.time)
-    events = commit_closers(seed, at_seq + 1, boundary.time)
+    seed, boundary_time = await _seed_at_cut(service, source, at_seq)
+    events = commit_closers(seed, at_seq + 1, boundary_time)
     record = SessionRecord(
         id=child_id,
         namespace=source.namespace,
@@ -176,7 +176,7 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
         parent_id=source.id,
         fork_seq=at_seq,
         next_seq=at_seq + 1 + len(events),
-        last_time=boundary.time,
+        last_time=boundary_time,
         writer_id=None,
         epoch=0,
         lease_expires_at=None,
@@ -209,15 +209,33 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
     return ForkResult(created, repair_seqs)
 
 
-async def _open_turn_window(service: SessionLogService, source: SessionRecord, at_seq: int) -> list[Event]:
-    """Events from the start of the turn open at `at_seq` (or just the event at `at_seq`).
+async def _seed_at_cut(service: SessionLogService, source: SessionRecord, at_seq: int) -> tuple[list[NewEvent], int]:
+    """The fork's own first events (`fork_seed`) and the time of the event at the cut.
 
-    Reads backwards from the cut until a `turn/start` or `turn/end`, so a fork costs the
-    length of the open turn, never the length of the prefix.
+    The turn open at the cut is found by reading back from it to the nearest `turn/start` or
+    `turn/end`, at most `FORK_SCAN_PAGES` pages: a cut a long way past the last turn boundary
+    (a long open turn, or a long run of log-only events after the last turn) is seeded from
+    the fold at the cut instead, which starts at the latest snapshot before it. Read back all
+    the way, a fork of a session 100,000 log-only events past its last turn read them all
+    (seconds, where a fork of a short session takes milliseconds).
     """
+    window = await _open_turn_window(service, source, at_seq)
+    if window is not None:
+        boundary = window[-1]
+        return fork_seed(window if window[0].type == TURN_START else [], boundary.time), boundary.time
+    fold = (await service.loader.fold_at(source, at_seq)).fold
+    return fork_seed(fold.structure, fold.last_time), fold.last_time
+
+
+async def _open_turn_window(service: SessionLogService, source: SessionRecord, at_seq: int) -> list[Event] | None:
+    """Events from the start of the turn open at `at_seq` (or just the event at `at_seq` when
+    no turn is open there); None when no turn boundary (nor seq 0) lies within
+    `FORK_SCAN_PAGES` pages before the cut."""
     window: list[Event] = []
     high = at_seq
-    while high >= 0:
+    for _ in range(FORK_SCAN_PAGES):
+        if high < 0:
+            return window[-1:]
         low = max(0, high - FORK_SCAN_PAGE + 1)
         page = await service.reader.read(source, low, high, FORK_SCAN_PAGE)
         window = page + window
@@ -227,8 +245,4 @@ async def _open_turn_window(service: SessionLogService, source: SessionRecord, a
             if event.type == TURN_END:
                 return window[-1:]
         high = low - 1
-    return window[-1:]
-
-
-def _window_has_open_turn(window: list[Event]) -> bool:
-    return window[0].type == TURN_START
+    return window[-1:] if high < 0 else None

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sessionlog.client import SessionLogClient
+from sessionlog.core.formats.pi.load import load_pi_file
 from sessionlog.core.projections.stats import usage_of
 from sessionlog.core.usage import total_cost, usage_cost
 from tests.cli.test_cli import run
@@ -164,3 +165,29 @@ def test_an_imported_session_is_dated_by_its_file(server: ServerThread, client: 
     assert september["total"] == _costs(server, "--family", sid)["total"]
     assert _costs(server, "--family", sid, "--since", "2025-09-15T14:28:41.571Z")["sessions"] == []
     assert _costs(server, "--family", sid, "--until", "2025-09-15T14:28:41.570Z")["sessions"] == []
+
+
+def test_an_imported_pi_tree_costs_what_its_entries_cost(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """A Pi file's family total is what its distinct entries cost. Two leaves that leave the main
+    branch together and part later were both forked off the main session, so the entries they
+    share were imported, and billed, twice: this file's family reported 131 model calls and
+    0.7185018 USD for 125 calls and 0.6993207 USD. The later leaf now forks the earlier one."""
+    path = next(p for p in pi_generated_sessions() if p.name.startswith("2025-09-19"))
+    imported = run(server, "import", str(path), "--id", sid)
+    assert imported.returncode == 0, imported.stderr
+    family = [entry["id"] for entry in json.loads(imported.stdout)["sessions"]]
+    assert family == [sid, f"{sid}.9f7b6cae", f"{sid}.993d83b9"]
+
+    entries = load_pi_file(path).entries
+    messages = [entry["message"] for entry in entries if entry.get("type") == "message"]
+    usages = [message["usage"] for message in messages if isinstance(message.get("usage"), dict)]
+    total = _costs(server, "--family", sid)["total"]
+    assert total["modelCalls"] == sum(message["role"] == "assistant" for message in messages) == 125
+    assert total["costUsd"] == total_cost([usage_cost(usage) for usage in usages]) == 0.6993207
+    assert total["inputTokens"] == sum(usage["input"] for usage in usages)
+    assert client.get_session(family[2]).parent_session_id == family[1]
+    for leaf in family[1:]:  # each fork still folds to its whole branch, as Pi's replay of its leaf
+        replayed = run(server, "replay", str(path), "--at", leaf.rsplit(".", 1)[1], "--json")
+        assert json.loads(replayed.stdout)["costUsd"] == client.stats(leaf)["costUsd"]

@@ -103,10 +103,7 @@ def imported(session: Path) -> PiImport:
 
 def fork_log(plan: PiImport, leaf: str | None) -> list[NewEvent]:
     """The whole log of a leaf's session as the service builds it (fork prefix shared)."""
-    branch = next(b for b in plan.branches if b.leaf_id == leaf)
-    if branch.fork_seq is None:
-        return branch.events
-    return plan.main.events[: branch.fork_seq + 1] + branch.inherited + branch.events
+    return plan.log(next(b for b in plan.branches if b.leaf_id == leaf))
 
 
 def lines(*objs: dict[str, Any]) -> bytes:
@@ -185,9 +182,10 @@ def test_fork_of_the_main_branch_folds_to_pis_context(session: Path, leaf: str) 
     assert len(log) - len(branch.events) == branch.first_seq
     assert_matches_pi(fold_of(log), oracle_context(session, leaf))
     if branch.fork_seq is not None:
-        # the cut is right after the last shared entry (no tool call is pending at these cuts)
-        main_ids = plan.main.path_ids
-        shared = next(i for i, (a, b) in enumerate(zip(branch.path_ids, main_ids, strict=False)) if a != b)
+        # the cut is right after the last entry shared with the branch it forks (no tool call is
+        # pending at these cuts)
+        parent_ids = next(b for b in plan.branches if b.leaf_id == branch.parent_leaf).path_ids
+        shared = next(i for i, (a, b) in enumerate(zip(branch.path_ids, parent_ids, strict=False)) if a != b)
         assert branch.first_own_entry == shared
 
 
@@ -478,6 +476,22 @@ def test_fork_at_a_pending_call_moves_the_cut_back_and_reimports_the_shared_entr
     assert fork.inherited[1].data["reason"] == {"kind": "forked"}
     child = fold_of(fork_log(plan, "u9"))
     assert not [m for m in child.model_history() if m.get("isError")]  # no synthetic tool error for the model
+
+
+def test_leaves_that_leave_the_main_branch_together_share_their_entries_once() -> None:
+    # main: u1 a1 u2 a2; a6: u1 a1 u5 a5(c5) r5 u6 a6; a7: u1 a1 u5 a5(c5) u7 a7 (branched before r5)
+    pf = pi_file(user("u1", None), assistant("a1", "u1"), user("u5", "a1", "other"),
+                 assistant("a5", "u5", "c5"), result("r5", "a5", "c5"), user("u6", "r5"), assistant("a6", "u6"),
+                 user("u7", "a5", "third"), assistant("a7", "u7"), user("u2", "a1"), assistant("a2", "u2"))  # fmt: skip
+    plan = check_every_leaf(pf)
+    first, second = plan.branches[1:]
+    assert (first.leaf_id, first.parent_leaf, first.first_own_entry) == ("a6", "a2", 2)
+    # The second leaf forks the first one, not the main branch: u5 and a5 stay the first fork's
+    # own. The cut moves back before a5, whose call is pending there, so a5 is re-imported.
+    assert (second.leaf_id, second.parent_leaf, second.first_own_entry) == ("a7", "a6", 3)
+    assert second.fork_seq == [e.event_id for e in plan.log(first)].index("pi:u5:1")
+    carried = [e.data["pi"]["id"] for b in plan.branches for e in b.events if "pi" in e.data and e.type != "pi/session"]
+    assert sorted(carried) == sorted(["u1", "a1", "u2", "a2", "u5", "a5", "r5", "u6", "a6", "a5", "u7", "a7"])
 
 
 def timed(entry: dict[str, Any], at: int | None, *, sent: int | None = None) -> dict[str, Any]:

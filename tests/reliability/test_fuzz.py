@@ -1090,10 +1090,7 @@ def test_pi_importer_raises_only_sessionlog_errors(data: bytes, lenient: bool) -
         pi_metrics(pi_file)
         tree = PiTree(pi_file.entries)
         for branch in plan.branches:
-            log = branch.events
-            if branch.fork_seq is not None:
-                log = plan.main.events[: branch.fork_seq + 1] + branch.inherited + branch.events
-            fold = _fold_all(log)
+            fold = _fold_all(plan.log(branch))
             fold.model_history()
             fold.stats()
             session_context(tree, branch.leaf_id)

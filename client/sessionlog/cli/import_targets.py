@@ -74,7 +74,8 @@ class FileTargets:
 
 
 def pi_targets(path: Path, plan: PiImport, session_id: str | None) -> FileTargets:
-    """The main session (`session_id`, else Pi's session id) and a fork `<main>.<leafId>` per other leaf."""
+    """The main session (`session_id`, else Pi's session id) and a fork `<main>.<leafId>` per other
+    leaf, of the session its branch forks (the main one or another fork, created before it)."""
     header = plan.header
     pi_id = str(header.get("id"))
     main_id = session_id or session_id_for(pi_id)
@@ -87,7 +88,8 @@ def pi_targets(path: Path, plan: PiImport, session_id: str | None) -> FileTarget
         label = f"fork {fork_id!r} (leaf {branch.leaf_id})"
         events = [*branch.inherited, *branch.events]
         first = branch.fork_seq + 1
-        parent = (main_id, branch.fork_seq)
+        forked = main_id if branch.parent_leaf == main.leaf_id else fork_session_id(main_id, str(branch.parent_leaf))
+        parent = (forked, branch.fork_seq)
         targets.append(Target(fork_id, label, branch.leaf_id, first, branch.first_seq, events, branch.line_of, parent))
     cwd = header.get("cwd") if isinstance(header.get("cwd"), str) else None
     metadata = {"pi": {"sessionId": header.get("id"), "file": str(path)}}

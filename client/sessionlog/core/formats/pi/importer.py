@@ -58,12 +58,14 @@ names the file's line of the entry (when the event stands for one), the seq in i
 entry id, and, in a fork's own part, the fork's leaf; what `fork` writes is the service's own.
 
 **Forks.** The branch of the default leaf (the last entry) is the main session. Another leaf
-becomes a fork of it: the child shares the main log up to the last event of the last shared entry,
-gets what the service writes into a fork (`session/end-seed {inherited: true}`, then the closers of
-a turn open at the cut, `turn/end {kind: forked}`), then its own entries. A cut while a tool call is
-pending would make the service answer the call with an error the model would see; the cut then
-moves back to the last entry boundary with no pending call, and the child re-imports the shared
-entries after it.
+becomes a fork of the branch that first imported the deepest entry it shares with the branches
+before it in file order (the main one, or an earlier fork: two leaves that part after leaving the
+main branch together share their common entries once, as in the file). The child shares that
+branch's log up to the last event of the last shared entry, gets what the service writes into a
+fork (`session/end-seed {inherited: true}`, then the closers of a turn open at the cut,
+`turn/end {kind: forked}`), then its own entries. A cut while a tool call is pending would make
+the service answer the call with an error the model would see; the cut then moves back to the
+last entry boundary with no pending call, and the child re-imports the shared entries after it.
 
 **Times.** The service stamps every event with its commit time, which for an import is one
 instant; Pi's own times go into `data.recordedTime` (epoch ms, `clock.RECORDED_TIME`), from which
@@ -86,7 +88,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -524,6 +526,8 @@ class ImportedBranch:
     lines: list[int | None] = field(default_factory=list)
     """The file's line of the entry each of `events` stands for (parallel to `events`; None for
     events of no entry: the head, the header's, the closers at the end)."""
+    parent_leaf: str | None = None
+    """For a fork: the leaf of the branch whose session it forks (the main one, or another fork)."""
 
     @property
     def first_seq(self) -> int:
@@ -554,6 +558,14 @@ class PiImport:
     def main(self) -> ImportedBranch:
         return self.branches[0]
 
+    def log(self, branch: ImportedBranch) -> list[NewEvent]:
+        """The whole log of `branch`'s session as the service builds it: a fork's is its parent
+        branch's log up to `fork_seq`, then what the service writes into a fork, then its own."""
+        if branch.fork_seq is None:
+            return list(branch.events)
+        parent = next(other for other in self.branches if other.leaf_id == branch.parent_leaf)
+        return [*self.log(parent)[: branch.fork_seq + 1], *branch.inherited, *branch.events]
+
 
 def map_path(header: JsonObject, path: Sequence[JsonObject]) -> list[NewEvent]:
     """The whole log of one root → leaf path, as its own session (no fork)."""
@@ -579,9 +591,10 @@ def import_pi(pi_file: PiFile, limits: Limits = DEFAULT_LIMITS) -> PiImport:
     rules (`validate.validate_proposal`, with `limits`) and the fold. A refusal names the file's
     line and the seq (and, in a fork, its leaf), so a bad file is refused before anything is created.
 
-    The main path is mapped twice: once to learn where a cut is safe (no pending tool call), once
-    more by a walker that stops at each fork's cut, maps the child from there and rolls back, so
-    a file costs O(entries + the children's own entries), not O(leaves × entries).
+    Each branch is mapped twice by one walker: once whole (its own events, and where a cut in it
+    is safe: no pending tool call), once more stopping at each child's cut, where the child is
+    mapped the same way and rolled back. So a file costs O(entries + the children's own
+    entries), not O(leaves × entries), and nesting is walked with a stack, not recursion.
     """
     tree = PiTree(pi_file.entries)
     header = pi_file.header
@@ -590,48 +603,122 @@ def import_pi(pi_file: PiFile, limits: Limits = DEFAULT_LIMITS) -> PiImport:
     entry_lines = {str(entry.get("id")): line for entry, line in zip(pi_file.entries, pi_file.entry_lines, strict=True)}
     mapper = BranchMapper(header, limits=limits, entry_lines=entry_lines)
     mapper.expect(main_path)
-    safe = [True]
-    for entry in main_path:
+    main = _Branch(main_leaf, main_path, None, 0)
+    main.safe[0] = True
+    for index, entry in enumerate(main_path, start=1):
         mapper.feed(entry)
-        safe.append(not mapper.fold.pending_calls)
+        main.safe[index] = not mapper.fold.pending_calls
     mapper.finish()
-    main_ids = [str(e["id"]) for e in main_path]
-    forks: list[tuple[str, list[JsonObject], int]] = []
+    main.mapped = ImportedBranch(main_leaf, main.ids, mapper.events, lines=mapper.lines)
+    forks = _plan_forks(tree, main)
+    walker = BranchMapper(header, entry_lines=entry_lines)  # the main path's events are checked above
+    walks = [_walk(walker, main, limits)]
+    while walks:
+        child = next(walks[-1], None)
+        if child is None:
+            walks.pop()
+        else:
+            walks.append(_walk(walker, child, limits))
+    return PiImport(header, [main.mapped, *(fork.result() for fork in forks)])
+
+
+@dataclass(slots=True)
+class _Branch:
+    """One leaf's branch while the file is mapped: its path, the branch it forks (`parent`, None
+    for the main one) after `shared` entries in common, and, once known, its cut, where a cut in
+    it is safe (`safe[i]`: no call pending after its first i entries), its children and mapping."""
+
+    leaf: str | None
+    path: list[JsonObject]
+    parent: _Branch | None
+    shared: int
+    cut: int = 0
+    safe: list[bool] = field(default_factory=list)
+    children: list[_Branch] = field(default_factory=list)
+    mapped: ImportedBranch | None = None
+
+    def __post_init__(self) -> None:
+        self.safe = [False] * (len(self.path) + 1)
+
+    @property
+    def ids(self) -> list[str]:
+        return [str(entry["id"]) for entry in self.path]
+
+    def result(self) -> ImportedBranch:
+        assert self.mapped is not None
+        return self.mapped
+
+
+def _plan_forks(tree: PiTree, main: _Branch) -> list[_Branch]:
+    """One fork per leaf other than the main one, in file order, each of the branch that first
+    imported the deepest entry it shares with the branches before it (the main one, else an
+    earlier fork): every entry is then imported once, in the first branch on whose path it lies,
+    so the forks' own events and costs add up to the file's (`sessionlog costs --family`), where
+    forking every leaf off the main branch imported an entry that two other leaves share twice."""
+    owner: dict[str, _Branch] = {str(entry["id"]): main for entry in main.path}
+    forks: list[_Branch] = []
     for leaf in tree.leaves():
-        if leaf == main_leaf:
+        if leaf == main.leaf:
             continue
         path = tree.path(leaf)
-        shared = 0
-        while shared < min(len(path), len(main_ids)) and path[shared]["id"] == main_ids[shared]:
-            shared += 1
-        forks.append((leaf, path, max(i for i in range(shared + 1) if safe[i])))
-    mapped: dict[str, ImportedBranch] = {}
-    walker = BranchMapper(header, entry_lines=entry_lines)  # the main path's events are checked above
-    walker.expect(main_path)
-    position = 0
-    for leaf, path, cut in sorted(forks, key=lambda fork: fork[2]):
-        while position < cut:
-            walker.feed(main_path[position])
+        shared = len(path)
+        while shared > 0 and str(path[shared - 1]["id"]) not in owner:
+            shared -= 1
+        parent = owner[str(path[shared - 1]["id"])] if shared > 0 else main
+        fork = _Branch(leaf, path, parent, shared)
+        parent.children.append(fork)
+        owner.update((str(entry["id"]), fork) for entry in path[shared:])
+        forks.append(fork)
+    return forks
+
+
+def _walk(walker: BranchMapper, branch: _Branch, limits: Limits) -> Iterator[_Branch]:
+    """Map `branch` from where `walker` stands (the head for the main branch, just after what
+    `fork` writes for a fork), then walk its path again to each child's cut and yield the child
+    with the walker forked there (the caller walks it, children included, before resuming this),
+    rolling back after each. A child's cut is the last safe one at or before the entries it shares
+    with the branch: a cut while a tool call is pending would make the service answer the call
+    with an error the model would see, so the child re-imports the shared entries after it (back
+    to the branch's own start at most, where nothing is pending)."""
+    if branch.parent is not None:
+        start = walker.save()
+        _map_own(walker, branch, limits)
+        walker.restore(start)
+    for child in branch.children:
+        child.cut = max(i for i in range(branch.cut, child.shared + 1) if branch.safe[i] or i == branch.cut)
+    walker.expect(branch.path[branch.cut :])
+    position = branch.cut
+    for child in sorted(branch.children, key=lambda child: child.cut):
+        while position < child.cut:
+            walker.feed(branch.path[position])
             position += 1
         saved = walker.save()
         fork_seq = walker.next_seq - 1
         inherited = walker.fork()
-        own_start = len(walker.events)
-        walker.limits = limits  # the child's own events are what its session will be sent
-        try:
-            walker.expect(path[cut:])
-            for entry in path[cut:]:
-                walker.feed(entry)
-            walker.finish()
-        except SessionLogError as exc:
-            raise exc.located(f"the fork for leaf {leaf}", leaf=leaf) from None
-        ids = [str(e["id"]) for e in path]
-        own = slice(own_start, None)
-        mapped[leaf] = ImportedBranch(leaf, ids, walker.events[own], fork_seq, inherited, cut, lines=walker.lines[own])
-        walker.limits = None
+        child.mapped = ImportedBranch(
+            child.leaf, child.ids, [], fork_seq, inherited, child.cut, parent_leaf=branch.leaf
+        )
+        yield child
         walker.restore(saved)
-    main = ImportedBranch(main_leaf, main_ids, mapper.events, lines=mapper.lines)
-    return PiImport(header, [main, *(mapped[leaf] for leaf, _, _ in forks)])
+
+
+def _map_own(walker: BranchMapper, fork: _Branch, limits: Limits) -> None:
+    """Map a fork's own entries (checked as its session will be sent), noting where a cut is safe."""
+    assert fork.mapped is not None
+    own_start = len(walker.events)
+    walker.limits = limits  # the child's own events are what its session will be sent
+    try:
+        walker.expect(fork.path[fork.cut :])
+        for index in range(fork.cut, len(fork.path)):
+            walker.feed(fork.path[index])
+            fork.safe[index + 1] = not walker.fold.pending_calls
+        walker.finish()
+    except SessionLogError as exc:
+        raise exc.located(f"the fork for leaf {fork.leaf}", leaf=fork.leaf) from None
+    finally:
+        walker.limits = None
+    own = slice(own_start, None)
+    fork.mapped = replace(fork.mapped, events=walker.events[own], lines=walker.lines[own])
 
 
 __all__ = [

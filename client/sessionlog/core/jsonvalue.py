@@ -259,13 +259,23 @@ def value_depth(value: Any) -> int:
     return deepest
 
 
-class _Raw(str):
-    """Literal JSON text in the canonical serialiser's work stack (punctuation, keys)."""
+class _Raw:
+    """Literal JSON text in the canonical serialiser's work stack (punctuation, keys).
+
+    A wrapper, not a `str` subclass: a string in the stack is a value still to be escaped, and
+    mypyc compiles no subclass of a builtin type (setup.py).
+    """
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
 _JCS_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_JCS_NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\ud800-\udfff]')
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Written as regex escapes, not literal surrogates: mypyc compiles no string literal holding one.
+_JCS_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\ud800-\udfff]')
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def _escape_char(match: re.Match[str]) -> str:
@@ -333,7 +343,7 @@ def canonical(value: Any) -> bytes:
     while stack:
         item = stack.pop()
         if type(item) is _Raw:
-            out.append(item)
+            out.append(item.text)
         elif item is None:
             out.append("null")
         elif item is True:

@@ -17,7 +17,7 @@ fixed table, tool-result digests are hex. A snapshot weighs a few bytes per surf
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sessionlog.core import jsonvalue
@@ -61,7 +61,7 @@ computes from a log changes (a new field, a changed rule): older snapshots are t
 
 _NODE_TYPES: tuple[str, ...] = (SYSTEM_MESSAGE, USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT)
 _TYPE_INDEX = {kind: index for index, kind in enumerate(_NODE_TYPES)}
-_STATS_FIELDS: tuple[str, ...] = tuple(StatsAccumulator.__slots__)
+_STATS_FIELDS: tuple[str, ...] = tuple(field.name for field in fields(StatsAccumulator))
 
 
 class SnapshotUnusable(Exception):
@@ -188,13 +188,13 @@ def _snapshot_from_body(body: dict[str, Any]) -> FoldSnapshot:
         )
         for seq, kind in zip(nodes, types, strict=True)
     ]
-    last_turn, open_turn, last_step, open_step, calls = body["structure"]
+    last_turn, open_turn, last_step, open_step, call_rows = body["structure"]
     structure = StructureState(
         _int(last_turn),
         _opt_int(open_turn),
         _int(last_step),
         _opt_int(open_step),
-        {str(c[0]): _call(c) for c in calls},
+        {str(c[0]): _call(c) for c in call_rows},
     )
     raw_header = body["header"]
     header = None

@@ -88,7 +88,7 @@ class GroupCommitter:
         self._queue: deque[_Item | _Call] = deque()
         self._wakeup = threading.Condition()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=self._run, name="sessionlog-writer", daemon=True)
+        self._writer_thread = threading.Thread(target=self._run, name="sessionlog-writer", daemon=True)
         self._stopping = False
         """Shutdown: no new batches; the thread ends once the queue is empty."""
         self._stopped = False
@@ -103,7 +103,7 @@ class GroupCommitter:
     def start(self) -> None:
         """Start the writer thread; outcomes are delivered to the running event loop."""
         self._loop = asyncio.get_running_loop()
-        self._thread.start()
+        self._writer_thread.start()
         self._stall_check = self._loop.call_later(STALL_CHECK_S, self._check_stall)
 
     def enqueue(self, batch: PendingBatch, settled: Settled) -> None:
@@ -253,8 +253,8 @@ class GroupCommitter:
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify()
-        if self._thread.is_alive():
-            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        if self._writer_thread.is_alive():
+            await asyncio.get_running_loop().run_in_executor(None, self._writer_thread.join)
         with self._wakeup:
             self._stopped = True
 

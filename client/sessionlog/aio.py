@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from sessionlog import base, convert
+from sessionlog import base, session_info
 from sessionlog.auth import aio_interceptors
 from sessionlog.base import (
     RECONNECT,
@@ -145,18 +145,18 @@ class AsyncSessionLogClient(base.ClientBase):
 
     async def create_session(
         self, session_id: str | None = None, *, cwd: str | None = None, metadata: dict[str, Any] | None = None
-    ) -> convert.SessionInfo:
+    ) -> session_info.SessionInfo:
         """Create a session, named `session_id` (a uuid when None). It is retried on
         UNAVAILABLE: asked for again, the service answers with the session it made. Another
         session under the id (other cwd or metadata, or written to since) is ALREADY_EXISTS."""
         return await self._run(base.create_session(session_id, cwd, metadata))
 
-    async def get_session(self, session_id: str) -> convert.SessionInfo:
+    async def get_session(self, session_id: str) -> session_info.SessionInfo:
         return await self._run(base.get_session(session_id))
 
     def list_sessions(
         self, *, parent_session_id: str | None = None, page_size: int = 100
-    ) -> AsyncIterator[convert.SessionInfo]:
+    ) -> AsyncIterator[session_info.SessionInfo]:
         """Every session (or every fork of `parent_session_id`), fetching pages as needed."""
         return self._pages(base.list_sessions(parent_session_id, page_size))
 
@@ -164,14 +164,14 @@ class AsyncSessionLogClient(base.ClientBase):
 
     async def acquire_lease(
         self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
-    ) -> convert.LeaseInfo:
+    ) -> session_info.LeaseInfo:
         """Take the writer lease; the returned lease holds its token (`lease_token` retakes a live one)."""
         return await self._run(base.acquire_lease(session_id, writer_id, takeover, lease_token))
 
     async def append(
         self,
         session_id: str,
-        lease: convert.LeaseInfo,
+        lease: session_info.LeaseInfo,
         events: Iterable[EventLike],
         *,
         expected_next_seq: int | None = None,
@@ -179,13 +179,15 @@ class AsyncSessionLogClient(base.ClientBase):
         """Append one batch under `lease`; all events commit together or none do (retried safely)."""
         return await self._run(base.append(session_id, lease, events, expected_next_seq))
 
-    async def renew_lease(self, lease: convert.LeaseInfo) -> convert.LeaseInfo:
+    async def renew_lease(self, lease: session_info.LeaseInfo) -> session_info.LeaseInfo:
         return await self._run(base.renew_lease(lease))
 
-    async def release_lease(self, lease: convert.LeaseInfo) -> None:
+    async def release_lease(self, lease: session_info.LeaseInfo) -> None:
         await self._run(base.release_lease(lease))
 
-    async def report_header(self, session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> HeaderReport:
+    async def report_header(
+        self, session_id: str, lease: session_info.LeaseInfo, header: dict[str, Any]
+    ) -> HeaderReport:
         """Report the request header about to be used; the service decides whether to log it."""
         return await self._run(base.report_header(session_id, lease, header))
 
@@ -359,7 +361,7 @@ class AsyncLeaseWriter(base.LeaseKeeper):
     def __init__(
         self,
         client: AsyncSessionLogClient,
-        lease: convert.LeaseInfo,
+        lease: session_info.LeaseInfo,
         resumed: ResumeInfo | None,
         heartbeat: float | None,
     ) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from sessionlog import convert
+from sessionlog import convert, session_info
 from sessionlog.auth import bearer_token, channel_credentials
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable, WriterHeld
@@ -252,53 +252,55 @@ def _same(response: Any) -> Any:
 
 def create_session(
     session_id: str | None, cwd: str | None, metadata: dict[str, Any] | None
-) -> Call[convert.SessionInfo]:
+) -> Call[session_info.SessionInfo]:
     """A create is idempotent: it always names its session (a uuid when the caller gives no
     id), and the service answers a create asked for again, before anything was written to the
     session, with the session it made (SPEC §2), so a retry after an unknown outcome cannot
     create twice, nor mistake another's session for its own."""
     request = create_request(session_id or str(uuid.uuid4()), cwd, metadata)
-    return Call("CreateSession", request, lambda r: convert.session_from_pb(r.session), idempotent=True)
+    return Call("CreateSession", request, lambda r: session_info.session_from_pb(r.session), idempotent=True)
 
 
-def get_session(session_id: str) -> Call[convert.SessionInfo]:
+def get_session(session_id: str) -> Call[session_info.SessionInfo]:
     request = pb.GetSessionRequest(session_id=session_id)
-    return Call("GetSession", request, lambda r: convert.session_from_pb(r.session), idempotent=True)
+    return Call("GetSession", request, lambda r: session_info.session_from_pb(r.session), idempotent=True)
 
 
-def list_sessions(parent_session_id: str | None, page_size: int) -> Paged[convert.SessionInfo]:
+def list_sessions(parent_session_id: str | None, page_size: int) -> Paged[session_info.SessionInfo]:
     def request(token: str) -> pb.ListSessionsRequest:
         return pb.ListSessionsRequest(page_size=page_size, page_token=token, parent_session_id=parent_session_id or "")
 
     return Paged(
-        "ListSessions", request, lambda r: ([convert.session_from_pb(s) for s in r.sessions], r.next_page_token)
+        "ListSessions", request, lambda r: ([session_info.session_from_pb(s) for s in r.sessions], r.next_page_token)
     )
 
 
-def acquire_lease(session_id: str, writer_id: str | None, takeover: bool, lease_token: str) -> Call[convert.LeaseInfo]:
+def acquire_lease(
+    session_id: str, writer_id: str | None, takeover: bool, lease_token: str
+) -> Call[session_info.LeaseInfo]:
     """The granted lease holds its token; `lease_token` (of a live lease held) takes it again."""
     request = acquire_request(session_id, writer_id, takeover, lease_token)
     return Call("AcquireLease", request, acquire_from_pb, idempotent=False)
 
 
 def append(
-    session_id: str, lease: convert.LeaseInfo, events: Iterable[EventLike], expected_next_seq: int | None
+    session_id: str, lease: session_info.LeaseInfo, events: Iterable[EventLike], expected_next_seq: int | None
 ) -> Call[AppendResult]:
     """An append is idempotent: every event gets an eventId here, so a retry cannot append twice."""
     request = append_request(session_id, lease, with_event_ids(events), expected_next_seq)
     return Call("AppendEvents", request, lambda r: AppendResult(list(r.seqs), r.next_seq), idempotent=True)
 
 
-def renew_lease(lease: convert.LeaseInfo) -> Call[convert.LeaseInfo]:
+def renew_lease(lease: session_info.LeaseInfo) -> Call[session_info.LeaseInfo]:
     """A heartbeat; the renewed lease keeps its token."""
-    return Call("RenewLease", renew_request(lease), lambda r: convert.lease_from_pb(r.lease, lease.token), True)
+    return Call("RenewLease", renew_request(lease), lambda r: session_info.lease_from_pb(r.lease, lease.token), True)
 
 
-def release_lease(lease: convert.LeaseInfo) -> Call[None]:
+def release_lease(lease: session_info.LeaseInfo) -> Call[None]:
     return Call("ReleaseLease", release_request(lease), lambda r: None, idempotent=False)
 
 
-def report_header(session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> Call[HeaderReport]:
+def report_header(session_id: str, lease: session_info.LeaseInfo, header: dict[str, Any]) -> Call[HeaderReport]:
     request = header_request(session_id, lease, header)
     return Call("ReportRequestHeader", request, header_report_from_pb, idempotent=False)
 
@@ -403,7 +405,7 @@ class EventCursor:
 # --- unary writers ------------------------------------------------------------------------
 
 
-def heartbeat_interval(lease: convert.LeaseInfo, now_ms: int, every: float | None) -> float:
+def heartbeat_interval(lease: session_info.LeaseInfo, now_ms: int, every: float | None) -> float:
     """Seconds until a unary writer's next heartbeat: `every`, or a third of the lease's time left
     (so two heartbeats can fail before it lapses)."""
     if every is not None:
@@ -415,7 +417,7 @@ class LeaseKeeper:
     """A unary writer's state (sync and asyncio): its lease, renewed by heartbeats, what a resume
     returned, and the OwnershipLost that ends it for good (nothing re-acquires the lease)."""
 
-    def __init__(self, lease: convert.LeaseInfo, resumed: ResumeInfo | None, heartbeat: float | None) -> None:
+    def __init__(self, lease: session_info.LeaseInfo, resumed: ResumeInfo | None, heartbeat: float | None) -> None:
         self.lease = lease
         self.resumed = resumed
         self._every = heartbeat
@@ -488,7 +490,7 @@ class WriterCore:
     first `open` presents it, so the writer takes that lease again instead of finding the session
     held by it (WRITER_HELD) until it lapses. Empty: take the lease afresh."""
     pending: deque[Pending] = field(default_factory=deque)
-    lease: convert.LeaseInfo | None = None
+    lease: session_info.LeaseInfo | None = None
     next_seq: int = 0
     resumed: ResumeInfo | None = None
     failure: SessionLogError | None = None
@@ -547,7 +549,7 @@ class WriterCore:
         """Take the stream's first response (None: the server closed it while opening)."""
         if response is None or response.WhichOneof("kind") != "opened":
             raise Unavailable("STREAM_ENDED", "the server closed the writer stream while opening")
-        lease = convert.lease_from_pb(response.opened.lease, response.opened.lease_token)
+        lease = session_info.lease_from_pb(response.opened.lease, response.opened.lease_token)
         if self.lease is not None and self._lost_meanwhile(lease):
             raise OwnershipLost(
                 "OWNERSHIP_LOST",
@@ -564,7 +566,7 @@ class WriterCore:
         if response.opened.HasField("resumed"):
             self.resumed = resume_from_pb(response.opened.resumed)
 
-    def _lost_meanwhile(self, granted: convert.LeaseInfo) -> bool:
+    def _lost_meanwhile(self, granted: session_info.LeaseInfo) -> bool:
         """Whether the lease a reconnect got is not the one this writer held.
 
         The service keeps the holder's token when the holder takes its lease again; a fresh
@@ -685,7 +687,7 @@ class WriterView:
         return self._core.session_id
 
     @property
-    def lease(self) -> convert.LeaseInfo:
+    def lease(self) -> session_info.LeaseInfo:
         assert self._core.lease is not None
         return self._core.lease
 

@@ -2,7 +2,8 @@
 
 Both clients and the server convert these here, so the wire shape of an event is defined once.
 Conversions of one RPC's request or response live next to their only user: the clients'
-`sessionlog.requests` and the server's `transport/servicer.py`.
+`sessionlog.requests` and the server's `transport/servicer.py`; the session and lease as the
+clients see them, in `sessionlog.session_info`.
 
 A repeated field is read as a slice (`msg.source_event_seqs[:]`, a list): protobuf's upb
 containers have no iterator of their own, so a loop over one ends on an IndexError whose
@@ -12,13 +13,13 @@ appended event).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import APPEND, Event, NewEvent, Replace, SurfaceOp
-from sessionlog.v1 import event_pb2, session_pb2
+from sessionlog.v1 import event_pb2
 
 JsonObject = dict[str, Any]
 
@@ -133,76 +134,4 @@ def event_from_pb(msg: event_pb2.Event) -> Event:
         ignorable=msg.ignorable,
         surface_op=surface_op_from_pb(msg),
         source_event_seqs=tuple(msg.source_event_seqs[:]),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseInfo:
-    """A writer lease as the client sees it; `token` is set only on a lease this client holds."""
-
-    session_id: str
-    writer_id: str
-    epoch: int
-    expire_time: int
-    token: str = field(default="", repr=False)
-    """The lease token the grant returned: the holder's only credential (kept out of repr)."""
-
-    def to_json(self) -> JsonObject:
-        out: JsonObject = {
-            "sessionId": self.session_id,
-            "writerId": self.writer_id,
-            "epoch": self.epoch,
-            "expireTime": self.expire_time,
-        }
-        if self.token:
-            out["leaseToken"] = self.token
-        return out
-
-
-def lease_from_pb(msg: session_pb2.Lease, token: str = "") -> LeaseInfo:
-    """A Lease message as a LeaseInfo; `token` is the grant's lease token when this client holds it."""
-    return LeaseInfo(msg.session_id, msg.writer_id, msg.epoch, msg.expire_time_unix_ms, token)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
-    """A session as the client sees it."""
-
-    id: str
-    create_time: int
-    cwd: str | None
-    metadata: JsonObject
-    parent_session_id: str | None
-    fork_seq: int | None
-    next_seq: int
-    open_turn: bool
-    lease: LeaseInfo | None
-
-    def to_json(self) -> JsonObject:
-        out: JsonObject = {
-            "id": self.id,
-            "createTime": self.create_time,
-            "cwd": self.cwd,
-            "metadata": self.metadata,
-            "nextSeq": self.next_seq,
-            "openTurn": self.open_turn,
-        }
-        if self.parent_session_id is not None:
-            out["parent"] = {"sessionId": self.parent_session_id, "forkSeq": self.fork_seq}
-        if self.lease is not None:
-            out["lease"] = self.lease.to_json()
-        return out
-
-
-def session_from_pb(msg: session_pb2.Session) -> SessionInfo:
-    return SessionInfo(
-        id=msg.id,
-        create_time=msg.create_time_unix_ms,
-        cwd=msg.cwd or None,
-        metadata=data_from_bytes(msg.metadata_json, what="metadata"),
-        parent_session_id=msg.parent.session_id if msg.HasField("parent") else None,
-        fork_seq=msg.parent.fork_seq if msg.HasField("parent") else None,
-        next_seq=msg.next_seq,
-        open_turn=msg.open_turn,
-        lease=lease_from_pb(msg.lease) if msg.HasField("lease") else None,
     )

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from sessionlog import convert
+from sessionlog import convert, session_info
 from sessionlog.connecting import CHANNEL_CONNECT_OPTIONS
 from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import SessionLogError, Unavailable, ValidationError
@@ -83,7 +83,7 @@ class HeaderReport:
 class ResumeInfo:
     """The state a resumed writer continues from (SPEC §8)."""
 
-    lease: convert.LeaseInfo
+    lease: session_info.LeaseInfo
     next_seq: int
     latest_header: dict[str, Any] | None
     latest_header_seq: int | None
@@ -110,7 +110,7 @@ class ResumeInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class ForkInfo(convert.SessionInfo):
+class ForkInfo(session_info.SessionInfo):
     """A fork as ForkSession answers it: the new session, every field of a SessionInfo (so a
     caller reads `.id`, `.next_seq` or `to_json()` as of any session), and the seqs of the
     `forked` repair events the service wrote after the child's end-seed when the cut fell inside
@@ -122,19 +122,19 @@ class ForkInfo(convert.SessionInfo):
     """Empty when the cut fell between turns: nothing was repaired."""
 
     @property
-    def session(self) -> convert.SessionInfo:
+    def session(self) -> session_info.SessionInfo:
         """The session alone, as `get_session` answers it (a ForkInfo carries more, so it is
         never equal to a SessionInfo)."""
-        return convert.SessionInfo(**_session_fields(self))
+        return session_info.SessionInfo(**_session_fields(self))
 
     def to_json(self) -> dict[str, Any]:
         # Named, not super(): a slotted dataclass is a new class, which zero-argument super() misses.
-        return {**convert.SessionInfo.to_json(self), "repairSeqs": self.repair_seqs}
+        return {**session_info.SessionInfo.to_json(self), "repairSeqs": self.repair_seqs}
 
 
-def _session_fields(session: convert.SessionInfo) -> dict[str, Any]:
+def _session_fields(session: session_info.SessionInfo) -> dict[str, Any]:
     """The SessionInfo fields of `session` (not `asdict`, which would turn its lease into a dict)."""
-    return {f.name: getattr(session, f.name) for f in fields(convert.SessionInfo)}
+    return {f.name: getattr(session, f.name) for f in fields(session_info.SessionInfo)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +189,7 @@ def create_request(session_id: str | None, cwd: str | None, metadata: dict[str, 
 
 
 def append_request(
-    session_id: str, lease: convert.LeaseInfo, events: Sequence[NewEvent], expected_next_seq: int | None
+    session_id: str, lease: session_info.LeaseInfo, events: Sequence[NewEvent], expected_next_seq: int | None
 ) -> pb.AppendEventsRequest:
     request = pb.AppendEventsRequest(
         session_id=session_id, lease_token=lease.token, events=[convert.new_event_to_pb(e) for e in events]
@@ -246,16 +246,16 @@ def acquire_request(session_id: str, writer_id: str | None, takeover: bool, leas
     )
 
 
-def acquire_from_pb(msg: pb.AcquireLeaseResponse) -> convert.LeaseInfo:
+def acquire_from_pb(msg: pb.AcquireLeaseResponse) -> session_info.LeaseInfo:
     """The granted lease, holding the token only this response carries."""
-    return convert.lease_from_pb(msg.lease, msg.lease_token)
+    return session_info.lease_from_pb(msg.lease, msg.lease_token)
 
 
-def renew_request(lease: convert.LeaseInfo) -> pb.RenewLeaseRequest:
+def renew_request(lease: session_info.LeaseInfo) -> pb.RenewLeaseRequest:
     return pb.RenewLeaseRequest(session_id=lease.session_id, lease_token=lease.token)
 
 
-def release_request(lease: convert.LeaseInfo) -> pb.ReleaseLeaseRequest:
+def release_request(lease: session_info.LeaseInfo) -> pb.ReleaseLeaseRequest:
     return pb.ReleaseLeaseRequest(session_id=lease.session_id, lease_token=lease.token)
 
 
@@ -369,7 +369,9 @@ def header_report_from_pb(msg: pb.ReportRequestHeaderResponse) -> HeaderReport:
     )
 
 
-def header_request(session_id: str, lease: convert.LeaseInfo, header: dict[str, Any]) -> pb.ReportRequestHeaderRequest:
+def header_request(
+    session_id: str, lease: session_info.LeaseInfo, header: dict[str, Any]
+) -> pb.ReportRequestHeaderRequest:
     return pb.ReportRequestHeaderRequest(
         session_id=session_id, lease_token=lease.token, header_json=jsonvalue.dumps_bytes(header)
     )
@@ -388,7 +390,7 @@ def scope(session_id: str, at_seq: int | None, with_repair: bool) -> pb.Projecti
 
 def resume_from_pb(msg: pb.ResumeSessionResponse) -> ResumeInfo:
     return ResumeInfo(
-        lease=convert.lease_from_pb(msg.lease, msg.lease_token),
+        lease=session_info.lease_from_pb(msg.lease, msg.lease_token),
         next_seq=msg.next_seq,
         latest_header=convert.data_from_bytes(msg.latest_header_json, what="header")
         if msg.latest_header_json
@@ -402,7 +404,7 @@ def resume_from_pb(msg: pb.ResumeSessionResponse) -> ResumeInfo:
 
 
 def fork_from_pb(msg: pb.ForkSessionResponse) -> ForkInfo:
-    return ForkInfo(**_session_fields(convert.session_from_pb(msg.session)), repair_seqs=msg.repair_seqs[:])
+    return ForkInfo(**_session_fields(session_info.session_from_pb(msg.session)), repair_seqs=msg.repair_seqs[:])
 
 
 def request_view_from_pb(msg: pb.GetRequestResponse) -> dict[str, Any]:

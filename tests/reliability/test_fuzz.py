@@ -44,7 +44,6 @@ from hypothesis import strategies as st
 from structlog.processors import JSONRenderer
 
 from sessionlog.client import SessionLogClient
-from sessionlog.convert import LeaseInfo
 from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import NewEvent
 from sessionlog.core.fold import SessionFold
@@ -56,6 +55,7 @@ from sessionlog.core.formats.pi.metrics import pi_metrics
 from sessionlog.core.formats.pi.tree import PiTree
 from sessionlog.core.messages import empty_system_head
 from sessionlog.core.vocabulary import KNOWN_TYPES
+from sessionlog.session_info import LeaseInfo
 from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.events import (

@@ -10,9 +10,9 @@ import pytest
 
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
-from sessionlog.convert import SessionInfo
 from sessionlog.core.errors import NotFound, OwnershipLost, ValidationError, WriterHeld
 from sessionlog.requests import ForkInfo
+from sessionlog.session_info import SessionInfo
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog_server.service.lifecycle import FORK_SCAN_PAGE, FORK_SCAN_PAGES, repair_session
 from tests.support.events import (

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
-from sessionlog import convert
+from sessionlog import session_info
 from sessionlog.client import SessionLogClient
 from sessionlog.errors import from_rpc_error
 from sessionlog.requests import append_request, with_event_ids
@@ -31,7 +31,7 @@ from tests.transport.test_sqlite_writer_turn import turn_held_elsewhere
 WAIT_MS = 400
 
 
-def _send(client: SessionLogClient, sid: str, lease: convert.LeaseInfo, event: dict[str, Any]) -> Any:
+def _send(client: SessionLogClient, sid: str, lease: session_info.LeaseInfo, event: dict[str, Any]) -> Any:
     """AppendEvents sent without waiting: a future of its response (the client's own retries
     left out, so each call here is one try)."""
     request = append_request(sid, lease, with_event_ids([event]), None)

@@ -26,7 +26,7 @@ from sessionlog.core.projections.stats import figure_label
 
 if TYPE_CHECKING:  # imported where a client is made (`common.connect`)
     from sessionlog.client import SessionLogClient
-    from sessionlog.convert import SessionInfo
+    from sessionlog.session_info import SessionInfo
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

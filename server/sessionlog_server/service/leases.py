@@ -20,7 +20,7 @@ import hmac
 import secrets
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
@@ -154,24 +154,14 @@ class LeaseManager:
                 await asyncio.sleep(min(REPAIR_POLL_S, left))
                 continue
             with contextlib.suppress(TimeoutError):  # this instance's repair says when it ends
-                await asyncio.wait_for(done.wait(), left)
+                async with asyncio.timeout(left):  # not wait_for: Python 3.11's can swallow a cancel
+                    await done.wait()
 
-    @contextlib.asynccontextmanager
-    async def repair_lease(self, session_id: str) -> AsyncIterator[Grant]:
-        """The service's own lease for repairing a session, held for the block and given back
-        after it; a caller asking for the lease meanwhile waits for that (`grant_for_caller`)."""
-        done = asyncio.Event()
-        owner = self._repairs.setdefault(session_id, done) is done
-        try:
-            grant = await self.grant(session_id, f"{REPAIR_WRITER}-{uuid.uuid4().hex[:8]}", takeover=False)
-            try:
-                yield grant
-            finally:
-                await self.release(grant.holder)
-        finally:
-            if owner:
-                del self._repairs[session_id]
-                done.set()
+    def repair_lease(self, session_id: str) -> RepairLease:
+        """The service's own lease for repairing a session, held for an `async with` block and
+        given back after it; a caller asking for the lease meanwhile waits for that
+        (`grant_for_caller`)."""
+        return RepairLease(self, session_id)
 
     async def prove_for_caller(self, session_id: str, lease_token: str, action: str) -> LeaseHolder:
         """The lease `lease_token` holds on the caller's session, or OWNERSHIP_LOST.
@@ -369,3 +359,39 @@ class LeaseManager:
     def _forget(self, holder: LeaseHolder) -> None:
         if self._known.get(holder.session_id) == holder:
             del self._known[holder.session_id]
+
+
+class RepairLease:
+    """`LeaseManager.repair_lease`: the grant on entering the block, its release on leaving it,
+    and, for a caller's grant that meets the repair's lease, an event set once it is given
+    back. A class, not an `asynccontextmanager`: mypyc compiles no async generator (setup.py)."""
+
+    def __init__(self, leases: LeaseManager, session_id: str) -> None:
+        self._leases = leases
+        self._session_id = session_id
+        self._done = asyncio.Event()
+        self._grant: Grant | None = None
+
+    async def __aenter__(self) -> Grant:
+        repairs = self._leases._repairs
+        repairs.setdefault(self._session_id, self._done)
+        try:
+            writer_id = f"{REPAIR_WRITER}-{uuid.uuid4().hex[:8]}"
+            self._grant = await self._leases.grant(self._session_id, writer_id, takeover=False)
+        except BaseException:
+            self._end()
+            raise
+        return self._grant
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            if self._grant is not None:
+                await self._leases.release(self._grant.holder)
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        """Tell the callers waiting on this repair (if it was the session's first) it ended."""
+        if self._leases._repairs.get(self._session_id) is self._done:
+            del self._leases._repairs[self._session_id]
+            self._done.set()

@@ -4,8 +4,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 # The session page's chart library, built from the pinned npm lock file (see web/).
 VIEW_ASSETS := client/sessionlog/view/vendor/uPlot.iife.min.js
+# The compiled build (setup.py, scripts/build_compiled.sh): its own venv, never in place.
+COMPILED_VENV ?= .venv-compiled
 
-.PHONY: all serve test lint typecheck pytest tstest proto bench clean
+.PHONY: all serve test lint typecheck pytest tstest compiled test-compiled proto bench clean
 
 # `make` alone: the venv and the session page's chart library (what `sessionlog view` needs).
 all: $(STAMP) $(VIEW_ASSETS)
@@ -21,6 +23,7 @@ $(VIEW_ASSETS): web/package-lock.json scripts/build_view_assets.sh
 	bash scripts/build_view_assets.sh
 
 serve: $(STAMP) $(VIEW_ASSETS)  ## Run the service on the embedded SQLite default (var/sessionlog.db, 127.0.0.1:50051)
+	bash scripts/check_pure_tree.sh
 	$(VENV)/bin/sessionlog serve
 
 test: lint typecheck pytest tstest  ## Lint, type-check and run the whole suite (Python and TypeScript) on SQLite and PostgreSQL
@@ -37,6 +40,7 @@ typecheck: $(STAMP)
 PYTEST_WORKERS ?= 3
 
 pytest: $(STAMP) $(VIEW_ASSETS)
+	bash scripts/check_pure_tree.sh
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_chromium.sh
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
@@ -46,13 +50,21 @@ tstest: $(STAMP)  ## The TypeScript client: npm ci, generate and build from prot
 	cd client/typescript && npm ci --no-audit --no-fund && npm run build \
 		&& SESSIONLOG_PYTHON=$(abspath $(PY)) npm test
 
-bench: $(STAMP)  ## sessionlog and its peers on SQLite and PostgreSQL (see bench/README.md)
+compiled: $(STAMP) $(VIEW_ASSETS)  ## The compiled build (mypyc) in $(COMPILED_VENV): what the image ships and the bench measures
+	bash scripts/build_compiled.sh $(COMPILED_VENV)
+
+test-compiled: compiled  ## The Python suite on the compiled build (CI runs it after `make test`)
+	bash scripts/ensure_postgres.sh
+	bash scripts/ensure_chromium.sh
+	SESSIONLOG_TEST_BUILD=compiled $(COMPILED_VENV)/bin/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+bench: $(STAMP) compiled  ## sessionlog (its compiled build) and its peers on SQLite and PostgreSQL (see bench/README.md)
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[bench]"
 	bash scripts/ensure_postgres.sh
-	$(PY) -m bench $(BENCH_ARGS)
+	SESSIONLOG_BENCH_SERVER_PYTHON=$(abspath $(COMPILED_VENV))/bin/python $(PY) -m bench $(BENCH_ARGS)
 
 proto: $(STAMP)  ## Regenerate client/sessionlog/v1 from proto/
 	$(PY) scripts/gen_proto.py
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache client/typescript/node_modules client/typescript/build
+	rm -rf $(VENV) $(COMPILED_VENV) build var .pytest_cache .mypy_cache .ruff_cache client/typescript/node_modules client/typescript/build

@@ -124,6 +124,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
     )
     (built,) = out.glob("sessionlog-*.whl")
+    # The default build is pure Python (setup.py compiles only with SESSIONLOG_MYPYC=1), so the
+    # client installs on any platform.
+    assert built.name.endswith("-py3-none-any.whl"), built.name
     return built
 
 

@@ -30,6 +30,21 @@ PG_ADMIN_URL = os.environ.get(
 )
 """Where the bench creates (and drops) its own PostgreSQL databases, named `sessionlog_bench*`."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SERVER_PYTHON = os.environ.get("SESSIONLOG_BENCH_SERVER_PYTHON") or sys.executable
+"""The interpreter the servers under test run on: `make bench` points it at the compiled
+build's venv (scripts/build_compiled.sh), the build the service's images ship; else the
+bench's own (the source tree, interpreted)."""
+_BUILD_PROBE = """
+import pathlib, sessionlog, sessionlog_server
+print(sum(len(list(pathlib.Path(m.__file__).parent.rglob("*.so"))) for m in (sessionlog, sessionlog_server)))
+"""
+
+
+def server_build() -> str:
+    """Which build the servers under test run: mypyc-compiled (how many modules) or interpreted."""
+    out = subprocess.run([SERVER_PYTHON, "-c", _BUILD_PROBE], capture_output=True, text=True, check=True, cwd=ROOT)
+    compiled = int(out.stdout.strip() or 0)
+    return f"mypyc-compiled ({compiled} modules), {SERVER_PYTHON}" if compiled else f"interpreted, {SERVER_PYTHON}"
 
 
 def free_port() -> int:
@@ -74,7 +89,7 @@ class Server:
 
     def start(self, timeout: float = 60.0) -> Server:
         """Start and wait until the port answers (bounded by `timeout`)."""
-        cmd = [*self.wrapper, sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", self.target]
+        cmd = [*self.wrapper, SERVER_PYTHON, "-m", "sessionlog", "serve", "--db", self.db, "--listen", self.target]
         with self._stderr_path.open("ab" if self.log_path else "wb") as err:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=err)
         try:

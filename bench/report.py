@@ -91,6 +91,8 @@ def render(report: dict[str, Any]) -> str:
     lines.append(f"durability: SQLite {meta['durability']['sqlite']}; PostgreSQL {meta['durability']['postgresql']}")
     if "server_event_loop" in meta:  # reports written before the setting existed ran on asyncio's
         lines.append(f"server event loop: {meta['server_event_loop']} (SESSIONLOG_EVENT_LOOP)")
+    if "server_build" in meta:  # reports written before the compiled build ran the source tree
+        lines.append(f"server build: {meta['server_build']} (SESSIONLOG_BENCH_SERVER_PYTHON)")
     load = meta.get("loadavg_at_start"), meta.get("loadavg_at_end")
     lines.append(f"load average (1/5/15 min) at start {load[0]}, at end {load[1]} (2 cores; other work shares them)")
     lines.append("")

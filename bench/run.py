@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import delivery, figures, long_sessions, peers, profiling, slow_writers, transport_floor
-from bench.procs import ROOT, Server, create_pg_database, drop_pg_database, pg_available, scratch_database
+from bench.procs import ROOT, Server, create_pg_database, drop_pg_database, pg_available, scratch_database, server_build
 from bench.report import render, targets
 from bench.workload import as_new_events, mean_data_bytes, session_events
 from sessionlog.core.events import NewEvent
@@ -403,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             "uncommitted_server_client_changes": _dirty(),
             "machine": _machine(),
             "server_event_loop": _server_event_loop(),
+            "server_build": server_build(),
             "durability": {
                 "sqlite": "WAL, synchronous=FULL (sessionlog default; peers set or verified the same)",
                 "postgresql": "synchronous_commit=on, fsync=on (server defaults)",

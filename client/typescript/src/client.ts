@@ -10,9 +10,9 @@
  * ```
  *
  * Idempotent calls (reads; appends, whose events always carry eventIds; creates and forks,
- * which always name their new session) are retried on UNAVAILABLE with backoff; the others
- * (acquire, resume, header reports) are not, because a retry after an unknown outcome could
- * act twice. Every failure is thrown as a typed `SessionLogError` (errors.ts).
+ * which always name their new session; renewals) are retried on UNAVAILABLE with backoff; the
+ * others (acquire, resume, header reports, releases) are not, because a retry after an unknown
+ * outcome could act twice, or find what the first did and fail for it. Every failure is thrown as a typed `SessionLogError` (errors.ts).
  */
 import { create } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
@@ -267,10 +267,15 @@ export class SessionLogClient {
     return leaseFromPb(response.lease, lease.token);
   }
 
-  /** Give a lease up so another writer can take it at once. */
+  /**
+   * Give a lease up so another writer can take it at once. Not retried, as in the Python
+   * clients: a release done whose answer was lost, sent again, finds its lease gone and fails
+   * with OWNERSHIP_LOST, as if it had been taken over; it fails as Unavailable (outcome
+   * unknown) instead, and a lease not given back lapses.
+   */
   async releaseLease(lease: Lease): Promise<void> {
     const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "" };
-    await this.unary((callOptions) => this.rpc.releaseLease(request, callOptions), true);
+    await this.unary((callOptions) => this.rpc.releaseLease(request, callOptions), false);
   }
 
   /** Report the request header about to be used; the service decides whether to log it. */

@@ -12,6 +12,7 @@ import {
   OutOfRange,
   OwnershipLost,
   SessionLogClient,
+  Unavailable,
   ValidationError,
   WriterHeld,
 } from "../src/index.js";
@@ -300,6 +301,30 @@ for (const backend of BACKENDS) {
       }
       const forks = await collect(client.listSessions({ parentSessionId: id }));
       assert.equal(forks.length, 2, forks.map((f) => f.id).join(","));
+    });
+
+    test("a release whose answer was lost is not sent again: Unavailable (outcome unknown), not OwnershipLost", async () => {
+      const id = sessionId();
+      await client.createSession(id);
+      const proxy = await answerLosingProxy(env.server.target, "ReleaseLease");
+      const lossy = new SessionLogClient({ target: proxy.target });
+      try {
+        const unary = await lossy.leaseWriter(id);
+        await unary.append([note(1)]);
+        // Sent again, the release finds the lease it gave back gone: OWNERSHIP_LOST, as if the
+        // lease had been taken over, where the Python clients say the outcome is unknown.
+        await assert.rejects(unary.close(), (e: unknown) => {
+          assert.ok(e instanceof Unavailable, String(e));
+          assert.equal(e.reason, "TRANSPORT_ERROR");
+          assert.match(e.message, /lost the answer/);
+          return true;
+        });
+      } finally {
+        lossy.close();
+        await proxy.close();
+      }
+      assert.equal((await client.getSession(id)).lease, undefined, "the release was done, once");
+      await (await client.leaseWriter(id)).close(); // the lease is free: no takeover needed
     });
 
     test("a lease writer heartbeats, and a takeover is OwnershipLost, never a quiet re-acquire", async () => {

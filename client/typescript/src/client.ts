@@ -223,8 +223,9 @@ export class SessionLogClient {
 
   // --- writing ---------------------------------------------------------------------------
 
-  /** Open a streaming writer (it holds the lease until closed). */
-  writer(sessionId: string, options: WriterOptions = {}): Promise<Writer> {
+  /** Open a streaming writer (it holds the lease until closed); ClientClosed once the client is. */
+  async writer(sessionId: string, options: WriterOptions = {}): Promise<Writer> {
+    this.checkOpen();
     return Writer.open(this.rpc, sessionId, options, this.closing.signal);
   }
 
@@ -411,9 +412,11 @@ export class SessionLogClient {
   /**
    * Replay from `fromSeq`, one CaughtUp marker, then live events until the signal aborts or
    * the loop breaks. After a cut (the service restarting, a slow subscriber cut off) it
-   * resubscribes from the seq after the last event it delivered.
+   * resubscribes from the seq after the last event it delivered. ClientClosed (thrown) once the
+   * client is closed, as by the Python clients.
    */
   subscribe(sessionId: string, options: SubscribeOptions = {}): Subscription {
+    this.checkOpen(); // a closed client's subscription would end at once, quietly, as if cancelled
     return new Subscription(this.rpc, sessionId, options, this.closing.signal);
   }
 }

@@ -138,6 +138,10 @@ for (const backend of BACKENDS) {
         ["stats", () => closing.stats(id)],
         ["acquireLease", () => closing.acquireLease(id, { takeover: true })],
         ["leaseWriter", () => closing.leaseWriter(id, { takeover: true })],
+        ["writer", () => closing.writer(id, { takeover: true })],
+        // Not an empty subscription that ends quietly, as if cancelled: the caller would take
+        // the session for one without events.
+        ["subscribe", async () => closing.subscribe(id)[Symbol.asyncIterator]().next()],
       ];
       for (const [what, call] of calls) {
         await assert.rejects(settles(call(), what), (e: unknown) => {

@@ -288,10 +288,14 @@ export class SessionLogClient {
 
   // --- lifecycle -------------------------------------------------------------------------
 
-  /** Resume a session for unary appends: lease, repair of an open turn, seed boundary. */
-  async resume(sessionId: string, options: { writerId?: string; takeover?: boolean } = {}): Promise<ResumeInfo> {
+  /**
+   * Resume a session for unary appends: lease, repair of an open turn, seed boundary.
+   * `leaseToken`: the token of a live lease this caller still holds (takes it again at a new
+   * epoch, as `acquireLease`'s does; without it, that lease is WRITER_HELD until it lapses).
+   */
+  async resume(sessionId: string, options: { writerId?: string; takeover?: boolean; leaseToken?: string } = {}): Promise<ResumeInfo> {
     checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
-    const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false };
+    const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false, leaseToken: options.leaseToken ?? "" };
     return resumeFromPb(await this.unary((callOptions) => this.rpc.resumeSession(request, callOptions), false));
   }
 

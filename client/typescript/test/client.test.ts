@@ -109,6 +109,20 @@ for (const backend of BACKENDS) {
       assert.deepEqual(events.map((e) => e.data.n), Array.from({ length: 50 }, (_, i) => i));
     });
 
+    test("resume under a lease already held: leaseToken takes it again, as acquireLease's does", async () => {
+      // A resume whose answer was lost left its lease held; the Python clients' resume(lease_token=)
+      // takes it again (docs/leases.md), where this client's took no token: WRITER_HELD until it lapsed.
+      const id = sessionId("resume-kept");
+      await client.createSession(id);
+      const kept = await client.acquireLease(id);
+      await assert.rejects(client.resume(id), (e: unknown) => e instanceof WriterHeld);
+      const resumed = await client.resume(id, { leaseToken: kept.token });
+      assert.equal(resumed.lease.token, kept.token);
+      assert.equal(resumed.lease.epoch, kept.epoch + 1, "taken again, at the next epoch");
+      await client.append(resumed.lease, [note(0)]);
+      await client.releaseLease(resumed.lease);
+    });
+
     test("a writer opens under a lease already held: leaseToken takes it again", async () => {
       // Without the token the writer found the session held by that very lease (WRITER_HELD).
       const id = sessionId("kept");

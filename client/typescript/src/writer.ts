@@ -120,6 +120,13 @@ function checkMaxInFlight(value: number | undefined): void {
 
 const DEFAULT_RECONNECT: RetryPolicy = { attempts: 120, initialDelayMs: 50, maxDelayMs: 500 };
 
+/**
+ * How long `close()` waits for the service to end the stream once it was asked to (everything
+ * acknowledged by then): a busy or hung service does not hold the close up, the stream is
+ * dropped and the lease lapses (the asyncio writer's CLOSE_WITHIN_S).
+ */
+export const CLOSE_WITHIN_MS = 5_000;
+
 export class Writer {
   readonly sessionId: string;
   /** The lease the stream holds (renewed by the service while the stream is open). */
@@ -234,9 +241,11 @@ export class Writer {
     } finally {
       this.closing = true;
       this.endStream();
+      const giveUp = setTimeout(() => this.abort?.abort(), CLOSE_WITHIN_MS);
       try {
         await this.settled();
       } finally {
+        clearTimeout(giveUp);
         this.detach();
         this.closeCalls -= 1;
         this.updateHold();

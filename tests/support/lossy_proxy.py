@@ -1,6 +1,7 @@
 """A gRPC proxy on loopback that loses answers: the call reaches the real server and is done
 there, and its caller gets UNAVAILABLE instead of the answer (a connection that broke on the
-way back). It forwards unary calls only, as bytes, so every message is the server's own.
+way back). It forwards unary calls only, as bytes, so every message is the server's own, and
+so is every error the server answers with (its code, message and details).
 
 usage: python -m tests.support.lossy_proxy UPSTREAM METHOD [LOSSES]
 prints `listening HOST:PORT`, then serves until stdin closes (the TypeScript client's tests).
@@ -34,7 +35,13 @@ class AnswerLosingProxy:
         method = path.rsplit("/", 1)[-1]
         self.calls[method] += 1
         call = self._upstream.unary_unary(path, request_serializer=None, response_deserializer=None)
-        answer: bytes = call(request, metadata=context.invocation_metadata(), timeout=30)
+        try:
+            answer: bytes = call(request, metadata=context.invocation_metadata(), timeout=30)
+        except grpc.RpcError as exc:
+            # The server's own error, as it sent it (its ErrorInfo travels in the trailers), not
+            # the proxy's "Exception calling application" (UNKNOWN).
+            context.set_trailing_metadata(exc.trailing_metadata())
+            context.abort(exc.code(), exc.details())
         if method == self.method and self.calls[method] <= self.losses:
             context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy lost the answer")
         return answer

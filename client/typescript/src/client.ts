@@ -10,9 +10,9 @@
  * ```
  *
  * Idempotent calls (reads; appends, whose events always carry eventIds; creates and forks,
- * which always name their new session) are retried on UNAVAILABLE with backoff; the others
- * (acquire, resume, header reports) are not, because a retry after an unknown outcome could
- * act twice. Every failure is thrown as a typed `SessionLogError` (errors.ts).
+ * which always name their new session; renewals) are retried on UNAVAILABLE with backoff; the
+ * others (acquire, resume, header reports, releases) are not, because a retry after an unknown
+ * outcome could act twice, or find what the first did and fail for it. Every failure is thrown as a typed `SessionLogError` (errors.ts).
  */
 import { create } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
@@ -223,9 +223,10 @@ export class SessionLogClient {
 
   // --- writing ---------------------------------------------------------------------------
 
-  /** Open a streaming writer (it holds the lease until closed). */
-  writer(sessionId: string, options: WriterOptions = {}): Promise<Writer> {
-    return Writer.open(this.rpc, sessionId, options, this.closing.signal);
+  /** Open a streaming writer (it holds the lease until closed); ClientClosed once the client is. */
+  async writer(sessionId: string, options: WriterOptions = {}): Promise<Writer> {
+    this.checkOpen();
+    return Writer.open(this.rpc, sessionId, options, this.closing.signal, this.sessions);
   }
 
   /**
@@ -267,10 +268,15 @@ export class SessionLogClient {
     return leaseFromPb(response.lease, lease.token);
   }
 
-  /** Give a lease up so another writer can take it at once. */
+  /**
+   * Give a lease up so another writer can take it at once. Not retried, as in the Python
+   * clients: a release done whose answer was lost, sent again, finds its lease gone and fails
+   * with OWNERSHIP_LOST, as if it had been taken over; it fails as Unavailable (outcome
+   * unknown) instead, and a lease not given back lapses.
+   */
   async releaseLease(lease: Lease): Promise<void> {
     const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "" };
-    await this.unary((callOptions) => this.rpc.releaseLease(request, callOptions), true);
+    await this.unary((callOptions) => this.rpc.releaseLease(request, callOptions), false);
   }
 
   /** Report the request header about to be used; the service decides whether to log it. */
@@ -282,10 +288,14 @@ export class SessionLogClient {
 
   // --- lifecycle -------------------------------------------------------------------------
 
-  /** Resume a session for unary appends: lease, repair of an open turn, seed boundary. */
-  async resume(sessionId: string, options: { writerId?: string; takeover?: boolean } = {}): Promise<ResumeInfo> {
+  /**
+   * Resume a session for unary appends: lease, repair of an open turn, seed boundary.
+   * `leaseToken`: the token of a live lease this caller still holds (takes it again at a new
+   * epoch, as `acquireLease`'s does; without it, that lease is WRITER_HELD until it lapses).
+   */
+  async resume(sessionId: string, options: { writerId?: string; takeover?: boolean; leaseToken?: string } = {}): Promise<ResumeInfo> {
     checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
-    const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false };
+    const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false, leaseToken: options.leaseToken ?? "" };
     return resumeFromPb(await this.unary((callOptions) => this.rpc.resumeSession(request, callOptions), false));
   }
 
@@ -406,9 +416,11 @@ export class SessionLogClient {
   /**
    * Replay from `fromSeq`, one CaughtUp marker, then live events until the signal aborts or
    * the loop breaks. After a cut (the service restarting, a slow subscriber cut off) it
-   * resubscribes from the seq after the last event it delivered.
+   * resubscribes from the seq after the last event it delivered. ClientClosed (thrown) once the
+   * client is closed, as by the Python clients.
    */
   subscribe(sessionId: string, options: SubscribeOptions = {}): Subscription {
+    this.checkOpen(); // a closed client's subscription would end at once, quietly, as if cancelled
     return new Subscription(this.rpc, sessionId, options, this.closing.signal);
   }
 }

@@ -6,7 +6,7 @@
  * are lossless JSON (json.ts); types.ts has the envelope, the vocabulary and every projection.
  */
 export { DEFAULT_TARGET, SessionLogClient, type ClientOptions, type HeldLease } from "./client.js";
-export { Writer, withEventIds, type WriterOptions } from "./writer.js";
+export { CLOSE_WITHIN_MS, Writer, withEventIds, type WriterOptions } from "./writer.js";
 export { LeaseWriter, type LeaseWriterOptions } from "./lease-writer.js";
 export { Subscription, isResumableCut, type SubscribeOptions } from "./subscription.js";
 export { HistoryCopy } from "./history.js";

@@ -21,6 +21,7 @@ import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionl
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
 import type { JsonObject } from "./json.js";
 import { backoff, type RetryPolicy, sleep } from "./retry.js";
+import type { WriterHold } from "./sessions.js";
 import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo, SeqArgument } from "./types.js";
 
 export interface WriterOptions {
@@ -119,6 +120,13 @@ function checkMaxInFlight(value: number | undefined): void {
 
 const DEFAULT_RECONNECT: RetryPolicy = { attempts: 120, initialDelayMs: 50, maxDelayMs: 500 };
 
+/**
+ * How long `close()` waits for the service to end the stream once it was asked to (everything
+ * acknowledged by then): a busy or hung service does not hold the close up, the stream is
+ * dropped and the lease lapses (the asyncio writer's CLOSE_WITHIN_S).
+ */
+export const CLOSE_WITHIN_MS = 5_000;
+
 export class Writer {
   readonly sessionId: string;
   /** The lease the stream holds (renewed by the service while the stream is open). */
@@ -146,30 +154,42 @@ export class Writer {
   /** The client's closing signal, listened to while the writer lives. */
   private readonly clientClosed: AbortSignal | undefined;
   private readonly onClientClosed = (): void => this.endNow(writerClosed("the client was closed, and its writers with it"));
+  /** Told whether this writer has work the caller may wait for, which holds the process alive. */
+  private readonly hold: WriterHold | undefined;
+  private opening = true;
+  private closeCalls = 0;
+  private held = false;
 
-  private constructor(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions, clientClosed?: AbortSignal) {
+  private constructor(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions, clientClosed?: AbortSignal, hold?: WriterHold) {
     this.rpc = rpc;
     this.sessionId = sessionId;
     this.writerId = options.writerId ?? "";
     this.options = { createIfMissing: false, maxInFlight: 256, reconnect: DEFAULT_RECONNECT, ...options };
     this.clientClosed = clientClosed;
+    this.hold = hold;
   }
 
   /**
    * Open the stream and take the lease (use `SessionLogClient.writer`). The writer ends when
-   * `clientClosed` aborts: its pending and later calls fail with WriterClosed.
+   * `clientClosed` aborts: its pending and later calls fail with WriterClosed. `hold` is told
+   * while the writer has work (opening, batches unacknowledged, closing): an idle writer's
+   * stream keeps no process alive, so one dropped without `close()` lets the process exit.
    */
-  static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}, clientClosed?: AbortSignal): Promise<Writer> {
+  static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}, clientClosed?: AbortSignal, hold?: WriterHold): Promise<Writer> {
     if (clientClosed?.aborted) throw writerClosed("the client is closed");
     checkMaxInFlight(options.maxInFlight);
     checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
-    const writer = new Writer(rpc, sessionId, options, clientClosed);
+    const writer = new Writer(rpc, sessionId, options, clientClosed, hold);
     clientClosed?.addEventListener("abort", writer.onClientClosed, { once: true });
+    writer.updateHold();
     try {
       await writer.connect(options.takeover ?? false, options.resume ?? false);
     } catch (error) {
       writer.detach();
       throw clientClosed?.aborted ? writerClosed("the client was closed while the writer opened") : error;
+    } finally {
+      writer.opening = false;
+      writer.updateHold();
     }
     return writer;
   }
@@ -214,13 +234,22 @@ export class Writer {
 
   /** Flush, end the stream and give the lease back. */
   async close(): Promise<void> {
+    this.closeCalls += 1;
+    this.updateHold();
     try {
       if (this.failure === null) await this.flush();
     } finally {
       this.closing = true;
       this.endStream();
-      await this.settled();
-      this.detach();
+      const giveUp = setTimeout(() => this.abort?.abort(), CLOSE_WITHIN_MS);
+      try {
+        await this.settled();
+      } finally {
+        clearTimeout(giveUp);
+        this.detach();
+        this.closeCalls -= 1;
+        this.updateHold();
+      }
     }
   }
 
@@ -274,6 +303,7 @@ export class Writer {
     const pending: Pending = { id, request: build(id), promise, settle, reject };
     if (this.inFlight.length < this.options.maxInFlight) this.send(pending);
     else this.backlog.push(pending);
+    this.updateHold();
     return promise;
   }
 
@@ -291,6 +321,7 @@ export class Writer {
     else this.nextSeq = nextSeqAfterHeader(this.nextSeq, ack.result);
     pending!.settle(ack);
     while (this.backlog.length > 0 && this.inFlight.length < this.options.maxInFlight) this.send(this.backlog.shift()!);
+    this.updateHold();
   }
 
   /**
@@ -317,7 +348,20 @@ export class Writer {
     if (this.failure === null) this.failure = error;
     this.ended.abort();
     this.detach();
-    return [...this.inFlight.splice(0), ...this.backlog.splice(0)];
+    const pending = [...this.inFlight.splice(0), ...this.backlog.splice(0)];
+    this.updateHold();
+    return pending;
+  }
+
+  /**
+   * Tell `hold` when the writer starts or stops having work the caller may wait for: opening,
+   * batches unacknowledged (reconnecting included), closing. Idle, its stream holds no process.
+   */
+  private updateHold(): void {
+    const busy = this.opening || this.closeCalls > 0 || !this.idle();
+    if (busy === this.held) return;
+    this.held = busy;
+    this.hold?.writerBusy(busy);
   }
 
   /** What a call fails with once the writer has ended: an error naming what ended it. */

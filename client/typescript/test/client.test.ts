@@ -12,6 +12,7 @@ import {
   OutOfRange,
   OwnershipLost,
   SessionLogClient,
+  Unavailable,
   ValidationError,
   WriterHeld,
 } from "../src/index.js";
@@ -106,6 +107,20 @@ for (const backend of BACKENDS) {
       assert.deepEqual(acks.map((a) => a.seqs[0]), Array.from({ length: 50 }, (_, i) => i));
       const events = await collect(client.readEvents(id, { pageSize: 7 }));
       assert.deepEqual(events.map((e) => e.data.n), Array.from({ length: 50 }, (_, i) => i));
+    });
+
+    test("resume under a lease already held: leaseToken takes it again, as acquireLease's does", async () => {
+      // A resume whose answer was lost left its lease held; the Python clients' resume(lease_token=)
+      // takes it again (docs/leases.md), where this client's took no token: WRITER_HELD until it lapsed.
+      const id = sessionId("resume-kept");
+      await client.createSession(id);
+      const kept = await client.acquireLease(id);
+      await assert.rejects(client.resume(id), (e: unknown) => e instanceof WriterHeld);
+      const resumed = await client.resume(id, { leaseToken: kept.token });
+      assert.equal(resumed.lease.token, kept.token);
+      assert.equal(resumed.lease.epoch, kept.epoch + 1, "taken again, at the next epoch");
+      await client.append(resumed.lease, [note(0)]);
+      await client.releaseLease(resumed.lease);
     });
 
     test("a writer opens under a lease already held: leaseToken takes it again", async () => {
@@ -300,6 +315,30 @@ for (const backend of BACKENDS) {
       }
       const forks = await collect(client.listSessions({ parentSessionId: id }));
       assert.equal(forks.length, 2, forks.map((f) => f.id).join(","));
+    });
+
+    test("a release whose answer was lost is not sent again: Unavailable (outcome unknown), not OwnershipLost", async () => {
+      const id = sessionId();
+      await client.createSession(id);
+      const proxy = await answerLosingProxy(env.server.target, "ReleaseLease");
+      const lossy = new SessionLogClient({ target: proxy.target });
+      try {
+        const unary = await lossy.leaseWriter(id);
+        await unary.append([note(1)]);
+        // Sent again, the release finds the lease it gave back gone: OWNERSHIP_LOST, as if the
+        // lease had been taken over, where the Python clients say the outcome is unknown.
+        await assert.rejects(unary.close(), (e: unknown) => {
+          assert.ok(e instanceof Unavailable, String(e));
+          assert.equal(e.reason, "TRANSPORT_ERROR");
+          assert.match(e.message, /lost the answer/);
+          return true;
+        });
+      } finally {
+        lossy.close();
+        await proxy.close();
+      }
+      assert.equal((await client.getSession(id)).lease, undefined, "the release was done, once");
+      await (await client.leaseWriter(id)).close(); // the lease is free: no takeover needed
     });
 
     test("a lease writer heartbeats, and a takeover is OwnershipLost, never a quiet re-acquire", async () => {

@@ -8,7 +8,9 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { BACKENDS, startServer } from "./support.js";
+import { CLOSE_WITHIN_MS } from "../src/index.js";
+import { note } from "./events.js";
+import { BACKENDS, sessionId, startServer } from "./support.js";
 
 const CLOSE_AFTER_HANG = fileURLToPath(new URL("./fixtures/close-after-hang.js", import.meta.url));
 
@@ -20,6 +22,21 @@ describe(`a hung service, on ${BACKENDS[0]}`, () => {
   after(async () => {
     env.server.unpause();
     await env.close();
+  });
+
+  test("a writer's close waits at most CLOSE_WITHIN_MS for a hung service to end its stream, as the asyncio writer's", async () => {
+    const writer = await env.client.writer(sessionId("hung-close"), { createIfMissing: true });
+    await writer.append([note(0)]);
+    env.server.pause();
+    try {
+      const started = performance.now();
+      await writer.close(); // flushed: only the stream's end is waited for
+      const took = performance.now() - started;
+      // Without a bound it waited for the keepalive to give the connection up (15 s).
+      assert.ok(took < CLOSE_WITHIN_MS + 2000, `close took ${Math.round(took)} ms`);
+    } finally {
+      env.server.unpause();
+    }
   });
 
   test("closing the client after the keepalive gave up a hung connection does not crash the process", async () => {

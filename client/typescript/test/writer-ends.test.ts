@@ -12,6 +12,7 @@ import { note, turnEnd, turnStart } from "./events.js";
 import { BACKENDS, sessionId, startServer } from "./support.js";
 
 const CLOSE_WITH_WRITER = fileURLToPath(new URL("./fixtures/close-with-writer.js", import.meta.url));
+const DROP_WRITER = fileURLToPath(new URL("./fixtures/drop-writer.js", import.meta.url));
 
 /** Whether `error` is the WriterClosed of a writer ended on purpose: not retryable. */
 function closedOnPurpose(error: unknown): boolean {
@@ -138,6 +139,10 @@ for (const backend of BACKENDS) {
         ["stats", () => closing.stats(id)],
         ["acquireLease", () => closing.acquireLease(id, { takeover: true })],
         ["leaseWriter", () => closing.leaseWriter(id, { takeover: true })],
+        ["writer", () => closing.writer(id, { takeover: true })],
+        // Not an empty subscription that ends quietly, as if cancelled: the caller would take
+        // the session for one without events.
+        ["subscribe", async () => closing.subscribe(id)[Symbol.asyncIterator]().next()],
       ];
       for (const [what, call] of calls) {
         await assert.rejects(settles(call(), what), (e: unknown) => {
@@ -163,6 +168,24 @@ for (const backend of BACKENDS) {
       } finally {
         child.kill("SIGKILL"); // no-op once it exited
       }
+    });
+
+    test("a process that drops its writer unclosed waits for its pending append, then exits", async () => {
+      const id = sessionId("dropped");
+      const child = spawn(process.execPath, [DROP_WRITER, env.server.target, id], { stdio: ["ignore", "pipe", "inherit"] });
+      let out = "";
+      child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+      const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+      try {
+        const code = await settles(exited, "the process's exit", 20_000);
+        assert.equal(code, 0);
+        assert.deepEqual(out.trim().split("\n"), ["dropped", "acknowledged"]);
+      } finally {
+        child.kill("SIGKILL"); // no-op once it exited
+      }
+      const notes = [];
+      for await (const event of env.client.readEvents(id)) notes.push(event.data.n);
+      assert.deepEqual(notes, [0, 1]);
     });
 
     test("cancel fails pending and later calls with WriterClosed, which is not retryable", async () => {

@@ -2,8 +2,8 @@
 
 Under `make test-compiled` (SESSIONLOG_TEST_BUILD=compiled) every module setup.py lists must
 be a compiled extension in the installed package; under `make test` (the source tree, an
-editable install) none is; a module not listed (the servicer) is interpreted in both. And the guard `make serve` and `make
-test` run refuses a source tree holding a compiled module.
+editable install) none is; a module not listed (the servicer) is interpreted in both. And the
+guard `make serve` and `make test` run refuses a source tree holding a compiled module.
 """
 
 from __future__ import annotations

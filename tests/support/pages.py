@@ -4,10 +4,11 @@ index, and the rows a replace took off marked with the first replace that named 
 
 from __future__ import annotations
 
+import gc
 import json
 import re
-import weakref
 from collections.abc import Iterable, Iterator
+from dataclasses import fields
 from typing import Any
 
 from sessionlog.core.events import Event
@@ -45,16 +46,24 @@ def page_data(html: str) -> dict[str, Any]:
     return data
 
 
-class Tracked(Event):
-    """An event a weak reference can watch (the log's own events have no slot for one)."""
-
-    __slots__ = ("__weakref__",)
+Watch = tuple[int, int]
+"""A watched copy of an event: its address and its seq."""
 
 
-def watched(events: Iterable[Event], refs: list[weakref.ref[Event]]) -> Iterator[Event]:
-    """The events as copies whose weak references go into `refs` as they are read: how many of
-    them are alive later is how many the reader still holds."""
+def watched(events: Iterable[Event], watches: list[Watch]) -> Iterator[Event]:
+    """The events as copies, each noted in `watches` as it is read: how many of them are alive
+    later (`alive`) is how many the reader still holds. Noted by address and seq, not by weak
+    reference: an event has no slot for one, and in the compiled build (mypyc) no subclass of
+    it can add one."""
     for event in events:
-        copy = Tracked(**{name: getattr(event, name) for name in Event.__slots__})
-        refs.append(weakref.ref(copy))
+        copy = Event(**{field.name: getattr(event, field.name) for field in fields(Event)})
+        watches.append((id(copy), copy.seq))
         yield copy
+
+
+def alive(watches: list[Watch]) -> int:
+    """How many watched copies are still alive: an event at the same address with the same seq
+    (an address freed and reused holds another event, of another seq)."""
+    gc.collect()
+    live = {(id(obj), obj.seq) for obj in gc.get_objects() if type(obj) is Event}
+    return sum(1 for watch in watches if watch in live)

@@ -4,12 +4,10 @@ same bearer tokens and namespaces as the gRPC API; `/metrics` stays open."""
 from __future__ import annotations
 
 import base64
-import gc
 import json
 import ssl
 import urllib.error
 import urllib.request
-import weakref
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -171,15 +169,14 @@ def test_a_long_sessions_page_is_read_and_sent_in_parts(
             alice.append(sid, lease, [note(n) for n in range(start, start + 500)])
     monkeypatch.setattr(page, "PART_EVENTS", 100, raising=False)
     monkeypatch.setattr(admin_http, "PAGE_CACHE_BYTES", 100_000)
-    refs: list[weakref.ref[Event]] = []
+    watches: list[pages.Watch] = []
     held: list[int] = []
     read_events = secured.service.read_events
 
     async def counted(*args: Any) -> AsyncIterator[list[Event]]:
         async for events in read_events(*args):
-            gc.collect()
-            held.append(sum(1 for ref in refs if ref() is not None))
-            yield list(pages.watched(events, refs))
+            held.append(pages.alive(watches))
+            yield list(pages.watched(events, watches))
 
     monkeypatch.setattr(secured.service, "read_events", counted)
     with capture_logs() as logs:

@@ -3,8 +3,6 @@ shows at once, and a render holds a bounded number of the log's events whatever 
 
 from __future__ import annotations
 
-import gc
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +16,7 @@ from sessionlog.core.projections.timeline import timeline
 from sessionlog.core.projections.transcript import transcript
 from sessionlog.core.request_diff import header_change
 from sessionlog.view import page, windows
-from tests.support.pages import page_data, watched
+from tests.support.pages import Watch, alive, page_data, watched
 from tests.support.scripted import committed
 
 SESSION = page.SessionRef("s1", "s0", 3, (("s1-a", 10), ("s1-b", None)))
@@ -93,11 +91,10 @@ def test_a_render_holds_a_bounded_part_of_the_log(monkeypatch: pytest.MonkeyPatc
     (about 1.2 GB in the server) where its parts can be written out as they come."""
     monkeypatch.setattr(page, "PART_EVENTS", 100)
     events = headers_and_compactions(120)
-    refs: list[weakref.ref[Event]] = []
+    watches: list[Watch] = []
     held = []
-    for _ in page.render_parts(watched(events, refs), SESSION):
-        gc.collect()
-        held.append(sum(1 for ref in refs if ref() is not None))
+    for _ in page.render_parts(watched(events, watches), SESSION):
+        held.append(alive(watches))
     assert len(events) > 2000 and len(held) > 20
     # The part's last event is still the loop's; a replace may wait for the next request's
     # cache-drop diff; nothing else stays.

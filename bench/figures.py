@@ -166,10 +166,20 @@ async def _stream(
     return _StreamRun(acked, start, end, cpu, latencies, stalled)
 
 
+def _portable(events: Sequence[NewEvent]) -> list[dict[str, Any]]:
+    """Events as their JSON envelopes, to hand to a client process: the compiled build's events
+    do not pickle (mypyc's frozen dataclasses refuse the unpickler's setattr)."""
+    return [event.to_json() for event in events]
+
+
+def _from_portable(envelopes: list[dict[str, Any]]) -> list[NewEvent]:
+    return [NewEvent.from_json(envelope) for envelope in envelopes]
+
+
 def _stream_worker(
     target: str,
     sids: list[str],
-    events: list[NewEvent],
+    envelopes: list[dict[str, Any]],
     window: int,
     max_seconds: float,
     start_at: float,
@@ -177,6 +187,7 @@ def _stream_worker(
     per_channel: int,
 ) -> _StreamRun:
     """Entry point of a client worker process."""
+    events = _from_portable(envelopes)
     return asyncio.run(_stream(target, sids, events, window, max_seconds, start_at, batch, per_channel))
 
 
@@ -221,7 +232,7 @@ def streaming(
             pending = [
                 pool.apply_async(
                     _stream_worker,
-                    (server.target, part, events, window, max_seconds, start_at, batch, per_channel),
+                    (server.target, part, _portable(events), window, max_seconds, start_at, batch, per_channel),
                 )
                 for part in parts
                 if part
@@ -338,10 +349,10 @@ async def _fixed_rate(
 
 
 def _fixed_rate_main(
-    target: str, sessions: int, events: list[NewEvent], rate: float, seconds: float, per_channel: int
+    target: str, sessions: int, envelopes: list[dict[str, Any]], rate: float, seconds: float, per_channel: int
 ) -> dict[str, Any]:
     """Entry point of the fixed-rate client's process."""
-    return asyncio.run(_fixed_rate(target, sessions, events, rate, seconds, per_channel))
+    return asyncio.run(_fixed_rate(target, sessions, _from_portable(envelopes), rate, seconds, per_channel))
 
 
 def fixed_rate(
@@ -363,7 +374,7 @@ def fixed_rate(
     pids = server.pids()
     cpu_s, waited_s, began = server.cpu_seconds(pids), server.waiting_seconds(pids), time.monotonic()
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        result = pool.apply(_fixed_rate_main, (server.target, sessions, events, rate, seconds, per_channel))
+        result = pool.apply(_fixed_rate_main, (server.target, sessions, _portable(events), rate, seconds, per_channel))
     # Both per second of the client's whole run (its start and set-up included), the window
     # both counters cover. The wait is how long the server's threads had no core while
     # runnable: the cores taken by the client, by other work and by the server's own threads,

@@ -159,6 +159,11 @@ def render(report: dict[str, Any]) -> str:
         )
         for row in profile["self"][:12]:
             lines.append(f"  {row['pct']:5.1f}%  {row['function']}")
+        if str(meta.get("server_build", "")).startswith("mypyc"):
+            lines.append(
+                "  (compiled modules run as native code, which py-spy counts in the interpreted frame"
+                " that called them, as WriterStream.batch and decode_events)"
+            )
     return "\n".join(lines)
 
 

@@ -35,6 +35,20 @@ async function settles<T>(promise: Promise<T>, what: string, ms = 30_000): Promi
   }
 }
 
+/** Runs a fixture script in a Node process of its own: its exit code and what it printed, or a
+ * failure if it has not exited within 20 s (the process is killed either way). */
+async function runFixture(script: string, args: string[]): Promise<{ code: number | null; out: string }> {
+  const child = spawn(process.execPath, [script, ...args], { stdio: ["ignore", "pipe", "inherit"] });
+  let out = "";
+  child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  try {
+    return { code: await settles(exited, "the process's exit", 20_000), out: out.trim() };
+  } finally {
+    child.kill("SIGKILL"); // no-op once it exited
+  }
+}
+
 for (const backend of BACKENDS) {
   describe(`writer ends on ${backend}`, () => {
     let env: Awaited<ReturnType<typeof startServer>>;
@@ -157,32 +171,16 @@ for (const backend of BACKENDS) {
     });
 
     test("a process whose client was closed exits though its writer had an append pending", async () => {
-      const child = spawn(process.execPath, [CLOSE_WITH_WRITER, env.server.target, sessionId("exits")], { stdio: ["ignore", "pipe", "inherit"] });
-      let out = "";
-      child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
-      const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-      try {
-        const code = await settles(exited, "the process's exit", 20_000);
-        assert.equal(code, 0);
-        assert.equal(out.trim(), "WriterClosed");
-      } finally {
-        child.kill("SIGKILL"); // no-op once it exited
-      }
+      const { code, out } = await runFixture(CLOSE_WITH_WRITER, [env.server.target, sessionId("exits")]);
+      assert.equal(code, 0);
+      assert.equal(out, "WriterClosed");
     });
 
     test("a process that drops its writer unclosed waits for its pending append, then exits", async () => {
       const id = sessionId("dropped");
-      const child = spawn(process.execPath, [DROP_WRITER, env.server.target, id], { stdio: ["ignore", "pipe", "inherit"] });
-      let out = "";
-      child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
-      const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-      try {
-        const code = await settles(exited, "the process's exit", 20_000);
-        assert.equal(code, 0);
-        assert.deepEqual(out.trim().split("\n"), ["dropped", "acknowledged"]);
-      } finally {
-        child.kill("SIGKILL"); // no-op once it exited
-      }
+      const { code, out } = await runFixture(DROP_WRITER, [env.server.target, id]);
+      assert.equal(code, 0);
+      assert.deepEqual(out.split("\n"), ["dropped", "acknowledged"]);
       const notes = [];
       for await (const event of env.client.readEvents(id)) notes.push(event.data.n);
       assert.deepEqual(notes, [0, 1]);

@@ -8,12 +8,9 @@ compiles cannot be subclassed by an interpreted one, and the clients' `ForkInfo`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from sessionlog.convert import data_from_bytes
+from sessionlog.convert import JsonObject, data_from_bytes
 from sessionlog.v1 import session_pb2
-
-JsonObject = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,18 +50,18 @@ tstest: $(STAMP)  ## The TypeScript client: npm ci, generate and build from prot
 	cd client/typescript && npm ci --no-audit --no-fund && npm run build \
 		&& SESSIONLOG_PYTHON=$(abspath $(PY)) npm test
 
-compiled: $(STAMP) $(VIEW_ASSETS)  ## The compiled build (mypyc) in $(COMPILED_VENV): what the image ships and the bench measures
+compiled: $(STAMP) $(VIEW_ASSETS)  ## The compiled build (mypyc, experimental: not shipped) in $(COMPILED_VENV)
 	bash scripts/build_compiled.sh $(COMPILED_VENV)
 
-test-compiled: compiled  ## The Python suite on the compiled build (CI runs it after `make test`)
+test-compiled: compiled  ## The Python suite on the compiled build (not in CI: see docs/architecture/compiled-build.md)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_chromium.sh
 	SESSIONLOG_TEST_BUILD=compiled $(COMPILED_VENV)/bin/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
-bench: $(STAMP) compiled  ## sessionlog (its compiled build) and its peers on SQLite and PostgreSQL (see bench/README.md)
+bench: $(STAMP)  ## sessionlog and its peers on SQLite and PostgreSQL (see bench/README.md; the compiled build: SESSIONLOG_BENCH_SERVER_PYTHON)
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[bench]"
 	bash scripts/ensure_postgres.sh
-	SESSIONLOG_BENCH_SERVER_PYTHON=$(abspath $(COMPILED_VENV))/bin/python $(PY) -m bench $(BENCH_ARGS)
+	$(PY) -m bench $(BENCH_ARGS)
 
 proto: $(STAMP)  ## Regenerate client/sessionlog/v1 from proto/
 	$(PY) scripts/gen_proto.py

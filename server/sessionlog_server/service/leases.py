@@ -28,7 +28,7 @@ import structlog
 from sessionlog.core import validate
 from sessionlog.core.errors import OwnershipLost, SessionLogError, WriterHeld
 from sessionlog.core.limits import Limits
-from sessionlog_server.service import access
+from sessionlog_server.service import access, recent
 from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.live import LiveSession, LiveSessions
@@ -351,10 +351,7 @@ class LeaseManager:
         self.live.set_writer(live, record.writer_id)
 
     def _remember(self, holder: LeaseHolder) -> None:
-        self._known[holder.session_id] = holder
-        self._known.move_to_end(holder.session_id)
-        while len(self._known) > max(self.known_capacity, 1):
-            self._known.popitem(last=False)
+        recent.remember(self._known, holder.session_id, holder, self.known_capacity)
 
     def _forget(self, holder: LeaseHolder) -> None:
         if self._known.get(holder.session_id) == holder:

@@ -18,7 +18,7 @@ from typing import TypeVar
 from sessionlog.core.errors import NotFound, OutOfRange
 from sessionlog.core.events import Event
 from sessionlog.core.limits import Limits
-from sessionlog_server.service import access
+from sessionlog_server.service import access, recent
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import SessionRecord, StoredSnapshot
 
@@ -80,12 +80,6 @@ class EventReader:
         """How many sessions' origins are remembered now (at most `origins_capacity`)."""
         return len(self._origins)
 
-    def _remember_origin(self, session_id: str, origin: Origin) -> None:
-        self._origins[session_id] = origin
-        self._origins.move_to_end(session_id)
-        if len(self._origins) > self.origins_capacity:
-            self._origins.popitem(last=False)
-
     async def run(self, fn: Callable[..., T], *args: object) -> T:
         """Run a blocking storage call on a reader thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -93,7 +87,7 @@ class EventReader:
     async def session(self, session_id: str) -> SessionRecord:
         """The session row (NotFound if absent)."""
         record = await self.run(self.recorder.get_session, session_id)
-        self._remember_origin(session_id, (record.parent_id, record.fork_seq))
+        recent.remember(self._origins, session_id, (record.parent_id, record.fork_seq), self.origins_capacity)
         return record
 
     async def caller_session(self, session_id: str, limits: Limits) -> SessionRecord:

@@ -51,7 +51,7 @@ tstest: $(STAMP)  ## The TypeScript client: npm ci, generate and build from prot
 		&& SESSIONLOG_PYTHON=$(abspath $(PY)) npm test
 
 compiled: $(STAMP) $(VIEW_ASSETS)  ## The compiled build (mypyc, experimental: not shipped) in $(COMPILED_VENV)
-	bash scripts/build_compiled.sh $(COMPILED_VENV)
+	BUILD_PYTHON=$(PY) bash scripts/build_compiled.sh $(COMPILED_VENV)
 
 test-compiled: compiled  ## The Python suite on the compiled build (not in CI: see docs/architecture/compiled-build.md)
 	bash scripts/ensure_postgres.sh

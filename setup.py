@@ -1,12 +1,13 @@
 """Build hook: with SESSIONLOG_MYPYC=1, compile the append path's modules with mypyc.
 
-The default wheel and sdist stay pure Python, so the client installs everywhere. The
-experimental compiled build (`scripts/build_compiled.sh`; not shipped yet): mypyc turns
-these typed modules into C extensions, which cuts the server's instructions per streamed event
-by about a quarter (bench/PROFILE.md, rounds 28-29). The list is the append path's modules that
-mypyc compiles and whose tests pass compiled; what stays interpreted and why is in
-docs/architecture/compiled-build.md. Never build this in place (`pip install -e`): a `.so` beside a `.py`
-shadows every later edit of it, so `make serve` and `make test` refuse a tree holding one.
+The default wheel and sdist stay pure Python, so the client installs everywhere. With
+SESSIONLOG_MYPYC=1 this builds the experimental compiled build (`scripts/build_compiled.sh`;
+not shipped yet): mypyc turns these typed modules into C extensions, which cuts the server's
+instructions per streamed event by about a quarter (bench/PROFILE.md, rounds 28-29). The list
+is the append path's modules that mypyc compiles and whose tests pass compiled; what stays
+interpreted and why is in docs/architecture/compiled-build.md. Never build this in place
+(`pip install -e`): a `.so` beside a `.py` shadows every later edit of it, so `make serve` and
+`make test` refuse a tree holding one.
 """
 
 from __future__ import annotations

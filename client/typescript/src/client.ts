@@ -12,7 +12,8 @@
  * Idempotent calls (reads; appends, whose events always carry eventIds; creates and forks,
  * which always name their new session; renewals) are retried on UNAVAILABLE with backoff; the
  * others (acquire, resume, header reports, releases) are not, because a retry after an unknown
- * outcome could act twice, or find what the first did and fail for it. Every failure is thrown as a typed `SessionLogError` (errors.ts).
+ * outcome could act twice, or find what the first did and fail for it. Every failure is thrown
+ * as a typed `SessionLogError` (errors.ts).
  */
 import { create } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";

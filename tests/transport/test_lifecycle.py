@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from sessionlog.requests import ForkInfo
 from sessionlog.session_info import SessionInfo
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog_server.service.lifecycle import FORK_SCAN_PAGE, FORK_SCAN_PAGES, repair_session
+from sessionlog_server.storage.migrate import upgrade
 from tests.support.events import (
     assistant,
     note,
@@ -255,6 +258,39 @@ def test_start_up_repairs_abandoned_turns(fresh_db: str, sid: str) -> None:
                 "turn/end",
             ]
     finally:
+        second.stop()
+
+
+def test_a_start_up_repair_that_failed_is_retried_by_the_sweep(tmp_path: Path, sid: str) -> None:
+    """A session released mid-turn before the crash is repaired only by a start-up pass (the
+    expiry sweep leaves released sessions to their writers): when that pass fails on a database
+    error, the sweep must do it again rather than leave the turn open until the next restart."""
+    path = tmp_path / "busy.db"
+    url = f"sqlite:///{path}"
+    upgrade(url)
+    first = ServerThread(url, repair_on_start=False)
+    try:
+        with SessionLogClient(first.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            client.append(sid, lease, open_turn_log())
+            client.release_lease(lease)
+    finally:
+        first.stop()
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock: repairs fail busy
+    second = ServerThread(url, migrate=False, lease_ttl_ms=300, sqlite_busy_timeout_ms=100)
+    try:
+        with SessionLogClient(second.target) as client:
+            # the start-up pass met the lock and gave up
+            eventually(lambda: second.service._startup_repair.done(), bool, timeout=10)
+            assert client.get_session(sid).open_turn
+            blocker.execute("ROLLBACK")
+            eventually(lambda: client.get_session(sid).open_turn, lambda open_turn: not open_turn, timeout=10)
+            ends = [e for e in client.read_events(sid) if e.type == "turn/end"]
+            assert [e.data["reason"]["kind"] for e in ends] == ["interrupted"]
+    finally:
+        blocker.close()
         second.stop()
 
 

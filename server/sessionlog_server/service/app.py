@@ -116,6 +116,9 @@ class SessionLogService:
         self._keeper: asyncio.Task[None] | None = None
         self._repairer: asyncio.Task[None] | None = None
         self._startup_repair: asyncio.Task[None] | None = None
+        self._full_repair_due = settings.repair_on_start
+        """A start-up repair pass (every session with an open turn and no live writer) is still
+        owed: set until one completes without a failure."""
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -138,11 +141,15 @@ class SessionLogService:
         from sessionlog_server.service.lifecycle import repair_abandoned
 
         try:
-            repaired = await repair_abandoned(self, expired_only=False)
+            done = await repair_abandoned(self, expired_only=False)
         except SessionLogError as exc:
-            log.warning("start-up repair failed; the expiry sweep retries", error=str(exc))
+            log.warning("start-up repair failed; the repair sweep retries it", error=str(exc))
             return
-        log.info("start-up repair done", sessions=len(repaired))
+        if done.failed:
+            log.warning("start-up repair incomplete; the repair sweep retries it", failed=done.failed)
+            return
+        self._full_repair_due = False
+        log.info("start-up repair done", sessions=len(done.repaired))
 
     def end_streams(self) -> None:
         """Shutdown begins: every open writer stream acknowledges what it has and ends with
@@ -197,16 +204,26 @@ class SessionLogService:
     # --- background tasks ---------------------------------------------------------------
 
     async def _repair_expired(self) -> None:
-        """Complete the open turn of sessions whose writer's lease lapsed (SPEC §8)."""
+        """Complete the open turn of sessions whose writer's lease lapsed (SPEC §8); while the
+        start-up repair has not completed every session it found (a database error), each pass
+        is a start-up pass, so a session released mid-turn before the crash is not left open
+        until the next restart."""
         from sessionlog_server.service.lifecycle import repair_abandoned
 
         interval = max(self.settings.lease_ttl_ms / 2000, 0.1)
         while True:
             await asyncio.sleep(interval)
+            if self._startup_repair is not None and not self._startup_repair.done():
+                continue  # the start-up pass is still at work
+            full = self._full_repair_due
             try:
-                await repair_abandoned(self, expired_only=True)
+                done = await repair_abandoned(self, expired_only=not full)
             except SessionLogError as exc:
                 log.warning("repair sweep failed", error=str(exc))
+                continue
+            if full and not done.failed:
+                self._full_repair_due = False
+                log.info("start-up repair done by the sweep", sessions=len(done.repaired))
 
     # --- unary writes -------------------------------------------------------------------
 

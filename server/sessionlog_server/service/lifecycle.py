@@ -102,7 +102,17 @@ async def resume(
     )
 
 
-async def repair_abandoned(service: SessionLogService, *, expired_only: bool, concurrency: int = 8) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class RepairPass:
+    """What one pass of `repair_abandoned` did."""
+
+    repaired: list[str]
+    """The sessions whose open turn it completed."""
+    failed: int
+    """Sessions it could not repair (a database error): a later pass must try them again."""
+
+
+async def repair_abandoned(service: SessionLogService, *, expired_only: bool, concurrency: int = 8) -> RepairPass:
     """Complete the open turn of every session without a live writer (an indexed query).
 
     At start-up every such session is repaired; afterwards (`expired_only`) only sessions whose
@@ -115,6 +125,7 @@ async def repair_abandoned(service: SessionLogService, *, expired_only: bool, co
     candidates = await service.reader.run(service.recorder.sessions_to_repair, now)
     gate = asyncio.Semaphore(concurrency)
     trigger = "lease-expired" if expired_only else "start-up"
+    failed: list[str] = []
 
     async def repair_one(record: SessionRecord) -> str | None:
         if expired_only and record.writer_id is None:
@@ -126,10 +137,11 @@ async def repair_abandoned(service: SessionLogService, *, expired_only: bool, co
                 return None  # a writer (or another instance) got there first
             except SessionLogError as exc:
                 log.warning("repair failed", **access.session_log_fields(record.id, exc))
+                failed.append(record.id)
                 return None
 
     done = await asyncio.gather(*(repair_one(record) for record in candidates))
-    return [sid for sid in done if sid is not None]
+    return RepairPass(repaired=[sid for sid in done if sid is not None], failed=len(failed))
 
 
 async def repair_session(service: SessionLogService, session_id: str, trigger: str = "sweep") -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy.engine import make_url
 
 from sessionlog.client import SessionLogClient
@@ -85,8 +86,10 @@ def test_a_commit_the_database_does_not_answer_is_logged_while_it_waits(pg_datab
     """A database that stops answering on a connection already open (a hung host, a stalled
     link) holds the writer thread in its statement until it answers. The appends wait (their
     clients' deadlines end the unary calls) and nothing was logged, however long it lasted: the
-    operator saw a service quietly answering nothing. The wait is logged while it lasts, and its
-    end once the database answers; the append waiting meanwhile is then acknowledged."""
+    operator saw a service quietly answering nothing, and its health check said SERVING. The
+    wait is logged while it lasts, and its end once the database answers; meanwhile the health
+    check says NOT_SERVING (a load balancer sends new writers elsewhere), then SERVING again;
+    the append waiting meanwhile is then acknowledged."""
     with _proxied(pg_database) as proxy:
         server = ServerProcess(_through(proxy, pg_database)).start()
         sid = f"stall-{uuid.uuid4().hex[:10]}"
@@ -98,13 +101,21 @@ def test_a_commit_the_database_does_not_answer_is_logged_while_it_waits(pg_datab
                 waiting = writer.append([note(1, eventId=f"{sid}-1")])
                 eventually(lambda: _logged(server, "database write waiting"), bool)
                 assert not waiting.done()
+                eventually(lambda: _health(client), lambda status: status == health_pb2.HealthCheckResponse.NOT_SERVING)
                 proxy.resume()
                 assert waiting.result(timeout=60).seqs == [1]
                 answered = eventually(lambda: _logged(server, "database write answered"), bool)
                 assert answered[0]["waited_s"] >= STALL_WARN_S, answered
+                eventually(lambda: _health(client), lambda status: status == health_pb2.HealthCheckResponse.SERVING)
                 writer.close()
         finally:
             server.kill()
+
+
+def _health(client: SessionLogClient) -> int:
+    """The service's overall health status, as a load balancer's check reads it."""
+    reply = health_pb2_grpc.HealthStub(client.channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    return int(reply.status)
 
 
 def _logged(server: ServerProcess, event: str) -> list[dict[str, Any]]:

@@ -212,6 +212,12 @@ class GroupCommitter:
 
     # --- back on the event loop -----------------------------------------------------------
 
+    @property
+    def stalled(self) -> bool:
+        """Whether a database write has gone unanswered for STALL_WARN_S (until it answers):
+        every append waits behind it meanwhile."""
+        return self._stalled_since is not None
+
     def _check_stall(self) -> None:
         """Log a write the database has not answered for STALL_WARN_S, once, and its end.
 

@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection
 from sessionlog.v1 import session_service_pb2
 from sessionlog_server.config import Settings
 from sessionlog_server.service.app import SessionLogService
+from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.otlp_live import LiveOtlpExport, start_live_export
 from sessionlog_server.storage.factory import open_recorder, shown_url
 from sessionlog_server.storage.migrate import prepare
@@ -70,21 +71,41 @@ STORAGE_WATCH_S = 1.0
 """How often the health service asks whether the storage is lost."""
 
 
-async def watch_storage(recorder: EventRecorder, health_servicer: health.aio.HealthServicer) -> None:
+async def watch_storage(
+    recorder: EventRecorder, committer: GroupCommitter, health_servicer: health.aio.HealthServicer
+) -> None:
     """Report NOT_SERVING (for the service and overall) once the recorder says its storage is
     lost for good (`EventRecorder.storage_lost`: a SQLite file deleted under the service):
     every write is refused until a restart, which a load balancer or an orchestrator reading
     the health service can then route around or do. A full disk or a lost connection is not
-    lost storage: writes fail and are retried, and the status stays SERVING."""
+    lost storage: writes fail and are retried, and the status stays SERVING.
+
+    While a database write goes unanswered (`GroupCommitter.stalled`: a hung host, a stalled
+    link), the status is NOT_SERVING too, and SERVING again once it answers: every append waits
+    behind that write, so a load balancer should send new writers elsewhere meanwhile."""
     loop = asyncio.get_running_loop()
+    serving = True
     while True:
         await asyncio.sleep(STORAGE_WATCH_S)
         problem = await loop.run_in_executor(None, recorder.storage_lost)  # a stat: off the loop
         if problem is not None:
             log.error("storage lost: health is NOT_SERVING", error=problem)
-            for name in (SERVICE_NAME, ""):
-                await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+            await _set_health(health_servicer, health_pb2.HealthCheckResponse.NOT_SERVING)
             return
+        if committer.stalled == serving:
+            serving = not serving
+            if serving:
+                log.info("database answers again: health is SERVING")
+            else:
+                log.warning("database write unanswered: health is NOT_SERVING until it answers")
+            status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+            await _set_health(health_servicer, status)
+
+
+async def _set_health(health_servicer: health.aio.HealthServicer, status: int) -> None:
+    """`status` for the service and overall (the health service ignores it once shutdown began)."""
+    for name in (SERVICE_NAME, ""):
+        await health_servicer.set(name, status)
 
 
 def check_exposure(settings: Settings, tokens: TokenStore) -> None:
@@ -164,9 +185,10 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
     # What start-up built (modules, descriptors, SQL metadata) lives as long as the process:
     # out of the collector's sight, a full collection has far fewer objects to walk (tail latency).
     gc.freeze()
-    await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    storage_watch = asyncio.get_running_loop().create_task(watch_storage(recorder, health_servicer), name="storage")
+    await _set_health(health_servicer, health_pb2.HealthCheckResponse.SERVING)
+    storage_watch = asyncio.get_running_loop().create_task(
+        watch_storage(recorder, service.committer, health_servicer), name="storage"
+    )
     admin: AdminHttp | None = None
     metrics: str | None = None
     if settings.metrics_listen:

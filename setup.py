@@ -54,10 +54,9 @@ COMPILED_MODULES = [
             "committer",
             "headers",
             "leases",
-            # Not "lifecycle": compiled, its repair sweep, cancelled while it awaited the
-            # reader (every stop cancels it), corrupted memory now and then under mypy 2.4.1
-            # (a segfault within 1-10 runs of tests/transport/test_lifecycle.py; none in 15
-            # without it). Resume, fork and repair are not per-event work.
+            # Not "lifecycle": compiled under mypy 2.4.1 it corrupted memory now and then (a
+            # segfault within 1-19 runs of tests/transport/test_lifecycle.py; none in 45 runs
+            # without it; docs/architecture/compiled-build.md). Not per-event work anyway.
             "limits",
             "live",
             "loop_series",

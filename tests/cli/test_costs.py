@@ -8,12 +8,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sessionlog.client import SessionLogClient
+from sessionlog.core.formats.pi.context import session_context
 from sessionlog.core.formats.pi.load import load_pi_file
+from sessionlog.core.formats.pi.tree import PiTree
 from sessionlog.core.projections.stats import usage_of
 from sessionlog.core.usage import total_cost, usage_cost
 from tests.cli.test_cli import run
 from tests.support.events import assistant, step_end, step_start, system, turn_end, turn_start, user
-from tests.support.fixtures import pi_generated_sessions
+from tests.support.fixtures import FORKED_PENDING_CALLS, fixture, pi_generated_sessions
 from tests.support.servers import ServerThread
 
 
@@ -191,3 +193,33 @@ def test_an_imported_pi_tree_costs_what_its_entries_cost(
     for leaf in family[1:]:  # each fork still folds to its whole branch, as Pi's replay of its leaf
         replayed = run(server, "replay", str(path), "--at", leaf.rsplit(".", 1)[1], "--json")
         assert json.loads(replayed.stdout)["costUsd"] == client.stats(leaf)["costUsd"]
+
+
+def test_a_pi_call_pending_where_leaves_part_is_billed_once(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """Leaves that part right after an assistant message whose tool call is pending there (its
+    results come on the branches): each fork cut before that message and imported it again, so
+    the family billed it once per fork (0.04152225 USD and 7 model calls for 0.02402925 USD and
+    5). Now each fork inherits the message, and its model still sees what Pi shows for its leaf:
+    the call, then the branch's own result, without the fork's error result for the call."""
+    path = fixture(FORKED_PENDING_CALLS)
+    imported = run(server, "import", str(path), "--id", sid)
+    assert imported.returncode == 0, imported.stderr
+    family = [entry["id"] for entry in json.loads(imported.stdout)["sessions"]]
+    assert family == [sid, f"{sid}.b7d8e9fa", f"{sid}.d9fa0b1c"]
+    assert client.get_session(family[2]).parent_session_id == family[1]
+
+    messages = [entry["message"] for entry in load_pi_file(path).entries if entry.get("type") == "message"]
+    usages = [message["usage"] for message in messages if isinstance(message.get("usage"), dict)]
+    total = _costs(server, "--family", sid)["total"]
+    assert total["modelCalls"] == sum(message["role"] == "assistant" for message in messages) == 5
+    assert total["costUsd"] == total_cost([usage_cost(usage) for usage in usages]) == 0.02402925
+    for key, field in (("inputTokens", "input"), ("outputTokens", "output"), ("cacheReadTokens", "cacheRead")):
+        assert total[key] == sum(usage[field] for usage in usages)
+    tree = PiTree(load_pi_file(path).entries)
+    for session in family:
+        leaf = session.rsplit(".", 1)[1] if session != sid else str(tree.default_leaf())
+        replayed = json.loads(run(server, "replay", str(path), "--at", leaf, "--json").stdout)
+        assert replayed["costUsd"] == client.stats(session)["costUsd"]
+        assert client.model_history(session) == session_context(tree, leaf)["messages"]  # Pi's context

@@ -32,7 +32,7 @@ from sessionlog.core.formats.sessionlog_file import parse_sessionlog_objects, se
 from sessionlog.core.messages import empty_system_head, is_copy, is_replace
 from sessionlog.core.projections.timeline import timeline
 from sessionlog.core.projections.transcript import transcript
-from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions, pi_leaf_cases
+from tests.support.fixtures import FORKED_PENDING_CALLS, RESUMED_SESSION, fixture, pi_generated_sessions, pi_leaf_cases
 from tests.support.fixtures import oracle as pi_oracle
 
 SESSIONS = pi_generated_sessions()
@@ -464,18 +464,57 @@ def test_unpaired_results_and_unstructured_tool_calls_fall_back_to_user_messages
     assert import_pi(pf).main.events == events
 
 
-def test_fork_at_a_pending_call_moves_the_cut_back_and_reimports_the_shared_entries() -> None:
+def test_fork_at_a_pending_call_inherits_the_call_and_takes_the_forks_error_off() -> None:
+    """A leaf that leaves the branch right after an assistant message whose call is pending there
+    inherits the message (billed once, in the main session), where the cut moved back before it
+    and the fork imported it again. The fork's error result for the call, which Pi's context does
+    not hold, is taken off the surface with the message, which comes back in its place."""
     # main: u1 a1(c1) r1 a2 ; other: u1 a1(c1) u9 (the user branched away before the result)
     pf = pi_file(user("u1", None), assistant("a1", "u1", "c1"), user("u9", "a1", "elsewhere"),
                  result("r1", "a1", "c1"), assistant("a2", "r1"))  # fmt: skip
     plan = check_every_leaf(pf)
     fork = plan.branches[1]
-    assert fork.leaf_id == "u9" and fork.first_own_entry == 1  # a1 is re-imported in the child
-    assert fork.fork_seq == [e.event_id for e in plan.main.events].index("pi:u1:1")
-    assert [e.type for e in fork.inherited] == ["session/end-seed", "turn/end"]
-    assert fork.inherited[1].data["reason"] == {"kind": "forked"}
+    assert fork.leaf_id == "u9" and fork.first_own_entry == 2  # a1 is inherited, not re-imported
+    main_ids = [e.event_id for e in plan.main.events]
+    assert fork.fork_seq == max(i for i, event_id in enumerate(main_ids) if event_id.startswith("pi:a1:"))
+    assert [e.type for e in fork.inherited] == ["session/end-seed", "tool/result", "step/end", "turn/end"]
+    assert fork.inherited[-1].data["reason"] == {"kind": "forked"}
+    error_seq = fork.fork_seq + 2
+    taken = fork.events[0]
+    assert (taken.type, taken.data["source"], taken.event_id) == (
+        "user/message",
+        {"kind": "pi-forked-call", "entryId": "a1"},
+        "pi:fork:a1:0",
+    )
+    assert taken.data["message"] == pf.entries[1]["message"]
+    assert taken.surface_op == Replace(fork.fork_seq, error_seq)
+    assert taken.source_event_seqs == (fork.fork_seq, error_seq)
     child = fold_of(fork_log(plan, "u9"))
     assert not [m for m in child.model_history() if m.get("isError")]  # no synthetic tool error for the model
+    carried = [e.data["pi"]["id"] for b in plan.branches for e in b.events if "pi" in e.data and e.type != "pi/session"]
+    assert sorted(carried) == ["a1", "a2", "r1", "u1", "u9"]  # every entry imported once
+
+
+def test_forks_cut_at_pending_calls_fold_to_pis_context_and_export_pis_lines() -> None:
+    """The built file (tests/fixtures/README.md): a leaf parts from the main branch right after
+    a1, whose call is pending there, and a third leaf parts from it right after a2, likewise. Each
+    fork inherits the message, takes the fork's error result off with it, folds to Pi's context for
+    its leaf and exports back to the file's lines for its branch."""
+    path = fixture(FORKED_PENDING_CALLS)
+    pf = load_pi_file(path)
+    plan = check_every_leaf(pf)
+    assert [(b.leaf_id, b.parent_leaf) for b in plan.branches[1:]] == [
+        ("b7d8e9fa", "fb0c2d3e"),
+        ("d9fa0b1c", "b7d8e9fa"),
+    ]
+    assert [b.events[0].data["source"]["entryId"] for b in plan.branches[1:]] == ["d3f4a5b6", "f5b6c7d8"]
+    raw = path.read_text("utf-8").split("\n")
+    by_id = {json.loads(line)["id"]: line + "\n" for line in raw[1:] if line}
+    for branch in plan.branches:
+        exported = export_pi(commit(plan.log(branch)))
+        assert list(exported.lines()) == [raw[0] + "\n"] + [by_id[i] for i in branch.path_ids]
+    carried = [e.data["pi"]["id"] for b in plan.branches for e in b.events if "pi" in e.data and e.type != "pi/session"]
+    assert sorted(carried) == sorted(by_id)  # every entry imported once
 
 
 def test_leaves_that_leave_the_main_branch_together_share_their_entries_once() -> None:
@@ -487,11 +526,13 @@ def test_leaves_that_leave_the_main_branch_together_share_their_entries_once() -
     first, second = plan.branches[1:]
     assert (first.leaf_id, first.parent_leaf, first.first_own_entry) == ("a6", "a2", 2)
     # The second leaf forks the first one, not the main branch: u5 and a5 stay the first fork's
-    # own. The cut moves back before a5, whose call is pending there, so a5 is re-imported.
-    assert (second.leaf_id, second.parent_leaf, second.first_own_entry) == ("a7", "a6", 3)
-    assert second.fork_seq == [e.event_id for e in plan.log(first)].index("pi:u5:1")
+    # own. The cut is right after a5, whose call is pending there: the fork inherits a5.
+    assert (second.leaf_id, second.parent_leaf, second.first_own_entry) == ("a7", "a6", 4)
+    first_ids = [e.event_id for e in plan.log(first)]
+    assert second.fork_seq == max(i for i, event_id in enumerate(first_ids) if (event_id or "").startswith("pi:a5:"))
+    assert second.events[0].data["source"] == {"kind": "pi-forked-call", "entryId": "a5"}
     carried = [e.data["pi"]["id"] for b in plan.branches for e in b.events if "pi" in e.data and e.type != "pi/session"]
-    assert sorted(carried) == sorted(["u1", "a1", "u2", "a2", "u5", "a5", "r5", "u6", "a6", "a5", "u7", "a7"])
+    assert sorted(carried) == sorted(["u1", "a1", "u2", "a2", "u5", "a5", "r5", "u6", "a6", "u7", "a7"])
 
 
 def timed(entry: dict[str, Any], at: int | None, *, sent: int | None = None) -> dict[str, Any]:

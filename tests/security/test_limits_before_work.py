@@ -204,7 +204,7 @@ def test_a_message_role_that_contradicts_its_type_is_refused(
     assert client.get_session(sid).next_seq == 0
 
 
-KEPT = [("pi-unpaired-tool-result", "toolResult"), ("pi-unstructured", "assistant")]
+KEPT = [("pi-unpaired-tool-result", "toolResult"), ("pi-unstructured", "assistant"), ("pi-forked-call", "assistant")]
 
 
 @pytest.mark.parametrize(("kind", "role"), KEPT)
@@ -212,7 +212,8 @@ def test_a_message_kept_as_the_model_saw_it_keeps_its_role(
     client: SessionLogClient, sid: str, kind: str, role: str
 ) -> None:
     # The Pi importers' fallbacks: a tool result whose call is not pending, an assistant message
-    # with unusable tool-call ids. The same role under any other source kind is refused (above).
+    # with unusable tool-call ids, the message of a call a fork cut while it was pending (here
+    # appended, as any writer may). The same role under any other source kind is refused (above).
     client.create_session(sid)
     lease = client.acquire_lease(sid)
     message = {"role": role, "content": "x", "toolCallId": "c"}

@@ -54,6 +54,8 @@ def oracle(session: Path) -> dict[str, Any]:
 
 RESUMED_SESSION = "pi/resumed-session.jsonl"
 STREAM_STDOUT = "pi/stream-stdout.jsonl"
+FORKED_PENDING_CALLS = "pi-built/forked-pending-calls.jsonl"
+"""Built for the tests (README): leaves that part right after an assistant message whose call is pending."""
 
 
 def leaves(session: Path) -> list[tuple[str, str]]:

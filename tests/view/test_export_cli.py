@@ -200,3 +200,54 @@ def test_an_output_path_that_cannot_be_written_is_one_line_and_leaves_nothing(
     written = tmp_path / "out"
     assert run(server, verb, sid, *options, "-o", str(written)).returncode == 0
     assert "héllo 🎉" in written.read_text(encoding="utf-8") and list(tmp_path.iterdir()) == [written]
+
+
+def _pi_line(entry_id: str, parent: str | None, message: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": entry_id,
+        "parentId": parent,
+        "timestamp": "2025-01-01T00:00:00.000Z",
+        "message": message,
+    }
+
+
+def _pi_result(call: str, *, error: bool) -> dict[str, Any]:
+    text = [{"type": "text", "text": "failed" if error else "done"}]
+    return {"role": "toolResult", "toolCallId": call, "toolName": "bash", "content": text, "isError": error}
+
+
+def test_the_page_and_stats_count_a_pi_tool_error_kept_as_a_user_message_alike(
+    server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """A Pi file answers call c1 twice, with an error both times: the second result's call is no
+    longer pending, so it is imported as the fallback `user/message` that keeps its role
+    (`pi-unpaired-tool-result`). It is a tool error all the same, once in `stats` and once on the
+    page (its summary's `stats` and the timeline's `counts` alike), where the page's count only
+    took results answering a call it saw open and said 1."""
+    calls = [{"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"command": "ls"}}]
+    answer = {"role": "assistant", "content": calls, "provider": "a", "model": "m", "stopReason": "toolUse"}
+    session_id = sid
+    head = {"type": "session", "version": 3, "id": session_id, "timestamp": "2025-01-01T00:00:00.000Z", "cwd": "/w"}
+    entries = [
+        head,
+        _pi_line("u1", None, {"role": "user", "content": "run it", "timestamp": 1}),
+        _pi_line("a1", "u1", {**answer, "timestamp": 2}),
+        _pi_line("r1", "a1", _pi_result("c1", error=True)),
+        _pi_line("r2", "r1", _pi_result("c1", error=True)),
+    ]
+    pi_file = tmp_path / "errors.jsonl"
+    pi_file.write_text("".join(json.dumps(entry) + "\n" for entry in entries), encoding="utf-8")
+    done = run(server, "import", str(pi_file))
+    assert done.returncode == 0, done.stderr
+    kept = [e for e in client.read_events(session_id) if e.data.get("message", {}).get("role") == "toolResult"]
+    assert [(e.type, e.data.get("source", {}).get("kind")) for e in kept] == [
+        ("tool/result", None),
+        ("user/message", "pi-unpaired-tool-result"),
+    ]
+    out = tmp_path / "page.html"
+    shown = run(server, "view", session_id, "-o", str(out))
+    assert shown.returncode == 0, shown.stderr
+    data = page_data(out.read_text(encoding="utf-8"))
+    assert client.stats(session_id)["toolErrors"] == data["stats"]["toolErrors"] == data["counts"]["toolErrors"] == 2
+    assert data["counts"]["repairs"] == 0

@@ -50,7 +50,11 @@ UNPAIRED_TOOL_RESULT = "pi-unpaired-tool-result"
 UNSTRUCTURED = "pi-unstructured"
 """`data.source.kind` of a `user/message` carrying a Pi assistant message whose tool calls lack
 ids or repeat one."""
-KEPT_AS_SEEN: frozenset[str] = frozenset({UNPAIRED_TOOL_RESULT, UNSTRUCTURED})
+FORKED_CALL = "pi-forked-call"
+"""`data.source.kind` of a `user/message` that, in a Pi fork cut while a tool call was pending,
+replaces the call's assistant message and the error results the fork wrote for its calls, carrying
+the assistant message unchanged (the fork's own branch then brings the real results)."""
+KEPT_AS_SEEN: frozenset[str] = frozenset({UNPAIRED_TOOL_RESULT, UNSTRUCTURED, FORKED_CALL})
 """`data.source.kind`s of a `user/message` that carries, unchanged, a message a model saw outside
 the turn/step/tool structure (the importers' fallbacks, docs/formats.md): its message keeps its
 own role (`toolResult`, `assistant`), so the model history stays what the model saw."""

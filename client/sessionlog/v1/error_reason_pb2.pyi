@@ -1239,8 +1239,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """A surface event's `data.message.role` contradicts its type (`system/message` needs
     `system`, `assistant/message` needs `assistant`, `tool/result` needs `toolResult`, and
     `user/message` may carry any role but those three, except a message kept as its model saw
-    it outside the turn structure, `data.source.kind` `pi-unpaired-tool-result` or
-    `pi-unstructured`, which keeps its own role).
+    it outside the turn structure, `data.source.kind` `pi-unpaired-tool-result`,
+    `pi-unstructured` or `pi-forked-call`, which keeps its own role).
 
     Code: INVALID_ARGUMENT
     Metadata: `field`, `type`
@@ -2610,8 +2610,8 @@ ROLE_CONTRADICTS_TYPE: ErrorReason.ValueType  # 133
 """A surface event's `data.message.role` contradicts its type (`system/message` needs
 `system`, `assistant/message` needs `assistant`, `tool/result` needs `toolResult`, and
 `user/message` may carry any role but those three, except a message kept as its model saw
-it outside the turn structure, `data.source.kind` `pi-unpaired-tool-result` or
-`pi-unstructured`, which keeps its own role).
+it outside the turn structure, `data.source.kind` `pi-unpaired-tool-result`,
+`pi-unstructured` or `pi-forked-call`, which keeps its own role).
 
 Code: INVALID_ARGUMENT
 Metadata: `field`, `type`

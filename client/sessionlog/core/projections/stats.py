@@ -24,7 +24,9 @@ Choices, each recomputable if it proves wrong (SPEC §1.6):
   whatever its type) or one `assistant/attempt`. A turn usually makes several model calls.
 - **toolCalls**: `toolCall` blocks of appended assistant messages (what the model asked for;
   Pi logs have no `tool/call` events). **toolErrors**: appended tool results with
-  `message.isError` true (repair's synthetic errors included). Copies and replaces excluded.
+  `message.isError` true (repair's synthetic errors included), whether or not the call they
+  answer was seen open (`is_tool_error`, which the session page's timeline counts by too).
+  Copies and replaces excluded.
   An assistant message or tool result is one by its event type or by its message's role, so the
   importers' fallback `user/message`s (`vocabulary.KEPT_AS_SEEN`) count as what they carry.
 - **compactions**: `max(compaction/summary events, compaction landings)`, where a landing is
@@ -134,6 +136,25 @@ def _is_model_call(event: Event, replace: bool, copy: bool, message: JsonObject 
     return message is not None and message.get("role") == "assistant"
 
 
+def is_tool_error(event: Event) -> bool:
+    """One tool error (see `toolErrors` above): an appended tool result (not a copy or replace)
+    whose message has `isError` true, whether or not the call it answers was seen open. The one
+    rule for the figure: `stats` and the timeline's `counts` (the session page) both count it."""
+    return _is_tool_error(event, is_replace(event), is_copy(event), message_of(event))
+
+
+def _is_tool_error(event: Event, replace: bool, copy: bool, message: JsonObject | None) -> bool:
+    """`is_tool_error`, given the event's facts (`StatsAccumulator.add` derives them once).
+
+    A tool result by its event type or by its message's role: an importer's fallback
+    `user/message` keeps a Pi tool result unchanged (`vocabulary.KEPT_AS_SEEN`), and its error
+    is the tool's as much as that of a `tool/result` event."""
+    if event.surface_op is None or replace or copy or message is None:
+        return False
+    is_result = event.type == TOOL_RESULT or message.get("role") == "toolResult"
+    return is_result and message.get("isError") is True
+
+
 @dataclass(slots=True)
 class StatsAccumulator:
     """Running totals of the per-event stats (not the surface-derived ones)."""
@@ -203,6 +224,8 @@ class StatsAccumulator:
         message = message_of(event)
         if _is_model_call(event, replace, copy, message):
             self.model_calls += 1
+        if _is_tool_error(event, replace, copy, message):
+            self.tool_errors += 1
         if replace:
             self.replaces += 1
             if source_kind(event) == COMPACTION_SOURCE_KIND:
@@ -227,20 +250,18 @@ class StatsAccumulator:
         self.thinking_level = level or self.thinking_level
 
     def _appended(self, event: Event, message: JsonObject | None) -> None:
-        """Tool calls, tool errors and the route of an appended surface event (not a copy).
+        """Tool calls and the route of an appended surface event (not a copy); its tool errors
+        are `_is_tool_error`'s.
 
-        An event is an assistant message or a tool result by its type or by its message's role
-        (as `modelCalls` counts it): an importer's fallback `user/message` keeps a Pi assistant
-        message or tool result unchanged (`vocabulary.KEPT_AS_SEEN`), and its tool calls and
-        errors are the model's as much as those of the structured events."""
+        An event is an assistant message by its type or by its message's role (as `modelCalls`
+        counts it): an importer's fallback `user/message` keeps a Pi assistant message unchanged
+        (`vocabulary.KEPT_AS_SEEN`), and its tool calls are the model's as much as those of the
+        structured events."""
         if event.surface_op is None or message is None:
             return
-        role = message.get("role")
-        if event.type == ASSISTANT_MESSAGE or role == "assistant":
+        if event.type == ASSISTANT_MESSAGE or message.get("role") == "assistant":
             self.tool_calls += len(message_tool_calls(message))
             self._route(message.get("provider"), message.get("model"))
-        elif (event.type == TOOL_RESULT or role == "toolResult") and message.get("isError") is True:
-            self.tool_errors += 1
 
     def _usage(self, usage: JsonObject) -> None:
         self.input_tokens += number(usage.get("input"))

@@ -26,6 +26,10 @@ Definitions (each recomputable if it proves wrong, SPEC §1.6):
   block off the surface without restating it, as the append checks and crash repair decide it:
   `structure.plan_restated_calls`; a copy that restates it makes it pending again),
   `unanswered` (its step ended without a result), or `pending` (no result yet, step open).
+  `counts.toolErrors` is not a count of these outcomes but the stats figure, by its one rule
+  (`stats.is_tool_error`): every appended tool result with `isError`, a fallback `user/message`
+  carrying one (a Pi result whose call was not open) included, so the page and `stats` agree.
+  `counts.repairs` counts the `repaired` outcomes.
   **durationMs** runs from its `tool/call` (else from the assistant message that asked for it)
   to its result.
 - Every duration (`durationMs` of turns, steps and tool calls, a drop's `gapMs`) runs between
@@ -45,7 +49,7 @@ from sessionlog.core.clock import Moment, elapsed_ms, moment
 from sessionlog.core.events import Event, JsonObject, Replace
 from sessionlog.core.headers import HeaderState, changed_fields, header_state
 from sessionlog.core.messages import is_copy, message_of, project_message, source_kind, tool_call_blocks
-from sessionlog.core.projections.stats import StatsAccumulator, is_model_call, usage_of
+from sessionlog.core.projections.stats import StatsAccumulator, is_model_call, is_tool_error, usage_of
 from sessionlog.core.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
 from sessionlog.core.request_diff import SurfaceDelta, describe, header_change
 from sessionlog.core.structure import StructureState, apply_structure_plan, trusted_structure_plan
@@ -156,6 +160,7 @@ class TimelineFold:
         self.since_request.record(event, plan)
         self.since_usage.record(event, plan)
         self.totals.add(event)
+        self.counts["toolErrors"] += is_tool_error(event)
         if request is not None:
             request["cumulativeCost"] = self.totals.cost_usd()
         if kind == REQUEST_HEADER:
@@ -355,7 +360,6 @@ class TimelineFold:
         outcome = "repaired" if code in REPAIR_CODES else "error" if message.get("isError") is True else "ok"
         call.update(resultSeq=event.seq, outcome=outcome, errorCode=code if isinstance(code, str) else None)
         call["durationMs"] = _elapsed(self.call_starts.pop(call["callId"], None), event)
-        self.counts["toolErrors"] += outcome in ("error", "repaired")
         self.counts["repairs"] += outcome == "repaired"
 
     # --- result -----------------------------------------------------------------------

@@ -6,7 +6,10 @@ at its last entry, the leaf, and builds the same context the session's model his
 - **Imported entries** come back exactly: each is rebuilt from the one event that carries its
   `data.pi` (`layout.rebuild_entry`): id, parentId, timestamp and unknown fields included, keys in
   the order Pi writes them. Compaction landings and model-only copies carry no `data.pi` and are
-  skipped, as are turn and step brackets, fork seeds and repair closers: Pi has no entry for them.
+  skipped, as are turn and step brackets and fork seeds: Pi has no entry for them. So are the
+  error results a fork wrote for the Pi calls pending at its cut, which the import took off the
+  surface with the calls' message (`_without`); other repair closers are messages the model saw
+  and are written as a harness's messages are (below).
 - **The header** is the `data.pi` of the first `pi/session` event. A session that was not imported
   from Pi gets a fresh v3 header (the session id, its creation time, the cwd if known): Pi
   stamps a header when it creates the session, and an empty session has no event to take a
@@ -52,8 +55,9 @@ from sessionlog.core.formats.pi.layout import (
     order_header,
     rebuild_entry,
 )
-from sessionlog.core.messages import is_copy, is_replace, project_message
+from sessionlog.core.messages import is_copy, is_replace, project_message, source_kind
 from sessionlog.core.projections.stats import StatsAccumulator
+from sessionlog.core.vocabulary import FORKED_CALL
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +170,7 @@ def export_pi(
     pending: list[tuple[int, JsonObject, Event]] = []  # placeholders: (index in entries, entry body, event)
     route = _Route()
     first_time: int | None = None
+    taken_off: set[int] = set()  # what a fork cut at a pending Pi call took off (`importer.take_off_forked_call`)
 
     def say(*synthesized: tuple[JsonObject, Event]) -> None:
         """Add the entries the route needs, then `synthesized` (entry bodies without id, parent
@@ -183,6 +188,8 @@ def export_pi(
                 header = order_header(pi)
             continue
         if is_copy(event) or is_replace(event):
+            if source_kind(event) == FORKED_CALL:
+                taken_off.update(event.source_event_seqs)
             route.add(event, entry=None)
             continue
         if entry_of(event.data) is not None:
@@ -204,6 +211,7 @@ def export_pi(
         say((body, event))
         route.add(event, entry=body)
     say()  # a header after the last message still sets the model
+    entries, pending = _without(entries, pending, taken_off)
     sid = session_id or (str(header["id"]) if header and isinstance(header.get("id"), str) else "sessionlog")
     _name_synthesized(entries, pending, sid, taken)
     if header is None:
@@ -215,6 +223,25 @@ def export_pi(
             "cwd": cwd or "",
         }
     return PiExport(header, entries)
+
+
+def _without(
+    entries: list[JsonObject], pending: list[tuple[int, JsonObject, Event]], seqs: set[int]
+) -> tuple[list[JsonObject], list[tuple[int, JsonObject, Event]]]:
+    """The entries without the placeholders of the events at `seqs`: the error results a fork
+    wrote for the Pi calls pending at its cut, which the import took off the surface with the
+    calls' message (the message is the inherited entry): Pi's branch holds neither them nor
+    anything in their place."""
+    dropped = {index for index, _, event in pending if event.seq in seqs}
+    if not dropped:
+        return entries, pending
+    new_index: dict[int, int] = {}
+    kept: list[JsonObject] = []
+    for index, entry in enumerate(entries):
+        if index not in dropped:
+            new_index[index] = len(kept)
+            kept.append(entry)
+    return kept, [(new_index[index], body, event) for index, body, event in pending if index not in dropped]
 
 
 def _name_synthesized(

@@ -50,7 +50,7 @@ open step (`source.kind` `"pi-unpaired-tool-result"`) and an assistant message w
 blocks lack ids or repeat one (`"pi-unstructured"`). Tool calls never answered on the branch
 (aborted and errored messages, crashes mid-tool) are left without results, as in Pi: their step
 simply ends. Such a `user/message` keeps its message's role, which the envelope rules allow for
-these two source kinds only (`vocabulary.KEPT_AS_SEEN`).
+these two source kinds and `"pi-forked-call"` (Forks, below) only (`vocabulary.KEPT_AS_SEEN`).
 
 **Checks.** `import_pi` checks every event a session will be sent as the service checks an append:
 the envelope rules (`validate.validate_proposal`, sizes within `limits`) and the fold's. A refusal
@@ -63,9 +63,14 @@ before it in file order (the main one, or an earlier fork: two leaves that part 
 main branch together share their common entries once, as in the file). The child shares that
 branch's log up to the last event of the last shared entry, gets what the service writes into a
 fork (`session/end-seed {inherited: true}`, then the closers of a turn open at the cut,
-`turn/end {kind: forked}`), then its own entries. A cut while a tool call is pending would make
-the service answer the call with an error the model would see; the cut then moves back to the
-last entry boundary with no pending call, and the child re-imports the shared entries after it.
+`turn/end {kind: forked}`), then its own entries. A cut while a tool call is pending makes the
+service answer the call with an error result (SPEC §8), which Pi's context does not hold. When the
+calls were asked for by the last message on the surface (no result yet: the leaf parts right after
+it), the child's first event takes that message and the error results off the surface together,
+a `user/message` carrying the message unchanged (`source.kind` `"pi-forked-call"`, kept as seen):
+the child inherits the message, billed once, and its own results follow as unpaired results.
+Otherwise the cut moves back to the last entry boundary where no call is pending or it could be
+cut so, and the child re-imports the shared entries after it.
 
 **Times.** The service stamps every event with its commit time, which for an import is one
 instant; Pi's own times go into `data.recordedTime` (epoch ms, `clock.RECORDED_TIME`), from which
@@ -113,6 +118,7 @@ from sessionlog.core.repair import fork_seed
 from sessionlog.core.vocabulary import (
     ASSISTANT_MESSAGE,
     COMPACTION_SUMMARY,
+    FORKED_CALL,
     STEP_END,
     STEP_START,
     SYSTEM_MESSAGE,
@@ -222,6 +228,17 @@ class _Saved:
     future: Counter[str]
     stop_reason: Any
     time: int | None
+    last_surface: int | None
+    forked: _ForkedCall | None
+
+
+@dataclass(frozen=True, slots=True)
+class _ForkedCall:
+    """What `BranchMapper.fork` cut while calls were pending: the node of the assistant message
+    that asked for them (the last on the surface) and the error results the fork wrote for them."""
+
+    node: int
+    results: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +276,9 @@ class BranchMapper:
         self._stop_reason: Any = None
         self._time: int | None = None
         """The recorded time of the events written next (None: Pi recorded none)."""
+        self._last_surface: int | None = None
+        """The seq of the last surface event written: the last node on the surface when it is an append."""
+        self._forked: _ForkedCall | None = None
         self._emit(empty_system_head())
         self._owner, self._index, self._time = "session", 0, pi_time(header.get("timestamp"))
         self._emit(NewEvent(PI_SESSION, {PI_KEY: header}, ignorable=True))
@@ -309,6 +329,8 @@ class BranchMapper:
             Counter(self._future),
             self._stop_reason,
             self._time,
+            self._last_surface,
+            self._forked,
         )
 
     def restore(self, saved: _Saved) -> None:
@@ -319,15 +341,58 @@ class BranchMapper:
         del self._path[saved.path :]
         self._origin, self._node = saved.origin, saved.node
         self._future, self._stop_reason, self._time = saved.future, saved.stop_reason, saved.time
+        self._last_surface, self._forked = saved.last_surface, saved.forked
+
+    def cut_is_safe(self) -> bool:
+        """True when a fork cut here shows its model what Pi's context for the fork's leaf holds:
+        no tool call is pending, or those pending can be taken off with the fork's error results
+        (`pending_at_tail`). Any other cut moves back to the last safe one."""
+        return not self.fold.pending_calls or self.pending_at_tail()
+
+    def pending_at_tail(self) -> bool:
+        """True when tool calls are pending and a fork cut here can take them off the surface
+        with the error results the fork writes for them (`take_off_forked_call`): every call of
+        the open step is pending, all asked for by the last node on the surface (no result, no
+        other message after it)."""
+        pending = self.fold.pending_calls
+        if not pending or len(pending) != len(self.fold.structure.calls):
+            return False
+        return self._last_surface is not None and all(call.block_seq == self._last_surface for call in pending)
 
     def fork(self) -> list[NewEvent]:
         """Write what the service writes into a fork cut at the current end of the log, and return
-        it: `session/end-seed {inherited: true}`, then the closers of an open turn."""
+        it: `session/end-seed {inherited: true}`, then the closers of an open turn (an error
+        result for each pending call, which `take_off_forked_call` then takes off the surface)."""
+        node = self._last_surface if self.pending_at_tail() else None
         written = fork_seed(self.fold.structure, self.fold.repair_time)
-        for event in written:
-            self._commit(event)
+        seqs = [self._commit(event) for event in written]
+        results = tuple(seq for seq, event in zip(seqs, written, strict=True) if event.type == TOOL_RESULT)
+        self._forked = _ForkedCall(node, results) if node is not None and results else None
         self._stop_reason = None
         return written
+
+    def take_off_forked_call(self) -> None:
+        """The first event of a fork cut while calls were pending (`pending_at_tail`): a
+        `user/message` (source `pi-forked-call`) replacing the assistant message that asked for
+        them and the error results the fork wrote for them, and carrying that message unchanged.
+
+        The fork inherits the message, so its call is billed once, in the session that imported
+        it, where re-importing it after an earlier cut billed it in both (`costs --family`). The
+        service's error results say the calls' outcomes are unknown, which Pi's context does not
+        hold: taken off, the model history is Pi's again, the message in its place, and the
+        fork's own results come after it as the fallback `user/message`s of results whose call
+        is not pending (`pi-unpaired-tool-result`). Nothing is written for any other fork."""
+        forked, self._forked = self._forked, None
+        if forked is None:
+            return
+        entry_id = next(
+            str(e.get("id")) for e in reversed(self._path) if self._node.get(str(e.get("id"))) == forked.node
+        )
+        origin = self._origin[entry_id]
+        self._owner, self._index, self._time = f"fork:{entry_id}", 0, None
+        data: JsonObject = {"message": origin.message, "source": {"kind": FORKED_CALL, "entryId": entry_id}}
+        op = Replace(forked.node, forked.results[-1])
+        self._emit(NewEvent(USER_MESSAGE, data, surface_op=op, source_event_seqs=(forked.node, *forked.results)))
 
     # --- entries ---------------------------------------------------------------------------
 
@@ -499,6 +564,8 @@ class BranchMapper:
             ) from None
         if proposed:
             self._index += 1
+        if event.surface_op is not None:
+            self._last_surface = seq
         self.events.append(event)
         self.lines.append(line)
         return seq
@@ -592,7 +659,7 @@ def import_pi(pi_file: PiFile, limits: Limits = DEFAULT_LIMITS) -> PiImport:
     line and the seq (and, in a fork, its leaf), so a bad file is refused before anything is created.
 
     Each branch is mapped twice by one walker: once whole (its own events, and where a cut in it
-    is safe: no pending tool call), once more stopping at each child's cut, where the child is
+    is safe, `BranchMapper.cut_is_safe`), once more stopping at each child's cut, where the child is
     mapped the same way and rolled back. So a file costs O(entries + the children's own
     entries), not O(leaves × entries), and nesting is walked with a stack, not recursion.
     """
@@ -607,7 +674,7 @@ def import_pi(pi_file: PiFile, limits: Limits = DEFAULT_LIMITS) -> PiImport:
     main.safe[0] = True
     for index, entry in enumerate(main_path, start=1):
         mapper.feed(entry)
-        main.safe[index] = not mapper.fold.pending_calls
+        main.safe[index] = mapper.cut_is_safe()
     mapper.finish()
     main.mapped = ImportedBranch(main_leaf, main.ids, mapper.events, lines=mapper.lines)
     forks = _plan_forks(tree, main)
@@ -626,7 +693,7 @@ def import_pi(pi_file: PiFile, limits: Limits = DEFAULT_LIMITS) -> PiImport:
 class _Branch:
     """One leaf's branch while the file is mapped: its path, the branch it forks (`parent`, None
     for the main one) after `shared` entries in common, and, once known, its cut, where a cut in
-    it is safe (`safe[i]`: no call pending after its first i entries), its children and mapping."""
+    it is safe (`safe[i]`: `BranchMapper.cut_is_safe` after its first i entries), its children and mapping."""
 
     leaf: str | None
     path: list[JsonObject]
@@ -676,14 +743,15 @@ def _walk(walker: BranchMapper, branch: _Branch, limits: Limits) -> Iterator[_Br
     """Map `branch` from where `walker` stands (the head for the main branch, just after what
     `fork` writes for a fork), then walk its path again to each child's cut and yield the child
     with the walker forked there (the caller walks it, children included, before resuming this),
-    rolling back after each. A child's cut is the last safe one at or before the entries it shares
-    with the branch: a cut while a tool call is pending would make the service answer the call
-    with an error the model would see, so the child re-imports the shared entries after it (back
-    to the branch's own start at most, where nothing is pending)."""
+    rolling back after each. A child's cut is the last safe one (`BranchMapper.cut_is_safe`) at
+    or before the entries it shares with the branch: where the service would answer a pending
+    call with an error the child could not take off, the child re-imports the shared entries
+    after it (back to the branch's own start at most, where nothing is pending)."""
     if branch.parent is not None:
         start = walker.save()
         _map_own(walker, branch, limits)
         walker.restore(start)
+        walker.take_off_forked_call()  # the branch's own first event, as `_map_own` wrote it
     for child in branch.children:
         child.cut = max(i for i in range(branch.cut, child.shared + 1) if branch.safe[i] or i == branch.cut)
     walker.expect(branch.path[branch.cut :])
@@ -708,10 +776,11 @@ def _map_own(walker: BranchMapper, fork: _Branch, limits: Limits) -> None:
     own_start = len(walker.events)
     walker.limits = limits  # the child's own events are what its session will be sent
     try:
+        walker.take_off_forked_call()
         walker.expect(fork.path[fork.cut :])
         for index in range(fork.cut, len(fork.path)):
             walker.feed(fork.path[index])
-            fork.safe[index + 1] = not walker.fold.pending_calls
+            fork.safe[index + 1] = walker.cut_is_safe()
         walker.finish()
     except SessionLogError as exc:
         raise exc.located(f"the fork for leaf {fork.leaf}", leaf=fork.leaf) from None

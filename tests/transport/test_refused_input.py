@@ -1,0 +1,66 @@
+"""Bad input the service used to take: a negative usage number (which lowered a session's cost
+in stats), a JSON object naming a key twice (stored as sent, read as its last value), and a
+lease writer's heartbeat interval that is not a positive number (a busy loop of renewals).
+Each is refused with a clear error and changes nothing. Against a real server, on SQLite and
+PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import ValidationError
+from tests.support.events import assistant, step_end, step_start, turn_start, user
+from tests.support.scripted import usage
+
+
+def _opened(client: SessionLogClient, sid: str) -> Any:
+    """A session with a turn and a step open, priced at 0.5 USD so far, and its lease."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    priced = {**usage(10, 0, 5), "cost": {"total": 0.5}}
+    client.append(sid, lease, [user("hi"), turn_start(1), step_start(1, 1), assistant(1, 1, "a", usage=priced)])
+    client.append(sid, lease, [step_end(1, 1), step_start(1, 2)])
+    return lease
+
+
+@pytest.mark.parametrize(
+    ("where", "change", "field"),
+    [
+        ("data", {"cost": {"total": -0.4}}, "data.usage.cost.total"),
+        ("data", {"cost": {"input": 0.1, "output": -0.3}}, "data.usage.cost.output"),
+        ("data", {"input": -100}, "data.usage.input"),
+        ("data", {"totalTokens": -1}, "data.usage.totalTokens"),
+        ("message", {"cacheRead": -0.5}, "data.message.usage.cacheRead"),
+        ("message", {"cost": {"total": -1e-9}}, "data.message.usage.cost.total"),
+    ],
+)
+def test_a_negative_usage_number_is_refused_and_the_cost_stays(
+    client: SessionLogClient, sid: str, where: str, change: dict[str, Any], field: str
+) -> None:
+    """A negative cost was accepted and lowered `costUsd` (0.5 - 0.4 = 0.1); a negative count
+    lowered the tokens. Refused as NEGATIVE_USAGE naming the number; nothing is written."""
+    lease = _opened(client, sid)
+    before = client.stats(sid)
+    event = assistant(1, 2, "b")
+    bad = {**usage(1, 0, 1), **change}
+    if where == "data":
+        event["data"]["usage"] = bad
+    else:
+        event["data"]["message"]["usage"] = bad
+    with pytest.raises(ValidationError) as refused:
+        client.append(sid, lease, [event])
+    error = refused.value
+    assert (error.reason, error.metadata["field"], error.metadata["event_index"]) == ("NEGATIVE_USAGE", field, "0")
+    assert "cannot be negative" in error.message
+    assert client.stats(sid) == before and before["costUsd"] == 0.5
+    assert client.get_session(sid).next_seq == 7
+
+
+def test_a_usage_of_zeros_and_non_numbers_is_still_accepted(client: SessionLogClient, sid: str) -> None:
+    """Only numbers below zero are refused: 0, -0.0 and what is no number (counted as 0) go in."""
+    lease = _opened(client, sid)
+    odd = {"input": 0, "output": -0.0, "cacheRead": "-5", "cacheWrite": None, "cost": {"total": 0}}
+    assert client.append(sid, lease, [assistant(1, 2, "b", usage=odd)]).seqs == [7]

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import grpc
 import pytest
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import ValidationError
+from sessionlog.errors import from_rpc_error
+from sessionlog.v1 import event_pb2
+from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.events import assistant, step_end, step_start, turn_start, user
 from tests.support.scripted import usage
 
@@ -64,3 +68,60 @@ def test_a_usage_of_zeros_and_non_numbers_is_still_accepted(client: SessionLogCl
     lease = _opened(client, sid)
     odd = {"input": 0, "output": -0.0, "cacheRead": "-5", "cacheWrite": None, "cost": {"total": 0}}
     assert client.append(sid, lease, [assistant(1, 2, "b", usage=odd)]).seqs == [7]
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        (b'{"a":1,"a":2}', "a"),
+        (b'{"x":{"at":"12:00:00","k":[1,{"k":"v:w","k":"w"}]}}', "k"),
+        (b'{"t" : "a:b", "t":"c"}', "t"),
+        (b'{"\\ud83d":1,"\\ud83d":2}', "\\ud83d"),  # a lone surrogate, named by its escape
+        (b'{"e":1,"e":"\\u003a"}', "e"),  # an escaped colon in the kept value
+        (b'{"n":123456789012345678901234567890,"n":1}', "n"),  # an integer past 64 bits
+        (b'{"k:":{"\\u00e9":1},"k:":2}', "k:"),
+    ],
+)
+def test_a_json_object_naming_a_key_twice_is_refused(client: SessionLogClient, sid: str, raw: bytes, key: str) -> None:
+    """The text was stored as sent, both keys and all, while reads and projections kept the
+    last value: the log and what it showed disagreed. Refused as DUPLICATE_KEY; nothing is written."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    request = pb.AppendEventsRequest(
+        session_id=sid,
+        lease_token=lease.token,
+        events=[event_pb2.NewEvent(type="test/raw", ignorable=True, data_json=raw)],
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        client.stub.AppendEvents(request)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    error = from_rpc_error(refused.value)
+    assert (error.reason, error.metadata["key"]) == ("DUPLICATE_KEY", key)
+    assert list(client.read_events(sid)) == []
+
+
+def test_json_with_colons_in_strings_and_unique_keys_is_accepted(client: SessionLogClient, sid: str) -> None:
+    """Keys are counted, not strings: colons inside strings (times, URLs, a key holding one) and
+    equal keys in different objects are no repeat."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    raw = b'{"a:b":"http://x:1","n":{"a:b":1,"n":[{"n":"1:2:3"},{"n":"\\":"},{"\\u003a":12345678901234567890123}]}}'
+    request = pb.AppendEventsRequest(
+        session_id=sid,
+        lease_token=lease.token,
+        events=[event_pb2.NewEvent(type="test/raw", ignorable=True, data_json=raw)],
+    )
+    assert list(client.stub.AppendEvents(request).seqs) == [0]
+    (event,) = client.read_events(sid)
+    assert event.data == {
+        "a:b": "http://x:1",
+        "n": {"a:b": 1, "n": [{"n": "1:2:3"}, {"n": '":'}, {":": 12345678901234567890123}]},
+    }
+
+
+def test_session_metadata_naming_a_key_twice_is_refused(client: SessionLogClient, sid: str) -> None:
+    """Metadata is stored as sent too: the same rule, and no session is created."""
+    with pytest.raises(grpc.RpcError) as refused:
+        client.stub.CreateSession(pb.CreateSessionRequest(session_id=sid, metadata_json=b'{"m":1,"m":2}'))
+    assert from_rpc_error(refused.value).reason == "DUPLICATE_KEY"
+    assert sid not in [s.id for s in client.list_sessions()]

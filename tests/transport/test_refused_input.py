@@ -6,11 +6,14 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
+import math
 from typing import Any
 
 import grpc
 import pytest
 
+from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import ValidationError
 from sessionlog.errors import from_rpc_error
@@ -18,6 +21,7 @@ from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.events import assistant, step_end, step_start, turn_start, user
 from tests.support.scripted import usage
+from tests.support.servers import ServerThread
 
 
 def _opened(client: SessionLogClient, sid: str) -> Any:
@@ -125,3 +129,24 @@ def test_session_metadata_naming_a_key_twice_is_refused(client: SessionLogClient
         client.stub.CreateSession(pb.CreateSessionRequest(session_id=sid, metadata_json=b'{"m":1,"m":2}'))
     assert from_rpc_error(refused.value).reason == "DUPLICATE_KEY"
     assert sid not in [s.id for s in client.list_sessions()]
+
+
+@pytest.mark.parametrize("heartbeat", [0, -1, math.nan, math.inf, 2**31, True, "1"])
+def test_a_heartbeat_that_is_not_a_positive_number_is_refused_before_the_lease_is_taken(
+    server: ServerThread, sid: str, heartbeat: Any
+) -> None:
+    """With 0 the writer renewed its lease in a busy loop (a negative interval failed in the
+    heartbeat thread instead); refused with ValueError by both clients, before the lease is
+    taken: another writer then takes it without a takeover."""
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        with pytest.raises(ValueError, match="heartbeat"):
+            client.lease_writer(sid, heartbeat=heartbeat)
+
+        async def scenario() -> None:
+            async with AsyncSessionLogClient(server.target) as aio:
+                with pytest.raises(ValueError, match="heartbeat"):
+                    await aio.lease_writer(sid, heartbeat=heartbeat)
+
+        asyncio.run(scenario())
+        client.release_lease(client.acquire_lease(sid))

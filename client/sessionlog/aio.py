@@ -233,13 +233,15 @@ class AsyncSessionLogClient(base.ClientBase):
         heartbeat: float | None = None,
     ) -> Opening[AsyncLeaseWriter]:
         """Take the lease for unary appends (or resume, SPEC §8) and keep it alive with heartbeats
-        every `heartbeat` seconds (default: a third of the lease's time left). Await it, or open
-        it in `async with` (`Opening`), which closes it at the block's end."""
+        every `heartbeat` seconds (default: a third of the lease's time left; a given one is checked
+        first, `base.check_heartbeat`). Await it, or open it in `async with` (`Opening`), which
+        closes it at the block's end."""
         return Opening(self._open_lease_writer(session_id, writer_id, takeover, resume, heartbeat))
 
     async def _open_lease_writer(
         self, session_id: str, writer_id: str | None, takeover: bool, resume: bool, heartbeat: float | None
     ) -> AsyncLeaseWriter:
+        base.check_heartbeat(heartbeat)
         if resume:
             resumed = await self.resume(session_id, writer_id=writer_id, takeover=takeover)
             return AsyncLeaseWriter(self, resumed.lease, resumed, heartbeat)

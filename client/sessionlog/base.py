@@ -405,6 +405,28 @@ class EventCursor:
 # --- unary writers ------------------------------------------------------------------------
 
 
+MAX_HEARTBEAT_MS = 2**31 - 1
+"""The longest heartbeat interval a unary writer takes, in milliseconds: the longest delay a
+JavaScript timer keeps (a longer one fires at once, a busy loop), the same limit in both clients."""
+
+
+def check_heartbeat(heartbeat: float | None) -> None:
+    """A unary writer's heartbeat interval (seconds), when given, is a positive number of at most
+    `MAX_HEARTBEAT_MS`: with 0 or less the writer renewed its lease in a busy loop, and NaN or
+    infinity failed in the heartbeat itself, after the lease was taken (ValueError, before
+    anything is sent)."""
+    if heartbeat is None:
+        return
+    if (
+        isinstance(heartbeat, bool)
+        or not isinstance(heartbeat, (int, float))
+        or not 0 < heartbeat * 1000 <= MAX_HEARTBEAT_MS
+    ):
+        raise ValueError(
+            f"heartbeat must be a positive number of seconds, at most {MAX_HEARTBEAT_MS / 1000}, got {heartbeat!r}"
+        )
+
+
 def heartbeat_interval(lease: session_info.LeaseInfo, now_ms: int, every: float | None) -> float:
     """Seconds until a unary writer's next heartbeat: `every`, or a third of the lease's time left
     (so two heartbeats can fail before it lapses)."""

@@ -209,7 +209,9 @@ class SessionLogClient(base.ClientBase):
         heartbeat: float | None = None,
     ) -> LeaseWriter:
         """Take the lease for unary appends (or resume, SPEC §8) and keep it alive with heartbeats
-        every `heartbeat` seconds (default: a third of the lease's time left)."""
+        every `heartbeat` seconds (default: a third of the lease's time left; a given one is checked
+        first, `base.check_heartbeat`)."""
+        base.check_heartbeat(heartbeat)
         if resume:
             resumed = self.resume(session_id, writer_id=writer_id, takeover=takeover)
             return LeaseWriter(self, resumed.lease, resumed, heartbeat)

@@ -48,11 +48,13 @@ def surface_op_from_pb(holder: event_pb2.NewEvent | event_pb2.Event) -> SurfaceO
     raise ValidationError("BAD_SURFACE_OP", "surface_op is set but names no operation", field="surface_op")
 
 
-def data_from_bytes(raw: bytes, *, what: str = "data") -> JsonObject:
-    """Decode a JSON object payload (empty bytes mean `{}`)."""
+def data_from_bytes(raw: bytes, *, what: str = "data", proposed: bool = False) -> JsonObject:
+    """Decode a JSON object payload (empty bytes mean `{}`). A `proposed` one (an event, header
+    or metadata sent to be stored) may not repeat a key (`jsonvalue.loads_proposed`); what is
+    read back is decoded as it was stored."""
     if not raw:
         return {}
-    value = jsonvalue.loads(raw, what=what)
+    value = jsonvalue.loads_proposed(raw, what=what) if proposed else jsonvalue.loads(raw, what=what)
     if not isinstance(value, dict):
         raise ValidationError("DATA_NOT_OBJECT", f"{what} must be a JSON object", field=what)
     return value
@@ -86,7 +88,7 @@ def new_event_from_pb(msg: event_pb2.NewEvent, index: int = 0) -> DecodedEvent:
     """Decode a proposed event; errors name the event's index in its batch."""
     raw = msg.data_json  # each read of a bytes field copies it out of the message
     try:
-        data = data_from_bytes(raw)
+        data = data_from_bytes(raw, proposed=True)
         event = NewEvent(
             type=msg.type,
             data=data,

@@ -296,6 +296,25 @@ def test_a_bad_sessionlog_file_imports_nothing(
     assert entry["id"] == sid and client.get_session(sid).next_seq == 3200
 
 
+def test_a_pi_file_with_a_negative_cost_imports_nothing(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """A negative usage number (it would lower the session's cost) is refused as an append
+    refuses it (NEGATIVE_USAGE), naming the file's line, before anything is created: the
+    importer checks every event by the envelope rules (`validate.validate_proposal`)."""
+    lines = fixture(RESUMED_SESSION).read_text().splitlines()
+    entry = json.loads(lines[4])
+    entry["message"]["usage"]["cost"]["total"] = -5
+    lines[4] = json.dumps(entry)
+    bad = tmp_path / "negative.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    result = invoke(cli, "import", str(bad), "--id", sid)
+    assert result.exit_code != 0
+    assert "NEGATIVE_USAGE" in result.stderr and "line 5 (seq " in result.stderr, result.stderr
+    assert "data.message.usage.cost.total is -5" in result.stderr, result.stderr
+    assert sid not in [s.id for s in client.list_sessions()]
+
+
 @pytest.mark.parametrize("far", [False, True], ids=["same-batch", "later-batch"])
 def test_a_sessionlog_file_with_an_eventid_twice_imports_nothing(
     cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path, far: bool

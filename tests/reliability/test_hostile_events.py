@@ -87,7 +87,8 @@ def _deep(depth: int, leaf: str = '"\\ud83d"') -> str:
 
 
 def _objects() -> st.SearchStrategy[str]:
-    """Event data: an object with hostile members (duplicate and empty keys included)."""
+    """Event data: an object with hostile members (empty keys included, and duplicate ones, which
+    the door refuses as DUPLICATE_KEY)."""
     return st.lists(st.tuples(_strings(), _values()), min_size=1, max_size=4).map(
         lambda kvs: "{" + ",".join(f"{k}:{v}" for k, v in kvs) + "}"
     )

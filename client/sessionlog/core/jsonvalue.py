@@ -107,6 +107,77 @@ def loads(text: str | bytes, *, what: str = "JSON") -> Any:
     return _decode(text, what)
 
 
+def loads_proposed(text: bytes, *, what: str = "JSON") -> Any:
+    """Parse JSON proposed for storage (an event's data, a header, a session's metadata): `loads`,
+    and no object in it names a key twice (`check_unique_keys`). Read paths use `loads`, which
+    keeps the last of repeated keys as every JSON reader does, so whatever was stored before this
+    rule can still be read."""
+    value = loads(text, what=what)
+    check_unique_keys(text, value)
+    return value
+
+
+def check_unique_keys(text: bytes, value: Any) -> None:
+    """Refuse (DUPLICATE_KEY) JSON `text` whose objects name a key twice; `value` is the text
+    decoded, which kept only the last of each repeated key.
+
+    The text is stored as received, so a repeated key would stay in the log while every reader,
+    the service's projections included, saw only its last value. The decoders do not report a
+    repeat, so colons are counted instead, at C speed: outside strings every colon ends a key.
+    Text with no `\\u` escape holds every colon of the decoded value's strings as it is, so it
+    holds exactly as many colons as the value written again (orjson, which escapes none) when no
+    key repeats, and more when one does (its key and its dropped value are in the text only).
+    Otherwise (an escape could spell a colon) the text's keys are counted with its strings
+    blanked, against the value's. Only a text that does repeat a key is decoded again, to name it.
+    """
+    if b"\\u" not in text:
+        try:
+            written = orjson.dumps(value)
+        except TypeError:  # what orjson cannot write (an integer past 64 bits): counted below
+            pass
+        else:
+            if written.count(b":") != text.count(b":"):
+                _KEY_FINDER.decode(text.decode("utf-8"))
+            return
+    if _STRINGS_BYTES.sub(b'""', text).count(b":") != _key_count(value):
+        _KEY_FINDER.decode(text.decode("utf-8"))
+
+
+def _key_count(value: Any) -> int:
+    """How many keys the objects of a decoded value hold, all together (iteratively: any depth)."""
+    count = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            count += len(item)
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        for child in item:
+            if isinstance(child, (dict, list)):
+                stack.append(child)
+    return count
+
+
+def _refuse_repeated_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's pairs as a dict, or DUPLICATE_KEY naming the first key it repeats."""
+    result: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in result:
+            raise ValidationError(
+                "DUPLICATE_KEY",
+                f"an object names the key {key[:80]!r} twice; keys must be unique (which value counts is ambiguous)",
+                key=escape_lone_surrogates(key[:200]),  # error metadata travels as UTF-8
+            )
+        result[key] = item
+    return result
+
+
+_KEY_FINDER = json.JSONDecoder(object_pairs_hook=_refuse_repeated_key)
+"""Decodes text already accepted by `loads` again, to name a repeated key (`check_unique_keys`)."""
+
+
 def loads_served(text: bytes, *, what: str = "JSON") -> Any:
     """Parse JSON a sessionlog server produced (a history or transcript page): the same decoder
     as `loads`, without measuring the depth again. Everything in it was accepted through `loads`

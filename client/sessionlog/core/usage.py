@@ -5,10 +5,12 @@ Stats (`projections.stats`), the Pi replay (`formats.pi.metrics`) and the export
 so the same session reports the same cost, to the last digit, whatever path computed it.
 
 A usage object has Pi's shape `{input, output, cacheRead, cacheWrite, totalTokens,
-cost:{input, output, cacheRead, cacheWrite, total}}`. Non-numbers, and numbers past
-`USAGE_LIMIT`, count as 0. Costs are summed exactly (Shewchuk's algorithm, as `math.fsum`, but
-incrementally: a live fold adds one event at a time) and reported rounded to `COST_DECIMALS`, so
-neither the order of the events nor float rounding can change the reported figure.
+cost:{input, output, cacheRead, cacheWrite, total}}`. A number below zero in it is refused at
+the door (`negative_field`, checked by `validate.check_usage`): it would lower a session's cost.
+Non-numbers, and numbers past `USAGE_LIMIT`, count as 0. Costs are summed exactly (Shewchuk's
+algorithm, as `math.fsum`, but incrementally: a live fold adds one event at a time) and reported
+rounded to `COST_DECIMALS`, so neither the order of the events nor float rounding can change the
+reported figure.
 """
 
 from __future__ import annotations
@@ -29,6 +31,28 @@ total must stay a number: `1e308` twice sums to infinity, which no JSON can carr
 stats and fold snapshots could not be written again), and an integer past a double's range
 added to a float raises OverflowError (the session could not be folded again). Below this
 limit neither can happen in any session's lifetime."""
+
+
+COST_KEYS: tuple[str, ...] = (*TOKEN_KEYS, "total")
+"""The numbers of a usage's `cost` object."""
+
+
+def negative_field(usage: JsonObject) -> tuple[str, int | float] | None:
+    """The first of a usage's counts and costs (`TOKEN_KEYS`, `totalTokens`, `cost.COST_KEYS`)
+    that is a number below zero: its dotted path (`cost.total`) and value; None when none is.
+
+    Tokens and prices are never negative: a negative one would silently lower the cost and
+    token totals `stats` and `costs` report, so the door refuses it. Only numbers are looked
+    at: anything else counts as 0 (`number`), lowering nothing."""
+    for key in (*TOKEN_KEYS, "totalTokens"):
+        if _is_number(usage.get(key)) and usage[key] < 0:
+            return key, usage[key]
+    cost = usage.get("cost")
+    if isinstance(cost, dict):
+        for key in COST_KEYS:
+            if _is_number(cost.get(key)) and cost[key] < 0:
+                return f"cost.{key}", cost[key]
+    return None
 
 
 def number(value: Any) -> int | float:

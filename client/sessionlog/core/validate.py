@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from sessionlog.core import jsonvalue
+from sessionlog.core import jsonvalue, usage
 from sessionlog.core.clock import check_recorded_time
 from sessionlog.core.errors import LimitExceeded, ValidationError
 from sessionlog.core.events import Event, NewEvent, event_id_problem
@@ -219,6 +219,28 @@ def check_message_role(event: NewEvent) -> None:
         )
 
 
+def check_usage(event: NewEvent) -> None:
+    """No usage an event carries (`data.usage`, `data.message.usage`: both places stats read
+    one) holds a negative count or cost (`usage.negative_field`): it would silently lower the
+    session's cost and tokens in `stats` and `costs`. Non-finite numbers never get this far
+    (`jsonvalue` refuses them as NON_FINITE_NUMBER)."""
+    message = event.data.get("message")
+    carried = (
+        ("data.usage", event.data.get("usage")),
+        ("data.message.usage", message.get("usage") if isinstance(message, dict) else None),
+    )
+    for where, found in carried:
+        negative = usage.negative_field(found) if isinstance(found, dict) else None
+        if negative is not None:
+            path, value = negative
+            raise ValidationError(
+                "NEGATIVE_USAGE",
+                f"{where}.{path} is {value!r}: token counts and costs cannot be negative",
+                field=f"{where}.{path}",
+                type=event.type,
+            )
+
+
 def _kept_as_seen(event: NewEvent) -> bool:
     """A `user/message` carrying, unchanged, a message its model saw outside the turn structure."""
     source = event.data.get("source") if event.type == USER_MESSAGE else None
@@ -233,6 +255,7 @@ def validate_envelope(event: NewEvent, encoded_size: int, limits: Limits = Limit
     check_recorded_time(event.data)
     check_surface_fields(event)
     check_message_role(event)
+    check_usage(event)
     check_size(event, encoded_size, limits)
 
 

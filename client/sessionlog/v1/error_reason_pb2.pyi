@@ -163,6 +163,17 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Raised by: core
     Client: Send the number as a string; nothing was written.
     """
+    DUPLICATE_KEY: _ErrorReason.ValueType  # 197
+    """A JSON object of the event's data names one key twice (`{"a":1,"a":2}`). The stored text
+    would keep both while every reader (and the service's own projections) kept only one, so
+    the log and what it shows would disagree.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `key` (the repeated key)
+    Raised by: core
+    Client: Fix the event's JSON; nothing of the batch was written. Sent unchanged, it fails the
+      same way.
+    """
     NOT_CANONICALIZABLE: _ErrorReason.ValueType  # 16
     """A value cannot be serialised as RFC 8785 canonical JSON (for a request or a header).
 
@@ -1248,6 +1259,19 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
       way.
     """
+    NEGATIVE_USAGE: _ErrorReason.ValueType  # 196
+    """A usage an event carries (`data.usage`, or `data.message.usage`: where stats read one) holds
+    a number below zero: a token count (`input`, `output`, `cacheRead`, `cacheWrite`,
+    `totalTokens`) or a cost (`cost.input`, `cost.output`, `cost.cacheRead`, `cost.cacheWrite`,
+    `cost.total`). It would silently lower the session's cost and tokens in stats and costs.
+    Imports of Pi and sessionlog files refuse it the same way, naming the file's line.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field` (the number's path, e.g. `data.message.usage.cost.total`), `type`
+    Raised by: core
+    Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
+      way.
+    """
     BATCH_OVER_RATE_BURST: _ErrorReason.ValueType  # 134
     """A batch has more events than the namespace's rate limit lets through at once (its burst),
     so no wait would make it fit.
@@ -1533,6 +1557,17 @@ Code: INVALID_ARGUMENT
 Metadata: none
 Raised by: core
 Client: Send the number as a string; nothing was written.
+"""
+DUPLICATE_KEY: ErrorReason.ValueType  # 197
+"""A JSON object of the event's data names one key twice (`{"a":1,"a":2}`). The stored text
+would keep both while every reader (and the service's own projections) kept only one, so
+the log and what it shows would disagree.
+
+Code: INVALID_ARGUMENT
+Metadata: `key` (the repeated key)
+Raised by: core
+Client: Fix the event's JSON; nothing of the batch was written. Sent unchanged, it fails the
+  same way.
 """
 NOT_CANONICALIZABLE: ErrorReason.ValueType  # 16
 """A value cannot be serialised as RFC 8785 canonical JSON (for a request or a header).
@@ -2615,6 +2650,19 @@ it outside the turn structure, `data.source.kind` `pi-unpaired-tool-result`,
 
 Code: INVALID_ARGUMENT
 Metadata: `field`, `type`
+Raised by: core
+Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
+  way.
+"""
+NEGATIVE_USAGE: ErrorReason.ValueType  # 196
+"""A usage an event carries (`data.usage`, or `data.message.usage`: where stats read one) holds
+a number below zero: a token count (`input`, `output`, `cacheRead`, `cacheWrite`,
+`totalTokens`) or a cost (`cost.input`, `cost.output`, `cost.cacheRead`, `cost.cacheWrite`,
+`cost.total`). It would silently lower the session's cost and tokens in stats and costs.
+Imports of Pi and sessionlog files refuse it the same way, naming the file's line.
+
+Code: INVALID_ARGUMENT
+Metadata: `field` (the number's path, e.g. `data.message.usage.cost.total`), `type`
 Raised by: core
 Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
   way.

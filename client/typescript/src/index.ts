@@ -7,7 +7,7 @@
  */
 export { DEFAULT_TARGET, SessionLogClient, type ClientOptions, type HeldLease } from "./client.js";
 export { CLOSE_WITHIN_MS, Writer, withEventIds, type WriterOptions } from "./writer.js";
-export { LeaseWriter, type LeaseWriterOptions } from "./lease-writer.js";
+export { LeaseWriter, MAX_HEARTBEAT_MS, type LeaseWriterOptions } from "./lease-writer.js";
 export { Subscription, isResumableCut, type SubscribeOptions } from "./subscription.js";
 export { HistoryCopy } from "./history.js";
 export * from "./errors.js";

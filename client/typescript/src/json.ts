@@ -8,8 +8,9 @@
  *
  * Parsing is `JSON.parse` (payloads run to tens of megabytes: a parser in JavaScript took a
  * hundred times as long and gigabytes of memory), with each integer token beyond 2^53 first
- * turned into a marked string that the reviver turns into its bigint. A repeated key keeps its
- * last value, as `JSON.parse` and the service's Python readers keep it.
+ * turned into a marked string that the reviver turns into its bigint. A repeated key (in a
+ * payload stored before the service refused them as DUPLICATE_KEY) keeps its last value, as
+ * `JSON.parse` and the service's Python readers keep it.
  */
 import { randomUUID } from "node:crypto";
 import { isInteger, isSafeNumber, stringify } from "lossless-json";

@@ -19,8 +19,25 @@ export interface LeaseWriterOptions {
   takeover?: boolean;
   /** Resume the session first (SPEC §8); see `resumed`. */
   resume?: boolean;
-  /** Heartbeat interval; default a third of the lease's remaining time. */
+  /**
+   * Heartbeat interval in milliseconds; default a third of the lease's remaining time. A given
+   * one is a positive number of at most `MAX_HEARTBEAT_MS` (`checkHeartbeat`).
+   */
   heartbeatMs?: number;
+}
+
+/** The longest heartbeat interval (ms): the longest delay a timer keeps; the Python clients' limit too. */
+export const MAX_HEARTBEAT_MS = 2 ** 31 - 1;
+
+/**
+ * `heartbeatMs`, when given, is a positive number of at most `MAX_HEARTBEAT_MS`: with 0 or less
+ * (or NaN) the timer fired at once and the writer renewed its lease in a busy loop, and a longer
+ * delay than a timer keeps fires at once too. Refused before the lease is taken.
+ */
+function checkHeartbeat(value: number | undefined): void {
+  if (value !== undefined && !(typeof value === "number" && value > 0 && value <= MAX_HEARTBEAT_MS)) {
+    throw new RangeError(`heartbeatMs must be a positive number of milliseconds, at most ${MAX_HEARTBEAT_MS}, got ${String(value)}`);
+  }
 }
 
 export class LeaseWriter {
@@ -46,6 +63,7 @@ export class LeaseWriter {
   }
 
   static async open(client: SessionLogClient, sessionId: string, options: LeaseWriterOptions = {}): Promise<LeaseWriter> {
+    checkHeartbeat(options.heartbeatMs);
     const take = { writerId: options.writerId, takeover: options.takeover };
     if (options.resume) {
       const resumed = await client.resume(sessionId, take);

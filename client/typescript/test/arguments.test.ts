@@ -165,6 +165,20 @@ describe(`arguments on ${backend}`, () => {
     }
   });
 
+  test("a lease writer's heartbeatMs that is not a positive number is refused before the lease is taken", async () => {
+    // With 0 (or less, or NaN, or past a timer's longest delay) the timer fired at once: a busy loop of renewals.
+    const id = sessionId("heartbeat");
+    await env.client.createSession(id);
+    for (const heartbeatMs of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 31, "1" as unknown as number]) {
+      await assert.rejects(env.client.leaseWriter(id, { heartbeatMs }), (e: unknown) => {
+        assert.ok(e instanceof RangeError, `heartbeatMs ${String(heartbeatMs)}: ${String(e)}`);
+        assert.match(e.message, /heartbeatMs/);
+        return true;
+      });
+    }
+    await env.client.releaseLease(await env.client.acquireLease(id)); // no lease was taken: no takeover needed
+  });
+
   test("a request Connect cannot encode is a ValidationError (MALFORMED_REQUEST), not a transport failure", async () => {
     // The generated client, below the argument checks: Connect's encoder refuses -1 as a uint64.
     const raw = await collect(env.client.rpc.readEvents({ sessionId: id, fromSeq: -1n })).catch((e: unknown) => e);

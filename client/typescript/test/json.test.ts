@@ -23,7 +23,8 @@ test("invalid UTF-8 is an error, not replacement characters", () => {
 });
 
 test("a repeated key keeps its last value, as JSON.parse and the service's Python readers keep it", () => {
-  // The service stores a payload's text as it was accepted; a raw gRPC writer may repeat a key.
+  // The service stores a payload's text as it was accepted; one a raw gRPC writer sent before the
+  // service refused repeated keys (DUPLICATE_KEY) may repeat one.
   assert.deepEqual(parseJson('{"a":1,"a":2}'), { a: 2 });
   assert.deepEqual(parseJson('{"a":1,"a":2,"big":12345678901234567890}'), { a: 2, big: 12345678901234567890n });
 });

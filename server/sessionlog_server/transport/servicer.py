@@ -122,7 +122,7 @@ def decode_header(raw: bytes, limits: Limits) -> dict[str, Any]:
     """Parse a reported header, after checking its size: a logged header is one event, bound
     by `max_event_bytes` as a batch's events are (and an oversized one costs no parse)."""
     validate.check_event_bytes(len(raw), limits, what="header")
-    return convert.data_from_bytes(raw, what="header")
+    return convert.data_from_bytes(raw, what="header", proposed=True)
 
 
 def optional_field(msg: object, name: str) -> int | None:
@@ -154,7 +154,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateSessionResponse:
         validate.check_session_fields(request.cwd, len(request.metadata_json), self.service.limits)
-        metadata = convert.data_from_bytes(request.metadata_json, what="metadata")
+        metadata = convert.data_from_bytes(request.metadata_json, what="metadata", proposed=True)
         text = request.metadata_json.decode("utf-8") if request.metadata_json else None  # parsed: valid UTF-8
         record = await self.service.sessions.create_session(
             request.session_id or None, request.cwd or None, metadata, text

@@ -1,0 +1,152 @@
+"""Bad input the service used to take: a negative usage number (which lowered a session's cost
+in stats), a JSON object naming a key twice (stored as sent, read as its last value), and a
+lease writer's heartbeat interval that is not a positive number (a busy loop of renewals).
+Each is refused with a clear error and changes nothing. Against a real server, on SQLite and
+PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import grpc
+import pytest
+
+from sessionlog.aio import AsyncSessionLogClient
+from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import ValidationError
+from sessionlog.errors import from_rpc_error
+from sessionlog.v1 import event_pb2
+from sessionlog.v1 import session_service_pb2 as pb
+from tests.support.events import assistant, step_end, step_start, turn_start, user
+from tests.support.scripted import usage
+from tests.support.servers import ServerThread
+
+
+def _opened(client: SessionLogClient, sid: str) -> Any:
+    """A session with a turn and a step open, priced at 0.5 USD so far, and its lease."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    priced = {**usage(10, 0, 5), "cost": {"total": 0.5}}
+    client.append(sid, lease, [user("hi"), turn_start(1), step_start(1, 1), assistant(1, 1, "a", usage=priced)])
+    client.append(sid, lease, [step_end(1, 1), step_start(1, 2)])
+    return lease
+
+
+@pytest.mark.parametrize(
+    ("where", "change", "field"),
+    [
+        ("data", {"cost": {"total": -0.4}}, "data.usage.cost.total"),
+        ("data", {"cost": {"input": 0.1, "output": -0.3}}, "data.usage.cost.output"),
+        ("data", {"input": -100}, "data.usage.input"),
+        ("data", {"totalTokens": -1}, "data.usage.totalTokens"),
+        ("message", {"cacheRead": -0.5}, "data.message.usage.cacheRead"),
+        ("message", {"cost": {"total": -1e-9}}, "data.message.usage.cost.total"),
+    ],
+)
+def test_a_negative_usage_number_is_refused_and_the_cost_stays(
+    client: SessionLogClient, sid: str, where: str, change: dict[str, Any], field: str
+) -> None:
+    """A negative cost was accepted and lowered `costUsd` (0.5 - 0.4 = 0.1); a negative count
+    lowered the tokens. Refused as NEGATIVE_USAGE naming the number; nothing is written."""
+    lease = _opened(client, sid)
+    before = client.stats(sid)
+    event = assistant(1, 2, "b")
+    bad = {**usage(1, 0, 1), **change}
+    if where == "data":
+        event["data"]["usage"] = bad
+    else:
+        event["data"]["message"]["usage"] = bad
+    with pytest.raises(ValidationError) as refused:
+        client.append(sid, lease, [event])
+    error = refused.value
+    assert (error.reason, error.metadata["field"], error.metadata["event_index"]) == ("NEGATIVE_USAGE", field, "0")
+    assert "cannot be negative" in error.message
+    assert client.stats(sid) == before and before["costUsd"] == 0.5
+    assert client.get_session(sid).next_seq == 7
+
+
+def test_a_usage_of_zeros_and_non_numbers_is_still_accepted(client: SessionLogClient, sid: str) -> None:
+    """Only numbers below zero are refused: 0, -0.0 and what is no number (counted as 0) go in."""
+    lease = _opened(client, sid)
+    odd = {"input": 0, "output": -0.0, "cacheRead": "-5", "cacheWrite": None, "cost": {"total": 0}}
+    assert client.append(sid, lease, [assistant(1, 2, "b", usage=odd)]).seqs == [7]
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        (b'{"a":1,"a":2}', "a"),
+        (b'{"x":{"at":"12:00:00","k":[1,{"k":"v:w","k":"w"}]}}', "k"),
+        (b'{"t" : "a:b", "t":"c"}', "t"),
+        (b'{"\\ud83d":1,"\\ud83d":2}', "\\ud83d"),  # a lone surrogate, named by its escape
+        (b'{"e":1,"e":"\\u003a"}', "e"),  # an escaped colon in the kept value
+        (b'{"n":123456789012345678901234567890,"n":1}', "n"),  # an integer past 64 bits
+        (b'{"k:":{"\\u00e9":1},"k:":2}', "k:"),
+    ],
+)
+def test_a_json_object_naming_a_key_twice_is_refused(client: SessionLogClient, sid: str, raw: bytes, key: str) -> None:
+    """The text was stored as sent, both keys and all, while reads and projections kept the
+    last value: the log and what it showed disagreed. Refused as DUPLICATE_KEY; nothing is written."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    request = pb.AppendEventsRequest(
+        session_id=sid,
+        lease_token=lease.token,
+        events=[event_pb2.NewEvent(type="test/raw", ignorable=True, data_json=raw)],
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        client.stub.AppendEvents(request)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    error = from_rpc_error(refused.value)
+    assert (error.reason, error.metadata["key"]) == ("DUPLICATE_KEY", key)
+    assert list(client.read_events(sid)) == []
+
+
+def test_json_with_colons_in_strings_and_unique_keys_is_accepted(client: SessionLogClient, sid: str) -> None:
+    """Keys are counted, not strings: colons inside strings (times, URLs, a key holding one) and
+    equal keys in different objects are no repeat."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    raw = b'{"a:b":"http://x:1","n":{"a:b":1,"n":[{"n":"1:2:3"},{"n":"\\":"},{"\\u003a":12345678901234567890123}]}}'
+    request = pb.AppendEventsRequest(
+        session_id=sid,
+        lease_token=lease.token,
+        events=[event_pb2.NewEvent(type="test/raw", ignorable=True, data_json=raw)],
+    )
+    assert list(client.stub.AppendEvents(request).seqs) == [0]
+    (event,) = client.read_events(sid)
+    assert event.data == {
+        "a:b": "http://x:1",
+        "n": {"a:b": 1, "n": [{"n": "1:2:3"}, {"n": '":'}, {":": 12345678901234567890123}]},
+    }
+
+
+def test_session_metadata_naming_a_key_twice_is_refused(client: SessionLogClient, sid: str) -> None:
+    """Metadata is stored as sent too: the same rule, and no session is created."""
+    with pytest.raises(grpc.RpcError) as refused:
+        client.stub.CreateSession(pb.CreateSessionRequest(session_id=sid, metadata_json=b'{"m":1,"m":2}'))
+    assert from_rpc_error(refused.value).reason == "DUPLICATE_KEY"
+    assert sid not in [s.id for s in client.list_sessions()]
+
+
+@pytest.mark.parametrize("heartbeat", [0, -1, math.nan, math.inf, 2**31, True, "1"])
+def test_a_heartbeat_that_is_not_a_positive_number_is_refused_before_the_lease_is_taken(
+    server: ServerThread, sid: str, heartbeat: Any
+) -> None:
+    """With 0 the writer renewed its lease in a busy loop (a negative interval failed in the
+    heartbeat thread instead); refused with ValueError by both clients, before the lease is
+    taken: another writer then takes it without a takeover."""
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        with pytest.raises(ValueError, match="heartbeat"):
+            client.lease_writer(sid, heartbeat=heartbeat)
+
+        async def scenario() -> None:
+            async with AsyncSessionLogClient(server.target) as aio:
+                with pytest.raises(ValueError, match="heartbeat"):
+                    await aio.lease_writer(sid, heartbeat=heartbeat)
+
+        asyncio.run(scenario())
+        client.release_lease(client.acquire_lease(sid))

@@ -165,7 +165,9 @@ class AsyncSessionLogClient(base.ClientBase):
     async def acquire_lease(
         self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
     ) -> session_info.LeaseInfo:
-        """Take the writer lease; the returned lease holds its token (`lease_token` retakes a live one)."""
+        """Take the writer lease; the returned lease holds its token (`lease_token` retakes a live one).
+        Retried on UNAVAILABLE: a retry whose first answer was lost gets that lease and token
+        (the call carries a request_id made once, `base.acquire_lease`)."""
         return await self._run(base.acquire_lease(session_id, writer_id, takeover, lease_token))
 
     async def append(
@@ -253,7 +255,9 @@ class AsyncSessionLogClient(base.ClientBase):
     async def resume(
         self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
     ) -> ResumeInfo:
-        """Resume a session for unary appends: lease (with its token), repair, seed boundary (SPEC §8)."""
+        """Resume a session for unary appends: lease (with its token), repair, seed boundary (SPEC §8).
+        Retried on UNAVAILABLE: a retry whose first answer was lost gets that answer, nothing
+        written twice (`base.resume`)."""
         return await self._run(base.resume(session_id, writer_id, takeover, lease_token))
 
     async def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> ForkInfo:

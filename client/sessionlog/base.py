@@ -10,7 +10,8 @@ loop and asyncio futures. Everything else is defined here once (kurrentdbclient'
   where a broken `ReadEvents` goes on from, and `no_page`: a read that waited its timeout for a
   page;
 - `RetryPolicy`: how idempotent calls are retried on UNAVAILABLE (reads; appends, whose
-  events always carry eventIds; creates and forks, which always name their new session), and
+  events always carry eventIds; creates and forks, which always name their new session; lease
+  grants and resumes, which always carry a request_id), and
   how writers back off while reconnecting; `Budget`: a unary call's timeout, the budget of all
   its attempts;
 - `LeaseKeeper`: a unary writer's lease, kept by heartbeats, and the loss that ends it;
@@ -278,9 +279,14 @@ def list_sessions(parent_session_id: str | None, page_size: int) -> Paged[sessio
 def acquire_lease(
     session_id: str, writer_id: str | None, takeover: bool, lease_token: str
 ) -> Call[session_info.LeaseInfo]:
-    """The granted lease holds its token; `lease_token` (of a live lease held) takes it again."""
-    request = acquire_request(session_id, writer_id, takeover, lease_token)
-    return Call("AcquireLease", request, acquire_from_pb, idempotent=False)
+    """The granted lease holds its token; `lease_token` (of a live lease held) takes it again.
+
+    A grant is idempotent: it carries a request_id made here once (a random UUID, as secret as
+    the token derived from it), sent again by every retry, so a retry after an unknown outcome
+    gets the lease the lost answer granted, with its token (SPEC §7, AIP-155), where it was
+    refused WRITER_HELD until that lease lapsed."""
+    request = acquire_request(session_id, writer_id, takeover, lease_token, str(uuid.uuid4()))
+    return Call("AcquireLease", request, acquire_from_pb, idempotent=True)
 
 
 def append(
@@ -306,8 +312,11 @@ def report_header(session_id: str, lease: session_info.LeaseInfo, header: dict[s
 
 
 def resume(session_id: str, writer_id: str | None, takeover: bool, lease_token: str) -> Call[ResumeInfo]:
-    request = resume_request(session_id, writer_id, takeover, lease_token)
-    return Call("ResumeSession", request, resume_from_pb, idempotent=False)
+    """A resume is idempotent as a grant is (`acquire_lease`: a request_id made once): a retry
+    after an unknown outcome takes the lease again and is answered as the lost answer was,
+    its repairs and seed boundary not written twice (SPEC §8)."""
+    request = resume_request(session_id, writer_id, takeover, lease_token, str(uuid.uuid4()))
+    return Call("ResumeSession", request, resume_from_pb, idempotent=True)
 
 
 def fork(session_id: str, at_seq: int, new_session_id: str | None) -> Call[ForkInfo]:

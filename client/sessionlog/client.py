@@ -145,7 +145,9 @@ class SessionLogClient(base.ClientBase):
     def acquire_lease(
         self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
     ) -> session_info.LeaseInfo:
-        """Take the writer lease; the returned lease holds its token (`lease_token` retakes a live one)."""
+        """Take the writer lease; the returned lease holds its token (`lease_token` retakes a live one).
+        Retried on UNAVAILABLE: a retry whose first answer was lost gets that lease and token
+        (the call carries a request_id made once, `base.acquire_lease`)."""
         return self._run(base.acquire_lease(session_id, writer_id, takeover, lease_token))
 
     def append(
@@ -223,7 +225,9 @@ class SessionLogClient(base.ClientBase):
     def resume(
         self, session_id: str, *, writer_id: str | None = None, takeover: bool = False, lease_token: str = ""
     ) -> ResumeInfo:
-        """Resume a session for unary appends: lease (with its token), repair, seed boundary (SPEC §8)."""
+        """Resume a session for unary appends: lease (with its token), repair, seed boundary (SPEC §8).
+        Retried on UNAVAILABLE: a retry whose first answer was lost gets that answer, nothing
+        written twice (`base.resume`)."""
         return self._run(base.resume(session_id, writer_id, takeover, lease_token))
 
     def fork(self, session_id: str, at_seq: int, new_session_id: str | None = None) -> ForkInfo:

@@ -239,10 +239,16 @@ def open_request(
     )
 
 
-def acquire_request(session_id: str, writer_id: str | None, takeover: bool, lease_token: str) -> pb.AcquireLeaseRequest:
+def acquire_request(
+    session_id: str, writer_id: str | None, takeover: bool, lease_token: str, request_id: str
+) -> pb.AcquireLeaseRequest:
     validate.check_writer_id(writer_id, DEFAULT_LIMITS)
     return pb.AcquireLeaseRequest(
-        session_id=session_id, writer_id=writer_id or "", takeover=takeover, lease_token=lease_token
+        session_id=session_id,
+        writer_id=writer_id or "",
+        takeover=takeover,
+        lease_token=lease_token,
+        request_id=request_id,
     )
 
 
@@ -259,10 +265,16 @@ def release_request(lease: session_info.LeaseInfo) -> pb.ReleaseLeaseRequest:
     return pb.ReleaseLeaseRequest(session_id=lease.session_id, lease_token=lease.token)
 
 
-def resume_request(session_id: str, writer_id: str | None, takeover: bool, lease_token: str) -> pb.ResumeSessionRequest:
+def resume_request(
+    session_id: str, writer_id: str | None, takeover: bool, lease_token: str, request_id: str
+) -> pb.ResumeSessionRequest:
     validate.check_writer_id(writer_id, DEFAULT_LIMITS)
     return pb.ResumeSessionRequest(
-        session_id=session_id, writer_id=writer_id or "", takeover=takeover, lease_token=lease_token
+        session_id=session_id,
+        writer_id=writer_id or "",
+        takeover=takeover,
+        lease_token=lease_token,
+        request_id=request_id,
     )
 
 

@@ -151,7 +151,7 @@ class RecorderContract:
             assert refused.value.metadata["expires_at"] == str(NOW + TTL)
             assert "h-w1" not in str(refused.value) + repr(refused.value.metadata)
         again = self.recorder.acquire_lease(
-            sid, "w1", takeover=False, now=NOW + 2, ttl_ms=TTL, token_hash="h-new", presented_hash="h-w1"
+            sid, "w1", takeover=False, now=NOW + 2, ttl_ms=TTL, token_hash="h-new", presented_hashes=["h-x", "h-w1"]
         )
         # The holder reconnecting (it presents its token) fences its old connection, keeps its token.
         assert (again.epoch, again.lease_token_hash) == (2, "h-w1")

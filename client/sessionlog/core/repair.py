@@ -87,6 +87,11 @@ def repair_event_id(cause: RepairCause, turn: int, *parts: str) -> str:
     return "-".join([REPAIR_ID_PREFIX, cause, str(turn), *head, f"sha256-{digest}"])
 
 
+def is_repair_event(event: Event | NewEvent, cause: str) -> bool:
+    """Whether `event` is one repair wrote with `cause` (its deterministic eventId says so)."""
+    return event.event_id is not None and event.event_id.startswith(f"{REPAIR_ID_PREFIX}-{cause}-")
+
+
 def check_writer_turn_end(event: NewEvent) -> None:
     """A writer may not end a turn `interrupted` or `forked`: only repair and fork do (SPEC §3).
 
@@ -97,7 +102,7 @@ def check_writer_turn_end(event: NewEvent) -> None:
     kind = reason.get("kind") if isinstance(reason, dict) else None
     if event.type != TURN_END or kind not in RESERVED_TURN_END_KINDS:
         return
-    if event.event_id is not None and event.event_id.startswith(f"{REPAIR_ID_PREFIX}-{kind}-"):
+    if is_repair_event(event, kind):
         return
     raise ValidationError(
         "RESERVED_TURN_END_KIND",

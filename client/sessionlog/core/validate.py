@@ -87,6 +87,22 @@ def check_writer_id(writer_id: str | None, limits: Limits) -> None:
         )
 
 
+_REQUEST_ID_PATTERN = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
+"""A UUID in its 8-4-4-4-12 form, matched whole (`fullmatch`)."""
+
+
+def check_request_id(request_id: str) -> None:
+    """A grant's `request_id` (AIP-155; empty: none) is a UUID: the lease token is derived from
+    it, so it must be the caller's random, per-call secret. The error does not repeat it."""
+    if request_id and not _REQUEST_ID_PATTERN.fullmatch(request_id):
+        raise ValidationError(
+            "BAD_REQUEST_ID",
+            "request_id must be a UUID (8-4-4-4-12 hexadecimal digits), made once per call and sent "
+            "again on each retry of it",
+            field="request_id",
+        )
+
+
 def check_data(event: NewEvent) -> None:
     """`data` is a JSON object."""
     if not isinstance(event.data, dict):

@@ -1370,6 +1370,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Import the file under another id (`--id`, one FILE), or leave the stored session as
       it is; `sessionlog events SESSION_ID` shows what it holds.
     """
+    BAD_REQUEST_ID: _ErrorReason.ValueType  # 208
+    """The `request_id` of AcquireLease or ResumeSession is not a UUID (8-4-4-4-12 hexadecimal
+    digits; any case, hyphens as shown). The id makes the call safe to retry: the lease token
+    is derived from it, so it must be a random UUID the client made for this call. The message
+    does not repeat the id (it is as secret as a token). Nothing was changed.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`
+    Raised by: core
+    Client: Send a fresh random UUID (version 4) per call, the same one on each retry of it, or
+      none.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The catalogue of sessionlog errors (SPEC §13, AIP-193), in the style of googleapis'
@@ -2764,5 +2776,17 @@ Metadata: `session_id`, `seq` (the first that differs), `line` (the file's line 
 Raised by: files
 Client: Import the file under another id (`--id`, one FILE), or leave the stored session as
   it is; `sessionlog events SESSION_ID` shows what it holds.
+"""
+BAD_REQUEST_ID: ErrorReason.ValueType  # 208
+"""The `request_id` of AcquireLease or ResumeSession is not a UUID (8-4-4-4-12 hexadecimal
+digits; any case, hyphens as shown). The id makes the call safe to retry: the lease token
+is derived from it, so it must be a random UUID the client made for this call. The message
+does not repeat the id (it is as secret as a token). Nothing was changed.
+
+Code: INVALID_ARGUMENT
+Metadata: `field`
+Raised by: core
+Client: Send a fresh random UUID (version 4) per call, the same one on each retry of it, or
+  none.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -607,6 +607,7 @@ class AcquireLeaseRequest(_message.Message):
     WRITER_ID_FIELD_NUMBER: _builtins.int
     TAKEOVER_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to write."""
     writer_id: _builtins.str
@@ -618,6 +619,17 @@ class AcquireLeaseRequest(_message.Message):
     lease again at a new epoch (fencing the caller's own older calls). Without it, a live lease
     held by anyone is WRITER_HELD, whatever `writer_id` says.
     """
+    request_id: _builtins.str
+    """Makes the call safe to retry (AIP-155): a UUID the client makes once for this call and
+    sends again, unchanged, on every retry of it. The lease token is then derived from it (a
+    one-way function of the session and this id) instead of drawn at random, so a retry whose
+    first answer was lost finds the lease held under that token and takes it again, as
+    `lease_token` does: at a new epoch (fencing the first grant's), with the same token. A retry
+    after another writer took the lease over is WRITER_HELD as before. The id is as secret as
+    the token it stands for: make it a random UUID (version 4), once per call, and never log it
+    (the service logs it nowhere, nor names it in an error). Not a UUID: INVALID_ARGUMENT
+    (BAD_REQUEST_ID). Empty: a random token; a retry is then refused WRITER_HELD.
+    """
     def __init__(
         self,
         *,
@@ -625,10 +637,11 @@ class AcquireLeaseRequest(_message.Message):
         writer_id: _builtins.str = ...,
         takeover: _builtins.bool = ...,
         lease_token: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "request_id", b"request_id", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1477,6 +1490,7 @@ class ResumeSessionRequest(_message.Message):
     WRITER_ID_FIELD_NUMBER: _builtins.int
     TAKEOVER_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to resume."""
     writer_id: _builtins.str
@@ -1485,6 +1499,12 @@ class ResumeSessionRequest(_message.Message):
     """Take the lease even if another live writer holds it."""
     lease_token: _builtins.str
     """The token of a live lease the caller still holds on this session (see AcquireLease)."""
+    request_id: _builtins.str
+    """Makes the call safe to retry, as AcquireLeaseRequest.request_id does (the same rules, and
+    as secret). A retry whose first answer was lost takes the lease again at a new epoch with
+    the same token, and answers as the first call would have: the repairs and the
+    `session/end-seed` that call wrote are not written again; `repair_seqs` names them still.
+    """
     def __init__(
         self,
         *,
@@ -1492,10 +1512,11 @@ class ResumeSessionRequest(_message.Message):
         writer_id: _builtins.str = ...,
         takeover: _builtins.bool = ...,
         lease_token: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "request_id", b"request_id", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

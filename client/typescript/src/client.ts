@@ -10,10 +10,10 @@
  * ```
  *
  * Idempotent calls (reads; appends, whose events always carry eventIds; creates and forks,
- * which always name their new session; renewals) are retried on UNAVAILABLE with backoff; the
- * others (acquire, resume, header reports, releases) are not, because a retry after an unknown
- * outcome could act twice, or find what the first did and fail for it. Every failure is thrown
- * as a typed `SessionLogError` (errors.ts).
+ * which always name their new session; lease grants and resumes, which always carry a
+ * requestId; renewals) are retried on UNAVAILABLE with backoff; the others (header reports,
+ * releases) are not, because a retry after an unknown outcome could act twice, or find what the
+ * first did and fail for it. Every failure is thrown as a typed `SessionLogError` (errors.ts).
  */
 import { create } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
@@ -116,6 +116,14 @@ function baseUrlOf(target: string, withCa: boolean): string {
   }
   if (scheme !== undefined) return target;
   return `${withCa ? "https" : "http"}://${target}`;
+}
+
+/**
+ * The fields AcquireLease and ResumeSession share, as the caller's options give them (the
+ * requestId is added per call, once, so every retry of the call sends the same one).
+ */
+function grantRequest(sessionId: string, options: { writerId?: string; takeover?: boolean; leaseToken?: string }) {
+  return { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false, leaseToken: options.leaseToken ?? "" };
 }
 
 export class SessionLogClient {
@@ -238,12 +246,17 @@ export class SessionLogClient {
     return LeaseWriter.open(this, sessionId, options);
   }
 
-  /** Take the writer lease for unary appends (WRITER_HELD if another live writer has it). */
+  /**
+   * Take the writer lease for unary appends (WRITER_HELD if another live writer has it).
+   * `leaseToken`: the token of a live lease this caller still holds (takes it again at a new
+   * epoch). Retried on UNAVAILABLE: the call carries a requestId made here once (a random UUID,
+   * as secret as the token the service derives from it), so a retry whose first answer was lost
+   * takes that lease again and gets its token, where it was WRITER_HELD until the lease lapsed.
+   */
   async acquireLease(sessionId: string, options: { writerId?: string; takeover?: boolean; leaseToken?: string } = {}): Promise<HeldLease> {
-    // `leaseToken`: the token of a live lease this caller still holds (takes it again at a new epoch).
     checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
-    const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false, leaseToken: options.leaseToken ?? "" };
-    const response = await this.unary((callOptions) => this.rpc.acquireLease(request, callOptions), false);
+    const request = { ...grantRequest(sessionId, options), requestId: randomUUID() };
+    const response = await this.unary((callOptions) => this.rpc.acquireLease(request, callOptions), true);
     return { ...leaseFromPb(response.lease, response.leaseToken), nextSeq: num(response.nextSeq) };
   }
 
@@ -293,11 +306,13 @@ export class SessionLogClient {
    * Resume a session for unary appends: lease, repair of an open turn, seed boundary.
    * `leaseToken`: the token of a live lease this caller still holds (takes it again at a new
    * epoch, as `acquireLease`'s does; without it, that lease is WRITER_HELD until it lapses).
+   * Retried on UNAVAILABLE as `acquireLease` is (a requestId made once): a retry whose first
+   * answer was lost gets that answer, its repairs and seed boundary not written twice.
    */
   async resume(sessionId: string, options: { writerId?: string; takeover?: boolean; leaseToken?: string } = {}): Promise<ResumeInfo> {
     checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
-    const request = { sessionId, writerId: options.writerId ?? "", takeover: options.takeover ?? false, leaseToken: options.leaseToken ?? "" };
-    return resumeFromPb(await this.unary((callOptions) => this.rpc.resumeSession(request, callOptions), false));
+    const request = { ...grantRequest(sessionId, options), requestId: randomUUID() };
+    return resumeFromPb(await this.unary((callOptions) => this.rpc.resumeSession(request, callOptions), true));
   }
 
   /**

@@ -324,6 +324,34 @@ for (const backend of BACKENDS) {
       assert.equal(forks.length, 2, forks.map((f) => f.id).join(","));
     });
 
+    test("an acquire or a resume whose answer was lost is sent again and gets the lease it granted, its repairs written once", async () => {
+      const id = sessionId();
+      const writer = await client.writer(id, { createIfMissing: true });
+      await writer.append([system("p"), turnStart(1), user("go"), stepStart(1, 1), assistant(1, 1, "", [["c1", "bash"]])]);
+      await writer.close();
+      for (const method of ["ResumeSession", "AcquireLease"]) {
+        const proxy = await answerLosingProxy(env.server.target, method);
+        const lossy = new SessionLogClient({ target: proxy.target });
+        try {
+          if (method === "ResumeSession") {
+            const resumed = await lossy.resume(id);
+            assert.deepEqual([resumed.repairSeqs, resumed.endSeedSeq, resumed.nextSeq], [[5, 6, 7], 8, 9], "the first answer's");
+            assert.deepEqual((await lossy.append(resumed.lease, [note(1)])).seqs, [9]);
+            await lossy.releaseLease(resumed.lease);
+          } else {
+            const lease = await lossy.acquireLease(id, { writerId: "again" });
+            assert.deepEqual((await lossy.append(lease, [note(2)])).seqs, [10]);
+            await assert.rejects(client.acquireLease(id), WriterHeld, "the retry holds the lease it was granted");
+          }
+        } finally {
+          lossy.close();
+          await proxy.close();
+        }
+      }
+      const events = await collect(client.readEvents(id));
+      assert.deepEqual(events.map((e) => e.type).slice(5), ["tool/result", "step/end", "turn/end", "session/end-seed", "test/note", "test/note"]);
+    });
+
     test("a release whose answer was lost is not sent again: Unavailable (outcome unknown), not OwnershipLost", async () => {
       const id = sessionId();
       await client.createSession(id);

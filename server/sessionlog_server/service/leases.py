@@ -1,8 +1,10 @@
 """Writer leases (SPEC §7): granting, proving, renewing and releasing them, and the leases that
 open writer streams hold.
 
-A lease is granted with a token known only to its holder: a random secret returned once, of
-which the database keeps only the sha256. Every later use of the lease (an append, a header
+A lease is granted with a token known only to its holder: a secret returned once, of which the
+database keeps only the sha256. It is random, or, for a grant asked for with a `request_id`
+(AIP-155), derived from that id, so a retry of the grant whose answer was lost is told the same
+token (`request_token`). Every later use of the lease (an append, a header
 report, a renewal, a release) presents the token; the writer id is a label that takes nothing.
 The epoch stays the fence: every grant gets a new one, and the commit transaction checks it.
 
@@ -14,6 +16,7 @@ per-session work; the others are the service's own (repair, stream keeper) and c
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import hmac
@@ -62,6 +65,21 @@ def held_by_repair(error: WriterHeld) -> bool:
 def new_token() -> str:
     """A fresh lease token (URL-safe text)."""
     return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+REQUEST_TOKEN_PREFIX = b"sessionlog lease token from request_id v1\x00"
+"""What `request_token` hashes first, so its digest is of no other use (a fixed domain)."""
+
+
+def request_token(session_key: str, request_id: str) -> str:
+    """The lease token a grant asked for with `request_id` (a UUID, checked) gets on the session
+    keyed `session_key`: base64url of the sha256 of a fixed prefix, the key and the id (in lower
+    case: one UUID, however spelt). One-way, so the hash the database keeps tells nothing of
+    the id; the same for every retry of the call, so a retry whose first answer was lost finds
+    the lease held under it and is told the token (`LeaseManager.grant`). As random as the id,
+    and as secret: a random UUID has 122 random bits."""
+    material = REQUEST_TOKEN_PREFIX + session_key.encode("utf-8") + b"\x00" + request_id.lower().encode("ascii")
+    return base64.urlsafe_b64encode(hashlib.sha256(material).digest()).rstrip(b"=").decode("ascii")
 
 
 def hash_token(token: str) -> str:
@@ -119,20 +137,24 @@ class LeaseManager:
     # --- the caller's use cases (check access first) ----------------------------------------
 
     async def grant_for_caller(
-        self, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str = ""
+        self, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str = "", request_id: str = ""
     ) -> Grant:
         """Grant the caller the lease (FAILED_PRECONDITION while another live writer holds it).
 
         Checks write access and the session's namespace before anything else. `lease_token`,
-        if the caller still holds the live lease, takes it again at a new epoch.
+        if the caller still holds the live lease, takes it again at a new epoch; so does a
+        `request_id` the lease was granted for (a retry: `grant`).
         """
         access.require_write("taking a writer lease")
         record = await self.reader.caller_session(session_id, self.limits)
         validate.check_writer_id(writer_id, self.limits)
-        return await self._grant_after_repair(record.id, writer_id, takeover=takeover, lease_token=lease_token)
+        validate.check_request_id(request_id)
+        return await self._grant_after_repair(
+            record.id, writer_id, takeover=takeover, lease_token=lease_token, request_id=request_id
+        )
 
     async def _grant_after_repair(
-        self, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str
+        self, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str, request_id: str
     ) -> Grant:
         """`grant`, after a repair of the session the service is making (SPEC §8: at start-up,
         or when a dead writer's lease lapsed) has given its lease back. The repair is no writer
@@ -144,7 +166,9 @@ class LeaseManager:
         deadline = loop.time() + min(REPAIR_WAIT_S, self.ttl_ms / 1000)
         while True:
             try:
-                return await self.grant(session_id, writer_id, takeover=takeover, lease_token=lease_token)
+                return await self.grant(
+                    session_id, writer_id, takeover=takeover, lease_token=lease_token, request_id=request_id
+                )
             except WriterHeld as exc:
                 left = deadline - loop.time()
                 if not held_by_repair(exc) or left <= 0:
@@ -201,11 +225,20 @@ class LeaseManager:
 
     # --- the service's own use cases (no caller check) ---------------------------------------
 
-    async def grant(self, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str = "") -> Grant:
+    async def grant(
+        self, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str = "", request_id: str = ""
+    ) -> Grant:
         """Grant a lease on the session keyed `session_id`, with no caller check (the service's
-        own repairs use it directly; the caller's use cases pass the key of a checked session)."""
+        own repairs use it directly; the caller's use cases pass the key of a checked session).
+
+        With a `request_id` (checked by the caller) the new token is `request_token`'s, and it
+        is presented as well as `lease_token`: a retry of a grant whose answer was lost finds
+        the lease held under it and takes it again like its holder (a new epoch, the same
+        token); a retry after another writer took the lease is refused like anyone else.
+        """
         wid = writer_id or str(uuid.uuid4())
-        fresh = new_token()
+        fresh = request_token(session_id, request_id) if request_id else new_token()
+        presented = [hash_token(token) for token in (lease_token, request_id and fresh) if token]
         now = now_ms()
         previous = await self.reader.session(session_id) if takeover else None
         record = await self.committer.run_in_writer(
@@ -216,7 +249,7 @@ class LeaseManager:
                 now=now,
                 ttl_ms=self.ttl_ms,
                 token_hash=hash_token(fresh),
-                presented_hash=hash_token(lease_token) if lease_token else None,
+                presented_hashes=presented,
             )
         )
         # The holder taking its own lease again keeps its token; anyone else gets the fresh one.

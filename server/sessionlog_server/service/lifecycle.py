@@ -3,7 +3,8 @@
 All three end in the pure core's `open_turn_closers`; what differs is who holds the lease and
 where the events go:
 - resume: the new writer takes the lease, then repair closers and `session/end-seed {}` are
-  committed under it, in one batch;
+  committed under it, in one batch. A resume asked for again with its request_id (a retry
+  after a lost answer) takes the lease again, writes nothing, and answers as the first did;
 - repair of an abandoned session (at start-up, or when a lease expired mid-turn): the service
   takes the lease itself, commits the closers, and gives the lease back;
 - fork: a new session row pointing at the parent's prefix, plus its own first events
@@ -23,7 +24,7 @@ import structlog
 
 from sessionlog.core.errors import AlreadyExists, SessionLogError, ValidationError, WriterHeld, seq_not_found
 from sessionlog.core.events import Event, NewEvent
-from sessionlog.core.repair import commit_closers, fork_seed
+from sessionlog.core.repair import commit_closers, fork_seed, is_repair_event
 from sessionlog.core.vocabulary import SESSION_END_SEED, TURN_END, TURN_START
 from sessionlog_server.service import access
 from sessionlog_server.service.clock import now_ms
@@ -67,10 +68,23 @@ class ForkResult:
 
 
 async def resume(
-    service: SessionLogService, session_id: str, writer_id: str | None, *, takeover: bool, lease_token: str = ""
+    service: SessionLogService,
+    session_id: str,
+    writer_id: str | None,
+    *,
+    takeover: bool,
+    lease_token: str = "",
+    request_id: str = "",
 ) -> ResumeResult:
-    """Take the lease, complete an open turn, mark the seed boundary, return the state."""
-    grant = await service.leases.grant_for_caller(session_id, writer_id, takeover=takeover, lease_token=lease_token)
+    """Take the lease, complete an open turn, mark the seed boundary, return the state.
+
+    A retry of a resume (its `request_id` again) whose first answer was lost finds the turn
+    completed and the log ending with the seed boundary, so it writes nothing; its answer names
+    the repairs the first call wrote (`_repairs_of_lease`), as the first answer did.
+    """
+    grant = await service.leases.grant_for_caller(
+        session_id, writer_id, takeover=takeover, lease_token=lease_token, request_id=request_id
+    )
     session_id = grant.record.id  # the session's key from here on
     record = grant.record
     wid, epoch = record.writer_id or "", record.epoch
@@ -87,6 +101,8 @@ async def resume(
     first = result.next_seq - len(seed) - len(closers)
     repair_seqs = list(range(first, first + len(closers)))
     end_seed_seq = result.seqs[0] if seed else fold.next_seq - 1
+    if request_id and not seed:  # perhaps a retry: the first call's repairs, if it made any
+        repair_seqs = await _repairs_of_lease(service, record, end_seed_seq)
     if closers:
         log.info("repaired on resume", **access.session_log_fields(session_id), seqs=repair_seqs)
     return ResumeResult(
@@ -100,6 +116,29 @@ async def resume(
         end_seed_seq=end_seed_seq,
         last_turn=fold.last_turn,
     )
+
+
+async def _repairs_of_lease(service: SessionLogService, record: SessionRecord, end_seed_seq: int) -> list[int]:
+    """The seqs of the resume repairs written under the lease `record` holds, directly before
+    the `session/end-seed` at `end_seed_seq`: what a resume under this lease wrote with it.
+
+    A resume commits its repairs and the seed in one batch, so they are the `repair-interrupted-`
+    events (`is_repair_event`) just before the seed, from where the lease began
+    (`lease_since_seq`) on; a grant that began after the seed (not a retry) finds none. Read back
+    a page at a time: a turn may have had many pending tool calls.
+    """
+    since = record.lease_since_seq
+    seqs: list[int] = []
+    high = end_seed_seq - 1
+    while since is not None and high >= since:
+        low = max(since, high - FORK_SCAN_PAGE + 1)
+        page = await service.reader.read(record, low, high, FORK_SCAN_PAGE)
+        for event in reversed(page):
+            if not is_repair_event(event, "interrupted"):
+                return seqs[::-1]
+            seqs.append(event.seq)
+        high = low - 1
+    return seqs[::-1]
 
 
 @dataclass(frozen=True, slots=True)

@@ -220,12 +220,13 @@ class EventRecorder(ABC):
         now: int,
         ttl_ms: int,
         token_hash: str,
-        presented_hash: str | None = None,
+        presented_hashes: Sequence[str] = (),
     ) -> SessionRecord:
         """Grant the writer lease at a new epoch; refuse while another live writer holds it.
 
         A live lease is taken again only with `takeover` or by its holder, who proves it by
-        presenting its token (`presented_hash`): a reconnect after a broken stream. The holder
+        presenting its token (the hash of one of `presented_hashes`): a reconnect after a broken
+        stream, or a retry of a grant asked for with a request_id (leases.py). The holder
         keeps its token (so a grant whose answer was lost costs nothing: the token still
         works) and where its lease began (`lease_since_seq`); anyone else gets the new
         `token_hash`, its lease beginning at the session's next seq. Either way the new epoch
@@ -233,7 +234,7 @@ class EventRecorder(ABC):
         """
         with self._write() as conn:
             current = self._get_session(conn, session_id)
-            holder = _same_hash(current.lease_token_hash, presented_hash)
+            holder = any(_same_hash(current.lease_token_hash, presented) for presented in presented_hashes)
             if current.lease_live(now) and not takeover and not holder:
                 raise WriterHeld(
                     "WRITER_HELD",

@@ -182,7 +182,11 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self, request: pb.AcquireLeaseRequest, context: grpc.aio.ServicerContext
     ) -> pb.AcquireLeaseResponse:
         grant = await self.service.leases.grant_for_caller(
-            request.session_id, request.writer_id or None, takeover=request.takeover, lease_token=request.lease_token
+            request.session_id,
+            request.writer_id or None,
+            takeover=request.takeover,
+            lease_token=request.lease_token,
+            request_id=request.request_id,
         )
         record = grant.record
         return pb.AcquireLeaseResponse(lease=lease_to_pb(record), next_seq=record.next_seq, lease_token=grant.token)
@@ -332,6 +336,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
             request.writer_id or None,
             takeover=request.takeover,
             lease_token=request.lease_token,
+            request_id=request.request_id,
         )
         note(next_seq=result.next_seq, repair_seqs=result.repair_seqs)
         return resume_to_pb(result)

@@ -217,16 +217,23 @@ def _pi_result(call: str, *, error: bool) -> dict[str, Any]:
     return {"role": "toolResult", "toolCallId": call, "toolName": "bash", "content": text, "isError": error}
 
 
-def test_the_page_and_stats_count_a_pi_tool_error_kept_as_a_user_message_alike(
+def _pi_call(call: str) -> dict[str, Any]:
+    return {"type": "toolCall", "id": call, "name": "bash", "arguments": {"command": "ls"}}
+
+
+def test_the_page_and_stats_count_pi_messages_kept_as_user_messages_alike(
     server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path
 ) -> None:
     """A Pi file answers call c1 twice, with an error both times: the second result's call is no
     longer pending, so it is imported as the fallback `user/message` that keeps its role
     (`pi-unpaired-tool-result`). It is a tool error all the same, once in `stats` and once on the
     page (its summary's `stats` and the timeline's `counts` alike), where the page's count only
-    took results answering a call it saw open and said 1."""
-    calls = [{"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"command": "ls"}}]
-    answer = {"role": "assistant", "content": calls, "provider": "a", "model": "m", "stopReason": "toolUse"}
+    took results answering a call it saw open and said 1. Then an assistant message asks for two
+    calls under one id, so it is imported as the fallback `pi-unstructured`: its two calls are
+    the model's, in `stats` and in the timeline's `counts` alike (3 in all), where the counts took
+    only an `assistant/message`'s calls and said 1."""
+    answer = {"role": "assistant", "content": [_pi_call("c1")], "provider": "a", "model": "m", "stopReason": "toolUse"}
+    repeated = {**answer, "content": [_pi_call("c2"), _pi_call("c2")]}
     session_id = sid
     head = {"type": "session", "version": 3, "id": session_id, "timestamp": "2025-01-01T00:00:00.000Z", "cwd": "/w"}
     entries = [
@@ -235,6 +242,7 @@ def test_the_page_and_stats_count_a_pi_tool_error_kept_as_a_user_message_alike(
         _pi_line("a1", "u1", {**answer, "timestamp": 2}),
         _pi_line("r1", "a1", _pi_result("c1", error=True)),
         _pi_line("r2", "r1", _pi_result("c1", error=True)),
+        _pi_line("a2", "r2", {**repeated, "timestamp": 3}),
     ]
     pi_file = tmp_path / "errors.jsonl"
     pi_file.write_text("".join(json.dumps(entry) + "\n" for entry in entries), encoding="utf-8")
@@ -251,3 +259,10 @@ def test_the_page_and_stats_count_a_pi_tool_error_kept_as_a_user_message_alike(
     data = page_data(out.read_text(encoding="utf-8"))
     assert client.stats(session_id)["toolErrors"] == data["stats"]["toolErrors"] == data["counts"]["toolErrors"] == 2
     assert data["counts"]["repairs"] == 0
+    unstructured = [
+        e for e in client.read_events(session_id) if e.data.get("source", {}).get("kind") == "pi-unstructured"
+    ]
+    assert [e.data["pi"]["id"] for e in unstructured] == ["a2"]
+    assert client.stats(session_id)["toolCalls"] == data["stats"]["toolCalls"] == data["counts"]["toolCalls"] == 3
+    assert data["counts"]["requests"] == data["stats"]["modelCalls"] == 2
+    assert [call["callId"] for call in data["toolCalls"]] == ["c1"]  # a record for the call a result can answer

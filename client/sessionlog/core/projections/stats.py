@@ -23,7 +23,8 @@ Choices, each recomputable if it proves wrong (SPEC §1.6):
   is one assistant message (an appended surface event whose message has role `assistant`,
   whatever its type) or one `assistant/attempt`. A turn usually makes several model calls.
 - **toolCalls**: `toolCall` blocks of appended assistant messages (what the model asked for;
-  Pi logs have no `tool/call` events). **toolErrors**: appended tool results with
+  Pi logs have no `tool/call` events), `tool_call_count`, which the session page's timeline
+  counts by too. **toolErrors**: appended tool results with
   `message.isError` true (repair's synthetic errors included), whether or not the call they
   answer was seen open (`is_tool_error`, which the session page's timeline counts by too).
   Copies and replaces excluded.
@@ -136,6 +137,27 @@ def _is_model_call(event: Event, replace: bool, copy: bool, message: JsonObject 
     return message is not None and message.get("role") == "assistant"
 
 
+def tool_call_count(event: Event) -> int:
+    """The tool calls an event adds (see `toolCalls` above): the `toolCall` blocks of an appended
+    assistant message (not a copy or replace), whatever event carries it. The one rule for the
+    figure: `stats` and the timeline's `counts` (the session page) both count by it."""
+    return _tool_call_count(event, is_replace(event), is_copy(event), message_of(event))
+
+
+def _tool_call_count(event: Event, replace: bool, copy: bool, message: JsonObject | None) -> int:
+    """`tool_call_count`, given the event's facts (`StatsAccumulator.add` derives them once).
+
+    An assistant message by its event type or by its message's role (as `modelCalls` counts it):
+    an importer's fallback `user/message` keeps a Pi assistant message unchanged
+    (`vocabulary.KEPT_AS_SEEN`, `pi-unstructured` when its calls lack ids or repeat one), and its
+    tool calls are the model's as much as those of an `assistant/message`."""
+    if event.surface_op is None or replace or copy or message is None:
+        return 0
+    if event.type == ASSISTANT_MESSAGE or message.get("role") == "assistant":
+        return len(message_tool_calls(message))
+    return 0
+
+
 def is_tool_error(event: Event) -> bool:
     """One tool error (see `toolErrors` above): an appended tool result (not a copy or replace)
     whose message has `isError` true, whether or not the call it answers was seen open. The one
@@ -218,12 +240,13 @@ class StatsAccumulator:
             self._header(data)
         elif kind == PI_THINKING_LEVEL_CHANGE:
             self.thinking_level = _text(data.get("thinkingLevel")) or self.thinking_level
-        # The event's facts, derived once for the three rules below.
+        # The event's facts, derived once for the rules below.
         replace = is_replace(event)
         copy = is_copy(event)
         message = message_of(event)
         if _is_model_call(event, replace, copy, message):
             self.model_calls += 1
+        self.tool_calls += _tool_call_count(event, replace, copy, message)
         if _is_tool_error(event, replace, copy, message):
             self.tool_errors += 1
         if replace:
@@ -250,17 +273,16 @@ class StatsAccumulator:
         self.thinking_level = level or self.thinking_level
 
     def _appended(self, event: Event, message: JsonObject | None) -> None:
-        """Tool calls and the route of an appended surface event (not a copy); its tool errors
-        are `_is_tool_error`'s.
+        """The route of an appended surface event (not a copy); its tool calls are
+        `_tool_call_count`'s, its tool errors `_is_tool_error`'s.
 
         An event is an assistant message by its type or by its message's role (as `modelCalls`
         counts it): an importer's fallback `user/message` keeps a Pi assistant message unchanged
-        (`vocabulary.KEPT_AS_SEEN`), and its tool calls are the model's as much as those of the
-        structured events."""
+        (`vocabulary.KEPT_AS_SEEN`), and its provider and model are the model's as much as those
+        of the structured events."""
         if event.surface_op is None or message is None:
             return
         if event.type == ASSISTANT_MESSAGE or message.get("role") == "assistant":
-            self.tool_calls += len(message_tool_calls(message))
             self._route(message.get("provider"), message.get("model"))
 
     def _usage(self, usage: JsonObject) -> None:

@@ -26,12 +26,19 @@ Definitions (each recomputable if it proves wrong, SPEC §1.6):
   block off the surface without restating it, as the append checks and crash repair decide it:
   `structure.plan_restated_calls`; a copy that restates it makes it pending again),
   `unanswered` (its step ended without a result), or `pending` (no result yet, step open).
-  `counts.toolErrors` is not a count of these outcomes but the stats figure, by its one rule
-  (`stats.is_tool_error`): every appended tool result with `isError`, a fallback `user/message`
-  carrying one (a Pi result whose call was not open) included, so the page and `stats` agree.
-  `counts.repairs` counts the `repaired` outcomes.
+  The records are the calls of `assistant/message`s, the ones the structure pairs with their
+  results by id; a fallback `user/message` carrying an assistant message (`pi-unstructured`:
+  its calls lack ids or repeat one) has calls no result can answer, and gets no record.
   **durationMs** runs from its `tool/call` (else from the assistant message that asked for it)
   to its result.
+- **counts** that `stats` also reports are counted by its rules, so the page and `stats` agree:
+  `requests` are its `modelCalls` (`stats.is_model_call`), `toolCalls` its `toolCalls`
+  (`stats.tool_call_count`: a fallback `user/message` carrying an assistant message's calls
+  included, though they get no record) and `toolErrors` its `toolErrors` (`stats.is_tool_error`:
+  every appended tool result with `isError`, a fallback carrying one included, not a count of
+  the outcomes above). `turns` and `steps` count the `turn/start` and `step/start` records, as
+  many as `stats` counts in any stored log (the append checks require their `turn` and `step`).
+  `repairs` (the `repaired` outcomes) and `cacheDrops` are the timeline's own; `stats` has none.
 - Every duration (`durationMs` of turns, steps and tool calls, a drop's `gapMs`) runs between
   the two events' moments (`clock.moment`: the time an import recorded, else the commit time)
   and is None, unknown, when they are on different clocks (`clock.elapsed_ms`). The records'
@@ -49,7 +56,13 @@ from sessionlog.core.clock import Moment, elapsed_ms, moment
 from sessionlog.core.events import Event, JsonObject, Replace
 from sessionlog.core.headers import HeaderState, changed_fields, header_state
 from sessionlog.core.messages import is_copy, message_of, project_message, source_kind, tool_call_blocks
-from sessionlog.core.projections.stats import StatsAccumulator, is_model_call, is_tool_error, usage_of
+from sessionlog.core.projections.stats import (
+    StatsAccumulator,
+    is_model_call,
+    is_tool_error,
+    tool_call_count,
+    usage_of,
+)
 from sessionlog.core.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
 from sessionlog.core.request_diff import SurfaceDelta, describe, header_change
 from sessionlog.core.structure import StructureState, apply_structure_plan, trusted_structure_plan
@@ -160,6 +173,7 @@ class TimelineFold:
         self.since_request.record(event, plan)
         self.since_usage.record(event, plan)
         self.totals.add(event)
+        self.counts["toolCalls"] += tool_call_count(event)
         self.counts["toolErrors"] += is_tool_error(event)
         if request is not None:
             request["cumulativeCost"] = self.totals.cost_usd()
@@ -333,7 +347,6 @@ class TimelineFold:
                 "errorCode": None,
             }
             self.tool_calls.append(call)
-            self.counts["toolCalls"] += 1
             if owner is not None:
                 owner["toolCalls"] += 1
             if isinstance(call_id, str):

@@ -15,7 +15,7 @@ from sessionlog.core.projections.stats import usage_of
 from sessionlog.core.usage import total_cost, usage_cost
 from tests.cli.test_cli import run
 from tests.support.events import assistant, step_end, step_start, system, turn_end, turn_start, user
-from tests.support.fixtures import FORKED_PENDING_CALLS, fixture, pi_generated_sessions
+from tests.support.fixtures import FORKED_ANSWERED_CALLS, FORKED_PENDING_CALLS, fixture, pi_generated_sessions
 from tests.support.servers import ServerThread
 
 
@@ -218,6 +218,58 @@ def test_a_pi_call_pending_where_leaves_part_is_billed_once(
     for key, field in (("inputTokens", "input"), ("outputTokens", "output"), ("cacheReadTokens", "cacheRead")):
         assert total[key] == sum(usage[field] for usage in usages)
     tree = PiTree(load_pi_file(path).entries)
+    for session in family:
+        leaf = session.rsplit(".", 1)[1] if session != sid else str(tree.default_leaf())
+        replayed = json.loads(run(server, "replay", str(path), "--at", leaf, "--json").stdout)
+        assert replayed["costUsd"] == client.stats(session)["costUsd"]
+        assert client.model_history(session) == session_context(tree, leaf)["messages"]  # Pi's context
+
+
+def test_a_pi_call_answered_in_part_where_leaves_part_is_imported_once(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """A leaf that parts after the first of an assistant message's three results, the other two
+    calls pending there (and a third leaf parting from it after the second): the fork's cut moved
+    back to right after the message and imported the first result again, so that entry was in
+    two sessions and the family counted its tool error twice (7 for 5). Now the fork inherits the
+    message and that result; the family's figures add up to the file's entries, and each fork's
+    model still sees what Pi shows for its leaf."""
+    path = fixture(FORKED_ANSWERED_CALLS)
+    imported = run(server, "import", str(path), "--id", sid)
+    assert imported.returncode == 0, imported.stderr
+    family = [entry["id"] for entry in json.loads(imported.stdout)["sessions"]]
+    assert family == [sid, f"{sid}.b8c9d0e1", f"{sid}.d0e1f2a3"]
+    assert client.get_session(family[2]).parent_session_id == family[1]
+
+    entries = load_pi_file(path).entries
+    messages = [entry["message"] for entry in entries if entry.get("type") == "message"]
+    usages = [message["usage"] for message in messages if isinstance(message.get("usage"), dict)]
+    total = _costs(server, "--family", sid)["total"]
+    assert total["modelCalls"] == sum(message["role"] == "assistant" for message in messages) == 4
+    assert total["costUsd"] == total_cost([usage_cost(usage) for usage in usages]) == 0.0242535
+    for key, field in (("inputTokens", "input"), ("outputTokens", "output"), ("cacheReadTokens", "cacheRead")):
+        assert total[key] == sum(usage[field] for usage in usages)
+
+    imported_ids: list[str] = []
+    tool_errors = 0
+    for session in family:
+        info = client.get_session(session)
+        start = 0 if info.fork_seq is None else info.fork_seq + 1
+        own = list(client.read_events(session, from_seq=start))
+        imported_ids += [e.data["pi"]["id"] for e in own if "pi" in e.data and e.type != "pi/session"]
+        inherited = (
+            0
+            if info.fork_seq is None
+            else client.stats(str(info.parent_session_id), at_seq=info.fork_seq)["toolErrors"]
+        )
+        tool_errors += client.stats(session)["toolErrors"] - inherited
+    assert sorted(imported_ids) == sorted(str(entry["id"]) for entry in entries)  # each entry once
+    # The file's three error results, and the error results the first fork wrote for its two
+    # pending calls (docs/formats.md: a fork cut where a call is pending counts them).
+    assert sum(message.get("isError") is True for message in messages) == 3
+    assert tool_errors == 3 + 2
+
+    tree = PiTree(entries)
     for session in family:
         leaf = session.rsplit(".", 1)[1] if session != sid else str(tree.default_leaf())
         replayed = json.loads(run(server, "replay", str(path), "--at", leaf, "--json").stdout)

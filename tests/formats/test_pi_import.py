@@ -32,7 +32,14 @@ from sessionlog.core.formats.sessionlog_file import parse_sessionlog_objects, se
 from sessionlog.core.messages import empty_system_head, is_copy, is_replace
 from sessionlog.core.projections.timeline import timeline
 from sessionlog.core.projections.transcript import transcript
-from tests.support.fixtures import FORKED_PENDING_CALLS, RESUMED_SESSION, fixture, pi_generated_sessions, pi_leaf_cases
+from tests.support.fixtures import (
+    FORKED_ANSWERED_CALLS,
+    FORKED_PENDING_CALLS,
+    RESUMED_SESSION,
+    fixture,
+    pi_generated_sessions,
+    pi_leaf_cases,
+)
 from tests.support.fixtures import oracle as pi_oracle
 
 SESSIONS = pi_generated_sessions()
@@ -508,6 +515,76 @@ def test_forks_cut_at_pending_calls_fold_to_pis_context_and_export_pis_lines() -
         ("d9fa0b1c", "b7d8e9fa"),
     ]
     assert [b.events[0].data["source"]["entryId"] for b in plan.branches[1:]] == ["d3f4a5b6", "f5b6c7d8"]
+    raw = path.read_text("utf-8").split("\n")
+    by_id = {json.loads(line)["id"]: line + "\n" for line in raw[1:] if line}
+    for branch in plan.branches:
+        exported = export_pi(commit(plan.log(branch)))
+        assert list(exported.lines()) == [raw[0] + "\n"] + [by_id[i] for i in branch.path_ids]
+    carried = [e.data["pi"]["id"] for b in plan.branches for e in b.events if "pi" in e.data and e.type != "pi/session"]
+    assert sorted(carried) == sorted(by_id)  # every entry imported once
+
+
+def test_fork_after_results_of_a_pending_call_inherits_the_call_and_copies_the_results() -> None:
+    """A leaf that leaves the branch after an assistant message and some of its results, while
+    another of its calls is pending there, inherits the message and those results too (the
+    message billed once), where the cut moved back before the message and the fork imported it
+    again. The fork's error result for the pending call is taken off with the message and the
+    results, which come back in their place: the message carried unchanged, the results as
+    model-only copies (billed nothing, counted as no tool error)."""
+    # main: u1 a1(c1 c2) r1 r2 a2 ; other: u1 a1(c1 c2) r1 r9 a9 (parts after r1, c2 pending)
+    pf = pi_file(user("u1", None), assistant("a1", "u1", "c1", "c2"), result("r1", "a1", "c1"),
+                 result("r9", "r1", "c2"), assistant("a9", "r9"),
+                 result("r2", "r1", "c2"), assistant("a2", "r2"))  # fmt: skip
+    plan = check_every_leaf(pf)
+    fork = plan.branches[1]
+    assert fork.leaf_id == "a9" and fork.first_own_entry == 3  # a1 and r1 are inherited
+    main_ids = [e.event_id for e in plan.main.events]
+    a1_seq, r1_seq = main_ids.index("pi:a1:1"), main_ids.index("pi:r1:0")  # a1: step/start, then the message
+    assert fork.fork_seq == r1_seq
+    assert [e.type for e in fork.inherited] == ["session/end-seed", "tool/result", "step/end", "turn/end"]
+    error_seq = fork.fork_seq + 2
+    taken, copied = fork.events[:2]
+    assert (taken.type, taken.data["source"], taken.event_id) == (
+        "user/message",
+        {"kind": "pi-forked-call", "entryId": "a1"},
+        "pi:fork:a1:0",
+    )
+    assert taken.data["message"] == pf.entries[1]["message"]
+    assert taken.surface_op == Replace(a1_seq, error_seq)
+    assert taken.source_event_seqs == (a1_seq, r1_seq, error_seq)
+    assert (copied.type, copied.data["source"], copied.surface_op, copied.source_event_seqs) == (
+        "tool/result",
+        {"kind": "copy", "entryId": "r1"},
+        "append",
+        (r1_seq,),
+    )
+    assert copied.data["message"] == pf.entries[2]["message"]
+    child = fold_of(fork_log(plan, "a9"))
+    assert not [m for m in child.model_history() if m.get("isError")]  # no synthetic tool error for the model
+    assert (child.stats()["modelCalls"], child.stats()["toolCalls"]) == (2, 2)  # a1 once, a9; c1 and c2 once
+    carried = [e.data["pi"]["id"] for b in plan.branches for e in b.events if "pi" in e.data and e.type != "pi/session"]
+    assert sorted(carried) == ["a1", "a2", "a9", "r1", "r2", "r9", "u1"]  # every entry imported once
+
+
+def test_forks_cut_after_answered_calls_fold_to_pis_context_and_export_pis_lines() -> None:
+    """The second built file (tests/fixtures/README.md): a leaf parts from the main branch after
+    the first of three results of one assistant message, and a third leaf parts from it after the
+    second. The first fork inherits the message and its first result; the third, cut where
+    nothing is pending in its parent, the fork's own second result. Each folds to Pi's context
+    for its leaf, exports back to the file's lines for its branch, and every entry is imported
+    once."""
+    path = fixture(FORKED_ANSWERED_CALLS)
+    pf = load_pi_file(path)
+    plan = check_every_leaf(pf)
+    assert [(b.leaf_id, b.parent_leaf, b.first_own_entry) for b in plan.branches[1:]] == [
+        ("b8c9d0e1", "a3b4c5d6", 5),
+        ("d0e1f2a3", "b8c9d0e1", 6),
+    ]
+    first = plan.branches[1]
+    assert [(e.data["source"]["kind"], e.data["source"]["entryId"]) for e in first.events[:2]] == [
+        ("pi-forked-call", "d4e5f6a7"),
+        ("copy", "e5f6a7b8"),
+    ]
     raw = path.read_text("utf-8").split("\n")
     by_id = {json.loads(line)["id"]: line + "\n" for line in raw[1:] if line}
     for branch in plan.branches:

@@ -56,6 +56,8 @@ RESUMED_SESSION = "pi/resumed-session.jsonl"
 STREAM_STDOUT = "pi/stream-stdout.jsonl"
 FORKED_PENDING_CALLS = "pi-built/forked-pending-calls.jsonl"
 """Built for the tests (README): leaves that part right after an assistant message whose call is pending."""
+FORKED_ANSWERED_CALLS = "pi-built/forked-answered-calls.jsonl"
+"""Built for the tests (README): leaves that part after some results of an assistant message, others pending."""
 
 
 def leaves(session: Path) -> list[tuple[str, str]]:

@@ -52,8 +52,9 @@ UNSTRUCTURED = "pi-unstructured"
 ids or repeat one."""
 FORKED_CALL = "pi-forked-call"
 """`data.source.kind` of a `user/message` that, in a Pi fork cut while a tool call was pending,
-replaces the call's assistant message and the error results the fork wrote for its calls, carrying
-the assistant message unchanged (the fork's own branch then brings the real results)."""
+replaces the call's assistant message, the results of its calls recorded before the cut and the
+error results the fork wrote for the others, carrying the assistant message unchanged (model-only
+copies of those recorded results follow it; the fork's own branch then brings the real results)."""
 KEPT_AS_SEEN: frozenset[str] = frozenset({UNPAIRED_TOOL_RESULT, UNSTRUCTURED, FORKED_CALL})
 """`data.source.kind`s of a `user/message` that carries, unchanged, a message a model saw outside
 the turn/step/tool structure (the importers' fallbacks, docs/formats.md): its message keeps its

@@ -65,10 +65,12 @@ branch's log up to the last event of the last shared entry, gets what the servic
 fork (`session/end-seed {inherited: true}`, then the closers of a turn open at the cut,
 `turn/end {kind: forked}`), then its own entries. A cut while a tool call is pending makes the
 service answer the call with an error result (SPEC §8), which Pi's context does not hold. When the
-calls were asked for by the last message on the surface (no result yet: the leaf parts right after
-it), the child's first event takes that message and the error results off the surface together,
-a `user/message` carrying the message unchanged (`source.kind` `"pi-forked-call"`, kept as seen):
-the child inherits the message, billed once, and its own results follow as unpaired results.
+calls were asked for by the last assistant message on the surface and only results of its calls
+follow it (the leaf parts right after it, or after some of its results), the child's first event
+takes that message, those results and the error results off the surface together, a
+`user/message` carrying the message unchanged (`source.kind` `"pi-forked-call"`, kept as seen),
+followed by a model-only copy of each of those results: the child inherits the message and the
+results, each imported and billed once, and its own results follow as unpaired results.
 Otherwise the cut moves back to the last entry boundary where no call is pending or it could be
 cut so, and the child re-imports the shared entries after it.
 
@@ -228,16 +230,27 @@ class _Saved:
     future: Counter[str]
     stop_reason: Any
     time: int | None
-    last_surface: int | None
+    tail: _Tail | None
     forked: _ForkedCall | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Tail:
+    """Where the surface ends: the seq of the last `assistant/message` appended (no replace
+    since) and how many nodes stand from it on, itself included."""
+
+    node: int
+    nodes: int
 
 
 @dataclass(frozen=True, slots=True)
 class _ForkedCall:
     """What `BranchMapper.fork` cut while calls were pending: the node of the assistant message
-    that asked for them (the last on the surface) and the error results the fork wrote for them."""
+    that asked for them, the results of its calls already recorded after it (the surface's other
+    nodes from it on, in order) and the error results the fork wrote for the pending ones."""
 
     node: int
+    answered: tuple[int, ...]
     results: tuple[int, ...]
 
 
@@ -276,8 +289,8 @@ class BranchMapper:
         self._stop_reason: Any = None
         self._time: int | None = None
         """The recorded time of the events written next (None: Pi recorded none)."""
-        self._last_surface: int | None = None
-        """The seq of the last surface event written: the last node on the surface when it is an append."""
+        self._tail: _Tail | None = None
+        """The last `assistant/message` on the surface and the nodes after it (`_commit` keeps it)."""
         self._forked: _ForkedCall | None = None
         self._emit(empty_system_head())
         self._owner, self._index, self._time = "session", 0, pi_time(header.get("timestamp"))
@@ -329,7 +342,7 @@ class BranchMapper:
             Counter(self._future),
             self._stop_reason,
             self._time,
-            self._last_surface,
+            self._tail,
             self._forked,
         )
 
@@ -341,7 +354,7 @@ class BranchMapper:
         del self._path[saved.path :]
         self._origin, self._node = saved.origin, saved.node
         self._future, self._stop_reason, self._time = saved.future, saved.stop_reason, saved.time
-        self._last_surface, self._forked = saved.last_surface, saved.forked
+        self._tail, self._forked = saved.tail, saved.forked
 
     def cut_is_safe(self) -> bool:
         """True when a fork cut here shows its model what Pi's context for the fork's leaf holds:
@@ -352,47 +365,78 @@ class BranchMapper:
     def pending_at_tail(self) -> bool:
         """True when tool calls are pending and a fork cut here can take them off the surface
         with the error results the fork writes for them (`take_off_forked_call`): every call of
-        the open step is pending, all asked for by the last node on the surface (no result, no
-        other message after it)."""
-        pending = self.fold.pending_calls
-        if not pending or len(pending) != len(self.fold.structure.calls):
-            return False
-        return self._last_surface is not None and all(call.block_seq == self._last_surface for call in pending)
+        the open step was asked for by the last assistant message on the surface, and each is
+        pending or answered by one of the nodes after it, which are those results and nothing
+        else (no other message, no replace since)."""
+        return self._pending_tail() is not None
+
+    def _pending_tail(self) -> tuple[int, tuple[int, ...]] | None:
+        """For `pending_at_tail`: the seq of that assistant message and those of the results
+        after it (in order), or None. O(calls of the open step)."""
+        tail = self._tail
+        if tail is None or not self.fold.pending_calls:
+            return None
+        calls = self.fold.structure.calls.values()
+        answered = sorted(call.result_seq for call in calls if call.result_seq is not None)
+        if any(call.block_seq != tail.node for call in calls):
+            return None
+        if len(self.fold.pending_calls) + len(answered) != len(calls) or tail.nodes != 1 + len(answered):
+            return None
+        return tail.node, tuple(answered)
 
     def fork(self) -> list[NewEvent]:
         """Write what the service writes into a fork cut at the current end of the log, and return
         it: `session/end-seed {inherited: true}`, then the closers of an open turn (an error
         result for each pending call, which `take_off_forked_call` then takes off the surface)."""
-        node = self._last_surface if self.pending_at_tail() else None
+        at_tail = self._pending_tail()
         written = fork_seed(self.fold.structure, self.fold.repair_time)
         seqs = [self._commit(event) for event in written]
         results = tuple(seq for seq, event in zip(seqs, written, strict=True) if event.type == TOOL_RESULT)
-        self._forked = _ForkedCall(node, results) if node is not None and results else None
+        self._forked = _ForkedCall(*at_tail, results) if at_tail is not None and results else None
         self._stop_reason = None
         return written
 
     def take_off_forked_call(self) -> None:
-        """The first event of a fork cut while calls were pending (`pending_at_tail`): a
+        """The first events of a fork cut while calls were pending (`pending_at_tail`): a
         `user/message` (source `pi-forked-call`) replacing the assistant message that asked for
-        them and the error results the fork wrote for them, and carrying that message unchanged.
+        them, the results of its calls recorded before the cut and the error results the fork
+        wrote for the others, and carrying that message unchanged; then a model-only copy of
+        each of those recorded results, in their order.
 
         The fork inherits the message, so its call is billed once, in the session that imported
-        it, where re-importing it after an earlier cut billed it in both (`costs --family`). The
-        service's error results say the calls' outcomes are unknown, which Pi's context does not
-        hold: taken off, the model history is Pi's again, the message in its place, and the
-        fork's own results come after it as the fallback `user/message`s of results whose call
+        it, where re-importing it after an earlier cut billed it in both (`costs --family`); the
+        copies bill nothing and count no tool error (`stats`). The service's error results say
+        the calls' outcomes are unknown, which Pi's context does not hold: taken off, the model
+        history is Pi's again, the message and its recorded results in their place, and the
+        fork's own results come after them as the fallback `user/message`s of results whose call
         is not pending (`pi-unpaired-tool-result`). Nothing is written for any other fork."""
         forked, self._forked = self._forked, None
         if forked is None:
             return
-        entry_id = next(
-            str(e.get("id")) for e in reversed(self._path) if self._node.get(str(e.get("id"))) == forked.node
-        )
-        origin = self._origin[entry_id]
+        wanted = {forked.node, *forked.answered}
+        entry_of_node = {
+            node: str(e.get("id")) for e in self._path if (node := self._node.get(str(e.get("id")))) in wanted
+        }
+        entry_id = entry_of_node[forked.node]
         self._owner, self._index, self._time = f"fork:{entry_id}", 0, None
-        data: JsonObject = {"message": origin.message, "source": {"kind": FORKED_CALL, "entryId": entry_id}}
+        data: JsonObject = {
+            "message": self._origin[entry_id].message,
+            "source": {"kind": FORKED_CALL, "entryId": entry_id},
+        }
         op = Replace(forked.node, forked.results[-1])
-        self._emit(NewEvent(USER_MESSAGE, data, surface_op=op, source_event_seqs=(forked.node, *forked.results)))
+        sources = (forked.node, *forked.answered, *forked.results)
+        self._node[entry_id] = self._emit(NewEvent(USER_MESSAGE, data, surface_op=op, source_event_seqs=sources))
+        for node in forked.answered:
+            self._copy(entry_of_node[node])
+
+    def _copy(self, entry_id: str) -> None:
+        """A model-only copy of the message of `entry_id` (`data.source.kind` `copy`, citing the
+        event that first carried it), which from now on stands for the entry on the surface."""
+        origin = self._origin[entry_id]
+        copy = {"message": origin.message, "source": {"kind": COPY_SOURCE_KIND, "entryId": entry_id}}
+        self._node[entry_id] = self._emit(
+            NewEvent(origin.type, copy, surface_op=APPEND, source_event_seqs=(origin.seq,))
+        )
 
     # --- entries ---------------------------------------------------------------------------
 
@@ -481,11 +525,7 @@ class BranchMapper:
                     raise
         self._replace_by_summary(data, body, summary_seq)
         for kept_entry in kept:
-            kept_id = str(kept_entry["id"])
-            origin = self._origin[kept_id]
-            copy = {"message": origin.message, "source": {"kind": COPY_SOURCE_KIND, "entryId": kept_id}}
-            seq = self._emit(NewEvent(origin.type, copy, surface_op=APPEND, source_event_seqs=(origin.seq,)))
-            self._node[kept_id] = seq
+            self._copy(str(kept_entry["id"]))
 
     def _replace_by_summary(self, data: JsonObject, replaced: list[int], summary_seq: int) -> None:
         """The compaction's summary message, replacing the surface nodes `replaced`."""
@@ -564,11 +604,22 @@ class BranchMapper:
             ) from None
         if proposed:
             self._index += 1
-        if event.surface_op is not None:
-            self._last_surface = seq
+        self._tail = _tail_after(self._tail, event, seq)
         self.events.append(event)
         self.lines.append(line)
         return seq
+
+
+def _tail_after(tail: _Tail | None, event: NewEvent, seq: int) -> _Tail | None:
+    """`BranchMapper._tail` once `event` is written at `seq`: an appended `assistant/message`
+    starts it, another append adds a node to it, a replace ends it (the surface changed)."""
+    if event.surface_op is None:
+        return tail
+    if isinstance(event.surface_op, Replace):
+        return None
+    if event.type == ASSISTANT_MESSAGE:
+        return _Tail(seq, 1)
+    return _Tail(tail.node, tail.nodes + 1) if tail is not None else None
 
 
 # --- whole files -----------------------------------------------------------------------------

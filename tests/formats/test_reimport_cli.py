@@ -35,6 +35,7 @@ from tests.formats.test_transfer_cli import (
     sessions_named,
     turns_export,
 )
+from tests.support.fixtures import FORKED_ANSWERED_CALLS, FORKED_PENDING_CALLS, fixture
 from tests.support.servers import ServerThread
 
 SMALL = next(s for s in SESSIONS if s.name.startswith("2025-10-07"))
@@ -88,6 +89,25 @@ def test_a_rerun_over_a_folder_imports_only_the_new_files(
     assert f"{old}: already imported" in again.stderr, again.stderr
     assert {s["id"]: client.get_session(s["id"]).next_seq for s in first} == held
     assert sorted(sessions_named(client, forked)) == sorted(held)  # no second copy of any
+
+
+@pytest.mark.parametrize("built", [FORKED_PENDING_CALLS, FORKED_ANSWERED_CALLS])
+def test_a_rerun_over_forks_cut_at_pending_calls_finds_them_imported(
+    built: str, cli: CliRunner, client: SessionLogClient, tmp_path: Path
+) -> None:
+    """A fork cut where a Pi call was pending holds the service's error result for it, stamped
+    with the time the service forked it, where the plan has its own: the re-run compared those
+    too and refused the unchanged file (IMPORTED_SESSION_DIFFERS). What the service writes into a
+    fork is its own; the re-run compares the fork's place (its parent and seq) and its own events."""
+    forked = pi_id()
+    path = pi_copy(fixture(built), tmp_path / "forked.jsonl", forked)
+    first = imported(cli, str(path))
+    assert len(first) == 3
+    held = {s["id"]: client.get_session(s["id"]).next_seq for s in first}
+    again = imported(cli, str(path))
+    assert statuses(again) == [(s["id"], "already-imported") for s in first]
+    assert [s["appended"] for s in again] == [0, 0, 0]
+    assert {s["id"]: client.get_session(s["id"]).next_seq for s in first} == held
 
 
 def test_the_same_file_twice_in_one_run_is_imported_once(

@@ -2,10 +2,11 @@
 
 Each session is named by the file (`core.formats.session_ids`), so importing the same file again
 meets the sessions the first import made. `Resolver.resolve` reads what the server holds of each
-(its next seq, then its events from where the import's own begin; `core.formats.imported` compares
-them): a session that holds exactly the planned events is already imported; one that holds their
-beginning gets the rest appended; any other is a conflict (IMPORTED_SESSION_DIFFERS), and the
-import, which resolves every FILE before it writes anything, imports none of them.
+(its next seq, then its events from where the import's own begin, after what the service writes
+into a fork; `core.formats.imported` compares them): a session that holds exactly the planned
+events is already imported; one that holds their beginning gets the rest appended; any other is
+a conflict (IMPORTED_SESSION_DIFFERS), and the import, which resolves every FILE before it
+writes anything, imports none of them.
 """
 
 from __future__ import annotations
@@ -168,6 +169,10 @@ class Resolver:
         return resolved
 
     def _resolve(self, index: int, target: Target) -> Resolved:
+        """`target` against what the server holds. A fork is compared from its own events on
+        (`own_seq`), once its place (parent and seq) is the planned one: what the service wrote
+        into it at the cut is the service's, stamped with the time it forked (a pending call's
+        error result), which the plan cannot know."""
         digest = target.digest()
         claimed = self._claimed.get(target.session_id)
         if claimed is not None and claimed[0] != index:
@@ -183,9 +188,10 @@ class Resolver:
             parent, seq = target.parent
             raise differs(target, f"is not the fork of {parent!r} after seq {seq} the file maps it to")
         held = info.next_seq
+        start, planned = target.own_seq, target.events[target.own_seq - target.first_seq :]
         end = min(held, target.next_seq)
-        stored = self.client.read_events(target.session_id, from_seq=target.first_seq, to_seq=end - 1)
-        comparison = compare_log(stored if end > target.first_seq else (), held, target.events, target.first_seq)
+        stored = self.client.read_events(target.session_id, from_seq=start, to_seq=end - 1)
+        comparison = compare_log(stored if end > start else (), held, planned, start)
         if comparison.same or comparison.behind:
             return Resolved.of(target, held, digest)
         raise _difference(target, comparison)

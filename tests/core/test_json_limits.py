@@ -61,3 +61,49 @@ def test_both_decoding_paths_accept_the_same_depths(as_bytes: bool) -> None:
         with pytest.raises(ValidationError) as refused:
             loads(text.encode() if as_bytes else text)
         assert refused.value.reason == "JSON_TOO_DEEP"
+
+
+OBJECTS = st.dictionaries(TEXT, VALUES, max_size=4)
+ENCODINGS = st.sampled_from(
+    [
+        {"separators": (",", ":"), "ensure_ascii": False},  # what the clients write
+        {"separators": (", ", ": "), "ensure_ascii": False},  # spaced
+        {"separators": (",", ":"), "ensure_ascii": True},  # every non-ASCII character escaped
+        {"indent": 2, "ensure_ascii": True},
+    ]
+)
+
+
+@settings(max_examples=400)
+@given(OBJECTS, ENCODINGS)
+def test_a_proposed_object_without_a_repeated_key_is_accepted_however_it_is_written(
+    value: dict[str, object], encoding: dict[str, object]
+) -> None:
+    text = json.dumps(value, **encoding).encode("utf-8")  # type: ignore[arg-type]
+    assert jsonvalue.loads_proposed(text) == value
+
+
+@settings(max_examples=400)
+@given(OBJECTS, TEXT, VALUES, VALUES, ENCODINGS, st.booleans())
+def test_a_proposed_object_repeating_a_key_is_refused_however_it_is_written(
+    value: dict[str, object],
+    key: str,
+    first: object,
+    second: object,
+    encoding: dict[str, object],
+    nested: bool,
+) -> None:
+    """Whichever path `check_unique_keys` takes (the text is what orjson writes, it holds no
+    `\\u` escape, or it does), a key named twice in any object is refused, naming the key."""
+    pair = json.dumps({key: first}, **encoding)[1:-1].strip()  # type: ignore[arg-type]
+    again = json.dumps({key: second}, **encoding)[1:-1].strip()  # type: ignore[arg-type]
+    inner = "{" + pair + "," + again + "}"
+    rest = json.dumps(value, **encoding)  # type: ignore[arg-type]
+    body = rest[1:-1].strip()
+    if nested:
+        text = "{" + (body + "," if body else "") + json.dumps("nested") + ":" + inner + "}"
+    else:
+        text = "{" + (body + "," if body and key not in value else "") + pair + "," + again + "}"
+    with pytest.raises(ValidationError) as refused:
+        jsonvalue.loads_proposed(text.encode("utf-8"))
+    assert refused.value.reason == "DUPLICATE_KEY"

@@ -123,22 +123,26 @@ def check_unique_keys(text: bytes, value: Any) -> None:
 
     The text is stored as received, so a repeated key would stay in the log while every reader,
     the service's projections included, saw only its last value. The decoders do not report a
-    repeat, so colons are counted instead, at C speed: outside strings every colon ends a key.
-    Text with no `\\u` escape holds every colon of the decoded value's strings as it is, so it
-    holds exactly as many colons as the value written again (orjson, which escapes none) when no
-    key repeats, and more when one does (its key and its dropped value are in the text only).
-    Otherwise (an escape could spell a colon) the text's keys are counted with its strings
-    blanked, against the value's. Only a text that does repeat a key is decoded again, to name it.
+    repeat. Most texts are what orjson writes for their value (the clients write compact JSON):
+    then the value written again is the text, byte for byte, and no key was dropped (one
+    `orjson.dumps` and a compare: ~0.5 µs for the bench's 2 KB events, a tenth of counting).
+    Otherwise colons are counted, at C speed: outside strings every colon ends a key. Text with
+    no `\\u` escape holds every colon of the decoded value's strings as it is, so it holds exactly
+    as many colons as the value written again when no key repeats, and more when one does (its
+    key and its dropped value are in the text only). Otherwise (an escape could spell a colon)
+    the text's keys are counted with its strings blanked, against the value's. Only a text that
+    does repeat a key is decoded again, to name it.
     """
-    if b"\\u" not in text:
-        try:
-            written = orjson.dumps(value)
-        except TypeError:  # what orjson cannot write (an integer past 64 bits): counted below
-            pass
-        else:
-            if written.count(b":") != text.count(b":"):
-                _KEY_FINDER.decode(text.decode("utf-8"))
-            return
+    try:
+        written: bytes | None = orjson.dumps(value)
+    except TypeError:  # what orjson cannot write (an integer past 64 bits): counted below
+        written = None
+    if written == text:
+        return
+    if written is not None and b"\\u" not in text:
+        if written.count(b":") != text.count(b":"):
+            _KEY_FINDER.decode(text.decode("utf-8"))
+        return
     if _STRINGS_BYTES.sub(b'""', text).count(b":") != _key_count(value):
         _KEY_FINDER.decode(text.decode("utf-8"))
 

@@ -43,16 +43,23 @@ def negative_field(usage: JsonObject) -> tuple[str, int | float] | None:
 
     Tokens and prices are never negative: a negative one would silently lower the cost and
     token totals `stats` and `costs` report, so the door refuses it. Only numbers are looked
-    at: anything else counts as 0 (`number`), lowering nothing."""
-    for key in (*TOKEN_KEYS, "totalTokens"):
-        if _is_number(usage.get(key)) and usage[key] < 0:
-            return key, usage[key]
+    at: anything else counts as 0 (`number`), lowering nothing. (Every appended event with
+    usage passes here: the numbers are told by their exact type, inline, as decoded JSON holds
+    no subclass of int or float but bool, which is no number here.)"""
+    for key in _COUNT_KEYS:
+        value = usage.get(key)
+        if (type(value) is int or type(value) is float) and value < 0:
+            return key, value
     cost = usage.get("cost")
-    if isinstance(cost, dict):
+    if type(cost) is dict:
         for key in COST_KEYS:
-            if _is_number(cost.get(key)) and cost[key] < 0:
-                return f"cost.{key}", cost[key]
+            value = cost.get(key)
+            if (type(value) is int or type(value) is float) and value < 0:
+                return f"cost.{key}", value
     return None
+
+
+_COUNT_KEYS = (*TOKEN_KEYS, "totalTokens")
 
 
 def number(value: Any) -> int | float:

@@ -86,3 +86,16 @@ def priced_and_unpriced() -> list[dict[str, Any]]:
         step_end(1, 2),
         turn_end(1),
     ]
+
+
+def open_turn_log() -> list[dict[str, Any]]:
+    """A session's events up to a crash mid-turn: the turn and its step open, the assistant
+    message asking for two tool calls (`a`, `b`), the first of them started, neither answered."""
+    return [
+        system("sys"),
+        user("go"),
+        turn_start(1),
+        step_start(1, 1),
+        assistant(1, 1, "", calls=(("a", "ls"), ("b", "rm"))),
+        tool_call(1, 1, "a", "ls"),
+    ]

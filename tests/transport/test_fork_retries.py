@@ -18,7 +18,7 @@ from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import AlreadyExists
 from sessionlog.v1 import session_service_pb2 as pb
-from tests.support.events import assistant, step_start, system, tool_call, turn_start, user
+from tests.support.events import open_turn_log, system, user
 from tests.support.lossy_proxy import AnswerLosingProxy
 from tests.support.servers import ServerThread
 
@@ -27,16 +27,7 @@ def _decision_point(client: SessionLogClient, sid: str) -> int:
     """A session whose turn is open with two tool calls pending; its head seq."""
     client.create_session(sid)
     with client.writer(sid) as writer:
-        writer.append(
-            [
-                system("s"),
-                user("fix the bug"),
-                turn_start(1),
-                step_start(1, 1),
-                assistant(1, 1, "", calls=(("a", "ls"), ("b", "rm"))),
-                tool_call(1, 1, "a", "ls"),
-            ]
-        ).result()
+        writer.append(open_turn_log()).result()
     return client.get_session(sid).next_seq - 1
 
 

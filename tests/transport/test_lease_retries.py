@@ -25,7 +25,7 @@ from sessionlog.core.errors import SessionLogError, Unavailable, WriterHeld
 from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
-from tests.support.events import assistant, note, step_start, system, tool_call, turn_start, user
+from tests.support.events import note, open_turn_log
 from tests.support.lossy_proxy import AnswerLosingProxy
 from tests.support.servers import ServerThread
 
@@ -61,16 +61,7 @@ def _crashed_mid_turn(client: SessionLogClient, sid: str) -> None:
     """A session whose writer went away with a turn open and two tool calls pending."""
     client.create_session(sid)
     with client.writer(sid) as writer:
-        writer.append(
-            [
-                system("s"),
-                user("fix the bug"),
-                turn_start(1),
-                step_start(1, 1),
-                assistant(1, 1, "", calls=(("a", "ls"), ("b", "rm"))),
-                tool_call(1, 1, "a", "ls"),
-            ]
-        ).result()
+        writer.append(open_turn_log()).result()
 
 
 @pytest.mark.parametrize("method", ["AcquireLease", "ResumeSession"])

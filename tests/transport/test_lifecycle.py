@@ -21,9 +21,8 @@ from sessionlog_server.storage.migrate import upgrade
 from tests.support.events import (
     assistant,
     note,
-    step_start,
+    open_turn_log,
     system,
-    tool_call,
     tool_result,
     turn_end,
     turn_start,
@@ -31,17 +30,6 @@ from tests.support.events import (
 )
 from tests.support.servers import ServerThread, hold_writer
 from tests.support.waiting import eventually
-
-
-def open_turn_log() -> list[dict]:
-    return [
-        system("sys"),
-        user("go"),
-        turn_start(1),
-        step_start(1, 1),
-        assistant(1, 1, "", calls=(("a", "ls"), ("b", "rm"))),
-        tool_call(1, 1, "a", "ls"),
-    ]
 
 
 def test_resume_repairs_an_open_turn_and_marks_the_seed(client: SessionLogClient, sid: str) -> None:
@@ -235,8 +223,10 @@ def test_writers_may_not_write_reserved_turn_ends(client: SessionLogClient, sid:
     assert client.get_session(sid).next_seq == 1
 
 
-def test_start_up_repairs_abandoned_turns(fresh_db: str, sid: str) -> None:
-    first = ServerThread(fresh_db, repair_on_start=False)
+def _release_mid_turn(db: str, sid: str) -> None:
+    """On a server that repairs nothing at start-up: a writer leaves `sid` with a turn open and
+    releases its lease (a crash of the service would then leave it so), and the server stops."""
+    first = ServerThread(db, repair_on_start=False)
     try:
         with SessionLogClient(first.target) as client:
             client.create_session(sid)
@@ -246,6 +236,10 @@ def test_start_up_repairs_abandoned_turns(fresh_db: str, sid: str) -> None:
             assert client.get_session(sid).open_turn
     finally:
         first.stop()
+
+
+def test_start_up_repairs_abandoned_turns(fresh_db: str, sid: str) -> None:
+    _release_mid_turn(fresh_db, sid)
     second = ServerThread(fresh_db)
     try:
         with SessionLogClient(second.target) as client:
@@ -268,15 +262,7 @@ def test_a_start_up_repair_that_failed_is_retried_by_the_sweep(tmp_path: Path, s
     path = tmp_path / "busy.db"
     url = f"sqlite:///{path}"
     upgrade(url)
-    first = ServerThread(url, repair_on_start=False)
-    try:
-        with SessionLogClient(first.target) as client:
-            client.create_session(sid)
-            lease = client.acquire_lease(sid)
-            client.append(sid, lease, open_turn_log())
-            client.release_lease(lease)
-    finally:
-        first.stop()
+    _release_mid_turn(url, sid)
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock: repairs fail busy
     second = ServerThread(url, migrate=False, lease_ttl_ms=300, sqlite_busy_timeout_ms=100)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -127,18 +128,27 @@ async def _repairs_of_lease(service: SessionLogService, record: SessionRecord, e
     (`lease_since_seq`) on; a grant that began after the seed (not a retry) finds none. Read back
     a page at a time: a turn may have had many pending tool calls.
     """
-    since = record.lease_since_seq
     seqs: list[int] = []
-    high = end_seed_seq - 1
-    while since is not None and high >= since:
-        low = max(since, high - FORK_SCAN_PAGE + 1)
-        page = await service.reader.read(record, low, high, FORK_SCAN_PAGE)
-        for event in reversed(page):
-            if not is_repair_event(event, "interrupted"):
-                return seqs[::-1]
-            seqs.append(event.seq)
-        high = low - 1
+    if record.lease_since_seq is not None:
+        async for page in _pages_back(service, record, end_seed_seq - 1, record.lease_since_seq):
+            for event in reversed(page):
+                if not is_repair_event(event, "interrupted"):
+                    return seqs[::-1]
+                seqs.append(event.seq)
     return seqs[::-1]
+
+
+async def _pages_back(
+    service: SessionLogService, record: SessionRecord, high: int, floor: int, max_pages: int | None = None
+) -> AsyncIterator[list[Event]]:
+    """The events of seqs `floor`..`high` read back from `high`: a page (`FORK_SCAN_PAGE`
+    events, oldest first) at a time, the newest page first, at most `max_pages` pages."""
+    pages = 0
+    while high >= floor and (max_pages is None or pages < max_pages):
+        low = max(floor, high - FORK_SCAN_PAGE + 1)
+        yield await service.reader.read(record, low, high, FORK_SCAN_PAGE)
+        pages += 1
+        high = low - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,17 +293,11 @@ async def _open_turn_window(service: SessionLogService, source: SessionRecord, a
     no turn is open there); None when no turn boundary (nor seq 0) lies within
     `FORK_SCAN_PAGES` pages before the cut."""
     window: list[Event] = []
-    high = at_seq
-    for _ in range(FORK_SCAN_PAGES):
-        if high < 0:
-            return window[-1:]
-        low = max(0, high - FORK_SCAN_PAGE + 1)
-        page = await service.reader.read(source, low, high, FORK_SCAN_PAGE)
+    async for page in _pages_back(service, source, at_seq, 0, FORK_SCAN_PAGES):
         window = page + window
         for event in reversed(page):
             if event.type == TURN_START:
                 return window[window.index(event) :]
             if event.type == TURN_END:
                 return window[-1:]
-        high = low - 1
-    return window[-1:] if high < 0 else None
+    return window[-1:] if window[0].seq == 0 else None  # read back to seq 0, or gave up

@@ -199,7 +199,7 @@ def _floor_note(report: dict[str, Any], figure: dict[str, Any] | None, unary: bo
     per_message = (
         _get(floor, "unary", "server_us_per_call") if unary else _get(floor, "streams", "server_us_per_message")
     )
-    if not figure or per_message is None:
+    if not figure or not per_message:  # 0: the echo's CPU clock saw nothing in a short run
         return ""
     spent = figure.get("server_us_per_event")
     if not spent:

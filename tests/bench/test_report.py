@@ -114,3 +114,17 @@ def test_a_latency_cell_says_when_the_client_fell_behind_its_pace() -> None:
     behind = {"p50_ms": 14.64, "p99_ms": 267.45, "p999_ms": 699.27, "events": 75_000, "sends_late_over_1ms": 9_691}
     assert _cell(kept, "latency") == "1.08 / 4.02 / 7.32"
     assert _cell(behind, "latency") == "14.64 / 267.45 / 699.27  (9,691 of 75,000 sent > 1 ms late)"
+
+
+def test_an_echo_floor_measured_as_no_cpu_at_all_is_left_out_of_the_note() -> None:
+    """A quick run's echo server can pass its few messages within one tick of the CPU clock, so
+    its CPU per message reads 0: the report then names no floor, where it divided by zero and the
+    whole bench failed after every figure was measured."""
+    report: dict[str, Any] = {
+        "sessionlog": {"sqlite": {"stream_16": _rate(6_000)}},
+        "peers": {"sqlite3_x16": {"events_per_s": 20_000}},
+        "transport_floor": {"unary": {"server_us_per_call": 0.0}, "streams": {"server_us_per_message": 0.0}},
+    }
+    found = {t["name"]: t for t in targets(report)}
+    streaming = found["16 streaming sessions, 1 event/batch, one worker, sqlite vs raw sqlite3 16/commit"]
+    assert streaming["status"] == "MISSED" and "grpc.aio alone" not in streaming["measured"]

@@ -44,15 +44,34 @@ answers nothing (hung, or behind a link that drops everything) held `serve` at s
 log line, and a running service's reader and writer threads on each new connection."""
 
 
+TCP_DEFAULTS = {
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "60000",
+}
+"""libpq's TCP settings for a PostgreSQL connection whose URL sets none of them: a host that
+vanishes (a failover that moved its address, a cut link) is given up after about a minute of
+silence, where the kernel's defaults took two hours for an idle connection (keepalive probes
+first sent after 7,200 s) and about 15 minutes for one waiting on a sent commit
+(retransmissions). Keepalives cover the idle pool and the change feed's LISTEN connection;
+`tcp_user_timeout` (milliseconds) covers a statement or commit sent and never acknowledged. A
+database that is slow but alive (a long checkpoint, a paused process) is not given up: its
+host's kernel still answers both."""
+
+
 def normalise_url(url: str) -> str:
     """Accept `postgresql://` and `postgres://` and use the psycopg 3 driver for them, with a
-    `connect_timeout` of CONNECT_TIMEOUT_S where the URL has none (every connection the service,
-    its migrations and its change feed open is made from this URL)."""
+    `connect_timeout` of CONNECT_TIMEOUT_S where the URL has none, and TCP_DEFAULTS where it sets
+    none of them (every connection the service, its migrations and its change feed open is made
+    from this URL)."""
     parsed = make_url(url)
     if parsed.get_backend_name() not in {"postgresql", "postgres"}:
         return url
     if "connect_timeout" not in parsed.query:
         parsed = parsed.update_query_dict({"connect_timeout": str(CONNECT_TIMEOUT_S)})
+    if not TCP_DEFAULTS.keys() & parsed.query.keys() and "keepalives" not in parsed.query:
+        parsed = parsed.update_query_dict(TCP_DEFAULTS)
     return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 

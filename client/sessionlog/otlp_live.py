@@ -124,8 +124,18 @@ def readable_span(span: JsonObject, resource: Resource, scope: InstrumentationSc
 class SessionExport:
     """Feeds a session's events in seq order to an exporter, a turn at a time."""
 
-    def __init__(self, session_id: str, exporter: SpanExporter, *, content: bool = False, version: str = "") -> None:
-        self.fold = OtlpFold(session_id, content=content)
+    def __init__(
+        self,
+        session_id: str,
+        exporter: SpanExporter,
+        *,
+        trace: str | None = None,
+        content: bool = False,
+        version: str = "",
+    ) -> None:
+        """`trace`: the session's trace id as the service tells it (`Session.trace_id`), as
+        `OtlpFold` takes it."""
+        self.fold = OtlpFold(session_id, trace=trace, content=content)
         self.exporter = exporter
         self.resource = Resource(RESOURCE)
         self.scope = InstrumentationScope(SCOPE_NAME, version)

@@ -21,7 +21,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 
 from sessionlog.core import jsonvalue
 from sessionlog.core.events import Event, NewEvent
-from sessionlog.core.formats.otlp import RESOURCE, SCOPE_NAME, otlp_traces
+from sessionlog.core.formats.otlp import RESOURCE, SCOPE_NAME, otlp_traces, trace_id
 from sessionlog.core.projections.stats import stats
 from sessionlog.core.repair import commit_closers, fork_seed, open_turn_closers
 from sessionlog.otlp_live import SessionExport, readable_span
@@ -152,6 +152,29 @@ def test_tools_repairs_and_markers() -> None:
     ]
     drops = [attrs(s).get("sessionlog.cache_drop.causes") for s in spans if s.name.startswith("chat")]
     assert [d for d in drops if d] == [["header"], ["replace"], ["none"]]
+
+
+def test_a_trace_the_service_names_carries_every_id_and_the_name_stays_the_id() -> None:
+    """A session the service knows under a key of its namespace (`alice:s1`) is exported under
+    the trace id the service tells (`Session.trace_id`): every span carries it, every span id
+    follows it (another tenant's `s1` shares none), and the spans still name the session by
+    its id. Without one, the id is hashed, as the service hashes a default-namespace key."""
+    events = repaired()
+    alice, mallory = trace_id(f"alice:{SID}"), trace_id(f"mallory:{SID}")
+    spans = spans_of(otlp_traces(events, SID, trace=alice))
+    assert {s["traceId"] for s in spans} == {alice}
+    assert {span_attr(s, "gen_ai.conversation.id") for s in spans} == {SID}
+    assert spans[0]["name"] == f"session {SID}"
+    others = spans_of(otlp_traces(events, SID, trace=mallory))
+    assert not {s["spanId"] for s in spans} & {s["spanId"] for s in others}
+    assert [s["name"] for s in others] == [s["name"] for s in spans]
+    assert otlp_traces(events, SID) == otlp_traces(events, SID, trace=trace_id(SID))
+
+
+@pytest.mark.parametrize("trace", ["", "0" * 32, "A" * 32, "a" * 31, "g" * 32])
+def test_a_trace_id_that_is_not_32_hex_digits_is_refused(trace: str) -> None:
+    with pytest.raises(ValueError, match="not 32 lowercase hex digits"):
+        otlp_traces(repaired(), SID, trace=trace)
 
 
 def test_export_is_deterministic_and_content_is_opt_in() -> None:

@@ -84,7 +84,6 @@ def otlp(
             raise fail(f"--header takes KEY=VALUE, got {pair!r}", 2)
         headers[key] = value
     exporter: Any = OTLPSpanExporter(endpoint=endpoint, headers=headers or None)  # the SDK is partly untyped
-    export = SessionExport(session_id, exporter, content=content)
     stop = _Stop()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -93,7 +92,10 @@ def otlp(
     log = ExporterLog()
     try:
         with log.held(), connect() as client:
-            client.get_session(session_id)
+            # The service's trace for the session (its live export's, and a tenant's own), not
+            # one hashed from the id here, which another tenant's session of that id shares.
+            info = client.get_session(session_id)
+            export = SessionExport(info.id, exporter, trace=info.trace_id or None, content=content)
             events = client.subscribe(session_id) if follow else client.read_events(session_id)
             try:
                 for item in events:

@@ -465,7 +465,7 @@ def export_command(
                 # One line per event, in seq order: written as the events are read, so a long
                 # session's export holds a page of events, not the log (a failure part way
                 # leaves no FILE; on stdout, the lines before it and a non-zero exit).
-                session = {k: v for k, v in info.to_json().items() if k != "lease"}
+                session = {k: v for k, v in info.to_json().items() if k not in ("lease", "traceId")}
                 _write(output, sessionlog_lines(session, _counted(client.read_events(session_id), advance)))
                 return
             events = list(_counted(client.read_events(session_id), advance))
@@ -475,7 +475,10 @@ def export_command(
                 export_pi(events, session_id=info.id, cwd=info.cwd, create_time=info.create_time).lines()
             )
         else:
-            lines = [jsonvalue.dumps(otlp_traces(events, info.id, content=content)) + "\n"]
+            # The service's trace for the session, so it is the live export's (an old service
+            # tells none: then hashed from the id).
+            trace = info.trace_id or None
+            lines = [jsonvalue.dumps(otlp_traces(events, info.id, trace=trace, content=content)) + "\n"]
     except SessionLogError as exc:
         raise fail(describe(exc)) from None
     _write(output, lines)

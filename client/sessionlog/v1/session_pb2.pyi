@@ -30,6 +30,7 @@ class Session(_message.Message):
     NEXT_SEQ_FIELD_NUMBER: _builtins.int
     OPEN_TURN_FIELD_NUMBER: _builtins.int
     LEASE_FIELD_NUMBER: _builtins.int
+    TRACE_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Client-chosen or generated id: URL-safe, at most 128 characters."""
     create_time_unix_ms: _builtins.int
@@ -42,6 +43,13 @@ class Session(_message.Message):
     """The seq the next appended event will get (the log's length, inherited prefix included)."""
     open_turn: _builtins.bool
     """True while a turn is open (a writer is mid-turn, or crashed mid-turn awaiting repair)."""
+    trace_id: _builtins.str
+    """The session's OpenTelemetry trace id, 32 lowercase hex digits, set by the service: the
+    trace of the session's OTLP spans, whichever sends them (the service's live export,
+    `sessionlog otlp`, `sessionlog export --format otlp-json`), so a session has one trace. The
+    service derives it from the session within its namespace: two namespaces' sessions of one
+    id have different ones. Empty from a service that predates the field.
+    """
     @_builtins.property
     def parent(self) -> Global___ForkOrigin:
         """Set when the session is a fork: the parent and the last inherited seq."""
@@ -61,10 +69,11 @@ class Session(_message.Message):
         next_seq: _builtins.int = ...,
         open_turn: _builtins.bool = ...,
         lease: Global___Lease | None = ...,
+        trace_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "parent", b"parent"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time_unix_ms", b"create_time_unix_ms", "cwd", b"cwd", "id", b"id", "lease", b"lease", "metadata_json", b"metadata_json", "next_seq", b"next_seq", "open_turn", b"open_turn", "parent", b"parent"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time_unix_ms", b"create_time_unix_ms", "cwd", b"cwd", "id", b"id", "lease", b"lease", "metadata_json", b"metadata_json", "next_seq", b"next_seq", "open_turn", b"open_turn", "parent", b"parent", "trace_id", b"trace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from sessionlog.core import validate
 from sessionlog.core.errors import NotFound, PermissionDenied, SessionLogError, ValidationError
+from sessionlog.core.formats import otlp
 from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 
 DEFAULT_NAMESPACE = "default"
@@ -94,6 +95,14 @@ def session_key(session_id: str, limits: Limits) -> str:
 def public_id(key: str) -> str:
     """The id a caller knows a session by (its key without the namespace)."""
     return key.rpartition(":")[2]
+
+
+def trace_id(key: str) -> str:
+    """The OpenTelemetry trace id of the session of key `key`: its key hashed, not its id, so two
+    namespaces' sessions of one id are two traces. The transport tells it to callers
+    (`Session.trace_id`), whose exports of the session then carry it, and the service's live
+    OTLP export sends under it: one trace per session, whoever sends its spans."""
+    return otlp.trace_id(key)
 
 
 def logged_id(session_id: str) -> str:

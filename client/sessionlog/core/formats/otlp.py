@@ -32,11 +32,14 @@ well. A turn, and the calls in it, are laid from the events up to its `turn/end`
 that sends them when the turn ends sends the spans the whole export has (the root, and what is
 still open, it sends at the end, from the whole log).
 
-Ids are derived, so a re-export is byte-identical: the trace id is the first 16 bytes of
-sha256("sessionlog/trace\\0" + session id); a span id the first 8 bytes of
-sha256("sessionlog/span\\0" + session id + "\\0" + what + "\\0" + seq). OTLP/JSON writes them
-as hex (not base64, unlike the generic protobuf JSON mapping), 64-bit integers as decimal
-strings, enums as integers.
+Ids are derived, so a re-export is byte-identical, and a session has one trace whichever way its
+spans are sent: the trace id is the first 16 bytes of sha256("sessionlog/trace\\0" + key), where
+the key is the session's key in the service (`namespace:id`, the bare id in the default
+namespace: two tenants' sessions `s1` differ), which the service tells its clients as
+`Session.trace_id`, and a session read without a service is keyed by its id; a span id is the
+first 8 bytes of sha256("sessionlog/span\\0" + trace id + "\\0" + what + "\\0" + seq), so
+it follows the trace. OTLP/JSON writes them as hex (not base64, unlike the generic protobuf
+JSON mapping), 64-bit integers as decimal strings, enums as integers.
 
 Message content is left out unless asked (`content=True`): then chat spans carry
 `gen_ai.input.messages` (the exact request's messages) and `gen_ai.output.messages` as JSON
@@ -79,15 +82,22 @@ MARKER_EVENTS = {
 }
 
 
-def trace_id(session_id: str) -> str:
-    """The session's trace id (32 hex digits)."""
-    return hashlib.sha256(b"sessionlog/trace\0" + session_id.encode("utf-8")).hexdigest()[:32]
+def trace_id(key: str) -> str:
+    """The trace id (32 lowercase hex digits) of the session of key `key`: its key in the service
+    (`namespace:id`; the id alone in the default namespace), which the service hashes and tells
+    clients as `Session.trace_id`, or its id when no service names it (an offline log)."""
+    return hashlib.sha256(b"sessionlog/trace\0" + key.encode("utf-8")).hexdigest()[:32]
 
 
-def span_id(session_id: str, what: str, seq: int | str) -> str:
-    """A span id (16 hex digits) for `what` at `seq` in the session."""
-    key = f"sessionlog/span\0{session_id}\0{what}\0{seq}".encode()
+def span_id(trace: str, what: str, seq: int | str) -> str:
+    """A span id (16 hex digits) for `what` at `seq` in the session of trace id `trace`."""
+    key = f"sessionlog/span\0{trace}\0{what}\0{seq}".encode()
     return hashlib.sha256(key).hexdigest()[:16]
+
+
+def is_trace_id(value: str) -> bool:
+    """32 lowercase hex digits, not all zero (OTLP's invalid trace id)."""
+    return len(value) == 32 and all(c in "0123456789abcdef" for c in value) and value != "0" * 32
 
 
 def _nanos(ms: int) -> str:
@@ -165,7 +175,7 @@ def extent(start: Placement, end: Placement, within: Extent | None = None) -> Ex
 
 
 def _span(
-    session_id: str,
+    trace: str,
     span: str,
     parent: str | None,
     name: str,
@@ -173,7 +183,7 @@ def _span(
     when: Extent,
     attrs: dict[str, Any],
 ) -> JsonObject:
-    out: JsonObject = {"traceId": trace_id(session_id), "spanId": span}
+    out: JsonObject = {"traceId": trace, "spanId": span}
     if parent is not None:
         out["parentSpanId"] = parent
     out.update(
@@ -198,13 +208,19 @@ class OtlpFold:
     take `spans` of the whole log (an export) or of the seqs since the last call (a follower
     exporting each turn as it ends). Both give the same span for the same thing."""
 
-    def __init__(self, session_id: str, *, content: bool = False) -> None:
+    def __init__(self, session_id: str, *, trace: str | None = None, content: bool = False) -> None:
+        """`session_id` names the session in the spans (`session ID`, `gen_ai.conversation.id`);
+        `trace` is its trace id as the service tells it (`Session.trace_id`), which every id
+        derives from; None (no service, or one that predates the field): hashed from the id."""
+        if trace is not None and not is_trace_id(trace):
+            raise ValueError(f"trace id {trace!r} is not 32 lowercase hex digits")
         self.session_id = session_id
+        self.trace = trace_id(session_id) if trace is None else trace
         self.content = content
         self.fold = TimelineFold()
         self.clock = SessionClock()
         self.inputs: dict[int, list[JsonObject]] = {}
-        self.root = span_id(session_id, "session", 0)
+        self.root = span_id(self.trace, "session", 0)
         self.step_ends: dict[tuple[int, int], int] = {}
         """The seq of the `step/end` that closed each step (by `(turn, step)`): where a call its
         step ended without a result ends."""
@@ -256,7 +272,7 @@ class OtlpFold:
         events = self.fold.events
         low, high = self.clock.bounds()
         root = _span(
-            self.session_id,
+            self.trace,
             self.root,
             None,
             f"session {self.session_id}",
@@ -291,9 +307,9 @@ class OtlpFold:
         return extent(self.at(turn["startSeq"]), end)
 
     def turn(self, turn: JsonObject) -> JsonObject:
-        span = span_id(self.session_id, "turn", turn["startSeq"])
+        span = span_id(self.trace, "turn", turn["startSeq"])
         out = _span(
-            self.session_id,
+            self.trace,
             span,
             self.root,
             "invoke_agent",
@@ -315,7 +331,7 @@ class OtlpFold:
         turns = self.fold.turns
         if isinstance(turn, int) and 0 < turn <= len(turns) and turns[turn - 1]["turn"] == turn:
             record = turns[turn - 1]
-            return span_id(self.session_id, "turn", record["startSeq"]), self.turn_extent(record)
+            return span_id(self.trace, "turn", record["startSeq"]), self.turn_extent(record)
         return self.root, None
 
     def chat(self, event: Event, request: JsonObject | None, usage: JsonObject | None) -> JsonObject:
@@ -365,8 +381,8 @@ class OtlpFold:
         name = f"chat {model}" if model else "chat"
         parent, within = self.parent_of(data.get("turn"))
         out = _span(
-            self.session_id,
-            span_id(self.session_id, "chat", event.seq),
+            self.trace,
+            span_id(self.trace, "chat", event.seq),
             parent,
             name,
             SPAN_KIND_CLIENT,
@@ -401,8 +417,8 @@ class OtlpFold:
         if failed:
             attrs["error.type"] = call["errorCode"] or "tool_error"
         out = _span(
-            self.session_id,
-            span_id(self.session_id, "tool", f"{call['blockSeq']}/{call['callId']}"),
+            self.trace,
+            span_id(self.trace, "tool", f"{call['blockSeq']}/{call['callId']}"),
             parent,
             f"execute_tool {call['name']}",
             SPAN_KIND_INTERNAL,
@@ -426,9 +442,12 @@ def document(spans: list[JsonObject], version: str = "") -> JsonObject:
     }
 
 
-def otlp_traces(events: Sequence[Event], session_id: str, *, content: bool = False, version: str = "") -> JsonObject:
-    """The session as an OTLP `ExportTraceServiceRequest` in OTLP/JSON (see the module docstring)."""
-    fold = OtlpFold(session_id, content=content)
+def otlp_traces(
+    events: Sequence[Event], session_id: str, *, trace: str | None = None, content: bool = False, version: str = ""
+) -> JsonObject:
+    """The session as an OTLP `ExportTraceServiceRequest` in OTLP/JSON (see the module docstring);
+    `trace` as `OtlpFold` takes it."""
+    fold = OtlpFold(session_id, trace=trace, content=content)
     for event in events:
         fold.add(event)
     return document(fold.spans(), version)

@@ -16,6 +16,7 @@ import os
 import shlex
 import subprocess
 import sys
+import sysconfig
 import time
 import uuid
 from collections.abc import Iterator
@@ -159,6 +160,58 @@ def test_a_wheel_installed_outside_the_checkout_upgrades_and_serves(wheel: Path,
     finally:
         codes = _stop([proc])
     assert codes == [0]
+
+
+def test_a_wheel_installed_where_its_data_files_are_not_under_sys_prefix_finds_its_migrations(
+    wheel: Path, tmp_path: Path
+) -> None:
+    """A distribution's own Python (Debian's: `sys.prefix` /usr, data files under /usr/local) or
+    `pip install --user` put the migrations outside `sys.prefix`; `db upgrade` and `serve` found
+    none and would not start. Here the wheel goes under a prefix of its own, run by this
+    interpreter (whose `sys.prefix` is elsewhere), as such an install is."""
+    prefix = tmp_path / "prefix"
+    # --ignore-installed: otherwise pip first uninstalls the interpreter's own (editable) install.
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--ignore-installed",
+            "--prefix",
+            str(prefix),
+            str(wheel),
+        ],
+        check=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    site = sysconfig.get_path("purelib", vars={"base": str(prefix), "platbase": str(prefix)})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONLOG_", "PYTHONPATH"))}
+    env["PYTHONPATH"] = site
+    imported = subprocess.run(
+        [sys.executable, "-c", "import sessionlog_server, sys; print(sessionlog_server.__file__, sys.prefix)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert Path(imported[0]).is_relative_to(prefix), imported  # the installed copy, not the checkout
+    assert not Path(imported[1]).resolve().is_relative_to(prefix.resolve()), imported
+    db = f"sqlite:///{tmp_path / 'data' / 'p.db'}"
+    upgraded = subprocess.run(
+        [sys.executable, "-m", "sessionlog", "db", "upgrade", "--db", db],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert upgraded.returncode == 0, upgraded.stderr[-2000:]
+    assert (tmp_path / "data" / "p.db").is_file()
 
 
 def test_the_image_carries_every_vendored_file_the_build_script_makes() -> None:

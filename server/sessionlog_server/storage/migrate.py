@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 
 from alembic import command
@@ -18,12 +19,12 @@ from sqlalchemy.pool import NullPool
 
 from sessionlog_server.storage.factory import normalise_url, shown_url, sqlite_file
 
-INSTALLED_MIGRATIONS = Path("share") / "sessionlog" / "migrations"  # under sys.prefix (pyproject's data-files)
+INSTALLED_MIGRATIONS = Path("share") / "sessionlog" / "migrations"  # pyproject's data-files
 
 
 def migrations_dir() -> Path:
     """Where the Alembic chain is: $SESSIONLOG_MIGRATIONS_DIR, else migrations/ of the checkout this
-    code runs from (a development install), else the copy a regular install put under sys.prefix.
+    code runs from (a development install), else the copy a regular install put beside it.
 
     The checkout wins over the installed copy so that a developer's new migration is the one run.
     """
@@ -31,13 +32,32 @@ def migrations_dir() -> Path:
     if override:
         return Path(override)
     checkout = Path(__file__).resolve().parents[3] / "migrations"
-    for candidate in (checkout, Path(sys.prefix) / INSTALLED_MIGRATIONS):
+    candidates = [checkout, *_installed_migrations(), Path(sys.prefix) / INSTALLED_MIGRATIONS]
+    for candidate in candidates:
         if (candidate / "env.py").is_file():
             return candidate
     raise FileNotFoundError(
-        f"no Alembic migrations in {checkout} or {Path(sys.prefix) / INSTALLED_MIGRATIONS}: "
+        f"no Alembic migrations in {' or '.join(dict.fromkeys(map(str, candidates)))}: "
         "set SESSIONLOG_MIGRATIONS_DIR to the repository's migrations/ directory"
     )
+
+
+def _installed_migrations() -> list[Path]:
+    """Where the installer put the chain, as the installed distribution's file list says.
+
+    An installer puts data files under its scheme's data directory, which is `sys.prefix` in a
+    venv but not elsewhere: a distribution's own Python (Debian's, in a `python:` image built
+    on it, has `sys.prefix` /usr) installs them under /usr/local, and `pip install --user` under
+    ~/.local. Looking under `sys.prefix` alone, `serve` found no migrations there and would not
+    start. A checkout's own metadata (`*.egg-info`, on the path when run from it) lists the
+    files at their checkout paths and names no installed copy.
+    """
+    try:
+        files = metadata.distribution("sessionlog").files or []
+    except metadata.PackageNotFoundError:
+        return []
+    marker = (INSTALLED_MIGRATIONS / "env.py").parts
+    return [Path(str(file.locate())).resolve().parent for file in files if tuple(file.parts[-len(marker) :]) == marker]
 
 
 def alembic_config(url: str) -> Config:

@@ -46,7 +46,7 @@ export interface WriterOptions {
   /**
    * How reconnects back off, and how many are tried before the writer gives up; the first open
    * is tried again by it too (after UNAVAILABLE, or a stream that ended before the service
-   * answered). `attempts: 1`: neither is.
+   * answered), `attempts` times in all (`attempts: 1`: once, not again).
    */
   reconnect?: RetryPolicy;
 }

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -206,8 +207,8 @@ class AsyncSessionLogClient(base.ClientBase):
         lease_token: str = "",
     ) -> Opening[AsyncWriter]:
         """Open a streaming writer; it holds the lease until closed (`resume` and `lease_token` as
-        in the sync client). Await it, or open it in `async with` (`Opening`), which closes it at
-        the block's end."""
+        in the sync client, and its open is tried again after a transient failure as there).
+        Await it, or open it in `async with` (`Opening`), which closes it at the block's end."""
         core = WriterCore(session_id, writer_id, create_if_missing, lease_token)
         return Opening(self._open_writer(core, takeover, resume, max_in_flight, reconnect_attempts))
 
@@ -218,7 +219,7 @@ class AsyncSessionLogClient(base.ClientBase):
         base.check_max_in_flight(max_in_flight)
         writer = AsyncWriter(self.stub, core, max_in_flight, replace(RECONNECT, attempts=reconnect_attempts))
         try:
-            await writer._connect(takeover, resume)
+            await writer._open(takeover, resume)
         except asyncio.CancelledError:
             self._closed_under()
             raise
@@ -555,6 +556,16 @@ class AsyncWriter(base.WriterView):
     def _post(self, request: pb.WriteRequest) -> None:
         self._outbox.append(request)
         self._outbox_ready.set()
+
+    async def _open(self, takeover: bool, resume: bool) -> None:
+        """The first open, tried again after a transient failure as the sync writer's is
+        (`Writer._open`: within the reconnect policy, every attempt with the one `request_id`)."""
+        for attempt in itertools.count(1):
+            try:
+                await self._connect(takeover, resume)
+                return
+            except Unavailable as exc:
+                await asyncio.sleep(self._reconnect_policy.wait_after(exc, attempt))  # raises once spent
 
     async def _connect(self, takeover: bool, resume: bool) -> None:
         call = self._stub.Write()

@@ -11,9 +11,9 @@ loop and asyncio futures. Everything else is defined here once (kurrentdbclient'
   page;
 - `RetryPolicy`: how idempotent calls are retried on UNAVAILABLE (reads; appends, whose
   events always carry eventIds; creates and forks, which always name their new session; lease
-  grants and resumes, which always carry a request_id), and
-  how writers back off while reconnecting; `Budget`: a unary call's timeout, the budget of all
-  its attempts;
+  grants and resumes, which always carry a request_id), and how writers back off while
+  reconnecting, or trying their first open again (it carries a request_id too); `Budget`: a
+  unary call's timeout, the budget of all its attempts;
 - `LeaseKeeper`: a unary writer's lease, kept by heartbeats, and the loss that ends it;
 - `WriterCore`: the streaming writer's bookkeeping (batch ids, the pending batches in send
   order, acknowledgements, failure, what a reconnect re-sends, and the check that no other
@@ -520,6 +520,11 @@ class WriterCore:
     """The token of a live lease the caller already holds (`resume`'s or `acquire_lease`'s): the
     first `open` presents it, so the writer takes that lease again instead of finding the session
     held by it (WRITER_HELD) until it lapses. Empty: take the lease afresh."""
+    request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    """What makes the first `open` safe to retry (AIP-155, as `acquire_lease`'s): made once per
+    writer, sent by every attempt of its first open, so an attempt whose `opened` was lost is
+    answered by the next with that lease, under the same token, a resume written once. As
+    secret as the token derived from it; reconnects send none (`open_request`)."""
     pending: deque[Pending] = field(default_factory=deque)
     lease: session_info.LeaseInfo | None = None
     next_seq: int = 0
@@ -558,10 +563,20 @@ class WriterCore:
         """The `open` message; a reconnect presents the token of the lease it held, so it takes
         that lease again (at a new epoch) instead of finding it held until it lapses, and the
         seq its acknowledgements reached, so the header reports it re-sends are answered from
-        the log (decided again, a pending change A -> B -> A logged B and A twice)."""
+        the log (decided again, a pending change A -> B -> A logged B and A twice).
+
+        The first open, and every retry of it, carries `request_id`; a reconnect does not: its
+        token was derived from that id, so a lease that passed to another writer and lapsed
+        would come back under it again, where a fresh token tells the loss (`_lost_meanwhile`)."""
         if self.lease is None:
             return open_request(
-                self.session_id, self.writer_id, takeover, self.create_if_missing, resume, self.lease_token
+                self.session_id,
+                self.writer_id,
+                takeover,
+                self.create_if_missing,
+                resume,
+                self.lease_token,
+                request_id=self.request_id,
             )
         return open_request(
             self.session_id, self.writer_id, takeover, self.create_if_missing, resume, self.lease.token, self.next_seq

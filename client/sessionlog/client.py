@@ -23,6 +23,7 @@ each call sends and how it is read lives in `sessionlog.base`, shared with the a
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -190,6 +191,12 @@ class SessionLogClient(base.ClientBase):
         `lease_token` is the token of a live lease already held (`resume`'s or `acquire_lease`'s):
         the writer takes that lease again (at a new epoch, keeping the token) and gives it back
         when closed.
+
+        The open is tried again after a transient failure (UNAVAILABLE, a stream that ended
+        before the service answered), as a reconnect is, for up to `reconnect_attempts` attempts
+        (1: none): each attempt sends the open's one request_id, so an attempt whose answer was
+        lost leaves no lease behind to be refused by (WRITER_HELD until it lapsed), and a resume
+        is written once, its repairs named in `writer.resumed` all the same (SPEC §7).
         """
         self._check_open()
         base.check_max_in_flight(max_in_flight)
@@ -507,7 +514,7 @@ class Writer(base.WriterView):
         self._reconnect_policy = reconnect
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_in_flight)
-        self._connect(takeover, resume)
+        self._open(takeover, resume)
 
     # --- public -----------------------------------------------------------------------
 
@@ -583,6 +590,18 @@ class Writer(base.WriterView):
             self._end()
 
     # --- stream -----------------------------------------------------------------------
+
+    def _open(self, takeover: bool, resume: bool) -> None:
+        """The first open, tried again after a transient failure (UNAVAILABLE, a stream that
+        ended before `opened`) as a reconnect is, within the reconnect policy: every attempt
+        sends the writer's one `request_id`, so the lease an attempt whose answer was lost got
+        is this writer's (the same token), and a resume is written once (`WriterCore`)."""
+        for attempt in itertools.count(1):
+            try:
+                self._connect(takeover, resume)
+                return
+            except Unavailable as exc:
+                time.sleep(self._reconnect_policy.wait_after(exc, attempt))  # raises once they are spent
 
     def _connect(self, takeover: bool, resume: bool) -> None:
         requests: queue.Queue[Any] = queue.Queue()

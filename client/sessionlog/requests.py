@@ -221,10 +221,11 @@ def open_request(
     resume: bool = False,
     lease_token: str = "",
     acknowledged_next_seq: int | None = None,
+    request_id: str = "",
 ) -> pb.WriteRequest:
     """The `open` message; `lease_token` (of a lease still held) lets a reconnect take it again,
     and `acknowledged_next_seq` tells it where the answers it got end (what it re-sends from
-    there is answered from the log)."""
+    there is answered from the log). `request_id` makes a first open safe to retry."""
     validate.check_writer_id(writer_id, DEFAULT_LIMITS)
     return pb.WriteRequest(
         open=pb.OpenWriter(
@@ -235,6 +236,7 @@ def open_request(
             resume=resume,
             lease_token=lease_token,
             acknowledged_next_seq=acknowledged_next_seq,
+            request_id=request_id,
         )
     )
 

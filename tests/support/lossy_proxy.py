@@ -1,7 +1,9 @@
 """A gRPC proxy on loopback that loses answers: the call reaches the real server and is done
 there, and its caller gets UNAVAILABLE instead of the answer (a connection that broke on the
-way back). It forwards unary calls only, as bytes, so every message is the server's own, and
-so is every error the server answers with (its code, message and details).
+way back). It forwards unary calls and the writer stream (`Write`), as bytes, so every message
+is the server's own, and so is every error the server answers with (its code, message and
+details). A writer stream's lost answer is its first (`opened`: the lease was granted, the
+resume written): the proxy then cuts the stream to the server, as a broken connection would.
 
 usage: python -m tests.support.lossy_proxy UPSTREAM METHOD [LOSSES]
 prints `listening HOST:PORT`, then serves until stdin closes (the TypeScript client's tests).
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
 
@@ -18,13 +21,16 @@ import grpc
 
 
 class AnswerLosingProxy:
-    """Forwards every unary call to `target`; the first `losses` answers to `method` (e.g.
-    "ForkSession") are lost after the server has made them. `target` names the proxy."""
+    """Forwards every unary call and writer stream to `upstream`; the first `losses` answers to
+    `method` (e.g. "ForkSession", or "Write": a writer stream's `opened`) are lost after the
+    server has made them, and kept in `lost` (serialised, in order). `target` names the proxy."""
 
     def __init__(self, upstream: str, method: str, losses: int = 1) -> None:
         self.method = method
         self.losses = losses
         self.calls: Counter[str] = Counter()
+        self.lost: list[bytes] = []
+        """The answers lost so far (the server's, serialised): what the caller never saw."""
         self._upstream = grpc.insecure_channel(upstream)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=[_Forward(self)])
         port = self._server.add_insecure_port("127.0.0.1:0")
@@ -43,8 +49,30 @@ class AnswerLosingProxy:
             context.set_trailing_metadata(exc.trailing_metadata())
             context.abort(exc.code(), exc.details())
         if method == self.method and self.calls[method] <= self.losses:
+            self.lost.append(answer)
             context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy lost the answer")
         return answer
+
+    def forward_stream(self, path: str, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        """A writer stream, both ways; a lost one ends after the server's first answer, the
+        stream to the server cut (so the server takes it for a broken connection)."""
+        method = path.rsplit("/", 1)[-1]
+        self.calls[method] += 1
+        lose = method == self.method and self.calls[method] <= self.losses
+        call = self._upstream.stream_stream(path, request_serializer=None, response_deserializer=None)
+        answers = call(requests, metadata=context.invocation_metadata())
+        context.add_callback(answers.cancel)  # the caller went away: so does the stream upstream
+        try:
+            if lose:
+                self.lost.append(next(answers))
+                answers.cancel()
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy lost the answer")
+            yield from answers
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                return  # the caller went away
+            context.set_trailing_metadata(exc.trailing_metadata())
+            context.abort(exc.code(), exc.details())
 
     def close(self) -> None:
         self._server.stop(None)
@@ -63,6 +91,12 @@ class _Forward(grpc.GenericRpcHandler):
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
         path = handler_call_details.method
+        if path.endswith("/Write"):
+
+            def stream(requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+                return self.proxy.forward_stream(path, requests, context)
+
+            return grpc.stream_stream_rpc_method_handler(stream)
 
         def unary(request: bytes, context: grpc.ServicerContext) -> bytes:
             return self.proxy.forward(path, request, context)

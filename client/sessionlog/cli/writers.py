@@ -1,26 +1,24 @@
 """Opening the streaming writers of `import` and `ingest` so that a service restart does not end them.
 
 Once open, a writer rides out a restart by itself: it reconnects with its lease token and sends
-again what was not acknowledged (`sessionlog.base.RECONNECT`). Opening one is not retried by the
-client, as a lease grant is not idempotent: an open whose answer was lost may have taken the
-lease, and a second open finds it held (WRITER_HELD) until it lapses. So an import that opened
-its next session's writer while the service restarted (`kill -9` and back) failed at once with
-TRANSPORT_ERROR, half done, and run again within the lease's time it failed with WRITER_HELD,
-held by its own lost open.
+again what was not acknowledged (`sessionlog.base.RECONNECT`). Its first open is tried again by
+the client as well, by the same policy, each attempt with the open's one request_id: an attempt
+whose answer was lost (the service killed after its commit) took the lease under a token the
+next attempt is told. So an import that opens its next session's writer while the service
+restarts (`kill -9` and back) goes on, where it failed at once with TRANSPORT_ERROR, half done.
 
-Here an open that fails with Unavailable is tried again by the same policy as a reconnect, under
-a writer id that names this one command (a fresh one per process): a later attempt that finds
-the lease held by that id finds the grant of an earlier attempt whose answer was lost, and takes
-it over, as nobody else holds that id.
+A service older than the request_id does not know it: there a later attempt finds the lease held
+by the lost one (WRITER_HELD) until it lapses. So the writers open under a writer id that names
+this one command (a fresh one per process): a lease found held by that id is an earlier attempt's
+grant whose answer was lost, and is taken over, as nobody else holds that id.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import TYPE_CHECKING
 
-from sessionlog.core.errors import Unavailable, WriterHeld
+from sessionlog.core.errors import WriterHeld
 
 if TYPE_CHECKING:  # the CLI loads gRPC only when it connects (cli/common.py `connect`)
     from sessionlog.client import SessionLogClient, Writer
@@ -43,12 +41,9 @@ def open_writer(
     lease_token: str = "",
 ) -> Writer:
     """A streaming writer on `session_id` (created if missing) under `writer_id`, its open tried
-    again while the service is unavailable (for as long as a writer reconnects); a lease found
-    held by `writer_id` itself, an earlier attempt's, is taken over. `lease_token`: a live lease
-    the caller kept (`resume --keep`), taken again."""
-    from sessionlog.base import RECONNECT
-
-    attempt = 1
+    again while the service is unavailable (by the client, for as long as a writer reconnects);
+    a lease found held by `writer_id` itself, an earlier attempt's, is taken over. `lease_token`:
+    a live lease the caller kept (`resume --keep`), taken again."""
     while True:
         try:
             return client.writer(
@@ -63,6 +58,3 @@ def open_writer(
             if takeover or exc.metadata.get("holder") != writer_id:
                 raise
             takeover = True  # the lease an earlier attempt got, its answer lost: ours to take
-        except Unavailable as exc:
-            time.sleep(RECONNECT.wait_after(exc, attempt))  # raises it once the attempts are spent
-            attempt += 1

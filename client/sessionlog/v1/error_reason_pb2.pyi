@@ -1371,10 +1371,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
       it is; `sessionlog events SESSION_ID` shows what it holds.
     """
     BAD_REQUEST_ID: _ErrorReason.ValueType  # 208
-    """The `request_id` of AcquireLease or ResumeSession is not a UUID (8-4-4-4-12 hexadecimal
-    digits; any case, hyphens as shown). The id makes the call safe to retry: the lease token
-    is derived from it, so it must be a random UUID the client made for this call. The message
-    does not repeat the id (it is as secret as a token). Nothing was changed.
+    """The `request_id` of AcquireLease, ResumeSession or a writer's `open` (OpenWriter) is not a
+    UUID (8-4-4-4-12 hexadecimal digits; any case, hyphens as shown). The id makes the call
+    safe to retry: the lease token is derived from it, so it must be a random UUID the client
+    made for this call. The message does not repeat the id (it is as secret as a token).
+    Nothing was changed (a writer's `create_if_missing` created nothing).
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
@@ -2778,10 +2779,11 @@ Client: Import the file under another id (`--id`, one FILE), or leave the stored
   it is; `sessionlog events SESSION_ID` shows what it holds.
 """
 BAD_REQUEST_ID: ErrorReason.ValueType  # 208
-"""The `request_id` of AcquireLease or ResumeSession is not a UUID (8-4-4-4-12 hexadecimal
-digits; any case, hyphens as shown). The id makes the call safe to retry: the lease token
-is derived from it, so it must be a random UUID the client made for this call. The message
-does not repeat the id (it is as secret as a token). Nothing was changed.
+"""The `request_id` of AcquireLease, ResumeSession or a writer's `open` (OpenWriter) is not a
+UUID (8-4-4-4-12 hexadecimal digits; any case, hyphens as shown). The id makes the call
+safe to retry: the lease token is derived from it, so it must be a random UUID the client
+made for this call. The message does not repeat the id (it is as secret as a token).
+Nothing was changed (a writer's `create_if_missing` created nothing).
 
 Code: INVALID_ARGUMENT
 Metadata: `field`

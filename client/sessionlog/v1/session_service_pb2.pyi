@@ -352,6 +352,7 @@ class OpenWriter(_message.Message):
     RESUME_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     ACKNOWLEDGED_NEXT_SEQ_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to write."""
     writer_id: _builtins.str
@@ -373,6 +374,18 @@ class OpenWriter(_message.Message):
     answered from the log instead of being decided again (a pending change A -> B -> A, decided
     again, logged B and A a second time).
     """
+    request_id: _builtins.str
+    """Makes a writer's first open safe to retry, as AcquireLeaseRequest.request_id does (the same
+    rules, and as secret): a UUID made once for this open and sent again, unchanged, on every
+    retry of it (after UNAVAILABLE, or a stream that broke before `opened` came). The lease
+    token is derived from it, so a retry whose `opened` was lost takes that lease again at a
+    new epoch with the same token; with `resume` it writes neither the repairs nor the
+    `session/end-seed` again, and `resumed.repair_seqs` still names them. A reconnect (with
+    `lease_token`) sends none: a lease that passed to another writer meanwhile comes back with
+    a fresh token, which tells the writer it lost it. Not a UUID: INVALID_ARGUMENT
+    (BAD_REQUEST_ID), before anything is created. Empty: a random token; a retry is then
+    refused WRITER_HELD until the lost open's lease lapses.
+    """
     def __init__(
         self,
         *,
@@ -383,10 +396,11 @@ class OpenWriter(_message.Message):
         resume: _builtins.bool = ...,
         lease_token: _builtins.str = ...,
         acknowledged_next_seq: _builtins.int | None = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_acknowledged_next_seq", b"_acknowledged_next_seq", "acknowledged_next_seq", b"acknowledged_next_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_acknowledged_next_seq", b"_acknowledged_next_seq", "acknowledged_next_seq", b"acknowledged_next_seq", "create_if_missing", b"create_if_missing", "lease_token", b"lease_token", "resume", b"resume", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_acknowledged_next_seq", b"_acknowledged_next_seq", "acknowledged_next_seq", b"acknowledged_next_seq", "create_if_missing", b"create_if_missing", "lease_token", b"lease_token", "request_id", b"request_id", "resume", b"resume", "session_id", b"session_id", "takeover", b"takeover", "writer_id", b"writer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__acknowledged_next_seq: _TypeAlias = _typing.Literal["acknowledged_next_seq"]  # noqa: Y015
     _WhichOneofArgType__acknowledged_next_seq: _TypeAlias = _typing.Literal["_acknowledged_next_seq", b"_acknowledged_next_seq"]  # noqa: Y015

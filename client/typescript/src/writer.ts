@@ -1,7 +1,9 @@
 /**
  * The streaming writer: holds the session's lease while open, pipelines batches with an
  * in-flight limit, and after a transient failure, or a stream the service ended though the
- * writer had not closed it, reconnects and re-sends every batch not yet acknowledged.
+ * writer had not closed it, reconnects and re-sends every batch not yet acknowledged. Its first
+ * open is tried again after a transient failure by the same policy, each attempt with the open's
+ * one `requestId`, so an attempt whose answer was lost leaves no lease behind to refuse the next.
  *
  * Re-sending is safe because every event carries an eventId (one is generated when the
  * caller gives none): the service answers a retried event with its original seq. Ownership
@@ -41,7 +43,11 @@ export interface WriterOptions {
   leaseToken?: string;
   /** At most this many batches (and header reports) unacknowledged on the wire; later ones wait. */
   maxInFlight?: number;
-  /** How reconnects back off, and how many are tried before the writer gives up. */
+  /**
+   * How reconnects back off, and how many are tried before the writer gives up; the first open
+   * is tried again by it too (after UNAVAILABLE, or a stream that ended before the service
+   * answered), `attempts` times in all (`attempts: 1`: once, not again).
+   */
   reconnect?: RetryPolicy;
 }
 
@@ -135,10 +141,22 @@ export class Writer {
   nextSeq = 0;
   /** Set when the writer was opened with `resume: true`. */
   resumed: ResumeInfo | null = null;
+  /**
+   * How many times the stream broke and the writer reconnected and re-sent (the Python
+   * writers' `reconnects`). A first open tried again is no reconnect: it stays 0.
+   */
+  reconnects = 0;
 
   private readonly rpc: Client<typeof SessionService>;
   private readonly options: Required<Pick<WriterOptions, "createIfMissing" | "maxInFlight" | "reconnect">> & WriterOptions;
   private writerId: string;
+  /**
+   * What makes the first open safe to retry (AIP-155, as `acquireLease`'s `requestId`): made
+   * once per writer and sent by every attempt of its first open, so an attempt whose `opened`
+   * was lost is answered by the next with that lease, under the same token, a resume written
+   * once. As secret as the token derived from it; reconnects send none (`connect`).
+   */
+  private readonly requestId = randomUUID();
   private nextBatchId = 1n;
   /** Sent and not yet acknowledged, in send order. */
   private readonly inFlight: Pending[] = [];
@@ -183,7 +201,7 @@ export class Writer {
     clientClosed?.addEventListener("abort", writer.onClientClosed, { once: true });
     writer.updateHold();
     try {
-      await writer.connect(options.takeover ?? false, options.resume ?? false);
+      await writer.openFirst(options.takeover ?? false, options.resume ?? false);
     } catch (error) {
       writer.detach();
       throw clientClosed?.aborted ? writerClosed("the client was closed while the writer opened") : error;
@@ -372,6 +390,23 @@ export class Writer {
 
   // --- the stream ------------------------------------------------------------------------
 
+  /**
+   * The first open, tried again after a transient failure (UNAVAILABLE, a stream that ended
+   * before `opened`) as a reconnect is, within the reconnect policy; every attempt sends the
+   * one `requestId`. Another refusal (WRITER_HELD, SESSION_NOT_FOUND, ...) is thrown at once.
+   */
+  private async openFirst(takeover: boolean, resume: boolean): Promise<void> {
+    const policy = this.options.reconnect;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.connect(takeover, resume);
+      } catch (error) {
+        if (!(error instanceof Unavailable) || attempt >= policy.attempts || this.failure !== null) throw error;
+      }
+      await sleep(backoff(policy, attempt), this.ended.signal); // the client's close ends the wait
+    }
+  }
+
   private async connect(takeover: boolean, resume: boolean): Promise<void> {
     const channel = new Channel<WriteRequest>();
     const abort = new AbortController();
@@ -382,7 +417,10 @@ export class Writer {
           // A reconnect presents the token of the lease it held, so it takes that lease again,
           // and the seq its acknowledgements reached: the header reports it re-sends are then
           // answered from the log (decided again, a pending change A -> B -> A logged B and A twice).
-          // The first open presents the token of a lease the caller holds already, if given.
+          // The first open presents the token of a lease the caller holds already, if given, and
+          // its requestId, again on each retry of it. A reconnect sends none: its token was
+          // derived from the id, so a lease that passed to another writer and lapsed would come
+          // back under it again, where a fresh token tells the loss (`lostMeanwhile`).
           value: {
             sessionId: this.sessionId,
             writerId: this.writerId,
@@ -391,6 +429,7 @@ export class Writer {
             resume,
             leaseToken: this.lease?.token ?? this.options.leaseToken ?? "",
             acknowledgedNextSeq: this.lease === undefined ? undefined : BigInt(this.nextSeq),
+            requestId: this.lease === undefined ? this.requestId : "",
           },
         },
       }),
@@ -422,6 +461,7 @@ export class Writer {
         metadata: { session_id: this.sessionId, epoch: String(lease.epoch) },
       });
     }
+    if (this.lease !== undefined) this.reconnects += 1;
     this.lease = lease;
     this.writerId = lease.writerId;
     this.nextSeq = num(opened.nextSeq);

@@ -352,6 +352,30 @@ for (const backend of BACKENDS) {
       assert.deepEqual(events.map((e) => e.type).slice(5), ["tool/result", "step/end", "turn/end", "session/end-seed", "test/note", "test/note"]);
     });
 
+    test("a writer's first open whose answer was lost is sent again: the lease it granted, its resume written once", async () => {
+      const id = sessionId("open-lost");
+      const crashed = await client.writer(id, { createIfMissing: true });
+      await crashed.append([system("p"), turnStart(1), user("go"), stepStart(1, 1), assistant(1, 1, "", [["c1", "bash"]])]);
+      await crashed.close();
+      // Two lost answers: three attempts, one lease under one token (each attempt at the next epoch).
+      const proxy = await answerLosingProxy(env.server.target, "Write", 2);
+      const lossy = new SessionLogClient({ target: proxy.target });
+      try {
+        const writer = await lossy.writer(id, { resume: true });
+        assert.equal(writer.lease.epoch, crashed.lease.epoch + 3, "the lost opens' lease, taken again");
+        assert.equal(writer.reconnects, 0, "a first open tried again is no reconnect");
+        assert.deepEqual([writer.resumed?.repairSeqs, writer.resumed?.endSeedSeq], [[5, 6, 7], 8], "the lost answer's");
+        assert.deepEqual((await writer.append([note(1)])).seqs, [9]);
+        await writer.close();
+      } finally {
+        lossy.close();
+        await proxy.close();
+      }
+      const events = await collect(client.readEvents(id));
+      assert.deepEqual(events.map((e) => e.type).slice(5), ["tool/result", "step/end", "turn/end", "session/end-seed", "test/note"]);
+      assert.equal((await client.getSession(id)).lease, undefined, "given back on close, not left to lapse");
+    });
+
     test("a release whose answer was lost is not sent again: Unavailable (outcome unknown), not OwnershipLost", async () => {
       const id = sessionId();
       await client.createSession(id);

@@ -65,12 +65,14 @@ for (const backend of BACKENDS) {
       assert.equal((await writer.reportHeader(header)).reason, "initial");
       await writer.append([note(0)]);
       const epoch = writer.lease.epoch;
+      assert.equal(writer.reconnects, 0);
       // The service acknowledges what is pending, ends the stream with UNAVAILABLE SHUTTING_DOWN
       // and leaves the lease live for the writer's reconnect.
       await env.server.stop();
       await env.server.start();
       assert.deepEqual((await settles(writer.append([note(1)]), "the append after the restart")).seqs, [2]);
       assert.equal(writer.lease.epoch, epoch + 1, "the same lease, at the next epoch");
+      assert.equal(writer.reconnects, 1, "one reconnect, counted as the Python writers count it");
       assert.equal((await writer.reportHeader(header)).reason, null, "not a new lease: no resume header");
       await writer.close();
       const kinds = [];

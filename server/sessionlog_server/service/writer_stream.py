@@ -55,6 +55,8 @@ class OpenRequest:
     lease_token: str = ""
     acknowledged_next_seq: int | None = None
     """On a reconnect: the seq after the last event the writer saw acknowledged (`_Replay`)."""
+    request_id: str = ""
+    """On a first open: what makes it safe to retry, as a grant's (`LeaseManager.grant`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +146,14 @@ class WriterStream:
         self._replay: _Replay | None = None
 
     async def open(self, request: OpenRequest) -> Opened:
-        """Take the lease (or resume the session) and hold it for as long as the stream lasts."""
+        """Take the lease (or resume the session) and hold it for as long as the stream lasts.
+
+        An open asked for again with its `request_id` (its `opened` was lost) is the grant's or
+        the resume's retry: the same lease again, under the same token, nothing written twice.
+        """
         service = self.service
         validate.check_writer_id(request.writer_id, service.limits)  # before a session is created
+        validate.check_request_id(request.request_id)
         if request.create_if_missing:
             with contextlib.suppress(AlreadyExists):
                 await service.sessions.create_session(request.session_id, None, {})
@@ -158,11 +165,16 @@ class WriterStream:
                 request.writer_id,
                 takeover=request.takeover,
                 lease_token=request.lease_token,
+                request_id=request.request_id,
             )
             record, token, next_seq = resumed.record, resumed.lease_token, resumed.next_seq
         else:
             grant = await service.leases.grant_for_caller(
-                request.session_id, request.writer_id, takeover=request.takeover, lease_token=request.lease_token
+                request.session_id,
+                request.writer_id,
+                takeover=request.takeover,
+                lease_token=request.lease_token,
+                request_id=request.request_id,
             )
             record, token, next_seq = grant.record, grant.token, grant.record.next_seq
         holder = Grant(record, token).holder

@@ -396,6 +396,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
                 acknowledged_next_seq=(
                     opened.acknowledged_next_seq if opened.HasField("acknowledged_next_seq") else None
                 ),
+                request_id=opened.request_id,
             )
         )
         holder = granted.holder

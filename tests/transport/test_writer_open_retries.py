@@ -1,0 +1,215 @@
+"""A streaming writer's first open whose answer was lost can be sent again (SPEC §7, AIP-155).
+
+A writer's first `open` has no lease token to reconnect with. When its `opened` was lost (the
+service granted the lease, or resumed the session, and the stream broke on the way back), the
+clients raised Unavailable at once, and the harness's own retry of the same open was refused
+WRITER_HELD, by the lease it never saw, until that lapsed (the lease TTL, 30 s by default); a
+resume's retry then named none of the repairs the lost one wrote. Now the open carries a
+`request_id`, as AcquireLease and ResumeSession do: the clients make one per open and try the
+open again on a transient failure, within the writer's reconnect policy, and a retry takes the
+lost open's lease again (a new epoch, the same token), a resume written once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import grpc
+import pytest
+
+from sessionlog.aio import AsyncSessionLogClient
+from sessionlog.base import WriterCore
+from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import NotFound, SessionLogError, Unavailable, WriterHeld
+from sessionlog.errors import from_rpc_error
+from sessionlog.session_info import lease_from_pb
+from sessionlog.v1 import session_pb2
+from sessionlog.v1 import session_service_pb2 as pb
+from tests.support.events import note, open_turn_log
+from tests.support.lossy_proxy import AnswerLosingProxy
+from tests.support.servers import ServerThread
+
+#: What a resume of `_crashed_mid_turn`'s session writes: two tool results, the step's and the
+#: turn's ends (the repairs), then `session/end-seed`.
+RESUME_WRITES = ["tool/result", "tool/result", "step/end", "turn/end", "session/end-seed"]
+
+
+def _open(client: SessionLogClient, sid: str, **fields: Any) -> pb.WriterOpened:
+    """A writer stream that opens and then just ends (as a connection that broke: its lease
+    is left to a reconnect or to lapse); the service's `opened`."""
+    call = client.stub.Write(iter([pb.WriteRequest(open=pb.OpenWriter(session_id=sid, **fields))]), timeout=30)
+    try:
+        first = next(call)
+    finally:
+        call.cancel()
+    return first.opened
+
+
+def _refused_open(client: SessionLogClient, sid: str, **fields: Any) -> SessionLogError:
+    with pytest.raises(grpc.RpcError) as refused:
+        _open(client, sid, **fields)
+    return from_rpc_error(refused.value)
+
+
+def _crashed_mid_turn(client: SessionLogClient, sid: str) -> int:
+    """A session whose writer went away with a turn open and two tool calls pending; its next seq."""
+    client.create_session(sid)
+    with client.writer(sid) as writer:
+        writer.append(open_turn_log()).result()
+    return client.get_session(sid).next_seq
+
+
+def _lost_opened(proxy: AnswerLosingProxy, index: int = 0) -> pb.WriterOpened:
+    """The `opened` the proxy lost: what the service had granted."""
+    return pb.WriteResponse.FromString(proxy.lost[index]).opened
+
+
+# --- the service -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_the_same_open_request_id_again_takes_the_lease_again_under_the_same_token(
+    client: SessionLogClient, sid: str, resume: bool
+) -> None:
+    client.create_session(sid)
+    request_id = str(uuid.uuid4())
+    first = _open(client, sid, request_id=request_id, writer_id="w", resume=resume)
+    for other in (str(uuid.uuid4()), ""):
+        assert _refused_open(client, sid, request_id=other, resume=resume).reason == "WRITER_HELD"
+
+    again = _open(client, sid, request_id=request_id, writer_id="w", resume=resume)
+
+    assert again.lease_token == first.lease_token
+    assert again.lease.epoch == first.lease.epoch + 1  # the first open's epoch is fenced
+    assert client.get_session(sid).lease.epoch == again.lease.epoch  # type: ignore[union-attr]
+    lease = lease_from_pb(again.lease, again.lease_token)
+    assert client.append(sid, lease, [note(1)]).seqs == [again.next_seq]
+
+
+def test_a_retried_resuming_open_writes_its_repairs_and_seed_once(client: SessionLogClient, sid: str) -> None:
+    head = _crashed_mid_turn(client, sid)
+    request_id = str(uuid.uuid4())
+    first = _open(client, sid, request_id=request_id, resume=True).resumed
+    assert list(first.repair_seqs) == [head, head + 1, head + 2, head + 3]
+    written = list(client.read_events(sid))
+
+    again = _open(client, sid, request_id=request_id, resume=True).resumed
+
+    assert list(client.read_events(sid)) == written  # nothing written twice
+    assert (list(again.repair_seqs), again.end_seed_seq, again.next_seq, again.last_turn) == (
+        list(first.repair_seqs),
+        first.end_seed_seq,
+        first.next_seq,
+        first.last_turn,
+    )
+    assert [e.type for e in written[head:]] == RESUME_WRITES
+
+
+def test_an_open_whose_request_id_is_no_uuid_is_refused_and_creates_nothing(client: SessionLogClient, sid: str) -> None:
+    refused = _refused_open(client, sid, request_id="not-a-uuid", create_if_missing=True)
+
+    assert (refused.code, refused.reason, refused.field) == ("INVALID_ARGUMENT", "BAD_REQUEST_ID", "request_id")
+    assert "not-a-uuid" not in refused.message
+    with pytest.raises(NotFound):  # not created
+        client.get_session(sid)
+
+
+# --- the clients: a first open whose answer was lost is sent again -----------------------------
+
+
+def test_a_writers_first_open_whose_answer_was_lost_is_sent_again(server: ServerThread, sid: str) -> None:
+    with SessionLogClient(server.target) as direct:
+        direct.create_session(sid)
+        with (
+            AnswerLosingProxy(server.target, "Write") as proxy,
+            SessionLogClient(proxy.target) as client,
+            client.writer(sid, writer_id="harness") as writer,
+        ):
+            lost = _lost_opened(proxy)
+            assert proxy.calls["Write"] == 2
+            assert writer.lease.token == lost.lease_token  # the lease the lost answer granted
+            assert writer.lease.epoch == lost.lease.epoch + 1
+            assert writer.reconnects == 0  # no stream had opened to break
+            assert writer.append([note(1)]).result(timeout=30).seqs == [0]
+        assert direct.get_session(sid).lease is None  # given back on close, not left to lapse
+        assert [e.seq for e in direct.read_events(sid)] == [0]
+
+
+def test_a_resuming_writer_whose_open_was_lost_resumes_once(server: ServerThread, sid: str) -> None:
+    with SessionLogClient(server.target) as direct:
+        head = _crashed_mid_turn(direct, sid)
+        with (
+            AnswerLosingProxy(server.target, "Write") as proxy,
+            SessionLogClient(proxy.target) as client,
+            client.writer(sid, writer_id="harness", resume=True) as writer,
+        ):
+            assert proxy.calls["Write"] == 2
+            assert writer.resumed is not None
+            assert writer.resumed.repair_seqs == [head, head + 1, head + 2, head + 3]
+            assert writer.resumed.end_seed_seq == head + 4
+            assert writer.append([note(1)]).result(timeout=30).seqs == [head + 5]
+        assert [e.type for e in direct.read_events(sid)][head:] == [*RESUME_WRITES, "test/note"]
+
+
+def test_the_asyncio_writer_sends_a_lost_first_open_again(server: ServerThread, sid: str) -> None:
+    created, resumed = f"{sid}-new", f"{sid}-resumed"
+    with SessionLogClient(server.target) as direct:
+        head = _crashed_mid_turn(direct, resumed)
+
+    async def create(target: str) -> list[int]:
+        async with AsyncSessionLogClient(target) as client, client.writer(created, create_if_missing=True) as writer:
+            return (await (await writer.append([note(0)]))).seqs
+
+    async def resume(target: str) -> tuple[list[int], int, int]:
+        async with AsyncSessionLogClient(target) as client, client.writer(resumed, resume=True) as writer:
+            assert writer.resumed is not None
+            seq = (await (await writer.append([note(1)]))).seqs[0]
+            return writer.resumed.repair_seqs, seq, writer.reconnects
+
+    with AnswerLosingProxy(server.target, "Write") as proxy:
+        assert asyncio.run(create(proxy.target)) == [0]
+        assert proxy.calls["Write"] == 2
+    with AnswerLosingProxy(server.target, "Write", losses=2) as proxy:
+        repairs, seq, reconnects = asyncio.run(resume(proxy.target))
+        assert proxy.calls["Write"] == 3
+    assert repairs == [head, head + 1, head + 2, head + 3]
+    assert (seq, reconnects) == (head + 5, 0)
+    with SessionLogClient(server.target) as direct:
+        assert [e.type for e in direct.read_events(resumed)][head:] == [*RESUME_WRITES, "test/note"]
+
+
+def test_a_first_open_is_retried_only_while_transient_and_within_the_reconnect_policy(
+    server: ServerThread, sid: str
+) -> None:
+    """All three attempts of one open whose answers were all lost took one lease, again and
+    again under one token: the open fails Unavailable after them. A refusal is not retried."""
+    with SessionLogClient(server.target) as direct:
+        direct.create_session(sid)
+        with AnswerLosingProxy(server.target, "Write", losses=3) as proxy, SessionLogClient(proxy.target) as client:
+            with pytest.raises(Unavailable):
+                client.writer(sid, reconnect_attempts=3)
+            assert proxy.calls["Write"] == 3
+            tokens = {_lost_opened(proxy, i).lease_token for i in range(3)}
+            epochs = [_lost_opened(proxy, i).lease.epoch for i in range(3)]
+            assert len(tokens) == 1 and epochs == [epochs[0], epochs[0] + 1, epochs[0] + 2]
+        with AnswerLosingProxy(server.target, "Write", losses=0) as proxy, SessionLogClient(proxy.target) as client:
+            with pytest.raises(WriterHeld):  # the lost opens' lease, held under a token never told
+                client.writer(sid)
+            assert proxy.calls["Write"] == 1
+
+
+def test_only_the_first_open_carries_the_request_id() -> None:
+    """A reconnect presents its token and no request_id: its token was derived from that id, so
+    a lease that passed to another writer and lapsed would be granted under it again, and the
+    writer would go on as if it had held it throughout (`WriterCore._lost_meanwhile`)."""
+    core = WriterCore("s", "w", create_if_missing=False)
+    first = core.open_request(takeover=False, resume=True).open
+    assert uuid.UUID(first.request_id).version == 4
+    assert core.open_request(takeover=False, resume=True).open.request_id == first.request_id  # a retry
+    assert WriterCore("s", "w", create_if_missing=False).request_id != first.request_id  # one per open
+    lease = session_pb2.Lease(session_id="s", writer_id="w", epoch=1, expire_time_unix_ms=1)
+    core.opened(pb.WriteResponse(opened=pb.WriterOpened(lease=lease, next_seq=0, lease_token="t1")))
+    reconnect = core.open_request(takeover=False, resume=False).open
+    assert (reconnect.request_id, reconnect.lease_token) == ("", "t1")

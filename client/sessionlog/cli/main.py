@@ -22,12 +22,13 @@ from sessionlog.cli import (
 )
 from sessionlog.cli.common import State
 from sessionlog.cli.global_options import GlobalOptionsAnywhere
+from sessionlog.cli.help_style import ConventionalTyper
 
 # Help is Markdown: a docstring's paragraphs flow to the terminal's width (Typer's "rich" mode
 # kept every line break of the source, so an 80-column terminal cut each line again), `code`
 # is styled, and an indented block (recompute's example) keeps its lines. A `<placeholder>`
 # goes in backticks: bare, Markdown takes it for an HTML tag and drops it.
-app = typer.Typer(
+app = ConventionalTyper(
     no_args_is_help=True,
     add_completion=False,
     help=__doc__,

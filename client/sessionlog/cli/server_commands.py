@@ -9,16 +9,17 @@ from typing import Annotated
 import typer
 
 from sessionlog.cli.common import fail
+from sessionlog.cli.help_style import ConventionalTyper
 from sessionlog.core.errors import first_line
 
-db_app = typer.Typer(no_args_is_help=True, help="Database maintenance.")
+db_app = ConventionalTyper(no_args_is_help=True, help="Database maintenance.")
 
 DbOption = Annotated[
     str | None, typer.Option("--db", help="Database URL (default: $SESSIONLOG_DB or sqlite:///var/sessionlog.db).")
 ]
 
 
-token_app = typer.Typer(no_args_is_help=True, help="Bearer tokens for the server's tokens file.")
+token_app = ConventionalTyper(no_args_is_help=True, help="Bearer tokens for the server's tokens file.")
 
 
 def register(app: typer.Typer) -> None:

@@ -42,14 +42,19 @@ app = ConventionalTyper(
 def options(
     server: Annotated[
         str | None,
-        typer.Option("--server", envvar="SESSIONLOG_SERVER", help="HOST:PORT of the sessionlog server."),
+        typer.Option(
+            "--server", metavar="HOST:PORT", envvar="SESSIONLOG_SERVER", help="HOST:PORT of the sessionlog server."
+        ),
     ] = None,
     token: Annotated[
-        str | None, typer.Option("--token", envvar="SESSIONLOG_TOKEN", help="Bearer token for the server.")
+        str | None,
+        typer.Option("--token", metavar="TOKEN", envvar="SESSIONLOG_TOKEN", help="Bearer token for the server."),
     ] = None,
     ca_file: Annotated[
         str | None,
-        typer.Option("--ca-file", envvar="SESSIONLOG_CA_FILE", help="PEM CA to trust: connect with TLS."),
+        typer.Option(
+            "--ca-file", metavar="FILE", envvar="SESSIONLOG_CA_FILE", help="PEM CA to trust: connect with TLS."
+        ),
     ] = None,
 ) -> None:
     """sessionlog: the event log of AI agent sessions."""

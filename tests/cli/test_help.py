@@ -1,12 +1,19 @@
 """`sessionlog COMMAND --help` reads as prose: a docstring's paragraphs flow to the terminal's
-width, whatever width their source lines were wrapped at."""
+width, whatever width their source lines were wrapped at; and it names what goes where as click
+does (`SESSION_ID`, `--server HOST:PORT`, a flag with no value)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from typing import Any
 
+import typer
+from typer.testing import CliRunner
+
+from sessionlog.cli.main import app
 from tests.support.servers import ROOT
 
 
@@ -93,3 +100,74 @@ def test_every_summary_in_the_list_of_commands_is_short() -> None:
     summaries.pop("", None)
     assert set(summaries) == set(COMMANDS)
     assert {command: lines for command, lines in summaries.items() if lines > 3} == {}
+
+
+TYPE_NAME = re.compile(r"<(?:str|int|float|bool|path|list|tuple|datetime)\b[^>]*>")
+"""Typer's own words for a value's type (`<str>`, `<int range>`, `<bool>`), which the help said
+in place of what goes there (help texts' own `<leafId>`, `<run_id>` are no type names)."""
+
+
+def commands() -> list[tuple[tuple[str, ...], Any, Any]]:
+    """Every command of the app, groups and the app itself included: the words that name it, the
+    command, and a context for it."""
+    root = typer.main.get_command(app)
+    found: list[tuple[tuple[str, ...], Any, Any]] = []
+
+    def walk(command: Any, ctx: Any, path: tuple[str, ...]) -> None:
+        found.append((path, command, ctx))
+        for name in getattr(command, "list_commands", lambda _ctx: [])(ctx):
+            sub = command.get_command(ctx, name)
+            walk(sub, type(ctx)(sub, info_name=name, parent=ctx), (*path, name))
+
+    walk(root, typer.Context(root, info_name="sessionlog"), ())
+    return found
+
+
+def help_in_process(*command: str) -> str:
+    """`sessionlog COMMAND --help` as the app prints it, 200 columns wide (no row wraps)."""
+    result = CliRunner().invoke(
+        app, [*command, "--help"], prog_name="sessionlog", env={"COLUMNS": "200", "NO_COLOR": "1"}
+    )
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def row(text: str, option: str) -> list[str]:
+    """The words of the first line of `option`'s row in a help panel, the required mark dropped."""
+    for line in text.splitlines():
+        words = [word for word in line.strip("│ ").split() if word != "*"]
+        if words and words[0] == option:
+            return words
+    raise AssertionError(f"no row for {option}:\n{text}")
+
+
+def test_every_command_names_what_goes_where() -> None:
+    # Typer 0.29 wrote `{session_id}` in the usage line, `<bool>` beside a flag that takes no
+    # value, and `<str>`/`<int range>` for every value: cli/help_style.py writes them as click does.
+    found = commands()
+    assert {("append",), ("db", "upgrade"), ("token", "new"), ("import",)} <= {path for path, _, _ in found}
+    for path, command, ctx in found:
+        text = help_in_process(*path)
+        usage = next(line for line in text.splitlines() if "Usage:" in line)
+        assert "{" not in usage and "}" not in usage, (path, usage)
+        assert not TYPE_NAME.search(text), (path, TYPE_NAME.search(text), text)
+        for param in command.get_params(ctx):
+            if getattr(param, "is_flag", False) and not param.hidden:
+                # A flag's row is its names, then its help: no value between them.
+                names = [*param.opts, *param.secondary_opts]
+                words = row(text, param.opts[0])
+                assert words[: len(names)] == names, (path, words)
+                assert words[len(names)] == (param.help or "").split()[0], (path, words)
+
+
+def test_options_and_arguments_show_their_metavar() -> None:
+    assert "sessionlog append [OPTIONS] SESSION_ID " in help_in_process("append")
+    assert "sessionlog import [OPTIONS] FILE... " in help_in_process("import")
+    assert "sessionlog replay [OPTIONS] FILE " in help_in_process("replay")
+    assert row(help_in_process("append"), "--server")[1] == "HOST:PORT"  # a global option, after the command
+    assert row(help_in_process(), "--server")[1] == "HOST:PORT"
+    assert row(help_in_process("events"), "--from")[1:3] == ["SEQ", "[x>=0]"]
+    assert row(help_in_process("serve"), "--workers")[1] == "N"
+    assert row(help_in_process("export"), "--output")[1:3] == ["-o", "FILE"]
+    assert row(help_in_process("costs"), "--format")[1] == "[json|table]"  # choices, as click lists them
+    assert row(help_in_process("append"), "SESSION_ID")[1:3] == ["The", "session"]  # no type beside it

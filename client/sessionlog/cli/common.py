@@ -49,6 +49,7 @@ LeaseTokenOption = Annotated[
     str,
     typer.Option(
         "--lease-token",
+        metavar="TOKEN",
         envvar="SESSIONLOG_LEASE_TOKEN",
         help="Write under a live lease already held: the token `resume --keep` printed.",
     ),

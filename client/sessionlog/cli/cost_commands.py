@@ -43,22 +43,27 @@ def register(app: typer.Typer) -> None:
 
 def costs(
     parent: Annotated[
-        str | None, typer.Option("--parent", help="Only the direct forks of this session (as `sessions --parent`).")
+        str | None,
+        typer.Option("--parent", metavar="ID", help="Only the direct forks of this session (as `sessions --parent`)."),
     ] = None,
     family: Annotated[
-        str | None, typer.Option("--family", help="This session and its forks, forks of forks included.")
+        str | None,
+        typer.Option("--family", metavar="ID", help="This session and its forks, forks of forks included."),
     ] = None,
-    cwd: Annotated[str | None, typer.Option("--cwd", help="Only sessions of this working directory.")] = None,
+    cwd: Annotated[
+        str | None, typer.Option("--cwd", metavar="DIR", help="Only sessions of this working directory.")
+    ] = None,
     since: Annotated[
         str | None,
         typer.Option(
             "--since",
+            metavar="TIME",
             help="Only sessions begun at or after this ISO 8601 time (UTC if bare; an import: its file's start).",
         ),
     ] = None,
     until: Annotated[
         str | None,
-        typer.Option("--until", help="Only sessions begun before this ISO 8601 time (UTC if bare)."),
+        typer.Option("--until", metavar="TIME", help="Only sessions begun before this ISO 8601 time (UTC if bare)."),
     ] = None,
     fmt: Annotated[CostFormat, typer.Option("--format", help="json: one object; table: plain text.")] = (
         CostFormat.json

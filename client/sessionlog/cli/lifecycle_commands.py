@@ -18,7 +18,9 @@ def register(app: typer.Typer) -> None:
 
 def resume(
     session_id: Annotated[str, typer.Argument(help="The session to resume.")],
-    writer_id: Annotated[str | None, typer.Option("--writer-id", help="The new writer's id.")] = None,
+    writer_id: Annotated[
+        str | None, typer.Option("--writer-id", metavar="WRITER_ID", help="The new writer's id.")
+    ] = None,
     takeover: Annotated[bool, typer.Option("--takeover", help="Take the lease from a live writer.")] = False,
     release: Annotated[
         bool, typer.Option("--release/--keep", help="Give the lease back once resumed (default), or keep it.")
@@ -44,8 +46,10 @@ def resume(
 
 def fork(
     session_id: Annotated[str, typer.Argument(help="The session to fork.")],
-    at: Annotated[int, typer.Option("--at", min=0, help="The last seq the fork inherits (inclusive).")],
-    new_id: Annotated[str | None, typer.Option("--id", help="The new session's id (generated if omitted).")] = None,
+    at: Annotated[int, typer.Option("--at", metavar="SEQ", min=0, help="The last seq the fork inherits (inclusive).")],
+    new_id: Annotated[
+        str | None, typer.Option("--id", metavar="NEW_ID", help="The new session's id (generated if omitted).")
+    ] = None,
 ) -> None:
     """Fork a session after seq --at; the prefix is shared, not copied.
 

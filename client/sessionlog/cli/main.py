@@ -22,12 +22,13 @@ from sessionlog.cli import (
 )
 from sessionlog.cli.common import State
 from sessionlog.cli.global_options import GlobalOptionsAnywhere
+from sessionlog.cli.help_style import ConventionalTyper
 
 # Help is Markdown: a docstring's paragraphs flow to the terminal's width (Typer's "rich" mode
 # kept every line break of the source, so an 80-column terminal cut each line again), `code`
 # is styled, and an indented block (recompute's example) keeps its lines. A `<placeholder>`
 # goes in backticks: bare, Markdown takes it for an HTML tag and drops it.
-app = typer.Typer(
+app = ConventionalTyper(
     no_args_is_help=True,
     add_completion=False,
     help=__doc__,
@@ -41,14 +42,19 @@ app = typer.Typer(
 def options(
     server: Annotated[
         str | None,
-        typer.Option("--server", envvar="SESSIONLOG_SERVER", help="HOST:PORT of the sessionlog server."),
+        typer.Option(
+            "--server", metavar="HOST:PORT", envvar="SESSIONLOG_SERVER", help="HOST:PORT of the sessionlog server."
+        ),
     ] = None,
     token: Annotated[
-        str | None, typer.Option("--token", envvar="SESSIONLOG_TOKEN", help="Bearer token for the server.")
+        str | None,
+        typer.Option("--token", metavar="TOKEN", envvar="SESSIONLOG_TOKEN", help="Bearer token for the server."),
     ] = None,
     ca_file: Annotated[
         str | None,
-        typer.Option("--ca-file", envvar="SESSIONLOG_CA_FILE", help="PEM CA to trust: connect with TLS."),
+        typer.Option(
+            "--ca-file", metavar="FILE", envvar="SESSIONLOG_CA_FILE", help="PEM CA to trust: connect with TLS."
+        ),
     ] = None,
 ) -> None:
     """sessionlog: the event log of AI agent sessions."""

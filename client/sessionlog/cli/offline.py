@@ -77,9 +77,14 @@ def render_new(change: Change, computed: dict[str, Any]) -> str:
 
 def replay_command(
     file: Path = typer.Argument(..., help="A Pi session file or a sessionlog JSONL export."),
-    at: str | None = typer.Option(None, "--at", help="Entry id (Pi) or seq (sessionlog) to fold up to."),
+    at: str | None = typer.Option(
+        None, "--at", metavar="ENTRY", help="Entry id (Pi) or seq (sessionlog) to fold up to."
+    ),
     check: Path | None = typer.Option(
-        None, "--check", help="A run record (JSON) whose `metrics` to compare with; exit 1 on a difference."
+        None,
+        "--check",
+        metavar="FILE",
+        help="A run record (JSON) whose `metrics` to compare with; exit 1 on a difference.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object."),
     lenient: bool = typer.Option(False, "--lenient", help="Drop a truncated last line with a warning."),
@@ -174,7 +179,9 @@ class RunOutcome:
 
 def recompute_command(
     runs: Path = typer.Argument(..., help="Run records, one JSON object per line."),
-    sessions: Path = typer.Option(..., "--sessions", help="Directory the records' session files are in."),
+    sessions: Path = typer.Option(
+        ..., "--sessions", metavar="DIR", help="Directory the records' session files are in."
+    ),
     write: bool = typer.Option(
         False, "--write", help="Rewrite the changed runs' recorded metrics in RUNS (atomically)."
     ),

@@ -61,11 +61,14 @@ class _Stop:
 
 def otlp(
     session_id: Annotated[str, typer.Argument(help="The session to send.")],
-    endpoint: Annotated[str, typer.Option("--endpoint", help="OTLP/HTTP traces URL, e.g. http://HOST:4318/v1/traces.")],
+    endpoint: Annotated[
+        str, typer.Option("--endpoint", metavar="URL", help="OTLP/HTTP traces URL, e.g. http://HOST:4318/v1/traces.")
+    ],
     follow: Annotated[bool, typer.Option("--follow", help="Stay subscribed; send each turn as it ends.")] = False,
     content: Annotated[bool, typer.Option("--with-content", help="Include gen_ai.input/output.messages.")] = False,
     header: Annotated[
-        list[str] | None, typer.Option("--header", help="KEY=VALUE sent with every export (repeatable).")
+        list[str] | None,
+        typer.Option("--header", metavar="KEY=VALUE", help="KEY=VALUE sent with every export (repeatable)."),
     ] = None,
 ) -> None:
     """Send a session as OpenTelemetry GenAI traces to an OTLP endpoint."""

@@ -9,7 +9,9 @@ import typer
 from sessionlog.cli.common import connect, print_json
 
 SessionArg = Annotated[str, typer.Argument(help="The session to project.")]
-AtOption = Annotated[int | None, typer.Option("--at", min=0, help="See the session as it was after this seq.")]
+AtOption = Annotated[
+    int | None, typer.Option("--at", metavar="SEQ", min=0, help="See the session as it was after this seq.")
+]
 RepairOption = Annotated[
     bool, typer.Option("--with-repair", help="Show the crash repair of an open turn (in memory, not written).")
 ]

@@ -9,16 +9,18 @@ from typing import Annotated
 import typer
 
 from sessionlog.cli.common import fail
+from sessionlog.cli.help_style import ConventionalTyper
 from sessionlog.core.errors import first_line
 
-db_app = typer.Typer(no_args_is_help=True, help="Database maintenance.")
+db_app = ConventionalTyper(no_args_is_help=True, help="Database maintenance.")
 
 DbOption = Annotated[
-    str | None, typer.Option("--db", help="Database URL (default: $SESSIONLOG_DB or sqlite:///var/sessionlog.db).")
+    str | None,
+    typer.Option("--db", metavar="URL", help="Database URL (default: $SESSIONLOG_DB or sqlite:///var/sessionlog.db)."),
 ]
 
 
-token_app = typer.Typer(no_args_is_help=True, help="Bearer tokens for the server's tokens file.")
+token_app = ConventionalTyper(no_args_is_help=True, help="Bearer tokens for the server's tokens file.")
 
 
 def register(app: typer.Typer) -> None:
@@ -30,9 +32,11 @@ def register(app: typer.Typer) -> None:
 
 @token_app.command("new")
 def new_token(
-    namespace: Annotated[str, typer.Option("--namespace", help="The namespace the token's sessions live in.")],
+    namespace: Annotated[
+        str, typer.Option("--namespace", metavar="NS", help="The namespace the token's sessions live in.")
+    ],
     read_only: Annotated[bool, typer.Option("--read-only", help="An auditor's token: reads only.")] = False,
-    name: Annotated[str, typer.Option("--name", help="A label for logs.")] = "",
+    name: Annotated[str, typer.Option("--name", metavar="NAME", help="A label for logs.")] = "",
 ) -> None:
     """Make a token: prints it (give it to the client) and its tokens-file line (give that to the server).
 
@@ -53,7 +57,10 @@ def new_token(
 def serve(
     db: DbOption = None,
     listen: Annotated[
-        str | None, typer.Option("--listen", help="HOST:PORT to bind (default: $SESSIONLOG_LISTEN or 127.0.0.1:50051).")
+        str | None,
+        typer.Option(
+            "--listen", metavar="HOST:PORT", help="HOST:PORT to bind (default: $SESSIONLOG_LISTEN or 127.0.0.1:50051)."
+        ),
     ] = None,
     no_migrate: Annotated[
         bool, typer.Option("--no-migrate", help="Do not run migrations on start (as $SESSIONLOG_MIGRATE=false).")
@@ -62,6 +69,7 @@ def serve(
         int | None,
         typer.Option(
             "--workers",
+            metavar="N",
             help="Server processes sharing the address ($SESSIONLOG_WORKERS; default 0: one per core, at most 8).",
         ),
     ] = None,

@@ -30,8 +30,10 @@ def register(app: typer.Typer) -> None:
 
 
 def create(
-    session_id: Annotated[str | None, typer.Option("--id", help="Session id (generated if omitted).")] = None,
-    cwd: Annotated[str | None, typer.Option("--cwd", help="The agent's working directory.")] = None,
+    session_id: Annotated[
+        str | None, typer.Option("--id", metavar="ID", help="Session id (generated if omitted).")
+    ] = None,
+    cwd: Annotated[str | None, typer.Option("--cwd", metavar="DIR", help="The agent's working directory.")] = None,
 ) -> None:
     """Create a session and print it as JSON."""
     with connect() as client:
@@ -150,9 +152,12 @@ def _parse_line(number: int, obj: object) -> NewEvent:
 def events(
     session_id: Annotated[str, typer.Argument(help="The session to read.")],
     from_seq: Annotated[
-        int, typer.Option("--from", min=0, help="First seq (inclusive); past the session's next seq, an error.")
+        int,
+        typer.Option(
+            "--from", metavar="SEQ", min=0, help="First seq (inclusive); past the session's next seq, an error."
+        ),
     ] = 0,
-    to_seq: Annotated[int | None, typer.Option("--to", min=0, help="Last seq (inclusive).")] = None,
+    to_seq: Annotated[int | None, typer.Option("--to", metavar="SEQ", min=0, help="Last seq (inclusive).")] = None,
 ) -> None:
     """Print events as JSON Lines envelopes (none from the session's next seq: nothing since)."""
     with connect() as client:
@@ -161,7 +166,7 @@ def events(
 
 
 def sessions(
-    parent: Annotated[str | None, typer.Option("--parent", help="Only forks of this session.")] = None,
+    parent: Annotated[str | None, typer.Option("--parent", metavar="ID", help="Only forks of this session.")] = None,
 ) -> None:
     """List sessions, one JSON object per line."""
     with connect() as client:
@@ -171,7 +176,7 @@ def sessions(
 
 def tail(
     session_id: Annotated[str, typer.Argument(help="The session to follow.")],
-    from_seq: Annotated[int, typer.Option("--from", min=0, help="First seq (inclusive).")] = 0,
+    from_seq: Annotated[int, typer.Option("--from", metavar="SEQ", min=0, help="First seq (inclusive).")] = 0,
 ) -> None:
     """Print events as they land (after replaying from --from), until interrupted."""
     with connect() as client:

@@ -130,12 +130,15 @@ def register(app: typer.Typer) -> None:
 
 
 def import_command(
-    files: Annotated[list[Path], typer.Argument(help="Session files to import.", exists=True, dir_okay=False)],
+    files: Annotated[
+        list[Path], typer.Argument(metavar="FILE", help="Session files to import.", exists=True, dir_okay=False)
+    ],
     fmt: Annotated[ImportFormat, typer.Option("--format", help="The files' format.")] = ImportFormat.pi,
     session_id: Annotated[
         str | None,
         typer.Option(
             "--id",
+            metavar="ID",
             help="Id of the (main) session, instead of the file's own (Pi's session id, the export's); "
             "forks get `ID.<leafId>`. One FILE only.",
         ),
@@ -452,7 +455,9 @@ def export_command(
             "otlp-json: OTLP/JSON traces (GenAI conventions).",
         ),
     ],
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (atomically), not stdout.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", metavar="FILE", help="Write here (atomically), not stdout.")
+    ] = None,
     content: Annotated[
         bool, typer.Option("--with-content", help="otlp-json: include gen_ai.input/output.messages.")
     ] = False,

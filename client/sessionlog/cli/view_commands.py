@@ -29,9 +29,11 @@ def register(app: typer.Typer) -> None:
 def view(
     session_id: Annotated[str, typer.Argument(help="The session to show.")],
     output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="The HTML file (default: SESSION_ID.html).")
+        Path | None, typer.Option("-o", "--output", metavar="FILE", help="The HTML file (default: SESSION_ID.html).")
     ] = None,
-    at: Annotated[int | None, typer.Option("--at", min=0, help="Show the session as it was after this seq.")] = None,
+    at: Annotated[
+        int | None, typer.Option("--at", metavar="SEQ", min=0, help="Show the session as it was after this seq.")
+    ] = None,
 ) -> None:
     """Write one self-contained HTML page: request chart, cache-read drops and their causes,
     request diffs, turns and tool calls, and the transcript with replaced rows marked."""
@@ -55,8 +57,10 @@ def view(
 
 def diff(
     session_id: Annotated[str, typer.Argument(help="The session.")],
-    from_seq: Annotated[int, typer.Option("--from", min=0, help="The earlier request: its prefix ends here.")],
-    to_seq: Annotated[int, typer.Option("--to", min=0, help="The later request: its prefix ends here.")],
+    from_seq: Annotated[
+        int, typer.Option("--from", metavar="SEQ", min=0, help="The earlier request: its prefix ends here.")
+    ],
+    to_seq: Annotated[int, typer.Option("--to", metavar="SEQ", min=0, help="The later request: its prefix ends here.")],
 ) -> None:
     """Print what changed between the requests of two prefixes (`request --at FROM` and `--at TO`).
 

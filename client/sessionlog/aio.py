@@ -205,19 +205,28 @@ class AsyncSessionLogClient(base.ClientBase):
         max_in_flight: int = 256,
         reconnect_attempts: int = RECONNECT.attempts,
         lease_token: str = "",
+        open_retry: RetryPolicy | None = None,
     ) -> Opening[AsyncWriter]:
-        """Open a streaming writer; it holds the lease until closed (`resume` and `lease_token` as
-        in the sync client, and its open is tried again after a transient failure as there).
+        """Open a streaming writer; it holds the lease until closed (`resume`, `lease_token`,
+        `open_retry` and `reconnect_attempts` as in the sync client: its open is tried again after
+        a transient failure by the client's retry policy unless `open_retry` says otherwise).
         Await it, or open it in `async with` (`Opening`), which closes it at the block's end."""
         core = WriterCore(session_id, writer_id, create_if_missing, lease_token)
-        return Opening(self._open_writer(core, takeover, resume, max_in_flight, reconnect_attempts))
+        policies = (replace(RECONNECT, attempts=reconnect_attempts), self.retry if open_retry is None else open_retry)
+        return Opening(self._open_writer(core, takeover, resume, max_in_flight, policies))
 
     async def _open_writer(
-        self, core: WriterCore, takeover: bool, resume: bool, max_in_flight: int, reconnect_attempts: int
+        self,
+        core: WriterCore,
+        takeover: bool,
+        resume: bool,
+        max_in_flight: int,
+        policies: tuple[RetryPolicy, RetryPolicy],
     ) -> AsyncWriter:
+        """`policies`: how the writer reconnects, and how its first open is tried again."""
         self._check_open()
         base.check_max_in_flight(max_in_flight)
-        writer = AsyncWriter(self.stub, core, max_in_flight, replace(RECONNECT, attempts=reconnect_attempts))
+        writer = AsyncWriter(self.stub, core, max_in_flight, *policies)
         try:
             await writer._open(takeover, resume)
         except asyncio.CancelledError:
@@ -428,10 +437,18 @@ class AsyncLeaseWriter(base.LeaseKeeper):
 class AsyncWriter(base.WriterView):
     """An asyncio streaming writer: holds the lease while open, pipelines batches, retries safely."""
 
-    def __init__(self, stub: SessionServiceStub, core: WriterCore, max_in_flight: int, reconnect: RetryPolicy) -> None:
+    def __init__(
+        self,
+        stub: SessionServiceStub,
+        core: WriterCore,
+        max_in_flight: int,
+        reconnect: RetryPolicy,
+        open_retry: RetryPolicy,
+    ) -> None:
         self._stub = stub
         self._core = core
         self._reconnect_policy = reconnect
+        self._open_retry = open_retry
         self._slots = asyncio.Semaphore(max_in_flight)
         self._outbox: list[pb.WriteRequest] = []
         self._outbox_ready = asyncio.Event()
@@ -559,13 +576,13 @@ class AsyncWriter(base.WriterView):
 
     async def _open(self, takeover: bool, resume: bool) -> None:
         """The first open, tried again after a transient failure as the sync writer's is
-        (`Writer._open`: within the reconnect policy, every attempt with the one `request_id`)."""
+        (`Writer._open`: by the open's retry policy, every attempt with the one `request_id`)."""
         for attempt in itertools.count(1):
             try:
                 await self._connect(takeover, resume)
                 return
             except Unavailable as exc:
-                await asyncio.sleep(self._reconnect_policy.wait_after(exc, attempt))  # raises once spent
+                await asyncio.sleep(self._open_retry.wait_after(exc, attempt))  # raises once spent
 
     async def _connect(self, takeover: bool, resume: bool) -> None:
         call = self._stub.Write()

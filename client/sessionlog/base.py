@@ -183,7 +183,8 @@ class ClientBase:
         (each page of a listing or projection), its retries and their waits included
         (`Budget`), and of the wait for each page of `read_events` (`no_page`); writer streams
         and subscriptions have their own reconnect policy. A
-        ValueError for an empty target or a port past 65535 (`check_target`)."""
+        ValueError for an empty target or a port past 65535 (`check_target`). A writer's first
+        open is retried by `retry` too (`writer`'s `open_retry`)."""
         check_target(target)
         self.target = target
         self.timeout = timeout

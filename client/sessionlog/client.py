@@ -183,6 +183,7 @@ class SessionLogClient(base.ClientBase):
         max_in_flight: int = 256,
         reconnect_attempts: int = RECONNECT.attempts,
         lease_token: str = "",
+        open_retry: RetryPolicy | None = None,
     ) -> Writer:
         """Open a streaming writer (takes the lease now; use it as a context manager).
 
@@ -193,17 +194,26 @@ class SessionLogClient(base.ClientBase):
         when closed.
 
         The open is tried again after a transient failure (UNAVAILABLE, a stream that ended
-        before the service answered), as a reconnect is, for up to `reconnect_attempts` attempts
-        (1: none): each attempt sends the open's one request_id, so an attempt whose answer was
-        lost leaves no lease behind to be refused by (WRITER_HELD until it lapsed), and a resume
-        is written once, its repairs named in `writer.resumed` all the same (SPEC §7).
+        before the service answered) by `open_retry`, by default the client's `retry` policy, as
+        every call safe to retry is (`create_session` and `acquire_lease` give a service that is
+        down the same few seconds); each attempt sends the open's one request_id, so an attempt
+        whose answer was lost leaves no lease behind to be refused by (WRITER_HELD until it
+        lapsed), and a resume is written once, its repairs named in `writer.resumed` all the same
+        (SPEC §7). Once open, a broken stream reconnects for up to `reconnect_attempts` attempts
+        (about a minute: long enough to ride out a service restart).
         """
         self._check_open()
         base.check_max_in_flight(max_in_flight)
         core = WriterCore(session_id, writer_id, create_if_missing, lease_token)
         policy = replace(RECONNECT, attempts=reconnect_attempts)
         writer = Writer(
-            self.stub, core, takeover=takeover, resume=resume, max_in_flight=max_in_flight, reconnect=policy
+            self.stub,
+            core,
+            takeover=takeover,
+            resume=resume,
+            max_in_flight=max_in_flight,
+            reconnect=policy,
+            open_retry=self.retry if open_retry is None else open_retry,
         )
         self._writers.add(writer)
         return writer
@@ -508,10 +518,12 @@ class Writer(base.WriterView):
         resume: bool,
         max_in_flight: int,
         reconnect: RetryPolicy,
+        open_retry: RetryPolicy,
     ) -> None:
         self._stub = stub
         self._core = core
         self._reconnect_policy = reconnect
+        self._open_retry = open_retry
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_in_flight)
         self._open(takeover, resume)
@@ -593,15 +605,15 @@ class Writer(base.WriterView):
 
     def _open(self, takeover: bool, resume: bool) -> None:
         """The first open, tried again after a transient failure (UNAVAILABLE, a stream that
-        ended before `opened`) as a reconnect is, within the reconnect policy: every attempt
-        sends the writer's one `request_id`, so the lease an attempt whose answer was lost got
-        is this writer's (the same token), and a resume is written once (`WriterCore`)."""
+        ended before `opened`) by the open's retry policy: every attempt sends the writer's one
+        `request_id`, so the lease an attempt whose answer was lost got is this writer's (the
+        same token), and a resume is written once (`WriterCore`)."""
         for attempt in itertools.count(1):
             try:
                 self._connect(takeover, resume)
                 return
             except Unavailable as exc:
-                time.sleep(self._reconnect_policy.wait_after(exc, attempt))  # raises once they are spent
+                time.sleep(self._open_retry.wait_after(exc, attempt))  # raises once they are spent
 
     def _connect(self, takeover: bool, resume: bool) -> None:
         requests: queue.Queue[Any] = queue.Queue()

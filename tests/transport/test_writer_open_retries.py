@@ -20,7 +20,7 @@ import grpc
 import pytest
 
 from sessionlog.aio import AsyncSessionLogClient
-from sessionlog.base import WriterCore
+from sessionlog.base import RetryPolicy, WriterCore
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, SessionLogError, Unavailable, WriterHeld
 from sessionlog.errors import from_rpc_error
@@ -189,7 +189,7 @@ def test_a_first_open_is_retried_only_while_transient_and_within_the_reconnect_p
         direct.create_session(sid)
         with AnswerLosingProxy(server.target, "Write", losses=3) as proxy, SessionLogClient(proxy.target) as client:
             with pytest.raises(Unavailable):
-                client.writer(sid, reconnect_attempts=3)
+                client.writer(sid, open_retry=RetryPolicy(attempts=3))
             assert proxy.calls["Write"] == 3
             tokens = {_lost_opened(proxy, i).lease_token for i in range(3)}
             epochs = [_lost_opened(proxy, i).lease.epoch for i in range(3)]
@@ -198,6 +198,21 @@ def test_a_first_open_is_retried_only_while_transient_and_within_the_reconnect_p
             with pytest.raises(WriterHeld):  # the lost opens' lease, held under a token never told
                 client.writer(sid)
             assert proxy.calls["Write"] == 1
+
+
+def test_a_first_open_is_retried_by_the_clients_retry_policy_as_every_safe_call(server: ServerThread, sid: str) -> None:
+    """Not by the reconnect policy (about a minute, to ride out a restart once open): a harness,
+    or `sessionlog append`, pointed at a service that is down or at a wrong address heard so
+    after the few seconds `create_session` takes, not a minute later."""
+    with SessionLogClient(server.target) as direct:
+        direct.create_session(sid)
+    with (
+        AnswerLosingProxy(server.target, "Write", losses=10) as proxy,
+        SessionLogClient(proxy.target, retry=RetryPolicy(attempts=2, initial_delay=0.01)) as client,
+    ):
+        with pytest.raises(Unavailable):
+            client.writer(sid)
+        assert proxy.calls["Write"] == 2
 
 
 def test_only_the_first_open_carries_the_request_id() -> None:

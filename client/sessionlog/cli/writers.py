@@ -2,7 +2,8 @@
 
 Once open, a writer rides out a restart by itself: it reconnects with its lease token and sends
 again what was not acknowledged (`sessionlog.base.RECONNECT`). Its first open is tried again by
-the client as well, by the same policy, each attempt with the open's one request_id: an attempt
+the client as well, here by that same policy (a writer's own default is the client's few seconds
+of retries, which a restart can outlast), each attempt with the open's one request_id: an attempt
 whose answer was lost (the service killed after its commit) took the lease under a token the
 next attempt is told. So an import that opens its next session's writer while the service
 restarts (`kill -9` and back) goes on, where it failed at once with TRANSPORT_ERROR, half done.
@@ -41,9 +42,12 @@ def open_writer(
     lease_token: str = "",
 ) -> Writer:
     """A streaming writer on `session_id` (created if missing) under `writer_id`, its open tried
-    again while the service is unavailable (by the client, for as long as a writer reconnects);
+    again while the service is unavailable (by the client, for as long as a writer reconnects:
+    `open_retry`);
     a lease found held by `writer_id` itself, an earlier attempt's, is taken over. `lease_token`:
     a live lease the caller kept (`resume --keep`), taken again."""
+    from sessionlog.base import RECONNECT  # loads gRPC: the CLI does only once it connects
+
     while True:
         try:
             return client.writer(
@@ -53,6 +57,7 @@ def open_writer(
                 takeover=takeover,
                 resume=resume,
                 lease_token=lease_token,
+                open_retry=RECONNECT,
             )
         except WriterHeld as exc:
             if takeover or exc.metadata.get("holder") != writer_id:

@@ -2,8 +2,9 @@
  * The streaming writer: holds the session's lease while open, pipelines batches with an
  * in-flight limit, and after a transient failure, or a stream the service ended though the
  * writer had not closed it, reconnects and re-sends every batch not yet acknowledged. Its first
- * open is tried again after a transient failure by the same policy, each attempt with the open's
- * one `requestId`, so an attempt whose answer was lost leaves no lease behind to refuse the next.
+ * open is tried again after a transient failure as the client retries a call (`openRetry`),
+ * each attempt with the open's one `requestId`, so an attempt whose answer was lost leaves no
+ * lease behind to refuse the next.
  *
  * Re-sending is safe because every event carries an eventId (one is generated when the
  * caller gives none): the service answers a retried event with its original seq. Ownership
@@ -22,7 +23,7 @@ import { type ErrorFields, NotFound, OwnershipLost, type SessionLogError, toSess
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
 import type { JsonObject } from "./json.js";
-import { backoff, type RetryPolicy, sleep } from "./retry.js";
+import { backoff, DEFAULT_RETRY, type RetryPolicy, sleep } from "./retry.js";
 import type { WriterHold } from "./sessions.js";
 import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo, SeqArgument } from "./types.js";
 
@@ -44,11 +45,17 @@ export interface WriterOptions {
   /** At most this many batches (and header reports) unacknowledged on the wire; later ones wait. */
   maxInFlight?: number;
   /**
-   * How reconnects back off, and how many are tried before the writer gives up; the first open
-   * is tried again by it too (after UNAVAILABLE, or a stream that ended before the service
-   * answered), `attempts` times in all (`attempts: 1`: once, not again).
+   * How reconnects back off, and how many are tried before the writer gives up (about a minute
+   * by default: long enough to ride out a service restart).
    */
   reconnect?: RetryPolicy;
+  /**
+   * How the first open is tried again after UNAVAILABLE, or a stream that ended before the
+   * service answered, `attempts` times in all (`attempts: 1`: once, not again). By default the
+   * client's `retry` policy, as every call safe to retry: a writer pointed at a service that is
+   * down is told so after the few seconds `createSession` takes, not the reconnect minute.
+   */
+  openRetry?: RetryPolicy;
 }
 
 /**
@@ -392,11 +399,11 @@ export class Writer {
 
   /**
    * The first open, tried again after a transient failure (UNAVAILABLE, a stream that ended
-   * before `opened`) as a reconnect is, within the reconnect policy; every attempt sends the
+   * before `opened`) by the `openRetry` policy (the client's `retry`); every attempt sends the
    * one `requestId`. Another refusal (WRITER_HELD, SESSION_NOT_FOUND, ...) is thrown at once.
    */
   private async openFirst(takeover: boolean, resume: boolean): Promise<void> {
-    const policy = this.options.reconnect;
+    const policy = this.options.openRetry ?? DEFAULT_RETRY;
     for (let attempt = 1; ; attempt++) {
       try {
         return await this.connect(takeover, resume);

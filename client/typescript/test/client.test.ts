@@ -376,6 +376,21 @@ for (const backend of BACKENDS) {
       assert.equal((await client.getSession(id)).lease, undefined, "given back on close, not left to lapse");
     });
 
+    test("a writer's first open is tried again as the client retries a call, not for the reconnect minute", async () => {
+      const id = sessionId("open-retry");
+      await client.createSession(id);
+      // Two answers lost and a client that tries a call twice: the open fails, where the writer's
+      // reconnect policy (120 attempts) would have gone on to a third attempt and opened.
+      const proxy = await answerLosingProxy(env.server.target, "Write", 2);
+      const lossy = new SessionLogClient({ target: proxy.target, retry: { attempts: 2, initialDelayMs: 10, maxDelayMs: 10 } });
+      try {
+        await assert.rejects(lossy.writer(id), (error: Error) => error instanceof Unavailable);
+      } finally {
+        lossy.close();
+        await proxy.close();
+      }
+    });
+
     test("a release whose answer was lost is not sent again: Unavailable (outcome unknown), not OwnershipLost", async () => {
       const id = sessionId();
       await client.createSession(id);

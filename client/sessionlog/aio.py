@@ -180,13 +180,14 @@ class AsyncSessionLogClient(base.ClientBase):
         expected_next_seq: int | None = None,
     ) -> AppendResult:
         """Append one batch under `lease`; all events commit together or none do (retried safely)."""
-        return await self._run(base.append(session_id, lease, events, expected_next_seq))
+        return await self._run(base.append(session_id, lease, events, expected_next_seq, self._acknowledged))
 
     async def renew_lease(self, lease: session_info.LeaseInfo) -> session_info.LeaseInfo:
         return await self._run(base.renew_lease(lease))
 
     async def release_lease(self, lease: session_info.LeaseInfo) -> None:
         await self._run(base.release_lease(lease))
+        self._acknowledged.forget(lease.token)
 
     async def report_header(
         self, session_id: str, lease: session_info.LeaseInfo, header: dict[str, Any]
@@ -372,7 +373,7 @@ class AsyncSessionLogClient(base.ClientBase):
 
 class AsyncLeaseWriter(base.LeaseKeeper):
     """A unary writer: a lease kept alive by heartbeats (a task), appends retried safely (they
-    carry eventIds), and OwnershipLost final, as the sync `LeaseWriter`."""
+    carry eventIds), and OwnershipLost (or ACKNOWLEDGED_PAST_LOG) final, as the sync `LeaseWriter`."""
 
     def __init__(
         self,
@@ -414,8 +415,8 @@ class AsyncLeaseWriter(base.LeaseKeeper):
         self._check()
         try:
             return await call()
-        except OwnershipLost as exc:
-            self._failure = exc
+        except SessionLogError as exc:
+            self._failed(exc)
             raise
 
     async def _beat(self) -> None:
@@ -424,7 +425,7 @@ class AsyncLeaseWriter(base.LeaseKeeper):
             try:
                 self.lease = await self._client.renew_lease(self.lease)
             except OwnershipLost as exc:
-                self._failure = exc
+                self._failed(exc)
                 return
             except SessionLogError:
                 continue  # a transient failure: the next beat tries again before the lease lapses

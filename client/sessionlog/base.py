@@ -11,9 +11,11 @@ loop and asyncio futures. Everything else is defined here once (kurrentdbclient'
   page;
 - `RetryPolicy`: how idempotent calls are retried on UNAVAILABLE (reads; appends, whose
   events always carry eventIds; creates and forks, which always name their new session; lease
-  grants and resumes, which always carry a request_id), and how writers back off while
-  reconnecting, or trying their first open again (it carries a request_id too); `Budget`: a
-  unary call's timeout, the budget of all its attempts;
+  grants and resumes, which always carry a request_id; a writer's first open, which carries one
+  too), and how writers back off while reconnecting; `Budget`: a unary call's timeout, the
+  budget of all its attempts;
+- `Acknowledged`: per lease token, where the acknowledgements of the unary appends end (sent
+  with each append, so a restored database refuses the writer: ACKNOWLEDGED_PAST_LOG);
 - `LeaseKeeper`: a unary writer's lease, kept by heartbeats, and the loss that ends it;
 - `WriterCore`: the streaming writer's bookkeeping (batch ids, the pending batches in send
   order, acknowledgements, failure, what a reconnect re-sends, and the check that no other
@@ -24,10 +26,11 @@ loop and asyncio futures. Everything else is defined here once (kurrentdbclient'
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import uuid
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -191,6 +194,8 @@ class ClientBase:
         self.retry = retry
         self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
         """The streaming writers opened and not yet closed: `close()` ends them (`_end_writers`)."""
+        self._acknowledged = Acknowledged()
+        """Where the unary appends' acknowledgements end, per lease token (`append`)."""
         self.channel, calls = self._open_channel(
             target, credentials or channel_credentials(ca_file), bearer_token(token)
         )
@@ -290,12 +295,65 @@ def acquire_lease(
     return Call("AcquireLease", request, acquire_from_pb, idempotent=True)
 
 
+ACKNOWLEDGED_TOKENS = 4096
+"""Lease tokens `Acknowledged` remembers at most (the least recently used go first)."""
+
+
+class Acknowledged:
+    """Per lease token, the highest `next_seq` the service acknowledged to a client's unary
+    appends under it: each append sends it (`acknowledged_next_seq`), so a database restored
+    from a backup taken before some of them, which still holds the lease, refuses the writer
+    with ACKNOWLEDGED_PAST_LOG instead of giving those seqs to other events. It only grows, so
+    it holds for appends sent while others are in flight, where `expected_next_seq` cannot.
+
+    A token forgotten (released, or pushed out past `ACKNOWLEDGED_TOKENS`) sends nothing: its
+    appends are checked as an older client's are, not at all. Shared by a sync client's threads.
+    """
+
+    def __init__(self, capacity: int = ACKNOWLEDGED_TOKENS) -> None:
+        self._capacity = capacity
+        self._next_seqs: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, token: str) -> int | None:
+        """Where the acknowledgements under `token` end; None if none was seen (or remembered)."""
+        with self._lock:
+            return self._next_seqs.get(token)
+
+    def saw(self, token: str, next_seq: int) -> None:
+        """An append under `token` was acknowledged, the log's next seq after it `next_seq`."""
+        if not token:
+            return
+        with self._lock:
+            self._next_seqs[token] = max(next_seq, self._next_seqs.get(token, next_seq))
+            self._next_seqs.move_to_end(token)
+            while len(self._next_seqs) > self._capacity:
+                self._next_seqs.popitem(last=False)
+
+    def forget(self, token: str) -> None:
+        """The lease under `token` was given back: nothing more is appended under it."""
+        with self._lock:
+            self._next_seqs.pop(token, None)
+
+
 def append(
-    session_id: str, lease: session_info.LeaseInfo, events: Iterable[EventLike], expected_next_seq: int | None
+    session_id: str,
+    lease: session_info.LeaseInfo,
+    events: Iterable[EventLike],
+    expected_next_seq: int | None,
+    acknowledged: Acknowledged,
 ) -> Call[AppendResult]:
-    """An append is idempotent: every event gets an eventId here, so a retry cannot append twice."""
-    request = append_request(session_id, lease, with_event_ids(events), expected_next_seq)
-    return Call("AppendEvents", request, lambda r: AppendResult(list(r.seqs), r.next_seq), idempotent=True)
+    """An append is idempotent: every event gets an eventId here, so a retry cannot append twice.
+    It says where the acknowledgements under its lease end, and its own moves that on."""
+    request = append_request(
+        session_id, lease, with_event_ids(events), expected_next_seq, acknowledged.get(lease.token)
+    )
+
+    def read(response: pb.AppendEventsResponse) -> AppendResult:
+        acknowledged.saw(lease.token, response.next_seq)
+        return AppendResult(list(response.seqs), response.next_seq)
+
+    return Call("AppendEvents", request, read, idempotent=True)
 
 
 def renew_lease(lease: session_info.LeaseInfo) -> Call[session_info.LeaseInfo]:
@@ -447,14 +505,22 @@ def heartbeat_interval(lease: session_info.LeaseInfo, now_ms: int, every: float 
 
 class LeaseKeeper:
     """A unary writer's state (sync and asyncio): its lease, renewed by heartbeats, what a resume
-    returned, and the OwnershipLost that ends it for good (nothing re-acquires the lease)."""
+    returned, and the failure that ends it for good (nothing re-acquires the lease): OwnershipLost,
+    or ACKNOWLEDGED_PAST_LOG (a restored database), after which the service released the lease."""
 
     def __init__(self, lease: session_info.LeaseInfo, resumed: ResumeInfo | None, heartbeat: float | None) -> None:
         self.lease = lease
         self.resumed = resumed
         self._every = heartbeat
-        self._failure: OwnershipLost | None = None
+        self._failure: SessionLogError | None = None
         self._closed = False
+
+    def _failed(self, error: SessionLogError) -> None:
+        """Note `error`, a call's, if it ends the writer: the first such one is what every later
+        call raises (the heartbeat's OwnershipLost after a refusal released the lease is not)."""
+        final = isinstance(error, OwnershipLost) or error.reason == "ACKNOWLEDGED_PAST_LOG"
+        if final and self._failure is None:
+            self._failure = error
 
     def _close_once(self) -> bool:
         """Mark the writer closed; False if it already was: a second close (one by hand inside

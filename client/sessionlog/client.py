@@ -160,13 +160,14 @@ class SessionLogClient(base.ClientBase):
         expected_next_seq: int | None = None,
     ) -> AppendResult:
         """Append one batch under `lease`; all events commit together or none do (retried safely)."""
-        return self._run(base.append(session_id, lease, events, expected_next_seq))
+        return self._run(base.append(session_id, lease, events, expected_next_seq, self._acknowledged))
 
     def renew_lease(self, lease: session_info.LeaseInfo) -> session_info.LeaseInfo:
         return self._run(base.renew_lease(lease))
 
     def release_lease(self, lease: session_info.LeaseInfo) -> None:
         self._run(base.release_lease(lease))
+        self._acknowledged.forget(lease.token)
 
     def report_header(self, session_id: str, lease: session_info.LeaseInfo, header: dict[str, Any]) -> HeaderReport:
         """Report the request header about to be used; the service decides whether to log it."""
@@ -443,7 +444,8 @@ class Subscription:
 class LeaseWriter(base.LeaseKeeper):
     """A unary writer: a lease kept alive by heartbeats (a background thread), appends retried
     safely (they carry eventIds), and OwnershipLost final: once the lease is lost, from a
-    heartbeat or an append, every later call raises it and nothing re-acquires the lease."""
+    heartbeat or an append, every later call raises it and nothing re-acquires the lease. So is
+    ACKNOWLEDGED_PAST_LOG (the database was restored; the service released the lease)."""
 
     def __init__(
         self,
@@ -487,8 +489,8 @@ class LeaseWriter(base.LeaseKeeper):
         self._check()
         try:
             return call()
-        except OwnershipLost as exc:
-            self._failure = exc
+        except SessionLogError as exc:
+            self._failed(exc)
             raise
 
     def _beat(self) -> None:
@@ -496,7 +498,7 @@ class LeaseWriter(base.LeaseKeeper):
             try:
                 self.lease = self._client.renew_lease(self.lease)
             except OwnershipLost as exc:
-                self._failure = exc
+                self._failed(exc)
                 return
             except SessionLogError:
                 continue  # a transient failure: the next beat tries again before the lease lapses

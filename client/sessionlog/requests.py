@@ -189,10 +189,18 @@ def create_request(session_id: str | None, cwd: str | None, metadata: dict[str, 
 
 
 def append_request(
-    session_id: str, lease: session_info.LeaseInfo, events: Sequence[NewEvent], expected_next_seq: int | None
+    session_id: str,
+    lease: session_info.LeaseInfo,
+    events: Sequence[NewEvent],
+    expected_next_seq: int | None,
+    acknowledged_next_seq: int | None = None,
 ) -> pb.AppendEventsRequest:
+    """`acknowledged_next_seq`: where the acknowledgements under the lease end (`base.Acknowledged`)."""
     request = pb.AppendEventsRequest(
-        session_id=session_id, lease_token=lease.token, events=[convert.new_event_to_pb(e) for e in events]
+        session_id=session_id,
+        lease_token=lease.token,
+        events=[convert.new_event_to_pb(e) for e in events],
+        acknowledged_next_seq=acknowledged_next_seq,
     )
     if expected_next_seq is not None:
         request.expected_next_seq = seq_argument(expected_next_seq, "expected_next_seq")

@@ -1,44 +1,33 @@
 """A database restored from a backup, its service started on it, while writers of the original
 reconnect to it (deploy/CONFIGURATION.md, Backup and restore).
 
-A backup taken while a writer streams keeps that writer's lease (its token's hash), so once the
-service runs on the restored database the writer's reconnect takes its lease again. But the
-writer saw events acknowledged after the backup, which the restored log does not hold: going on
-from the restored log's next seq would give seqs the writer was told were its events to other
-events. The reconnect is refused instead (ACKNOWLEDGED_PAST_LOG), and nothing is appended.
+A backup taken while a writer writes keeps that writer's lease (its token's hash), so once the
+service runs on the restored database the writer's token holds its lease again. But the writer
+saw events acknowledged after the backup, which the restored log does not hold: going on from
+the restored log's next seq would give seqs the writer was told were its events to other
+events. The writer says where its acknowledgements end (a stream's reconnect in its `open`, a
+unary writer in each append), and is refused instead (ACKNOWLEDGED_PAST_LOG): nothing is
+appended, and its lease is released.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import sqlite3
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import ExpectedSeqMismatch
+from sessionlog.core.errors import ExpectedSeqMismatch, OwnershipLost, SessionLogError
 from sessionlog_server.storage.migrate import upgrade
+from tests.conftest import BACKENDS
+from tests.support.backups import Restorable, online_backup, restorable, restore_over
 from tests.support.events import note
-from tests.support.servers import ServerProcess
+from tests.support.servers import ServerProcess, ServerThread
 
-
-def online_backup(source: Path, target: Path) -> None:
-    """SQLite's online backup of a file the service is writing (what the docs tell operators)."""
-    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
-        src.backup(dst)
-    src.close()
-    dst.close()
-
-
-def restore_over(backup: Path, database: Path) -> None:
-    """Put the backup in place of the (stopped) service's file, its old WAL and shm removed."""
-    for suffix in ("-wal", "-shm"):
-        with_suffix = Path(f"{database}{suffix}")
-        if with_suffix.exists():
-            os.remove(with_suffix)
-    shutil.copyfile(backup, database)
+LEASE_TTL_MS = 60_000
+"""Long enough that the writer's lease in the backup is still live once it is restored."""
 
 
 def test_a_writer_that_saw_acks_past_the_restored_log_is_refused(tmp_path: Path, sid: str) -> None:
@@ -74,3 +63,105 @@ def test_a_writer_that_saw_acks_past_the_restored_log_is_refused(tmp_path: Path,
                 again.append([note(6)]).result()
     finally:
         server.kill()
+
+
+# --- unary writers (AcquireLease, then AppendEvents) ----------------------------------------
+
+
+class Service:
+    """A service on a `Restorable` database, restarted on its restored copy at the same address
+    (so the writers' clients reconnect to it as to the original)."""
+
+    def __init__(self, db: Restorable) -> None:
+        self.db = db
+        self.server = ServerThread(db.url, lease_ttl_ms=LEASE_TTL_MS)
+        self.target = self.server.target
+
+    def restore(self) -> None:
+        """Stop the service, restore the backup, and start the service on the restored copy."""
+        self.server.stop()
+        restored = self.db.restore()
+        self.server = ServerThread(restored, listen_override=self.target, lease_ttl_ms=LEASE_TTL_MS)
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def notes(client: SessionLogClient, sid: str) -> list[int]:
+    return [e.data["n"] for e in client.read_events(sid) if e.type == "test/note"]
+
+
+def refusal(error: SessionLogError, *, acknowledged_next_seq: int, next_seq: int) -> None:
+    """`error` is the restored database's refusal, naming where the writer's acknowledgements
+    end and where the log does."""
+    assert isinstance(error, ExpectedSeqMismatch)
+    assert error.reason == "ACKNOWLEDGED_PAST_LOG"
+    assert error.metadata["acknowledged_next_seq"] == str(acknowledged_next_seq)
+    assert error.metadata["next_seq"] == str(next_seq)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_unary_writer_that_saw_acks_past_the_restored_log_is_refused(backend: str, tmp_path: Path, sid: str) -> None:
+    """The writer's next append, under the lease the restored database still holds, is refused:
+    nothing is appended, the writer is done (its close quiet), and its lease was given back."""
+    with restorable(backend, tmp_path) as db:
+        service = Service(db)
+        try:
+            with SessionLogClient(service.target) as client:
+                client.create_session(sid)
+                writer = client.lease_writer(sid)
+                writer.append([note(1), note(2)])
+                db.backup()
+                acknowledged = writer.append([note(3), note(4)])  # not in the backup
+                service.restore()
+                restored_next_seq = client.get_session(sid).next_seq
+                assert restored_next_seq < acknowledged.next_seq
+
+                with pytest.raises(ExpectedSeqMismatch) as refused:
+                    writer.append([note(5)])
+                refusal(refused.value, acknowledged_next_seq=acknowledged.next_seq, next_seq=restored_next_seq)
+                assert notes(client, sid) == [1, 2]
+                with pytest.raises(ExpectedSeqMismatch):  # the writer is done: told again, not sent
+                    writer.append([note(6)])
+                writer.close()  # quiet: there is no lease of its own left to give back
+
+                # The lease was given back: another writer takes it at once, without takeover.
+                with client.lease_writer(sid) as again:
+                    again.append([note(7)])
+                assert notes(client, sid) == [1, 2, 7]
+        finally:
+            service.stop()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_older_unary_writer_goes_on_where_the_restored_log_ends(backend: str, tmp_path: Path, sid: str) -> None:
+    """A writer that says nothing of its acknowledgements (an older client, or one that never
+    saw an append of this lease acknowledged) appends at the restored log's next seq, as before;
+    the asyncio client that saw acknowledgements past the log is refused."""
+
+    async def scenario(service: Service) -> None:
+        async with AsyncSessionLogClient(service.target) as client:
+            await client.create_session(sid)
+            lease = await client.acquire_lease(sid)
+            await client.append(sid, lease, [note(1)])
+            service.db.backup()
+            acknowledged = await client.append(sid, lease, [note(2), note(3)])  # not in the backup
+            service.restore()
+            restored_next_seq = (await client.get_session(sid)).next_seq
+
+            with SessionLogClient(service.target) as older:  # knows nothing of the lease's appends
+                landed = older.append(sid, lease, [note(4)])
+                assert landed.seqs == [restored_next_seq]
+                with pytest.raises(ExpectedSeqMismatch) as refused:
+                    await client.append(sid, lease, [note(5)])
+                refusal(refused.value, acknowledged_next_seq=acknowledged.next_seq, next_seq=landed.next_seq)
+                assert notes(older, sid) == [1, 4]
+                with pytest.raises(OwnershipLost):  # the refusal released the lease
+                    older.append(sid, lease, [note(6)])
+
+    with restorable(backend, tmp_path) as db:
+        service = Service(db)
+        try:
+            asyncio.run(scenario(service))
+        finally:
+            service.stop()

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import OwnershipLost, WriterHeld
+from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.events import note
-from tests.support.servers import ServerThread
+from tests.support.servers import ServerThread, hold_writer, planned_next_seq
+from tests.support.waiting import eventually
 
 
 def test_sync_lease_writer_heartbeats_and_never_reacquires(client: SessionLogClient, sid: str) -> None:
@@ -87,3 +91,36 @@ def test_a_held_session_says_when_its_lease_lapses_and_how_to_take_it_over(clien
         expires_at = held.value.metadata["expires_at"]
         assert f"is held by writer 'first' until {expires_at} (Unix ms, epoch " in held.value.message
         assert held.value.message.endswith("wait for it to lapse, or take it over (takeover)")
+
+
+def test_unary_appends_in_flight_under_one_lease_are_not_refused(
+    server: ServerThread, client: SessionLogClient, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Appends sent together under one lease each say where the acknowledgements end as they
+    were sent (`acknowledged_next_seq`), behind the batches still in flight: none is refused
+    for it (as it would be on `expected_next_seq`), and the next one says where they all end."""
+    sent: list[pb.AppendEventsRequest] = []
+    append = client.stub.AppendEvents
+
+    def recorded(request: pb.AppendEventsRequest, **options: Any) -> Any:
+        sent.append(request)
+        return append(request, **options)
+
+    monkeypatch.setattr(client.stub, "AppendEvents", recorded)
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    first = client.append(sid, lease, [note(0)])
+    gate = hold_writer(server)  # nothing commits until the gate opens: every batch is in flight
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            in_flight = [pool.submit(client.append, sid, lease, [note(n)]) for n in range(1, 5)]
+            eventually(lambda: planned_next_seq(server, sid), lambda seq: seq == first.next_seq + 4)
+            gate.set()
+            results = [future.result() for future in in_flight]
+    finally:
+        gate.set()
+    last = client.append(sid, lease, [note(5)])
+    assert sorted(e.data["n"] for e in client.read_events(sid)) == [0, 1, 2, 3, 4, 5]  # 1-4 in any order
+    assert not sent[0].HasField("acknowledged_next_seq")  # nothing acknowledged yet
+    assert [r.acknowledged_next_seq for r in sent[1:5]] == [first.next_seq] * 4
+    assert sent[5].acknowledged_next_seq == max(r.next_seq for r in results) == last.seqs[0]

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from sessionlog.client import SessionLogClient
+from sessionlog.requests import append_request, with_event_ids
 from tests.support import events as ev
 from tests.support.servers import ServerThread
 
@@ -107,6 +108,22 @@ def test_appends_through_either_instance_land_at_the_next_seq(
     one.append(sid, lease, [ev.note(7)])
     assert other.append(sid, lease, [ev.note(8)], expected_next_seq=8).seqs == [8]
     assert [e.data.get("n") for e in other.read_events(sid)] == list(range(9))
+
+
+def test_acknowledgements_another_instance_gave_are_not_taken_for_a_restored_log(
+    two: tuple[SessionLogClient, SessionLogClient], sid: str
+) -> None:
+    """A writer says where the acknowledgements it got end (`acknowledged_next_seq`), some of
+    them another instance's: an instance whose fold is behind them looks at the session's row
+    before it refuses the writer as one of a restored database (and releases its lease)."""
+    one, other = two
+    one.create_session(sid)
+    lease = one.acquire_lease(sid, writer_id="w")
+    one.append(sid, lease, [ev.note(0)])  # `one` caches the session at next seq 1
+    acknowledged = other.append(sid, lease, [ev.note(1), ev.note(2)])
+    request = append_request(sid, lease, with_event_ids([ev.note(3)]), None, acknowledged.next_seq)
+    assert list(one.stub.AppendEvents(request).seqs) == [3]
+    assert [e.data.get("n") for e in one.read_events(sid)] == [0, 1, 2, 3]
 
 
 def test_an_append_planned_again_on_the_caught_up_log_is_charged_once(fresh_db: str, sid: str) -> None:

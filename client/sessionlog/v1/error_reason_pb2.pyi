@@ -1029,11 +1029,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Re-read the log from `next_seq`, reconcile, and send a new batch.
     """
     ACKNOWLEDGED_PAST_LOG: _ErrorReason.ValueType  # 195
-    """A reconnecting writer saw events acknowledged up to `acknowledged_next_seq`, and the
-    session's log ends before that (`next_seq`): the database was restored from a backup taken
-    before those acknowledgements (or replaced by an older copy). Going on from the log's next
-    seq would give seqs the writer was told were its events to other events, so the stream is
-    refused, nothing is appended, and the lease it would have taken again is released.
+    """A writer saw events acknowledged up to `acknowledged_next_seq` (a writer stream's reconnect
+    says so in its `open`, a unary writer in its AppendEvents), and the session's log ends
+    before that (`next_seq`): the database was restored from a backup taken before those
+    acknowledgements (or replaced by an older copy). Going on from the log's next seq would
+    give seqs the writer was told were its events to other events, so the stream or the batch
+    is refused, nothing is appended, and the writer's lease is released.
 
     Code: FAILED_PRECONDITION
     Metadata: `acknowledged_next_seq`, `next_seq`, `session_id`
@@ -2437,11 +2438,12 @@ Raised by: service
 Client: Re-read the log from `next_seq`, reconcile, and send a new batch.
 """
 ACKNOWLEDGED_PAST_LOG: ErrorReason.ValueType  # 195
-"""A reconnecting writer saw events acknowledged up to `acknowledged_next_seq`, and the
-session's log ends before that (`next_seq`): the database was restored from a backup taken
-before those acknowledgements (or replaced by an older copy). Going on from the log's next
-seq would give seqs the writer was told were its events to other events, so the stream is
-refused, nothing is appended, and the lease it would have taken again is released.
+"""A writer saw events acknowledged up to `acknowledged_next_seq` (a writer stream's reconnect
+says so in its `open`, a unary writer in its AppendEvents), and the session's log ends
+before that (`next_seq`): the database was restored from a backup taken before those
+acknowledgements (or replaced by an older copy). Going on from the log's next seq would
+give seqs the writer was told were its events to other events, so the stream or the batch
+is refused, nothing is appended, and the writer's lease is released.
 
 Code: FAILED_PRECONDITION
 Metadata: `acknowledged_next_seq`, `next_seq`, `session_id`

@@ -705,6 +705,7 @@ class AppendEventsRequest(_message.Message):
     EXPECTED_NEXT_SEQ_FIELD_NUMBER: _builtins.int
     EVENTS_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    ACKNOWLEDGED_NEXT_SEQ_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to append to."""
     expected_next_seq: _builtins.int
@@ -712,6 +713,15 @@ class AppendEventsRequest(_message.Message):
     lease_token: _builtins.str
     """The token AcquireLease (or ResumeSession, or the writer stream) returned. A token that does
     not hold the session's current lease is refused with ABORTED (OWNERSHIP_LOST).
+    """
+    acknowledged_next_seq: _builtins.int
+    """The seq after the last event this writer saw acknowledged under `lease_token`: the highest
+    `next_seq` of the answers it got. Seqs only grow, so unlike `expected_next_seq` it holds
+    for a batch sent while others are still in flight. A log whose next seq is before it was
+    put back to an older state (the database restored from an older backup): the batch is
+    refused with FAILED_PRECONDITION (ACKNOWLEDGED_PAST_LOG), nothing is appended, and the
+    lease is released, as for a writer stream's reconnect (`OpenWriter.acknowledged_next_seq`).
+    Unset, the batch is appended wherever the log ends.
     """
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[_event_pb2.NewEvent]:
@@ -724,13 +734,19 @@ class AppendEventsRequest(_message.Message):
         expected_next_seq: _builtins.int | None = ...,
         events: _abc.Iterable[_event_pb2.NewEvent] | None = ...,
         lease_token: _builtins.str = ...,
+        acknowledged_next_seq: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_next_seq", b"_expected_next_seq", "expected_next_seq", b"expected_next_seq"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_acknowledged_next_seq", b"_acknowledged_next_seq", "_expected_next_seq", b"_expected_next_seq", "acknowledged_next_seq", b"acknowledged_next_seq", "expected_next_seq", b"expected_next_seq"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_next_seq", b"_expected_next_seq", "events", b"events", "expected_next_seq", b"expected_next_seq", "lease_token", b"lease_token", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_acknowledged_next_seq", b"_acknowledged_next_seq", "_expected_next_seq", b"_expected_next_seq", "acknowledged_next_seq", b"acknowledged_next_seq", "events", b"events", "expected_next_seq", b"expected_next_seq", "lease_token", b"lease_token", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__acknowledged_next_seq: _TypeAlias = _typing.Literal["acknowledged_next_seq"]  # noqa: Y015
+    _WhichOneofArgType__acknowledged_next_seq: _TypeAlias = _typing.Literal["_acknowledged_next_seq", b"_acknowledged_next_seq"]  # noqa: Y015
     _WhichOneofReturnType__expected_next_seq: _TypeAlias = _typing.Literal["expected_next_seq"]  # noqa: Y015
     _WhichOneofArgType__expected_next_seq: _TypeAlias = _typing.Literal["_expected_next_seq", b"_expected_next_seq"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__acknowledged_next_seq) -> _WhichOneofReturnType__acknowledged_next_seq | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__expected_next_seq) -> _WhichOneofReturnType__expected_next_seq | None: ...
 
 Global___AppendEventsRequest: _TypeAlias = AppendEventsRequest  # noqa: Y015

@@ -47,6 +47,7 @@ import type {
   SurfaceView,
   TranscriptRow,
 } from "./types.js";
+import { Acknowledged } from "./acknowledged.js";
 import { LeaseWriter } from "./lease-writer.js";
 import { Writer, type WriterOptions } from "./writer.js";
 
@@ -133,6 +134,8 @@ export class SessionLogClient {
   private readonly sessions: SessionManager;
   /** Aborted by `close()`: writers and subscriptions end with it instead of reconnecting. */
   private readonly closing = new AbortController();
+  /** Where the unary appends' acknowledgements end, per lease token (`append`). */
+  private readonly acknowledged = new Acknowledged();
   private readonly timeoutMs: number;
   private readonly retry: RetryPolicy;
 
@@ -265,13 +268,17 @@ export class SessionLogClient {
    * an eventId first, so the call is retried on UNAVAILABLE without appending twice.
    */
   async append(lease: Lease, events: Iterable<NewEvent>, options: { expectedNextSeq?: SeqArgument } = {}): Promise<AppendResult> {
+    const token = lease.token ?? "";
     const request = {
       sessionId: lease.sessionId,
-      leaseToken: lease.token ?? "",
+      leaseToken: token,
       events: batchToPb(events),
       expectedNextSeq: optionalSeq(options.expectedNextSeq, "expectedNextSeq"),
+      // Where the acknowledgements under the lease end: a restored database refuses the writer.
+      acknowledgedNextSeq: this.acknowledged.get(token),
     };
     const response = await this.unary((callOptions) => this.rpc.appendEvents(request, callOptions), true);
+    this.acknowledged.saw(token, response.nextSeq);
     return { seqs: response.seqs.map(num), nextSeq: num(response.nextSeq) };
   }
 
@@ -291,6 +298,7 @@ export class SessionLogClient {
   async releaseLease(lease: Lease): Promise<void> {
     const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "" };
     await this.unary((callOptions) => this.rpc.releaseLease(request, callOptions), false);
+    this.acknowledged.forget(request.leaseToken);
   }
 
   /** Report the request header about to be used; the service decides whether to log it. */

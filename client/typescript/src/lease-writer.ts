@@ -4,7 +4,9 @@
  *
  * Appends carry eventIds and are retried on UNAVAILABLE. If a heartbeat or an append finds
  * the lease lost (ABORTED), the writer fails for good: later appends reject with `OwnershipLost`
- * and nothing re-acquires the lease quietly. After `close()`, calls reject with `WriterClosed`
+ * and nothing re-acquires the lease quietly. So it does on ACKNOWLEDGED_PAST_LOG (the database
+ * was restored from a backup older than its acknowledged appends; the service released the
+ * lease): later calls reject with that, and `close()` has no lease to give back. After `close()`, calls reject with `WriterClosed`
  * (reason CANCELLED, not retryable), as the streaming writer's do; so they do once the client
  * was closed, which also stops the heartbeats and leaves the lease to lapse.
  */
@@ -120,7 +122,8 @@ export class LeaseWriter {
 
   private noteFailure(raw: unknown): unknown {
     const error = typedError(raw);
-    if (error instanceof OwnershipLost) this.failure = error;
+    const final = error instanceof OwnershipLost || error.reason === "ACKNOWLEDGED_PAST_LOG";
+    if (final && this.failure === null) this.failure = error; // the first: not a later heartbeat's
     return error;
   }
 

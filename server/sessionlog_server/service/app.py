@@ -26,6 +26,7 @@ from sessionlog.core.errors import ExpectedSeqMismatch, LimitExceeded, SessionLo
 from sessionlog.core.events import Event
 from sessionlog_server.config import Settings
 from sessionlog_server.service import access, subscriptions
+from sessionlog_server.service.acknowledged import check_acknowledged
 from sessionlog_server.service.appends import AppendPipeline, AppendResult
 from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.leases import LeaseHolder, LeaseManager
@@ -228,7 +229,11 @@ class SessionLogService:
     # --- unary writes -------------------------------------------------------------------
 
     async def append(
-        self, holder: LeaseHolder, expected_next_seq: int | None, decoded: Sequence[DecodedEvent]
+        self,
+        holder: LeaseHolder,
+        expected_next_seq: int | None,
+        decoded: Sequence[DecodedEvent],
+        acknowledged_next_seq: int | None = None,
     ) -> AppendResult:
         """A unary append (`AppendEvents`): validate, commit, publish; returns once durable.
 
@@ -237,7 +242,9 @@ class SessionLogService:
         (EXPECTED_SEQ_MISMATCH, nothing written), or the writer's own expected seq, right about
         the log, disagrees with the stale fold. So on a shared database a mismatch brings the
         fold to the session's row and plans the batch once more; one that stands is the writer's.
+        A writer that saw acknowledgements past the log is refused first (`_check_acknowledged`).
         """
+        await self._check_acknowledged(holder, acknowledged_next_seq)
         try:
             return await self.appends.append(holder, expected_next_seq, decoded)
         except ExpectedSeqMismatch:
@@ -245,6 +252,27 @@ class SessionLogService:
                 raise
         await self.leases.refresh(holder)
         return await self.appends.append(holder, expected_next_seq, decoded)
+
+    async def _check_acknowledged(self, holder: LeaseHolder, acknowledged: int | None) -> None:
+        """Refuse a unary writer that saw events acknowledged past the log (a restored database:
+        `check_acknowledged`), before anything of its batch is planned.
+
+        The log's next seq is the fold's: what this process planned is at or past every seq it
+        acknowledged, so batches still in flight under the lease never make it refuse. On a
+        shared database the writer's calls to other instances may have left the fold behind:
+        it is brought to the session's row before a refusal, which would release the lease.
+        """
+        if acknowledged is None:
+            return
+        live = await self.live.get(holder.session_id)
+        if acknowledged > live.fold.next_seq and self.shares_database:
+            await self.leases.refresh(holder)
+            live = await self.live.get(holder.session_id)
+        try:
+            await check_acknowledged(self.leases, holder, acknowledged, live.fold.next_seq)
+        except SessionLogError as exc:
+            self.metrics.batches_refused.labels(exc.reason).inc()  # counted as the pipeline's refusals
+            raise
 
     # --- reads --------------------------------------------------------------------------
 

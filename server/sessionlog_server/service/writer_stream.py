@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import validate
-from sessionlog.core.errors import AlreadyExists, ExpectedSeqMismatch, SessionLogError, Unavailable
+from sessionlog.core.errors import AlreadyExists, SessionLogError, Unavailable
 from sessionlog_server.service import lifecycle
+from sessionlog_server.service.acknowledged import check_acknowledged
 from sessionlog_server.service.appends import AppendResult
 from sessionlog_server.service.headers import HeaderReport, replayed_header_report, start_header_report
 from sessionlog_server.service.leases import Grant, LeaseHolder
@@ -113,25 +114,6 @@ class _Replay:
     end: int
 
 
-def acknowledged_past_log(session_id: str, acknowledged: int, next_seq: int) -> ExpectedSeqMismatch:
-    """A reconnect's refusal when the writer saw events acknowledged that the log lacks.
-
-    Seqs only grow, so a log that ends before what its own lease holder saw acknowledged was
-    put back to an older state: the database restored from a backup, or an older copy put in
-    place of it. Going on from the log's next seq would give the writer's acknowledged seqs to
-    other events (deploy/CONFIGURATION.md, Backup and restore).
-    """
-    return ExpectedSeqMismatch(
-        "ACKNOWLEDGED_PAST_LOG",
-        f"this writer saw events acknowledged up to seq {acknowledged - 1}, and the log of session "
-        f"{session_id!r} ends at seq {next_seq - 1}: the database was restored from an older backup; "
-        "re-read the log, then resume the session and re-send what is missing",
-        session_id=session_id,
-        acknowledged_next_seq=acknowledged,
-        next_seq=next_seq,
-    )
-
-
 class WriterStream:
     """One open writer stream's protocol state: its lease and its pending acknowledgements."""
 
@@ -180,9 +162,8 @@ class WriterStream:
         holder = Grant(record, token).holder
         acknowledged = request.acknowledged_next_seq
         kept = bool(request.lease_token) and token == request.lease_token
-        if kept and acknowledged is not None and acknowledged > next_seq:
-            await service.leases.release(holder)
-            raise acknowledged_past_log(request.session_id, acknowledged, next_seq)
+        if kept:
+            await check_acknowledged(service.leases, holder, acknowledged, next_seq)
         service.leases.hold_for_stream(holder)
         service.live.pin(holder.session_id)
         service.metrics.open_writers.inc()

@@ -198,7 +198,10 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     ) -> pb.AppendEventsResponse:
         holder = await self.service.leases.prove_for_caller(request.session_id, request.lease_token, "appending")
         result = await self.service.append(
-            holder, optional_field(request, "expected_next_seq"), decode_events(request.events, self.service.limits)
+            holder,
+            optional_field(request, "expected_next_seq"),
+            decode_events(request.events, self.service.limits),
+            optional_field(request, "acknowledged_next_seq"),
         )
         note(seqs=_seq_range(result), writer_id=holder.writer_id, epoch=holder.epoch)
         lease = session_pb2.Lease(

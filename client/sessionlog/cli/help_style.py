@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 import typer
+from typer._click.core import Command as ClickCommand  # Typer 0.29's own click: its classes' base
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.models import CommandFunctionType
 
@@ -81,33 +82,29 @@ def conform(param: Any) -> None:
         param.__class__ = ConventionalArgument
 
 
-class ConventionalCommand(TyperCommand):
+class _Conforming(ClickCommand):
+    """What `ConventionalCommand` and `ConventionalGroup` add to Typer's classes: their
+    parameters, and their `--help` when it is first asked for, write their help by the rule
+    above (first in their bases, so that `super()` is Typer's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            conform(param)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        conform(option)
+        return option
+
+
+class ConventionalCommand(_Conforming, TyperCommand):
     """A command whose parameters and `--help` write their help by the rule above."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            conform(param)
 
-    def get_help_option(self, ctx: Any) -> TyperOption | None:
-        option = super().get_help_option(ctx)
-        conform(option)
-        return option
-
-
-class ConventionalGroup(TyperGroup):
+class ConventionalGroup(_Conforming, TyperGroup):
     """A group whose own options and `--help` write their help by the rule above (its commands
     are `ConventionalTyper`'s)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            conform(param)
-
-    def get_help_option(self, ctx: Any) -> TyperOption | None:
-        option = super().get_help_option(ctx)
-        conform(option)
-        return option
 
 
 class ConventionalTyper(typer.Typer):

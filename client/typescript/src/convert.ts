@@ -188,6 +188,7 @@ export function sessionFromPb(msg: PbSession | undefined): SessionInfo {
   if (msg.cwd) info.cwd = msg.cwd;
   if (msg.parent !== undefined && msg.parent.sessionId) info.parent = { sessionId: msg.parent.sessionId, forkSeq: num(msg.parent.forkSeq) };
   if (msg.lease !== undefined && msg.lease.writerId) info.lease = leaseFromPb(msg.lease);
+  if (msg.traceId) info.traceId = msg.traceId;
   return info;
 }
 

@@ -155,6 +155,13 @@ export interface SessionInfo {
   nextSeq: number;
   openTurn: boolean;
   lease?: Lease;
+  /**
+   * The session's OpenTelemetry trace id (32 hex digits), as the service derives it: the trace
+   * of its spans whichever exports them (the service's live export, the Python client's
+   * `sessionlog otlp`), distinct for two namespaces' sessions of one id. Absent from a service
+   * older than the field.
+   */
+  traceId?: string;
 }
 
 // --- writing results ---------------------------------------------------------------------

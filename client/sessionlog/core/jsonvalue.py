@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from sessionlog.core.errors import ValidationError
+from sessionlog.core.limits import DEFAULT_LIMITS
 
 
 def _refuse_constant(name: str) -> Any:
@@ -107,12 +108,15 @@ def loads(text: str | bytes, *, what: str = "JSON") -> Any:
     return _decode(text, what)
 
 
-def loads_proposed(text: bytes, *, what: str = "JSON") -> Any:
+def loads_proposed(text: bytes, *, what: str = "JSON", max_containers: int = DEFAULT_LIMITS.max_json_containers) -> Any:
     """Parse JSON proposed for storage (an event's data, a header, a session's metadata): `loads`,
-    and no object in it names a key twice (`check_unique_keys`). Read paths use `loads`, which
-    keeps the last of repeated keys as every JSON reader does, so whatever was stored before this
-    rule can still be read."""
-    value = loads(text, what=what)
+    holding at most `max_containers` objects and arrays (`Limits.max_json_containers`, counted
+    before anything is decoded), and no object in it names a key twice (`check_unique_keys`).
+    Read paths use `loads`, which keeps the last of repeated keys as every JSON reader does and
+    counts no containers, so whatever was stored before these rules can still be read."""
+    classes = text.translate(_BYTE_CLASSES)
+    _check_nesting(text, classes.count(b"["), what, max_containers)
+    value = _decode(text, what, classes)
     check_unique_keys(text, value)
     return value
 
@@ -322,12 +326,26 @@ def check_depth(text: str | bytes, what: str = "JSON") -> None:
     _check_nesting(data, data.count(b"[") + data.count(b"{"), what)
 
 
-def _check_nesting(data: bytes, opening: int, what: str) -> None:
+def _check_nesting(data: bytes, opening: int, what: str, max_containers: int | None = None) -> None:
     """`check_depth` of `data`, given how many opening brackets it holds (`loads` counts them in
-    its byte classes): with no more of them than MAX_JSON_DEPTH there is nothing to measure."""
+    its byte classes): with no more of them than MAX_JSON_DEPTH there is nothing to measure. With
+    `max_containers`, also refuse (JSON_TOO_MANY_CONTAINERS) text holding more objects and arrays
+    than that, outside its strings; that is counted only when the text holds more opening
+    brackets than the limit, inside strings or out.
+
+    Blanking the strings takes at most one regex match more than the brackets left outside them
+    (`_STRING_RUNS`), so it stops after `max_containers + 2` matches: by then more than the limit
+    are outside strings, and the text is refused without being scanned further."""
+    over_limit = max_containers is not None and opening > max_containers
+    if opening <= MAX_JSON_DEPTH and not over_limit:
+        return
+    cap = max_containers + 2 if max_containers is not None and over_limit else 0  # 0: no cap
+    outside, runs = _STRING_RUNS.subn(b"", data, count=cap)
+    brackets = outside.translate(_ONE_BRACKET_KIND, _NOT_BRACKETS)
+    if max_containers is not None and over_limit:
+        _check_containers(brackets.count(b"["), max_containers, what, counted_all=runs < cap)
     if opening <= MAX_JSON_DEPTH:
         return
-    brackets = _STRING_RUNS.sub(b"", data).translate(_ONE_BRACKET_KIND, _NOT_BRACKETS)
     removed = 0
     while brackets and removed < _PAIR_PASSES:
         inner = brackets.replace(b"[]", b"")
@@ -340,6 +358,20 @@ def _check_nesting(data: bytes, opening: int, what: str) -> None:
             f"{what} is nested more than {MAX_JSON_DEPTH} levels deep",
             limit=MAX_JSON_DEPTH,
         )
+
+
+def _check_containers(count: int, limit: int, what: str, *, counted_all: bool) -> None:
+    """Refuse `count` objects and arrays over `limit`; a count cut short (`counted_all` false)
+    is already over it."""
+    if count <= limit:
+        return
+    counted = str(count) if counted_all else f"more than {limit}"
+    raise ValidationError(
+        "JSON_TOO_MANY_CONTAINERS",
+        f"{what} holds {counted} objects and arrays, over the limit of {limit}",
+        limit=limit,
+        count=count if counted_all else None,
+    )
 
 
 def value_depth(value: Any) -> int:

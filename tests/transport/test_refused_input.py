@@ -146,7 +146,7 @@ def test_event_data_holding_more_objects_and_arrays_than_the_limit_is_refused(
     client: SessionLogClient, sid: str
 ) -> None:
     """8 million `{"k":1}` in one 64 MB event held the server's event loop, and every session
-    of the process, ~5 s. Over `max_json_containers` (default 1,000,000) it is refused before it
+    of the process, ~5 s. Over `max_json_containers` (default 500,000) it is refused before it
     is decoded, and nothing is written; at the limit it is stored."""
     client.create_session(sid)
     lease = client.acquire_lease(sid)

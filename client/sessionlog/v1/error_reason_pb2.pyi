@@ -177,7 +177,7 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     JSON_TOO_MANY_CONTAINERS: _ErrorReason.ValueType  # 209
     """JSON proposed for storage (an event's data, a reported header, session metadata) holds more
     objects and arrays, together, than the service accepts (`limit`, `max_json_containers`,
-    default 1,000,000; `count`, how many it holds, when it was counted to the end). Decoding
+    default 500,000; `count`, how many it holds, when it was counted to the end). Decoding
     costs per value, not per byte, on an event loop every session of the process shares;
     brackets inside strings are not counted, and what was stored before the limit is still read.
 
@@ -1599,7 +1599,7 @@ Client: Fix the event's JSON; nothing of the batch was written. Sent unchanged, 
 JSON_TOO_MANY_CONTAINERS: ErrorReason.ValueType  # 209
 """JSON proposed for storage (an event's data, a reported header, session metadata) holds more
 objects and arrays, together, than the service accepts (`limit`, `max_json_containers`,
-default 1,000,000; `count`, how many it holds, when it was counted to the end). Decoding
+default 500,000; `count`, how many it holds, when it was counted to the end). Decoding
 costs per value, not per byte, on an event loop every session of the process shares;
 brackets inside strings are not counted, and what was stored before the limit is still read.
 

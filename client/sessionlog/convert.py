@@ -19,6 +19,7 @@ from typing import Any
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import APPEND, Event, NewEvent, Replace, SurfaceOp
+from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 from sessionlog.v1 import event_pb2
 
 JsonObject = dict[str, Any]
@@ -48,13 +49,19 @@ def surface_op_from_pb(holder: event_pb2.NewEvent | event_pb2.Event) -> SurfaceO
     raise ValidationError("BAD_SURFACE_OP", "surface_op is set but names no operation", field="surface_op")
 
 
-def data_from_bytes(raw: bytes, *, what: str = "data", proposed: bool = False) -> JsonObject:
+def data_from_bytes(
+    raw: bytes, *, what: str = "data", proposed: bool = False, limits: Limits = DEFAULT_LIMITS
+) -> JsonObject:
     """Decode a JSON object payload (empty bytes mean `{}`). A `proposed` one (an event, header
-    or metadata sent to be stored) may not repeat a key (`jsonvalue.loads_proposed`); what is
-    read back is decoded as it was stored."""
+    or metadata sent to be stored) may not repeat a key nor hold more objects and arrays than
+    `limits.max_json_containers` (`jsonvalue.loads_proposed`); what is read back is decoded as it
+    was stored."""
     if not raw:
         return {}
-    value = jsonvalue.loads_proposed(raw, what=what) if proposed else jsonvalue.loads(raw, what=what)
+    if proposed:
+        value = jsonvalue.loads_proposed(raw, what=what, max_containers=limits.max_json_containers)
+    else:
+        value = jsonvalue.loads(raw, what=what)
     if not isinstance(value, dict):
         raise ValidationError("DATA_NOT_OBJECT", f"{what} must be a JSON object", field=what)
     return value
@@ -84,11 +91,11 @@ class DecodedEvent:
     """The `data_json` as received (validated), so storage need not encode it again."""
 
 
-def new_event_from_pb(msg: event_pb2.NewEvent, index: int = 0) -> DecodedEvent:
+def new_event_from_pb(msg: event_pb2.NewEvent, index: int = 0, limits: Limits = DEFAULT_LIMITS) -> DecodedEvent:
     """Decode a proposed event; errors name the event's index in its batch."""
     raw = msg.data_json  # each read of a bytes field copies it out of the message
     try:
-        data = data_from_bytes(raw, proposed=True)
+        data = data_from_bytes(raw, proposed=True, limits=limits)
         event = NewEvent(
             type=msg.type,
             data=data,

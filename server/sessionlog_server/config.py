@@ -27,6 +27,7 @@ AT_LEAST_ONE = (
     "max_event_bytes",
     "max_batch_events",
     "max_batch_bytes",
+    "max_json_containers",
     "max_message_bytes",
     "read_page_bytes",
     "session_cache_size",
@@ -78,6 +79,9 @@ class Settings:
     """Largest serialised session metadata (ListSessions returns it with every session)."""
     max_cwd_bytes: int = DEFAULT_LIMITS.max_cwd_bytes
     """Longest session `cwd`, in UTF-8 bytes."""
+    max_json_containers: int = DEFAULT_LIMITS.max_json_containers
+    """Most objects and arrays, together, in one event's data, reported header or session metadata
+    (counted before it is decoded: decoding costs per value, on the event loop all sessions share)."""
     max_events_per_second: int = 0
     """Events per second per namespace (a token bucket with one second of burst; logged request
     headers count) in each server process: every `serve` worker and every instance keeps its own
@@ -175,6 +179,7 @@ class Settings:
             max_batch_bytes=self.max_batch_bytes,
             max_metadata_bytes=self.max_metadata_bytes,
             max_cwd_bytes=self.max_cwd_bytes,
+            max_json_containers=self.max_json_containers,
         )
 
     @classmethod

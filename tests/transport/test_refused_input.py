@@ -16,6 +16,7 @@ import pytest
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import ValidationError
+from sessionlog.core.limits import DEFAULT_LIMITS
 from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
@@ -129,6 +130,71 @@ def test_session_metadata_naming_a_key_twice_is_refused(client: SessionLogClient
         client.stub.CreateSession(pb.CreateSessionRequest(session_id=sid, metadata_json=b'{"m":1,"m":2}'))
     assert from_rpc_error(refused.value).reason == "DUPLICATE_KEY"
     assert sid not in [s.id for s in client.list_sessions()]
+
+
+def _raw_append(client: SessionLogClient, sid: str, lease: Any, raw: bytes) -> pb.AppendEventsResponse:
+    request = pb.AppendEventsRequest(
+        session_id=sid,
+        lease_token=lease.token,
+        events=[event_pb2.NewEvent(type="test/raw", ignorable=True, data_json=raw)],
+    )
+    response: pb.AppendEventsResponse = client.stub.AppendEvents(request)
+    return response
+
+
+def test_event_data_holding_more_objects_and_arrays_than_the_limit_is_refused(
+    client: SessionLogClient, sid: str
+) -> None:
+    """8 million `{"k":1}` in one 64 MB event held the server's event loop, and every session
+    of the process, ~5 s. Over `max_json_containers` (default 500,000) it is refused before it
+    is decoded, and nothing is written; at the limit it is stored."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    limit = DEFAULT_LIMITS.max_json_containers
+    at = b'{"a":[' + b",".join([b"[]"] * (limit - 2)) + b"]}"
+    with pytest.raises(grpc.RpcError) as refused:
+        _raw_append(client, sid, lease, at[:-2] + b",{}]}")
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    error = from_rpc_error(refused.value)
+    assert error.reason == "JSON_TOO_MANY_CONTAINERS"
+    assert error.metadata == {"limit": str(limit), "count": str(limit + 1), "event_index": "0"}
+    assert list(client.read_events(sid)) == []
+    assert list(_raw_append(client, sid, lease, at).seqs) == [0]
+    (event,) = client.read_events(sid)
+    assert len(event.data["a"]) == limit - 2
+
+
+def test_the_container_limit_is_a_setting_and_what_was_stored_under_a_higher_one_is_read(
+    fresh_db: str, sid: str
+) -> None:
+    """`SESSIONLOG_MAX_JSON_CONTAINERS` bounds event data, session metadata and reported headers
+    alike; events and metadata stored before it was lowered are still read as they are."""
+    nested = {"a": [{"b": []}, [{}]] * 4}  # 18 objects and arrays
+    with ServerThread(fresh_db) as before, SessionLogClient(before.target) as client:
+        client.create_session(sid, metadata=nested)
+        lease = client.acquire_lease(sid)
+        assert client.append(sid, lease, [{"type": "test/raw", "data": nested, "ignorable": True}]).seqs == [0]
+        client.release_lease(lease)
+    with ServerThread(fresh_db, max_json_containers=17) as after, SessionLogClient(after.target) as client:
+        (event,) = client.read_events(sid)
+        assert event.data == nested and client.get_session(sid).metadata == nested
+        lease = client.acquire_lease(sid)
+        with pytest.raises(ValidationError) as data:
+            client.append(sid, lease, [{"type": "test/raw", "data": nested, "ignorable": True}])
+        with pytest.raises(ValidationError) as header:
+            client.report_header(sid, lease, {"config": nested})
+        other = sid + "-m"
+        with pytest.raises(ValidationError) as metadata:
+            client.create_session(other, metadata=nested)
+        for refused, count in ((data, "18"), (header, "19"), (metadata, "18")):
+            assert refused.value.reason == "JSON_TOO_MANY_CONTAINERS"
+            assert (refused.value.metadata["limit"], refused.value.metadata["count"]) == ("17", count)
+        assert "header holds 19 objects and arrays" in header.value.message
+        assert [e.seq for e in client.read_events(sid)] == [0]
+        assert other not in [s.id for s in client.list_sessions()]
+        assert client.append(sid, lease, [{"type": "test/raw", "data": {"a": [[]] * 15}, "ignorable": True}]).seqs == [
+            1
+        ]
 
 
 @pytest.mark.parametrize("heartbeat", [0, -1, math.nan, math.inf, 2**31, True, "1"])

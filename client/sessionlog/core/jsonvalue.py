@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from sessionlog.core.errors import ValidationError
+from sessionlog.core.limits import DEFAULT_LIMITS
 
 
 def _refuse_constant(name: str) -> Any:
@@ -107,12 +108,15 @@ def loads(text: str | bytes, *, what: str = "JSON") -> Any:
     return _decode(text, what)
 
 
-def loads_proposed(text: bytes, *, what: str = "JSON") -> Any:
+def loads_proposed(text: bytes, *, what: str = "JSON", max_containers: int = DEFAULT_LIMITS.max_json_containers) -> Any:
     """Parse JSON proposed for storage (an event's data, a header, a session's metadata): `loads`,
-    and no object in it names a key twice (`check_unique_keys`). Read paths use `loads`, which
-    keeps the last of repeated keys as every JSON reader does, so whatever was stored before this
-    rule can still be read."""
-    value = loads(text, what=what)
+    holding at most `max_containers` objects and arrays (`Limits.max_json_containers`, counted
+    before anything is decoded), and no object in it names a key twice (`check_unique_keys`).
+    Read paths use `loads`, which keeps the last of repeated keys as every JSON reader does and
+    counts no containers, so whatever was stored before these rules can still be read."""
+    classes = text.translate(_BYTE_CLASSES)
+    _check_nesting(text, classes.count(b"["), what, max_containers)
+    value = _decode(text, what, classes)
     check_unique_keys(text, value)
     return value
 
@@ -126,25 +130,36 @@ def check_unique_keys(text: bytes, value: Any) -> None:
     repeat. Most texts are what orjson writes for their value (the clients write compact JSON):
     then the value written again is the text, byte for byte, and no key was dropped (one
     `orjson.dumps` and a compare: ~0.5 µs for the bench's 2 KB events, a tenth of counting).
-    Otherwise colons are counted, at C speed: outside strings every colon ends a key. Text with
-    no `\\u` escape holds every colon of the decoded value's strings as it is, so it holds exactly
-    as many colons as the value written again when no key repeats, and more when one does (its
-    key and its dropped value are in the text only). Otherwise (an escape could spell a colon)
-    the text's keys are counted with its strings blanked, against the value's. Only a text that
-    does repeat a key is decoded again, to name it.
+    Otherwise colons are counted, at C speed. The value written again holds one colon per key
+    and every colon of its strings as it is; the text holds one per key outside its strings and
+    every colon of its strings, as it is or escaped (`\\u003a`). With no key repeated the two
+    counts are equal; a repeat leaves more in the text (its key and its dropped value are in the
+    text only). A value orjson cannot write (an integer past 64 bits, a lone surrogate) has its
+    keys counted instead, against the text's colons outside strings. Only a text that does repeat
+    a key is decoded again, to name it. (Blanking the strings of every text with an escape, a regex
+    match each, and walking its value made 7 million escaped strings in 63 MB take 2.9 s to
+    accept; 1.0 s now.)
     """
     try:
-        written: bytes | None = orjson.dumps(value)
-    except TypeError:  # what orjson cannot write (an integer past 64 bits): counted below
-        written = None
-    if written == text:
-        return
-    if written is not None and b"\\u" not in text:
-        if written.count(b":") != text.count(b":"):
+        written = orjson.dumps(value)
+    except TypeError:  # what orjson cannot write; the standard encoder took 0.5 s for 2.5
+        # million big integers, blanking the strings ~0.1 s
+        if _KEYED_RUNS.sub(b"", text).count(b":") != _key_count(value):
             _KEY_FINDER.decode(text.decode("utf-8"))
         return
-    if _STRINGS_BYTES.sub(b'""', text).count(b":") != _key_count(value):
+    if written == text:
+        return
+    if written.count(b":") != _colons(text):
         _KEY_FINDER.decode(text.decode("utf-8"))
+
+
+def _colons(text: bytes) -> int:
+    """The colons of well-formed JSON `text`, those written as a `\\u003a` escape included
+    (after its escaped backslashes are dropped, so that `\\\\u003a` is not counted)."""
+    if b"\\u" not in text:
+        return text.count(b":")
+    unescaped = text.replace(b"\\\\", b"")
+    return unescaped.count(b":") + unescaped.count(b"\\u003a") + unescaped.count(b"\\u003A")
 
 
 def _key_count(value: Any) -> int:
@@ -270,7 +285,20 @@ MAX_JSON_DEPTH = 256
 
 #: A JSON string, its run of plain characters taken at once between escapes (an alternation
 #: per character cost the re engine a step each: 16 MB of string text took 2.3 s, now 0.06 s).
-_STRINGS_BYTES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+#: The closing quote is optional, so the pattern never fails once it starts: with it required,
+#: a string left open (`[[[…"\\"\\"\\"…`, malformed) was scanned to its end from each of its
+#: quotes, quadratic (80 KB held the event loop 19 s). Possessive (`*+`): nothing in it is ever
+#: given back, so the engine keeps no backtracking state per repetition.
+_STRING = rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"?'
+#: A run of strings with no bracket between them (`"a":"b","c"`), taken as one match: a match
+#: costs the re engine ~0.17 µs besides its scan, and blanking string by string took ~4 s for 21
+#: million strings (`["","",…]` behind 257 brackets, 63 MB); as one possessive run, 0.7 s (a
+#: greedy one keeps a backtracking point per string: slower than separate matches). A run ends
+#: only at a bracket or at the end of the text, so a text takes at most one match more than it
+#: keeps brackets.
+_STRING_RUNS = re.compile(_STRING + rb'(?:[^"\[\]{}]*+' + _STRING + rb")*+", re.DOTALL)
+#: The same, its runs ending at a colon too: blanking them leaves every key's colon.
+_KEYED_RUNS = re.compile(_STRING + rb'(?:[^"\[\]{}:]*+' + _STRING + rb")*+", re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 #: Objects' brackets as arrays': depth does not ask which kind a level is (mismatched kinds are
 #: malformed, which the decoder reports).
@@ -298,12 +326,26 @@ def check_depth(text: str | bytes, what: str = "JSON") -> None:
     _check_nesting(data, data.count(b"[") + data.count(b"{"), what)
 
 
-def _check_nesting(data: bytes, opening: int, what: str) -> None:
+def _check_nesting(data: bytes, opening: int, what: str, max_containers: int | None = None) -> None:
     """`check_depth` of `data`, given how many opening brackets it holds (`loads` counts them in
-    its byte classes): with no more of them than MAX_JSON_DEPTH there is nothing to measure."""
+    its byte classes): with no more of them than MAX_JSON_DEPTH there is nothing to measure. With
+    `max_containers`, also refuse (JSON_TOO_MANY_CONTAINERS) text holding more objects and arrays
+    than that, outside its strings; that is counted only when the text holds more opening
+    brackets than the limit, inside strings or out.
+
+    Blanking the strings takes at most one regex match more than the brackets left outside them
+    (`_STRING_RUNS`), so it stops after `max_containers + 2` matches: by then more than the limit
+    are outside strings, and the text is refused without being scanned further."""
+    over_limit = max_containers is not None and opening > max_containers
+    if opening <= MAX_JSON_DEPTH and not over_limit:
+        return
+    cap = max_containers + 2 if max_containers is not None and over_limit else 0  # 0: no cap
+    outside, runs = _STRING_RUNS.subn(b"", data, count=cap)
+    brackets = outside.translate(_ONE_BRACKET_KIND, _NOT_BRACKETS)
+    if max_containers is not None and over_limit:
+        _check_containers(brackets.count(b"["), max_containers, what, counted_all=runs < cap)
     if opening <= MAX_JSON_DEPTH:
         return
-    brackets = _STRINGS_BYTES.sub(b"", data).translate(_ONE_BRACKET_KIND, _NOT_BRACKETS)
     removed = 0
     while brackets and removed < _PAIR_PASSES:
         inner = brackets.replace(b"[]", b"")
@@ -316,6 +358,20 @@ def _check_nesting(data: bytes, opening: int, what: str) -> None:
             f"{what} is nested more than {MAX_JSON_DEPTH} levels deep",
             limit=MAX_JSON_DEPTH,
         )
+
+
+def _check_containers(count: int, limit: int, what: str, *, counted_all: bool) -> None:
+    """Refuse `count` objects and arrays over `limit`; a count cut short (`counted_all` false)
+    is already over it."""
+    if count <= limit:
+        return
+    counted = str(count) if counted_all else f"more than {limit}"
+    raise ValidationError(
+        "JSON_TOO_MANY_CONTAINERS",
+        f"{what} holds {counted} objects and arrays, over the limit of {limit}",
+        limit=limit,
+        count=count if counted_all else None,
+    )
 
 
 def value_depth(value: Any) -> int:

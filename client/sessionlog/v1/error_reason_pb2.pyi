@@ -174,6 +174,19 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Fix the event's JSON; nothing of the batch was written. Sent unchanged, it fails the
       same way.
     """
+    JSON_TOO_MANY_CONTAINERS: _ErrorReason.ValueType  # 209
+    """JSON proposed for storage (an event's data, a reported header, session metadata) holds more
+    objects and arrays, together, than the service accepts (`limit`, `max_json_containers`,
+    default 500,000; `count`, how many it holds, when it was counted to the end). Decoding
+    costs per value, not per byte, on an event loop every session of the process shares;
+    brackets inside strings are not counted, and what was stored before the limit is still read.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `limit`, `count`
+    Raised by: core
+    Client: Send the value flatter, or as a string (a JSON text inside a string is one value);
+      nothing of the batch was written.
+    """
     NOT_CANONICALIZABLE: _ErrorReason.ValueType  # 16
     """A value cannot be serialised as RFC 8785 canonical JSON (for a request or a header).
 
@@ -1582,6 +1595,19 @@ Metadata: `key` (the repeated key)
 Raised by: core
 Client: Fix the event's JSON; nothing of the batch was written. Sent unchanged, it fails the
   same way.
+"""
+JSON_TOO_MANY_CONTAINERS: ErrorReason.ValueType  # 209
+"""JSON proposed for storage (an event's data, a reported header, session metadata) holds more
+objects and arrays, together, than the service accepts (`limit`, `max_json_containers`,
+default 500,000; `count`, how many it holds, when it was counted to the end). Decoding
+costs per value, not per byte, on an event loop every session of the process shares;
+brackets inside strings are not counted, and what was stored before the limit is still read.
+
+Code: INVALID_ARGUMENT
+Metadata: `limit`, `count`
+Raised by: core
+Client: Send the value flatter, or as a string (a JSON text inside a string is one value);
+  nothing of the batch was written.
 """
 NOT_CANONICALIZABLE: ErrorReason.ValueType  # 16
 """A value cannot be serialised as RFC 8785 canonical JSON (for a request or a header).

@@ -116,14 +116,14 @@ def decode_events(messages: Sequence[event_pb2.NewEvent], limits: Limits) -> lis
     """Parse a batch's payloads, after checking their sizes (an oversized batch costs no parse)."""
     listed = messages[:]  # a list, looped over twice (a repeated field's loop ends on an IndexError: convert.py)
     validate.check_batch_sizes([len(m.data_json) for m in listed], limits)
-    return [convert.new_event_from_pb(m, i) for i, m in enumerate(listed)]
+    return [convert.new_event_from_pb(m, i, limits) for i, m in enumerate(listed)]
 
 
 def decode_header(raw: bytes, limits: Limits) -> dict[str, Any]:
     """Parse a reported header, after checking its size: a logged header is one event, bound
     by `max_event_bytes` as a batch's events are (and an oversized one costs no parse)."""
     validate.check_event_bytes(len(raw), limits, what="header")
-    return convert.data_from_bytes(raw, what="header", proposed=True)
+    return convert.data_from_bytes(raw, what="header", proposed=True, limits=limits)
 
 
 def optional_field(msg: object, name: str) -> int | None:
@@ -155,7 +155,9 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         self, request: pb.CreateSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateSessionResponse:
         validate.check_session_fields(request.cwd, len(request.metadata_json), self.service.limits)
-        metadata = convert.data_from_bytes(request.metadata_json, what="metadata", proposed=True)
+        metadata = convert.data_from_bytes(
+            request.metadata_json, what="metadata", proposed=True, limits=self.service.limits
+        )
         text = request.metadata_json.decode("utf-8") if request.metadata_json else None  # parsed: valid UTF-8
         record = await self.service.sessions.create_session(
             request.session_id or None, request.cwd or None, metadata, text

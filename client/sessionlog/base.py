@@ -715,8 +715,8 @@ class WriterCore:
         else:
             acks = response.acks.acks if kind == "acks" else [response.ack]
             results = [(ack.batch_id, AppendResult(list(ack.seqs), ack.next_seq)) for ack in acks]
-            if acks:
-                self.next_seq = acks[-1].next_seq
+            if acks:  # the log only grows: a retry's ack says where the durable log ended then
+                self.next_seq = max(self.next_seq, acks[-1].next_seq)
         out = []
         for batch_id, result in results:
             pending = self._take(batch_id)

@@ -93,6 +93,28 @@ def test_a_held_session_says_when_its_lease_lapses_and_how_to_take_it_over(clien
         assert held.value.message.endswith("wait for it to lapse, or take it over (takeover)")
 
 
+def test_a_retry_answered_while_another_batch_commits_says_where_the_durable_log_ends(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """A batch of events all stored already is answered at once; its `next_seq` is where the
+    durable log ends, not past the batches still committing. A client takes it as acknowledged
+    (`acknowledged_next_seq`), so had one of those commits failed, its next append would have
+    been refused as if the database were restored (ACKNOWLEDGED_PAST_LOG), its lease released."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    first = client.append(sid, lease, [note(0, eventId="e0")])
+    gate = hold_writer(server)  # nothing commits until the gate opens
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            in_flight = pool.submit(client.append, sid, lease, [note(1)])
+            eventually(lambda: planned_next_seq(server, sid), lambda seq: seq == first.next_seq + 1)
+            again = client.append(sid, lease, [note(0, eventId="e0")])
+            assert (again.seqs, again.next_seq) == (first.seqs, first.next_seq)
+        finally:
+            gate.set()
+        assert in_flight.result().next_seq == first.next_seq + 1
+
+
 def test_unary_appends_in_flight_under_one_lease_are_not_refused(
     server: ServerThread, client: SessionLogClient, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

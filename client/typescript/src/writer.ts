@@ -341,7 +341,8 @@ export class Writer {
     const index = this.inFlight.findIndex((p) => p.id === batchId);
     if (index < 0) return; // an acknowledgement of a batch already settled before a reconnect
     const [pending] = this.inFlight.splice(index, 1);
-    if (ack.kind === "batch") this.nextSeq = ack.result.nextSeq;
+    // The log only grows: a retry's acknowledgement says where the durable log ended then.
+    if (ack.kind === "batch") this.nextSeq = Math.max(this.nextSeq, ack.result.nextSeq);
     // A logged header is an event too: a reconnect says the acknowledgements reached past it.
     else this.nextSeq = nextSeqAfterHeader(this.nextSeq, ack.result);
     pending!.settle(ack);

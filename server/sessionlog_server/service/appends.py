@@ -278,7 +278,11 @@ class AppendPipeline:
         )
         result: asyncio.Future[AppendResult] = self.committer.create_future()
         if plan.pending is None:
-            result.set_result(AppendResult(plan.seqs, live.fold.next_seq, now + self.lease_ttl_ms))
+            # Every event was stored already: answered at once, with where the durable log ends,
+            # not the fold's next seq, which counts batches still committing. A writer takes the
+            # answer as acknowledged (`acknowledged_next_seq`): had one of those commits failed,
+            # its next append would be refused as if the database had been restored.
+            result.set_result(AppendResult(plan.seqs, live.durable_next_seq, now + self.lease_ttl_ms))
             return result
         pending = plan.pending
         # EventIds the recent set cannot vouch for are left to the events' unique index in the

@@ -54,9 +54,9 @@ class SessionInfo:
     next_seq: int
     open_turn: bool
     lease: LeaseInfo | None
-    trace_id: str
+    trace_id: str | None
     """The session's OpenTelemetry trace id as the service derives it (its OTLP exports carry
-    it); empty from a service that predates it."""
+    it); None from a service that predates it (an export then hashes the id)."""
 
     def to_json(self) -> JsonObject:
         out: JsonObject = {
@@ -67,7 +67,7 @@ class SessionInfo:
             "nextSeq": self.next_seq,
             "openTurn": self.open_turn,
         }
-        if self.trace_id:
+        if self.trace_id is not None:
             out["traceId"] = self.trace_id
         if self.parent_session_id is not None:
             out["parent"] = {"sessionId": self.parent_session_id, "forkSeq": self.fork_seq}
@@ -87,5 +87,5 @@ def session_from_pb(msg: session_pb2.Session) -> SessionInfo:
         next_seq=msg.next_seq,
         open_turn=msg.open_turn,
         lease=lease_from_pb(msg.lease) if msg.HasField("lease") else None,
-        trace_id=msg.trace_id,
+        trace_id=msg.trace_id or None,
     )

@@ -98,7 +98,7 @@ def otlp(
             # The service's trace for the session (its live export's, and a tenant's own), not
             # one hashed from the id here, which another tenant's session of that id shares.
             info = client.get_session(session_id)
-            export = SessionExport(info.id, exporter, trace=info.trace_id or None, content=content)
+            export = SessionExport(info.id, exporter, trace=info.trace_id, content=content)
             events = client.subscribe(session_id) if follow else client.read_events(session_id)
             try:
                 for item in events:

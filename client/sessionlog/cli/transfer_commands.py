@@ -482,8 +482,7 @@ def export_command(
         else:
             # The service's trace for the session, so it is the live export's (an old service
             # tells none: then hashed from the id).
-            trace = info.trace_id or None
-            lines = [jsonvalue.dumps(otlp_traces(events, info.id, trace=trace, content=content)) + "\n"]
+            lines = [jsonvalue.dumps(otlp_traces(events, info.id, trace=info.trace_id, content=content)) + "\n"]
     except SessionLogError as exc:
         raise fail(describe(exc)) from None
     _write(output, lines)

@@ -213,8 +213,9 @@ class AsyncSessionLogClient(base.ClientBase):
         a transient failure by the client's retry policy unless `open_retry` says otherwise).
         Await it, or open it in `async with` (`Opening`), which closes it at the block's end."""
         core = WriterCore(session_id, writer_id, create_if_missing, lease_token)
-        policies = (replace(RECONNECT, attempts=reconnect_attempts), self.retry if open_retry is None else open_retry)
-        return Opening(self._open_writer(core, takeover, resume, max_in_flight, policies))
+        reconnect = replace(RECONNECT, attempts=reconnect_attempts)
+        open_policy = self.retry if open_retry is None else open_retry
+        return Opening(self._open_writer(core, takeover, resume, max_in_flight, reconnect, open_policy))
 
     async def _open_writer(
         self,
@@ -222,12 +223,12 @@ class AsyncSessionLogClient(base.ClientBase):
         takeover: bool,
         resume: bool,
         max_in_flight: int,
-        policies: tuple[RetryPolicy, RetryPolicy],
+        reconnect: RetryPolicy,
+        open_retry: RetryPolicy,
     ) -> AsyncWriter:
-        """`policies`: how the writer reconnects, and how its first open is tried again."""
         self._check_open()
         base.check_max_in_flight(max_in_flight)
-        writer = AsyncWriter(self.stub, core, max_in_flight, *policies)
+        writer = AsyncWriter(self.stub, core, max_in_flight, reconnect, open_retry)
         try:
             await writer._open(takeover, resume)
         except asyncio.CancelledError:

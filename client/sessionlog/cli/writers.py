@@ -43,9 +43,8 @@ def open_writer(
 ) -> Writer:
     """A streaming writer on `session_id` (created if missing) under `writer_id`, its open tried
     again while the service is unavailable (by the client, for as long as a writer reconnects:
-    `open_retry`);
-    a lease found held by `writer_id` itself, an earlier attempt's, is taken over. `lease_token`:
-    a live lease the caller kept (`resume --keep`), taken again."""
+    `open_retry`); a lease found held by `writer_id` itself, an earlier attempt's, is taken over.
+    `lease_token`: a live lease the caller kept (`resume --keep`), taken again."""
     from sessionlog.base import RECONNECT  # loads gRPC: the CLI does only once it connects
 
     while True:

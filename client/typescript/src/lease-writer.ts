@@ -6,9 +6,10 @@
  * the lease lost (ABORTED), the writer fails for good: later appends reject with `OwnershipLost`
  * and nothing re-acquires the lease quietly. So it does on ACKNOWLEDGED_PAST_LOG (the database
  * was restored from a backup older than its acknowledged appends; the service released the
- * lease): later calls reject with that, and `close()` has no lease to give back. After `close()`, calls reject with `WriterClosed`
- * (reason CANCELLED, not retryable), as the streaming writer's do; so they do once the client
- * was closed, which also stops the heartbeats and leaves the lease to lapse.
+ * lease): later calls reject with that, and `close()` has no lease to give back. After
+ * `close()`, calls reject with `WriterClosed` (reason CANCELLED, not retryable), as the
+ * streaming writer's do; so they do once the client was closed, which also stops the
+ * heartbeats and leaves the lease to lapse.
  */
 import type { HeldLease, SessionLogClient } from "./client.js";
 import { nextSeqAfterHeader } from "./convert.js";

@@ -114,7 +114,7 @@ class AsyncSessionLogClient(base.ClientBase):
         """grpc.aio ends the calls of a closed channel with CancelledError: unless this task is
         being cancelled, that means `close()` ended the call under way."""
         task = asyncio.current_task()
-        if self._closed and task is not None and not task.cancelling():
+        if self.closed and task is not None and not task.cancelling():
             raise RuntimeError("the client is closed") from None
 
     async def _run(self, call: Call[T]) -> T:

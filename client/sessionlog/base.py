@@ -192,6 +192,9 @@ class ClientBase:
         self.target = target
         self.timeout = timeout
         self.retry = retry
+        self._closing = threading.Event()
+        """Set by `close()`: the channel is gone, every later call says so (`_check_open`), and a
+        sync call waiting to try again stops waiting (`SessionLogClient._pause`)."""
         self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
         """The streaming writers opened and not yet closed: `close()` ends them (`_end_writers`)."""
         self._acknowledged = Acknowledged()
@@ -201,9 +204,6 @@ class ClientBase:
         )
         self.stub = SessionServiceStub(calls)
 
-    _closed = False
-    """Set by `close()`: the channel is gone, and every later call says so (`_check_open`)."""
-
     def _open_channel(self, target: str, credentials: Any, token: str | None) -> tuple[Any, Any]:
         """The channel to close, and the channel to make calls on (the same one, or it with the
         token interceptor); `credentials` None means a plain channel."""
@@ -212,13 +212,13 @@ class ClientBase:
     @property
     def closed(self) -> bool:
         """True once `close()` was called: every later call raises RuntimeError."""
-        return self._closed
+        return self._closing.is_set()
 
     def _end_writers(self) -> None:
         """What `close()` does before the channel goes: mark the client closed and abandon its open
         writers, as their `cancel()` would: batches in flight fail as of unknown outcome, saying
         the client was closed, and later calls say the writer was closed by that."""
-        self._closed = True
+        self._closing.set()
         error = Unavailable("STREAM_ENDED", "the client was closed with the writer open")
         for writer in list(self._writers):
             writer._abandon(error)
@@ -226,7 +226,7 @@ class ClientBase:
     def _check_open(self) -> None:
         """A call on a closed client raises RuntimeError, in both clients alike (gRPC's own errors
         for it differ by kind of channel and name no sessionlog object)."""
-        if self._closed:
+        if self.closed:
             raise RuntimeError("the client is closed")
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
@@ -64,7 +63,6 @@ from sessionlog.requests import (
     with_event_ids,
 )
 from sessionlog.v1 import session_service_pb2 as pb
-from sessionlog.v1.session_service_pb2_grpc import SessionServiceStub
 
 T = TypeVar("T")
 _END = object()
@@ -101,6 +99,14 @@ class SessionLogClient(base.ClientBase):
         self._check_open()
         return from_rpc_error(exc)
 
+    def _pause(self, delay: float) -> None:
+        """The wait before a retry or a reconnect: `delay` seconds, ended at once by `close()`
+        (from another thread), after which it raises the closed client's RuntimeError. The next
+        attempt on the closed channel raised gRPC's ValueError ("Cannot invoke RPC: Channel
+        closed!") instead, after the wait was out."""
+        self._closing.wait(delay)
+        self._check_open()
+
     def _run(self, call: Call[T]) -> T:
         """Make a unary call, retrying an idempotent one while its outcome is unknown, within
         the client's `timeout` in all (`base.Budget`)."""
@@ -112,7 +118,7 @@ class SessionLogClient(base.ClientBase):
                 return call.read(method(call.request, timeout=budget.next_attempt()))
             except grpc.RpcError as exc:
                 delay = budget.wait_after(self._error(exc))
-            time.sleep(delay)
+            self._pause(delay)
 
     def _pages(self, paged: Paged[T]) -> Iterator[T]:
         token = ""
@@ -208,7 +214,7 @@ class SessionLogClient(base.ClientBase):
         core = WriterCore(session_id, writer_id, create_if_missing, lease_token)
         policy = replace(RECONNECT, attempts=reconnect_attempts)
         writer = Writer(
-            self.stub,
+            self,
             core,
             takeover=takeover,
             resume=resume,
@@ -315,7 +321,7 @@ class SessionLogClient(base.ClientBase):
                 return
             except grpc.RpcError as exc:
                 delay = self.retry.wait_after(self._error(exc), attempt)
-            time.sleep(delay)
+            self._pause(delay)
 
     def subscribe(self, session_id: str, *, from_seq: int = 0) -> Subscription:
         """Replay from `from_seq`, a CaughtUp marker, then live events until cancelled (resuming
@@ -513,7 +519,7 @@ class Writer(base.WriterView):
 
     def __init__(
         self,
-        stub: SessionServiceStub,
+        client: SessionLogClient,
         core: WriterCore,
         *,
         takeover: bool,
@@ -522,7 +528,7 @@ class Writer(base.WriterView):
         reconnect: RetryPolicy,
         open_retry: RetryPolicy,
     ) -> None:
-        self._stub = stub
+        self._client = client
         self._core = core
         self._reconnect_policy = reconnect
         self._open_retry = open_retry
@@ -609,24 +615,25 @@ class Writer(base.WriterView):
         """The first open, tried again after a transient failure (UNAVAILABLE, a stream that
         ended before `opened`) by the open's retry policy: every attempt sends the writer's one
         `request_id`, so the lease an attempt whose answer was lost got is this writer's (the
-        same token), and a resume is written once (`WriterCore`)."""
+        same token), and a resume is written once (`WriterCore`). The client's close ends the
+        open (RuntimeError), waiting or under way."""
         for attempt in itertools.count(1):
             try:
                 self._connect(takeover, resume)
                 return
             except Unavailable as exc:
-                time.sleep(self._open_retry.wait_after(exc, attempt))  # raises once they are spent
+                self._client._pause(self._open_retry.wait_after(exc, attempt))  # raises once they are spent
 
     def _connect(self, takeover: bool, resume: bool) -> None:
         requests: queue.Queue[Any] = queue.Queue()
         with self._lock:
             requests.put(self._core.open_request(takeover, resume))
-        call = self._stub.Write(_coalescing(requests))
+        call = self._client.stub.Write(_coalescing(requests))
         try:
             first = next(call, None)
         except grpc.RpcError as exc:
             requests.put(_END)
-            raise self._core.refused(from_rpc_error(exc)) from None
+            raise self._core.refused(self._client._error(exc)) from None
         try:
             with self._lock:
                 self._core.opened(first)
@@ -665,14 +672,14 @@ class Writer(base.WriterView):
         """After the stream broke: reconnect and re-send if the failure is transient, else fail."""
         recovery = base.Recovery(self._core, self._reconnect_policy, error)
         for delay in recovery:
-            time.sleep(delay)
             try:
+                self._client._pause(delay)
                 self._connect(takeover=False, resume=False)  # no second resume: same lifecycle
                 return
             except SessionLogError as exc:
                 recovery.failed(exc)
-            except ValueError:  # gRPC's "closed channel": the client was closed while this waited
-                break
+            except (RuntimeError, ValueError):  # the client was closed (gRPC's: as this reconnected)
+                break  # and its close ended the writer
         with self._lock:
             failed = self._core.fail(recovery.error)
         for pending in failed:

@@ -13,6 +13,7 @@ lost open's lease again (a new epoch, the same token), a resume written once.
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from typing import Any
 
@@ -29,8 +30,10 @@ from sessionlog.v1 import session_pb2
 from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.answers import resume_answer
 from tests.support.events import note, open_turn_log
+from tests.support.latency_proxy import LatencyProxy
 from tests.support.lossy_proxy import AnswerLosingProxy
 from tests.support.servers import ServerThread
+from tests.support.waiting import eventually
 
 #: What a resume of `_crashed_mid_turn`'s session writes: two tool results, the step's and the
 #: turn's ends (the repairs), then `session/end-seed`.
@@ -209,6 +212,72 @@ def test_a_first_open_is_retried_by_the_clients_retry_policy_as_every_safe_call(
         with pytest.raises(Unavailable):
             client.writer(sid)
         assert proxy.calls["Write"] == 2
+
+
+# --- the clients: closed while an open waits to try again, or is under way ---------------------
+
+#: Waits long enough that an open still waits to try again when the test closes its client (a
+#: wait cut short by the close, or not, is told by the attempts the proxy counted).
+SLOW_RETRY = RetryPolicy(attempts=10, initial_delay=5.0, max_delay=5.0)
+
+#: One attempt: no wait to try again notices the close.
+ONE_ATTEMPT = RetryPolicy(attempts=1)
+
+
+def _open_in_thread(client: SessionLogClient, sid: str) -> tuple[threading.Thread, list[BaseException]]:
+    """`client.writer(sid)` on a started daemon thread; the list gets the error it raised."""
+    seen: list[BaseException] = []
+
+    def open_writer() -> None:
+        try:
+            client.writer(sid)
+        except BaseException as exc:
+            seen.append(exc)
+
+    thread = threading.Thread(target=open_writer, daemon=True)
+    thread.start()
+    return thread, seen
+
+
+def _said_closed(seen: list[BaseException]) -> None:
+    assert len(seen) == 1 and isinstance(seen[0], RuntimeError), seen
+    assert str(seen[0]) == "the client is closed"
+
+
+def test_closing_the_client_while_a_writers_open_waits_to_retry_says_the_client_is_closed(
+    server: ServerThread, sid: str
+) -> None:
+    """Closed from another thread while the open waited to try again, the open raised gRPC's
+    ValueError ("Cannot invoke RPC: Channel closed!") at its next attempt, not the closed
+    client's RuntimeError that every other call raises. The wait ends with the close: no
+    attempt is made after it."""
+    with SessionLogClient(server.target) as direct:
+        direct.create_session(sid)
+    with AnswerLosingProxy(server.target, "Write", losses=SLOW_RETRY.attempts) as proxy:
+        client = SessionLogClient(proxy.target, retry=SLOW_RETRY)
+        opening, seen = _open_in_thread(client, sid)
+        eventually(lambda: len(proxy.lost), lambda lost: lost == 1)  # the first attempt failed
+        client.close()
+        opening.join(30)
+        assert not opening.is_alive()
+        assert proxy.calls["Write"] == 1  # the retry loop stopped at the close
+    _said_closed(seen)
+
+
+def test_closing_the_client_while_a_writers_open_is_under_way_says_the_client_is_closed(server: ServerThread) -> None:
+    """The open connects through a proxy that delivers nothing (a service that hangs), so it is
+    under way, not waiting, when the client is closed, and it has no retry left to notice the
+    close: it raised the closed channel's CANCELLED as the service's failure (Unavailable,
+    TRANSPORT_ERROR "Channel closed!")."""
+    with LatencyProxy(server.target, 0.0) as proxy:
+        proxy.stall()
+        client = SessionLogClient(proxy.target, retry=ONE_ATTEMPT)
+        opening, seen = _open_in_thread(client, "never-reached")
+        eventually(lambda: proxy.connections, lambda connections: connections == 1)  # the open connects
+        client.close()
+        opening.join(30)
+        assert not opening.is_alive()
+    _said_closed(seen)
 
 
 def test_only_the_first_open_carries_the_request_id() -> None:

@@ -69,6 +69,8 @@ class AsyncSessionLogClient(base.ClientBase):
     """An asyncio connection to a sessionlog server."""
 
     _loop: asyncio.AbstractEventLoop
+    _openings: set[asyncio.Task[Any]]
+    """The tasks opening a writer now (`_open_writer`), which `close()` ends."""
 
     def _open_channel(self, target: str, credentials: Any, token: str | None) -> tuple[Any, Any]:
         # grpc.aio binds a channel to the loop it is made on; elsewhere its calls fail in asyncio's
@@ -80,6 +82,7 @@ class AsyncSessionLogClient(base.ClientBase):
                 "create the AsyncSessionLogClient in a coroutine, on the event loop that will use it "
                 "(its gRPC channel belongs to the loop it is created on)"
             ) from None
+        self._openings = set()
         interceptors = aio_interceptors(token)
         channel = (
             grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors)
@@ -97,8 +100,12 @@ class AsyncSessionLogClient(base.ClientBase):
     async def close(self) -> None:
         """Close the channel. Writers still open are abandoned as by their `cancel()` (batches in
         flight fail with an outcome unknown; the lease is left to lapse); subscriptions, reads
-        and calls under way, and any call made later, raise RuntimeError."""
+        and calls under way, writers opening (`_open_writer`), and any call made later, raise
+        RuntimeError."""
         self._end_writers()
+        openings, self._openings = self._openings, set()  # each cancelled once, by the first close
+        for opening in openings:
+            opening.cancel()
         await self.channel.close()
 
     def _check_open(self) -> None:
@@ -226,14 +233,25 @@ class AsyncSessionLogClient(base.ClientBase):
         reconnect: RetryPolicy,
         open_retry: RetryPolicy,
     ) -> AsyncWriter:
+        """The writer, once open; RuntimeError if `close()` came while it opened, which cancels
+        this task: the open's wait to try again ends with it, where the next attempt raised
+        grpc.aio's UsageError ("Channel is closed."), and so does an attempt under way, which
+        grpc.aio leaves waiting forever on a closed channel if it had not yet connected."""
         self._check_open()
         base.check_max_in_flight(max_in_flight)
         writer = AsyncWriter(self.stub, core, max_in_flight, reconnect, open_retry)
+        task = asyncio.current_task()
+        assert task is not None  # a coroutine runs in a task
+        self._openings.add(task)
         try:
             await writer._open(takeover, resume)
         except asyncio.CancelledError:
+            if self.closed:  # close() came meanwhile: its cancel is taken back, the caller's stays
+                task.uncancel()
             self._closed_under()
             raise
+        finally:
+            self._openings.discard(task)
         self._writers.add(writer)
         return writer
 

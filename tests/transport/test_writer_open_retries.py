@@ -8,6 +8,9 @@ resume's retry then named none of the repairs the lost one wrote. Now the open c
 `request_id`, as AcquireLease and ResumeSession do: the clients make one per open and try the
 open again on a transient failure, within the writer's reconnect policy, and a retry takes the
 lost open's lease again (a new epoch, the same token), a resume written once.
+
+A client closed while the open waits to try again, or while an attempt is under way, ends it
+with the closed client's RuntimeError, as every other call of a closed client raises.
 """
 
 from __future__ import annotations
@@ -278,6 +281,48 @@ def test_closing_the_client_while_a_writers_open_is_under_way_says_the_client_is
         opening.join(30)
         assert not opening.is_alive()
     _said_closed(seen)
+
+
+def test_closing_the_asyncio_client_while_a_writers_open_waits_to_retry_says_the_client_is_closed(
+    server: ServerThread, sid: str
+) -> None:
+    """As the sync client's: the open raised grpc.aio's UsageError ("Channel is closed.") at its
+    next attempt. The close cancels the wait: no attempt is made after it."""
+    with SessionLogClient(server.target) as direct:
+        direct.create_session(sid)
+
+    async def scenario(proxy: AnswerLosingProxy) -> None:
+        client = AsyncSessionLogClient(proxy.target, retry=SLOW_RETRY)
+        opening = asyncio.ensure_future(client.writer(sid))
+        while not proxy.lost:  # the first attempt failed
+            await asyncio.sleep(0.01)
+        await client.close()
+        with pytest.raises(RuntimeError, match=r"^the client is closed$"):
+            await asyncio.wait_for(opening, 30)
+
+    with AnswerLosingProxy(server.target, "Write", losses=SLOW_RETRY.attempts) as proxy:
+        asyncio.run(scenario(proxy))
+        assert proxy.calls["Write"] == 1  # the retry loop stopped at the close
+
+
+def test_closing_the_asyncio_client_while_a_writers_open_is_under_way_says_the_client_is_closed(
+    server: ServerThread,
+) -> None:
+    """As the sync client's; the open waited forever: grpc.aio never ends the write of a stream
+    that had not connected when its channel was closed."""
+
+    async def scenario(proxy: LatencyProxy) -> None:
+        client = AsyncSessionLogClient(proxy.target, retry=ONE_ATTEMPT)
+        opening = asyncio.ensure_future(client.writer("never-reached"))
+        while proxy.connections < 1:  # the open connects
+            await asyncio.sleep(0.01)
+        await client.close()
+        with pytest.raises(RuntimeError, match=r"^the client is closed$"):
+            await asyncio.wait_for(opening, 30)
+
+    with LatencyProxy(server.target, 0.0) as proxy:
+        proxy.stall()
+        asyncio.run(scenario(proxy))
 
 
 def test_only_the_first_open_carries_the_request_id() -> None:

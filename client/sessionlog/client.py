@@ -678,8 +678,10 @@ class Writer(base.WriterView):
                 return
             except SessionLogError as exc:
                 recovery.failed(exc)
-            except (RuntimeError, ValueError):  # the client was closed (gRPC's: as this reconnected)
-                break  # and its close ended the writer
+            except (RuntimeError, ValueError):  # the client's, or gRPC's while the channel closes
+                if not self._client.closed:
+                    raise
+                break  # the client's close ended the writer (`_end_writers`)
         with self._lock:
             failed = self._core.fail(recovery.error)
         for pending in failed:

@@ -54,12 +54,14 @@ def data_from_bytes(
 ) -> JsonObject:
     """Decode a JSON object payload (empty bytes mean `{}`). A `proposed` one (an event, header
     or metadata sent to be stored) may not repeat a key nor hold more objects and arrays than
-    `limits.max_json_containers` (`jsonvalue.loads_proposed`); what is read back is decoded as it
-    was stored."""
+    `limits.max_json_containers`, nor more values in them than `limits.max_json_values`
+    (`jsonvalue.loads_proposed`); what is read back is decoded as it was stored."""
     if not raw:
         return {}
     if proposed:
-        value = jsonvalue.loads_proposed(raw, what=what, max_containers=limits.max_json_containers)
+        value = jsonvalue.loads_proposed(
+            raw, what=what, max_containers=limits.max_json_containers, max_values=limits.max_json_values
+        )
     else:
         value = jsonvalue.loads(raw, what=what)
     if not isinstance(value, dict):

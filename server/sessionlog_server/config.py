@@ -28,6 +28,7 @@ AT_LEAST_ONE = (
     "max_batch_events",
     "max_batch_bytes",
     "max_json_containers",
+    "max_json_values",
     "max_message_bytes",
     "read_page_bytes",
     "session_cache_size",
@@ -82,6 +83,10 @@ class Settings:
     max_json_containers: int = DEFAULT_LIMITS.max_json_containers
     """Most objects and arrays, together, in one event's data, reported header or session metadata
     (counted before it is decoded: decoding costs per value, on the event loop all sessions share)."""
+    max_json_values: int = DEFAULT_LIMITS.max_json_values
+    """Most values in the arrays and objects of one event's data, reported header or session metadata,
+    together (each element and each member counts once; counted before it is decoded, like
+    `max_json_containers`)."""
     max_events_per_second: int = 0
     """Events per second per namespace (a token bucket with one second of burst; logged request
     headers count) in each server process: every `serve` worker and every instance keeps its own
@@ -180,6 +185,7 @@ class Settings:
             max_metadata_bytes=self.max_metadata_bytes,
             max_cwd_bytes=self.max_cwd_bytes,
             max_json_containers=self.max_json_containers,
+            max_json_values=self.max_json_values,
         )
 
     @classmethod

@@ -169,6 +169,113 @@ def test_read_paths_count_no_containers() -> None:
     assert len(jsonvalue.loads_served(text)["a"]) == DEFAULT_LIMITS.max_json_containers + 8
 
 
+def _values(value: object) -> int:
+    """How many values a decoded value's arrays and objects hold: each element and each member once."""
+    count, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (dict, list)):
+            count += len(item)
+            stack.extend(item.values() if isinstance(item, dict) else item)
+    return count
+
+
+def test_proposed_json_holding_more_values_than_the_limit_is_refused() -> None:
+    """One object of 4.5 million keys held the server's event loop ~2.5 s (~8 s with one integer
+    past 64 bits): decoding costs per value. At the limit it is decoded; one over is refused,
+    naming the limit and the count, with the limit of the default (`Limits.max_json_values`) or a
+    given one. Each element and each member counts once; the top-level value does not."""
+    limit = DEFAULT_LIMITS.max_json_values
+    at = b'{"a":[' + b",".join([b"1"] * (limit - 1)) + b"]}"
+    assert len(jsonvalue.loads_proposed(at)["a"]) == limit - 1
+    with pytest.raises(ValidationError) as refused:
+        jsonvalue.loads_proposed(at[:-2] + b',"x"]}')
+    error = refused.value
+    assert error.reason == "JSON_TOO_MANY_VALUES"
+    assert (error.metadata["limit"], error.metadata["count"]) == (str(limit), str(limit + 1))
+    assert f"holds {limit + 1} values in its arrays and objects, over the limit of {limit}" in error.message
+    keys = b"{" + b",".join(b'"k%d":[]' % i for i in range(limit + 1)) + b"}"  # the costly shape: members
+    with pytest.raises(ValidationError) as members:
+        jsonvalue.loads_proposed(keys, max_containers=limit + 2)
+    assert members.value.reason == "JSON_TOO_MANY_VALUES"
+    nested = {"a": [1, {"b": [2, 3], "c": {}}, [[]]], "d": "e"}  # 10 values
+    text = json.dumps(nested).encode()
+    assert jsonvalue.loads_proposed(text, max_values=10) == nested
+    with pytest.raises(ValidationError) as small:
+        jsonvalue.loads_proposed(text, max_values=9, what="event data")
+    assert small.value.reason == "JSON_TOO_MANY_VALUES" and small.value.metadata["count"] == "10"
+    assert small.value.message.startswith("event data holds 10 values")
+
+
+@settings(max_examples=300)
+@given(OBJECTS, ENCODINGS)
+def test_values_are_counted_exactly_however_the_text_is_written(
+    value: dict[str, object], encoding: dict[str, object]
+) -> None:
+    """Counted from the text (strings blanked, white space and empty containers taken into
+    account), the values are those of the decoded value: accepted at the count, refused one below
+    it naming the count. And no text holds more values than half its bytes, the bound under which
+    nothing is counted."""
+    text = json.dumps(value, **encoding).encode("utf-8")  # type: ignore[arg-type]
+    count = _values(value)
+    assert count <= len(text) // 2
+    assert jsonvalue.loads_proposed(text, max_values=count) == value
+    if count:
+        with pytest.raises(ValidationError) as refused:
+            jsonvalue.loads_proposed(text, max_values=count - 1)
+        assert refused.value.reason == "JSON_TOO_MANY_VALUES"
+        assert refused.value.metadata.get("count", str(count)) == str(count)
+
+
+def test_commas_inside_strings_are_not_values() -> None:
+    """Text in strings is full of commas: only those outside strings separate values, however many
+    are inside (escaped quotes and backslashes included), and a container holding only strings
+    or white space is counted as what it is."""
+    prose = "one, two, three, " * 10_000
+    value = {"s": prose, "t": ['\\",', '",\\\\', ",", ""], "u": {"k,": "v,"}, "e": [], "f": [" , "]}
+    for text in (json.dumps(value).encode(), json.dumps(value, indent=2, ensure_ascii=True).encode()):
+        assert text.count(b",") > 30_000
+        assert jsonvalue.loads_proposed(text, max_values=11) == value
+        with pytest.raises(ValidationError) as refused:
+            jsonvalue.loads_proposed(text, max_values=10)
+        assert refused.value.metadata["count"] == "11"
+    spaced = b'{"s":"\\",[", "t":[ ], "u":{ \n }, "v":[ "a,b" , [\t] ], "w":{ "k" : "," }}'  # 8 values
+    assert jsonvalue.loads_proposed(spaced, max_values=8)["v"] == ["a,b", []]
+    with pytest.raises(ValidationError) as refused:
+        jsonvalue.loads_proposed(spaced, max_values=7)
+    assert refused.value.metadata["count"] == "8"
+
+
+def test_values_are_counted_before_anything_is_decoded_and_only_as_far_as_needed() -> None:
+    """Malformed text over the limit is refused for its values (no decoder ran). Strings are
+    blanked up to the first values past the limit: then the error says "more than", without a
+    count."""
+    with pytest.raises(ValidationError) as malformed:
+        jsonvalue.loads_proposed(b'{"a":[' + b"1," * 100, max_values=50)
+    assert malformed.value.reason == "JSON_TOO_MANY_VALUES"
+    with pytest.raises(ValidationError) as far:
+        jsonvalue.loads_proposed(b"{" + b",".join(b'"k%d":"v"' % i for i in range(10_000)) + b"}", max_values=50)
+    assert "more than 50 values" in far.value.message and "count" not in far.value.metadata
+
+
+def test_the_depth_is_measured_on_the_blanking_that_counts_the_values() -> None:
+    """A text counted for its values is blanked once; its depth is measured on that blanking."""
+    deep = b"[" * 256 + b",".join([b'"a,[{"'] * 100) + b"]" * 256  # 255 nested arrays and 100 strings
+    assert jsonvalue.value_depth(jsonvalue.loads_proposed(deep, max_values=355)) == MAX_JSON_DEPTH
+    with pytest.raises(ValidationError) as refused:
+        jsonvalue.loads_proposed(deep, max_values=354)
+    assert refused.value.metadata["count"] == "355"
+    with pytest.raises(ValidationError, match="nested more than"):
+        jsonvalue.loads_proposed(b"[" + deep + b"]", max_values=356)
+
+
+def test_read_paths_count_no_values() -> None:
+    """What was stored before the limit (or under a higher one) is still read back."""
+    text = b'{"a":[' + b",".join([b"1"] * (DEFAULT_LIMITS.max_json_values + 10)) + b"]}"
+    assert len(loads(text)["a"]) == DEFAULT_LIMITS.max_json_values + 10
+    assert len(jsonvalue.loads_served(text)["a"]) == DEFAULT_LIMITS.max_json_values + 10
+
+
 def test_a_string_left_open_behind_many_brackets_is_measured_in_linear_time() -> None:
     """The depth measure blanks strings with a regex; with the closing quote required, a string
     left open (malformed) was scanned to its end from each of its escaped quotes: 80 KB held the

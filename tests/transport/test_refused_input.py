@@ -1,5 +1,6 @@
 """Bad input the service used to take: a negative usage number (which lowered a session's cost
-in stats), a JSON object naming a key twice (stored as sent, read as its last value), and a
+in stats), a JSON object naming a key twice (stored as sent, read as its last value), JSON of
+more objects and arrays, or more values, than the event loop decodes in half a second, and a
 lease writer's heartbeat interval that is not a positive number (a busy loop of renewals).
 Each is refused with a clear error and changes nothing. Against a real server, on SQLite and
 PostgreSQL."""
@@ -195,6 +196,57 @@ def test_the_container_limit_is_a_setting_and_what_was_stored_under_a_higher_one
         assert client.append(sid, lease, [{"type": "test/raw", "data": {"a": [[]] * 15}, "ignorable": True}]).seqs == [
             1
         ]
+
+
+def test_event_data_holding_more_values_than_the_limit_is_refused(client: SessionLogClient, sid: str) -> None:
+    """One object of 4.5 million keys held the server's event loop, and every session of the
+    process, ~2.5 s (~8 s with one integer past 64 bits). Over `max_json_values` (default 500,000;
+    each array element and each object member counts once) it is refused before it is decoded,
+    and nothing is written; at the limit it is stored. Commas inside strings are no values."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    limit = DEFAULT_LIMITS.max_json_values
+    at = b'{"s":"' + b"a," * limit + b'","a":[' + b",".join([b"1"] * (limit - 2)) + b"]}"
+    with pytest.raises(grpc.RpcError) as refused:
+        _raw_append(client, sid, lease, at[:-2] + b',"x"]}')
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    error = from_rpc_error(refused.value)
+    assert error.reason == "JSON_TOO_MANY_VALUES"
+    assert error.metadata == {"limit": str(limit), "count": str(limit + 1), "event_index": "0"}
+    assert list(client.read_events(sid)) == []
+    assert list(_raw_append(client, sid, lease, at).seqs) == [0]
+    (event,) = client.read_events(sid)
+    assert len(event.data["a"]) == limit - 2
+
+
+def test_the_value_limit_is_a_setting_and_what_was_stored_under_a_higher_one_is_read(fresh_db: str, sid: str) -> None:
+    """`SESSIONLOG_MAX_JSON_VALUES` bounds event data, session metadata and reported headers
+    alike; events and metadata stored before it was lowered are still read as they are."""
+    flat = {"a": list(range(20)), "b": "c, d, e"}  # 22 values
+    with ServerThread(fresh_db) as before, SessionLogClient(before.target) as client:
+        client.create_session(sid, metadata=flat)
+        lease = client.acquire_lease(sid)
+        assert client.append(sid, lease, [{"type": "test/raw", "data": flat, "ignorable": True}]).seqs == [0]
+        client.release_lease(lease)
+    with ServerThread(fresh_db, max_json_values=21) as after, SessionLogClient(after.target) as client:
+        (event,) = client.read_events(sid)
+        assert event.data == flat and client.get_session(sid).metadata == flat
+        lease = client.acquire_lease(sid)
+        with pytest.raises(ValidationError) as data:
+            client.append(sid, lease, [{"type": "test/raw", "data": flat, "ignorable": True}])
+        with pytest.raises(ValidationError) as header:
+            client.report_header(sid, lease, {"config": flat})
+        other = sid + "-m"
+        with pytest.raises(ValidationError) as metadata:
+            client.create_session(other, metadata=flat)
+        for refused, count in ((data, "22"), (header, "23"), (metadata, "22")):
+            assert refused.value.reason == "JSON_TOO_MANY_VALUES"
+            assert (refused.value.metadata["limit"], refused.value.metadata["count"]) == ("21", count)
+        assert "header holds 23 values" in header.value.message
+        assert [e.seq for e in client.read_events(sid)] == [0]
+        assert other not in [s.id for s in client.list_sessions()]
+        fewer = {"a": list(range(19)), "b": "c, d, e"}
+        assert client.append(sid, lease, [{"type": "test/raw", "data": fewer, "ignorable": True}]).seqs == [1]
 
 
 @pytest.mark.parametrize("heartbeat", [0, -1, math.nan, math.inf, 2**31, True, "1"])

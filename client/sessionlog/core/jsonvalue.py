@@ -108,14 +108,21 @@ def loads(text: str | bytes, *, what: str = "JSON") -> Any:
     return _decode(text, what)
 
 
-def loads_proposed(text: bytes, *, what: str = "JSON", max_containers: int = DEFAULT_LIMITS.max_json_containers) -> Any:
+def loads_proposed(
+    text: bytes,
+    *,
+    what: str = "JSON",
+    max_containers: int = DEFAULT_LIMITS.max_json_containers,
+    max_values: int = DEFAULT_LIMITS.max_json_values,
+) -> Any:
     """Parse JSON proposed for storage (an event's data, a header, a session's metadata): `loads`,
-    holding at most `max_containers` objects and arrays (`Limits.max_json_containers`, counted
-    before anything is decoded), and no object in it names a key twice (`check_unique_keys`).
-    Read paths use `loads`, which keeps the last of repeated keys as every JSON reader does and
-    counts no containers, so whatever was stored before these rules can still be read."""
+    holding at most `max_containers` objects and arrays (`Limits.max_json_containers`) and at most
+    `max_values` values in them (`Limits.max_json_values`), both counted before anything is
+    decoded, and no object in it names a key twice (`check_unique_keys`). Read paths use `loads`,
+    which keeps the last of repeated keys as every JSON reader does and counts neither, so
+    whatever was stored before these rules can still be read."""
     classes = text.translate(_BYTE_CLASSES)
-    _check_nesting(text, classes.count(b"["), what, max_containers)
+    _check_nesting(text, classes.count(b"["), what, max_containers, max_values)
     value = _decode(text, what, classes)
     check_unique_keys(text, value)
     return value
@@ -299,6 +306,17 @@ _STRING = rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"?'
 _STRING_RUNS = re.compile(_STRING + rb'(?:[^"\[\]{}]*+' + _STRING + rb")*+", re.DOTALL)
 #: The same, its runs ending at a colon too: blanking them leaves every key's colon.
 _KEYED_RUNS = re.compile(_STRING + rb'(?:[^"\[\]{}:]*+' + _STRING + rb")*+", re.DOTALL)
+#: The same, its runs ending at a comma too: each run lies within one value of a container (an
+#: element, or a member's key and value), so a well-formed text takes at most one match more than
+#: it holds values, and blanking the runs leaves every comma that separates two values.
+_VALUE_RUNS = re.compile(_STRING + rb'(?:[^"\[\]{},]*+' + _STRING + rb")*+", re.DOTALL)
+#: A blanked run's placeholder: a container holding only strings must not look empty.
+_BLANKED = b"0"
+#: Text with its strings blanked as its shape: brackets as arrays', commas kept, JSON whitespace
+#: dropped, any other byte (a number, a literal, a colon, a blanked run) a `0`. An empty container
+#: is then `[]` in it, and every other opening bracket begins a container holding values.
+_SHAPES = bytes(0x5B if b in b"[{" else 0x5D if b in b"]}" else 0x2C if b == 0x2C else 0x30 for b in range(256))
+_JSON_WHITESPACE = b" \t\n\r"
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 #: Objects' brackets as arrays': depth does not ask which kind a level is (mismatched kinds are
 #: malformed, which the decoder reports).
@@ -326,26 +344,51 @@ def check_depth(text: str | bytes, what: str = "JSON") -> None:
     _check_nesting(data, data.count(b"[") + data.count(b"{"), what)
 
 
-def _check_nesting(data: bytes, opening: int, what: str, max_containers: int | None = None) -> None:
+def _check_nesting(
+    data: bytes,
+    opening: int,
+    what: str,
+    max_containers: int | None = None,
+    max_values: int | None = None,
+) -> None:
     """`check_depth` of `data`, given how many opening brackets it holds (`loads` counts them in
     its byte classes): with no more of them than MAX_JSON_DEPTH there is nothing to measure. With
     `max_containers`, also refuse (JSON_TOO_MANY_CONTAINERS) text holding more objects and arrays
     than that, outside its strings; that is counted only when the text holds more opening
-    brackets than the limit, inside strings or out.
+    brackets than the limit, inside strings or out. With `max_values`, also refuse
+    (JSON_TOO_MANY_VALUES) text whose arrays and objects hold more values than that, outside its
+    strings.
+
+    Values are counted only when two upper bounds pass the limit. Every value in an array or
+    object starts with a byte of its own and is followed by one that starts no value (a comma,
+    its container's closing bracket, white space), so a text of n bytes holds at most n / 2
+    values: a text of up to twice the limit (1 MB by default; a harness's 2 KB events) costs
+    nothing more. Every value also follows a comma or its container's opening bracket, so the
+    commas and the opening brackets together bound them too (commas alone do not: `[[1],[2]]`
+    holds four values and one comma): one `bytes.count`, at C speed. Only past both is the text
+    counted exactly, blanked once for the depth, the containers and the values together.
 
     Blanking the strings takes at most one regex match more than the brackets left outside them
-    (`_STRING_RUNS`), so it stops after `max_containers + 2` matches: by then more than the limit
-    are outside strings, and the text is refused without being scanned further."""
-    over_limit = max_containers is not None and opening > max_containers
-    if opening <= MAX_JSON_DEPTH and not over_limit:
+    (`_STRING_RUNS`), or than the values (`_VALUE_RUNS`), so it stops after `limit + 2` matches:
+    by then more than the limit are outside strings, and the text is refused without being
+    scanned further."""
+    containers_over = max_containers is not None and opening > max_containers
+    values_over = max_values is not None and len(data) // 2 > max_values and opening + data.count(b",") > max_values
+    if opening <= MAX_JSON_DEPTH and not containers_over and not values_over:
         return
-    cap = max_containers + 2 if max_containers is not None and over_limit else 0  # 0: no cap
-    outside, runs = _STRING_RUNS.subn(b"", data, count=cap)
-    brackets = outside.translate(_ONE_BRACKET_KIND, _NOT_BRACKETS)
-    if max_containers is not None and over_limit:
-        _check_containers(brackets.count(b"["), max_containers, what, counted_all=runs < cap)
-    if opening <= MAX_JSON_DEPTH:
-        return
+    if max_values is not None and values_over:
+        shape = _count_values(data, what, max_values, max_containers if containers_over else None)
+        if opening <= MAX_JSON_DEPTH:
+            return
+        brackets = shape.translate(None, b",0")
+    else:
+        cap = max_containers + 2 if max_containers is not None and containers_over else 0  # 0: no cap
+        outside, runs = _STRING_RUNS.subn(b"", data, count=cap)
+        brackets = outside.translate(_ONE_BRACKET_KIND, _NOT_BRACKETS)
+        if max_containers is not None and containers_over:
+            _check_containers(brackets.count(b"["), max_containers, what, counted_all=runs < cap)
+        if opening <= MAX_JSON_DEPTH:
+            return
     removed = 0
     while brackets and removed < _PAIR_PASSES:
         inner = brackets.replace(b"[]", b"")
@@ -360,18 +403,55 @@ def _check_nesting(data: bytes, opening: int, what: str, max_containers: int | N
         )
 
 
+def _count_values(data: bytes, what: str, max_values: int, max_containers: int | None) -> bytes:
+    """Refuse (JSON_TOO_MANY_VALUES) text whose arrays and objects hold more than `max_values`
+    values outside its strings, and, given `max_containers`, (JSON_TOO_MANY_CONTAINERS) text
+    holding more objects and arrays than that; return the text's shape (`_SHAPES`), whose
+    brackets are those `_check_nesting` measures the depth of.
+
+    A container holds its commas plus one values, unless it is empty: in the shape (strings
+    blanked, white space dropped) the values are the commas, plus the opening brackets, less the
+    empty containers (`[]`)."""
+    cap = max_values + 2
+    outside, runs = _VALUE_RUNS.subn(_BLANKED, data, count=cap)
+    if runs >= cap:
+        _check_values(max_values + 1, max_values, what, counted_all=False)
+    shape = outside.translate(_SHAPES, _JSON_WHITESPACE)
+    containers = shape.count(b"[")
+    if max_containers is not None:
+        _check_containers(containers, max_containers, what, counted_all=True)
+    _check_values(shape.count(b",") + containers - shape.count(b"[]"), max_values, what, counted_all=True)
+    return shape
+
+
 def _check_containers(count: int, limit: int, what: str, *, counted_all: bool) -> None:
     """Refuse `count` objects and arrays over `limit`; a count cut short (`counted_all` false)
     is already over it."""
-    if count <= limit:
-        return
-    counted = str(count) if counted_all else f"more than {limit}"
-    raise ValidationError(
-        "JSON_TOO_MANY_CONTAINERS",
-        f"{what} holds {counted} objects and arrays, over the limit of {limit}",
-        limit=limit,
-        count=count if counted_all else None,
-    )
+    if count > limit:
+        raise ValidationError(
+            "JSON_TOO_MANY_CONTAINERS",
+            _over_limit(what, "objects and arrays", count, limit, counted_all),
+            limit=limit,
+            count=count if counted_all else None,
+        )
+
+
+def _check_values(count: int, limit: int, what: str, *, counted_all: bool) -> None:
+    """Refuse `count` values in arrays and objects over `limit`; a count cut short (`counted_all`
+    false) is already over it."""
+    if count > limit:
+        raise ValidationError(
+            "JSON_TOO_MANY_VALUES",
+            _over_limit(what, "values in its arrays and objects", count, limit, counted_all),
+            limit=limit,
+            count=count if counted_all else None,
+        )
+
+
+def _over_limit(what: str, counted: str, count: int, limit: int, counted_all: bool) -> str:
+    """The message of a count over its limit: the count, or, cut short, that it passed the limit."""
+    how_many = str(count) if counted_all else f"more than {limit}"
+    return f"{what} holds {how_many} {counted}, over the limit of {limit}"
 
 
 def value_depth(value: Any) -> int:

@@ -34,6 +34,16 @@ class Limits:
     At half a million the costliest shape (small objects, and one 24-digit integer that sends the
     text to the standard library's slower decoder) decodes in ~0.5 s, what the largest plain-text
     event does; a text over the limit is refused in ~0.3 s."""
+    max_json_values: int = 500_000
+    """Most values in the arrays and objects of one proposed JSON value, together: each array
+    element and each object member counts once (the top-level value does not). Decoding costs per
+    value: one object of 4.5 million keys in 63 MB held the event loop ~2.5 s, ~8 s with one
+    integer past 64 bits (which sends the text to the standard library's decoder); 15.75 million
+    floats ~1.7 s. The costliest shape per value is that one, an object of distinct keys with a
+    big integer, and its cost grows faster than its keys (the dicts outgrow the caches): 500,000
+    of them decode in ~0.55 s, what the costliest text at `max_json_containers` takes (that text
+    holds about a million values, cheaper ones), where a million took ~1.35 s. A text over the
+    limit is refused in ~0.35-0.5 s (63 MB); one of at most twice this many bytes is not counted."""
 
 
 DEFAULT_LIMITS = Limits()

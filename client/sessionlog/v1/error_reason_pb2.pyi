@@ -187,6 +187,20 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Send the value flatter, or as a string (a JSON text inside a string is one value);
       nothing of the batch was written.
     """
+    JSON_TOO_MANY_VALUES: _ErrorReason.ValueType  # 210
+    """JSON proposed for storage (an event's data, a reported header, session metadata) holds more
+    values in its arrays and objects, together, than the service accepts (each array element and
+    each object member counts once; `limit`, `max_json_values`, default 500,000; `count`, how
+    many it holds, when it was counted to the end). Decoding costs per value, not per byte, on an
+    event loop every session of the process shares; commas inside strings are not counted, and
+    what was stored before the limit is still read.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `limit`, `count`
+    Raised by: core
+    Client: Send fewer values, or the bulk of them as a string (a JSON text inside a string is one
+      value); nothing of the batch was written.
+    """
     NOT_CANONICALIZABLE: _ErrorReason.ValueType  # 16
     """A value cannot be serialised as RFC 8785 canonical JSON (for a request or a header).
 
@@ -1608,6 +1622,20 @@ Metadata: `limit`, `count`
 Raised by: core
 Client: Send the value flatter, or as a string (a JSON text inside a string is one value);
   nothing of the batch was written.
+"""
+JSON_TOO_MANY_VALUES: ErrorReason.ValueType  # 210
+"""JSON proposed for storage (an event's data, a reported header, session metadata) holds more
+values in its arrays and objects, together, than the service accepts (each array element and
+each object member counts once; `limit`, `max_json_values`, default 500,000; `count`, how
+many it holds, when it was counted to the end). Decoding costs per value, not per byte, on an
+event loop every session of the process shares; commas inside strings are not counted, and
+what was stored before the limit is still read.
+
+Code: INVALID_ARGUMENT
+Metadata: `limit`, `count`
+Raised by: core
+Client: Send fewer values, or the bulk of them as a string (a JSON text inside a string is one
+  value); nothing of the batch was written.
 """
 NOT_CANONICALIZABLE: ErrorReason.ValueType  # 16
 """A value cannot be serialised as RFC 8785 canonical JSON (for a request or a header).

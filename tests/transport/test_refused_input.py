@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -165,37 +166,74 @@ def test_event_data_holding_more_objects_and_arrays_than_the_limit_is_refused(
     assert len(event.data["a"]) == limit - 2
 
 
-def test_the_container_limit_is_a_setting_and_what_was_stored_under_a_higher_one_is_read(
-    fresh_db: str, sid: str
+@dataclass(frozen=True)
+class JsonLimitSetting:
+    """A JSON limit's setting, a payload one over a limit of `limit`, and one under it."""
+
+    setting: str
+    reason: str
+    payload: dict[str, Any]
+    """Its count is `limit + 1`; as a reported header's `config`, one more."""
+    limit: int
+    message: str
+    """What the header's refusal says of its count."""
+    fewer: dict[str, Any]
+
+
+JSON_LIMIT_SETTINGS = [
+    JsonLimitSetting(
+        "max_json_containers",
+        "JSON_TOO_MANY_CONTAINERS",
+        {"a": [{"b": []}, [{}]] * 4},  # 18 objects and arrays
+        17,
+        "header holds 19 objects and arrays",
+        {"a": [[]] * 15},
+    ),
+    JsonLimitSetting(
+        "max_json_values",
+        "JSON_TOO_MANY_VALUES",
+        {"a": list(range(20)), "b": "c, d, e"},  # 22 values (commas in strings are none)
+        21,
+        "header holds 23 values",
+        {"a": list(range(19)), "b": "c, d, e"},
+    ),
+]
+
+
+@pytest.mark.parametrize("limit", JSON_LIMIT_SETTINGS, ids=lambda limit: limit.setting)
+def test_a_json_limit_is_a_setting_and_what_was_stored_under_a_higher_one_is_read(
+    fresh_db: str, sid: str, limit: JsonLimitSetting
 ) -> None:
-    """`SESSIONLOG_MAX_JSON_CONTAINERS` bounds event data, session metadata and reported headers
-    alike; events and metadata stored before it was lowered are still read as they are."""
-    nested = {"a": [{"b": []}, [{}]] * 4}  # 18 objects and arrays
+    """`SESSIONLOG_MAX_JSON_CONTAINERS` and `SESSIONLOG_MAX_JSON_VALUES` bound event data,
+    session metadata and reported headers alike; events and metadata stored before a limit was
+    lowered are still read as they are."""
+    payload, over = limit.payload, str(limit.limit + 1)
     with ServerThread(fresh_db) as before, SessionLogClient(before.target) as client:
-        client.create_session(sid, metadata=nested)
+        client.create_session(sid, metadata=payload)
         lease = client.acquire_lease(sid)
-        assert client.append(sid, lease, [{"type": "test/raw", "data": nested, "ignorable": True}]).seqs == [0]
+        assert client.append(sid, lease, [{"type": "test/raw", "data": payload, "ignorable": True}]).seqs == [0]
         client.release_lease(lease)
-    with ServerThread(fresh_db, max_json_containers=17) as after, SessionLogClient(after.target) as client:
+    with (
+        ServerThread(fresh_db, None, **{limit.setting: limit.limit}) as after,
+        SessionLogClient(after.target) as client,
+    ):
         (event,) = client.read_events(sid)
-        assert event.data == nested and client.get_session(sid).metadata == nested
+        assert event.data == payload and client.get_session(sid).metadata == payload
         lease = client.acquire_lease(sid)
         with pytest.raises(ValidationError) as data:
-            client.append(sid, lease, [{"type": "test/raw", "data": nested, "ignorable": True}])
+            client.append(sid, lease, [{"type": "test/raw", "data": payload, "ignorable": True}])
         with pytest.raises(ValidationError) as header:
-            client.report_header(sid, lease, {"config": nested})
+            client.report_header(sid, lease, {"config": payload})
         other = sid + "-m"
         with pytest.raises(ValidationError) as metadata:
-            client.create_session(other, metadata=nested)
-        for refused, count in ((data, "18"), (header, "19"), (metadata, "18")):
-            assert refused.value.reason == "JSON_TOO_MANY_CONTAINERS"
-            assert (refused.value.metadata["limit"], refused.value.metadata["count"]) == ("17", count)
-        assert "header holds 19 objects and arrays" in header.value.message
+            client.create_session(other, metadata=payload)
+        for refused, count in ((data, over), (header, str(limit.limit + 2)), (metadata, over)):
+            assert refused.value.reason == limit.reason
+            assert (refused.value.metadata["limit"], refused.value.metadata["count"]) == (str(limit.limit), count)
+        assert limit.message in header.value.message
         assert [e.seq for e in client.read_events(sid)] == [0]
         assert other not in [s.id for s in client.list_sessions()]
-        assert client.append(sid, lease, [{"type": "test/raw", "data": {"a": [[]] * 15}, "ignorable": True}]).seqs == [
-            1
-        ]
+        assert client.append(sid, lease, [{"type": "test/raw", "data": limit.fewer, "ignorable": True}]).seqs == [1]
 
 
 def test_event_data_holding_more_values_than_the_limit_is_refused(client: SessionLogClient, sid: str) -> None:
@@ -217,36 +255,6 @@ def test_event_data_holding_more_values_than_the_limit_is_refused(client: Sessio
     assert list(_raw_append(client, sid, lease, at).seqs) == [0]
     (event,) = client.read_events(sid)
     assert len(event.data["a"]) == limit - 2
-
-
-def test_the_value_limit_is_a_setting_and_what_was_stored_under_a_higher_one_is_read(fresh_db: str, sid: str) -> None:
-    """`SESSIONLOG_MAX_JSON_VALUES` bounds event data, session metadata and reported headers
-    alike; events and metadata stored before it was lowered are still read as they are."""
-    flat = {"a": list(range(20)), "b": "c, d, e"}  # 22 values
-    with ServerThread(fresh_db) as before, SessionLogClient(before.target) as client:
-        client.create_session(sid, metadata=flat)
-        lease = client.acquire_lease(sid)
-        assert client.append(sid, lease, [{"type": "test/raw", "data": flat, "ignorable": True}]).seqs == [0]
-        client.release_lease(lease)
-    with ServerThread(fresh_db, max_json_values=21) as after, SessionLogClient(after.target) as client:
-        (event,) = client.read_events(sid)
-        assert event.data == flat and client.get_session(sid).metadata == flat
-        lease = client.acquire_lease(sid)
-        with pytest.raises(ValidationError) as data:
-            client.append(sid, lease, [{"type": "test/raw", "data": flat, "ignorable": True}])
-        with pytest.raises(ValidationError) as header:
-            client.report_header(sid, lease, {"config": flat})
-        other = sid + "-m"
-        with pytest.raises(ValidationError) as metadata:
-            client.create_session(other, metadata=flat)
-        for refused, count in ((data, "22"), (header, "23"), (metadata, "22")):
-            assert refused.value.reason == "JSON_TOO_MANY_VALUES"
-            assert (refused.value.metadata["limit"], refused.value.metadata["count"]) == ("21", count)
-        assert "header holds 23 values" in header.value.message
-        assert [e.seq for e in client.read_events(sid)] == [0]
-        assert other not in [s.id for s in client.list_sessions()]
-        fewer = {"a": list(range(19)), "b": "c, d, e"}
-        assert client.append(sid, lease, [{"type": "test/raw", "data": fewer, "ignorable": True}]).seqs == [1]
 
 
 @pytest.mark.parametrize("heartbeat", [0, -1, math.nan, math.inf, 2**31, True, "1"])

@@ -386,7 +386,7 @@ def _check_nesting(
         outside, runs = _STRING_RUNS.subn(b"", data, count=cap)
         brackets = outside.translate(_ONE_BRACKET_KIND, _NOT_BRACKETS)
         if max_containers is not None and containers_over:
-            _check_count(_CONTAINERS, brackets.count(b"["), max_containers, what, counted_all=runs < cap)
+            _check_containers(brackets.count(b"["), max_containers, what, counted_all=runs < cap)
         if opening <= MAX_JSON_DEPTH:
             return
     removed = 0
@@ -415,32 +415,43 @@ def _count_values(data: bytes, what: str, max_values: int, max_containers: int |
     cap = max_values + 2
     outside, runs = _VALUE_RUNS.subn(_BLANKED, data, count=cap)
     if runs >= cap:
-        _check_count(_VALUES, max_values + 1, max_values, what, counted_all=False)
+        _check_values(max_values + 1, max_values, what, counted_all=False)
     shape = outside.translate(_SHAPES, _JSON_WHITESPACE)
     containers = shape.count(b"[")
     if max_containers is not None:
-        _check_count(_CONTAINERS, containers, max_containers, what, counted_all=True)
-    _check_count(_VALUES, shape.count(b",") + containers - shape.count(b"[]"), max_values, what, counted_all=True)
+        _check_containers(containers, max_containers, what, counted_all=True)
+    _check_values(shape.count(b",") + containers - shape.count(b"[]"), max_values, what, counted_all=True)
     return shape
 
 
-#: What each count of `_check_count` counts: its refusal's reason and the words its message uses.
-_CONTAINERS = ("JSON_TOO_MANY_CONTAINERS", "objects and arrays")
-_VALUES = ("JSON_TOO_MANY_VALUES", "values in its arrays and objects")
-
-
-def _check_count(counted: tuple[str, str], count: int, limit: int, what: str, *, counted_all: bool) -> None:
-    """Refuse `count` (containers or values: `_CONTAINERS`, `_VALUES`) over `limit`, with the
-    count, or, cut short (`counted_all` false), already over it, saying it passed the limit."""
+def _check_containers(count: int, limit: int, what: str, *, counted_all: bool) -> None:
+    """Refuse `count` objects and arrays over `limit`; a count cut short (`counted_all` false)
+    is already over it."""
     if count > limit:
-        reason, words = counted
-        how_many = str(count) if counted_all else f"more than {limit}"
         raise ValidationError(
-            reason,
-            f"{what} holds {how_many} {words}, over the limit of {limit}",
+            "JSON_TOO_MANY_CONTAINERS",
+            _over_limit(what, "objects and arrays", count, limit, counted_all),
             limit=limit,
             count=count if counted_all else None,
         )
+
+
+def _check_values(count: int, limit: int, what: str, *, counted_all: bool) -> None:
+    """Refuse `count` values in arrays and objects over `limit`; a count cut short (`counted_all`
+    false) is already over it."""
+    if count > limit:
+        raise ValidationError(
+            "JSON_TOO_MANY_VALUES",
+            _over_limit(what, "values in its arrays and objects", count, limit, counted_all),
+            limit=limit,
+            count=count if counted_all else None,
+        )
+
+
+def _over_limit(what: str, counted: str, count: int, limit: int, counted_all: bool) -> str:
+    """The message of a count over its limit: the count, or, cut short, that it passed the limit."""
+    how_many = str(count) if counted_all else f"more than {limit}"
+    return f"{what} holds {how_many} {counted}, over the limit of {limit}"
 
 
 def value_depth(value: Any) -> int:

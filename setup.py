@@ -54,9 +54,7 @@ COMPILED_MODULES = [
             "committer",
             "headers",
             "leases",
-            # Not "lifecycle": compiled under mypy 2.4.1 it corrupted memory now and then (a
-            # segfault within 1-19 runs of tests/transport/test_lifecycle.py; none in 45 runs
-            # without it; docs/architecture/compiled-build.md). Not per-event work anyway.
+            "lifecycle",
             "limits",
             "live",
             "loop_series",

@@ -8,6 +8,7 @@ guard `make serve` and `make test` run refuses a source tree holding a compiled 
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import os
@@ -42,6 +43,63 @@ def test_the_listed_modules_are_compiled_in_the_compiled_build_only() -> None:
     # One not listed (it holds async generators) stays interpreted in both builds.
     servicer = importlib.import_module("sessionlog_server.transport.servicer")
     assert str(servicer.__file__).endswith(".py")
+
+
+def _awaits_while_handling(tree: ast.AST) -> list[tuple[int, str]]:
+    """Where a coroutine of `tree` awaits while it handles an exception: an await, `async for`
+    or `async with` inside an `except` or `finally` block, and an `async with` over anything but a
+    lock or semaphore held in a name or attribute (`live.lock`, `gate`) or `asyncio.timeout(...)`,
+    whose exits do not suspend: any other's exit may await while the block's exception leaves."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try | ast.TryStar):
+            blocks = [handler.body for handler in node.handlers] + [node.finalbody]
+            for statement in (statement for block in blocks for statement in block):
+                for inner in ast.walk(statement):
+                    if isinstance(inner, ast.Await | ast.AsyncFor | ast.AsyncWith):
+                        found.append((inner.lineno, f"in an except or finally block: {ast.unparse(inner)[:60]}"))
+        if isinstance(node, ast.AsyncWith):
+            for item in node.items:
+                manager = item.context_expr
+                plain = isinstance(manager, ast.Name | ast.Attribute)
+                timeout = isinstance(manager, ast.Call) and ast.unparse(manager.func) == "asyncio.timeout"
+                if not (plain or timeout):
+                    found.append((node.lineno, f"async with {ast.unparse(manager)[:60]}"))
+    return found
+
+
+def test_no_compiled_coroutine_awaits_while_it_handles_an_exception() -> None:
+    """Compiled (mypyc), the exception a coroutine is handling lives in its thread's state, not in
+    the coroutine: resumed after an await in the handler, it re-raises (a bare `raise`, the end of
+    a `finally`, an `async with` whose exit did not suppress) whatever another coroutine left
+    there: another's exception, or None, which overwrites `type(None)` and crashes the process
+    later (docs/architecture/compiled-build.md). The listed modules await outside handlers."""
+    offending = [
+        f"{path}:{line}: {what}"
+        for path in _setup_module().COMPILED_MODULES
+        for line, what in _awaits_while_handling(ast.parse((ROOT / path).read_text(), path))
+    ]
+    assert offending == []
+
+
+def test_the_await_check_sees_each_form() -> None:
+    source = """
+async def f(lease, live, gate):
+    try:
+        await g()
+    except E:
+        await h()
+    try:
+        pass
+    finally:
+        async for x in y():
+            pass
+    async with lease.hold():
+        pass
+    async with live.lock, gate, asyncio.timeout(1):
+        pass
+"""
+    assert [line for line, _ in _awaits_while_handling(ast.parse(source))] == [6, 10, 12]
 
 
 def test_a_source_tree_holding_a_compiled_module_is_refused(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from sessionlog.core.errors import NotFound, OwnershipLost, ValidationError, Wri
 from sessionlog.requests import ForkInfo
 from sessionlog.session_info import SessionInfo
 from sessionlog.v1 import session_service_pb2 as pb
+from sessionlog_server.service.leases import Grant
 from sessionlog_server.service.lifecycle import FORK_SCAN_PAGE, FORK_SCAN_PAGES, repair_session
 from sessionlog_server.storage.migrate import upgrade
 from tests.support.events import (
@@ -343,6 +344,26 @@ def test_resume_waits_for_a_repair_the_service_is_making(
     kinds = [e.data["reason"]["kind"] for e in client.read_events(sid) if e.type == "turn/end"]
     assert kinds == ["interrupted"]  # repaired once, by the service
     assert client.report_header(sid, resumed.lease, {"config": {"model": "m"}}).reason == "initial"
+
+
+def test_a_repair_lease_is_given_back_when_its_work_fails(
+    server: ServerThread, client: SessionLogClient, sid: str
+) -> None:
+    """`RepairLease.around` holds a repair's lease where compiled code may not use `async with`
+    (docs/architecture/compiled-build.md): the work's own exception leaves it, and only after
+    the lease was given back, so a writer takes it at once."""
+    client.create_session(sid)
+
+    class Refused(Exception):
+        pass
+
+    async def work(grant: Grant) -> None:
+        raise Refused(grant.record.id)
+
+    with pytest.raises(Refused, match=sid):
+        server.call(server.service.leases.repair_lease(sid).around(work))
+    lease = client.acquire_lease(sid)
+    client.release_lease(lease)
 
 
 def test_resume_refused_while_another_writer_is_live(client: SessionLogClient, sid: str) -> None:

@@ -130,17 +130,20 @@ class AppendPipeline:
         try:
             return await self._plan_locked(live, holder, proposals, expected_next_seq, raw, charge)
         except (ValidationError, ExpectedSeqMismatch) as exc:
-            # A retry of events older than what the session remembers (a restarted service
-            # remembers only the latest `RECENT_IDS`) is planned as new and may not fit the log
-            # any more, nor start at the seq it expects: look its eventIds up, and plan it once
-            # again. Refused on its expected seq instead, a writer's batches sent again after a
-            # restart failed, each one stored.
-            if not await self._remember_stored(live, proposals):
-                if isinstance(exc, ValidationError):
-                    await self._explain_off_surface(live, proposals, exc)
-                raise
-            await self._check_retries(live, proposals, _known_seqs(live, proposals))
-            return await self._plan_locked(live, holder, proposals, expected_next_seq, raw, charge)
+            # Handled below, outside the handler: no await in one, and the refusal raised by
+            # name, not by a bare `raise` (docs/architecture/compiled-build.md).
+            refused: ValidationError | ExpectedSeqMismatch = exc
+        # A retry of events older than what the session remembers (a restarted service
+        # remembers only the latest `RECENT_IDS`) is planned as new and may not fit the log
+        # any more, nor start at the seq it expects: look its eventIds up, and plan it once
+        # again. Refused on its expected seq instead, a writer's batches sent again after a
+        # restart failed, each one stored.
+        if not await self._remember_stored(live, proposals):
+            if isinstance(refused, ValidationError):
+                await self._explain_off_surface(live, proposals, refused)
+            raise refused
+        await self._check_retries(live, proposals, _known_seqs(live, proposals))
+        return await self._plan_locked(live, holder, proposals, expected_next_seq, raw, charge)
 
     async def _plan_locked(
         self,

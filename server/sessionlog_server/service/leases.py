@@ -25,6 +25,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass, field
+from typing import TypeVar
 
 import structlog
 
@@ -43,6 +44,7 @@ from sessionlog_server.storage.records import SessionRecord
 RENEWALS_PER_COMMIT = 200
 """Stream leases renewed in one transaction (a few milliseconds of the writer thread)."""
 
+T = TypeVar("T")
 log = structlog.get_logger("sessionlog.leases")
 
 #: Random bytes in a lease token (256 bits: guessing one is not an attack).
@@ -419,6 +421,24 @@ class RepairLease:
                 await self._leases.release(self._grant.holder)
         finally:
             self._end()
+
+    async def around(self, work: Callable[[Grant], Awaitable[T]]) -> T:
+        """`work(grant)` under the lease, given back after it however it ended: the block
+        `async with` would be, for compiled callers. Compiled, an `async with` whose exit awaits
+        while an exception leaves the block raises whatever exception the thread handles by then
+        (None, which corrupts memory, or another coroutine's; docs/architecture/compiled-build.md),
+        so the release is awaited here outside the handler and the exception raised by name."""
+        grant = await self.__aenter__()
+        try:
+            result = await work(grant)
+        except BaseException as exc:
+            failure: BaseException | None = exc
+        else:
+            failure = None
+        await self.__aexit__()
+        if failure is not None:
+            raise failure
+        return result
 
     def _end(self) -> None:
         """Tell the callers waiting on this repair (if it was the session's first) it ended."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +33,7 @@ from sessionlog_server.storage.records import SessionRecord
 
 if TYPE_CHECKING:
     from sessionlog_server.service.app import SessionLogService
+    from sessionlog_server.service.leases import Grant
 
 log = structlog.get_logger("sessionlog.lifecycle")
 
@@ -130,7 +130,7 @@ async def _repairs_of_lease(service: SessionLogService, record: SessionRecord, e
     """
     seqs: list[int] = []
     if record.lease_since_seq is not None:
-        async for page in _pages_back(service, record, end_seed_seq - 1, record.lease_since_seq):
+        async for page in _PagesBack(service, record, end_seed_seq - 1, record.lease_since_seq):
             for event in reversed(page):
                 if not is_repair_event(event, "interrupted"):
                     return seqs[::-1]
@@ -138,17 +138,32 @@ async def _repairs_of_lease(service: SessionLogService, record: SessionRecord, e
     return seqs[::-1]
 
 
-async def _pages_back(
-    service: SessionLogService, record: SessionRecord, high: int, floor: int, max_pages: int | None = None
-) -> AsyncIterator[list[Event]]:
+class _PagesBack:
     """The events of seqs `floor`..`high` read back from `high`: a page (`FORK_SCAN_PAGE`
-    events, oldest first) at a time, the newest page first, at most `max_pages` pages."""
-    pages = 0
-    while high >= floor and (max_pages is None or pages < max_pages):
-        low = max(floor, high - FORK_SCAN_PAGE + 1)
-        yield await service.reader.read(record, low, high, FORK_SCAN_PAGE)
-        pages += 1
-        high = low - 1
+    events, oldest first) at a time, the newest page first, at most `max_pages` pages. A class
+    with `__anext__`, not an async generator: mypyc compiles no async generator (setup.py)."""
+
+    def __init__(
+        self, service: SessionLogService, record: SessionRecord, high: int, floor: int, max_pages: int | None = None
+    ) -> None:
+        self._service = service
+        self._record = record
+        self._high = high
+        self._floor = floor
+        self._pages_left = max_pages
+
+    def __aiter__(self) -> _PagesBack:
+        return self
+
+    async def __anext__(self) -> list[Event]:
+        if self._high < self._floor or self._pages_left == 0:
+            raise StopAsyncIteration
+        low = max(self._floor, self._high - FORK_SCAN_PAGE + 1)
+        page = await self._service.reader.read(self._record, low, self._high, FORK_SCAN_PAGE)
+        if self._pages_left is not None:
+            self._pages_left -= 1
+        self._high = low - 1
+        return page
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +210,8 @@ async def repair_abandoned(service: SessionLogService, *, expired_only: bool, co
 
 async def repair_session(service: SessionLogService, session_id: str, trigger: str = "sweep") -> bool:
     """Take the lease as the service, commit the closers, give the lease back."""
-    async with service.leases.repair_lease(session_id) as grant:
+
+    async def commit(grant: Grant) -> bool:
         wid, epoch = grant.record.writer_id or "", grant.record.epoch
         live = await service.live.get(session_id)
         async with live.lock:
@@ -213,6 +229,8 @@ async def repair_session(service: SessionLogService, session_id: str, trigger: s
             events=len(closers),
         )
         return True
+
+    return await service.leases.repair_lease(session_id).around(commit)
 
 
 async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: str | None) -> ForkResult:
@@ -245,14 +263,16 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
     )
     repair_seqs = [e.seq for e in events[1:]]
     try:
-        created = await service.committer.run_in_writer(
+        created: SessionRecord | None = await service.committer.run_in_writer(
             service.recorder.create_session, record, events, quota=service.sessions.max_sessions_per_namespace
         )
     except AlreadyExists:  # SESSION_EXISTS, or INTEGRITY_ERROR: a fork or create at once elsewhere
+        created = None  # read outside the handler: no await in one (docs/architecture/compiled-build.md)
+    if created is None:
         made = await service.reader.session(child_id)
         differences = fork_differences(made, record)
         if differences:
-            raise session_exists(child_id, "fork", differences) from None
+            raise session_exists(child_id, "fork", differences)
         log.info(
             "fork asked for again",
             **access.session_log_fields(child_id),
@@ -293,7 +313,7 @@ async def _open_turn_window(service: SessionLogService, source: SessionRecord, a
     no turn is open there); None when no turn boundary (nor seq 0) lies within
     `FORK_SCAN_PAGES` pages before the cut."""
     window: list[Event] = []
-    async for page in _pages_back(service, source, at_seq, 0, FORK_SCAN_PAGES):
+    async for page in _PagesBack(service, source, at_seq, 0, FORK_SCAN_PAGES):
         window = page + window
         for event in reversed(page):
             if event.type == TURN_START:

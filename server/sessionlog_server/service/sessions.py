@@ -80,12 +80,13 @@ class SessionDirectory:
                 self.recorder.create_session, record, quota=self.max_sessions_per_namespace
             )
         except AlreadyExists:  # SESSION_EXISTS, or INTEGRITY_ERROR: a create at once elsewhere
-            stored = await self.reader.session(sid)
-            differences = create_differences(stored, record)
-            if differences:
-                raise session_exists(sid, "create", differences) from None
-            log.info("create asked for again", **access.session_log_fields(sid))
-            return stored
+            pass  # read outside the handler: no await in one (docs/architecture/compiled-build.md)
+        stored = await self.reader.session(sid)
+        differences = create_differences(stored, record)
+        if differences:
+            raise session_exists(sid, "create", differences)
+        log.info("create asked for again", **access.session_log_fields(sid))
+        return stored
 
     async def get_session(self, session_id: str) -> SessionRecord:
         """The session, if it exists in the caller's namespace."""

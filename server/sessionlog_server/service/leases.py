@@ -184,8 +184,8 @@ class LeaseManager:
                     await done.wait()
 
     def repair_lease(self, session_id: str) -> RepairLease:
-        """The service's own lease for repairing a session, held for an `async with` block and
-        given back after it; a caller asking for the lease meanwhile waits for that
+        """The service's own lease for repairing a session, held while `RepairLease.around`'s work
+        runs and given back after it; a caller asking for the lease meanwhile waits for that
         (`grant_for_caller`)."""
         return RepairLease(self, session_id)
 
@@ -394,9 +394,9 @@ class LeaseManager:
 
 
 class RepairLease:
-    """`LeaseManager.repair_lease`: the grant on entering the block, its release on leaving it,
-    and, for a caller's grant that meets the repair's lease, an event set once it is given
-    back. A class, not an `asynccontextmanager`: mypyc compiles no async generator (setup.py)."""
+    """`LeaseManager.repair_lease`: the grant before `around`'s work, its release after it, and,
+    for a caller's grant that meets the repair's lease, an event set once it is given back. No
+    `async with` block: compiled, one whose exit awaits re-raises the wrong exception (`around`)."""
 
     def __init__(self, leases: LeaseManager, session_id: str) -> None:
         self._leases = leases
@@ -404,7 +404,7 @@ class RepairLease:
         self._done = asyncio.Event()
         self._grant: Grant | None = None
 
-    async def __aenter__(self) -> Grant:
+    async def _take(self) -> Grant:
         repairs = self._leases._repairs
         repairs.setdefault(self._session_id, self._done)
         try:
@@ -415,7 +415,7 @@ class RepairLease:
             raise
         return self._grant
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def _give_back(self) -> None:
         try:
             if self._grant is not None:
                 await self._leases.release(self._grant.holder)
@@ -428,14 +428,14 @@ class RepairLease:
         while an exception leaves the block raises whatever exception the thread handles by then
         (None, which corrupts memory, or another coroutine's; docs/architecture/compiled-build.md),
         so the release is awaited here outside the handler and the exception raised by name."""
-        grant = await self.__aenter__()
+        grant = await self._take()
         try:
             result = await work(grant)
         except BaseException as exc:
             failure: BaseException | None = exc
         else:
             failure = None
-        await self.__aexit__()
+        await self._give_back()
         if failure is not None:
             raise failure
         return result

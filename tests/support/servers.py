@@ -74,6 +74,18 @@ def hold_writer(server: ServerThread) -> threading.Event:
     return gate
 
 
+def settle_late(server: ServerThread, seconds: float) -> None:
+    """Hand every outcome of the server's writer thread (each commit's, first of all) to its
+    event loop `seconds` late: a loop slow to take them up, as on a loaded machine, made
+    certain. The batches are durable meanwhile, not yet acknowledged or published."""
+    loop = server.loop
+
+    def late(callback: Any, *args: Any) -> None:
+        loop.call_soon_threadsafe(loop.call_later, seconds, callback, *args)
+
+    server.service.committer._deliver = late
+
+
 def planned_next_seq(server: ServerThread, sid: str) -> int:
     """The session's next seq as planned on the server, committed or not (-1: not cached)."""
     live = server.service.live.peek(sid)

@@ -302,6 +302,8 @@ class SessionLogService:
         """Replay from `from_seq`, then the next seq (the caught-up marker), then live batches."""
         record = await self.sessions.get_session(session_id)
         poll_s = self.settings.subscription_poll_ms / 1000
-        async for item in subscriptions.follow(self.hub, self.reader, self.metrics, record, from_seq, poll_s):
+        async for item in subscriptions.follow(
+            self.hub, self.reader, self.live.committing, self.metrics, record, from_seq, poll_s
+        ):
             yield item
             del item  # a quiet subscription holds none of the events it was sent

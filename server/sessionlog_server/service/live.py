@@ -191,6 +191,12 @@ class LiveSessions:
         live = self._cached(session_id)
         return live if live is not None and live.valid else None
 
+    def committing(self, session_id: str) -> bool:
+        """Whether a batch of the session was planned here and is not settled yet: once it
+        lands, it is published here with its commit time (`subscriptions.follow` waits for it)."""
+        live = self.peek(session_id)
+        return live is not None and live.in_flight > 0
+
     def pin(self, session_id: str) -> None:
         """Keep the session cached while a writer stream on it is open (one `unpin` per `pin`).
 

@@ -18,7 +18,7 @@ import asyncio
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from sessionlog.core import jsonvalue
@@ -208,6 +208,7 @@ def _lag_s(events: Sequence[Event], committed_at: float | None) -> float:
 async def follow(
     hub: SubscriptionHub,
     reader: EventReader,
+    committing: Callable[[str], bool],
     metrics: Metrics,
     record: SessionRecord,
     from_seq: int,
@@ -217,7 +218,11 @@ async def follow(
 
     With nothing published for `poll_s`, the live tail looks at the log itself: other
     instances' appends arrive through the change feed (storage/changes.py) at once, and this
-    poll is the safety net when a notification is lost.
+    poll is the safety net when a notification is lost. It does not look while
+    `committing(session_id)` says this process has a batch of the session under way: that
+    batch is published here once it lands, with its commit time. Read from the log between
+    its commit and its publication, it was delivered without one, and a repair's lag showed
+    as its events' age (they take the time of the event before them, SPEC §8).
 
     `record` is the caller's session (access already checked). Subscribing from beyond the
     head is OUT_OF_RANGE: a client must never read "caught up" at a seq the log has not reached.
@@ -260,6 +265,8 @@ async def follow(
             batch: Sequence[Event]
             committed_at: float | None = None
             if published is None:
+                if committing(session_id):
+                    continue  # this process's batch is on its way here (see above)
                 # Nothing published here: another instance may be the writer, look at the log.
                 batch = await reader.read(record, next_seq, None, REPLAY_PAGE)
                 if not batch:

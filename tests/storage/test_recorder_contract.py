@@ -266,6 +266,31 @@ class RecorderContract:
         assert self.recorder.commit_batches([batch(opens, [note(2)], open_turn=False)]) == [None]
         assert not self.recorder.get_session(opens.id).open_turn
 
+    def test_a_row_whose_open_turn_disagrees_with_the_log_takes_the_batch_s(self, sid: str) -> None:
+        # SQLite fences a batch that neither opens nor closes a turn without writing open_turn
+        # (`EventRecorder._fence`). Rows that disagree with their batch (as a restore or an older
+        # release could leave them) still take its value, in a group and one by one: left
+        # closed, an open turn was never repaired after a crash.
+        opened, closed = self.writer(sid, open_turn=True), self.writer(f"{sid}-b")
+        alone = self.writer(f"{sid}-c", open_turn=True)
+        fenced = self.writer(f"{sid}-d")
+        self.recorder.acquire_lease(fenced.id, "w9", takeover=True, now=NOW + 1, ttl_ms=TTL, token_hash="h-w9")
+        results = self.recorder.commit_batches(
+            [
+                batch(opened, [note(0)], open_turn=False),
+                batch(closed, [note(0)], open_turn=True),
+                batch(fenced, [note(0)], open_turn=True),
+            ]
+        )
+        assert results[:2] == [None, None] and isinstance(results[2], OwnershipLost)
+        # Not contiguous (the second expects seq 2, the first ends at 1): fenced batch by batch.
+        results = self.recorder.commit_batches(
+            [batch(alone, [note(0)], open_turn=False), batch(alone, [note(2)], open_turn=True, expected=2)]
+        )
+        assert results[0] is None and results[1] is not None
+        states = [self.recorder.get_session(s).open_turn for s in (sid, f"{sid}-b", f"{sid}-c", f"{sid}-d")]
+        assert states == [False, True, False, False]
+
     def test_a_group_larger_than_one_statement_commits_whole(self, sid: str) -> None:
         # 9,000 events: more than one PostgreSQL statement could carry as one parameter per
         # value (65,535); the group is still one statement (one array per column), and a

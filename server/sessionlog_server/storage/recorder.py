@@ -21,7 +21,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from sqlalchemy import Connection, Engine, and_, func, or_, select
 from sqlalchemy import exc as sa_exc
@@ -61,6 +61,9 @@ class EventRecorder(ABC):
     #: The fenced compare-and-set (driver SQL: built once, no per-batch statement construction).
     #: Parameters: next_seq, last_time, open_turn, lease_expires_at; id, writer_id, epoch, expected.
     advance_sql: ClassVar[str]
+    #: The same fence for a row that already holds the new `open_turn`, which it leaves out of
+    #: its SET (the same parameters; None: `advance_sql` alone). See `_fence`.
+    advance_keeping_turn_sql: ClassVar[str | None] = None
     #: The event insert (driver SQL, executemany), parameters in `EVENT_COLUMNS` order.
     insert_events_sql: ClassVar[str]
     #: The driver's parameter marker (`?` for sqlite3, `%s` for psycopg).
@@ -455,8 +458,8 @@ class EventRecorder(ABC):
         All fences go out together (one round trip on a driver that pipelines), then one
         executemany of every accepted event, then the change notice.
         """
-        fenced = conn.rowcounts(
-            self.advance_sql,
+        fenced = self._fence(
+            conn,
             [
                 advance_params(batches[run[0]], batches[run[-1]]) if contiguous([batches[i] for i in run]) else None
                 for run in runs
@@ -473,7 +476,7 @@ class EventRecorder(ABC):
 
     def _fence_one_by_one(
         self,
-        conn: DriverSQL,
+        conn: DriverTransaction,
         batches: Sequence[PendingBatch],
         run: Sequence[int],
         results: list[SessionLogError | None],
@@ -532,9 +535,29 @@ class EventRecorder(ABC):
         )
         return {eid: seq for eid, seq in conn.exec_driver_sql(sql, (session_id, *event_ids))}
 
-    def _advance(self, conn: DriverSQL, first: PendingBatch, last: PendingBatch) -> bool:
+    def _advance(self, conn: DriverTransaction, first: PendingBatch, last: PendingBatch) -> bool:
         """The fenced compare-and-set: move next_seq from `first`'s expected to `last`'s new one."""
-        return bool(conn.exec_driver_sql(self.advance_sql, advance_params(first, last)).rowcount == 1)
+        return self._fence(conn, [advance_params(first, last)]) == [1]
+
+    def _fence(self, conn: DriverTransaction, each: Sequence[tuple[Any, ...] | None]) -> list[int]:
+        """The fence for each parameter tuple (`advance_params`; None: skipped, 0), and how
+        many rows each moved.
+
+        Where `advance_keeping_turn_sql` is set (SQLite), a row that already holds the batch's
+        `open_turn` (every batch but a turn's first and last) moves without that column in the
+        SET: SQLite rewrites the index entry of every column a SET names, changed or not, and
+        `ix_sessions_open_turn` was one more page in the WAL of every commit. A row it misses
+        (the turn opens or closes, or the fence does not hold) is then tried with `advance_sql`,
+        whose answer stands: so a row's `open_turn` never stays behind its log's.
+        """
+        if self.advance_keeping_turn_sql is None:
+            return conn.rowcounts(self.advance_sql, each)
+        moved = conn.rowcounts(self.advance_keeping_turn_sql, each)
+        missed = [None if hit else params for params, hit in zip(each, moved, strict=True)]
+        if all(params is None for params in missed):
+            return moved
+        again = conn.rowcounts(self.advance_sql, missed)
+        return [hit or later for hit, later in zip(moved, again, strict=True)]
 
     def _insert_events(self, conn: Connection, session_id: str, events: Sequence[Event], threshold: int | None) -> None:
         rows = []

@@ -143,6 +143,11 @@ class SQLiteEventRecorder(EventRecorder):
         "UPDATE sessions SET next_seq = ?, last_time = ?, open_turn = ?, lease_expires_at = ? "
         "WHERE id = ? AND writer_id = ? AND epoch = ? AND next_seq = ?"
     )
+    # `?N` is the Nth of the same parameters (`advance_params`): open_turn, the third, is compared.
+    advance_keeping_turn_sql = (
+        "UPDATE sessions SET next_seq = ?1, last_time = ?2, lease_expires_at = ?4 "
+        "WHERE id = ?5 AND writer_id = ?6 AND epoch = ?7 AND next_seq = ?8 AND open_turn = ?3"
+    )
     placeholder = "?"
     begin_write_sql = "BEGIN IMMEDIATE"
     # data arrives as UTF-8 bytes (storage/records.py StoredData): the CAST stores them as TEXT.

@@ -16,7 +16,10 @@ import typer
 from typer.testing import CliRunner
 
 from sessionlog.cli.offline import register
+from sessionlog.core.formats.pi.importer import branch_events
+from sessionlog.core.formats.pi.load import load_pi_file
 from sessionlog.core.formats.replay import METRIC_KEYS, Change, missing_metrics, replay_file, values_equal
+from sessionlog.core.formats.sessionlog_file import sessionlog_lines
 from tests.support.fixtures import RESUMED_SESSION, fixture, pi_generated_sessions
 from tests.support.fixtures import oracle as pi_oracle
 
@@ -171,6 +174,51 @@ def test_replay_refuses_what_an_append_refuses(app: typer.Typer, tmp_path: Path)
         result = run(app, "replay", path)
         assert result.exit_code == 2
         assert f"{reason}: line 3 (seq 1)" in result.output, result.output
+
+
+def _with_a_negative_cost(path: Path) -> Path:
+    """RESUMED with its first model call's `cost.total` at -5, at `path`: it lowered the
+    replayed cost to -4.992245, where an import of the file is refused (NEGATIVE_USAGE)."""
+    lines = RESUMED.read_text("utf-8").splitlines()
+    call = json.loads(lines[4])
+    call["message"]["usage"]["cost"]["total"] = -5
+    lines[4] = json.dumps(call)
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    return path
+
+
+NEGATIVE_COST = (
+    "sessionlog: error: NEGATIVE_USAGE: line 5: Pi entry a07999e9: "
+    "message.usage.cost.total is -5: token counts and costs cannot be negative\n"
+)
+
+
+def test_replay_refuses_a_negative_usage_number_strict_or_lenient(app: typer.Typer, tmp_path: Path) -> None:
+    """A negative cost in a Pi file is refused as the door refuses it, naming the line, the
+    entry and the field, and no figure is printed: replay summed it, and printed a cost of
+    -4.992245. `--lenient` drops a crashed writer's cut-off last line, nothing that is in the
+    file and wrong: the refusal stands, as every other one does."""
+    path = _with_a_negative_cost(tmp_path / "negative.jsonl")
+    for flags in ([], ["--json"], ["--lenient"], ["--lenient", "--json"]):
+        result = run(app, "replay", path, *flags)
+        assert (result.exit_code, result.output) == (2, NEGATIVE_COST), flags
+
+
+def test_replay_refuses_an_export_with_a_negative_usage_number(app: typer.Typer, tmp_path: Path) -> None:
+    """The same session as a sessionlog export: the event is refused by the rules of an append,
+    with its line and seq, `--lenient` or not."""
+    pi_file = load_pi_file(_with_a_negative_cost(tmp_path / "negative.jsonl"))
+    events = [e.committed(seq, 1000 + seq) for seq, e in enumerate(branch_events(pi_file))]
+    export = tmp_path / "export.jsonl"
+    export.write_text("".join(sessionlog_lines({"id": "s"}, events)), "utf-8")
+    seq = next(e.seq for e in events if e.data.get("pi", {}).get("id") == "a07999e9")
+    for flags in ([], ["--lenient", "--json"]):
+        result = run(app, "replay", export, *flags)
+        assert (result.exit_code, result.output) == (
+            2,
+            f"sessionlog: error: NEGATIVE_USAGE: line {seq + 2} (seq {seq}): "
+            "data.message.usage.cost.total is -5: token counts and costs cannot be negative\n",
+        ), flags
 
 
 def _write_run(tmp_path: Path, metrics: dict[str, Any]) -> Path:
@@ -383,6 +431,28 @@ def test_recompute_of_seed_000_style_records_changes_nothing(app: typer.Typer, t
     assert "3 run(s) unchanged" in result.output and "0 run(s) differ" in result.output
     assert result.output.count("not recorded, not compared") == 1
     assert "messages (3 run(s))" in result.output
+
+
+def test_recompute_reports_a_run_whose_file_holds_a_negative_usage_number(app: typer.Typer, tmp_path: Path) -> None:
+    """Recompute replays each run's file as `replay` does: a run whose file holds a negative cost
+    could not be recomputed (the refusal, naming the file and line, is its error), and `--write`
+    leaves its record as it is. Recompute wrote the lowered cost (-4.992245) into the record."""
+    _with_a_negative_cost(tmp_path / "negative.jsonl")
+    shutil.copy(RESUMED, tmp_path / "good.jsonl")
+    records = [
+        {"run_id": "lowered", "session_file": "negative.jsonl", "metrics": {"costUsd": 0.01551}},
+        {"run_id": "good", "session_file": "good.jsonl", "metrics": {"costUsd": 0.01}},
+    ]
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("".join(json.dumps(record) + "\n" for record in records))
+    result = run(app, "recompute", runs, "--sessions", tmp_path, "--write")
+    assert result.exit_code == 1, result.output
+    negative = tmp_path / "negative.jsonl"
+    assert f"  lowered  error: NEGATIVE_USAGE: {negative}: line 5: Pi entry a07999e9: " in result.output
+    assert "1 run(s) could not be recomputed" in result.output
+    assert "-4.992245" not in result.output
+    rewritten = [json.loads(line)["metrics"] for line in runs.read_text().splitlines()]
+    assert rewritten == [{"costUsd": 0.01551}, {"costUsd": 0.01551}]  # the good run's cost rewritten only
 
 
 def test_recompute_default_session_path_and_bad_runs_file(app: typer.Typer, tmp_path: Path) -> None:

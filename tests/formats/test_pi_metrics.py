@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sessionlog.core.errors import ValidationError
-from sessionlog.core.formats.pi.importer import branch_events
+from sessionlog.core.formats.pi.importer import branch_events, import_pi
 from sessionlog.core.formats.pi.load import load_pi_bytes, load_pi_file
 from sessionlog.core.formats.pi.metrics import pi_metrics
 from sessionlog.core.formats.replay import (
@@ -24,6 +24,7 @@ from sessionlog.core.formats.replay import (
     values_equal,
 )
 from sessionlog.core.formats.sessionlog_file import sessionlog_lines
+from sessionlog.core.limits import DEFAULT_LIMITS
 from sessionlog.core.usage import usage_total_tokens
 from tests.support.fixtures import RESUMED_SESSION, fixture, leaves, pi_generated_sessions
 from tests.support.fixtures import oracle as _oracle
@@ -427,3 +428,86 @@ def test_usage_without_a_price_is_counted_in_either_format(tmp_path: Path) -> No
     export.write_text("".join(sessionlog_lines({"id": "s"}, events)), "utf-8")
     assert replay_file(export).metrics["unpricedEvents"] == 2
     assert replay_file(export, at="0").metrics["unpricedEvents"] == 0
+
+
+# --- a negative usage number: refused as the door refuses it -------------------------------
+
+
+def _negative(entries: list[dict[str, Any]], entry_id: str, field: str, value: float) -> list[dict[str, Any]]:
+    """A copy of `entries` whose entry `entry_id` holds `value` at the dotted `field`."""
+    out = json.loads(json.dumps(entries))
+    target: dict[str, Any] = next(e for e in out if e["id"] == entry_id)
+    *parents, last = field.split(".")
+    for key in parents:
+        target = target[key]
+    target[last] = value
+    return out
+
+
+NEGATIVE_USAGE = [
+    ("d", "message.usage.output", -10),  # an assistant's token count
+    ("e", "message.usage.cost.total", -0.5),  # a tool result's cost
+    ("f", "usage.cost.input", -1),  # a compaction's
+    ("g", "usage.totalTokens", -22),  # a branch summary's
+    ("h", "usage.cacheRead", -3),  # a usage entry's
+]
+
+
+@pytest.mark.parametrize(("entry_id", "field", "value"), NEGATIVE_USAGE, ids=[f for _, f, _ in NEGATIVE_USAGE])
+def test_a_negative_usage_number_on_the_branch_is_refused_as_its_import_refuses_it(
+    entry_id: str, field: str, value: float, tmp_path: Path
+) -> None:
+    """A token count or cost below zero, on any entry kind that carries usage, lowered the
+    replay's cost and token totals where the service's door (`validate.check_usage`) refuses the
+    event it imports as. The replay refuses it with the door's reason and words, naming the line,
+    the entry and the field as the file spells it; the import of the same file names the same
+    line and entry, and the field of the event (`data.` + the entry's)."""
+    entries = _negative(ENTRIES, entry_id, field, value)
+    path = tmp_path / "negative.jsonl"
+    path.write_bytes(handmade(*entries))
+    line = str(2 + [e["id"] for e in entries].index(entry_id))
+    with pytest.raises(ValidationError) as replayed:
+        replay_file(path)
+    assert replayed.value.reason == "NEGATIVE_USAGE"
+    assert replayed.value.metadata == {"field": field, "type": entries[int(line) - 2]["type"], "line": line,
+                                       "entry": entry_id}  # fmt: skip
+    assert str(replayed.value) == (
+        f"line {line}: Pi entry {entry_id}: {field} is {value!r}: token counts and costs cannot be negative"
+    )
+    with pytest.raises(ValidationError) as imported:
+        import_pi(load_pi_file(path), DEFAULT_LIMITS)
+    assert imported.value.reason == replayed.value.reason
+    assert (imported.value.metadata["line"], imported.value.metadata["entry"]) == (line, entry_id)
+    assert imported.value.metadata["field"] == f"data.{field}"
+    assert f"data.{field} is {value!r}: token counts and costs cannot be negative" in str(imported.value)
+
+
+@pytest.mark.parametrize(("entry_id", "field", "value"), NEGATIVE_USAGE, ids=[f for _, f, _ in NEGATIVE_USAGE])
+def test_the_export_of_a_branch_with_a_negative_usage_number_is_refused_too(
+    entry_id: str, field: str, value: float, tmp_path: Path
+) -> None:
+    """The export replay checks each event by the rules of an append (`fold_export`), this one
+    included: the same branch as a sessionlog export is refused with the same reason, naming the
+    event's line and seq and the field where the event holds it."""
+    pi_file = load_pi_bytes(handmade(*_negative(ENTRIES, entry_id, field, value)))
+    events = [e.committed(seq, 1000 + seq) for seq, e in enumerate(branch_events(pi_file))]
+    seq = next(e.seq for e in events if isinstance(e.data.get("pi"), dict) and e.data["pi"].get("id") == entry_id)
+    export = tmp_path / "export.jsonl"
+    export.write_text("".join(sessionlog_lines({"id": "s"}, events)), "utf-8")
+    with pytest.raises(ValidationError) as caught:
+        replay_file(export)
+    assert caught.value.reason == "NEGATIVE_USAGE"
+    assert caught.value.metadata["field"] == f"data.{field}"
+    assert (caught.value.metadata["line"], caught.value.metadata["seq"]) == (str(seq + 2), str(seq))
+    assert str(caught.value).startswith(f"line {seq + 2} (seq {seq}): data.{field} is {value!r}: ")
+
+
+def test_a_negative_usage_number_off_the_branch_is_neither_summed_nor_checked() -> None:
+    """The metrics describe one branch, and only its usage is summed (and checked): a negative
+    number on an abandoned branch lowers nothing the replay reports. Replayed at that branch's
+    leaf, the number is on the branch, and refused."""
+    pi_file = load_pi_bytes(handmade(*_negative(ENTRIES, "x", "message.usage.cost.total", -9)))
+    assert pi_metrics(pi_file) == pi_metrics(load_pi_bytes(handmade()))
+    with pytest.raises(ValidationError) as caught:
+        pi_metrics(pi_file, "x")
+    assert (caught.value.reason, caught.value.metadata["entry"]) == ("NEGATIVE_USAGE", "x")

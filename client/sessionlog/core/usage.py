@@ -7,6 +7,8 @@ so the same session reports the same cost, to the last digit, whatever path comp
 A usage object has Pi's shape `{input, output, cacheRead, cacheWrite, totalTokens,
 cost:{input, output, cacheRead, cacheWrite, total}}`. A number below zero in it is refused at
 the door (`negative_field`, checked by `validate.check_usage`): it would lower a session's cost.
+The offline replay refuses it by the same check (`validate.check_usage_at`): an export's events
+pass the door's rules, and the Pi replay checks each usage it sums.
 Non-numbers, and numbers past `USAGE_LIMIT`, count as 0. Costs are summed exactly (Shewchuk's
 algorithm, as `math.fsum`, but incrementally: a live fold adds one event at a time) and reported
 rounded to `COST_DECIMALS`, so neither the order of the events nor float rounding can change the

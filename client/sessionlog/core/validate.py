@@ -241,20 +241,25 @@ def check_usage(event: NewEvent) -> None:
     session's cost and tokens in `stats` and `costs`. Non-finite numbers never get this far
     (`jsonvalue` refuses them as NON_FINITE_NUMBER)."""
     message = event.data.get("message")
-    carried = (
-        ("data.usage", event.data.get("usage")),
-        ("data.message.usage", message.get("usage") if isinstance(message, dict) else None),
-    )
-    for where, found in carried:
-        negative = usage.negative_field(found) if isinstance(found, dict) else None
-        if negative is not None:
-            path, value = negative
-            raise ValidationError(
-                "NEGATIVE_USAGE",
-                f"{where}.{path} is {value!r}: token counts and costs cannot be negative",
-                field=f"{where}.{path}",
-                type=event.type,
-            )
+    check_usage_at(event.data.get("usage"), "data.usage", event.type)
+    check_usage_at(message.get("usage") if isinstance(message, dict) else None, "data.message.usage", event.type)
+
+
+def check_usage_at(found: object, where: str, carrier: str) -> None:
+    """The refusal of a usage holding a negative number (`usage.negative_field`), for a usage
+    `found` at the dotted path `where` of a thing of type `carrier`; anything but an object is no
+    usage and passes. `check_usage` calls it for an event; the offline Pi replay
+    (`formats.pi.metrics`), which sums a file's usage without mapping it to events, for an
+    entry: so the file is refused as its import would be, in the same words, by this one rule."""
+    negative = usage.negative_field(found) if isinstance(found, dict) else None
+    if negative is not None:
+        path, value = negative
+        raise ValidationError(
+            "NEGATIVE_USAGE",
+            f"{where}.{path} is {value!r}: token counts and costs cannot be negative",
+            field=f"{where}.{path}",
+            type=carrier,
+        )
 
 
 def _kept_as_seen(event: NewEvent) -> bool:

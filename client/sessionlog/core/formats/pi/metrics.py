@@ -25,15 +25,21 @@ Usage is summed over **every** entry on the branch that carries one, not only as
 any message's `usage` (assistant, and 1.x tool results), `compaction.usage`,
 `branch_summary.usage` and `usage` entries (1.x). A missing `totalTokens` counts as
 `input + output + cacheRead + cacheWrite` (Pi's own rule); a missing `cost.total` as the sum of the
-cost parts. Non-numbers count as 0. These rules, and the exact cost sum rounded to 12 decimals, are
-`sessionlog.core.usage`'s, shared with the stats of a sessionlog log. Entries off the branch (abandoned
-branches) are not counted: the metrics describe the branch, like Pi's own context.
+cost parts. Non-numbers count as 0. A number below zero is refused, as the import of the file
+refuses the event the entry becomes (`NEGATIVE_USAGE`, naming the entry's line, id and field, such
+as `message.usage.cost.total`): summed, it would lower the cost and tokens reported. These rules,
+and the exact cost sum rounded to 12 decimals, are `sessionlog.core.usage`'s (the refusal,
+`validate.check_usage_at`, is the service's door's), shared with the stats of a sessionlog log.
+Entries off the branch (abandoned branches) are not counted, nor checked: the metrics describe
+the branch, like Pi's own context.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from sessionlog.core import validate
+from sessionlog.core.errors import SessionLogError
 from sessionlog.core.formats.pi.context import build_context
 from sessionlog.core.formats.pi.entries import (
     BRANCH_SUMMARY,
@@ -85,6 +91,7 @@ def branch_metrics(pi_file: PiFile, tree: PiTree, leaf_id: str | None) -> dict[s
         usage = entry_usage(entry)
         if usage is None:
             continue
+        _check_usage(pi_file, entry, usage)
         for key in tokens:
             tokens[key] += number(usage.get(key))
         total_tokens += usage_total_tokens(usage)
@@ -115,6 +122,21 @@ def branch_metrics(pi_file: PiFile, tree: PiTree, leaf_id: str | None) -> dict[s
         "totalTokens": total_tokens,
         "compactionCostUsd": compaction_cost.value() if compaction_cost is not None else None,
     }
+
+
+def _check_usage(pi_file: PiFile, entry: JsonObject, usage: JsonObject) -> None:
+    """Refuse an entry's usage holding a negative number (`validate.check_usage_at`, the door's
+    rule and words), located as the importer locates a refusal: the file's line and the entry id.
+    The field is the entry's own (`message.usage`, or `usage` of a compaction, branch summary or
+    usage entry), where the file is fixed; the import says the event's (`data.message.usage`,
+    `data.usage`)."""
+    kind = entry.get("type")
+    try:
+        validate.check_usage_at(usage, "message.usage" if kind == MESSAGE else "usage", str(kind))
+    except SessionLogError as exc:
+        line = next(n for e, n in zip(pi_file.entries, pi_file.entry_lines, strict=True) if e is entry)
+        entry_id = entry.get("id")
+        raise exc.located(f"line {line}: Pi entry {entry_id}", line=line, entry=entry_id) from None
 
 
 def _route(model: Any, key: str) -> str | None:

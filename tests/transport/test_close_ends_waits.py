@@ -1,0 +1,92 @@
+"""Closing a client ends every wait of the client to try again at once, with the closed
+client's RuntimeError ("the client is closed", as every other call of a closed client raises).
+
+A sync subscription closed while it waited to resubscribe after a cut finished its wait first
+(up to half a second); the asyncio client's calls, reads and subscriptions waiting to try again
+finished their wait (a retry policy's, up to seconds) before they said the client was closed.
+The sync client's calls and reads, and both clients' writer opens, already ended at the close
+(tests/transport/test_writer_open_retries.py tests the opens).
+
+Each test loses the first answer of a call (`AnswerLosingProxy`), so the call waits to try
+again, far longer than the test gives the close to end that wait: a wait the close did not end
+is told by the test's own bound running out, however fast or slow the machine.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sessionlog import requests
+from sessionlog.client import SessionLogClient
+from tests.support.events import note
+from tests.support.following import follow_in_thread
+from tests.support.lossy_proxy import AnswerLosingProxy
+from tests.support.servers import ServerThread
+from tests.support.waiting import eventually
+
+#: The wait before trying again: far longer than a test gives the close to end it.
+LONG_WAIT = 300.0
+
+#: How long a test gives the close to end a wait (from the close on).
+ENDS_WITHIN = 10.0
+
+
+@pytest.fixture
+def slow_resubscribe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A subscription cut off while the service is unreachable waits LONG_WAIT to resubscribe
+    (50 ms, doubling up to half a second, otherwise: too short to tell a wait that ended at the
+    close from one that ran out)."""
+    monkeypatch.setattr(requests, "RESUBSCRIBE_FIRST_DELAY", LONG_WAIT)
+    monkeypatch.setattr(requests, "RESUBSCRIBE_MAX_DELAY", LONG_WAIT)
+
+
+def _session_with_an_event(server: ServerThread, sid: str) -> None:
+    """A session with one event: a read and a subscription of it answer with a first message."""
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        lease = client.acquire_lease(sid)
+        client.append(sid, lease, [note(0)])
+        client.release_lease(lease)
+
+
+def _said_closed(error: BaseException) -> None:
+    assert isinstance(error, RuntimeError), repr(error)
+    assert str(error) == "the client is closed"
+
+
+# --- the sync client ---------------------------------------------------------------------------
+
+
+def test_closing_the_client_ends_a_subscriptions_wait_to_resubscribe(
+    server: ServerThread, sid: str, slow_resubscribe: None
+) -> None:
+    """Closed from another thread while the subscription waited to resubscribe, it raised the
+    closed client's RuntimeError only once its wait was out (its `cancel` alone ended the wait)."""
+    _session_with_an_event(server, sid)
+    with AnswerLosingProxy(server.target, "SubscribeEvents") as proxy:
+        client = SessionLogClient(proxy.target)
+        following, seen = follow_in_thread(client.subscribe(sid))
+        eventually(lambda: len(proxy.lost), lambda lost: lost == 1)  # the first attempt was cut
+        client.close()
+        following.join(ENDS_WITHIN)
+        assert not following.is_alive()
+        assert proxy.calls["SubscribeEvents"] == 1  # no resubscribe after the close
+    assert len(seen) == 1, seen  # the lost answer's event was never delivered
+    _said_closed(seen[0])
+
+
+def test_a_subscription_cancelled_while_it_waits_to_resubscribe_ends_quietly_at_once(
+    server: ServerThread, sid: str, slow_resubscribe: None
+) -> None:
+    """Its own cancel ends the wait as the client's close does, but as the end its caller chose:
+    the iteration ends without an error, the client open or, later, closed."""
+    _session_with_an_event(server, sid)
+    with AnswerLosingProxy(server.target, "SubscribeEvents") as proxy, SessionLogClient(proxy.target) as client:
+        subscription = client.subscribe(sid)
+        following, seen = follow_in_thread(subscription)
+        eventually(lambda: len(proxy.lost), lambda lost: lost == 1)
+        subscription.cancel()
+        following.join(ENDS_WITHIN)
+        assert not following.is_alive()
+        assert seen == []
+        assert client.get_session(sid).next_seq == 1  # the client goes on

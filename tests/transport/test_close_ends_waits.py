@@ -14,10 +14,18 @@ is told by the test's own bound running out, however fast or slow the machine.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
 import pytest
 
 from sessionlog import requests
+from sessionlog.aio import AsyncSessionLogClient
+from sessionlog.base import RetryPolicy
 from sessionlog.client import SessionLogClient
+from sessionlog.core.events import Event
+from sessionlog.requests import CaughtUp
 from tests.support.events import note
 from tests.support.following import follow_in_thread
 from tests.support.lossy_proxy import AnswerLosingProxy
@@ -26,6 +34,9 @@ from tests.support.waiting import eventually
 
 #: The wait before trying again: far longer than a test gives the close to end it.
 LONG_WAIT = 300.0
+
+#: The retry policy of the calls and reads: after the lost answer, a LONG_WAIT.
+SLOW_RETRY = RetryPolicy(attempts=3, initial_delay=LONG_WAIT, max_delay=LONG_WAIT)
 
 #: How long a test gives the close to end a wait (from the close on).
 ENDS_WITHIN = 10.0
@@ -90,3 +101,70 @@ def test_a_subscription_cancelled_while_it_waits_to_resubscribe_ends_quietly_at_
         assert not following.is_alive()
         assert seen == []
         assert client.get_session(sid).next_seq == 1  # the client goes on
+
+
+# --- the asyncio client ------------------------------------------------------------------------
+
+
+async def _first_of(items: AsyncIterator[Event | CaughtUp]) -> Event | CaughtUp:
+    async for item in items:
+        return item
+    raise AssertionError("the subscription ended")
+
+
+async def _all_events(events: AsyncIterator[Event]) -> list[Event]:
+    return [event async for event in events]
+
+
+#: Each kind of call that waits to try again: the method whose answer the proxy loses, and the
+#: call, made on the client for the session.
+ASYNC_WAITS: dict[str, Callable[[AsyncSessionLogClient, str], Awaitable[Any]]] = {
+    "GetSession": lambda client, sid: client.get_session(sid),
+    "ReadEvents": lambda client, sid: _all_events(client.read_events(sid)),
+    "SubscribeEvents": lambda client, sid: _first_of(client.subscribe(sid)),
+}
+
+
+@pytest.mark.parametrize("method", list(ASYNC_WAITS))
+def test_closing_the_asyncio_client_ends_a_wait_to_try_again(
+    server: ServerThread, sid: str, slow_resubscribe: None, method: str
+) -> None:
+    """A call retried (the client's retry policy), a read retried (the same) and a subscription
+    resubscribing (its own backoff) raised the closed client's RuntimeError only once their
+    wait was out. The close cancels the wait: no attempt is made after it."""
+    _session_with_an_event(server, sid)
+
+    async def scenario(proxy: AnswerLosingProxy) -> None:
+        # No timeout: the call's budget would refuse a wait longer than what is left of it.
+        client = AsyncSessionLogClient(proxy.target, retry=SLOW_RETRY, timeout=None)
+        waiting = asyncio.ensure_future(ASYNC_WAITS[method](client, sid))
+        while not proxy.lost:  # the first attempt's answer was lost
+            await asyncio.sleep(0.01)
+        await client.close()
+        with pytest.raises(RuntimeError, match=r"^the client is closed$"):
+            await asyncio.wait_for(waiting, ENDS_WITHIN)
+
+    with AnswerLosingProxy(server.target, method) as proxy:
+        asyncio.run(scenario(proxy))
+        assert proxy.calls[method] == 1  # the retry loop stopped at the close
+
+
+def test_cancelling_an_asyncio_call_that_waits_to_try_again_still_raises_cancelled(
+    server: ServerThread, sid: str
+) -> None:
+    """The close's cancel of a wait is taken back, the caller's own is not: a call cancelled by
+    its caller while it waits raises CancelledError, and the client goes on."""
+    _session_with_an_event(server, sid)
+
+    async def scenario(proxy: AnswerLosingProxy) -> None:
+        async with AsyncSessionLogClient(proxy.target, retry=SLOW_RETRY, timeout=None) as client:
+            waiting = asyncio.ensure_future(client.get_session(sid))
+            while not proxy.lost:
+                await asyncio.sleep(0.01)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(waiting, ENDS_WITHIN)
+            assert (await client.get_session(sid)).next_seq == 1
+
+    with AnswerLosingProxy(server.target, "GetSession") as proxy:
+        asyncio.run(scenario(proxy))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -69,8 +69,9 @@ class AsyncSessionLogClient(base.ClientBase):
     """An asyncio connection to a sessionlog server."""
 
     _loop: asyncio.AbstractEventLoop
-    _openings: set[asyncio.Task[Any]]
-    """The tasks opening a writer now (`_open_writer`), which `close()` ends."""
+    _closable: set[asyncio.Task[Any]]
+    """The tasks in a block `close()` ends (`_ended_by_close`): a writer opening, a call, read or
+    subscription waiting to try again (`_pause`)."""
 
     def _open_channel(self, target: str, credentials: Any, token: str | None) -> tuple[Any, Any]:
         # grpc.aio binds a channel to the loop it is made on; elsewhere its calls fail in asyncio's
@@ -82,7 +83,7 @@ class AsyncSessionLogClient(base.ClientBase):
                 "create the AsyncSessionLogClient in a coroutine, on the event loop that will use it "
                 "(its gRPC channel belongs to the loop it is created on)"
             ) from None
-        self._openings = set()
+        self._closable = set()
         interceptors = aio_interceptors(token)
         channel = (
             grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS, interceptors=interceptors)
@@ -100,12 +101,12 @@ class AsyncSessionLogClient(base.ClientBase):
     async def close(self) -> None:
         """Close the channel. Writers still open are abandoned as by their `cancel()` (batches in
         flight fail with an outcome unknown; the lease is left to lapse); subscriptions, reads
-        and calls under way, writers opening (`_open_writer`), and any call made later, raise
-        RuntimeError."""
+        and calls under way or waiting to try again (`_pause`), writers opening (`_open_writer`),
+        and any call made later, raise RuntimeError."""
         self._end_writers()
-        openings, self._openings = self._openings, set()  # each cancelled once, by the first close
-        for opening in openings:
-            opening.cancel()
+        closable, self._closable = self._closable, set()  # each cancelled once, by the first close
+        for task in closable:
+            task.cancel()
         await self.channel.close()
 
     def _check_open(self) -> None:
@@ -124,6 +125,36 @@ class AsyncSessionLogClient(base.ClientBase):
         if self.closed and task is not None and not task.cancelling():
             raise RuntimeError("the client is closed") from None
 
+    @contextlib.contextmanager
+    def _ended_by_close(self) -> Iterator[None]:
+        """A block of this task that `close()` ends at once, with the closed client's RuntimeError:
+        close cancels the task (once) while it is inside, and the block takes that cancel back
+        (`uncancel`), so a caller's own cancellation still ends it with CancelledError. For what
+        the channel's close does not end by itself: a sleep, or a writer's open under way, which
+        grpc.aio leaves waiting forever if it had not yet connected. Not nested: the cancel is
+        taken back once per block."""
+        self._check_open()  # a block entered after the close would take back a cancel not close's
+        task = asyncio.current_task()
+        assert task is not None  # a coroutine runs in a task
+        self._closable.add(task)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if self.closed:  # close() came meanwhile: its cancel is taken back, the caller's stays
+                task.uncancel()
+            self._closed_under()
+            raise
+        finally:
+            self._closable.discard(task)
+
+    async def _pause(self, delay: float) -> None:
+        """Every wait of the client before trying again (a call's retry, a read's, a
+        subscription's resubscribe): `delay` seconds, ended at once by `close()` with the closed
+        client's RuntimeError, as the sync client's `_pause`; the next attempt raised it, or
+        grpc.aio's UsageError ("Channel is closed."), only after the wait was out."""
+        with self._ended_by_close():
+            await asyncio.sleep(delay)
+
     async def _run(self, call: Call[T]) -> T:
         """Make a unary call, retrying an idempotent one while its outcome is unknown, within
         the client's `timeout` in all (`base.Budget`)."""
@@ -138,7 +169,7 @@ class AsyncSessionLogClient(base.ClientBase):
             except asyncio.CancelledError:
                 self._closed_under()
                 raise
-            await asyncio.sleep(delay)
+            await self._pause(delay)
 
     async def _pages(self, paged: Paged[T]) -> AsyncIterator[T]:
         token = ""
@@ -233,25 +264,15 @@ class AsyncSessionLogClient(base.ClientBase):
         reconnect: RetryPolicy,
         open_retry: RetryPolicy,
     ) -> AsyncWriter:
-        """The writer, once open; RuntimeError if `close()` came while it opened, which cancels
-        this task: the open's wait to try again ends with it, where the next attempt raised
-        grpc.aio's UsageError ("Channel is closed."), and so does an attempt under way, which
-        grpc.aio leaves waiting forever on a closed channel if it had not yet connected."""
+        """The writer, once open; RuntimeError if `close()` came while it opened (`_ended_by_close`):
+        the open's wait to try again ends with it, where the next attempt raised grpc.aio's
+        UsageError ("Channel is closed."), and so does an attempt under way, which grpc.aio
+        leaves waiting forever on a closed channel if it had not yet connected."""
         self._check_open()
         base.check_max_in_flight(max_in_flight)
         writer = AsyncWriter(self.stub, core, max_in_flight, reconnect, open_retry)
-        task = asyncio.current_task()
-        assert task is not None  # a coroutine runs in a task
-        self._openings.add(task)
-        try:
+        with self._ended_by_close():
             await writer._open(takeover, resume)
-        except asyncio.CancelledError:
-            if self.closed:  # close() came meanwhile: its cancel is taken back, the caller's stays
-                task.uncancel()
-            self._closed_under()
-            raise
-        finally:
-            self._openings.discard(task)
         self._writers.add(writer)
         return writer
 
@@ -361,7 +382,7 @@ class AsyncSessionLogClient(base.ClientBase):
             except asyncio.CancelledError:
                 self._closed_under()
                 raise
-            await asyncio.sleep(delay)
+            await self._pause(delay)
 
     async def subscribe(self, session_id: str, *, from_seq: int = 0) -> AsyncIterator[Event | CaughtUp]:
         """Replay, a CaughtUp marker, then live events (until the caller stops iterating); after
@@ -387,7 +408,7 @@ class AsyncSessionLogClient(base.ClientBase):
             delay = cursor.resume_delay(error)
             if delay is None:
                 raise error
-            await asyncio.sleep(delay)
+            await self._pause(delay)
 
 
 class AsyncLeaseWriter(base.LeaseKeeper):

@@ -194,7 +194,11 @@ class ClientBase:
         self.retry = retry
         self._closing = threading.Event()
         """Set by `close()`: the channel is gone, every later call says so (`_check_open`), and a
-        sync call waiting to try again stops waiting (`SessionLogClient._pause`)."""
+        wait to try again ends (the sync client's `_pause`, the asyncio client's `_pause`)."""
+        self._waits = threading.Condition()
+        """What the sync client's waits to try again wait on (`SessionLogClient._pause`): notified
+        by `close()` and by a waiter's own end (`_wake_waits`). The asyncio client's waits are
+        tasks `close()` cancels instead (`AsyncSessionLogClient._ended_by_close`)."""
         self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
         """The streaming writers opened and not yet closed: `close()` ends them (`_end_writers`)."""
         self._acknowledged = Acknowledged()

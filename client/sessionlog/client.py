@@ -88,8 +88,9 @@ class SessionLogClient(base.ClientBase):
     def close(self) -> None:
         """Close the channel. Writers still open are abandoned (batches in flight fail with an
         outcome unknown; the lease is left to lapse); subscriptions, reads and calls under way,
-        and any later call, raise RuntimeError."""
+        those waiting to try again too (`_pause`), and any later call, raise RuntimeError."""
         self._end_writers()
+        self._wake_waits()
         self.channel.close()
 
     def _error(self, exc: grpc.RpcError) -> SessionLogError:
@@ -99,13 +100,27 @@ class SessionLogClient(base.ClientBase):
         self._check_open()
         return from_rpc_error(exc)
 
-    def _pause(self, delay: float) -> None:
-        """The wait before a retry or a reconnect: `delay` seconds, ended at once by `close()`
-        (from another thread), after which it raises the closed client's RuntimeError. The next
+    def _pause(self, delay: float, *, ended: threading.Event | None = None) -> bool:
+        """Every wait of the client before trying again (a call's retry, a read's, a writer's
+        open and reconnect, a subscription's resubscribe): `delay` seconds, ended at once by
+        `close()` (from another thread), after which it raises the closed client's RuntimeError,
+        or by `ended`, the waiter's own end (a subscription's `cancel()`), after which it returns
+        True: what its caller ended ends quietly, the client closed meanwhile or not. The next
         attempt on the closed channel raised gRPC's ValueError ("Cannot invoke RPC: Channel
-        closed!") instead, after the wait was out."""
-        self._closing.wait(delay)
+        closed!") instead, after the wait was out. Whoever sets `ended` calls `_wake_waits`."""
+        with self._waits:
+            self._waits.wait_for(lambda: self.closed or (ended is not None and ended.is_set()), delay)
+        if ended is not None and ended.is_set():
+            return True
         self._check_open()
+        return False
+
+    def _wake_waits(self) -> None:
+        """Wake every `_pause` to look again whether it has ended (the client closed, or a
+        waiter's own `ended` set): one Condition for them all, as threads cannot wait on two
+        Events at once."""
+        with self._waits:
+            self._waits.notify_all()
 
     def _run(self, call: Call[T]) -> T:
         """Make a unary call, retrying an idempotent one while its outcome is unknown, within
@@ -437,13 +452,13 @@ class Subscription:
             delay = self._cursor.resume_delay(error)
             if delay is None:
                 raise error
-            if self._cancelled.wait(delay):
+            if self._client._pause(delay, ended=self._cancelled):  # a close raises RuntimeError
                 return
-            self._client._check_open()  # closed while this waited: say so, not gRPC's ValueError
             self._call = self._client.stub.SubscribeEvents(self._cursor.request())
 
     def cancel(self) -> None:
         self._cancelled.set()
+        self._client._wake_waits()  # a resubscribe waiting ends now
         self._call.cancel()
 
 

@@ -313,8 +313,13 @@ SUBSCRIBER_TOO_SLOW = "SUBSCRIBER_TOO_SLOW"
 #: How many times in a row a subscription resumes without receiving anything before giving up.
 MAX_EMPTY_RESUMES = 5
 #: How many times in a row a subscription resubscribes while the service is unreachable (with
-#: backoff from 50 ms to 0.5 s: about a minute, long enough to ride out a restart).
+#: backoff from RESUBSCRIBE_FIRST_DELAY to RESUBSCRIBE_MAX_DELAY: about a minute, long enough to
+#: ride out a restart).
 MAX_UNREACHABLE_RESUMES = 120
+#: The wait (seconds) before the first resubscribe while the service is unreachable; each next
+#: one waits twice as long, up to RESUBSCRIBE_MAX_DELAY.
+RESUBSCRIBE_FIRST_DELAY = 0.05
+RESUBSCRIBE_MAX_DELAY = 0.5
 
 
 class SubscriptionCursor:
@@ -362,7 +367,7 @@ class SubscriptionCursor:
             self.unreachable += 1
             if self.unreachable >= MAX_UNREACHABLE_RESUMES:
                 return None
-            return float(min(0.05 * 2 ** (self.unreachable - 1), 0.5))
+            return float(min(RESUBSCRIBE_FIRST_DELAY * 2 ** (self.unreachable - 1), RESUBSCRIBE_MAX_DELAY))
         return None
 
 

@@ -1,9 +1,11 @@
 """A gRPC proxy on loopback that loses answers: the call reaches the real server and is done
 there, and its caller gets UNAVAILABLE instead of the answer (a connection that broke on the
-way back). It forwards unary calls and the writer stream (`Write`), as bytes, so every message
-is the server's own, and so is every error the server answers with (its code, message and
-details). A writer stream's lost answer is its first (`opened`: the lease was granted, the
-resume written): the proxy then cuts the stream to the server, as a broken connection would.
+way back). It forwards unary calls, the writer stream (`Write`) and the server streams (reads and
+subscriptions), as bytes, so every message is the server's own, and so is every error the
+server answers with (its code, message and details). A stream's lost answer is its first (a
+writer's `opened`: the lease was granted, the resume written; a read's first page; a
+subscription's first events or marker): the proxy then cuts the stream to the server, as a
+broken connection would.
 
 usage: python -m tests.support.lossy_proxy UPSTREAM METHOD [LOSSES]
 prints `listening HOST:PORT`, then serves until stdin closes (the TypeScript client's tests).
@@ -21,9 +23,10 @@ import grpc
 
 
 class AnswerLosingProxy:
-    """Forwards every unary call and writer stream to `upstream`; the first `losses` answers to
-    `method` (e.g. "ForkSession", or "Write": a writer stream's `opened`) are lost after the
-    server has made them, and kept in `lost` (serialised, in order). `target` names the proxy."""
+    """Forwards every call to `upstream`; the first `losses` answers to `method` (e.g.
+    "ForkSession", "Write": a writer stream's `opened`, or "SubscribeEvents": a stream's first
+    message) are lost after the server has made them, and kept in `lost` (serialised, in order).
+    `target` names the proxy."""
 
     def __init__(self, upstream: str, method: str, losses: int = 1) -> None:
         self.method = method
@@ -74,6 +77,29 @@ class AnswerLosingProxy:
             context.set_trailing_metadata(exc.trailing_metadata())
             context.abort(exc.code(), exc.details())
 
+    def forward_server_stream(self, path: str, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        """A read or a subscription; a lost one ends after the server's first message (none, for
+        a stream that ended without one), the stream to the server cancelled."""
+        method = path.rsplit("/", 1)[-1]
+        self.calls[method] += 1
+        lose = method == self.method and self.calls[method] <= self.losses
+        call = self._upstream.unary_stream(path, request_serializer=None, response_deserializer=None)
+        answers = call(request, metadata=context.invocation_metadata())
+        context.add_callback(answers.cancel)  # the caller went away: so does the stream upstream
+        try:
+            if lose:
+                for first in answers:
+                    self.lost.append(first)
+                    break
+                answers.cancel()
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy lost the answer")
+            yield from answers
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                return  # the caller went away
+            context.set_trailing_metadata(exc.trailing_metadata())
+            context.abort(exc.code(), exc.details())
+
     def close(self) -> None:
         self._server.stop(None)
         self._upstream.close()
@@ -83,6 +109,10 @@ class AnswerLosingProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: The methods that answer one request with a stream of messages.
+SERVER_STREAMS = frozenset({"ReadEvents", "SubscribeEvents"})
 
 
 class _Forward(grpc.GenericRpcHandler):
@@ -97,6 +127,12 @@ class _Forward(grpc.GenericRpcHandler):
                 return self.proxy.forward_stream(path, requests, context)
 
             return grpc.stream_stream_rpc_method_handler(stream)
+        if path.rsplit("/", 1)[-1] in SERVER_STREAMS:
+
+            def server_stream(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+                return self.proxy.forward_server_stream(path, request, context)
+
+            return grpc.unary_stream_rpc_method_handler(server_stream)
 
         def unary(request: bytes, context: grpc.ServicerContext) -> bytes:
             return self.proxy.forward(path, request, context)

@@ -149,9 +149,10 @@ class AsyncSessionLogClient(base.ClientBase):
 
     async def _pause(self, delay: float) -> None:
         """Every wait of the client before trying again (a call's retry, a read's, a
-        subscription's resubscribe): `delay` seconds, ended at once by `close()` with the closed
-        client's RuntimeError, as the sync client's `_pause`; the next attempt raised it, or
-        grpc.aio's UsageError ("Channel is closed."), only after the wait was out."""
+        subscription's resubscribe), and a lease writer's wait for its next heartbeat: `delay`
+        seconds, ended at once by `close()` with the closed client's RuntimeError, as the sync
+        client's `_pause`; the next attempt raised it, or grpc.aio's UsageError ("Channel is
+        closed."), only after the wait was out, and a heartbeat outlived the close until then."""
         with self._ended_by_close():
             await asyncio.sleep(delay)
 
@@ -424,7 +425,7 @@ class AsyncLeaseWriter(base.LeaseKeeper):
     ) -> None:
         super().__init__(lease, resumed, heartbeat)
         self._client = client
-        self._task = asyncio.ensure_future(self._beat())
+        self._task = asyncio.get_running_loop().create_task(self._beat(), name="sessionlog-heartbeat")
 
     async def append(self, events: Iterable[EventLike], *, expected_next_seq: int | None = None) -> AppendResult:
         """Append one batch under the lease (all or nothing); renews the lease as a side effect."""
@@ -460,19 +461,24 @@ class AsyncLeaseWriter(base.LeaseKeeper):
             raise
 
     async def _beat(self) -> None:
-        while True:
-            await asyncio.sleep(self._next_beat())
-            try:
-                self.lease = await self._client.renew_lease(self.lease)
-            except OwnershipLost as exc:
-                self._failed(exc)
-                return
-            except SessionLogError:
-                continue  # a transient failure: the next beat tries again before the lease lapses
-            except RuntimeError:
-                if self._client.closed:
-                    return  # the client was closed: its writers end with it, the lease lapses
+        """Renew the lease every `_next_beat()` seconds until the writer closes (it cancels this
+        task), the lease is lost, or the client closes: the wait is the client's `_pause`, which
+        its close ends at once, so the task ends then, no renewal tried (a sleep of its own
+        outlived the close until the next beat, up to a third of the lease's time)."""
+        try:
+            while True:
+                await self._client._pause(self._next_beat())
+                try:
+                    self.lease = await self._client.renew_lease(self.lease)
+                except OwnershipLost as exc:
+                    self._failed(exc)
+                    return
+                except SessionLogError:
+                    continue  # a transient failure: the next beat tries again before the lease lapses
+        except RuntimeError:
+            if not self._client.closed:
                 raise
+            # the client was closed: its writers end with it, the lease lapses
 
 
 class AsyncWriter(base.WriterView):

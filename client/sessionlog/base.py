@@ -194,11 +194,13 @@ class ClientBase:
         self.retry = retry
         self._closing = threading.Event()
         """Set by `close()`: the channel is gone, every later call says so (`_check_open`), and a
-        wait to try again ends (the sync client's `_pause`, the asyncio client's `_pause`)."""
+        wait to try again, or a lease writer's wait for its next heartbeat, ends (the sync
+        client's `_pause`, the asyncio client's `_pause`)."""
         self._waits = threading.Condition()
-        """What the sync client's waits to try again wait on (`SessionLogClient._pause`): notified
-        by `close()` and by a waiter's own end (`_wake_waits`). The asyncio client's waits are
-        tasks `close()` cancels instead (`AsyncSessionLogClient._ended_by_close`)."""
+        """What the sync client's waits to try again and its lease writers' waits between
+        heartbeats wait on (`SessionLogClient._pause`): notified by `close()` and by a waiter's
+        own end (`_wake_waits`). The asyncio client's waits are tasks `close()` cancels instead
+        (`AsyncSessionLogClient._ended_by_close`)."""
         self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
         """The streaming writers opened and not yet closed: `close()` ends them (`_end_writers`)."""
         self._acknowledged = Acknowledged()

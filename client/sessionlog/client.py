@@ -87,8 +87,9 @@ class SessionLogClient(base.ClientBase):
 
     def close(self) -> None:
         """Close the channel. Writers still open are abandoned (batches in flight fail with an
-        outcome unknown; the lease is left to lapse); subscriptions, reads and calls under way,
-        those waiting to try again too (`_pause`), and any later call, raise RuntimeError."""
+        outcome unknown; the lease is left to lapse); lease writers' heartbeats stop (their leases
+        lapse); subscriptions, reads and calls under way, those waiting to try again too
+        (`_pause`), and any later call, raise RuntimeError."""
         self._end_writers()
         self._wake_waits()
         self.channel.close()
@@ -102,12 +103,14 @@ class SessionLogClient(base.ClientBase):
 
     def _pause(self, delay: float, *, ended: threading.Event | None = None) -> bool:
         """Every wait of the client before trying again (a call's retry, a read's, a writer's
-        open and reconnect, a subscription's resubscribe): `delay` seconds, ended at once by
-        `close()` (from another thread), after which it raises the closed client's RuntimeError,
-        or by `ended`, the waiter's own end (a subscription's `cancel()`), after which it returns
-        True: what its caller ended ends quietly, the client closed meanwhile or not. The next
-        attempt on the closed channel raised gRPC's ValueError ("Cannot invoke RPC: Channel
-        closed!") instead, after the wait was out. Whoever sets `ended` calls `_wake_waits`."""
+        open and reconnect, a subscription's resubscribe), and a lease writer's wait for its next
+        heartbeat: `delay` seconds, ended at once by `close()` (from another thread), after which
+        it raises the closed client's RuntimeError, or by `ended`, the waiter's own end (a
+        subscription's `cancel()`, a lease writer's `close()`), after which it returns True: what
+        its caller ended ends quietly, the client closed meanwhile or not. The next attempt on
+        the closed channel raised gRPC's ValueError ("Cannot invoke RPC: Channel closed!")
+        instead, after the wait was out, and a heartbeat outlived the close until then. Whoever
+        sets `ended` calls `_wake_waits`."""
         with self._waits:
             self._waits.wait_for(lambda: self.closed or (ended is not None and ended.is_set()), delay)
         if ended is not None and ended.is_set():
@@ -496,6 +499,7 @@ class LeaseWriter(base.LeaseKeeper):
         if not self._close_once():
             return
         self._stop.set()
+        self._client._wake_waits()  # the heartbeat's wait ends now
         self._thread.join(timeout=30)
         if self._failure is None and not self._client.closed:  # with the client closed, it lapses
             self._client.release_lease(self.lease)
@@ -515,18 +519,23 @@ class LeaseWriter(base.LeaseKeeper):
             raise
 
     def _beat(self) -> None:
-        while not self._stop.wait(self._next_beat()):
-            try:
-                self.lease = self._client.renew_lease(self.lease)
-            except OwnershipLost as exc:
-                self._failed(exc)
-                return
-            except SessionLogError:
-                continue  # a transient failure: the next beat tries again before the lease lapses
-            except (RuntimeError, ValueError):  # the client's, or gRPC's while the channel closes
-                if self._client.closed:
-                    return  # the client was closed: its writers end with it, the lease lapses
+        """Renew the lease every `_next_beat()` seconds until the writer closes (`_stop`), the
+        lease is lost, or the client closes: the wait is the client's `_pause`, which its close
+        ends at once, so the thread ends then, no renewal tried (a wait on `_stop` alone outlived
+        the close until the next beat, up to a third of the lease's time)."""
+        try:
+            while not self._client._pause(self._next_beat(), ended=self._stop):
+                try:
+                    self.lease = self._client.renew_lease(self.lease)
+                except OwnershipLost as exc:
+                    self._failed(exc)
+                    return
+                except SessionLogError:
+                    continue  # a transient failure: the next beat tries again before the lease lapses
+        except (RuntimeError, ValueError):  # the client's, or gRPC's while the channel closes
+            if not self._client.closed:
                 raise
+            # the client was closed: its writers end with it, the lease lapses
 
 
 class Writer(base.WriterView):

@@ -10,11 +10,17 @@ The sync client's calls and reads, and both clients' writer opens, already ended
 Each test loses the first answer of a call (`AnswerLosingProxy`), so the call waits to try
 again, far longer than the test gives the close to end that wait: a wait the close did not end
 is told by the test's own bound running out, however fast or slow the machine.
+
+A lease writer's heartbeat waited out its interval (a third of the lease's time left by
+default) before it saw the client closed; its tests give it an interval as long as the waits
+to try again. A sync writer whose open the close came right after, before the client had it
+among the writers its close ends, was left open on the closed channel.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -103,6 +109,37 @@ def test_a_subscription_cancelled_while_it_waits_to_resubscribe_ends_quietly_at_
         assert client.get_session(sid).next_seq == 1  # the client goes on
 
 
+def _heartbeat_threads() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name == "sessionlog-heartbeat"}
+
+
+def test_closing_the_client_ends_a_lease_writers_wait_for_its_next_heartbeat(server: ServerThread, sid: str) -> None:
+    """The heartbeat thread ends at the close (no renewal tried on the closed channel), not at
+    its next beat, and the writer's close is quiet: the lease is left to lapse."""
+    before = _heartbeat_threads()
+    client = SessionLogClient(server.target)
+    client.create_session(sid)
+    writer = client.lease_writer(sid, heartbeat=LONG_WAIT)
+    (beating,) = _heartbeat_threads() - before
+    client.close()
+    beating.join(ENDS_WITHIN)
+    assert not beating.is_alive()
+    writer.close()
+
+
+def test_closing_a_lease_writer_ends_its_wait_for_its_next_heartbeat(server: ServerThread, sid: str) -> None:
+    """Its own close ends the wait as the client's does (the same wait, `_pause`): the close
+    gives the lease back at once, the client goes on."""
+    before = _heartbeat_threads()
+    with SessionLogClient(server.target) as client:
+        client.create_session(sid)
+        writer = client.lease_writer(sid, heartbeat=LONG_WAIT)
+        (beating,) = _heartbeat_threads() - before
+        writer.close()
+        assert not beating.is_alive()  # the close waits for the thread (up to 30 s) before it releases
+        assert client.get_session(sid).lease is None
+
+
 # --- the asyncio client ------------------------------------------------------------------------
 
 
@@ -123,6 +160,43 @@ ASYNC_WAITS: dict[str, Callable[[AsyncSessionLogClient, str], Awaitable[Any]]] =
     "ReadEvents": lambda client, sid: _all_events(client.read_events(sid)),
     "SubscribeEvents": lambda client, sid: _first_of(client.subscribe(sid)),
 }
+
+
+def test_closing_the_asyncio_client_ends_a_lease_writers_wait_for_its_next_heartbeat(
+    server: ServerThread, sid: str
+) -> None:
+    """As in the sync client: the heartbeat task ends at the close, without an error and no
+    renewal tried, not at its next beat; the writer's close is quiet."""
+
+    async def scenario() -> None:
+        client = AsyncSessionLogClient(server.target)
+        await client.create_session(sid)
+        writer = await client.lease_writer(sid, heartbeat=LONG_WAIT)
+        (beating,) = [task for task in asyncio.all_tasks() if task.get_name() == "sessionlog-heartbeat"]
+        await client.close()
+        await asyncio.wait([beating], timeout=ENDS_WITHIN)
+        assert beating.done()
+        assert not beating.cancelled()
+        assert beating.exception() is None
+        await writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_closing_an_asyncio_lease_writer_still_ends_its_heartbeat(server: ServerThread, sid: str) -> None:
+    """The writer's own close cancels the heartbeat task waiting in the client's `_pause`: the
+    cancel stays the writer's (the client is open), and the lease is given back."""
+
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            await client.create_session(sid)
+            writer = await client.lease_writer(sid, heartbeat=LONG_WAIT)
+            (beating,) = [task for task in asyncio.all_tasks() if task.get_name() == "sessionlog-heartbeat"]
+            await asyncio.wait_for(writer.close(), ENDS_WITHIN)
+            assert beating.cancelled()
+            assert (await client.get_session(sid)).lease is None
+
+    asyncio.run(scenario())
 
 
 @pytest.mark.parametrize("method", list(ASYNC_WAITS))

@@ -274,7 +274,7 @@ class AsyncSessionLogClient(base.ClientBase):
         writer = AsyncWriter(self.stub, core, max_in_flight, reconnect, open_retry)
         with self._ended_by_close():
             await writer._open(takeover, resume)
-        self._writers.add(writer)
+        self._add_writer(writer)
         return writer
 
     def lease_writer(

@@ -203,6 +203,9 @@ class ClientBase:
         (`AsyncSessionLogClient._ended_by_close`)."""
         self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
         """The streaming writers opened and not yet closed: `close()` ends them (`_end_writers`)."""
+        self._writers_lock = threading.Lock()
+        """Makes a writer's registration (`_add_writer`) and `close()` one before the other: a sync
+        client's close may come from another thread while a writer opens."""
         self._acknowledged = Acknowledged()
         """Where the unary appends' acknowledgements end, per lease token (`append`)."""
         self.channel, calls = self._open_channel(
@@ -224,16 +227,38 @@ class ClientBase:
         """What `close()` does before the channel goes: mark the client closed and abandon its open
         writers, as their `cancel()` would: batches in flight fail as of unknown outcome, saying
         the client was closed, and later calls say the writer was closed by that."""
-        self._closing.set()
-        error = Unavailable("STREAM_ENDED", "the client was closed with the writer open")
-        for writer in list(self._writers):
+        with self._writers_lock:
+            self._closing.set()
+            writers = list(self._writers)
+        error = closed_with_writer_open()
+        for writer in writers:
             writer._abandon(error)
+
+    def _add_writer(self, writer: Any) -> None:
+        """Register a writer just opened, for `close()` to end (`_end_writers`). A close that came
+        after its open and before this (from another thread) ends it here instead, as it ended
+        the others, and the open raises the closed client's RuntimeError, as an open the close
+        came during does: the writer was left out of the close, and went on to fail with gRPC's
+        CANCELLED "Channel closed!" once its stream broke."""
+        with self._writers_lock:
+            if not self.closed:
+                self._writers.add(writer)
+                return
+        writer._abandon(closed_with_writer_open())
+        self._check_open()
 
     def _check_open(self) -> None:
         """A call on a closed client raises RuntimeError, in both clients alike (gRPC's own errors
         for it differ by kind of channel and name no sessionlog object)."""
         if self.closed:
             raise RuntimeError("the client is closed")
+
+
+def closed_with_writer_open() -> Unavailable:
+    """What a writer the client's close ended fails with (its batches in flight, and, told as an
+    earlier error, its later calls): abandoned by the close (`_end_writers`, `_add_writer`), or,
+    a sync writer whose stream the closing channel broke first, by its own reader."""
+    return Unavailable("STREAM_ENDED", "the client was closed with the writer open")
 
 
 # --- unary calls ---------------------------------------------------------------------------

@@ -87,9 +87,10 @@ class SessionLogClient(base.ClientBase):
 
     def close(self) -> None:
         """Close the channel. Writers still open are abandoned (batches in flight fail with an
-        outcome unknown; the lease is left to lapse); lease writers' heartbeats stop (their leases
-        lapse); subscriptions, reads and calls under way, those waiting to try again too
-        (`_pause`), and any later call, raise RuntimeError."""
+        outcome unknown; the lease is left to lapse), and so are those opening (`_add_writer`);
+        lease writers' heartbeats stop (their leases lapse); subscriptions, reads, writer opens
+        and calls under way, those waiting to try again too (`_pause`), and any later call,
+        raise RuntimeError."""
         self._end_writers()
         self._wake_waits()
         self.channel.close()
@@ -240,7 +241,7 @@ class SessionLogClient(base.ClientBase):
             reconnect=policy,
             open_retry=self.retry if open_retry is None else open_retry,
         )
-        self._writers.add(writer)
+        self._add_writer(writer)
         return writer
 
     def lease_writer(
@@ -706,7 +707,13 @@ class Writer(base.WriterView):
                 if not self._client.closed:
                     raise
                 break  # the client's close ended the writer (`_end_writers`)
+        error = recovery.error
+        if self._client.closed:
+            # The close broke the stream. A writer it abandoned failed with its error already; one
+            # it came before the registration of (`_add_writer`) may see the break first, and
+            # fails as the abandoned do, not with gRPC's CANCELLED "Channel closed!".
+            error = base.closed_with_writer_open()
         with self._lock:
-            failed = self._core.fail(recovery.error)
+            failed = self._core.fail(error)
         for pending in failed:
-            reject(pending, recovery.error)
+            reject(pending, error)

@@ -29,7 +29,8 @@ import pytest
 from sessionlog import requests
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.base import RetryPolicy
-from sessionlog.client import SessionLogClient
+from sessionlog.client import SessionLogClient, Writer
+from sessionlog.core.errors import Unavailable
 from sessionlog.core.events import Event
 from sessionlog.requests import CaughtUp
 from tests.support.events import note
@@ -138,6 +139,37 @@ def test_closing_a_lease_writer_ends_its_wait_for_its_next_heartbeat(server: Ser
         writer.close()
         assert not beating.is_alive()  # the close waits for the thread (up to 30 s) before it releases
         assert client.get_session(sid).lease is None
+
+
+def test_a_close_between_a_writers_open_and_its_registration_ends_the_writer(
+    server: ServerThread, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A close from another thread can come after a writer's open succeeded and before the
+    client has the writer among those its close ends: the writer was left open on the closed
+    channel, and failed later with gRPC's CANCELLED "Channel closed!". It is abandoned as the
+    others are, and the open raises the closed client's RuntimeError, as when the close comes
+    during the open. The close is run right after the open, to land in that gap every time,
+    and the writer's reader sees its stream broken before the client has the writer, as it may
+    (the other order is the abandon of `test_closing_the_sync_client_ends_its_writers`)."""
+    client = SessionLogClient(server.target)
+    client.create_session(sid)
+    opened: list[Writer] = []
+    open_writer = Writer._open
+
+    def open_then_close(writer: Writer, takeover: bool, resume: bool) -> None:
+        open_writer(writer, takeover, resume)
+        opened.append(writer)
+        client.close()
+        writer._reader.join(ENDS_WITHIN)  # the reader took the stream's break before the writer is registered
+        assert not writer._reader.is_alive()
+
+    monkeypatch.setattr(Writer, "_open", open_then_close)
+    with pytest.raises(RuntimeError) as raised:
+        client.writer(sid)
+    _said_closed(raised.value)
+    (writer,) = opened
+    with pytest.raises(Unavailable, match="the client was closed with the writer open"):
+        writer.append([note(0)])
 
 
 # --- the asyncio client ------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Sending a session to an OTLP endpoint with the official OpenTelemetry SDK exporter (issue 14).
 
-The spans are `core.formats.otlp`'s (the same ids, names and attributes as
-`sessionlog export --format otlp-json`), turned into the SDK's `ReadableSpan`s and handed to
+The spans are `core.formats.otlp`'s (the same ids, names and attributes, under the same
+resource, as `sessionlog export --format otlp-json`), turned into the SDK's `ReadableSpan`s and handed to
 an SDK `SpanExporter` (`OTLPSpanExporter`, OTLP/HTTP protobuf), so no OTLP is written by hand.
 
 `SessionExport` follows a session as it grows: every span of a turn is sent when the turn ends
@@ -28,7 +28,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from sessionlog.core.events import Event, JsonObject
-from sessionlog.core.formats.otlp import RESOURCE, SCOPE_NAME, OtlpFold
+from sessionlog.core.formats.otlp import SCOPE_NAME, OtlpFold
 from sessionlog.core.vocabulary import TURN_END
 
 _KINDS = {0: SpanKind.INTERNAL, 1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT}
@@ -130,14 +130,16 @@ class SessionExport:
         exporter: SpanExporter,
         *,
         trace: str | None = None,
+        namespace: str | None = None,
         content: bool = False,
         version: str = "",
     ) -> None:
-        """`trace`: the session's trace id as the service tells it (`Session.trace_id`), as
-        `OtlpFold` takes it."""
-        self.fold = OtlpFold(session_id, trace=trace, content=content)
+        """`trace` and `namespace`: the session's trace id and namespace as the service tells
+        them (`Session.trace_id`, `Session.namespace`), as `OtlpFold` takes them."""
+        self.fold = OtlpFold(session_id, trace=trace, namespace=namespace, content=content)
         self.exporter = exporter
-        self.resource = Resource(RESOURCE)
+        # The fold's resource, as the OTLP/JSON export writes it: one session, one resource.
+        self.resource = Resource(self.fold.resource)
         self.scope = InstrumentationScope(SCOPE_NAME, version)
         self.next_seq = 0
         """The first seq whose spans were not sent yet."""

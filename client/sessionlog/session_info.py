@@ -57,6 +57,9 @@ class SessionInfo:
     trace_id: str | None
     """The session's OpenTelemetry trace id as the service derives it (its OTLP exports carry
     it); None from a service that predates it (an export then hashes the id)."""
+    namespace: str | None
+    """The namespace the service keeps the session in (the caller's own), which its OTLP exports
+    name (`sessionlog.namespace`); None from a service that predates the field."""
 
     def to_json(self) -> JsonObject:
         out: JsonObject = {
@@ -88,4 +91,5 @@ def session_from_pb(msg: session_pb2.Session) -> SessionInfo:
         open_turn=msg.open_turn,
         lease=lease_from_pb(msg.lease) if msg.HasField("lease") else None,
         trace_id=msg.trace_id or None,
+        namespace=msg.namespace or None,
     )

@@ -21,7 +21,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 
 from sessionlog.core import jsonvalue
 from sessionlog.core.events import Event, NewEvent
-from sessionlog.core.formats.otlp import RESOURCE, SCOPE_NAME, otlp_traces, trace_id
+from sessionlog.core.formats.otlp import NAMESPACE, RESOURCE, SCOPE_NAME, otlp_traces, trace_id
 from sessionlog.core.projections.stats import stats
 from sessionlog.core.repair import commit_closers, fork_seed, open_turn_closers
 from sessionlog.otlp_live import SessionExport, readable_span
@@ -169,6 +169,54 @@ def test_a_trace_the_service_names_carries_every_id_and_the_name_stays_the_id() 
     assert not {s["spanId"] for s in spans} & {s["spanId"] for s in others}
     assert [s["name"] for s in others] == [s["name"] for s in spans]
     assert otlp_traces(events, SID) == otlp_traces(events, SID, trace=trace_id(SID))
+
+
+def resource_of(document: dict[str, Any]) -> dict[str, str]:
+    """The (string) resource attributes of a document's one resource, as a collector reads them."""
+    [resource_spans] = parse(document).resource_spans
+    return {kv.key: kv.value.string_value for kv in resource_spans.resource.attributes}
+
+
+def test_the_namespace_the_service_keeps_a_session_in_is_its_resource() -> None:
+    """A tenant's session (`alice:s1`) is written under a resource that names its namespace, so
+    a collector fed several tenants' sessions filters, groups or routes them by it; the spans
+    are those of the session without it (it is the resource's, not a span's). An export that
+    knows no namespace (a log in hand, an older service) writes the resource it always did."""
+    events = repaired()
+    trace = trace_id(f"alice:{SID}")
+    named = otlp_traces(events, SID, trace=trace, namespace="alice")
+    assert resource_of(named) == {"service.name": "sessionlog", NAMESPACE: "alice"}
+    assert spans_of(named) == spans_of(otlp_traces(events, SID, trace=trace))
+    assert resource_of(otlp_traces(events, SID, trace=trace_id(f"mallory:{SID}"), namespace="mallory"))[NAMESPACE] == (
+        "mallory"
+    )
+    assert otlp_traces(events, SID)["resourceSpans"][0]["resource"] == {
+        "attributes": [{"key": "service.name", "value": {"stringValue": "sessionlog"}}]
+    }
+    again = otlp_traces(list(events), SID, trace=trace, namespace="alice")
+    assert jsonvalue.dumps(again) == jsonvalue.dumps(named)  # a re-export is byte-identical
+
+
+def test_following_sends_every_span_under_the_exports_resource() -> None:
+    """The follower (and the service's live export, which is one) sends each turn's spans and
+    the root under the resource the OTLP/JSON export writes, the namespace included."""
+    events = repaired()
+    exporter = InMemorySpanExporter()
+    export = SessionExport(SID, exporter, trace=trace_id(f"alice:{SID}"), namespace="alice")
+    for event in events:
+        export.add(event)
+    export.finish()
+    sent = exporter.get_finished_spans()
+    assert len(sent) == len(spans_of(otlp_traces(events, SID)))
+    want = resource_of(otlp_traces(events, SID, namespace="alice"))
+    assert want[NAMESPACE] == "alice"
+    assert all(dict(span.resource.attributes) == want for span in sent)
+
+
+def test_an_empty_namespace_is_refused() -> None:
+    """A namespace is never empty (the service refuses a token of one); unknown is None."""
+    with pytest.raises(ValueError, match="namespace must be a non-empty string"):
+        otlp_traces(repaired(), SID, namespace="")
 
 
 @pytest.mark.parametrize("trace", ["", "0" * 32, "A" * 32, "a" * 31, "g" * 32])

@@ -82,6 +82,16 @@ class Receiver:
             if s.trace_id.hex() == trace
         ]
 
+    def resources(self, trace: str) -> list[dict[str, str]]:
+        """The (string) attributes of the resource of every batch of spans of `trace` received,
+        in arrival order: one per batch the exporter sent."""
+        return [
+            {kv.key: kv.value.string_value for kv in rs.resource.attributes}
+            for request in self.requests
+            for rs in request.resource_spans
+            if any(s.trace_id.hex() == trace for ss in rs.scope_spans for s in ss.spans)
+        ]
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()

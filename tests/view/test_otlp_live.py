@@ -79,7 +79,9 @@ def test_one_shot_export_sends_every_span_once(
     )
     keys = {kv.key for kv in chat.attributes}
     assert {"gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.provider.name"} <= keys
-    assert receiver.requests[0].resource_spans[0].resource.attributes[0].value.string_value == "sessionlog"
+    # A service without tokens keeps every session in the default namespace, and says so.
+    resources = receiver.resources(trace_id(child))
+    assert resources and all(r == {"service.name": "sessionlog", "sessionlog.namespace": "default"} for r in resources)
 
 
 def test_a_dead_endpoint_is_one_line_of_the_cli_not_the_exporters_retries(
@@ -196,6 +198,9 @@ def test_the_service_sends_each_turn_as_it_ends(db_url: str, sid: str, receiver:
         server.stop()
     got = receiver.spans(trace=want[0][0])  # the parent's trace
     assert sorted(got) == sorted(want)  # each span once, as the export has it; the root is not sent live
+    # Under the resource clients send it under: the default namespace, on a service without tokens.
+    resources = receiver.resources(want[0][0])
+    assert resources and all(r == {"service.name": "sessionlog", "sessionlog.namespace": "default"} for r in resources)
 
 
 def test_the_service_sends_an_imported_sessions_turns_on_pis_times(db_url: str, sid: str, receiver: Receiver) -> None:

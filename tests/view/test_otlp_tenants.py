@@ -1,7 +1,9 @@
 """One session, one trace: on a server with tenants, the spans the service sends live and those
 its clients send (`sessionlog otlp`) or write (`sessionlog export --format otlp-json`) carry the
 trace id the service tells them (`Session.trace_id`), and two tenants' sessions of one id are
-two traces.
+two traces. Their spans are under a resource that names the session's namespace
+(`sessionlog.namespace`), whichever sends or writes them, so a collector that receives several
+tenants' sessions tells them apart.
 
 The service keys a tenant's session `s1` as `alice:s1`; its live export hashed that key while
 the clients hashed `s1`, so an auditor holding the live traces got a second trace from a client
@@ -90,6 +92,13 @@ def exported(server: ServerThread, token: str, sid: str) -> set[tuple[str, str, 
     return {(s["traceId"], s["spanId"], s.get("parentSpanId", ""), s["name"]) for s in spans_of(document)}
 
 
+def exported_resource(server: ServerThread, token: str, sid: str) -> dict[str, str]:
+    """The resource attributes `sessionlog export --format otlp-json` writes the spans under."""
+    document = json.loads(cli(server, token, "export", sid, "--format", "otlp-json"))
+    [resource_spans] = document["resourceSpans"]
+    return {kv["key"]: kv["value"]["stringValue"] for kv in resource_spans["resource"]["attributes"]}
+
+
 def ids(spans: list[Span]) -> set[tuple[str, str, str, str]]:
     return {(s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name) for s in spans}
 
@@ -108,6 +117,7 @@ def test_a_tenants_session_is_one_trace_live_and_from_its_clients(
                 time.sleep(0.05)
         assert cli(server, ALICE, "otlp", sid, "--endpoint", collector.url).strip() == '{"spans":5}'
         written = exported(server, ALICE, sid)
+        written_resource = exported_resource(server, ALICE, sid)
     finally:
         server.stop()
     sent = received(collector, trace)
@@ -118,6 +128,12 @@ def test_a_tenants_session_is_one_trace_live_and_from_its_clients(
     client_spans = {str(s) for s in sent}
     assert len(live_spans) == 4 and live_spans < client_spans
     assert written == ids(sent)  # the file's trace is the one sent, span for span
+    # Every batch, live, sent by the client or written, is under the one resource naming the
+    # tenant, so a collector fed several tenants' sessions tells alice's apart.
+    resource = {"service.name": "sessionlog", "sessionlog.namespace": "alice"}
+    assert live.resources(trace) and collector.resources(trace)
+    for batch in [*live.resources(trace), *collector.resources(trace), written_resource]:
+        assert batch == resource
 
 
 def test_two_tenants_sessions_of_one_id_are_two_traces(db_url: str, sid: str, collector: Receiver) -> None:
@@ -129,14 +145,20 @@ def test_two_tenants_sessions_of_one_id_are_two_traces(db_url: str, sid: str, co
         ):
             two_turns(alice, sid)
             two_turns(mallory, sid)
-            traces = {alice.get_session(sid).trace_id, mallory.get_session(sid).trace_id}
+            sessions = [alice.get_session(sid), mallory.get_session(sid)]
         files = [exported(server, token, sid) for token in (ALICE, MALLORY)]
         for token in (ALICE, MALLORY):
             cli(server, token, "otlp", sid, "--endpoint", collector.url)
     finally:
         server.stop()
-    assert len(traces) == 2
-    for trace, file in zip(sorted(traces), sorted(files, key=lambda spans: next(iter(spans))[0]), strict=True):
-        assert {span[0] for span in file} == {trace}
+    assert [info.namespace for info in sessions] == ["alice", "mallory"]  # each told its own
+    traces = [info.trace_id for info in sessions]
+    assert None not in traces and len(set(traces)) == 2
+    for info, file in zip(sessions, files, strict=True):
+        trace = info.trace_id
+        assert trace is not None and {span[0] for span in file} == {trace}
         assert ids(received(collector, trace)) == file  # one tenant's spans alone in its trace
+        # ... under a resource that names the tenant: a collector groups or routes on it.
+        resource = {"service.name": "sessionlog", "sessionlog.namespace": info.namespace}
+        assert collector.resources(trace) and all(batch == resource for batch in collector.resources(trace))
     assert not {span[1] for span in files[0]} & {span[1] for span in files[1]}  # no span id shared

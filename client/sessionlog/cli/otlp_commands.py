@@ -96,9 +96,10 @@ def otlp(
     try:
         with log.held(), connect() as client:
             # The service's trace for the session (its live export's, and a tenant's own), not
-            # one hashed from the id here, which another tenant's session of that id shares.
+            # one hashed from the id here, which another tenant's session of that id shares; and
+            # its namespace, which the live export's resource names too.
             info = client.get_session(session_id)
-            export = SessionExport(info.id, exporter, trace=info.trace_id, content=content)
+            export = SessionExport(info.id, exporter, trace=info.trace_id, namespace=info.namespace, content=content)
             events = client.subscribe(session_id) if follow else client.read_events(session_id)
             try:
                 for item in events:

@@ -480,9 +480,11 @@ def export_command(
                 export_pi(events, session_id=info.id, cwd=info.cwd, create_time=info.create_time).lines()
             )
         else:
-            # The service's trace for the session, so it is the live export's (an old service
-            # tells none: then hashed from the id).
-            lines = [jsonvalue.dumps(otlp_traces(events, info.id, trace=info.trace_id, content=content)) + "\n"]
+            # The service's trace and namespace for the session, so its spans and resource are
+            # the live export's (an old service tells neither: the trace is then hashed from the
+            # id, and no namespace is named).
+            document = otlp_traces(events, info.id, trace=info.trace_id, namespace=info.namespace, content=content)
+            lines = [jsonvalue.dumps(document) + "\n"]
     except SessionLogError as exc:
         raise fail(describe(exc)) from None
     _write(output, lines)

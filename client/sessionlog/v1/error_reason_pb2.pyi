@@ -1292,7 +1292,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     a number below zero: a token count (`input`, `output`, `cacheRead`, `cacheWrite`,
     `totalTokens`) or a cost (`cost.input`, `cost.output`, `cost.cacheRead`, `cost.cacheWrite`,
     `cost.total`). It would silently lower the session's cost and tokens in stats and costs.
-    Imports of Pi and sessionlog files refuse it the same way, naming the file's line.
+    Imports of Pi and sessionlog files refuse it the same way, naming the file's line, and so
+    do their offline `replay` and `recompute` (of a Pi file: on the branch replayed, naming the
+    entry, its field spelled as in the file: `message.usage.cost.total`).
 
     Code: INVALID_ARGUMENT
     Metadata: `field` (the number's path, e.g. `data.message.usage.cost.total`), `type`
@@ -2728,7 +2730,9 @@ NEGATIVE_USAGE: ErrorReason.ValueType  # 196
 a number below zero: a token count (`input`, `output`, `cacheRead`, `cacheWrite`,
 `totalTokens`) or a cost (`cost.input`, `cost.output`, `cost.cacheRead`, `cost.cacheWrite`,
 `cost.total`). It would silently lower the session's cost and tokens in stats and costs.
-Imports of Pi and sessionlog files refuse it the same way, naming the file's line.
+Imports of Pi and sessionlog files refuse it the same way, naming the file's line, and so
+do their offline `replay` and `recompute` (of a Pi file: on the branch replayed, naming the
+entry, its field spelled as in the file: `message.usage.cost.total`).
 
 Code: INVALID_ARGUMENT
 Metadata: `field` (the number's path, e.g. `data.message.usage.cost.total`), `type`

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsessionlog/v1/session.proto\x12\rsessionlog.v1\"\xdd\x01\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1b\n\x13\x63reate_time_unix_ms\x18\x02 \x01(\x03\x12\x0b\n\x03\x63wd\x18\x03 \x01(\t\x12\x15\n\rmetadata_json\x18\x04 \x01(\x0c\x12)\n\x06parent\x18\x05 \x01(\x0b\x32\x19.sessionlog.v1.ForkOrigin\x12\x10\n\x08next_seq\x18\x06 \x01(\x04\x12\x11\n\topen_turn\x18\x07 \x01(\x08\x12#\n\x05lease\x18\x08 \x01(\x0b\x32\x14.sessionlog.v1.Lease\x12\x10\n\x08trace_id\x18\t \x01(\t\"2\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x66ork_seq\x18\x02 \x01(\x04\"Z\n\x05Lease\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\twriter_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x1b\n\x13\x65xpire_time_unix_ms\x18\x04 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsessionlog/v1/session.proto\x12\rsessionlog.v1\"\xf0\x01\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1b\n\x13\x63reate_time_unix_ms\x18\x02 \x01(\x03\x12\x0b\n\x03\x63wd\x18\x03 \x01(\t\x12\x15\n\rmetadata_json\x18\x04 \x01(\x0c\x12)\n\x06parent\x18\x05 \x01(\x0b\x32\x19.sessionlog.v1.ForkOrigin\x12\x10\n\x08next_seq\x18\x06 \x01(\x04\x12\x11\n\topen_turn\x18\x07 \x01(\x08\x12#\n\x05lease\x18\x08 \x01(\x0b\x32\x14.sessionlog.v1.Lease\x12\x10\n\x08trace_id\x18\t \x01(\t\x12\x11\n\tnamespace\x18\n \x01(\t\"2\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x66ork_seq\x18\x02 \x01(\x04\"Z\n\x05Lease\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\twriter_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x1b\n\x13\x65xpire_time_unix_ms\x18\x04 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,9 +32,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sessionlog.v1.session_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SESSION']._serialized_start=47
-  _globals['_SESSION']._serialized_end=268
-  _globals['_FORKORIGIN']._serialized_start=270
-  _globals['_FORKORIGIN']._serialized_end=320
-  _globals['_LEASE']._serialized_start=322
-  _globals['_LEASE']._serialized_end=412
+  _globals['_SESSION']._serialized_end=287
+  _globals['_FORKORIGIN']._serialized_start=289
+  _globals['_FORKORIGIN']._serialized_end=339
+  _globals['_LEASE']._serialized_start=341
+  _globals['_LEASE']._serialized_end=431
 # @@protoc_insertion_point(module_scope)

@@ -31,6 +31,7 @@ class Session(_message.Message):
     OPEN_TURN_FIELD_NUMBER: _builtins.int
     LEASE_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Client-chosen or generated id: URL-safe, at most 128 characters."""
     create_time_unix_ms: _builtins.int
@@ -49,6 +50,12 @@ class Session(_message.Message):
     `sessionlog otlp`, `sessionlog export --format otlp-json`), so a session has one trace. The
     service derives it from the session within its namespace: two namespaces' sessions of one
     id have different ones. Empty from a service that predates the field.
+    """
+    namespace: _builtins.str
+    """The namespace (tenant) the session lives in, set by the service: the caller's own (its
+    token's; `default` on a service without tokens). The session's OTLP spans, whichever sends
+    them, carry it as the resource attribute `sessionlog.namespace`. Empty from a service that
+    predates the field.
     """
     @_builtins.property
     def parent(self) -> Global___ForkOrigin:
@@ -70,10 +77,11 @@ class Session(_message.Message):
         open_turn: _builtins.bool = ...,
         lease: Global___Lease | None = ...,
         trace_id: _builtins.str = ...,
+        namespace: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "parent", b"parent"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time_unix_ms", b"create_time_unix_ms", "cwd", b"cwd", "id", b"id", "lease", b"lease", "metadata_json", b"metadata_json", "next_seq", b"next_seq", "open_turn", b"open_turn", "parent", b"parent", "trace_id", b"trace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time_unix_ms", b"create_time_unix_ms", "cwd", b"cwd", "id", b"id", "lease", b"lease", "metadata_json", b"metadata_json", "namespace", b"namespace", "next_seq", b"next_seq", "open_turn", b"open_turn", "parent", b"parent", "trace_id", b"trace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

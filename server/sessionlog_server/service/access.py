@@ -97,6 +97,12 @@ def public_id(key: str) -> str:
     return key.rpartition(":")[2]
 
 
+def namespace_of(key: str) -> str:
+    """The namespace of the session of key `key`: what comes before its last `:` (an id has
+    none), or the default namespace for a key without one."""
+    return key.rpartition(":")[0] or DEFAULT_NAMESPACE
+
+
 def trace_id(key: str) -> str:
     """The OpenTelemetry trace id of the session of key `key`: its key hashed, not its id, so two
     namespaces' sessions of one id are two traces. The transport tells it to callers
@@ -121,12 +127,11 @@ def session_log_fields(key: str, error: BaseException | None = None) -> dict[str
     """How a log line names the session of key `key`: by the id its caller knows it by, with
     its namespace, as a call's `rpc` line does (`log_fields`), so filtering a tenant's log on
     `namespace` and `session_id` finds the service's own lines on its sessions too (leases,
-    repairs, forks, snapshots, commits), which run outside any call or for another caller. A
-    key is split at its last `:` (an id has none); one without is of the default namespace.
-    With `error`, what failed, as its words say it (`error`): a sessionlog error names the
-    session by its id there too (`public_error`), where storage's words give the key."""
-    namespace, _, session_id = key.rpartition(":")
-    fields = {"session_id": session_id, "namespace": namespace or DEFAULT_NAMESPACE}
+    repairs, forks, snapshots, commits), which run outside any call or for another caller
+    (`public_id`, `namespace_of`). With `error`, what failed, as its words say it (`error`): a
+    sessionlog error names the session by its id there too (`public_error`), where storage's
+    words give the key."""
+    fields = {"session_id": public_id(key), "namespace": namespace_of(key)}
     if error is not None:
         fields["error"] = str(public_error(error, fields["namespace"]) if isinstance(error, SessionLogError) else error)
     return fields

@@ -6,7 +6,9 @@ with `serve --workers N` each worker sends what it committed, so nothing goes ou
 hands each batch to one thread, so neither the event loop nor a writer ever waits for the
 collector. Per session it keeps a `SessionExport` (the follower of `sessionlog otlp --follow`, so the spans,
 ids and attributes are those of `sessionlog export --format otlp-json`: the session is named by
-its id, and its trace is the one the service tells clients, `access.trace_id`): at each `turn/end`
+its id, its trace is the one the service tells clients, `access.trace_id`, and its spans' resource
+names its namespace, `sessionlog.namespace`, so a collector fed several tenants' sessions tells
+them apart): at each `turn/end`
 the spans since the previous send go out. The session's root span, which carries the markers,
 is sent by `sessionlog otlp` and the OTLP/JSON export, not here (a live session has no end).
 
@@ -97,9 +99,15 @@ class LiveOtlpExport:
 
     def _warm(self, session_id: str, first_seq: int) -> Any:
         """A `SessionExport` holding the log before `first_seq`, sending from its open turn."""
-        # Named by the id its clients know, under the trace they are told (`Session.trace_id`),
-        # so the spans are those of their exports; the key itself never leaves the service.
-        export = self._session_export(access.public_id(session_id), self.exporter, trace=access.trace_id(session_id))
+        # Named by the id its clients know, under the trace and namespace they are told
+        # (`Session.trace_id`, `Session.namespace`), so the spans and their resource are those
+        # of their exports; the key itself never leaves the service.
+        export = self._session_export(
+            access.public_id(session_id),
+            self.exporter,
+            trace=access.trace_id(session_id),
+            namespace=access.namespace_of(session_id),
+        )
         if first_seq > 0:
             for event in self._read(session_id, first_seq - 1):
                 export.fold.add(event)

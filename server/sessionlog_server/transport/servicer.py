@@ -44,6 +44,7 @@ def session_to_pb(record: SessionRecord, now: int | None = None) -> session_pb2.
         next_seq=record.next_seq,
         open_turn=record.open_turn,
         trace_id=access.trace_id(record.id),
+        namespace=access.namespace_of(record.id),
     )
     if record.parent_id is not None and record.fork_seq is not None:
         msg.parent.session_id = access.public_id(record.parent_id)

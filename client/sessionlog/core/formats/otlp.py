@@ -41,6 +41,14 @@ first 8 bytes of sha256("sessionlog/span\\0" + trace id + "\\0" + what + "\\0" +
 it follows the trace. OTLP/JSON writes them as hex (not base64, unlike the generic protobuf
 JSON mapping), 64-bit integers as decimal strings, enums as integers.
 
+The session's namespace (its tenant on a service with bearer-token tenants; `default` without
+them), when known, is the resource attribute `sessionlog.namespace`: every span of the session
+is under one resource, which names who the spans belong to, so a collector receiving several
+tenants' sessions filters, groups or routes them by it (the OpenTelemetry conventions have no
+tenant attribute; `service.namespace` qualifies the service's name, and the one service serves
+every tenant). The service knows it (and tells it clients as `Session.namespace`); a log read
+without a service has none, and its export carries no such attribute.
+
 Message content is left out unless asked (`content=True`): then chat spans carry
 `gen_ai.input.messages` (the exact request's messages) and `gen_ai.output.messages` as JSON
 strings in the conventions' `{role, parts}` shape.
@@ -66,6 +74,9 @@ from sessionlog.core.vocabulary import STEP_END
 
 SCOPE_NAME = "sessionlog"
 RESOURCE: dict[str, Any] = {"service.name": "sessionlog"}
+"""The resource attributes of every export; a session's resource adds its namespace (`resource`)."""
+NAMESPACE = "sessionlog.namespace"
+"""The resource attribute naming the session's namespace (tenant), when it is known."""
 DURATION_UNKNOWN = "sessionlog.duration_unknown"
 """The attribute (true) of a span whose length is not the time between its two events."""
 SPAN_KIND_INTERNAL = 1
@@ -87,6 +98,12 @@ def trace_id(key: str) -> str:
     (`namespace:id`; the id alone in the default namespace), which the service hashes and tells
     clients as `Session.trace_id`, or its id when no service names it (an offline log)."""
     return hashlib.sha256(b"sessionlog/trace\0" + key.encode("utf-8")).hexdigest()[:32]
+
+
+def resource(namespace: str | None) -> dict[str, Any]:
+    """The resource attributes of the spans of a session of namespace `namespace` (None: not
+    known, so not named)."""
+    return dict(RESOURCE) if namespace is None else {**RESOURCE, NAMESPACE: namespace}
 
 
 def span_id(trace: str, what: str, seq: int | str) -> str:
@@ -208,14 +225,22 @@ class OtlpFold:
     take `spans` of the whole log (an export) or of the seqs since the last call (a follower
     exporting each turn as it ends). Both give the same span for the same thing."""
 
-    def __init__(self, session_id: str, *, trace: str | None = None, content: bool = False) -> None:
+    def __init__(
+        self, session_id: str, *, trace: str | None = None, namespace: str | None = None, content: bool = False
+    ) -> None:
         """`session_id` names the session in the spans (`session ID`, `gen_ai.conversation.id`);
         `trace` is its trace id as the service tells it (`Session.trace_id`), which every id
-        derives from; None (no service, or one that predates the field): hashed from the id."""
+        derives from; None (no service, or one that predates the field): hashed from the id.
+        `namespace` is the namespace the service keeps it in (`Session.namespace`), named by the
+        resource of its spans (`resource`); None (no service, or an older one): not named."""
         if trace is not None and not is_trace_id(trace):
             raise ValueError(f"trace id {trace!r} is not 32 lowercase hex digits")
+        if namespace == "":
+            raise ValueError("namespace must be a non-empty string (None when it is not known)")
         self.session_id = session_id
         self.trace = trace_id(session_id) if trace is None else trace
+        self.resource = resource(namespace)
+        """The resource attributes every span of the session is sent or written under."""
         self.content = content
         self.fold = TimelineFold()
         self.clock = SessionClock()
@@ -430,12 +455,13 @@ class OtlpFold:
         return out
 
 
-def document(spans: list[JsonObject], version: str = "") -> JsonObject:
-    """An OTLP `ExportTraceServiceRequest` (OTLP/JSON) holding `spans`."""
+def document(spans: list[JsonObject], version: str = "", resource: dict[str, Any] = RESOURCE) -> JsonObject:
+    """An OTLP `ExportTraceServiceRequest` (OTLP/JSON) holding `spans`, under the resource of
+    attributes `resource` (a session's: `OtlpFold.resource`)."""
     return {
         "resourceSpans": [
             {
-                "resource": {"attributes": attributes(RESOURCE)},
+                "resource": {"attributes": attributes(resource)},
                 "scopeSpans": [{"scope": {"name": SCOPE_NAME, "version": version}, "spans": spans}],
             }
         ]
@@ -443,14 +469,20 @@ def document(spans: list[JsonObject], version: str = "") -> JsonObject:
 
 
 def otlp_traces(
-    events: Sequence[Event], session_id: str, *, trace: str | None = None, content: bool = False, version: str = ""
+    events: Sequence[Event],
+    session_id: str,
+    *,
+    trace: str | None = None,
+    namespace: str | None = None,
+    content: bool = False,
+    version: str = "",
 ) -> JsonObject:
     """The session as an OTLP `ExportTraceServiceRequest` in OTLP/JSON (see the module docstring);
-    `trace` as `OtlpFold` takes it."""
-    fold = OtlpFold(session_id, trace=trace, content=content)
+    `trace` and `namespace` as `OtlpFold` takes them."""
+    fold = OtlpFold(session_id, trace=trace, namespace=namespace, content=content)
     for event in events:
         fold.add(event)
-    return document(fold.spans(), version)
+    return document(fold.spans(), version, fold.resource)
 
 
 def is_traces_url(value: str) -> bool:

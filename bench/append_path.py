@@ -149,7 +149,7 @@ def commit_us(db: str, commits: int, sessions: int) -> float:
                 for index, lease in enumerate(leases):
                     seq = next_seq[index]
                     event = Event(seq, now, "user/message", data, surface_op=APPEND)
-                    pending = PendingBatch(lease.id, "w", lease.epoch, seq, [event], now, False, now + 10**9)
+                    pending = PendingBatch(lease.id, "w", lease.epoch, seq, [event], now, False, now + 10**9, False)
                     pending.stored.append((text, None))
                     group.append(pending)
                     next_seq[index] += 1

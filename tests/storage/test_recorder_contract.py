@@ -253,17 +253,17 @@ class RecorderContract:
         self.recorder.acquire_lease(fenced.id, "w9", takeover=True, now=NOW + 1, ttl_ms=TTL, token_hash="h-w9")
         results = self.recorder.commit_batches(
             [
-                batch(closes, [note(0)], open_turn=True),
-                batch(opens, [note(0)], open_turn=True),
-                batch(fenced, [note(0)], open_turn=True),
-                batch(closes, [note(1)], open_turn=False),
+                batch(closes, [note(0)], open_turn=True, open_turn_before=False),
+                batch(opens, [note(0)], open_turn=True, open_turn_before=False),
+                batch(fenced, [note(0)], open_turn=True, open_turn_before=False),
+                batch(closes, [note(1)], open_turn=False, open_turn_before=True),
             ]
         )
         assert results[:2] == [None, None] and isinstance(results[2], OwnershipLost) and results[3] is None
         assert [self.recorder.get_session(s).open_turn for s in (sid, f"{sid}-b", f"{sid}-c")] == [False, True, False]
         assert self.recorder.commit_batches([batch(opens, [note(1)], open_turn=True)]) == [None]
         assert self.recorder.get_session(opens.id).open_turn
-        assert self.recorder.commit_batches([batch(opens, [note(2)], open_turn=False)]) == [None]
+        assert self.recorder.commit_batches([batch(opens, [note(2)], open_turn=False, open_turn_before=True)]) == [None]
         assert not self.recorder.get_session(opens.id).open_turn
 
     def test_a_row_whose_open_turn_disagrees_with_the_log_takes_the_batch_s(self, sid: str) -> None:

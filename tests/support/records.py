@@ -39,6 +39,7 @@ def pending_batch(
     lease_expires_at: int,
     expected: int | None = None,
     open_turn: bool = False,
+    open_turn_before: bool | None = None,
     blob_threshold: int | None = None,
 ) -> PendingBatch:
     """A batch under `lease` (a session as `acquire_lease` returned it) appending `events`, at
@@ -54,6 +55,7 @@ def pending_batch(
         last_time=events[-1].time,
         open_turn=open_turn,
         lease_expires_at=lease_expires_at,
+        open_turn_before=open_turn if open_turn_before is None else open_turn_before,
     )
     for event in events:
         if blob_threshold is None:

@@ -95,6 +95,7 @@ def plan_append(
     time = max(now, fold.last_time)
     service_time = fold.repair_time  # repair events take the last event's time (SPEC §8)
     first_seq = fold.next_seq
+    open_turn_before = fold.open_turn is not None
     # The stored forms first: their data is the proposals' own, and a batch that cannot be
     # stored must leave the fold as it was.
     wire: list[bytes | None] = [None] * head_count
@@ -141,6 +142,7 @@ def plan_append(
         last_time=time,
         open_turn=fold.open_turn is not None,
         lease_expires_at=lease_expires_at,
+        open_turn_before=open_turn_before,
         stored=stored,
         blobs=blob_contents,
         stored_bytes=sum(len(text) for text, _ in stored),

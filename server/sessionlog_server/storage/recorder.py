@@ -21,7 +21,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from sqlalchemy import Connection, Engine, and_, func, or_, select
 from sqlalchemy import exc as sa_exc
@@ -460,10 +460,7 @@ class EventRecorder(ABC):
         """
         fenced = self._fence(
             conn,
-            [
-                advance_params(batches[run[0]], batches[run[-1]]) if contiguous([batches[i] for i in run]) else None
-                for run in runs
-            ],
+            [(batches[run[0]], batches[run[-1]]) if contiguous([batches[i] for i in run]) else None for run in runs],
         )
         accepted: list[PendingBatch] = []
         for run, moved in zip(runs, fenced, strict=True):
@@ -537,27 +534,34 @@ class EventRecorder(ABC):
 
     def _advance(self, conn: DriverTransaction, first: PendingBatch, last: PendingBatch) -> bool:
         """The fenced compare-and-set: move next_seq from `first`'s expected to `last`'s new one."""
-        return self._fence(conn, [advance_params(first, last)]) == [1]
+        return self._fence(conn, [(first, last)]) == [1]
 
-    def _fence(self, conn: DriverTransaction, each: Sequence[tuple[Any, ...] | None]) -> list[int]:
-        """The fence for each parameter tuple (`advance_params`; None: skipped, 0), and how
-        many rows each moved.
+    def _fence(self, conn: DriverTransaction, runs: Sequence[tuple[PendingBatch, PendingBatch] | None]) -> list[int]:
+        """The fence of each run, from its first batch to its last (`_advance`; None: skipped,
+        0), and how many rows each moved.
 
-        Where `advance_keeping_turn_sql` is set (SQLite), a row that already holds the batch's
-        `open_turn` (every batch but a turn's first and last) moves without that column in the
-        SET: SQLite rewrites the index entry of every column a SET names, changed or not, and
-        `ix_sessions_open_turn` was one more page in the WAL of every commit. A row it misses
-        (the turn opens or closes, or the fence does not hold) is then tried with `advance_sql`,
-        whose answer stands: so a row's `open_turn` never stays behind its log's.
+        Where `advance_keeping_turn_sql` is set (SQLite), a run that neither opens nor closes a
+        turn (most of them) moves the row without `open_turn` in the SET: SQLite rewrites the
+        index entry of every column a SET names, changed or not, and `ix_sessions_open_turn` was
+        one more page in the WAL of every commit. That statement compares the row's `open_turn`
+        with the run's instead; a row it misses (one that disagrees with its log, as a restore
+        could leave it, or whose fence does not hold) is tried with `advance_sql`, whose answer
+        stands: so a row's `open_turn` never stays behind its log's.
         """
-        if self.advance_keeping_turn_sql is None:
-            return conn.rowcounts(self.advance_sql, each)
-        moved = conn.rowcounts(self.advance_keeping_turn_sql, each)
-        missed = [None if hit else params for params, hit in zip(each, moved, strict=True)]
-        if all(params is None for params in missed):
-            return moved
-        again = conn.rowcounts(self.advance_sql, missed)
-        return [hit or later for hit, later in zip(moved, again, strict=True)]
+        keeping_turn = self.advance_keeping_turn_sql
+        if keeping_turn is None:
+            return conn.rowcounts(self.advance_sql, [None if run is None else advance_params(*run) for run in runs])
+        moved: list[int] = []
+        for run in runs:  # one statement at a time: SQLite has no pipeline to fill
+            if run is None:
+                moved.append(0)
+                continue
+            params = advance_params(*run)
+            hit = 0
+            if run[0].open_turn_before == run[1].open_turn:
+                hit = conn.exec_driver_sql(keeping_turn, params).rowcount
+            moved.append(hit or conn.exec_driver_sql(self.advance_sql, params).rowcount)
+        return moved
 
     def _insert_events(self, conn: Connection, session_id: str, events: Sequence[Event], threshold: int | None) -> None:
         rows = []

@@ -93,6 +93,9 @@ class PendingBatch:
     last_time: int
     open_turn: bool
     lease_expires_at: int
+    open_turn_before: bool
+    """Whether the session had an open turn before this batch, as planned: with `open_turn`,
+    whether the batch opens or closes one (which fence statement it takes, `EventRecorder._fence`)."""
     stored: list[StoredData] = field(default_factory=list)
     """Per event: the data as stored (blob strings taken out) and its blob refs."""
     blobs: dict[str, bytes] = field(default_factory=dict)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -57,34 +57,24 @@ class AnswerLosingProxy:
         return answer
 
     def forward_stream(self, path: str, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
-        """A writer stream, both ways; a lost one ends after the server's first answer, the
-        stream to the server cut (so the server takes it for a broken connection)."""
-        method = path.rsplit("/", 1)[-1]
-        self.calls[method] += 1
-        lose = method == self.method and self.calls[method] <= self.losses
+        """A writer stream, both ways (a lost one: see `_relay`; the server then takes it for a
+        broken connection)."""
         call = self._upstream.stream_stream(path, request_serializer=None, response_deserializer=None)
-        answers = call(requests, metadata=context.invocation_metadata())
-        context.add_callback(answers.cancel)  # the caller went away: so does the stream upstream
-        try:
-            if lose:
-                self.lost.append(next(answers))
-                answers.cancel()
-                context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy lost the answer")
-            yield from answers
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.CANCELLED:
-                return  # the caller went away
-            context.set_trailing_metadata(exc.trailing_metadata())
-            context.abort(exc.code(), exc.details())
+        yield from self._relay(path, lambda metadata: call(requests, metadata=metadata), context)
 
     def forward_server_stream(self, path: str, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
-        """A read or a subscription; a lost one ends after the server's first message (none, for
-        a stream that ended without one), the stream to the server cancelled."""
+        """A read or a subscription (a lost one: see `_relay`)."""
+        call = self._upstream.unary_stream(path, request_serializer=None, response_deserializer=None)
+        yield from self._relay(path, lambda metadata: call(request, metadata=metadata), context)
+
+    def _relay(self, path: str, start: Callable[[Any], Any], context: grpc.ServicerContext) -> Iterator[bytes]:
+        """The server's answers to a streaming call `start`ed with the caller's metadata; a lost
+        one ends after the server's first message (none, for a stream that ended without one),
+        the stream to the server cancelled."""
         method = path.rsplit("/", 1)[-1]
         self.calls[method] += 1
         lose = method == self.method and self.calls[method] <= self.losses
-        call = self._upstream.unary_stream(path, request_serializer=None, response_deserializer=None)
-        answers = call(request, metadata=context.invocation_metadata())
+        answers = start(context.invocation_metadata())
         context.add_callback(answers.cancel)  # the caller went away: so does the stream upstream
         try:
             if lose:

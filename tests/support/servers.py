@@ -16,6 +16,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sessionlog_server.config import Settings
 from sessionlog_server.transport.event_loop import loop_factory
 from sessionlog_server.transport.server import RunningServer, start_server
@@ -83,7 +85,10 @@ def settle_late(server: ServerThread, seconds: float) -> None:
     def late(callback: Any, *args: Any) -> None:
         loop.call_soon_threadsafe(loop.call_later, seconds, callback, *args)
 
-    server.service.committer._deliver = late
+    try:
+        server.service.committer._deliver = late
+    except AttributeError:  # the compiled build: a native class's methods cannot be replaced
+        pytest.skip("the compiled build's committer cannot be made to hand its commits over late")
 
 
 def planned_next_seq(server: ServerThread, sid: str) -> int:

@@ -89,14 +89,17 @@ class Subscriber:
         The wait is `asyncio.timeout`, not `asyncio.wait_for`: Python 3.11's `wait_for` returns
         the result when a cancellation comes with it, so a subscription whose client went away
         just as a batch or a poke arrived went on, and waited for the log until the service
-        stopped (tests/transport/test_long_running_state.py)."""
+        stopped (tests/transport/test_long_running_state.py).
+
+        A batch pushed in the very step the timeout fires is returned, not left for later: the
+        caller would read the log instead, and deliver the batch without its commit time."""
         if not self.batches and not self.overflowed and not self.poked and not self.ended:
             self._ready.clear()
             try:
                 async with asyncio.timeout(timeout):
                     await self._ready.wait()
             except TimeoutError:
-                return None
+                pass  # whatever came meanwhile is looked at below
         self.poked = False
         if self.overflowed or self.ended or not self.batches:
             return None

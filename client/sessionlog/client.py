@@ -68,6 +68,11 @@ T = TypeVar("T")
 _END = object()
 
 
+class _CallEnded(Exception):
+    """A call stopped in its wait to try again because its caller ended (`_run`'s `ended`):
+    raised only to that caller, which ends quietly."""
+
+
 class SessionLogClient(base.ClientBase):
     """A connection to a sessionlog server; thread-safe, one channel."""
 
@@ -126,9 +131,10 @@ class SessionLogClient(base.ClientBase):
         with self._waits:
             self._waits.notify_all()
 
-    def _run(self, call: Call[T]) -> T:
+    def _run(self, call: Call[T], *, ended: threading.Event | None = None) -> T:
         """Make a unary call, retrying an idempotent one while its outcome is unknown, within
-        the client's `timeout` in all (`base.Budget`)."""
+        the client's `timeout` in all (`base.Budget`). `ended` is the caller's own end (a lease
+        writer's close): set during a wait to try again, the call stops there (`_CallEnded`)."""
         method = getattr(self.stub, call.method)
         budget = base.Budget(self.timeout, self.retry if call.idempotent else base.NO_RETRY)
         while True:
@@ -137,7 +143,8 @@ class SessionLogClient(base.ClientBase):
                 return call.read(method(call.request, timeout=budget.next_attempt()))
             except grpc.RpcError as exc:
                 delay = budget.wait_after(self._error(exc))
-            self._pause(delay)
+            if self._pause(delay, ended=ended):
+                raise _CallEnded(call.method)
 
     def _pages(self, paged: Paged[T]) -> Iterator[T]:
         token = ""
@@ -527,7 +534,9 @@ class LeaseWriter(base.LeaseKeeper):
         try:
             while not self._client._pause(self._next_beat(), ended=self._stop):
                 try:
-                    self.lease = self._client.renew_lease(self.lease)
+                    self.lease = self._client._run(base.renew_lease(self.lease), ended=self._stop)
+                except _CallEnded:
+                    return  # closed while a renewal waited to try again: the close releases
                 except OwnershipLost as exc:
                     self._failed(exc)
                     return

@@ -141,6 +141,27 @@ def test_closing_a_lease_writer_ends_its_wait_for_its_next_heartbeat(server: Ser
         assert client.get_session(sid).lease is None
 
 
+def test_closing_a_lease_writer_ends_a_renewals_wait_to_try_again(server: ServerThread, sid: str) -> None:
+    """A renewal whose answer was lost waits to try again (the client's retry policy); the
+    writer's close ends that wait too, and gives the lease back at once. It waited the wait out
+    (the close's join of the heartbeat gave up after 30 s), and renewed after the close."""
+    before = _heartbeat_threads()
+    with (
+        AnswerLosingProxy(server.target, "RenewLease") as proxy,
+        SessionLogClient(proxy.target, retry=SLOW_RETRY, timeout=None) as client,
+    ):
+        client.create_session(sid)
+        writer = client.lease_writer(sid, heartbeat=0.01)
+        (beating,) = _heartbeat_threads() - before
+        eventually(lambda: len(proxy.lost), lambda lost: lost == 1)
+        closing = threading.Thread(target=writer.close)
+        closing.start()
+        closing.join(ENDS_WITHIN)
+        assert not closing.is_alive() and not beating.is_alive()
+        assert client.get_session(sid).lease is None
+        assert proxy.calls["RenewLease"] == 1  # no renewal tried after the close
+
+
 def test_a_close_between_a_writers_open_and_its_registration_ends_the_writer(
     server: ServerThread, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -72,6 +72,8 @@ class SessionInfo:
         }
         if self.trace_id is not None:
             out["traceId"] = self.trace_id
+        if self.namespace is not None:
+            out["namespace"] = self.namespace
         if self.parent_session_id is not None:
             out["parent"] = {"sessionId": self.parent_session_id, "forkSeq": self.fork_seq}
         if self.lease is not None:

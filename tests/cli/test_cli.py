@@ -59,6 +59,7 @@ def test_create_append_events_sessions(server: ServerThread, sid: str) -> None:
     created = run(server, "create", "--id", sid, "--cwd", "/home/me/project")
     assert created.returncode == 0, created.stderr
     assert json.loads(created.stdout)["id"] == sid
+    assert json.loads(created.stdout)["namespace"] == "default"  # what its OTLP exports name
     note = {"type": "test/note", "data": {"n": 1}, "ignorable": True, "seq": 99, "time": 5}
     appended = run(server, "append", sid, stdin=lines(USER, {**note, "eventId": "n1"}, note))
     assert appended.returncode == 0, appended.stderr

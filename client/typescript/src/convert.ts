@@ -189,6 +189,7 @@ export function sessionFromPb(msg: PbSession | undefined): SessionInfo {
   if (msg.parent !== undefined && msg.parent.sessionId) info.parent = { sessionId: msg.parent.sessionId, forkSeq: num(msg.parent.forkSeq) };
   if (msg.lease !== undefined && msg.lease.writerId) info.lease = leaseFromPb(msg.lease);
   if (msg.traceId) info.traceId = msg.traceId;
+  if (msg.namespace) info.namespace = msg.namespace;
   return info;
 }
 

@@ -162,6 +162,12 @@ export interface SessionInfo {
    * older than the field.
    */
   traceId?: string;
+  /**
+   * The namespace (tenant) the service keeps the session in: the caller's own (its token's;
+   * `default` on a service without tokens), which the session's OTLP exports name as the
+   * resource attribute `sessionlog.namespace`. Absent from a service older than the field.
+   */
+  namespace?: string;
 }
 
 // --- writing results ---------------------------------------------------------------------

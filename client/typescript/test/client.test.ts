@@ -89,12 +89,13 @@ for (const backend of BACKENDS) {
       assert.equal((await client.getSession(id)).nextSeq, 2);
     });
 
-    test("a session's traceId is the trace the service's spans carry: its key hashed (the id, in the default namespace)", async () => {
+    test("a session's traceId and namespace are what the service's spans carry: its key hashed (the id, in the default namespace) and `default`", async () => {
       const id = sessionId("trace");
       const made = await client.createSession(id);
       const expected = createHash("sha256").update(`sessionlog/trace\0${id}`).digest("hex").slice(0, 32);
       assert.equal(made.traceId, expected);
       assert.equal((await client.getSession(id)).traceId, expected);
+      assert.equal(made.namespace, "default"); // the resource attribute its spans carry
     });
 
     test("a payload that repeats a key (a raw gRPC writer's) is refused (DUPLICATE_KEY) and nothing is appended", async () => {

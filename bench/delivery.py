@@ -20,21 +20,26 @@ from typing import Any
 
 from bench.procs import Server, each_backend, section_main, unavailable_row
 from bench.stats import percentile
-from sessionlog.client import SessionLogClient
+from sessionlog.client import SessionLogClient, Subscription
 from sessionlog.requests import CaughtUp
 
 
-def _follow(target: str, sid: str, arrived: dict[int, float], ready: threading.Event, stop: threading.Event) -> None:
-    with SessionLogClient(target) as client:
-        subscription = client.subscribe(sid)
+def _follow(client: SessionLogClient, sid: str, arrived: dict[int, float], ready: threading.Event) -> Subscription:
+    """Follow `sid` on a thread of its own, noting when each event arrives; `ready` is set once
+    the subscription has caught up. The caller ends it with the returned subscription's
+    `cancel()` before the servers stop: a subscription left open resubscribes, and once the
+    servers are gone its thread died of UNAVAILABLE in the middle of the bench's output."""
+    subscription = client.subscribe(sid)
+
+    def run() -> None:
         for item in subscription:
             if isinstance(item, CaughtUp):
                 ready.set()
-                continue
-            arrived[item.seq] = time.monotonic()
-            if stop.is_set():
-                subscription.cancel()
-                return
+            else:
+                arrived[item.seq] = time.monotonic()
+
+    threading.Thread(target=run, daemon=True, name=f"follow-{sid}").start()
+    return subscription
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -52,18 +57,16 @@ def measure(db: str, events: int, interval: float) -> dict[str, Any]:
     env = {"SESSIONLOG_METRICS_LISTEN": ""}  # one process each: procs.Server pins it
     with Server(db, env=env) as first, Server(db, env=_sharing(db, env)) as second:
         sid = f"delivery-{int(time.time() * 1000)}"
-        with SessionLogClient(first.target) as writer:
+        with (
+            SessionLogClient(first.target) as writer,
+            SessionLogClient(first.target) as near,
+            SessionLogClient(second.target) as far,
+        ):
             writer.create_session(sid)
             same: dict[int, float] = {}
             other: dict[int, float] = {}
-            stop = threading.Event()
             readies = [threading.Event(), threading.Event()]
-            threads = [
-                threading.Thread(target=_follow, args=(first.target, sid, same, readies[0], stop), daemon=True),
-                threading.Thread(target=_follow, args=(second.target, sid, other, readies[1], stop), daemon=True),
-            ]
-            for thread in threads:
-                thread.start()
+            subscriptions = [_follow(near, sid, same, readies[0]), _follow(far, sid, other, readies[1])]
             for ready in readies:
                 ready.wait(30)
             lease = writer.acquire_lease(sid)
@@ -75,8 +78,8 @@ def measure(db: str, events: int, interval: float) -> dict[str, Any]:
             deadline = time.monotonic() + 10
             while (len(same) < events or len(other) < events) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            stop.set()
-            writer.append(sid, lease, [{"type": "bench/tick", "data": {"n": -1}, "ignorable": True}])
+            for subscription in subscriptions:
+                subscription.cancel()
     return {"events": events, "same_instance": _figures(acked, same), "other_instance": _figures(acked, other)}
 
 

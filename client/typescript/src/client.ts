@@ -165,7 +165,7 @@ export class SessionLogClient {
    * heartbeats (their leases lapse), and every later call fails with `ClientClosed`.
    */
   close(): void {
-    this.closing.abort();
+    this.closing.abort(clientClosed()); // the reason a call waiting to try again fails with
     this.sessions.abort();
   }
 
@@ -189,12 +189,17 @@ export class SessionLogClient {
    * once past, DEADLINE_EXCEEDED ("the operation timed out"), as the Python clients' timeout is.
    * An AbortSignal.timeout ended the call as CANCELLED instead and told the server nothing.
    */
-  private unary<T>(call: (options: CallOptions) => Promise<T>, idempotent: boolean): Promise<T> {
+  private unary<T>(call: (options: CallOptions) => Promise<T>, idempotent: boolean, ended?: AbortSignal): Promise<T> {
     const budget = new Budget(this.timeoutMs, idempotent ? this.retry : NO_RETRY);
-    return withBudget(budget, (timeoutMs) => {
-      this.checkOpen();
-      return call({ timeoutMs });
-    });
+    const waitEnds = ended === undefined ? this.closing.signal : AbortSignal.any([this.closing.signal, ended]);
+    return withBudget(
+      budget,
+      (timeoutMs) => {
+        this.checkOpen();
+        return call({ timeoutMs });
+      },
+      waitEnds,
+    );
   }
 
   // --- sessions --------------------------------------------------------------------------
@@ -282,10 +287,14 @@ export class SessionLogClient {
     return { seqs: response.seqs.map(num), nextSeq: num(response.nextSeq) };
   }
 
-  /** Extend a lease (a heartbeat); OwnershipLost if it was taken over. */
-  async renewLease(lease: Lease): Promise<Lease> {
+  /**
+   * Extend a lease (a heartbeat); OwnershipLost if it was taken over. `ended` (a lease writer's
+   * close) ends a wait to try again at once, rejecting with its reason: the renewal is not sent
+   * again after the writer gave the lease back.
+   */
+  async renewLease(lease: Lease, options: { ended?: AbortSignal } = {}): Promise<Lease> {
     const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "" };
-    const response = await this.unary((callOptions) => this.rpc.renewLease(request, callOptions), true);
+    const response = await this.unary((callOptions) => this.rpc.renewLease(request, callOptions), true, options.ended);
     return leaseFromPb(response.lease, lease.token);
   }
 
@@ -432,7 +441,7 @@ export class SessionLogClient {
         const error = toSessionLogError(raw);
         failures += 1;
         if (!(error instanceof Unavailable) || failures >= this.retry.attempts) throw error;
-        await sleep(backoff(this.retry, failures));
+        await sleep(backoff(this.retry, failures), this.closing.signal); // the close ends the wait
       }
     }
   }

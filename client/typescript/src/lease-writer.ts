@@ -51,6 +51,8 @@ export class LeaseWriter {
   private failure: SessionLogError | null = null;
   private timer: NodeJS.Timeout | null = null;
   private closed = false;
+  /** Aborted by `close()`: ends a renewal's wait to try again. */
+  private readonly stopping = new AbortController();
 
   private constructor(
     private readonly client: SessionLogClient,
@@ -108,6 +110,7 @@ export class LeaseWriter {
     if (this.closed) return;
     this.closed = true;
     if (this.timer !== null) clearTimeout(this.timer);
+    this.stopping.abort(writerClosed("the writer is closed"));
     if (this.failure === null && !this.client.closed) await this.client.releaseLease(this.lease);
   }
 
@@ -138,7 +141,7 @@ export class LeaseWriter {
   private async beat(): Promise<void> {
     if (this.closed || this.client.closed) return;
     try {
-      this.lease = await this.client.renewLease(this.lease);
+      this.lease = await this.client.renewLease(this.lease, { ended: this.stopping.signal });
     } catch (error) {
       this.noteFailure(error); // a lost lease stops the writer; a transient failure retries next beat
     }

@@ -98,9 +98,15 @@ export class Budget {
 
 /**
  * Run `call` (given each attempt's `timeoutMs`) within `budget`, retrying on Unavailable per
- * its policy; every error comes out typed.
+ * its policy; every error comes out typed. `ended` ends a wait to try again at once, rejecting
+ * with its reason (the client's close: a closed client's call waited its wait out first, and
+ * the timer held the process open until then).
  */
-export async function withBudget<T>(budget: Budget, call: (timeoutMs: number | undefined) => Promise<T>): Promise<T> {
+export async function withBudget<T>(
+  budget: Budget,
+  call: (timeoutMs: number | undefined) => Promise<T>,
+  ended?: AbortSignal,
+): Promise<T> {
   for (;;) {
     let delay: number;
     try {
@@ -108,7 +114,7 @@ export async function withBudget<T>(budget: Budget, call: (timeoutMs: number | u
     } catch (raw) {
       delay = budget.waitAfter(raw);
     }
-    await sleep(delay);
+    await sleep(delay, ended);
   }
 }
 

@@ -1,7 +1,7 @@
 /**
  * How a streaming writer ends, and that no call on it hangs: the service ending its stream on a
- * graceful restart or killed, the writer's own cancel, its client closed, a refused batch; and a
- * lease writer's calls after its close.
+ * graceful restart or killed, the writer's own cancel, its client closed, a refused batch; a
+ * lease writer's calls after its close; and waits to try again, which a close ends at once.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -9,10 +9,14 @@ import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { ClientClosed, NotFound, SessionLogClient, ValidationError, WriterClosed } from "../src/index.js";
 import { note, turnEnd, turnStart } from "./events.js";
-import { BACKENDS, sessionId, startServer } from "./support.js";
+import { answerLosingProxy, BACKENDS, sessionId, startServer } from "./support.js";
 
 const CLOSE_WITH_WRITER = fileURLToPath(new URL("./fixtures/close-with-writer.js", import.meta.url));
 const DROP_WRITER = fileURLToPath(new URL("./fixtures/drop-writer.js", import.meta.url));
+const CLOSE_LEASE_WRITER_RETRYING = fileURLToPath(new URL("./fixtures/close-lease-writer-retrying.js", import.meta.url));
+
+/** A retry policy whose wait to try again is far longer than a test gives a close to end it. */
+const SLOW_RETRY = { attempts: 3, initialDelayMs: 300_000, maxDelayMs: 300_000 };
 
 /** Whether `error` is the WriterClosed of a writer ended on purpose: not retryable. */
 function closedOnPurpose(error: unknown): boolean {
@@ -170,6 +174,46 @@ for (const backend of BACKENDS) {
       }
       await assert.rejects(env.client.getSession(other), NotFound, "a closed client created a session");
       assert.equal((await env.client.getSession(id)).lease?.epoch, held?.epoch, "a closed client took the lease");
+    });
+
+    test("closing the client ends a call's and a read's wait to try again at once, with ClientClosed", async () => {
+      const id = sessionId("close-ends-wait");
+      await env.client.createSession(id);
+      const seeding = await env.client.leaseWriter(id);
+      await seeding.append([note(0)]); // a read's first page is lost, so there must be one
+      await seeding.close();
+      const calls: [string, (client: SessionLogClient) => Promise<unknown>][] = [
+        ["GetSession", (client) => client.getSession(id)],
+        ["ReadEvents", async (client) => client.readEvents(id).next()],
+      ];
+      for (const [method, call] of calls) {
+        const proxy = await answerLosingProxy(env.server.target, method);
+        // No shorter budget: it would refuse a wait longer than what is left of it.
+        const lossy = new SessionLogClient({ target: proxy.target, retry: SLOW_RETRY, timeoutMs: 600_000 });
+        try {
+          const waiting = call(lossy);
+          waiting.catch(() => undefined); // rejected before it is awaited below
+          await new Promise((r) => setTimeout(r, 1000)); // the first answer is lost by now: it waits
+          lossy.close();
+          await assert.rejects(settles(waiting, `${method} after the close`, 10_000), ClientClosed);
+        } finally {
+          lossy.close();
+          await proxy.close();
+        }
+      }
+    });
+
+    test("a process whose lease writer was closed while a renewal waited to try again exits at once", async () => {
+      const id = sessionId("renewal-wait");
+      await env.client.createSession(id);
+      const proxy = await answerLosingProxy(env.server.target, "RenewLease");
+      try {
+        const { code, out } = await runFixture(CLOSE_LEASE_WRITER_RETRYING, [proxy.target, id]);
+        assert.equal(code, 0);
+        assert.equal(out, "released true");
+      } finally {
+        await proxy.close();
+      }
     });
 
     test("a process whose client was closed exits though its writer had an append pending", async () => {

@@ -54,3 +54,20 @@ def test_an_overflow_as_the_wait_times_out_ends_it_with_none() -> None:
         assert subscriber.overflowed
 
     asyncio.run(scenario())
+
+
+def test_a_poke_with_a_batch_queued_ends_the_wait_after_that_batch_at_once() -> None:
+    """Another process appended (the poke) while this one's batch was queued: the batch comes
+    first, with its commit time, and the next wait ends at once so the caller reads the log. The
+    poke was cleared with the batch, and the next wait ran its whole timeout."""
+
+    async def scenario() -> None:
+        subscriber = Subscriber(max_bytes=1_000)
+        batch = _batch(4)
+        subscriber.push(batch)
+        subscriber.poke()
+        assert await subscriber.next_batch(600) is batch
+        assert await asyncio.wait_for(subscriber.next_batch(600), 10) is None
+        assert not subscriber.poked  # the caller is reading the log: the poke is spent
+
+    asyncio.run(scenario())

@@ -92,7 +92,10 @@ class Subscriber:
         stopped (tests/transport/test_long_running_state.py).
 
         A batch pushed in the very step the timeout fires is returned, not left for later: the
-        caller would read the log instead, and deliver the batch without its commit time."""
+        caller would read the log instead, and deliver the batch without its commit time. A poke
+        that comes with batches queued stays until they are all returned, then ends the next
+        wait at once: cleared with the first, it left the other process's events to the
+        caller's next poll of the log, up to `timeout` later."""
         if not self.batches and not self.overflowed and not self.poked and not self.ended:
             self._ready.clear()
             try:
@@ -100,8 +103,8 @@ class Subscriber:
                     await self._ready.wait()
             except TimeoutError:
                 pass  # whatever came meanwhile is looked at below
-        self.poked = False
         if self.overflowed or self.ended or not self.batches:
+            self.poked = False  # the caller reads the log now
             return None
         batch = self.batches.popleft()
         self.queued_bytes -= batch.size

@@ -191,14 +191,14 @@ export class SessionLogClient {
    */
   private unary<T>(call: (options: CallOptions) => Promise<T>, idempotent: boolean, ended?: AbortSignal): Promise<T> {
     const budget = new Budget(this.timeoutMs, idempotent ? this.retry : NO_RETRY);
-    const waitEnds = ended === undefined ? this.closing.signal : AbortSignal.any([this.closing.signal, ended]);
     return withBudget(
       budget,
       (timeoutMs) => {
         this.checkOpen();
         return call({ timeoutMs });
       },
-      waitEnds,
+      this.closing.signal,
+      ended,
     );
   }
 

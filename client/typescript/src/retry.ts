@@ -15,18 +15,30 @@ export interface RetryPolicy {
 
 export const DEFAULT_RETRY: RetryPolicy = { attempts: 8, initialDelayMs: 50, maxDelayMs: 1000 };
 
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+/**
+ * Wait `ms`; the first of `signals` to abort ends the wait at once, rejecting with its reason.
+ * Several signals are listened to directly and let go when the wait ends, not combined with
+ * `AbortSignal.any`: a signal combined per wait (a lease writer's every renewal) with the
+ * client's, which lives as long as the client, was kept by it (nodejs/node#55351).
+ */
+export function sleep(ms: number, ...signals: (AbortSignal | undefined)[]): Promise<void> {
+  const ending = signals.filter((signal): signal is AbortSignal => signal !== undefined);
   return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
+    const aborted = ending.find((signal) => signal.aborted);
+    if (aborted !== undefined) return reject(aborted.reason);
+    const stopListening = (): void => {
+      for (const signal of ending) signal.removeEventListener("abort", onAbort);
+    };
     const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
+      stopListening();
       resolve();
     }, ms);
-    const onAbort = (): void => {
+    function onAbort(this: AbortSignal): void {
       clearTimeout(timer);
-      reject(signal?.reason);
-    };
-    signal?.addEventListener("abort", onAbort, { once: true });
+      stopListening();
+      reject(this.reason);
+    }
+    for (const signal of ending) signal.addEventListener("abort", onAbort, { once: true });
   });
 }
 
@@ -98,14 +110,14 @@ export class Budget {
 
 /**
  * Run `call` (given each attempt's `timeoutMs`) within `budget`, retrying on Unavailable per
- * its policy; every error comes out typed. `ended` ends a wait to try again at once, rejecting
- * with its reason (the client's close: a closed client's call waited its wait out first, and
+ * its policy; every error comes out typed. Any of `ended` ends a wait to try again at once,
+ * rejecting with its reason (the client's close: a closed client's call waited its wait out first, and
  * the timer held the process open until then).
  */
 export async function withBudget<T>(
   budget: Budget,
   call: (timeoutMs: number | undefined) => Promise<T>,
-  ended?: AbortSignal,
+  ...ended: (AbortSignal | undefined)[]
 ): Promise<T> {
   for (;;) {
     let delay: number;
@@ -114,7 +126,7 @@ export async function withBudget<T>(
     } catch (raw) {
       delay = budget.waitAfter(raw);
     }
-    await sleep(delay, ended);
+    await sleep(delay, ...ended);
   }
 }
 

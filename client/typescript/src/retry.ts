@@ -111,8 +111,8 @@ export class Budget {
 /**
  * Run `call` (given each attempt's `timeoutMs`) within `budget`, retrying on Unavailable per
  * its policy; every error comes out typed. Any of `ended` ends a wait to try again at once,
- * rejecting with its reason (the client's close: a closed client's call waited its wait out first, and
- * the timer held the process open until then).
+ * rejecting with its reason (the client's close: a closed client's call waited its wait out
+ * first, and the timer held the process open until then).
  */
 export async function withBudget<T>(
   budget: Budget,

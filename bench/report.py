@@ -296,7 +296,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             ("unary_sequential", "1 session, unary, sequential", 0.5, raw1, True),
         ):
             figure = _get(sl, backend, key)
-            per_commit = "16" if base is raw16 else "1"
+            per_commit = "1" if unary else "16"
             check = _check(
                 f"{label}, {backend} vs {driver} {per_commit}/commit",
                 f">= {limit}x",

@@ -38,6 +38,15 @@ def test_targets_are_ratios_to_the_raw_driver_and_zero_counts_are_judged() -> No
     assert found["2,000 slow writers, sqlite: ack p99"]["status"] == "met"
 
 
+def test_a_run_without_the_raw_drivers_still_names_each_targets_own_floor() -> None:
+    """`--no-peers` measures no raw driver: every ratio is n/a, and the unary target still
+    names the one-event commit it is a ratio to."""
+    report: dict[str, Any] = {"sessionlog": {"sqlite": {"unary_sequential": _rate(700)}}}
+    found = {t["name"]: t for t in targets(report)}
+    assert found["1 session, unary, sequential, sqlite vs raw sqlite3 1/commit"]["status"] == "n/a"
+    assert "1 session, unary, sequential, sqlite vs raw sqlite3 16/commit" not in found
+
+
 def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
     """Latency beside the raw driver's own commit latency at the same rate; slow writers beside
     the grpc.aio echo server under the same streams and the raw driver's commit tail; unary beside

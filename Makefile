@@ -4,8 +4,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 # The session page's chart library, built from the pinned npm lock file (see web/).
 VIEW_ASSETS := client/sessionlog/view/vendor/uPlot.iife.min.js
-# The compiled build (setup.py, scripts/build_compiled.sh): its own venv, never in place.
+# The compiled build (setup.py, scripts/build_compiled.sh): its own venv, never in place;
+# built again when anything the wheel is made of changes.
 COMPILED_VENV ?= .venv-compiled
+COMPILED_STAMP := $(COMPILED_VENV)/.built
+COMPILED_SOURCES := setup.py pyproject.toml scripts/build_compiled.sh scripts/build_compiled_wheel.sh \
+	$(shell find client/sessionlog server/sessionlog_server migrations -type f -not -name '*.pyc')
 
 .PHONY: all serve test lint typecheck pytest tstest compiled test-compiled proto bench clean
 
@@ -26,7 +30,7 @@ serve: $(STAMP) $(VIEW_ASSETS)  ## Run the service on the embedded SQLite defaul
 	bash scripts/check_pure_tree.sh
 	$(VENV)/bin/sessionlog serve
 
-test: lint typecheck pytest tstest  ## Lint, type-check and run the whole suite (Python and TypeScript) on SQLite and PostgreSQL
+test: lint typecheck pytest tstest test-compiled  ## Lint, type-check and run the whole suite (Python on both builds, TypeScript) on SQLite and PostgreSQL
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check client server tests migrations scripts bench
@@ -50,18 +54,24 @@ tstest: $(STAMP)  ## The TypeScript client: npm ci, generate and build from prot
 	cd client/typescript && npm ci --no-audit --no-fund && npm run build \
 		&& SESSIONLOG_PYTHON=$(abspath $(PY)) npm test
 
-compiled: $(STAMP) $(VIEW_ASSETS)  ## The compiled build (mypyc, experimental: not shipped) in $(COMPILED_VENV)
+$(COMPILED_STAMP): $(STAMP) $(VIEW_ASSETS) $(COMPILED_SOURCES)
 	BUILD_PYTHON=$(PY) bash scripts/build_compiled.sh $(COMPILED_VENV)
+	touch $@
 
-test-compiled: compiled  ## The Python suite on the compiled build (not in CI: see docs/architecture/compiled-build.md)
+compiled: $(COMPILED_STAMP)  ## The compiled build (mypyc): what the image runs and `make bench` measures, in $(COMPILED_VENV)
+
+test-compiled: $(COMPILED_STAMP)  ## The Python suite on the compiled build (part of `make test`)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_chromium.sh
 	SESSIONLOG_TEST_BUILD=compiled $(COMPILED_VENV)/bin/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
-bench: $(STAMP)  ## sessionlog and its peers on SQLite and PostgreSQL (see bench/README.md; the compiled build: SESSIONLOG_BENCH_SERVER_PYTHON)
+# The servers under test run the compiled build, as the image does; to measure the interpreted
+# code instead: make bench SESSIONLOG_BENCH_SERVER_PYTHON=.venv/bin/python
+SESSIONLOG_BENCH_SERVER_PYTHON ?= $(COMPILED_VENV)/bin/python
+bench: $(STAMP) $(COMPILED_STAMP)  ## sessionlog and its peers on SQLite and PostgreSQL (see bench/README.md)
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[bench]"
 	bash scripts/ensure_postgres.sh
-	$(PY) -m bench $(BENCH_ARGS)
+	SESSIONLOG_BENCH_SERVER_PYTHON=$(SESSIONLOG_BENCH_SERVER_PYTHON) $(PY) -m bench $(BENCH_ARGS)
 
 proto: $(STAMP)  ## Regenerate client/sessionlog/v1 from proto/
 	$(PY) scripts/gen_proto.py

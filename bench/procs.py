@@ -31,9 +31,8 @@ PG_ADMIN_URL = os.environ.get(
 """Where the bench creates (and drops) its own PostgreSQL databases, named `sessionlog_bench*`."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SERVER_PYTHON = os.environ.get("SESSIONLOG_BENCH_SERVER_PYTHON") or sys.executable
-"""The interpreter the servers under test run on: the bench's own (the source tree,
-interpreted, as the service ships) unless set, e.g. to the experimental compiled build's venv
-(scripts/build_compiled.sh)."""
+"""The interpreter the servers under test run on: `make bench` sets it to the compiled build's
+venv (what the image runs); unset, the bench's own (the source tree, interpreted)."""
 _BUILD_PROBE = """
 import pathlib, sessionlog, sessionlog_server
 print(sum(len(list(pathlib.Path(m.__file__).parent.rglob("*.so"))) for m in (sessionlog, sessionlog_server)))

@@ -53,7 +53,7 @@ from typing import Any
 import grpc
 
 from bench.lifecycle_data import lean_turn
-from bench.procs import Server, create_pg_database, drop_pg_database, process_memory_mb
+from bench.procs import Server, create_pg_database, drop_pg_database, process_memory_mb, server_build
 from sessionlog.aio import AsyncSessionLogClient, AsyncWriter
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, OwnershipLost, SessionLogError, Unavailable
@@ -552,6 +552,7 @@ def summary(config: Config, soak: Soak, verdict: Verdict) -> dict[str, Any]:
     counts = {key: value for key, value in asdict(verdict).items() if key != "writer_errors"}
     return {
         "config": asdict(config),
+        "server_build": server_build(),
         "duration_s": round(written_s, 1),
         **counts,
         "batches_acknowledged": sum(len(w.acked) for w in writers),
@@ -582,6 +583,7 @@ def print_summary(report: dict[str, Any]) -> None:
         f"{c['restart_every']} s ({report['restarts']} of the service, {report['worker_kills']} of one worker; "
         f"downtime mean {report['downtime_ms_mean']} ms, max {report['downtime_ms_max']} ms)"
     )
+    print(f"server build:                  {report['server_build']} (SESSIONLOG_BENCH_SERVER_PYTHON)")
     print(
         f"events written (acknowledged): {report['events_written_acknowledged']} in "
         f"{report['batches_acknowledged']} batches, {report['sessions_written']} sessions "

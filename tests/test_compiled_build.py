@@ -9,12 +9,16 @@ guard `make serve` and `make test` run refuses a source tree holding a compiled 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import importlib.util
+import inspect
 import os
 import subprocess
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,3 +118,54 @@ def test_a_source_tree_holding_a_compiled_module_is_refused(tmp_path: Path) -> N
     assert refused.returncode == 1
     assert "fold.cpython-311-x86_64-linux-gnu.so" in refused.stderr
     assert "shadow their .py files" in refused.stderr
+
+
+def _written_inits() -> list[type]:
+    """The dataclasses of the listed modules whose `__init__` is written out (`init=False`)."""
+    found: list[type] = []
+    for path in _setup_module().COMPILED_MODULES:
+        module = importlib.import_module(_module_name(path))
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and value.__module__ == module.__name__
+                and dataclasses.is_dataclass(value)
+                and not value.__dataclass_params__.init  # type: ignore[attr-defined]
+            ):
+                found.append(value)
+    return found
+
+
+def test_a_written_out_init_takes_and_sets_the_fields_as_the_generated_one_would() -> None:
+    """Compiled, the `__init__` `dataclass` writes stays interpreted (~1 µs a record), so the
+    records built for every event write theirs out (`sessionlog.core.events.NewEvent`). Each
+    must take the fields in order with their defaults (a default factory's as None) and set
+    every one: a field added to the class but not to its `__init__` fails here."""
+    if os.environ.get("SESSIONLOG_TEST_BUILD") == "compiled":
+        pytest.skip("a compiled method has no signature to read; the source is checked interpreted")
+    classes = _written_inits()
+    names = {cls.__name__ for cls in classes}
+    assert names >= {"NewEvent", "Event", "DecodedEvent", "_Plan", "AppendPlan", "SurfacePlan", "CostSum"}
+    for cls in classes:
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        assert [p.name for p in params] == [f.name for f in fields], cls
+        given: dict[str, object] = {}
+        for field, param in zip(fields, params, strict=True):
+            assert param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, (cls, field.name)
+            if field.default is not dataclasses.MISSING:
+                assert param.default == field.default, (cls, field.name)
+            elif field.default_factory is not dataclasses.MISSING:
+                assert param.default is None, (cls, field.name)
+            else:
+                assert param.default is inspect.Parameter.empty, (cls, field.name)
+                given[field.name] = object()
+        first, second = cls(**given), cls(**given)
+        for field in dataclasses.fields(cls):
+            value = getattr(first, field.name)
+            if field.name in given:
+                assert value is given[field.name], (cls, field.name)
+            elif field.default_factory is not dataclasses.MISSING:
+                assert value == field.default_factory() and value is not getattr(second, field.name), (cls, field.name)
+            else:
+                assert value == field.default, (cls, field.name)

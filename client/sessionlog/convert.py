@@ -82,7 +82,7 @@ def new_event_to_pb(event: NewEvent) -> event_pb2.NewEvent:
     return msg
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DecodedEvent:
     """A proposed event as decoded from the wire, with its serialised size for limits (not
     frozen, though nothing changes it: built per event, see `sessionlog.core.fold._Plan`)."""
@@ -91,6 +91,12 @@ class DecodedEvent:
     data_bytes: int
     raw: bytes = b""
     """The `data_json` as received (validated), so storage need not encode it again."""
+
+    def __init__(self, event: NewEvent, data_bytes: int, raw: bytes = b"") -> None:
+        # Written out (compiled, a generated one stays interpreted): see `core.events.NewEvent`.
+        self.event = event
+        self.data_bytes = data_bytes
+        self.raw = raw
 
 
 def new_event_from_pb(msg: event_pb2.NewEvent, index: int = 0, limits: Limits = DEFAULT_LIMITS) -> DecodedEvent:

@@ -87,9 +87,15 @@ def _is_seq(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class NewEvent:
-    """An event a writer proposes; the service assigns `seq` and `time` at commit."""
+    """An event a writer proposes; the service assigns `seq` and `time` at commit.
+
+    Its `__init__` is written out (the fields' own, as `dataclass` would write it, with `data`
+    defaulting to a new `{}`) because it runs for every proposed event: compiled (mypyc), the one
+    `dataclass` writes stays interpreted and costs ~1 µs an event, this one ~0.04
+    (docs/architecture/compiled-build.md; `tests/core/test_written_inits.py` holds the two
+    alike)."""
 
     type: str
     data: JsonObject = field(default_factory=dict)
@@ -97,6 +103,22 @@ class NewEvent:
     ignorable: bool = False
     surface_op: SurfaceOp | None = None
     source_event_seqs: tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        type: str,
+        data: JsonObject | None = None,
+        event_id: str | None = None,
+        ignorable: bool = False,
+        surface_op: SurfaceOp | None = None,
+        source_event_seqs: tuple[int, ...] = (),
+    ) -> None:
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "data", {} if data is None else data)
+        object.__setattr__(self, "event_id", event_id)
+        object.__setattr__(self, "ignorable", ignorable)
+        object.__setattr__(self, "surface_op", surface_op)
+        object.__setattr__(self, "source_event_seqs", source_event_seqs)
 
     def committed(self, seq: int, time: int) -> Event:
         """The event as stored at `seq`, committed at `time` (epoch ms)."""
@@ -154,7 +176,7 @@ class NewEvent:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Event:
     """A committed event: position `seq` in its session's log, committed at `time` (epoch ms).
 
@@ -162,7 +184,10 @@ class Event:
     readers hand it on byte for byte instead of serialising `data` again (SPEC §12).
     `stored_size`, when read from storage, is what its data took there in bytes: the stored
     JSON text plus the blob strings taken out of it (a cold fold's snapshot spacing by bytes,
-    with no text at hand for an event whose strings went to blobs)."""
+    with no text at hand for an event whose strings went to blobs).
+
+    Its `__init__` is written out, as `NewEvent`'s is: one is built for every event appended
+    and read."""
 
     seq: int
     time: int
@@ -174,6 +199,30 @@ class Event:
     source_event_seqs: tuple[int, ...] = ()
     data_text: str | None = field(default=None, compare=False, repr=False)
     stored_size: int | None = field(default=None, compare=False, repr=False)
+
+    def __init__(
+        self,
+        seq: int,
+        time: int,
+        type: str,
+        data: JsonObject,
+        event_id: str | None = None,
+        ignorable: bool = False,
+        surface_op: SurfaceOp | None = None,
+        source_event_seqs: tuple[int, ...] = (),
+        data_text: str | None = None,
+        stored_size: int | None = None,
+    ) -> None:
+        object.__setattr__(self, "seq", seq)
+        object.__setattr__(self, "time", time)
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "data", data)
+        object.__setattr__(self, "event_id", event_id)
+        object.__setattr__(self, "ignorable", ignorable)
+        object.__setattr__(self, "surface_op", surface_op)
+        object.__setattr__(self, "source_event_seqs", source_event_seqs)
+        object.__setattr__(self, "data_text", data_text)
+        object.__setattr__(self, "stored_size", stored_size)
 
     def to_json(self) -> JsonObject:
         """The SPEC §2 envelope: seq, time, type, data, then optional fields where set."""

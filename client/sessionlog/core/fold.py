@@ -71,7 +71,7 @@ NODE_BYTES = 120
 """Estimated bytes per surface node of a fold without messages (seq, node record, slots)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _Plan:
     """Everything one event will change, computed (and validated) before anything changes.
 
@@ -87,6 +87,23 @@ class _Plan:
     header: HeaderState | None
     message: JsonObject | None
     node: SurfaceNode | None
+
+    def __init__(
+        self,
+        event: Event,
+        surface: SurfacePlan | None,
+        structure: StructurePlan | None,
+        header: HeaderState | None,
+        message: JsonObject | None,
+        node: SurfaceNode | None,
+    ) -> None:
+        # Written out (compiled, a generated one stays interpreted): see `core.events.NewEvent`.
+        self.event = event
+        self.surface = surface
+        self.structure = structure
+        self.header = header
+        self.message = message
+        self.node = node
 
 
 @dataclass(slots=True)

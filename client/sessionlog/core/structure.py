@@ -118,7 +118,7 @@ PlanKind = Literal[
 ]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StructurePlan:
     """One validated structural transition that has not mutated the state yet (not frozen,
     though nothing changes it: built per event, see `fold._Plan`)."""
@@ -128,6 +128,16 @@ class StructurePlan:
     number: int = 0
     calls: tuple[ToolCallState, ...] = ()
     call_id: str = ""
+
+    def __init__(
+        self, kind: PlanKind, seq: int, number: int = 0, calls: tuple[ToolCallState, ...] = (), call_id: str = ""
+    ) -> None:
+        # Written out (compiled, a generated one stays interpreted): see `core.events.NewEvent`.
+        self.kind = kind
+        self.seq = seq
+        self.number = number
+        self.calls = calls
+        self.call_id = call_id
 
 
 def _number(data: dict[str, Any], name: str, event: Event) -> int | None:

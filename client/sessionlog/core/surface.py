@@ -29,7 +29,7 @@ EventLookup = Callable[[int], Event]
 """`event_at(seq)`: the committed event at an earlier seq (only surface nodes are asked for)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class SurfaceNode:
     """What the surface rules need to know of a node once it is on the surface.
 
@@ -50,6 +50,23 @@ class SurfaceNode:
     answers: str | None = None
     copy: bool = False
     sources: tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        type: str,
+        rewrite_key: bytes | None = None,
+        calls: tuple[str, ...] = (),
+        answers: str | None = None,
+        copy: bool = False,
+        sources: tuple[int, ...] = (),
+    ) -> None:
+        # Written out (compiled, a generated one stays interpreted): see `core.events.NewEvent`.
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "rewrite_key", rewrite_key)
+        object.__setattr__(self, "calls", calls)
+        object.__setattr__(self, "answers", answers)
+        object.__setattr__(self, "copy", copy)
+        object.__setattr__(self, "sources", sources)
 
 
 NodeLookup = Callable[[int], SurfaceNode]
@@ -98,7 +115,7 @@ class SurfaceState:
         return {"nodes": list(self.nodes), "replaceGeneration": self.replace_generation}
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SurfacePlan:
     """One validated surface transition that has not mutated the state yet.
 
@@ -114,6 +131,25 @@ class SurfacePlan:
     start_index: int = -1
     end_index: int = -1
     shadowed: tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        kind: Literal["append", "replace"],
+        seq: int,
+        start_seq: int = -1,
+        end_seq: int = -1,
+        start_index: int = -1,
+        end_index: int = -1,
+        shadowed: tuple[int, ...] = (),
+    ) -> None:
+        # Written out (compiled, a generated one stays interpreted): see `core.events.NewEvent`.
+        self.kind = kind
+        self.seq = seq
+        self.start_seq = start_seq
+        self.end_seq = end_seq
+        self.start_index = start_index
+        self.end_index = end_index
+        self.shadowed = shadowed
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from sessionlog.core.events import Event
 from sessionlog.core.messages import message_of, tool_call_blocks
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ToolCallState:
     """One tool call of the open step, opened by a `toolCall` block of an assistant message.
 
@@ -50,6 +50,31 @@ class ToolCallState:
     on_surface: bool = True
     copies: tuple[int, ...] = ()
     carried_by: tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        call_id: str,
+        name: str,
+        turn: int,
+        step: int,
+        block_seq: int,
+        call_seq: int | None = None,
+        result_seq: int | None = None,
+        on_surface: bool = True,
+        copies: tuple[int, ...] = (),
+        carried_by: tuple[int, ...] = (),
+    ) -> None:
+        # Written out (compiled, a generated one stays interpreted): see `core.events.NewEvent`.
+        object.__setattr__(self, "call_id", call_id)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "turn", turn)
+        object.__setattr__(self, "step", step)
+        object.__setattr__(self, "block_seq", block_seq)
+        object.__setattr__(self, "call_seq", call_seq)
+        object.__setattr__(self, "result_seq", result_seq)
+        object.__setattr__(self, "on_surface", on_surface)
+        object.__setattr__(self, "copies", copies)
+        object.__setattr__(self, "carried_by", carried_by)
 
     @classmethod
     def opened(cls, call_id: str, name: str, turn: int, step: int, seq: int) -> ToolCallState:

@@ -112,7 +112,7 @@ def usage_total_tokens(usage: JsonObject) -> int | float:
     return sum(number(usage.get(key)) for key in TOKEN_KEYS)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CostSum:
     """An exact running sum of costs: `value()` equals `round(math.fsum(all added), 12)`.
 
@@ -123,6 +123,10 @@ class CostSum:
     """
 
     partials: list[float] = field(default_factory=list)
+
+    def __init__(self, partials: list[float] | None = None) -> None:
+        # Written out (compiled, a generated one stays interpreted): see `core.events.NewEvent`.
+        self.partials = [] if partials is None else partials
 
     def add(self, cost: int | float) -> None:
         """Add one cost exactly (a cost past `USAGE_LIMIT` is no price: it counts as 0, as

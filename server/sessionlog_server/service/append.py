@@ -23,7 +23,7 @@ from sessionlog_server.storage.records import PendingBatch, StoredData
 from sessionlog_server.storage.rows import stored_form
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AppendPlan:
     """What an append will do: the seqs to report and, unless all were retries, the batch
     (not frozen, though nothing changes it: built per batch, see `sessionlog.core.fold._Plan`)."""
@@ -32,6 +32,11 @@ class AppendPlan:
     """One seq per proposed event, in order (original seqs for retried eventIds)."""
     pending: PendingBatch | None
     """The events to commit (None when every event was a retry)."""
+
+    def __init__(self, seqs: list[int], pending: PendingBatch | None) -> None:
+        # Written out (compiled, a generated one stays interpreted): see `core.events.NewEvent`.
+        self.seqs = seqs
+        self.pending = pending
 
 
 def validate_proposals(decoded: Sequence[DecodedEvent], limits: Limits) -> list[NewEvent]:

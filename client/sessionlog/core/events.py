@@ -94,8 +94,8 @@ class NewEvent:
     Its `__init__` is written out (the fields' own, as `dataclass` would write it, with `data`
     defaulting to a new `{}`) because it runs for every proposed event: compiled (mypyc), the one
     `dataclass` writes stays interpreted and costs ~1 µs an event, this one ~0.04
-    (docs/architecture/compiled-build.md; `tests/core/test_written_inits.py` holds the two
-    alike)."""
+    (docs/architecture/compiled-build.md; a test in `tests/test_compiled_build.py` holds the
+    two alike)."""
 
     type: str
     data: JsonObject = field(default_factory=dict)

@@ -65,6 +65,7 @@ COMPILED_MODULES = [
             "taken_ids",
         )
     ),
+    "server/sessionlog_server/storage/records.py",
     "server/sessionlog_server/transport/decoding.py",
 ]
 

@@ -77,7 +77,7 @@ turns the bytes into TEXT inside the database, so the event loop never decodes t
 blob refs as JSON text (storage/rows.py `stored_form` makes it)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PendingBatch:
     """One validated batch to commit, with the fencing values the commit must check.
 
@@ -110,6 +110,41 @@ class PendingBatch:
     """EventIds the service could not vouch for from memory. The events' unique index refuses one
     that is stored (and the group with it); the group is then committed again with these looked
     up, and a stored one fails its own batch with EventIdsStored (`EventRecorder.after_refusal`)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        writer_id: str,
+        epoch: int,
+        expected_next_seq: int,
+        events: list[Event],
+        last_time: int,
+        open_turn: bool,
+        lease_expires_at: int,
+        open_turn_before: bool,
+        stored: list[StoredData] | None = None,
+        blobs: dict[str, bytes] | None = None,
+        snapshot: StoredSnapshot | None = None,
+        stored_bytes: int = 0,
+        committed_at: float = 0.0,
+        verify_ids: list[str] | None = None,
+    ) -> None:
+        # Written out (compiled, a generated one stays interpreted): see `core.events.NewEvent`.
+        self.session_id = session_id
+        self.writer_id = writer_id
+        self.epoch = epoch
+        self.expected_next_seq = expected_next_seq
+        self.events = events
+        self.last_time = last_time
+        self.open_turn = open_turn
+        self.lease_expires_at = lease_expires_at
+        self.open_turn_before = open_turn_before
+        self.stored = [] if stored is None else stored
+        self.blobs = {} if blobs is None else blobs
+        self.snapshot = snapshot
+        self.stored_bytes = stored_bytes
+        self.committed_at = committed_at
+        self.verify_ids = [] if verify_ids is None else verify_ids
 
     @property
     def payload_bytes(self) -> int:

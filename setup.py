@@ -1,9 +1,9 @@
 """Build hook: with SESSIONLOG_MYPYC=1, compile the append path's modules with mypyc.
 
 The default wheel and sdist stay pure Python, so the client installs everywhere. With
-SESSIONLOG_MYPYC=1 this builds the experimental compiled build (`scripts/build_compiled.sh`;
-not shipped yet): mypyc turns these typed modules into C extensions, which cuts the server's
-instructions per streamed event by about a quarter (bench/PROFILE.md, rounds 28-29). The list
+SESSIONLOG_MYPYC=1 this builds the compiled build the image runs and `make bench` measures
+(`scripts/build_compiled_wheel.sh`): mypyc turns these typed modules into C extensions, which
+cuts the server's CPU per streamed event by about a quarter (bench/PROFILE.md, rounds 28-36). The list
 is the append path's modules that mypyc compiles and whose tests pass compiled; what stays
 interpreted and why is in docs/architecture/compiled-build.md. Never build this in place
 (`pip install -e`): a `.so` beside a `.py` shadows every later edit of it, so `make serve` and
@@ -63,10 +63,14 @@ COMPILED_MODULES = [
             "page_tokens",
             "sessions",
             "taken_ids",
+            "writer_stream",
         )
     ),
     "server/sessionlog_server/storage/records.py",
-    "server/sessionlog_server/transport/decoding.py",
+    *(
+        f"server/sessionlog_server/transport/{name}.py"
+        for name in ("decoding", "replies", "request_fields", "writer_rpc")
+    ),
 ]
 
 

@@ -4,7 +4,7 @@ hold on a busy machine (other processes slow a run down but do not add to its CP
 
 `python -m bench.append_path [--events 20000] [--commits 2000]` prints, for the bench workload:
 - `plan`: decode the wire messages, check the envelopes and plan each batch on a live fold
-  (`transport.servicer.decode_events`, `service.append.validate_proposals`, `plan_append`),
+  (`transport.request_fields.decode_events`, `service.append.validate_proposals`, `plan_append`),
   one event per batch and 16 per batch;
 - `commit`: `EventRecorder.commit_batches` of one one-event batch, and of 16 sessions' batches
   in one group, on SQLite and PostgreSQL (when reachable).
@@ -40,7 +40,7 @@ from sessionlog_server.service.live import LiveSession
 from sessionlog_server.storage.factory import open_recorder
 from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.storage.records import PendingBatch, SessionRecord
-from sessionlog_server.transport.servicer import decode_events
+from sessionlog_server.transport.request_fields import decode_events
 
 
 def _cpu_us(work: Callable[[], int]) -> float:

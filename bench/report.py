@@ -162,7 +162,7 @@ def render(report: dict[str, Any]) -> str:
         if str(meta.get("server_build", "")).startswith("mypyc"):
             lines.append(
                 "  (compiled modules run as native code, which py-spy counts in the interpreted frame"
-                " that called them, as WriterStream.batch and decode_events)"
+                " that called them: the writer stream's path shows as asyncio's and gRPC's frames)"
             )
     return "\n".join(lines)
 

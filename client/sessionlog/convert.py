@@ -1,9 +1,9 @@
 """Protobuf <-> core conversions of the values both ends share: events, surface ops, leases.
 
 Both clients and the server convert these here, so the wire shape of an event is defined once.
-Conversions of one RPC's request or response live next to their only user: the clients'
-`sessionlog.requests` and the server's `transport/servicer.py`; the session and lease as the
-clients see them, in `sessionlog.session_info`.
+Conversions of one RPC's request or response live with their users: the clients'
+`sessionlog.requests` and the server's `transport/replies.py` and `transport/request_fields.py`;
+the session and lease as the clients see them, in `sessionlog.session_info`.
 
 A repeated field is read as a slice (`msg.source_event_seqs[:]`, a list): protobuf's upb
 containers have no iterator of their own, so a loop over one ends on an IndexError whose

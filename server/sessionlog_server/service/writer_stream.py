@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -71,11 +71,15 @@ class Opened:
     holder: LeaseHolder
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class BatchesAcked:
     """Durable batches, in the order they were sent: `(batch_id, result)` pairs."""
 
     acks: list[tuple[int, AppendResult]]
+
+    # Written out: one is built per acknowledgement (docs/architecture/compiled-build.md).
+    def __init__(self, acks: list[tuple[int, AppendResult]]) -> None:
+        object.__setattr__(self, "acks", acks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,33 +226,37 @@ class WriterStream:
         """Reading or planning a request failed: the stream ends with this error."""
         self._put(error)
 
-    async def outcomes(self) -> AsyncIterator[Outcome]:
-        """Acknowledgements in request order, ready ones together; raises the stream's error."""
-        while True:
-            item = await self._get()
-            if isinstance(item, _Ended):
-                self._broken = not item.closed
-                if item.error is not None:
-                    raise item.error
-                return
-            if isinstance(item, BaseException):
-                self._told(item)
-                raise item
-            batch_id, future = item
-            try:
-                result = await future
-            except BaseException as exc:
-                self._told(exc)
-                raise
-            if isinstance(result, HeaderReport):
-                yield HeaderAcked(batch_id, result)
-                continue
-            ready = [(batch_id, result), *self._take_ready_appends()]
-            for _, done in ready:
-                if done.seqs:
-                    self.first_seq = done.seqs[0] if self.first_seq is None else self.first_seq
-                    self.last_seq = done.seqs[-1]
-            yield BatchesAcked(ready)
+    async def next_outcome(self) -> Outcome | None:
+        """The next acknowledgement in request order (the batches already durable behind it
+        with it), None once the stream ended as the writer or the service meant; raises the
+        stream's error.
+
+        A coroutine called once per acknowledgement, not an async generator: the transport
+        writes each answer as it gets it, and mypyc compiles coroutines only.
+        """
+        item = await self._get()
+        if isinstance(item, _Ended):
+            self._broken = not item.closed
+            if item.error is not None:
+                raise item.error
+            return None
+        if isinstance(item, BaseException):
+            self._told(item)
+            raise item
+        batch_id, future = item
+        try:
+            result = await future
+        except BaseException as exc:
+            self._told(exc)
+            raise
+        if isinstance(result, HeaderReport):
+            return HeaderAcked(batch_id, result)
+        ready = [(batch_id, result), *self._take_ready_appends()]
+        for _, done in ready:
+            if done.seqs:
+                self.first_seq = done.seqs[0] if self.first_seq is None else self.first_seq
+                self.last_seq = done.seqs[-1]
+        return BatchesAcked(ready)
 
     def _told(self, error: BaseException) -> None:
         """The stream ends with `error`: one the service reports ends it as the service meant to

@@ -85,13 +85,14 @@ def _wrap(handler: grpc.RpcMethodHandler, principal: access.Principal | None, er
     if handler.unary_unary:
         return grpc.unary_unary_rpc_method_handler(coroutine(handler.unary_unary), decode, handler.response_serializer)
     if handler.unary_stream:
-        # A server-streaming handler yields its responses or sends them with `context.write`;
-        # gRPC tells which from the function it is given, so the wrapper is of the same kind.
+        # A streaming handler yields its responses or sends them with `context.write`; gRPC
+        # tells which from the function it is given, so the wrapper is of the same kind.
         wrapped = generator if inspect.isasyncgenfunction(handler.unary_stream) else coroutine
         return grpc.unary_stream_rpc_method_handler(wrapped(handler.unary_stream), decode, handler.response_serializer)
     if handler.stream_stream:
+        wrapped = generator if inspect.isasyncgenfunction(handler.stream_stream) else coroutine
         return grpc.stream_stream_rpc_method_handler(
-            generator(handler.stream_stream), decode, handler.response_serializer
+            wrapped(handler.stream_stream), decode, handler.response_serializer
         )
     if handler.stream_unary:
         return grpc.stream_unary_rpc_method_handler(

@@ -2,15 +2,14 @@
 
 No SQL and no error mapping here: requests become core values (`sessionlog.convert`), the use
 case runs in `SessionLogService`, and the `status` decorators turn exceptions into rich
-statuses. The only checks are of a request's own shape (a seq range, `open` as the first
-writer message), which need no session state.
+statuses. The only checks are of a request's own shape (a seq range), which need no session
+state. The writer stream's call (`Write`) is `writer_rpc.py`; messages are built in
+`replies.py` and read in `request_fields.py`.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator
 
 import grpc
 
@@ -18,131 +17,25 @@ from sessionlog import convert
 from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event
-from sessionlog.core.limits import Limits
-from sessionlog.v1 import event_pb2, session_pb2, session_service_pb2_grpc
+from sessionlog.v1 import session_pb2, session_service_pb2_grpc
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog_server.service import access, lifecycle
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.service.appends import AppendResult
-from sessionlog_server.service.clock import now_ms
-from sessionlog_server.service.headers import HeaderReport, report_header
-from sessionlog_server.service.projections import Scope, fold_scope, history_page, request_of, transcript_page
-from sessionlog_server.service.writer_stream import HeaderAcked, OpenRequest, WriterStream
-from sessionlog_server.storage.records import SessionRecord
+from sessionlog_server.service.headers import report_header
+from sessionlog_server.service.projections import fold_scope, history_page, request_of, transcript_page
 from sessionlog_server.transport import status
-from sessionlog_server.transport.decoding import read_request
+from sessionlog_server.transport.replies import (
+    covered,
+    header_report_to_pb,
+    lease_to_pb,
+    pages,
+    resume_to_pb,
+    session_to_pb,
+)
+from sessionlog_server.transport.request_fields import decode_events, decode_header, optional_field, scope_from_pb
 from sessionlog_server.transport.status import note
-
-
-def session_to_pb(record: SessionRecord, now: int | None = None) -> session_pb2.Session:
-    """A session row as the API's Session message."""
-    msg = session_pb2.Session(
-        id=access.public_id(record.id),
-        create_time_unix_ms=record.create_time,
-        cwd=record.cwd or "",
-        metadata_json=record.stored_metadata.encode("utf-8") if record.metadata else b"",
-        next_seq=record.next_seq,
-        open_turn=record.open_turn,
-        trace_id=access.trace_id(record.id),
-        namespace=access.namespace_of(record.id),
-    )
-    if record.parent_id is not None and record.fork_seq is not None:
-        msg.parent.session_id = access.public_id(record.parent_id)
-        msg.parent.fork_seq = record.fork_seq
-    if record.lease_live(now if now is not None else now_ms()):
-        msg.lease.CopyFrom(lease_to_pb(record))
-    return msg
-
-
-def lease_to_pb(record: SessionRecord) -> session_pb2.Lease:
-    return session_pb2.Lease(
-        session_id=access.public_id(record.id),
-        writer_id=record.writer_id or "",
-        epoch=record.epoch,
-        expire_time_unix_ms=record.lease_expires_at or 0,
-    )
-
-
-HEADER_REASONS = {
-    None: pb.HEADER_REASON_UNSPECIFIED,
-    "initial": pb.HEADER_REASON_INITIAL,
-    "resume": pb.HEADER_REASON_RESUME,
-    "change": pb.HEADER_REASON_CHANGE,
-    "series": pb.HEADER_REASON_SERIES,
-}
-
-
-def header_report_to_pb(report: HeaderReport) -> pb.ReportRequestHeaderResponse:
-    """A header report's answer. `changed_fields` names config keys, which JSON lets hold a lone
-    surrogate and protobuf strings (UTF-8) cannot: such a name is sent as JSON writes it, its
-    `\\uXXXX` escape, where it failed the answer of a header already logged (INTERNAL)."""
-    msg = pb.ReportRequestHeaderResponse(
-        reason=HEADER_REASONS[report.reason],
-        starts_series=report.starts_series,
-        appended=report.appended,
-        changed_fields=[jsonvalue.escape_lone_surrogates(name) for name in report.changed_fields],
-    )
-    if report.header_seq is not None:
-        msg.header_seq = report.header_seq
-    return msg
-
-
-def resume_to_pb(result: lifecycle.ResumeResult) -> pb.ResumeSessionResponse:
-    msg = pb.ResumeSessionResponse(
-        lease=lease_to_pb(result.record),
-        next_seq=result.next_seq,
-        latest_header_json=jsonvalue.dumps_bytes(result.latest_header) if result.latest_header is not None else b"",
-        replace_generation=result.replace_generation,
-        repair_seqs=result.repair_seqs,
-        end_seed_seq=result.end_seed_seq,
-        lease_token=result.lease_token,
-        last_turn=result.last_turn,
-    )
-    if result.latest_header_seq is not None:
-        msg.latest_header_seq = result.latest_header_seq
-    return msg
-
-
-def covered(at_seq: int) -> int | None:
-    """A projection response's `at_seq`: the last seq the projection covers, or None (left
-    unset) for a session without events (-1), where there is no seq to read it at again."""
-    return at_seq if at_seq >= 0 else None
-
-
-def scope_from_pb(scope: pb.ProjectionScope) -> Scope:
-    return Scope(scope.session_id, scope.at_seq if scope.HasField("at_seq") else None, scope.with_repair)
-
-
-def decode_events(messages: Sequence[event_pb2.NewEvent], limits: Limits) -> list[convert.DecodedEvent]:
-    """Parse a batch's payloads, after checking their sizes (an oversized batch costs no parse)."""
-    listed = messages[:]  # a list, looped over twice (a repeated field's loop ends on an IndexError: convert.py)
-    validate.check_batch_sizes([len(m.data_json) for m in listed], limits)
-    return [convert.new_event_from_pb(m, i, limits) for i, m in enumerate(listed)]
-
-
-def decode_header(raw: bytes, limits: Limits) -> dict[str, Any]:
-    """Parse a reported header, after checking its size: a logged header is one event, bound
-    by `max_event_bytes` as a batch's events are (and an oversized one costs no parse)."""
-    validate.check_event_bytes(len(raw), limits, what="header")
-    return convert.data_from_bytes(raw, what="header", proposed=True, limits=limits)
-
-
-def optional_field(msg: object, name: str) -> int | None:
-    return getattr(msg, name) if msg.HasField(name) else None  # type: ignore[attr-defined]
-
-
-def pages(events: list[Event], max_bytes: int) -> list[list[event_pb2.Event]]:
-    """Split events into response pages of about `max_bytes` (at least one event each)."""
-    out: list[list[event_pb2.Event]] = [[]]
-    size = 0
-    for event in events:
-        msg = convert.event_to_pb(event)
-        if out[-1] and size + len(msg.data_json) > max_bytes:
-            out.append([])
-            size = 0
-        out[-1].append(msg)
-        size += len(msg.data_json)
-    return out
+from sessionlog_server.transport.writer_rpc import serve_writer
 
 
 class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
@@ -356,123 +249,13 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         note(child=access.public_id(result.record.id), fork_seq=request.at_seq)
         return pb.ForkSessionResponse(session=session_to_pb(result.record), repair_seqs=result.repair_seqs)
 
-    @status.streaming
-    async def Write(
+    @status.written
+    async def Write(  # type: ignore[override]  # the stubs know only the yielding form
         self, request_iterator: AsyncIterator[pb.WriteRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.WriteResponse]:
-        # The requests are read with `read_request`, never through `request_iterator` (see there).
-        # A stream counts against the limit from its first byte, and must open in time: a
-        # client that opens streams and sends nothing cannot hold slots for free.
-        namespace = self.service.open_stream()
-        try:
-            timeout = self.service.settings.writer_open_timeout_s
-            try:
-                # `asyncio.timeout`, not `wait_for`: Python 3.11's `wait_for` returns the result
-                # when a cancellation comes with it (`Subscriber.next_batch`), and a stream
-                # cancelled as its `open` arrived went on to take the lease.
-                async with asyncio.timeout(timeout):
-                    first = await read_request(context)
-            except TimeoutError:
-                raise ValidationError(
-                    "WRITER_OPEN_TIMEOUT",
-                    f"a writer stream must send `open` within {timeout:g} s of starting",
-                    field="open",
-                    timeout_s=timeout,
-                ) from None
-            if first is None or first.WhichOneof("kind") != "open":
-                raise ValidationError(
-                    "WRITER_NOT_OPENED", "the first message on a writer stream must be `open`", field="open"
-                )
-            async for response in self._write(first.open, context):
-                yield response
-        finally:
-            self.service.close_stream(namespace)
-
-    async def _write(self, opened: pb.OpenWriter, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WriteResponse]:
-        """The writer stream after its `open` message (the protocol is service/writer_stream.py)."""
-        stream = WriterStream(self.service)
-        granted = await stream.open(
-            OpenRequest(
-                opened.session_id,
-                opened.writer_id or None,
-                takeover=opened.takeover,
-                resume=opened.resume,
-                create_if_missing=opened.create_if_missing,
-                lease_token=opened.lease_token,
-                acknowledged_next_seq=(
-                    opened.acknowledged_next_seq if opened.HasField("acknowledged_next_seq") else None
-                ),
-                request_id=opened.request_id,
-            )
-        )
-        holder = granted.holder
-        note(session_id=access.public_id(holder.session_id), writer_id=holder.writer_id, epoch=holder.epoch)
-        pump = asyncio.ensure_future(self._pump(context, stream))
-        try:
-            welcome = pb.WriterOpened(
-                lease=lease_to_pb(granted.record), next_seq=granted.next_seq, lease_token=granted.lease_token
-            )
-            if granted.resumed is not None:
-                welcome.resumed.CopyFrom(resume_to_pb(granted.resumed))
-            yield pb.WriteResponse(opened=welcome)
-            async for outcome in stream.outcomes():
-                if isinstance(outcome, HeaderAcked):
-                    ack = pb.HeaderAck(batch_id=outcome.batch_id, result=header_report_to_pb(outcome.report))
-                    yield pb.WriteResponse(header_ack=ack)
-                    continue
-                batch_acks = [pb.BatchAck(batch_id=b, seqs=r.seqs, next_seq=r.next_seq) for b, r in outcome.acks]
-                if len(batch_acks) == 1:
-                    yield pb.WriteResponse(ack=batch_acks[0])
-                else:  # acknowledgements that are ready together travel in one message
-                    yield pb.WriteResponse(acks=pb.BatchAcks(acks=batch_acks))
-        finally:
-            pump.cancel()
-            note(seqs=None if stream.first_seq is None else [stream.first_seq, stream.last_seq])
-            await stream.finish()
-
-    async def _pump(self, context: grpc.aio.ServicerContext, stream: WriterStream) -> None:
-        """Hand requests to the stream as they arrive, without waiting for commits."""
-        try:
-            while True:
-                request = await read_request(context)
-                if request is None:
-                    # The request stream ended without `close`. gRPC reports a writer process that
-                    # died this way too, so it cannot count as a release: the lease is left to lapse.
-                    stream.requests_ended()
-                    return
-                if await self._hand_over(request, stream):
-                    return
-                # While the stream waits for its next request, nothing of this one (its payload,
-                # on the wire and decoded) stays alive: an idle agent's stream costs no memory.
-                del request
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            stream.failed(exc)
-
-    async def _hand_over(self, request: pb.WriteRequest, stream: WriterStream) -> bool:
-        """Give one request to the stream; True when it was `close`."""
-        kind = request.WhichOneof("kind")
-        if kind in ("batch", "batches"):
-            for batch in [request.batch] if kind == "batch" else request.batches.batches[:]:
-                decoded = decode_events(batch.events, self.service.limits)
-                await stream.batch(batch.batch_id, optional_field(batch, "expected_next_seq"), decoded)
-        elif kind == "header":
-            header = decode_header(request.header.header_json, self.service.limits)
-            await stream.header(request.header.batch_id, header)
-        elif kind == "close":
-            stream.close()
-            return True
-        elif kind == "open":
-            raise ValidationError("WRITER_ALREADY_OPEN", "`open` may only be the first message", field="open")
-        else:  # None: nothing set, or only a kind of newer protos (an unknown field to this service)
-            raise ValidationError(
-                "WRITE_REQUEST_EMPTY",
-                "a writer message must set one of batch, batches, header or close (this one sets none"
-                " this service knows)",
-                field="kind",
-            )
-        return False
+    ) -> None:
+        # The requests are read with `read_request`, never through `request_iterator` (see there);
+        # the answers are written with `context.write` (writer_rpc.py says why).
+        await serve_writer(self.service, context)
 
 
 async def _send_events(context: grpc.aio.ServicerContext, events: list[Event], max_bytes: int) -> None:

@@ -62,6 +62,7 @@ COMPILED_MODULES = [
             "metrics",
             "page_tokens",
             "sessions",
+            "snapshot_policy",
             "taken_ids",
             "writer_stream",
         )

@@ -28,22 +28,29 @@ from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.leases import LeaseHolder
 from sessionlog_server.service.limits import Charge, RateLimiter
 from sessionlog_server.service.live import LiveSession, LiveSessions
-from sessionlog_server.service.loader import SessionLoader, SnapshotPolicy
+from sessionlog_server.service.loader import SessionLoader
 from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.service.reader import EventReader
+from sessionlog_server.service.snapshot_policy import SnapshotPolicy
 from sessionlog_server.service.subscriptions import SubscriptionHub
 from sessionlog_server.storage.records import EventIdsStored, PendingBatch
 
 CommitTap = Callable[[str, Sequence[Event]], None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AppendResult:
     """Seqs of an appended batch (original seqs for retried eventIds) and the next seq."""
 
     seqs: list[int]
     next_seq: int
     lease_expires_at: int = 0
+
+    # Written out: one is built per batch (docs/architecture/compiled-build.md).
+    def __init__(self, seqs: list[int], next_seq: int, lease_expires_at: int = 0) -> None:
+        object.__setattr__(self, "seqs", seqs)
+        object.__setattr__(self, "next_seq", next_seq)
+        object.__setattr__(self, "lease_expires_at", lease_expires_at)
 
 
 class AppendPipeline:

@@ -34,6 +34,9 @@ class CommitBacklog:
         self.limit_bytes = limit_bytes
         self.bytes = 0
         self._on_wait = on_wait
+        self._full = False
+        """Over the bound: `_room` is clear. Kept beside the event so that the batches of a
+        backlog under its bound, nearly all of them, call none of its (interpreted) methods."""
         self._room = asyncio.Event()
         self._room.set()
 
@@ -44,7 +47,7 @@ class CommitBacklog:
 
     async def room(self) -> None:
         """Return once the backlog is at or under its bound (at once, nearly always)."""
-        if self._room.is_set():
+        if not self._full:
             return
         self._on_wait()
         while not self._room.is_set():
@@ -53,13 +56,15 @@ class CommitBacklog:
     def add(self, charge: int) -> None:
         """A batch was queued for commit."""
         self.bytes += charge
-        if self.bytes > self.limit_bytes:
+        if self.bytes > self.limit_bytes and not self._full:
+            self._full = True
             self._room.clear()
 
     def settle(self, charge: int) -> None:
         """A queued batch's outcome is known (durable or refused): its charge is free again."""
         self.bytes -= charge
-        if self.bytes <= self.limit_bytes:
+        if self.bytes <= self.limit_bytes and self._full:
+            self._full = False
             self._room.set()
 
 

@@ -50,13 +50,20 @@ Settled = Callable[[SessionLogError | None], None]
 """Told a batch's outcome on the event loop: None once it is durable, else why it is not."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _Item:
     batch: PendingBatch
     settled: Settled
     queued_at: float
     charge: int
     """What the batch counts for in the backlog, freed when it is settled."""
+
+    # Written out: one is built per batch (docs/architecture/compiled-build.md).
+    def __init__(self, batch: PendingBatch, settled: Settled, queued_at: float, charge: int) -> None:
+        self.batch = batch
+        self.settled = settled
+        self.queued_at = queued_at
+        self.charge = charge
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ class _Bucket:
     stamp: float
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Charge:
     """The tokens one write spent, given back at most once (the write was refused with nothing
     written, whichever step learnt it first).
@@ -36,6 +36,12 @@ class Charge:
     limiter: RateLimiter
     namespace: str
     events: int
+
+    # Written out: one is built per batch (docs/architecture/compiled-build.md).
+    def __init__(self, limiter: RateLimiter, namespace: str, events: int) -> None:
+        self.limiter = limiter
+        self.namespace = namespace
+        self.events = events
 
     def give_back(self) -> None:
         if self.events:

@@ -125,7 +125,11 @@ class WriterStream:
         self.service = service
         self.opened: Opened | None = None
         self._items: deque[_Pending | BaseException | _Ended] = deque()
-        self._ready = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._waiter: asyncio.Future[None] | None = None
+        """What `_get` waits on while `_items` is empty, resolved by the next `_put`: a bare
+        future rather than an `asyncio.Event`, whose methods (interpreted) ran three or four
+        times an event."""
         self._broken = True  # until the stream ends the way the writer or the service meant it to
         self.first_seq: int | None = None
         self.last_seq: int | None = None
@@ -285,12 +289,17 @@ class WriterStream:
 
     def _put(self, item: _Pending | BaseException | _Ended) -> None:
         self._items.append(item)
-        self._ready.set()
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():  # else its wait was cancelled: the stream is ending
+                waiter.set_result(None)
 
     async def _get(self) -> _Pending | BaseException | _Ended:
         while not self._items:
-            self._ready.clear()
-            await self._ready.wait()
+            waiter: asyncio.Future[None] = self._loop.create_future()
+            self._waiter = waiter
+            await waiter
         return self._items.popleft()
 
     def _take_ready_appends(self) -> list[tuple[int, AppendResult]]:

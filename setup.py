@@ -62,7 +62,6 @@ COMPILED_MODULES = [
             "metrics",
             "page_tokens",
             "sessions",
-            "snapshot_policy",
             "taken_ids",
             "writer_stream",
         )

@@ -27,7 +27,7 @@ from bench.procs import each_backend, section_main
 from sessionlog.core import jsonvalue
 from sessionlog.core.snapshot import FOLD_VERSION
 from sessionlog_server.config import Settings
-from sessionlog_server.service.snapshot_policy import SnapshotPolicy
+from sessionlog_server.service.loader import SnapshotPolicy
 from sessionlog_server.storage.factory import normalise_url
 
 SID = "upgraded"

@@ -34,7 +34,7 @@ from bench.workload import session_events
 from sessionlog.core.events import APPEND, Event, NewEvent
 from sessionlog.core.fold import SessionFold
 from sessionlog.core.snapshot import FOLD_VERSION, encode_snapshot
-from sessionlog_server.service.snapshot_policy import SnapshotPolicy
+from sessionlog_server.service.loader import SnapshotPolicy
 from sessionlog_server.storage.factory import normalise_url
 from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.storage.rows import EVENT_COLUMNS as RECORDER_EVENT_COLUMNS

@@ -40,7 +40,7 @@ from sessionlog.core import jsonvalue
 from sessionlog.core.events import NewEvent, Replace
 from sessionlog.core.fold import SessionFold
 from sessionlog_server.config import Settings
-from sessionlog_server.service.snapshot_policy import SnapshotPolicy
+from sessionlog_server.service.loader import SnapshotPolicy
 
 COMPACT_EVERY_TURNS = 40
 TWO_KB = 1.0

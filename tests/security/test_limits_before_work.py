@@ -17,7 +17,7 @@ from sessionlog.core.fold import SessionFold
 from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import event_pb2
 from sessionlog.v1 import session_service_pb2 as pb
-from sessionlog_server.service.snapshot_policy import SnapshotPolicy
+from sessionlog_server.service.loader import SnapshotPolicy
 from sessionlog_server.storage.records import StoredSnapshot
 from tests.support.events import note
 from tests.support.servers import ServerThread

@@ -16,7 +16,7 @@ import pytest
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import SessionLogError
 from sessionlog.core.fold import SessionFold
-from sessionlog_server.service.snapshot_policy import SnapshotPolicy
+from sessionlog_server.service.loader import SnapshotPolicy
 from sessionlog_server.storage.records import StoredSnapshot
 from tests.support.events import note
 from tests.support.servers import ServerThread

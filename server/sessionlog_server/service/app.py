@@ -32,12 +32,11 @@ from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.leases import LeaseHolder, LeaseManager
 from sessionlog_server.service.limits import RateLimiter
 from sessionlog_server.service.live import LiveSessions
-from sessionlog_server.service.loader import LiveSessionLoader, SessionLoader, SnapshotStore
+from sessionlog_server.service.loader import LiveSessionLoader, SessionLoader, SnapshotPolicy, SnapshotStore
 from sessionlog_server.service.messages import MessageCache
 from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.service.reader import EventReader, check_from_seq
 from sessionlog_server.service.sessions import SessionDirectory
-from sessionlog_server.service.snapshot_policy import SnapshotPolicy
 from sessionlog_server.service.subscriptions import SubscriptionHub
 from sessionlog_server.storage.changes import ChangeFeed
 from sessionlog_server.storage.recorder import EventRecorder

@@ -28,10 +28,9 @@ from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.leases import LeaseHolder
 from sessionlog_server.service.limits import Charge, RateLimiter
 from sessionlog_server.service.live import LiveSession, LiveSessions
-from sessionlog_server.service.loader import SessionLoader
+from sessionlog_server.service.loader import SessionLoader, SnapshotPolicy
 from sessionlog_server.service.metrics import Metrics
 from sessionlog_server.service.reader import EventReader
-from sessionlog_server.service.snapshot_policy import SnapshotPolicy
 from sessionlog_server.service.subscriptions import SubscriptionHub
 from sessionlog_server.storage.records import EventIdsStored, PendingBatch
 

@@ -6,7 +6,10 @@ seq 0 when a snapshot exists. The tail after the snapshot is read and folded pag
 load holds at most one page of events plus the snapshot. A cached session that fell behind the
 database (another instance wrote) folds only the missing events (`catch_up`).
 
-When to store a snapshot is decided by `SnapshotPolicy` (snapshot_policy.py), in one place.
+When to store a snapshot is decided by `SnapshotPolicy`, in one place: after
+`snapshot_every_events` events, or an eighth of the surface's nodes when that is more (a
+snapshot costs O(surface), so on a large surface they are spaced out to keep the stored bytes
+proportional to the log), or after `snapshot_every_bytes` of payload.
 
 A load that has to fold a long stretch of the log (no usable snapshot near the wanted seq: a
 fold-version bump made every stored one stale, or none was ever taken) stores snapshots on its
@@ -27,12 +30,11 @@ import structlog
 from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import Event
 from sessionlog.core.fold import SessionFold
-from sessionlog.core.snapshot import FOLD_VERSION, SnapshotUnusable, decode_snapshot
+from sessionlog.core.snapshot import FOLD_VERSION, SnapshotUnusable, decode_snapshot, encode_snapshot
 from sessionlog_server.service import access
 from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.live import INHERITED_IDS, RECENT_IDS, LiveSession
 from sessionlog_server.service.reader import EventReader, Segment, segment_of
-from sessionlog_server.service.snapshot_policy import SnapshotPolicy
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import SessionRecord, StoredSnapshot
 
@@ -40,6 +42,26 @@ log = structlog.get_logger("sessionlog.loader")
 
 LOAD_PAGE_EVENTS = 1000
 """Events read and folded per page while loading."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPolicy:
+    """When a fold is worth snapshotting again (see the module docstring)."""
+
+    every_events: int
+    every_bytes: int
+
+    def due(self, events_since: int, bytes_since: int, surface_nodes: int) -> bool:
+        """Whether `events_since` events (`bytes_since` payload bytes) call for a new snapshot."""
+        spacing = surface_nodes // 8
+        if events_since >= max(self.every_events, spacing):
+            return True
+        return bytes_since >= self.every_bytes and events_since >= spacing
+
+    @staticmethod
+    def stored(session_id: str, fold: SessionFold) -> StoredSnapshot:
+        """The snapshot of `fold` as stored under `session_id` (at the fold's last seq)."""
+        return StoredSnapshot(session_id, fold.next_seq - 1, FOLD_VERSION, encode_snapshot(fold.snapshot()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,4 +254,4 @@ class LiveSessionLoader:
         live.record = record
 
 
-__all__ = ["LOAD_PAGE_EVENTS", "LiveSessionLoader", "Loaded", "SessionLoader", "SnapshotStore"]
+__all__ = ["LOAD_PAGE_EVENTS", "LiveSessionLoader", "Loaded", "SessionLoader", "SnapshotPolicy", "SnapshotStore"]

@@ -66,7 +66,10 @@ COMPILED_MODULES = [
             "writer_stream",
         )
     ),
-    "server/sessionlog_server/storage/records.py",
+    *(
+        f"server/sessionlog_server/storage/{name}.py"
+        for name in ("database_file", "driver", "group_commit", "postgres_group", "records", "rows", "writer_turn")
+    ),
     *(
         f"server/sessionlog_server/transport/{name}.py"
         for name in ("decoding", "replies", "request_fields", "writer_rpc")

@@ -6,6 +6,7 @@ check-in (with a reset ROLLBACK, and on PostgreSQL a pre-ping round trip) and ~4
 execution-context set-up per statement: measured on this machine, 110-150 µs of CPU per commit
 on SQLite and ~230 µs on PostgreSQL, as much as the database's own work. `CommitConnection`
 holds one pooled connection for the writer thread and runs the group on the DBAPI connection.
+Compiled (setup.py), with the group's statements (storage/group_commit.py).
 
 Errors mean the same here as everywhere else in storage (`storage_error`); a connection that
 broke is dropped and the next group checks out a fresh one.
@@ -130,6 +131,8 @@ class CommitConnection:
         self._begin = begin
         self._turn = turn
         self._pooled: PoolProxiedConnection | None = None
+        self._driver: Any = None
+        """`_pooled`'s driver connection (SQLAlchemy's property to it is a Python call a group)."""
         dbapi: Any = engine.dialect.loaded_dbapi  # the driver module (PEP 249 error classes)
         self._dbapi = dbapi
         self._broken: tuple[type[BaseException], ...] = (dbapi.OperationalError, dbapi.InterfaceError)
@@ -159,18 +162,19 @@ class CommitConnection:
                 except BaseException as exc:
                     lost = _connection_lost(connection)
                     dropped = self._rollback(connection, exc)
-                    if dropped and reused and not committing:
-                        continue  # the connection had died while idle: try once on a new one
-                    if committing and lost and isinstance(exc, self._driver_errors):
-                        # The COMMIT was sent and the connection broke: the database may have
-                        # made it durable before the answer was lost.
-                        raise Unavailable(
-                            "COMMIT_OUTCOME_UNKNOWN",
-                            f"the connection broke during the commit: {first_line(exc)}; retry with event ids",
-                        ) from exc
-                    if isinstance(exc, self._driver_errors):
-                        raise self._storage_error(exc) from exc
-                    raise
+                    if not (dropped and reused and not committing):
+                        if committing and lost and isinstance(exc, self._driver_errors):
+                            # The COMMIT was sent and the connection broke: the database may
+                            # have made it durable before the answer was lost.
+                            raise Unavailable(
+                                "COMMIT_OUTCOME_UNKNOWN",
+                                f"the connection broke during the commit: {first_line(exc)}; retry with event ids",
+                            ) from exc
+                        if isinstance(exc, self._driver_errors):
+                            raise self._storage_error(exc) from exc
+                        raise
+            # The connection had died while idle: try once on a new one (no `continue` in the
+            # `with`: the compiled build does not implement it inside a try/finally).
 
     def run_alone(self, statement: str, parameters: Any) -> list[Any] | None:
         """`statement` as a transaction of its own (the driver's autocommit), and its rows.
@@ -207,7 +211,7 @@ class CommitConnection:
     def close(self) -> None:
         """Give the connection back to its pool."""
         if self._pooled is not None:
-            pooled, self._pooled = self._pooled, None
+            pooled, self._pooled, self._driver = self._pooled, None, None
             pooled.close()
 
     def _connection(self) -> Any:
@@ -223,7 +227,8 @@ class CommitConnection:
                 raise sqlalchemy_error(exc) from exc
             except self._driver_errors as exc:
                 raise self._storage_error(exc) from exc
-        return self._pooled.driver_connection
+            self._driver = self._pooled.driver_connection
+        return self._driver
 
     def _rollback(self, connection: Any, cause: BaseException) -> bool:
         """Roll back; a connection that broke (or cannot roll back) is dropped for a new one.
@@ -249,7 +254,7 @@ class CommitConnection:
     def _drop(self) -> None:
         """Invalidate the kept connection; the next use checks out a fresh one."""
         if self._pooled is not None:
-            pooled, self._pooled = self._pooled, None
+            pooled, self._pooled, self._driver = self._pooled, None, None
             pooled.invalidate()
 
 

@@ -9,86 +9,24 @@ nothing has to leave the column for it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import SessionLogError, Unavailable
-from sessionlog_server.storage.changes import CHANNEL, ChangeFeed, PostgresChangeFeed, notify_payload
-from sessionlog_server.storage.driver import DriverSQL, DriverTransaction, StatementLost
-from sessionlog_server.storage.recorder import EventRecorder, contiguous, session_runs
+from sessionlog_server.storage.changes import ChangeFeed, PostgresChangeFeed
+from sessionlog_server.storage.driver import StatementLost
+from sessionlog_server.storage.postgres_group import PostgresGroupCommit, written_sessions
+from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import PendingBatch
-from sessionlog_server.storage.rows import EVENT_COLUMNS, advance_params, event_params
-
-# One statement for a group commit: `fence` holds each session's compare-and-set (the
-# parameters of `advance_sql`, then its change notice), `batch` every event of the group. Only
-# the sessions the UPDATE moved get their events and a notice; the statement returns them.
-_FENCE_TYPES = ("bigint", "bigint", "boolean", "bigint", "text", "text", "bigint", "bigint", "text")
-_FENCE_COLUMNS = "next_seq, last_time, open_turn, lease_expires_at, id, writer_id, epoch, expected, payload"
-# The events' columns in EVENT_COLUMNS order; the two jsonb columns arrive as JSON text.
-_EVENT_TYPES = (
-    "text", "bigint", "bigint", "text", "bytea", "text", "boolean", "text", "bigint", "bigint", "text", "text"
-)  # fmt: skip
-SMALL_GROUP_PARAMETERS = 50
-"""Up to this many parameters a group is sent as rows of parameters (`VALUES`), beyond it as one
-array per column (`unnest`). psycopg keeps the parsed form of a statement of at most 50
-parameters, so a small group's statement (one or two sessions' one-event batches, the shape of
-a trickle) is parsed once; the array form costs ~80 µs more there to adapt its 21 lists
-(0.26 against 0.18 ms of CPU per group). Beyond it, the rows form is parsed again on every
-commit and is a new statement to PostgreSQL each time (16 sessions' single events: 0.84-0.90
-ms of CPU per group; 500: 21-65 ms), while the array form has one text whatever the group's
-size, parsed once and prepared by psycopg after a few runs (0.43-0.46 ms; 6 ms)."""
-
-
-def group_statement(fences: Sequence[tuple[Any, ...]], rows: Sequence[tuple[Any, ...]]) -> tuple[str, tuple[Any, ...]]:
-    """The group statement and its parameters for these fence rows and event rows."""
-    if len(fences) * len(_FENCE_TYPES) + len(rows) * len(_EVENT_TYPES) <= SMALL_GROUP_PARAMETERS:
-        flat = tuple(value for params in (*fences, *rows) for value in params)
-        return _group_sql(_values(_FENCE_TYPES, len(fences)), _values(_EVENT_TYPES, len(rows))), flat
-    return _ARRAYS_SQL, (*_columns(fences, len(_FENCE_TYPES)), *_columns(rows, len(_EVENT_TYPES)))
-
-
-def _group_sql(fence_rows: str, event_rows: str) -> str:
-    return (
-        f"WITH fence ({_FENCE_COLUMNS}) AS ({fence_rows}), "
-        "moved AS (UPDATE sessions AS s SET next_seq = f.next_seq, last_time = f.last_time, "
-        "open_turn = f.open_turn, lease_expires_at = f.lease_expires_at FROM fence AS f "
-        "WHERE s.id = f.id AND s.writer_id = f.writer_id AND s.epoch = f.epoch AND s.next_seq = f.expected "
-        "RETURNING s.id), "
-        f"batch ({EVENT_COLUMNS}) AS ({event_rows}), "
-        f"written AS (INSERT INTO events ({EVENT_COLUMNS}) "
-        "SELECT b.session_id, b.seq, b.time, b.type, convert_from(b.data, 'UTF8'), b.event_id, b.ignorable, "
-        "b.surface_op, b.replace_start_seq, b.replace_end_seq, b.source_event_seqs::jsonb, b.blob_refs::jsonb "
-        "FROM batch AS b JOIN moved AS m ON m.id = b.session_id RETURNING 1) "
-        f"SELECT m.id, pg_notify('{CHANNEL}', f.payload) FROM moved AS m JOIN fence AS f ON f.id = m.id"
-    )
-
-
-def _values(types: tuple[str, ...], count: int) -> str:
-    """`count` rows of parameters."""
-    row = "(" + ", ".join(f"%s::{kind}" for kind in types) + ")"
-    return "VALUES " + ", ".join(row for _ in range(count))
-
-
-def _unnest(types: tuple[str, ...]) -> str:
-    """One array parameter per column, zipped back into rows. The data goes in binary (`%b`):
-    its raw UTF-8 bytes, where the text form would hex-encode them."""
-    arrays = ", ".join(f"{'%b' if kind == 'bytea' else '%s'}::{kind}[]" for kind in types)
-    return f"SELECT * FROM unnest({arrays})"
-
-
-_ARRAYS_SQL = _group_sql(_unnest(_FENCE_TYPES), _unnest(_EVENT_TYPES))
-
-
-def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
-    """`rows` column by column (`width` empty columns when there are no rows)."""
-    return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
+from sessionlog_server.storage.rows import EVENT_COLUMNS
 
 
 class PostgresEventRecorder(EventRecorder):
     """EventRecorder on PostgreSQL."""
+
+    _group: PostgresGroupCommit
 
     advance_sql = (
         "UPDATE sessions SET next_seq = %s, last_time = %s, open_turn = %s, lease_expires_at = %s "
@@ -117,6 +55,9 @@ class PostgresEventRecorder(EventRecorder):
         count its sessions one transaction at a time (READ COMMITTED would let two counts pass)."""
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:namespace, 0))"), {"namespace": namespace})
 
+    def group_commit(self) -> PostgresGroupCommit:
+        return PostgresGroupCommit(self.advance_sql, self.insert_events_sql, self.instance)
+
     def commit_batches(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
         """A group that is its group statement and nothing else commits as that statement alone,
         in one round trip (`CommitConnection.run_alone`): no blob, no snapshot, and each
@@ -126,14 +67,12 @@ class PostgresEventRecorder(EventRecorder):
         names each batch's error; so does a group the database refused as a whole
         (`after_refusal`).
         """
-        runs = session_runs(batches)
-        alone = all(not b.blobs and b.snapshot is None for b in batches) and all(
-            contiguous([batches[i] for i in run]) for run in runs
-        )
-        if not alone:
+        alone = self._group.statement_alone(batches)
+        if alone is None:
             return super().commit_batches(batches)
+        runs, statement, params = alone
         try:
-            written = self._commits.run_alone(*group_statement(*self._group_rows(batches, runs)))
+            written = self._commits.run_alone(statement, params)
         except StatementLost as lost:
             found = self._moved_after_loss(batches, runs)
             if found is None:
@@ -146,7 +85,7 @@ class PostgresEventRecorder(EventRecorder):
         else:
             if written is None:
                 return super().commit_batches(batches)
-            moved = {session_id for session_id, _ in written}
+            moved = written_sessions(written)
         results: list[SessionLogError | None] = [None] * len(batches)
         missed = [i for i, batch in enumerate(batches) if batch.session_id not in moved]
         if missed:
@@ -181,62 +120,6 @@ class PostgresEventRecorder(EventRecorder):
             if next_seq == after:
                 moved.add(session_id)
         return moved if len(rows) == len(expected) else None
-
-    def _group_rows(
-        self, batches: Sequence[PendingBatch], runs: Sequence[Sequence[int]]
-    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """The group statement's fence rows (one per run, with its change notice) and event rows."""
-        fences = [
-            (
-                *advance_params(batches[run[0]], batches[run[-1]]),
-                notify_payload(self.instance, batches[run[0]].session_id),
-            )
-            for run in runs
-        ]
-        rows = [
-            event_params(batches[i].session_id, event, stored)
-            for run in runs
-            for i in run
-            for event, stored in zip(batches[i].events, batches[i].stored, strict=True)
-        ]
-        return fences, rows
-
-    def _fence_and_insert(
-        self,
-        conn: DriverTransaction,
-        batches: Sequence[PendingBatch],
-        runs: Sequence[Sequence[int]],
-        results: list[SessionLogError | None],
-    ) -> list[PendingBatch]:
-        """The whole group in one statement (`group_statement`): every session's fence, the
-        events of the sessions whose fence holds, and their change notices.
-
-        The base class's way (pipelined fences, an executemany, a notify) costs psycopg three
-        round trips and about twice the CPU of the database's own work; measured here, one
-        statement costs what a bare INSERT and COMMIT do. The sessions it returns were fenced
-        and written; a run it did not return (its fence missed, or its batches do not follow
-        each other) wrote nothing, and is fenced batch by batch as in the base class. A group
-        of any size is one statement: a large one sends each column as one array.
-        """
-        whole = [run for run in runs if contiguous([batches[i] for i in run])]
-        written: set[str] = set()
-        if whole:
-            statement, params = group_statement(*self._group_rows(batches, whole))
-            written = {session_id for session_id, _ in conn.exec_driver_sql(statement, params)}
-        accepted: list[PendingBatch] = []
-        missed: list[PendingBatch] = []
-        for run in runs:
-            if batches[run[0]].session_id in written:
-                accepted.extend(batches[i] for i in run)
-            else:
-                missed.extend(self._fence_one_by_one(conn, batches, run, results))
-        self._insert_and_announce(conn, missed)
-        return accepted + missed
-
-    def _announce(self, conn: DriverSQL, session_ids: list[str]) -> None:
-        conn.exec_driver_sql(
-            "SELECT pg_notify(%s, %s)", [(CHANNEL, notify_payload(self.instance, sid)) for sid in session_ids]
-        )
 
     def shares_database(self, workers: int) -> bool:
         """Always: PostgreSQL is how several instances share sessions."""

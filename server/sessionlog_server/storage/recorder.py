@@ -4,19 +4,15 @@
 and `PostgresEventRecorder` (in their own modules) hold only what differs: engine set-up,
 transaction start, and the upsert used for blobs. Public methods open a transaction; `_`
 twins take a connection, so several steps (lease, events, blobs) join one commit. How a record
-becomes a row's parameters and a row a record is storage/rows.py.
-
-Fencing follows Temporal's history service: the append transaction advances
-`sessions.next_seq` with a compare-and-set on `(writer_id, epoch, next_seq)`. If another
-writer took the lease (epoch moved) or the log moved, the update matches no row and nothing
-of the batch is written.
+becomes a row's parameters and a row a record is storage/rows.py; the statements of a group
+commit (the fenced compare-and-set that follows Temporal's history service, the event insert,
+the change notice) are storage/group_commit.py, compiled.
 """
 
 from __future__ import annotations
 
 import functools
 import hmac
-import itertools
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -28,7 +24,6 @@ from sqlalchemy import exc as sa_exc
 
 from sessionlog.core.errors import (
     AlreadyExists,
-    ExpectedSeqMismatch,
     LimitExceeded,
     NotFound,
     OwnershipLost,
@@ -40,11 +35,11 @@ from sessionlog.core.events import APPEND, Event, Replace
 from sessionlog_server.storage import blobs as blob_store
 from sessionlog_server.storage import queries
 from sessionlog_server.storage.changes import ChangeFeed
-from sessionlog_server.storage.driver import CommitConnection, DriverSQL, DriverTransaction, sqlalchemy_error
+from sessionlog_server.storage.driver import CommitConnection, DriverTransaction, sqlalchemy_error
+from sessionlog_server.storage.group_commit import GroupCommit
 from sessionlog_server.storage.queries import SESSIONS
-from sessionlog_server.storage.records import EventIdsStored, PendingBatch, SessionRecord, StoredSnapshot
+from sessionlog_server.storage.records import PendingBatch, SessionRecord, StoredSnapshot
 from sessionlog_server.storage.rows import (
-    advance_params,
     event_from_row,
     event_params,
     session_record,
@@ -78,6 +73,12 @@ class EventRecorder(ABC):
         """The writer thread's own connection: group commits run on the driver (storage/driver.py)."""
         self.instance = uuid.uuid4().hex[:12]
         """This recorder among the processes sharing the database (change notifications)."""
+        self._group = self.group_commit()
+        """The statements a group commit runs (storage/group_commit.py)."""
+
+    def group_commit(self) -> GroupCommit:
+        """This database's group commit statements (PostgreSQL: one statement, its subclass)."""
+        return GroupCommit(self.advance_sql, self.insert_events_sql, self.placeholder, self.advance_keeping_turn_sql)
 
     # --- transactions -------------------------------------------------------------------
 
@@ -115,15 +116,6 @@ class EventRecorder(ABC):
                 yield conn
         except (sa_exc.DBAPIError, OverflowError) as exc:
             raise sqlalchemy_error(exc) from exc
-
-    def _insert_blobs(self, conn: DriverSQL, blobs: dict[str, bytes]) -> None:
-        """Insert blobs, skipping those already stored (content-addressed, so equal)."""
-        mark = self.placeholder
-        conn.exec_driver_sql(
-            f"INSERT INTO blobs (sha256, size, content) VALUES ({mark}, {mark}, {mark}) "
-            "ON CONFLICT (sha256) DO NOTHING",
-            [(digest, len(content), content) for digest, content in blobs.items()],
-        )
 
     def close(self) -> None:
         """Release every pooled connection."""
@@ -327,36 +319,6 @@ class EventRecorder(ABC):
             )
             return result.rowcount == 1
 
-    def _fencing_error(
-        self, conn: DriverSQL, session_id: str, writer_id: str, epoch: int, expected: int | None
-    ) -> SessionLogError:
-        """Explain why a fenced update matched no row."""
-        found = list(
-            conn.exec_driver_sql(
-                f"SELECT writer_id, epoch, next_seq FROM sessions WHERE id = {self.placeholder}", (session_id,)
-            )
-        )
-        if not found:
-            return NotFound("SESSION_NOT_FOUND", f"session {session_id!r} not found", session_id=session_id)
-        holder, current_epoch, next_seq = found[0]
-        if holder != writer_id or current_epoch != epoch:
-            now_held = f"writer {holder!r}" if holder is not None else "the lease released"
-            return OwnershipLost(
-                "OWNERSHIP_LOST",
-                f"writer {writer_id!r} (epoch {epoch}) no longer holds session {session_id!r}: "
-                f"now epoch {current_epoch}, {now_held}; reopen the writer",
-                session_id=session_id,
-                epoch=current_epoch,
-                holder=holder,
-            )
-        return ExpectedSeqMismatch(
-            "EXPECTED_SEQ_MISMATCH",
-            f"session {session_id!r} is at seq {next_seq}, the batch expected {expected}",
-            session_id=session_id,
-            next_seq=next_seq,
-            expected=expected,
-        )
-
     # --- appends ------------------------------------------------------------------------
 
     def commit_batches(self, batches: Sequence[PendingBatch]) -> list[SessionLogError | None]:
@@ -370,7 +332,7 @@ class EventRecorder(ABC):
         refuses a stored one instead, with the whole transaction (`after_refusal`).
         """
         try:
-            return self._commits.run(lambda conn: self._commit_group(conn, batches, look_up_ids=False))
+            return self._commits.run(functools.partial(self._group.commit, batches=batches, look_up_ids=False))
         except SessionLogError as refusal:
             return self.after_refusal(refusal, batches)
 
@@ -388,7 +350,7 @@ class EventRecorder(ABC):
         """
         if isinstance(refusal, AlreadyExists) and any(batch.verify_ids for batch in batches):
             try:
-                return self._commits.run(lambda conn: self._commit_group(conn, batches, look_up_ids=True))
+                return self._commits.run(functools.partial(self._group.commit, batches=batches, look_up_ids=True))
             except SessionLogError as again:
                 refusal = again
         if len(batches) == 1:
@@ -404,108 +366,11 @@ class EventRecorder(ABC):
         for batch in batches:
             try:
                 results.extend(
-                    self._commits.run(functools.partial(self._commit_group, batches=[batch], look_up_ids=True))
+                    self._commits.run(functools.partial(self._group.commit, batches=[batch], look_up_ids=True))
                 )
             except SessionLogError as exc:
                 results.append(exc)
         return results
-
-    def _commit_group(
-        self, conn: DriverTransaction, batches: Sequence[PendingBatch], *, look_up_ids: bool
-    ) -> list[SessionLogError | None]:
-        """Fence every session once, insert the events of those whose fence holds
-        (`_fence_and_insert`; one statement on PostgreSQL), then their blobs and snapshots;
-        with `look_up_ids`, a run whose unvouched eventIds are stored goes in not at all.
-
-        A session's batches in one group are contiguous (its writer planned them in order under
-        its lock), so one compare-and-set from the first batch's expected seq to the last
-        batch's new one fences them all. A run whose fence misses is fenced batch by batch,
-        which also explains the failure of each.
-        """
-        results: list[SessionLogError | None] = [None] * len(batches)
-        runs: list[list[int]] = []
-        for indexes in session_runs(batches):
-            stored = self._stored_ids(conn, [batches[i] for i in indexes]) if look_up_ids else {}
-            if stored:  # planned on the belief that these ids were new: none of the run may go in
-                for index in indexes:
-                    results[index] = EventIdsStored(batches[index].session_id, stored)
-            else:
-                runs.append(indexes)
-        accepted = self._fence_and_insert(conn, batches, runs, results)
-        blobs = {digest: content for batch in accepted for digest, content in batch.blobs.items()}
-        if blobs:
-            self._insert_blobs(conn, blobs)
-        snapshots = [batch.snapshot for batch in accepted if batch.snapshot is not None]
-        if snapshots:
-            mark = self.placeholder
-            conn.exec_driver_sql(
-                "INSERT INTO fold_snapshots (session_id, seq, fold_version, state) "
-                f"VALUES ({mark}, {mark}, {mark}, {mark})",
-                [(s.session_id, s.seq, s.fold_version, s.state) for s in snapshots],
-            )
-        return results
-
-    def _fence_and_insert(
-        self,
-        conn: DriverTransaction,
-        batches: Sequence[PendingBatch],
-        runs: Sequence[Sequence[int]],
-        results: list[SessionLogError | None],
-    ) -> list[PendingBatch]:
-        """Fence each session's run of batches, insert the events of those that hold, and
-        announce them; the batches accepted. A run's error goes to `results`.
-
-        All fences go out together (one round trip on a driver that pipelines), then one
-        executemany of every accepted event, then the change notice.
-        """
-        fenced = self._fence(
-            conn,
-            [(batches[run[0]], batches[run[-1]]) if contiguous([batches[i] for i in run]) else None for run in runs],
-        )
-        accepted: list[PendingBatch] = []
-        for run, moved in zip(runs, fenced, strict=True):
-            if moved == 1:
-                accepted.extend(batches[i] for i in run)
-            else:
-                accepted.extend(self._fence_one_by_one(conn, batches, run, results))
-        self._insert_and_announce(conn, accepted)
-        return accepted
-
-    def _fence_one_by_one(
-        self,
-        conn: DriverTransaction,
-        batches: Sequence[PendingBatch],
-        run: Sequence[int],
-        results: list[SessionLogError | None],
-    ) -> list[PendingBatch]:
-        """A run whose fence as a whole missed, fenced batch by batch: those that hold, and
-        each of the others' error (in `results`)."""
-        accepted: list[PendingBatch] = []
-        for index in run:
-            batch = batches[index]
-            if self._advance(conn, batch, batch):
-                accepted.append(batch)
-            else:
-                results[index] = self._fencing_error(
-                    conn, batch.session_id, batch.writer_id, batch.epoch, batch.expected_next_seq
-                )
-        return accepted
-
-    def _insert_and_announce(self, conn: DriverSQL, accepted: Sequence[PendingBatch]) -> None:
-        """One executemany of the accepted batches' events, then the change notice."""
-        rows = [
-            event_params(batch.session_id, event, stored)
-            for batch in accepted
-            for event, stored in zip(batch.events, batch.stored, strict=True)
-        ]
-        if rows:
-            conn.exec_driver_sql(self.insert_events_sql, rows)
-            self._announce(conn, sorted({batch.session_id for batch in accepted}))
-
-    @abstractmethod
-    def _announce(self, conn: DriverSQL, session_ids: list[str]) -> None:
-        """Tell other processes, inside the commit, which sessions it appends to (see
-        storage/changes.py)."""
 
     @abstractmethod
     def shares_database(self, workers: int) -> bool:
@@ -515,54 +380,6 @@ class EventRecorder(ABC):
     def change_feed(self) -> ChangeFeed:
         """How this process learns of other processes' commits (storage/changes.py)."""
 
-    def _stored_ids(self, conn: DriverSQL, run: Sequence[PendingBatch]) -> dict[str, int]:
-        """Which of the run's unvouched eventIds the session stores already (the unique index, one
-        query per session, on the writer thread inside a commit after a refusal)."""
-        return self._find_event_ids(conn, run[0].session_id, [eid for batch in run for eid in batch.verify_ids])
-
-    def _find_event_ids(self, conn: DriverSQL, session_id: str, event_ids: Sequence[str]) -> dict[str, int]:
-        """Which of `event_ids` the session itself stores, with their seqs (the unique index;
-        driver SQL, as it runs inside group commits)."""
-        if not event_ids:
-            return {}
-        mark = self.placeholder
-        sql = (
-            f"SELECT event_id, seq FROM events WHERE session_id = {mark} "
-            f"AND event_id IN ({', '.join(mark for _ in event_ids)})"
-        )
-        return {eid: seq for eid, seq in conn.exec_driver_sql(sql, (session_id, *event_ids))}
-
-    def _advance(self, conn: DriverTransaction, first: PendingBatch, last: PendingBatch) -> bool:
-        """The fenced compare-and-set: move next_seq from `first`'s expected to `last`'s new one."""
-        return self._fence(conn, [(first, last)]) == [1]
-
-    def _fence(self, conn: DriverTransaction, runs: Sequence[tuple[PendingBatch, PendingBatch] | None]) -> list[int]:
-        """The fence of each run, from its first batch to its last (`_advance`; None: skipped,
-        0), and how many rows each moved.
-
-        Where `advance_keeping_turn_sql` is set (SQLite), a run that neither opens nor closes a
-        turn (most of them) moves the row without `open_turn` in the SET: SQLite rewrites the
-        index entry of every column a SET names, changed or not, and `ix_sessions_open_turn` was
-        one more page in the WAL of every commit. That statement compares the row's `open_turn`
-        with the run's instead; a row it misses (one that disagrees with its log, as a restore
-        could leave it, or whose fence does not hold) is tried with `advance_sql`, whose answer
-        stands: so a row's `open_turn` never stays behind its log's.
-        """
-        keeping_turn = self.advance_keeping_turn_sql
-        if keeping_turn is None:
-            return conn.rowcounts(self.advance_sql, [None if run is None else advance_params(*run) for run in runs])
-        moved: list[int] = []
-        for run in runs:  # one statement at a time: SQLite has no pipeline to fill
-            if run is None:
-                moved.append(0)
-                continue
-            params = advance_params(*run)
-            hit = 0
-            if run[0].open_turn_before == run[1].open_turn:
-                hit = conn.exec_driver_sql(keeping_turn, params).rowcount
-            moved.append(hit or conn.exec_driver_sql(self.advance_sql, params).rowcount)
-        return moved
-
     def _insert_events(self, conn: Connection, session_id: str, events: Sequence[Event], threshold: int | None) -> None:
         rows = []
         all_blobs: dict[str, bytes] = {}
@@ -571,7 +388,7 @@ class EventRecorder(ABC):
             all_blobs.update(ext.blobs)
             rows.append(event_params(session_id, event, stored_form(ext.data, ext.refs)))
         if all_blobs:
-            self._insert_blobs(conn, all_blobs)
+            self._group.insert_blobs(conn, all_blobs)
         conn.exec_driver_sql(self.insert_events_sql, rows)
 
     # --- reads --------------------------------------------------------------------------
@@ -615,7 +432,7 @@ class EventRecorder(ABC):
         """Which of `event_ids` the session itself stores (at or before `max_seq`: the part a
         fork inherits), with their seqs (the unique index)."""
         with self._read() as conn:
-            found = self._find_event_ids(conn, session_id, event_ids)
+            found = self._group.find_event_ids(conn, session_id, event_ids)
         return found if max_seq is None else {eid: seq for eid, seq in found.items() if seq <= max_seq}
 
     def recent_event_ids(self, session_id: str, limit: int, max_seq: int | None = None) -> list[tuple[str, int]]:
@@ -684,19 +501,3 @@ def lease_not_held(session_id: str, *, presented: bool = True) -> OwnershipLost:
 
 def _same_hash(stored: str | None, presented: str | None) -> bool:
     return stored is not None and presented is not None and hmac.compare_digest(stored, presented)
-
-
-def session_runs(batches: Sequence[PendingBatch]) -> list[list[int]]:
-    """The indexes of each session's batches in a group, sessions in order of first batch."""
-    by_session: dict[str, list[int]] = {}
-    for index, batch in enumerate(batches):
-        by_session.setdefault(batch.session_id, []).append(index)
-    return list(by_session.values())
-
-
-def contiguous(run: Sequence[PendingBatch]) -> bool:
-    """Whether one writer's batches follow each other seq for seq."""
-    return all(
-        b.writer_id == a.writer_id and b.epoch == a.epoch and b.expected_next_seq == a.new_next_seq
-        for a, b in itertools.pairwise(run)
-    )

@@ -9,7 +9,6 @@ writer commits.
 
 from __future__ import annotations
 
-import os
 import threading
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -20,9 +19,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import QueuePool
 
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import Unavailable
 from sessionlog_server.storage.changes import ChangeFeed, SQLiteChangeFeed
-from sessionlog_server.storage.driver import DriverSQL
+from sessionlog_server.storage.database_file import DatabaseFile
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.rows import EVENT_COLUMNS
 from sessionlog_server.storage.sqlite_params import bind_common_types_directly
@@ -86,54 +84,6 @@ def _sqlite_engine(url: str, *, synchronous: str, busy_timeout_ms: int, immediat
         conn.exec_driver_sql(SQLiteEventRecorder.begin_write_sql if immediate else "BEGIN")
 
     return engine
-
-
-class DatabaseFile:
-    """Whether the database path still names the file the service has open.
-
-    SQLite goes on writing to the file it opened whatever becomes of its name: deleted (`rm`
-    of the database, a clean-up job) or replaced (a backup copied over it), its commits
-    succeed into a file no one will open again, and the next start finds none of them. Every
-    write transaction asks first (one `stat`, a few microseconds against a commit's fsync) and
-    is refused with STORAGE_UNAVAILABLE, writing nothing, once the name points elsewhere.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._identity = self._stat()
-        """(device, inode) of the file when the service opened it (None: not created yet; then
-        of the file the first write finds)."""
-        self._lost = False
-
-    def _stat(self) -> tuple[int, int] | None:
-        try:
-            stat = os.stat(self.path)
-        except FileNotFoundError:
-            return None
-        return stat.st_dev, stat.st_ino
-
-    def problem(self) -> str | None:
-        """Why writes are refused for good (the path no longer names the file the service
-        opened), or None."""
-        identity = self._stat()
-        if self._identity is None and not self._lost:
-            self._identity = identity
-            return None
-        if identity == self._identity and not self._lost:
-            return None
-        if not self._lost:
-            self._lost = True  # for good: a file put back at the path is not the one opened
-            log.error("the database file was deleted or replaced; writes are refused", path=self.path)
-        return (
-            f"the database file {self.path} was deleted or replaced while the service ran; nothing "
-            "was written: restart the service to open the file its path names now"
-        )
-
-    def check(self) -> None:
-        """Raise Unavailable if the path no longer names the file the service opened."""
-        problem = self.problem()
-        if problem is not None:
-            raise Unavailable("STORAGE_UNAVAILABLE", problem)
 
 
 class SQLiteEventRecorder(EventRecorder):
@@ -224,9 +174,6 @@ class SQLiteEventRecorder(EventRecorder):
         if self._file is not None:
             self._file.check()
         return self._writer_turn.held() if self._writer_turn is not None else nullcontext()
-
-    def _announce(self, conn: DriverSQL, session_ids: list[str]) -> None:
-        """Nothing to send: other processes on the file see `PRAGMA data_version` move."""
 
     def shares_database(self, workers: int) -> bool:
         """Only with `serve --workers`: an embedded file has one service otherwise."""

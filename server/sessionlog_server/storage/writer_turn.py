@@ -26,8 +26,6 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from sessionlog.core.errors import Unavailable
 
@@ -36,15 +34,20 @@ class WriterTurn:
     """An exclusive lock shared by the processes writing one SQLite file (and by the threads
     of one process: a `flock` is held per open file, so a thread lock comes first).
 
-    `held` waits at most `wait_s` for the turn; past that it raises Unavailable."""
+    Held by a `with` block (`held()`: the turn itself), which waits at most `wait_s` for it;
+    past that it raises Unavailable. Compiled (setup.py): every write transaction takes it."""
 
     def __init__(self, database_path: str, wait_s: float) -> None:
         self.path = f"{database_path}-writer.lock"
         self.wait_s = wait_s
         self._threads = threading.Lock()
         self._fd: int | None = None
-        self._state = threading.Condition()
-        """Guards the fields below, shared with the helper thread."""
+        self._held_fd = -1
+        """The lock file's descriptor while a `with` block holds the turn."""
+        self._state_lock = threading.Lock()
+        self._state = threading.Condition(self._state_lock)
+        """Guards the fields below, shared with the helper thread. A `with` takes the bare lock
+        (`_state_lock`), whose enter and exit are C, where the Condition's are Python calls."""
         self._asking = False
         """The helper is (to be) blocked in `flock` for the turn."""
         self._waiting = False
@@ -54,18 +57,26 @@ class WriterTurn:
         self._closed = False
         self._helper: threading.Thread | None = None
 
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        """Hold the turn for the block (a write transaction, from BEGIN to COMMIT)."""
+    def held(self) -> WriterTurn:
+        """The turn, to hold for a `with` block (a write transaction, from BEGIN to COMMIT)."""
+        return self
+
+    def __enter__(self) -> None:
+        """Take the turn: this process's thread lock first, then the file's (`_take`)."""
         if not self._threads.acquire(timeout=self.wait_s):
             raise self._timed_out("another thread of this process")
         try:
             fd = self._open()
             self._take(fd)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+        except BaseException:
+            self._threads.release()
+            raise
+        self._held_fd = fd
+
+    def __exit__(self, *exc: object) -> None:
+        """Let the turn go: the file's, then the thread lock."""
+        try:
+            fcntl.flock(self._held_fd, fcntl.LOCK_UN)
         finally:
             self._threads.release()
 
@@ -85,7 +96,7 @@ class WriterTurn:
 
     def _take(self, fd: int) -> None:
         """Take the file's turn: at once if it is free, else from the helper, within `wait_s`."""
-        with self._state:
+        with self._state_lock:
             if not self._asking:  # with the helper blocked on it, the turn is not free
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

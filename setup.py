@@ -61,6 +61,7 @@ COMPILED_MODULES = [
             "messages",
             "metrics",
             "page_tokens",
+            "session_lock",
             "sessions",
             "taken_ids",
             "writer_stream",

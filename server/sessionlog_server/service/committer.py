@@ -93,7 +93,12 @@ class GroupCommitter:
         self._recorder = recorder
         self._max_batches = max_batches
         self._queue: deque[_Item | _Call] = deque()
-        self._wakeup = threading.Condition()
+        self._queue_lock = threading.RLock()
+        self._wakeup = threading.Condition(self._queue_lock)
+        """Wakes the writer thread for a new item. A `with` takes the lock underneath
+        (`_queue_lock`), whose enter and exit are C, where the Condition's are Python calls; an
+        RLock, as a Condition's own is, whose wait and notify helpers are C too (a plain Lock's
+        are Python calls)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._writer_thread = threading.Thread(target=self._run, name="sessionlog-writer", daemon=True)
         self._stopping = False
@@ -146,7 +151,7 @@ class GroupCommitter:
         return await done
 
     def _put(self, item: _Item | _Call) -> None:
-        with self._wakeup:
+        with self._queue_lock:
             if self._stopped:
                 raise _shutting_down()
             self._queue.append(item)
@@ -156,7 +161,7 @@ class GroupCommitter:
 
     def _run(self) -> None:
         while True:
-            with self._wakeup:
+            with self._queue_lock:
                 while not self._queue and not self._stopping:
                     self._wakeup.wait()
                 if not self._queue:
@@ -263,12 +268,12 @@ class GroupCommitter:
         """Refuse new batches, commit those already queued, stop the writer thread."""
         if self._stall_check is not None:
             self._stall_check.cancel()
-        with self._wakeup:
+        with self._queue_lock:
             self._stopping = True
             self._wakeup.notify()
         if self._writer_thread.is_alive():
             await asyncio.get_running_loop().run_in_executor(None, self._writer_thread.join)
-        with self._wakeup:
+        with self._queue_lock:
             self._stopped = True
 
 

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sessionlog.core.fold import SessionFold
+from sessionlog_server.service.session_lock import SessionLock
 from sessionlog_server.storage.records import SessionRecord
 
 RECENT_IDS = 1024
@@ -50,31 +51,36 @@ class LiveSession:
     """The next seq after every batch known durable (the fold may be ahead by in-flight batches)."""
     events_since_snapshot: int = 0
     bytes_since_snapshot: int = 0
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    lock: SessionLock = field(default_factory=SessionLock)
     writer_id: str | None = None
     """The writer this instance granted the lease to (None: none); set by `LiveSessions.set_writer`."""
     epoch: int = 0
     valid: bool = True
     in_flight: int = 0
     """Batches applied to the fold but not yet durable."""
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set while nothing is in flight."""
-
-    def __post_init__(self) -> None:
-        self.idle.set()
+    idle_waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    """Waiters for nothing in flight (`wait_idle`), woken by the `end_commit` that empties it.
+    Futures rather than an `asyncio.Event`: its `set` and `clear`, interpreted, were two Python
+    calls for every batch, where a wait is rare (a lease or a projection under way)."""
 
     def begin_commit(self) -> None:
         self.in_flight += 1
-        self.idle.clear()
 
     def end_commit(self) -> None:
         self.in_flight -= 1
-        if self.in_flight == 0:
-            self.idle.set()
+        if self.in_flight == 0 and self.idle_waiters:
+            waiters, self.idle_waiters = self.idle_waiters, []
+            for waiter in waiters:
+                if not waiter.done():  # a waiter cancelled meanwhile
+                    waiter.set_result(None)
 
     async def wait_idle(self) -> None:
         """Wait until every planned batch is durable (or failed), so the fold is all committed."""
-        await self.idle.wait()
+        if self.in_flight == 0:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.idle_waiters.append(waiter)
+        await waiter
 
     @property
     def session_id(self) -> str:

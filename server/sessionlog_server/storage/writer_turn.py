@@ -44,10 +44,11 @@ class WriterTurn:
         self._fd: int | None = None
         self._held_fd = -1
         """The lock file's descriptor while a `with` block holds the turn."""
-        self._state_lock = threading.Lock()
+        self._state_lock = threading.RLock()
         self._state = threading.Condition(self._state_lock)
-        """Guards the fields below, shared with the helper thread. A `with` takes the bare lock
-        (`_state_lock`), whose enter and exit are C, where the Condition's are Python calls."""
+        """Guards the fields below, shared with the helper thread. A `with` takes the lock
+        underneath (`_state_lock`; an RLock, as a Condition's own is), whose enter and exit are
+        C, where the Condition's are Python calls."""
         self._asking = False
         """The helper is (to be) blocked in `flock` for the turn."""
         self._waiting = False

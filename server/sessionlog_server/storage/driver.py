@@ -46,13 +46,16 @@ class DriverSQL(Protocol):
 
 class DriverTransaction:
     """Driver SQL on a DBAPI connection inside an open transaction: a list of parameter
-    tuples is an executemany, one tuple a single execute."""
+    tuples is an executemany, one tuple a single execute. Every statement runs on `cursor`
+    (psycopg builds a cursor in a dozen Python calls, its adapters' map copied), so the rows or
+    rowcount a statement returns are read before the next one runs."""
 
-    def __init__(self, connection: Any) -> None:
+    def __init__(self, connection: Any, cursor: Any) -> None:
         self._connection = connection
+        self._cursor = cursor
 
     def exec_driver_sql(self, statement: str, parameters: Any = None) -> Rows:
-        cursor = self._connection.cursor()
+        cursor = self._cursor
         if isinstance(parameters, list):
             cursor.executemany(statement, parameters)
         else:
@@ -119,20 +122,33 @@ def _connection_lost(connection: Any) -> bool:
 class CommitConnection:
     """The writer thread's own connection for group commits, checked out once and kept.
 
-    `begin` is the statement that opens a write transaction (SQLite: `BEGIN IMMEDIATE`, so the
-    write lock is taken up front) or None where the driver opens one implicitly (psycopg).
-    `turn` is held around each transaction, rollback included (SQLite: this process's turn to
-    write the file, storage/writer_turn.py). Used from one thread at a time (the group
+    `begin` is the statement that opens each write transaction (SQLite: `BEGIN IMMEDIATE`, so
+    the write lock is taken up front; PostgreSQL: `BEGIN`). The driver connection is kept in
+    its autocommit mode (`driver_autocommit`: psycopg's, set once at checkout; sqlite3's is set
+    by the engine), so `begin` opens each transaction and `run_alone`'s statement is one of its
+    own: switching psycopg's mode for each such statement and back cost ten Python calls a
+    commit. `turn` is held around each transaction, rollback included (SQLite: this process's
+    turn to write the file, storage/writer_turn.py). Used from one thread at a time (the group
     committer's writer thread).
     """
 
-    def __init__(self, engine: Engine, begin: str | None, turn: Callable[[], AbstractContextManager[None]]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        begin: str,
+        turn: Callable[[], AbstractContextManager[None]],
+        *,
+        driver_autocommit: bool = False,
+    ) -> None:
         self._engine = engine
         self._begin = begin
         self._turn = turn
+        self._driver_autocommit = driver_autocommit
         self._pooled: PoolProxiedConnection | None = None
         self._driver: Any = None
         """`_pooled`'s driver connection (SQLAlchemy's property to it is a Python call a group)."""
+        self._cursor: Any = None
+        """The cursor every statement of the kept connection runs on (`DriverTransaction`)."""
         dbapi: Any = engine.dialect.loaded_dbapi  # the driver module (PEP 249 error classes)
         self._dbapi = dbapi
         self._broken: tuple[type[BaseException], ...] = (dbapi.OperationalError, dbapi.InterfaceError)
@@ -150,12 +166,12 @@ class CommitConnection:
         while True:
             reused = self._pooled is not None
             connection = self._connection()
+            cursor = self._cursor
             committing = False
             with self._turn():
                 try:
-                    if self._begin is not None:
-                        connection.execute(self._begin)
-                    result = work(DriverTransaction(connection))
+                    cursor.execute(self._begin)
+                    result = work(DriverTransaction(connection, cursor))
                     committing = True
                     connection.commit()
                     return result
@@ -177,7 +193,8 @@ class CommitConnection:
             # `with`: the compiled build does not implement it inside a try/finally).
 
     def run_alone(self, statement: str, parameters: Any) -> list[Any] | None:
-        """`statement` as a transaction of its own (the driver's autocommit), and its rows.
+        """`statement` as a transaction of its own (the driver's autocommit: `driver_autocommit`
+        must be set), and its rows.
 
         One round trip, where `run`'s BEGIN, statement and COMMIT take three on psycopg (raw
         psycopg on loopback, one 2 KB insert per commit: 0.74-1.0 ms and 190-230 µs of CPU
@@ -193,10 +210,9 @@ class CommitConnection:
         connection = self._connection()
         if _has_input(connection):
             return None
+        cursor = self._cursor
         with self._turn():
-            connection.autocommit = True
             try:
-                cursor = connection.cursor()
                 cursor.execute(statement, parameters)
                 return list(cursor)
             except self._driver_errors as exc:
@@ -204,14 +220,18 @@ class CommitConnection:
                     self._drop()
                     raise StatementLost(str(exc)) from exc
                 raise self._storage_error(exc) from exc
-            finally:
-                if self._pooled is not None:
-                    connection.autocommit = False
 
     def close(self) -> None:
-        """Give the connection back to its pool."""
+        """Give the connection back to its pool, in the driver's own mode again."""
         if self._pooled is not None:
-            pooled, self._pooled, self._driver = self._pooled, None, None
+            pooled, driver = self._pooled, self._driver
+            self._pooled = self._driver = self._cursor = None
+            if self._driver_autocommit:
+                try:
+                    driver.autocommit = False
+                except self._driver_errors:  # broken: the pool must not lend it out again
+                    pooled.invalidate()
+                    return
             pooled.close()
 
     def _connection(self) -> Any:
@@ -227,7 +247,10 @@ class CommitConnection:
                 raise sqlalchemy_error(exc) from exc
             except self._driver_errors as exc:
                 raise self._storage_error(exc) from exc
-            self._driver = self._pooled.driver_connection
+            driver: Any = self._pooled.driver_connection
+            if self._driver_autocommit:
+                driver.autocommit = True
+            self._driver, self._cursor = driver, driver.cursor()
         return self._driver
 
     def _rollback(self, connection: Any, cause: BaseException) -> bool:
@@ -254,7 +277,8 @@ class CommitConnection:
     def _drop(self) -> None:
         """Invalidate the kept connection; the next use checks out a fresh one."""
         if self._pooled is not None:
-            pooled, self._pooled, self._driver = self._pooled, None, None
+            pooled = self._pooled
+            self._pooled = self._driver = self._cursor = None
             pooled.invalidate()
 
 

@@ -33,6 +33,7 @@ class PostgresEventRecorder(EventRecorder):
         "WHERE id = %s AND writer_id = %s AND epoch = %s AND next_seq = %s"
     )
     placeholder = "%s"
+    driver_autocommit = True
     # data arrives as UTF-8 bytes (storage/records.py StoredData): convert_from makes it TEXT.
     insert_events_sql = (
         f"INSERT INTO events ({EVENT_COLUMNS}) "

@@ -63,13 +63,18 @@ class EventRecorder(ABC):
     insert_events_sql: ClassVar[str]
     #: The driver's parameter marker (`?` for sqlite3, `%s` for psycopg).
     placeholder: ClassVar[str]
-    #: The statement that opens a write transaction, or None where the driver opens one itself.
-    begin_write_sql: ClassVar[str | None] = None
+    #: The statement that opens a group commit's transaction (storage/driver.py).
+    begin_write_sql: ClassVar[str] = "BEGIN"
+    #: Whether the writer thread's driver connection is put in autocommit mode (psycopg's; the
+    #: SQLite engine sets sqlite3's for every connection): see `CommitConnection`.
+    driver_autocommit: ClassVar[bool] = False
 
     def __init__(self, write_engine: Engine, read_engine: Engine | None = None) -> None:
         self.write_engine = write_engine
         self.read_engine = read_engine or write_engine
-        self._commits = CommitConnection(write_engine, self.begin_write_sql, self._turn)
+        self._commits = CommitConnection(
+            write_engine, self.begin_write_sql, self._turn, driver_autocommit=self.driver_autocommit
+        )
         """The writer thread's own connection: group commits run on the driver (storage/driver.py)."""
         self.instance = uuid.uuid4().hex[:12]
         """This recorder among the processes sharing the database (change notifications)."""

@@ -14,7 +14,8 @@ stream; the difference of the two counts divided by the extra events leaves star
 imports and shutdown out. Every
 thread of the server counts: gRPC's core, the event loop, the writer thread, SQLite. The
 kernel's share (system calls, wake-ups) does not, nor time spent waiting. About 4 minutes;
-two counts of one revision differed by 0.03 % and 0.4 %. The server runs ~50 times slower
+two counts of one revision differed by 0.03 % and 0.4 % at 16 streams. The server's string
+hashes are seeded the same in every run (`HASH_SEED`). The server runs ~50 times slower
 under valgrind, so run it on an otherwise idle machine; a run whose writers cannot connect in
 time is started again (`ATTEMPTS`), and one that stalls fails rather than counting something
 else.
@@ -42,6 +43,11 @@ from sessionlog.core.events import NewEvent
 ROOT = Path(__file__).resolve().parents[1]
 STREAMS = 16
 WINDOW = 64
+HASH_SEED = "0"
+"""The server's string hash seed, the same in every counted run. With Python's random one, the
+probes of its dicts' lookups (imports, interning) differ from process to process by millions
+of instructions a run: with an event sent alone, two runs of one build differed by 50,000
+instructions an event, all of it in `unicodekeys_lookup_unicode` (round 38)."""
 START_S = 600.0
 """How long the server may take to start under valgrind (imports run ~50 times slower)."""
 
@@ -69,7 +75,7 @@ def counted_run(
     with tempfile.TemporaryDirectory(prefix="sessionlog-instructions-") as scratch:
         server = Server(
             f"sqlite:///{scratch}/s.db",
-            env={"SESSIONLOG_METRICS_LISTEN": ""},
+            env={"SESSIONLOG_METRICS_LISTEN": "", "PYTHONHASHSEED": HASH_SEED},
             log_path=Path(scratch) / "stderr",
             wrapper=wrapper,
         )

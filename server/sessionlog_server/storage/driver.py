@@ -242,15 +242,20 @@ class CommitConnection:
         error with a traceback per group, and COMMIT_OUTCOME_UNKNOWN for batches never sent)."""
         if self._pooled is None:
             try:
-                self._pooled = self._engine.raw_connection()
+                pooled = self._engine.raw_connection()
             except sa_exc.DBAPIError as exc:
                 raise sqlalchemy_error(exc) from exc
             except self._driver_errors as exc:
                 raise self._storage_error(exc) from exc
-            driver: Any = self._pooled.driver_connection
-            if self._driver_autocommit:
-                driver.autocommit = True
-            self._driver, self._cursor = driver, driver.cursor()
+            driver: Any = pooled.driver_connection
+            try:  # set up for `run` and `run_alone` (see the class); one that cannot be is dropped
+                if self._driver_autocommit:
+                    driver.autocommit = True
+                cursor = driver.cursor()
+            except self._driver_errors as exc:
+                pooled.invalidate()
+                raise self._storage_error(exc) from exc
+            self._pooled, self._driver, self._cursor = pooled, driver, cursor
         return self._driver
 
     def _rollback(self, connection: Any, cause: BaseException) -> bool:

@@ -2,20 +2,20 @@
 figure to compare two revisions with on a machine whose CPU time moves by a third from run to
 run.
 
-`python -m bench.server_instructions [--events 100 400] [--streams 16] [--window 64] [--unary]`
-starts `sessionlog serve` (SQLite, one worker) under callgrind, streams the bench workload from
+`python -m bench.server_instructions [--events 100 400] [--streams 16] [--window 64] [--unary]
+[--db sqlite|postgresql]` starts `sessionlog serve` (one worker; a SQLite file, or a fresh
+PostgreSQL database with `--db postgresql`) under callgrind, streams the bench workload from
 16 writer streams at one event per batch, up to 64 batches in flight each (the bench's
 16-session load; `--streams 1 --window 1` counts an event sent alone, each its own message,
 commit and acknowledgement, as a slow writer's is; `--unary` counts sequential AppendEvents
 calls of one event to one session, the unary figure's load, per-call work included), stops the
-server with SIGTERM
-(callgrind writes its count as the process exits), and does it again with more events per
-stream; the difference of the two counts divided by the extra events leaves start-up,
-imports and shutdown out. Every
-thread of the server counts: gRPC's core, the event loop, the writer thread, SQLite. The
-kernel's share (system calls, wake-ups) does not, nor time spent waiting. About 4 minutes;
-two counts of one revision differed by 0.03 % and 0.4 % at 16 streams. The server's string
-hashes are seeded the same in every run (`HASH_SEED`). The server runs ~50 times slower
+server with SIGTERM (callgrind writes its count as the process exits), and does it again with
+more events per stream; the difference of the two counts divided by the extra events leaves
+start-up, imports and shutdown out. Every thread of the server counts: gRPC's core, the event
+loop, the writer thread, SQLite; PostgreSQL's own processes do not (only the server runs under
+callgrind), nor does the kernel's share (system calls, wake-ups), nor time spent waiting. About
+4 minutes; two counts of one revision differed by 0.03 % and 0.4 % at 16 streams. The server's
+string hashes are seeded the same in every run (`HASH_SEED`). The server runs ~50 times slower
 under valgrind, so run it on an otherwise idle machine; a run whose writers cannot connect in
 time is started again (`ATTEMPTS`), and one that stalls fails rather than counting something
 else.
@@ -25,16 +25,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.figures import _stream
-from bench.procs import Server
+from bench.procs import Server, scratch_database
 from bench.workload import as_new_events, session_events
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import Unavailable
@@ -61,20 +62,38 @@ def _unary_calls(target: str, events: Sequence[NewEvent]) -> int:
         return sum(len(client.append("count-unary", lease, [event]).seqs) for event in events)
 
 
+DATABASES = ("sqlite", "postgresql")
+
+
+@contextlib.contextmanager
+def _database(db: str, scratch: str) -> Iterator[str]:
+    """A fresh database for one counted run: a SQLite file in `scratch`, or a PostgreSQL
+    database of the bench's own (dropped afterwards)."""
+    if db == "sqlite":
+        yield f"sqlite:///{scratch}/s.db"
+    else:
+        with scratch_database(db, "count") as url:
+            yield url
+
+
 def counted_run(
     events_per_stream: int,
     wrapper: Sequence[str],
     streams: int = STREAMS,
     window: int = WINDOW,
     unary: bool = False,
+    db: str = "sqlite",
 ) -> dict[str, Any]:
     """Serve `events_per_stream` events on each of `streams` streams (`window` batches in flight
     each), or with `unary` that many sequential unary appends to one session, with the server
-    run under `wrapper` (the valgrind command, or nothing); what was acknowledged and the
-    server's stderr."""
-    with tempfile.TemporaryDirectory(prefix="sessionlog-instructions-") as scratch:
+    run under `wrapper` (the valgrind command, or nothing) on a fresh `db` database; what was
+    acknowledged and the server's stderr."""
+    with (
+        tempfile.TemporaryDirectory(prefix="sessionlog-instructions-") as scratch,
+        _database(db, scratch) as url,
+    ):
         server = Server(
-            f"sqlite:///{scratch}/s.db",
+            url,
             env={"SESSIONLOG_METRICS_LISTEN": "", "PYTHONHASHSEED": HASH_SEED},
             log_path=Path(scratch) / "stderr",
             wrapper=wrapper,
@@ -109,12 +128,14 @@ def _writers(streams: int, unary: bool) -> int:
     return 1 if unary else streams
 
 
-def count(events_per_stream: int, streams: int = STREAMS, window: int = WINDOW, unary: bool = False) -> int:
+def count(
+    events_per_stream: int, streams: int = STREAMS, window: int = WINDOW, unary: bool = False, db: str = "sqlite"
+) -> int:
     """Callgrind's instruction count of one whole server run (`counted_run`'s load)."""
     valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            run = counted_run(events_per_stream, valgrind, streams, window, unary)
+            run = counted_run(events_per_stream, valgrind, streams, window, unary, db)
             break
         except Unavailable:
             if attempt == ATTEMPTS:
@@ -129,12 +150,12 @@ def count(events_per_stream: int, streams: int = STREAMS, window: int = WINDOW, 
 
 
 def instructions_per_event(
-    fewer: int, more: int, streams: int = STREAMS, window: int = WINDOW, unary: bool = False
+    fewer: int, more: int, streams: int = STREAMS, window: int = WINDOW, unary: bool = False, db: str = "sqlite"
 ) -> int | None:
     """Instructions per event of the whole server (None when valgrind is not installed)."""
     if shutil.which("valgrind") is None:
         return None
-    low, high = count(fewer, streams, window, unary), count(more, streams, window, unary)
+    low, high = count(fewer, streams, window, unary, db), count(more, streams, window, unary, db)
     return round((high - low) / (_writers(streams, unary) * (more - fewer)))
 
 
@@ -144,15 +165,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=STREAMS, help="writer streams")
     parser.add_argument("--window", type=int, default=WINDOW, help="batches in flight per stream")
     parser.add_argument("--unary", action="store_true", help="sequential unary appends to one session instead")
+    parser.add_argument("--db", choices=DATABASES, default="sqlite", help="the server's database")
     args = parser.parse_args(argv)
     fewer, more = sorted(args.events)
-    figure = instructions_per_event(fewer, more, args.streams, args.window, args.unary)
+    figure = instructions_per_event(fewer, more, args.streams, args.window, args.unary, args.db)
     shape: dict[str, Any] = (
         {"unary": True, "events_per_call": 1}
         if args.unary
         else {"streams": args.streams, "window": args.window, "events_per_batch": 1}
     )
-    print(json.dumps({"server_instructions_per_event": figure, **shape}))
+    print(json.dumps({"server_instructions_per_event": figure, "db": args.db, **shape}))
     return 0 if figure is not None else 1
 
 

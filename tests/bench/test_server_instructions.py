@@ -22,3 +22,10 @@ def test_a_counted_unary_run_acknowledges_every_call_and_the_server_exits_cleanl
     assert run["acked"] == 5
     assert not run["stalled"]
     assert run["exit_code"] == 0, run["stderr"][-2000:]
+
+
+def test_a_counted_run_on_postgresql_serves_every_event_and_the_server_exits_cleanly() -> None:
+    run = server_instructions.counted_run(5, wrapper=[], streams=1, window=1, db="postgresql")
+    assert run["acked"] == 5
+    assert not run["stalled"]
+    assert run["exit_code"] == 0, run["stderr"][-2000:]

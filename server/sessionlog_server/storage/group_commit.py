@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import Any
 
 from sessionlog.core.errors import ExpectedSeqMismatch, NotFound, OwnershipLost, SessionLogError
 from sessionlog_server.storage.driver import DriverSQL, DriverTransaction
@@ -133,11 +134,7 @@ class GroupCommit:
 
     def insert_and_announce(self, conn: DriverSQL, accepted: Sequence[PendingBatch]) -> None:
         """One executemany of the accepted batches' events, then the change notice."""
-        rows = [
-            event_params(batch.session_id, event, stored)
-            for batch in accepted
-            for event, stored in zip(batch.events, batch.stored, strict=True)
-        ]
+        rows = event_rows(accepted)
         if rows:
             conn.exec_driver_sql(self.insert_events_sql, rows)
             self.announce(conn, sorted({batch.session_id for batch in accepted}))
@@ -237,6 +234,15 @@ class GroupCommit:
         )
 
 
+def event_rows(batches: Sequence[PendingBatch]) -> list[tuple[Any, ...]]:
+    """The insert's parameters of every event of `batches`, in order (`rows.event_params`)."""
+    return [
+        event_params(batch.session_id, event, stored)
+        for batch in batches
+        for event, stored in zip(batch.events, batch.stored, strict=True)
+    ]
+
+
 def session_runs(batches: Sequence[PendingBatch]) -> list[list[int]]:
     """The indexes of each session's batches in a group, sessions in order of first batch."""
     by_session: dict[str, list[int]] = {}
@@ -257,4 +263,4 @@ def contiguous(run: Sequence[PendingBatch]) -> bool:
     return True
 
 
-__all__ = ["GroupCommit", "contiguous", "session_runs"]
+__all__ = ["GroupCommit", "contiguous", "event_rows", "session_runs"]

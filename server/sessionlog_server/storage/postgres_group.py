@@ -11,15 +11,15 @@ statement and nothing else as a transaction of its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sessionlog.core.errors import SessionLogError
 from sessionlog_server.storage.changes import CHANNEL, notify_payload
 from sessionlog_server.storage.driver import DriverSQL, DriverTransaction
-from sessionlog_server.storage.group_commit import GroupCommit, contiguous, session_runs
+from sessionlog_server.storage.group_commit import GroupCommit, contiguous, event_rows, session_runs
 from sessionlog_server.storage.records import PendingBatch
-from sessionlog_server.storage.rows import EVENT_COLUMNS, advance_params, event_params
+from sessionlog_server.storage.rows import EVENT_COLUMNS, advance_params
 
 # One statement for a group commit: `fence` holds each session's compare-and-set (the
 # parameters of `advance_sql`, then its change notice), `batch` every event of the group. Only
@@ -121,15 +121,10 @@ class PostgresGroupCommit(GroupCommit):
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """The group statement's fence rows (one per run, with its change notice) and event rows."""
         fences: list[tuple[Any, ...]] = []
-        rows: list[tuple[Any, ...]] = []
         for run in runs:
             first = batches[run[0]]
             fences.append((*advance_params(first, batches[run[-1]]), notify_payload(self.instance, first.session_id)))
-            for i in run:
-                batch = batches[i]
-                for event, stored in zip(batch.events, batch.stored, strict=True):
-                    rows.append(event_params(batch.session_id, event, stored))
-        return fences, rows
+        return fences, event_rows([batches[i] for run in runs for i in run])
 
     def fence_and_insert(
         self,
@@ -150,7 +145,7 @@ class PostgresGroupCommit(GroupCommit):
         written: set[str] = set()
         if whole:
             statement, params = group_statement(*self.group_rows(batches, whole))
-            written = written_sessions(list(conn.exec_driver_sql(statement, params)))
+            written = written_sessions(conn.exec_driver_sql(statement, params))
         accepted: list[PendingBatch] = []
         missed: list[PendingBatch] = []
         for run in runs:
@@ -167,7 +162,7 @@ class PostgresGroupCommit(GroupCommit):
         )
 
 
-def written_sessions(rows: Sequence[Any]) -> set[str]:
+def written_sessions(rows: Iterable[Any]) -> set[str]:
     """The sessions the group statement returned: those it fenced and wrote."""
     return {row[0] for row in rows}
 

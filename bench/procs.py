@@ -316,7 +316,7 @@ def scratch_database(backend: str, label: str) -> Iterator[str]:
         try:
             yield f"sqlite:///{path}"
         finally:
-            for suffix in ("", "-wal", "-shm", ".migrate-lock"):
+            for suffix in ("", "-wal", "-shm", ".migrate-lock", "-writer.lock"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
         return
     url = create_pg_database(name)

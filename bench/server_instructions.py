@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,17 +64,6 @@ def _unary_calls(target: str, events: Sequence[NewEvent]) -> int:
 DATABASES = ("sqlite", "postgresql")
 
 
-@contextlib.contextmanager
-def _database(db: str, scratch: str) -> Iterator[str]:
-    """A fresh database for one counted run: a SQLite file in `scratch`, or a PostgreSQL
-    database of the bench's own (dropped afterwards)."""
-    if db == "sqlite":
-        yield f"sqlite:///{scratch}/s.db"
-    else:
-        with scratch_database(db, "count") as url:
-            yield url
-
-
 def counted_run(
     events_per_stream: int,
     wrapper: Sequence[str],
@@ -90,7 +78,7 @@ def counted_run(
     acknowledged and the server's stderr."""
     with (
         tempfile.TemporaryDirectory(prefix="sessionlog-instructions-") as scratch,
-        _database(db, scratch) as url,
+        scratch_database(db, "count") as url,
     ):
         server = Server(
             url,

@@ -204,13 +204,17 @@ RACE_READS = 40
 
 def check_reads_at_the_deadline(reads: list[tuple[list[int], str]], plan: Paced) -> None:
     """Each read, whose pages came as its wait for them ran out, either delivered every page or
-    failed with no_page after a prefix of them, and asked the service for one stream only: a page
-    that came is never followed by the stream cancelled behind it (and silently reopened)."""
+    failed with no_page after a prefix of them, and asked the service for one stream at most: a
+    page that came is never followed by the stream cancelled behind it (and silently reopened).
+
+    At most, not exactly: a read that gave up before the service's thread pool started its
+    handler is never counted (gRPC does not start the handler of a call already cancelled), which
+    a loaded machine does now and then (39 streams for 40 reads); a reopen counts one more."""
     for seqs, outcome in reads:
         assert outcome in ("all", "no page"), outcome
         assert seqs == list(range(len(seqs)))
         assert outcome == "no page" or len(seqs) == plan.pages
-    assert plan.streams == len(reads), f"{plan.streams} streams for {len(reads)} reads"
+    assert plan.streams <= len(reads), f"{plan.streams} streams for {len(reads)} reads"
 
 
 def test_a_page_that_comes_as_its_wait_runs_out_is_not_cancelled_behind(paced: tuple[str, Paced]) -> None:

@@ -146,6 +146,13 @@ def render(report: dict[str, Any]) -> str:
                 f"{slow['p50_ms']:.1f} / {slow['p99_ms']:.1f} / {slow['p999_ms']:.1f}, {slow['streams_failed']} "
                 f"streams failed, {_num(slow['server_us_per_message'])} µs/msg while writing"
             )
+        paced = floor.get("latency_at_rate")
+        if isinstance(paced, dict) and "p99_ms" in paced:
+            lines.append(
+                f"{'grpc.aio echo server, latency at a fixed rate':<46} {paced['streams']} streams, "
+                f"{paced['offered_per_s']:,.0f} msg/s: ms p50/p99/p99.9 {paced['p50_ms']:.2f} / "
+                f"{paced['p99_ms']:.2f} / {paced['p999_ms']:.2f}"
+            )
     lines.append("")
     lines.append("targets")
     lines.append("-" * 110)
@@ -252,6 +259,20 @@ def _raw_commit_note(report: dict[str, Any], backend: str, key: str, label: str)
     )
 
 
+def _echo_latency_note(report: dict[str, Any], key: str, label: str) -> str:
+    """The transport's own share, in numbers of the same run: the grpc.aio echo server's answer
+    latency under the same open-loop load (`transport_floor.latency_at_rate`). An acknowledgement
+    takes a round trip like the echo's and a durable commit like the raw driver's, so the two
+    notes together are the floor of sessionlog's figure."""
+    echo = _get(report, "transport_floor", "latency_at_rate")
+    if not isinstance(echo, dict) or key not in echo:
+        return ""
+    return (
+        f"; grpc.aio echo alone, {echo['streams']} streams at {echo['offered_per_s']:,.0f} msg/s, "
+        f"same run: {label} {echo[key]:.1f} ms"
+    )
+
+
 def _writes_cpu_note(figure: dict[str, Any]) -> str:
     """Which side had the cores while the slow writers wrote, and how long the server's
     threads waited for one (`slow_writers.writes_cpu`)."""
@@ -325,8 +346,10 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "ms",
                 )
                 if check["status"] == "MISSED":
-                    check["measured"] += _raw_commit_note(report, backend, key, label) + _waited_note(
-                        _get(sl, backend, figure_key, "server_waited_ms_per_s")
+                    check["measured"] += (
+                        _raw_commit_note(report, backend, key, label)
+                        + _echo_latency_note(report, key, label)
+                        + _waited_note(_get(sl, backend, figure_key, "server_waited_ms_per_s"))
                     )
                 out.append(check)
     slow = report.get("slow_writers", {})

@@ -434,9 +434,13 @@ def main(argv: list[str] | None = None) -> int:
         "peers": {},
     }
     _log("transport floor: a grpc.aio echo server")
-    report["transport_floor"] = transport_floor.measure(
-        int(report["meta"]["workload"]["mean_event_data_bytes"]), scale.unary_events, 16, scale.stream16_events
-    )
+    event_bytes = int(report["meta"]["workload"]["mean_event_data_bytes"])
+    report["transport_floor"] = transport_floor.measure(event_bytes, scale.unary_events, 16, scale.stream16_events)
+    if "unavailable" not in report["transport_floor"]:
+        _log(f"transport floor: the echo's latency at {scale.rate:.0f} messages/s on {scale.rate_sessions} streams")
+        report["transport_floor"]["latency_at_rate"] = transport_floor.latency_at_rate(
+            event_bytes, scale.rate_sessions, scale.rate, scale.rate_seconds
+        )
     with tempfile.TemporaryDirectory(prefix="sessionlog-bench-") as tmp:
         workdir = Path(tmp)
         have_pg = "postgresql" in backends and pg_available()

@@ -3,7 +3,7 @@ figure to compare two revisions with on a machine whose CPU time moves by a thir
 run.
 
 `python -m bench.server_instructions [--events 100 400] [--streams 16] [--window 64] [--unary]
-[--db sqlite|postgresql]` starts `sessionlog serve` (one worker; a SQLite file, or a fresh
+[--db sqlite|postgresql] [--keep DIR]` starts `sessionlog serve` (one worker; a SQLite file, or a fresh
 PostgreSQL database with `--db postgresql`) under callgrind, streams the bench workload from
 16 writer streams at one event per batch, up to 64 batches in flight each (the bench's
 16-session load; `--streams 1 --window 1` counts an event sent alone, each its own message,
@@ -117,10 +117,16 @@ def _writers(streams: int, unary: bool) -> int:
 
 
 def count(
-    events_per_stream: int, streams: int = STREAMS, window: int = WINDOW, unary: bool = False, db: str = "sqlite"
+    events_per_stream: int,
+    streams: int = STREAMS,
+    window: int = WINDOW,
+    unary: bool = False,
+    db: str = "sqlite",
+    out_file: Path | None = None,
 ) -> int:
-    """Callgrind's instruction count of one whole server run (`counted_run`'s load)."""
-    valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    """Callgrind's instruction count of one whole server run (`counted_run`'s load); its
+    per-function profile is written to `out_file` when given (for `callgrind_annotate`)."""
+    valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file or '/dev/null'}"]
     for attempt in range(1, ATTEMPTS + 1):
         try:
             run = counted_run(events_per_stream, valgrind, streams, window, unary, db)
@@ -138,13 +144,30 @@ def count(
 
 
 def instructions_per_event(
-    fewer: int, more: int, streams: int = STREAMS, window: int = WINDOW, unary: bool = False, db: str = "sqlite"
+    fewer: int,
+    more: int,
+    streams: int = STREAMS,
+    window: int = WINDOW,
+    unary: bool = False,
+    db: str = "sqlite",
+    keep: Path | None = None,
 ) -> int | None:
-    """Instructions per event of the whole server (None when valgrind is not installed)."""
+    """Instructions per event of the whole server (None when valgrind is not installed). With
+    `keep`, both runs' per-function profiles are written there (`keep_paths`)."""
     if shutil.which("valgrind") is None:
         return None
-    low, high = count(fewer, streams, window, unary, db), count(more, streams, window, unary, db)
+    low_out, high_out = keep_paths(keep, fewer, more) if keep is not None else (None, None)
+    low = count(fewer, streams, window, unary, db, low_out)
+    high = count(more, streams, window, unary, db, high_out)
     return round((high - low) / (_writers(streams, unary) * (more - fewer)))
+
+
+def keep_paths(keep: Path, fewer: int, more: int) -> tuple[Path, Path]:
+    """Where `--keep DIR` writes the two runs' callgrind profiles: their difference, function by
+    function, is where the extra events' instructions went (`callgrind_annotate` each, or
+    `callgrind_annotate --inclusive=no` of both and subtract)."""
+    keep.mkdir(parents=True, exist_ok=True)
+    return keep / f"callgrind.{fewer}.out", keep / f"callgrind.{more}.out"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,9 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=WINDOW, help="batches in flight per stream")
     parser.add_argument("--unary", action="store_true", help="sequential unary appends to one session instead")
     parser.add_argument("--db", choices=DATABASES, default="sqlite", help="the server's database")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="write both runs' callgrind profiles to DIR")
     args = parser.parse_args(argv)
     fewer, more = sorted(args.events)
-    figure = instructions_per_event(fewer, more, args.streams, args.window, args.unary, args.db)
+    figure = instructions_per_event(fewer, more, args.streams, args.window, args.unary, args.db, args.keep)
     shape: dict[str, Any] = (
         {"unary": True, "events_per_call": 1}
         if args.unary

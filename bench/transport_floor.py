@@ -9,7 +9,9 @@ can take through it.
 
 `slow_streams` is the floor of the many-slow-writers figure: `streams` streams on one echo
 server, each sending one message a second, from client processes of their own, as
-`bench.slow_writers` drives sessionlog.
+`bench.slow_writers` drives sessionlog. `latency_at_rate` is the floor of the ack latency
+figures: the echo's answer latency under the open-loop load `figures.fixed_rate` puts on
+sessionlog (16 streams, 1,000 messages a second in all).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import contextlib
 import multiprocessing
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 from multiprocessing.synchronize import Event as EventType
 from typing import Any
@@ -144,6 +146,55 @@ async def _paced_streams(target: str, count: int, seconds: float, per_channel: i
     for channel in channels:
         await channel.close()
     return {"latencies": latencies, "writes": (began, ended), "failed": dict(failed)}
+
+
+async def _open_loop(target: str, payload: bytes, streams: int, rate: float, seconds: float) -> list[float]:
+    """`streams` streams on one channel; message i is due at start + i/`rate` and goes to stream
+    i mod `streams` (`figures.fixed_rate`'s open loop); each is timed from its write to its
+    answer, which a stream sends in order, so each stream's reader takes the oldest send time."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        method = channel.stream_stream(f"/{SERVICE}/Stream")
+        calls = [method() for _ in range(streams)]
+        for call in calls:  # each stream open and answered before the clock starts, as writers are
+            await call.write(b"x" * 64)
+            await call.read()
+        sent: list[deque[float]] = [deque() for _ in range(streams)]
+        taken: list[float] = []
+
+        async def answers(index: int) -> None:
+            call, times = calls[index], sent[index]
+            while await call.read() is not grpc.aio.EOF:
+                taken.append(time.monotonic() - times.popleft())
+
+        readers = [asyncio.create_task(answers(index)) for index in range(streams)]
+        start = time.monotonic() + 0.1
+        for i in range(int(rate * seconds)):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            sent[i % streams].append(time.monotonic())
+            await calls[i % streams].write(payload)
+        for call in calls:
+            await call.done_writing()
+        await asyncio.wait_for(asyncio.gather(*readers), timeout=max(60.0, 4 * seconds))
+        return taken
+
+
+def _open_loop_part(target: str, payload_bytes: int, streams: int, rate: float, seconds: float) -> list[float]:
+    """Entry point of the open-loop client's process."""
+    return asyncio.run(_open_loop(target, b"x" * payload_bytes, streams, rate, seconds))
+
+
+def latency_at_rate(payload_bytes: int, streams: int, rate: float, seconds: float) -> dict[str, Any]:
+    """The echo server's answer latency under sessionlog's ack latency load (`figures.fixed_rate`:
+    `streams` streams, `rate` messages a second in all, open loop, the client in a process of its
+    own): what the gRPC round trip alone takes at that pace, before any decoding or commit."""
+    try:
+        with _echo_server() as (_pid, target), multiprocessing.get_context("spawn").Pool(1) as pool:
+            taken = pool.apply(_open_loop_part, (target, payload_bytes, streams, rate, seconds))
+    except RuntimeError as exc:
+        return {"unavailable": str(exc)}
+    return {"offered_per_s": rate, "streams": streams, "messages": len(taken), **latency_ms(taken)}
 
 
 def _paced_part(target: str, count: int, seconds: float, per_channel: int) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import pytest
 
 from bench.peers import PEERS as PEER_BACKENDS
 from bench.peers import PER_COMMIT_BULK
+from bench.run import QUICK
 from sessionlog_server.transport.workers import default_workers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,6 +102,10 @@ def test_quick_bench_reports_every_figure(backend: str, tmp_path: Path) -> None:
     assert bulk["events"] == PER_COMMIT_BULK * one["events"] > 0
     floor = report["transport_floor"]
     assert floor["unary"]["server_us_per_call"] > 0 and floor["streams"]["server_us_per_message"] > 0
+    # The echo's latency under the ack latency figure's load: every message answered.
+    paced = floor["latency_at_rate"]
+    assert paced["messages"] == int(paced["offered_per_s"] * QUICK.rate_seconds) and paced["p99_ms"] > 0
+    assert "grpc.aio echo server, latency at a fixed rate" in done.stdout
     driver = {"sqlite": "raw sqlite3", "postgresql": "raw psycopg"}[backend]
     names = [target["name"] for target in report["targets"]]
     for figure in ("16 streaming sessions, 1 event/batch", "16 sessions, 16 events/batch", "unary"):

@@ -104,6 +104,30 @@ def test_a_missed_target_names_the_floor_measured_in_the_same_run() -> None:
     assert unary.endswith("1,200/s, and with a raw commit after each at most 667/s (0.44x)")
 
 
+def test_a_missed_latency_names_the_echos_latency_at_the_same_rate() -> None:
+    """The floor of an acknowledgement is a round trip and a commit: beside the raw driver's
+    commit latency, the grpc.aio echo server's under the same open loop, each percentile its own."""
+    report: dict[str, Any] = {
+        "sessionlog": {
+            "sqlite": {
+                "latency_at_rate": {"p50_ms": 1.7, "p99_ms": 8.3, "p999_ms": 21.0, "server_waited_ms_per_s": 300.0},
+                "raw_commit_latency_at_rate": {"offered_per_s": 1000.0, "p99_ms": 1.9, "p999_ms": 4.1},
+            }
+        },
+        "transport_floor": {
+            "latency_at_rate": {"offered_per_s": 1000.0, "streams": 16, "p50_ms": 0.38, "p99_ms": 1.11, "p999_ms": 3.6}
+        },
+    }
+    found = {t["name"]: t for t in targets(report)}
+    p99 = found["ack p99 at 1,000 ev/s, sqlite"]["measured"]
+    assert p99.endswith(
+        "raw sqlite3 alone, 1 event/commit at 1,000 commits/s, same run: p99 1.9 ms; grpc.aio echo alone, "
+        "16 streams at 1,000 msg/s, same run: p99 1.1 ms; server threads waited 300 ms/s for a core"
+    )
+    p999 = found["ack p99.9 at 1,000 ev/s, sqlite"]["measured"]
+    assert "grpc.aio echo alone, 16 streams at 1,000 msg/s, same run: p99.9 3.6 ms" in p999
+
+
 def test_a_ratio_just_under_its_target_does_not_read_as_the_target() -> None:
     """0.96x of a 1.0x target, shown with one decimal, read "1.0 x" beside MISSED."""
     report: dict[str, Any] = {

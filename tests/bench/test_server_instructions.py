@@ -7,6 +7,8 @@ the run around it: every stream's events acknowledged, and a server that exits o
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bench import server_instructions
 
 
@@ -29,3 +31,10 @@ def test_a_counted_run_on_postgresql_serves_every_event_and_the_server_exits_cle
     assert run["acked"] == 5
     assert not run["stalled"]
     assert run["exit_code"] == 0, run["stderr"][-2000:]
+
+
+def test_kept_profiles_get_a_file_each_in_a_directory_made_for_them(tmp_path: Path) -> None:
+    """`--keep DIR`: the two runs' profiles, named by their events per stream, side by side."""
+    fewer, more = server_instructions.keep_paths(tmp_path / "profiles", 100, 300)
+    assert fewer.parent.is_dir() and fewer.parent == more.parent == tmp_path / "profiles"
+    assert (fewer.name, more.name) == ("callgrind.100.out", "callgrind.300.out")

@@ -20,6 +20,9 @@ from types import ModuleType
 
 import pytest
 
+from sessionlog.core.events import Event, Replace
+from sessionlog.core.tool_calls import ToolCallState
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -169,3 +172,21 @@ def test_a_written_out_init_takes_and_sets_the_fields_as_the_generated_one_would
                 assert value == field.default_factory() and value is not getattr(second, field.name), (cls, field.name)
             else:
                 assert value == field.default, (cls, field.name)
+
+
+def test_the_written_out_copies_keep_every_field_they_do_not_set() -> None:
+    """The per-event copies are built field by field (`dataclasses.replace` stays interpreted):
+    each must be what `replace` gives, every field set apart from the default, so a field added
+    to the class and not to a copy fails here."""
+    call = ToolCallState("c1", "bash", 1, 2, 3, 4, 5, False, (6,), (7,))
+    assert all(getattr(call, f.name) != f.default for f in dataclasses.fields(ToolCallState))
+    assert call.with_seqs(8, 9) == dataclasses.replace(call, call_seq=8, result_seq=9)
+    assert call.carried(10, (11,), True, (7, 10)) == dataclasses.replace(
+        call, block_seq=10, copies=(11,), on_surface=True, carried_by=(7, 10)
+    )
+    event = Event(1, 2, "custom", {"a": 1}, "e1", True, Replace(0, 0), (0,), "{ }", 9)
+    assert all(getattr(event, f.name) != f.default for f in dataclasses.fields(Event))
+    stored = event.with_data_text('{"a":1}')
+    for field in dataclasses.fields(Event):  # `==` leaves data_text and stored_size out
+        expected = '{"a":1}' if field.name == "data_text" else getattr(event, field.name)
+        assert getattr(stored, field.name) == expected, field.name

@@ -224,6 +224,22 @@ class Event:
         object.__setattr__(self, "data_text", data_text)
         object.__setattr__(self, "stored_size", stored_size)
 
+    def with_data_text(self, data_text: str) -> Event:
+        """This event carrying the exact text its data was stored as (built field by field, as
+        `ToolCallState.with_seqs` is: `dataclasses.replace` is interpreted)."""
+        return Event(
+            self.seq,
+            self.time,
+            self.type,
+            self.data,
+            self.event_id,
+            self.ignorable,
+            self.surface_op,
+            self.source_event_seqs,
+            data_text,
+            self.stored_size,
+        )
+
     def to_json(self) -> JsonObject:
         """The SPEC §2 envelope: seq, time, type, data, then optional fields where set."""
         out: JsonObject = {"seq": self.seq, "time": self.time, "type": self.type, "data": self.data}

@@ -41,7 +41,7 @@ Decisions (what a harness expects):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sessionlog.core.errors import ValidationError
@@ -325,9 +325,9 @@ def plan_restated_calls(state: StructureState, event: Event, shadowed: Sequence[
             continue
         carried_by = (*call.carried_by, event.seq) if restated else call.carried_by
         if left:
-            moved.append(replace(call, block_seq=left[-1], copies=left[:-1], on_surface=True, carried_by=carried_by))
+            moved.append(call.carried(left[-1], left[:-1], True, carried_by))
         else:
-            moved.append(replace(call, block_seq=event.seq, copies=(), on_surface=False, carried_by=carried_by))
+            moved.append(call.carried(event.seq, (), False, carried_by))
     return StructurePlan("restate_calls", event.seq, calls=tuple(moved)) if moved else None
 
 
@@ -440,9 +440,11 @@ def apply_structure_plan(state: StructureState, plan: StructurePlan | None) -> N
         for call in plan.calls:
             state.calls[call.call_id] = call
     elif kind == "call_started":
-        state.calls[plan.call_id] = replace(state.calls[plan.call_id], call_seq=plan.seq)
+        call = state.calls[plan.call_id]
+        state.calls[plan.call_id] = call.with_seqs(plan.seq, call.result_seq)
     else:
-        state.calls[plan.call_id] = replace(state.calls[plan.call_id], result_seq=plan.seq)
+        call = state.calls[plan.call_id]
+        state.calls[plan.call_id] = call.with_seqs(call.call_seq, plan.seq)
 
 
 class WindowSurface:

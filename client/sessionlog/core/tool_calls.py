@@ -81,6 +81,43 @@ class ToolCallState:
         """A call just opened by the `toolCall` block of the assistant message at `seq`."""
         return cls(call_id, name, turn, step, seq, carried_by=(seq,))
 
+    def with_seqs(self, call_seq: int | None, result_seq: int | None) -> ToolCallState:
+        """This call with the seqs of its start and its result (`structure.apply_structure_plan`).
+
+        The copies here and in `carried` are built field by field: `dataclasses.replace` is
+        interpreted, reads the class's fields on every call and took 1.8 % of the server's samples
+        under 16 streaming sessions (bench/PROFILE.md, round 39); a test checks each copy keeps
+        every field it does not set."""
+        return ToolCallState(
+            self.call_id,
+            self.name,
+            self.turn,
+            self.step,
+            self.block_seq,
+            call_seq,
+            result_seq,
+            self.on_surface,
+            self.copies,
+            self.carried_by,
+        )
+
+    def carried(
+        self, block_seq: int, copies: tuple[int, ...], on_surface: bool, carried_by: tuple[int, ...]
+    ) -> ToolCallState:
+        """This call as other surface nodes carry it (`structure.plan_restated_calls`)."""
+        return ToolCallState(
+            self.call_id,
+            self.name,
+            self.turn,
+            self.step,
+            block_seq,
+            self.call_seq,
+            self.result_seq,
+            on_surface,
+            copies,
+            carried_by,
+        )
+
     @property
     def blocks(self) -> tuple[int, ...]:
         """The surface nodes that carry the call's block now, oldest first (none once dropped)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sessionlog.convert import DecodedEvent
 from sessionlog.core import validate
@@ -384,7 +384,7 @@ def _with_stored_text(pending: PendingBatch) -> list[Event]:
     """The batch's events carrying the exact data text they were stored with (when it holds
     the whole data: no blob strings taken out), so subscribers get the bytes readers get."""
     return [
-        event if refs else replace(event, data_text=text.decode("utf-8"))
+        event if refs else event.with_data_text(text.decode("utf-8"))
         for event, (text, refs) in zip(pending.events, pending.stored, strict=True)
     ]
 

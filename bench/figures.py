@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bench.pacing import LEAD_S, open_loop
 from bench.procs import Server, process_cpu_seconds
 from bench.stats import percentile
 from bench.workload import as_new_events, session_events, user_message
@@ -302,14 +303,10 @@ async def _fixed_rate(
     from_send: list[float] = []
     from_schedule: list[float] = []
     futures = []
-    start = time.monotonic() + 0.1
+    start = time.monotonic() + LEAD_S
     late = 0
-    for i in range(total):
-        scheduled = start + i / rate
-        delay = scheduled - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        elif delay < -0.001:
+    async for i, scheduled, behind in open_loop(total, rate, start):
+        if behind > 0.001:
             late += 1
         sent_at = time.monotonic()
         future = await writers[i % sessions].append([events[i // sessions]])

@@ -35,6 +35,7 @@ from typing import Any
 
 from bench.figures import _stream
 from bench.procs import Server, scratch_database
+from bench.report import BACKENDS
 from bench.workload import as_new_events, session_events
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import Unavailable
@@ -59,9 +60,6 @@ def _unary_calls(target: str, events: Sequence[NewEvent]) -> int:
         client.create_session("count-unary")
         lease = client.acquire_lease("count-unary")
         return sum(len(client.append("count-unary", lease, [event]).seqs) for event in events)
-
-
-DATABASES = ("sqlite", "postgresql")
 
 
 def counted_run(
@@ -176,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=STREAMS, help="writer streams")
     parser.add_argument("--window", type=int, default=WINDOW, help="batches in flight per stream")
     parser.add_argument("--unary", action="store_true", help="sequential unary appends to one session instead")
-    parser.add_argument("--db", choices=DATABASES, default="sqlite", help="the server's database")
+    parser.add_argument("--db", choices=BACKENDS, default="sqlite", help="the server's database")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="write both runs' callgrind profiles to DIR")
     args = parser.parse_args(argv)
     fewer, more = sorted(args.events)

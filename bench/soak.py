@@ -54,6 +54,7 @@ import grpc
 
 from bench.lifecycle_data import lean_turn
 from bench.procs import Server, create_pg_database, drop_pg_database, process_memory_mb, server_build
+from bench.report import BACKENDS
 from sessionlog.aio import AsyncSessionLogClient, AsyncWriter
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, OwnershipLost, SessionLogError, Unavailable
@@ -634,7 +635,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--minutes", type=float, help="how long to write (default 10)")
     length.add_argument("--seconds", type=float, help="how long to write, in seconds (for CI)")
-    parser.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--db", choices=BACKENDS, default="sqlite")
     parser.add_argument("--sessions", type=int, default=64, help="streaming sessions (default 64)")
     parser.add_argument("--subscribers", type=int, default=4, help="subscriptions following sessions (default 4)")
     parser.add_argument("--restart-every", type=float, default=60.0, help="seconds between SIGKILLs (0: never)")

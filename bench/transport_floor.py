@@ -28,6 +28,7 @@ from typing import Any
 
 import grpc
 
+from bench.pacing import LEAD_S, open_loop
 from bench.procs import free_port, process_cpu_seconds
 from bench.slow_writers import SETUP_WAVE, CpuSampler, server_us_per_answer, writes_window
 from bench.stats import latency_ms
@@ -167,11 +168,7 @@ async def _open_loop(target: str, payload: bytes, streams: int, rate: float, sec
                 taken.append(time.monotonic() - times.popleft())
 
         readers = [asyncio.create_task(answers(index)) for index in range(streams)]
-        start = time.monotonic() + 0.1
-        for i in range(int(rate * seconds)):
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        async for i, _due, _behind in open_loop(int(rate * seconds), rate, time.monotonic() + LEAD_S):
             sent[i % streams].append(time.monotonic())
             await calls[i % streams].write(payload)
         for call in calls:

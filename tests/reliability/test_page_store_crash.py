@@ -27,7 +27,7 @@ def admin_address(server: ServerProcess) -> str:
     """The HTTP listener's address, from the server's `serving` line (port 0 picks one)."""
 
     def serving() -> list[dict[str, object]]:
-        return [json.loads(line) for line in list(server.log) if line.startswith("{") and '"serving"' in line]
+        return [json.loads(line) for line in server.log if line.startswith("{") and '"serving"' in line]
 
     lines = eventually(serving, lambda found: len(found) == 1)
     return str(lines[0]["metrics"])

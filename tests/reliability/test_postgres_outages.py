@@ -120,5 +120,5 @@ def _health(client: SessionLogClient) -> int:
 
 def _logged(server: ServerProcess, event: str) -> list[dict[str, Any]]:
     """The server's log records of `event` so far."""
-    records = [json.loads(line) for line in list(server.log) if line.startswith("{")]
+    records = [json.loads(line) for line in server.log if line.startswith("{")]
     return [record for record in records if record.get("event") == event]

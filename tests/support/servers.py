@@ -117,8 +117,15 @@ class ServerProcess:
         self.port: int | None = None
         self.env = {**os.environ, "SESSIONLOG_LOG_LEVEL": "info", "SESSIONLOG_METRICS_LISTEN": "", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log: deque[str] = deque(maxlen=200)
-        """The server's latest log lines (all of them go to $SESSIONLOG_TEST_SERVER_LOG if set)."""
+        self._lines: deque[str] = deque(maxlen=200)
+
+    @property
+    def log(self) -> list[str]:
+        """The server's latest log lines as they are now (all of them go to
+        $SESSIONLOG_TEST_SERVER_LOG if set). A copy: the reading thread appends to the lines
+        while a test looks at them, and iterating them live failed with "deque mutated during
+        iteration" (the copy itself runs in C, so no line is appended while it is taken)."""
+        return list(self._lines)
 
     @property
     def target(self) -> str:
@@ -154,7 +161,7 @@ class ServerProcess:
                 if copy is not None:
                     copy.write(raw)
                 line = raw.decode("utf-8", "replace").rstrip("\n")
-                self.log.append(line)
+                self._lines.append(line)
                 if not serving.done() and '"serving"' in line:
                     port = _port_of(line)
                     if port is not None:

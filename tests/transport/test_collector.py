@@ -27,7 +27,7 @@ def test_each_serving_process_collects_with_the_thresholds_asked_for(
         deadline = time.monotonic() + 60  # `start` returns at the first worker's line
         while len(serving := _serving(server)) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert [record["gc_thresholds"] for record in serving] == [expected, expected], list(server.log)
+        assert [record["gc_thresholds"] for record in serving] == [expected, expected], server.log
         with SessionLogClient(server.target, timeout=30) as client, client.writer(sid, create_if_missing=True) as w:
             assert w.append([user("hello")]).result(timeout=30).seqs == [1]
     finally:
@@ -35,7 +35,7 @@ def test_each_serving_process_collects_with_the_thresholds_asked_for(
 
 
 def _serving(server: ServerProcess) -> list[dict[str, object]]:
-    return [json.loads(line) for line in list(server.log) if line.startswith("{") and '"serving"' in line]
+    return [json.loads(line) for line in server.log if line.startswith("{") and '"serving"' in line]
 
 
 @pytest.mark.parametrize("spec", ["fast", "5000,20", "5000,20,20,1", "0,10,10", "5000,-1,10", "1e4,10,10"])

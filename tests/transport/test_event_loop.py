@@ -14,7 +14,7 @@ from tests.support.servers import ServerProcess
 
 def _serving(server: ServerProcess) -> dict[str, object]:
     lines = [json.loads(line) for line in server.log if line.startswith("{") and '"serving"' in line]
-    assert len(lines) == 1, list(server.log)
+    assert len(lines) == 1, server.log
     record: dict[str, object] = lines[0]
     return record
 

@@ -107,7 +107,7 @@ def test_an_async_writers_pending_append_fails_within_the_bound_while_the_servic
 def _subscriptions_ended(server: ServerProcess) -> int:
     """How many SubscribeEvents calls the service logged as ended (one `rpc` line at each end)."""
     ended = 0
-    for line in list(server.log):
+    for line in server.log:
         try:
             record = json.loads(line)
         except json.JSONDecodeError:

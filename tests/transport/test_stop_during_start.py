@@ -22,7 +22,7 @@ from tests.support.waiting import eventually
 
 def events(server: ServerProcess, name: str) -> list[dict[str, Any]]:
     """The server's log records (its JSON lines) whose event is `name`."""
-    records = [json.loads(line) for line in list(server.log) if line.startswith("{")]
+    records = [json.loads(line) for line in server.log if line.startswith("{")]
     return [record for record in records if record.get("event") == name]
 
 
@@ -69,7 +69,7 @@ def test_a_stop_while_the_parent_migrates_ends_it_cleanly(tmp_path: Path) -> Non
     server = ServerProcess(f"sqlite:///{tmp_path / 'migrating.db'}", env={"SESSIONLOG_WORKERS": "2"})
     server.launch()
     assert server.proc is not None
-    eventually(lambda: [line for line in list(server.log) if "Running upgrade" in line], bool, every=0.005)
+    eventually(lambda: [line for line in server.log if "Running upgrade" in line], bool, every=0.005)
     assert server.terminate() == 0, server.log
     before = events(server, "stopped before the workers started")
     done = events(server, "workers stopped")

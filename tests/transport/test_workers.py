@@ -56,7 +56,7 @@ def test_with_metrics_port_0_each_worker_names_the_port_it_bound(tmp_path: Path)
     try:
 
         def serving() -> list[dict[str, Any]]:
-            return [json.loads(line) for line in list(server.log) if line.startswith("{") and '"serving"' in line]
+            return [json.loads(line) for line in server.log if line.startswith("{") and '"serving"' in line]
 
         lines = eventually(serving, lambda found: len(found) == 2)
         assert sorted(line["worker"] for line in lines) == [0, 1]

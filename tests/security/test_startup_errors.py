@@ -214,3 +214,23 @@ def test_access_errors_refuse_to_start_before_any_worker_starts(tmp_path: Path) 
     _one_line(_run(*workers, "--listen", "127.0.0.1:0", env={"SESSIONLOG_TOKENS_FILE": str(missing)}), str(missing))
     no_cert = {"SESSIONLOG_TLS_CERT_FILE": str(tmp_path / "cert.pem"), "SESSIONLOG_TLS_KEY_FILE": str(missing)}
     _one_line(_run(*workers, "--listen", "127.0.0.1:0", env=no_cert), str(missing))
+
+
+def test_a_migration_chain_other_than_this_versions_is_one_line(tmp_path: Path) -> None:
+    """SESSIONLOG_MIGRATIONS_DIR naming a chain Alembic cannot follow (two heads: Alembic's own
+    error, which the command line names without loading Alembic up front) or one that ends at
+    another revision than this server's schema: one line each, and nothing served."""
+    chain = tmp_path / "migrations"
+    (chain / "versions").mkdir(parents=True)
+    (chain / "env.py").write_text((ROOT / "migrations" / "env.py").read_text())
+    first = (ROOT / "migrations" / "versions" / "0001_initial.py").read_text()
+    (chain / "versions" / "0001_initial.py").write_text(first)
+    (chain / "versions" / "0002_other.py").write_text(first.replace('revision: str = "0001"', 'revision: str = "0002"'))
+    env = {"SESSIONLOG_MIGRATIONS_DIR": str(chain)}
+    two_heads = _run("db", "upgrade", "--db", f"sqlite:///{tmp_path / 'two.db'}", env=env)
+    assert two_heads.returncode == 2
+    _one_line(two_heads, "Multiple head revisions are present")
+    (chain / "versions" / "0002_other.py").unlink()
+    short = _run("serve", "--db", f"sqlite:///{tmp_path / 'short.db'}", "--listen", "127.0.0.1:0", env=env)
+    assert short.returncode == 2
+    _one_line(short, f"the migrations in {chain} end at schema revision 0001, but this server needs")

@@ -3,6 +3,8 @@ and its steps carry existing rows over (and back, downgraded)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,9 @@ from sessionlog.core import jsonvalue
 from sessionlog_server.storage.factory import normalise_url, open_recorder, shown_url
 from sessionlog_server.storage.migrate import alembic_config, check_at_head, upgrade
 from sessionlog_server.storage.models import Base
+from sessionlog_server.storage.schema import SCHEMA_REVISION, prepare, stored_revisions
 from tests.conftest import BACKENDS, scratch_pg
+from tests.support.servers import ROOT
 
 
 def test_autogenerate_finds_no_difference(db_url: str) -> None:
@@ -157,3 +161,63 @@ def test_a_database_migrated_by_a_newer_version_is_refused_naming_what_to_run(em
         assert said.startswith(f"the database {shown_url(empty_url)} is at schema revision 0099"), said
         assert f"newer than this version's ({head})" in said and "db upgrade" not in said, said
     assert _tables_and_revision(empty_url)[1] == "0099"
+
+
+def test_the_schema_revision_is_the_head_of_the_chain(tmp_path: Path) -> None:
+    """SCHEMA_REVISION, which a start-up compares the database's revision with, is where the
+    migrations in migrations/ end: a new migration moves both."""
+    config = alembic_config(f"sqlite:///{tmp_path / 'any.db'}")
+    assert ScriptDirectory.from_config(config).get_current_head() == SCHEMA_REVISION
+
+
+def test_a_database_at_head_is_prepared_without_loading_alembic(empty_url: str) -> None:
+    """A restart finds its database at head: `prepare`, with migrations on or off, answers from
+    the version table, and a fresh interpreter that loads the server and prepares the database
+    never imports Alembic (8 % of a start-up's instructions, in the parent and each worker)."""
+    upgrade(empty_url)
+    script = (
+        "import sys\n"
+        "from sessionlog.cli import server_commands\n"
+        "from sessionlog_server.transport import server, workers\n"
+        "from sessionlog_server.storage.schema import prepare\n"
+        "with server_commands.startup_errors():\n"
+        f"    prepare({empty_url!r}, True)\n"
+        f"    prepare({empty_url!r}, False)\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('alembic', 'mako')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_database_behind_head_is_migrated_or_refused_as_before(empty_url: str) -> None:
+    """Anywhere but at head, `prepare` leaves the database to Alembic: refused, naming the
+    revision, with migrations off; brought to head with them on."""
+    upgrade(empty_url, "0005")
+    with pytest.raises(ValueError, match=f"revision 0005; this server needs schema revision {SCHEMA_REVISION}"):
+        prepare(empty_url, False)
+    assert stored_revisions(empty_url) == ["0005"]
+    prepare(empty_url, True)
+    assert stored_revisions(empty_url) == [SCHEMA_REVISION]
+
+
+def test_a_chain_that_ends_elsewhere_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SESSIONLOG_MIGRATIONS_DIR naming a chain that does not end at this code's schema (here
+    its first step alone; a directory without versions/ is an empty chain to Alembic): `db
+    upgrade` said the database was at the newest revision and `serve` served it, a table or
+    column short. Now the upgrade names the directory and what the server needs."""
+    chain = tmp_path / "migrations"
+    (chain / "versions").mkdir(parents=True)
+    (chain / "env.py").write_text((ROOT / "migrations" / "env.py").read_text())
+    first = Path("versions") / "0001_initial.py"
+    (chain / first).write_text((ROOT / "migrations" / first).read_text())
+    monkeypatch.setenv("SESSIONLOG_MIGRATIONS_DIR", str(chain))
+    url = f"sqlite:///{tmp_path / 'short.db'}"
+    with pytest.raises(ValueError) as refused:
+        prepare(url, True)
+    assert str(refused.value) == (
+        f"the migrations in {chain} end at schema revision 0001, but this server needs {SCHEMA_REVISION}: "
+        "SESSIONLOG_MIGRATIONS_DIR, if set, names another version's migrations/"
+    )
+    with pytest.raises(ValueError, match=f"revision 0001; this server needs schema revision {SCHEMA_REVISION}"):
+        prepare(url, False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -119,12 +120,11 @@ def upgrade(db: DbOption = None) -> None:
 def startup_errors() -> Iterator[None]:
     """Configuration and start-up failures (a bad setting, a port in use, a missing file, an
     unreachable database) as one line that says what is wrong, and exit status 2."""
-    from alembic.util.exc import CommandError
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         yield
-    except (ValueError, CommandError) as exc:
+    except ValueError as exc:
         raise fail(first_line(exc), code=2) from None
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
@@ -132,6 +132,18 @@ def startup_errors() -> Iterator[None]:
     except SQLAlchemyError as exc:
         cause = getattr(exc, "orig", None) or exc
         raise fail(f"cannot use the database: {first_line(cause)} (check --db or SESSIONLOG_DB)", code=2) from None
+    except Exception as exc:
+        if not isinstance(exc, _alembic_errors()):
+            raise
+        raise fail(first_line(exc), code=2) from None
+
+
+def _alembic_errors() -> tuple[type[Exception], ...]:
+    """Alembic's own error (a revision it cannot find, a chain it cannot read), if a migration
+    loaded Alembic: only one does (`storage.schema.prepare`), so a start on a database at head
+    does not import it to name an error it cannot raise."""
+    exc = sys.modules.get("alembic.util.exc")
+    return (exc.CommandError,) if exc is not None else ()
 
 
 def _check_db(url: str) -> None:

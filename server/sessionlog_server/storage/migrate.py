@@ -1,4 +1,5 @@
-"""Run the Alembic migration chain in migrations/ (the `db upgrade` command and `serve`)."""
+"""Run the Alembic migration chain in migrations/ (the `db upgrade` command, and `serve` on a
+database not at head: schema.prepare)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, create_engine, make_url, text
-from sqlalchemy.pool import NullPool
+from sqlalchemy import make_url, text
 
 from sessionlog_server.storage.factory import normalise_url, shown_url, sqlite_file
+from sessionlog_server.storage.schema import SCHEMA_REVISION, connection, missing
 
 INSTALLED_MIGRATIONS = Path("share") / "sessionlog" / "migrations"  # pyproject's data-files
 
@@ -73,43 +74,29 @@ def upgrade(url: str, revision: str = "head") -> None:
 
     Runs under a lock held for the whole upgrade, so several `serve` or `db upgrade` processes
     started together on a fresh database migrate one after the other (the later ones find it
-    at head) instead of racing to create the same tables.
+    at head) instead of racing to create the same tables. Brought to head, the database must
+    then be at SCHEMA_REVISION, the schema this code reads and writes (`check_chain_end`).
     """
     config = alembic_config(url)
     with migration_lock(url):
-        current = None if _missing(url) else _current_revision(url)
+        current = None if missing(url) else _current_revision(url)
         check_known(url, config, current)
         command.upgrade(config, revision)
+    if revision == "head":
+        check_chain_end(url)
 
 
-def prepare(url: str, migrate: bool) -> None:
-    """Before serving: make sure the database takes writes (`check_writable`), then bring it to
-    head, or, told not to migrate, make sure it is there already (`check_at_head`)."""
-    check_writable(url)
-    if migrate:
-        upgrade(url)
-    else:
-        check_at_head(url)
-
-
-def check_writable(url: str) -> None:
-    """Refuse (ValueError, naming the database) a PostgreSQL database that takes no writes: a
-    standby (a replica's address given by mistake) or one whose transactions are read-only
-    (`default_transaction_read_only` on the database or the role). Served anyway, reads worked,
-    the health check said SERVING and every write failed with STORAGE_UNAVAILABLE, which
-    clients retry as if it would pass."""
-    parsed = make_url(normalise_url(url))
-    if parsed.get_backend_name() != "postgresql":
-        return
-    with _connection(url) as conn:
-        standby, read_only = conn.execute(
-            text("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
-        ).one()
-    if standby or read_only == "on":
-        why = "a standby in recovery" if standby else "its transactions are read-only: default_transaction_read_only"
+def check_chain_end(url: str) -> None:
+    """Refuse (ValueError, naming the chain's directory) a database that the chain's head left at
+    another revision than SCHEMA_REVISION: SESSIONLOG_MIGRATIONS_DIR names another version's chain
+    (or a directory without its versions/, which Alembic takes for an empty chain: `db upgrade`
+    said the database was at the newest revision, and `serve` served it without a table)."""
+    reached = _current_revision(url)
+    if reached != SCHEMA_REVISION:
         raise ValueError(
-            f"the database {shown_url(url)} is read-only ({why}); sessionlog writes to it: "
-            "point --db (SESSIONLOG_DB) at the primary"
+            f"the migrations in {migrations_dir()} end at schema revision {reached or 'none (no revision)'}, "
+            f"but this server needs {SCHEMA_REVISION}: SESSIONLOG_MIGRATIONS_DIR, if set, names another "
+            "version's migrations/"
         )
 
 
@@ -121,17 +108,15 @@ def check_at_head(url: str) -> None:
     Migrations are turned off by a flag or by the environment, and this layer does not know
     which: the message names both (it named only the flag, which an operator who had set
     SESSIONLOG_MIGRATE=false never gave)."""
-    config = alembic_config(url)
-    head = ScriptDirectory.from_config(config).get_current_head()
-    missing = _missing(url)
-    current = None if missing else _current_revision(url)
-    check_known(url, config, current)
-    if current != head:
-        found = "does not exist" if missing else f"is at schema revision {current or 'none (never migrated)'}"
+    absent = missing(url)
+    current = None if absent else _current_revision(url)
+    check_known(url, alembic_config(url), current)
+    if current != SCHEMA_REVISION:
+        found = "does not exist" if absent else f"is at schema revision {current or 'none (never migrated)'}"
         # The URL as the operator wrote it, not as it was rewritten for the driver.
         raise ValueError(
-            f"the database {shown_url(url)} {found}; this server needs "
-            f"schema revision {head}: run `sessionlog db upgrade` with the same --db, or serve with migrations "
+            f"the database {shown_url(url)} {found}; this server needs schema revision {SCHEMA_REVISION}: "
+            "run `sessionlog db upgrade` with the same --db, or serve with migrations "
             "on (without --no-migrate, and SESSIONLOG_MIGRATE unset or true)"
         )
 
@@ -151,28 +136,10 @@ def check_known(url: str, config: Config, current: str | None) -> None:
     )
 
 
-def _missing(url: str) -> bool:
-    """Whether `url` names a SQLite file that does not exist (and must not be created here)."""
-    file = sqlite_file(url)
-    return file is not None and not file.exists()
-
-
 def _current_revision(url: str) -> str | None:
     """The database's schema revision (None: never migrated)."""
-    with _connection(url) as conn:
+    with connection(url) as conn:
         return MigrationContext.configure(conn).get_current_revision()
-
-
-@contextmanager
-def _connection(url: str) -> Iterator[Connection]:
-    """One connection to `url`, for a check before serving or the migration lock: its engine,
-    pooling nothing, is disposed of once the connection is done."""
-    engine = create_engine(make_url(normalise_url(url)), poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            yield conn
-    finally:
-        engine.dispose()
 
 
 #: PostgreSQL advisory lock key of migrations (any fixed 64-bit number; "sessionlog" in ASCII).
@@ -185,7 +152,7 @@ def migration_lock(url: str) -> Iterator[None]:
     exclusive `flock` on a `.migrate-lock` file beside it (in-memory SQLite needs none)."""
     parsed = make_url(normalise_url(url))
     if parsed.get_backend_name() == "postgresql":
-        with _connection(url) as conn:
+        with connection(url) as conn:
             conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": PG_MIGRATION_LOCK})
             conn.commit()
             try:

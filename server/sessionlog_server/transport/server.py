@@ -18,8 +18,8 @@ from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.otlp_live import LiveOtlpExport, start_live_export
 from sessionlog_server.storage.factory import open_recorder, shown_url
-from sessionlog_server.storage.migrate import prepare
 from sessionlog_server.storage.recorder import EventRecorder
+from sessionlog_server.storage.schema import prepare
 from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.address import check_address_free, join_listen, split_listen
 from sessionlog_server.transport.admin_http import AdminHttp

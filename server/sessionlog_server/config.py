@@ -14,7 +14,7 @@ from typing import Any
 from sessionlog.core.formats.otlp import is_traces_url
 from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 from sessionlog_server.logging import LEVELS
-from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS, SYNCHRONOUS_MODES
+from sessionlog_server.storage.sqlite_settings import BUSY_TIMEOUT_MS, SYNCHRONOUS_MODES
 from sessionlog_server.transport.address import split_listen
 from sessionlog_server.transport.collector import DEFAULT_THRESHOLDS
 

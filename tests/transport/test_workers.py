@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import pytest
 from bench.procs import worker_pids
 from sessionlog.client import SessionLogClient
 from sessionlog_server.config import Settings
+from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.transport.workers import default_workers, worker_settings
 from tests.support.events import note, turn_end, turn_start
 from tests.support.servers import ServerProcess
@@ -157,3 +160,32 @@ def test_sighup_stops_the_service_gracefully(fresh_db: str, sid: str, workers: i
     finally:
         if server.proc.poll() is None:
             server.kill()
+
+
+def test_the_parent_of_several_workers_loads_no_server(tmp_path: Path) -> None:
+    """`serve --workers N`'s parent reads the settings, checks tokens and TLS, and prepares the
+    database; it serves nothing, so it loads neither the server, the service nor a recorder
+    (each worker does): a third of its start-up CPU, on the way to every worker's start. A
+    fresh interpreter takes the parent's steps (server_commands.serve, workers.run_workers) on
+    a database at head and lists what it loaded."""
+    db = f"sqlite:///{tmp_path / 'parent.db'}"
+    upgrade(db)
+    script = (
+        "import sys\n"
+        "from sessionlog.cli import server_commands\n"
+        "from sessionlog_server.config import Settings\n"
+        "from sessionlog_server.logging import configure\n"
+        "from sessionlog_server.storage.schema import prepare\n"
+        "from sessionlog_server.transport import event_loop, grpc_core, signals, workers\n"
+        "from sessionlog_server.transport.credentials import configured_access\n"
+        "with server_commands.startup_errors():\n"
+        f"    settings = Settings.from_env(db={db!r}, listen='127.0.0.1:0', workers=2)\n"
+        "    configured_access(settings)\n"
+        "    prepare(settings.db, settings.migrate)\n"
+        "heavy = ('sessionlog_server.transport.server', 'sessionlog_server.service.app',\n"
+        "         'sessionlog_server.storage.sqlite', 'sessionlog_server.storage.postgres', 'alembic')\n"
+        "print(sorted(name for name in heavy if name in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

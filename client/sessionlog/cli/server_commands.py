@@ -87,7 +87,6 @@ def serve(
     from sessionlog_server.transport.collector import parse_thresholds
     from sessionlog_server.transport.event_loop import loop_factory
     from sessionlog_server.transport.event_loop import run as run_on_loop
-    from sessionlog_server.transport.server import serve as run
     from sessionlog_server.transport.workers import default_workers, run_workers
 
     with startup_errors():
@@ -98,6 +97,10 @@ def serve(
         configure(settings.log_level)
         count = settings.workers or default_workers()
         if count == 1:
+            # Loaded here: the parent of several workers serves nothing, so it does not load the
+            # server (each worker does, transport/workers.py), only what prepares for them.
+            from sessionlog_server.transport.server import serve as run
+
             run_on_loop(run(settings), settings.event_loop)
         else:
             run_workers(settings, count)

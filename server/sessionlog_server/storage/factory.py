@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
 
-from sessionlog_server.storage.recorder import EventRecorder
-from sessionlog_server.storage.sqlite import BUSY_TIMEOUT_MS, SQLiteEventRecorder
+from sessionlog_server.storage.sqlite_settings import BUSY_TIMEOUT_MS
+
+if TYPE_CHECKING:
+    from sessionlog_server.storage.recorder import EventRecorder
 
 SUPPORTED_DRIVERS = frozenset({"sqlite", "sqlite+pysqlite", "postgresql", "postgres", "postgresql+psycopg"})
 """The URL schemes the service runs on: SQLite (the embedded default) and PostgreSQL (psycopg 3)."""
@@ -79,10 +82,13 @@ def open_recorder(
     url: str, *, sqlite_synchronous: str = "FULL", sqlite_busy_timeout_ms: int = BUSY_TIMEOUT_MS
 ) -> EventRecorder:
     """The recorder for `url`; the schema must already be migrated (see migrate.upgrade). The
-    `sqlite_` settings apply to a SQLite file only."""
+    `sqlite_` settings apply to a SQLite file only. Each recorder is imported here, where it is
+    opened: the URL helpers above serve `serve`'s parent, which opens none (storage/schema.py)."""
     check_url(url)
     url = normalise_url(url)
     if make_url(url).get_backend_name() == "sqlite":
+        from sessionlog_server.storage.sqlite import SQLiteEventRecorder
+
         return SQLiteEventRecorder(url, synchronous=sqlite_synchronous, busy_timeout_ms=sqlite_busy_timeout_ms)
     from sessionlog_server.storage.postgres import PostgresEventRecorder
 

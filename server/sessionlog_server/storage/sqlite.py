@@ -24,6 +24,7 @@ from sessionlog_server.storage.database_file import DatabaseFile
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.rows import EVENT_COLUMNS
 from sessionlog_server.storage.sqlite_params import bind_common_types_directly
+from sessionlog_server.storage.sqlite_settings import BUSY_TIMEOUT_MS, SYNCHRONOUS_MODES
 from sessionlog_server.storage.writer_turn import WriterTurn
 
 log = structlog.get_logger("sessionlog.sqlite")
@@ -31,12 +32,6 @@ log = structlog.get_logger("sessionlog.sqlite")
 
 CHECKPOINT_EVERY_S = 0.5
 """How often the checkpointer copies the WAL into the database file (off the commit path)."""
-
-BUSY_TIMEOUT_MS = 30_000
-"""How long a write waits for the file by default: for another process's turn to write it
-(storage/writer_turn.py) and for SQLite's write lock (the busy handler), each; then it fails."""
-SYNCHRONOUS_MODES = ("FULL", "NORMAL", "EXTRA", "OFF")
-"""The values of SQLite's `synchronous` pragma (any case)."""
 
 WAL_RESTART_FRAMES = 4096
 """A WAL this long (16 MB of 4 KB pages) after a passive checkpoint is restarted: the next

@@ -20,14 +20,13 @@ from sessionlog_server.service.otlp_live import LiveOtlpExport, start_live_expor
 from sessionlog_server.storage.factory import open_recorder, shown_url
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.schema import prepare
-from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.address import check_address_free, join_listen, split_listen
 from sessionlog_server.transport.admin_http import AdminHttp
 from sessionlog_server.transport.auth import AuthInterceptor
 from sessionlog_server.transport.collector import tune_collector
+from sessionlog_server.transport.credentials import configured_access
 from sessionlog_server.transport.event_loop import loop_name
 from sessionlog_server.transport.keepalive import SERVER_PING_OPTIONS, client_ping_options
-from sessionlog_server.transport.loopback import is_loopback
 from sessionlog_server.transport.registration import register_services
 from sessionlog_server.transport.servicer import SessionServicer
 from sessionlog_server.transport.signals import STOP_SIGNALS, release_stop_signals
@@ -106,37 +105,6 @@ async def _set_health(health_servicer: health.aio.HealthServicer, status: int) -
     """`status` for the service and overall (the health service ignores it once shutdown began)."""
     for name in (SERVICE_NAME, ""):
         await health_servicer.set(name, status)
-
-
-def check_exposure(settings: Settings, tokens: TokenStore) -> None:
-    """Without tokens anyone who can connect may do anything: allow that on loopback only."""
-    if not tokens.enabled and not is_loopback(settings.listen):
-        raise ValueError(
-            f"refusing to listen on {settings.listen} without bearer tokens: configure SESSIONLOG_TOKENS_FILE "
-            "(see `sessionlog token new`) or listen on loopback"
-        )
-
-
-def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
-    """TLS credentials when a certificate and key are configured (both or neither)."""
-    if bool(settings.tls_cert_file) != bool(settings.tls_key_file):
-        raise ValueError("TLS needs both SESSIONLOG_TLS_CERT_FILE and SESSIONLOG_TLS_KEY_FILE")
-    if not settings.tls_cert_file:
-        return None
-    with open(settings.tls_key_file, "rb") as key, open(settings.tls_cert_file, "rb") as cert:
-        return grpc.ssl_server_credentials([(key.read(), cert.read())])
-
-
-def configured_access(settings: Settings) -> tuple[TokenStore, grpc.ServerCredentials | None]:
-    """The bearer tokens and TLS credentials `settings` name, read and checked (a tokens file or
-    certificate that cannot be read, 0.0.0.0 without tokens: OSError or ValueError saying so).
-
-    `serve`'s parent calls it before it starts any worker (workers.py), as each worker's
-    `start_server` does again: a mistake here is one line from the parent, not workers that
-    die at start-up and are started again for ever."""
-    tokens = TokenStore.load(settings.tokens_file or None, settings.tokens or None)
-    check_exposure(settings, tokens)
-    return tokens, server_credentials(settings)
 
 
 async def start_server(settings: Settings, *, reuse_port: bool = False) -> RunningServer:

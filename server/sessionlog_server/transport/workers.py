@@ -70,7 +70,7 @@ def run_workers(settings: Settings, workers: int) -> None:
     The parent's handlers are in place first, so a stop while it migrates ends it before any
     worker starts (exit 0, "stopped before the workers started"), where it ended it at once."""
     from sessionlog_server.storage.schema import prepare
-    from sessionlog_server.transport.server import configured_access
+    from sessionlog_server.transport.credentials import configured_access
 
     context = multiprocessing.get_context("spawn")
     stopping = threading.Event()

@@ -5,8 +5,11 @@ subscribers' own poll of the log is set to a minute, so only the feed can delive
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -136,3 +139,27 @@ def test_a_caught_up_subscriber_is_not_woken_by_appends_to_other_sessions(fresh_
     finally:
         writer_side.stop(grace=0.5)
         reader_side.stop(grace=0.5)
+
+
+def test_a_sqlite_server_loads_no_postgresql_driver(tmp_path: Path) -> None:
+    """PostgreSQL's feed is a module of its own (storage/postgres_changes.py) with the driver it
+    listens through: a SQLite server, its recorder open and its feed started, never imports
+    psycopg (some 50 ms of every SQLite worker's start-up)."""
+    db = f"sqlite:///{tmp_path / 'feed.db'}"
+    script = (
+        "import asyncio, sys, threading\n"
+        "from sessionlog_server.storage.factory import open_recorder\n"
+        "from sessionlog_server.storage.schema import prepare\n"
+        "from sessionlog_server.transport import server\n"
+        f"prepare({db!r}, True)\n"
+        f"recorder = open_recorder({db!r})\n"
+        "feed = recorder.change_feed()\n"
+        "loop = asyncio.new_event_loop()\n"
+        "feed.start(loop, lambda sid: None, dict, threading.Event())\n"
+        "feed.stop()\n"
+        "recorder.close()\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('psycopg', 'psycopg_binary')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -15,8 +15,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import SessionLogError, Unavailable
-from sessionlog_server.storage.changes import ChangeFeed, PostgresChangeFeed
+from sessionlog_server.storage.changes import ChangeFeed
 from sessionlog_server.storage.driver import StatementLost
+from sessionlog_server.storage.postgres_changes import PostgresChangeFeed
 from sessionlog_server.storage.postgres_group import PostgresGroupCommit, written_sessions
 from sessionlog_server.storage.recorder import EventRecorder
 from sessionlog_server.storage.records import PendingBatch

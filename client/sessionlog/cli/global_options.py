@@ -16,7 +16,7 @@ from typing import Any
 from typer.core import TyperGroup
 
 from sessionlog.cli.common import State
-from sessionlog.cli.help_style import ConventionalGroup
+from sessionlog.cli.lazy_commands import LazyCommandGroup
 
 LOCAL_COMMANDS = frozenset({"serve", "db", "token", "replay", "recompute"})
 """Commands that talk to no server (they serve, or work on files): no global option is theirs."""
@@ -24,7 +24,7 @@ LOCAL_COMMANDS = frozenset({"serve", "db", "token", "replay", "recompute"})
 PANEL = "Global options (before or after the command)"
 
 
-class GlobalOptionsAnywhere(ConventionalGroup):
+class GlobalOptionsAnywhere(LazyCommandGroup):
     """The `sessionlog` group: hands its options to each command that talks to a server."""
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:

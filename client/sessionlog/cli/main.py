@@ -5,20 +5,16 @@ Concepts and contract: docs/README.md in the sessionlog repository.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from sessionlog.cli import (
     cost_commands,
     lifecycle_commands,
-    offline,
-    otlp_commands,
     projection_commands,
     server_commands,
     session_commands,
-    transfer_commands,
-    view_commands,
 )
 from sessionlog.cli.common import State
 from sessionlog.cli.global_options import GlobalOptionsAnywhere
@@ -28,13 +24,33 @@ from sessionlog.cli.help_style import ConventionalTyper
 # kept every line break of the source, so an 80-column terminal cut each line again), `code`
 # is styled, and an indented block (recompute's example) keeps its lines. A `<placeholder>`
 # goes in backticks: bare, Markdown takes it for an HTML tag and drops it.
+COMMAND_SETTINGS: dict[str, Any] = {"pretty_exceptions_enable": False, "rich_markup_mode": "markdown"}
+"""How every command is made, those of the app and those of a module loaded later alike."""
+
+
+class SessionlogGroup(GlobalOptionsAnywhere):
+    """The `sessionlog` group: its global options after a command too (global_options.py), and
+    the commands that read or write files loaded when one of them is run or listed
+    (lazy_commands.py)."""
+
+    modules = {
+        "import": "sessionlog.cli.transfer_commands",
+        "export": "sessionlog.cli.transfer_commands",
+        "ingest": "sessionlog.cli.transfer_commands",
+        "replay": "sessionlog.cli.offline",
+        "recompute": "sessionlog.cli.offline",
+        "view": "sessionlog.cli.view_commands",
+        "diff": "sessionlog.cli.view_commands",
+        "otlp": "sessionlog.cli.otlp_commands",
+    }
+
+    @staticmethod
+    def make_app() -> typer.Typer:
+        return ConventionalTyper(add_completion=False, **COMMAND_SETTINGS)
+
+
 app = ConventionalTyper(
-    no_args_is_help=True,
-    add_completion=False,
-    help=__doc__,
-    pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",
-    cls=GlobalOptionsAnywhere,
+    no_args_is_help=True, add_completion=False, help=__doc__, cls=SessionlogGroup, **COMMAND_SETTINGS
 )
 
 
@@ -68,10 +84,6 @@ session_commands.register(app)
 projection_commands.register(app)
 cost_commands.register(app)
 lifecycle_commands.register(app)
-transfer_commands.register(app)
-offline.register(app)
-view_commands.register(app)
-otlp_commands.register(app)
 
 
 def main() -> None:

@@ -3,8 +3,6 @@ and its steps carry existing rows over (and back, downgraded)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from sessionlog_server.storage.migrate import alembic_config, check_at_head, upg
 from sessionlog_server.storage.models import Base
 from sessionlog_server.storage.schema import SCHEMA_REVISION, prepare, stored_revisions
 from tests.conftest import BACKENDS, scratch_pg
+from tests.support.fresh_interpreter import loaded
 from tests.support.servers import ROOT
 
 
@@ -175,19 +174,15 @@ def test_a_database_at_head_is_prepared_without_loading_alembic(empty_url: str) 
     the version table, and a fresh interpreter that loads the server and prepares the database
     never imports Alembic (8 % of a start-up's instructions, in the parent and each worker)."""
     upgrade(empty_url)
-    script = (
-        "import sys\n"
+    steps = (
         "from sessionlog.cli import server_commands\n"
         "from sessionlog_server.transport import server, workers\n"
         "from sessionlog_server.storage.schema import prepare\n"
         "with server_commands.startup_errors():\n"
         f"    prepare({empty_url!r}, True)\n"
         f"    prepare({empty_url!r}, False)\n"
-        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('alembic', 'mako')))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    assert loaded(steps, ["alembic", "mako"]) == []
 
 
 def test_a_database_behind_head_is_migrated_or_refused_as_before(empty_url: str) -> None:

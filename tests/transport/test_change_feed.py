@@ -5,8 +5,6 @@ subscribers' own poll of the log is set to a minute, so only the feed can delive
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +15,7 @@ import pytest
 
 from sessionlog.client import CaughtUp, SessionLogClient
 from tests.support import events as ev
+from tests.support.fresh_interpreter import loaded
 from tests.support.servers import ServerThread
 
 POLL_NEVER_MS = 60_000
@@ -146,8 +145,8 @@ def test_a_sqlite_server_loads_no_postgresql_driver(tmp_path: Path) -> None:
     listens through: a SQLite server, its recorder open and its feed started, never imports
     psycopg (some 50 ms of every SQLite worker's start-up)."""
     db = f"sqlite:///{tmp_path / 'feed.db'}"
-    script = (
-        "import asyncio, sys, threading\n"
+    steps = (
+        "import asyncio, threading\n"
         "from sessionlog_server.storage.factory import open_recorder\n"
         "from sessionlog_server.storage.schema import prepare\n"
         "from sessionlog_server.transport import server\n"
@@ -158,8 +157,5 @@ def test_a_sqlite_server_loads_no_postgresql_driver(tmp_path: Path) -> None:
         "feed.start(loop, lambda sid: None, dict, threading.Event())\n"
         "feed.stop()\n"
         "recorder.close()\n"
-        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('psycopg', 'psycopg_binary')))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    assert loaded(steps, ["psycopg", "psycopg_binary"]) == []

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from sessionlog_server.config import Settings
 from sessionlog_server.storage.migrate import upgrade
 from sessionlog_server.transport.workers import default_workers, worker_settings
 from tests.support.events import note, turn_end, turn_start
+from tests.support.fresh_interpreter import loaded
 from tests.support.servers import ServerProcess
 from tests.support.waiting import eventually
 from tests.transport.test_faults import TurnWriter
@@ -170,8 +169,7 @@ def test_the_parent_of_several_workers_loads_no_server(tmp_path: Path) -> None:
     a database at head and lists what it loaded."""
     db = f"sqlite:///{tmp_path / 'parent.db'}"
     upgrade(db)
-    script = (
-        "import sys\n"
+    steps = (
         "from sessionlog.cli import server_commands\n"
         "from sessionlog_server.config import Settings\n"
         "from sessionlog_server.logging import configure\n"
@@ -182,10 +180,6 @@ def test_the_parent_of_several_workers_loads_no_server(tmp_path: Path) -> None:
         f"    settings = Settings.from_env(db={db!r}, listen='127.0.0.1:0', workers=2)\n"
         "    configured_access(settings)\n"
         "    prepare(settings.db, settings.migrate)\n"
-        "heavy = ('sessionlog_server.transport.server', 'sessionlog_server.service.app',\n"
-        "         'sessionlog_server.storage.sqlite', 'sessionlog_server.storage.postgres', 'alembic')\n"
-        "print(sorted(name for name in heavy if name in sys.modules))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    served = ["sessionlog_server.transport.server", "sessionlog_server.service.app", "sessionlog_server.storage.sqlite"]
+    assert loaded(steps, [*served, "sessionlog_server.storage.postgres", "alembic"]) == []

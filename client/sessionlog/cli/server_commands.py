@@ -142,9 +142,10 @@ def startup_errors() -> Iterator[None]:
 
 
 def _alembic_errors() -> tuple[type[Exception], ...]:
-    """Alembic's own error (a revision it cannot find, a chain it cannot read), if a migration
-    loaded Alembic: only one does (`storage.schema.prepare`), so a start on a database at head
-    does not import it to name an error it cannot raise."""
+    """Alembic's own error (a revision it cannot find, a chain it cannot read), if Alembic was
+    loaded: only a migration loads it (`db upgrade`, or `serve` on a database not at head:
+    storage/schema.py), so a start on a database at head does not import it to name an error
+    it cannot raise."""
     exc = sys.modules.get("alembic.util.exc")
     return (exc.CommandError,) if exc is not None else ()
 

@@ -24,7 +24,7 @@ from sessionlog_server.storage.migrate import upgrade
 from tests.conftest import BACKENDS
 from tests.support.backups import Restorable, online_backup, restorable, restore_over
 from tests.support.events import note
-from tests.support.servers import ServerProcess, ServerThread
+from tests.support.servers import ServerProcess, ServerThread, free_port
 
 LEASE_TTL_MS = 60_000
 """Long enough that the writer's lease in the backup is still live once it is restored."""
@@ -74,8 +74,8 @@ class Service:
 
     def __init__(self, db: Restorable) -> None:
         self.db = db
-        self.server = ServerThread(db.url, lease_ttl_ms=LEASE_TTL_MS)
-        self.target = self.server.target
+        self.target = f"127.0.0.1:{free_port()}"  # the restored copy's server binds it again
+        self.server = ServerThread(db.url, listen_override=self.target, lease_ttl_ms=LEASE_TTL_MS)
 
     def restore(self) -> None:
         """Stop the service, restore the backup, and start the service on the restored copy."""

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -51,6 +52,10 @@ class ServerThread:
         return self._run(coro)
 
     def stop(self, grace: float = 5.0) -> None:
+        """Stop the server and its loop; again, nothing (a test's `finally` may stop a server
+        its body stopped, and a stopped loop would leave the call waiting out `_run`'s minute)."""
+        if not self._thread.is_alive():
+            return
         self._run(self.running.stop(grace))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
@@ -98,23 +103,47 @@ def planned_next_seq(server: ServerThread, sid: str) -> int:
 
 
 def free_port() -> int:
-    """A port free now, for a listener the test does not start itself (e.g. the metrics
-    endpoint of a ServerThread); a server the tests start binds port 0 and reports its port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port free now and below the kernel's ephemeral range, for a listener the test names
+    before it starts (the metrics endpoint of a ServerThread, a server started again at the
+    address its clients know, an address nothing listens on).
+
+    Not one from port 0: that lies in the ephemeral range, where the outgoing connections of
+    every test process pick their local ports, and a server stopped for a restart found its
+    port taken by one (once in a whole-suite run: "could not bind")."""
+    low = _ephemeral_low()
+    for _ in range(100):
+        port = random.randrange(FIRST_NAMED_PORT, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between {FIRST_NAMED_PORT} and {low} in 100 tries")
+
+
+FIRST_NAMED_PORT = 10_000
+"""The lowest port `free_port` names: above the well-known and most registered services'."""
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where it is not told)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 class ServerProcess:
     """`sessionlog serve` as a child process (for SIGKILL and restart tests).
 
-    The first start binds port 0 and reads the port the server got from its `serving` log line;
-    restarts bind that same port again, so clients reconnect to the address they know.
+    Every start binds the same port (`free_port`), so clients reconnect to the address they
+    know; the `serving` log line says the server is up.
     """
 
     def __init__(self, db: str, env: dict[str, str] | None = None) -> None:
         self.db = db
-        self.port: int | None = None
+        self.port = free_port()
         self.env = {**os.environ, "SESSIONLOG_LOG_LEVEL": "info", "SESSIONLOG_METRICS_LISTEN": "", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self._lines: deque[str] = deque(maxlen=200)
@@ -129,14 +158,12 @@ class ServerProcess:
 
     @property
     def target(self) -> str:
-        if self.port is None:
-            raise RuntimeError("the server has not started yet: its port is not known")
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
         serving = self.launch()
         try:
-            self.port = serving.result(timeout=timeout)
+            serving.result(timeout=timeout)
         except TimeoutError:
             raise TimeoutError("server did not start: " + "\n".join(self.log)) from None
         return self
@@ -144,7 +171,7 @@ class ServerProcess:
     def launch(self) -> Future[int]:
         """Start the process and return at once (for tests of its start-up): the future is the
         port of its first `serving` line, or fails when it exits before one."""
-        listen = f"127.0.0.1:{self.port or 0}"
+        listen = f"127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "sessionlog", "serve", "--db", self.db, "--listen", listen]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         serving: Future[int] = Future()

@@ -93,7 +93,7 @@ def test_a_failed_tls_handshake_writes_no_line_that_is_not_json(tmp_path: Path) 
     server.env.pop(GRPC_VERBOSITY, None)  # the suite's own process sets it (tests/__init__.py)
     server.start()
     try:
-        with socket.create_connection(("127.0.0.1", server.port or 0), timeout=5) as plain:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as plain:
             plain.sendall(b"GET / HTTP/1.0\r\n\r\n")
             assert plain.recv(100) == b""  # the server closed it: the handshake has failed
     finally:

@@ -19,7 +19,7 @@ from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog.v1 import session_service_pb2_grpc
 from tests.support.events import note
 from tests.support.following import follow_in_thread
-from tests.support.servers import ServerThread
+from tests.support.servers import ServerThread, free_port
 from tests.support.waiting import eventually
 
 BUFFER = 256 * 1024
@@ -157,8 +157,8 @@ def test_a_quiet_subscription_rides_out_restart_after_restart(
     # subscription gave up at some later restart. A budget of 10 attempts stands for the
     # clients' minute here; each restart below costs about 5.
     monkeypatch.setattr(requests, "MAX_UNREACHABLE_RESUMES", 10)
-    server = ServerThread(fresh_db, lease_ttl_ms=60_000)
-    address = f"127.0.0.1:{server.running.port}"
+    address = f"127.0.0.1:{free_port()}"  # restarts bind it again
+    server = ServerThread(fresh_db, listen_override=address, lease_ttl_ms=60_000)
     try:
         with SessionLogClient(server.target) as client:
             client.create_session(sid)

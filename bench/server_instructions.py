@@ -2,13 +2,14 @@
 figure to compare two revisions with on a machine whose CPU time moves by a third from run to
 run.
 
-`python -m bench.server_instructions [--events 100 400] [--streams 16] [--window 64] [--unary]
-[--db sqlite|postgresql] [--keep DIR]` starts `sessionlog serve` (one worker; a SQLite file, or a fresh
+`python -m bench.server_instructions [--events 100 400] [--streams 16] [--window 64] [--batch 1]
+[--unary] [--db sqlite|postgresql] [--keep DIR]` starts `sessionlog serve` (one worker; a SQLite file, or a fresh
 PostgreSQL database with `--db postgresql`) under callgrind, streams the bench workload from
 16 writer streams at one event per batch, up to 64 batches in flight each (the bench's
-16-session load; `--streams 1 --window 1` counts an event sent alone, each its own message,
-commit and acknowledgement, as a slow writer's is; `--unary` counts sequential AppendEvents
-calls of one event to one session, the unary figure's load, per-call work included), stops the
+16-session load; `--batch 16` its 16 events a batch; `--streams 1 --window 1` counts an event
+sent alone, each its own message, commit and acknowledgement, as a slow writer's is; `--unary`
+counts sequential AppendEvents calls of one event to one session, the unary figure's load,
+per-call work included), stops the
 server with SIGTERM (callgrind writes its count as the process exits), and does it again with
 more events per stream; the difference of the two counts divided by the extra events leaves
 start-up, imports and shutdown out. Every thread of the server counts: gRPC's core, the event
@@ -69,11 +70,14 @@ def counted_run(
     window: int = WINDOW,
     unary: bool = False,
     db: str = "sqlite",
+    *,
+    batch: int = 1,
 ) -> dict[str, Any]:
-    """Serve `events_per_stream` events on each of `streams` streams (`window` batches in flight
-    each), or with `unary` that many sequential unary appends to one session, with the server
+    """Serve `events_per_stream` events on each of `streams` streams (`window` batches of `batch`
+    events in flight each), or with `unary` that many sequential unary appends to one session, with the server
     run under `wrapper` (the valgrind command, or nothing) on a fresh `db` database; what was
-    acknowledged and the server's stderr."""
+    acknowledged (events, and the acknowledgements they came in: one a batch or call) and the
+    server's stderr."""
     with (
         tempfile.TemporaryDirectory(prefix="sessionlog-instructions-") as scratch,
         scratch_database(db, "count") as url,
@@ -89,15 +93,17 @@ def counted_run(
             events = as_new_events(session_events(events_per_stream, seed=3), "e")
             if unary:
                 acked, stalled = _unary_calls(server.target, events), False
+                acknowledgements = acked
             else:
                 sids = [f"count-{index}-{events_per_stream}" for index in range(streams)]
-                run = asyncio.run(_stream(server.target, sids, events, window, START_S, None))
-                acked, stalled = run.acked, run.stalled
+                run = asyncio.run(_stream(server.target, sids, events, window, START_S, None, batch))
+                acked, stalled, acknowledgements = run.acked, run.stalled, len(run.latencies)
         finally:
             server.stop(timeout=START_S)
         assert server.proc is not None
         return {
             "acked": acked,
+            "acknowledgements": acknowledgements,
             "stalled": stalled,
             "exit_code": server.proc.returncode,
             "stderr": server.stderr(),
@@ -121,13 +127,15 @@ def count(
     unary: bool = False,
     db: str = "sqlite",
     out_file: Path | None = None,
+    *,
+    batch: int = 1,
 ) -> int:
     """Callgrind's instruction count of one whole server run (`counted_run`'s load); its
     per-function profile is written to `out_file` when given (for `callgrind_annotate`)."""
     valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file or '/dev/null'}"]
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            run = counted_run(events_per_stream, valgrind, streams, window, unary, db)
+            run = counted_run(events_per_stream, valgrind, streams, window, unary, db, batch=batch)
             break
         except Unavailable:
             if attempt == ATTEMPTS:
@@ -149,14 +157,16 @@ def instructions_per_event(
     unary: bool = False,
     db: str = "sqlite",
     keep: Path | None = None,
+    *,
+    batch: int = 1,
 ) -> int | None:
     """Instructions per event of the whole server (None when valgrind is not installed). With
     `keep`, both runs' per-function profiles are written there (`keep_paths`)."""
     if shutil.which("valgrind") is None:
         return None
     low_out, high_out = keep_paths(keep, fewer, more) if keep is not None else (None, None)
-    low = count(fewer, streams, window, unary, db, low_out)
-    high = count(more, streams, window, unary, db, high_out)
+    low = count(fewer, streams, window, unary, db, low_out, batch=batch)
+    high = count(more, streams, window, unary, db, high_out, batch=batch)
     return round((high - low) / (_writers(streams, unary) * (more - fewer)))
 
 
@@ -173,16 +183,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, nargs=2, default=[100, 400], metavar=("FEWER", "MORE"))
     parser.add_argument("--streams", type=int, default=STREAMS, help="writer streams")
     parser.add_argument("--window", type=int, default=WINDOW, help="batches in flight per stream")
+    parser.add_argument("--batch", type=int, default=1, help="events per batch on each stream")
     parser.add_argument("--unary", action="store_true", help="sequential unary appends to one session instead")
     parser.add_argument("--db", choices=BACKENDS, default="sqlite", help="the server's database")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="write both runs' callgrind profiles to DIR")
     args = parser.parse_args(argv)
     fewer, more = sorted(args.events)
-    figure = instructions_per_event(fewer, more, args.streams, args.window, args.unary, args.db, args.keep)
+    figure = instructions_per_event(
+        fewer, more, args.streams, args.window, args.unary, args.db, args.keep, batch=args.batch
+    )
     shape: dict[str, Any] = (
         {"unary": True, "events_per_call": 1}
         if args.unary
-        else {"streams": args.streams, "window": args.window, "events_per_batch": 1}
+        else {"streams": args.streams, "window": args.window, "events_per_batch": args.batch}
     )
     print(json.dumps({"server_instructions_per_event": figure, "db": args.db, **shape}))
     return 0 if figure is not None else 1

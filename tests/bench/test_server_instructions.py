@@ -19,6 +19,12 @@ def test_a_counted_run_serves_every_event_and_the_server_exits_cleanly() -> None
     assert run["exit_code"] == 0, run["stderr"][-2000:]
 
 
+def test_a_counted_run_sends_its_events_in_batches_of_the_size_asked() -> None:
+    run = server_instructions.counted_run(8, wrapper=[], streams=2, window=2, batch=4)
+    assert (run["acked"], run["acknowledgements"]) == (16, 4)  # two batches a stream
+    assert run["exit_code"] == 0, run["stderr"][-2000:]
+
+
 def test_a_counted_unary_run_acknowledges_every_call_and_the_server_exits_cleanly() -> None:
     run = server_instructions.counted_run(5, wrapper=[], unary=True)
     assert run["acked"] == 5

@@ -55,7 +55,7 @@ def test_both_decoding_paths_accept_the_same_depths(as_bytes: bool) -> None:
 
     for text in [nested(MAX_JSON_DEPTH), nested(MAX_JSON_DEPTH, ',"n":123456789012345678901234')]:
         value = loads(text.encode() if as_bytes else text)  # orjson path, and the big-number path
-        assert jsonvalue.value_depth(value) == MAX_JSON_DEPTH
+        assert jsonvalue.decoded_depth(value) == MAX_JSON_DEPTH
         assert loads(canonical(value)) == value and loads(dumps_bytes(value)) == value
     brackets_in_strings = json.dumps(["[" * 1000, "{" * 1000])  # not nesting: accepted
     assert loads(brackets_in_strings.encode() if as_bytes else brackets_in_strings)
@@ -63,6 +63,34 @@ def test_both_decoding_paths_accept_the_same_depths(as_bytes: bool) -> None:
         with pytest.raises(ValidationError) as refused:
             loads(text.encode() if as_bytes else text)
         assert refused.value.reason == "JSON_TOO_DEEP"
+
+
+@pytest.mark.parametrize("proposed", [False, True])
+def test_integers_orjson_would_round_are_decoded_exactly(proposed: bool) -> None:
+    """orjson decodes these texts into floats; a float that large sends the text down the exact
+    path, which a float of that size written as one also takes, and keeps it a float."""
+    decode = jsonvalue.loads_proposed if proposed else loads
+    for number in (2**64, -(2**63) - 1, 10**30, -(10**25)):
+        text = b'{"n":[1,{"m":%d}],"f":1.5}' % number
+        value = decode(text)
+        assert value["n"][1]["m"] == number and type(value["n"][1]["m"]) is int
+    for number in (2**64 - 1, -(2**63)):  # within 64 bits: orjson's own integers
+        assert decode(b'{"n":%d}' % number)["n"] == number
+    assert decode(b'{"f":1e19,"g":-9.3e18}') == {"f": 1e19, "g": -9.3e18}
+    assert jsonvalue.decoded_depth({"a": [1, {"b": 1e19}]}) == jsonvalue.INEXACT
+    assert jsonvalue.decoded_depth({"a": [1, {"b": 9.2e18, "c": []}]}) == 4
+
+
+def test_proposed_json_nested_too_deeply_is_refused_whichever_path_decodes_it() -> None:
+    nested = b"[" * (MAX_JSON_DEPTH - 1) + b'{"a":1}' + b"]" * (MAX_JSON_DEPTH - 1)
+    too_deep = b"[" + nested + b"]"
+    for text in (nested, nested.replace(b"1", b"99999999999999999999999")):
+        assert jsonvalue.decoded_depth(jsonvalue.loads_proposed(text)) == MAX_JSON_DEPTH
+    for text in (too_deep, too_deep.replace(b"1", b"99999999999999999999999"), b"[" * 2000 + b"]" * 2000):
+        for max_values in (DEFAULT_LIMITS.max_json_values, 10):  # decoded at once, or measured first
+            with pytest.raises(ValidationError) as refused:
+                jsonvalue.loads_proposed(text, max_values=max_values)
+            assert refused.value.reason == ("JSON_TOO_DEEP" if max_values > 10 else "JSON_TOO_MANY_VALUES")
 
 
 OBJECTS = st.dictionaries(TEXT, VALUES, max_size=4)
@@ -261,7 +289,7 @@ def test_values_are_counted_before_anything_is_decoded_and_only_as_far_as_needed
 def test_the_depth_is_measured_on_the_blanking_that_counts_the_values() -> None:
     """A text counted for its values is blanked once; its depth is measured on that blanking."""
     deep = b"[" * 256 + b",".join([b'"a,[{"'] * 100) + b"]" * 256  # 255 nested arrays and 100 strings
-    assert jsonvalue.value_depth(jsonvalue.loads_proposed(deep, max_values=355)) == MAX_JSON_DEPTH
+    assert jsonvalue.decoded_depth(jsonvalue.loads_proposed(deep, max_values=355)) == MAX_JSON_DEPTH
     with pytest.raises(ValidationError) as refused:
         jsonvalue.loads_proposed(deep, max_values=354)
     assert refused.value.metadata["count"] == "355"

@@ -3,8 +3,9 @@
 Payloads must survive a round trip unchanged: integers stay integers, and values JSON cannot
 carry (NaN, Infinity, numbers beyond a double's range) are refused at the door instead of
 being stored and failing later. One decoder and one set of limits serve the door and every
-read path: nesting deeper than MAX_JSON_DEPTH is refused before any decoder recurses, so
-whatever is accepted can be read back and projected. A lone UTF-16 surrogate escape
+read path: nesting deeper than MAX_JSON_DEPTH is refused before any decoder recurses past
+what it handles (orjson stops at 1024 levels by itself), so whatever is accepted can be read
+back and projected. A lone UTF-16 surrogate escape
 (`"\\ud83d"`, a model's broken emoji) is JSON grammar, accepted as Pi accepts it, and written
 back as the same escape. `dumps` is the one storage/wire form; `canonical` is RFC 8785 for
 hashing requests (SPEC §5), extended losslessly to big integers and lone surrogates.
@@ -95,12 +96,16 @@ _LONG_RUN = b"1" * 20
 def loads(text: str | bytes, *, what: str = "JSON") -> Any:
     """Parse JSON text strictly: no NaN/Infinity, valid UTF-8, at most MAX_JSON_DEPTH deep.
 
-    Bytes go through orjson first (several times faster); anything it refuses (a lone
-    surrogate escape, or an error), and any text holding a number too long for 64 bits, is
-    parsed by the standard library, which keeps big integers exact and names the problem.
-    The depth is checked first, so both paths accept exactly the same texts.
+    Bytes go through orjson first (several times faster), and its value's depth is measured
+    after it (orjson refuses past 1024 levels itself); anything it refuses (a lone surrogate
+    escape, or an error), and any text holding a number too long for 64 bits, is measured
+    first and parsed by the standard library, which keeps big integers exact and names the
+    problem. Both paths refuse the same depths, so they accept exactly the same texts.
     """
     if isinstance(text, bytes):
+        value = _decoded_at_once(text, what)
+        if value is not _UNDECIDED:
+            return value
         classes = text.translate(_BYTE_CLASSES)
         _check_nesting(text, classes.count(b"["), what)
         return _decode(text, what, classes)
@@ -120,7 +125,15 @@ def loads_proposed(
     `max_values` values in them (`Limits.max_json_values`), both counted before anything is
     decoded, and no object in it names a key twice (`check_unique_keys`). Read paths use `loads`,
     which keeps the last of repeated keys as every JSON reader does and counts neither, so
-    whatever was stored before these rules can still be read."""
+    whatever was stored before these rules can still be read.
+
+    A text of at most twice the smaller limit in bytes cannot pass either (a container or a
+    value takes two bytes at least): it is decoded at once (`_decoded_at_once`)."""
+    if len(text) // 2 <= min(max_containers, max_values):
+        value = _decoded_at_once(text, what)
+        if value is not _UNDECIDED:
+            check_unique_keys(text, value)
+            return value
     classes = text.translate(_BYTE_CLASSES)
     _check_nesting(text, classes.count(b"["), what, max_containers, max_values)
     value = _decode(text, what, classes)
@@ -210,6 +223,33 @@ def loads_served(text: bytes, *, what: str = "JSON") -> Any:
     (at most MAX_JSON_DEPTH deep) and the pages only wrap it in a list; the measure costs tens
     of milliseconds per megabyte, which a reader of a long history would pay on every page."""
     return _decode(text, what)
+
+
+_UNDECIDED: Any = object()
+"""`_decoded_at_once`'s answer for a text the measured path decides."""
+
+
+def _decoded_at_once(text: bytes, what: str) -> Any:
+    """`text` decoded by orjson and measured afterwards, or `_UNDECIDED`: the text is decoded
+    where it was measured first (`_check_nesting`, then `_decode`), which also names what is
+    wrong with a text orjson refuses.
+
+    orjson refuses nesting past 1024 levels itself, so its decoding is bounded without a
+    measure; the depth is then the value's (`decoded_depth`), refused past MAX_JSON_DEPTH as
+    the text's would be. A float of 2**63 or more may be an integer orjson rounded (it turns
+    any past 64 bits into a float): such a value is `_UNDECIDED`, and the measured path decodes
+    its text exactly. Measuring the text first (a byte-class map of it and a count) cost a
+    2 KB event more than orjson's decoding of it and the walk of its value together."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _UNDECIDED
+    depth = decoded_depth(value)
+    if depth == INEXACT:
+        return _UNDECIDED
+    if depth > MAX_JSON_DEPTH:
+        _refuse_depth(what)
+    return value
 
 
 def _decode(text: str | bytes, what: str, classes: bytes | None = None) -> Any:
@@ -396,11 +436,16 @@ def _check_nesting(
             break  # unbalanced (malformed): summed up as it is
         brackets, removed = inner, removed + 1
     if brackets and removed + max(accumulate(array("b", brackets.translate(_DEPTH_STEPS)))) > MAX_JSON_DEPTH:
-        raise ValidationError(
-            "JSON_TOO_DEEP",
-            f"{what} is nested more than {MAX_JSON_DEPTH} levels deep",
-            limit=MAX_JSON_DEPTH,
-        )
+        _refuse_depth(what)
+
+
+def _refuse_depth(what: str) -> None:
+    """JSON_TOO_DEEP: `what` nests past MAX_JSON_DEPTH."""
+    raise ValidationError(
+        "JSON_TOO_DEEP",
+        f"{what} is nested more than {MAX_JSON_DEPTH} levels deep",
+        limit=MAX_JSON_DEPTH,
+    )
 
 
 def _count_values(data: bytes, what: str, max_values: int, max_containers: int | None) -> bytes:
@@ -454,19 +499,29 @@ def _over_limit(what: str, counted: str, count: int, limit: int, counted_all: bo
     return f"{what} holds {how_many} {counted}, over the limit of {limit}"
 
 
-def value_depth(value: Any) -> int:
-    """How deeply a decoded value nests (iteratively: any depth is measured without recursion)."""
+INEXACT = -1
+"""`decoded_depth` of a value holding a float of `_ROUNDED_INTEGERS` or more."""
+_ROUNDED_INTEGERS = 2.0**63
+"""Where orjson's floats for integers begin: it turns an integer outside [-2**63, 2**64) into
+the nearest float, whose magnitude is at least this."""
+
+
+def decoded_depth(value: Any) -> int:
+    """How deeply a decoded value nests, or INEXACT when it holds a float whose magnitude is
+    2**63 or more (one that may stand for an integer orjson rounded). Iterative, so any depth is
+    measured without recursion; only containers are put on its stack."""
+    if not isinstance(value, (dict, list)):
+        return INEXACT if isinstance(value, float) and abs(value) >= _ROUNDED_INTEGERS else 0
     deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            depth += 1
-            stack.extend((v, depth) for v in item.values())
-        elif isinstance(item, list):
-            depth += 1
-            stack.extend((v, depth) for v in item)
+        container, depth = stack.pop()
         deepest = max(deepest, depth)
+        for item in container.values() if isinstance(container, dict) else container:
+            if isinstance(item, (dict, list)):
+                stack.append((item, depth + 1))
+            elif isinstance(item, float) and abs(item) >= _ROUNDED_INTEGERS:
+                return INEXACT
     return deepest
 
 

@@ -82,13 +82,12 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
-#: On the measured path (a text `_decoded_at_once` leaves undecided, or too long to decode
-#: before its containers and values are counted): orjson turns integers outside
-#: [-2**63, 2**64) into floats, so text with 20 digits in a row, or a minus sign and 19, takes
-#: the exact decoder. One C-speed pass maps every byte to its class (a digit or a minus sign to
-#: b"1", an opening bracket to b"[", anything else to b"0"); that copy answers the depth test
-#: (count b"[") and the long-number test (a run of 20 b"1"s; now and then a string of digits
-#: and dashes matches too, which only costs the slower decoder).
+#: For a proposed text measured before it is decoded, and a served page (`_decode`): orjson
+#: turns integers outside [-2**63, 2**64) into floats, so text with 20 digits in a row, or a
+#: minus sign and 19, takes the exact decoder. One C-speed pass maps every byte to its class
+#: (a digit or a minus sign to b"1", an opening bracket to b"[", anything else to b"0"); that
+#: copy answers the depth test (count b"[") and the long-number test (a run of 20 b"1"s; now
+#: and then a string of digits and dashes matches too, which only costs the slower decoder).
 _BYTE_CLASSES = bytes(0x31 if 0x30 <= i <= 0x39 or i == 0x2D else 0x5B if i in b"[{" else 0x30 for i in range(256))
 _LONG_RUN = b"1" * 20
 
@@ -107,12 +106,8 @@ def loads(text: str | bytes, *, what: str = "JSON") -> Any:
     value = _decoded_at_once(text, what)
     if value is not _UNDECIDED:
         return value
-    if isinstance(text, bytes):
-        classes = text.translate(_BYTE_CLASSES)
-        _check_nesting(text, classes.count(b"["), what)
-        return _decode(text, what, classes)
     check_depth(text, what)
-    return _decode(text, what)
+    return _decode_exactly(text, what)
 
 
 def loads_proposed(
@@ -131,14 +126,12 @@ def loads_proposed(
 
     A text of at most twice the smaller limit in bytes cannot pass either (a container or a
     value takes two bytes at least): it is decoded at once (`_decoded_at_once`)."""
-    if len(text) // 2 <= min(max_containers, max_values):
-        value = _decoded_at_once(text, what)
-        if value is not _UNDECIDED:
-            check_unique_keys(text, value)
-            return value
-    classes = text.translate(_BYTE_CLASSES)
-    _check_nesting(text, classes.count(b"["), what, max_containers, max_values)
-    value = _decode(text, what, classes)
+    short = len(text) // 2 <= min(max_containers, max_values)
+    value = _decoded_at_once(text, what) if short else _UNDECIDED
+    if value is _UNDECIDED:
+        classes = text.translate(_BYTE_CLASSES)
+        _check_nesting(text, classes.count(b"["), what, max_containers, max_values)
+        value = _decode_exactly(text, what) if short else _decode(text, what, classes)
     check_unique_keys(text, value)
     return value
 
@@ -232,9 +225,9 @@ _UNDECIDED: Any = object()
 
 
 def _decoded_at_once(text: str | bytes, what: str) -> Any:
-    """`text` decoded by orjson and measured afterwards, or `_UNDECIDED`: the text is decoded
-    where it was measured first (`_check_nesting`, then `_decode`), which also names what is
-    wrong with a text orjson refuses.
+    """`text` decoded by orjson and measured afterwards, or `_UNDECIDED`: the text is then
+    measured first (`_check_nesting`) and decoded exactly (`_decode_exactly`, which also names
+    what is wrong with a text orjson refuses), without trying orjson again.
 
     orjson refuses nesting past 1024 levels itself, so its decoding is bounded without a
     measure; the depth is then the value's (`decoded_depth`), refused past MAX_JSON_DEPTH as
@@ -263,7 +256,13 @@ def _decode(text: str | bytes, what: str, classes: bytes | None = None) -> Any:
             try:
                 return orjson.loads(text)
             except orjson.JSONDecodeError:
-                pass  # the strict path below says what is wrong (or accepts what orjson cannot)
+                pass  # the strict path says what is wrong (or accepts what orjson cannot)
+    return _decode_exactly(text, what)
+
+
+def _decode_exactly(text: str | bytes, what: str) -> Any:
+    """The standard library's strict decoding of `text`: big integers exact, a lone surrogate
+    escape accepted, and anything wrong named (INVALID_UTF8, MALFORMED_JSON)."""
     try:
         if isinstance(text, (bytes, bytearray, memoryview)):
             text = bytes(text).decode("utf-8")

@@ -7,7 +7,7 @@
  * limits the backends (comma-separated, default "sqlite,postgresql").
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -54,15 +54,42 @@ export function makeCertificate(dir: string): { key: string; cert: string } {
   return { key, cert };
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/** The lowest port `freePort` names: above the well-known and most registered services'. */
+const FIRST_NAMED_PORT = 10_000;
+
+/** The first port of the kernel's ephemeral range (Linux's default where it is not told). */
+function ephemeralLow(): number {
+  try {
+    const low = Number.parseInt(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0] ?? "", 10);
+    return Number.isInteger(low) && low > FIRST_NAMED_PORT ? low : 32_768;
+  } catch {
+    return 32_768;
+  }
+}
+
+/** Whether a listener can bind 127.0.0.1:`port` now. */
+function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      server.close(() => (typeof address === "object" && address ? resolve(address.port) : reject(new Error("no port"))));
-    });
+    server.once("error", () => resolve(false));
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
   });
+}
+
+/**
+ * A port free now and below the kernel's ephemeral range, for a server the test names before it
+ * starts (and starts again at the same address) or an address nothing listens on. Not one from
+ * port 0: that lies in the ephemeral range, where the outgoing connections of every test process
+ * (the files run side by side) pick their local ports, so a server stopped for a restart could
+ * find its port taken by one (as tests/support/servers.py's `free_port` says).
+ */
+export async function freePort(): Promise<number> {
+  const low = ephemeralLow();
+  for (let tries = 0; tries < 100; tries++) {
+    const port = FIRST_NAMED_PORT + Math.floor(Math.random() * (low - FIRST_NAMED_PORT));
+    if (await bindable(port)) return port;
+  }
+  throw new Error(`no free port between ${FIRST_NAMED_PORT} and ${low} in 100 tries`);
 }
 
 /** `sessionlog serve` in a child process; `kill()` is SIGKILL (nothing flushed beyond commits). */

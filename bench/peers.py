@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from bench.procs import settle_writes
 from bench.stats import latency_ms
 
 Events = list[dict[str, Any]]
@@ -174,6 +175,7 @@ def commit_latency(backend: str, where: str, events: Events, rate: float, second
     showed as one slow commit, and the raw driver's p99 stayed at 1.0 ms while sessionlog's,
     in the same run, counted every event that waited out the stall."""
     table = f"raw_latency_{uuid.uuid4().hex[:8]}"
+    settle_writes(backend)  # as sessionlog's figure starts (`figures.fixed_rate`)
     opened = _sqlite_commits(Path(where)) if backend == "sqlite" else _psycopg_commits(where, table)
     count = min(len(events), int(rate * seconds))
     taken: list[float] = []

@@ -35,6 +35,7 @@ from bench.procs import (
     processes_cpu_seconds,
     processes_waiting_seconds,
     section_main,
+    settle_writes,
     unavailable_row,
 )
 from bench.stats import percentile
@@ -142,7 +143,8 @@ def _part_main(target: str, sids: list[str], seconds: float, per_channel: int) -
 
 
 def measure(db: str, streams: int, seconds: float, client_procs: int, per_channel: int, workers: int) -> dict[str, Any]:
-    """One run against a fresh server on `db`."""
+    """One run against a fresh server on `db`, once what earlier sections wrote is on disk."""
+    settle_writes(db)
     workers = workers or default_workers()  # as `serve` resolves 0, so the table shows the count
     env = {"SESSIONLOG_MAX_OPEN_STREAMS": str(streams * 2), "SESSIONLOG_WORKERS": str(workers)}
     with Server(db, env=env) as server:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import time
 
+import psycopg
 import pytest
 
-from bench.procs import process_cpu_seconds, process_waiting_seconds
+from bench.figures import _from_portable, _portable
+from bench.procs import PG_ADMIN_URL, process_cpu_seconds, process_waiting_seconds, settle_writes
+from bench.workload import as_new_events, session_events
 
 BUSY = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
 
@@ -37,3 +41,32 @@ def test_a_process_that_is_gone_has_waited_nothing() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait(timeout=30)
     assert process_waiting_seconds(proc.pid) == 0.0
+
+
+def _checkpoint_lsn() -> str:
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        row = conn.execute("SELECT checkpoint_lsn::text FROM pg_control_checkpoint()").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_settling_before_a_latency_figure_checkpoints_postgresql() -> None:
+    """What earlier sections wrote is written out before a latency figure: on PostgreSQL a
+    CHECKPOINT, whose record moves the control file's checkpoint location; on SQLite only the
+    kernel's pages are written (nothing to ask of PostgreSQL)."""
+    before = _checkpoint_lsn()
+    settle_writes("sqlite")
+    assert _checkpoint_lsn() == before
+    settle_writes(PG_ADMIN_URL)
+    assert _checkpoint_lsn() != before
+
+
+def test_a_client_process_freezes_its_events_out_of_the_collectors_sight() -> None:
+    envelopes = _portable(as_new_events(session_events(20, seed=3), "frozen"))
+    frozen_before = gc.get_freeze_count()
+    try:
+        events = _from_portable(envelopes)
+        assert _portable(events) == envelopes
+        assert gc.get_freeze_count() >= frozen_before + len(events)
+    finally:
+        gc.unfreeze()  # this test process's heap goes back to the collector

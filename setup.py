@@ -13,6 +13,7 @@ interpreted and why is in docs/architecture/compiled-build.md. Never build this 
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -92,19 +93,20 @@ def _ext_modules() -> list[object]:
 
 
 class ParallelBuildExt(build_ext):
-    """build_ext compiling the C files of one extension side by side, one per core.
+    """build_ext compiling C files side by side within an extension too, one gcc per core.
 
-    mypyc puts every compiled module into one extension (its shared library) of ~70 C files, and
-    distutils compiles an extension's files one after another; build_ext's own `parallel` option
-    only builds different extensions side by side. Compiled one at a time the files took ~60 s of
-    the build's ~85 on two cores. The compiler's `_setup_compile` and `_compile` are the steps its
-    `compile` takes for each file (what a compiler class implements), called here from threads:
-    each file is one gcc process, so the threads only wait.
+    mypyc puts every compiled module into one extension (its shared library) of ~70 C files,
+    beside a small extension per module that imports it; distutils compiles an extension's files
+    one after another, and build_ext's `parallel` option only builds different extensions side
+    by side, so the big one's files took ~60 s of the build's ~85 on one of two cores. Here each
+    extension's files are compiled from threads, every gcc process taking one of `_GCC_SLOTS`
+    whichever extension it is for. The compiler's `_setup_compile` and `_compile` are the steps
+    its own `compile` takes (what a compiler class implements); the threads only wait on gcc.
     """
 
-    def build_extension(self, ext: Any) -> None:
+    def build_extensions(self) -> None:
         compiler = self.compiler
-        one_at_a_time = compiler.compile
+        gcc_slots = threading.BoundedSemaphore(_CORES)
 
         def compile_side_by_side(
             sources: list[str],
@@ -123,18 +125,23 @@ class ParallelBuildExt(build_ext):
 
             def compile_one(obj: str) -> None:
                 source, extension = build[obj]
-                compiler._compile(obj, source, extension, cc_args, extra_postargs, pp_opts)
+                with gcc_slots:
+                    compiler._compile(obj, source, extension, cc_args, extra_postargs, pp_opts)
 
-            with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            with ThreadPoolExecutor(_CORES) as pool:
                 list(pool.map(compile_one, [obj for obj in objects if obj in build]))
             return list(objects)
 
         compiler.compile = compile_side_by_side
-        try:
-            super().build_extension(ext)
-        finally:
-            compiler.compile = one_at_a_time
+        super().build_extensions()
+
+
+_CORES = os.cpu_count() or 1
 
 
 if __name__ == "__main__":  # as setuptools runs it; tests import the list alone
-    setup(ext_modules=_ext_modules(), cmdclass={"build_ext": ParallelBuildExt})
+    setup(
+        ext_modules=_ext_modules(),
+        cmdclass={"build_ext": ParallelBuildExt},
+        options={"build_ext": {"parallel": _CORES}},  # the extensions side by side as well
+    )

@@ -183,14 +183,27 @@ def _check(
     if met:
         gap = None
     elif higher_is_better:
-        gap = f"missed: {measured / limit:.2f}x of target ({limit / max(measured, 1e-9):.2f}x short)"
+        of, short = measured / limit, limit / max(measured, 1e-9)
+        gap = f"missed: {of:.{_apart(of, 1.0)}f}x of target ({short:.{_apart(short, 1.0)}f}x short)"
     elif limit == 0:  # a count that must be zero: how many there were is the gap
         gap = f"missed: {measured:,.0f} instead of none"
     else:
         gap = f"missed: {measured / limit:.1f}x over"
-    # A ratio with two decimals: 0.96x rounds to 1.0 with one, beside a target of 1.0x it missed.
-    shown = (f"{measured:,.2f} {unit}" if unit == "x" else f"{measured:,.1f} {unit}") + (f" - {gap}" if gap else "")
+    # A ratio with at least two decimals: 0.96x rounds to 1.0 with one, beside a target of 1.0x it
+    # missed, and 0.497x to 0.50 with two, beside 0.5x.
+    shown = (f"{measured:,.{_apart(measured, limit)}f} {unit}" if unit == "x" else f"{measured:,.1f} {unit}") + (
+        f" - {gap}" if gap else ""
+    )
     return {"name": name, "target": target, "measured": shown, "status": "met" if met else "MISSED", "gap": gap}
+
+
+def _apart(value: float, other: float) -> int:
+    """The decimals (two to four) that show `value` apart from `other` when they differ: a
+    ratio that missed its target must not read as the target."""
+    digits = 2
+    while digits < 4 and value != other and f"{value:.{digits}f}" == f"{other:.{digits}f}":
+        digits += 1
+    return digits
 
 
 def _ratio(numerator: Any, denominator: Any) -> float | None:

@@ -140,6 +140,20 @@ def test_a_ratio_just_under_its_target_does_not_read_as_the_target() -> None:
     assert streaming["measured"].startswith("0.96 x - missed: 0.96x of target (1.04x short)")
 
 
+def test_a_ratio_that_rounds_to_its_target_shows_the_decimals_that_tell_them_apart() -> None:
+    """0.497x of a 0.5x target read "0.50 x - missed: 1.00x of target (1.00x short)"."""
+    report: dict[str, Any] = {
+        "sessionlog": {"sqlite": {"stream_16": _rate(12_126), "stream_16_batch16": _rate(40_000)}},
+        "peers": {"sqlite3_x16": {"events_per_s": 24_400}},
+    }
+    found = {t["name"]: t for t in targets(report)}
+    streaming = found["16 streaming sessions, 1 event/batch, one worker, sqlite vs raw sqlite3 16/commit"]
+    assert streaming["status"] == "MISSED"
+    assert streaming["measured"].startswith("0.497 x - missed: 0.99x of target (1.01x short)")
+    met = found["16 sessions, 16 events/batch, one worker, sqlite vs raw sqlite3 16/commit"]
+    assert met["status"] == "met" and met["measured"] == "1.64 x"  # two decimals when nothing is hidden
+
+
 def test_a_latency_cell_says_when_the_client_fell_behind_its_pace() -> None:
     """At 5,000 ev/s the one client process sent thousands of events late; the cell says so,
     since its lag is in the latency too. A client that kept the pace adds nothing."""

@@ -188,19 +188,19 @@ def _check(
     elif limit == 0:  # a count that must be zero: how many there were is the gap
         gap = f"missed: {measured:,.0f} instead of none"
     else:
-        gap = f"missed: {measured / limit:.1f}x over"
+        over = measured / limit
+        gap = f"missed: {over:.{_apart(over, 1.0, least=1)}f}x over"
     # A ratio with at least two decimals: 0.96x rounds to 1.0 with one, beside a target of 1.0x it
-    # missed, and 0.497x to 0.50 with two, beside 0.5x.
-    shown = (f"{measured:,.{_apart(measured, limit)}f} {unit}" if unit == "x" else f"{measured:,.1f} {unit}") + (
-        f" - {gap}" if gap else ""
-    )
+    # missed, and 0.497x to 0.50 with two, beside 0.5x. Other figures with at least one.
+    digits = _apart(measured, limit, least=2 if unit == "x" else 1)
+    shown = f"{measured:,.{digits}f} {unit}" + (f" - {gap}" if gap else "")
     return {"name": name, "target": target, "measured": shown, "status": "met" if met else "MISSED", "gap": gap}
 
 
-def _apart(value: float, other: float) -> int:
-    """The decimals (two to four) that show `value` apart from `other` when they differ: a
-    ratio that missed its target must not read as the target."""
-    digits = 2
+def _apart(value: float, other: float, least: int = 2) -> int:
+    """The decimals (`least` to four) that show `value` apart from `other` when they differ: a
+    figure that missed its target must not read as the target."""
+    digits = least
     while digits < 4 and value != other and f"{value:.{digits}f}" == f"{other:.{digits}f}":
         digits += 1
     return digits

@@ -154,6 +154,16 @@ def test_a_ratio_that_rounds_to_its_target_shows_the_decimals_that_tell_them_apa
     assert met["status"] == "met" and met["measured"] == "1.64 x"  # two decimals when nothing is hidden
 
 
+def test_a_latency_just_over_its_limit_does_not_read_as_the_limit() -> None:
+    """5.04 ms against 5 ms read "5.0 ms - missed: 1.0x over"."""
+    report: dict[str, Any] = {"sessionlog": {"postgresql": {"latency_at_rate": {"p99_ms": 5.04, "p999_ms": 9.0}}}}
+    found = {t["name"]: t for t in targets(report)}
+    p99 = found["ack p99 at 1,000 ev/s, postgresql"]
+    assert p99["status"] == "MISSED"
+    assert p99["measured"].startswith("5.04 ms - missed: 1.01x over")
+    assert found["ack p99.9 at 1,000 ev/s, postgresql"]["measured"] == "9.0 ms"
+
+
 def test_a_latency_cell_says_when_the_client_fell_behind_its_pace() -> None:
     """At 5,000 ev/s the one client process sent thousands of events late; the cell says so,
     since its lag is in the latency too. A client that kept the pace adds nothing."""

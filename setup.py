@@ -92,6 +92,9 @@ def _ext_modules() -> list[object]:
     return list(mypycify(COMPILED_MODULES, opt_level="3", debug_level="0", multi_file=True))
 
 
+_CORES = os.cpu_count() or 1
+
+
 class ParallelBuildExt(build_ext):
     """build_ext compiling C files side by side within an extension too, one gcc per core.
 
@@ -99,7 +102,7 @@ class ParallelBuildExt(build_ext):
     beside a small extension per module that imports it; distutils compiles an extension's files
     one after another, and build_ext's `parallel` option only builds different extensions side
     by side, so the big one's files took ~60 s of the build's ~85 on one of two cores. Here each
-    extension's files are compiled from threads, every gcc process taking one of `_GCC_SLOTS`
+    extension's files are compiled from threads, every gcc process taking one of `_CORES` slots
     whichever extension it is for. The compiler's `_setup_compile` and `_compile` are the steps
     its own `compile` takes (what a compiler class implements); the threads only wait on gcc.
     """
@@ -134,9 +137,6 @@ class ParallelBuildExt(build_ext):
 
         compiler.compile = compile_side_by_side
         super().build_extensions()
-
-
-_CORES = os.cpu_count() or 1
 
 
 if __name__ == "__main__":  # as setuptools runs it; tests import the list alone

@@ -11,7 +11,7 @@ import time
 import psycopg
 import pytest
 
-from bench.figures import _from_portable, _portable
+from bench.figures import _client_events, _portable
 from bench.procs import PG_ADMIN_URL, process_cpu_seconds, process_waiting_seconds, settle_writes
 from bench.workload import as_new_events, session_events
 
@@ -65,7 +65,7 @@ def test_a_client_process_freezes_its_events_out_of_the_collectors_sight() -> No
     envelopes = _portable(as_new_events(session_events(20, seed=3), "frozen"))
     frozen_before = gc.get_freeze_count()
     try:
-        events = _from_portable(envelopes)
+        events = _client_events(envelopes)
         assert _portable(events) == envelopes
         assert gc.get_freeze_count() >= frozen_before + len(events)
     finally:

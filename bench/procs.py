@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -47,10 +48,35 @@ def server_build() -> str:
 
 
 def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port free now and below the kernel's ephemeral range, for a listener named before it
+    starts: a bench server (the soak starts it again at the address its clients know), a test's
+    server, metrics endpoint, or an address nothing listens on (tests/support/servers.py).
+
+    Not one from port 0: that lies in the ephemeral range, where the outgoing connections of
+    every process pick their local ports, and a server stopped for a restart found its port
+    taken by one (once in a whole-suite run of the tests: "could not bind")."""
+    low = _ephemeral_low()
+    for _ in range(100):
+        port = random.randrange(FIRST_NAMED_PORT, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between {FIRST_NAMED_PORT} and {low} in 100 tries")
+
+
+FIRST_NAMED_PORT = 10_000
+"""The lowest port `free_port` names: above the well-known and most registered services'."""
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where it is not told)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 class Server:

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from bench.procs import free_port
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.cli.hints import readable_time
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound
 from sessionlog_server.tokens import config_line, new_token
-from tests.support.servers import ServerThread, free_port
+from tests.support.servers import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
 

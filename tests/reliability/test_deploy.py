@@ -28,11 +28,12 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy.engine import make_url
 
+from bench.procs import free_port
 from sessionlog.client import SessionLogClient
 from sessionlog_server.tokens import hash_token
 from tests.conftest import scratch_pg
 from tests.support.events import note
-from tests.support.servers import ROOT, free_port
+from tests.support.servers import ROOT
 
 DEMO_TOKEN = "demo-token-replace-me"  # the token deploy/compose.yaml documents
 

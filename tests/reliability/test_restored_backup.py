@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.procs import free_port
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import ExpectedSeqMismatch, OwnershipLost, SessionLogError
@@ -24,7 +25,7 @@ from sessionlog_server.storage.migrate import upgrade
 from tests.conftest import BACKENDS
 from tests.support.backups import Restorable, online_backup, restorable, restore_over
 from tests.support.events import note
-from tests.support.servers import ServerProcess, ServerThread, free_port
+from tests.support.servers import ServerProcess, ServerThread
 
 LEASE_TTL_MS = 60_000
 """Long enough that the writer's lease in the backup is still live once it is restored."""

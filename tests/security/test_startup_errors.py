@@ -12,6 +12,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from bench.procs import free_port
 from sessionlog_server.tokens import hash_token
 from tests.support.servers import ROOT
 
@@ -187,7 +188,7 @@ def test_the_serving_line_names_the_metrics_port_it_bound(tmp_path: Path) -> Non
 
 def test_the_serving_line_says_where_otlp_traces_go(tmp_path: Path) -> None:
     """Named with its password masked, as the database URL is; null when the export is off."""
-    from tests.support.servers import ServerProcess, free_port
+    from tests.support.servers import ServerProcess
 
     endpoint = f"http://otel:s3cr3t-pw@127.0.0.1:{free_port()}/v1/traces"
     for env, expected in (

@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from bench.procs import free_port
 from sessionlog.base import NO_RETRY
 from sessionlog.cli.hints import speaks_tls
 from sessionlog.client import SessionLogClient
@@ -22,7 +23,7 @@ from sessionlog_server.service.clock import now_ms
 from sessionlog_server.tokens import config_line, new_token
 from tests.support.events import note, turn_start, user
 from tests.support.following import follow_in_thread
-from tests.support.servers import ServerThread, free_port, settle_late
+from tests.support.servers import ServerThread, settle_late
 from tests.support.waiting import eventually
 
 

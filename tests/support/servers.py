@@ -6,9 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from bench.procs import free_port
 from sessionlog_server.config import Settings
 from sessionlog_server.transport.event_loop import loop_factory
 from sessionlog_server.transport.server import RunningServer, start_server
@@ -100,38 +99,6 @@ def planned_next_seq(server: ServerThread, sid: str) -> int:
     """The session's next seq as planned on the server, committed or not (-1: not cached)."""
     live = server.service.live.peek(sid)
     return -1 if live is None else int(live.fold.next_seq)
-
-
-def free_port() -> int:
-    """A port free now and below the kernel's ephemeral range, for a listener the test names
-    before it starts (the metrics endpoint of a ServerThread, a server started again at the
-    address its clients know, an address nothing listens on).
-
-    Not one from port 0: that lies in the ephemeral range, where the outgoing connections of
-    every test process pick their local ports, and a server stopped for a restart found its
-    port taken by one (once in a whole-suite run: "could not bind")."""
-    low = _ephemeral_low()
-    for _ in range(100):
-        port = random.randrange(FIRST_NAMED_PORT, low)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port between {FIRST_NAMED_PORT} and {low} in 100 tries")
-
-
-FIRST_NAMED_PORT = 10_000
-"""The lowest port `free_port` names: above the well-known and most registered services'."""
-
-
-def _ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (Linux's default where it is not told)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32_768
 
 
 class ServerProcess:

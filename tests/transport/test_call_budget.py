@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
+from bench.procs import free_port
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.base import RetryPolicy
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import Unavailable
-from tests.support.servers import free_port
 
 BUDGET = 0.5
 #: Generous for a loaded machine, and well under the eight attempts a call used to make.

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
+from bench.procs import free_port
 from sessionlog import requests
 from sessionlog.client import SessionLogClient
 from sessionlog.errors import from_rpc_error
@@ -19,7 +20,7 @@ from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog.v1 import session_service_pb2_grpc
 from tests.support.events import note
 from tests.support.following import follow_in_thread
-from tests.support.servers import ServerThread, free_port
+from tests.support.servers import ServerThread
 from tests.support.waiting import eventually
 
 BUFFER = 256 * 1024

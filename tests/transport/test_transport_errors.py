@@ -18,12 +18,13 @@ from concurrent import futures
 import grpc
 import pytest
 
+from bench.procs import free_port
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.base import RetryPolicy
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import LimitExceeded, NotFound, Unavailable
 from sessionlog.errors import ServerError
-from tests.support.servers import ServerThread, free_port
+from tests.support.servers import ServerThread
 
 ONCE = RetryPolicy(attempts=1)
 

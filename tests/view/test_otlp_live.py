@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from bench.procs import free_port
 from sessionlog.client import SessionLogClient
 from sessionlog.core.formats.otlp import otlp_traces, trace_id
 from tests.support.events import assistant, step_end, step_start, system, turn_end, turn_start, user
 from tests.support.fixtures import pi_generated_sessions
 from tests.support.otlp import Receiver
 from tests.support.scripted import usage, write_scripted
-from tests.support.servers import ServerThread, free_port
+from tests.support.servers import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -81,7 +81,7 @@ function bindable(port: number): Promise<boolean> {
  * starts (and starts again at the same address) or an address nothing listens on. Not one from
  * port 0: that lies in the ephemeral range, where the outgoing connections of every test process
  * (the files run side by side) pick their local ports, so a server stopped for a restart could
- * find its port taken by one (as tests/support/servers.py's `free_port` says).
+ * find its port taken by one (as bench/procs.py's `free_port`, which the Python tests use, says).
  */
 export async function freePort(): Promise<number> {
   const low = ephemeralLow();

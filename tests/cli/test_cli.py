@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,13 @@ def lines(*events: dict) -> str:
     return "".join(json.dumps(e) + "\n" for e in events)
 
 
+def json_lines(output: str) -> list[Any]:
+    """The JSON values a command printed, one a line. Its lines end at LF only (docs/formats.md):
+    `str.splitlines` also breaks at the U+2028, U+2029 and NEL that JSON strings hold raw, and a
+    listing of the shared PostgreSQL database's sessions held another test's metadata with one."""
+    return [json.loads(line) for line in output.split("\n") if line]
+
+
 USER = {"type": "user/message", "data": {"message": {"role": "user", "content": "hi"}}, "surfaceOp": "append"}
 
 
@@ -68,20 +76,23 @@ def test_create_append_events_sessions(server: ServerThread, sid: str) -> None:
     assert appended.stdout.split() == ["1", "2", "3"]
     listed = run(server, "events", sid)
     assert listed.returncode == 0, listed.stderr
-    events = [json.loads(line) for line in listed.stdout.splitlines()]
+    events = json_lines(listed.stdout)
     assert [e["seq"] for e in events] == [0, 1, 2, 3]
     assert events[2]["eventId"] == "n1" and events[2]["data"] == {"n": 1} and events[2]["time"] != 5
-    assert [
-        e["seq"] for e in map(json.loads, run(server, "events", sid, "--from", "1", "--to", "2").stdout.splitlines())
-    ] == [1, 2]
+    assert [e["seq"] for e in json_lines(run(server, "events", sid, "--from", "1", "--to", "2").stdout)] == [1, 2]
     assert run(server, "events", sid, "--from", "4").stdout == ""  # the head: nothing since
     past = run(server, "events", sid, "--from", "40")  # printed nothing and exited 0, as for no events
     assert (past.returncode, past.stdout) == (1, "")
     assert "FROM_SEQ_PAST_HEAD" in past.stderr and "from seq 40: its next seq is 4" in past.stderr
     retry = run(server, "append", sid, stdin=lines({**note, "eventId": "n1"}))
     assert retry.stdout.split() == ["2"]
-    listed = [json.loads(line)["id"] for line in run(server, "sessions").stdout.splitlines()]
-    assert sid in listed
+    breaks = f"{sid}-breaks"  # a session whose metadata holds each line break JSON keeps raw
+    with SessionLogClient(server.target) as client:
+        client.create_session(breaks, metadata={"text": "a\u2028b\u2029c\x85d"})
+    listing = run(server, "sessions")
+    assert listing.returncode == 0, listing.stderr
+    sessions = {session["id"]: session for session in json_lines(listing.stdout)}
+    assert sid in sessions and sessions[breaks]["metadata"] == {"text": "a\u2028b\u2029c\x85d"}
 
 
 def test_bad_input_exits_non_zero_with_one_line(server: ServerThread, sid: str) -> None:
@@ -218,7 +229,7 @@ def test_header_lines_projections_resume_and_fork(server: ServerThread, sid: str
     assert len(kept["lease"]["leaseToken"]) > 20 and kept["endSeedSeq"] == 5  # the log ended with the seed
     forked = json.loads(run(server, "fork", sid, "--at", "2", "--id", f"{sid}-f").stdout)
     assert forked == {"id": f"{sid}-f", "parent": sid, "forkSeq": 2, "repairSeqs": []}
-    children = [json.loads(line)["id"] for line in run(server, "sessions", "--parent", sid).stdout.splitlines()]
+    children = [session["id"] for session in json_lines(run(server, "sessions", "--parent", sid).stdout)]
     assert children == [f"{sid}-f"]
 
 
@@ -260,7 +271,7 @@ def test_append_whose_reader_left_still_appends_every_line(server: ServerThread,
     proc.stdin.close()
     assert proc.wait(timeout=30) == 0
     assert proc.stderr.read() == ""
-    assert [json.loads(line)["seq"] for line in run(server, "events", sid).stdout.splitlines()] == [0, 1, 2, 3]
+    assert [event["seq"] for event in json_lines(run(server, "events", sid).stdout)] == [0, 1, 2, 3]
 
 
 def test_a_port_past_65535_is_refused_not_dialled_modulo_65536() -> None:
@@ -349,7 +360,7 @@ def test_append_learns_a_lower_batch_limit_from_the_refusal(small_batches: Serve
     appended = run(small_batches, "append", sid, stdin=stdin)
     assert appended.returncode == 0, appended.stderr
     assert appended.stdout.split() == [str(seq) for seq in range(14)]
-    events = [json.loads(line) for line in run(small_batches, "events", sid).stdout.splitlines()]
+    events = json_lines(run(small_batches, "events", sid).stdout)
     assert [e["type"] for e in events] == ["test/note"] * 5 + ["request/header"] + ["test/note"] * 8
     assert [e["data"]["n"] for e in events if e["type"] == "test/note"] == list(range(13))
     assert events[4]["eventId"] == "e4"

@@ -3,9 +3,11 @@ same bearer tokens and namespaces as the gRPC API; `/metrics` stays open."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import ssl
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -403,3 +405,21 @@ def test_a_long_pages_windows_are_read_with_the_pages_token_and_namespace(
         for store in admin._stores.values():
             store.close()
         assert window(server, f"/sessions/{child}?at={at}&list=turns&page=1", ALICE) == kept
+
+
+def test_a_graceful_stop_leaves_the_event_loop_free_while_the_listener_stops(db_url: str) -> None:
+    """The listener's stop waits (for its thread, for a window being read from a kept store):
+    done on the event loop, it held every call in flight for as long. Its last step is held
+    here, on the lock the kept stores are closed under, and the loop must still run."""
+    server = ServerThread(db_url, metrics_listen="127.0.0.1:0")
+    admin = server.running.admin
+    assert admin is not None
+    stopper = threading.Thread(target=server.stop, name="test-stopper")
+    with admin._lock:
+        stopper.start()
+        eventually(lambda: admin._server, lambda listening: listening is None)  # it stopped listening
+        probe = asyncio.run_coroutine_threadsafe(asyncio.sleep(0, result="ran"), server.loop)
+        assert probe.result(timeout=10) == "ran"
+        assert stopper.is_alive()  # the stop waits for the listener's, held on the lock
+    stopper.join(timeout=30)
+    assert not stopper.is_alive()

@@ -146,6 +146,9 @@ class AdminHttp:
         return self.port
 
     def stop(self) -> None:
+        """Stop listening, then remove the kept window stores. It waits for the listener's
+        thread to look for the stop (it looks every half second) and for a window being read
+        from a store: call it off the event loop."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -54,15 +54,19 @@ class RunningServer:
         """Stop accepting calls, end writer streams, let in-flight calls finish, commit what is queued."""
         if self.storage_watch is not None:
             self.storage_watch.cancel()
-        if self.admin is not None:
-            self.admin.stop()
+        loop = asyncio.get_running_loop()
+        # In a thread, beside the drain: it waits for the listener's thread and for a window
+        # being read, and on the loop it held every in-flight call meanwhile.
+        admin_stopped = None if self.admin is None else loop.run_in_executor(None, self.admin.stop)
         await self.health.enter_graceful_shutdown()
         self.service.end_streams()
         await self.server.stop(grace)
         await self.service.stop()
+        if admin_stopped is not None:
+            await admin_stopped
         if self.otlp is not None:
             # After the last commits were published; in a thread, as it may wait for the collector.
-            await asyncio.get_running_loop().run_in_executor(None, self.otlp.stop)
+            await loop.run_in_executor(None, self.otlp.stop)
         self.service.recorder.close()
 
 

@@ -607,8 +607,9 @@ class WriterCore:
     Every batch keeps its request until acknowledged, so a reconnect re-sends exactly what is
     pending, with the same eventIds; acknowledgements resolve pendings by batch id. A reconnect
     presents the lease token; if another writer held the lease meanwhile (the service answers
-    WRITER_HELD, or grants a lease with a fresh token because the other one lapsed) the writer
-    fails with OwnershipLost instead of carrying on quietly.
+    WRITER_HELD, or OWNERSHIP_LOST once that writer's lease is gone too; a service that granted
+    a fresh token instead is caught by `_lost_meanwhile`) the writer fails with OwnershipLost
+    instead of carrying on quietly.
     """
 
     session_id: str
@@ -665,7 +666,8 @@ class WriterCore:
 
         The first open, and every retry of it, carries `request_id`; a reconnect does not: its
         token was derived from that id, so a lease that passed to another writer and lapsed
-        would come back under it again, where a fresh token tells the loss (`_lost_meanwhile`)."""
+        would come back under it again, where its own token is refused OWNERSHIP_LOST (by a
+        service that grants a fresh one instead, `_lost_meanwhile` tells the loss)."""
         if self.lease is None:
             return open_request(
                 self.session_id,
@@ -713,9 +715,10 @@ class WriterCore:
     def _lost_meanwhile(self, granted: session_info.LeaseInfo) -> bool:
         """Whether the lease a reconnect got is not the one this writer held.
 
-        The service keeps the holder's token when the holder takes its lease again; a fresh
-        token means the lease had passed to another writer (and lapsed) meanwhile, so what that
-        writer wrote is not ours to continue from. Without a token (a service that grants none)
+        The service keeps the holder's token when the holder takes its lease again, and refuses
+        a token whose lease passed on; a service that grants a fresh token instead tells the
+        loss by it, and what the other writer wrote is not ours to continue from. Without a
+        token (a service that grants none)
         only the epoch tells: a jump past the next one means another writer came in between.
         """
         assert self.lease is not None

@@ -22,7 +22,7 @@ from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.events import note, user
 
 
-def test_the_service_keeps_the_holders_token_and_gives_anyone_else_a_fresh_one(
+def test_the_service_keeps_the_holders_token_and_refuses_one_whose_lease_passed_on(
     client: SessionLogClient, sid: str
 ) -> None:
     client.create_session(sid)
@@ -30,11 +30,15 @@ def test_the_service_keeps_the_holders_token_and_gives_anyone_else_a_fresh_one(
     again = client.acquire_lease(sid, writer_id="a", lease_token=first.token)  # a reconnect
     assert again.token == first.token and again.epoch == first.epoch + 1
     other = client.acquire_lease(sid, writer_id="b", takeover=True)
-    with pytest.raises(WriterHeld):  # the old holder's token takes nothing from a live holder
+    with pytest.raises(OwnershipLost):  # the old holder's token takes nothing from a live holder
         client.acquire_lease(sid, writer_id="a", lease_token=first.token)
+    with pytest.raises(WriterHeld):  # asked for afresh, the lease is another's
+        client.acquire_lease(sid, writer_id="a")
     client.release_lease(other)
-    late = client.acquire_lease(sid, writer_id="a", lease_token=first.token)
-    assert late.token not in (first.token, other.token), "a lease that passed on comes back with a fresh token"
+    with pytest.raises(OwnershipLost):  # nor from no one, once its lease passed on: it must ask afresh
+        client.acquire_lease(sid, writer_id="a", lease_token=first.token)
+    afresh = client.acquire_lease(sid, writer_id="a")
+    assert afresh.token not in (first.token, other.token) and afresh.epoch == other.epoch + 1
 
 
 def _opened(epoch: int, token: str) -> pb.WriteResponse:

@@ -365,7 +365,10 @@ class OpenWriter(_message.Message):
     """Resume the session first (repair an open turn, mark the seed boundary), as ResumeSession."""
     lease_token: _builtins.str
     """The token of a lease this writer still holds (a reconnect after a broken stream): presenting
-    it takes that live lease again, at a new epoch. Without it a live lease is WRITER_HELD.
+    it takes that live lease again, at a new epoch. Without it a live lease is WRITER_HELD. A
+    token whose lease is gone (given back, taken over, or lapsed and taken, by the service's
+    repair too) is refused ABORTED (OWNERSHIP_LOST), without `takeover`, whether or not anyone
+    holds the session now: others may have written since, so the writer must not carry on.
     """
     acknowledged_next_seq: _builtins.int
     """With `lease_token` (a reconnect): the seq after the last event the writer saw acknowledged
@@ -381,8 +384,8 @@ class OpenWriter(_message.Message):
     token is derived from it, so a retry whose `opened` was lost takes that lease again at a
     new epoch with the same token; with `resume` it writes neither the repairs nor the
     `session/end-seed` again, and `resumed.repair_seqs` still names them. A reconnect (with
-    `lease_token`) sends none: a lease that passed to another writer meanwhile comes back with
-    a fresh token, which tells the writer it lost it. Not a UUID: INVALID_ARGUMENT
+    `lease_token`) sends none: a lease that passed to another writer meanwhile would come back
+    under the token derived from it, where its own token is refused. Not a UUID: INVALID_ARGUMENT
     (BAD_REQUEST_ID), before anything is created. Empty: a random token; a retry is then
     refused WRITER_HELD until the lost open's lease lapses.
     """
@@ -631,7 +634,9 @@ class AcquireLeaseRequest(_message.Message):
     lease_token: _builtins.str
     """The token of a lease the caller still holds on this session: presenting it takes that live
     lease again at a new epoch (fencing the caller's own older calls). Without it, a live lease
-    held by anyone is WRITER_HELD, whatever `writer_id` says.
+    held by anyone is WRITER_HELD, whatever `writer_id` says. A token whose lease is gone
+    (given back, taken over, or lapsed and taken) is refused ABORTED (OWNERSHIP_LOST), without
+    `takeover`: ask again without it.
     """
     request_id: _builtins.str
     """Makes the call safe to retry (AIP-155): a UUID the client makes once for this call and
@@ -1528,7 +1533,9 @@ class ResumeSessionRequest(_message.Message):
     takeover: _builtins.bool
     """Take the lease even if another live writer holds it."""
     lease_token: _builtins.str
-    """The token of a live lease the caller still holds on this session (see AcquireLease)."""
+    """The token of a live lease the caller still holds on this session (see AcquireLease; one
+    whose lease is gone is refused OWNERSHIP_LOST likewise).
+    """
     request_id: _builtins.str
     """Makes the call safe to retry, as AcquireLeaseRequest.request_id does (the same rules, and
     as secret). A retry whose first answer was lost takes the lease again at a new epoch with

@@ -252,6 +252,7 @@ class LeaseManager:
                 ttl_ms=self.ttl_ms,
                 token_hash=hash_token(fresh),
                 presented_hashes=presented,
+                claims_lease=bool(lease_token),
             )
         )
         # The holder taking its own lease again keeps its token; anyone else gets the fresh one.

@@ -221,6 +221,7 @@ class EventRecorder(ABC):
         ttl_ms: int,
         token_hash: str,
         presented_hashes: Sequence[str] = (),
+        claims_lease: bool = False,
     ) -> SessionRecord:
         """Grant the writer lease at a new epoch; refuse while another live writer holds it.
 
@@ -231,10 +232,18 @@ class EventRecorder(ABC):
         works) and where its lease began (`lease_since_seq`); anyone else gets the new
         `token_hash`, its lease beginning at the session's next seq. Either way the new epoch
         fences whatever the old grant still had in flight. The writer id is never checked.
+
+        A caller that `claims_lease` (it presented a lease token, without `takeover`) and is
+        not the holder is refused OWNERSHIP_LOST, whether or not the lease is live: the lease
+        its token stood for was given back, taken over, or lapsed and taken (by the service's
+        repair too), and others may have written since. Granted a fresh lease instead, the old
+        holder would go on writing as if it had held the session throughout.
         """
         with self._write() as conn:
             current = self._get_session(conn, session_id)
             holder = any(_same_hash(current.lease_token_hash, presented) for presented in presented_hashes)
+            if claims_lease and not holder and not takeover:
+                raise lease_not_held(session_id)
             if current.lease_live(now) and not takeover and not holder:
                 raise WriterHeld(
                     "WRITER_HELD",

@@ -522,32 +522,46 @@ def transcript_request(
 
 #: Most batches one coalesced writer message carries.
 MAX_COALESCED_BATCHES = 256
+MAX_COALESCED_BYTES = 1024 * 1024
+"""Most bytes of batches one coalesced writer message carries. Batches that each fit the
+server's message limit, merged without a bound, made a message past it: refused whole (ten
+1 MiB batches under a 4 MiB limit), or past gRPC's 256 MiB, which grpc.aio reports as an
+internal error that the writer took for a broken stream and re-sent without end. A batch
+larger than this goes alone; beside a MiB of payload the per-message cost merging shares is
+nothing."""
 
 
 def coalesce(requests: list[pb.WriteRequest]) -> list[pb.WriteRequest]:
     """Merge runs of consecutive batch requests into `batches` requests, keeping order.
 
     Each batch stays atomic and acknowledged on its own; only the per-message cost is shared.
-    Open and header requests keep their place between the runs.
+    Open and header requests keep their place between the runs. A run holds at most
+    `MAX_COALESCED_BATCHES` batches and `MAX_COALESCED_BYTES` bytes of them (a batch larger
+    than that is a run of its own).
     """
     out: list[pb.WriteRequest] = []
     run: list[pb.WriteBatch] = []
-
-    def flush() -> None:
-        if len(run) == 1:
-            out.append(pb.WriteRequest(batch=run[0]))
-        elif run:
-            out.append(pb.WriteRequest(batches=pb.WriteBatches(batches=run)))
-        run.clear()
-
+    run_bytes = 0
     for request in requests:
-        if request.WhichOneof("kind") == "batch" and len(run) < MAX_COALESCED_BATCHES:
-            run.append(request.batch)
-            continue
-        flush()
-        if request.WhichOneof("kind") == "batch":
-            run.append(request.batch)
-        else:
+        if request.WhichOneof("kind") != "batch":
+            _flush_run(run, out)
+            run_bytes = 0
             out.append(request)
-    flush()
+            continue
+        size = request.batch.ByteSize()
+        if run and (len(run) >= MAX_COALESCED_BATCHES or run_bytes + size > MAX_COALESCED_BYTES):
+            _flush_run(run, out)
+            run_bytes = 0
+        run.append(request.batch)
+        run_bytes += size
+    _flush_run(run, out)
     return out
+
+
+def _flush_run(run: list[pb.WriteBatch], out: list[pb.WriteRequest]) -> None:
+    """Append `run` to `out` as one request (a lone batch as itself), and empty it."""
+    if len(run) == 1:
+        out.append(pb.WriteRequest(batch=run[0]))
+    elif run:
+        out.append(pb.WriteRequest(batches=pb.WriteBatches(batches=run)))
+    run.clear()

@@ -276,3 +276,30 @@ def test_a_heartbeat_that_is_not_a_positive_number_is_refused_before_the_lease_i
 
         asyncio.run(scenario())
         client.release_lease(client.acquire_lease(sid))
+
+
+@pytest.mark.parametrize(
+    ("event", "reason"),
+    [
+        (event_pb2.NewEvent(type="x/" + "t" * 10_000, ignorable=True, data_json=b"{}"), "BAD_TYPE"),
+        (event_pb2.NewEvent(type="x/" + "\u6f22" * 6_000, ignorable=True, data_json=b"{}"), "BAD_TYPE"),
+        (
+            event_pb2.NewEvent(type="request/header", data_json=b'{"header":{"config":{},"' + b"k" * 10_000 + b'":1}}'),
+            "HEADER_UNKNOWN_KEY",
+        ),
+    ],
+)
+def test_a_refusal_that_echoes_a_long_value_keeps_its_reason(
+    client: SessionLogClient, sid: str, event: event_pb2.NewEvent, reason: str
+) -> None:
+    """An error's message echoes what was refused; one of 10,000 characters took the status's
+    headers past gRPC's metadata limit, and the caller was told MESSAGE_TOO_LARGE (of a size it
+    never sent) instead of the reason. The message is cut, and says how much was left out."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    with pytest.raises(grpc.RpcError) as refused:
+        client.stub.AppendEvents(pb.AppendEventsRequest(session_id=sid, lease_token=lease.token, events=[event]))
+    error = from_rpc_error(refused.value)
+    assert error.reason == reason, error
+    assert len(error.message.encode()) <= 1024 and error.message.endswith(" more characters)"), error.message
+    assert list(client.read_events(sid)) == []

@@ -1422,7 +1422,10 @@ class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     `google.rpc.ErrorInfo` with `domain` "sessionlog" and `reason` set to one of the names below
     (the name, not the number), plus a `google.rpc.BadRequest` naming the field when a request
     field is at fault. The service refuses to send a reason this enum lacks (it reports INTERNAL
-    instead), and tests/test_error_catalogue.py fails when the sources can raise one.
+    instead), and tests/test_error_catalogue.py fails when the sources can raise one. A message
+    past 1,024 UTF-8 bytes (one echoing a long refused value) is cut there and ends with how many
+    characters were left out, and each metadata value at 256 bytes, so that the status stays
+    within gRPC's metadata limits and the reason reaches the caller.
 
     Each value documents:
 

@@ -32,6 +32,15 @@ CATALOGUE = frozenset(error_reason_pb2.ErrorReason.keys()) - {"ERROR_REASON_UNSP
 log = structlog.get_logger("sessionlog.rpc")
 
 F = TypeVar("F", bound=Callable[..., Any])
+MESSAGE_BYTES = 1024
+"""Most UTF-8 bytes of an error's message on the wire (as the status's message and as its
+BadRequest description). A message may echo what was refused (a header's unknown key, an
+event's type), and one of 10,000 characters took the status's headers past gRPC's metadata
+limit (16 KiB): the caller was told MESSAGE_TOO_LARGE, of a size it never sent, instead of the
+reason. Cut, the message and its details stay under gRPC's 8 KiB soft limit, percent-encoded
+non-ASCII text included."""
+METADATA_VALUE_BYTES = 256
+"""Most UTF-8 bytes of each ErrorInfo metadata value on the wire (ids and numbers are shorter)."""
 
 _rpc_fields: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("rpc_fields")
 
@@ -62,13 +71,25 @@ def to_status(error: SessionLogError) -> grpc.Status:
     if error.reason not in CATALOGUE:
         log.error("reason missing from the ErrorReason catalogue", reason=error.reason, message=error.message)
         return internal_status()
-    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=error.metadata)
+    metadata = {key: bounded(value, METADATA_VALUE_BYTES) for key, value in error.metadata.items()}
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=metadata)
     details = [_pack(info)]
+    message = bounded(error.message, MESSAGE_BYTES)
     if error.field:
-        violation = error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.message)
+        violation = error_details_pb2.BadRequest.FieldViolation(field=error.field, description=message)
         details.append(_pack(error_details_pb2.BadRequest(field_violations=[violation])))
-    status = status_pb2.Status(code=getattr(code_pb2, error.code), message=error.message, details=details)
+    status = status_pb2.Status(code=getattr(code_pb2, error.code), message=message, details=details)
     return rpc_status.to_status(status)
+
+
+def bounded(text: str, limit: int) -> str:
+    """`text` if its UTF-8 takes at most `limit` bytes, else its start (whole characters) and how
+    many characters were left out, within `limit` bytes."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit:
+        return text
+    kept = raw[: limit - 40].decode("utf-8", "ignore")  # a character cut in two is dropped
+    return f"{kept}… ({len(text) - len(kept)} more characters)"
 
 
 def internal_status(message: str = "internal error") -> grpc.Status:

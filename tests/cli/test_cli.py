@@ -296,6 +296,33 @@ def test_a_port_past_65535_is_refused_not_dialled_modulo_65536() -> None:
     SessionLogClient("127.0.0.1:65535").close()
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["events", "s", "--from"],
+        ["events", "s", "--to"],
+        ["tail", "s", "--from"],
+        ["history", "s", "--at"],
+        ["stats", "s", "--at"],
+        ["fork", "s", "--at"],
+    ],
+)
+def test_a_seq_past_what_a_request_carries_is_a_usage_mistake(args: list[str]) -> None:
+    """Seqs travel as uint64: one past 2**64 - 1 could not be put in the request, and the
+    command ended in a traceback (ValueError: Value out of range)."""
+    env = {**os.environ, "SESSIONLOG_SERVER": "127.0.0.1:1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionlog", *args, str(2**64)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert "Traceback" not in done.stderr and "a seq is at most 18446744073709551615" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("how", ["option", "environment"])
 def test_an_empty_server_address_is_a_usage_mistake(how: str) -> None:
     """`--server ""` (or `SESSIONLOG_SERVER=`, a variable set from an empty shell variable)

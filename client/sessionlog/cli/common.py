@@ -59,6 +59,18 @@ the clients' writers take `lease_token`: without it the session is held by that 
 (WRITER_HELD) until it lapses. The lease is given back when the command ends."""
 
 
+SEQ_MAX = 2**64 - 1
+"""The largest seq a request can carry (seqs are uint64 on the wire)."""
+
+
+def seq_within_range(value: int | None) -> int | None:
+    """A `SEQ` option's check beside its `min=0`: past `SEQ_MAX` it could not be put in the
+    request, and the command ended in a traceback instead of saying what was wrong."""
+    if value is not None and value > SEQ_MAX:
+        raise typer.BadParameter(f"a seq is at most {SEQ_MAX} (2**64 - 1)")
+    return value
+
+
 def print_json(value: Any) -> None:
     """One JSON value on one line of stdout (UTF-8 whatever the locale, not ASCII-escaped)."""
     write_stdout([jsonvalue.dumps_bytes(value) + b"\n"])

@@ -6,11 +6,14 @@ from typing import Annotated
 
 import typer
 
-from sessionlog.cli.common import connect, print_json
+from sessionlog.cli.common import connect, print_json, seq_within_range
 
 SessionArg = Annotated[str, typer.Argument(help="The session to project.")]
 AtOption = Annotated[
-    int | None, typer.Option("--at", metavar="SEQ", min=0, help="See the session as it was after this seq.")
+    int | None,
+    typer.Option(
+        "--at", metavar="SEQ", min=0, callback=seq_within_range, help="See the session as it was after this seq."
+    ),
 ]
 RepairOption = Annotated[
     bool, typer.Option("--with-repair", help="Show the crash repair of an open turn (in memory, not written).")

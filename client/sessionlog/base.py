@@ -38,10 +38,11 @@ from typing import Any, Generic, Protocol, TypeVar
 from sessionlog import convert, session_info
 from sessionlog.auth import bearer_token, channel_credentials
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import OwnershipLost, SessionLogError, Unavailable, WriterHeld
+from sessionlog.core.errors import LimitExceeded, OwnershipLost, SessionLogError, Unavailable, WriterHeld
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.requests import (
     DEFAULT_TARGET,
+    MAX_MESSAGE_BYTES,
     AppendResult,
     EventLike,
     ForkInfo,
@@ -632,6 +633,8 @@ class WriterCore:
     closed: bool = False
     reconnects: int = 0
     """How many times the stream broke and was opened again (re-sending what was pending)."""
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    """The largest message the writer sends (its channel's limit, and the service's default)."""
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def check_open(self) -> None:
@@ -647,8 +650,19 @@ class WriterCore:
             raise self.failure
 
     def add_batch(self, events: Sequence[NewEvent], expected_next_seq: int | None, future: Settable) -> Pending:
+        """The batch's request, pending; one over gRPC's message size is refused here, unsent
+        (MESSAGE_TOO_LARGE): sent, the asyncio writer was told of an internal error, like a
+        stream whose server died, and reconnected to send it again without end."""
         batch_id = next(self._ids)
-        pending = Pending(batch_id, batch_request(batch_id, events, expected_next_seq), future)
+        request = batch_request(batch_id, events, expected_next_seq)
+        size = request.ByteSize()
+        if size > self.max_message_bytes:
+            raise LimitExceeded(
+                "MESSAGE_TOO_LARGE",
+                f"the batch takes {size} bytes, over the {self.max_message_bytes} a message may: "
+                "send it in smaller batches",
+            )
+        pending = Pending(batch_id, request, future)
         self.pending.append(pending)
         return pending
 

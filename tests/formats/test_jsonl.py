@@ -134,6 +134,22 @@ def test_malformed_json_names_the_line() -> None:
     assert "line 2" in err.message
 
 
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        (b'{"type":"x/a","type":"turn/start"}', "type"),
+        (b'{"data":{"message":{"role":"user","content":"a","content":"b"}}}', "content"),
+        (b'{"data":{"a":1,"\\u0061":2}}', "a"),
+    ],
+)
+def test_a_line_naming_a_key_twice_is_refused_and_named(line: bytes, key: str) -> None:
+    """The decoder kept the last value: `append` sent the event without the other, `replay` and
+    `import` counted a Pi message's second role. Refused as the service refuses it."""
+    err = error_of(b'{"a":1}\n' + line + b"\n")
+    assert (err.reason, err.metadata["line"], err.metadata["key"]) == ("DUPLICATE_KEY", "2", key)
+    assert err.message.startswith("line 2: ")
+
+
 @pytest.mark.parametrize("token", [b"NaN", b"Infinity", b"-Infinity"])
 def test_non_finite_numbers_are_refused(token: bytes) -> None:
     err = error_of(b'{"a":1}\n{"x":' + token + b"}\n")

@@ -166,7 +166,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     DUPLICATE_KEY: _ErrorReason.ValueType  # 197
     """A JSON object of the event's data names one key twice (`{"a":1,"a":2}`). The stored text
     would keep both while every reader (and the service's own projections) kept only one, so
-    the log and what it shows would disagree.
+    the log and what it shows would disagree. The file readers refuse a line naming a key
+    twice too, saying which line: decoded, it kept the last value only.
 
     Code: INVALID_ARGUMENT
     Metadata: `key` (the repeated key)
@@ -1607,7 +1608,8 @@ Client: Send the number as a string; nothing was written.
 DUPLICATE_KEY: ErrorReason.ValueType  # 197
 """A JSON object of the event's data names one key twice (`{"a":1,"a":2}`). The stored text
 would keep both while every reader (and the service's own projections) kept only one, so
-the log and what it shows would disagree.
+the log and what it shows would disagree. The file readers refuse a line naming a key
+twice too, saying which line: decoded, it kept the last value only.
 
 Code: INVALID_ARGUMENT
 Metadata: `key` (the repeated key)

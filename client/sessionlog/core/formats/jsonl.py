@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from sessionlog.core.errors import ValidationError
-from sessionlog.core.jsonvalue import STRICT_DECODER, check_depth
+from sessionlog.core.jsonvalue import STRICT_DECODER, check_depth, check_unique_keys
 
 JsonObject = dict[str, Any]
 
@@ -237,12 +237,16 @@ def parse_line(line: bytes, number: int) -> JsonObject:
     try:
         check_depth(text, f"line {number}")
         value = STRICT_DECODER.decode(text)
+        # As the service refuses it in what is sent to it: the decoder kept the last of a
+        # repeated key, and what the file held reached the service (or a fold) without the others.
+        check_unique_keys(line, value)
     except json.JSONDecodeError as exc:
         raise ValidationError("MALFORMED_JSON", f"line {number}: not valid JSON: {exc}", line=number) from None
     except RecursionError:
         raise ValidationError("JSON_TOO_DEEP", f"line {number}: nested too deeply", line=number) from None
     except ValidationError as exc:
-        raise ValidationError(exc.reason, f"line {number}: {exc.message}", line=number) from None
+        kept = {name: text for name, text in exc.metadata.items() if name != "line"}  # a repeated key's name
+        raise ValidationError(exc.reason, f"line {number}: {exc.message}", line=number, **kept) from None
     if not isinstance(value, dict):
         raise ValidationError(
             "LINE_NOT_OBJECT",

@@ -17,6 +17,7 @@ from sessionlog.core.formats.jsonl import (
     read_file_numbered,
     read_stream,
 )
+from sessionlog.core.jsonvalue import MAX_JSON_DEPTH
 
 
 def feed_all(chunks: list[bytes], **options: object) -> list[dict[str, object]]:
@@ -148,6 +149,20 @@ def test_a_line_naming_a_key_twice_is_refused_and_named(line: bytes, key: str) -
     err = error_of(b'{"a":1}\n' + line + b"\n")
     assert (err.reason, err.metadata["line"], err.metadata["key"]) == ("DUPLICATE_KEY", "2", key)
     assert err.message.startswith("line 2: ")
+
+
+def _nested_data_line(depth: int) -> bytes:
+    """An envelope line whose data nests `depth` levels (its object and arrays within)."""
+    return b'{"type":"x/d","ignorable":true,"data":{"a":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}}"
+
+
+def test_a_line_holding_data_at_the_depth_limit_is_read() -> None:
+    """The service takes data MAX_JSON_DEPTH deep; its line (an envelope, an export's event) is
+    a level deeper, and was refused: a session's own export could not be imported or replayed."""
+    (line,) = feed_all([_nested_data_line(MAX_JSON_DEPTH) + b"\n"])
+    assert line["type"] == "x/d"
+    err = error_of(_nested_data_line(MAX_JSON_DEPTH + 1) + b"\n")
+    assert (err.reason, err.metadata["line"]) == ("JSON_TOO_DEEP", "1")
 
 
 @pytest.mark.parametrize("token", [b"NaN", b"Infinity", b"-Infinity"])

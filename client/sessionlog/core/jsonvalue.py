@@ -369,8 +369,9 @@ _PAIR_PASSES = 8
 brackets of most texts (a large tool output's many shallow objects), at C speed."""
 
 
-def check_depth(text: str | bytes, what: str = "JSON") -> None:
-    """Refuse JSON text nested deeper than MAX_JSON_DEPTH (before any decoder recurses into it).
+def check_depth(text: str | bytes, what: str = "JSON", max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON text nested deeper than `max_depth` (MAX_JSON_DEPTH unless the text wraps the
+    values measured in levels of its own), before any decoder recurses into it.
 
     Counting brackets is enough when there are few of them (the common case, C-speed counts).
     Otherwise strings are blanked, everything but brackets deleted and objects' brackets made
@@ -382,7 +383,7 @@ def check_depth(text: str | bytes, what: str = "JSON") -> None:
     may measure deeper than it is; it is refused either way.
     """
     data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    _check_nesting(data, data.count(b"[") + data.count(b"{"), what)
+    _check_nesting(data, data.count(b"[") + data.count(b"{"), what, max_depth=max_depth)
 
 
 def _check_nesting(
@@ -391,9 +392,10 @@ def _check_nesting(
     what: str,
     max_containers: int | None = None,
     max_values: int | None = None,
+    max_depth: int = MAX_JSON_DEPTH,
 ) -> None:
     """`check_depth` of `data`, given how many opening brackets it holds (`loads` counts them in
-    its byte classes): with no more of them than MAX_JSON_DEPTH there is nothing to measure. With
+    its byte classes): with no more of them than `max_depth` there is nothing to measure. With
     `max_containers`, also refuse (JSON_TOO_MANY_CONTAINERS) text holding more objects and arrays
     than that, outside its strings; that is counted only when the text holds more opening
     brackets than the limit, inside strings or out. With `max_values`, also refuse
@@ -415,11 +417,11 @@ def _check_nesting(
     scanned further."""
     containers_over = max_containers is not None and opening > max_containers
     values_over = max_values is not None and len(data) // 2 > max_values and opening + data.count(b",") > max_values
-    if opening <= MAX_JSON_DEPTH and not containers_over and not values_over:
+    if opening <= max_depth and not containers_over and not values_over:
         return
     if max_values is not None and values_over:
         shape = _count_values(data, what, max_values, max_containers if containers_over else None)
-        if opening <= MAX_JSON_DEPTH:
+        if opening <= max_depth:
             return
         brackets = shape.translate(None, b",0")
     else:
@@ -428,7 +430,7 @@ def _check_nesting(
         brackets = outside.translate(_ONE_BRACKET_KIND, _NOT_BRACKETS)
         if max_containers is not None and containers_over:
             _check_containers(brackets.count(b"["), max_containers, what, counted_all=runs < cap)
-        if opening <= MAX_JSON_DEPTH:
+        if opening <= max_depth:
             return
     removed = 0
     while brackets and removed < _PAIR_PASSES:
@@ -436,16 +438,16 @@ def _check_nesting(
         if len(inner) == len(brackets):
             break  # unbalanced (malformed): summed up as it is
         brackets, removed = inner, removed + 1
-    if brackets and removed + max(accumulate(array("b", brackets.translate(_DEPTH_STEPS)))) > MAX_JSON_DEPTH:
-        _refuse_depth(what)
+    if brackets and removed + max(accumulate(array("b", brackets.translate(_DEPTH_STEPS)))) > max_depth:
+        _refuse_depth(what, max_depth)
 
 
-def _refuse_depth(what: str) -> None:
-    """JSON_TOO_DEEP: `what` nests past MAX_JSON_DEPTH."""
+def _refuse_depth(what: str, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """JSON_TOO_DEEP: `what` nests past `max_depth`."""
     raise ValidationError(
         "JSON_TOO_DEEP",
-        f"{what} is nested more than {MAX_JSON_DEPTH} levels deep",
-        limit=MAX_JSON_DEPTH,
+        f"{what} is nested more than {max_depth} levels deep",
+        limit=max_depth,
     )
 
 

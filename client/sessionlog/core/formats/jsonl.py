@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from sessionlog.core.errors import ValidationError
-from sessionlog.core.jsonvalue import STRICT_DECODER, check_depth, check_unique_keys
+from sessionlog.core.jsonvalue import MAX_JSON_DEPTH, STRICT_DECODER, check_depth, check_unique_keys
 
 JsonObject = dict[str, Any]
 
@@ -235,7 +235,9 @@ def parse_line(line: bytes, number: int) -> JsonObject:
             offset=exc.start,
         ) from None
     try:
-        check_depth(text, f"line {number}")
+        # A line is a level above the values the service measures (an envelope's or an exported
+        # event's data): data at the limit, which the service took, is a line one deeper.
+        check_depth(text, f"line {number}", max_depth=MAX_JSON_DEPTH + 1)
         value = STRICT_DECODER.decode(text)
         # As the service refuses it in what is sent to it: the decoder kept the last of a
         # repeated key, and what the file held reached the service (or a fold) without the others.

@@ -317,6 +317,9 @@ export class Writer {
   private enqueue(build: (id: bigint) => WriteRequest): Promise<unknown> {
     if (this.failure !== null) return Promise.reject(this.afterEnd());
     if (this.closing) return Promise.reject(writerClosed("the writer is closed"));
+    // A close under way flushes what came before it, then ends the stream: a call made
+    // meanwhile, queued past `maxInFlight`, was never sent nor answered.
+    if (this.closeCalls > 0) return Promise.reject(writerClosed("the writer is closing"));
     const id = this.nextBatchId++;
     let settle!: (ack: AckResult) => void;
     let reject!: (error: unknown) => void;

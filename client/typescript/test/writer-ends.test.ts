@@ -232,6 +232,27 @@ for (const backend of BACKENDS) {
       assert.deepEqual(notes, [0, 1]);
     });
 
+    test("calls made while close() flushes reject with WriterClosed; what came before it lands", async () => {
+      // Queued past maxInFlight behind the close, they were never sent nor answered.
+      const id = sessionId("closing");
+      const writer = await env.client.writer(id, { createIfMissing: true, maxInFlight: 1 });
+      const before = [writer.append([note(0)]), writer.append([note(1)])];
+      const closing = writer.close();
+      const during = await settles(
+        Promise.allSettled([writer.append([note(2)]), writer.append([note(3)]), writer.reportHeader({ config: {} })]),
+        "the calls made while closing",
+      );
+      for (const outcome of during) {
+        assert.equal(outcome.status, "rejected");
+        assert.ok(closedOnPurpose(outcome.reason) && /closing/.test((outcome.reason as Error).message));
+      }
+      await settles(closing, "close");
+      assert.deepEqual((await Promise.all(before)).map((r) => r.seqs), [[0], [1]]);
+      const notes = [];
+      for await (const event of env.client.readEvents(id)) notes.push(event.data.n);
+      assert.deepEqual(notes, [0, 1]);
+    });
+
     test("cancel fails pending and later calls with WriterClosed, which is not retryable", async () => {
       const id = sessionId("cancel");
       const writer = await env.client.writer(id, { createIfMissing: true });

@@ -226,7 +226,14 @@ export interface ProjectionOptions {
 /** The model history: the surface's messages in surface order. */
 export type ModelHistory = Message[];
 
-interface TranscriptRowBase { seq: number; time: number; replacedBy: number | null }
+interface TranscriptRowBase {
+  seq: number;
+  time: number;
+  replacedBy: number | null;
+  /** When the event's source recorded it (its `data.recordedTime`, epoch ms), where it says so:
+   * an import's rows share one commit `time`. */
+  recordedTime?: number;
+}
 /** A surface event that entered with `append`; `data` is its projected message; `interrupted`
  * when the event says the user cut the answer off. */
 export interface TranscriptMessageRow extends TranscriptRowBase { kind: "message"; type: string; data: Message; interrupted?: true }

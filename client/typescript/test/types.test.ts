@@ -92,4 +92,14 @@ describe(`types on ${backend}`, () => {
     assert.equal(modelCalls, 1);
     assert.equal(stats.toolCalls, 1);
   });
+
+  test("a transcript row carries its event's recordedTime, typed", async () => {
+    const id = sessionId("recorded");
+    const writer = await client.writer(id, { createIfMissing: true });
+    await writer.append([{ type: "x/note", ignorable: true, data: { recordedTime: 1_700_000_000_000 } }, { type: "x/note", ignorable: true, data: {} }]);
+    await writer.close();
+    const rows = await client.transcript(id);
+    const recorded: (number | undefined)[] = rows.map((row) => row.recordedTime);
+    assert.deepEqual(recorded, [1_700_000_000_000, undefined]);
+  });
 });

@@ -3,7 +3,10 @@ is laid by."""
 
 from __future__ import annotations
 
-from sessionlog.core.clock import Placement, SessionClock
+import pytest
+
+from sessionlog.core.clock import MAX_EPOCH_MS, Placement, SessionClock, check_recorded_time, moment
+from sessionlog.core.errors import ValidationError
 from sessionlog.core.events import Event, NewEvent
 
 
@@ -48,3 +51,20 @@ def test_the_first_recorded_time_moves_the_events_before_it() -> None:
     assert clock.at(0) == Placement(100, True)
     clock.add(note(1, 100, 7))
     assert clock.at(0) == Placement(7, False)
+
+
+@pytest.mark.parametrize("recorded", [-1, MAX_EPOCH_MS + 1, 10**23])
+def test_a_recorded_time_no_trace_can_carry_is_refused_and_not_placed(recorded: int) -> None:
+    """OTLP's times are unsigned nanoseconds: a recorded time before 1970 or past the year 2554
+    made every OTLP export of its session fail to encode. Refused at append; one stored before
+    this rule is read as no recorded time (the commit clock), as a malformed one is."""
+    with pytest.raises(ValidationError) as refused:
+        check_recorded_time({"recordedTime": recorded})
+    assert refused.value.reason == "BAD_TIME" and refused.value.field == "data.recordedTime"
+    assert moment(note(0, 100, recorded)).recorded is False
+
+
+@pytest.mark.parametrize("recorded", [0, MAX_EPOCH_MS])
+def test_recorded_times_from_1970_to_the_last_a_trace_carries_are_kept(recorded: int) -> None:
+    check_recorded_time({"recordedTime": recorded})
+    assert moment(note(0, 100, recorded)).ms == recorded

@@ -40,17 +40,24 @@ class Moment:
     recorded: bool
 
 
+MAX_EPOCH_MS = (2**64 - 1) // 1_000_000
+"""The latest time a trace can carry (OTLP's times are unsigned 64-bit nanoseconds; the year
+2554). A recorded time outside 0 to this broke every OTLP export of its session."""
+
+
 def is_epoch_ms(value: Any) -> TypeGuard[int]:
-    """An integer, as the envelope's `time` is (a bool is not one)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer from 0 to MAX_EPOCH_MS, as the envelope's `time` is (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_EPOCH_MS
 
 
 def check_recorded_time(data: JsonObject) -> None:
-    """A `data.recordedTime` that is present is an integer (epoch ms): a malformed one would leave
-    the event on the commit clock unnoticed, so it is refused at append (BAD_TIME)."""
+    """A `data.recordedTime` that is present is epoch ms (`is_epoch_ms`): a malformed one would
+    leave the event on the commit clock unnoticed, so it is refused at append (BAD_TIME)."""
     if RECORDED_TIME in data and not is_epoch_ms(data[RECORDED_TIME]):
         raise ValidationError(
-            "BAD_TIME", f"data.{RECORDED_TIME} must be an integer (epoch ms)", field=f"data.{RECORDED_TIME}"
+            "BAD_TIME",
+            f"data.{RECORDED_TIME} must be an integer of epoch ms from 0 to {MAX_EPOCH_MS}",
+            field=f"data.{RECORDED_TIME}",
         )
 
 
@@ -136,6 +143,7 @@ def _widened(span: tuple[int, int] | None, ms: int) -> tuple[int, int]:
 
 
 __all__ = [
+    "MAX_EPOCH_MS",
     "RECORDED_TIME",
     "Moment",
     "Placement",

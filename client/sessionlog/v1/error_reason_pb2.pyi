@@ -66,7 +66,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """
     BAD_TIME: _ErrorReason.ValueType  # 5
     """A `time` in an envelope, or an event's `data.recordedTime` (the time an import carries over
-    from its source file), is not an integer (epoch milliseconds).
+    from its source file), is not an integer (epoch milliseconds); a recorded time must also lie
+    from 1970 to the latest an OTLP trace can carry (the year 2554).
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
@@ -1508,7 +1509,8 @@ Client: Fix the event or the argument; nothing was sent or written. Sent unchang
 """
 BAD_TIME: ErrorReason.ValueType  # 5
 """A `time` in an envelope, or an event's `data.recordedTime` (the time an import carries over
-from its source file), is not an integer (epoch milliseconds).
+from its source file), is not an integer (epoch milliseconds); a recorded time must also lie
+from 1970 to the latest an OTLP trace can carry (the year 2554).
 
 Code: INVALID_ARGUMENT
 Metadata: `field`

@@ -143,7 +143,9 @@ def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
     permission) is the one-line error, exit status 2, and leaves no file behind."""
     temp: str | None = None
     try:
+        mode = _mode_for(path)
         fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.resolve().parent)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as out:
             for chunk in chunks:
                 out.write(chunk)
@@ -155,6 +157,18 @@ def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
     finally:
         if temp is not None:
             Path(temp).unlink(missing_ok=True)
+
+
+def _mode_for(path: Path) -> int:
+    """The mode a file written over `path` gets: the one it replaces keeps its own, a new one
+    what the umask leaves of 0666, as `open` would give it. (mkstemp's 0600 made every exported
+    file and session page readable by its owner only, whatever the umask.)"""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0o022)  # read by setting it; set back at once
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

@@ -751,7 +751,7 @@ def test_ingest_tool_calls_and_an_incomplete_message(cli: CliRunner, client: Ses
     result = invoke(cli, "ingest", sid, "--format", "pi-events", stdin=stream_lines(*TOOL_RUN))
     assert result.exit_code == 0, result.stderr
     assert "incomplete assistant message (turn 2)" in result.stderr
-    assert "assistant/attempt (partial)" in result.stderr and "open turn" in result.stderr
+    assert "assistant/attempt (partial)" in result.stderr and "the turn stays open" in result.stderr
     summary = json.loads(result.stdout)
     assert summary["incomplete"] == 1 and summary["openTurn"] is True
     events = list(client.read_events(sid))
@@ -799,6 +799,9 @@ def test_ingest_after_a_killed_run_resumes_the_session(cli: CliRunner, client: S
     first = invoke(cli, "ingest", sid, "--format", "pi-events", stdin=stream_lines(*killed))
     assert first.exit_code == 0, first.stderr
     assert json.loads(first.stdout)["openTurn"] is True
+    # The lease was given back, so no lapse of it brings the service's repair: it said it would.
+    assert f"the turn stays open until the session is resumed (`sessionlog resume {sid}`" in first.stderr
+    assert client.get_session(sid).lease is None
     second = invoke(cli, "ingest", sid, "--format", "pi-events", stdin=STREAM.read_bytes())
     assert second.exit_code == 0, second.stderr
     assert json.loads(second.stdout)["openTurn"] is False

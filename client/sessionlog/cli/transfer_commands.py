@@ -537,9 +537,12 @@ def ingest_command(
         appender.close()
     open_turn = ingest.fold.open_turn is not None
     if open_turn:
+        # The lease is given back, so no lapse of it sends the service's repair: the turn stays
+        # open until a writer resumes the session (as the next ingest into it does).
         sys.stderr.write(
-            "sessionlog: warning: the stream ended inside an agent run; the open turn is left for the "
-            "service's crash repair\n"
+            "sessionlog: warning: the stream ended inside an agent run; the turn stays open until "
+            f"the session is resumed (`sessionlog resume {session_id}`, or the next ingest into it), "
+            "which completes it\n"
         )
     print_json(
         {

@@ -793,6 +793,16 @@ def test_ingest_refuses_an_event_over_a_limit_naming_its_line(
     assert "EVENT_TOO_LARGE: pi event stream: line 12 (seq 6): tool/result: " in result.stderr, result.stderr
 
 
+def test_ingest_refuses_a_pi_session_file_naming_import(cli: CliRunner, client: SessionLogClient, sid: str) -> None:
+    """A session file starts with the header a stream starts with; its entries went in as
+    ignorable events of kinds the stream parser did not know, and nothing said the session held
+    no message. Its first entry is refused, pointing at `sessionlog import`."""
+    result = invoke(cli, "ingest", sid, "--format", "pi-events", stdin=fixture(RESUMED_SESSION).read_bytes())
+    assert result.exit_code != 0
+    assert "BAD_STREAM_EVENT: line 2: a Pi session file's entry" in result.stderr and "sessionlog import" in result.stderr
+    assert list(client.read_events(sid)) == []
+
+
 def test_ingest_after_a_killed_run_resumes_the_session(cli: CliRunner, client: SessionLogClient, sid: str) -> None:
     events = [json.loads(line) for line in STREAM.read_text("utf-8").splitlines()]
     killed = [e for e in events if e["type"] not in ("turn_end", "agent_end")]  # cut after the reply, mid-run

@@ -987,7 +987,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Fix or regenerate the file; nothing was imported.
     """
     BAD_STREAM_EVENT: _ErrorReason.ValueType  # 102
-    """A Pi event-stream record lacks a required object.
+    """A Pi event-stream record lacks a required object, or is a Pi session file's entry (an `id`
+    and a `parentId`: a session file given to `ingest`, which `sessionlog import` reads).
 
     Code: INVALID_ARGUMENT
     Metadata: `field`, `line`
@@ -2430,7 +2431,8 @@ Raised by: files
 Client: Fix or regenerate the file; nothing was imported.
 """
 BAD_STREAM_EVENT: ErrorReason.ValueType  # 102
-"""A Pi event-stream record lacks a required object.
+"""A Pi event-stream record lacks a required object, or is a Pi session file's entry (an `id`
+and a `parentId`: a session file given to `ingest`, which `sessionlog import` reads).
 
 Code: INVALID_ARGUMENT
 Metadata: `field`, `line`

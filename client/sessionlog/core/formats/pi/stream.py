@@ -193,6 +193,16 @@ class PiStreamParser:
             return [SessionHeader(event)]
         handler = _HANDLERS.get(kind)
         if handler is None:
+            if "id" in event and "parentId" in event:
+                # A session file's entry: kept as an event of a kind this parser does not know,
+                # the whole file went in as ignorable events, and the session held no message.
+                raise ValidationError(
+                    "BAD_STREAM_EVENT",
+                    f"{where}a Pi session file's entry ({kind!r}, with an id and a parentId), not an event "
+                    "of `pi --mode json`: a session file is imported with `sessionlog import`",
+                    field="parentId",
+                    line=line,
+                )
             return [OtherEvent(kind, event, self.turn)]
         return handler(self, event, where, line)
 

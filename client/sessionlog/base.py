@@ -40,6 +40,7 @@ from sessionlog.auth import bearer_token, channel_credentials
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import LimitExceeded, OwnershipLost, SessionLogError, Unavailable, WriterHeld
 from sessionlog.core.events import Event, NewEvent
+from sessionlog.core.headers import check_header
 from sessionlog.requests import (
     DEFAULT_TARGET,
     MAX_MESSAGE_BYTES,
@@ -667,6 +668,11 @@ class WriterCore:
         return pending
 
     def add_header(self, header: dict[str, Any], future: Settable) -> Pending:
+        """The header report's request, pending; a header that is not an object is refused here
+        (HEADER_NOT_OBJECT), as the service would refuse it: `dict()` of a string raised a bare
+        ValueError, and sent, the refusal would have ended the writer."""
+        if not isinstance(header, dict):
+            check_header(header)
         batch_id = next(self._ids)
         pending = Pending(batch_id, header_write_request(batch_id, dict(header)), future)
         self.pending.append(pending)

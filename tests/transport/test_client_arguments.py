@@ -101,6 +101,19 @@ def test_a_writer_refuses_a_bad_expected_next_seq_and_goes_on(client: SessionLog
         assert writer.append([note(1)], expected_next_seq=0).result().seqs == [0]
 
 
+@pytest.mark.parametrize("header", ["config", None, [{"config": {}}]])
+def test_a_writer_refuses_a_header_that_is_not_an_object_and_goes_on(
+    client: SessionLogClient, sid: str, header: Any
+) -> None:
+    # `dict(header)` raised a bare ValueError or TypeError; sent, the refusal ended the writer.
+    client.create_session(sid)
+    with client.writer(sid, max_in_flight=1) as writer:
+        with pytest.raises(ValidationError) as refused:
+            writer.report_header(header)
+        assert refused.value.reason == "HEADER_NOT_OBJECT"
+        assert writer.append([note(0)]).result().seqs == [0]
+
+
 def test_a_failed_writer_says_later_batches_meet_its_earlier_failure(client: SessionLogClient, sid: str) -> None:
     client.create_session(sid)
     writer = client.writer(sid)

@@ -37,8 +37,8 @@ MESSAGE_BYTES = 1024
 BadRequest description). A message may echo what was refused (a header's unknown key, an
 event's type), and one of 10,000 characters took the status's headers past gRPC's metadata
 limit (16 KiB): the caller was told MESSAGE_TOO_LARGE, of a size it never sent, instead of the
-reason. Cut, the message and its details stay under gRPC's 8 KiB soft limit, percent-encoded
-non-ASCII text included."""
+reason. Cut, the status's headers take a few KiB at most (the message percent-encoded, the
+details base64), whatever the text."""
 METADATA_VALUE_BYTES = 256
 """Most UTF-8 bytes of each ErrorInfo metadata value on the wire (ids and numbers are shorter)."""
 

@@ -152,12 +152,18 @@ def as_new_event(item: EventLike) -> NewEvent:
     return item if isinstance(item, NewEvent) else NewEvent.from_json(item)
 
 
+SEQ_MAX = 2**64 - 1
+"""The largest seq a request can carry (seqs are uint64 on the wire)."""
+
+
 def seq_argument(value: Any, name: str) -> int:
     """A seq a caller passed (`from_seq`, `at_seq`, `expected_next_seq`, ...): a non-negative
-    integer, else BAD_SEQ here, before anything is sent (the wire's unsigned fields would
-    otherwise fail to encode with an untyped error, or round a float)."""
+    integer of at most SEQ_MAX, else BAD_SEQ here, before anything is sent (the wire's unsigned
+    fields would otherwise fail to encode with an untyped error, or round a float)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValidationError("BAD_SEQ", f"{name} must be a non-negative integer, not {value!r}", field=name)
+    if value > SEQ_MAX:
+        raise ValidationError("BAD_SEQ", f"a seq is at most {SEQ_MAX} (2**64 - 1): {name} is {value}", field=name)
     return value
 
 

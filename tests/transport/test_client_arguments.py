@@ -79,6 +79,10 @@ SEQ_CALLS: dict[str, Callable[[SessionLogClient, str], Any]] = {
     "stats": lambda c, sid: c.stats(sid, at_seq=True),  # type: ignore[arg-type]
     "fork": lambda c, sid: c.fork(sid, -1),
     "subscribe": lambda c, sid: next(iter(c.subscribe(sid, from_seq=-1))),
+    # Past uint64: the request could not be encoded (ValueError: Value out of range).
+    "read_events past uint64": lambda c, sid: list(c.read_events(sid, from_seq=2**64)),
+    "transcript past uint64": lambda c, sid: c.transcript(sid, at_seq=2**64),
+    "fork past uint64": lambda c, sid: c.fork(sid, 2**64),
 }
 
 

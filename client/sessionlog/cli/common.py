@@ -16,7 +16,7 @@ import typer
 from sessionlog.cli import hints
 from sessionlog.core import jsonvalue
 from sessionlog.core.errors import SessionLogError
-from sessionlog.requests import DEFAULT_TARGET
+from sessionlog.requests import DEFAULT_TARGET, seq_argument
 
 if TYPE_CHECKING:  # imported where a client is made: gRPC stays unloaded until then (see `connect`)
     from sessionlog.client import SessionLogClient
@@ -59,15 +59,15 @@ the clients' writers take `lease_token`: without it the session is held by that 
 (WRITER_HELD) until it lapses. The lease is given back when the command ends."""
 
 
-SEQ_MAX = 2**64 - 1
-"""The largest seq a request can carry (seqs are uint64 on the wire)."""
-
-
-def seq_within_range(value: int | None) -> int | None:
-    """A `SEQ` option's check beside its `min=0`: past `SEQ_MAX` it could not be put in the
-    request, and the command ended in a traceback instead of saying what was wrong."""
-    if value is not None and value > SEQ_MAX:
-        raise typer.BadParameter(f"a seq is at most {SEQ_MAX} (2**64 - 1)")
+def seq_within_range(param: typer.CallbackParam, value: int | None) -> int | None:
+    """A `SEQ` option checked as the client checks a seq (`seq_argument`) while the command
+    line is read: a usage mistake (exit status 2), where one past what the wire carries ended
+    the command in a traceback."""
+    if value is not None:
+        try:
+            seq_argument(value, param.opts[0])
+        except SessionLogError as exc:
+            raise typer.BadParameter(exc.message) from None
     return value
 
 

@@ -7,7 +7,7 @@ import sys
 import tempfile
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -152,11 +152,22 @@ def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
             out.flush()
             os.fsync(out.fileno())
         os.replace(temp, path)
+        _sync_directory(path.resolve().parent)  # the rename itself, durable
     except OSError as exc:
         raise fail(f"cannot write {path}: {exc.strerror or exc}", code=2) from None
     finally:
         if temp is not None:
             Path(temp).unlink(missing_ok=True)
+
+
+def _sync_directory(directory: Path) -> None:
+    """fsync `directory`, where the filesystem allows it (not every one opens a directory)."""
+    with suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 def _mode_for(path: Path) -> int:

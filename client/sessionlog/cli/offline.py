@@ -10,15 +10,13 @@ as changes, and so are the runs whose cost is a lower bound (`unpricedEvents` no
 commands mark such a cost `≥`, as `costs` does). `--write` replaces the `metrics` of changed
 runs only (and, with `--add-new`, adds the missing metrics to every run), keeps every other
 line byte for byte, and swaps the file in atomically (a temporary file in the same directory,
-fsync, `os.replace`).
+fsync, `os.replace`: `write_atomically`, as `export -o` writes).
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,16 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from sessionlog.cli.common import cost_cell, describe, fail, lower_bound, printable, table_cell, write_stdout
+from sessionlog.cli.common import (
+    cost_cell,
+    describe,
+    fail,
+    lower_bound,
+    printable,
+    table_cell,
+    write_atomically,
+    write_stdout,
+)
 from sessionlog.cli.progress import progress
 from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.formats.jsonl import JsonlReader
@@ -363,24 +370,4 @@ def _rewrite(runs: Path, data: bytes, outcomes: list[RunOutcome], *, add_new: bo
         old = lines[outcome.line - 1]
         ending = b"\r" if old.endswith(b"\r") else b""
         lines[outcome.line - 1] = dumps(record).encode("utf-8") + ending
-    payload = b"\n".join(lines)
-    directory = runs.resolve().parent
-    mode = runs.stat().st_mode & 0o7777
-    handle, temp = tempfile.mkstemp(prefix=f".{runs.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(payload)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, runs)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(temp)
-        raise
-    with suppress(OSError):
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    write_atomically(runs, [b"\n".join(lines)])

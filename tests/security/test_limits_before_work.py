@@ -204,6 +204,30 @@ def test_a_message_role_that_contradicts_its_type_is_refused(
     assert client.get_session(sid).next_seq == 0
 
 
+ROLELESS = [(type_, False) for type_ in ("system/message", "user/message", "assistant/message", "tool/result")]
+
+
+@pytest.mark.parametrize(("type_", "kept"), [*ROLELESS, ("user/message", True)])
+@pytest.mark.parametrize("role", [None, 7], ids=["no-role", "role-7"])
+def test_a_surface_message_without_a_string_role_is_refused(
+    client: SessionLogClient, sid: str, type_: str, kept: bool, role: int | None
+) -> None:
+    # `{}` was taken as a model message: the model history then held a message without a role,
+    # and the session's Pi export could not be read back. A message kept as its model saw it
+    # (only a user/message is) keeps its own role, but must have one.
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    message: dict[str, object] = {"content": "x"} if role is None else {"role": role, "content": "x"}
+    data = {"turn": 1, "step": 1, "message": message}
+    if kept:
+        data["source"] = {"kind": "pi-unstructured"}
+    with pytest.raises(ValidationError) as refused:
+        client.append(sid, lease, [{"type": type_, "surfaceOp": "append", "data": data}])
+    assert refused.value.reason == "ROLE_CONTRADICTS_TYPE"
+    assert refused.value.field == "data.message.role"
+    assert client.get_session(sid).next_seq == 0
+
+
 KEPT = [("pi-unpaired-tool-result", "toolResult"), ("pi-unstructured", "assistant"), ("pi-forked-call", "assistant")]
 
 

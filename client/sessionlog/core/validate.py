@@ -214,15 +214,27 @@ ROLE_OF_TYPE = {"system/message": "system", "assistant/message": "assistant", "t
 
 
 def check_message_role(event: NewEvent) -> None:
-    """A surface event's `data.message.role` agrees with its type (SPEC §3); a `user/message`
-    kept as the model saw it (`vocabulary.KEPT_AS_SEEN`) keeps its message's own role."""
-    if event.type not in SURFACE_TYPES or _kept_as_seen(event):
+    """A surface event's `data.message.role` is there and agrees with its type (SPEC §3); a
+    `user/message` kept as the model saw it (`vocabulary.KEPT_AS_SEEN`) keeps its message's own
+    role, which must still be a string: a message without one is no model message, and its
+    session's Pi export could not be read back."""
+    if event.type not in SURFACE_TYPES:
         return
     message = event.data.get("message")
-    if not isinstance(message, dict) or "role" not in message:
-        return
-    role = message["role"]
+    if not isinstance(message, dict):
+        return  # check_message's to refuse
+    role = message.get("role")
     expected = ROLE_OF_TYPE.get(event.type)
+    if role is None or not isinstance(role, str):
+        wanted = repr(expected) if expected is not None else "a role (a string)"
+        raise ValidationError(
+            "ROLE_CONTRADICTS_TYPE",
+            f"a {event.type} event's message has {'no role' if role is None else f'role {role!r}'}; it needs {wanted}",
+            field="data.message.role",
+            type=event.type,
+        )
+    if _kept_as_seen(event):
+        return
     # user/message carries any role but those of the other surface types.
     agrees = role == expected if expected is not None else isinstance(role, str) and role not in ROLE_OF_TYPE.values()
     if not agrees:

@@ -61,6 +61,7 @@ from sessionlog.requests import (
     header_request,
     header_write_request,
     history_request,
+    named_session,
     open_request,
     read_request,
     release_request,
@@ -297,7 +298,7 @@ def create_session(
     id), and the service answers a create asked for again, before anything was written to the
     session, with the session it made (SPEC §2), so a retry after an unknown outcome cannot
     create twice, nor mistake another's session for its own."""
-    request = create_request(session_id or str(uuid.uuid4()), cwd, metadata)
+    request = create_request(named_session(session_id, "session_id"), cwd, metadata)
     return Call("CreateSession", request, lambda r: session_info.session_from_pb(r.session), idempotent=True)
 
 
@@ -418,7 +419,7 @@ def fork(session_id: str, at_seq: int, new_session_id: str | None) -> Call[ForkI
     request = pb.ForkSessionRequest(
         session_id=session_id,
         at_seq=seq_argument(at_seq, "at_seq"),
-        new_session_id=new_session_id or str(uuid.uuid4()),
+        new_session_id=named_session(new_session_id, "new_session_id"),
     )
     return Call("ForkSession", request, fork_from_pb, idempotent=True)
 

@@ -167,6 +167,17 @@ def seq_argument(value: Any, name: str) -> int:
     return value
 
 
+def named_session(session_id: str | None, name: str) -> str:
+    """The id a create or fork names: a fresh UUID for None, else the caller's id, which may
+    not be empty: the wire cannot tell "" from no id, so the service would make up a session
+    (an unset `$SID` in `sessionlog create --id "$SID"`) where the caller meant its own."""
+    if session_id is None:
+        return str(uuid.uuid4())
+    if not session_id:
+        raise ValidationError("BAD_SESSION_ID", f"{name} is empty: give an id, or none for a generated one", field=name)
+    return session_id
+
+
 def with_event_ids(events: Iterable[EventLike]) -> list[NewEvent]:
     """Give every event an eventId, so a retry after an unknown outcome cannot append twice.
 

@@ -17,7 +17,7 @@ from bench.procs import free_port
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.cli.hints import readable_time
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import NotFound
+from sessionlog.core.errors import NotFound, ValidationError
 from sessionlog_server.tokens import config_line, new_token
 from tests.support.servers import ServerThread
 
@@ -106,6 +106,23 @@ def test_bad_input_exits_non_zero_with_one_line(server: ServerThread, sid: str) 
     assert missing.returncode != 0 and "SESSION_NOT_FOUND" in missing.stderr
     # Lines read before the bad one may have landed (append streams); nothing after it did.
     assert run(server, "events", sid).stdout.count("\n") <= 1
+
+
+def test_an_empty_id_is_refused_not_a_generated_one(server: ServerThread, sid: str) -> None:
+    # `create --id "$SID"` with SID unset made a session under a UUID (the wire cannot tell an
+    # empty id from none), and `fork --id ''` forked to one; each exited 0.
+    created = run(server, "create", "--id", "")
+    assert created.returncode == 1 and created.stdout == ""
+    assert created.stderr.startswith("sessionlog: error: BAD_SESSION_ID: session_id is empty"), created.stderr
+    run(server, "create", "--id", sid)
+    run(server, "append", sid, stdin=lines(USER))
+    forked = run(server, "fork", sid, "--at", "1", "--id", "")
+    assert forked.returncode == 1 and "BAD_SESSION_ID: new_session_id is empty" in forked.stderr, forked.stderr
+    with SessionLogClient(server.target) as client:
+        assert list(client.list_sessions(parent_session_id=sid)) == []
+        assert client.fork(sid, 1).id != ""  # none still means a generated id
+        with pytest.raises(ValidationError, match="empty"):
+            client.create_session("")
 
 
 def test_append_refuses_a_malformed_seq_or_time(server: ServerThread, sid: str) -> None:

@@ -5,6 +5,7 @@
  * argument passes through here first, so it fails at once, as a ValidationError with the
  * catalogue's reason (docs/errors.md), and nothing is sent.
  */
+import { randomUUID } from "node:crypto";
 import { Code } from "@connectrpc/connect";
 import { ValidationError } from "./errors.js";
 
@@ -38,6 +39,17 @@ export function seq(value: unknown, field: string, reason = "BAD_SEQ", metadata:
   if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) return BigInt(value);
   if (typeof value === "bigint" && value >= 0n && value <= UINT64_MAX) return value;
   throw invalid(reason, field, `must be a non-negative integer (a seq), got ${shown(value)}`, metadata);
+}
+
+/**
+ * The id a create or fork names: a fresh UUID when none is given, else the caller's, which may
+ * not be empty: the wire cannot tell "" from no id, so the service would make up a session
+ * where the caller meant its own (an unset variable). BAD_SESSION_ID, as the Python client.
+ */
+export function namedSession(value: string | undefined, field: string): string {
+  if (value === undefined) return randomUUID();
+  if (value === "") throw invalid("BAD_SESSION_ID", field, "is empty: give an id, or none for a generated one");
+  return value;
 }
 
 /** `seq` for an optional argument (undefined stays unset). */

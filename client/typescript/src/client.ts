@@ -19,7 +19,7 @@ import { create } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
 import { type CallOptions, type Client, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { optionalSeq, pageSize, seq } from "./arguments.js";
+import { namedSession, optionalSeq, pageSize, seq } from "./arguments.js";
 import { batchToPb, checkWellFormed, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, optionalNum, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
 import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
 import { PING_INTERVAL_MS, PING_TIMEOUT_MS, SessionManager } from "./sessions.js";
@@ -213,7 +213,7 @@ export class SessionLogClient {
   async createSession(sessionId?: string, options: { cwd?: string; metadata?: JsonObject } = {}): Promise<SessionInfo> {
     checkWellFormed(options.cwd, "UNSTORABLE_VALUE", "cwd");
     const request = {
-      sessionId: sessionId || randomUUID(),
+      sessionId: namedSession(sessionId, "sessionId"),
       cwd: options.cwd ?? "",
       metadataJson: options.metadata ? jsonObjectField(options.metadata, "metadata", "DATA_NOT_OBJECT") : new Uint8Array(),
     };
@@ -338,7 +338,7 @@ export class SessionLogClient {
    * the service answers with the fork it made, so a retry cannot fork twice.
    */
   async fork(sessionId: string, atSeq: SeqArgument, newSessionId?: string): Promise<ForkResult> {
-    const request = { sessionId, atSeq: seq(atSeq, "atSeq"), newSessionId: newSessionId || randomUUID() };
+    const request = { sessionId, atSeq: seq(atSeq, "atSeq"), newSessionId: namedSession(newSessionId, "newSessionId") };
     const response = await this.unary((callOptions) => this.rpc.forkSession(request, callOptions), true);
     return { session: sessionFromPb(response.session), repairSeqs: response.repairSeqs.map(num) };
   }

@@ -80,6 +80,9 @@ describe(`arguments on ${backend}`, () => {
       await assertRefusedAtOnce(() => nowhere.append(ANY_LEASE, [{ ...note(0), eventId: "\udfff" }]), "eventId", "BAD_EVENT_ID", "append eventId with a lone surrogate");
       await assertRefusedAtOnce(() => nowhere.createSession(id, { cwd: "\udfff" }), "cwd", "UNSTORABLE_VALUE", "createSession cwd with a lone surrogate");
       await assertRefusedAtOnce(() => nowhere.writer(id, { writerId: "\udfff" }), "writerId", "BAD_WRITER_ID", "writer writerId with a lone surrogate");
+      // The wire cannot tell an empty id from none: the service would make up a session.
+      await assertRefusedAtOnce(() => nowhere.createSession(""), "sessionId", "BAD_SESSION_ID", "createSession with an empty id");
+      await assertRefusedAtOnce(() => nowhere.fork(id, 1, ""), "newSessionId", "BAD_SESSION_ID", "fork to an empty id");
     } finally {
       nowhere.close();
     }

@@ -80,6 +80,17 @@ export function withEventIds(events: Iterable<NewEvent>): NewEvent[] {
   return Array.from(events, (event) => (event.eventId !== undefined ? event : { ...event, eventId: randomUUID() }));
 }
 
+/**
+ * A call's failure as its promise, marked handled as a pending batch's is: a caller that
+ * appends without awaiting must not have its process ended by a refusal made here (a bad event,
+ * a closed writer) when one the service makes never does. The caller who awaits still gets it.
+ */
+function refusedCall<T>(error: unknown): Promise<T> {
+  const promise = Promise.reject(error) as Promise<T>;
+  promise.catch(() => undefined);
+  return promise;
+}
+
 interface Pending {
   id: bigint;
   request: WriteRequest;
@@ -232,7 +243,7 @@ export class Writer {
       batch = batchToPb(events);
       expectedNextSeq = optionalSeq(options.expectedNextSeq, "expectedNextSeq");
     } catch (error) {
-      return Promise.reject(error); // a bad event is this call's failure, not the writer's
+      return refusedCall(error); // a bad event is this call's failure, not the writer's
     }
     return this.enqueue((id) => create(WriteRequestSchema, { kind: { case: "batch", value: { batchId: id, events: batch, expectedNextSeq } } })) as Promise<AppendResult>;
   }
@@ -243,7 +254,7 @@ export class Writer {
     try {
       headerJson = jsonObjectField(header, "header", "HEADER_NOT_OBJECT");
     } catch (error) {
-      return Promise.reject(error);
+      return refusedCall(error);
     }
     return this.enqueue((id) => create(WriteRequestSchema, { kind: { case: "header", value: { batchId: id, headerJson } } })) as Promise<HeaderReport>;
   }
@@ -315,11 +326,11 @@ export class Writer {
   // --- sending ---------------------------------------------------------------------------
 
   private enqueue(build: (id: bigint) => WriteRequest): Promise<unknown> {
-    if (this.failure !== null) return Promise.reject(this.afterEnd());
-    if (this.closing) return Promise.reject(writerClosed("the writer is closed"));
+    if (this.failure !== null) return refusedCall(this.afterEnd());
+    if (this.closing) return refusedCall(writerClosed("the writer is closed"));
     // A close under way flushes what came before it, then ends the stream: a call made
     // meanwhile, queued past `maxInFlight`, was never sent nor answered.
-    if (this.closeCalls > 0) return Promise.reject(writerClosed("the writer is closing"));
+    if (this.closeCalls > 0) return refusedCall(writerClosed("the writer is closing"));
     const id = this.nextBatchId++;
     let settle!: (ack: AckResult) => void;
     let reject!: (error: unknown) => void;

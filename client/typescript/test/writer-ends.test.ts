@@ -13,6 +13,7 @@ import { answerLosingProxy, BACKENDS, sessionId, startServer } from "./support.j
 
 const CLOSE_WITH_WRITER = fileURLToPath(new URL("./fixtures/close-with-writer.js", import.meta.url));
 const DROP_WRITER = fileURLToPath(new URL("./fixtures/drop-writer.js", import.meta.url));
+const FIRE_AND_FORGET = fileURLToPath(new URL("./fixtures/fire-and-forget.js", import.meta.url));
 const CLOSE_LEASE_WRITER_RETRYING = fileURLToPath(new URL("./fixtures/close-lease-writer-retrying.js", import.meta.url));
 
 /** A retry policy whose wait to try again is far longer than a test gives a close to end it. */
@@ -230,6 +231,16 @@ for (const backend of BACKENDS) {
       const notes = [];
       for await (const event of env.client.readEvents(id)) notes.push(event.data.n);
       assert.deepEqual(notes, [0, 1]);
+    });
+
+    test("appends nobody awaits do not end the process when refused, here or by the service", async () => {
+      // A bad event, or an append after close, returned a rejection not marked handled: Node
+      // ended a fire-and-forget caller's process, where a refusal from the service did not.
+      const id = sessionId("unawaited");
+      const { code, out } = await runFixture(FIRE_AND_FORGET, [env.server.target, id]);
+      assert.equal(code, 0);
+      assert.deepEqual(out.split("\n"), ["close: ValidationError", "survived"]);
+      assert.equal((await env.client.getSession(id)).nextSeq, 0, "nothing was written");
     });
 
     test("calls made while close() flushes reject with WriterClosed; what came before it lands", async () => {

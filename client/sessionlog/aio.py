@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -271,7 +270,7 @@ class AsyncSessionLogClient(base.ClientBase):
         leaves waiting forever on a closed channel if it had not yet connected."""
         self._check_open()
         base.check_max_in_flight(max_in_flight)
-        writer = AsyncWriter(self.stub, core, max_in_flight, reconnect, open_retry)
+        writer = AsyncWriter(self.stub, core, max_in_flight, reconnect, open_retry, self.timeout)
         with self._ended_by_close():
             await writer._open(takeover, resume)
         self._add_writer(writer)
@@ -491,11 +490,14 @@ class AsyncWriter(base.WriterView):
         max_in_flight: int,
         reconnect: RetryPolicy,
         open_retry: RetryPolicy,
+        timeout: float | None,
     ) -> None:
         self._stub = stub
         self._core = core
         self._reconnect_policy = reconnect
         self._open_retry = open_retry
+        self._timeout = timeout
+        """The client's: how long an open waits for its answer, all its attempts together."""
         self._slots = asyncio.Semaphore(max_in_flight)
         self._outbox: list[pb.WriteRequest] = []
         self._outbox_ready = asyncio.Event()
@@ -624,14 +626,17 @@ class AsyncWriter(base.WriterView):
     async def _open(self, takeover: bool, resume: bool) -> None:
         """The first open, tried again after a transient failure as the sync writer's is
         (`Writer._open`: by the open's retry policy, every attempt with the one `request_id`)."""
-        for attempt in itertools.count(1):
+        budget = base.Budget(self._timeout, self._open_retry)  # all attempts within the timeout
+        while True:
             try:
-                await self._connect(takeover, resume)
+                await self._connect(takeover, resume, budget.next_attempt())
                 return
             except Unavailable as exc:
-                await asyncio.sleep(self._open_retry.wait_after(exc, attempt))  # raises once spent
+                await asyncio.sleep(budget.wait_after(exc))  # raises once spent
 
-    async def _connect(self, takeover: bool, resume: bool) -> None:
+    async def _connect(self, takeover: bool, resume: bool, timeout: float | None) -> None:
+        """One stream, open once the service answers `opened` within `timeout` seconds (else the
+        call is cancelled, `base.no_open_answer`)."""
         call = self._stub.Write()
         reading: asyncio.Future[Any] | None = None
         try:
@@ -639,10 +644,15 @@ class AsyncWriter(base.WriterView):
             # read(), as the reader uses: grpc.aio cannot mix styles. Shielded: grpc.aio cancels
             # the whole stream when a read is cancelled, and a given-up open must end it first.
             reading = asyncio.ensure_future(call.read())
-            first = await asyncio.shield(reading)
+            first = await asyncio.wait_for(asyncio.shield(reading), timeout)
         except grpc.RpcError as exc:
             call.cancel()
             raise self._core.refused(from_rpc_error(exc)) from None
+        except TimeoutError:
+            assert reading is not None and timeout is not None  # only wait_for times out
+            reading.cancel()  # shielded from wait_for: its read is still waiting
+            call.cancel()
+            raise base.no_open_answer(timeout) from None
         except asyncio.CancelledError:
             # The caller gave up opening: end the stream on purpose, so the service releases a
             # lease it granted meanwhile (a stream just cancelled leaves it held until it lapses).
@@ -712,7 +722,7 @@ class AsyncWriter(base.WriterView):
         for delay in recovery:
             await asyncio.sleep(delay)
             try:
-                await self._connect(takeover=False, resume=False)  # no second resume
+                await self._connect(takeover=False, resume=False, timeout=self._timeout)  # no second resume
                 return
             except SessionLogError as exc:
                 recovery.failed(exc)

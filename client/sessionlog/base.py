@@ -473,6 +473,17 @@ def no_page(timeout: float) -> Unavailable:
     )
 
 
+def no_open_answer(timeout: float) -> Unavailable:
+    """The error of a writer's open whose stream got no answer (`opened` or a refusal) within
+    the client's `timeout`: TRANSPORT_ERROR, as a unary call that spent its timeout. A hung
+    service (accepting connections, answering nothing) held an open until gRPC's keepalive gave
+    the connection up, and then each retry of it, tens of seconds past any timeout."""
+    return Unavailable(
+        "TRANSPORT_ERROR",
+        f"the writer's open got no answer within the client's timeout of {timeout:g} s",
+    )
+
+
 class EventCursor:
     """Where a `ReadEvents` stream stands, so a read broken by a transient failure goes on from
     the seq after the last event it delivered."""

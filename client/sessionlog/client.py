@@ -23,7 +23,6 @@ each call sends and how it is read lives in `sessionlog.base`, shared with the a
 
 from __future__ import annotations
 
-import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -356,6 +355,43 @@ class SessionLogClient(base.ClientBase):
         return Subscription(self, SubscriptionCursor(session_id, from_seq))
 
 
+def _first_answer(call: Any, timeout: float | None) -> Any:
+    """The first message of the writer stream `call` (None if it ended first), waited for at most
+    `timeout` seconds (None: as long as it takes): past it the call is cancelled and the open
+    fails, `base.no_open_answer`. An answer that comes as the time runs out is given up with it
+    (the lock decides which came first); a retry of the open takes its lease again."""
+    if timeout is None:
+        return next(call, None)
+    lock = threading.Lock()
+    answered = False
+    given_up = False
+
+    def give_up() -> None:
+        nonlocal given_up
+        with lock:
+            if not answered:
+                given_up = True
+                call.cancel()
+
+    timer = threading.Timer(timeout, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        first = next(call, None)
+    except grpc.RpcError:
+        if given_up:
+            raise base.no_open_answer(timeout) from None
+        raise
+    finally:
+        timer.cancel()
+    with lock:
+        answered = True
+        late = given_up
+    if late:
+        raise base.no_open_answer(timeout)
+    return first
+
+
 def _each_within(call: Any, timeout: float | None) -> Iterator[Any]:
     """The messages of the server stream `call`, each waited for at most `timeout` seconds (None:
     no bound), as gRPC's sync streams take a deadline for the whole call only. One thread per
@@ -651,23 +687,28 @@ class Writer(base.WriterView):
         `request_id`, so the lease an attempt whose answer was lost got is this writer's (the
         same token), and a resume is written once (`WriterCore`). The client's close ends the
         open (RuntimeError), waiting or under way."""
-        for attempt in itertools.count(1):
+        budget = base.Budget(self._client.timeout, self._open_retry)  # all attempts within the timeout
+        while True:
             try:
-                self._connect(takeover, resume)
+                self._connect(takeover, resume, budget.next_attempt())
                 return
             except Unavailable as exc:
-                self._client._pause(self._open_retry.wait_after(exc, attempt))  # raises once they are spent
+                self._client._pause(budget.wait_after(exc))  # raises once they are spent
 
-    def _connect(self, takeover: bool, resume: bool) -> None:
+    def _connect(self, takeover: bool, resume: bool, timeout: float | None) -> None:
+        """One stream, open once the service answers `opened` within `timeout` seconds."""
         requests: queue.Queue[Any] = queue.Queue()
         with self._lock:
             requests.put(self._core.open_request(takeover, resume))
         call = self._client.stub.Write(_coalescing(requests))
         try:
-            first = next(call, None)
+            first = _first_answer(call, timeout)
         except grpc.RpcError as exc:
             requests.put(_END)
             raise self._core.refused(self._client._error(exc)) from None
+        except Unavailable:
+            requests.put(_END)
+            raise
         try:
             with self._lock:
                 self._core.opened(first)
@@ -708,7 +749,8 @@ class Writer(base.WriterView):
         for delay in recovery:
             try:
                 self._client._pause(delay)
-                self._connect(takeover=False, resume=False)  # no second resume: same lifecycle
+                # no second resume: same lifecycle
+                self._connect(takeover=False, resume=False, timeout=self._client.timeout)
                 return
             except SessionLogError as exc:
                 recovery.failed(exc)

@@ -66,6 +66,44 @@ def test_a_writers_pending_append_fails_within_the_bound_while_the_service_hangs
         hanging_server.unpause()
 
 
+def test_a_writers_open_fails_within_the_clients_timeout_while_the_service_hangs(
+    hanging_server: ServerProcess, sid: str
+) -> None:
+    # The open waited for its answer until the keepalive gave the connection up (15 s), then
+    # retried on connections that never answered: 24 s against a timeout of 3 s, minutes in
+    # the TypeScript client. All its attempts now share the client's timeout, as a unary call's.
+    with SessionLogClient(hanging_server.target, timeout=1.0) as client:
+        client.create_session(sid)  # the connection is up before the service hangs
+        hanging_server.pause()
+        started = time.monotonic()
+        with pytest.raises(Unavailable, match="timeout of 1 s") as failed:
+            client.writer(sid)
+        assert time.monotonic() - started < HANG_NOTICED_WITHIN_S
+        assert failed.value.reason == "TRANSPORT_ERROR"
+        hanging_server.unpause()
+        with client.writer(sid) as writer:  # the service is back: an open goes through
+            assert writer.append([note(0)]).result(timeout=30).seqs == [0]
+
+
+def test_an_async_writers_open_fails_within_the_clients_timeout_while_the_service_hangs(
+    hanging_server: ServerProcess, sid: str
+) -> None:
+    async def scenario() -> Unavailable:
+        async with AsyncSessionLogClient(hanging_server.target, timeout=1.0) as client:
+            await client.create_session(sid)
+            hanging_server.pause()
+            started = time.monotonic()
+            with pytest.raises(Unavailable, match="timeout of 1 s") as failed:
+                await client.writer(sid)
+            assert time.monotonic() - started < HANG_NOTICED_WITHIN_S
+            hanging_server.unpause()
+            async with client.writer(sid) as writer:  # the service is back: an open goes through
+                assert (await asyncio.wait_for(await writer.append([note(0)]), 30)).seqs == [0]
+            return failed.value
+
+    assert asyncio.run(scenario()).reason == "TRANSPORT_ERROR"
+
+
 def test_a_writer_reconnects_and_resends_once_a_hung_service_is_back(hanging_server: ServerProcess, sid: str) -> None:
     with SessionLogClient(hanging_server.target) as client:
         writer = client.writer(sid, create_if_missing=True)

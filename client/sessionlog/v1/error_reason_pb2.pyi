@@ -1207,7 +1207,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     call's timeout of T s (timeoutMs of T ms) was spent after N attempts: " before the last
     attempt's message. A read's (ReadEvents) timeout bounds the wait for each page, not the
     whole read: one that gets no page within it says "the read got no page within the client's
-    timeout of T s (timeoutMs of T ms)".
+    timeout of T s (timeoutMs of T ms)". A writer's open waits for the service's answer within
+    the client's timeout, its attempts together (each reconnect's within it too): one that got
+    none says "the writer's open got no answer within the client's timeout of T s (timeoutMs of
+    T ms)".
 
     Code: UNAVAILABLE
     Metadata: none
@@ -2651,7 +2654,10 @@ A unary call's timeout is the budget of all its attempts: a call that spent it s
 call's timeout of T s (timeoutMs of T ms) was spent after N attempts: " before the last
 attempt's message. A read's (ReadEvents) timeout bounds the wait for each page, not the
 whole read: one that gets no page within it says "the read got no page within the client's
-timeout of T s (timeoutMs of T ms)".
+timeout of T s (timeoutMs of T ms)". A writer's open waits for the service's answer within
+the client's timeout, its attempts together (each reconnect's within it too): one that got
+none says "the writer's open got no answer within the client's timeout of T s (timeoutMs of
+T ms)".
 
 Code: UNAVAILABLE
 Metadata: none

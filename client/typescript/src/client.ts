@@ -243,7 +243,7 @@ export class SessionLogClient {
   /** Open a streaming writer (it holds the lease until closed); ClientClosed once the client is. */
   async writer(sessionId: string, options: WriterOptions = {}): Promise<Writer> {
     this.checkOpen();
-    return Writer.open(this.rpc, sessionId, { openRetry: this.retry, ...options }, this.closing.signal, this.sessions);
+    return Writer.open(this.rpc, sessionId, { openRetry: this.retry, ...options }, this.closing.signal, this.sessions, this.timeoutMs);
   }
 
   /**

@@ -151,6 +151,22 @@ export class NoPage extends Unavailable {
 }
 
 /**
+ * The error of a writer's open whose stream got no answer (`opened` or a refusal) within the
+ * client's `timeoutMs`: TRANSPORT_ERROR, as a unary call that spent its timeout (the Python
+ * clients' `no_open_answer`). A hung service (accepting connections, answering nothing) held an
+ * open until the keepalive gave the connection up, and then each retry of it: minutes.
+ */
+export class NoOpenAnswer extends Unavailable {
+  constructor(timeoutMs: number) {
+    super({
+      reason: "TRANSPORT_ERROR",
+      message: `the writer's open got no answer within the client's timeoutMs of ${timeoutMs} ms`,
+      code: Code.Unavailable,
+    });
+  }
+}
+
+/**
  * The messages of the server stream `open` starts (given the signal that cancels it), each
  * waited for at most `timeoutMs` (0 or less: no bound), as Connect's `timeoutMs` is a deadline
  * for the whole call: a wait that runs out cancels the call and throws `NoPage`. The caller's

@@ -23,7 +23,7 @@ import { type ErrorFields, NotFound, OwnershipLost, type SessionLogError, toSess
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
 import type { JsonObject } from "./json.js";
-import { backoff, DEFAULT_RETRY, type RetryPolicy, sleep } from "./retry.js";
+import { backoff, Budget, DEFAULT_RETRY, NoOpenAnswer, type RetryPolicy, sleep } from "./retry.js";
 import type { WriterHold } from "./sessions.js";
 import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo, SeqArgument } from "./types.js";
 
@@ -195,10 +195,13 @@ export class Writer {
   private opening = true;
   private closeCalls = 0;
   private held = false;
+  /** The client's: how long an open waits for its answer, all its attempts together (<= 0: no bound). */
+  private readonly timeoutMs: number;
 
-  private constructor(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions, clientClosed?: AbortSignal, hold?: WriterHold) {
+  private constructor(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions, clientClosed: AbortSignal | undefined, hold: WriterHold | undefined, timeoutMs: number) {
     this.rpc = rpc;
     this.sessionId = sessionId;
+    this.timeoutMs = timeoutMs;
     this.writerId = options.writerId ?? "";
     this.options = { createIfMissing: false, maxInFlight: 256, reconnect: DEFAULT_RECONNECT, ...options };
     this.clientClosed = clientClosed;
@@ -210,12 +213,14 @@ export class Writer {
    * `clientClosed` aborts: its pending and later calls fail with WriterClosed. `hold` is told
    * while the writer has work (opening, batches unacknowledged, closing): an idle writer's
    * stream keeps no process alive, so one dropped without `close()` lets the process exit.
+   * Each open waits at most `timeoutMs` (the client's) for the service's answer; the first
+   * open's attempts share it, as a unary call's do (`Budget`).
    */
-  static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}, clientClosed?: AbortSignal, hold?: WriterHold): Promise<Writer> {
+  static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}, clientClosed?: AbortSignal, hold?: WriterHold, timeoutMs = 0): Promise<Writer> {
     if (clientClosed?.aborted) throw writerClosed("the client is closed");
     checkMaxInFlight(options.maxInFlight);
     checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
-    const writer = new Writer(rpc, sessionId, options, clientClosed, hold);
+    const writer = new Writer(rpc, sessionId, options, clientClosed, hold, timeoutMs);
     clientClosed?.addEventListener("abort", writer.onClientClosed, { once: true });
     writer.updateHold();
     try {
@@ -418,18 +423,21 @@ export class Writer {
    * one `requestId`. Another refusal (WRITER_HELD, SESSION_NOT_FOUND, ...) is thrown at once.
    */
   private async openFirst(takeover: boolean, resume: boolean): Promise<void> {
-    const policy = this.options.openRetry ?? DEFAULT_RETRY;
-    for (let attempt = 1; ; attempt++) {
+    const budget = new Budget(this.timeoutMs, this.options.openRetry ?? DEFAULT_RETRY); // all attempts within the timeout
+    for (;;) {
+      let delay: number;
       try {
-        return await this.connect(takeover, resume);
+        return await this.connect(takeover, resume, budget.nextAttempt());
       } catch (error) {
-        if (!(error instanceof Unavailable) || attempt >= policy.attempts || this.failure !== null) throw error;
+        if (this.failure !== null) throw error;
+        delay = budget.waitAfter(error); // throws what is not to be tried again
       }
-      await sleep(backoff(policy, attempt), this.ended.signal); // the client's close ends the wait
+      await sleep(delay, this.ended.signal); // the client's close ends the wait
     }
   }
 
-  private async connect(takeover: boolean, resume: boolean): Promise<void> {
+  /** One stream, open once the service answers `opened` within `timeoutMs` (else `NoOpenAnswer`). */
+  private async connect(takeover: boolean, resume: boolean, timeoutMs: number | undefined): Promise<void> {
     const channel = new Channel<WriteRequest>();
     const abort = new AbortController();
     channel.push(
@@ -458,13 +466,19 @@ export class Writer {
     );
     const responses = this.rpc.write(channel, { signal: abort.signal })[Symbol.asyncIterator]();
     let first: IteratorResult<WriteResponse>;
+    let givenUp = false;
+    const timer = timeoutMs === undefined ? undefined : setTimeout(() => ((givenUp = true), abort.abort()), timeoutMs);
     try {
       first = await responses.next();
     } catch (raw) {
       abort.abort();
+      if (givenUp) throw new NoOpenAnswer(timeoutMs!);
       const error = toSessionLogError(raw);
       throw this.lease === undefined ? openRefused(error, this.options.createIfMissing) : error;
+    } finally {
+      clearTimeout(timer);
     }
+    if (givenUp) throw new NoOpenAnswer(timeoutMs!); // answered as the time ran out: given up with it
     if (first.done || first.value.kind.case !== "opened") {
       abort.abort();
       throw new Unavailable({ reason: "STREAM_ENDED", message: "the server closed the writer stream while opening", code: Code.Unavailable });
@@ -549,7 +563,8 @@ export class Writer {
       if (this.failure !== null) return;
       if (this.closing && this.idle()) return; // closed meanwhile with nothing left to send: no stream needed
       try {
-        await this.connect(false, false); // a reconnect continues the same lifecycle: no second resume
+        // a reconnect continues the same lifecycle: no second resume
+        await this.connect(false, false, this.timeoutMs > 0 ? this.timeoutMs : undefined);
         if (this.closing) this.endStream(); // `close` came while reconnecting: this stream ends as the last would have
         return;
       } catch (raw) {

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { CLOSE_WITHIN_MS } from "../src/index.js";
+import { CLOSE_WITHIN_MS, SessionLogClient, Unavailable } from "../src/index.js";
 import { note } from "./events.js";
 import { BACKENDS, sessionId, startServer } from "./support.js";
 
@@ -36,6 +36,33 @@ describe(`a hung service, on ${BACKENDS[0]}`, () => {
       assert.ok(took < CLOSE_WITHIN_MS + 2000, `close took ${Math.round(took)} ms`);
     } finally {
       env.server.unpause();
+    }
+  });
+
+  test("a writer's open fails within the client's timeoutMs while the service hangs", async () => {
+    // It waited for the keepalive to give the connection up (15 s), then tried again, each
+    // attempt waiting as long: about two minutes. Its attempts now share timeoutMs, as a unary call's.
+    const client = new SessionLogClient({ target: env.server.target, timeoutMs: 1000 });
+    const id = sessionId("hung-open");
+    try {
+      await client.createSession(id); // the connection is up before the service hangs
+      env.server.pause();
+      const started = performance.now();
+      await assert.rejects(client.writer(id), (e: unknown) => {
+        assert.ok(e instanceof Unavailable, String(e));
+        assert.equal(e.reason, "TRANSPORT_ERROR");
+        assert.match(e.message, /got no answer within the client's timeoutMs of 1000 ms/);
+        return true;
+      });
+      const took = performance.now() - started;
+      assert.ok(took < 10_000, `the open took ${Math.round(took)} ms`);
+      env.server.unpause();
+      const writer = await client.writer(id); // the service is back: an open goes through
+      assert.deepEqual((await writer.append([note(0)])).seqs, [0]);
+      await writer.close();
+    } finally {
+      env.server.unpause();
+      client.close();
     }
   });
 

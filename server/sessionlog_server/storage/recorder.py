@@ -509,7 +509,10 @@ def lease_not_held(session_id: str, *, presented: bool = True) -> OwnershipLost:
             "ResumeSession or the writer stream's `opened` returned"
         )
     else:
-        message = f"the lease token does not hold the current lease of session {session_id!r}; reopen the writer"
+        message = (
+            f"the lease token does not hold the current lease of session {session_id!r} (it was given back, "
+            "taken over, or never granted); reopen the writer"
+        )
     return OwnershipLost("OWNERSHIP_LOST", message, session_id=session_id)
 
 

@@ -538,11 +538,12 @@ def ingest_command(
     open_turn = ingest.fold.open_turn is not None
     if open_turn:
         # The lease is given back, so no lapse of it sends the service's repair: the turn stays
-        # open until a writer resumes the session (as the next ingest into it does).
+        # open until a writer resumes the session (as the next ingest into it does), or the
+        # service's start-up repair completes it (docs/repair.md), whichever comes first.
         sys.stderr.write(
             "sessionlog: warning: the stream ended inside an agent run; the turn stays open until "
-            f"the session is resumed (`sessionlog resume {session_id}`, or the next ingest into it), "
-            "which completes it\n"
+            f"the session is resumed (`sessionlog resume {session_id}`, or the next ingest into it) "
+            "or the service restarts, either of which completes it as interrupted\n"
         )
     print_json(
         {

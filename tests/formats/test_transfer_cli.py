@@ -256,7 +256,29 @@ def test_a_file_that_is_not_a_session_is_refused_naming_it(cli: CliRunner, tmp_p
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"type":"message"}\n')
     result = invoke(cli, "import", str(bad))
-    assert result.exit_code != 0 and str(bad) in result.stderr and "NOT_A_PI_SESSION" in result.stderr
+    assert result.exit_code == 2 and str(bad) in result.stderr and "UNKNOWN_SESSION_FORMAT" in result.stderr
+    result = invoke(cli, "import", str(bad), "--format", "pi")  # read as the format it was told
+    assert result.exit_code == 2 and str(bad) in result.stderr and "NOT_A_PI_SESSION" in result.stderr
+
+
+def test_import_tells_an_export_from_a_pi_file_by_its_first_line(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    # `replay` told the two apart; `import` read every file as Pi's unless told
+    # (NOT_A_PI_SESSION for the session's own export).
+    export = turns_export(tmp_path / "turns.jsonl", 2)
+    export.write_text(export.read_text().replace('"id": "exported"', f'"id": "{sid}"', 1))
+    pi_file = tmp_path / "pi.jsonl"
+    header, *entries = fixture(RESUMED_SESSION).read_text().splitlines(keepends=True)
+    pi_file.write_text(json.dumps({**json.loads(header), "id": f"{sid}-pi"}) + "\n" + "".join(entries))
+    result = invoke(cli, "import", str(export), str(pi_file), "--format", "pi")
+    assert result.exit_code == 2 and "NOT_A_PI_SESSION" in result.stderr, result.stderr
+    result = invoke(cli, "import", str(export), str(pi_file))
+    assert result.exit_code == 0, result.stderr
+    exported, pi = json.loads(result.stdout)["sessions"][:2]
+    assert (exported["id"], exported["status"]) == (sid, "imported")
+    assert [e.type for e in client.read_events(sid)] == ["turn/start", "turn/end"] * 2
+    assert (pi["id"], pi["file"], pi["status"]) == (f"{sid}-pi", str(pi_file), "imported")
 
 
 def turns_export(path: Path, turns: int, **changes: dict[str, Any]) -> Path:

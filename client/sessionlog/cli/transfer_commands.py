@@ -85,6 +85,7 @@ from sessionlog.core.formats.pi.importer import PiImport, import_pi
 from sessionlog.core.formats.pi.ingest import StreamIngest
 from sessionlog.core.formats.pi.load import load_pi_file
 from sessionlog.core.formats.pi.stream import IncompleteMessage, PiStreamParser, StreamItem
+from sessionlog.core.formats.replay import file_format
 from sessionlog.core.formats.sessionlog_file import (
     SessionlogExport,
     fold_export,
@@ -133,7 +134,10 @@ def import_command(
     files: Annotated[
         list[Path], typer.Argument(metavar="FILE", help="Session files to import.", exists=True, dir_okay=False)
     ],
-    fmt: Annotated[ImportFormat, typer.Option("--format", help="The files' format.")] = ImportFormat.pi,
+    fmt: Annotated[
+        ImportFormat | None,
+        typer.Option("--format", help="The files' format (default: each file's own, told by its first line)."),
+    ] = None,
     session_id: Annotated[
         str | None,
         typer.Option(
@@ -152,7 +156,6 @@ def import_command(
             validate.check_session_id(session_id)
         except SessionLogError as exc:
             raise fail(describe(exc, "--id"), 2) from None
-    targets_of = _pi_file_targets if fmt == ImportFormat.pi else _sessionlog_file_targets
     with connect() as client:
         # Every file is read, checked and compared with what the server holds before any is
         # written: a bad file, or one that conflicts with a stored session, imports nothing.
@@ -160,8 +163,9 @@ def import_command(
         checked: list[tuple[list[str], list[Resolved]]] = []
         kept: FileTargets | None = None  # one FILE's plan is kept; several are read again, one at a time
         conflicts: list[str] = []
-        for index, path in enumerate(files):
-            file = targets_of(path, session_id)
+        planners = [_planner(path, fmt) for path in files]
+        for index, (path, plan) in enumerate(zip(files, planners, strict=True)):
+            file = plan(path, session_id)
             try:
                 checked.append((file.notes, resolver.resolve(file, index)))
             except SessionLogError as exc:
@@ -172,10 +176,10 @@ def import_command(
         if conflicts:
             raise fail(f"{'; '.join(conflicts)}; nothing was imported (of any FILE given)")
         sessions: list[dict[str, Any]] = []
-        for index, (path, (notes, resolved)) in enumerate(zip(files, checked, strict=True)):
+        for index, (path, plan, (notes, resolved)) in enumerate(zip(files, planners, checked, strict=True)):
 
-            def read_again(path: Path = path) -> FileTargets:
-                return kept or targets_of(path, session_id)
+            def read_again(path: Path = path, plan: Planner = plan) -> FileTargets:
+                return kept or plan(path, session_id)
 
             try:
                 sessions += _import_file(
@@ -188,6 +192,19 @@ def import_command(
                 )
                 raise fail(describe(exc, str(path)) + after) from None
     print_json({"sessions": sessions})
+
+
+Planner = Callable[[Path, str | None], FileTargets]
+"""Reads and plans one FILE to import (the sessions it holds, under `--id` if given)."""
+
+
+def _planner(path: Path, fmt: ImportFormat | None) -> Planner:
+    """How to read the FILE at `path`: by `--format`, else by the format its first line names,
+    as `replay` tells them (`formats.replay.session_format`)."""
+    if fmt is None:
+        with _bad_file_is_usage(path):
+            fmt = ImportFormat(file_format(path))
+    return _pi_file_targets if fmt == ImportFormat.pi else _sessionlog_file_targets
 
 
 def _pi_file_targets(path: Path, session_id: str | None) -> FileTargets:

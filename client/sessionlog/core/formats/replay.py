@@ -136,27 +136,50 @@ def replay_file(
     `on_read(n)` is told the size of each chunk read (a progress bar's hook)."""
     reader = JsonlReader(lenient=lenient, max_line_bytes=max_line_bytes)
     records = read_file_numbered(path, reader, on_read=on_read)
-    first = next(records, None)
-    if first is None:
-        raise ValidationError("EMPTY_SESSION_FILE", f"{os.fspath(path)}: the file holds no JSON line")
-    kind = first[1].get("type")
+    first = _first_record(path, records)
     rest: Iterator[tuple[int, JsonObject]] = itertools.chain([first], records)
-    if kind == HEADER_TYPE:
+    if session_format(first) == "pi":
         pi_file = migrate(parse_pi_objects(rest))
         pi_file.warnings = list(reader.warnings)
         metrics = branch_metrics(pi_file, PiTree(pi_file.entries), at)
         return Replay("pi", metrics, pi_file.warnings)
-    if kind == SESSIONLOG_HEADER_TYPE:
-        from sessionlog.core.formats.sessionlog_file import parse_sessionlog_objects, sessionlog_metrics
+    from sessionlog.core.formats.sessionlog_file import parse_sessionlog_objects, sessionlog_metrics
 
-        export = parse_sessionlog_objects(rest)
-        return Replay("sessionlog", sessionlog_metrics(export, at), list(reader.warnings))
+    export = parse_sessionlog_objects(rest)
+    return Replay("sessionlog", sessionlog_metrics(export, at), list(reader.warnings))
+
+
+def file_format(path: str | os.PathLike[str], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> str:
+    """The format of the session file at `path`, read off its first line (`session_format`)."""
+    records = read_file_numbered(path, JsonlReader(max_line_bytes=max_line_bytes))
+    try:
+        return session_format(_first_record(path, records))
+    finally:
+        records.close()  # type: ignore[attr-defined]  # a generator: closes the file
+
+
+def session_format(first: tuple[int, JsonObject]) -> str:
+    """THE recognition of a session file by its first line `(number, object)`: "pi" for a Pi
+    header, "sessionlog" for a sessionlog export's; anything else is UNKNOWN_SESSION_FORMAT."""
+    number, header = first
+    kind = header.get("type")
+    if kind == HEADER_TYPE:
+        return "pi"
+    if kind == SESSIONLOG_HEADER_TYPE:
+        return "sessionlog"
     raise ValidationError(
         "UNKNOWN_SESSION_FORMAT",
-        f'line {first[0]}: not a Pi session ("type":"session") nor a sessionlog export '
+        f'line {number}: not a Pi session ("type":"session") nor a sessionlog export '
         f'("type":"sessionlog"), but type {kind!r}',
-        line=first[0],
+        line=number,
     )
+
+
+def _first_record(path: str | os.PathLike[str], records: Iterator[tuple[int, JsonObject]]) -> tuple[int, JsonObject]:
+    first = next(records, None)
+    if first is None:
+        raise ValidationError("EMPTY_SESSION_FILE", f"{os.fspath(path)}: the file holds no JSON line")
+    return first
 
 
 @dataclass(frozen=True, slots=True)

@@ -208,9 +208,9 @@ ROLELESS = [(type_, False) for type_ in ("system/message", "user/message", "assi
 
 
 @pytest.mark.parametrize(("type_", "kept"), [*ROLELESS, ("user/message", True)])
-@pytest.mark.parametrize("role", [None, 7], ids=["no-role", "role-7"])
+@pytest.mark.parametrize("role", [None, 7, ""], ids=["no-role", "role-7", "empty-role"])
 def test_a_surface_message_without_a_string_role_is_refused(
-    client: SessionLogClient, sid: str, type_: str, kept: bool, role: int | None
+    client: SessionLogClient, sid: str, type_: str, kept: bool, role: int | str | None
 ) -> None:
     # `{}` was taken as a model message: the model history then held a message without a role,
     # and the session's Pi export could not be read back. A message kept as its model saw it

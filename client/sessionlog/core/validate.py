@@ -216,8 +216,8 @@ ROLE_OF_TYPE = {"system/message": "system", "assistant/message": "assistant", "t
 def check_message_role(event: NewEvent) -> None:
     """A surface event's `data.message.role` is there and agrees with its type (SPEC §3); a
     `user/message` kept as the model saw it (`vocabulary.KEPT_AS_SEEN`) keeps its message's own
-    role, which must still be a string: a message without one is no model message, and its
-    session's Pi export could not be read back."""
+    role, which must still be a non-empty string: a message without one is no model message, and
+    its session's Pi export could not be read back."""
     if event.type not in SURFACE_TYPES:
         return
     message = event.data.get("message")
@@ -225,8 +225,8 @@ def check_message_role(event: NewEvent) -> None:
         return  # check_message's to refuse
     role = message.get("role")
     expected = ROLE_OF_TYPE.get(event.type)
-    if role is None or not isinstance(role, str):
-        wanted = repr(expected) if expected is not None else "a role (a string)"
+    if not role or not isinstance(role, str):
+        wanted = repr(expected) if expected is not None else "a role (a non-empty string)"
         raise ValidationError(
             "ROLE_CONTRADICTS_TYPE",
             f"a {event.type} event's message has {'no role' if role is None else f'role {role!r}'}; it needs {wanted}",

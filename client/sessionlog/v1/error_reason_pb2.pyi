@@ -1281,11 +1281,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Send the working directory's path only. Nothing was created.
     """
     ROLE_CONTRADICTS_TYPE: _ErrorReason.ValueType  # 133
-    """A surface event's `data.message.role` is missing, not a string, or contradicts its type
-    (`system/message` needs `system`, `assistant/message` needs `assistant`, `tool/result`
-    needs `toolResult`, and `user/message` may carry any role but those three, except a
-    message kept as its model saw it outside the turn structure, `data.source.kind` `pi-unpaired-tool-result`,
-    `pi-unstructured` or `pi-forked-call`, which keeps its own role: any string).
+    """A surface event's `data.message.role` is missing, not a string, empty, or contradicts its type
+    (`system/message` needs `system`, `assistant/message` needs `assistant`, `tool/result` needs
+    `toolResult`, and `user/message` may carry any role but those three, except a message kept as
+    its model saw it outside the turn structure, `data.source.kind` `pi-unpaired-tool-result`,
+    `pi-unstructured` or `pi-forked-call`, which keeps its own role: any non-empty string).
 
     Code: INVALID_ARGUMENT
     Metadata: `field`, `type`
@@ -2728,11 +2728,11 @@ Raised by: core
 Client: Send the working directory's path only. Nothing was created.
 """
 ROLE_CONTRADICTS_TYPE: ErrorReason.ValueType  # 133
-"""A surface event's `data.message.role` is missing, not a string, or contradicts its type
-(`system/message` needs `system`, `assistant/message` needs `assistant`, `tool/result`
-needs `toolResult`, and `user/message` may carry any role but those three, except a
-message kept as its model saw it outside the turn structure, `data.source.kind` `pi-unpaired-tool-result`,
-`pi-unstructured` or `pi-forked-call`, which keeps its own role: any string).
+"""A surface event's `data.message.role` is missing, not a string, empty, or contradicts its type
+(`system/message` needs `system`, `assistant/message` needs `assistant`, `tool/result` needs
+`toolResult`, and `user/message` may carry any role but those three, except a message kept as
+its model saw it outside the turn structure, `data.source.kind` `pi-unpaired-tool-result`,
+`pi-unstructured` or `pi-forked-call`, which keeps its own role: any non-empty string).
 
 Code: INVALID_ARGUMENT
 Metadata: `field`, `type`

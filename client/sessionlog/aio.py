@@ -726,8 +726,8 @@ class AsyncWriter(base.WriterView):
                 return
             except SessionLogError as exc:
                 recovery.failed(exc)
-        for pending in self._core.fail(recovery.error):
-            reject(pending, recovery.error)
+        for pending, error in recovery.rejections(self._core.fail(recovery.error)):
+            reject(pending, error)
 
 
 #: How long a writer whose open was given up, or that is closing, waits for the service to end the stream.

@@ -806,7 +806,9 @@ class WriterCore:
         return failed
 
 
-def failed_earlier(failure: SessionLogError) -> SessionLogError:
+def failed_earlier(
+    failure: SessionLogError, what: str = "nothing of this call was sent: open a new writer"
+) -> SessionLogError:
     """What a writer that failed raises for each later batch or header: the failure's class and
     reason (so code that tells failures apart by them still can), a message saying it is the
     writer's earlier failure, not this call's, and the failure as `__cause__`. Its metadata
@@ -816,10 +818,7 @@ def failed_earlier(failure: SessionLogError) -> SessionLogError:
     again = type(failure).__new__(type(failure))
     again.__dict__.update(vars(failure))
     again.metadata, again.field = {}, None
-    again.message = (
-        f"the writer was closed by an earlier error ({failure.reason}: {failure.message}); "
-        "nothing of this call was sent: open a new writer"
-    )
+    again.message = f"the writer was closed by an earlier error ({failure.reason}: {failure.message}); {what}"
     again.args = (again.message,)
     again.__cause__ = failure
     return again
@@ -842,6 +841,8 @@ class Recovery:
         self._policy = policy
         self._open = not core.closed
         self.error = error
+        self._refusal = None if isinstance(error, Unavailable) else error
+        """The service's refusal of a call on the stream, which it then ended (on any error it reports)."""
 
     def __iter__(self) -> Iterator[float]:
         for attempt in range(1, self._policy.attempts + 1):
@@ -853,6 +854,18 @@ class Recovery:
         """A reconnect failed with `error`: another transient failure is tried again, anything
         else (another writer holds the session: ownership lost) ends the recovery."""
         self.error = error if isinstance(error, Unavailable) else self._core.lost(error)
+
+    def rejections(self, failed: list[Pending]) -> list[tuple[Pending, SessionLogError]]:
+        """What each of the pending calls `failed` fails with, the recovery over without a stream:
+        `error`, except after the service refused a call: the first pending, the refused one,
+        gets the refusal, and those sent after it, never answered, an error saying so
+        (`failed_earlier`) rather than one describing another call's events (the TypeScript
+        writer's `refused`). They repeated the refusal word for word."""
+        if self._refusal is None or self.error is not self._refusal or not failed:
+            return [(pending, self.error) for pending in failed]
+        first, *rest = failed
+        later = failed_earlier(self._refusal, "this batch was not acknowledged")
+        return [(first, self._refusal), *((pending, later) for pending in rest)]
 
 
 class WriterView:

@@ -766,5 +766,6 @@ class Writer(base.WriterView):
             error = base.closed_with_writer_open()
         with self._lock:
             failed = self._core.fail(error)
-        for pending in failed:
-            reject(pending, error)
+        rejections = [(pending, error) for pending in failed] if self._client.closed else recovery.rejections(failed)
+        for pending, rejection in rejections:
+            reject(pending, rejection)

@@ -136,6 +136,42 @@ def test_a_failed_writer_says_later_batches_meet_its_earlier_failure(client: Ses
     assert list(client.read_events(sid)) == []
 
 
+def test_batches_pipelined_behind_a_refused_one_say_they_were_not_acknowledged(server: ServerThread, sid: str) -> None:
+    # They failed with the refusal itself, word for word, its metadata naming the refused
+    # batch's event: as if each of them had that fault.
+    def check(refused: BaseException | None, behind: list[BaseException | None]) -> None:
+        assert isinstance(refused, ValidationError) and refused.reason == "UNKNOWN_TYPE"
+        assert refused.metadata["event_index"] == "0"
+        for later in behind:
+            assert isinstance(later, ValidationError) and later.reason == "UNKNOWN_TYPE"
+            assert later.message.startswith("the writer was closed by an earlier error (UNKNOWN_TYPE: event 0: ")
+            assert later.message.endswith("; this batch was not acknowledged")
+            assert later.metadata == {} and later.__cause__ is refused
+
+    with SessionLogClient(server.target) as client:
+        writer = client.writer(sid, create_if_missing=True)
+        futures = [
+            writer.append([{"type": "bogus/type", "data": {}}]),
+            writer.append([note(0)]),
+            writer.append([note(1)]),
+        ]
+        check(futures[0].exception(timeout=30), [f.exception(timeout=30) for f in futures[1:]])
+        assert list(client.read_events(sid)) == []
+
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as client:
+            writer = await client.writer(f"{sid}-aio", create_if_missing=True)
+            futures = [
+                await writer.append([{"type": "bogus/type", "data": {}}]),
+                await writer.append([note(0)]),
+                await writer.append([note(1)]),
+            ]
+            await asyncio.wait(futures, timeout=30)
+            check(futures[0].exception(), [f.exception() for f in futures[1:]])
+
+    asyncio.run(scenario())
+
+
 def test_the_asyncio_client_refuses_the_same(server: ServerThread, sid: str) -> None:
     async def scenario() -> None:
         async with AsyncSessionLogClient(server.target) as client:

@@ -125,6 +125,16 @@ def test_an_empty_id_is_refused_not_a_generated_one(server: ServerThread, sid: s
             client.create_session("")
 
 
+def test_an_id_that_is_not_utf8_is_a_usage_error_not_a_traceback(server: ServerThread) -> None:
+    # Bytes that are not UTF-8 reach Python as lone surrogates; protobuf raised UnicodeEncodeError
+    # building the request, and the CLI printed its traceback.
+    for args in [("events", "\udcff"), ("create", "--id", "a\udcff"), ("fork", "s\udcff", "--at", "0")]:
+        done = run(server, *args)
+        assert done.returncode == 2 and done.stdout == "", (args, done.stderr)
+        assert done.stderr.startswith("sessionlog: error: the argument b'"), (args, done.stderr)
+        assert "is not valid UTF-8" in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+
+
 def test_append_refuses_a_malformed_seq_or_time(server: ServerThread, sid: str) -> None:
     """The service assigns `seq` and `time`, so a well-formed one is ignored; a malformed one is
     refused with its documented reason, as a malformed eventId is, and nothing is written. So is

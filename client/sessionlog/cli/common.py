@@ -220,8 +220,21 @@ def connect() -> Iterator[SessionLogClient]:
         yield client
     except SessionLogError as exc:
         raise fail(describe(exc)) from None
+    except UnicodeEncodeError as exc:
+        # Bytes on the command line that are not UTF-8 reach Python as lone surrogates, which
+        # protobuf cannot put in a string field: gRPC carries text only. Paths may hold them.
+        raise fail(f"{not_text(exc)}: the service's ids and names are UTF-8 text", code=2) from None
     finally:
         client.close()
+
+
+def not_text(error: UnicodeEncodeError) -> str:
+    """Which argument could not be sent: the bytes, as the shell was given them."""
+    try:
+        shown = error.object.encode("utf-8", "surrogateescape")  # the bytes it was decoded from
+    except UnicodeEncodeError:  # a lone surrogate of another kind (an environment variable)
+        shown = error.object.encode("utf-8", "backslashreplace")
+    return f"the argument {shown!r} is not valid UTF-8"
 
 
 def guarded(fn: Callable[[], T]) -> T:

@@ -51,6 +51,25 @@ def test_numbers_out_of_their_range_are_refused() -> None:
         Settings.from_env({}, workers=-1)  # as `serve --workers -1` passes it
 
 
+def test_numbers_past_what_they_can_mean_are_refused() -> None:
+    # A ping interval or message size past a C int was gRPC's OverflowError traceback at
+    # start-up (a restart loop under --workers); a lease TTL of 10^23 ms started and then
+    # failed every write; a grace of `inf` crashed the stop.
+    for name, value in [
+        ("SESSIONLOG_CLIENT_PING_MS", "99999999999"),
+        ("SESSIONLOG_MAX_MESSAGE_BYTES", "99999999999"),
+        ("SESSIONLOG_LEASE_TTL_MS", "99999999999999999999999"),
+    ]:
+        with pytest.raises(ValueError, match=f"{name}={value} must be at most {2**31 - 1}"):
+            Settings.from_env({name: value})
+    for value in ("inf", "Infinity"):
+        with pytest.raises(ValueError, match="SESSIONLOG_SHUTDOWN_GRACE_S=inf must be at most"):
+            Settings.from_env({"SESSIONLOG_SHUTDOWN_GRACE_S": value})
+    assert Settings.from_env({"SESSIONLOG_CLIENT_PING_MS": str(2**31 - 1)}).client_ping_ms == 2**31 - 1
+    big = Settings.from_env({"SESSIONLOG_SESSION_CACHE_BYTES": str(64 * 2**30)})  # a memory bound: 64 GiB
+    assert big.session_cache_bytes == 64 * 2**30
+
+
 def test_a_timeout_that_is_not_a_number_is_refused() -> None:
     # `nan` parsed as a float and passed every range check: each writer stream then failed at
     # once (WRITER_OPEN_TIMEOUT under asyncio, a ValueError under uvloop).

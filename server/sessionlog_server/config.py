@@ -44,6 +44,25 @@ the first still held one), a limit of nothing refuses every event. Every other n
 be negative: for those, 0 means off (no limit, one worker per core, no grace)."""
 
 
+INT32_MAX = 2**31 - 1
+"""The most a number setting may be: gRPC takes its options as C ints (a client ping interval or
+message size past it was an OverflowError traceback at start-up), and a lease of more ms than
+this (24 days) is no lease anyone waits out (10^23 ms started, then failed every write: SQLite
+stores no such integer)."""
+
+MEMORY_BYTES_MAX = 2**53
+"""The most a memory bound may be (`LARGE_SETTINGS`): a cache or buffer may outgrow 2 GiB."""
+
+LARGE_SETTINGS = (
+    "session_cache_bytes",
+    "message_cache_bytes",
+    "commit_backlog_bytes",
+    "subscriber_buffer_bytes",
+    "snapshot_every_bytes",
+)
+"""Memory and byte bounds of the service's own, which gRPC never sees, up to MEMORY_BYTES_MAX."""
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything the service can be told; see deploy/CONFIGURATION.md."""
@@ -175,6 +194,9 @@ class Settings:
             floor = 1 if item.name in AT_LEAST_ONE else 0
             if value < floor:
                 raise ValueError(f"{ENV_PREFIX}{item.name.upper()}={value} must be at least {floor}")
+            ceiling = MEMORY_BYTES_MAX if item.name in LARGE_SETTINGS else INT32_MAX
+            if value > ceiling:  # infinity too: a grace of `inf` s crashed the stop
+                raise ValueError(f"{ENV_PREFIX}{item.name.upper()}={value} must be at most {ceiling}")
 
     @property
     def limits(self) -> Limits:

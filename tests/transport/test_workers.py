@@ -22,7 +22,13 @@ from bench.procs import worker_pids
 from sessionlog.client import SessionLogClient
 from sessionlog_server.config import Settings
 from sessionlog_server.storage.migrate import upgrade
-from sessionlog_server.transport.workers import default_workers, worker_settings
+from sessionlog_server.transport.workers import (
+    START_UP_DEATHS_MAX,
+    START_UP_S,
+    Restarts,
+    default_workers,
+    worker_settings,
+)
 from tests.support.events import note, turn_end, turn_start
 from tests.support.fresh_interpreter import loaded
 from tests.support.servers import ServerProcess
@@ -48,6 +54,38 @@ def test_each_worker_has_its_own_metrics_port_on_the_same_host() -> None:
     assert metrics("127.0.0.1:0", 1) == "127.0.0.1:0"  # each picks a free port
     assert metrics("", 1) == ""  # disabled in every worker
     assert worker_settings(Settings(db="sqlite://"), 1).repair_on_start is False
+
+
+def test_a_metrics_port_past_65535_for_a_worker_is_refused_naming_the_setting() -> None:
+    # Worker 1 of `SESSIONLOG_METRICS_LISTEN=127.0.0.1:65535` failed on "'127.0.0.1:65536' is not
+    # HOST:PORT", a value nobody set, after worker 0 had started.
+    settings = Settings(db="sqlite://", metrics_listen="127.0.0.1:65535")
+    assert worker_settings(settings, 0).metrics_listen == "127.0.0.1:65535"
+    with pytest.raises(ValueError, match="SESSIONLOG_METRICS_LISTEN: worker 1 would serve metrics on port 65536"):
+        worker_settings(settings, 1)
+
+
+def test_a_worker_that_keeps_dying_as_it_starts_up_is_not_started_again() -> None:
+    # It was started again every second for ever: the service never served and never exited.
+    now = [0.0]
+    restarts = Restarts(clock=lambda: now[0])
+    restarts.started(0)
+    now[0] = 3600.0
+    assert restarts.died(0)  # it served an hour: a crash, started again however often
+    for death in range(1, START_UP_DEATHS_MAX + 1):
+        restarts.started(0)
+        now[0] += START_UP_S / 2
+        assert restarts.died(0) is (death < START_UP_DEATHS_MAX), death
+    restarts.started(1)
+    now[0] += START_UP_S / 2
+    assert restarts.died(1)  # each worker counts its own
+    restarts.started(1)
+    now[0] += START_UP_S * 2
+    assert restarts.died(1)  # a worker that came up resets the count:
+    for _ in range(START_UP_DEATHS_MAX - 1):
+        restarts.started(1)
+        now[0] += START_UP_S / 2
+        assert restarts.died(1)  # the one death before it no longer counts
 
 
 def test_with_metrics_port_0_each_worker_names_the_port_it_bound(tmp_path: Path) -> None:

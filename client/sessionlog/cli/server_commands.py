@@ -96,6 +96,7 @@ def serve(
         parse_thresholds(settings.gc_thresholds)  # likewise
         configure(settings.log_level)
         count = settings.workers or default_workers()
+        status = 0
         if count == 1:
             # Loaded here: the parent of several workers serves nothing, so it does not load the
             # server (each worker does, transport/workers.py), only what prepares for them.
@@ -103,7 +104,9 @@ def serve(
 
             run_on_loop(run(settings), settings.event_loop)
         else:
-            run_workers(settings, count)
+            status = run_workers(settings, count)
+    if status:
+        raise typer.Exit(status)
 
 
 @db_app.command("upgrade")

@@ -4,6 +4,8 @@ transport, so that a mistake is one line before any worker starts."""
 
 from __future__ import annotations
 
+import ssl
+
 import grpc
 
 from sessionlog_server.config import Settings
@@ -26,8 +28,32 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
         raise ValueError("TLS needs both SESSIONLOG_TLS_CERT_FILE and SESSIONLOG_TLS_KEY_FILE")
     if not settings.tls_cert_file:
         return None
-    with open(settings.tls_key_file, "rb") as key, open(settings.tls_cert_file, "rb") as cert:
-        return grpc.ssl_server_credentials([(key.read(), cert.read())])
+    key = _read_setting_file(settings.tls_key_file, "SESSIONLOG_TLS_KEY_FILE")
+    cert = _read_setting_file(settings.tls_cert_file, "SESSIONLOG_TLS_CERT_FILE")
+    check_key_pair(settings.tls_cert_file, settings.tls_key_file)
+    return grpc.ssl_server_credentials([(key, cert)])
+
+
+def _read_setting_file(path: str, variable: str) -> bytes:
+    """The file a setting names; an OSError naming the setting when it cannot be read."""
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise OSError(exc.errno, f"{variable}: {path}: {exc.strerror or exc}") from None
+
+
+def check_key_pair(cert_file: str, key_file: str) -> None:
+    """The certificate and key are PEM and belong together, else ValueError saying so. gRPC
+    finds out only when it binds, logs it in its own format, and `serve` reported a port in use
+    (its workers died and were started again without end)."""
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as exc:
+        raise ValueError(
+            f"SESSIONLOG_TLS_CERT_FILE ({cert_file}) and SESSIONLOG_TLS_KEY_FILE ({key_file}) are not a "
+            f"PEM certificate and its private key: {exc.reason or exc}"
+        ) from None
 
 
 def configured_access(settings: Settings) -> tuple[TokenStore, grpc.ServerCredentials | None]:

@@ -29,6 +29,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing import resource_tracker
 from multiprocessing.process import BaseProcess
@@ -44,6 +45,38 @@ log = structlog.get_logger("sessionlog.workers")
 RESTART_BACKOFF_S = 1.0
 """Pause before a dead worker is started again (a crash loop costs one start per second)."""
 
+MAX_PORT = 65535
+
+START_UP_S = 15.0
+"""A worker that dies sooner than this after its start died starting up (`Restarts`)."""
+
+START_UP_DEATHS_MAX = 5
+"""A worker that died starting up this many times in a row is not started again: the service
+stops, exit 1 (`Restarts`)."""
+
+
+class Restarts:
+    """Whether a dead worker is started again. A worker that dies starting up, again and again,
+    meets a fault the parent's checks did not catch: started again every second for ever, it
+    never served, and the service never exited, so a supervisor (systemd's Restart=on-failure)
+    never saw the failure. A worker that served a while before it died (a crash, kill -9) is
+    always started again."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._started: dict[int, float] = {}
+        self._deaths: dict[int, int] = {}
+
+    def started(self, index: int) -> None:
+        self._started[index] = self._clock()
+
+    def died(self, index: int) -> bool:
+        """Worker `index` died: True to start it again, False when it died starting up
+        START_UP_DEATHS_MAX times in a row."""
+        starting_up = self._clock() - self._started.get(index, float("-inf")) < START_UP_S
+        self._deaths[index] = self._deaths.get(index, 0) + 1 if starting_up else 0
+        return self._deaths[index] < START_UP_DEATHS_MAX
+
 
 def default_workers() -> int:
     """One worker per core this process may run on (a container's cpuset, `taskset`), at most 8
@@ -58,14 +91,20 @@ def worker_settings(settings: Settings, index: int) -> Settings:
     metrics = settings.metrics_listen
     if metrics:
         host, port = split_listen(metrics, "SESSIONLOG_METRICS_LISTEN")
+        if port and port + index > MAX_PORT:
+            raise ValueError(
+                f"SESSIONLOG_METRICS_LISTEN: worker {index} would serve metrics on port {port + index}, past "
+                f"{MAX_PORT} (worker i serves them on port {port} + i): give a lower port, or 0 for free ones"
+            )
         metrics = join_listen(host, port + index) if port else metrics
     return replace(
         settings, migrate=False, metrics_listen=metrics, repair_on_start=settings.repair_on_start and index == 0
     )
 
 
-def run_workers(settings: Settings, workers: int) -> None:
-    """Migrate, start `workers` processes on `settings.listen`, supervise them until a signal.
+def run_workers(settings: Settings, workers: int) -> int:
+    """Migrate, start `workers` processes on `settings.listen`, supervise them until a signal;
+    returns the exit status: 0, or 1 when a worker kept dying as it started up (`Restarts`).
 
     The parent's handlers are in place first, so a stop while it migrates ends it before any
     worker starts (exit 0, "stopped before the workers started"), where it ended it at once."""
@@ -75,6 +114,7 @@ def run_workers(settings: Settings, workers: int) -> None:
     context = multiprocessing.get_context("spawn")
     stopping = threading.Event()
     processes: list[BaseProcess] = []
+    restarts = Restarts()
 
     def start(index: int) -> None:
         """Start worker `index` in its place in `processes`, unless stopping. The stop signals
@@ -94,6 +134,7 @@ def run_workers(settings: Settings, workers: int) -> None:
                 name=f"sessionlog-worker-{index}",
             )
             process.start()
+            restarts.started(index)
             if index < len(processes):
                 processes[index] = process
             else:
@@ -108,6 +149,7 @@ def run_workers(settings: Settings, workers: int) -> None:
     for sig in STOP_SIGNALS:
         signal.signal(sig, forward)
     release_stop_signals()  # held since `serve` began (signals.py): one that came is handled now
+    worker_settings(settings, workers - 1)  # the last worker's metrics port, checked before the first starts
     configured_access(settings)  # tokens and TLS, as each worker reads them: a mistake stops the parent
     listen = wait_address_free(settings.listen, settings.shutdown_grace_s + 5)
     prepare(settings.db, settings.migrate)
@@ -116,14 +158,27 @@ def run_workers(settings: Settings, workers: int) -> None:
         start(index)
     if not processes:
         log.info("stopped before the workers started")
-        return
+        return 0
     log.info("workers started", listen=listen, workers=workers, pids=[p.pid for p in processes])
+    status = 0
     while not stopping.is_set():
         for index, process in enumerate(processes):
-            if not process.is_alive() and not stopping.is_set():
-                log.warning("worker died; starting it again", worker=index, exitcode=process.exitcode)
-                time.sleep(RESTART_BACKOFF_S)
-                start(index)
+            if process.is_alive() or stopping.is_set():
+                continue
+            if not restarts.died(index):
+                log.error(
+                    "worker keeps dying as it starts up; stopping the service",
+                    worker=index,
+                    exitcode=process.exitcode,
+                    deaths=START_UP_DEATHS_MAX,
+                    within_s=START_UP_S,
+                )
+                status = 1
+                forward(signal.SIGTERM, None)
+                break
+            log.warning("worker died; starting it again", worker=index, exitcode=process.exitcode)
+            time.sleep(RESTART_BACKOFF_S)
+            start(index)
         stopping.wait(0.2)
     for process in processes:
         process.join(timeout=settings.shutdown_grace_s + 30)
@@ -132,6 +187,7 @@ def run_workers(settings: Settings, workers: int) -> None:
             process.join()
     # A worker that did not drain (killed, or ended by a signal: a negative code) shows here.
     log.info("workers stopped", exitcodes=[process.exitcode for process in processes])
+    return status
 
 
 def _worker_main(settings: Settings, index: int, parent: int) -> None:

@@ -8,18 +8,22 @@ memory with seqs that were never committed: an acknowledged event that is not in
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import SessionLogError
+from sessionlog.core.errors import SessionLogError, Unavailable
 from sessionlog.core.fold import SessionFold
 from sessionlog_server.service.loader import SnapshotPolicy
 from sessionlog_server.storage.records import StoredSnapshot
 from tests.support.events import note
-from tests.support.servers import ServerThread
+from tests.support.servers import ROOT, ServerThread
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +67,49 @@ def test_a_retry_after_a_failure_between_planning_and_commit_is_committed(
         assert client.append(sid, lease, [second]).seqs == [1]
         assert [(e.seq, e.event_id) for e in client.read_events(sid)] == [(0, "first"), (1, "second")]
         assert client.stats(sid)["events"] == 2
+
+
+class _FailingCommits:
+    """A recorder whose group commits of `session_id` fail (the database went away), each after
+    a pause in which the writer's other batches queue up behind the group."""
+
+    def __init__(self, recorder: Any, session_id: str) -> None:
+        self._recorder = recorder
+        self._session_id = session_id
+
+    def commit_batches(self, batches: list[Any]) -> Any:
+        if any(batch.session_id == self._session_id for batch in batches):
+            time.sleep(0.3)
+            raise Unavailable("STORAGE_UNAVAILABLE", "the database went away")
+        return self._recorder.commit_batches(batches)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._recorder, name)
+
+
+def test_a_failed_commit_is_told_once_not_once_more_per_batch_queued_behind_it(fresh_db: str, sid: str) -> None:
+    # The stream ended on the first failed acknowledgement; the batches queued behind it were
+    # never awaited, and asyncio logged "Future exception was never retrieved", an ERROR line
+    # with a traceback, for each of them (57 for one full disk). It logs that when a future is
+    # collected, which may be as late as the interpreter's exit: the scenario runs in its own.
+    scenario = f"""
+import logging
+from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import Unavailable
+from tests.support.events import note
+from tests.support.servers import ServerThread
+from tests.transport.test_planned_not_committed import _FailingCommits
+logging.basicConfig(level=logging.WARNING)
+with ServerThread({fresh_db!r}) as server:
+    committer = server.service.appends.committer
+    committer._recorder = _FailingCommits(committer._recorder, {sid!r})
+    with SessionLogClient(server.target) as client:
+        writer = client.writer({sid!r}, create_if_missing=True, reconnect_attempts=0)
+        pending = [writer.append([note(i)]) for i in range(20)]
+        assert all(isinstance(future.exception(timeout=30), Unavailable) for future in pending)
+print("ran")
+"""
+    done = subprocess.run([sys.executable, "-c", scenario], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ran"), done.stderr[-2000:]
+    never = done.stderr.count("Future exception was never retrieved")
+    assert never == 0, f"{never} futures whose failure nobody took"

@@ -134,6 +134,7 @@ class WriterStream:
         self.first_seq: int | None = None
         self.last_seq: int | None = None
         self._replay: _Replay | None = None
+        self._ended = False  # `finish` ran: nothing awaits what is queued from now on
 
     async def open(self, request: OpenRequest) -> Opened:
         """Take the lease (or resume the session) and hold it for as long as the stream lasts.
@@ -276,6 +277,10 @@ class WriterStream:
 
     async def finish(self) -> None:
         """Give the lease back, or leave it to lapse if the stream broke."""
+        self._ended = True
+        for item in self._items:
+            _abandon(item)
+        self._items.clear()
         if self.opened is None:
             return
         self.service.writer_streams.discard(self)
@@ -288,6 +293,9 @@ class WriterStream:
         return self.opened.holder
 
     def _put(self, item: _Pending | BaseException | _Ended) -> None:
+        if self._ended:  # a request read as the stream ended
+            _abandon(item)
+            return
         self._items.append(item)
         waiter = self._waiter
         if waiter is not None:
@@ -318,6 +326,20 @@ class WriterStream:
             self._items.popleft()
             ready.append((batch_id, result))
         return ready
+
+
+def _abandon(item: _Pending | BaseException | _Ended) -> None:
+    """A queued acknowledgement no one will await, the stream having ended (on the failure of an
+    earlier one, say): its outcome is taken once it is done, so that a failed group commit is
+    told once, by the stream that awaited it, not once more for each batch behind it by
+    asyncio's "Future exception was never retrieved" (an ERROR line and a traceback each)."""
+    if isinstance(item, tuple):
+        item[1].add_done_callback(_take_outcome)
+
+
+def _take_outcome(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 __all__ = ["BatchesAcked", "HeaderAcked", "OpenRequest", "Opened", "Outcome", "WriterStream"]

@@ -162,6 +162,25 @@ def test_a_database_migrated_by_a_newer_version_is_refused_naming_what_to_run(em
     assert _tables_and_revision(empty_url)[1] == "0099"
 
 
+def test_another_applications_database_is_refused_as_not_sessionlogs(empty_url: str) -> None:
+    """A database whose Alembic table another application keeps was refused as "a newer
+    sessionlog migrated it; serve it with that version", sending the operator to upgrade."""
+    engine = create_engine(normalise_url(empty_url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
+            conn.execute(text("INSERT INTO alembic_version VALUES ('a1b2c3d4e5')"))
+    finally:
+        engine.dispose()
+    for prepared in (lambda: upgrade(empty_url), lambda: check_at_head(empty_url)):
+        with pytest.raises(ValueError) as refused:
+            prepared()
+        said = str(refused.value)
+        assert said.startswith(f"the database {shown_url(empty_url)} is not a sessionlog database"), said
+        assert "revision a1b2c3d4e5" in said and "newer" not in said, said
+    assert _tables_and_revision(empty_url) == ({"alembic_version"}, "a1b2c3d4e5")
+
+
 def test_the_schema_revision_is_the_head_of_the_chain(tmp_path: Path) -> None:
     """SCHEMA_REVISION, which a start-up compares the database's revision with, is where the
     migrations in migrations/ end: a new migration moves both."""

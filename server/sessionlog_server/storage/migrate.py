@@ -15,7 +15,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import make_url, text
+from sqlalchemy import inspect, make_url, text
 
 from sessionlog_server.storage.factory import normalise_url, shown_url, sqlite_file
 from sessionlog_server.storage.schema import SCHEMA_REVISION, connection, missing
@@ -130,10 +130,24 @@ def check_known(url: str, config: Config, current: str | None) -> None:
     script = ScriptDirectory.from_config(config)
     if current is None or current in {step.revision for step in script.walk_revisions()}:
         return
+    if not _holds_sessions(url):
+        raise ValueError(
+            f"the database {shown_url(url)} is not a sessionlog database: another application's "
+            f"migrations are at revision {current} there, and it has no sessions table; give sessionlog a "
+            "database of its own"
+        )
     raise ValueError(
         f"the database {shown_url(url)} is at schema revision {current}, newer than this version's "
         f"({script.get_current_head()}): a newer sessionlog migrated it; serve it with that version or a later one"
     )
+
+
+def _holds_sessions(url: str) -> bool:
+    """Whether the database has sessionlog's `sessions` table, as every revision made it: one
+    whose Alembic revision this version does not know is then a newer sessionlog's, else
+    another application's (it said "a newer sessionlog migrated it" of those too)."""
+    with connection(url) as conn:
+        return inspect(conn).has_table("sessions")
 
 
 def _current_revision(url: str) -> str | None:

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from sessionlog_server.config import SETTING_NAMES, Settings
+from sessionlog_server.tokens import TokenStore
+from sessionlog_server.transport.credentials import server_credentials
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,3 +99,14 @@ def test_an_otlp_endpoint_that_is_not_an_http_url_names_its_variable() -> None:
             Settings.from_env({"SESSIONLOG_OTLP_ENDPOINT": value})
     for value in ("http://collector:4318/v1/traces", "HTTPS://otel.example.com/v1/traces", ""):
         assert Settings.from_env({"SESSIONLOG_OTLP_ENDPOINT": value}).otlp_endpoint == value
+
+
+def test_a_file_a_setting_names_that_cannot_be_read_names_the_setting(tmp_path: Path) -> None:
+    # `serve` said only "PATH: No such file or directory", not which setting named the file.
+    missing = str(tmp_path / "nope")
+    with pytest.raises(OSError) as tokens:  # `serve` prints its strerror, one line
+        TokenStore.load(missing, None)
+    assert tokens.value.strerror == f"SESSIONLOG_TOKENS_FILE: {missing}: No such file or directory"
+    with pytest.raises(OSError) as key:
+        server_credentials(Settings(tls_cert_file=missing, tls_key_file=missing))
+    assert key.value.strerror == f"SESSIONLOG_TLS_KEY_FILE: {missing}: No such file or directory"

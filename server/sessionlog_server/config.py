@@ -223,6 +223,16 @@ class Settings:
         return cls(**values)
 
 
+def read_setting_file(path: str, variable: str) -> bytes:
+    """The file a setting names; an OSError naming the setting (`variable`) when it cannot be
+    read: `serve` said only "PATH: No such file or directory", not which setting named it."""
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise OSError(exc.errno, f"{variable}: {path}: {exc.strerror or exc}") from None
+
+
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
     """A word setting must be one of `allowed`, in any case."""
     if value.lower() not in {word.lower() for word in allowed}:

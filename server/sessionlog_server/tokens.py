@@ -13,9 +13,9 @@ import hashlib
 import json
 import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from sessionlog_server.config import read_setting_file
 from sessionlog_server.service.access import Principal, namespace_problem
 
 TOKEN_PREFIX = "slt_"
@@ -57,7 +57,7 @@ class TokenStore:
         """
         entries: list[tuple[str, Any]] = []  # (where it was read, the entry)
         if file:
-            text = Path(file).read_text(encoding="utf-8")
+            text = read_setting_file(file, "SESSIONLOG_TOKENS_FILE").decode("utf-8")
             if text.lstrip().startswith("["):
                 entries.extend((f"{file} entry {i + 1}", e) for i, e in enumerate(_parse(text, file)))
             else:

@@ -8,7 +8,7 @@ import ssl
 
 import grpc
 
-from sessionlog_server.config import Settings
+from sessionlog_server.config import Settings, read_setting_file
 from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.loopback import is_loopback
 
@@ -28,19 +28,10 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
         raise ValueError("TLS needs both SESSIONLOG_TLS_CERT_FILE and SESSIONLOG_TLS_KEY_FILE")
     if not settings.tls_cert_file:
         return None
-    key = _read_setting_file(settings.tls_key_file, "SESSIONLOG_TLS_KEY_FILE")
-    cert = _read_setting_file(settings.tls_cert_file, "SESSIONLOG_TLS_CERT_FILE")
+    key = read_setting_file(settings.tls_key_file, "SESSIONLOG_TLS_KEY_FILE")
+    cert = read_setting_file(settings.tls_cert_file, "SESSIONLOG_TLS_CERT_FILE")
     check_key_pair(settings.tls_cert_file, settings.tls_key_file)
     return grpc.ssl_server_credentials([(key, cert)])
-
-
-def _read_setting_file(path: str, variable: str) -> bytes:
-    """The file a setting names; an OSError naming the setting when it cannot be read."""
-    try:
-        with open(path, "rb") as file:
-            return file.read()
-    except OSError as exc:
-        raise OSError(exc.errno, f"{variable}: {path}: {exc.strerror or exc}") from None
 
 
 def check_key_pair(cert_file: str, key_file: str) -> None:

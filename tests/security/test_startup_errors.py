@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bench.procs import free_port
 from sessionlog_server.tokens import hash_token
+from tests.security.test_tls_limits_metrics import make_certificate
 from tests.support.servers import ROOT
 
 
@@ -215,6 +216,24 @@ def test_access_errors_refuse_to_start_before_any_worker_starts(tmp_path: Path) 
     _one_line(_run(*workers, "--listen", "127.0.0.1:0", env={"SESSIONLOG_TOKENS_FILE": str(missing)}), str(missing))
     no_cert = {"SESSIONLOG_TLS_CERT_FILE": str(tmp_path / "cert.pem"), "SESSIONLOG_TLS_KEY_FILE": str(missing)}
     _one_line(_run(*workers, "--listen", "127.0.0.1:0", env=no_cert), str(missing))
+
+
+def test_a_certificate_and_key_that_are_no_pair_refuse_to_start_naming_both(tmp_path: Path) -> None:
+    # gRPC found out only as it bound: its own log lines, then "could not bind: the port is in
+    # use"; with workers each died and was started again, and `serve` never exited.
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    _, cert = make_certificate(tmp_path / "one")
+    other_key, _ = make_certificate(tmp_path / "two")
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    for workers in ("1", "2"):
+        for cert_file, key_file, said in [(cert, other_key, "KEY_VALUES_MISMATCH"), (garbage, other_key, "PEM")]:
+            env = {"SESSIONLOG_TLS_CERT_FILE": str(cert_file), "SESSIONLOG_TLS_KEY_FILE": str(key_file)}
+            done = _run("serve", "--db", db, "--workers", workers, "--listen", "127.0.0.1:0", env=env)
+            _one_line(done, f"SESSIONLOG_TLS_CERT_FILE ({cert_file}) and SESSIONLOG_TLS_KEY_FILE ({key_file})", said)
+            assert done.returncode == 2 and "could not bind" not in done.stderr
 
 
 def test_a_migration_chain_other_than_this_versions_is_one_line(tmp_path: Path) -> None:

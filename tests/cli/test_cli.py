@@ -135,6 +135,18 @@ def test_an_id_that_is_not_utf8_is_a_usage_error_not_a_traceback(server: ServerT
         assert "is not valid UTF-8" in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
 
 
+def test_a_last_line_without_lf_is_appended_when_it_is_whole(server: ServerThread, sid: str) -> None:
+    # `printf '{...}' | sessionlog append` was refused as a truncated file.
+    run(server, "create", "--id", sid)
+    note = '{"type": "test/note", "data": {"n": %d}, "ignorable": true}'
+    done = run(server, "append", sid, stdin=note % 0 + "\n" + note % 1)
+    assert done.returncode == 0 and done.stdout.split() == ["0", "1"], done.stderr
+    cut = run(server, "append", sid, stdin=note % 2 + "\n" + (note % 3)[:-1])
+    assert cut.returncode == 1 and "TRUNCATED_LAST_LINE: line 2" in cut.stderr, cut.stderr
+    with SessionLogClient(server.target) as client:
+        assert [e.data["n"] for e in client.read_events(sid)] == [0, 1, 2]
+
+
 def test_append_refuses_a_malformed_seq_or_time(server: ServerThread, sid: str) -> None:
     """The service assigns `seq` and `time`, so a well-formed one is ignored; a malformed one is
     refused with its documented reason, as a malformed eventId is, and nothing is written. So is

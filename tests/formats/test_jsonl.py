@@ -13,6 +13,7 @@ from sessionlog.core.formats.jsonl import (
     JsonlWarning,
     read_bytes,
     read_chunks,
+    read_chunks_numbered,
     read_file,
     read_file_numbered,
     read_stream,
@@ -25,7 +26,7 @@ def feed_all(chunks: list[bytes], **options: object) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for chunk in chunks:
         out.extend(reader.feed(chunk))
-    reader.close()
+    out.extend(obj for _, obj in reader.close())
     return out
 
 
@@ -273,14 +274,25 @@ def test_file_helpers_respect_a_small_chunk_limit(tmp_path: Path) -> None:
 
 
 def test_truncated_last_line_is_an_error_by_default() -> None:
-    err = error_of(b'{"a":1}\n{"b":2}')
+    err = error_of(b'{"a":1}\n{"b":2')
     assert err.reason == "TRUNCATED_LAST_LINE"
     assert err.metadata["line"] == "2"
-    assert "7 bytes" in err.message
+    assert "6 bytes" in err.message
 
 
-def test_complete_json_without_lf_is_still_truncated() -> None:
-    assert error_of(b'{"a":1}').reason == "TRUNCATED_LAST_LINE"
+@pytest.mark.parametrize("lenient", [False, True])
+def test_a_whole_object_without_lf_is_the_last_record(lenient: bool) -> None:
+    # It was refused (strict) or dropped with a warning (lenient, which halved a replayed
+    # session's cost whose file had lost only its final LF). A cut object cannot parse: its
+    # closing brace is what was cut.
+    reader = JsonlReader(lenient=lenient)
+    assert reader.feed_numbered(b'{"a":1}\n{"b":2}') == [(1, {"a": 1})]
+    assert reader.close() == [(2, {"b": 2})]
+    assert reader.warnings == [] and reader.records == 2 and reader.line_number == 2
+    assert reader.close() == []  # once
+    assert list(read_chunks_numbered([b'{"a":', b"1}"])) == [(1, {"a": 1})]
+    for cut in (b'{"b":2', b"[1,2]", b'"text"', b'{"b":"\xc3'):  # cut, or no object: as before
+        assert error_of(b'{"a":1}\n' + cut).reason == "TRUNCATED_LAST_LINE", cut
 
 
 def test_lenient_mode_drops_the_truncated_line_with_a_warning() -> None:

@@ -214,8 +214,7 @@ def recompute_command(
     try:
         data = runs.read_bytes()
         reader = JsonlReader()
-        numbered = _feed_all(reader, data)
-        reader.close()
+        numbered = _feed_all(reader, data) + reader.close()
     except SessionLogError as exc:
         raise fail(describe(exc), 2) from None
     except OSError as exc:

@@ -66,12 +66,9 @@ def append(
         try:
             while True:
                 chunk = os.read(sys.stdin.fileno(), READ_BYTES)
-                if not chunk:
-                    reader.close()
-                    break
                 batch: list[NewEvent] = []
                 numbers: list[int] = []
-                for number, obj in reader.feed_numbered(chunk):
+                for number, obj in reader.feed_numbered(chunk) if chunk else reader.close():
                     if _is_header_report(obj):
                         # A header the service decides on: send what came before, then the report.
                         appender.append(batch, numbers)
@@ -81,6 +78,8 @@ def append(
                     batch.append(_parse_line(number, obj))
                     numbers.append(number)
                 appender.append(batch, numbers)
+                if not chunk:  # the end of input, its last line without LF included
+                    break
         except SessionLogError as exc:
             raise fail(describe(exc)) from None
         finally:

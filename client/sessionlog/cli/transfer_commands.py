@@ -42,6 +42,7 @@ import or ingest rides out a restart whichever step it was at.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -579,14 +580,13 @@ def _ingest_stdin(appender: Appender, ingest: StreamIngest, reader: JsonlReader)
     start_seq = ingest.fold.next_seq
     appended = 0
     try:
-        for chunk in _stdin_chunks():
+        for chunk in itertools.chain(_stdin_chunks(), [b""]):  # b"": the end, which may hold a last line
             events = [
                 event
-                for line, obj in reader.feed_numbered(chunk)
+                for line, obj in (reader.feed_numbered(chunk) if chunk else reader.close())
                 for event in _mapped(ingest, parser.feed(obj, line), line)
             ]
             appended += _send(appender, events, start_seq + appended)
-        reader.close()
         appended += _send(appender, _mapped(ingest, parser.close(), None), start_seq + appended)
     except SessionLogError as exc:
         raise fail(describe(exc)) from None

@@ -879,7 +879,7 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Feed smaller chunks or raise the limit.
     """
     TRUNCATED_LAST_LINE: _ErrorReason.ValueType  # 89
-    """The file's last line has no LF: the file looks truncated.
+    """The file's last line has no LF and is no whole JSON object: the file looks truncated.
 
     Code: INVALID_ARGUMENT
     Metadata: `line`, `size`
@@ -2326,7 +2326,7 @@ Raised by: files
 Client: Feed smaller chunks or raise the limit.
 """
 TRUNCATED_LAST_LINE: ErrorReason.ValueType  # 89
-"""The file's last line has no LF: the file looks truncated.
+"""The file's last line has no LF and is no whole JSON object: the file looks truncated.
 
 Code: INVALID_ARGUMENT
 Metadata: `line`, `size`

@@ -18,8 +18,11 @@ output, run records) goes through `JsonlReader`, so the rules hold everywhere:
 - **Limits.** A chunk longer than `max_chunk_bytes` is refused before it is looked at; a line is
   refused as soon as its bytes so far (CR included, LF not) exceed `max_line_bytes`, before it is
   held whole.
-- **Truncation.** Bytes after the last LF are a truncated last line (a crashed writer): an error by
-  default; with `lenient=True` they are dropped and a `JsonlWarning` says how many bytes.
+- **Truncation.** Bytes after the last LF that are a whole JSON object are the last record (a file
+  whose final LF an editor dropped, `printf` without `\n`): a truncated object cannot parse, as
+  its closing brace is what was cut. Any other bytes there are a truncated last line (a crashed
+  writer): an error by default; with `lenient=True` they are dropped and a `JsonlWarning` says
+  how many bytes.
 
 Line numbers are 1-based and count physical lines (blank ones included), so they match an editor.
 """
@@ -173,17 +176,25 @@ class JsonlReader:
         self.records += len(out)
         return out
 
-    def close(self) -> None:
-        """End of input: a partial last line is an error, or (lenient) dropped with a warning."""
+    def close(self) -> list[tuple[int, JsonObject]]:
+        """End of input; returns the last record if the bytes after the last LF are one whole
+        JSON object (none else). A partial last line is an error, or (lenient) dropped with a
+        warning. Callers must use what it returns, as what `feed_numbered` returns."""
         if self._closed:
-            return
+            return []
         self._closed = True
         if not self._pending:
-            return
+            return []
         size = self._pending_size
+        line = b"".join(self._pending)
         self._pending = []
         self._pending_size = 0
         number = self._line + 1
+        last = _whole_object(line, number)
+        if last is not None:
+            self._line = number
+            self.records += 1
+            return [(number, last)]
         if not self._lenient:
             raise ValidationError(
                 "TRUNCATED_LAST_LINE",
@@ -200,6 +211,7 @@ class JsonlReader:
         self.warnings.append(warning)
         if self._on_warning is not None:
             self._on_warning(warning)
+        return []
 
     def _check_length(self, size: int, number: int) -> None:
         if size > self._max_line:
@@ -221,6 +233,15 @@ class JsonlReader:
                 return None
             raise ValidationError("BLANK_LINE", f"line {number}: blank line", line=number)
         return parse_line(line, number)
+
+
+def _whole_object(line: bytes, number: int) -> JsonObject | None:
+    """A last line without LF as the record it is, if it is one whole JSON object by the rules
+    of any line (`parse_line`), else None: it was cut (or breaks a rule: told as cut, as before)."""
+    try:
+        return parse_line(line, number)
+    except ValidationError:
+        return None
 
 
 def parse_line(line: bytes, number: int) -> JsonObject:
@@ -286,7 +307,7 @@ def read_chunks_numbered(
     reader = reader or JsonlReader()
     for chunk in chunks:
         yield from reader.feed_numbered(chunk)
-    reader.close()
+    yield from reader.close()
 
 
 def read_chunks(chunks: Iterable[bytes], reader: JsonlReader | None = None) -> Iterator[JsonObject]:

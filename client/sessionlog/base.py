@@ -646,6 +646,10 @@ class WriterCore:
     closed: bool = False
     reconnects: int = 0
     """How many times the stream broke and was opened again (re-sending what was pending)."""
+    reconnect_attempts: int = 0
+    """Reconnect attempts spent since the writer last made progress (`Recovery`)."""
+    opened_at: float = 0.0
+    """When the stream last opened (monotonic seconds)."""
     max_message_bytes: int = MAX_MESSAGE_BYTES
     """The largest message the writer sends (its channel's limit, and the service's default)."""
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
@@ -738,6 +742,7 @@ class WriterCore:
             )
         if self.lease is not None:
             self.reconnects += 1
+        self.opened_at = time.monotonic()
         self.lease = lease
         self.writer_id = lease.writer_id
         self.next_seq = response.opened.next_seq
@@ -788,6 +793,8 @@ class WriterCore:
             pending = self._take(batch_id)
             if pending is not None:
                 out.append((pending, result))
+        if out:
+            self.reconnect_attempts = 0  # progress: a break after this starts its attempts over
         return out
 
     def _take(self, batch_id: int) -> Pending | None:
@@ -830,25 +837,37 @@ def stream_ended() -> Unavailable:
     return Unavailable("STREAM_ENDED", "the server ended the writer stream before the writer closed it")
 
 
+STREAM_STABLE_S = 30.0
+"""A stream that stayed open this long before it broke is no failed reconnect (`Recovery`)."""
+
+
 class Recovery:
     """The reconnects of a writer whose stream broke: iterating gives the wait before each
     attempt, for as long as the failure is transient (and only if the writer was open when the
     stream broke); each failed attempt is told with `failed`. `error` is what the writer fails
-    with when the attempts end without a stream."""
+    with when the attempts end without a stream.
+
+    The policy's attempts count from the writer's last progress (an acknowledgement, or a
+    stream that stayed open STREAM_STABLE_S), not from each break: a stream that opens and
+    breaks again at once (the service grants the lease, then fails every commit) was tried
+    again without end, each open renewing the budget, and its batches never failed."""
 
     def __init__(self, core: WriterCore, policy: RetryPolicy, error: SessionLogError) -> None:
         self._core = core
         self._policy = policy
         self._open = not core.closed
         self.error = error
+        if time.monotonic() - core.opened_at >= STREAM_STABLE_S:
+            core.reconnect_attempts = 0
         self._refusal = None if isinstance(error, Unavailable) else error
         """The service's refusal of a call on the stream, which it then ended (on any error it reports)."""
 
     def __iter__(self) -> Iterator[float]:
-        for attempt in range(1, self._policy.attempts + 1):
+        while self._core.reconnect_attempts < self._policy.attempts:
             if not (self._open and isinstance(self.error, Unavailable)):
                 return
-            yield self._policy.delay(attempt)
+            self._core.reconnect_attempts += 1
+            yield self._policy.delay(self._core.reconnect_attempts)
 
     def failed(self, error: SessionLogError) -> None:
         """A reconnect failed with `error`: another transient failure is tried again, anything

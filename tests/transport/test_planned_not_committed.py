@@ -8,6 +8,7 @@ memory with seqs that were never committed: an acknowledged event that is not in
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import SessionLogError, Unavailable
 from sessionlog.core.fold import SessionFold
@@ -113,3 +115,29 @@ print("ran")
     assert done.returncode == 0 and done.stdout.strip().endswith("ran"), done.stderr[-2000:]
     never = done.stderr.count("Future exception was never retrieved")
     assert never == 0, f"{never} futures whose failure nobody took"
+
+
+def test_a_writer_whose_every_reconnect_breaks_again_gives_up_by_its_policy(fresh_db: str, sid: str) -> None:
+    # The service grants each reconnect its lease, then fails the re-sent batch's commit and
+    # ends the stream: each open renewed the reconnect budget, so the writer tried again
+    # without end and the batch never failed. The attempts now count from its last progress.
+    with ServerThread(fresh_db) as server:
+        committer = server.service.appends.committer
+        with SessionLogClient(server.target) as client:
+            writer = client.writer(sid, create_if_missing=True, reconnect_attempts=3)
+            assert writer.append([note(0)]).result(timeout=30).seqs == [0]  # progress, then the failures
+            committer._recorder = _FailingCommits(committer._recorder, sid)
+            failed = writer.append([note(1)]).exception(timeout=60)
+            assert isinstance(failed, Unavailable), failed
+            assert writer.reconnects == 3  # each attempt opened, and its stream broke again
+
+        async def scenario() -> int:
+            async with AsyncSessionLogClient(server.target) as aio:
+                writer = await aio.writer(f"{sid}-aio", create_if_missing=True, reconnect_attempts=3)
+                pending = await writer.append([note(0)])
+                assert isinstance(await asyncio.wait_for(asyncio.gather(pending, return_exceptions=True), 60), list)
+                assert isinstance(pending.exception(), Unavailable)
+                return writer.reconnects
+
+        committer._recorder = _FailingCommits(committer._recorder, f"{sid}-aio")
+        assert asyncio.run(scenario()) == 3

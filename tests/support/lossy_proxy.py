@@ -7,7 +7,10 @@ writer's `opened`: the lease was granted, the resume written; a read's first pag
 subscription's first events or marker): the proxy then cuts the stream to the server, as a
 broken connection would.
 
-usage: python -m tests.support.lossy_proxy UPSTREAM METHOD [LOSSES]
+A stream may keep its first `kept` answers and lose the next (`kept` 1 on `Write`: every stream
+opens, and is cut at the first acknowledgement).
+
+usage: python -m tests.support.lossy_proxy UPSTREAM METHOD [LOSSES [KEPT]]
 prints `listening HOST:PORT`, then serves until stdin closes (the TypeScript client's tests).
 """
 
@@ -28,9 +31,10 @@ class AnswerLosingProxy:
     message) are lost after the server has made them, and kept in `lost` (serialised, in order).
     `target` names the proxy."""
 
-    def __init__(self, upstream: str, method: str, losses: int = 1) -> None:
+    def __init__(self, upstream: str, method: str, losses: int = 1, kept: int = 0) -> None:
         self.method = method
         self.losses = losses
+        self.kept = kept
         self.calls: Counter[str] = Counter()
         self.lost: list[bytes] = []
         """The answers lost so far (the server's, serialised): what the caller never saw."""
@@ -69,8 +73,8 @@ class AnswerLosingProxy:
 
     def _relay(self, path: str, start: Callable[[Any], Any], context: grpc.ServicerContext) -> Iterator[bytes]:
         """The server's answers to a streaming call `start`ed with the caller's metadata; a lost
-        one ends after the server's first message (none, for a stream that ended without one),
-        the stream to the server cancelled."""
+        one passes the first `kept` messages and ends after the server's next (none, for a
+        stream that ended without one), the stream to the server cancelled."""
         method = path.rsplit("/", 1)[-1]
         self.calls[method] += 1
         lose = method == self.method and self.calls[method] <= self.losses
@@ -78,8 +82,11 @@ class AnswerLosingProxy:
         context.add_callback(answers.cancel)  # the caller went away: so does the stream upstream
         try:
             if lose:
-                for first in answers:
-                    self.lost.append(first)
+                for index, answer in enumerate(answers):
+                    if index < self.kept:
+                        yield answer
+                        continue
+                    self.lost.append(answer)
                     break
                 answers.cancel()
                 context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy lost the answer")
@@ -133,7 +140,8 @@ class _Forward(grpc.GenericRpcHandler):
 def main() -> None:
     upstream, method = sys.argv[1], sys.argv[2]
     losses = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    with AnswerLosingProxy(upstream, method, losses) as proxy:
+    kept = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    with AnswerLosingProxy(upstream, method, losses, kept) as proxy:
         print("listening", proxy.target, flush=True)
         sys.stdin.read()
 

@@ -151,6 +151,9 @@ const DEFAULT_RECONNECT: RetryPolicy = { attempts: 120, initialDelayMs: 50, maxD
  */
 export const CLOSE_WITHIN_MS = 5_000;
 
+/** A stream that stayed open this long before it broke is no failed reconnect (`recover`). */
+const STREAM_STABLE_MS = 30_000;
+
 export class Writer {
   readonly sessionId: string;
   /** The lease the stream holds (renewed by the service while the stream is open). */
@@ -193,6 +196,10 @@ export class Writer {
   /** Told whether this writer has work the caller may wait for, which holds the process alive. */
   private readonly hold: WriterHold | undefined;
   private opening = true;
+  /** Reconnect attempts spent since the writer last made progress (`recover`). */
+  private reconnectAttempts = 0;
+  /** When the stream last opened (`performance.now()`). */
+  private openedAt = 0;
   private closeCalls = 0;
   private held = false;
   /** The client's: how long an open waits for its answer, all its attempts together (<= 0: no bound). */
@@ -360,6 +367,7 @@ export class Writer {
     const index = this.inFlight.findIndex((p) => p.id === batchId);
     if (index < 0) return; // an acknowledgement of a batch already settled before a reconnect
     const [pending] = this.inFlight.splice(index, 1);
+    this.reconnectAttempts = 0; // progress: a break after this starts its attempts over
     // The log only grows: a retry's acknowledgement says where the durable log ended then.
     if (ack.kind === "batch") this.nextSeq = Math.max(this.nextSeq, ack.result.nextSeq);
     // A logged header is an event too: a reconnect says the acknowledgements reached past it.
@@ -498,6 +506,7 @@ export class Writer {
       });
     }
     if (this.lease !== undefined) this.reconnects += 1;
+    this.openedAt = performance.now();
     this.lease = lease;
     this.writerId = lease.writerId;
     this.nextSeq = num(opened.nextSeq);
@@ -554,7 +563,12 @@ export class Writer {
     if (this.closing) return this.fail(error);
     const policy = this.options.reconnect;
     let last: SessionLogError = error;
-    for (let attempt = 1; attempt <= policy.attempts; attempt++) {
+    // The attempts count from the last progress (an acknowledgement, or a stream open
+    // STREAM_STABLE_MS), not from each break: a stream that opened and broke again at once
+    // was tried again without end, each open renewing them (the Python writers' `Recovery`).
+    if (performance.now() - this.openedAt >= STREAM_STABLE_MS) this.reconnectAttempts = 0;
+    while (this.reconnectAttempts < policy.attempts) {
+      const attempt = ++this.reconnectAttempts;
       try {
         await sleep(backoff(policy, attempt), this.ended.signal);
       } catch {

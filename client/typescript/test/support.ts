@@ -230,8 +230,8 @@ async function pythonProxy(module: string, args: string[]): Promise<Proxy> {
  * tests/support/lossy_proxy.py in a child process: it forwards unary calls to `upstream`, and
  * the first `losses` answers to `method` are lost (UNAVAILABLE) after the server has made them.
  */
-export function answerLosingProxy(upstream: string, method: string, losses = 1): Promise<Proxy> {
-  return pythonProxy("lossy_proxy", [upstream, method, String(losses)]);
+export function answerLosingProxy(upstream: string, method: string, losses = 1, kept = 0): Promise<Proxy> {
+  return pythonProxy("lossy_proxy", [upstream, method, String(losses), String(kept)]);
 }
 
 /**

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { ClientClosed, NotFound, SessionLogClient, ValidationError, WriterClosed } from "../src/index.js";
+import { ClientClosed, NotFound, SessionLogClient, Unavailable, ValidationError, WriterClosed } from "../src/index.js";
 import { note, turnEnd, turnStart } from "./events.js";
 import { answerLosingProxy, BACKENDS, sessionId, startServer } from "./support.js";
 
@@ -201,6 +201,24 @@ for (const backend of BACKENDS) {
           lossy.close();
           await proxy.close();
         }
+      }
+    });
+
+    test("a writer whose every reconnect opens and breaks again gives up by its reconnect policy", async () => {
+      // Each open renewed the reconnect attempts: cut at every acknowledgement, the writer
+      // reconnected without end and its append never settled. They now count from its last
+      // progress, as the Python writers'.
+      const id = sessionId("flapping");
+      await env.client.createSession(id);
+      const proxy = await answerLosingProxy(env.server.target, "Write", 1000, 1); // keep `opened`, lose the ack
+      const flapping = new SessionLogClient({ target: proxy.target });
+      try {
+        const writer = await flapping.writer(id, { reconnect: { attempts: 3, initialDelayMs: 10, maxDelayMs: 10 } });
+        await assert.rejects(settles(writer.append([note(0)]), "the append on a flapping stream"), Unavailable);
+        assert.equal(writer.reconnects, 3, "each attempt opened, and its stream broke again");
+      } finally {
+        flapping.close();
+        await proxy.close();
       }
     });
 

@@ -471,6 +471,20 @@ def test_recompute_default_session_path_and_bad_runs_file(app: typer.Typer, tmp_
     assert bad.output.startswith("sessionlog: error: MALFORMED_JSON: ")  # the one CLI error format
 
 
+def test_recompute_names_a_record_that_names_no_run_nor_session_file(app: typer.Typer, tmp_path: Path) -> None:
+    # It was reported as run `line 2`, missing `line 2.jsonl`: a file no record named.
+    shutil.copy(RESUMED, tmp_path / "r9.jsonl")
+    runs = tmp_path / "runs.jsonl"
+    records = [{"run_id": "r9", "metrics": {"turns": 2}}, {"metrics": {"turns": 2}}]
+    runs.write_text("".join(json.dumps(record) + "\n" for record in records))
+    result = run(app, "recompute", runs, "--sessions", tmp_path)
+    assert "line 2  error: names no run (run_id, id, run) nor session file (session_file" in result.output
+    assert "line 2.jsonl" not in result.output
+    runs.write_text(json.dumps({"session_file": "r9.jsonl", "metrics": {"turns": 2}}) + "\n")  # a file, no id
+    named = run(app, "recompute", runs, "--sessions", tmp_path)
+    assert named.exit_code == 0 and "1 run(s) unchanged" in named.output, named.output
+
+
 def _read_all(fd: int) -> bytes:
     out = b""
     while True:

@@ -278,10 +278,13 @@ def _recompute_one(
     lenient: bool,
     cache: dict[tuple[Path, str | None], dict[str, Any]],
 ) -> tuple[RunOutcome, int]:
-    run_id = _first_str(record, RUN_ID_FIELDS) or f"line {line}"
+    named_run = _first_str(record, RUN_ID_FIELDS)
     experiment = record.get("experiment") if isinstance(record.get("experiment"), str) else None
-    outcome = RunOutcome(line, record, run_id, experiment)
-    name = _first_str(record, SESSION_FIELDS) or f"{run_id}.jsonl"
+    outcome = RunOutcome(line, record, named_run or f"line {line}", experiment)
+    name = _first_str(record, SESSION_FIELDS) or (f"{named_run}.jsonl" if named_run else None)
+    if name is None:  # it looked for `line N.jsonl`, a file no run is named
+        outcome.error = f"names no run ({', '.join(RUN_ID_FIELDS)}) nor session file ({', '.join(SESSION_FIELDS)})"
+        return outcome, 0
     path = Path(name) if os.path.isabs(name) else sessions / name
     at = record.get("at")
     at_key = str(at) if isinstance(at, (str, int)) and not isinstance(at, bool) else None

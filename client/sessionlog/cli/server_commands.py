@@ -114,12 +114,16 @@ def upgrade(db: DbOption = None) -> None:
     """Run the migration chain up to the newest revision."""
     from sessionlog_server.config import Settings
     from sessionlog_server.storage.migrate import upgrade as run
+    from sessionlog_server.storage.schema import SCHEMA_REVISION
 
     with startup_errors():
         settings = Settings.from_env(db=db)
         _check_db(settings.db)
-        run(settings.db)
-    typer.echo("database is at the newest revision")
+        before = run(settings.db)
+    if before == SCHEMA_REVISION:
+        typer.echo(f"database is at the newest revision ({SCHEMA_REVISION}): nothing to do")
+    else:  # it said only "at the newest revision", the same whether it migrated or not
+        typer.echo(f"database upgraded from {before or 'no schema'} to {SCHEMA_REVISION}, the newest revision")
 
 
 @contextmanager

@@ -69,8 +69,9 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def upgrade(url: str, revision: str = "head") -> None:
-    """Bring the database at `url` to `revision` (creating the SQLite file if needed).
+def upgrade(url: str, revision: str = "head") -> str | None:
+    """Bring the database at `url` to `revision` (creating the SQLite file if needed); returns
+    the revision it was at before (None: never migrated), so a caller can say what it did.
 
     Runs under a lock held for the whole upgrade, so several `serve` or `db upgrade` processes
     started together on a fresh database migrate one after the other (the later ones find it
@@ -84,6 +85,7 @@ def upgrade(url: str, revision: str = "head") -> None:
         command.upgrade(config, revision)
     if revision == "head":
         check_chain_end(url)
+    return current
 
 
 def check_chain_end(url: str) -> None:

@@ -52,7 +52,7 @@ def test_an_unknown_level_is_refused() -> None:
 
 
 def test_the_standard_librarys_log_lines_are_json_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Alembic logs through the standard library at start-up ("Context impl PostgresqlImpl."):
+    """Alembic logs through the standard library at start-up ("Running upgrade ..."):
     those lines went out as plain text between the JSON ones, which a collector reading stderr
     as JSON Lines cannot parse."""
     stderr = RecordingStderr()
@@ -62,17 +62,25 @@ def test_the_standard_librarys_log_lines_are_json_too(monkeypatch: pytest.Monkey
     monkeypatch.setattr(root, "level", root.level)
     try:
         configure("info")
-        logging.getLogger("alembic.runtime.migration").info("Context impl %s.", "PostgresqlImpl")
-        logging.getLogger("alembic.runtime.migration").debug("below the level")
+        migration = logging.getLogger("alembic.runtime.migration")
+        migration.info("Running upgrade %s -> %s, %s", "", "0001", "Initial schema.")
+        migration.debug("below the level")
+        # Alembic's chatter each time migrations ran, seven plugin lines and a self-description
+        # whose "non-transactional DDL" contradicts migrations/env.py: dropped, its warnings not.
+        logging.getLogger("alembic.runtime.plugins").info("setup plugin %s", "alembic.autogenerate.schemas")
+        migration.info("Context impl %s.", "SQLiteImpl")
+        migration.info("Will assume non-transactional DDL.")
+        migration.warning("Will assume a warning is kept.")
     finally:
         structlog.reset_defaults()
-    assert len(stderr.writes) == 1
+    assert len(stderr.writes) == 2, stderr.writes
     line = stderr.writes[0]
     assert line.endswith("\n") and line.count("\n") == 1
     record = json.loads(line)
-    assert record["event"] == "Context impl PostgresqlImpl."
+    assert record["event"] == "Running upgrade  -> 0001, Initial schema."
     assert (record["level"], record["logger"]) == ("info", "alembic.runtime.migration")
     assert "timestamp" in record
+    assert json.loads(stderr.writes[1])["event"] == "Will assume a warning is kept."
 
 
 def test_a_workers_lines_name_it_from_every_thread(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -65,6 +65,7 @@ def _stdlib_handler(process: _ProcessFields) -> logging.Handler:
     collector reading stderr as JSON Lines meets no line of plain text. (`StreamHandler` writes
     a line and its newline in one write.)"""
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_without_alembic_chatter)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processor=structlog.processors.JSONRenderer(),
@@ -72,3 +73,18 @@ def _stdlib_handler(process: _ProcessFields) -> logging.Handler:
         )
     )
     return handler
+
+
+ALEMBIC_CHATTER = ("Context impl ", "Will assume ")
+"""How Alembic's migration context describes itself (and its guess "Will assume non-transactional
+DDL", which each step's own transaction in migrations/env.py makes wrong on SQLite)."""
+
+
+def _without_alembic_chatter(record: logging.LogRecord) -> bool:
+    """Keep Alembic's `Running upgrade` lines and its warnings; drop its INFO chatter (seven
+    "setup plugin" lines and the context's self-description each time migrations ran)."""
+    if record.levelno >= logging.WARNING or not record.name.startswith("alembic."):
+        return True
+    if record.name == "alembic.runtime.plugins":
+        return False
+    return not record.getMessage().startswith(ALEMBIC_CHATTER)

@@ -104,11 +104,13 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """
     BAD_SESSION_ID: _ErrorReason.ValueType  # 9
     """A session id is empty, too long (in a namespace other than `default`, the namespace name
-    and a separator count against the 128 characters), or not URL-safe.
+    and a separator count against the 128 characters), or not URL-safe. The clients refuse an
+    empty id given to create or fork before sending (the wire cannot tell it from none, which
+    asks the service for a generated id).
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
-    Raised by: core, service
+    Raised by: core, service, client
     Client: Fix the request; nothing was changed. Sent unchanged, it fails the same way.
     """
     DATA_NOT_OBJECT: _ErrorReason.ValueType  # 10
@@ -1551,11 +1553,13 @@ Client: Fix the event; nothing of the batch was written. Sent unchanged, it fail
 """
 BAD_SESSION_ID: ErrorReason.ValueType  # 9
 """A session id is empty, too long (in a namespace other than `default`, the namespace name
-and a separator count against the 128 characters), or not URL-safe.
+and a separator count against the 128 characters), or not URL-safe. The clients refuse an
+empty id given to create or fork before sending (the wire cannot tell it from none, which
+asks the service for a generated id).
 
 Code: INVALID_ARGUMENT
 Metadata: `field`
-Raised by: core, service
+Raised by: core, service, client
 Client: Fix the request; nothing was changed. Sent unchanged, it fails the same way.
 """
 DATA_NOT_OBJECT: ErrorReason.ValueType  # 10

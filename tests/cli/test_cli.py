@@ -536,3 +536,25 @@ def test_a_session_that_is_not_there_names_the_command_that_creates_it(server: S
         error = refused.stderr.strip().splitlines()[-1]
         assert error.startswith(f"sessionlog: error: SESSION_NOT_FOUND: session '{sid}' not found; "), error
         assert f"sessionlog create --id {sid}" in error and "create_if_missing" not in error, error
+
+
+def test_health_says_serving_and_exits_0_as_a_probe_needs(server: ServerThread) -> None:
+    done = run(server, "health")
+    assert (done.returncode, done.stdout) == (0, "SERVING\n"), done.stderr
+    service = run(server, "health", "--service", "sessionlog.v1.SessionService")
+    assert (service.returncode, service.stdout) == (0, "SERVING\n"), service.stderr
+    unknown = run(server, "health", "--service", "no.such.Service")
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert unknown.stderr == (
+        "sessionlog: error: the server reports no health for service 'no.such.Service': ask about "
+        "sessionlog.v1.SessionService or none (the server as a whole)\n"
+    )
+    nowhere = subprocess.run(
+        [sys.executable, "-m", "sessionlog", "--server", f"127.0.0.1:{free_port()}", "health"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert nowhere.returncode == 1 and nowhere.stdout == ""
+    assert nowhere.stderr.startswith("sessionlog: error: TRANSPORT_ERROR: "), nowhere.stderr

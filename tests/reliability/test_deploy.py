@@ -62,6 +62,28 @@ def _wait_serving(target: str, proc: subprocess.Popen[bytes], timeout: float = 6
     raise AssertionError(f"no server on {target}")
 
 
+def _dockerfile_healthcheck() -> list[str]:
+    """The image's HEALTHCHECK command, as the Dockerfile writes it (exec form, after CMD)."""
+    for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines():
+        if line.startswith("HEALTHCHECK "):
+            return list(yaml.safe_load(line[line.index(" CMD ") + 5 :]))
+    raise AssertionError("the Dockerfile has no HEALTHCHECK")
+
+
+def _probe(command: list[str], target: str) -> subprocess.CompletedProcess[str]:
+    """A healthcheck `command` (exec form, `sessionlog ...`) run against `target`."""
+    assert command[0] == "sessionlog", command
+    env = {**os.environ, "SESSIONLOG_SERVER": target}
+    return subprocess.run(
+        [sys.executable, "-m", "sessionlog", *command[1:]],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def _stop(procs: list[subprocess.Popen[bytes]]) -> list[int]:
     for proc in procs:
         if proc.poll() is None:
@@ -102,6 +124,11 @@ def test_the_compose_services_start_together_as_written(fresh_pg: str) -> None:
             targets.append(f"127.0.0.1:{port}")
         for proc, target in zip(procs, targets, strict=True):
             _wait_serving(target, proc)
+        # The probes as written (no token: health is open), each SERVING, exit 0.
+        for service, target in zip(services, targets, strict=True):
+            for probe in (service["healthcheck"]["test"][1:], _dockerfile_healthcheck()):
+                answered = _probe(probe, target)
+                assert (answered.returncode, answered.stdout) == (0, "SERVING\n"), answered.stderr
         sid = f"deploy-{uuid.uuid4().hex[:8]}"
         with (
             SessionLogClient(targets[0], token=DEMO_TOKEN) as first,

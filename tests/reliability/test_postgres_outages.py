@@ -11,6 +11,8 @@ never by restarting the PostgreSQL the suite shares.
 from __future__ import annotations
 
 import json
+import signal
+import time
 import uuid
 from typing import Any
 
@@ -108,6 +110,31 @@ def test_a_commit_the_database_does_not_answer_is_logged_while_it_waits(pg_datab
                 assert answered[0]["waited_s"] >= STALL_WARN_S, answered
                 eventually(lambda: _health(client), lambda status: status == health_pb2.HealthCheckResponse.SERVING)
                 writer.close()
+        finally:
+            server.kill()
+
+
+def test_a_commit_answered_while_the_service_stops_is_logged_as_answered(pg_database: str) -> None:
+    """The end of a stall was logged by a check the stop cancels: a write the database answered
+    while the service drained left `database write waiting` as the last word on it."""
+    with _proxied(pg_database) as proxy:
+        server = ServerProcess(_through(proxy, pg_database)).start()
+        sid = f"stall-stop-{uuid.uuid4().hex[:10]}"
+        try:
+            with SessionLogClient(server.target) as client:
+                writer = client.writer(sid, writer_id="w", create_if_missing=True)
+                assert writer.append([note(0, eventId=f"{sid}-0")]).result(timeout=30).seqs == [0]
+                proxy.stall()
+                waiting = writer.append([note(1, eventId=f"{sid}-1")])
+                eventually(lambda: _logged(server, "database write waiting"), bool)
+                assert server.proc is not None
+                server.proc.send_signal(signal.SIGTERM)  # the stop drains: it waits for the write
+                time.sleep(1.0)
+                proxy.resume()
+                assert waiting.result(timeout=60).seqs == [1]  # answered, then the stop finished
+                assert server.proc.wait(timeout=60) == 0
+            answered = _logged(server, "database write answered")
+            assert len(answered) == 1 and answered[0]["waited_s"] >= STALL_WARN_S, server.log[-10:]
         finally:
             server.kill()
 

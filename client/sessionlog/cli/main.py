@@ -11,6 +11,7 @@ import typer
 
 from sessionlog.cli import (
     cost_commands,
+    health_commands,
     lifecycle_commands,
     projection_commands,
     server_commands,
@@ -84,6 +85,7 @@ session_commands.register(app)
 projection_commands.register(app)
 cost_commands.register(app)
 lifecycle_commands.register(app)
+health_commands.register(app)
 
 
 def main() -> None:

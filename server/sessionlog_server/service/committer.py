@@ -237,15 +237,19 @@ class GroupCommitter:
         holds the writer thread in its statement, raising nothing, until it answers or TCP
         gives up (minutes); every append waits behind it. Nothing else says so: the log was
         silent however long it lasted."""
+        self._tell_answered()
         busy_since, now = self._busy_since, time.monotonic()
-        if self._stalled_since is not None and busy_since != self._stalled_since:
-            log.warning("database write answered", waited_s=round(now - self._stalled_since, 1))
-            self._stalled_since = None
         if self._stalled_since is None and busy_since is not None and now - busy_since >= STALL_WARN_S:
             self._stalled_since = busy_since
             log.warning("database write waiting", waited_s=round(now - busy_since, 1), queued=len(self._queue))
         assert self._loop is not None
         self._stall_check = self._loop.call_later(STALL_CHECK_S, self._check_stall)
+
+    def _tell_answered(self) -> None:
+        """Log the end of a write told as `database write waiting`, once it was answered."""
+        if self._stalled_since is not None and self._busy_since != self._stalled_since:
+            log.warning("database write answered", waited_s=round(time.monotonic() - self._stalled_since, 1))
+            self._stalled_since = None
 
     def _settle_group(self, group: list[_Item], results: list[SessionLogError | None], finished: float) -> None:
         self.groups_committed += 1
@@ -275,6 +279,7 @@ class GroupCommitter:
             await asyncio.get_running_loop().run_in_executor(None, self._writer_thread.join)
         with self._queue_lock:
             self._stopped = True
+        self._tell_answered()  # the stall check no longer runs: a write answered while draining told here
 
 
 def _log_unavailable(results: list[SessionLogError | None]) -> None:

@@ -10,10 +10,14 @@ never by restarting the PostgreSQL the suite shares.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -21,7 +25,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy.engine import make_url
 
-from sessionlog.client import SessionLogClient
+from sessionlog.client import SessionLogClient, Writer
+from sessionlog.requests import AppendResult
 from sessionlog_server.service.committer import STALL_WARN_S
 from sessionlog_server.storage.migrate import upgrade
 from tests.conftest import PG_ADMIN_URL, scratch_pg
@@ -84,6 +89,35 @@ def test_serve_refuses_a_read_only_database_with_one_line() -> None:
             assert f"sessionlog: error: the database {url} is read-only" in last, last
 
 
+@dataclass
+class _Stalled:
+    """A service whose database stopped answering on its open connection (the proxy stalls it)
+    while `waiting`, a writer's append, waits for its commit; `database write waiting` logged."""
+
+    proxy: LatencyProxy
+    server: ServerProcess
+    client: SessionLogClient
+    writer: Writer
+    waiting: Future[AppendResult]
+
+
+@contextlib.contextmanager
+def _stalled(pg_database: str, prefix: str) -> Iterator[_Stalled]:
+    with _proxied(pg_database) as proxy:
+        server = ServerProcess(_through(proxy, pg_database)).start()
+        sid = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        try:
+            with SessionLogClient(server.target) as client:
+                writer = client.writer(sid, writer_id="w", create_if_missing=True)
+                assert writer.append([note(0, eventId=f"{sid}-0")]).result(timeout=30).seqs == [0]
+                proxy.stall()
+                waiting = writer.append([note(1, eventId=f"{sid}-1")])
+                eventually(lambda: _logged(server, "database write waiting"), bool)
+                yield _Stalled(proxy, server, client, writer, waiting)
+        finally:
+            server.kill()
+
+
 def test_a_commit_the_database_does_not_answer_is_logged_while_it_waits(pg_database: str) -> None:
     """A database that stops answering on a connection already open (a hung host, a stalled
     link) holds the writer thread in its statement until it answers. The appends wait (their
@@ -92,51 +126,31 @@ def test_a_commit_the_database_does_not_answer_is_logged_while_it_waits(pg_datab
     wait is logged while it lasts, and its end once the database answers; meanwhile the health
     check says NOT_SERVING (a load balancer sends new writers elsewhere), then SERVING again;
     the append waiting meanwhile is then acknowledged."""
-    with _proxied(pg_database) as proxy:
-        server = ServerProcess(_through(proxy, pg_database)).start()
-        sid = f"stall-{uuid.uuid4().hex[:10]}"
-        try:
-            with SessionLogClient(server.target) as client:
-                writer = client.writer(sid, writer_id="w", create_if_missing=True)
-                assert writer.append([note(0, eventId=f"{sid}-0")]).result(timeout=30).seqs == [0]
-                proxy.stall()
-                waiting = writer.append([note(1, eventId=f"{sid}-1")])
-                eventually(lambda: _logged(server, "database write waiting"), bool)
-                assert not waiting.done()
-                eventually(lambda: _health(client), lambda status: status == health_pb2.HealthCheckResponse.NOT_SERVING)
-                proxy.resume()
-                assert waiting.result(timeout=60).seqs == [1]
-                answered = eventually(lambda: _logged(server, "database write answered"), bool)
-                assert answered[0]["waited_s"] >= STALL_WARN_S, answered
-                eventually(lambda: _health(client), lambda status: status == health_pb2.HealthCheckResponse.SERVING)
-                writer.close()
-        finally:
-            server.kill()
+    with _stalled(pg_database, "stall") as stalled:
+        client = stalled.client
+        assert not stalled.waiting.done()
+        eventually(lambda: _health(client), lambda status: status == health_pb2.HealthCheckResponse.NOT_SERVING)
+        stalled.proxy.resume()
+        assert stalled.waiting.result(timeout=60).seqs == [1]
+        answered = eventually(lambda: _logged(stalled.server, "database write answered"), bool)
+        assert answered[0]["waited_s"] >= STALL_WARN_S, answered
+        eventually(lambda: _health(client), lambda status: status == health_pb2.HealthCheckResponse.SERVING)
+        stalled.writer.close()
 
 
 def test_a_commit_answered_while_the_service_stops_is_logged_as_answered(pg_database: str) -> None:
     """The end of a stall was logged by a check the stop cancels: a write the database answered
     while the service drained left `database write waiting` as the last word on it."""
-    with _proxied(pg_database) as proxy:
-        server = ServerProcess(_through(proxy, pg_database)).start()
-        sid = f"stall-stop-{uuid.uuid4().hex[:10]}"
-        try:
-            with SessionLogClient(server.target) as client:
-                writer = client.writer(sid, writer_id="w", create_if_missing=True)
-                assert writer.append([note(0, eventId=f"{sid}-0")]).result(timeout=30).seqs == [0]
-                proxy.stall()
-                waiting = writer.append([note(1, eventId=f"{sid}-1")])
-                eventually(lambda: _logged(server, "database write waiting"), bool)
-                assert server.proc is not None
-                server.proc.send_signal(signal.SIGTERM)  # the stop drains: it waits for the write
-                time.sleep(1.0)
-                proxy.resume()
-                assert waiting.result(timeout=60).seqs == [1]  # answered, then the stop finished
-                assert server.proc.wait(timeout=60) == 0
-            answered = _logged(server, "database write answered")
-            assert len(answered) == 1 and answered[0]["waited_s"] >= STALL_WARN_S, server.log[-10:]
-        finally:
-            server.kill()
+    with _stalled(pg_database, "stall-stop") as stalled:
+        process = stalled.server.proc
+        assert process is not None
+        process.send_signal(signal.SIGTERM)  # the stop drains: it waits for the write
+        time.sleep(1.0)
+        stalled.proxy.resume()
+        assert stalled.waiting.result(timeout=60).seqs == [1]  # answered, then the stop finished
+        assert process.wait(timeout=60) == 0
+        answered = _logged(stalled.server, "database write answered")
+        assert len(answered) == 1 and answered[0]["waited_s"] >= STALL_WARN_S, stalled.server.log[-10:]
 
 
 def _health(client: SessionLogClient) -> int:

@@ -7,14 +7,17 @@ from __future__ import annotations
 import socket
 import time
 
+MAX_PORT = 65535
+"""The highest TCP port."""
+
 
 def split_listen(listen: str, setting: str = "SESSIONLOG_LISTEN") -> tuple[str, int]:
     """The host (brackets of an IPv6 address removed) and port of `HOST:PORT`; a ValueError
     naming `setting` for anything else (no port, a port that is not a number from 0 to 65535,
     no host)."""
     host, _, port = listen.rpartition(":")
-    if not host.strip("[]") or not port.isdigit() or int(port) > 65535:
-        expected = "HOST:PORT (a host and a port from 0 to 65535, e.g. 127.0.0.1:50051)"
+    if not host.strip("[]") or not port.isdigit() or int(port) > MAX_PORT:
+        expected = f"HOST:PORT (a host and a port from 0 to {MAX_PORT}, e.g. 127.0.0.1:50051)"
         raise ValueError(f"{setting}: {listen!r} is not {expected}")
     return host.strip("[]"), int(port)
 

@@ -37,15 +37,13 @@ from multiprocessing.process import BaseProcess
 import structlog
 
 from sessionlog_server.config import Settings
-from sessionlog_server.transport.address import join_listen, split_listen, wait_address_free
+from sessionlog_server.transport.address import MAX_PORT, join_listen, split_listen, wait_address_free
 from sessionlog_server.transport.signals import STOP_SIGNALS, release_stop_signals, stop_signals_held
 
 log = structlog.get_logger("sessionlog.workers")
 
 RESTART_BACKOFF_S = 1.0
 """Pause before a dead worker is started again (a crash loop costs one start per second)."""
-
-MAX_PORT = 65535
 
 START_UP_S = 15.0
 """A worker that dies sooner than this after its start died starting up (`Restarts`)."""

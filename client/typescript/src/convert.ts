@@ -103,7 +103,11 @@ export const MAX_ID_CHARS = 128;
  */
 export function newEventToPb(event: NewEvent, index = 0): PbNewEvent {
   if (!isObject(event)) throw invalid("BAD_ENVELOPE", "event", `must be an object, got ${String(event)}`, at(index));
-  if (typeof event.type !== "string") throw invalid("BAD_TYPE", "type", `must be a string, got ${String(event.type)}`, at(index));
+  // An empty type would travel as none (proto3): the service refused it, and the writer ended
+  // with it. Refused here, as the Python client refuses it (and as an empty eventId is).
+  if (typeof event.type !== "string" || event.type === "") {
+    throw invalid("BAD_TYPE", "type", `must be a non-empty string, got ${JSON.stringify(event.type) ?? String(event.type)}`, at(index));
+  }
   // An empty eventId would travel as none (proto3), be stored without one, and a retry of the
   // same event would be appended again: refused, as the Python client refuses it.
   if (event.eventId !== undefined && (typeof event.eventId !== "string" || event.eventId === "")) {

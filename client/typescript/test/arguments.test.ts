@@ -123,6 +123,8 @@ describe(`arguments on ${backend}`, () => {
       ["a replace without seqs", "BAD_SURFACE_OP", "surfaceOp.startSeq", () => writer.append([{ ...note(1), surfaceOp: { op: "replace" } as never }])],
       ["data {turn: NaN}", "NON_FINITE_NUMBER", "data", () => writer.append([note(1), { type: "turn/start", data: { turn: Number.NaN } }])],
       ["data an array", "DATA_NOT_OBJECT", "data", () => writer.append([{ type: "test/note", data: [1] as never }])],
+      // It travelled as no type: the service refused it, and the writer ended with it.
+      ["an empty type", "BAD_TYPE", "type", () => writer.append([{ type: "", data: {} }])],
       ["sourceEventSeqs [-1]", "BAD_SOURCE_EVENT_SEQS", "sourceEventSeqs[0]", () => writer.append([{ ...note(1), sourceEventSeqs: [-1] }])],
       ["a numeric eventId", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: 7 as never }])],
       ["an empty eventId (it would travel as none)", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "" }])],

@@ -58,7 +58,7 @@ test("this package's README example runs as written", async () => {
   try {
     const source = example(join(PACKAGE_ROOT, "README.md"), "# @sessionlog/client");
     const out = await run(source, server.target, "readme-example-package");
-    assert.deepEqual(out, ["[ 2, 3 ]", "[ { role: 'user', content: 'hi' } ]"]);
+    assert.deepEqual(out, ["[ 2, 3, 4 ]", "[ { role: 'user', content: 'hi' } ]"]);
   } finally {
     await close();
   }

@@ -26,7 +26,7 @@ import { PING_INTERVAL_MS, PING_TIMEOUT_MS, SessionManager } from "./sessions.js
 import { HistoryCopy } from "./history.js";
 import type { JsonObject } from "./json.js";
 import { clientClosed, toSessionLogError, Unavailable } from "./errors.js";
-import { backoff, Budget, DEFAULT_RETRY, eachWithin, NO_RETRY, NoPage, type RetryPolicy, sleep, withBudget } from "./retry.js";
+import { backoff, Budget, checkRetryPolicy, DEFAULT_RETRY, eachWithin, NO_RETRY, NoPage, type RetryPolicy, sleep, withBudget } from "./retry.js";
 import { Subscription, type SubscribeOptions } from "./subscription.js";
 import type {
   AppendResult,
@@ -144,6 +144,7 @@ export class SessionLogClient {
     checkTarget(this.target);
     const baseUrl = baseUrlOf(this.target, options.ca !== undefined);
     this.timeoutMs = options.timeoutMs ?? 30_000;
+    checkRetryPolicy(options.retry, "retry");
     this.retry = options.retry ?? DEFAULT_RETRY;
     const interceptors: Interceptor[] = [];
     const token = options.token;
@@ -453,6 +454,7 @@ export class SessionLogClient {
    * client is closed, as by the Python clients.
    */
   subscribe(sessionId: string, options: SubscribeOptions = {}): Subscription {
+    checkRetryPolicy(options.retry, "retry");
     this.checkOpen(); // a closed client's subscription would end at once, quietly, as if cancelled
     return new Subscription(this.rpc, sessionId, options, this.closing.signal);
   }

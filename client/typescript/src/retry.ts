@@ -16,6 +16,25 @@ export interface RetryPolicy {
 export const DEFAULT_RETRY: RetryPolicy = { attempts: 8, initialDelayMs: 50, maxDelayMs: 1000 };
 
 /**
+ * A policy a caller gave (`name` says which option) has every field, each a number it can
+ * mean: `attempts` a positive integer, the delays finite and not negative. Else RangeError, as
+ * `maxInFlight` gets: from plain JavaScript, `{ attempts: 3 }` made every delay NaN, so every
+ * wait none at all, and the attempts were spent within milliseconds.
+ */
+export function checkRetryPolicy(policy: RetryPolicy | undefined, name: string): void {
+  if (policy === undefined) return;
+  const problem =
+    typeof policy !== "object" || policy === null
+      ? "must be an object { attempts, initialDelayMs, maxDelayMs }"
+      : !(Number.isSafeInteger(policy.attempts) && policy.attempts > 0)
+        ? `.attempts must be a positive integer, got ${String(policy.attempts)}`
+        : ([["initialDelayMs", policy.initialDelayMs], ["maxDelayMs", policy.maxDelayMs]] as const)
+            .filter(([, value]) => !(typeof value === "number" && Number.isFinite(value) && value >= 0))
+            .map(([field, value]) => `.${field} must be a number of milliseconds, 0 or more, got ${String(value)}`)[0];
+  if (problem !== undefined) throw new RangeError(`${name}${problem}`);
+}
+
+/**
  * Wait `ms`; the first of `signals` to abort ends the wait at once, rejecting with its reason.
  * Several signals are listened to directly and let go when the wait ends, not combined with
  * `AbortSignal.any`: a signal combined per wait (a lease writer's every renewal) with the

@@ -23,7 +23,7 @@ import { type ErrorFields, NotFound, OwnershipLost, type SessionLogError, toSess
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
 import type { JsonObject } from "./json.js";
-import { backoff, Budget, DEFAULT_RETRY, NoOpenAnswer, type RetryPolicy, sleep } from "./retry.js";
+import { backoff, Budget, checkRetryPolicy, DEFAULT_RETRY, NoOpenAnswer, type RetryPolicy, sleep } from "./retry.js";
 import type { WriterHold } from "./sessions.js";
 import type { AppendResult, HeaderReport, Lease, NewEvent, RequestHeader, ResumeInfo, SeqArgument } from "./types.js";
 
@@ -226,6 +226,8 @@ export class Writer {
   static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}, clientClosed?: AbortSignal, hold?: WriterHold, timeoutMs = 0): Promise<Writer> {
     if (clientClosed?.aborted) throw writerClosed("the client is closed");
     checkMaxInFlight(options.maxInFlight);
+    checkRetryPolicy(options.reconnect, "reconnect");
+    checkRetryPolicy(options.openRetry, "openRetry");
     checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
     const writer = new Writer(rpc, sessionId, options, clientClosed, hold, timeoutMs);
     clientClosed?.addEventListener("abort", writer.onClientClosed, { once: true });

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { type Lease, NotFound, SessionLogClient, toSessionLogError, Unavailable, ValidationError } from "../src/index.js";
+import { type Lease, NotFound, type RetryPolicy, SessionLogClient, toSessionLogError, Unavailable, ValidationError } from "../src/index.js";
 import { note } from "./events.js";
 import { BACKENDS, freePort, sessionId, startServer } from "./support.js";
 
@@ -108,6 +108,27 @@ describe(`arguments on ${backend}`, () => {
     assert.equal(session.lease, undefined, "no writer holds the session");
     // A pair is one character, and taken: only a lone half is refused.
     assert.equal((await env.client.acquireLease(id, { writerId: "w\ud83d\ude00" })).writerId, "w\ud83d\ude00");
+  });
+
+  test("a retry policy missing a field, or holding a number it cannot mean, is a RangeError", async () => {
+    // From plain JavaScript, `{ attempts: 3 }` made every delay NaN: no wait at all, its
+    // attempts spent within milliseconds against a service restarting.
+    const bad: [string, unknown][] = [
+      ["a field missing", { attempts: 3 }],
+      ["attempts 0", { attempts: 0, initialDelayMs: 10, maxDelayMs: 10 }],
+      ["attempts 1.5", { attempts: 1.5, initialDelayMs: 10, maxDelayMs: 10 }],
+      ["a negative delay", { attempts: 3, initialDelayMs: -1, maxDelayMs: 10 }],
+      ["an infinite delay", { attempts: 3, initialDelayMs: 10, maxDelayMs: Number.POSITIVE_INFINITY }],
+    ];
+    for (const [what, policy] of bad) {
+      const given = policy as RetryPolicy;
+      assert.throws(() => new SessionLogClient({ target: env.server.target, retry: given }), RangeError, `client retry: ${what}`);
+      assert.throws(() => env.client.subscribe(id, { retry: given }), /^RangeError: retry\./, `subscribe retry: ${what}`);
+      await assert.rejects(env.client.writer(id, { reconnect: given }), /^RangeError: reconnect\./, `writer reconnect: ${what}`);
+      await assert.rejects(env.client.writer(id, { openRetry: given }), /^RangeError: openRetry\./, `writer openRetry: ${what}`);
+    }
+    const writer = await env.client.writer(id, { reconnect: { attempts: 1, initialDelayMs: 0, maxDelayMs: 0 } });
+    await writer.close(); // a whole policy of zero delays is one
   });
 
   test("seqs may be bigints", async () => {

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionlog_server.config import SETTING_NAMES, Settings
+from sessionlog_server.config import SETTING_NAMES, Settings, unknown_variables
 from sessionlog_server.tokens import TokenStore
 from sessionlog_server.transport.credentials import server_credentials
 
@@ -110,3 +110,17 @@ def test_a_file_a_setting_names_that_cannot_be_read_names_the_setting(tmp_path: 
     with pytest.raises(OSError) as key:
         server_credentials(Settings(tls_cert_file=missing, tls_key_file=missing))
     assert key.value.strerror == f"SESSIONLOG_TLS_KEY_FILE: {missing}: No such file or directory"
+
+
+def test_a_sessionlog_variable_nothing_reads_is_named_with_the_setting_it_is_closest_to() -> None:
+    # `SESSIONLOG_LISTNE=0.0.0.0:9000` was ignored without a word: the service served on its
+    # default address. `serve` now logs each such variable as it starts.
+    environ = {
+        "SESSIONLOG_LISTNE": "0.0.0.0:9000",
+        "SESSIONLOG_LISTEN": "127.0.0.1:50051",  # a setting
+        "SESSIONLOG_SERVER": "127.0.0.1:50051",  # the CLI's
+        "SESSIONLOG_TEST_PG": "postgresql://x",  # the test suite's
+        "SESSIONLOG_FROBNICATE": "1",
+        "PATH": "/usr/bin",
+    }
+    assert unknown_variables(environ) == [("SESSIONLOG_FROBNICATE", None), ("SESSIONLOG_LISTNE", "SESSIONLOG_LISTEN")]

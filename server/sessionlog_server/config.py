@@ -7,7 +7,9 @@ the two in step.
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -265,3 +267,26 @@ def _parse(kind: Any, raw: str, name: str) -> Any:
 
 
 SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Settings))
+
+OTHER_VARIABLES = frozenset({"SERVER", "TOKEN", "CA_FILE", "LEASE_TOKEN", "MIGRATIONS_DIR", "MYPYC"})
+"""`SESSIONLOG_*` variables that are no setting of the service's but are read all the same: the
+CLI's and clients' (`--server`, `--token`, `--ca-file`, `--lease-token`), where the migrations
+live, and the build's."""
+
+OTHER_PREFIXES = ("TEST_", "BENCH_")
+"""`SESSIONLOG_*` prefixes of the test suite's and the benchmarks' own variables."""
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """The `SESSIONLOG_*` variables of `environ` that nothing reads (a typo such as
+    `SESSIONLOG_LISTNE` was ignored without a word, the service serving on its default), each
+    with the setting its name is closest to, if any."""
+    known = [ENV_PREFIX + name.upper() for name in SETTING_NAMES]
+    found = []
+    for variable in sorted(environ):
+        rest = variable.removeprefix(ENV_PREFIX)
+        if rest == variable or variable in known or rest in OTHER_VARIABLES or rest.startswith(OTHER_PREFIXES):
+            continue
+        close = difflib.get_close_matches(variable, known, n=1, cutoff=0.8)
+        found.append((variable, close[0] if close else None))
+    return found

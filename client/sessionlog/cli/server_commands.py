@@ -95,6 +95,7 @@ def serve(
         loop_factory(settings.event_loop)  # a bad choice is refused here, before any worker starts
         parse_thresholds(settings.gc_thresholds)  # likewise
         configure(settings.log_level)
+        _warn_unknown_variables()
         count = settings.workers or default_workers()
         status = 0
         if count == 1:
@@ -107,6 +108,19 @@ def serve(
             status = run_workers(settings, count)
     if status:
         raise typer.Exit(status)
+
+
+def _warn_unknown_variables() -> None:
+    """Say which `SESSIONLOG_*` variables nothing reads (a typo), in the log `serve` starts."""
+    import os
+
+    import structlog
+
+    from sessionlog_server.config import unknown_variables
+
+    log = structlog.get_logger("sessionlog.serve")
+    for variable, meant in unknown_variables(os.environ):
+        log.warning("unknown setting ignored", variable=variable, **({"did_you_mean": meant} if meant else {}))
 
 
 @db_app.command("upgrade")

@@ -23,15 +23,18 @@ export const DEFAULT_RETRY: RetryPolicy = { attempts: 8, initialDelayMs: 50, max
  */
 export function checkRetryPolicy(policy: RetryPolicy | undefined, name: string): void {
   if (policy === undefined) return;
-  const problem =
-    typeof policy !== "object" || policy === null
-      ? "must be an object { attempts, initialDelayMs, maxDelayMs }"
-      : !(Number.isSafeInteger(policy.attempts) && policy.attempts > 0)
-        ? `.attempts must be a positive integer, got ${String(policy.attempts)}`
-        : ([["initialDelayMs", policy.initialDelayMs], ["maxDelayMs", policy.maxDelayMs]] as const)
-            .filter(([, value]) => !(typeof value === "number" && Number.isFinite(value) && value >= 0))
-            .map(([field, value]) => `.${field} must be a number of milliseconds, 0 or more, got ${String(value)}`)[0];
-  if (problem !== undefined) throw new RangeError(`${name}${problem}`);
+  if (typeof policy !== "object" || policy === null) {
+    throw new RangeError(`${name} must be an object { attempts, initialDelayMs, maxDelayMs }, got ${String(policy)}`);
+  }
+  if (!(Number.isSafeInteger(policy.attempts) && policy.attempts > 0)) {
+    throw new RangeError(`${name}.attempts must be a positive integer, got ${String(policy.attempts)}`);
+  }
+  for (const field of ["initialDelayMs", "maxDelayMs"] as const) {
+    const value: unknown = policy[field];
+    if (!(typeof value === "number" && Number.isFinite(value) && value >= 0)) {
+      throw new RangeError(`${name}.${field} must be a number of milliseconds, 0 or more, got ${String(value)}`);
+    }
+  }
 }
 
 /**

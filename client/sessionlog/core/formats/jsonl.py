@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -333,7 +333,7 @@ def read_file_numbered(
     *,
     chunk_size: int = DEFAULT_READ_CHUNK_BYTES,
     on_read: Callable[[int], object] | None = None,
-) -> Iterator[tuple[int, JsonObject]]:
+) -> Generator[tuple[int, JsonObject], None, None]:
     """Parse a JSONL file by chunks to `(line number, object)` pairs.
 
     `on_read(n)` is called with the size of each chunk as it is read (a progress bar's hook).

@@ -155,7 +155,7 @@ def file_format(path: str | os.PathLike[str], max_line_bytes: int = DEFAULT_MAX_
     try:
         return session_format(_first_record(path, records))
     finally:
-        records.close()  # type: ignore[attr-defined]  # a generator: closes the file
+        records.close()  # closes the file
 
 
 def session_format(first: tuple[int, JsonObject]) -> str:

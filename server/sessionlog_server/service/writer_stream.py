@@ -12,6 +12,8 @@ decides what happens to the lease:
   that with its token and re-sends, so the lease is left to it as below;
 - the requests just stop (the writer process died, or its connection broke): the lease is left
   to lapse, and the expiry sweep repairs an open turn exactly as for a unary writer (SPEC §8);
+  but if the writer gave the call up while its `open` was being granted, before `opened` was
+  written (`withdraw`), nobody learnt the token, and the lease is released;
 - the service stops: what is pending is acknowledged, then the stream ends with UNAVAILABLE
   `SHUTTING_DOWN` and the lease is left live, so the writer reconnects with its token to
   wherever the service runs next and goes on in the same lease. Released instead, the start-up
@@ -274,6 +276,12 @@ class WriterStream:
         """
         if isinstance(error, SessionLogError) and not isinstance(error, Unavailable):
             self._broken = False
+
+    async def withdraw(self) -> None:
+        """The writer gave the stream up before its `opened` was written: nobody learnt the
+        token, so the lease (if `open` took one) is given back rather than left to lapse."""
+        self._broken = False
+        await self.finish()
 
     async def finish(self) -> None:
         """Give the lease back, or leave it to lapse if the stream broke."""

@@ -14,6 +14,7 @@ one until the next.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import grpc
 
@@ -79,7 +80,7 @@ def _open_request(opened: pb.OpenWriter) -> OpenRequest:
 async def _serve_opened(service: SessionLogService, opened: pb.OpenWriter, context: grpc.aio.ServicerContext) -> None:
     """The stream after its `open`: take the lease, answer until the stream ends, settle the lease."""
     stream = WriterStream(service)
-    granted = await stream.open(_open_request(opened))
+    granted = await _open_unless_abandoned(stream, _open_request(opened), context)
     holder = granted.holder
     note(session_id=access.public_id(holder.session_id), writer_id=holder.writer_id, epoch=holder.epoch)
     pump = asyncio.ensure_future(_pump(service, context, stream))
@@ -96,6 +97,32 @@ async def _serve_opened(service: SessionLogService, opened: pb.OpenWriter, conte
     await stream.finish()
     if failure is not None:
         raise failure
+
+
+async def _open_unless_abandoned(
+    stream: WriterStream, request: OpenRequest, context: grpc.aio.ServicerContext
+) -> Opened:
+    """`stream.open`, unless the writer gave the call up first; its lease given back if it gave
+    it up while the lease was being granted.
+
+    A writer gives an open up at its client's timeout, and while the service hangs (stopped,
+    or starved) its `open` and its cancel reach the service together. Taken, that lease held
+    the session for a TTL under a token nobody learnt, and the writer's next open (once the
+    service was back) was refused WRITER_HELD by its own abandoned try. The grant runs on
+    when the call is cancelled meanwhile (its commit is in the writer thread), so it is let
+    finish and then released: its `opened` was never written, so no writer holds its token.
+    """
+    if context.cancelled():
+        raise asyncio.CancelledError
+    opening = asyncio.ensure_future(stream.open(request))
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        pass  # awaited below, outside the handler (compiled-build.md)
+    with contextlib.suppress(Exception):
+        await opening  # a refusal has nobody to go to
+    await stream.withdraw()
+    raise asyncio.CancelledError
 
 
 async def _answer(stream: WriterStream, granted: Opened, context: grpc.aio.ServicerContext) -> None:

@@ -306,7 +306,14 @@ class LeaseManager:
     # --- writer streams ----------------------------------------------------------------------
 
     def hold_for_stream(self, holder: LeaseHolder) -> None:
-        """An open writer stream holds this lease: renew it for as long as the stream lasts."""
+        """An open writer stream holds this lease: renew it for as long as the stream lasts.
+
+        Not over a later grant's stream: two opens granted one after the other (a retry of an
+        open given up, beside that open reaching the service late) may come here in either
+        order, and the later lease, left unrenewed, lapsed under its live stream."""
+        current = self._streams.get(holder.session_id)
+        if current is not None and current.epoch > holder.epoch:
+            return  # this grant was fenced by that one: its stream's commits are refused
         self._streams[holder.session_id] = holder
 
     async def end_stream(self, holder: LeaseHolder, *, broken: bool) -> None:

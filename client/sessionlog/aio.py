@@ -250,7 +250,8 @@ class AsyncSessionLogClient(base.ClientBase):
         `open_retry` and `reconnect_attempts` as in the sync client: its open is tried again after
         a transient failure by the client's retry policy unless `open_retry` says otherwise).
         Await it, or open it in `async with` (`Opening`), which closes it at the block's end."""
-        core = WriterCore(session_id, writer_id, create_if_missing, lease_token)
+        request_id = self._unanswered.request_id(session_id)
+        core = WriterCore(session_id, writer_id, create_if_missing, lease_token, request_id)
         reconnect = replace(RECONNECT, attempts=reconnect_attempts)
         open_policy = self.retry if open_retry is None else open_retry
         return Opening(self._open_writer(core, takeover, resume, max_in_flight, reconnect, open_policy))
@@ -272,7 +273,11 @@ class AsyncSessionLogClient(base.ClientBase):
         base.check_max_in_flight(max_in_flight)
         writer = AsyncWriter(self.stub, core, max_in_flight, reconnect, open_retry, self.timeout)
         with self._ended_by_close():
-            await writer._open(takeover, resume)
+            try:
+                await writer._open(takeover, resume)
+            except Unavailable:  # its outcome unknown: the next writer on the session retries it
+                self._unanswered.unanswered(core.session_id, core.request_id)
+                raise
         self._add_writer(writer)
         return writer
 

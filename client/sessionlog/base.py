@@ -76,6 +76,7 @@ from sessionlog.requests import (
     with_event_ids,
     writer_open_refused,
 )
+from sessionlog.unanswered import UnansweredOpens
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog.v1.session_service_pb2_grpc import SessionServiceStub
 
@@ -211,6 +212,9 @@ class ClientBase:
         client's close may come from another thread while a writer opens."""
         self._acknowledged = Acknowledged()
         """Where the unary appends' acknowledgements end, per lease token (`append`)."""
+        self._unanswered = UnansweredOpens()
+        """The request ids of writers' first opens that failed UNAVAILABLE, which the next writer
+        on their session sends again (unanswered.py)."""
         self.channel, calls = self._open_channel(
             target, credentials or channel_credentials(ca_file), bearer_token(token)
         )

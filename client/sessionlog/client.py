@@ -236,17 +236,22 @@ class SessionLogClient(base.ClientBase):
         """
         self._check_open()
         base.check_max_in_flight(max_in_flight)
-        core = WriterCore(session_id, writer_id, create_if_missing, lease_token)
+        request_id = self._unanswered.request_id(session_id)
+        core = WriterCore(session_id, writer_id, create_if_missing, lease_token, request_id)
         policy = replace(RECONNECT, attempts=reconnect_attempts)
-        writer = Writer(
-            self,
-            core,
-            takeover=takeover,
-            resume=resume,
-            max_in_flight=max_in_flight,
-            reconnect=policy,
-            open_retry=self.retry if open_retry is None else open_retry,
-        )
+        try:
+            writer = Writer(
+                self,
+                core,
+                takeover=takeover,
+                resume=resume,
+                max_in_flight=max_in_flight,
+                reconnect=policy,
+                open_retry=self.retry if open_retry is None else open_retry,
+            )
+        except Unavailable:  # its outcome unknown: the next writer on the session retries it
+            self._unanswered.unanswered(session_id, request_id)
+            raise
         self._add_writer(writer)
         return writer
 

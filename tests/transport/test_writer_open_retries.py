@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -29,6 +30,7 @@ from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import NotFound, SessionLogError, Unavailable, WriterHeld
 from sessionlog.errors import from_rpc_error
 from sessionlog.session_info import lease_from_pb
+from sessionlog.unanswered import UnansweredOpens
 from sessionlog.v1 import session_pb2
 from sessionlog.v1 import session_service_pb2 as pb
 from tests.support.answers import resume_answer
@@ -116,6 +118,35 @@ def test_an_open_whose_request_id_is_no_uuid_is_refused_and_creates_nothing(clie
     assert "not-a-uuid" not in refused.message
     with pytest.raises(NotFound):  # not created
         client.get_session(sid)
+
+
+def test_an_open_its_writer_gave_up_while_the_lease_was_granted_gives_the_lease_back(fresh_db: str, sid: str) -> None:
+    """A writer gives its open up at its client's timeout; when the service was slow to grant
+    the lease (here: its writer thread busy), the grant went on after the cancel and the lease
+    held the session under a token nobody learnt, until it lapsed (the TTL, long here). The
+    `opened` was never written, so the service gives that lease back."""
+    server = ServerThread(fresh_db, lease_ttl_ms=600_000)
+    busy = threading.Event()
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            blocking = asyncio.run_coroutine_threadsafe(
+                server.service.committer.run_in_writer(busy.wait, 30), server.loop
+            )
+            request = pb.WriteRequest(open=pb.OpenWriter(session_id=sid, request_id=str(uuid.uuid4())))
+            call = client.stub.Write(iter([request]))
+            eventually(lambda: server.service.open_streams, lambda streams: streams == 1)
+            time.sleep(0.3)  # the open is read and its grant queued behind the busy writer thread
+            call.cancel()
+            busy.set()
+            blocking.result(timeout=30)
+            eventually(lambda: server.service.open_streams, lambda streams: streams == 0)
+            assert client.get_session(sid).lease is None
+            with client.writer(sid) as writer:  # not WRITER_HELD by the given-up open
+                assert writer.append([note(0)]).result(timeout=30).seqs == [0]
+    finally:
+        busy.set()
+        server.stop()
 
 
 # --- the clients: a first open whose answer was lost is sent again -----------------------------
@@ -217,14 +248,68 @@ def test_a_first_open_is_retried_by_the_clients_retry_policy_as_every_safe_call(
         assert proxy.calls["Write"] == 2
 
 
+#: One attempt: an open fails with its first failure (no wait to try again notices a close).
+ONE_ATTEMPT = RetryPolicy(attempts=1)
+
+
+# --- the clients: the next writer on a session retries an open that went unanswered ----------
+
+
+def test_a_clients_next_writer_takes_the_lease_its_unanswered_open_got(server: ServerThread, sid: str) -> None:
+    """A writer whose open failed UNAVAILABLE after its one attempt (its `opened` lost, or given
+    up at the client's timeout while the service hung) left a lease on the session, and the
+    client's next `writer()` on it was refused WRITER_HELD by that lease, its own try again, for
+    a TTL. The next writer now sends that open's request id: it takes the lease (the same token,
+    the next epoch), a resume as well as a plain open."""
+    with SessionLogClient(server.target) as direct:
+        direct.create_session(sid)
+        with AnswerLosingProxy(server.target, "Write") as proxy, SessionLogClient(proxy.target) as client:
+            with pytest.raises(Unavailable):
+                client.writer(sid, open_retry=ONE_ATTEMPT)
+            lost = _lost_opened(proxy)
+            with client.writer(sid, resume=True) as writer:
+                assert (writer.lease.token, writer.lease.epoch) == (lost.lease_token, lost.lease.epoch + 1)
+                assert writer.append([note(0)]).result(timeout=30).seqs == [1]  # after the seed
+            with client.writer(sid) as writer:  # the id went with the open it was sent again by
+                assert writer.lease.token != lost.lease_token
+        assert direct.get_session(sid).lease is None
+
+
+def test_the_asyncio_clients_next_writer_takes_the_lease_its_unanswered_open_got(
+    server: ServerThread, sid: str
+) -> None:
+    with SessionLogClient(server.target) as direct:
+        direct.create_session(sid)
+
+    async def scenario(proxy: AnswerLosingProxy) -> tuple[str, int, list[int]]:
+        async with AsyncSessionLogClient(proxy.target) as client:
+            with pytest.raises(Unavailable):
+                await client.writer(sid, open_retry=ONE_ATTEMPT)
+            async with client.writer(sid) as writer:
+                seqs = (await (await writer.append([note(0)]))).seqs
+                return writer.lease.token, writer.lease.epoch, seqs
+
+    with AnswerLosingProxy(server.target, "Write") as proxy:
+        token, epoch, seqs = asyncio.run(scenario(proxy))
+        lost = _lost_opened(proxy)
+    assert (token, epoch, seqs) == (lost.lease_token, lost.lease.epoch + 1, [0])
+
+
+def test_a_client_forgets_the_oldest_unanswered_opens_past_its_capacity() -> None:
+    opens = UnansweredOpens(capacity=2)
+    for session in ("a", "b", "c"):
+        opens.unanswered(session, f"id-{session}")
+    assert opens.request_id("c") == "id-c"
+    assert opens.request_id("c") != "id-c"  # taken by the open that sent it again
+    assert opens.request_id("b") == "id-b"
+    assert uuid.UUID(opens.request_id("a")).version == 4  # pushed out: a fresh one
+
+
 # --- the clients: closed while an open waits to try again, or is under way ---------------------
 
 #: Waits long enough that an open still waits to try again when the test closes its client (a
 #: wait cut short by the close, or not, is told by the attempts the proxy counted).
 SLOW_RETRY = RetryPolicy(attempts=10, initial_delay=5.0, max_delay=5.0)
-
-#: One attempt: no wait to try again notices the close.
-ONE_ATTEMPT = RetryPolicy(attempts=1)
 
 
 def _open_in_thread(client: SessionLogClient, sid: str) -> tuple[threading.Thread, list[BaseException]]:

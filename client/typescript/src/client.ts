@@ -49,6 +49,7 @@ import type {
 } from "./types.js";
 import { Acknowledged } from "./acknowledged.js";
 import { LeaseWriter } from "./lease-writer.js";
+import { UnansweredOpens } from "./unanswered.js";
 import { Writer, type WriterOptions } from "./writer.js";
 
 export const DEFAULT_TARGET = "127.0.0.1:50051";
@@ -132,6 +133,8 @@ export class SessionLogClient {
   /** The generated Connect client, for calls this class does not wrap. */
   readonly rpc: Client<typeof SessionService>;
   private readonly sessions: SessionManager;
+  /** The requestIds of writers' first opens that failed Unavailable, sent again by the next writer on their session. */
+  private readonly unanswered = new UnansweredOpens();
   /** Aborted by `close()`: writers and subscriptions end with it instead of reconnecting. */
   private readonly closing = new AbortController();
   /** Where the unary appends' acknowledgements end, per lease token (`append`). */
@@ -241,10 +244,20 @@ export class SessionLogClient {
 
   // --- writing ---------------------------------------------------------------------------
 
-  /** Open a streaming writer (it holds the lease until closed); ClientClosed once the client is. */
+  /**
+   * Open a streaming writer (it holds the lease until closed); ClientClosed once the client is.
+   * An open that fails Unavailable may have been granted the lease after all: this client's
+   * next writer on the session sends its requestId again, and so takes that lease (unanswered.ts).
+   */
   async writer(sessionId: string, options: WriterOptions = {}): Promise<Writer> {
     this.checkOpen();
-    return Writer.open(this.rpc, sessionId, { openRetry: this.retry, ...options }, this.closing.signal, this.sessions, this.timeoutMs);
+    const requestId = this.unanswered.requestId(sessionId);
+    try {
+      return await Writer.open(this.rpc, sessionId, { openRetry: this.retry, ...options }, this.closing.signal, this.sessions, this.timeoutMs, requestId);
+    } catch (error) {
+      if (error instanceof Unavailable) this.unanswered.unanswered(sessionId, requestId);
+      throw error;
+    }
   }
 
   /**

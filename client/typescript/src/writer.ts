@@ -172,12 +172,13 @@ export class Writer {
   private readonly options: Required<Pick<WriterOptions, "createIfMissing" | "maxInFlight" | "reconnect">> & WriterOptions;
   private writerId: string;
   /**
-   * What makes the first open safe to retry (AIP-155, as `acquireLease`'s `requestId`): made
-   * once per writer and sent by every attempt of its first open, so an attempt whose `opened`
-   * was lost is answered by the next with that lease, under the same token, a resume written
-   * once. As secret as the token derived from it; reconnects send none (`connect`).
+   * What makes the first open safe to retry (AIP-155, as `acquireLease`'s `requestId`): one per
+   * writer (or an unanswered open's, unanswered.ts) and sent by every attempt of its first open,
+   * so an attempt whose `opened` was lost is answered by the next with that lease, under the
+   * same token, a resume written once. As secret as the token derived from it; reconnects send
+   * none (`connect`).
    */
-  private readonly requestId = randomUUID();
+  private readonly requestId: string;
   private nextBatchId = 1n;
   /** Sent and not yet acknowledged, in send order. */
   private readonly inFlight: Pending[] = [];
@@ -205,9 +206,10 @@ export class Writer {
   /** The client's: how long an open waits for its answer, all its attempts together (<= 0: no bound). */
   private readonly timeoutMs: number;
 
-  private constructor(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions, clientClosed: AbortSignal | undefined, hold: WriterHold | undefined, timeoutMs: number) {
+  private constructor(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions, clientClosed: AbortSignal | undefined, hold: WriterHold | undefined, timeoutMs: number, requestId: string) {
     this.rpc = rpc;
     this.sessionId = sessionId;
+    this.requestId = requestId;
     this.timeoutMs = timeoutMs;
     this.writerId = options.writerId ?? "";
     this.options = { createIfMissing: false, maxInFlight: 256, reconnect: DEFAULT_RECONNECT, ...options };
@@ -221,15 +223,16 @@ export class Writer {
    * while the writer has work (opening, batches unacknowledged, closing): an idle writer's
    * stream keeps no process alive, so one dropped without `close()` lets the process exit.
    * Each open waits at most `timeoutMs` (the client's) for the service's answer; the first
-   * open's attempts share it, as a unary call's do (`Budget`).
+   * open's attempts share it, as a unary call's do (`Budget`). `requestId` is what they send
+   * (a client passes an unanswered open's, unanswered.ts).
    */
-  static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}, clientClosed?: AbortSignal, hold?: WriterHold, timeoutMs = 0): Promise<Writer> {
+  static async open(rpc: Client<typeof SessionService>, sessionId: string, options: WriterOptions = {}, clientClosed?: AbortSignal, hold?: WriterHold, timeoutMs = 0, requestId: string = randomUUID()): Promise<Writer> {
     if (clientClosed?.aborted) throw writerClosed("the client is closed");
     checkMaxInFlight(options.maxInFlight);
     checkRetryPolicy(options.reconnect, "reconnect");
     checkRetryPolicy(options.openRetry, "openRetry");
     checkWellFormed(options.writerId, "BAD_WRITER_ID", "writerId");
-    const writer = new Writer(rpc, sessionId, options, clientClosed, hold, timeoutMs);
+    const writer = new Writer(rpc, sessionId, options, clientClosed, hold, timeoutMs, requestId);
     clientClosed?.addEventListener("abort", writer.onClientClosed, { once: true });
     writer.updateHold();
     try {

@@ -400,6 +400,33 @@ for (const backend of BACKENDS) {
       }
     });
 
+    test("a client's next writer on a session takes the lease its unanswered open got, not WriterHeld by it", async () => {
+      // The open failed Unavailable after its one attempt (its answer lost, or given up at the
+      // client's timeoutMs while the service hung), and the lease it was granted refused the
+      // client's next writer() on the session until it lapsed. That writer now sends the
+      // unanswered open's requestId: its retry, which takes the lease.
+      const id = sessionId("open-unanswered");
+      await client.createSession(id);
+      const proxy = await answerLosingProxy(env.server.target, "Write", 1);
+      const lossy = new SessionLogClient({ target: proxy.target, retry: { attempts: 1, initialDelayMs: 0, maxDelayMs: 0 } });
+      try {
+        await assert.rejects(lossy.writer(id), (error: Error) => error instanceof Unavailable);
+        const granted = (await client.getSession(id)).lease;
+        assert.ok(granted !== undefined, "the unanswered open was granted the lease");
+        const writer = await lossy.writer(id, { resume: true });
+        assert.equal(writer.lease.epoch, granted.epoch + 1, "that lease, taken again");
+        assert.deepEqual((await writer.append([note(0)])).seqs, [1], "after the resume's seed");
+        await writer.close();
+        const next = await lossy.writer(id); // the id went with the open that sent it again
+        assert.notEqual(next.lease.token, writer.lease.token);
+        await next.close();
+      } finally {
+        lossy.close();
+        await proxy.close();
+      }
+      assert.equal((await client.getSession(id)).lease, undefined);
+    });
+
     test("a release whose answer was lost is not sent again: Unavailable (outcome unknown), not OwnershipLost", async () => {
       const id = sessionId();
       await client.createSession(id);

@@ -5,7 +5,7 @@
 import { create } from "@bufbuild/protobuf";
 import { randomUUID } from "node:crypto";
 import { invalid, optionalSeq, seq } from "./arguments.js";
-import { parseArray, parseJson, parseObject, encodeJson, type JsonObject, NonFiniteNumber } from "./json.js";
+import { parseArray, parseJson, parseObject, encodeJson, type JsonObject, NonFiniteNumber, NotJson } from "./json.js";
 import { type Event as PbEvent, type NewEvent as PbNewEvent, NewEventSchema, type SurfaceOp as PbSurfaceOp, SurfaceOpSchema } from "./gen/sessionlog/v1/event_pb.js";
 import type { Lease as PbLease, Session as PbSession } from "./gen/sessionlog/v1/session_pb.js";
 import {
@@ -63,6 +63,7 @@ export function jsonField(value: unknown, field: string, metadata: Record<string
     return encodeJson(value, field);
   } catch (error) {
     if (error instanceof NonFiniteNumber) throw invalid("NON_FINITE_NUMBER", field, `holds ${error.value} at ${error.path}: JSON has no NaN or Infinity`, metadata);
+    if (error instanceof NotJson) throw invalid("NOT_CANONICALIZABLE", field, `holds ${error.kind} at ${error.path}, which JSON cannot hold (it would be ${error.written}): convert it first (a Map with Object.fromEntries, a Set with Array.from)`, metadata);
     throw invalid("NOT_CANONICALIZABLE", field, `cannot be written as JSON: ${(error as Error).message}`, metadata);
   }
 }

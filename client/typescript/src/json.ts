@@ -122,17 +122,52 @@ export class NonFiniteNumber extends TypeError {
   }
 }
 
-function checkFinite(value: unknown, path: string): void {
-  if (typeof value === "number" && !Number.isFinite(value)) throw new NonFiniteNumber(path, value);
-  if (Array.isArray(value)) value.forEach((item, i) => checkFinite(item, `${path}[${i}]`));
-  else if (value !== null && typeof value === "object") {
-    for (const [key, item] of Object.entries(value)) checkFinite(item, `${path}.${key}`);
+/**
+ * A value JSON would drop or empty without a word, where it is written: a function or a symbol
+ * (left out), `undefined` in an array (written as null), a Map or a Set (written as `{}`). The
+ * Python clients refuse what JSON cannot hold; here a Map of tool results was stored as `{}`.
+ * A TypeError, as before; the client maps it to NOT_CANONICALIZABLE.
+ */
+export class NotJson extends TypeError {
+  constructor(readonly path: string, readonly kind: string, readonly written: string) {
+    super(`${path} is ${kind}, which JSON cannot hold (it would be ${written})`);
   }
 }
 
-/** JSON text of a value; bigints keep every digit, NaN and Infinity are refused. */
+const EMPTIED = [Map, Set, WeakMap, WeakSet];
+
+function checkJson(value: unknown, path: string, inArray = false): void {
+  switch (typeof value) {
+    case "number":
+      if (!Number.isFinite(value)) throw new NonFiniteNumber(path, value);
+      return;
+    case "function":
+      throw new NotJson(path, "a function", "left out");
+    case "symbol":
+      throw new NotJson(path, "a symbol", "left out");
+    case "undefined":
+      if (inArray) throw new NotJson(path, "undefined in an array", "written as null");
+      return; // an object's field: left out, as the types allow (JsonInputObject)
+    case "object":
+      break;
+    default:
+      return;
+  }
+  if (value === null) return;
+  const emptied = EMPTIED.find((type) => value instanceof type);
+  if (emptied !== undefined) throw new NotJson(path, `a ${emptied.name}`, "written as {}");
+  if (typeof (value as { toJSON?: unknown }).toJSON === "function") {
+    checkJson((value as { toJSON: () => unknown }).toJSON(), path); // what is written (a Date: its ISO text)
+  } else if (Array.isArray(value)) {
+    value.forEach((item, i) => checkJson(item, `${path}[${i}]`, true));
+  } else {
+    for (const [key, item] of Object.entries(value)) checkJson(item, `${path}.${key}`);
+  }
+}
+
+/** JSON text of a value; bigints keep every digit; NaN, Infinity and what JSON drops are refused. */
 export function stringifyJson(value: unknown, what = "value"): string {
-  checkFinite(value, what);
+  checkJson(value, what);
   const text = stringify(value);
   if (text === undefined) throw new TypeError(`${what} cannot be written as JSON`);
   return text;

@@ -156,6 +156,12 @@ describe(`arguments on ${backend}`, () => {
       ["an eventId holding a lone low surrogate", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "a\udc00" }])],
       ["expectedNextSeq 0.5", "BAD_SEQ", "expectedNextSeq", () => writer.append([note(1)], { expectedNextSeq: 0.5 })],
       ["a header with Infinity", "NON_FINITE_NUMBER", "header", () => writer.reportHeader({ config: { temperature: Number.POSITIVE_INFINITY } })],
+      // JSON would have stored these as {}, left them out, or made them null, without a word.
+      ["data holding a Map", "NOT_CANONICALIZABLE", "data", () => writer.append([{ type: "test/note", data: { results: new Map([["c1", "ok"]]) } as never }])],
+      ["data holding a Set", "NOT_CANONICALIZABLE", "data", () => writer.append([{ type: "test/note", data: { tags: new Set(["a"]) } as never }])],
+      ["data holding a function", "NOT_CANONICALIZABLE", "data", () => writer.append([{ type: "test/note", data: { f: () => 1 } as never }])],
+      ["data with undefined in an array", "NOT_CANONICALIZABLE", "data", () => writer.append([{ type: "test/note", data: { list: [1, undefined] } as never }])],
+      ["a header holding a Map", "NOT_CANONICALIZABLE", "header", () => writer.reportHeader({ tools: new Map() } as never)],
     ];
     for (const [what, reason, field, call] of bad) {
       let returned: Promise<unknown> | undefined;
@@ -174,8 +180,13 @@ describe(`arguments on ${backend}`, () => {
       (e: unknown) => e instanceof ValidationError && e.reason === "BAD_EVENT_ID" && e.metadata.event_index === "1",
     );
     assert.deepEqual((await writer.append([note(1)])).seqs, [0], "the writer still works: nothing bad was sent");
+    await assert.rejects(writer.append([{ type: "test/note", data: { results: new Map() } as never }]), /holds a Map at data\.results/);
+    // What JSON writes by its own rule stays written so: a Date as its ISO text, an object's undefined field left out.
+    assert.deepEqual((await writer.append([note(1, { data: { at: new Date(0) as never, gone: undefined } })])).seqs, [1]);
+    const [dated] = await collect(env.client.readEvents(writer.sessionId, { fromSeq: 1n, toSeq: 1n }));
+    assert.deepEqual(dated?.data, { at: "1970-01-01T00:00:00.000Z" });
     // 128 characters, each two UTF-16 units: the service's limit counts characters, and takes it.
-    assert.deepEqual((await writer.append([{ ...note(2), eventId: "😀".repeat(128) }])).seqs, [1]);
+    assert.deepEqual((await writer.append([{ ...note(2), eventId: "😀".repeat(128) }])).seqs, [2]);
     await writer.close();
   });
 

@@ -105,8 +105,7 @@ def _entry(entry: Any, where: str) -> tuple[str, Principal]:
 
 
 def config_line(token: str, namespace: str, *, read_only: bool, name: str) -> str:
-    """The tokens-file line for `token`."""
-    return json.dumps(
-        {"name": name, "namespace": namespace, "sha256": hash_token(token), "readOnly": read_only},
-        separators=(",", ":"),
-    )
+    """The tokens-file line for `token`; without a name, none (`"name":""` labelled nothing)."""
+    entry: dict[str, Any] = {"name": name} if name else {}
+    entry.update(namespace=namespace, sha256=hash_token(token), readOnly=read_only)
+    return json.dumps(entry, separators=(",", ":"))

@@ -19,7 +19,7 @@ from sessionlog.core.errors import NotFound, PermissionDenied, Unauthenticated, 
 from sessionlog.errors import from_rpc_error
 from sessionlog.v1 import session_service_pb2 as pb
 from sessionlog_server.service import access
-from sessionlog_server.tokens import config_line, new_token
+from sessionlog_server.tokens import config_line, hash_token, new_token
 from tests.support.events import note, system, turn_start, user
 from tests.support.servers import ServerThread
 
@@ -135,6 +135,17 @@ def test_a_token_read_with_its_newline_authenticates(secured: ServerThread, sid:
         "sessionlog: error: the token holds a character a header cannot carry (whitespace or a control "
         "character); pass the token alone"
     ]
+
+
+def test_a_tokens_file_line_names_the_token_only_when_it_has_a_name() -> None:
+    token = new_token()
+    named = json.loads(config_line(token, "team-a", read_only=True, name="ci"))
+    assert named == {"name": "ci", "namespace": "team-a", "sha256": hash_token(token), "readOnly": True}
+    assert json.loads(config_line(token, "team-a", read_only=False, name="")) == {  # not "name": ""
+        "namespace": "team-a",
+        "sha256": hash_token(token),
+        "readOnly": False,
+    }
 
 
 def test_each_call_is_logged_with_its_caller_and_refused_tokens_too(secured: ServerThread, sid: str) -> None:

@@ -25,7 +25,7 @@ from sessionlog_server.tokens import config_line, new_token
 from sessionlog_server.transport import admin_http
 from tests.security.test_tls_limits_metrics import make_certificate
 from tests.support import pages
-from tests.support.events import note
+from tests.support.events import note, system, user
 from tests.support.scripted import write_scripted
 from tests.support.servers import ServerThread
 from tests.support.waiting import eventually
@@ -423,3 +423,25 @@ def test_a_graceful_stop_leaves_the_event_loop_free_while_the_listener_stops(db_
         assert stopper.is_alive()  # the stop waits for the listener's, held on the lock
     stopper.join(timeout=30)
     assert not stopper.is_alive()
+
+
+def test_a_lone_surrogate_in_the_log_is_shown_on_the_page_and_in_its_windows(
+    secured: ServerThread, sid: str, windowed_pages: None
+) -> None:
+    """The service takes a string holding a lone UTF-16 surrogate (JSON's "\\ud83d"), and the
+    transcript carries it; the page wrote it raw and could not be encoded: the served page
+    ended "internal error", its windows answered 500, and `view` failed. It is written as the
+    escape it came in as, which the page's JSON.parse reads back as that UTF-16 unit."""
+    odd = "a\ud83db"
+    with SessionLogClient(secured.target, token=ALICE) as alice:
+        alice.create_session(sid)
+        lease = alice.acquire_lease(sid)
+        alice.append(sid, lease, [system("s"), user(odd)])
+        status, html, _ = get(secured, f"/sessions/{sid}", f"Bearer {ALICE}")
+        assert status == 200 and "internal error" not in html
+        assert "\\ud83d" in html
+        assert [row["text"] for part in pages.page_parts(html) for row in part["transcript"]][-1] == odd
+        alice.append(sid, lease, [note(n) for n in range(25)])  # windowed from here
+        at = alice.get_session(sid).next_seq - 1
+    rows = window(secured, f"/sessions/{sid}?at={at}&list=transcript&page=0", ALICE)["items"]
+    assert odd in [row["text"] for row in rows]

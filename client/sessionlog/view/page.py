@@ -27,13 +27,10 @@ server to fetch windows from, so it embeds every part at any length.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-
-import orjson
 
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.headers import HeaderState
@@ -44,6 +41,7 @@ from sessionlog.core.request_diff import header_change
 from sessionlog.core.vocabulary import REQUEST_HEADER
 from sessionlog.view import windows
 from sessionlog.view.chart import ChartBuckets
+from sessionlog.view.json_text import json_text
 from sessionlog.view.windows import WindowStore
 
 PREVIEW_CHARS = 160
@@ -124,23 +122,14 @@ def _text(value: Any) -> str:
                 elif kind == "thinking":
                     parts.append(f"[thinking] {block.get('thinking', '')}")
                 elif kind == "toolCall":
-                    arguments = _json(block.get("arguments"))
+                    arguments = json_text(block.get("arguments"))
                     parts.append(f"[{block.get('name')}] {arguments[:PREVIEW_CHARS]}")
                 else:
                     parts.append(f"[{kind}]")
             else:
                 parts.append(str(block))
         return " ".join(parts)
-    return _json(value)[: PREVIEW_CHARS * 2]
-
-
-def _json(value: Any) -> str:
-    """Compact JSON text (orjson; the standard library for what orjson refuses, such as an
-    integer past 64 bits or a lone surrogate)."""
-    try:
-        return orjson.dumps(value).decode("utf-8")
-    except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return json_text(value)[: PREVIEW_CHARS * 2]
 
 
 def row_shown(row: TranscriptRow) -> JsonObject:
@@ -309,7 +298,7 @@ def _json_safe(text: str) -> str:
 
 
 def _data_element(part: JsonObject, attribute: str) -> str:
-    return f'<script type="application/json" {attribute}>{_json_safe(_json(part))}</script>\n'
+    return f'<script type="application/json" {attribute}>{_json_safe(json_text(part))}</script>\n'
 
 
 def windowed(events: int) -> bool:

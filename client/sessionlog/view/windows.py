@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sessionlog.core.events import JsonObject
+from sessionlog.view.json_text import json_text
 
 PAGE_ROWS = 100
 """Rows a page of the transcript, request and cache-drop lists shows: one window of them."""
@@ -54,10 +55,6 @@ class BadWindow(ValueError):
 class StoreClosed(RuntimeError):
     """The store was closed (its page's store evicted) before a window could be read from it:
     the caller reads the window from a store rebuilt from the log."""
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 class WindowStore:
@@ -110,12 +107,12 @@ class WindowStore:
             rows, requests = self.counts["transcript"], self.counts["requests"]
             db.executemany(
                 "INSERT INTO rows VALUES (?, ?, ?)",
-                ((rows + i, row["seq"], _dumps(row)) for i, row in enumerate(part["transcript"])),
+                ((rows + i, row["seq"], json_text(row)) for i, row in enumerate(part["transcript"])),
             )
             db.executemany("INSERT OR IGNORE INTO replaced VALUES (?, ?)", part["replacedBy"])
             db.executemany(
                 "INSERT INTO requests VALUES (?, ?, ?)",
-                ((requests + i, request["seq"], _dumps(request)) for i, request in enumerate(part["requests"])),
+                ((requests + i, request["seq"], json_text(request)) for i, request in enumerate(part["requests"])),
             )
             drops = [requests + i for i, request in enumerate(part["requests"]) if request["drop"] is not None]
             db.executemany(
@@ -124,10 +121,11 @@ class WindowStore:
             for name, table in INDEXED_TABLES.items():
                 db.executemany(
                     f"INSERT INTO {table} VALUES (?, ?, ?)",
-                    ((index, record.get("turn"), _dumps(record)) for index, record in part[name]),
+                    ((index, record.get("turn"), json_text(record)) for index, record in part[name]),
                 )
             db.executemany(
-                "INSERT OR REPLACE INTO pairs VALUES (?, ?)", ((k, _dumps(v)) for k, v in part["headerPairs"].items())
+                "INSERT OR REPLACE INTO pairs VALUES (?, ?)",
+                ((k, json_text(v)) for k, v in part["headerPairs"].items()),
             )
             db.execute("COMMIT")
         self.counts["transcript"] += len(part["transcript"])
@@ -187,7 +185,7 @@ class WindowStore:
                 {seq for r in requests for seq in r["delta"]["added"]}
                 | {seq for r in requests for seq, _ in r["delta"]["replaced"]}
             )
-            rows = self._rows("WHERE r.seq IN (SELECT value FROM json_each(?))", (_dumps(named),))
+            rows = self._rows("WHERE r.seq IN (SELECT value FROM json_each(?))", (json_text(named),))
         pairs = {key: json.loads(pair[0])} if pair is not None else {}
         return {
             "list": "diff",
@@ -224,7 +222,7 @@ class WindowStore:
         first = page * PAGE_TURNS
         bounds = (first, first + PAGE_TURNS - 1)
         turns = self._select("SELECT body FROM turns WHERE idx BETWEEN ? AND ? ORDER BY idx", bounds)
-        numbers = _dumps(sorted({t["turn"] for t in turns if t["turn"] is not None}))
+        numbers = json_text(sorted({t["turn"] for t in turns if t["turn"] is not None}))
         of_turns = "WHERE turn IN (SELECT value FROM json_each(?)) ORDER BY idx"
         steps = self._select(f"SELECT body FROM steps {of_turns}", (numbers,))
         calls = self._select(f"SELECT body FROM calls {of_turns}", (numbers,))

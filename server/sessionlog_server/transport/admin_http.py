@@ -33,7 +33,6 @@ import asyncio
 import base64
 import binascii
 import html
-import json
 import ssl
 import sys
 import threading
@@ -51,6 +50,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from sessionlog.core.errors import NotFound, SessionLogError, seq_not_found
 from sessionlog.core.events import Event, JsonObject
+from sessionlog.view.json_text import json_text
 from sessionlog.view.page import MissingAssets, PageFold, SessionRef, fill_store, render_parts, require_assets, windowed
 from sessionlog.view.windows import BadWindow, StoreClosed, WindowStore
 from sessionlog_server.service import access
@@ -526,7 +526,7 @@ def _window_query(query: dict[str, list[str]]) -> WindowQuery | None:
 
 def _json(start_response: StartResponse, value: JsonObject) -> list[bytes]:
     """A window as JSON: not kept by the browser (the page is not either)."""
-    body = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    body = json_text(value).encode("utf-8")
     headers = [
         ("Content-Type", "application/json"),
         ("Content-Length", str(len(body))),

@@ -13,7 +13,7 @@ from sessionlog.core.projections.transcript import transcript
 from sessionlog.core.repair import commit_closers, open_turn_closers
 from sessionlog.core.request_diff import SurfaceDelta, request_diff
 from tests.support.events import priced_and_unpriced
-from tests.support.scripted import COMPACTION_REPLACE_SEQ, DROPS, REQUEST_SEQS, committed
+from tests.support.scripted import COMPACTION_REPLACE_SEQ, DROPS, REQUEST_SEQS, SUMMARY_SEQ, committed
 
 from .builders import Log, assistant
 
@@ -33,7 +33,8 @@ def test_stats_and_counts_agree_with_the_stats_projection() -> None:
     assert counts["toolCalls"] == view["stats"]["toolCalls"] == 6
     assert counts["toolErrors"] == view["stats"]["toolErrors"] == 3
     assert counts["requests"] == view["stats"]["modelCalls"] == len(REQUEST_SEQS)
-    assert [r["seq"] for r in view["requests"]] == REQUEST_SEQS
+    assert [r["seq"] for r in view["requests"] if r["kind"] != "summary"] == REQUEST_SEQS
+    assert [r["seq"] for r in view["requests"] if r["kind"] == "summary"] == [SUMMARY_SEQ]
 
 
 def test_usage_context_share_and_cumulative_cost() -> None:
@@ -44,7 +45,11 @@ def test_usage_context_share_and_cumulative_cost() -> None:
     for req in view["requests"]:
         # The cumulative cost at a request is the stats cost of the prefix ending with it.
         assert req["cumulativeCost"] == pytest.approx(stats(events[: req["seq"] + 1])["costUsd"])
-    assert sum(r["usage"]["output"] for r in view["requests"]) + 60 == view["stats"]["outputTokens"]
+    # The compaction's summariser call has a row too, so every token and cent paid is on one.
+    assert sum(r["usage"]["output"] for r in view["requests"]) == view["stats"]["outputTokens"]
+    assert sum(r["usage"]["cost"] for r in view["requests"]) == pytest.approx(view["stats"]["costUsd"])
+    summary = next(r for r in view["requests"] if r["kind"] == "summary")
+    assert summary["drop"] is None and summary["usage"]["output"] == 60
 
 
 def test_a_request_without_a_price_has_no_cost() -> None:

@@ -123,6 +123,9 @@ SCRIPT: list[dict[str, Any]] = [
 started), `step/end` and `turn/end {interrupted}` at seqs 51..54."""
 
 REQUEST_SEQS = [5, 10, 15, 22, 27, 38, 43, 49]
+SUMMARY_SEQ = 31
+"""The compaction's summariser call (`compaction/summary` with usage): a row of the timeline's
+request list of kind `summary`, though no request."""
 DROPS = {22: ["header"], 38: ["replace"], 49: ["none"]}
 COMPACTION_REPLACE_SEQ = 32
 

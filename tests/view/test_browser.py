@@ -34,7 +34,7 @@ from tests.support.events import (
     turn_start,
     user,
 )
-from tests.support.scripted import COMPACTION_REPLACE_SEQ, SCRIPT_LIKE, write_scripted
+from tests.support.scripted import COMPACTION_REPLACE_SEQ, REQUEST_SEQS, SCRIPT_LIKE, SUMMARY_SEQ, write_scripted
 from tests.support.servers import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,8 +82,14 @@ def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient
         assert int(count["toolCalls"]) == stats["toolCalls"] == 6
         assert int(count["steps"]) == stats["steps"] == 8
         assert int(count["compactions"]) == stats["compactions"] == 1
-        # One row per request (model call), one element per turn and tool call.
-        assert len(numbers(driver, "table.requests tr[data-request-seq]", "data-request-seq")) == stats["modelCalls"]
+        # One row per request (model call), and one for the compaction's summariser call, which
+        # was paid for (its cost was on no row, and the cumulative cost jumped past it); one
+        # element per turn and tool call.
+        assert numbers(driver, "table.requests tr[data-request-seq]", "data-request-seq") == sorted(
+            [*REQUEST_SEQS, SUMMARY_SEQ]
+        )
+        kinds = [e.get_attribute("data-kind") for e in driver.find_elements(By.CSS_SELECTOR, "table.requests tr")[1:]]
+        assert kinds.count("summary") == 1 and len(kinds) == stats["modelCalls"] + 1
         assert int(count["modelCalls"]) == stats["modelCalls"] == 8
         labels = {
             e.find_element(By.XPATH, "preceding-sibling::dt").text: e.get_attribute("data-count")
@@ -267,7 +273,7 @@ def test_a_long_sessions_page_fetches_its_windows_as_it_is_paged(
             # The last page of requests and of turns (turn 4, its steps and tool calls).
             driver.find_element(By.CSS_SELECTOR, "#requests nav.pager button:last-of-type").click()
             requests = [r["seq"] for r in timeline(events)["requests"]]
-            assert len(requests) == stats["modelCalls"] > 5
+            assert len(requests) == stats["modelCalls"] + 1 > 5  # and the compaction's summariser call
             last_requests = requests[(len(requests) - 1) // 5 * 5 :]
             WebDriverWait(driver, 20).until(
                 lambda d: numbers_now(d, "table.requests tr[data-request-seq]", "data-request-seq") == last_requests

@@ -148,7 +148,7 @@
     if (WINDOWED) {
       box.setAttribute("data-bucket-width", D.chart.width);
       document.getElementById("markers-legend").append(el("p", { class: "chart-note" },
-        `${num(D.windows.requests)} requests, drawn per ${num(D.chart.width)} seqs: each point shows the largest context and output, the smallest cache read and share, and the cost at its end.`));
+        `${num(D.counts.requests)} requests, drawn per ${num(D.chart.width)} seqs: each point shows the largest context and output, the smallest cache read and share, and the cost at its end.`));
     }
     const withUsage = points.filter((r) => r.usage);
     if (!withUsage.length || typeof uPlot === "undefined") {
@@ -270,7 +270,9 @@
       const tbody = el("tbody");
       for (const r of list) {
         const u = r.usage || {};
-        tbody.append(el("tr", { "data-request-seq": r.seq, "data-turn": r.turn, class: r.drop ? "drop" : null, title: "click: pick for the diff", onclick: () => pick(r.seq) },
+        const paidCall = r.kind === "summary" || r.kind === "other"; // a call outside the conversation (timeline.py)
+        const title = paidCall ? "a call that is no request of the conversation (a compaction's summariser), counted in the cost; click: pick for the diff" : "click: pick for the diff";
+        tbody.append(el("tr", { "data-request-seq": r.seq, "data-turn": r.turn, "data-kind": r.kind, class: r.drop ? "drop" : null, title, onclick: () => pick(r.seq) },
           el("td", {}, r.seq), el("td", {}, `${r.turn ?? "–"}.${r.step ?? "–"}`), el("td", {}, r.kind + (r.error ? " (error)" : "")),
           el("td", {}, num(u.context)), el("td", {}, num(u.cacheRead)), el("td", {}, u.context ? pct(u.cacheShare) : "–"),
           el("td", {}, num(u.output)), el("td", {}, r.usage ? callCost(u.cost) : "–"), el("td", {}, usd(r.cumulativeCost)),

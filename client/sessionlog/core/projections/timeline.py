@@ -12,6 +12,11 @@ Definitions (each recomputable if it proves wrong, SPEC §1.6):
 - A **request** is one model call (`stats.is_model_call`, so there are `modelCalls` of them).
   Its `seq` is the response event's seq; the request itself is the
   projection of the prefix before it (`atSeq = seq - 1`, as `sessionlog request --at`).
+  The `requests` list also holds a row, of kind `summary`, for each other event that carries
+  usage (a compaction's summariser call, `compaction/summary`; `other` for any other type): not
+  a request of the conversation (no cache drop is measured against it, `counts.requests` leaves
+  it out), but a call that was paid for, so the list's costs add up to `stats().costUsd` and
+  the export's chat spans are its rows.
 - **context** = input + cacheRead + cacheWrite tokens: everything the model read, cached or
   not (Pi's `input` excludes cached tokens). **cacheShare** = cacheRead / context.
 - A **cache drop** is a request whose cacheRead tokens are fewer than those of the previous
@@ -165,7 +170,7 @@ class TimelineFold:
         self.counts["events"] += 1
         kind = event.type
         # A request is the prefix before its response: measure it before the response lands.
-        request = self._request(event) if is_model_call(event) else None
+        request = self._request(event) if is_model_call(event) else self._paid_call(event)
         plan = plan_surface_event(self.surface, event, self.node_at, validate=False)
         apply_surface_plan(self.surface, plan)
         if plan is not None:
@@ -230,14 +235,14 @@ class TimelineFold:
 
     # --- requests ---------------------------------------------------------------------
 
-    def _request(self, event: Event) -> JsonObject:
-        """The record of the request answered by `event`, from the state of the prefix before it."""
-        usage = usage_of(event)
-        request: JsonObject = {
+    def _row(self, event: Event, kind: str) -> JsonObject:
+        """A row of the request list for `event`, from the state of the prefix before it; its
+        delta runs from the row before it, so the deltas compose over any two rows (the diff)."""
+        row: JsonObject = {
             "seq": event.seq,
             "atSeq": event.seq - 1,
             "time": event.time,
-            "kind": "attempt" if event.type == ASSISTANT_ATTEMPT else "message",
+            "kind": kind,
             "turn": _int(event.data.get("turn")),
             "step": _int(event.data.get("step")),
             "model": self.totals.model,
@@ -250,10 +255,16 @@ class TimelineFold:
             "drop": None,
         }
         self.since_request = SurfaceDelta()
+        self.requests.append(row)
+        return row
+
+    def _request(self, event: Event) -> JsonObject:
+        """The record of the request answered by `event`."""
+        usage = usage_of(event)
+        request = self._row(event, "attempt" if event.type == ASSISTANT_ATTEMPT else "message")
         self.counts["requests"] += 1
         if event.type == ASSISTANT_ATTEMPT and isinstance(event.data.get("error"), (dict, str)):
             request["error"] = event.data.get("error")
-        self.requests.append(request)
         if usage is None:
             return request
         request["usage"] = usage_view(usage)
@@ -265,6 +276,16 @@ class TimelineFold:
         self.since_usage = SurfaceDelta()
         self.replacers = {}
         return request
+
+    def _paid_call(self, event: Event) -> JsonObject | None:
+        """The row of an event that carries usage and is no request (see the module docstring):
+        no cache drop is measured against it, nor is it counted as a request."""
+        usage = usage_of(event)
+        if usage is None:
+            return None
+        row = self._row(event, "summary" if event.type == COMPACTION_SUMMARY else "other")
+        row["usage"] = usage_view(usage)
+        return row
 
     def _drop(self, event: Event, cache_read: int | float) -> JsonObject:
         previous = self.previous

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from sessionlog.client import SessionLogClient
+from sessionlog.core.errors import ValidationError
 from sessionlog.requests import append_request, with_event_ids
 from tests.support import events as ev
 from tests.support.servers import ServerThread
@@ -108,6 +109,24 @@ def test_appends_through_either_instance_land_at_the_next_seq(
     one.append(sid, lease, [ev.note(7)])
     assert other.append(sid, lease, [ev.note(8)], expected_next_seq=8).seqs == [8]
     assert [e.data.get("n") for e in other.read_events(sid)] == list(range(9))
+
+
+def test_a_batch_valid_on_the_log_is_not_refused_by_a_stale_instance(
+    two: tuple[SessionLogClient, SessionLogClient], sid: str
+) -> None:
+    """The instance that granted the lease caches the session; the turn its holder then starts
+    through the other instance is not in that cache, and the `turn/end` sent back through the
+    first was refused NO_OPEN_TURN (not retryable) on every try, though valid on the log. A
+    batch invalid on the log itself is still refused."""
+    one, other = two
+    one.create_session(sid)
+    lease = one.acquire_lease(sid, writer_id="w")  # `one` caches the session, and knows the holder
+    assert other.append(sid, lease, [ev.turn_start(1)]).seqs == [0]
+    assert one.append(sid, lease, [ev.turn_end(1)]).seqs == [1]
+    with pytest.raises(ValidationError) as refused:
+        other.append(sid, lease, [ev.turn_end(1)])  # no turn is open on the log either
+    assert refused.value.reason == "NO_OPEN_TURN"
+    assert [e.type for e in one.read_events(sid)] == ["turn/start", "turn/end"]
 
 
 def test_acknowledgements_another_instance_gave_are_not_taken_for_a_restored_log(

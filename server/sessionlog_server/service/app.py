@@ -242,15 +242,23 @@ class SessionLogService:
         (EXPECTED_SEQ_MISMATCH, nothing written), or the writer's own expected seq, right about
         the log, disagrees with the stale fold. So on a shared database a mismatch brings the
         fold to the session's row and plans the batch once more; one that stands is the writer's.
+        So does a batch the stale fold refuses as invalid (a `turn/end` of a turn another
+        instance started under the lease: NO_OPEN_TURN), when the row shows the fold was behind;
+        it was refused, not retryable, on every try, while valid on the log.
         A writer that saw acknowledgements past the log is refused first (`_check_acknowledged`).
         """
         await self._check_acknowledged(holder, acknowledged_next_seq)
         try:
             return await self.appends.append(holder, expected_next_seq, decoded)
-        except ExpectedSeqMismatch:
+        except (ExpectedSeqMismatch, ValidationError) as exc:
             if not self.shares_database:
                 raise
+            refused = exc  # raised by name below, after the awaits (compiled-build.md)
+        behind = (await self.live.get(holder.session_id)).fold.next_seq
         await self.leases.refresh(holder)
+        caught_up = (await self.live.get(holder.session_id)).fold.next_seq != behind
+        if isinstance(refused, ValidationError) and not caught_up:
+            raise refused  # planned on the log as it stands: the batch is invalid
         return await self.appends.append(holder, expected_next_seq, decoded)
 
     async def _check_acknowledged(self, holder: LeaseHolder, acknowledged: int | None) -> None:

@@ -13,6 +13,7 @@ Two in-process instances on one database stand for two machines (PostgreSQL) or 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import ValidationError
+from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.requests import append_request, with_event_ids
 from tests.support import events as ev
 from tests.support.servers import ServerThread
@@ -127,6 +128,36 @@ def test_a_batch_valid_on_the_log_is_not_refused_by_a_stale_instance(
         other.append(sid, lease, [ev.turn_end(1)])  # no turn is open on the log either
     assert refused.value.reason == "NO_OPEN_TURN"
     assert [e.type for e in one.read_events(sid)] == ["turn/start", "turn/end"]
+
+
+def test_takeovers_through_both_instances_at_once_all_take_the_lease(fresh_db: str, sid: str) -> None:
+    """Two instances granting at once both read the same epoch (PostgreSQL's READ COMMITTED),
+    and the compare-and-set of the later one took nothing: a takeover failed with WRITER_HELD
+    "taken by another writer meanwhile", naming nobody, one try in five. It reads the row again
+    and takes the lease from that grant, as it would a moment later. (SQLite's writes are one
+    at a time: no two grants read the same epoch there.)"""
+    if fresh_db.startswith("sqlite"):
+        pytest.skip("SQLite serialises writes: grants cannot interleave")
+    tries = 100
+    with instances(fresh_db) as (one, other):
+        one.create_session(sid)
+        failures: list[BaseException] = []
+
+        def take_over(client: SessionLogClient) -> None:
+            for _ in range(tries):
+                try:
+                    client.acquire_lease(sid, takeover=True)
+                except SessionLogError as exc:
+                    failures.append(exc)
+
+        threads = [threading.Thread(target=take_over, args=(client,)) for client in (one, other)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert failures == []
+        lease = one.get_session(sid).lease
+        assert lease is not None and lease.epoch == 2 * tries  # every takeover took it once
 
 
 def test_acknowledgements_another_instance_gave_are_not_taken_for_a_restored_log(

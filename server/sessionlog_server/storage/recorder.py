@@ -49,6 +49,10 @@ from sessionlog_server.storage.rows import (
 NO_SEQ_BOUND = 2**63 - 1
 """A seq bound that bounds nothing (the largest seq a BIGINT column holds)."""
 
+LEASE_RACE_ATTEMPTS = 5
+"""How many times a grant reads the session's row again after another instance's grant committed
+between its read and its write (`acquire_lease`), before it gives up WRITER_HELD."""
+
 
 class EventRecorder(ABC):
     """Stores sessions, their writer leases, events and blobs in one SQL database."""
@@ -240,42 +244,55 @@ class EventRecorder(ABC):
         holder would go on writing as if it had held the session throughout.
         """
         with self._write() as conn:
+            # The grant is a compare-and-set on the epoch read: another instance's grant that
+            # commits in between (PostgreSQL's READ COMMITTED lets both read the same epoch)
+            # makes it take nothing. The row is read again and the rules applied to what it now
+            # holds: a takeover takes it from that grant (as it would a moment later), anyone
+            # else is refused by name. Refused at once instead, two instances taking a session
+            # over together failed one try in five with WRITER_HELD, naming nobody.
+            for _ in range(LEASE_RACE_ATTEMPTS):
+                current = self._get_session(conn, session_id)
+                holder = any(_same_hash(current.lease_token_hash, presented) for presented in presented_hashes)
+                if claims_lease and not holder and not takeover:
+                    raise lease_not_held(session_id)
+                if current.lease_live(now) and not takeover and not holder:
+                    raise WriterHeld(
+                        "WRITER_HELD",
+                        f"session {session_id!r} is held by writer {current.writer_id!r} until "
+                        f"{current.lease_expires_at} (Unix ms, epoch {current.epoch}): wait for it to lapse, "
+                        "or take it over (takeover)",
+                        session_id=session_id,
+                        holder=current.writer_id,
+                        expires_at=current.lease_expires_at,
+                        epoch=current.epoch,
+                    )
+                result = conn.execute(
+                    queries.TAKE_LEASE,
+                    {
+                        "session_id": session_id,
+                        "seen_epoch": current.epoch,
+                        "new_writer_id": writer_id,
+                        "new_epoch": current.epoch + 1,
+                        "new_expires_at": now + ttl_ms,
+                        "new_token_hash": current.lease_token_hash if holder else token_hash,
+                        "new_since_seq": current.next_seq
+                        if not holder or current.lease_since_seq is None
+                        else current.lease_since_seq,
+                    },
+                )
+                if result.rowcount == 1:
+                    return self._get_session(conn, session_id)
             current = self._get_session(conn, session_id)
-            holder = any(_same_hash(current.lease_token_hash, presented) for presented in presented_hashes)
-            if claims_lease and not holder and not takeover:
-                raise lease_not_held(session_id)
-            if current.lease_live(now) and not takeover and not holder:
-                raise WriterHeld(
-                    "WRITER_HELD",
-                    f"session {session_id!r} is held by writer {current.writer_id!r} until "
-                    f"{current.lease_expires_at} (Unix ms, epoch {current.epoch}): wait for it to lapse, "
-                    "or take it over (takeover)",
-                    session_id=session_id,
-                    holder=current.writer_id,
-                    expires_at=current.lease_expires_at,
-                    epoch=current.epoch,
-                )
-            result = conn.execute(
-                queries.TAKE_LEASE,
-                {
-                    "session_id": session_id,
-                    "seen_epoch": current.epoch,
-                    "new_writer_id": writer_id,
-                    "new_epoch": current.epoch + 1,
-                    "new_expires_at": now + ttl_ms,
-                    "new_token_hash": current.lease_token_hash if holder else token_hash,
-                    "new_since_seq": current.next_seq
-                    if not holder or current.lease_since_seq is None
-                    else current.lease_since_seq,
-                },
+            raise WriterHeld(
+                "WRITER_HELD",
+                f"session {session_id!r} was granted to other writers {LEASE_RACE_ATTEMPTS} times while this "
+                f"grant was made; it is held by writer {current.writer_id!r} until {current.lease_expires_at} "
+                f"(Unix ms, epoch {current.epoch})",
+                session_id=session_id,
+                holder=current.writer_id,
+                expires_at=current.lease_expires_at,
+                epoch=current.epoch,
             )
-            if result.rowcount != 1:
-                raise WriterHeld(
-                    "WRITER_HELD",
-                    f"session {session_id!r} was taken by another writer meanwhile",
-                    session_id=session_id,
-                )
-            return self._get_session(conn, session_id)
 
     def renew_lease(self, session_id: str, token_hash: str, epoch: int, *, now: int, ttl_ms: int) -> SessionRecord:
         """Extend the lease held under `token_hash` at `epoch`; OwnershipLost if it is not current."""

@@ -150,6 +150,12 @@ def test_a_project_or_a_time_span_selects_the_sessions(
     bad = run(server, "costs", "--since", "last week")
     assert (bad.returncode, bad.stdout) == (2, "")
     assert bad.stderr.startswith("sessionlog: error: --since: 'last week' is no ISO 8601 date or time")
+    # A span that holds no time is a mistake, not an empty report (exit 0: "nothing cost anything").
+    backwards = run(server, "costs", "--since", "2025-09-27", "--until", "2025-09-26")
+    assert (backwards.returncode, backwards.stdout) == (2, "")
+    assert backwards.stderr.splitlines() == [
+        "sessionlog: error: --until 2025-09-26 is not after --since 2025-09-27: no time is in between"
+    ]
 
 
 def test_an_imported_session_is_dated_by_its_file(server: ServerThread, client: SessionLogClient, sid: str) -> None:

@@ -79,6 +79,9 @@ def costs(
     if parent is not None and family is not None:
         raise fail("give --family or --parent, not both", code=2)
     begun = _BegunBetween(_epoch_ms("--since", since), _epoch_ms("--until", until))
+    if begun.since is not None and begun.until is not None and begun.until <= begun.since:
+        # No session begins in it: an empty report with exit 0 read as "nothing cost anything".
+        raise fail(f"--until {until} is not after --since {since}: no time is in between", code=2)
     with connect() as client:
         listed = _family(client, family) if family is not None else client.list_sessions(parent_session_id=parent)
         sessions: Iterable[SessionInfo] = (s for s in listed if cwd is None or s.cwd == cwd)

@@ -188,3 +188,16 @@ def test_a_replace_interrupted_answer_is_marked_in_the_transcript() -> None:
     assert rows[7]["kind"] == "replace" and rows[7]["interrupted"] is True
     assert rows[4]["replacedBy"] == 7 and "interrupted" not in rows[4]
     assert all("interrupted" not in row for seq, row in rows.items() if seq != 7)
+
+
+def test_what_repair_closed_has_no_known_duration() -> None:
+    """Repair's closers commit when the repair runs (a resume, a lapse, a fork), not when what
+    they close ended, which nobody knows: the page showed a crashed turn and its calls as
+    "0.00 s" (the repair ran at once), or as the time until a resume hours later."""
+    view = timeline(repaired())
+    turn = next(t for t in view["turns"] if t["turn"] == 4)
+    assert (turn["endKind"], turn["durationMs"]) == ("interrupted", None)
+    assert [s["durationMs"] for s in view["steps"] if s["turn"] == 4] == [None]
+    calls = {c["callId"]: (c["outcome"], c["durationMs"]) for c in view["toolCalls"] if c["turn"] == 4}
+    assert calls == {"c5": ("repaired", None), "c6": ("repaired", None)}
+    assert all(t["durationMs"] is not None for t in view["turns"] if t["turn"] != 4)

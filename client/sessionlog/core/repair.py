@@ -92,6 +92,13 @@ def is_repair_event(event: Event | NewEvent, cause: str) -> bool:
     return event.event_id is not None and event.event_id.startswith(f"{REPAIR_ID_PREFIX}-{cause}-")
 
 
+def is_repair_closer(event: Event) -> bool:
+    """Whether `event` is a closer repair wrote, of either cause. Its time is when the repair ran
+    (a resume, a lapse, a fork), not when what it closes ended, which nobody knows: a duration
+    that ends at it is unknown (the timeline's, the export's), not the time to the repair."""
+    return is_repair_event(event, "interrupted") or is_repair_event(event, "forked")
+
+
 def check_writer_turn_end(event: NewEvent) -> None:
     """A writer may not end a turn `interrupted` or `forked`: only repair and fork do (SPEC §3).
 

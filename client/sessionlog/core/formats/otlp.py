@@ -23,7 +23,8 @@ session, at the time its source recorded (`data.recordedTime`) in an imported on
 commit time is the one instant of the import. An event an imported session holds without a
 recorded time (the head, a fork's seed and closers, an importer's end-of-branch closers) lies at
 the latest recorded time before it (the head: at the first one), and a span that starts or ends
-at such an event is marked `sessionlog.duration_unknown` (its length is not the time between its
+at such an event, or ends at a closer repair wrote (it lies at the repair's time, not when what
+it closes ended), is marked `sessionlog.duration_unknown` (its length is not the time between its
 two events, which the timeline calls unknown too): a turn a fork closed ends at the last thing
 known to have happened in it, a call the fork answered is zero-length. The trace nests: the root
 spans every event's time, turns lie in it, and a model or tool call whose times fall outside its
@@ -69,6 +70,7 @@ from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.messages import message_of
 from sessionlog.core.projections.stats import usage_of
 from sessionlog.core.projections.timeline import TimelineFold, usage_view
+from sessionlog.core.repair import is_repair_closer
 from sessionlog.core.surface import surface_messages
 from sessionlog.core.vocabulary import STEP_END
 
@@ -255,8 +257,12 @@ class OtlpFold:
         return self.fold.events
 
     def at(self, seq: int) -> Placement:
-        """Where event `seq` lies in the trace."""
-        return self.clock.at(seq)
+        """Where event `seq` lies in the trace; a repair's closer at its own time, but not as the
+        time what it closes ended (`is_repair_closer`): a span that ends there is unmeasured."""
+        placed = self.clock.at(seq)
+        if placed.timed and is_repair_closer(self.fold.events[seq]):
+            return Placement(placed.ms, False)
+        return placed
 
     def end_of_log(self) -> Placement:
         """Where an open turn or a pending call ends: the latest time an event lies at."""

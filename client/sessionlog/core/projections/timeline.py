@@ -46,7 +46,8 @@ Definitions (each recomputable if it proves wrong, SPEC §1.6):
   `repairs` (the `repaired` outcomes) and `cacheDrops` are the timeline's own; `stats` has none.
 - Every duration (`durationMs` of turns, steps and tool calls, a drop's `gapMs`) runs between
   the two events' moments (`clock.moment`: the time an import recorded, else the commit time)
-  and is None, unknown, when they are on different clocks (`clock.elapsed_ms`). The records'
+  and is None, unknown, when they are on different clocks (`clock.elapsed_ms`), or when the
+  end is a closer repair wrote (`repair.is_repair_closer`: it lies at the repair's time). The records'
   `time`, `startTime` and `endTime` stay commit times; the OTLP export lays its spans by
   `clock.SessionClock` instead, from the seqs.
 """
@@ -68,7 +69,7 @@ from sessionlog.core.projections.stats import (
     tool_call_count,
     usage_of,
 )
-from sessionlog.core.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
+from sessionlog.core.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, is_repair_closer
 from sessionlog.core.request_diff import SurfaceDelta, describe, header_change
 from sessionlog.core.structure import StructureState, apply_structure_plan, trusted_structure_plan
 from sessionlog.core.surface import (
@@ -415,8 +416,11 @@ class TimelineFold:
 
 
 def _elapsed(start: Moment | None, end: Event) -> int | None:
-    """The duration of a record that started at `start` and that `end` closes (None: unknown)."""
-    return elapsed_ms(start, moment(end)) if start is not None else None
+    """The duration of a record that started at `start` and that `end` closes (None: unknown,
+    as when repair closed it: `is_repair_closer`)."""
+    if start is None or is_repair_closer(end):
+        return None
+    return elapsed_ms(start, moment(end))
 
 
 def _appended(event: Event) -> bool:

@@ -13,6 +13,7 @@ import pytest
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import SessionLogError, ValidationError, WriterHeld
+from sessionlog.core.validate import check_session_id
 from sessionlog_server.tokens import config_line, new_token
 from tests.support.events import note, user
 from tests.support.servers import ServerThread
@@ -95,3 +96,11 @@ def test_an_id_with_a_trailing_line_break_is_refused_not_a_look_alike(tenants: S
         with pytest.raises(ValidationError, match="not URL-safe"):
             alice.get_session(sid + "\n")
         assert sid + "\n" not in [s.id for s in alice.list_sessions()]
+
+
+@pytest.mark.parametrize("session_id", ["~a", ".", "..", "-x", "_x"])
+def test_an_id_that_does_not_start_with_a_letter_or_digit_is_told_so(session_id: str) -> None:
+    # The message listed '.', '_', '~' and '-' as allowed, and `~a` was refused for no rule it said.
+    with pytest.raises(ValidationError, match="a letter or digit, then") as refused:
+        check_session_id(session_id)
+    assert refused.value.reason == "BAD_SESSION_ID"

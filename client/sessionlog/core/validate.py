@@ -38,7 +38,7 @@ def check_session_id(session_id: str, limits: Limits = Limits()) -> None:
     if not _SESSION_ID_PATTERN.fullmatch(session_id):
         raise ValidationError(
             "BAD_SESSION_ID",
-            f"session id {session_id!r} is not URL-safe (letters, digits, '.', '_', '~', '-')",
+            f"session id {session_id!r} is not URL-safe: a letter or digit, then letters, digits, '.', '_', '~', '-'",
             field="session_id",
         )
 

@@ -383,7 +383,7 @@ def test_a_long_pages_windows_are_read_with_the_pages_token_and_namespace(
         assert get(server, f"/sessions/{child}?at={at}&list=transcript&page=0")[0] == 401
         # Bad windows are clear errors.
         for query, words in (
-            ("list=transcript&page=99", "page 99 is past the"),
+            ("list=transcript&page=99", "page 99 is past the last page of transcript, page "),
             ("list=events&page=0", "list must be one of"),
             ("list=turns&page=x", "page must be a non-negative integer"),
             ("list=turns", "needs page=N"),
@@ -391,6 +391,15 @@ def test_a_long_pages_windows_are_read_with_the_pages_token_and_namespace(
         ):
             status, body, _ = get(server, f"/sessions/{child}?at={at}&{query}", f"Bearer {ALICE}")
             assert status == 400 and words in body, (query, body)
+        # Seqs past the page's last one are not on it: a diff answered empty lists and a jump
+        # `page: null`, with 200, where the page itself and the CLI say SEQ_NOT_FOUND.
+        for query in (
+            f"list=diff&from=3&to={at + 1}",
+            f"list=diff&from={at + 5}&to={at + 9}",
+            f"list=transcript&seq={at + 1}",
+        ):
+            status, body, _ = get(server, f"/sessions/{child}?at={at}&{query}", f"Bearer {ALICE}")
+            assert status == 404 and "SEQ_NOT_FOUND" in body, (query, body)
         # A store that is not kept (evicted, another server) is rebuilt from the log.
         admin = server.running.admin
         assert admin is not None

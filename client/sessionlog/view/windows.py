@@ -147,7 +147,8 @@ class WindowStore:
         if name not in LISTS:
             raise BadWindow(f"list must be one of {', '.join(LISTS)}, got {name!r}")
         if not 0 <= page < self.pages(name):
-            raise BadWindow(f"page {page} is past the {self.pages(name)} page(s) of {name}")
+            last = self.pages(name) - 1
+            raise BadWindow(f"page {page} is past the last page of {name}, page {last} (pages count from 0)")
         with self._reading():
             if name == "turns":
                 return {"list": name, "page": page, **self._turns(page)}

@@ -286,6 +286,9 @@ class AdminHttp:
         since the page was rendered, else rebuilt from the log (once, however many windows
         ask for it at the same time)."""
         key = self._key(principal, session_id, at)
+        for seq in ask.seqs():  # past the page's last seq, as the page itself and the CLI say
+            if seq > key[2]:
+                raise seq_not_found(session_id, seq, key[2] + 1)
         try:
             return ask.read(self._store(principal, session_id, key))
         except StoreClosed:
@@ -495,6 +498,13 @@ class WindowQuery:
     page: int | None = None
     seq: int | None = None
     span: tuple[int, int] | None = None
+
+    def seqs(self) -> tuple[int, ...]:
+        """The seqs the query names (a diff's two, a jump's one): each must be on the page. Past
+        its last seq, a diff answered empty lists and a jump `page: null`, with 200."""
+        if self.span is not None:
+            return self.span
+        return () if self.seq is None else (self.seq,)
 
     def read(self, store: WindowStore) -> JsonObject:
         if self.span is not None:

@@ -60,6 +60,7 @@ def test_a_request_without_a_price_has_no_cost() -> None:
     view = timeline(events)
     assert [r["usage"]["cost"] for r in view["requests"]] == [0.25, None]
     assert [r["cumulativeCost"] for r in view["requests"]] == [0.25, 0.25]
+    assert [r["cumulativeUnpriced"] for r in view["requests"]] == [0, 1]  # a lower bound from the second
     assert (view["stats"]["costUsd"], view["stats"]["unpricedEvents"]) == (0.25, 1)
 
 

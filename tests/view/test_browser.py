@@ -238,6 +238,8 @@ def test_a_cost_that_leaves_unpriced_calls_out_reads_as_a_lower_bound(
         assert figures["unpricedEvents"] == (figure_label("unpricedEvents"), "1")
         rows = driver.find_elements(By.CSS_SELECTOR, "table.requests tr[data-request-seq]")
         assert [row.find_elements(By.TAG_NAME, "td")[7].text for row in rows] == ["$0.250000", "unpriced"]
+        # The cumulative cost leaves the unpriced call out: a lower bound from it on, as the summary's.
+        assert [row.find_elements(By.TAG_NAME, "td")[8].text for row in rows] == ["$0.250000", "≥$0.250000"]
 
 
 def test_a_long_sessions_page_fetches_its_windows_as_it_is_paged(

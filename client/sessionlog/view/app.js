@@ -171,15 +171,18 @@
       for (const m of markers) if (markerKey(m) === kind) col[at.get(m.seq)] = 0.97 - 0.05 * k;
       return col;
     });
-    const line = (label, stroke, scale, extra) => Object.assign({ label, stroke, scale, width: 2, spanGaps: true, points: { show: x.length < 400 } }, extra || {});
+    // The legend shows each series' value at the cursor as the tables do (uPlot's default
+    // rounded the cost to 3 decimals, a share to 0.968, and gave a marker its drawing height).
+    const shown = (format) => (u, v) => (v === null || v === undefined ? "–" : format(v));
+    const line = (label, stroke, scale, format, extra) => Object.assign({ label, stroke, scale, width: 2, spanGaps: true, points: { show: x.length < 400 }, value: shown(format) }, extra || {});
     const series = [
       { label: "seq" },
-      line("context tokens", "#1c7ed6", "tokens"),
-      line("cache read", "#f59f00", "tokens", { fill: "rgba(245,159,0,0.15)" }),
-      line("output tokens", "#37b24d", "tokens"),
-      line("cache-read share", "#ae3ec9", "share", { dash: [4, 3] }),
-      line("cumulative cost (USD)", "#495057", "usd"),
-      ...MARKER_KINDS.map(([, label, color]) => ({ label, stroke: color, scale: "share", paths: () => null, points: { show: true, size: 9, fill: color, stroke: color } })),
+      line("context tokens", "#1c7ed6", "tokens", num),
+      line("cache read", "#f59f00", "tokens", num, { fill: "rgba(245,159,0,0.15)" }),
+      line("output tokens", "#37b24d", "tokens", num),
+      line("cache-read share", "#ae3ec9", "share", pct, { dash: [4, 3] }),
+      line("cumulative cost (USD)", "#495057", "usd", usd),
+      ...MARKER_KINDS.map(([, label, color]) => ({ label, stroke: color, scale: "share", paths: () => null, points: { show: true, size: 9, fill: color, stroke: color }, value: (u, v) => (v === null || v === undefined ? "" : "here") })),
     ];
     const opts = {
       width: Math.max(600, Math.min(1200, box.clientWidth || 1100)),
@@ -275,7 +278,7 @@
         tbody.append(el("tr", { "data-request-seq": r.seq, "data-turn": r.turn, "data-kind": r.kind, class: r.drop ? "drop" : null, title, onclick: () => pick(r.seq) },
           el("td", {}, r.seq), el("td", {}, `${r.turn ?? "–"}.${r.step ?? "–"}`), el("td", {}, r.kind + (r.error ? " (error)" : "")),
           el("td", {}, num(u.context)), el("td", {}, num(u.cacheRead)), el("td", {}, u.context ? pct(u.cacheShare) : "–"),
-          el("td", {}, num(u.output)), el("td", {}, r.usage ? callCost(u.cost) : "–"), el("td", {}, usd(r.cumulativeCost)),
+          el("td", {}, num(u.output)), el("td", {}, r.usage ? callCost(u.cost) : "–"), el("td", {}, lowerBound(r.cumulativeCost, r.cumulativeUnpriced)),
           el("td", { "data-cause": r.drop ? r.drop.causes.join(" ") : null }, r.drop ? r.drop.causes.join(", ") : "")));
       }
       table.append(tbody);

@@ -157,7 +157,19 @@ def row_shown(row: TranscriptRow) -> JsonObject:
 # The timeline fields the page shows; the rest stay out of the file (a 100k-event session's
 # page is parsed by the browser before anything but the header is drawn).
 PAGE_FIELDS = {
-    "requests": ("seq", "kind", "turn", "step", "headerSeq", "delta", "cumulativeCost", "usage", "drop", "error"),
+    "requests": (
+        "seq",
+        "kind",
+        "turn",
+        "step",
+        "headerSeq",
+        "delta",
+        "cumulativeCost",
+        "cumulativeUnpriced",
+        "usage",
+        "drop",
+        "error",
+    ),
     "turns": ("turn", "startSeq", "durationMs", "endKind", "steps", "requests"),
     "steps": ("turn", "step", "startSeq", "endSeq", "durationMs", "requests"),
     "toolCalls": ("callId", "name", "turn", "step", "blockSeq", "durationMs", "outcome", "errorCode"),

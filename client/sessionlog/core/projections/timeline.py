@@ -17,6 +17,8 @@ Definitions (each recomputable if it proves wrong, SPEC §1.6):
   a request of the conversation (no cache drop is measured against it, `counts.requests` leaves
   it out), but a call that was paid for, so the list's costs add up to `stats().costUsd` and
   the export's chat spans are its rows.
+- A row's **cumulativeCost** is `stats().costUsd` of the prefix ending with it, and
+  **cumulativeUnpriced** its `unpricedEvents`: while that is not 0 the cost is a lower bound.
 - **context** = input + cacheRead + cacheWrite tokens: everything the model read, cached or
   not (Pi's `input` excludes cached tokens). **cacheShare** = cacheRead / context.
 - A **cache drop** is a request whose cacheRead tokens are fewer than those of the previous
@@ -183,6 +185,7 @@ class TimelineFold:
         self.counts["toolErrors"] += is_tool_error(event)
         if request is not None:
             request["cumulativeCost"] = self.totals.cost_usd()
+            request["cumulativeUnpriced"] = self.totals.unpriced_events  # the cost is a lower bound while not 0
         if kind == REQUEST_HEADER:
             self._header(event)
         elif isinstance(event.surface_op, Replace):
@@ -252,6 +255,7 @@ class TimelineFold:
             "nodes": len(self.surface.nodes),
             "delta": self.since_request.to_json(),
             "cumulativeCost": 0,
+            "cumulativeUnpriced": 0,
             "usage": None,
             "drop": None,
         }

@@ -149,6 +149,11 @@ def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient
         assert numbers(driver, "#diff [data-diff-added]", "data-diff-added") == expected["messages"]["added"]
         assert expected["messages"]["added"] == [COMPACTION_REPLACE_SEQ, 35, 38, 40]
         assert driver.find_element(By.ID, "diff").get_attribute("data-prefix-kept") == "false"
+        # Requests are named by their answer's seq, the CLI's by the log's last seq (what an
+        # auditor ran from the page's numbers diffed other prefixes): the page says the command.
+        shown_id = driver.find_element(By.CSS_SELECTOR, "[data-session-id]").get_attribute("data-session-id")
+        cli = driver.find_element(By.CSS_SELECTOR, "#diff .diff-cli").get_attribute("data-cli")
+        assert cli == f"sessionlog diff {shown_id} --from 14 --to 42"  # request_diff(events, 14, 42) above
         # Clicking a drop shows its diff: the compaction that replaced the cached prefix.
         driver.find_element(By.CSS_SELECTOR, '#drops .drop[data-request-seq="38"]').click()
         WebDriverWait(driver, 10).until(lambda d: d.find_element(By.ID, "diff").get_attribute("data-to-seq") == "38")

@@ -377,6 +377,11 @@
     box.append(el("p", {}, kept
       ? `The request at ${toSeq} starts with the request at ${fromSeq}: a prompt cache can reuse it.`
       : `The request at ${toSeq} does not start with the request at ${fromSeq}: a prompt cache misses from the first change on.`));
+    // A request is named by its answer's seq; what was sent is the log before it, which the CLI
+    // names by its last seq: the same diff there is one seq earlier at each end (timeline.py).
+    box.append(el("p", { class: "diff-cli", "data-cli": `sessionlog diff ${D.session.id} --from ${fromSeq - 1} --to ${toSeq - 1}` },
+      `Each request is the log before its answer (the request at ${toSeq} is the log through seq ${toSeq - 1}); in the CLI: `,
+      el("code", {}, `sessionlog diff ${D.session.id} --from ${fromSeq - 1} --to ${toSeq - 1}`)));
     const fields = el("ul", { class: "diff-fields" });
     if (d.fields === null) fields.append(el("li", {}, "header differs (fields not precomputed for this many headers)"));
     else for (const f of d.fields) fields.append(el("li", { "data-diff-field": f }, f));

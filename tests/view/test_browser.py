@@ -154,6 +154,14 @@ def test_session_page_in_chromium(server: ServerThread, client: SessionLogClient
         shown_id = driver.find_element(By.CSS_SELECTOR, "[data-session-id]").get_attribute("data-session-id")
         cli = driver.find_element(By.CSS_SELECTOR, "#diff .diff-cli").get_attribute("data-cli")
         assert cli == f"sessionlog diff {shown_id} --from 14 --to 42"  # request_diff(events, 14, 42) above
+        # A jump to a seq with no row, or past the page, says so (it did nothing).
+        jump = driver.find_element(By.CSS_SELECTOR, "#transcript form.jump input")
+        note = driver.find_element(By.CSS_SELECTOR, "#transcript .jump-note")
+        jump.send_keys("999999", Keys.ENTER)
+        WebDriverWait(driver, 10).until(lambda d: "is not on this page" in note.text)
+        driver.execute_script("arguments[0].value = ''", jump)
+        jump.send_keys("2", Keys.ENTER)  # a row: shown, and nothing said
+        WebDriverWait(driver, 10).until(lambda d: note.text == "", f"{note.text!r}")
         # Clicking a drop shows its diff: the compaction that replaced the cached prefix.
         driver.find_element(By.CSS_SELECTOR, '#drops .drop[data-request-seq="38"]').click()
         WebDriverWait(driver, 10).until(lambda d: d.find_element(By.ID, "diff").get_attribute("data-to-seq") == "38")

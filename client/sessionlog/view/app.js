@@ -107,7 +107,7 @@
   function renderSession() {
     const box = document.getElementById("session");
     const s = D.session;
-    box.append(el("span", { "data-session-id": s.id }, `${num(s.events)} events, at seq ${s.atSeq}`));
+    box.append(el("span", { "data-session-id": s.id }, s.events ? `${num(s.events)} events, at seq ${s.atSeq}` : "no events yet"));
     if (s.parent) {
       box.append(" · forked from ",
         el("a", { href: s.parentHref, "data-parent-session": s.parent, "data-fork-seq": s.forkSeq }, s.parent),
@@ -460,6 +460,8 @@
   let transcriptPager = null;
   function goToSeq(seq) {
     if (!transcriptPager) return;
+    const said = document.querySelector("#transcript .jump-note");
+    said.textContent = "";
     // The transcript page of the seq: from the page's rows, or asked of a windowed page's server.
     const found = WINDOWED
       ? fetchWindow({ list: "transcript", seq }).then((w) => w.page)
@@ -469,14 +471,19 @@
       if (row) {
         row.classList.add("flash");
         row.scrollIntoView({ block: "center" });
+      } else {
+        // It did nothing, silently: an event with no row (a header, a turn's start), or no seq of the page.
+        said.textContent = Number.isInteger(seq) && seq >= 0 && seq <= D.session.atSeq
+          ? `seq ${seq} has no transcript row (the transcript shows messages; its events: sessionlog events ${D.session.id} --from ${seq} --to ${seq})`
+          : `seq ${seq} is not on this page (seqs 0–${D.session.atSeq ?? "none"})`;
       }
-    });
+    }, (error) => { said.textContent = `seq ${seq}: ${error.message}`; });
   }
 
   function renderTranscript() {
     const box = document.getElementById("transcript");
     const jump = el("form", { class: "jump", onsubmit: (e) => { e.preventDefault(); goToSeq(Number(jump.querySelector("input").value)); } },
-      el("label", {}, "go to seq ", el("input", { type: "number", min: 0 })));
+      el("label", {}, "go to seq ", el("input", { type: "number", min: 0 })), el("span", { class: "jump-note", role: "status" }));
     box.append(jump);
     const total = WINDOWED ? D.windows.transcript : D.transcript.length;
     transcriptPager = pager(box, total, PAGE_ROWS, pageItems("transcript", D.transcript, PAGE_ROWS), (list, body) => {

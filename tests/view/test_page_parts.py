@@ -99,3 +99,12 @@ def test_a_render_holds_a_bounded_part_of_the_log(monkeypatch: pytest.MonkeyPatc
     # The part's last event is still the loop's; a replace may wait for the next request's
     # cache-drop diff; nothing else stays.
     assert max(held) <= 3, held
+
+
+def test_bidirectional_controls_are_shown_as_code_points_not_obeyed() -> None:
+    """U+202E and its kind reorder what is shown after them: an agent's `evil\\u202etxt.exe`
+    reads as `evilexe.txt` in an audit view (Trojan Source). The page shows them by code point;
+    the rest of the text is as written."""
+    shown = page.preview({"role": "assistant", "content": "wrote evil\u202etxt.exe and \u2067x\u2069"})
+    assert shown == "wrote evil⟨U+202E⟩txt.exe and ⟨U+2067⟩x⟨U+2069⟩"
+    assert page.preview({"role": "user", "content": "مرحبا hello"}) == "مرحبا hello"  # RTL text itself stays

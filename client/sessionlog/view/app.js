@@ -192,8 +192,9 @@
       axes: [
         { label: "seq" },
         { scale: "tokens", label: "tokens" },
-        { scale: "share", side: 1, label: "cache-read share", values: (u, v) => v.map((t) => pct(t)), grid: { show: false } },
-        { scale: "usd", side: 1, label: "USD", values: (u, v) => v.map((t) => "$" + t.toPrecision(2)), grid: { show: false } },
+        // Sized for their widest tick label: at uPlot's default width the USD title overlapped "$0.0050".
+        { scale: "share", side: 1, label: "cache-read share", size: 70, values: (u, v) => v.map((t) => pct(t)), grid: { show: false } },
+        { scale: "usd", side: 1, label: "USD", size: 80, values: (u, v) => v.map((t) => "$" + t.toPrecision(2)), grid: { show: false } },
       ],
     };
     new uPlot(opts, [x, context, cacheRead, output, share, cost, ...markerColumns], box);

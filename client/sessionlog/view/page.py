@@ -27,6 +27,7 @@ server to fetch windows from, so it embeds every part at any length.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -100,10 +101,21 @@ def require_assets() -> None:
             raise _missing(name)
 
 
+BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Unicode's bidirectional formatting characters: in an audit view they reorder what is shown
+(`evil\u202eexe.txt` reads as `eviltxt.exe`), so the text an agent wrote could read as other text
+(Trojan Source). The page shows each as its code point instead."""
+
+
+def _visible_control(match: re.Match[str]) -> str:
+    return f"⟨U+{ord(match.group()):04X}⟩"
+
+
 def preview(value: Any) -> str:
-    """A one-line text of a message or event data, cut at PREVIEW_CHARS."""
+    """A one-line text of a message or event data, cut at PREVIEW_CHARS; bidirectional controls
+    shown as their code points (BIDI_CONTROLS)."""
     text = _text(value)
-    text = " ".join(text.split())
+    text = BIDI_CONTROLS.sub(_visible_control, " ".join(text.split()))
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 

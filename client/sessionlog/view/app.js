@@ -284,7 +284,7 @@
       }
       table.append(tbody);
       body.append(table);
-    }, "requests");
+    }, "rows");
     const drops = document.getElementById("drops");
     const dropList = WINDOWED ? D.drops : D.requests.filter((r) => r.drop);
     const dropTotal = WINDOWED ? D.windows.drops : dropList.length;

@@ -156,8 +156,9 @@ function checkJson(value: unknown, path: string, inArray = false): void {
   if (value === null) return;
   const emptied = EMPTIED.find((type) => value instanceof type);
   if (emptied !== undefined) throw new NotJson(path, `a ${emptied.name}`, "written as {}");
-  if (typeof (value as { toJSON?: unknown }).toJSON === "function") {
-    checkJson((value as { toJSON: () => unknown }).toJSON(), path); // what is written (a Date: its ISO text)
+  const written = typeof (value as { toJSON?: unknown }).toJSON === "function" ? (value as { toJSON: () => unknown }).toJSON() : value;
+  if (written !== value) {
+    checkJson(written, path, inArray); // what is written instead (a Date: its ISO text)
   } else if (Array.isArray(value)) {
     value.forEach((item, i) => checkJson(item, `${path}[${i}]`, true));
   } else {

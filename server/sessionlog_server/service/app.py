@@ -254,9 +254,7 @@ class SessionLogService:
             if not self.shares_database:
                 raise
             refused = exc  # raised by name below, after the awaits (compiled-build.md)
-        behind = (await self.live.get(holder.session_id)).fold.next_seq
-        await self.leases.refresh(holder)
-        caught_up = (await self.live.get(holder.session_id)).fold.next_seq != behind
+        caught_up = await self.leases.refresh(holder)
         if isinstance(refused, ValidationError) and not caught_up:
             raise refused  # planned on the log as it stands: the batch is invalid
         return await self.appends.append(holder, expected_next_seq, decoded)

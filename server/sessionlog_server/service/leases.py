@@ -272,15 +272,16 @@ class LeaseManager:
         )
         return grant
 
-    async def refresh(self, holder: LeaseHolder) -> None:
-        """Bring this instance's view of the holder's session to the database's row.
+    async def refresh(self, holder: LeaseHolder) -> bool:
+        """Bring this instance's view of the holder's session to the database's row; whether
+        its fold moved (it was not the log as it stands).
 
         A unary writer's calls may reach any instance (a load balancer, a reconnect that lands
         on another worker): the one answering may have cached the session before the writer's
         calls elsewhere moved its log on. The commit's fence keeps such a stale fold from
         writing; this is what lets the call be answered on the log as it stands instead.
         """
-        await self._adopt(await self.reader.session(holder.session_id))
+        return await self._adopt(await self.reader.session(holder.session_id))
 
     async def renew(self, holder: LeaseHolder) -> SessionRecord:
         """Extend a proven lease, with no caller check (the stream lease keeper uses it)."""
@@ -373,9 +374,10 @@ class LeaseManager:
 
     # --- internals ---------------------------------------------------------------------------
 
-    async def _adopt(self, record: SessionRecord) -> None:
+    async def _adopt(self, record: SessionRecord) -> bool:
         """Make the live session match `record`, a session row just read or written: its fold
-        caught up with what other instances appended, its lease holder the row's.
+        caught up with what other instances appended, its lease holder the row's. Whether the
+        fold moved (its next seq was not the row's).
 
         Who holds a lease is learned here from grants; a lease granted by another instance
         (a takeover there) is learned from the row, else this instance would go on refusing
@@ -385,13 +387,16 @@ class LeaseManager:
         live = await self.live.get(session_id)
         async with live.lock:
             await live.wait_idle()
-            if live.fold.next_seq > record.next_seq:
+            before = live.fold.next_seq
+            if before > record.next_seq:
                 self.live.invalidate(session_id)  # ahead of the log: batches this instance lost
                 live = await self.live.get(session_id)
             await self.catch_up(live, record)  # another instance wrote meanwhile
+            moved = live.fold.next_seq != before
         live.record = record
         live.epoch = record.epoch
         self.live.set_writer(live, record.writer_id)
+        return moved
 
     def _remember(self, holder: LeaseHolder) -> None:
         recent.remember(self._known, holder.session_id, holder, self.known_capacity)

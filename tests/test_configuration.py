@@ -68,6 +68,10 @@ def test_numbers_past_what_they_can_mean_are_refused() -> None:
         with pytest.raises(ValueError, match="SESSIONLOG_SHUTDOWN_GRACE_S=inf must be at most"):
             Settings.from_env({"SESSIONLOG_SHUTDOWN_GRACE_S": value})
     assert Settings.from_env({"SESSIONLOG_CLIENT_PING_MS": str(2**31 - 1)}).client_ping_ms == 2**31 - 1
+    # `--workers 1000` started a thousand server processes, each with its caches and pool.
+    with pytest.raises(ValueError, match="SESSIONLOG_WORKERS=1000 must be at most 64"):
+        Settings.from_env({}, workers=1000)
+    assert Settings.from_env({}, workers=64).workers == 64
     big = Settings.from_env({"SESSIONLOG_SESSION_CACHE_BYTES": str(64 * 2**30)})  # a memory bound: 64 GiB
     assert big.session_cache_bytes == 64 * 2**30
 

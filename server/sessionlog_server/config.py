@@ -64,6 +64,15 @@ LARGE_SETTINGS = (
 )
 """Memory and byte bounds of the service's own, which gRPC never sees, up to MEMORY_BYTES_MAX."""
 
+WORKERS_MAX = 64
+"""The most server processes `serve` starts. Each holds its own caches (up to SESSION_CACHE_BYTES
+plus MESSAGE_CACHE_BYTES) and database pool, and the default takes at most 8: `--workers 1000`,
+a slip of the keyboard, started a thousand processes that took the machine's memory and
+PostgreSQL's connections before any of them served."""
+
+CEILINGS = {**{name: MEMORY_BYTES_MAX for name in LARGE_SETTINGS}, "workers": WORKERS_MAX}
+"""Settings whose most is not INT32_MAX."""
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -196,7 +205,7 @@ class Settings:
             floor = 1 if item.name in AT_LEAST_ONE else 0
             if value < floor:
                 raise ValueError(f"{ENV_PREFIX}{item.name.upper()}={value} must be at least {floor}")
-            ceiling = MEMORY_BYTES_MAX if item.name in LARGE_SETTINGS else INT32_MAX
+            ceiling = CEILINGS.get(item.name, INT32_MAX)
             if value > ceiling:  # infinity too: a grace of `inf` s crashed the stop
                 raise ValueError(f"{ENV_PREFIX}{item.name.upper()}={value} must be at most {ceiling}")
 

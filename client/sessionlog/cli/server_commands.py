@@ -71,7 +71,10 @@ def serve(
         typer.Option(
             "--workers",
             metavar="N",
-            help="Server processes sharing the address, at most 64 ($SESSIONLOG_WORKERS; default 0: one per core, at most 8).",
+            help=(
+                "Server processes sharing the address, at most 64 "
+                "($SESSIONLOG_WORKERS; default 0: one per core, at most 8)."
+            ),
         ),
     ] = None,
 ) -> None:

@@ -636,6 +636,8 @@ class AsyncWriter(base.WriterView):
             try:
                 await self._connect(takeover, resume, budget.next_attempt())
                 return
+            except base.NoOpenAnswer:
+                raise budget.unanswered() from None
             except Unavailable as exc:
                 await asyncio.sleep(budget.wait_after(exc))  # raises once spent
 

@@ -154,6 +154,14 @@ class Budget:
             raise self._spent_error(error) from None
         return delay
 
+    def unanswered(self) -> NoOpenAnswer:
+        """The error of a writer's first open whose attempt got no answer: that attempt had what
+        was left of this budget, so the budget is spent; told once, with the whole timeout. Told
+        as a spent budget ("the call's timeout of 1 s was spent after 1 attempt: ..."), it named
+        the timeout twice, the second time as the attempt's share of it (0.999997 s)."""
+        assert self._timeout is not None  # without a timeout, no attempt has one to run out of
+        return no_open_answer(self._timeout)
+
     def _spent(self, delay: float) -> bool:
         """Whether no time is left for an attempt after `delay`."""
         return self._deadline is not None and time.monotonic() + delay >= self._deadline
@@ -477,12 +485,18 @@ def no_page(timeout: float) -> Unavailable:
     )
 
 
-def no_open_answer(timeout: float) -> Unavailable:
+class NoOpenAnswer(Unavailable):
+    """A writer's open whose stream got no answer (`opened` or a refusal) within the client's
+    timeout (`no_open_answer`): an Unavailable, TRANSPORT_ERROR, to its callers; a class of its
+    own so the first open, whose attempts share the timeout, tells it once (`Budget.unanswered`)."""
+
+
+def no_open_answer(timeout: float) -> NoOpenAnswer:
     """The error of a writer's open whose stream got no answer (`opened` or a refusal) within
     the client's `timeout`: TRANSPORT_ERROR, as a unary call that spent its timeout. A hung
     service (accepting connections, answering nothing) held an open until gRPC's keepalive gave
     the connection up, and then each retry of it, tens of seconds past any timeout."""
-    return Unavailable(
+    return NoOpenAnswer(
         "TRANSPORT_ERROR",
         f"the writer's open got no answer within the client's timeout of {timeout:g} s",
     )

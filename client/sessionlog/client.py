@@ -697,6 +697,8 @@ class Writer(base.WriterView):
             try:
                 self._connect(takeover, resume, budget.next_attempt())
                 return
+            except base.NoOpenAnswer:
+                raise budget.unanswered() from None
             except Unavailable as exc:
                 self._client._pause(budget.wait_after(exc))  # raises once they are spent
 

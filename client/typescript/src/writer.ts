@@ -443,6 +443,9 @@ export class Writer {
         return await this.connect(takeover, resume, budget.nextAttempt());
       } catch (error) {
         if (this.failure !== null) throw error;
+        // The attempt had what was left of the budget, so it is spent: told once, with the whole
+        // timeoutMs (as a spent budget it named it twice, the second time as the attempt's share).
+        if (error instanceof NoOpenAnswer) throw new NoOpenAnswer(this.timeoutMs);
         delay = budget.waitAfter(error); // throws what is not to be tried again
       }
       await sleep(delay, this.ended.signal); // the client's close ends the wait

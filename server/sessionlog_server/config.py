@@ -173,8 +173,9 @@ class Settings:
     the memory work in flight takes. A batch is admitted whenever the backlog is at or under it."""
     workers: int = 0
     """Server processes sharing the listen address (SO_REUSEPORT); 0, the default: one per core
-    (at most 8). One event loop saturates one core; with many harness connections (one writer
-    stream each) more processes take more of them (bench/PROFILE.md, round 5)."""
+    (at most 8); at most WORKERS_MAX when given. One event loop saturates one core; with many
+    harness connections (one writer stream each) more processes take more of them
+    (bench/PROFILE.md, round 5)."""
     repair_on_start: bool = True
     """Complete open turns of sessions without a live writer at start-up (docs/repair.md)."""
     shutdown_grace_s: float = 10.0

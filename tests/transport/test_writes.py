@@ -78,6 +78,21 @@ def test_takeover_fences_the_old_writer(client: SessionLogClient, sid: str) -> N
     assert [e.data["n"] for e in client.read_events(sid)] == [0, 2]
 
 
+def test_a_fenced_writer_is_told_so_after_the_new_holder_released_the_lease(client: SessionLogClient, sid: str) -> None:
+    # Once the writer that took over had given the lease back, the old one's next batch was
+    # checked against the new log first: a turn/end of its own turn was refused NO_OPEN_TURN,
+    # which looked like a bug in the harness's events rather than a lost lease.
+    client.create_session(sid)
+    old = client.writer(sid, writer_id="old")
+    old.append([user("hi"), turn_start(1)]).result()
+    with client.writer(sid, writer_id="new", takeover=True, resume=True) as new:
+        new.append([turn_start(2), turn_end(2)]).result()
+    before = seqs_of(client, sid)
+    with pytest.raises(OwnershipLost, match="no longer holds"):
+        old.append([turn_end(1)]).result()
+    assert seqs_of(client, sid) == before
+
+
 def test_unary_writer_is_fenced_by_epoch(client: SessionLogClient, sid: str) -> None:
     client.create_session(sid)
     lease = client.acquire_lease(sid, writer_id="a")

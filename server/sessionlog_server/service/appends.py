@@ -242,8 +242,13 @@ class AppendPipeline:
         return bool(found)
 
     def check_writer(self, live: LiveSession, writer_id: str, epoch: int) -> None:
-        """Refuse a writer this instance knows was fenced out (the commit re-checks in SQL)."""
-        if live.writer_id is not None and (live.writer_id != writer_id or live.epoch != epoch):
+        """Refuse a writer this instance knows was fenced out (the commit re-checks in SQL): by
+        the holder it knows, or, once that holder gave the lease back, by a later epoch than the
+        writer's. Without the second, a fenced writer's batch was checked against the new log
+        first, and one invalid there (a turn/end of its own turn) was refused as invalid
+        (NO_OPEN_TURN), as if the harness's events were wrong, not its lease lost."""
+        held_by_another = live.writer_id is not None and (live.writer_id != writer_id or live.epoch != epoch)
+        if held_by_another or epoch < live.epoch:
             raise OwnershipLost(
                 "OWNERSHIP_LOST",
                 f"writer {writer_id!r} (epoch {epoch}) no longer holds session {live.session_id!r}; reopen the writer",

@@ -71,6 +71,7 @@ from sessionlog.requests import (
     resume_request,
     scope,
     seq_argument,
+    session_argument,
     surface_from_pb,
     transcript_request,
     with_event_ids,
@@ -315,13 +316,14 @@ def create_session(
 
 
 def get_session(session_id: str) -> Call[session_info.SessionInfo]:
-    request = pb.GetSessionRequest(session_id=session_id)
+    request = pb.GetSessionRequest(session_id=session_argument(session_id))
     return Call("GetSession", request, lambda r: session_info.session_from_pb(r.session), idempotent=True)
 
 
 def list_sessions(parent_session_id: str | None, page_size: int) -> Paged[session_info.SessionInfo]:
     def request(token: str) -> pb.ListSessionsRequest:
-        return pb.ListSessionsRequest(page_size=page_size, page_token=token, parent_session_id=parent_session_id or "")
+        parent = session_argument(parent_session_id, "parent_session_id") if parent_session_id else ""
+        return pb.ListSessionsRequest(page_size=page_size, page_token=token, parent_session_id=parent)
 
     return Paged(
         "ListSessions", request, lambda r: ([session_info.session_from_pb(s) for s in r.sessions], r.next_page_token)
@@ -429,9 +431,9 @@ def fork(session_id: str, at_seq: int, new_session_id: str | None) -> Call[ForkI
     id), and the service answers a fork asked for again with the fork it made (SPEC §8), so a
     retry after an unknown outcome cannot fork twice. The answer carries the repair seqs."""
     request = pb.ForkSessionRequest(
-        session_id=session_id,
+        session_id=session_argument(session_id),
         at_seq=seq_argument(at_seq, "at_seq"),
-        new_session_id=named_session(new_session_id, "new_session_id"),
+        new_session_id=session_argument(named_session(new_session_id, "new_session_id"), "new_session_id"),
     )
     return Call("ForkSession", request, fork_from_pb, idempotent=True)
 

@@ -178,16 +178,34 @@ def named_session(session_id: str | None, name: str) -> str:
     return session_id
 
 
+def session_argument(session_id: str, name: str = "session_id") -> str:
+    """A session id a caller passed, checked by the service's own rule (`validate.check_session_id`,
+    BAD_SESSION_ID) before it is sent: one with a lone surrogate raised protobuf's
+    UnicodeEncodeError, untyped, from every call (UTF-8 cannot carry it)."""
+    try:
+        validate.check_session_id(session_id, DEFAULT_LIMITS)  # the id length is not configurable
+    except ValidationError as exc:
+        if name != "session_id":
+            exc.message = exc.message.replace("session id", name, 1)
+            exc.args = (exc.message,)
+            exc.field = name
+            exc.metadata["field"] = name
+        raise
+    return session_id
+
+
 def with_event_ids(events: Iterable[EventLike]) -> list[NewEvent]:
     """Give every event an eventId, so a retry after an unknown outcome cannot append twice.
 
     A given eventId is checked here by the service's own rule (`validate.check_event_id`): an
     empty one cannot be told from none on the wire, so it would be stored without an id and a
-    retry would append the event again."""
+    retry would append the event again. So are the envelope's keys (`NewEvent.from_json`) and
+    its type's form (`validate.check_type_name`), each error naming the event's index."""
     out = []
     for index, item in enumerate(events):
-        event = as_new_event(item)
         try:
+            event = as_new_event(item)
+            validate.check_type_name(event.type)
             validate.check_event_id(event, DEFAULT_LIMITS)  # the id length is not configurable
         except ValidationError as exc:
             exc.name_event(index)
@@ -199,7 +217,7 @@ def with_event_ids(events: Iterable[EventLike]) -> list[NewEvent]:
 def create_request(session_id: str | None, cwd: str | None, metadata: dict[str, Any] | None) -> pb.CreateSessionRequest:
     validate.check_session_text(cwd, metadata)  # the service's rule, typed, before protobuf fails on it
     return pb.CreateSessionRequest(
-        session_id=session_id or "",
+        session_id=session_argument(session_id) if session_id else "",
         cwd=cwd or "",
         metadata_json=jsonvalue.dumps_bytes(metadata) if metadata else b"",
     )
@@ -214,7 +232,7 @@ def append_request(
 ) -> pb.AppendEventsRequest:
     """`acknowledged_next_seq`: where the acknowledgements under the lease end (`base.Acknowledged`)."""
     request = pb.AppendEventsRequest(
-        session_id=session_id,
+        session_id=session_argument(session_id),
         lease_token=lease.token,
         events=[convert.new_event_to_pb(e) for e in events],
         acknowledged_next_seq=acknowledged_next_seq,
@@ -254,7 +272,7 @@ def open_request(
     validate.check_writer_id(writer_id, DEFAULT_LIMITS)
     return pb.WriteRequest(
         open=pb.OpenWriter(
-            session_id=session_id,
+            session_id=session_argument(session_id),
             writer_id=writer_id or "",
             takeover=takeover,
             create_if_missing=create_if_missing,
@@ -271,7 +289,7 @@ def acquire_request(
 ) -> pb.AcquireLeaseRequest:
     validate.check_writer_id(writer_id, DEFAULT_LIMITS)
     return pb.AcquireLeaseRequest(
-        session_id=session_id,
+        session_id=session_argument(session_id),
         writer_id=writer_id or "",
         takeover=takeover,
         lease_token=lease_token,
@@ -297,7 +315,7 @@ def resume_request(
 ) -> pb.ResumeSessionRequest:
     validate.check_writer_id(writer_id, DEFAULT_LIMITS)
     return pb.ResumeSessionRequest(
-        session_id=session_id,
+        session_id=session_argument(session_id),
         writer_id=writer_id or "",
         takeover=takeover,
         lease_token=lease_token,
@@ -318,7 +336,7 @@ def batch_request(batch_id: int, events: Sequence[NewEvent], expected_next_seq: 
 
 def read_request(session_id: str, from_seq: int, to_seq: int | None, page_size: int) -> pb.ReadEventsRequest:
     request = pb.ReadEventsRequest(
-        session_id=session_id, from_seq=seq_argument(from_seq, "from_seq"), page_size=page_size
+        session_id=session_argument(session_id), from_seq=seq_argument(from_seq, "from_seq"), page_size=page_size
     )
     if to_seq is not None:
         request.to_seq = seq_argument(to_seq, "to_seq")
@@ -348,7 +366,7 @@ class SubscriptionCursor:
     """
 
     def __init__(self, session_id: str, from_seq: int) -> None:
-        self.session_id = session_id
+        self.session_id = session_argument(session_id)
         self.next_seq = seq_argument(from_seq, "from_seq")
         self.caught_up = False
         self.empty_resumes = 0
@@ -417,7 +435,7 @@ def header_request(
     session_id: str, lease: session_info.LeaseInfo, header: dict[str, Any]
 ) -> pb.ReportRequestHeaderRequest:
     return pb.ReportRequestHeaderRequest(
-        session_id=session_id, lease_token=lease.token, header_json=jsonvalue.dumps_bytes(header)
+        session_id=session_argument(session_id), lease_token=lease.token, header_json=jsonvalue.dumps_bytes(header)
     )
 
 
@@ -426,7 +444,7 @@ def header_write_request(batch_id: int, header: dict[str, Any]) -> pb.WriteReque
 
 
 def scope(session_id: str, at_seq: int | None, with_repair: bool) -> pb.ProjectionScope:
-    msg = pb.ProjectionScope(session_id=session_id, with_repair=with_repair)
+    msg = pb.ProjectionScope(session_id=session_argument(session_id), with_repair=with_repair)
     if at_seq is not None:
         msg.at_seq = seq_argument(at_seq, "at_seq")
     return msg

@@ -72,6 +72,67 @@ def test_a_cwd_or_writer_id_with_a_lone_surrogate_is_a_validation_error(client: 
     assert client.get_session(sid).next_seq == 0 and client.acquire_lease(sid).writer_id  # nothing held
 
 
+def test_an_envelope_key_the_spec_does_not_name_is_refused(client: SessionLogClient, sid: str) -> None:
+    # Dropped unseen: `event_id` for `eventId` gave the event a fresh id (sent twice, it was
+    # appended twice), `payload` for `data` stored {}.
+    client.create_session(sid)
+    misspelt = {**note(0), "event_id": "E1"}
+    lease = client.acquire_lease(sid)
+    with pytest.raises(ValidationError, match="'event_id' \\(did you mean 'eventId'\\?\\)") as unary:
+        client.append(sid, lease, [note(1), misspelt])
+    assert (unary.value.reason, unary.value.field, unary.value.metadata["event_index"]) == (
+        "BAD_ENVELOPE",
+        "event_id",
+        "1",
+    )
+    client.release_lease(lease)
+    with client.writer(sid) as writer:
+        with pytest.raises(ValidationError) as streamed:
+            writer.append([{"type": "test/note", "ignorable": True, "payload": {"n": 1}}])
+        assert (streamed.value.reason, streamed.value.field) == ("BAD_ENVELOPE", "payload")
+
+    async def asynchronously() -> ValidationError:
+        async with AsyncSessionLogClient(client.target) as aclient, aclient.writer(sid) as awriter:
+            with pytest.raises(ValidationError) as refused:
+                await awriter.append([misspelt])
+            return refused.value
+
+    assert asyncio.run(asynchronously()).reason == "BAD_ENVELOPE"
+    assert client.get_session(sid).next_seq == 0
+    # seq and time, of an event read back and sent again, are the service's to assign: ignored.
+    with client.writer(sid) as writer:
+        assert writer.append([{**note(2), "seq": 7, "time": 1}]).result().seqs == [0]
+
+
+def test_a_session_id_or_type_with_a_lone_surrogate_is_a_validation_error(client: SessionLogClient, sid: str) -> None:
+    # Every call raised protobuf's UnicodeEncodeError, untyped; the service's rule now refuses it
+    # before anything is sent, as the writer id's and the eventId's do.
+    lone = "s\ud800"
+    for call in (
+        lambda: client.create_session(lone),
+        lambda: client.get_session(lone),
+        lambda: client.writer(lone, create_if_missing=True),
+        lambda: client.acquire_lease(lone),
+        lambda: client.resume(lone),
+        lambda: client.model_history(lone),
+        lambda: list(client.read_events(lone)),
+        lambda: client.fork(lone, 0),
+        lambda: list(client.list_sessions(parent_session_id=lone)),
+    ):
+        with pytest.raises(ValidationError) as refused:
+            call()
+        assert refused.value.reason == "BAD_SESSION_ID"
+    client.create_session(sid)
+    with pytest.raises(ValidationError) as fork:
+        client.fork(sid, 0, new_session_id=lone)
+    assert (fork.value.reason, fork.value.field) == ("BAD_SESSION_ID", "new_session_id")
+    with client.writer(sid) as writer:
+        with pytest.raises(ValidationError) as kind:
+            writer.append([{"type": "test/\udc00", "ignorable": True, "data": {}}])
+        assert (kind.value.reason, kind.value.metadata["event_index"]) == ("BAD_TYPE", "0")
+    assert client.get_session(sid).next_seq == 0
+
+
 SEQ_CALLS: dict[str, Callable[[SessionLogClient, str], Any]] = {
     "read_events": lambda c, sid: list(c.read_events(sid, from_seq=-1)),
     "read_events to": lambda c, sid: list(c.read_events(sid, to_seq=1.5)),  # type: ignore[arg-type]

@@ -146,6 +146,9 @@ class NewEvent:
         ignored, but one that is there must be well formed (BAD_SEQ, BAD_TIME), as in `Event`."""
         if not isinstance(obj, dict):
             raise ValidationError("BAD_ENVELOPE", "an event envelope must be a JSON object")
+        for key in obj:
+            if key not in ENVELOPE_KEYS:
+                raise unknown_envelope_key(key)
         _check_position(obj.get("seq", 0), obj.get("time", 0))
         kind = obj.get("type")
         if not isinstance(kind, str) or not kind:
@@ -264,6 +267,26 @@ class Event:
             surface_op=self.surface_op,
             source_event_seqs=self.source_event_seqs,
         )
+
+
+ENVELOPE_KEYS = ("seq", "time", "type", "data", "eventId", "ignorable", "surfaceOp", "sourceEventSeqs")
+"""The keys an event envelope may have (SPEC §2). Any other is refused: a misspelt one was
+dropped unseen, and `event_id` for `eventId` cost the event its retry protection (the writer
+gave it a fresh id, so a retry appended it again), `payload` for `data` stored `{}`."""
+
+
+def unknown_envelope_key(key: str) -> ValidationError:
+    """BAD_ENVELOPE for an envelope's `key` that SPEC §2 does not name, with the key it was
+    likely meant as (`event_id`, `eventID`: `eventId`) when one matches but for case and `_`."""
+    folded = key.replace("_", "").replace("-", "").lower()
+    meant = [known for known in ENVELOPE_KEYS if known.lower() == folded]
+    hint = f" (did you mean {meant[0]!r}?)" if meant else ""
+    return ValidationError(
+        "BAD_ENVELOPE",
+        f"unknown envelope key {key!r}{hint}: an event's keys are {', '.join(ENVELOPE_KEYS)} "
+        "(its payload goes in data)",
+        field=key,
+    )
 
 
 def _check_position(seq: Any, time: Any) -> None:

@@ -47,8 +47,9 @@ def check_type(event: NewEvent, limits: Limits) -> None:
     """The type is a well-formed name, and known to the service unless `ignorable`."""
     if event.type in KNOWN_TYPES and len(event.type) <= limits.max_type_chars:
         return  # the vocabulary's names are well formed: no pattern to match for almost every event
-    if len(event.type) > limits.max_type_chars or not _TYPE_PATTERN.fullmatch(event.type):
+    if len(event.type) > limits.max_type_chars:
         raise ValidationError("BAD_TYPE", f"event type {event.type!r} is not a valid type name", field="type")
+    check_type_name(event.type)
     if event.type not in KNOWN_TYPES and not event.ignorable:
         raise ValidationError(
             "UNKNOWN_TYPE",
@@ -56,6 +57,14 @@ def check_type(event: NewEvent, limits: Limits) -> None:
             field="type",
             type=event.type,
         )
+
+
+def check_type_name(kind: str) -> None:
+    """A type is segments of letters, digits, `.`, `_` and `-`, each starting with a letter or
+    digit, joined by `/`: BAD_TYPE otherwise. The clients check it before sending (a lone
+    surrogate in one raised protobuf's UnicodeEncodeError, untyped)."""
+    if not _TYPE_PATTERN.fullmatch(kind):
+        raise ValidationError("BAD_TYPE", f"event type {kind!r} is not a valid type name", field="type")
 
 
 def check_event_id(event: NewEvent, limits: Limits) -> None:

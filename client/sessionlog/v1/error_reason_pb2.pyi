@@ -25,10 +25,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_UNSPECIFIED: _ErrorReason.ValueType  # 0
     """Never sent."""
     BAD_ENVELOPE: _ErrorReason.ValueType  # 1
-    """An event envelope (SPEC §2 JSON) is not a JSON object.
+    """An event envelope (SPEC §2 JSON) is not a JSON object, or has a key SPEC §2 does not name
+    (`field` names it), refused by both clients before sending: a misspelt key was dropped
+    unseen, and `event_id` for `eventId` cost the event its retry protection.
 
     Code: INVALID_ARGUMENT
-    Metadata: none
+    Metadata: `field` (an unknown key)
     Raised by: core
     Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
       way.
@@ -1474,10 +1476,12 @@ class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
 ERROR_REASON_UNSPECIFIED: ErrorReason.ValueType  # 0
 """Never sent."""
 BAD_ENVELOPE: ErrorReason.ValueType  # 1
-"""An event envelope (SPEC §2 JSON) is not a JSON object.
+"""An event envelope (SPEC §2 JSON) is not a JSON object, or has a key SPEC §2 does not name
+(`field` names it), refused by both clients before sending: a misspelt key was dropped
+unseen, and `event_id` for `eventId` cost the event its retry protection.
 
 Code: INVALID_ARGUMENT
-Metadata: none
+Metadata: `field` (an unknown key)
 Raised by: core
 Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
   way.

@@ -104,6 +104,7 @@ export const MAX_ID_CHARS = 128;
  */
 export function newEventToPb(event: NewEvent, index = 0): PbNewEvent {
   if (!isObject(event)) throw invalid("BAD_ENVELOPE", "event", `must be an object, got ${String(event)}`, at(index));
+  checkEnvelopeKeys(event, index);
   // An empty type would travel as none (proto3): the service refused it, and the writer ended
   // with it. Refused here, as the Python client refuses it (and as an empty eventId is).
   if (typeof event.type !== "string" || event.type === "") {
@@ -136,6 +137,32 @@ export function newEventToPb(event: NewEvent, index = 0): PbNewEvent {
     surfaceOp: surfaceOpToPb(event.surfaceOp, index),
     sourceEventSeqs: sourceSeqsToPb(event.sourceEventSeqs, index),
   });
+}
+
+/**
+ * The keys an event envelope may have (SPEC §2; `seq` and `time`, of an event read back and sent
+ * again, are ignored). The Python clients' `ENVELOPE_KEYS`.
+ */
+const ENVELOPE_KEYS = ["seq", "time", "type", "data", "eventId", "ignorable", "surfaceOp", "sourceEventSeqs"];
+
+/**
+ * Refuse a key SPEC §2 does not name (one whose value is undefined is left out, as JSON leaves
+ * it): a misspelt key was dropped unseen, and `event_id` for `eventId` cost the event its retry
+ * protection (it was given a fresh id), `payload` for `data` stored `{}`.
+ */
+function checkEnvelopeKeys(event: Record<string, unknown>, index: number): void {
+  for (const [key, value] of Object.entries(event)) {
+    if (value === undefined || ENVELOPE_KEYS.includes(key)) continue;
+    const folded = key.replaceAll("_", "").replaceAll("-", "").toLowerCase();
+    const meant = ENVELOPE_KEYS.find((known) => known.toLowerCase() === folded);
+    const hint = meant === undefined ? "" : ` (did you mean "${meant}"?)`;
+    throw invalid(
+      "BAD_ENVELOPE",
+      key,
+      `is not an envelope key${hint}: an event's keys are ${ENVELOPE_KEYS.join(", ")} (its payload goes in data)`,
+      at(index),
+    );
+  }
 }
 
 function sourceSeqsToPb(seqs: unknown, index: number): bigint[] {

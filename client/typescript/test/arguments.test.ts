@@ -147,6 +147,9 @@ describe(`arguments on ${backend}`, () => {
       // It travelled as no type: the service refused it, and the writer ended with it.
       ["an empty type", "BAD_TYPE", "type", () => writer.append([{ type: "", data: {} }])],
       ["sourceEventSeqs [-1]", "BAD_SOURCE_EVENT_SEQS", "sourceEventSeqs[0]", () => writer.append([{ ...note(1), sourceEventSeqs: [-1] }])],
+      // Dropped unseen, a misspelt eventId cost the event its retry protection (a fresh id was given).
+      ["an event_id for eventId", "BAD_ENVELOPE", "event_id", () => writer.append([{ ...note(1), event_id: "e1" } as never])],
+      ["a payload for data", "BAD_ENVELOPE", "payload", () => writer.append([{ type: "test/note", payload: { n: 1 } } as never])],
       ["a numeric eventId", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: 7 as never }])],
       ["an empty eventId (it would travel as none)", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "" }])],
       ["an eventId holding a NUL (refused by the service on every database)", "BAD_EVENT_ID", "eventId", () => writer.append([{ ...note(1), eventId: "a\u0000b" }])],

@@ -651,13 +651,18 @@ class AsyncWriter(base.WriterView):
             # read(), as the reader uses: grpc.aio cannot mix styles. Shielded: grpc.aio cancels
             # the whole stream when a read is cancelled, and a given-up open must end it first.
             reading = asyncio.ensure_future(call.read())
-            first = await asyncio.wait_for(asyncio.shield(reading), timeout)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the awaited result
+            # when a cancel comes as it completes, and the cancel is lost. A client closed as an
+            # attempt failed then slept out the wait to retry and tried again on the closed
+            # channel (grpc.aio's UsageError) instead of ending with "the client is closed".
+            async with asyncio.timeout(timeout):
+                first = await asyncio.shield(reading)
         except grpc.RpcError as exc:
             call.cancel()
             raise self._core.refused(from_rpc_error(exc)) from None
         except TimeoutError:
-            assert reading is not None and timeout is not None  # only wait_for times out
-            reading.cancel()  # shielded from wait_for: its read is still waiting
+            assert reading is not None and timeout is not None  # only the timeout raises it
+            reading.cancel()  # shielded from the timeout: its read is still waiting
             call.cancel()
             raise base.no_open_answer(timeout) from None
         except asyncio.CancelledError:
@@ -767,7 +772,8 @@ async def _each_within(call: Any, timeout: float | None) -> AsyncIterator[Any]:
     try:
         while True:
             try:
-                response = await asyncio.wait_for(call.read(), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for, which may lose a cancel (`_connect`)
+                    response = await call.read()
             except TimeoutError:
                 if timeout is None:
                     raise

@@ -448,6 +448,27 @@ def test_append_of_one_event_over_the_servers_batch_bytes_fails_with_its_error(
     assert "over the limit of 200" in refused.stderr and len(refused.stderr.splitlines()) == 1
 
 
+def test_append_and_import_wait_out_the_rate_limit(db_url: str, sid: str, tmp_path: Path) -> None:
+    """A namespace limited to 5 events a second: the command stopped at the first RATE_LIMITED
+    refusal, 5 of 12 lines appended and the rest unsent. It now waits out each refusal's
+    retry_after_ms and sends again, each line once, in order."""
+    server = ServerThread(db_url, max_events_per_second=5)
+    try:
+        run(server, "create", "--id", sid)
+        notes = [{"type": "test/note", "data": {"n": n}, "ignorable": True} for n in range(12)]
+        appended = run(server, "append", sid, stdin=lines(*notes))
+        assert appended.returncode == 0, appended.stderr
+        assert appended.stdout.split() == [str(seq) for seq in range(12)]
+        exported = tmp_path / "export.jsonl"
+        assert run(server, "export", sid, "--format", "sessionlog", "-o", str(exported)).returncode == 0
+        imported = run(server, "import", str(exported), "--id", f"{sid}-copy")
+        assert imported.returncode == 0, imported.stderr
+        events = json_lines(run(server, "events", f"{sid}-copy").stdout)
+        assert [e["data"]["n"] for e in events] == list(range(12))
+    finally:
+        server.stop()
+
+
 def test_the_request_of_an_empty_session_ends_at_no_seq(
     server: ServerThread, client: SessionLogClient, sid: str
 ) -> None:

@@ -11,12 +11,17 @@ bound, and sends the refused batch again, cut to fit, with what followed it, in 
 new writer. The batches are the CLI's own cuts of its input (a library caller's batch is atomic
 and is never split), every event carries its eventId from the first send, so one sent again is
 not appended twice, and a batch sent with the seq it must start at keeps it.
+
+A batch refused RATE_LIMITED (the namespace's events per second, docs/errors.md) goes again the
+same way, once the refusal's `retry_after_ms` is out: a long input is appended at the rate the
+service allows, where the command stopped at the first refusal with the rest of its input unsent.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -66,6 +71,20 @@ def learned_limits(limits: Limits, error: SessionLogError) -> Limits | None:
     return replace(limits, max_batch_events=min(limits.max_batch_events, int(limit)))
 
 
+RATE_WAIT_MIN_S = 0.01
+"""The least a RATE_LIMITED batch waits before it goes again: a `retry_after_ms` of 0 (the
+bucket all but full) would have it sent again at once, to the same refusal."""
+
+
+def rate_wait(error: SessionLogError) -> float | None:
+    """Seconds to wait before sending again a batch `error` refused as RATE_LIMITED, from its
+    `retry_after_ms`; None for any other refusal."""
+    after = error.metadata.get("retry_after_ms", "")
+    if error.reason != "RATE_LIMITED" or not after.isdigit():
+        return None
+    return max(RATE_WAIT_MIN_S, int(after) / 1000)
+
+
 @dataclass(eq=False)
 class Sent:
     """A batch (or a header report) sent and not yet taken by `Appender.results`: what it
@@ -98,8 +117,9 @@ class Appender:
 
     A batch the service refuses as too big, when its `limit` makes the batch smaller, is not a
     failure: the writer, which the refusal closed, is replaced by `reopen()`, and that batch and
-    every one sent after it go again, cut by the learned limits. A single event over the limit,
-    or any other refusal, fails (`BatchFailed`) with the service's error. The service gave the
+    every one sent after it go again, cut by the learned limits. Nor is one refused RATE_LIMITED:
+    they go again as they were, once its `retry_after_ms` is out (`rate_wait`). A single event
+    over the limit, or any other refusal, fails (`BatchFailed`) with the service's error. The service gave the
     lease back when it ended the refused stream, so the new writer holds a new lease: a header
     reported after the refused batch is that lease's first, and is logged (`resume`) even when
     unchanged (docs/headers.md), as after any new writer.
@@ -198,16 +218,21 @@ class Appender:
 
     def _again_or_fail(self, head: Sent, error: SessionLogError) -> None:
         """`head`, the oldest batch not taken, failed with `error`: send it and everything after
-        it again through a new writer if the learned limits cut it smaller, else fail."""
+        it again through a new writer if the learned limits cut it smaller, or once the rate
+        limit's wait is out, else fail. The sender waits too (it needs the lock to send)."""
         with self._lock:
-            limits = learned_limits(self.limits, error)
-            if limits is None or head.events is None or not self._smaller(head.events, limits):
-                raise BatchFailed(head, error)
-            self.limits = limits
+            wait = rate_wait(error)
+            if wait is None:
+                limits = learned_limits(self.limits, error)
+                if limits is None or head.events is None or not self._smaller(head.events, limits):
+                    raise BatchFailed(head, error)
+                self.limits = limits
             again = list(self._unsettled)
             self._unsettled.clear()
             with contextlib.suppress(SessionLogError):
                 self.writer.close()  # the refusal ended its stream: this only ends it here
+            if wait is not None:
+                time.sleep(wait)
             try:
                 self.writer = self._reopen()
             except SessionLogError as exc:

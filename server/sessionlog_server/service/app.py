@@ -28,6 +28,7 @@ from sessionlog_server.config import Settings
 from sessionlog_server.service import access, subscriptions
 from sessionlog_server.service.acknowledged import check_acknowledged
 from sessionlog_server.service.appends import AppendPipeline, AppendResult
+from sessionlog_server.service.clock import now_ms
 from sessionlog_server.service.committer import GroupCommitter
 from sessionlog_server.service.leases import LeaseHolder, LeaseManager
 from sessionlog_server.service.limits import RateLimiter
@@ -139,9 +140,17 @@ class SessionLogService:
             self.changes.start(loop, self.hub.poke, self.hub.watched, self.hub.followed)
 
     async def _repair_at_start(self) -> None:
+        """Complete the open turns no writer holds, once the leases that lapsed while the
+        service was down have had one more lease time to live (`recorder.extend_lapsed_leases`):
+        their writers, reconnecting, take them again, and the sweep repairs those that do not."""
         from sessionlog_server.service.lifecycle import repair_abandoned
 
         try:
+            extended = await self.committer.run_in_writer(
+                self.recorder.extend_lapsed_leases, now=now_ms(), ttl_ms=self.settings.lease_ttl_ms
+            )
+            if extended:
+                log.info("leases that lapsed while the service was down extended", sessions=extended)
             done = await repair_abandoned(self, expired_only=False)
         except SessionLogError as exc:
             log.warning("start-up repair failed; the repair sweep retries it", error=str(exc))
@@ -155,7 +164,14 @@ class SessionLogService:
     def end_streams(self) -> None:
         """Shutdown begins: every open writer stream acknowledges what it has and ends with
         `SHUTTING_DOWN`, and so does every subscription (at once: the log keeps what it was
-        not sent). Neither ends on its own, so each left open held the stop for its grace."""
+        not sent). Neither ends on its own, so each left open held the stop for its grace.
+
+        The repairs stop here too: the lease of a stream ended here stays live for its writer's
+        reconnect to the next start, and a sweep in the stop's grace found it lapsed (a lease
+        shorter than the grace) and completed the writer's open turn as interrupted."""
+        for task in (self._startup_repair, self._repairer):
+            if task is not None:
+                task.cancel()
         for stream in list(self.writer_streams):
             stream.end_for_shutdown()
         self.hub.end_all()

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import ClassVar
 
-from sqlalchemy import Connection, Engine, and_, func, or_, select
+from sqlalchemy import Connection, Engine, and_, func, or_, select, update
 from sqlalchemy import exc as sa_exc
 
 from sessionlog.core.errors import (
@@ -212,6 +212,25 @@ class EventRecorder(ABC):
         )
         with self._read() as conn:
             return [session_record(row) for row in conn.execute(query).mappings()]
+
+    def extend_lapsed_leases(self, *, now: int, ttl_ms: int) -> int:
+        """Give every lease that lapsed mid-turn `ttl_ms` more from `now`; how many. For the
+        start of the service: a lease that lapsed while no service ran (a restart that took
+        longer than the lease's time to live) gets the time its writer needs to reconnect, where
+        the start-up repair completed its turn as interrupted under it, and the writer, which
+        had been reconnecting all along, found its lease gone. The same open-turn predicate as
+        `sessions_to_repair`, so the same index finds them."""
+        with self._write() as conn:
+            result = conn.execute(
+                update(SESSIONS)
+                .where(
+                    SESSIONS.c.open_turn.is_(True),
+                    SESSIONS.c.writer_id.is_not(None),
+                    SESSIONS.c.lease_expires_at <= now,
+                )
+                .values(lease_expires_at=now + ttl_ms)
+            )
+            return result.rowcount
 
     # --- leases -------------------------------------------------------------------------
 

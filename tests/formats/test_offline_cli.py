@@ -339,6 +339,24 @@ def test_recompute_reports_changes_and_counts_unchanged(app: typer.Typer, tmp_pa
     assert "recomputing" not in out  # no progress bar off a terminal
 
 
+def test_recompute_lenient_says_what_it_dropped(app: typer.Typer, tmp_path: Path) -> None:
+    """`recompute --lenient` dropped a session file's truncated last line without a word, where
+    `replay --lenient` warns: it now says which file lost how much, as `replay` does."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    (sessions / "crashed.jsonl").write_bytes(RESUMED.read_bytes() + b'{"type":"message","id":"ab')
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps({"run_id": "crashed", "metrics": {}}) + "\n")
+    strict = run(app, "recompute", runs, "--sessions", sessions)
+    assert strict.exit_code == 1 and "TRUNCATED_LAST_LINE" in strict.output
+    lenient = run(app, "recompute", runs, "--sessions", sessions, "--lenient")
+    assert lenient.exit_code == 0, lenient.output
+    said = lenient.output.replace("\n", "")  # rich wraps a long line at the console's width
+    assert (
+        f"sessionlog: warning: {sessions / 'crashed.jsonl'}: line 8: dropped a truncated last line of 26 bytes" in said
+    )
+
+
 def test_recompute_reports_a_cost_recorded_as_zero(app: typer.Typer, tmp_path: Path) -> None:
     """A run whose compaction usage was dropped recorded `compactionCostUsd: 0.0`. Compared "at
     the precision it was recorded with" (one decimal), every cost under 0.05 matched it: the

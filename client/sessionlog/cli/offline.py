@@ -195,7 +195,9 @@ def recompute_command(
     add_new: bool = typer.Option(
         False, "--add-new", help="With --write: also add the metrics the records lack, to every run."
     ),
-    lenient: bool = typer.Option(False, "--lenient", help="Drop truncated last lines of session files."),
+    lenient: bool = typer.Option(
+        False, "--lenient", help="Drop truncated last lines of session files, each with a warning."
+    ),
 ) -> None:
     """Recompute every run's metrics from its session file and report what changed.
 
@@ -297,8 +299,10 @@ def _recompute_one(
         computed = cache.get((path, at_key))
         if computed is None:
             size = path.stat().st_size
-            computed = replay_file(path, at=at_key, lenient=lenient).metrics
-            cache[(path, at_key)] = computed
+            replayed = replay_file(path, at=at_key, lenient=lenient)
+            for warning in replayed.warnings:  # what --lenient dropped, as `replay` says it
+                _stderr().print(f"sessionlog: warning: {path}: {warning.message}", markup=False)
+            computed = cache[(path, at_key)] = replayed.metrics
     except SessionLogError as exc:
         outcome.error = describe(exc, str(path))
         return outcome, size

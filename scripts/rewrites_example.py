@@ -67,7 +67,7 @@ def show(client: SessionLogClient, sid: str, title: str, out: list[str]) -> None
     events = [{k: v for k, v in e.to_json().items() if k not in {"time", "eventId"}} for e in client.read_events(sid)]
     out.append(f"### {title}\n\nThe log (`sessionlog events`, `time` and `eventId` left out):\n\n```json")
     out.extend(json.dumps(e, ensure_ascii=False) for e in events)
-    out.append("```\n\nThe model history (`sessionlog history`):\n\n```json")
+    out.append('```\n\nThe model history (`sessionlog history` prints it as `{"messages": [...]}`):\n\n```json')
     out.append(json.dumps(client.model_history(sid), ensure_ascii=False, indent=1))
     out.append("```\n\nThe transcript (`sessionlog transcript`, rows as `seq kind type replacedBy`):\n\n```")
     for row in client.transcript(sid):

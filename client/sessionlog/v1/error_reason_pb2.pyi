@@ -800,7 +800,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Fix or regenerate the file; nothing was imported.
     """
     BAD_PAGE_SIZE: _ErrorReason.ValueType  # 80
-    """`page_size` is negative or over the maximum.
+    """`page_size` is negative. A `page_size` over the maximum is not refused but lowered to it
+    (1,000 for ListSessions; 10,000 for ReadEvents, GetModelHistory and GetTranscript). The
+    TypeScript client also refuses, before sending, a page size that is not an integer or does
+    not fit an int32.
 
     Code: INVALID_ARGUMENT
     Metadata: `field`
@@ -867,20 +870,29 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Fix or regenerate the file; nothing was imported.
     """
     LINE_TOO_LONG: _ErrorReason.ValueType  # 87
-    """A JSONL line is over the configured limit.
+    """A JSONL line is over the reader's limit, `max_line_bytes` (128 MiB by default: a 64 MiB
+    event, the service's default event limit, with headroom). It is found before the line is
+    held whole.
 
     Code: INVALID_ARGUMENT
     Metadata: `limit`, `line`
     Raised by: files
-    Client: Raise the limit if the file is trusted, else fix the file.
+    Client: The CLI reads with the default limit, and no option or environment variable changes
+      it: fix or split the file. A library caller that trusts the file may pass a larger
+      `max_line_bytes` to `JsonlReader` (sessionlog.core.formats.jsonl) or to `replay_file`,
+      `file_format`, `load_pi_file` and `load_pi_chunks`, which build one.
     """
     CHUNK_TOO_LARGE: _ErrorReason.ValueType  # 88
-    """A read chunk of a JSONL stream is over the configured limit.
+    """A chunk fed to a `JsonlReader` is over the reader's limit, `max_chunk_bytes` (16 MiB by
+    default); it is refused before it is looked at.
 
     Code: INVALID_ARGUMENT
     Metadata: `limit`, `line`, `size`
     Raised by: files
-    Client: Feed smaller chunks or raise the limit.
+    Client: Only a library caller that makes its own chunks (`feed`, `read_chunks`) meets it:
+      the CLI reads 1 MiB at a time, and `read_stream`, `read_file` and `read_bytes` at most
+      `max_chunk_bytes`. Feed smaller chunks, or build the `JsonlReader` with a larger
+      `max_chunk_bytes`.
     """
     TRUNCATED_LAST_LINE: _ErrorReason.ValueType  # 89
     """The file's last line has no LF and is no whole JSON object: the file looks truncated.
@@ -1100,12 +1112,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Store large payloads as blobs or trim them; nothing was written.
     """
     BATCH_TOO_LARGE: _ErrorReason.ValueType  # 112
-    """A batch has more events (or bytes) than the limit.
+    """A batch has more events than `SESSIONLOG_MAX_BATCH_EVENTS`, or more bytes of `data`, all
+    its events together, than `SESSIONLOG_MAX_BATCH_BYTES`. `field` is `events` for both;
+    `limit` is the server's bound; `size`, the batch's bytes, comes only with the bytes limit,
+    so its presence says which limit the batch is over (a refusal for too many events has
+    none).
 
     Code: RESOURCE_EXHAUSTED
-    Metadata: `field`, `limit`, `size`
+    Metadata: `field`, `limit`, `size` (bytes limit only)
     Raised by: core
-    Client: Split the batch.
+    Client: Split the batch, to at most `limit` events, or, when `size` is present, to at most
+      `limit` bytes of data; nothing was written. The CLI commands that append a file or stdin
+      resend a refused batch of theirs cut so.
     """
     RATE_LIMITED: _ErrorReason.ValueType  # 113
     """The namespace is over its events-per-second rate.
@@ -1452,14 +1470,19 @@ class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     - `field`: the request or event field at fault (as in the BadRequest detail);
     - `seq`: the seq of the offending event (for SEQ_NOT_FOUND, the seq asked for);
     - `next_seq`: the log's next seq; `expected`: the next seq the batch expected;
+      `acknowledged_next_seq`: the next seq after the events a writer saw acknowledged (one past
+      the last seq it was given);
     - `session_id`, `namespace`: whose session, whose quota;
     - `holder`, `epoch`, `expires_at`: the lease holder's writer id (a label, never a
       credential: no error ever carries a lease token), its fencing epoch, and when the lease
       lapses (Unix epoch milliseconds);
     - `from_seq`, `resume_seq`: where a read or subscription asked to start, where a subscription
       should start again;
-    - `limit`, `size`: a configured limit and the offending size; `retry_after_ms`: when to retry;
-    - `type`: the event type; `header_reason`: the reason the service decided;
+    - `limit`, `size`: a configured limit and the offending size; `count`: how many of what the
+      limit counts the value holds (left out when counting stopped at the limit);
+      `retry_after_ms`: when to retry; `timeout_s`: the timeout that passed, in seconds;
+    - `type`: the event type; `header_reason`: the reason the service decided; `key`: a JSON
+      object key named twice (at most 200 characters of it);
     - `replaced_by`: the seq of the replace that took the named seq or call off the surface;
     - `result_seq`: the seq of a `tool/result` the refused event would leave without its call;
     - `line`, `offset`, `entry`: where in a file (line number, byte offset, Pi entry id);
@@ -2251,7 +2274,10 @@ Raised by: core
 Client: Fix or regenerate the file; nothing was imported.
 """
 BAD_PAGE_SIZE: ErrorReason.ValueType  # 80
-"""`page_size` is negative or over the maximum.
+"""`page_size` is negative. A `page_size` over the maximum is not refused but lowered to it
+(1,000 for ListSessions; 10,000 for ReadEvents, GetModelHistory and GetTranscript). The
+TypeScript client also refuses, before sending, a page size that is not an integer or does
+not fit an int32.
 
 Code: INVALID_ARGUMENT
 Metadata: `field`
@@ -2318,20 +2344,29 @@ Raised by: files
 Client: Fix or regenerate the file; nothing was imported.
 """
 LINE_TOO_LONG: ErrorReason.ValueType  # 87
-"""A JSONL line is over the configured limit.
+"""A JSONL line is over the reader's limit, `max_line_bytes` (128 MiB by default: a 64 MiB
+event, the service's default event limit, with headroom). It is found before the line is
+held whole.
 
 Code: INVALID_ARGUMENT
 Metadata: `limit`, `line`
 Raised by: files
-Client: Raise the limit if the file is trusted, else fix the file.
+Client: The CLI reads with the default limit, and no option or environment variable changes
+  it: fix or split the file. A library caller that trusts the file may pass a larger
+  `max_line_bytes` to `JsonlReader` (sessionlog.core.formats.jsonl) or to `replay_file`,
+  `file_format`, `load_pi_file` and `load_pi_chunks`, which build one.
 """
 CHUNK_TOO_LARGE: ErrorReason.ValueType  # 88
-"""A read chunk of a JSONL stream is over the configured limit.
+"""A chunk fed to a `JsonlReader` is over the reader's limit, `max_chunk_bytes` (16 MiB by
+default); it is refused before it is looked at.
 
 Code: INVALID_ARGUMENT
 Metadata: `limit`, `line`, `size`
 Raised by: files
-Client: Feed smaller chunks or raise the limit.
+Client: Only a library caller that makes its own chunks (`feed`, `read_chunks`) meets it:
+  the CLI reads 1 MiB at a time, and `read_stream`, `read_file` and `read_bytes` at most
+  `max_chunk_bytes`. Feed smaller chunks, or build the `JsonlReader` with a larger
+  `max_chunk_bytes`.
 """
 TRUNCATED_LAST_LINE: ErrorReason.ValueType  # 89
 """The file's last line has no LF and is no whole JSON object: the file looks truncated.
@@ -2551,12 +2586,18 @@ Raised by: core
 Client: Store large payloads as blobs or trim them; nothing was written.
 """
 BATCH_TOO_LARGE: ErrorReason.ValueType  # 112
-"""A batch has more events (or bytes) than the limit.
+"""A batch has more events than `SESSIONLOG_MAX_BATCH_EVENTS`, or more bytes of `data`, all
+its events together, than `SESSIONLOG_MAX_BATCH_BYTES`. `field` is `events` for both;
+`limit` is the server's bound; `size`, the batch's bytes, comes only with the bytes limit,
+so its presence says which limit the batch is over (a refusal for too many events has
+none).
 
 Code: RESOURCE_EXHAUSTED
-Metadata: `field`, `limit`, `size`
+Metadata: `field`, `limit`, `size` (bytes limit only)
 Raised by: core
-Client: Split the batch.
+Client: Split the batch, to at most `limit` events, or, when `size` is present, to at most
+  `limit` bytes of data; nothing was written. The CLI commands that append a file or stdin
+  resend a refused batch of theirs cut so.
 """
 RATE_LIMITED: ErrorReason.ValueType  # 113
 """The namespace is over its events-per-second rate.

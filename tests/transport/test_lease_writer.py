@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -88,9 +89,13 @@ def test_a_held_session_says_when_its_lease_lapses_and_how_to_take_it_over(clien
     with client.lease_writer(sid, writer_id="first"):
         with pytest.raises(WriterHeld) as held:
             client.writer(sid, writer_id="second")
-        expires_at = held.value.metadata["expires_at"]
-        assert f"is held by writer 'first' until {expires_at} (Unix ms, epoch " in held.value.message
-        assert held.value.message.endswith("wait for it to lapse, or take it over (takeover)")
+        expires_at = int(held.value.metadata["expires_at"])
+        # The time as a time (it said "until 1796667457322 (Unix ms, ...)"), and why waiting for
+        # it is no use while the holder lives: a connected writer's lease is renewed.
+        stamp = datetime.fromtimestamp(expires_at / 1000, UTC).isoformat(timespec="milliseconds")
+        assert f"is held by writer 'first' (epoch 1) until {stamp.replace('+00:00', 'Z')}: " in held.value.message
+        assert "a writer that is connected renews its lease" in held.value.message
+        assert held.value.message.endswith("take the session over (takeover), which fences it out")
 
 
 def test_a_retry_answered_while_another_batch_commits_says_where_the_durable_log_ends(

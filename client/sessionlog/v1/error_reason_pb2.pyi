@@ -1063,8 +1063,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Code: FAILED_PRECONDITION
     Metadata: `epoch`, `expires_at`, `holder`, `session_id`
     Raised by: service
-    Client: Wait until `expires_at` (epoch ms) and retry, or open with `takeover` if the holder
-      is known dead (it is then fenced out).
+    Client: Open with `takeover` if the holder is known dead (it is then fenced out). Waiting
+      until `expires_at` (epoch ms) helps only if the holder is gone: a connected writer renews
+      its lease, so a live holder's `expires_at` moves on, and the retry is refused again.
     """
     EXPECTED_SEQ_MISMATCH: _ErrorReason.ValueType  # 109
     """The batch's `expected_next_seq` is not the log's next seq.
@@ -2537,8 +2538,9 @@ WRITER_HELD: ErrorReason.ValueType  # 108
 Code: FAILED_PRECONDITION
 Metadata: `epoch`, `expires_at`, `holder`, `session_id`
 Raised by: service
-Client: Wait until `expires_at` (epoch ms) and retry, or open with `takeover` if the holder
-  is known dead (it is then fenced out).
+Client: Open with `takeover` if the holder is known dead (it is then fenced out). Waiting
+  until `expires_at` (epoch ms) helps only if the holder is gone: a connected writer renews
+  its lease, so a live holder's `expires_at` moves on, and the retry is refused again.
 """
 EXPECTED_SEQ_MISMATCH: ErrorReason.ValueType  # 109
 """The batch's `expected_next_seq` is not the log's next seq.

@@ -17,6 +17,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import UTC, datetime
 from typing import ClassVar
 
 from sqlalchemy import Connection, Engine, and_, func, or_, select, update
@@ -52,6 +53,15 @@ NO_SEQ_BOUND = 2**63 - 1
 LEASE_RACE_ATTEMPTS = 5
 """How many times a grant reads the session's row again after another instance's grant committed
 between its read and its write (`acquire_lease`), before it gives up WRITER_HELD."""
+
+
+def held_until(record: SessionRecord) -> str:
+    """`is held by writer 'w' (epoch 2) until 2026-12-07T18:20:58.123Z`: when the lease lapses
+    as a time a reader takes in at once (it said `until 1796667457322 (Unix ms, ...)`); the
+    `expires_at` metadata keeps the milliseconds."""
+    expires = record.lease_expires_at or 0
+    stamp = datetime.fromtimestamp(expires / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return f"is held by writer {record.writer_id!r} (epoch {record.epoch}) until {stamp}"
 
 
 class EventRecorder(ABC):
@@ -277,9 +287,9 @@ class EventRecorder(ABC):
                 if current.lease_live(now) and not takeover and not holder:
                     raise WriterHeld(
                         "WRITER_HELD",
-                        f"session {session_id!r} is held by writer {current.writer_id!r} until "
-                        f"{current.lease_expires_at} (Unix ms, epoch {current.epoch}): wait for it to lapse, "
-                        "or take it over (takeover)",
+                        f"session {session_id!r} {held_until(current)}: a writer that is connected renews "
+                        "its lease, so this moves on while the holder lives; if the holder is gone, take "
+                        "the session over (takeover), which fences it out",
                         session_id=session_id,
                         holder=current.writer_id,
                         expires_at=current.lease_expires_at,
@@ -305,8 +315,7 @@ class EventRecorder(ABC):
             raise WriterHeld(
                 "WRITER_HELD",
                 f"session {session_id!r} was granted to other writers {LEASE_RACE_ATTEMPTS} times while this "
-                f"grant was made; it is held by writer {current.writer_id!r} until {current.lease_expires_at} "
-                f"(Unix ms, epoch {current.epoch})",
+                f"grant was made; it {held_until(current)}",
                 session_id=session_id,
                 holder=current.writer_id,
                 expires_at=current.lease_expires_at,

@@ -704,11 +704,11 @@ class WriterCore:
         return pending
 
     def add_header(self, header: dict[str, Any], future: Settable) -> Pending:
-        """The header report's request, pending; a header that is not an object is refused here
-        (HEADER_NOT_OBJECT), as the service would refuse it: `dict()` of a string raised a bare
-        ValueError, and sent, the refusal would have ended the writer."""
-        if not isinstance(header, dict):
-            check_header(header)
+        """The header report's request, pending; a header the service would refuse (not an
+        object, `tools: []`, a `config.messages`, ...: `check_header`, the service's own rule)
+        is refused here, and the writer goes on: sent, the refusal ended the writer, and every
+        later call said so (a harness with no tools sent `tools: []`)."""
+        check_header(header)
         batch_id = next(self._ids)
         pending = Pending(batch_id, header_write_request(batch_id, dict(header)), future)
         self.pending.append(pending)

@@ -179,6 +179,29 @@ def test_a_writer_refuses_a_header_that_is_not_an_object_and_goes_on(
         assert writer.append([note(0)]).result().seqs == [0]
 
 
+BAD_HEADERS = {
+    "tools: []": ({"config": {"model": "m"}, "tools": []}, "HEADER_EMPTY_TOOLS"),
+    "config.messages": ({"config": {"model": "m", "messages": []}}, "HEADER_CONFIG_RESERVED_KEY"),
+    "no config": ({"tools": [{"name": "t"}]}, "HEADER_CONFIG_MISSING"),
+    "a system prompt": ({"config": {}, "system": "s"}, "HEADER_SYSTEM_FORBIDDEN"),
+}
+
+
+@pytest.mark.parametrize("header, reason", BAD_HEADERS.values(), ids=BAD_HEADERS.keys())
+def test_a_writer_refuses_a_header_the_service_would_and_goes_on(
+    client: SessionLogClient, sid: str, header: dict[str, Any], reason: str
+) -> None:
+    # Sent, the refusal ended the writer, and every later header or append said so: a harness
+    # with no tools sent `tools: []`. The service's rule (`check_header`) refuses it first now.
+    client.create_session(sid)
+    with client.writer(sid, max_in_flight=1) as writer:
+        with pytest.raises(ValidationError) as refused:
+            writer.report_header(header)
+        assert refused.value.reason == reason
+        assert writer.report_header({"config": {"model": "m"}}).result().reason == "initial"
+        assert writer.append([note(0)]).result().seqs == [1]
+
+
 def test_a_failed_writer_says_later_batches_meet_its_earlier_failure(client: SessionLogClient, sid: str) -> None:
     client.create_session(sid)
     writer = client.writer(sid)

@@ -20,6 +20,7 @@ import { randomUUID } from "node:crypto";
 import { type CallOptions, type Client, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { namedSession, optionalSeq, pageSize, seq } from "./arguments.js";
+import { headerJson } from "./headers.js";
 import { batchToPb, checkWellFormed, eventFromPb, headerReportFromPb, jsonObjectField, leaseFromPb, num, optionalNum, parseArray, parseObject, resumeFromPb, scope, sessionFromPb } from "./convert.js";
 import { SessionService } from "./gen/sessionlog/v1/session_service_pb.js";
 import { PING_INTERVAL_MS, PING_TIMEOUT_MS, SessionManager } from "./sessions.js";
@@ -326,7 +327,7 @@ export class SessionLogClient {
 
   /** Report the request header about to be used; the service decides whether to log it. */
   async reportHeader(lease: Lease, header: RequestHeader | JsonObject): Promise<HeaderReport> {
-    const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "", headerJson: jsonObjectField(header, "header", "HEADER_NOT_OBJECT") };
+    const request = { sessionId: lease.sessionId, leaseToken: lease.token ?? "", headerJson: headerJson(header) };
     const response = await this.unary((callOptions) => this.rpc.reportRequestHeader(request, callOptions), false);
     return headerReportFromPb(response);
   }

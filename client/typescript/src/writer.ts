@@ -18,10 +18,11 @@ import { create } from "@bufbuild/protobuf";
 import { type Client, Code } from "@connectrpc/connect";
 import { Channel } from "./channel.js";
 import { optionalSeq } from "./arguments.js";
-import { batchToPb, checkWellFormed, headerReportFromPb, jsonObjectField, leaseFromPb, nextSeqAfterHeader, num, resumeFromPb } from "./convert.js";
+import { batchToPb, checkWellFormed, headerReportFromPb, leaseFromPb, nextSeqAfterHeader, num, resumeFromPb } from "./convert.js";
 import { type ErrorFields, NotFound, OwnershipLost, type SessionLogError, toSessionLogError, typedError, Unavailable, WriterClosed, WriterHeld, writerClosed } from "./errors.js";
 import type { SessionService, WriteRequest, WriteResponse } from "./gen/sessionlog/v1/session_service_pb.js";
 import { WriteRequestSchema } from "./gen/sessionlog/v1/session_service_pb.js";
+import { headerJson as checkedHeaderJson } from "./headers.js";
 import type { JsonObject } from "./json.js";
 import { backoff, Budget, checkRetryPolicy, DEFAULT_RETRY, NoOpenAnswer, type RetryPolicy, sleep } from "./retry.js";
 import type { WriterHold } from "./sessions.js";
@@ -269,9 +270,9 @@ export class Writer {
   reportHeader(header: RequestHeader | JsonObject): Promise<HeaderReport> {
     let headerJson: Uint8Array;
     try {
-      headerJson = jsonObjectField(header, "header", "HEADER_NOT_OBJECT");
+      headerJson = checkedHeaderJson(header);
     } catch (error) {
-      return refusedCall(error);
+      return refusedCall(error); // a bad header is this call's failure, not the writer's
     }
     return this.enqueue((id) => create(WriteRequestSchema, { kind: { case: "header", value: { batchId: id, headerJson } } })) as Promise<HeaderReport>;
   }

@@ -164,7 +164,11 @@ describe(`arguments on ${backend}`, () => {
       ["data holding a Set", "NOT_CANONICALIZABLE", "data", () => writer.append([{ type: "test/note", data: { tags: new Set(["a"]) } as never }])],
       ["data holding a function", "NOT_CANONICALIZABLE", "data", () => writer.append([{ type: "test/note", data: { f: () => 1 } as never }])],
       ["data with undefined in an array", "NOT_CANONICALIZABLE", "data", () => writer.append([{ type: "test/note", data: { list: [1, undefined] } as never }])],
-      ["a header holding a Map", "NOT_CANONICALIZABLE", "header", () => writer.reportHeader({ tools: new Map() } as never)],
+      ["a header holding a Map", "NOT_CANONICALIZABLE", "header", () => writer.reportHeader({ config: { cache: new Map() } } as never)],
+      // Sent, the service's refusal ended the writer: a harness with no tools sent tools: [].
+      ["a header with tools: []", "HEADER_EMPTY_TOOLS", "header.tools", () => writer.reportHeader({ config: { model: "m" }, tools: [] })],
+      ["a header with config.messages", "HEADER_CONFIG_RESERVED_KEY", "header.config.messages", () => writer.reportHeader({ config: { messages: [] } })],
+      ["a header without config", "HEADER_CONFIG_MISSING", "header.config", () => writer.reportHeader({ tools: [{ name: "t" }] } as never)],
     ];
     for (const [what, reason, field, call] of bad) {
       let returned: Promise<unknown> | undefined;

@@ -228,6 +228,35 @@ def test_a_surface_message_without_a_string_role_is_refused(
     assert client.get_session(sid).next_seq == 0
 
 
+@pytest.mark.parametrize("content", [42, {"text": "x"}, True], ids=["number", "object", "boolean"])
+def test_a_surface_message_whose_content_is_neither_text_nor_blocks_is_refused(
+    client: SessionLogClient, sid: str, content: object
+) -> None:
+    # `content: 42` was taken, and served in the model history and the request, which a
+    # provider then refused: the log refuses it when it is written.
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    with pytest.raises(ValidationError) as refused:
+        client.append(
+            sid,
+            lease,
+            [
+                {
+                    "type": "user/message",
+                    "surfaceOp": "append",
+                    "data": {"message": {"role": "user", "content": content}},
+                }
+            ],
+        )
+    assert (refused.value.reason, refused.value.field) == ("BAD_MESSAGE_CONTENT", "data.message.content")
+    assert client.get_session(sid).next_seq == 0
+    # Text, blocks, null (a tool-calling OpenAI message's) and none at all are content.
+    fine = [{"role": "user", "content": "x"}, {"role": "user", "content": [{"type": "text", "text": "x"}]}]
+    fine += [{"role": "user", "content": None}, {"role": "user"}]
+    events = [{"type": "user/message", "surfaceOp": "append", "data": {"message": message}} for message in fine]
+    assert client.append(sid, lease, events).seqs == [1, 2, 3, 4]
+
+
 KEPT = [("pi-unpaired-tool-result", "toolResult"), ("pi-unstructured", "assistant"), ("pi-forked-call", "assistant")]
 
 

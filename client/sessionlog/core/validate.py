@@ -256,6 +256,29 @@ def check_message_role(event: NewEvent) -> None:
         )
 
 
+def check_message_content(event: NewEvent) -> None:
+    """A surface event's `data.message.content`, when there, is a string or an array (null is
+    no content, as a tool-calling OpenAI message has): a number or an object is no model
+    message, and the provider refused it at the next request instead of the log at the write."""
+    message = event.data.get("message") if event.type in SURFACE_TYPES else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if content is not None and not isinstance(content, (str, list)):
+        raise ValidationError(
+            "BAD_MESSAGE_CONTENT",
+            f"a {event.type} event's message content is {_json_kind(content)}; "
+            "it must be a string or an array of content blocks",
+            field="data.message.content",
+            type=event.type,
+        )
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, as an error names it: `a number`, `an object`, `a boolean`."""
+    if isinstance(value, bool):
+        return "a boolean"
+    return "an object" if isinstance(value, dict) else "a number"
+
+
 def check_usage(event: NewEvent) -> None:
     """No usage an event carries (`data.usage`, `data.message.usage`: both places stats read
     one) holds a negative count or cost (`usage.negative_field`): it would silently lower the
@@ -297,6 +320,7 @@ def validate_envelope(event: NewEvent, encoded_size: int, limits: Limits = Limit
     check_recorded_time(event.data)
     check_surface_fields(event)
     check_message_role(event)
+    check_message_content(event)
     check_usage(event)
     check_size(event, encoded_size, limits)
 

@@ -1316,6 +1316,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
       way.
     """
+    BAD_MESSAGE_CONTENT: _ErrorReason.ValueType  # 211
+    """A surface event's `data.message.content` is neither a string nor an array (nor null, nor
+    left out): no model takes it, so a harness bug that wrote `content: 42` was refused by the
+    provider at the next request instead of by the log when it was written. Checked when an
+    event is proposed (appended or imported); events stored before the rule read as they are.
+
+    Code: INVALID_ARGUMENT
+    Metadata: `field`, `type`
+    Raised by: core
+    Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
+      way.
+    """
     NEGATIVE_USAGE: _ErrorReason.ValueType  # 196
     """A usage an event carries (`data.usage`, or `data.message.usage`: where stats read one) holds
     a number below zero: a token count (`input`, `output`, `cacheRead`, `cacheWrite`,
@@ -2784,6 +2796,18 @@ ROLE_CONTRADICTS_TYPE: ErrorReason.ValueType  # 133
 `toolResult`, and `user/message` may carry any role but those three, except a message kept as
 its model saw it outside the turn structure, `data.source.kind` `pi-unpaired-tool-result`,
 `pi-unstructured` or `pi-forked-call`, which keeps its own role: any non-empty string).
+
+Code: INVALID_ARGUMENT
+Metadata: `field`, `type`
+Raised by: core
+Client: Fix the event; nothing of the batch was written. Sent unchanged, it fails the same
+  way.
+"""
+BAD_MESSAGE_CONTENT: ErrorReason.ValueType  # 211
+"""A surface event's `data.message.content` is neither a string nor an array (nor null, nor
+left out): no model takes it, so a harness bug that wrote `content: 42` was refused by the
+provider at the next request instead of by the log when it was written. Checked when an
+event is proposed (appended or imported); events stored before the rule read as they are.
 
 Code: INVALID_ARGUMENT
 Metadata: `field`, `type`

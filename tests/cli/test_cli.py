@@ -127,12 +127,17 @@ def test_an_empty_id_is_refused_not_a_generated_one(server: ServerThread, sid: s
 
 def test_an_id_that_is_not_utf8_is_a_usage_error_not_a_traceback(server: ServerThread) -> None:
     # Bytes that are not UTF-8 reach Python as lone surrogates; protobuf raised UnicodeEncodeError
-    # building the request, and the CLI printed its traceback.
+    # building the request, and the CLI printed its traceback. A session id is refused by the
+    # service's own rule before anything is sent, as any id that is not URL-safe is.
     for args in [("events", "\udcff"), ("create", "--id", "a\udcff"), ("fork", "s\udcff", "--at", "0")]:
         done = run(server, *args)
-        assert done.returncode == 2 and done.stdout == "", (args, done.stderr)
-        assert done.stderr.startswith("sessionlog: error: the argument b'"), (args, done.stderr)
-        assert "is not valid UTF-8" in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+        assert done.returncode == 1 and done.stdout == "", (args, done.stderr)
+        assert done.stderr.startswith("sessionlog: error: BAD_SESSION_ID: session id '"), (args, done.stderr)
+        assert "is not URL-safe" in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+    # Text no rule of the service's checks first (a lease token) is named as the argument.
+    done = run(server, "append", "any", "--lease-token", "t\udcff")
+    assert done.returncode == 2 and done.stderr.startswith("sessionlog: error: the argument b't\\xff'"), done.stderr
+    assert "is not valid UTF-8" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 def test_a_last_line_without_lf_is_appended_when_it_is_whole(server: ServerThread, sid: str) -> None:
@@ -467,6 +472,15 @@ def test_append_and_import_wait_out_the_rate_limit(db_url: str, sid: str, tmp_pa
         assert [e["data"]["n"] for e in events] == list(range(12))
     finally:
         server.stop()
+
+
+def test_import_of_an_empty_file_names_it_once(server: ServerThread, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    refused = run(server, "import", str(empty))
+    assert refused.returncode == 2  # bad input, found before anything was sent
+    # It said "empty.jsonl: empty.jsonl: the file holds no JSON line".
+    assert refused.stderr == f"sessionlog: error: EMPTY_SESSION_FILE: {empty}: the file holds no JSON line\n"
 
 
 def test_the_request_of_an_empty_session_ends_at_no_seq(

@@ -164,6 +164,11 @@ def test_a_line_holding_data_at_the_depth_limit_is_read() -> None:
     assert line["type"] == "x/d"
     err = error_of(_nested_data_line(MAX_JSON_DEPTH + 1) + b"\n")
     assert (err.reason, err.metadata["line"]) == ("JSON_TOO_DEEP", "1")
+    # It said "line 1: line 1 is nested more than 257 levels deep", where the docs say 256.
+    assert err.message == (
+        f"line 1: the line (an envelope, its data at most {MAX_JSON_DEPTH} levels) is nested more than "
+        f"{MAX_JSON_DEPTH + 1} levels deep"
+    )
 
 
 @pytest.mark.parametrize("token", [b"NaN", b"Infinity", b"-Infinity"])

@@ -137,6 +137,19 @@ def test_replay_unknown_entry_is_an_error(app: typer.Typer) -> None:
 def test_replay_missing_file(app: typer.Typer, tmp_path: Path) -> None:
     result = run(app, "replay", tmp_path / "none.jsonl")
     assert result.exit_code == 2
+    # It printed Python's "[Errno 2] No such file or directory: '...'".
+    assert result.output.replace("\n", "") == f"sessionlog: error: {tmp_path / 'none.jsonl'}: No such file or directory"
+
+
+def test_replay_of_an_empty_or_unrecognised_file_says_what_it_holds(app: typer.Typer, tmp_path: Path) -> None:
+    empty, typeless = tmp_path / "empty.jsonl", tmp_path / "typeless.jsonl"
+    empty.write_bytes(b"")
+    typeless.write_bytes(b'{"a":1}\n')
+    assert run(app, "replay", empty).output.strip() == (
+        "sessionlog: error: EMPTY_SESSION_FILE: the file holds no JSON line"
+    )
+    said = run(app, "replay", typeless).output.replace("\n", "")
+    assert said.endswith(": its first line has no type")  # it said "but type None"
 
 
 def test_replay_truncated_file_strict_then_lenient(app: typer.Typer, tmp_path: Path) -> None:

@@ -201,6 +201,12 @@ def describe(error: SessionLogError, where: str | None = None) -> str:
     return f"{text}; {hint}" if hint else text
 
 
+def os_error(exc: OSError) -> str:
+    """`PATH: No such file or directory`: what the system said, naming the file, without
+    Python's `[Errno 2]` (`replay /missing` printed "[Errno 2] No such file or directory: ...")."""
+    return f"{os.fspath(exc.filename) + ': ' if exc.filename else ''}{exc.strerror or exc}"
+
+
 @contextmanager
 def connect() -> Iterator[SessionLogClient]:
     """A client to `--server`, turning sessionlog errors into one-line failures.
@@ -213,7 +219,7 @@ def connect() -> Iterator[SessionLogClient]:
     try:
         client = SessionLogClient(State.server, token=State.token, ca_file=State.ca_file)
     except OSError as exc:  # e.g. a CA file that is not there
-        raise fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", code=2) from None
+        raise fail(os_error(exc), code=2) from None
     except ValueError as exc:  # a CA file with no certificate in it, a token no header can carry
         raise fail(str(exc), code=2) from None
     try:

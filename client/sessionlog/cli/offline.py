@@ -29,6 +29,7 @@ from sessionlog.cli.common import (
     describe,
     fail,
     lower_bound,
+    os_error,
     printable,
     table_cell,
     write_atomically,
@@ -104,7 +105,7 @@ def replay_command(
     except SessionLogError as exc:
         raise fail(describe(exc), 2) from None
     except OSError as exc:
-        raise fail(str(exc), 2) from None
+        raise fail(os_error(exc), 2) from None
     for warning in result.warnings:
         _stderr().print(f"sessionlog: warning: {warning.message}", markup=False)
     changes = compare_recorded(recorded, result.metrics) if recorded is not None else []
@@ -220,7 +221,7 @@ def recompute_command(
     except SessionLogError as exc:
         raise fail(describe(exc), 2) from None
     except OSError as exc:
-        raise fail(str(exc), 2) from None
+        raise fail(os_error(exc), 2) from None
 
     started = time.perf_counter()
     outcomes: list[RunOutcome] = []

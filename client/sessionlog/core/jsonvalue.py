@@ -442,6 +442,22 @@ def _check_nesting(
         _refuse_depth(what, max_depth)
 
 
+def kind(value: Any) -> str:
+    """What a decoded JSON value is, as an error names it: `an object`, `an array`, `a string`,
+    `null`, `a boolean`, `a number`."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number"
+
+
 def _refuse_depth(what: str, max_depth: int = MAX_JSON_DEPTH) -> None:
     """JSON_TOO_DEEP: `what` nests past `max_depth`."""
     raise ValidationError(

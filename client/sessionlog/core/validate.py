@@ -265,18 +265,11 @@ def check_message_content(event: NewEvent) -> None:
     if content is not None and not isinstance(content, (str, list)):
         raise ValidationError(
             "BAD_MESSAGE_CONTENT",
-            f"a {event.type} event's message content is {_json_kind(content)}; "
+            f"a {event.type} event's message content is {jsonvalue.kind(content)}; "
             "it must be a string or an array of content blocks",
             field="data.message.content",
             type=event.type,
         )
-
-
-def _json_kind(value: object) -> str:
-    """What a JSON value is, as an error names it: `a number`, `an object`, `a boolean`."""
-    if isinstance(value, bool):
-        return "a boolean"
-    return "an object" if isinstance(value, dict) else "a number"
 
 
 def check_usage(event: NewEvent) -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from sessionlog.core.errors import ValidationError
-from sessionlog.core.jsonvalue import MAX_JSON_DEPTH, STRICT_DECODER, check_depth, check_unique_keys
+from sessionlog.core.jsonvalue import MAX_JSON_DEPTH, STRICT_DECODER, check_depth, check_unique_keys, kind
 
 JsonObject = dict[str, Any]
 
@@ -258,7 +258,7 @@ def parse_line(line: bytes, number: int) -> JsonObject:
     try:
         # A line is a level above the values the service measures (an envelope's or an exported
         # event's data): data at the limit, which the service took, is a line one deeper.
-        check_depth(text, f"line {number}", max_depth=MAX_JSON_DEPTH + 1)
+        check_depth(text, LINE_DEPTH_WHAT, max_depth=MAX_JSON_DEPTH + 1)
         value = STRICT_DECODER.decode(text)
         # As the service refuses it in what is sent to it: the decoder kept the last of a
         # repeated key, and what the file held reached the service (or a fold) without the others.
@@ -273,22 +273,16 @@ def parse_line(line: bytes, number: int) -> JsonObject:
     if not isinstance(value, dict):
         raise ValidationError(
             "LINE_NOT_OBJECT",
-            f"line {number}: a JSONL line must be a JSON object, not {_json_kind(value)}",
+            f"line {number}: a JSONL line must be a JSON object, not {kind(value)}",
             line=number,
         )
     return value
 
 
-def _json_kind(value: Any) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    return "a number"
+LINE_DEPTH_WHAT = f"the line (an envelope, its data at most {MAX_JSON_DEPTH} levels)"
+"""What a line nested too deep is told as: the line may nest one level more than the service's
+limit, which counts from an event's data (it said "line 1: line 1 is nested more than 257 levels
+deep", where the docs say 256)."""
 
 
 def iter_chunks(stream: IO[bytes], chunk_size: int = DEFAULT_READ_CHUNK_BYTES) -> Iterator[bytes]:

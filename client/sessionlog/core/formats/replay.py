@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from sessionlog.core import jsonvalue
 from sessionlog.core.errors import ValidationError
 from sessionlog.core.formats.jsonl import (
     DEFAULT_MAX_LINE_BYTES,
@@ -167,10 +168,11 @@ def session_format(first: tuple[int, JsonObject]) -> str:
         return "pi"
     if kind == SESSIONLOG_HEADER_TYPE:
         return "sessionlog"
+    found = "has no type" if kind is None else f"has type {jsonvalue.dumps(kind)}"  # it said "but type None"
     raise ValidationError(
         "UNKNOWN_SESSION_FORMAT",
         f'line {number}: not a Pi session ("type":"session") nor a sessionlog export '
-        f'("type":"sessionlog"), but type {kind!r}',
+        f'("type":"sessionlog"): its first line {found}',
         line=number,
     )
 
@@ -178,7 +180,8 @@ def session_format(first: tuple[int, JsonObject]) -> str:
 def _first_record(path: str | os.PathLike[str], records: Iterator[tuple[int, JsonObject]]) -> tuple[int, JsonObject]:
     first = next(records, None)
     if first is None:
-        raise ValidationError("EMPTY_SESSION_FILE", f"{os.fspath(path)}: the file holds no JSON line")
+        # Without the path: the commands say which file (`import` said "empty.jsonl: empty.jsonl: ...").
+        raise ValidationError("EMPTY_SESSION_FILE", "the file holds no JSON line")
     return first
 
 

@@ -13,8 +13,13 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from sessionlog.client import SessionLogClient
+from tests.conftest import scratch_pg
 from tests.support.events import turn_end, turn_start, user
 from tests.support.servers import ServerProcess
 from tests.support.waiting import eventually
@@ -26,8 +31,21 @@ DOWN_S = 3.5
 """How long the service stays down: more than the lease's time to live."""
 
 
-def test_a_turn_outlives_a_restart_longer_than_its_lease(fresh_db: str, sid: str) -> None:
-    server = ServerProcess(fresh_db, env={"SESSIONLOG_LEASE_TTL_MS": str(TTL_MS)}).start()
+@pytest.fixture()
+def own_db(db_url: str, tmp_path: Path) -> Iterator[str]:
+    """A database no other server uses (`serve` migrates it): on the PostgreSQL database the
+    tests share, another test's server, up while this one was down, swept the lapsed leases and
+    completed the turns first, as another instance on one database does (its writers reconnect
+    to a live instance, within the lease's time)."""
+    if db_url.startswith("sqlite"):
+        yield f"sqlite:///{tmp_path / 'own.db'}"
+        return
+    with scratch_pg("sessionlog_restart") as url:
+        yield url
+
+
+def test_a_turn_outlives_a_restart_longer_than_its_lease(own_db: str, sid: str) -> None:
+    server = ServerProcess(own_db, env={"SESSIONLOG_LEASE_TTL_MS": str(TTL_MS)}).start()
     gone = f"{sid}-gone"
     try:
         with SessionLogClient(server.target) as client:

@@ -167,6 +167,9 @@ def test_options_and_arguments_show_their_metavar() -> None:
     assert "sessionlog replay [OPTIONS] FILE " in help_in_process("replay")
     assert row(help_in_process("append"), "--server")[1] == "HOST:PORT"  # a global option, after the command
     assert row(help_in_process(), "--server")[1] == "HOST:PORT"
+    # The address it talks to unless told (it was in the README only), after the command too.
+    for command in ((), ("events",)):
+        assert "(default 127.0.0.1:50051)" in " ".join(help_in_process(*command).split()), command
     assert row(help_in_process("events"), "--from")[1:3] == ["SEQ", "[x>=0]"]
     assert row(help_in_process("serve"), "--workers")[1] == "N"
     assert row(help_in_process("export"), "--output")[1:3] == ["-o", "FILE"]

@@ -20,6 +20,7 @@ from sessionlog.cli import (
 from sessionlog.cli.common import State
 from sessionlog.cli.global_options import GlobalOptionsAnywhere
 from sessionlog.cli.help_style import ConventionalTyper
+from sessionlog.requests import DEFAULT_TARGET
 
 # Help is Markdown: a docstring's paragraphs flow to the terminal's width (Typer's "rich" mode
 # kept every line break of the source, so an 80-column terminal cut each line again), `code`
@@ -60,7 +61,10 @@ def options(
     server: Annotated[
         str | None,
         typer.Option(
-            "--server", metavar="HOST:PORT", envvar="SESSIONLOG_SERVER", help="HOST:PORT of the sessionlog server."
+            "--server",
+            metavar="HOST:PORT",
+            envvar="SESSIONLOG_SERVER",
+            help=f"HOST:PORT of the sessionlog server (default {DEFAULT_TARGET}).",
         ),
     ] = None,
     token: Annotated[

@@ -387,6 +387,7 @@ def test_a_long_pages_windows_are_read_with_the_pages_token_and_namespace(
             ("list=events&page=0", "list must be one of"),
             ("list=turns&page=x", "page must be a non-negative integer"),
             ("list=turns", "needs page=N"),
+            ("list=bogus", "list must be one of transcript, requests, drops, turns, diff, got 'bogus'"),
             ("list=diff&from=3", "needs from=SEQ and to=SEQ"),
         ):
             status, body, _ = get(server, f"/sessions/{child}?at={at}&{query}", f"Bearer {ALICE}")

@@ -52,7 +52,7 @@ from sessionlog.core.errors import NotFound, SessionLogError, seq_not_found
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.view.json_text import json_text
 from sessionlog.view.page import MissingAssets, PageFold, SessionRef, fill_store, render_parts, require_assets, windowed
-from sessionlog.view.windows import BadWindow, StoreClosed, WindowStore
+from sessionlog.view.windows import LISTS, BadWindow, StoreClosed, WindowStore
 from sessionlog_server.service import access
 from sessionlog_server.service.app import SessionLogService
 from sessionlog_server.tokens import TokenStore
@@ -521,6 +521,8 @@ def _window_query(query: dict[str, list[str]]) -> WindowQuery | None:
     if not names:
         return None
     name = names[-1]
+    if name != "diff" and name not in LISTS:  # before what it needs: `list=bogus` was told to give page=N
+        raise ValueError(f"list must be one of {', '.join(LISTS)}, diff, got {name!r}")
     if name == "diff":
         start, end = _seq(query, "from"), _seq(query, "to")
         if start is None or end is None:

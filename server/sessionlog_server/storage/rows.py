@@ -61,15 +61,29 @@ EVENT_COLUMNS = (
 )
 
 
+def stored_metadata(text: str, session_id: str) -> tuple[Any, str]:
+    """A session's metadata and its exact text, as stored. A JSON string holding an object's
+    text is that object: an instance older than migration 0006 (metadata as JSONB), still
+    serving beside the new ones in a rolling upgrade, wrote the object's text into the TEXT
+    column as a string, and every listing of its namespace then failed DATA_NOT_OBJECT. Metadata
+    is always an object, so a stored string is never metadata of its own."""
+    metadata = jsonvalue.loads(text, what=f"stored metadata of session {session_id}")
+    if isinstance(metadata, str) and metadata.startswith("{"):
+        inner = jsonvalue.loads(metadata, what=f"stored metadata of session {session_id}")
+        if isinstance(inner, dict):
+            return inner, metadata
+    return metadata, text
+
+
 def session_record(row: Any) -> SessionRecord:
     """A `sessions` row as a SessionRecord, its metadata parsed from the exact text stored."""
-    metadata_text = row["metadata"]
+    metadata, metadata_text = stored_metadata(row["metadata"], row["id"])
     return SessionRecord(
         id=row["id"],
         namespace=row["namespace"],
         create_time=row["create_time"],
         cwd=row["cwd"],
-        metadata=jsonvalue.loads(metadata_text, what=f"stored metadata of session {row['id']}"),
+        metadata=metadata,
         metadata_text=metadata_text,
         parent_id=row["parent_id"],
         fork_seq=row["fork_seq"],

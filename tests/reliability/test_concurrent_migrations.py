@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect
 
-from sessionlog_server.storage.factory import normalise_url
+from sessionlog_server.storage.factory import normalise_url, shown_url
 from sessionlog_server.storage.schema import SCHEMA_REVISION
 from tests.conftest import scratch_pg
 from tests.support.servers import ROOT
@@ -48,9 +48,10 @@ def test_upgrades_started_together_on_a_fresh_database_all_succeed(fresh_urls: l
         assert all(code == 0 for code, _ in results), [err[-500:] for code, err in results if code]
         # One migrated, and says so; the others found it done. Each said "at the newest revision".
         said = sorted(p.stdout.read().strip() if p.stdout else "" for p in procs)
+        database = f"database {shown_url(url)}"  # named: it did not say which database it was
         assert said == sorted(
-            [f"database upgraded from no schema to {SCHEMA_REVISION}, the newest revision"]
-            + [f"database is at the newest revision ({SCHEMA_REVISION}): nothing to do"] * (PROCESSES - 1)
+            [f"{database} upgraded from no schema to {SCHEMA_REVISION}, the newest revision"]
+            + [f"{database} is at the newest revision ({SCHEMA_REVISION}): nothing to do"] * (PROCESSES - 1)
         ), said
         engine = create_engine(normalise_url(url))
         try:

@@ -130,6 +130,7 @@ def _warn_unknown_variables() -> None:
 def upgrade(db: DbOption = None) -> None:
     """Run the migration chain up to the newest revision."""
     from sessionlog_server.config import Settings
+    from sessionlog_server.storage.factory import shown_url
     from sessionlog_server.storage.migrate import upgrade as run
     from sessionlog_server.storage.schema import SCHEMA_REVISION
 
@@ -137,10 +138,13 @@ def upgrade(db: DbOption = None) -> None:
         settings = Settings.from_env(db=db)
         _check_db(settings.db)
         before = run(settings.db)
+    # Named (its password hidden): without --db it is $SESSIONLOG_DB or var/sessionlog.db under
+    # the current directory, made if missing, and the line did not say which it had been.
+    database = f"database {shown_url(settings.db)}"
     if before == SCHEMA_REVISION:
-        typer.echo(f"database is at the newest revision ({SCHEMA_REVISION}): nothing to do")
+        typer.echo(f"{database} is at the newest revision ({SCHEMA_REVISION}): nothing to do")
     else:  # it said only "at the newest revision", the same whether it migrated or not
-        typer.echo(f"database upgraded from {before or 'no schema'} to {SCHEMA_REVISION}, the newest revision")
+        typer.echo(f"{database} upgraded from {before or 'no schema'} to {SCHEMA_REVISION}, the newest revision")
 
 
 @contextmanager

@@ -39,7 +39,7 @@ function at(index: number): Record<string, string> {
 }
 
 /** A plain JSON object (not null, not an array). */
-function isObject(value: unknown): value is Record<string, unknown> {
+export function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 

@@ -6,17 +6,13 @@
  */
 
 import { invalid } from "./arguments.js";
-import { jsonObjectField } from "./convert.js";
+import { isObject, jsonObjectField } from "./convert.js";
 
 /** The keys a header may have. */
 const HEADER_KEYS = ["config", "adapterDefaults", "tools"];
 
 /** Keys the request (`{...config, messages, tools}`) sets itself, so a config may not hold them. */
 const RESERVED_CONFIG_KEYS = ["messages", "tools"];
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 /** A header that is not `{config, adapterDefaults?, tools?}` in canonical form: a ValidationError with the service's reason. */
 export function checkHeader(header: unknown): void {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,47 @@ def test_a_subscription_neither_holds_a_graceful_stop_nor_misses_an_event(tmp_pa
             server.start()
             client.append(sid, lease, [note(1)])
             assert next(items).seq == 1  # no gap, no repeat, no second marker
+            subscription.cancel()
+        assert server.terminate() == 0
+    finally:
+        if server.proc and server.proc.poll() is None:
+            server.kill()
+
+
+def test_a_subscriber_that_stopped_reading_does_not_hold_a_graceful_stop(tmp_path: Path, sid: str) -> None:
+    # A dashboard that stopped reading (busy, or paused in a debugger) while its subscription
+    # had megabytes to send: HTTP/2 flow control holds the service's next message, and the
+    # subscription, waiting in that send, never saw the stop. The stop waited out its whole
+    # grace period (set far beyond `terminate`'s 60 s wait here, so waiting fails the test) and
+    # then cut the stream mid-message. Now the stop ends it at once; the client reads what
+    # reached it, then resubscribes from the seq after its last event: every event once, in order.
+    server = ServerProcess(f"sqlite:///{tmp_path / 'slow.db'}", env={"SESSIONLOG_SHUTDOWN_GRACE_S": "600"}).start()
+    pad = "x" * 60_000
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            for start in range(0, 400, 20):  # 24 MB: more than any flow-control window holds
+                client.append(
+                    sid,
+                    lease,
+                    [
+                        {"type": "test/note", "data": {"n": n, "pad": pad}, "ignorable": True}
+                        for n in range(start, start + 20)
+                    ],
+                )
+            subscription = client.subscribe(sid)
+            items = iter(subscription)
+            assert next(items).seq == 0
+            time.sleep(1)  # the stream fills the client's window, and the service waits to send more
+            assert server.terminate() == 0
+            server.start()
+            seqs = [0]
+            for item in items:
+                if isinstance(item, CaughtUp):
+                    break
+                seqs.append(item.seq)
+            assert seqs == list(range(400))
             subscription.cancel()
         assert server.terminate() == 0
     finally:

@@ -1202,7 +1202,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     SHUTTING_DOWN: _ErrorReason.ValueType  # 122
     """The service instance is shutting down. Open writer streams end with it once what they sent
     is acknowledged; their leases stay live, so each writer reconnects with its lease token and
-    goes on in the same lease. Subscriptions end with it at once.
+    goes on in the same lease. Subscriptions end with it at once; one whose subscriber stopped
+    reading, with a message held by flow control, is cut instead (its client sees the
+    connection fail after what reached it) once nothing else is left to finish.
 
     Code: UNAVAILABLE
     Metadata: none
@@ -1225,7 +1227,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """gRPC itself failed the call, without a sessionlog ErrorInfo: no server answered at the
     address (UNAVAILABLE), none answered within the client's timeout (DEADLINE_EXCEEDED), a
     stream whose server died (INTERNAL, UNKNOWN), a connection reset (ABORTED) or cancelled
-    (CANCELLED) under the call. The outcome is unknown. Both client libraries map these codes so.
+    (CANCELLED) under the call, or a stream cut inside a message (the TypeScript transport's
+    INVALID_ARGUMENT "protocol error: incomplete envelope"). The outcome is unknown. Both client
+    libraries map these so.
     A unary call's timeout is the budget of all its attempts: a call that spent it says "the
     call's timeout of T s (timeoutMs of T ms) was spent after N attempts: " before the last
     attempt's message. A read's (ReadEvents) timeout bounds the wait for each page, not the
@@ -2689,7 +2693,9 @@ Client: Retry with the same eventIds: events that did commit return their origin
 SHUTTING_DOWN: ErrorReason.ValueType  # 122
 """The service instance is shutting down. Open writer streams end with it once what they sent
 is acknowledged; their leases stay live, so each writer reconnects with its lease token and
-goes on in the same lease. Subscriptions end with it at once.
+goes on in the same lease. Subscriptions end with it at once; one whose subscriber stopped
+reading, with a message held by flow control, is cut instead (its client sees the
+connection fail after what reached it) once nothing else is left to finish.
 
 Code: UNAVAILABLE
 Metadata: none
@@ -2712,7 +2718,9 @@ TRANSPORT_ERROR: ErrorReason.ValueType  # 124
 """gRPC itself failed the call, without a sessionlog ErrorInfo: no server answered at the
 address (UNAVAILABLE), none answered within the client's timeout (DEADLINE_EXCEEDED), a
 stream whose server died (INTERNAL, UNKNOWN), a connection reset (ABORTED) or cancelled
-(CANCELLED) under the call. The outcome is unknown. Both client libraries map these codes so.
+(CANCELLED) under the call, or a stream cut inside a message (the TypeScript transport's
+INVALID_ARGUMENT "protocol error: incomplete envelope"). The outcome is unknown. Both client
+libraries map these so.
 A unary call's timeout is the budget of all its attempts: a call that spent it says "the
 call's timeout of T s (timeoutMs of T ms) was spent after N attempts: " before the last
 attempt's message. A read's (ReadEvents) timeout bounds the wait for each page, not the

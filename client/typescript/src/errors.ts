@@ -121,6 +121,14 @@ const BY_CODE = new Map<Code, typeof SessionLogError>([
 const LOCAL_SERIALIZATION = "serialize binary:";
 
 /**
+ * Connect's message for a stream that ended inside a message: the service stopped, or a proxy
+ * reset the stream, while one was on its way (a subscriber that stopped reading is cut so when
+ * the service stops). It travels as INVALID_ARGUMENT, but nothing of the caller's was wrong:
+ * the connection failed, as for TRANSPORT_CODES.
+ */
+const CUT_MID_MESSAGE = "protocol error: incomplete envelope";
+
+/**
  * Codes that, without a sessionlog ErrorInfo, mean the connection failed (outcome unknown):
  * TRANSPORT_ERROR. The Python clients' set too (client/sessionlog/errors.py TRANSPORT_CODES).
  */
@@ -165,7 +173,7 @@ export function toSessionLogError(error: unknown): unknown {
   if (connect.code === Code.Internal && connect.rawMessage.startsWith(LOCAL_SERIALIZATION)) {
     return new ValidationError({ reason: "MALFORMED_REQUEST", message: `the request cannot be encoded: ${message}`, code: Code.InvalidArgument, cause: error });
   }
-  if (TRANSPORT_CODES.has(connect.code)) {
+  if (TRANSPORT_CODES.has(connect.code) || connect.rawMessage === CUT_MID_MESSAGE) {
     // Connect reports a connection reset (a killed server) as ABORTED, a broken stream as
     // INTERNAL and the call's timeout as DEADLINE_EXCEEDED: none is the service's
     // OWNERSHIP_LOST, and the outcome is unknown, as for UNAVAILABLE: TRANSPORT_ERROR, with the

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { type Lease, NotFound, type RetryPolicy, SessionLogClient, toSessionLogError, Unavailable, ValidationError } from "../src/index.js";
+import { isResumableCut, type Lease, NotFound, type RetryPolicy, SessionLogClient, toSessionLogError, Unavailable, ValidationError } from "../src/index.js";
 import { note } from "./events.js";
 import { BACKENDS, freePort, sessionId, startServer } from "./support.js";
 
@@ -241,6 +241,17 @@ describe(`arguments on ${backend}`, () => {
       assert.equal(error.code, Code.Unavailable, `Connect's code ${Code[code]} is kept in cause, not in code`);
       assert.ok(error.retryable);
     }
+  });
+
+  test("a stream cut inside a message is a transport failure too, not the caller's INVALID_ARGUMENT", () => {
+    // What Connect says when the stream ends part-way through a message (the service stopped,
+    // or a proxy reset the stream, as one was on its way): a subscription resubscribes on it.
+    const error = toSessionLogError(new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument));
+    assert.ok(error instanceof Unavailable, String(error));
+    assert.equal(error.reason, "TRANSPORT_ERROR");
+    assert.ok(isResumableCut(error));
+    const refused = toSessionLogError(new ConnectError("a bad request", Code.InvalidArgument));
+    assert.ok(!(refused instanceof Unavailable) && !isResumableCut(refused), "another INVALID_ARGUMENT is not a cut");
   });
 });
 

@@ -138,3 +138,47 @@ for (const backend of BACKENDS) {
     });
   });
 }
+
+for (const backend of BACKENDS) {
+  describe(`a subscriber that stopped reading, on ${backend}`, () => {
+    test("neither holds the service's stop nor misses an event: it resubscribes after the cut", { timeout: 120_000 }, async () => {
+      // The subscriber stops pulling with megabytes still to come, so the service's next send
+      // waits on HTTP/2 flow control. The stop held for its whole grace period (600 s here:
+      // waiting fails the test) and then cut the stream mid-message, which the transport
+      // reports as a protocol error ("incomplete envelope", INVALID_ARGUMENT): the iteration
+      // ended with it. Now the stop cuts the stream at once, and the subscription resumes.
+      const env = await startServer(backend, { SESSIONLOG_SHUTDOWN_GRACE_S: "600" });
+      try {
+        const id = sessionId("unread");
+        await env.client.createSession(id);
+        const writer = await env.client.writer(id);
+        const pad = "x".repeat(60_000);
+        for (let start = 0; start < 400; start += 20) {
+          await writer.append(Array.from({ length: 20 }, (_, i) => note(start + i, { data: { n: start + i, pad } })));
+        }
+        await writer.close();
+        const causes: string[] = [];
+        const subscription = env.client.subscribe(id, { onResubscribe: (_from, cause) => causes.push(cause.reason) });
+        const items = subscription[Symbol.asyncIterator]();
+        const seqs: number[] = [];
+        const first = await items.next();
+        assert.ok(!first.done && "seq" in first.value);
+        seqs.push(first.value.seq);
+        await new Promise((r) => setTimeout(r, 1000)); // the window fills; the service waits to send
+        await env.server.stop();
+        await env.server.start();
+        for (;;) {
+          const item = await items.next();
+          assert.ok(!item.done);
+          if ("caughtUp" in item.value) break;
+          seqs.push(item.value.seq);
+        }
+        await items.return?.(undefined);
+        assert.deepEqual(seqs, Array.from({ length: 400 }, (_, i) => i));
+        assert.ok(causes.length >= 1, "it resubscribed after the cut");
+      } finally {
+        await env.close();
+      }
+    });
+  });
+}

@@ -23,6 +23,7 @@ from sessionlog_server.storage.schema import prepare
 from sessionlog_server.transport.address import check_address_free, join_listen, split_listen
 from sessionlog_server.transport.admin_http import AdminHttp
 from sessionlog_server.transport.auth import AuthInterceptor
+from sessionlog_server.transport.calls import RunningCalls
 from sessionlog_server.transport.collector import tune_collector
 from sessionlog_server.transport.credentials import configured_access
 from sessionlog_server.transport.event_loop import loop_name
@@ -43,6 +44,8 @@ class RunningServer:
     service: SessionLogService
     health: health.aio.HealthServicer
     port: int
+    calls: RunningCalls
+    """The service's calls while they run (the stop cuts those that cannot finish)."""
     admin: AdminHttp | None = None
     """The metrics/admin HTTP listener (`/metrics`, `/sessions/ID`), when configured."""
     otlp: LiveOtlpExport | None = None
@@ -60,7 +63,7 @@ class RunningServer:
         admin_stopped = None if self.admin is None else loop.run_in_executor(None, self.admin.stop)
         await self.health.enter_graceful_shutdown()
         self.service.end_streams()
-        await self.server.stop(grace)
+        await self._stop_calls(grace)
         await self.service.stop()
         if admin_stopped is not None:
             await admin_stopped
@@ -68,6 +71,20 @@ class RunningServer:
             # After the last commits were published; in a thread, as it may wait for the collector.
             await loop.run_in_executor(None, self.otlp.stop)
         self.service.recorder.close()
+
+    async def _stop_calls(self, grace: float) -> None:
+        """Let the calls in flight finish, for up to `grace` seconds, but not wait for those
+        that cannot (`RunningCalls`): subscriptions the stop ended while their subscriber had
+        stopped reading are cut once nothing else runs."""
+        stopped = asyncio.ensure_future(self.server.stop(grace))
+        only_held = asyncio.ensure_future(self.calls.only_held())
+        await asyncio.wait((stopped, only_held), return_when=asyncio.FIRST_COMPLETED)
+        only_held.cancel()
+        if not stopped.done():
+            if self.calls.held:  # (they may have ended meanwhile: a subscriber read again)
+                log.info("cutting subscriptions whose subscribers stopped reading", subscriptions=self.calls.held)
+            await self.server.stop(None)
+        await stopped
 
 
 STORAGE_WATCH_S = 1.0
@@ -141,9 +158,8 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
     ]
     server = grpc.aio.server(options=options, interceptors=[AuthInterceptor(tokens)])
     health_servicer = health.aio.HealthServicer()
-    register_services(
-        server, SessionServicer(service), health_servicer, [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
-    )
+    servicer = SessionServicer(service)
+    register_services(server, servicer, health_servicer, [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME])
     try:
         if credentials is not None:
             port = server.add_secure_port(settings.listen, credentials)
@@ -188,7 +204,7 @@ async def start_server(settings: Settings, *, reuse_port: bool = False) -> Runni
         event_loop=loop_name(asyncio.get_running_loop()),
         gc_thresholds=list(gc.get_threshold()),
     )
-    return RunningServer(server, service, health_servicer, port, admin, otlp, storage_watch)
+    return RunningServer(server, service, health_servicer, port, servicer.calls, admin, otlp, storage_watch)
 
 
 async def serve(settings: Settings, *, reuse_port: bool = False) -> None:

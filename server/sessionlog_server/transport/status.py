@@ -11,6 +11,7 @@ catalogue is the contract a client switches on, and nothing outside it may be se
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import time
@@ -142,10 +143,14 @@ def _mapped(method: F) -> F:
         started, code = time.perf_counter(), "OK"
         _rpc_fields.set({})
         try:
-            return await method(self, request, context)
+            with self.calls.counted():
+                return await method(self, request, context)
         except (SessionLogError, Exception) as exc:
             code = _failure_code(exc)
             await abort(context, exc, method.__name__)
+        except asyncio.CancelledError:
+            code = "CANCELLED"  # the caller went away, or the stop's grace ran out
+            raise
         finally:
             _log_rpc(method.__name__, request, started, code)
 
@@ -160,11 +165,15 @@ def streaming(method: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncI
         started, code = time.perf_counter(), "OK"
         _rpc_fields.set({})
         try:
-            async for item in method(self, request, context):
-                yield item
+            with self.calls.counted():
+                async for item in method(self, request, context):
+                    yield item
         except (SessionLogError, Exception) as exc:
             code = _failure_code(exc)
             await abort(context, exc, method.__name__)
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
         finally:
             _log_rpc(method.__name__, request, started, code)
 

@@ -402,8 +402,10 @@ class AsyncSessionLogClient(base.ClientBase):
                         yield item
                 error: SessionLogError = Unavailable("STREAM_ENDED", "the service ended the subscription")
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.CANCELLED:
-                    return
+                # CANCELLED that the caller did not ask for (a leaving `async for` ends the
+                # call without an error) is a cut: a proxy or load balancer reset the stream.
+                if exc.code() == grpc.StatusCode.CANCELLED and self.closed:
+                    raise RuntimeError("the client is closed") from None
                 error = from_rpc_error(exc)
             except asyncio.CancelledError:
                 self._closed_under()

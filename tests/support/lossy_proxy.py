@@ -8,7 +8,8 @@ subscription's first events or marker): the proxy then cuts the stream to the se
 broken connection would.
 
 A stream may keep its first `kept` answers and lose the next (`kept` 1 on `Write`: every stream
-opens, and is cut at the first acknowledgement).
+opens, and is cut at the first acknowledgement). A lost answer's status is UNAVAILABLE, or
+`code` (CANCELLED: a proxy or load balancer resetting the stream).
 
 usage: python -m tests.support.lossy_proxy UPSTREAM METHOD [LOSSES [KEPT]]
 prints `listening HOST:PORT`, then serves until stdin closes (the TypeScript client's tests).
@@ -31,8 +32,16 @@ class AnswerLosingProxy:
     message) are lost after the server has made them, and kept in `lost` (serialised, in order).
     `target` names the proxy."""
 
-    def __init__(self, upstream: str, method: str, losses: int = 1, kept: int = 0) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        method: str,
+        losses: int = 1,
+        kept: int = 0,
+        code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE,
+    ) -> None:
         self.method = method
+        self.code = code
         self.losses = losses
         self.kept = kept
         self.calls: Counter[str] = Counter()
@@ -57,7 +66,7 @@ class AnswerLosingProxy:
             context.abort(exc.code(), exc.details())
         if method == self.method and self.calls[method] <= self.losses:
             self.lost.append(answer)
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy lost the answer")
+            context.abort(self.code, "the proxy lost the answer")
         return answer
 
     def forward_stream(self, path: str, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
@@ -89,7 +98,7 @@ class AnswerLosingProxy:
                     self.lost.append(answer)
                     break
                 answers.cancel()
-                context.abort(grpc.StatusCode.UNAVAILABLE, "the proxy lost the answer")
+                context.abort(self.code, "the proxy lost the answer")
             yield from answers
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.CANCELLED:

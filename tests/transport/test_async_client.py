@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 
+import grpc
 import pytest
 
 from sessionlog.aio import AsyncSessionLogClient
@@ -12,6 +13,7 @@ from sessionlog.core.errors import OwnershipLost, Unavailable, WriterHeld
 from sessionlog.core.events import Event
 from sessionlog.requests import CaughtUp
 from tests.support.events import note, system, user
+from tests.support.lossy_proxy import AnswerLosingProxy
 from tests.support.servers import ServerThread, hold_writer, planned_next_seq
 
 
@@ -285,3 +287,31 @@ def test_a_task_cancelled_in_its_writer_block_leaves_no_unretrieved_failure(serv
     asyncio.run(scenario())
     gc.collect()
     assert [context["message"] for context in reported] == []
+
+
+@pytest.mark.parametrize("code", [grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE])
+def test_a_subscription_the_service_side_cuts_resubscribes(
+    server: ServerThread, sid: str, code: grpc.StatusCode
+) -> None:
+    """A stream that a proxy or load balancer between the client and the service resets (the
+    caller gets CANCELLED, though it cancelled nothing) is a cut like any other: the asyncio
+    subscription resubscribes from the seq after its last event, as the sync client does. It
+    ended the iteration quietly, as if the caller had stopped following."""
+
+    async def scenario() -> None:
+        async with AsyncSessionLogClient(server.target) as direct:
+            writer = await direct.writer(sid, create_if_missing=True)
+            await (await writer.append([note(0)]))
+            # The replay's events pass, the caught-up marker is lost: the proxy resets the stream.
+            with AnswerLosingProxy(server.target, "SubscribeEvents", kept=1, code=code) as proxy:
+                async with AsyncSessionLogClient(proxy.target) as client:
+                    items = client.subscribe(sid)
+                    assert (await anext(items)).seq == 0
+                    assert await asyncio.wait_for(anext(items), 10) == CaughtUp(1)
+                    await (await writer.append([note(1)]))
+                    assert (await asyncio.wait_for(anext(items), 10)).seq == 1
+                    assert proxy.calls["SubscribeEvents"] == 2
+                    await items.aclose()
+            await writer.close()
+
+    asyncio.run(scenario())

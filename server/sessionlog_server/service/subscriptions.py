@@ -267,8 +267,10 @@ async def follow(
             if subscriber.overflowed:
                 raise LimitExceeded(
                     "SUBSCRIBER_TOO_SLOW",
-                    f"the subscriber fell more than {subscriber.max_bytes} bytes behind session "
-                    f"{session_id!r}; subscribe again from seq {next_seq}",
+                    # "behind" by what waits here: the connection's buffers hold more on the way.
+                    f"the subscriber fell behind session {session_id!r}: more than {subscriber.max_bytes} "
+                    f"bytes of its events waited to be sent, besides those its connection held; "
+                    f"subscribe again from seq {next_seq}",
                     session_id=session_id,
                     resume_seq=next_seq,
                     limit=subscriber.max_bytes,

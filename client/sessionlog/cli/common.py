@@ -193,6 +193,12 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def warn(message: str) -> None:
+    """Print `sessionlog: warning: MESSAGE` on stderr: something the command went on past."""
+    sys.stderr.write(f"sessionlog: warning: {message}\n")
+    sys.stderr.flush()
+
+
 def describe(error: SessionLogError, where: str | None = None) -> str:
     """`REASON: [where: ]message[; hint]`: the reason first, so scripts can match on it."""
     message = hints.readable_message(error)

@@ -32,6 +32,7 @@ from sessionlog.cli.common import (
     os_error,
     printable,
     table_cell,
+    warn,
     write_atomically,
     write_stdout,
 )
@@ -107,7 +108,7 @@ def replay_command(
     except OSError as exc:
         raise fail(os_error(exc), 2) from None
     for warning in result.warnings:
-        _stderr().print(f"sessionlog: warning: {warning.message}", markup=False)
+        warn(warning.message)
     changes = compare_recorded(recorded, result.metrics) if recorded is not None else []
     if as_json:
         _print_json(result, recorded, changes)
@@ -302,7 +303,7 @@ def _recompute_one(
             size = path.stat().st_size
             replayed = replay_file(path, at=at_key, lenient=lenient)
             for warning in replayed.warnings:  # what --lenient dropped, as `replay` says it
-                _stderr().print(f"sessionlog: warning: {path}: {warning.message}", markup=False)
+                warn(f"{path}: {warning.message}")
             computed = cache[(path, at_key)] = replayed.metrics
     except SessionLogError as exc:
         outcome.error = describe(exc, str(path))

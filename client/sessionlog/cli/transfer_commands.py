@@ -61,6 +61,7 @@ from sessionlog.cli.common import (
     describe,
     fail,
     print_json,
+    warn,
     write_atomically,
     write_stdout,
 )
@@ -558,10 +559,10 @@ def ingest_command(
         # The lease is given back, so no lapse of it sends the service's repair: the turn stays
         # open until a writer resumes the session (as the next ingest into it does), or the
         # service's start-up repair completes it (docs/repair.md), whichever comes first.
-        sys.stderr.write(
-            "sessionlog: warning: the stream ended inside an agent run; the turn stays open until "
+        warn(
+            "the stream ended inside an agent run; the turn stays open until "
             f"the session is resumed (`sessionlog resume {session_id}`, or the next ingest into it) "
-            "or the service restarts, either of which completes it as interrupted\n"
+            "or the service restarts, either of which completes it as interrupted"
         )
     print_json(
         {
@@ -592,7 +593,7 @@ def _ingest_stdin(appender: Appender, ingest: StreamIngest, reader: JsonlReader)
         raise fail(describe(exc)) from None
     finally:
         for warning in reader.warnings:
-            sys.stderr.write(f"sessionlog: warning: {warning.message}\n")
+            warn(warning.message)
     return appended
 
 
@@ -620,10 +621,7 @@ def _mapped(ingest: StreamIngest, items: Iterable[StreamItem], line: int | None)
         if isinstance(item, IncompleteMessage):
             where = f"turn {item.turn}" if item.turn is not None else "outside any turn"
             kept = "assistant/attempt (partial)" if item.role in (None, "assistant") else "pi/incomplete_message"
-            sys.stderr.write(
-                f"sessionlog: warning: incomplete {item.role or 'unknown'} message ({where}): {item.reason}; "
-                f"appended as {kept}\n"
-            )
+            warn(f"incomplete {item.role or 'unknown'} message ({where}): {item.reason}; appended as {kept}")
         events += ingest.map(item, line)
     return events
 

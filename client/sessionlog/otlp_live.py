@@ -7,8 +7,13 @@ an SDK `SpanExporter` (`OTLPSpanExporter`, OTLP/HTTP protobuf), so no OTLP is wr
 `SessionExport` follows a session as it grows: every span of a turn is sent when the turn ends
 (the model calls and tool calls in it, and what came between the previous turn and this one,
 such as a compaction's summariser call); the rest and the session's root span, which carries
-the markers as span events, are sent by `finish` (the end of a one-shot export, or of
-`sessionlog otlp --follow` on SIGINT/SIGTERM). A span is sent once.
+the markers as span events, are sent by `finish` (the end of a one-shot export). A follower
+that stops (`sessionlog otlp --follow` on SIGINT/SIGTERM) sends the root span but not the turn
+still open: sent then, it went out cut short, and again whole under the same span id from the
+run that saw it end. A span is sent once, and `next_seq` is where a later run goes on from.
+
+`RetryingExporter` is a follower's patience: a collector that refuses a turn (an HTTP 500, or
+down for longer than the SDK exporter's own retries last) is tried again until it takes it.
 
 Needs the `otlp` extra (opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http).
 """
@@ -16,7 +21,8 @@ Needs the `otlp` extra (opentelemetry-sdk and opentelemetry-exporter-otlp-proto-
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -133,30 +139,38 @@ class SessionExport:
         namespace: str | None = None,
         content: bool = False,
         version: str = "",
+        from_seq: int = 0,
     ) -> None:
         """`trace` and `namespace`: the session's trace id and namespace as the service tells
-        them (`Session.trace_id`, `Session.namespace`), as `OtlpFold` takes them."""
+        them (`Session.trace_id`, `Session.namespace`), as `OtlpFold` takes them. Turns that
+        end before `from_seq` are folded, not sent (an earlier run sent them: its `next_seq`)."""
         self.fold = OtlpFold(session_id, trace=trace, namespace=namespace, content=content)
+        self.from_seq = from_seq
         self.exporter = exporter
         # The fold's resource, as the OTLP/JSON export writes it: one session, one resource.
         self.resource = Resource(self.fold.resource)
         self.scope = InstrumentationScope(SCOPE_NAME, version)
         self.next_seq = 0
-        """The first seq whose spans were not sent yet."""
+        """The first seq whose spans were not sent yet (nor left to an earlier run)."""
         self.sent = 0
 
     def add(self, event: Event) -> None:
         """Fold one event; at a `turn/end`, send the spans of everything since the last send."""
         self.fold.add(event)
         if event.type == TURN_END:
-            self._send(self.fold.spans(self.next_seq, event.seq, root=False))
+            if event.seq >= self.from_seq:
+                self._send(self.fold.spans(self.next_seq, event.seq, root=False))
             self.next_seq = event.seq + 1
 
-    def finish(self) -> int:
-        """Send what is left (an open turn included, ending at the last event) and the root
-        span; returns how many spans were sent in all."""
-        self._send(self.fold.spans(self.next_seq, root=True))
-        self.next_seq = len(self.fold.events)
+    def finish(self, *, open_turn: bool = True) -> int:
+        """Send what is left (an open turn included, ending at the last event; not with
+        `open_turn` False: a follower's stop) and the root span; returns how many spans were
+        sent in all."""
+        if open_turn:
+            self._send(self.fold.spans(self.next_seq, root=True))
+            self.next_seq = len(self.fold.events)
+        else:
+            self._send([self.fold.root_span()])
         return self.sent
 
     def _send(self, spans: list[JsonObject]) -> None:
@@ -166,3 +180,49 @@ class SessionExport:
         if result is not SpanExportResult.SUCCESS:
             raise ExportFailed(f"the OTLP exporter refused {len(spans)} span(s) ({result.name})")
         self.sent += len(spans)
+
+
+class RetryingExporter(SpanExporter):
+    """An SDK exporter that tries a refused batch again, waiting `first_wait_s` and then twice as
+    long each time up to `max_wait_s`, until the endpoint takes it or `stopping()` says to give
+    up (the batch then fails, as the wrapped exporter's own failure). `refused(spans, wait)` is
+    told of each refusal before the wait, for a warning."""
+
+    def __init__(
+        self,
+        inner: SpanExporter,
+        stopping: Callable[[], bool],
+        refused: Callable[[int, float], None],
+        *,
+        first_wait_s: float = 1.0,
+        max_wait_s: float = 30.0,
+    ) -> None:
+        self.inner = inner
+        self.stopping = stopping
+        self.refused = refused
+        self.first_wait_s = first_wait_s
+        self.max_wait_s = max_wait_s
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        wait = self.first_wait_s
+        while True:
+            result = self.inner.export(spans)
+            if result is SpanExportResult.SUCCESS or self.stopping():
+                return result
+            self.refused(len(spans), wait)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                if self.stopping():
+                    return result
+                time.sleep(min(STOP_POLL_S, max(0.0, deadline - time.monotonic())))
+            wait = min(wait * 2, self.max_wait_s)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return bool(self.inner.force_flush(timeout_millis))
+
+
+STOP_POLL_S = 0.1
+"""How often a wait before another attempt looks for a stop."""

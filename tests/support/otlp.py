@@ -37,12 +37,22 @@ class Receiver:
         self.requests: list[ExportTraceServiceRequest] = []
         self.answer_after_s = 0.0
         """How long a request is kept before it is answered (after it is kept)."""
+        self.refuse = 0
+        """How many of the next requests are answered 500 and not kept (a collector in trouble)."""
+        self.refused = 0
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 ok = self.path == "/v1/traces" and self.headers["Content-Type"] == "application/x-protobuf"
+                if ok and receiver.refuse > 0:
+                    receiver.refuse -= 1
+                    receiver.refused += 1
+                    self.send_response(500)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if ok:
                     receiver.requests.append(ExportTraceServiceRequest.FromString(body))
                 time.sleep(receiver.answer_after_s)

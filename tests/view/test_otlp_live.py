@@ -3,6 +3,7 @@ SDK exporter, once or turn by turn while following; what arrives equals `otlp_tr
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,8 +12,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from bench.procs import free_port
 from sessionlog.client import SessionLogClient
@@ -43,10 +46,10 @@ def command(server: ServerThread, *args: str) -> list[str]:
 
 
 @contextmanager
-def following(server: ServerThread, sid: str, receiver: Receiver) -> Iterator[subprocess.Popen[str]]:
+def following(server: ServerThread, sid: str, receiver: Receiver, *args: str) -> Iterator[subprocess.Popen[str]]:
     """`sessionlog otlp SID --follow` sending to `receiver`, killed if the block leaves it running."""
     follower = subprocess.Popen(
-        command(server, sid, "--endpoint", receiver.url, "--follow"),
+        command(server, sid, "--endpoint", receiver.url, "--follow", *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -124,6 +127,22 @@ def test_an_endpoint_that_is_not_an_http_url_is_refused_before_anything_is_read(
     assert done.stdout == ""
 
 
+def append_turn(client: SessionLogClient, sid: str, lease: Any, n: int, *, ended: bool = True) -> None:
+    """Turn `n` of a session (the first with the system prompt): a question and its answer."""
+    answer = assistant(n, 1, text=f"answer {n}", usage=usage(100 * n, 50 * n, 10))
+    events = [user(f"question {n}"), turn_start(n), step_start(n, 1), answer, step_end(n, 1)]
+    client.append(sid, lease, ([system("prompt")] if n == 1 else []) + events + ([turn_end(n)] if ended else []))
+
+
+def wait_for_turns(receiver: Receiver, count: int) -> None:
+    deadline = time.monotonic() + 30
+    # Distinct spans: an export the exporter retried (a slow receiver) arrives twice, and two
+    # copies of turn 1 must not pass for turn 2 (the stop would then come before it was sent).
+    while len({s[1] for s in receiver.spans() if s[3] == "invoke_agent"}) < count:
+        assert time.monotonic() < deadline, receiver.spans()
+        time.sleep(0.05)
+
+
 def test_follow_sends_each_turn_as_it_ends(
     server: ServerThread, client: SessionLogClient, sid: str, receiver: Receiver
 ) -> None:
@@ -131,17 +150,10 @@ def test_follow_sends_each_turn_as_it_ends(
     lease = client.acquire_lease(sid)
 
     def turn(n: int) -> None:
-        answer = assistant(n, 1, text=f"answer {n}", usage=usage(100 * n, 50 * n, 10))
-        events = [user(f"question {n}"), turn_start(n), step_start(n, 1), answer, step_end(n, 1), turn_end(n)]
-        client.append(sid, lease, ([system("prompt")] if n == 1 else []) + events)
+        append_turn(client, sid, lease, n)
 
     def wait_for(count: int) -> None:
-        deadline = time.monotonic() + 30
-        # Distinct spans: an export the exporter retried (a slow receiver) arrives twice, and two
-        # copies of turn 1 must not pass for turn 2 (the stop would then come before it was sent).
-        while len({s[1] for s in receiver.spans() if s[3] == "invoke_agent"}) < count:
-            assert time.monotonic() < deadline, receiver.spans()
-            time.sleep(0.05)
+        wait_for_turns(receiver, count)
 
     turn(1)
     with following(server, sid, receiver) as follower:
@@ -154,7 +166,52 @@ def test_follow_sends_each_turn_as_it_ends(
     assert follower.returncode == 0, err
     assert receiver.spans()[-1][3] == f"session {sid}"
     assert sorted(receiver.spans()) == sorted(expected(client, sid))
-    assert out.strip() == '{"spans":5}'  # root, two turns, two model calls
+    # Root, two turns, two model calls; a next run would go on from the session's end.
+    assert json.loads(out) == {"spans": 5, "resume_from": client.get_session(sid).next_seq}
+
+
+def test_a_follower_outlives_a_collector_that_refuses_and_goes_on_where_it_stopped(
+    server: ServerThread, client: SessionLogClient, sid: str, receiver: Receiver
+) -> None:
+    """A collector that answers 500 (the SDK exporter does not retry that), or is down longer
+    than the exporter's own retries, ended the follower (status 1) at the first turn it
+    refused. Now the turn is tried again, with a warning, until it is taken. A stop leaves the
+    open turn unsent (it went out cut short, then again whole under the same span id from the
+    next run) and says where to go on from: the next run, given it, sends no turn twice."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    append_turn(client, sid, lease, 1)
+    with following(server, sid, receiver) as follower:
+        wait_for_turns(receiver, 1)
+        receiver.refuse = 2
+        append_turn(client, sid, lease, 2)
+        wait_for_turns(receiver, 2)  # after two refusals
+        turn3_seq = client.get_session(sid).next_seq
+        append_turn(client, sid, lease, 3, ended=False)
+        time.sleep(1)
+        follower.send_signal(signal.SIGTERM)
+        out, err = follower.communicate(timeout=30)
+    assert follower.returncode == 0, err
+    assert receiver.refused == 2
+    warnings = err.splitlines()
+    assert len(warnings) == 2 and all(
+        w.startswith("sessionlog: warning: the OTLP endpoint refused 2 span(s)") for w in warnings
+    )
+    assert "trying again in 1 s" in warnings[0] and "trying again in 2 s" in warnings[1]
+    stopped = json.loads(out)
+    assert stopped == {"spans": 5, "resume_from": turn3_seq}  # two turns, two model calls, the root
+    assert [name for *_, name in receiver.spans()].count("invoke_agent") == 2  # not the open turn 3
+    first_run = {span_id for _, span_id, parent, _ in receiver.spans() if parent}  # the root comes again
+    receiver.requests.clear()
+    client.append(sid, lease, [turn_end(3)])
+    with following(server, sid, receiver, "--from", str(stopped["resume_from"])) as follower:
+        wait_for_turns(receiver, 1)
+        follower.send_signal(signal.SIGTERM)
+        out, err = follower.communicate(timeout=30)
+    assert follower.returncode == 0, err
+    want = [span for span in expected(client, sid) if span[1] not in first_run]  # turn 3 whole, the root
+    assert sorted(receiver.spans()) == sorted(want) and len(want) == 3
+    assert json.loads(out) == {"spans": 3, "resume_from": client.get_session(sid).next_seq}
 
 
 def test_a_stop_while_a_turn_is_being_sent_sends_it_once(
@@ -180,7 +237,7 @@ def test_a_stop_while_a_turn_is_being_sent_sends_it_once(
     assert follower.returncode == 0, err
     assert [s[3] for s in receiver.spans()][-1] == f"session {sid}"
     assert sorted(receiver.spans()) == sorted(expected(client, sid))
-    assert out.strip() == f'{{"spans":{len(receiver.spans())}}}'
+    assert json.loads(out)["spans"] == len(receiver.spans())
 
 
 def test_the_service_sends_each_turn_as_it_ends(db_url: str, sid: str, receiver: Receiver) -> None:
@@ -274,3 +331,25 @@ def test_after_a_restart_the_open_turn_is_sent_whole(fresh_db: str, sid: str, re
     turn_spans = [s for s in spans() if s[3] == "invoke_agent"]
     assert len(turn_spans) == 1 and len(spans()) == 2
     assert {s[1] for s in want if s[3] == "invoke_agent"} >= {turn_spans[0][1]}
+
+
+def test_the_services_export_failure_names_the_seqs_left_unsent(db_url: str, sid: str, receiver: Receiver) -> None:
+    """The warning of a live export the collector refused named the session only: which turn
+    went unsent (for `sessionlog otlp --from` to send it) was for the operator to guess."""
+    receiver.refuse = 1000  # every attempt of the exporter's
+    server = ServerThread(db_url, otlp_endpoint=receiver.url)
+    try:
+        with capture_logs() as logs, SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            append_turn(client, sid, lease, 1)
+            deadline = time.monotonic() + 30
+            while not (failed := [e for e in logs if e["event"] == "live OTLP export failed"]):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            head, end = client.get_session(sid).next_seq - 7, client.get_session(sid).next_seq - 1
+    finally:
+        server.stop()
+    assert failed[0]["session_id"] == sid
+    assert failed[0]["seqs"] == [head, end]  # the turn's batch: its system prompt to its turn/end
+    assert "refused" in failed[0]["error"]

@@ -4,9 +4,15 @@ The spans are those of `export --format otlp-json`, sent with the official OpenT
 exporter (OTLP/HTTP protobuf) by `sessionlog.otlp_live`. The exporter retries an endpoint that
 does not answer; its own log lines are held, and a failure is one `sessionlog: error:` line
 that says what the exporter said last (exit status 1). Without `--follow` the session is
-read once and sent; with it, the command replays the session and then stays subscribed,
-sending each turn when it ends, until SIGINT or SIGTERM, when it sends the rest and the
-session's root span. Prints `{"spans": N}` at the end.
+read once and sent, and `{"spans": N}` printed.
+
+With `--follow` the command replays the session and then stays subscribed, sending each turn
+when it ends. A collector that refuses a turn (down, restarting, an HTTP 500) is tried again,
+with a warning, until it takes it: a follower outlives a collector's restart. SIGINT or SIGTERM
+sends the session's root span, not the turn still open (the run that sees it end sends it
+whole), and prints `{"spans": N, "resume_from": SEQ}`: `--from SEQ` makes the next run go on
+from there, sending no turn twice. A stop while the collector refuses ends with the error and
+the same resume point.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sessionlog.cli.common import connect, fail, print_json
+from sessionlog.cli.common import connect, fail, print_json, warn
 from sessionlog.core.events import Event
 from sessionlog.core.formats.otlp import is_traces_url
 
@@ -40,8 +46,11 @@ class _Stop:
     def __init__(self) -> None:
         self._sending = False
         self._held = False
+        self.requested = False
+        """A signal came: the command is stopping (a refused turn is not tried again)."""
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
         if self._sending:
             self._held = True
         else:
@@ -65,6 +74,15 @@ def otlp(
         str, typer.Option("--endpoint", metavar="URL", help="OTLP/HTTP traces URL, e.g. http://HOST:4318/v1/traces.")
     ],
     follow: Annotated[bool, typer.Option("--follow", help="Stay subscribed; send each turn as it ends.")] = False,
+    from_seq: Annotated[
+        int,
+        typer.Option(
+            "--from",
+            metavar="SEQ",
+            min=0,
+            help="Send only the turns that end at SEQ or later (a stopped --follow's resume_from).",
+        ),
+    ] = 0,
     content: Annotated[bool, typer.Option("--with-content", help="Include gen_ai.input/output.messages.")] = False,
     header: Annotated[
         list[str] | None,
@@ -75,7 +93,7 @@ def otlp(
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        from sessionlog.otlp_live import ExporterLog, ExportFailed, SessionExport
+        from sessionlog.otlp_live import ExporterLog, ExportFailed, RetryingExporter, SessionExport
     except ImportError:
         raise fail("sessionlog otlp needs the otlp extra: pip install 'sessionlog[otlp]'") from None
     if not is_traces_url(endpoint):
@@ -93,13 +111,24 @@ def otlp(
     # The exporter's own log lines (a retry each, then its failure) are held, not printed: the
     # outcome is this command's one line, which says what the exporter said last.
     log = ExporterLog()
+
+    def refused(spans: int, wait: float) -> None:
+        said = log.summary()
+        log.records.clear()  # each warning tells its own attempt
+        warn(f"the OTLP endpoint refused {spans} span(s){': ' + said if said else ''}; trying again in {wait:g} s")
+
+    if follow:
+        exporter = RetryingExporter(exporter, lambda: stop.requested, refused)
+    export: SessionExport | None = None
     try:
         with log.held(), connect() as client:
             # The service's trace for the session (its live export's, and a tenant's own), not
             # one hashed from the id here, which another tenant's session of that id shares; and
             # its namespace, which the live export's resource names too.
             info = client.get_session(session_id)
-            export = SessionExport(info.id, exporter, trace=info.trace_id, namespace=info.namespace, content=content)
+            export = SessionExport(
+                info.id, exporter, trace=info.trace_id, namespace=info.namespace, content=content, from_seq=from_seq
+            )
             events = client.subscribe(session_id) if follow else client.read_events(session_id)
             try:
                 for item in events:
@@ -108,10 +137,14 @@ def otlp(
                             export.add(item)
             except KeyboardInterrupt:
                 pass
-        print_json({"spans": export.finish()})
+            if follow:
+                print_json({"spans": export.finish(open_turn=False), "resume_from": export.next_seq})
+            else:
+                print_json({"spans": export.finish()})
     except ExportFailed as exc:
         said = log.summary()
-        raise fail(f"{exc} sending to {endpoint}{': ' + said if said else ''}") from None
+        resume = f"; --from {export.next_seq} goes on from the turn not sent" if follow and export else ""
+        raise fail(f"{exc} sending to {endpoint}{': ' + said if said else ''}{resume}") from None
     finally:
         with log.held():
             exporter.shutdown()

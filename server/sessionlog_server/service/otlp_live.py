@@ -81,7 +81,9 @@ class LiveOtlpExport:
                 self._feed(session_id, events)
             except Exception as exc:
                 self.sessions.pop(session_id, None)
-                log.warning("live OTLP export failed", **access.session_log_fields(session_id, exc))
+                # The batch's seqs say which turns went unsent (`sessionlog otlp --from` sends them).
+                seqs = [events[0].seq, events[-1].seq]
+                log.warning("live OTLP export failed", seqs=seqs, **access.session_log_fields(session_id, exc))
 
     def _feed(self, session_id: str, events: list[Event]) -> None:
         export = self.sessions.get(session_id)

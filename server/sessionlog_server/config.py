@@ -179,7 +179,9 @@ class Settings:
     repair_on_start: bool = True
     """Complete open turns of sessions without a live writer at start-up (docs/repair.md)."""
     shutdown_grace_s: float = 10.0
-    """How long SIGTERM waits for in-flight batches before stopping."""
+    """How long SIGTERM waits for in-flight calls (batches, reads) before cutting them; streams
+    that cannot end by themselves (a subscription whose subscriber stopped reading, a health
+    watch) are cut as soon as the rest are done."""
     log_level: str = "info"
     """structlog level: debug, info, warning, error."""
     event_loop: str = "auto"

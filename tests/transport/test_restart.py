@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sessionlog.client import SessionLogClient
 from sessionlog.core.errors import WriterHeld
@@ -139,6 +141,26 @@ def test_a_subscriber_that_stopped_reading_does_not_hold_a_graceful_stop(tmp_pat
             assert seqs == list(range(400))
             subscription.cancel()
         assert server.terminate() == 0
+    finally:
+        if server.proc and server.proc.poll() is None:
+            server.kill()
+
+
+def test_a_health_watch_does_not_hold_a_graceful_stop(tmp_path: Path) -> None:
+    # Every gRPC client with client-side health checking keeps a health Watch open on each
+    # backend; a watch never ends by itself, and the stop waited out its whole grace period for
+    # it (600 s here: waiting fails the test). The watch hears NOT_SERVING, then is cut once the
+    # service's own calls are done.
+    server = ServerProcess(f"sqlite:///{tmp_path / 'h.db'}", env={"SESSIONLOG_SHUTDOWN_GRACE_S": "600"}).start()
+    try:
+        with grpc.insecure_channel(server.target) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
+            statuses = iter(watch)
+            assert next(statuses).status == health_pb2.HealthCheckResponse.SERVING
+            assert server.terminate() == 0
+            assert next(statuses).status == health_pb2.HealthCheckResponse.NOT_SERVING
+            with pytest.raises(grpc.RpcError):
+                next(statuses)
     finally:
         if server.proc and server.proc.poll() is None:
             server.kill()

@@ -1,11 +1,13 @@
 """The calls a server is running, so that its stop waits for those that can finish and cuts
 those that cannot.
 
-A graceful stop waits, up to its grace period, for every call to end. A subscription that the
-stop ended while HTTP/2 flow control held one of its sends (its subscriber stopped reading)
-cannot end: its status goes out behind that send, which waits for the subscriber. Such a call
-is *held* (`hold`); once every call still running is a held one, nothing is left to wait for,
-and the server cuts them (`only_held`), where it waited out the whole grace period.
+A graceful stop waits, up to its grace period, for every call to end. Two kinds never end by
+themselves: a subscription that the stop ended while HTTP/2 flow control held one of its sends
+(its subscriber stopped reading: its status goes out behind that send, which waits for the
+subscriber), a *held* call (`hold`); and the streams of other services, which the service does
+not count (a health `Watch`, as every gRPC client with client-side health checking holds open).
+Once every call of the service's still running is a held one (`settled`), nothing is left to
+wait for, and the server cuts what remains, where it waited out the whole grace period.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ class RunningCalls:
     def __init__(self) -> None:
         self.running = 0
         self.held = 0
-        self._only_held = asyncio.Event()
+        self._settled = asyncio.Event()
 
     @contextlib.contextmanager
     def counted(self) -> Iterator[None]:
@@ -42,10 +44,12 @@ class RunningCalls:
         """A held call is over (its handler returns; counted out next)."""
         self.held -= 1
 
-    async def only_held(self) -> None:
-        """Return once some calls are held and no other call runs."""
-        await self._only_held.wait()
+    async def settled(self) -> None:
+        """Return once every running call is a held one (none running: at once)."""
+        while self.running != self.held:
+            self._settled.clear()
+            await self._settled.wait()
 
     def _update(self) -> None:
-        if self.held and self.running == self.held:
-            self._only_held.set()
+        if self.running == self.held:
+            self._settled.set()

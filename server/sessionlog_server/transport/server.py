@@ -73,19 +73,26 @@ class RunningServer:
         self.service.recorder.close()
 
     async def _stop_calls(self, grace: float) -> None:
-        """Let the calls in flight finish, for up to `grace` seconds, but not wait for those
-        that cannot (`RunningCalls`): subscriptions the stop ended while their subscriber had
-        stopped reading are cut once nothing else runs."""
+        """Let the service's calls in flight finish, for up to `grace` seconds, but not wait for
+        those that cannot (`RunningCalls`): once the rest are done, subscriptions the stop ended
+        while their subscriber had stopped reading, and other services' streams (health
+        watches), are cut."""
         stopped = asyncio.ensure_future(self.server.stop(grace))
-        only_held = asyncio.ensure_future(self.calls.only_held())
-        await asyncio.wait((stopped, only_held), return_when=asyncio.FIRST_COMPLETED)
-        only_held.cancel()
-        if not stopped.done():
-            if self.calls.held:  # (they may have ended meanwhile: a subscriber read again)
-                log.info("cutting subscriptions whose subscribers stopped reading", subscriptions=self.calls.held)
-            await self.server.stop(None)
+        while not stopped.done():
+            settled = asyncio.ensure_future(self.calls.settled())
+            await asyncio.wait((stopped, settled), return_when=asyncio.FIRST_COMPLETED)
+            settled.cancel()
+            # A moment for the server to end by itself (nothing left open), and for a call it
+            # took just before the stop to reach its handler and be counted.
+            await asyncio.wait((stopped,), timeout=CUT_AFTER_S)
+            if not stopped.done() and self.calls.running == self.calls.held:
+                log.info("calls done; cutting the streams that cannot end", held_subscriptions=self.calls.held)
+                await self.server.stop(None)
         await stopped
 
+
+CUT_AFTER_S = 0.2
+"""How long a stop whose calls are all done (or held) waits before it cuts what is left open."""
 
 STORAGE_WATCH_S = 1.0
 """How often the health service asks whether the storage is lost."""

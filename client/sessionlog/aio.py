@@ -53,6 +53,7 @@ from sessionlog.requests import (
     ForkInfo,
     HeaderReport,
     HistoryCopy,
+    OnResubscribe,
     ResumeInfo,
     SubscriptionCursor,
     coalesce,
@@ -389,10 +390,13 @@ class AsyncSessionLogClient(base.ClientBase):
                 raise
             await self._pause(delay)
 
-    async def subscribe(self, session_id: str, *, from_seq: int = 0) -> AsyncIterator[Event | CaughtUp]:
+    async def subscribe(
+        self, session_id: str, *, from_seq: int = 0, on_resubscribe: OnResubscribe | None = None
+    ) -> AsyncIterator[Event | CaughtUp]:
         """Replay, a CaughtUp marker, then live events (until the caller stops iterating); after
-        a cut it resubscribes from the seq after the last delivered event."""
-        cursor = SubscriptionCursor(session_id, from_seq)
+        a cut it resubscribes from the seq after the last delivered event, telling
+        `on_resubscribe(seq, cause)` of each."""
+        cursor = SubscriptionCursor(session_id, from_seq, on_resubscribe)
         while True:
             self._check_open()
             call = self.stub.SubscribeEvents(cursor.request())

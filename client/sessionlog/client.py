@@ -56,6 +56,7 @@ from sessionlog.requests import (
     ForkInfo,
     HeaderReport,
     HistoryCopy,
+    OnResubscribe,
     ResumeInfo,
     SubscriptionCursor,
     coalesce,
@@ -353,11 +354,14 @@ class SessionLogClient(base.ClientBase):
                 delay = self.retry.wait_after(self._error(exc), attempt)
             self._pause(delay)
 
-    def subscribe(self, session_id: str, *, from_seq: int = 0) -> Subscription:
+    def subscribe(
+        self, session_id: str, *, from_seq: int = 0, on_resubscribe: OnResubscribe | None = None
+    ) -> Subscription:
         """Replay from `from_seq`, a CaughtUp marker, then live events until cancelled (resuming
-        on its own after a cut)."""
+        on its own after a cut: `on_resubscribe(seq, cause)` is told of each resumption, and
+        the subscription's `resubscribes` counts them)."""
         self._check_open()
-        return Subscription(self, SubscriptionCursor(session_id, from_seq))
+        return Subscription(self, SubscriptionCursor(session_id, from_seq, on_resubscribe))
 
 
 def _first_answer(call: Any, timeout: float | None) -> Any:
@@ -507,6 +511,11 @@ class Subscription:
             if self._client._pause(delay, ended=self._cancelled):  # a close raises RuntimeError
                 return
             self._call = self._client.stub.SubscribeEvents(self._cursor.request())
+
+    @property
+    def resubscribes(self) -> int:
+        """How many times it resubscribed after a cut."""
+        return self._cursor.resubscribes
 
     def cancel(self) -> None:
         self._cancelled.set()

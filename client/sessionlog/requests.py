@@ -7,7 +7,7 @@ here, once (kurrentdbclient's pattern).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -357,6 +357,11 @@ RESUBSCRIBE_FIRST_DELAY = 0.05
 RESUBSCRIBE_MAX_DELAY = 0.5
 
 
+OnResubscribe = Callable[[int, SessionLogError], None]
+"""Told of each resubscription: the seq it resumes from, and the error that cut the stream (for
+metrics and logs; the TypeScript client's `onResubscribe`)."""
+
+
 class SubscriptionCursor:
     """What a subscription has delivered, so a cut-off subscription resumes without a gap or a repeat.
 
@@ -365,12 +370,15 @@ class SubscriptionCursor:
     after a transport failure such as a service restart (UNAVAILABLE, with backoff).
     """
 
-    def __init__(self, session_id: str, from_seq: int) -> None:
+    def __init__(self, session_id: str, from_seq: int, on_resubscribe: OnResubscribe | None = None) -> None:
         self.session_id = session_argument(session_id)
         self.next_seq = seq_argument(from_seq, "from_seq")
         self.caught_up = False
         self.empty_resumes = 0
         self.unreachable = 0
+        self.resubscribes = 0
+        """Resubscriptions so far (the TypeScript client's `resubscribes`)."""
+        self.on_resubscribe = on_resubscribe
 
     def request(self) -> pb.SubscribeEventsRequest:
         return pb.SubscribeEventsRequest(session_id=self.session_id, from_seq=self.next_seq)
@@ -394,7 +402,16 @@ class SubscriptionCursor:
 
     def resume_delay(self, error: SessionLogError) -> float | None:
         """How long to wait before resubscribing from `next_seq` after `error`, or None to give
-        up with it (any other error, or too many resumes in a row with nothing received)."""
+        up with it (any other error, or too many resumes in a row with nothing received). A
+        resubscription is counted and told to `on_resubscribe` (seq, cause) here."""
+        delay = self._delay(error)
+        if delay is not None:
+            self.resubscribes += 1
+            if self.on_resubscribe is not None:
+                self.on_resubscribe(self.next_seq, error)
+        return delay
+
+    def _delay(self, error: SessionLogError) -> float | None:
         if error.reason == SUBSCRIBER_TOO_SLOW:
             self.empty_resumes += 1
             return 0.0 if self.empty_resumes <= MAX_EMPTY_RESUMES else None

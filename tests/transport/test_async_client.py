@@ -305,12 +305,14 @@ def test_a_subscription_the_service_side_cuts_resubscribes(
             # The replay's events pass, the caught-up marker is lost: the proxy resets the stream.
             with AnswerLosingProxy(server.target, "SubscribeEvents", kept=1, code=code) as proxy:
                 async with AsyncSessionLogClient(proxy.target) as client:
-                    items = client.subscribe(sid)
+                    resumed: list[tuple[int, str]] = []
+                    items = client.subscribe(sid, on_resubscribe=lambda seq, cause: resumed.append((seq, cause.reason)))
                     assert (await anext(items)).seq == 0
                     assert await asyncio.wait_for(anext(items), 10) == CaughtUp(1)
                     await (await writer.append([note(1)]))
                     assert (await asyncio.wait_for(anext(items), 10)).seq == 1
                     assert proxy.calls["SubscribeEvents"] == 2
+                    assert resumed == [(1, "TRANSPORT_ERROR")]  # from the seq after event 0
                     await items.aclose()
             await writer.close()
 

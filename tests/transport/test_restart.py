@@ -127,7 +127,8 @@ def test_a_subscriber_that_stopped_reading_does_not_hold_a_graceful_stop(tmp_pat
                         for n in range(start, start + 20)
                     ],
                 )
-            subscription = client.subscribe(sid)
+            resumed: list[int] = []
+            subscription = client.subscribe(sid, on_resubscribe=lambda seq, cause: resumed.append(seq))
             items = iter(subscription)
             assert next(items).seq == 0
             time.sleep(1)  # the stream fills the client's window, and the service waits to send more
@@ -139,6 +140,7 @@ def test_a_subscriber_that_stopped_reading_does_not_hold_a_graceful_stop(tmp_pat
                     break
                 seqs.append(item.seq)
             assert seqs == list(range(400))
+            assert subscription.resubscribes == len(resumed) >= 1 and 0 < resumed[0] < 400  # after a cut
             subscription.cancel()
         assert server.terminate() == 0
     finally:

@@ -13,8 +13,6 @@ wait for, and the server cuts what remains, where it waited out the whole grace 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
 
 
 class RunningCalls:
@@ -25,15 +23,14 @@ class RunningCalls:
         self.held = 0
         self._settled = asyncio.Event()
 
-    @contextlib.contextmanager
-    def counted(self) -> Iterator[None]:
-        """Count a call in while its handler runs."""
+    def __enter__(self) -> None:
+        """Count a call in while its handler runs (`with calls:`; no generator per call, as
+        `contextlib.contextmanager` makes: every call goes through here)."""
         self.running += 1
-        try:
-            yield
-        finally:
-            self.running -= 1
-            self._update()
+
+    def __exit__(self, *exc: object) -> None:
+        self.running -= 1
+        self._update()
 
     def hold(self) -> None:
         """A running call ended for the stop, but its status waits behind a held send."""

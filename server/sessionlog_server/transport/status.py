@@ -143,7 +143,7 @@ def _mapped(method: F) -> F:
         started, code = time.perf_counter(), "OK"
         _rpc_fields.set({})
         try:
-            with self.calls.counted():
+            with self.calls:
                 return await method(self, request, context)
         except (SessionLogError, Exception) as exc:
             code = _failure_code(exc)
@@ -165,7 +165,7 @@ def streaming(method: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncI
         started, code = time.perf_counter(), "OK"
         _rpc_fields.set({})
         try:
-            with self.calls.counted():
+            with self.calls:
                 async for item in method(self, request, context):
                     yield item
         except (SessionLogError, Exception) as exc:

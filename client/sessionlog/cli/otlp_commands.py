@@ -25,7 +25,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sessionlog.cli.common import connect, fail, print_json, warn
+from sessionlog.cli.common import connect, fail, print_json, seq_within_range, warn
 from sessionlog.core.events import Event
 from sessionlog.core.formats.otlp import is_traces_url
 
@@ -80,6 +80,7 @@ def otlp(
             "--from",
             metavar="SEQ",
             min=0,
+            callback=seq_within_range,
             help="Send only the turns that end at SEQ or later (a stopped --follow's resume_from).",
         ),
     ] = 0,

@@ -9,8 +9,8 @@ subscriber never slows a writer.
 
 A subscription never ends on its own, so when the service stops, every one is ended with
 UNAVAILABLE `SHUTTING_DOWN` (the clients resubscribe, there or elsewhere): left open, each held
-the stop for its whole grace period. So is one whose send waits on a subscriber that stopped
-reading (`SubscriptionHub.stopping`, transport/subscription_sends.py).
+the stop for its whole grace period. One whose send waits on a subscriber that stopped reading
+cannot end so: the transport cuts it (transport/calls.py).
 """
 
 from __future__ import annotations
@@ -126,9 +126,6 @@ class SubscriptionHub:
         self._subscribers: dict[str, set[Subscriber]] = defaultdict(set)
         self.ending = False
         """Set by `end_all`: subscriptions made from then on end at once too."""
-        self.stopping = asyncio.Event()
-        """Set by `end_all`, for a send that HTTP/2 flow control holds (a subscriber that stopped
-        reading): the subscription then ends without waiting for the send to complete."""
         self.followed = threading.Event()
         """Set while anyone here follows a session: a change feed (on its own thread) waits for
         it before it listens at all, and learns of the first subscriber at once."""
@@ -170,7 +167,6 @@ class SubscriptionHub:
         """The service is stopping: end every subscription (and any made later) with
         SHUTTING_DOWN, so none holds the stop for its grace period."""
         self.ending = True
-        self.stopping.set()
         for subscribers in self._subscribers.values():
             for subscriber in subscribers:
                 subscriber.end()
@@ -192,7 +188,7 @@ class SubscriptionHub:
         return sum(len(s) for s in self._subscribers.values())
 
 
-def shutting_down(session_id: str, next_seq: int) -> Unavailable:
+def _shutting_down(session_id: str, next_seq: int) -> Unavailable:
     """How a subscription ends when the service stops: resumable, from the seq not yet sent."""
     return Unavailable(
         "SHUTTING_DOWN",
@@ -247,7 +243,7 @@ async def follow(
         next_seq = from_seq
         while True:  # replay: the log has everything committed so far
             if subscriber.ended:
-                raise shutting_down(session_id, next_seq)
+                raise _shutting_down(session_id, next_seq)
             page = await reader.read(record, next_seq, None, REPLAY_PAGE)
             if page:
                 yield page
@@ -263,7 +259,7 @@ async def follow(
         while True:
             published = await subscriber.next_batch(poll_s)
             if subscriber.ended:
-                raise shutting_down(session_id, next_seq)
+                raise _shutting_down(session_id, next_seq)
             if subscriber.overflowed:
                 raise LimitExceeded(
                     "SUBSCRIBER_TOO_SLOW",

@@ -74,9 +74,8 @@ class RunningServer:
 
     async def _stop_calls(self, grace: float) -> None:
         """Let the service's calls in flight finish, for up to `grace` seconds, but not wait for
-        those that cannot (`RunningCalls`): once the rest are done, subscriptions the stop ended
-        while their subscriber had stopped reading, and other services' streams (health
-        watches), are cut."""
+        those that cannot (`RunningCalls`): once the rest are done, subscriptions waiting on a
+        subscriber that stopped reading, and other services' streams (health watches), are cut."""
         stopped = asyncio.ensure_future(self.server.stop(grace))
         while not stopped.done():
             settled = asyncio.ensure_future(self.calls.settled())
@@ -85,14 +84,15 @@ class RunningServer:
             # A moment for the server to end by itself (nothing left open), and for a call it
             # took just before the stop to reach its handler and be counted.
             await asyncio.wait((stopped,), timeout=CUT_AFTER_S)
-            if not stopped.done() and self.calls.running == self.calls.held:
-                log.info("calls done; cutting the streams that cannot end", held_subscriptions=self.calls.held)
+            if not stopped.done() and self.calls.running == self.calls.sending:
+                log.info("calls done; cutting the streams that cannot end", subscriptions_waiting=self.calls.sending)
                 await self.server.stop(None)
         await stopped
 
 
 CUT_AFTER_S = 0.2
-"""How long a stop whose calls are all done (or held) waits before it cuts what is left open."""
+"""How long a stop whose calls are all done (or wait on their peers) waits before it cuts what is
+left open; a subscriber that reads again meanwhile gets its status, not a cut."""
 
 STORAGE_WATCH_S = 1.0
 """How often the health service asks whether the storage is lost."""

@@ -36,7 +36,6 @@ from sessionlog_server.transport.replies import (
 )
 from sessionlog_server.transport.request_fields import decode_events, decode_header, optional_field, scope_from_pb
 from sessionlog_server.transport.status import note
-from sessionlog_server.transport.subscription_sends import StopAwareSender
 from sessionlog_server.transport.writer_rpc import serve_writer
 
 
@@ -46,7 +45,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     def __init__(self, service: SessionLogService) -> None:
         self.service = service
         self.calls = RunningCalls()
-        """Its calls while they run (`status` counts them): the server's stop cuts those held."""
+        """Its calls while they run (`status` counts them), for the server's stop."""
 
     @status.unary
     async def CreateSession(
@@ -145,21 +144,26 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         # Responses go out with `context.write`, not `yield`: gRPC, and each wrapper around a
         # generator, keeps the response yielded last until the next one, so a quiet
         # subscription would keep its last page of events for as long as it stays quiet.
-        # Each send races the service's stop (`StopAwareSender`): one held by a subscriber that
-        # stopped reading held the stop for its whole grace period.
+        # Each send is counted (`calls.sends`): the stop cuts a subscription whose send waits on
+        # a subscriber that stopped reading, where it held the stop for its whole grace period.
         max_bytes = self.service.settings.read_page_bytes
         namespace = self.service.open_stream()
-        sender = StopAwareSender(context, self.service.hub.stopping, request.session_id, self.calls)
         try:
             async for item in self.service.subscribe(request.session_id, request.from_seq):
                 if isinstance(item, int):
-                    await sender.send(pb.SubscribeEventsResponse(caught_up=pb.CaughtUp(next_seq=item)), item)
+                    with self.calls.sends:
+                        await context.write(pb.SubscribeEventsResponse(caught_up=pb.CaughtUp(next_seq=item)))
                 else:
-                    await _send_events(sender, item, max_bytes)
+                    await self._send_events(context, item, max_bytes)
                 del item
         finally:
-            sender.close()
             self.service.close_stream(namespace)
+
+    async def _send_events(self, context: grpc.aio.ServicerContext, events: list[Event], max_bytes: int) -> None:
+        """A subscription's batch of events, in responses of about `max_bytes` each."""
+        for page in pages(events, max_bytes):
+            with self.calls.sends:
+                await context.write(pb.SubscribeEventsResponse(events=pb.EventBatch(events=page)))
 
     @status.unary
     async def ReportRequestHeader(
@@ -264,12 +268,6 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         # The requests are read with `read_request`, never through `request_iterator` (see there);
         # the answers are written with `context.write` (writer_rpc.py says why).
         await serve_writer(self.service, context)
-
-
-async def _send_events(sender: StopAwareSender, events: list[Event], max_bytes: int) -> None:
-    """A subscription's batch of events, in responses of about `max_bytes` each."""
-    for page in pages(events, max_bytes):
-        await sender.send(pb.SubscribeEventsResponse(events=pb.EventBatch(events=page)), page[0].seq)
 
 
 def _seq_range(result: AppendResult) -> list[int] | None:

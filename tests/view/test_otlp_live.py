@@ -353,3 +353,48 @@ def test_the_services_export_failure_names_the_seqs_left_unsent(db_url: str, sid
     assert failed[0]["session_id"] == sid
     assert failed[0]["seqs"] == [head, end]  # the turn's batch: its system prompt to its turn/end
     assert "refused" in failed[0]["error"]
+
+
+def test_a_follower_stopped_while_the_collector_refuses_says_why_and_where_to_go_on(
+    server: ServerThread, client: SessionLogClient, sid: str, receiver: Receiver
+) -> None:
+    """A stop during the waits between attempts ends with status 1, the collector's last answer
+    (the error said only "FAILURE" once each warning had taken its words), and the resume point."""
+    client.create_session(sid)
+    lease = client.acquire_lease(sid)
+    receiver.refuse = 1000
+    with following(server, sid, receiver) as follower:
+        append_turn(client, sid, lease, 1)
+        deadline = time.monotonic() + 30
+        while receiver.refused < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        follower.send_signal(signal.SIGTERM)
+        out, err = follower.communicate(timeout=30)
+    assert (follower.returncode, out) == (1, "")
+    error = err.splitlines()[-1]
+    assert error.startswith("sessionlog: error: the OTLP exporter refused"), err
+    assert "500" in error and error.endswith("; --from 0 goes on from the turn not sent"), error
+
+
+def test_sending_from_past_the_logs_end_is_refused_as_a_read_from_there_is(
+    server: ServerThread, client: SessionLogClient, sid: str, receiver: Receiver
+) -> None:
+    """`--from` past the session's next seq skipped every turn up to it without a word (a typo,
+    another session's seq); `tail --from` and `events --from` refuse it."""
+    client.create_session(sid)
+    append_turn(client, sid, client.acquire_lease(sid), 1)
+    next_seq = client.get_session(sid).next_seq
+    done = subprocess.run(
+        command(server, sid, "--endpoint", receiver.url, "--from", str(next_seq + 5)),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith(
+        f"sessionlog: error: FROM_SEQ_PAST_HEAD: cannot send session {sid!r} from seq {next_seq + 5}: "
+        f"its next seq is {next_seq}"
+    ), done.stderr
+    assert receiver.requests == []

@@ -25,7 +25,8 @@ from typing import Annotated, Any
 
 import typer
 
-from sessionlog.cli.common import connect, fail, print_json, seq_within_range, warn
+from sessionlog.cli.common import connect, describe, fail, print_json, seq_within_range, warn
+from sessionlog.core.errors import from_seq_past_head
 from sessionlog.core.events import Event
 from sessionlog.core.formats.otlp import is_traces_url
 
@@ -115,7 +116,6 @@ def otlp(
 
     def refused(spans: int, wait: float) -> None:
         said = log.summary()
-        log.records.clear()  # each warning tells its own attempt
         warn(f"the OTLP endpoint refused {spans} span(s){': ' + said if said else ''}; trying again in {wait:g} s")
 
     if follow:
@@ -127,6 +127,10 @@ def otlp(
             # one hashed from the id here, which another tenant's session of that id shares; and
             # its namespace, which the live export's resource names too.
             info = client.get_session(session_id)
+            if from_seq > info.next_seq:
+                # A seq the log has not reached is a mistake (a typo, another session's seq), as
+                # `tail` and `events` are told: it skipped every turn up to it without a word.
+                raise fail(describe(from_seq_past_head(info.id, from_seq, info.next_seq, "send")))
             export = SessionExport(
                 info.id, exporter, trace=info.trace_id, namespace=info.namespace, content=content, from_seq=from_seq
             )

@@ -128,6 +128,19 @@ class OutOfRange(SessionLogError):
     default_reason = "FROM_SEQ_PAST_HEAD"
 
 
+def from_seq_past_head(session_id: str, from_seq: int, next_seq: int, action: str) -> OutOfRange:
+    """FROM_SEQ_PAST_HEAD: a read, subscription or send (`action`: "read", "subscribe to",
+    "send") of a session from a seq its log has not reached (the service's reads and
+    subscriptions, `sessionlog otlp --from`)."""
+    return OutOfRange(
+        "FROM_SEQ_PAST_HEAD",
+        f"cannot {action} session {session_id!r} from seq {from_seq}: its next seq is {next_seq}",
+        session_id=session_id,
+        from_seq=from_seq,
+        next_seq=next_seq,
+    )
+
+
 class LimitExceeded(SessionLogError):
     """A size or rate limit was exceeded (RESOURCE_EXHAUSTED)."""
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sessionlog.core.errors import NotFound, OutOfRange
+from sessionlog.core.errors import NotFound, from_seq_past_head
 from sessionlog.core.events import Event
 from sessionlog.core.limits import Limits
 from sessionlog_server.service import access, recent
@@ -41,13 +41,7 @@ def check_from_seq(record: SessionRecord, from_seq: int, action: str) -> None:
     log with nothing there, and a subscription must never say it is caught up at it. From the
     head itself (`next_seq`) a read is empty (nothing since) and a subscription waits."""
     if from_seq > record.next_seq:
-        raise OutOfRange(
-            "FROM_SEQ_PAST_HEAD",
-            f"cannot {action} session {record.id!r} from seq {from_seq}: its next seq is {record.next_seq}",
-            session_id=record.id,
-            from_seq=from_seq,
-            next_seq=record.next_seq,
-        )
+        raise from_seq_past_head(record.id, from_seq, record.next_seq, action)
 
 
 def segment_of(segments: Sequence[Segment], seq: int) -> Segment:

@@ -1262,16 +1262,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Import into a fresh session, or export the session again.
     """
     FROM_SEQ_PAST_HEAD: _ErrorReason.ValueType  # 128
-    """A read or a subscription asked to start past the end of the log: a seq the log has not
-    reached (a typo, another session's seq). A read would have answered nothing, as for a log
-    with nothing there; a subscription would wait for seqs that may never exist, and must never
-    be told it is caught up there. From `next_seq` itself a read is empty and a subscription
-    waits for the next event.
+    """A read or a subscription (or `sessionlog otlp --from`) asked to start past the end of the
+    log: a seq the log has not reached (a typo, another session's seq). A read would have
+    answered nothing, as for a log with nothing there; a subscription would wait for seqs that
+    may never exist, and must never be told it is caught up there; `otlp` would skip every turn
+    up to it. From `next_seq` itself a read is empty and a subscription waits for the next
+    event. The pure core words it; the service raises it for reads and subscriptions, the CLI
+    for `otlp --from`.
 
     Code: OUT_OF_RANGE
     Metadata: `from_seq`, `next_seq`, `session_id`
-    Raised by: service
-    Client: Read or subscribe from `next_seq` or earlier.
+    Raised by: core
+    Client: Read, subscribe or send from `next_seq` or earlier.
     """
     SUBSCRIBER_TOO_SLOW: _ErrorReason.ValueType  # 129
     """The subscriber fell further behind than the service buffers for one subscriber
@@ -2753,16 +2755,18 @@ Raised by: files
 Client: Import into a fresh session, or export the session again.
 """
 FROM_SEQ_PAST_HEAD: ErrorReason.ValueType  # 128
-"""A read or a subscription asked to start past the end of the log: a seq the log has not
-reached (a typo, another session's seq). A read would have answered nothing, as for a log
-with nothing there; a subscription would wait for seqs that may never exist, and must never
-be told it is caught up there. From `next_seq` itself a read is empty and a subscription
-waits for the next event.
+"""A read or a subscription (or `sessionlog otlp --from`) asked to start past the end of the
+log: a seq the log has not reached (a typo, another session's seq). A read would have
+answered nothing, as for a log with nothing there; a subscription would wait for seqs that
+may never exist, and must never be told it is caught up there; `otlp` would skip every turn
+up to it. From `next_seq` itself a read is empty and a subscription waits for the next
+event. The pure core words it; the service raises it for reads and subscriptions, the CLI
+for `otlp --from`.
 
 Code: OUT_OF_RANGE
 Metadata: `from_seq`, `next_seq`, `session_id`
-Raised by: service
-Client: Read or subscribe from `next_seq` or earlier.
+Raised by: core
+Client: Read, subscribe or send from `next_seq` or earlier.
 """
 SUBSCRIBER_TOO_SLOW: ErrorReason.ValueType  # 129
 """The subscriber fell further behind than the service buffers for one subscriber

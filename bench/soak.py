@@ -117,7 +117,15 @@ class SubscriberStats:
     gaps: int = 0
     duplicates: int = 0
     resubscribes: int = 0
+    """Resubscriptions the client made by itself after a cut (its `on_resubscribe`)."""
+    refollows: int = 0
+    """Times the client gave up (Unavailable: the service down past its retries) and the soak
+    subscribed again."""
     errors: list[str] = field(default_factory=list)
+
+    def resubscribed(self, seq: int, cause: SessionLogError) -> None:
+        """The client's `on_resubscribe`."""
+        self.resubscribes += 1
 
 
 @dataclass
@@ -331,7 +339,9 @@ class Soak:
         following = False
         for _ in range(100_000):  # bounded; cancelled at the end
             try:
-                async for item in client.subscribe(stats.sid, from_seq=stats.expected):
+                async for item in client.subscribe(
+                    stats.sid, from_seq=stats.expected, on_resubscribe=stats.resubscribed
+                ):
                     following = True
                     if isinstance(item, CaughtUp):
                         continue
@@ -346,8 +356,8 @@ class Soak:
             except NotFound:
                 pass  # the writer has not created the session yet
             except Unavailable:
-                if following:  # the service was killed: follow it again from `expected`
-                    stats.resubscribes += 1
+                if following:  # the service was down past the client's retries: follow it again
+                    stats.refollows += 1
                 following = False
             except SessionLogError as exc:
                 stats.errors.append(f"{type(exc).__name__}: {exc}")
@@ -568,6 +578,7 @@ def summary(config: Config, soak: Soak, verdict: Verdict) -> dict[str, Any]:
         "downtime_ms_max": round(max(downtimes), 1) if downtimes else None,
         "subscribers": len(soak.subscribers),
         "resubscribes": sum(s.resubscribes for s in soak.subscribers),
+        "refollows": sum(s.refollows for s in soak.subscribers),
         "rss_epochs": epochs,
         "rss_timeline_mb": rss_timeline(soak.rss),
         "rss_growth": growth,
@@ -606,7 +617,7 @@ def print_summary(report: dict[str, Any]) -> None:
     print(
         f"subscribers: {report['subscriber_events']} events seen, gaps {report['subscriber_gaps']}, "
         f"duplicates {report['subscriber_duplicates']}, mismatches with the log {report['subscriber_mismatches']}, "
-        f"{report['resubscribes']} resubscribes"
+        f"{report['resubscribes']} resubscribes by the client, {report['refollows']} after it gave up"
     )
     print("service RSS per restart epoch (MB):")
     for row in report["rss_epochs"]:

@@ -71,6 +71,12 @@ def seq_within_range(param: typer.CallbackParam, value: int | None) -> int | Non
     return value
 
 
+def seq_option(name: str, help: str) -> Any:
+    """A `SEQ` option (`--from`, `--to`, `--at`): at least 0 and within what the wire carries
+    (`seq_within_range`)."""
+    return typer.Option(name, metavar="SEQ", min=0, callback=seq_within_range, help=help)
+
+
 def print_json(value: Any) -> None:
     """One JSON value on one line of stdout (UTF-8 whatever the locale, not ASCII-escaped)."""
     write_stdout([jsonvalue.dumps_bytes(value) + b"\n"])

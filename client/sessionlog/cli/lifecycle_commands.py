@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sessionlog.cli.common import connect, print_json, seq_within_range
+from sessionlog.cli.common import connect, print_json, seq_option
 
 
 def register(app: typer.Typer) -> None:
@@ -48,9 +48,7 @@ def fork(
     session_id: Annotated[str, typer.Argument(help="The session to fork.")],
     at: Annotated[
         int,
-        typer.Option(
-            "--at", metavar="SEQ", min=0, callback=seq_within_range, help="The last seq the fork inherits (inclusive)."
-        ),
+        seq_option("--at", "The last seq the fork inherits (inclusive)."),
     ],
     new_id: Annotated[
         str | None, typer.Option("--id", metavar="NEW_ID", help="The new session's id (generated if omitted).")

@@ -25,7 +25,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sessionlog.cli.common import connect, describe, fail, print_json, seq_within_range, warn
+from sessionlog.cli.common import connect, describe, fail, print_json, seq_option, warn
 from sessionlog.core.errors import from_seq_past_head
 from sessionlog.core.events import Event
 from sessionlog.core.formats.otlp import is_traces_url
@@ -77,13 +77,7 @@ def otlp(
     follow: Annotated[bool, typer.Option("--follow", help="Stay subscribed; send each turn as it ends.")] = False,
     from_seq: Annotated[
         int,
-        typer.Option(
-            "--from",
-            metavar="SEQ",
-            min=0,
-            callback=seq_within_range,
-            help="Send only the turns that end at SEQ or later (a stopped --follow's resume_from).",
-        ),
+        seq_option("--from", "Send only the turns that end at SEQ or later (a stopped --follow's resume_from)."),
     ] = 0,
     content: Annotated[bool, typer.Option("--with-content", help="Include gen_ai.input/output.messages.")] = False,
     header: Annotated[

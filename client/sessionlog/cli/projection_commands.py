@@ -6,14 +6,12 @@ from typing import Annotated
 
 import typer
 
-from sessionlog.cli.common import connect, print_json, seq_within_range
+from sessionlog.cli.common import connect, print_json, seq_option
 
 SessionArg = Annotated[str, typer.Argument(help="The session to project.")]
 AtOption = Annotated[
     int | None,
-    typer.Option(
-        "--at", metavar="SEQ", min=0, callback=seq_within_range, help="See the session as it was after this seq."
-    ),
+    seq_option("--at", "See the session as it was after this seq."),
 ]
 RepairOption = Annotated[
     bool, typer.Option("--with-repair", help="Show the crash repair of an open turn (in memory, not written).")

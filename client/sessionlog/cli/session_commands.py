@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from sessionlog.cli.batching import Appender, BatchFailed
-from sessionlog.cli.common import LeaseTokenOption, connect, describe, fail, print_json, seq_within_range, stdout_closed
+from sessionlog.cli.common import LeaseTokenOption, connect, describe, fail, print_json, seq_option, stdout_closed
 from sessionlog.core.errors import SessionLogError
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.formats.jsonl import JsonlReader
@@ -152,17 +152,9 @@ def events(
     session_id: Annotated[str, typer.Argument(help="The session to read.")],
     from_seq: Annotated[
         int,
-        typer.Option(
-            "--from",
-            metavar="SEQ",
-            min=0,
-            callback=seq_within_range,
-            help="First seq (inclusive); past the session's next seq, an error.",
-        ),
+        seq_option("--from", "First seq (inclusive); past the session's next seq, an error."),
     ] = 0,
-    to_seq: Annotated[
-        int | None, typer.Option("--to", metavar="SEQ", min=0, callback=seq_within_range, help="Last seq (inclusive).")
-    ] = None,
+    to_seq: Annotated[int | None, seq_option("--to", "Last seq (inclusive).")] = None,
 ) -> None:
     """Print events as JSON Lines envelopes (none from the session's next seq: nothing since)."""
     with connect() as client:
@@ -181,9 +173,7 @@ def sessions(
 
 def tail(
     session_id: Annotated[str, typer.Argument(help="The session to follow.")],
-    from_seq: Annotated[
-        int, typer.Option("--from", metavar="SEQ", min=0, callback=seq_within_range, help="First seq (inclusive).")
-    ] = 0,
+    from_seq: Annotated[int, seq_option("--from", "First seq (inclusive).")] = 0,
 ) -> None:
     """Print events as they land (after replaying from --from), until interrupted."""
     with connect() as client:

@@ -151,8 +151,7 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
         try:
             async for item in self.service.subscribe(request.session_id, request.from_seq):
                 if isinstance(item, int):
-                    with self.calls.sends:
-                        await context.write(pb.SubscribeEventsResponse(caught_up=pb.CaughtUp(next_seq=item)))
+                    await self._send(context, pb.SubscribeEventsResponse(caught_up=pb.CaughtUp(next_seq=item)))
                 else:
                     await self._send_events(context, item, max_bytes)
                 del item
@@ -162,8 +161,12 @@ class SessionServicer(session_service_pb2_grpc.SessionServiceServicer):
     async def _send_events(self, context: grpc.aio.ServicerContext, events: list[Event], max_bytes: int) -> None:
         """A subscription's batch of events, in responses of about `max_bytes` each."""
         for page in pages(events, max_bytes):
-            with self.calls.sends:
-                await context.write(pb.SubscribeEventsResponse(events=pb.EventBatch(events=page)))
+            await self._send(context, pb.SubscribeEventsResponse(events=pb.EventBatch(events=page)))
+
+    async def _send(self, context: grpc.aio.ServicerContext, response: pb.SubscribeEventsResponse) -> None:
+        """One response of a subscription, its wait on the subscriber counted (`calls.sends`)."""
+        with self.calls.sends:
+            await context.write(response)
 
     @status.unary
     async def ReportRequestHeader(

@@ -349,6 +349,10 @@ def test_a_port_past_65535_is_refused_not_dialled_modulo_65536() -> None:
         ["history", "s", "--at"],
         ["stats", "s", "--at"],
         ["fork", "s", "--at"],
+        ["view", "s", "--at"],
+        ["diff", "s", "--to", "0", "--from"],
+        ["diff", "s", "--from", "0", "--to"],
+        ["otlp", "s", "--from"],
     ],
 )
 def test_a_seq_past_what_a_request_carries_is_a_usage_mistake(args: list[str]) -> None:

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from sessionlog.cli.common import connect, fail, guarded, print_json, write_atomically
+from sessionlog.cli.common import connect, fail, guarded, print_json, seq_option, write_atomically
 from sessionlog.core.errors import seq_not_found
 from sessionlog.core.request_diff import request_diff
 from sessionlog.view.page import MissingAssets, SessionRef, render_parts, require_assets
@@ -31,9 +31,7 @@ def view(
     output: Annotated[
         Path | None, typer.Option("-o", "--output", metavar="FILE", help="The HTML file (default: SESSION_ID.html).")
     ] = None,
-    at: Annotated[
-        int | None, typer.Option("--at", metavar="SEQ", min=0, help="Show the session as it was after this seq.")
-    ] = None,
+    at: Annotated[int | None, seq_option("--at", "Show the session as it was after this seq.")] = None,
 ) -> None:
     """Write one self-contained HTML page: request chart, cache-read drops and their causes,
     request diffs, turns and tool calls, and the transcript with replaced rows marked."""
@@ -57,10 +55,8 @@ def view(
 
 def diff(
     session_id: Annotated[str, typer.Argument(help="The session.")],
-    from_seq: Annotated[
-        int, typer.Option("--from", metavar="SEQ", min=0, help="The earlier request: its prefix ends here.")
-    ],
-    to_seq: Annotated[int, typer.Option("--to", metavar="SEQ", min=0, help="The later request: its prefix ends here.")],
+    from_seq: Annotated[int, seq_option("--from", "The earlier request: its prefix ends here.")],
+    to_seq: Annotated[int, seq_option("--to", "The later request: its prefix ends here.")],
 ) -> None:
     """Print what changed between the requests of two prefixes (`request --at FROM` and `--at TO`).
 

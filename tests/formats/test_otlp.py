@@ -5,6 +5,7 @@ checked against the stats projection."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from typing import Any
 
@@ -37,7 +38,7 @@ from tests.support.events import (
     user,
 )
 from tests.support.otlp import span_attr, span_ms, spans_of
-from tests.support.scripted import REQUEST_SEQS, committed, usage
+from tests.support.scripted import REQUEST_SEQS, SUMMARY_SEQ, committed, usage
 
 SID = "sess-otlp"
 GENAI_NAMES = {value for name, value in vars(genai).items() if name.startswith("GEN_AI_") and isinstance(value, str)}
@@ -114,6 +115,23 @@ def test_token_sums_equal_the_stats_projection() -> None:
     assert sum(a[genai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] for a in chat) == totals["cacheReadTokens"]
     assert sum(a[genai.GEN_AI_USAGE_OUTPUT_TOKENS] for a in chat) == totals["outputTokens"]
     assert abs(sum(a["sessionlog.cost_usd"] for a in chat) - totals["costUsd"]) < 1e-12
+
+
+def test_a_summary_from_another_model_is_the_span_of_that_model() -> None:
+    """A compaction's summariser may be a smaller model than the conversation's: its chat span
+    named the header's model, giving the summariser's spend to the chat model in a collector
+    that groups cost by model."""
+    events = repaired()
+    summary = events[SUMMARY_SEQ]
+    data = {**summary.data, "provider": "tiny-co", "model": "m-small"}
+    events[SUMMARY_SEQ] = dataclasses.replace(summary, data=data, data_text=None)
+    spans = parse(otlp_traces(events, SID)).resource_spans[0].scope_spans[0].spans
+    span = next(s for s in spans if attrs(s).get("sessionlog.seq") == SUMMARY_SEQ)
+    assert span.name == "chat m-small"
+    assert attrs(span)[genai.GEN_AI_REQUEST_MODEL] == "m-small"
+    assert attrs(span)[genai.GEN_AI_PROVIDER_NAME] == "tiny-co"
+    others = [attrs(s) for s in spans if s.name.startswith("chat ") and s is not span]
+    assert others and {a[genai.GEN_AI_REQUEST_MODEL] for a in others} == {"m-1"}
 
 
 def test_a_call_without_a_price_has_no_cost_and_is_counted_unpriced() -> None:

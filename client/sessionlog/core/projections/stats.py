@@ -101,7 +101,8 @@ def figure_label(key: str) -> str:
     return LABEL_EXCEPTIONS.get(key) or re.sub(r"(?<!^)([A-Z])", r" \1", key).lower()
 
 
-def _text(value: Any) -> str | None:
+def name_text(value: Any) -> str | None:
+    """`value` if it is a non-empty string (a model, provider or level name), else None."""
     return value if isinstance(value, str) and value else None
 
 
@@ -239,7 +240,7 @@ class StatsAccumulator:
         elif kind == REQUEST_HEADER:
             self._header(data)
         elif kind == PI_THINKING_LEVEL_CHANGE:
-            self.thinking_level = _text(data.get("thinkingLevel")) or self.thinking_level
+            self.thinking_level = name_text(data.get("thinkingLevel")) or self.thinking_level
         # The event's facts, derived once for the rules below.
         replace = is_replace(event)
         copy = is_copy(event)
@@ -260,8 +261,8 @@ class StatsAccumulator:
             self._usage(usage)
 
     def _route(self, provider: Any, model: Any) -> None:
-        self.provider = _text(provider) or self.provider
-        self.model = _text(model) or self.model
+        self.provider = name_text(provider) or self.provider
+        self.model = name_text(model) or self.model
 
     def _header(self, data: JsonObject) -> None:
         header = data.get("header")
@@ -269,7 +270,7 @@ class StatsAccumulator:
         if not isinstance(config, dict):
             return
         self._route(config.get("provider"), config.get("model"))
-        level = _text(config.get("thinkingLevel")) or _text(config.get("reasoningEffort"))
+        level = name_text(config.get("thinkingLevel")) or name_text(config.get("reasoningEffort"))
         self.thinking_level = level or self.thinking_level
 
     def _appended(self, event: Event, message: JsonObject | None) -> None:

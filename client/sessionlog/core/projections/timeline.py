@@ -68,6 +68,7 @@ from sessionlog.core.projections.stats import (
     StatsAccumulator,
     is_model_call,
     is_tool_error,
+    name_text,
     tool_call_count,
     usage_of,
 )
@@ -290,6 +291,11 @@ class TimelineFold:
             return None
         row = self._row(event, "summary" if event.type == COMPACTION_SUMMARY else "other")
         row["usage"] = usage_view(usage)
+        # A summariser may be another model than the conversation's (events.md: the summary
+        # carries its `provider` and `model`); the row, and the export's chat span, name the
+        # one that was called and paid for.
+        row["model"] = name_text(event.data.get("model")) or row["model"]
+        row["provider"] = name_text(event.data.get("provider")) or row["provider"]
         return row
 
     def _drop(self, event: Event, cache_read: int | float) -> JsonObject:

@@ -350,7 +350,8 @@ class AsyncSessionLogClient(base.ClientBase):
         return [row async for row in self._pages(base.transcript(session_id, at_seq, with_repair))]
 
     async def request(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:
-        """`{"request", "sha256", "headerSeq", "atSeq"}`: the exact request of that prefix."""
+        """`{"request", "requestJson", "sha256", "headerSeq", "atSeq"}`: the exact request of that
+        prefix, parsed and as its bytes (`requestJson`, what `sha256` is of)."""
         return await self._run(base.request_view(session_id, at_seq, with_repair))
 
     async def stats(self, session_id: str, *, at_seq: int | None = None, with_repair: bool = False) -> dict[str, Any]:

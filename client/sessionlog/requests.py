@@ -487,12 +487,16 @@ def fork_from_pb(msg: pb.ForkSessionResponse) -> ForkInfo:
 
 
 def request_view_from_pb(msg: pb.GetRequestResponse) -> dict[str, Any]:
-    """`{"request", "sha256", "headerSeq", "atSeq"}`; `atSeq` is the seq the request's prefix
-    ends at (the head when none was asked for; past it when a crash repair is shown in memory),
-    so a request read at the head can be read again, and audited, with `at_seq`; None for a
-    session without events, whose request (`{"messages": []}`) ends at no seq."""
+    """`{"request", "requestJson", "sha256", "headerSeq", "atSeq"}`. `requestJson` is the
+    request's exact bytes as the service sent them, the canonical JSON (RFC 8785) that `sha256` is
+    of: `request`, parsed, does not give them back (Python writes some numbers otherwise). `atSeq`
+    is the seq the request's prefix ends at (the head when none was asked for; past it when a
+    crash repair is shown in memory), so a request read at the head can be read again, and
+    audited, with `at_seq`; None for a session without events, whose request
+    (`{"messages": []}`) ends at no seq."""
     return {
         "request": jsonvalue.loads(msg.request_json, what="request"),
+        "requestJson": bytes(msg.request_json),
         "sha256": msg.sha256,
         "headerSeq": msg.header_seq if msg.HasField("header_seq") else None,
         "atSeq": at_seq_from_pb(msg),

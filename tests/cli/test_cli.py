@@ -277,6 +277,26 @@ def test_header_lines_projections_resume_and_fork(server: ServerThread, sid: str
     assert children == [f"{sid}-f"]
 
 
+def test_request_prints_the_bytes_its_sha256_is_of(server: ServerThread, sid: str) -> None:
+    """`request` printed the request written again from its parsed value, and Python writes some
+    numbers otherwise than RFC 8785 (1e21 for 1e+21): the text printed was not what was hashed.
+    It prints the service's bytes now, and `--bytes` those alone; the clients give them too."""
+    run(server, "create", "--id", sid)
+    header = {"type": "request/header", "data": {"header": {"config": {"model": "m", "topP": 1e-6, "seed": 1e21}}}}
+    assert run(server, "append", sid, stdin=lines(header, USER)).returncode == 0
+    with SessionLogClient(server.target) as client:
+        view = client.request(sid)
+    exact = view["requestJson"]
+    assert hashlib.sha256(exact).hexdigest() == view["sha256"] and b"1e+21" in exact
+    env = {**os.environ, "SESSIONLOG_SERVER": server.target}
+    command = [sys.executable, "-m", "sessionlog", "request", sid]
+    printed = subprocess.run(command, capture_output=True, env=env, cwd=ROOT, timeout=60).stdout
+    assert printed.startswith(b'{"request":' + exact + b',"sha256":') and printed.endswith(b"}\n")
+    assert json.loads(printed)["sha256"] == view["sha256"]
+    alone = subprocess.run([*command, "--bytes"], capture_output=True, env=env, cwd=ROOT, timeout=60).stdout
+    assert alone == exact
+
+
 def test_times_read_as_times() -> None:
     assert readable_time(1_764_524_525_000, now_ms=1_764_524_502_000) == "2025-11-30 17:42:05 UTC (in 23 s)"
     assert readable_time(1_764_524_525_000, now_ms=1_764_524_530_400) == "2025-11-30 17:42:05 UTC (5 s ago)"

@@ -15,6 +15,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from sessionlog.cli.common import table_cell
 from sessionlog.cli.offline import register
 from sessionlog.core.formats.pi.importer import branch_events
 from sessionlog.core.formats.pi.load import load_pi_file
@@ -389,6 +390,31 @@ def test_recompute_reports_a_cost_recorded_as_zero(app: typer.Typer, tmp_path: P
     assert "    compactionCostUsd: 0.0 -> 0.0015" in result.output
     assert "1 run(s) differ from the recorded metrics" in result.output
     assert values_equal(0.0, 0.0) and values_equal(0.0, 0) and values_equal(0.0, 1e-12)  # float noise only
+
+
+def test_recompute_names_the_recorded_keys_it_does_not_recompute(app: typer.Typer, tmp_path: Path) -> None:
+    """A record's key that names no metric recompute computes (a stats figure `replay` has not,
+    or a misspelt one) was passed over without a word, and a run whose every such figure was
+    wrong was reported unchanged."""
+    shutil.copy(RESUMED, tmp_path / "resumed.jsonl")
+    turns = replay_file(RESUMED).metrics["turns"]
+    metrics = {"turns": turns, "toolErrors": 99, "cost": 5}
+    records = [{"run_id": f"r{i}", "session_file": "resumed.jsonl", "metrics": metrics} for i in (1, 2)]
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("".join(json.dumps(record) + "\n" for record in records))
+    out = run(app, "recompute", runs, "--sessions", tmp_path).output
+    assert "2 run(s) unchanged" in out
+    listed = "recorded, not recomputed (no such metric; `sessionlog replay --json` lists them): "
+    assert listed + "toolErrors (2 run(s)), cost (2 run(s))" in out
+
+
+def test_a_cost_cell_rounds_a_half_up_as_the_session_page_does() -> None:
+    """The tables wrote a cost with Python's `:.6f`, which rounds a half to even, and the page
+    with JavaScript's `toFixed(6)`, which rounds it up: 0.0078125 read 0.007812 and $0.007813."""
+    assert table_cell("costUsd", 0.0078125) == "0.007813"
+    assert table_cell("costUsd", 0.63615675) == "0.636157" and table_cell("costUsd", 0.0000004) == "0.000000"
+    assert table_cell("costUsd", 0) == "0.000000" and table_cell("costUsd", -0.0) == "0.000000"
+    assert table_cell("costUsd", 12.5) == "12.500000" and table_cell("turns", 3) == "3"
 
 
 def test_recompute_says_which_costs_leave_unpriced_calls_out(app: typer.Typer, tmp_path: Path) -> None:

@@ -291,6 +291,9 @@ def test_a_number_matches_at_the_precision_it_was_recorded_with() -> None:
     assert not values_equal(30, 31)
     assert not values_equal(12, 12.4)  # an integer is exact
     assert values_equal(1e-05, 1.4e-05) and not values_equal(1e-05, 1.6e-05)  # 0.00001: five decimals
+    # A tie matches either rounding of it: a half to even (Python's) and a half up (the page's).
+    assert values_equal(0.007812, 0.0078125) and values_equal(0.007813, 0.0078125)
+    assert not values_equal(0.007811, 0.0078125) and not values_equal(0.007814, 0.0078125)
 
 
 def test_float_noise_is_not_a_change() -> None:

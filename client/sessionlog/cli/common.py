@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -99,12 +101,27 @@ def write_stdout(chunks: Iterable[bytes]) -> None:
 
 def table_cell(key: str, value: Any) -> str:
     """A figure as a plain-text table shows it (`replay`, `costs`): `-` for none, a `...Usd`
-    cost to six decimals, anything else as is."""
+    cost to six decimals (`usd_text`), anything else as is."""
     if value is None:
         return "-"
-    if key.endswith("Usd") and isinstance(value, (int, float)):
-        return f"{value:.6f}"
+    if key.endswith("Usd") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return usd_text(value)
     return str(value)
+
+
+USD_DECIMALS = Decimal("0.000001")
+"""The places a table writes a cost to."""
+
+
+def usd_text(value: int | float) -> str:
+    """A cost to six decimals, a half rounded up, as the session page writes it (JavaScript's
+    `toFixed(6)`: both round the float's exact value): Python's `:.6f` rounds a half to even,
+    and a cost of exactly 0.0078125 read 0.007812 here and $0.007813 on the page."""
+    if not math.isfinite(value):
+        return str(value)
+    with localcontext() as exact:
+        exact.prec = 1000  # a float's exact value fits whole
+        return str(Decimal(value or 0).quantize(USD_DECIMALS, rounding=ROUND_HALF_UP))
 
 
 LOWER_BOUND = "≥"

@@ -48,6 +48,7 @@ from sessionlog.core.formats.replay import (
     compare_recorded,
     missing_metrics,
     replay_file,
+    unknown_metrics,
 )
 from sessionlog.core.jsonvalue import dumps, loads
 
@@ -181,6 +182,8 @@ class RunOutcome:
     """Recorded metrics whose recomputed value differs."""
     missing: list[Change] = field(default_factory=list)
     """Metrics the record lacks, as additions (`--add-new`)."""
+    unknown: list[str] = field(default_factory=list)
+    """Recorded keys that name no metric recompute computes (`unknown_metrics`)."""
     computed: dict[str, Any] = field(default_factory=dict)
     """The recomputed metrics (empty when the run could not be recomputed)."""
     error: str | None = None
@@ -238,6 +241,7 @@ def recompute_command(
 
     _report(outcomes)
     _report_missing(outcomes)
+    _report_unknown(outcomes)
     _report_lower_bounds(outcomes)
     changed = [o for o in outcomes if o.changes]
     failed = [o for o in outcomes if o.error]
@@ -314,6 +318,7 @@ def _recompute_one(
     outcome.computed = computed
     outcome.changes = compare_recorded(recorded, computed)
     outcome.missing = missing_metrics(recorded, computed)
+    outcome.unknown = unknown_metrics(recorded)
     return outcome, size
 
 
@@ -348,6 +353,19 @@ def _report_missing(outcomes: list[RunOutcome]) -> None:
     if counts:
         listed = ", ".join(f"{metric} ({count} run(s))" for metric, count in counts.items())
         _stdout().print(f"not recorded, not compared (--write --add-new adds them): {listed}", markup=False)
+
+
+def _report_unknown(outcomes: list[RunOutcome]) -> None:
+    """Recorded keys recompute has no metric for, once for the whole file: a run reported
+    unchanged was not checked on them (a misspelt key, or a figure only `stats` has)."""
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        for key in outcome.unknown:
+            counts[key] = counts.get(key, 0) + 1
+    if counts:
+        listed = ", ".join(f"{key} ({count} run(s))" for key, count in counts.items())
+        text = f"recorded, not recomputed (no such metric; `sessionlog replay --json` lists them): {listed}"
+        _stdout().print(text, markup=False)
 
 
 LOWER_BOUNDS_NAMED = 10

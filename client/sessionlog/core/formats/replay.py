@@ -210,17 +210,26 @@ def values_equal(old: Any, new: Any) -> bool:
     if isinstance(old, numbers) and isinstance(new, numbers):
         if math.isclose(old, new, rel_tol=1e-9, abs_tol=1e-9):
             return True
-        return isinstance(old, float) and abs(new - old) <= _half_unit(old)
+        return isinstance(old, float) and _rounds_to(new, old)
     return bool(old == new)
 
 
-def _half_unit(recorded: float) -> float:
-    """Half a unit of the last digit a float was written with (`0.636157` -> 5e-7); 0 for a
-    zero, which shows no precision."""
-    if not math.isfinite(recorded) or recorded == 0:
-        return 0.0
-    exponent = decimal.Decimal(repr(recorded)).as_tuple().exponent
-    return 0.5 * 10.0 ** int(exponent) if isinstance(exponent, int) else 0.0
+def _rounds_to(value: int | float, recorded: float) -> bool:
+    """Whether `value` rounds to `recorded` at the digits `recorded` was written with
+    (`0.636157`: six decimals), a half either way included: `0.0078125` matches `0.007812` (a
+    writer that rounds halves to even, Python's) and `0.007813` (one that rounds them up, the
+    session page's and `costs`'), computed exactly, where floats made a tie fall either side. A
+    zero shows no precision: it matches nothing here (only zero, above)."""
+    if not math.isfinite(recorded) or recorded == 0 or not math.isfinite(value):
+        return False
+    written = decimal.Decimal(repr(recorded))
+    exponent = written.as_tuple().exponent
+    if not isinstance(exponent, int):
+        return False
+    half = decimal.Decimal(5).scaleb(exponent - 1)
+    with decimal.localcontext() as exact:
+        exact.prec = 1000  # every float's exact value fits: nothing here is rounded
+        return abs(decimal.Decimal(value) - written) <= half
 
 
 def compare_recorded(recorded: JsonObject, computed: dict[str, Any]) -> list[Change]:
@@ -240,6 +249,14 @@ def compare_recorded(recorded: JsonObject, computed: dict[str, Any]) -> list[Cha
         if not values_equal(old, new):
             changes.append(Change(key, old, new))
     return changes
+
+
+def unknown_metrics(recorded: JsonObject) -> list[str]:
+    """The recorded keys that name no metric recompute computes (`canonical_key` None), as the
+    record spells them: left as recorded and compared with nothing, which a run reported
+    unchanged would not say (a misspelt `cost`, or a stats figure `replay` has not, such as
+    `toolErrors`)."""
+    return [key for key in recorded if canonical_key(key) is None]
 
 
 def missing_metrics(recorded: JsonObject, computed: dict[str, Any]) -> list[Change]:

@@ -64,6 +64,17 @@ def test_a_request_without_a_price_has_no_cost() -> None:
     assert (view["stats"]["costUsd"], view["stats"]["unpricedEvents"]) == (0.25, 1)
 
 
+def test_a_cost_summed_from_its_parts_is_rounded_as_stats_round_it() -> None:
+    """A call priced by its parts (no `total`) showed their float sum on the page and in the
+    export (0.30000000000000004 for 0.1 + 0.2), where stats round to `COST_DECIMALS`."""
+    usage = {"input": 10, "output": 5, "cost": {"input": 0.1, "output": 0.2}}
+    message = {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "usage": usage}
+    raw = [{"type": "assistant/message", "surfaceOp": "append", "data": {"message": message}}]
+    events = [NewEvent.from_json(e).committed(n, 1000 + n) for n, e in enumerate(raw)]
+    view = timeline(events)
+    assert [r["usage"]["cost"] for r in view["requests"]] == [0.3] == [view["stats"]["costUsd"]]
+
+
 def test_each_cache_drop_names_its_cause() -> None:
     view = timeline(repaired())
     drops = {r["seq"]: r["drop"] for r in view["requests"] if r["drop"] is not None}

@@ -456,3 +456,16 @@ def test_every_reason_has_a_case() -> None:
     raised |= {"SURFACE_OP_MISSING", "SURFACE_OP_NOT_ALLOWED", "SOURCES_NOT_ALLOWED"}  # validate.py
     assert raised - set(CASES) - ELSEWHERE == set()
     assert set(CASES) - raised == set()
+
+
+def test_a_wrong_starts_series_names_the_latest_header_by_its_seq() -> None:
+    """The message ended "at the latest header 0": a generation that read as the header's seq."""
+    log = Log()
+    log.head()
+    log.add("request/header", {"header": HEADER, "reason": "initial"})
+    error = log.reject(
+        "HEADER_STARTS_SERIES_WRONG", "request/header", {"header": HEADER, "reason": "resume", "startsSeries": True}
+    )
+    assert error.message.endswith(
+        "(the surface's replaceGeneration is 0, and was 0 at the latest header, seq 1: it has not moved since)"
+    ), error.message

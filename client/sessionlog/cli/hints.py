@@ -46,7 +46,8 @@ def hint(error: SessionLogError, *, ca_file: str | None, target: str) -> str | N
     if error.reason == "SESSION_NOT_FOUND":
         session = error.metadata.get("session_id")
         create = f"sessionlog create --id {shlex.quote(session)}" if session else "sessionlog create --id ID"
-        return f"`{create}` creates it (`sessionlog sessions` lists those there are)"
+        # Reads meet it as often as writes: the listing comes first, the command that creates second.
+        return f"`sessionlog sessions` lists the sessions there are; `{create}` creates this one"
     if error.reason == "TOKEN_MISSING":
         return (
             "the server takes bearer tokens: pass it with --token TOKEN (or set SESSIONLOG_TOKEN); "

@@ -15,7 +15,12 @@ AtOption = Annotated[
     seq_option("--at", "See the session as it was after this seq."),
 ]
 RepairOption = Annotated[
-    bool, typer.Option("--with-repair", help="Show the crash repair of an open turn (in memory, not written).")
+    bool,
+    typer.Option(
+        "--with-repair",
+        help="Show the crash repair of an open turn (in memory, not written); at the head only: an --at "
+        "before it is shown as logged.",
+    ),
 ]
 
 

@@ -264,11 +264,23 @@ def check_starts_series(latest: HeaderState | None, event: Event, reason: str, g
             "HEADER_STARTS_SERIES_WRONG",
             f"request/header at seq {event.seq}: startsSeries must be "
             f"{'true' if expected else 'absent'} for reason {reason!r} "
-            f"(replaceGeneration {generation}, at the latest header "
-            f"{latest.generation if latest is not None else 'none'})",
+            f"({_generations(latest, generation)})",
             field="data.startsSeries",
             seq=event.seq,
         )
+
+
+def _generations(latest: HeaderState | None, generation: int) -> str:
+    """What decides `startsSeries`, in words: the surface's replace generation now and at the
+    latest header, that header named by its seq (a bare number after "the latest header" read
+    as its seq)."""
+    if latest is None:
+        return f"the surface's replaceGeneration is {generation}, and no header was logged before"
+    moved = "it moved since" if generation != latest.generation else "it has not moved since"
+    return (
+        f"the surface's replaceGeneration is {generation}, and was {latest.generation} at the latest "
+        f"header, seq {latest.seq}: {moved}"
+    )
 
 
 def header_state(event: Event, *, generation: int) -> HeaderState:

@@ -1143,7 +1143,8 @@ class ProjectionScope(_message.Message):
     """See the session as it was after this seq; unset means the latest seq."""
     with_repair: _builtins.bool
     """When the session has an open turn and no live writer, show the crash repair in memory
-    (without writing it).
+    (without writing it). At the head only (`at_seq` unset, or the last seq): a prefix before
+    it is shown as logged, since the log went on past it.
     """
     def __init__(
         self,

@@ -31,10 +31,10 @@ from opentelemetry.sdk.trace import Event as SpanEvent
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from sessionlog.core.events import Event, JsonObject
-from sessionlog.core.formats.otlp import SCOPE_NAME, OtlpFold
+from sessionlog.core.formats.otlp import SCOPE_NAME, ForkOrigin, OtlpFold
 from sessionlog.core.vocabulary import TURN_END
 
 _KINDS = {0: SpanKind.INTERNAL, 1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT}
@@ -119,6 +119,10 @@ def readable_span(span: JsonObject, resource: Resource, scope: InstrumentationSc
             SpanEvent(event["name"], _attributes(event["attributes"]), int(event["timeUnixNano"]))
             for event in span.get("events", [])
         ],
+        links=[
+            Link(_context(link["traceId"], link["spanId"]), _attributes(link.get("attributes", [])))
+            for link in span.get("links", [])
+        ],
         kind=_KINDS[span["kind"]],
         status=Status(StatusCode.ERROR, status.get("message")) if status else Status(StatusCode.UNSET),
         start_time=int(span["startTimeUnixNano"]),
@@ -140,11 +144,13 @@ class SessionExport:
         content: bool = False,
         version: str = "",
         from_seq: int = 0,
+        fork: ForkOrigin | None = None,
     ) -> None:
         """`trace` and `namespace`: the session's trace id and namespace as the service tells
-        them (`Session.trace_id`, `Session.namespace`), as `OtlpFold` takes them. Turns that
-        end before `from_seq` are folded, not sent (an earlier run sent them: its `next_seq`)."""
-        self.fold = OtlpFold(session_id, trace=trace, namespace=namespace, content=content)
+        them (`Session.trace_id`, `Session.namespace`), and `fork` where a fork came from, as
+        `OtlpFold` takes them (a fork's trace holds its own events only). Turns that end before
+        `from_seq` are folded, not sent (an earlier run sent them: its `next_seq`)."""
+        self.fold = OtlpFold(session_id, trace=trace, namespace=namespace, content=content, fork=fork)
         self.from_seq = from_seq
         self.exporter = exporter
         # The fold's resource, as the OTLP/JSON export writes it: one session, one resource.

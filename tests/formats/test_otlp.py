@@ -21,10 +21,23 @@ from opentelemetry.semconv._incubating.attributes import error_attributes
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as genai
 
 from sessionlog.core import jsonvalue
+from sessionlog.core.costs import SessionCost, total_figures
 from sessionlog.core.events import Event, NewEvent
-from sessionlog.core.formats.otlp import DURATION_UNKNOWN, NAMESPACE, RESOURCE, SCOPE_NAME, otlp_traces, trace_id
+from sessionlog.core.formats.otlp import (
+    DURATION_UNKNOWN,
+    FORK_PARENT,
+    FORK_SEQ,
+    NAMESPACE,
+    RESOURCE,
+    SCOPE_NAME,
+    ForkOrigin,
+    otlp_traces,
+    span_id,
+    trace_id,
+)
 from sessionlog.core.projections.stats import stats
 from sessionlog.core.repair import commit_closers, fork_seed, open_turn_closers
+from sessionlog.core.usage import total_cost
 from sessionlog.otlp_live import SessionExport, readable_span
 from tests.support.events import (
     assistant,
@@ -432,21 +445,22 @@ def test_an_unanswered_tool_call_ends_with_its_step() -> None:
     assert laid([tool], events[0].time, 1000) == [("execute_tool read", "c1", 4, 5)]  # the message, step/end
 
 
-def followed(events: list[Event]) -> list[tuple[Any, ...]]:
+def followed(events: list[Event], fork: ForkOrigin | None = None) -> list[tuple[Any, ...]]:
     """The spans `SessionExport` (the follower and the service's live export) sends, a turn at a
     time, then the rest with the root, through a real SDK exporter held in memory."""
     exporter = InMemorySpanExporter()
-    export = SessionExport(SID, exporter)
+    export = SessionExport(SID, exporter, fork=fork)
     for event in events:
         export.add(event)
     export.finish()
     return sorted(sdk_span(span) for span in exporter.get_finished_spans())
 
 
-def exported(events: list[Event]) -> list[tuple[Any, ...]]:
+def exported(events: list[Event], fork: ForkOrigin | None = None) -> list[tuple[Any, ...]]:
     """The spans of `otlp_traces`, as the SDK spans the follower sends would be."""
     resource, scope = Resource(RESOURCE), InstrumentationScope(SCOPE_NAME, "")
-    return sorted(sdk_span(readable_span(s, resource, scope)) for s in spans_of(otlp_traces(events, SID)))
+    spans = spans_of(otlp_traces(events, SID, fork=fork))
+    return sorted(sdk_span(readable_span(s, resource, scope)) for s in spans)
 
 
 def sdk_span(span: ReadableSpan) -> tuple[Any, ...]:
@@ -454,7 +468,8 @@ def sdk_span(span: ReadableSpan) -> tuple[Any, ...]:
     parent = span.parent.span_id if span.parent is not None else None
     events = [(e.name, e.timestamp, dict(e.attributes or {})) for e in span.events]
     attributes = dict(span.attributes or {})
-    return (span.context.span_id, parent, span.name, span.start_time, span.end_time, attributes, events)
+    links = [(link.context.trace_id, link.context.span_id) for link in span.links]
+    return (span.context.span_id, parent, span.name, span.start_time, span.end_time, attributes, events, links)
 
 
 @pytest.mark.parametrize("log", [repaired, imported_fork, unanswered], ids=lambda f: f.__name__)
@@ -463,3 +478,167 @@ def test_following_sends_the_spans_of_the_export(log: Any) -> None:
     attributes and markers alike (the live tests compare ids and names through a receiver)."""
     events = log()
     assert followed(events) == exported(events)
+
+
+# --- forks: a fork's trace holds what the fork itself wrote --------------------------------------
+
+PARENT, FORK, FORK2 = "sess-parent", "sess-fork", "sess-fork2"
+
+
+def continued(log: list[Event], script: list[dict[str, Any]]) -> list[Event]:
+    """`log` and then `script`, committed a second apart after its last event."""
+    start, time = len(log), log[-1].time
+    return log + [NewEvent.from_json(e).committed(start + n, time + 1000 * (n + 1)) for n, e in enumerate(script)]
+
+
+def forked(source: list[Event], cut: int) -> list[Event]:
+    """A fork of `source` at seq `cut`: the shared prefix, then what the service writes (the
+    inherited seed, and the closers of a turn open at the cut, `forked`), a second later."""
+    shared = source[: cut + 1]
+    return shared + commit_closers(fork_seed(shared), len(shared), shared[-1].time + 1000)
+
+
+def family() -> tuple[list[Event], list[Event], list[Event], int, int]:
+    """A parent, its fork cut inside turn 2 while call c2 is pending (the fork's seed and closers
+    at 11..14, then its own turn 3), and a fork of that fork cut inside turn 3 while c3 is
+    pending, past the first fork's seed: its log holds two seeds, the last its own. Returns the
+    three logs and the two cuts."""
+    turn1 = [system("prompt"), user("q1"), turn_start(1), step_start(1, 1)]
+    turn1 += [assistant(1, 1, text="a1", usage=usage(100, 0, 5)), step_end(1, 1), turn_end(1)]
+    turn2 = [user("q2"), turn_start(2), step_start(2, 1)]
+    turn2 += [assistant(2, 1, calls=(("c2", "bash"),), usage=usage(200, 100, 10))]  # 10: the cut
+    parent = committed(turn1 + turn2)
+    cut = len(parent) - 1
+    rest = [tool_result(2, 1, "c2", "ok"), step_end(2, 1), step_start(2, 2)]
+    rest += [assistant(2, 2, text="a2", usage=usage(300, 200, 10)), step_end(2, 2), turn_end(2)]
+    parent = continued(parent, rest)
+    turn3 = [user("q3"), turn_start(3), step_start(3, 1)]
+    turn3 += [assistant(3, 1, calls=(("c3", "read"),), usage=usage(400, 0, 7))]  # 18: the second cut
+    fork = continued(forked(parent, cut), turn3)
+    cut2 = len(fork) - 1
+    rest = [tool_result(3, 1, "c3", "x"), step_end(3, 1), step_start(3, 2)]
+    rest += [assistant(3, 2, text="a3", usage=usage(500, 400, 9)), step_end(3, 2), turn_end(3)]
+    fork = continued(fork, rest)
+    turn4 = [user("q4"), turn_start(4), step_start(4, 1)]
+    turn4 += [assistant(4, 1, text="a4", usage=usage(600, 500, 11)), step_end(4, 1), turn_end(4)]
+    fork2 = continued(forked(fork, cut2), turn4)
+    return parent, fork, fork2, cut, cut2
+
+
+def fork_traces() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The spans of the family's three traces, each fork told its parent and cut."""
+    parent, fork, fork2, cut, cut2 = family()
+    return (
+        spans_of(otlp_traces(parent, PARENT)),
+        spans_of(otlp_traces(fork, FORK, fork=ForkOrigin(PARENT, cut))),
+        spans_of(otlp_traces(fork2, FORK2, fork=ForkOrigin(FORK, cut2))),
+    )
+
+
+def chat_seqs(spans: list[dict[str, Any]]) -> list[int]:
+    return [span_attr(s, "sessionlog.seq") for s in spans if span_attr(s, "gen_ai.operation.name") == "chat"]
+
+
+def test_a_forks_trace_holds_its_own_spans_and_the_turn_it_cut() -> None:
+    """The fork sent its parent's chat spans again (under new ids, in its own trace) and its
+    root carried the whole log's cost. Now: chat and tool spans of its own events only, the turn
+    it cut and closed (`forked`) under its own id, its own markers, and a root that names the
+    parent and cut, links to the parent's root and spans the cut turn and its own events."""
+    parent, fork, _, cut, _ = family()
+    spans = spans_of(otlp_traces(fork, FORK, fork=ForkOrigin(PARENT, cut)))
+    assert chat_seqs(spans) == [18, 22] and all(seq > cut for seq in chat_seqs(spans))
+    tools = [s for s in spans if s["name"].startswith("execute_tool")]
+    # c2 was asked in the prefix: its span is the parent's.
+    assert [(span_attr(s, "gen_ai.tool.call.id"), span_attr(s, "sessionlog.seq")) for s in tools] == [("c3", 18)]
+    turns = [s for s in spans if s["name"] == "invoke_agent"]
+    assert [(span_attr(t, "sessionlog.turn"), span_attr(t, "sessionlog.turn.end_kind")) for t in turns] == [
+        (2, "forked"),
+        (3, "completed"),
+    ]
+    assert turns[0]["spanId"] == span_id(trace_id(FORK), "turn", 8)  # the cut turn began at 8, in the prefix
+    assert turns[0]["spanId"] not in {s["spanId"] for s in spans_of(otlp_traces(parent, PARENT))}
+    root = spans[0]
+    assert [e["name"] for e in root["events"]] == ["sessionlog.fork", "sessionlog.repair"]
+    assert (span_attr(root, FORK_PARENT), span_attr(root, FORK_SEQ)) == (PARENT, cut)
+    assert span_attr(root, "sessionlog.events") == len(fork) - cut - 1
+    assert root["links"] == [
+        {"traceId": trace_id(PARENT), "spanId": spans_of(otlp_traces(parent, PARENT))[0]["spanId"]}
+    ]
+    assert span_ms(root) == (span_ms(turns[0])[0], fork[-1].time)  # from the cut turn's start
+    assert all(span_ms(root)[0] <= span_ms(s)[0] <= span_ms(s)[1] <= span_ms(root)[1] for s in spans)
+
+
+def test_a_forks_root_costs_what_costs_counts_as_its_own_and_a_family_adds_up() -> None:
+    """Adding the roots of a session and its forks counted each inherited prefix again; each
+    root now carries what `sessionlog costs` counts as the session's own, so they add up to the
+    family's total, a fork of a fork (two seeds in its log) included."""
+    parent, fork, fork2, cut, cut2 = family()
+    rows = [
+        SessionCost.of(PARENT, None, None, stats(parent)),
+        SessionCost.of(FORK, PARENT, cut, stats(fork), stats(parent[: cut + 1])),
+        SessionCost.of(FORK2, FORK, cut2, stats(fork2), stats(fork[: cut2 + 1])),
+    ]
+    roots = [spans[0] for spans in fork_traces()]
+    for root, row in zip(roots, rows, strict=True):
+        assert span_attr(root, "sessionlog.cost_usd") == row.own["costUsd"]
+        assert span_attr(root, "sessionlog.unpriced_events") == row.own["unpricedEvents"]
+        assert span_attr(root, "sessionlog.events") == row.own["events"]
+    costs = [span_attr(root, "sessionlog.cost_usd") for root in roots]
+    assert total_cost(costs) == total_figures(rows)["costUsd"]
+    assert total_cost(costs) < total_cost([row.stats["costUsd"] for row in rows])  # each prefix once
+    assert [span_attr(root, FORK_SEQ) for root in roots] == [None, cut, cut2]
+
+
+def test_a_fork_of_a_fork_holds_only_what_it_wrote() -> None:
+    """The fork of a fork inherits its parent's seed and own turn 3 up to the cut: its trace has
+    its own chat spans, its own turn and the turn 3 it cut, not its parent's chat at 18."""
+    _, _, fork2, _, cut2 = family()
+    spans = fork_traces()[2]
+    assert chat_seqs(spans) == [len(fork2) - 3] and all(seq > cut2 for seq in chat_seqs(spans))
+    turns = [(span_attr(s, "sessionlog.turn"), span_attr(s, "sessionlog.turn.end_kind")) for s in spans]
+    assert [t for t in turns if t[0] is not None] == [(3, "forked"), (4, "completed")]
+    assert not any("tool" in s["name"] for s in spans)  # c3 was asked by its parent
+    assert [e["name"] for e in spans[0]["events"]] == ["sessionlog.fork", "sessionlog.repair"]  # its own seed only
+    assert spans[0]["links"][0]["traceId"] == trace_id(FORK)
+
+
+def test_a_fork_told_no_cut_is_exported_whole_and_a_session_that_is_no_fork_as_before() -> None:
+    """`fork=None` is the trace of the whole log, as always (the rule needs the cut named)."""
+    parent, fork, _, _, _ = family()
+    assert otlp_traces(parent, PARENT, fork=None) == otlp_traces(parent, PARENT)
+    assert chat_seqs(spans_of(otlp_traces(fork, FORK)))[0] == 4
+    with pytest.raises(ValueError, match="at least 0"):
+        ForkOrigin(PARENT, -1)
+
+
+def fork_logs() -> list[tuple[list[Event], ForkOrigin]]:
+    _parent, fork, fork2, cut, cut2 = family()
+    return [(fork, ForkOrigin(PARENT, cut)), (fork2, ForkOrigin(FORK, cut2, trace_id(FORK)))]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["fork", "fork-of-fork"])
+def test_following_a_fork_sends_the_spans_of_its_export(which: int) -> None:
+    """The follower (`sessionlog otlp`, the service's live export) and the export send one set of
+    spans for a fork: the same ids, times, attributes, markers and link."""
+    events, fork = fork_logs()[which]
+    assert followed(events, fork) == exported(events, fork)
+    assert any(s[2] == "invoke_agent" and s[5]["sessionlog.turn.end_kind"] == "forked" for s in followed(events, fork))
+
+
+def test_a_fork_followed_in_two_runs_sends_each_span_once() -> None:
+    """A follower stopped inside the fork's own turn, and a run that goes on from its
+    `resume_from` (`--from`), send the export's spans, each turn once; the root goes out each
+    time (with the whole log's figures the second time)."""
+    events, fork = fork_logs()[0]
+    first, second = InMemorySpanExporter(), InMemorySpanExporter()
+    stop = len(events) - 3  # inside turn 3, after its first answer
+    export = SessionExport(SID, first, fork=fork)
+    for event in events[:stop]:
+        export.add(event)
+    export.finish(open_turn=False)
+    again = SessionExport(SID, second, fork=fork, from_seq=export.next_seq)
+    for event in events:
+        again.add(event)
+    again.finish()
+    sent = [sdk_span(s) for s in [*first.get_finished_spans(), *second.get_finished_spans()] if s.parent is not None]
+    assert sorted(sent) == [s for s in exported(events, fork) if s[1] is not None]

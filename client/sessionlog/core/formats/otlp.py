@@ -50,6 +50,23 @@ tenant attribute; `service.namespace` qualifies the service's name, and the one 
 every tenant). The service knows it (and tells it clients as `Session.namespace`); a log read
 without a service has none, and its export carries no such attribute.
 
+A fork's trace holds what the fork itself wrote, the events `sessionlog costs` counts as its own
+(docs/repair.md#fork): its log's prefix 0..fork_seq is its parent's, and in its parent's trace
+already. Its caller names the cut (`ForkOrigin`: the service knows every session's `fork_seq`, a
+client reads it with `GetSession`); it is not guessed from the events, since a fork of a fork
+holds its parent's seed in its prefix, and a follower would have sent the parent's own turns
+before it met the fork's own seed. So a fork's trace has a `chat` span for each event after
+the cut, an `execute_tool` span for each call asked after it, an `invoke_agent` span for each
+turn that ends after it or is still open (the turn the fork cut and closed `forked` is in the
+fork's trace, under the fork's own span id: it began in the prefix, but the fork ended it), and
+root markers for the events after it. Its root carries the fork's own figures, as `costs` has
+them (`costs.own_figures`: its `sessionlog.cost_usd`, `sessionlog.unpriced_events` and
+`sessionlog.events`), so the roots of a session and its forks add up to the family's total, spans
+the times of its own events and of the turns it holds, names its parent and cut
+(`sessionlog.fork.parent_id`, `sessionlog.fork.seq`) and, when the parent's trace is known,
+links to the parent's root span. A session that is no fork owns all of its log: its trace is
+what it always was.
+
 Message content is left out unless asked (`content=True`): then chat spans carry
 `gen_ai.input.messages` (the exact request's messages) and `gen_ai.output.messages` as JSON
 strings in the conventions' `{role, parts}` shape.
@@ -66,9 +83,10 @@ from urllib.parse import urlsplit
 
 from sessionlog.core import jsonvalue
 from sessionlog.core.clock import Placement, SessionClock
+from sessionlog.core.costs import Figures, own_figures
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.messages import message_of
-from sessionlog.core.projections.stats import usage_of
+from sessionlog.core.projections.stats import StatsAccumulator, usage_of
 from sessionlog.core.projections.timeline import TimelineFold, usage_view
 from sessionlog.core.repair import is_repair_closer
 from sessionlog.core.surface import surface_messages
@@ -79,6 +97,10 @@ RESOURCE: dict[str, Any] = {"service.name": "sessionlog"}
 """The resource attributes of every export; a session's resource adds its namespace (`resource`)."""
 NAMESPACE = "sessionlog.namespace"
 """The resource attribute naming the session's namespace (tenant), when it is known."""
+FORK_PARENT = "sessionlog.fork.parent_id"
+"""The root span's attribute naming a fork's parent (by the id its callers know it by)."""
+FORK_SEQ = "sessionlog.fork.seq"
+"""The root span's attribute naming a fork's cut: the parent's events 0..it are inherited."""
 DURATION_UNKNOWN = "sessionlog.duration_unknown"
 """The attribute (true) of a span whose length is not the time between its two events."""
 SPAN_KIND_INTERNAL = 1
@@ -112,6 +134,11 @@ def span_id(trace: str, what: str, seq: int | str) -> str:
     """A span id (16 hex digits) for `what` at `seq` in the session of trace id `trace`."""
     key = f"sessionlog/span\0{trace}\0{what}\0{seq}".encode()
     return hashlib.sha256(key).hexdigest()[:16]
+
+
+def root_span_id(trace: str) -> str:
+    """The span id of the root span `session {id}` of the session of trace id `trace`."""
+    return span_id(trace, "session", 0)
 
 
 def is_trace_id(value: str) -> bool:
@@ -215,6 +242,38 @@ def _span(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class ForkOrigin:
+    """Where a fork came from: its parent (`parent_id`, the id its callers know it by), the cut
+    (`seq`, its `fork_seq`: the parent's events 0..seq are the fork's inherited prefix), and the
+    parent's trace id when known (the parent's `Session.trace_id`; None: hashed from the parent's
+    id when the fork's own trace is hashed from its id, else not known and not linked)."""
+
+    parent_id: str
+    seq: int
+    parent_trace: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.seq < 0:
+            raise ValueError(f"a fork's seq is at least 0, not {self.seq}")
+        if self.parent_trace is not None and not is_trace_id(self.parent_trace):
+            raise ValueError(f"trace id {self.parent_trace!r} is not 32 lowercase hex digits")
+
+
+def fork_origin(parent_id: str | None, fork_seq: int | None, parent_trace: str | None = None) -> ForkOrigin | None:
+    """The origin of a session that names its parent and fork seq (as `GetSession` and the
+    service's session record do); None for a session that is no fork."""
+    if parent_id is None or fork_seq is None:
+        return None
+    return ForkOrigin(parent_id, fork_seq, parent_trace)
+
+
+def _figures(totals: StatsAccumulator, events: int) -> dict[str, Any]:
+    """The stats of `events` events of running totals `totals`, as `costs` reads stats (its
+    `messages`, no figure of a cost, is not counted here)."""
+    return totals.as_dict(events=events, messages=0)
+
+
 def _between(records: list[JsonObject], key: str, first: int, last: int) -> list[JsonObject]:
     """The records (sorted by `key`) whose `key` lies in first..last."""
     low = bisect.bisect_left(records, first, key=lambda record: int(record[key]))
@@ -228,13 +287,21 @@ class OtlpFold:
     exporting each turn as it ends). Both give the same span for the same thing."""
 
     def __init__(
-        self, session_id: str, *, trace: str | None = None, namespace: str | None = None, content: bool = False
+        self,
+        session_id: str,
+        *,
+        trace: str | None = None,
+        namespace: str | None = None,
+        content: bool = False,
+        fork: ForkOrigin | None = None,
     ) -> None:
         """`session_id` names the session in the spans (`session ID`, `gen_ai.conversation.id`);
         `trace` is its trace id as the service tells it (`Session.trace_id`), which every id
         derives from; None (no service, or one that predates the field): hashed from the id.
         `namespace` is the namespace the service keeps it in (`Session.namespace`), named by the
-        resource of its spans (`resource`); None (no service, or an older one): not named."""
+        resource of its spans (`resource`); None (no service, or an older one): not named.
+        `fork` says where a fork came from (None: a session that is no fork, or a fork exported
+        whole, as before): its trace then holds its own events only (the module docstring)."""
         if trace is not None and not is_trace_id(trace):
             raise ValueError(f"trace id {trace!r} is not 32 lowercase hex digits")
         if namespace == "":
@@ -247,10 +314,18 @@ class OtlpFold:
         self.fold = TimelineFold()
         self.clock = SessionClock()
         self.inputs: dict[int, list[JsonObject]] = {}
-        self.root = span_id(self.trace, "session", 0)
+        self.root = root_span_id(self.trace)
         self.step_ends: dict[tuple[int, int], int] = {}
         """The seq of the `step/end` that closed each step (by `(turn, step)`): where a call its
         step ended without a result ends."""
+        self.fork = fork
+        self.own_from = 0 if fork is None else fork.seq + 1
+        """The first seq of the session's own events: after a fork's cut, else the log's start."""
+        self.inherited: StatsAccumulator | None = None
+        """A fork's totals at its cut (what it inherited), once folded that far."""
+        self.parent_trace = None if fork is None else fork.parent_trace
+        if fork is not None and self.parent_trace is None and trace is None:
+            self.parent_trace = trace_id(fork.parent_id)  # both hashed from ids, as without a service
 
     @property
     def events(self) -> list[Event]:
@@ -269,9 +344,18 @@ class OtlpFold:
         events = self.fold.events
         return Placement(self.clock.bounds()[1], self.at(len(events) - 1).timed if events else True)
 
+    def owns(self, seq: int) -> bool:
+        """Whether event `seq` is the session's own: for a fork, one after its cut."""
+        return seq >= self.own_from
+
+    def holds_turn(self, turn: JsonObject) -> bool:
+        """Whether the session's trace holds a turn: one it ended, or still open (a fork holds
+        the turn it cut, which its closers ended, not the turns its parent ended)."""
+        return turn["endSeq"] is None or self.owns(turn["endSeq"])
+
     def add(self, event: Event) -> None:
         """Fold one event (seqs 0, 1, 2, … in order)."""
-        if self.content and usage_of(event) is not None:
+        if self.content and self.owns(event.seq) and usage_of(event) is not None:
             # The request's messages: the surface of the prefix before the response.
             self.inputs[event.seq] = surface_messages(self.fold.surface.nodes, self.fold.event_at)
         if event.type == STEP_END:
@@ -280,17 +364,22 @@ class OtlpFold:
                 self.step_ends[step] = event.seq
         self.fold.add(event)
         self.clock.add(event)
+        if event.seq == self.own_from - 1:
+            self.inherited = self.fold.totals.copy()
 
     def common(self, operation: str) -> dict[str, Any]:
         return {"gen_ai.operation.name": operation, "gen_ai.conversation.id": self.session_id}
 
     def spans(self, first: int = 0, last: int | None = None, *, root: bool = True) -> list[JsonObject]:
         """The root span (when asked), then the spans of what seqs first..last hold: turns that
-        start there, model calls answered there, tool calls asked for there."""
+        start there, model calls answered there, tool calls asked for there; of a fork, those
+        its trace holds (`holds_turn`, `owns`)."""
         events = self.fold.events
         last = len(events) - 1 if last is None else last
         out = [self.root_span()] if root else []
-        out += [self.turn(turn) for turn in _between(self.fold.turns, "startSeq", first, last)]
+        turns = _between(self.fold.turns, "startSeq", first, last)
+        out += [self.turn(turn) for turn in turns if self.holds_turn(turn)]
+        first = max(first, self.own_from)
         requests = {request["seq"]: request for request in _between(self.fold.requests, "seq", first, last)}
         for event in events[first : last + 1]:
             usage = usage_of(event)
@@ -299,24 +388,52 @@ class OtlpFold:
         out += [self.tool(call) for call in _between(self.fold.tool_calls, "blockSeq", first, last)]
         return out
 
-    def root_span(self) -> JsonObject:
-        events = self.fold.events
+    def own_figures(self) -> Figures:
+        """The session's own figures, as `sessionlog costs` counts them (`costs.own_figures`):
+        a fork's totals less those at its cut, all of them for a session that is no fork."""
+        events = len(self.fold.events)
+        whole = _figures(self.fold.totals, events)
+        if self.fork is None:
+            return own_figures(whole, None)
+        inherited = self.fold.totals if self.inherited is None else self.inherited  # not folded past the cut
+        return own_figures(whole, _figures(inherited, min(self.own_from, events)))
+
+    def root_extent(self) -> Extent:
+        """The root spans every event's time; a fork's, the times of its own events and of the
+        turns its trace holds (the turn it cut began in the prefix), so its spans nest in it."""
         low, high = self.clock.bounds()
+        if self.fork is None:
+            return Extent(low, high, True)
+        times = [self.at(seq).ms for seq in range(self.own_from, len(self.fold.events))]
+        for turn in filter(self.holds_turn, self.fold.turns):
+            held = self.turn_extent(turn)
+            times += [held.start, held.end]
+        return Extent(min(times), max(times), True) if times else Extent(low, high, True)
+
+    def root_span(self) -> JsonObject:
+        """The span `session {id}`: the session's own figures and markers; a fork's names its
+        parent and cut, and links to its parent's root when the parent's trace is known."""
+        own = self.own_figures()
+        fork = self.fork
         root = _span(
             self.trace,
             self.root,
             None,
             f"session {self.session_id}",
             SPAN_KIND_INTERNAL,
-            Extent(low, high, True),
+            self.root_extent(),
             {
                 "gen_ai.conversation.id": self.session_id,
-                "sessionlog.events": len(events),
-                "sessionlog.cost_usd": self.fold.totals.cost_usd(),
-                "sessionlog.unpriced_events": self.fold.totals.unpriced_events,
+                "sessionlog.events": own["events"],
+                "sessionlog.cost_usd": own["costUsd"],
+                "sessionlog.unpriced_events": own["unpricedEvents"],
+                FORK_PARENT: None if fork is None else fork.parent_id,
+                FORK_SEQ: None if fork is None else fork.seq,
             },
         )
-        root["events"] = [self.marker(marker) for marker in self.fold.markers]
+        root["events"] = [self.marker(marker) for marker in self.fold.markers if self.owns(marker["seq"])]
+        if self.parent_trace is not None:
+            root["links"] = [{"traceId": self.parent_trace, "spanId": root_span_id(self.parent_trace)}]
         return root
 
     def marker(self, marker: JsonObject) -> JsonObject:
@@ -482,10 +599,11 @@ def otlp_traces(
     namespace: str | None = None,
     content: bool = False,
     version: str = "",
+    fork: ForkOrigin | None = None,
 ) -> JsonObject:
     """The session as an OTLP `ExportTraceServiceRequest` in OTLP/JSON (see the module docstring);
-    `trace` and `namespace` as `OtlpFold` takes them."""
-    fold = OtlpFold(session_id, trace=trace, namespace=namespace, content=content)
+    `trace`, `namespace` and `fork` as `OtlpFold` takes them."""
+    fold = OtlpFold(session_id, trace=trace, namespace=namespace, content=content, fork=fork)
     for event in events:
         fold.add(event)
     return document(fold.spans(), version, fold.resource)

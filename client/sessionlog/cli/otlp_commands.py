@@ -13,6 +13,9 @@ sends the session's root span, not the turn still open (the run that sees it end
 whole), and prints `{"spans": N, "resume_from": SEQ}`: `--from SEQ` makes the next run go on
 from there, sending no turn twice. A stop while the collector refuses ends with the error and
 the same resume point.
+
+A fork's spans are those of its own events (`core.formats.otlp`): the command reads its parent's
+trace id too (`fork_of`), so the fork's root span links to its parent's.
 """
 
 from __future__ import annotations
@@ -21,19 +24,34 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from sessionlog.cli.common import connect, describe, fail, print_json, seq_option, warn
 from sessionlog.core.errors import from_seq_past_head
 from sessionlog.core.events import Event
-from sessionlog.core.formats.otlp import is_traces_url
+from sessionlog.core.formats.otlp import ForkOrigin, fork_origin, is_traces_url
+from sessionlog.session_info import SessionInfo
+
+if TYPE_CHECKING:
+    from sessionlog.client import SessionLogClient
 
 
 def register(app: typer.Typer) -> None:
     """Add `otlp` to `app`."""
     app.command("otlp")(otlp)
+
+
+def fork_of(client: SessionLogClient, info: SessionInfo) -> ForkOrigin | None:
+    """Where session `info` came from, for its OTLP spans (None: no fork): its parent, its cut,
+    and its parent's trace as the service tells it (one more `GetSession`), which the fork's root
+    span links to. A service that tells no trace ids tells none for the parent either: both are
+    hashed from the ids then (`OtlpFold`)."""
+    if info.parent_session_id is None:
+        return None
+    parent_trace = None if info.trace_id is None else client.get_session(info.parent_session_id).trace_id
+    return fork_origin(info.parent_session_id, info.fork_seq, parent_trace)
 
 
 class _Stop:
@@ -126,7 +144,13 @@ def otlp(
                 # `tail` and `events` are told: it skipped every turn up to it without a word.
                 raise fail(describe(from_seq_past_head(info.id, from_seq, info.next_seq, "send")))
             export = SessionExport(
-                info.id, exporter, trace=info.trace_id, namespace=info.namespace, content=content, from_seq=from_seq
+                info.id,
+                exporter,
+                trace=info.trace_id,
+                namespace=info.namespace,
+                content=content,
+                from_seq=from_seq,
+                fork=fork_of(client, info),
             )
             events = client.subscribe(session_id) if follow else client.read_events(session_id)
             try:

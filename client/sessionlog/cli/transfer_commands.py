@@ -74,6 +74,7 @@ from sessionlog.cli.import_targets import (
     pi_targets,
     sessionlog_targets,
 )
+from sessionlog.cli.otlp_commands import fork_of
 from sessionlog.cli.progress import Advance, progress
 from sessionlog.cli.writers import command_writer_id, open_writer
 from sessionlog.core import jsonvalue, validate
@@ -493,6 +494,8 @@ def export_command(
                 _write(output, sessionlog_lines(session, _counted(client.read_events(session_id), advance)))
                 return
             events = list(_counted(client.read_events(session_id), advance))
+        # A fork's trace holds its own events, and its root links to its parent's.
+        fork = fork_of(client, info) if fmt == ExportFormat.otlp_json else None
     try:
         if fmt == ExportFormat.pi:
             lines: Iterable[str] = list(
@@ -502,7 +505,9 @@ def export_command(
             # The service's trace and namespace for the session, so its spans and resource are
             # the live export's (an old service tells neither: the trace is then hashed from the
             # id, and no namespace is named).
-            document = otlp_traces(events, info.id, trace=info.trace_id, namespace=info.namespace, content=content)
+            document = otlp_traces(
+                events, info.id, trace=info.trace_id, namespace=info.namespace, content=content, fork=fork
+            )
             lines = [jsonvalue.dumps(document) + "\n"]
     except SessionLogError as exc:
         raise fail(describe(exc)) from None

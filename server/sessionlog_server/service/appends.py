@@ -82,8 +82,8 @@ class AppendPipeline:
         self.lease_ttl_ms = lease_ttl_ms
         self.blob_threshold = blob_threshold
         self.commit_taps: list[CommitTap] = []
-        """Called with every batch this process commits, after its subscribers (the live OTLP
-        export); must not block."""
+        """Called with every batch this process commits, after its subscribers, and with what a
+        fork this process made wrote (`tap_committed`): the live OTLP export; must not block."""
 
     async def start_append(
         self,
@@ -366,11 +366,17 @@ class AppendPipeline:
             if self.commit_taps or self.hub.has_subscribers(live.session_id):  # else no one to hand events to
                 committed_events = _with_stored_text(pending)
                 self.hub.publish(live.session_id, committed_events, pending.stored_bytes, pending.committed_at)
-                for tap in self.commit_taps:
-                    tap(live.session_id, committed_events)
+                self.tap_committed(live.session_id, committed_events)
         finally:
             if not result.done():
                 result.set_result(AppendResult(plan.seqs, pending.new_next_seq, pending.lease_expires_at))
+
+    def tap_committed(self, session_id: str, events: Sequence[Event]) -> None:
+        """Hand committed events of a session to the commit taps: a batch this pipeline
+        committed, or the first events of a fork (its seed and the closers of the turn it cut),
+        which ForkSession commits with the session itself, not through this pipeline."""
+        for tap in self.commit_taps:
+            tap(session_id, events)
 
     async def append(
         self, holder: LeaseHolder, expected_next_seq: int | None, decoded: Sequence[DecodedEvent]

@@ -280,6 +280,9 @@ async def fork(service: SessionLogService, source_id: str, at_seq: int, new_id: 
             fork_seq=at_seq,
         )
         return ForkResult(made, repair_seqs)
+    # What the fork wrote goes to the taps as an append's batch does: the live OTLP export
+    # sends the turn the fork cut (its `turn/end` of kind `forked`) from here.
+    service.appends.tap_committed(child_id, events)
     log.info(
         "forked",
         **access.session_log_fields(child_id),

@@ -17,6 +17,16 @@ sessions) is folded from the log up to its batch; sending resumes at its open tu
 a turn is sent whole and a closed turn is not sent again by this process. A collector that
 refuses spans is logged, never retried forever; the log stays the source of truth, and
 `sessionlog otlp` re-sends any session.
+
+A fork's spans are those of its own events, as its clients' exports have them (`OtlpFold`
+learns its parent and cut from its session record). What ForkSession writes (the seed, and the
+closers of a turn it cut) is not an append: the process that made the fork hands it to the taps
+(`AppendPipeline.tap_committed`), so the turn the fork cut and closed (`forked`) is sent by that
+process, when the fork is made, whole from its start in the inherited prefix, as every other
+turn is sent by the process that committed its `turn/end`. A restart in between (the fork made,
+its batch not yet sent) loses that turn as it loses any other turn queued and not sent: the
+process that next meets the fork warms it from the log, past the fork's closers, and does not
+send it (nor any turn that ended before); `sessionlog otlp` sends it.
 """
 
 from __future__ import annotations
@@ -31,8 +41,10 @@ from typing import Any
 import structlog
 
 from sessionlog.core.events import Event
+from sessionlog.core.formats.otlp import ForkOrigin, fork_origin
 from sessionlog_server.service import access
 from sessionlog_server.service.app import SessionLogService
+from sessionlog_server.storage.records import SessionRecord
 
 log = structlog.get_logger("sessionlog.otlp")
 MAX_SESSIONS = 64
@@ -101,6 +113,7 @@ class LiveOtlpExport:
 
     def _warm(self, session_id: str, first_seq: int) -> Any:
         """A `SessionExport` holding the log before `first_seq`, sending from its open turn."""
+        record, prefix = self._read(session_id, first_seq - 1)
         # Named by the id its clients know, under the trace and namespace they are told
         # (`Session.trace_id`, `Session.namespace`), so the spans and their resource are those
         # of their exports; the key itself never leaves the service.
@@ -109,25 +122,37 @@ class LiveOtlpExport:
             self.exporter,
             trace=access.trace_id(session_id),
             namespace=access.namespace_of(session_id),
+            fork=_fork_of(record),
         )
-        if first_seq > 0:
-            for event in self._read(session_id, first_seq - 1):
-                export.fold.add(event)
+        for event in prefix:
+            export.fold.add(event)
         open_turns = export.fold.fold.open_turns
         export.next_seq = min((turn["startSeq"] for turn in open_turns.values()), default=first_seq)
         return export
 
-    def _read(self, session_id: str, to_seq: int) -> list[Event]:
+    def _read(self, session_id: str, to_seq: int) -> tuple[SessionRecord, list[Event]]:
+        """The session's record and its events 0..to_seq (none for a `to_seq` below 0)."""
         assert self._loop is not None
         reader = self.service.reader
 
-        async def read() -> list[Event]:
+        async def read() -> tuple[SessionRecord, list[Event]]:
+            record = await reader.session(session_id)
             events: list[Event] = []
-            async for page in reader.pages(await reader.session(session_id), 0, to_seq):
-                events.extend(page)
-            return events
+            if to_seq >= 0:
+                async for page in reader.pages(record, 0, to_seq):
+                    events.extend(page)
+            return record, events
 
         return asyncio.run_coroutine_threadsafe(read(), self._loop).result(timeout=120)
+
+
+def _fork_of(record: SessionRecord) -> ForkOrigin | None:
+    """Where a session came from, as its clients' exports name it: its parent by the id they
+    know, and the parent's trace as the service tells it (None: no fork)."""
+    parent = record.parent_id
+    if parent is None:
+        return None
+    return fork_origin(access.public_id(parent), record.fork_seq, access.trace_id(parent))
 
 
 def start_live_export(service: SessionLogService, endpoint: str) -> LiveOtlpExport:

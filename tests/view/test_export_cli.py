@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from sessionlog.cli.main import app
 from sessionlog.client import SessionLogClient
+from sessionlog.core.costs import own_figures
 from sessionlog.core.projections.timeline import timeline
 from sessionlog.view import page
 from tests.support.events import step_end, step_start, system, turn_start, user
@@ -35,13 +36,26 @@ def run(server: ServerThread, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_otlp_export_of_a_fork_matches_its_stats(server: ServerThread, client: SessionLogClient, sid: str) -> None:
+def test_otlp_export_of_a_fork_matches_its_own_stats(server: ServerThread, client: SessionLogClient, sid: str) -> None:
+    """A fork's trace holds its own events: its token sums are its stats less its source's at
+    the cut (all of the session's for the session itself), its markers its own."""
     child = write_scripted(client, sid)
-    done = run(server, "export", child, "--format", "otlp-json")
-    assert done.returncode == 0, done.stderr
-    document = json.loads(done.stdout)
-    spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
-    stats = client.stats(child)
+    fork_seq = client.get_session(child).fork_seq
+    assert fork_seq is not None
+    for session, inherited in ((sid, None), (child, client.stats(sid, at_seq=fork_seq))):
+        done = run(server, "export", session, "--format", "otlp-json")
+        assert done.returncode == 0, done.stderr
+        document = json.loads(done.stdout)
+        spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        own = own_figures(client.stats(session), inherited)
+        assert_sums(spans, own, session)
+    assert [e["name"] for e in spans[0]["events"]] == ["sessionlog.fork"]  # the fork's own seed
+    again = run(server, "export", child, "--format", "otlp-json")
+    assert again.stdout == done.stdout  # deterministic ids and order
+
+
+def assert_sums(spans: list[dict[str, Any]], stats: dict[str, Any], session: str) -> None:
+    """The spans' token sums and root cost are `stats`' figures, every span names `session`."""
 
     def attr(span: dict, key: str) -> object:
         for kv in span["attributes"]:
@@ -53,10 +67,8 @@ def test_otlp_export_of_a_fork_matches_its_stats(server: ServerThread, client: S
     chat = [s for s in spans if attr(s, "gen_ai.operation.name") == "chat"]
     assert sum(int(attr(s, "gen_ai.usage.output_tokens")) for s in chat) == stats["outputTokens"]
     assert sum(int(attr(s, "gen_ai.usage.cache_read.input_tokens")) for s in chat) == stats["cacheReadTokens"]
-    assert {attr(s, "gen_ai.conversation.id") for s in spans if attr(s, "gen_ai.operation.name")} == {child}
-    assert [e["name"] for e in spans[0]["events"]][-2:] == ["sessionlog.resume", "sessionlog.fork"]
-    again = run(server, "export", child, "--format", "otlp-json")
-    assert again.stdout == done.stdout  # deterministic ids and order
+    assert attr(spans[0], "sessionlog.cost_usd") == stats["costUsd"]
+    assert {attr(s, "gen_ai.conversation.id") for s in spans if attr(s, "gen_ai.operation.name")} <= {session}
 
 
 def test_view_writes_one_self_contained_file(

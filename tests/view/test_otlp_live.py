@@ -19,10 +19,11 @@ from structlog.testing import capture_logs
 
 from bench.procs import free_port
 from sessionlog.client import SessionLogClient
-from sessionlog.core.formats.otlp import otlp_traces, trace_id
+from sessionlog.core.costs import SessionCost
+from sessionlog.core.formats.otlp import otlp_traces, span_id, trace_id
 from tests.support.events import assistant, step_end, step_start, system, turn_end, turn_start, user
 from tests.support.fixtures import pi_generated_sessions
-from tests.support.otlp import Receiver
+from tests.support.otlp import Receiver, span_attr, spans_of
 from tests.support.scripted import usage, write_scripted
 from tests.support.servers import ServerThread
 
@@ -66,12 +67,12 @@ def following(server: ServerThread, sid: str, receiver: Receiver, *args: str) ->
 def test_one_shot_export_sends_every_span_once(
     server: ServerThread, client: SessionLogClient, sid: str, receiver: Receiver
 ) -> None:
-    child = write_scripted(client, sid)
+    write_scripted(client, sid)  # the session, not its fork: a fork's trace holds its own events only
     done = subprocess.run(
-        command(server, child, "--endpoint", receiver.url), capture_output=True, text=True, cwd=ROOT, timeout=60
+        command(server, sid, "--endpoint", receiver.url), capture_output=True, text=True, cwd=ROOT, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert sorted(receiver.spans()) == sorted(expected(client, child))
+    assert sorted(receiver.spans()) == sorted(expected(client, sid))
     assert done.stdout.strip() == f'{{"spans":{len(receiver.spans())}}}'
     chat = next(
         s
@@ -84,7 +85,7 @@ def test_one_shot_export_sends_every_span_once(
     keys = {kv.key for kv in chat.attributes}
     assert {"gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.provider.name"} <= keys
     # A service without tokens keeps every session in the default namespace, and says so.
-    resources = receiver.resources(trace_id(child))
+    resources = receiver.resources(trace_id(sid))
     assert resources and all(r == {"service.name": "sessionlog", "sessionlog.namespace": "default"} for r in resources)
 
 
@@ -94,10 +95,10 @@ def test_a_dead_endpoint_is_one_line_of_the_cli_not_the_exporters_retries(
     """The SDK exporter printed a "Transient error ... retrying in 0.87s." line per retry and its
     own failure line before the command's error: its lines are held, and the one
     `sessionlog: error:` line says what it said last and its last error."""
-    child = write_scripted(client, sid)
+    write_scripted(client, sid)
     endpoint = f"http://127.0.0.1:{free_port()}/v1/traces"  # nothing listens there
     done = subprocess.run(
-        command(server, child, "--endpoint", endpoint),
+        command(server, sid, "--endpoint", endpoint),
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -398,3 +399,53 @@ def test_sending_from_past_the_logs_end_is_refused_as_a_read_from_there_is(
         f"its next seq is {next_seq}"
     ), done.stderr
     assert receiver.requests == []
+
+
+def test_a_forks_spans_are_one_set_whoever_sends_them(db_url: str, sid: str, receiver: Receiver) -> None:
+    """A fork cut inside a turn with a call pending: the export and `sessionlog otlp` sent the
+    parent's spans again in the fork's trace, with a root costing the whole log, and the
+    service's live export never sent the turn the fork cut (ForkSession wrote its closers, not an
+    append). Now all three send the fork's own spans, the cut turn among them, under the same ids;
+    the root costs what `costs` counts as the fork's own and links to the parent's root."""
+    collector = Receiver()
+    server = ServerThread(db_url, otlp_endpoint=receiver.url)
+    try:
+        with SessionLogClient(server.target) as client:
+            client.create_session(sid)
+            lease = client.acquire_lease(sid)
+            append_turn(client, sid, lease, 1)
+            asking = assistant(2, 1, calls=(("c2", "bash"),), usage=usage(200, 100, 10))
+            client.append(sid, lease, [user("q2"), turn_start(2), step_start(2, 1), asking])
+            cut = client.get_session(sid).next_seq - 1
+            child = client.fork(sid, cut, f"{sid}-f").id
+            own = client.acquire_lease(child)
+            append_turn(client, child, own, 3)
+            trace = trace_id(child)
+            deadline = time.monotonic() + 30
+            while sum(1 for s in receiver.spans(trace=trace) if s[3] == "invoke_agent") < 2:  # the cut turn, 3
+                assert time.monotonic() < deadline, receiver.spans(trace=trace)
+                time.sleep(0.05)
+            sent = subprocess.run(
+                command(server, child, "--endpoint", collector.url), capture_output=True, text=True, cwd=ROOT
+            )
+            assert sent.returncode == 0, sent.stderr
+            export = [sys.executable, "-m", "sessionlog", "--server", server.target, "export", child]
+            written = subprocess.run([*export, "--format", "otlp-json"], capture_output=True, text=True, cwd=ROOT)
+            assert written.returncode == 0, written.stderr
+            own_cost = SessionCost.of(child, sid, cut, client.stats(child), client.stats(sid, at_seq=cut)).own
+            parent_trace = client.get_session(sid).trace_id
+    finally:
+        server.stop()
+        collector.close()
+    spans = spans_of(json.loads(written.stdout))
+    ids = {(s["traceId"], s["spanId"], s.get("parentSpanId", ""), s["name"]) for s in spans}
+    assert set(collector.spans()) == ids  # `sessionlog otlp` and the export: one set of spans
+    assert set(receiver.spans(trace=trace)) == {span for span in ids if span[2]}  # live: all but the root
+    root = spans[0]
+    assert span_attr(root, "sessionlog.cost_usd") == own_cost["costUsd"]
+    assert span_attr(root, "sessionlog.fork.seq") == cut
+    assert root["links"] == [{"traceId": parent_trace, "spanId": span_id(str(parent_trace), "session", 0)}]
+    chats = [span_attr(s, "sessionlog.seq") for s in spans if s["name"].startswith("chat")]
+    assert chats and all(seq > cut for seq in chats)
+    ends = sorted(span_attr(s, "sessionlog.turn.end_kind") for s in spans if s["name"] == "invoke_agent")
+    assert ends == ["completed", "forked"]

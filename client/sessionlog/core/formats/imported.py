@@ -15,7 +15,7 @@ point, the prefix being its parent's). Against the stored session's events from 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from sessionlog.core import jsonvalue
@@ -71,11 +71,34 @@ def _same(stored: Event, planned: NewEvent) -> bool:
 def log_digest(events: Iterable[NewEvent], *, parent: tuple[str, int] | None = None) -> str:
     """A digest of planned events (and, for a fork, its parent and fork seq): two files that
     plan the same session alike have the same digest, whatever their paths."""
-    digest = hashlib.sha256(jsonvalue.digest_form(list(parent) if parent is not None else None))
+    digest = _digest_start(parent)
     for event in events:
-        digest.update(b"\n")
-        digest.update(jsonvalue.digest_form(event.to_json()))
+        _digest_add(digest, event)
     return digest.hexdigest()
 
 
-__all__ = ["Comparison", "compare_log", "log_digest"]
+def prefix_digests(log: Iterable[NewEvent], seqs: Collection[int]) -> dict[int, str]:
+    """The `log_digest` of the log's events 0..seq for each of `seqs` it reaches, in one pass:
+    what a fork cut after seq inherits of it, for an import to compare with a fork's file
+    without keeping the log."""
+    digest = _digest_start(None)
+    out: dict[int, str] = {}
+    for seq, event in enumerate(log):
+        if len(out) == len(seqs):
+            break
+        _digest_add(digest, event)
+        if seq in seqs:
+            out[seq] = digest.hexdigest()
+    return out
+
+
+def _digest_start(parent: tuple[str, int] | None) -> hashlib._Hash:
+    return hashlib.sha256(jsonvalue.digest_form(list(parent) if parent is not None else None))
+
+
+def _digest_add(digest: hashlib._Hash, event: NewEvent) -> None:
+    digest.update(b"\n")
+    digest.update(jsonvalue.digest_form(event.to_json()))
+
+
+__all__ = ["Comparison", "compare_log", "log_digest", "prefix_digests"]

@@ -23,6 +23,8 @@ one per LF-terminated line. Seqs must run 0, 1, 2, … so that the reader accept
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -31,6 +33,7 @@ from sessionlog.core import jsonvalue, validate
 from sessionlog.core.errors import SessionLogError, ValidationError
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.fold import SessionFold
+from sessionlog.core.formats.jsonl import JsonlReader, read_file_numbered
 from sessionlog.core.limits import DEFAULT_LIMITS, Limits
 from sessionlog.core.projections.stats import usage_of
 from sessionlog.core.usage import CostSum, usage_cost, usage_total_tokens
@@ -97,6 +100,34 @@ def _header(obj: JsonObject, number: int) -> JsonObject:
     if not isinstance(session, dict):
         raise ValidationError("BAD_SESSIONLOG_HEADER", f"line {number}: session must be an object", line=number)
     return session
+
+
+def exported_parent(session: JsonObject) -> tuple[str, int] | None:
+    """The session an export's header says its session forks, and the seq it was cut after
+    (`session.parent`, `{"sessionId", "forkSeq"}` as the export writes it); None for a session
+    that is no fork."""
+    parent = session.get("parent")
+    if parent is None:
+        return None
+    if isinstance(parent, dict):
+        source, seq = parent.get("sessionId"), parent.get("forkSeq")
+        if isinstance(source, str) and source and type(seq) is int and seq >= 0:
+            return source, seq
+    raise ValidationError(
+        "BAD_SESSIONLOG_HEADER",
+        'line 1: the header\'s session.parent must be {"sessionId": ID, "forkSeq": SEQ}, as an export writes it',
+        line=1,
+    )
+
+
+def read_sessionlog_session(path: str | os.PathLike[str]) -> JsonObject:
+    """The `session` of the export at `path`, read off its header line alone (an import orders
+    its FILEs by what their headers name before it reads any whole)."""
+    records = read_file_numbered(path, JsonlReader())
+    try:
+        return parse_sessionlog_objects(itertools.islice(records, 1)).session
+    finally:
+        records.close()  # closes the file
 
 
 def sessionlog_header(session: JsonObject) -> JsonObject:

@@ -1,12 +1,15 @@
 """Moving sessions in and out of a server: `import`, `export` and `ingest` (docs/formats.md).
 
 - `import FILE... [--format pi|sessionlog] [--id ID]` prints `{"sessions": [{"id", "file", "leaf",
-  "status", "appended"}]}`. A Pi file becomes one session per leaf: the branch of its default leaf
-  (the last entry) first, then every other leaf as a fork of it at their divergence point
-  (`ForkSession`, the prefix shared, not copied) followed by that leaf's own entries
+  "parent", "status", "appended"}]}`. A Pi file becomes one session per leaf: the branch of its
+  default leaf (the last entry) first, then every other leaf as a fork of it at their divergence
+  point (`ForkSession`, the prefix shared, not copied) followed by that leaf's own entries
   (`core.formats.pi.importer` says how entries map to events and where the cut lands). A
   sessionlog export (docs/formats.md) becomes one session with the same events (the service
-  assigns new commit times); `leaf` is null. Each session is named by the file: the main one by
+  assigns new commit times); `leaf` is null. The export of a fork is restored as the fork of its
+  parent again, the same way, where the parent holds the file's events up to the cut, else
+  imported whole with a note (`Resolver.place`); the FILEs are imported parents first
+  (`parents_first`). Each session is named by the file: the main one by
   `--id` (one FILE only), else by Pi's session id or the export's `session.id`; forks are
   `<main>.<leafId>` (`core.formats.session_ids`, which also derives an id from a name that is no
   valid one). So importing the same files again meets what the first import made
@@ -67,11 +70,15 @@ from sessionlog.cli.common import (
 )
 from sessionlog.cli.import_targets import (
     FileTargets,
+    Heading,
     Resolved,
     Resolver,
     Status,
     Target,
+    fork_points,
+    parents_first,
     pi_targets,
+    sessionlog_heading,
     sessionlog_targets,
 )
 from sessionlog.cli.otlp_commands import fork_of
@@ -93,6 +100,7 @@ from sessionlog.core.formats.sessionlog_file import (
     SessionlogExport,
     fold_export,
     parse_sessionlog_objects,
+    read_sessionlog_session,
     sessionlog_lines,
 )
 from sessionlog.core.limits import DEFAULT_LIMITS
@@ -162,11 +170,14 @@ def import_command(
     with connect() as client:
         # Every file is read, checked and compared with what the server holds before any is
         # written: a bad file, or one that conflicts with a stored session, imports nothing.
-        resolver = Resolver(client)
+        read = [_planner(path, fmt, session_id) for path in files]
+        order = parents_first([heading for _, heading in read])
+        files = [files[index] for index in order]
+        resolver = Resolver(client, fork_points(heading for _, heading in read))
+        planners = [_placed(read[index][0], resolver, position) for position, index in enumerate(order)]
         checked: list[tuple[list[str], list[Resolved]]] = []
         kept: FileTargets | None = None  # one FILE's plan is kept; several are read again, one at a time
         conflicts: list[str] = []
-        planners = [_planner(path, fmt) for path in files]
         for index, (path, plan) in enumerate(zip(files, planners, strict=True)):
             file = plan(path, session_id)
             try:
@@ -201,13 +212,26 @@ Planner = Callable[[Path, str | None], FileTargets]
 """Reads and plans one FILE to import (the sessions it holds, under `--id` if given)."""
 
 
-def _planner(path: Path, fmt: ImportFormat | None) -> Planner:
+def _planner(path: Path, fmt: ImportFormat | None, session_id: str | None) -> tuple[Planner, Heading]:
     """How to read the FILE at `path`: by `--format`, else by the format its first line names,
-    as `replay` tells them (`formats.replay.session_format`)."""
-    if fmt is None:
-        with _bad_file_is_usage(path):
+    as `replay` tells them (`formats.replay.session_format`); and what an export's header names
+    (the session, its parent), by which the import orders its FILEs (`parents_first`)."""
+    with _bad_file_is_usage(path):
+        if fmt is None:
             fmt = ImportFormat(file_format(path))
-    return _pi_file_targets if fmt == ImportFormat.pi else _sessionlog_file_targets
+        if fmt == ImportFormat.pi:
+            return _pi_file_targets, Heading()
+        return _sessionlog_file_targets, sessionlog_heading(read_sessionlog_session(path), session_id)
+
+
+def _placed(plan: Planner, resolver: Resolver, index: int) -> Planner:
+    """`plan`, for the `index`-th FILE, each fork an export restores kept a fork where the import
+    can fork it, else imported whole (`Resolver.place`)."""
+
+    def placed(path: Path, session_id: str | None) -> FileTargets:
+        return resolver.place(plan(path, session_id), index)
+
+    return placed
 
 
 def _pi_file_targets(path: Path, session_id: str | None) -> FileTargets:
@@ -229,7 +253,7 @@ def _import_file(
     resolve: Callable[[FileTargets], list[Resolved]],
 ) -> list[dict[str, Any]]:
     """Write what `checked` says is missing of the sessions of the file at `path`; returns their
-    `{id, file, leaf, status, appended}`. A file already imported is not read again. One that is
+    `{id, file, leaf, parent, status, appended}`. A file already imported is not read again. One that is
     (it was checked with the other FILEs), should it have changed since (Pi appends to a live
     session's file), is resolved again."""
     for note in notes:
@@ -250,6 +274,7 @@ def _import_file(
                 "id": entry.session_id,
                 "file": str(path),
                 "leaf": entry.leaf,
+                "parent": {"sessionId": entry.parent[0], "forkSeq": entry.parent[1]} if entry.parent else None,
                 "status": str(entry.status),
                 "appended": count,
             }

@@ -156,6 +156,50 @@ def test_a_fork_whose_parent_holds_other_events_is_imported_whole(
     assert client.get_session(fork).parent_session_id is None
 
 
+def test_a_fork_whose_parent_file_holds_other_events_is_imported_whole(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """The parent comes in the same import, but its file is not the one the fork was cut from."""
+    ids = family(client, sid)
+    renamed = restored_ids(ids)
+    files = backup(cli, ids, renamed, tmp_path)
+    parent, fork = renamed[ids[0]], renamed[ids[1]]
+    path = files[parent]
+    lines = path.read_text("utf-8").splitlines(keepends=True)
+    system = json.loads(lines[1])
+    system["data"]["message"]["content"] = "another prompt"
+    path.write_text("".join([lines[0], json.dumps(system) + "\n", *lines[2:]]), "utf-8")
+    result = invoke(cli, "import", str(files[fork]), str(path))
+    assert result.exit_code == 0, result.stderr
+    assert f"{path} maps other events to {parent!r} up to seq" in result.stderr
+    assert [s["status"] for s in json.loads(result.stdout)["sessions"]] == ["imported", "imported"]
+    assert client.get_session(fork).parent_session_id is None
+
+
+def test_a_header_parent_the_events_do_not_follow_is_imported_whole(
+    cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """A header that names a parent its events do not fork (no `session/end-seed` after the cut)
+    is no fork's export: imported whole, with the note; one whose parent is no `{sessionId,
+    forkSeq}` is a bad header (exit status 2), imported not at all."""
+    ids = family(client, sid)
+    renamed = restored_ids(ids)
+    path = backup(cli, ids[:1], renamed, tmp_path)[renamed[sid]]
+    header, *events = path.read_text("utf-8").splitlines(keepends=True)
+    obj = json.loads(header)
+    obj["session"]["parent"] = {"sessionId": sid, "forkSeq": 2}
+    path.write_text(json.dumps(obj) + "\n" + "".join(events), "utf-8")
+    result = invoke(cli, "import", str(path))
+    assert result.exit_code == 0, result.stderr
+    assert "its events after seq 2 are not what a fork cut there starts with" in result.stderr
+    assert client.get_session(renamed[sid]).parent_session_id is None
+    obj["session"]["parent"] = {"sessionId": sid}
+    obj["session"]["id"] = f"{renamed[sid]}-bad"
+    path.write_text(json.dumps(obj) + "\n" + "".join(events), "utf-8")
+    bad = invoke(cli, "import", str(path))
+    assert bad.exit_code == 2 and "BAD_SESSIONLOG_HEADER" in bad.stderr and "session.parent" in bad.stderr
+
+
 def test_the_files_of_an_import_are_ordered_parents_first() -> None:
     headings = [
         Heading("c", ("b", 3)),

@@ -145,7 +145,8 @@ class Settings:
     """PEM private key of `tls_cert_file`."""
     otlp_endpoint: str = ""
     """OTLP/HTTP traces URL (e.g. `http://collector:4318/v1/traces`; `http://` or `https://` with a
-    host): every session's spans are sent there as its turns end (the `otlp` extra); empty: off."""
+    host): every session's spans are sent there as its turns end, all but its root span, which
+    `sessionlog otlp` sends (the `otlp` extra); empty: off."""
     metrics_listen: str = "127.0.0.1:9464"
     """`HOST:PORT` of the HTTP listener: `/metrics` and the session page `/sessions/ID` (port 0 picks
     a free one; the `serving` log line names the address bound); empty disables it."""

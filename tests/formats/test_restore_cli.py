@@ -21,6 +21,7 @@ from sessionlog.cli.import_targets import Heading, parents_first
 from sessionlog.client import SessionLogClient
 from tests.cli.test_costs import _append, _costs, _family, _turn
 from tests.formats.test_transfer_cli import imported, invoke
+from tests.support.events import assistant, step_start, system, turn_start, user
 from tests.support.servers import ServerThread
 
 
@@ -112,6 +113,59 @@ def test_a_restored_family_gets_its_forks_and_costs_back(
         (s["id"], "already-imported", 0) for s in sessions
     ]
     assert [client.get_session(s["id"]).next_seq for s in again] == [client.get_session(i).next_seq for i in expected]
+
+
+def pending_call_family(client: SessionLogClient, sid: str) -> list[str]:
+    """A parent (its header logged by the service) whose turn is open on a call with no result,
+    its fork cut there (the service
+    writes the call's error result, stamped with the time at the cut), and a fork of that fork
+    cut after its own turn; their ids, parents first."""
+    client.create_session(sid)
+    with client.writer(sid) as writer:  # a header the service logs itself, with no eventId
+        writer.report_header({"config": {"provider": "acme", "model": "m-1"}}).result()
+    asked = assistant(
+        1, 1, "reading", calls=(("c1", "read"),), usage={"input": 10, "output": 2, "cost": {"total": 0.1}}
+    )
+    cut = _append(client, sid, [system("s"), user("go"), turn_start(1), step_start(1, 1), asked])
+    first = client.fork(sid, cut, f"{sid}-p").id
+    second = client.fork(first, _append(client, first, _turn(2, 0.2)), f"{sid}-p-q").id
+    _append(client, second, _turn(3, 0.3))
+    return [sid, first, second]
+
+
+def test_a_family_restored_one_file_a_command_gets_its_forks_back(
+    cli: CliRunner, server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """Restored one command at a time, the fork of a fork was imported whole: its parent, the
+    fork restored by the command before, held the error result of the call pending at its cut
+    stamped with the restore's time, not the file's, and was taken for other events."""
+    ids = pending_call_family(client, sid)
+    renamed = restored_ids(ids)
+    files = backup(cli, ids, renamed, tmp_path)
+    for session_id in ids:
+        result = invoke(cli, "import", str(files[renamed[session_id]]))
+        assert result.exit_code == 0 and "imported whole" not in result.stderr, result.stderr
+    for session_id in ids[1:]:
+        source, restored = client.get_session(session_id), client.get_session(renamed[session_id])
+        assert (restored.parent_session_id, restored.fork_seq) == (renamed[source.parent_session_id], source.fork_seq)
+    assert cost_rows(server, renamed[sid]) == cost_rows(server, sid, renamed)
+
+
+def test_the_export_of_a_restored_session_is_already_in_the_server_it_came_from(
+    cli: CliRunner, server: ServerThread, client: SessionLogClient, sid: str, tmp_path: Path
+) -> None:
+    """A session restored from its export, exported again and imported where it came from was
+    refused IMPORTED_SESSION_DIFFERS: the restore gave eventIds to the events the service had
+    written itself (its header, a fork's seed), which the session where it came from has not."""
+    ids = pending_call_family(client, sid)
+    renamed = restored_ids(ids)
+    files = backup(cli, ids, renamed, tmp_path)
+    assert invoke(cli, "import", *map(str, files.values())).exit_code == 0
+    back = {renamed[session_id]: session_id for session_id in ids}
+    (tmp_path / "again").mkdir()
+    again = backup(cli, list(back), back, tmp_path / "again")
+    sessions = imported(cli, *map(str, again.values()))
+    assert [(s["id"], s["status"]) for s in sessions] == [(session_id, "already-imported") for session_id in ids]
 
 
 def test_a_fork_whose_parent_is_missing_is_imported_whole_with_a_note(

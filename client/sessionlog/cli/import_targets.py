@@ -214,10 +214,12 @@ def whole_note(target: Target, parent: tuple[str, int], why: str) -> str:
     """THE words of an export of a fork imported whole: which parent it names, why it was not
     forked, and what that costs (`sessionlog costs` counts its inherited events as its own)."""
     source, fork_seq = parent
+    inherited = min(fork_seq + 1, len(target.log() or target.events))  # a cut past the file's end inherits it all
+    counted = f"the {inherited} events" if inherited != 1 else "the event"
     return (
         f"{target.label} was exported as the fork of {source!r} after seq {fork_seq}, but {why}: it is "
-        f"imported whole, as a session of its own, so `sessionlog costs` counts the {fork_seq + 1} events "
-        "it inherited again, as its own"
+        f"imported whole, as a session of its own, so `sessionlog costs` counts {counted} it inherited "
+        "again, as its own"
     )
 
 

@@ -58,6 +58,13 @@ def restored_ids(ids: list[str]) -> dict[str, str]:
     return {session_id: session_id.replace(ids[0], new, 1) for session_id in ids}
 
 
+def backed_up(cli: CliRunner, ids: list[str], folder: Path) -> tuple[list[str], dict[str, str], dict[str, Path]]:
+    """`ids` (a family, parents first), the ids their restore gives them (`restored_ids`), and
+    their exports under those ids (`backup`)."""
+    renamed = restored_ids(ids)
+    return ids, renamed, backup(cli, ids, renamed, folder)
+
+
 def cost_rows(server: ServerThread, root: str, renamed: dict[str, str] | None = None) -> dict[str, Any]:
     """`costs --family root`: each row's parent and own figures by (restored) id, and the total."""
     report = _costs(server, "--family", root)
@@ -87,9 +94,7 @@ def test_a_restored_family_gets_its_forks_and_costs_back(
     """Each fork was imported as a session of its own (its `own` cost its whole log: the total
     went up); restored, each is the fork of its parent at its seq again, whatever order the
     FILEs are given in, and a restore run again finds every session already there."""
-    ids = family(client, sid)
-    renamed = restored_ids(ids)
-    files = backup(cli, ids, renamed, tmp_path)
+    ids, renamed, files = backed_up(cli, family(client, sid), tmp_path)
     given = list(files.values()) if order == "parents-first" else list(reversed(files.values()))
     sessions = imported(cli, *map(str, given))
     # Each after its parent: given forks first, a fork's parent is moved before it.
@@ -139,9 +144,7 @@ def test_a_family_restored_one_file_a_command_gets_its_forks_back(
     """Restored one command at a time, the fork of a fork was imported whole: its parent, the
     fork restored by the command before, held the error result of the call pending at its cut
     stamped with the restore's time, not the file's, and was taken for other events."""
-    ids = pending_call_family(client, sid)
-    renamed = restored_ids(ids)
-    files = backup(cli, ids, renamed, tmp_path)
+    ids, renamed, files = backed_up(cli, pending_call_family(client, sid), tmp_path)
     for session_id in ids:
         result = invoke(cli, "import", str(files[renamed[session_id]]))
         assert result.exit_code == 0 and "imported whole" not in result.stderr, result.stderr
@@ -157,9 +160,7 @@ def test_the_export_of_a_restored_session_is_already_in_the_server_it_came_from(
     """A session restored from its export, exported again and imported where it came from was
     refused IMPORTED_SESSION_DIFFERS: the restore gave eventIds to the events the service had
     written itself (its header, a fork's seed), which the session where it came from has not."""
-    ids = pending_call_family(client, sid)
-    renamed = restored_ids(ids)
-    files = backup(cli, ids, renamed, tmp_path)
+    ids, renamed, files = backed_up(cli, pending_call_family(client, sid), tmp_path)
     assert invoke(cli, "import", *map(str, files.values())).exit_code == 0
     back = {renamed[session_id]: session_id for session_id in ids}
     (tmp_path / "again").mkdir()
@@ -173,9 +174,7 @@ def test_a_fork_whose_parent_is_missing_is_imported_whole_with_a_note(
 ) -> None:
     """No parent to fork: the fork's whole log is its own, and stderr says so (exit 0); restored
     again, even with its parent, it is the session it was imported as."""
-    ids = family(client, sid)
-    renamed = restored_ids(ids)
-    files = backup(cli, ids, renamed, tmp_path)
+    ids, renamed, files = backed_up(cli, family(client, sid), tmp_path)
     parent, fork = renamed[ids[0]], renamed[ids[1]]
     result = invoke(cli, "import", str(files[fork]))
     assert result.exit_code == 0, result.stderr
@@ -198,9 +197,7 @@ def test_a_fork_whose_parent_is_missing_is_imported_whole_with_a_note(
 def test_a_fork_whose_parent_holds_other_events_is_imported_whole(
     cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
 ) -> None:
-    ids = family(client, sid)
-    renamed = restored_ids(ids)
-    files = backup(cli, ids, renamed, tmp_path)
+    ids, renamed, files = backed_up(cli, family(client, sid), tmp_path)
     parent, fork = renamed[ids[0]], renamed[ids[1]]
     client.create_session(parent)
     _append(client, parent, _turn(1, 0.7))  # not the parent's first events: the first differs at seq 0
@@ -214,9 +211,7 @@ def test_a_fork_whose_parent_file_holds_other_events_is_imported_whole(
     cli: CliRunner, client: SessionLogClient, sid: str, tmp_path: Path
 ) -> None:
     """The parent comes in the same import, but its file is not the one the fork was cut from."""
-    ids = family(client, sid)
-    renamed = restored_ids(ids)
-    files = backup(cli, ids, renamed, tmp_path)
+    ids, renamed, files = backed_up(cli, family(client, sid), tmp_path)
     parent, fork = renamed[ids[0]], renamed[ids[1]]
     path = files[parent]
     lines = path.read_text("utf-8").splitlines(keepends=True)

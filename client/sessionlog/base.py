@@ -38,7 +38,14 @@ from typing import Any, Generic, Protocol, TypeVar
 from sessionlog import convert, session_info
 from sessionlog.auth import bearer_token, channel_credentials
 from sessionlog.core import jsonvalue
-from sessionlog.core.errors import LimitExceeded, OwnershipLost, SessionLogError, Unavailable, WriterHeld
+from sessionlog.core.errors import (
+    LimitExceeded,
+    OwnershipLost,
+    SessionLogError,
+    Unavailable,
+    WriterClosed,
+    WriterHeld,
+)
 from sessionlog.core.events import Event, NewEvent
 from sessionlog.core.headers import check_header
 from sessionlog.requests import (
@@ -270,11 +277,16 @@ class ClientBase:
             raise RuntimeError("the client is closed")
 
 
-def closed_with_writer_open() -> Unavailable:
+def closed_with_writer_open() -> WriterClosed:
     """What a writer the client's close ended fails with (its batches in flight, and, told as an
     earlier error, its later calls): abandoned by the close (`_end_writers`, `_add_writer`), or,
-    a sync writer whose stream the closing channel broke first, by its own reader."""
-    return Unavailable("STREAM_ENDED", "the client was closed with the writer open")
+    a sync writer whose stream the closing channel broke first, by its own reader. CANCELLED,
+    not retryable: an Unavailable (STREAM_ENDED, as when the service ends a stream) read as
+    worth retrying, on a client that is closed."""
+    return WriterClosed(
+        "CANCELLED",
+        "the client was closed, and its writers with it: a batch not acknowledged may or may not be in the log",
+    )
 
 
 # --- unary calls ---------------------------------------------------------------------------

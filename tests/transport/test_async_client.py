@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from sessionlog.aio import AsyncSessionLogClient
-from sessionlog.core.errors import OwnershipLost, Unavailable, WriterHeld
+from sessionlog.core.errors import OwnershipLost, Unavailable, WriterClosed, WriterHeld
 from sessionlog.core.events import Event
 from sessionlog.requests import CaughtUp
 from tests.support.events import note, system, user
@@ -104,9 +104,9 @@ def test_closing_the_client_ends_its_writers_and_subscriptions(server: ServerThr
             await asyncio.wait_for(client.close(), 10)
         finally:
             gate.set()
-        with pytest.raises(Unavailable, match="client was closed"):
+        with pytest.raises(WriterClosed, match="client was closed"):  # CANCELLED, not retryable
             await asyncio.wait_for(in_flight, 10)  # never resolved
-        with pytest.raises(Unavailable, match="earlier error"):
+        with pytest.raises(WriterClosed, match="earlier error"):
             await writer.append([note(2)])  # was taken, and never resolved
         await asyncio.wait_for(writer.close(), 10)  # raised CancelledError
         with pytest.raises(RuntimeError, match="client is closed"):

@@ -14,7 +14,7 @@ import pytest
 
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.client import SessionLogClient
-from sessionlog.core.errors import NotFound, Unavailable, ValidationError
+from sessionlog.core.errors import NotFound, ValidationError, WriterClosed
 from tests.support.events import note, user
 from tests.support.following import follow_in_thread
 from tests.support.servers import ServerThread, hold_writer
@@ -351,9 +351,11 @@ def test_closing_the_sync_client_ends_its_writers(server: ServerThread, sid: str
             client.close()
         finally:
             gate.set()
-        with pytest.raises(Unavailable, match="client was closed"):
+        # CANCELLED, not retryable: an Unavailable invited a retry on the closed client
+        with pytest.raises(WriterClosed, match="client was closed") as failed:
             in_flight.result(10)
-        with pytest.raises(Unavailable, match="earlier error"):
+        assert (failed.value.reason, failed.value.code) == ("CANCELLED", "CANCELLED")
+        with pytest.raises(WriterClosed, match="earlier error"):
             writer.append([note(2)])
         writer.close()
         time.sleep(0.2)

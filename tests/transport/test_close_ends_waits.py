@@ -30,7 +30,7 @@ from sessionlog import requests
 from sessionlog.aio import AsyncSessionLogClient
 from sessionlog.base import RetryPolicy
 from sessionlog.client import SessionLogClient, Writer
-from sessionlog.core.errors import Unavailable
+from sessionlog.core.errors import WriterClosed
 from sessionlog.core.events import Event
 from sessionlog.requests import CaughtUp
 from tests.support.events import note
@@ -189,7 +189,7 @@ def test_a_close_between_a_writers_open_and_its_registration_ends_the_writer(
         client.writer(sid)
     _said_closed(raised.value)
     (writer,) = opened
-    with pytest.raises(Unavailable, match="the client was closed with the writer open"):
+    with pytest.raises(WriterClosed, match="the client was closed, and its writers with it"):
         writer.append([note(0)])
 
 

@@ -169,6 +169,15 @@ class Unavailable(SessionLogError):
     default_reason = "UNAVAILABLE"
 
 
+class WriterClosed(SessionLogError):
+    """A writer's call its client's `close()` ended, or came after it (reason CANCELLED): a batch
+    in flight then may or may not be in the log (re-read it). Not retryable: the client is closed.
+    Told as an Unavailable before, which a harness retrying those retried on a closed client."""
+
+    code = "CANCELLED"
+    default_reason = "CANCELLED"
+
+
 ERROR_CLASSES: tuple[type[SessionLogError], ...] = (
     ValidationError,
     NotFound,
@@ -181,4 +190,5 @@ ERROR_CLASSES: tuple[type[SessionLogError], ...] = (
     Unauthenticated,
     PermissionDenied,
     Unavailable,
+    WriterClosed,
 )

@@ -1433,6 +1433,23 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     Client: Check the address points at a sessionlog service of this client's version; do not
       retry blindly.
     """
+    CANCELLED: _ErrorReason.ValueType  # 147
+    """The caller closed the client (or, in the TypeScript client, the writer) the call was made
+    on: the call was not sent, and the client dials no new connection for it. A writer's
+    batches in flight when its client closed fail so too (`WriterClosed`): each may or may not
+    be in the log, and the writer's later calls say it was closed by that. Not a failure of the
+    service or the network, so no client retries it (told as a retryable Unavailable, a harness
+    that retries those would go on calling a closed client). The TypeScript client raises
+    `ClientClosed` for every call of a closed client and `WriterClosed` for a closed writer's;
+    the Python clients raise `WriterClosed` for a writer their close ended, and `RuntimeError`
+    (no reason) for other calls of a closed client or writer.
+
+    Code: CANCELLED
+    Metadata: none
+    Raised by: client
+    Client: Do not retry on this client or writer: make a new one; re-read the log for a batch
+      that was in flight.
+    """
     IMPORTED_SESSION_DIFFERS: _ErrorReason.ValueType  # 146
     """`sessionlog import` found a session under the id it imports a file to (the id the file names,
     a fork's `<id>.<leafId>`, or `--id`) holding other events than the file maps to it: neither
@@ -2925,6 +2942,23 @@ Metadata: none
 Raised by: client
 Client: Check the address points at a sessionlog service of this client's version; do not
   retry blindly.
+"""
+CANCELLED: ErrorReason.ValueType  # 147
+"""The caller closed the client (or, in the TypeScript client, the writer) the call was made
+on: the call was not sent, and the client dials no new connection for it. A writer's
+batches in flight when its client closed fail so too (`WriterClosed`): each may or may not
+be in the log, and the writer's later calls say it was closed by that. Not a failure of the
+service or the network, so no client retries it (told as a retryable Unavailable, a harness
+that retries those would go on calling a closed client). The TypeScript client raises
+`ClientClosed` for every call of a closed client and `WriterClosed` for a closed writer's;
+the Python clients raise `WriterClosed` for a writer their close ended, and `RuntimeError`
+(no reason) for other calls of a closed client or writer.
+
+Code: CANCELLED
+Metadata: none
+Raised by: client
+Client: Do not retry on this client or writer: make a new one; re-read the log for a batch
+  that was in flight.
 """
 IMPORTED_SESSION_DIFFERS: ErrorReason.ValueType  # 146
 """`sessionlog import` found a session under the id it imports a file to (the id the file names,

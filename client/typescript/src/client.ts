@@ -464,8 +464,9 @@ export class SessionLogClient {
   /**
    * Replay from `fromSeq`, one CaughtUp marker, then live events until the signal aborts or
    * the loop breaks. After a cut (the service restarting, a slow subscriber cut off) it
-   * resubscribes from the seq after the last event it delivered. ClientClosed (thrown) once the
-   * client is closed, as by the Python clients.
+   * resubscribes from the seq after the last event it delivered. ClientClosed (thrown) when
+   * the client is closed already; `client.close()` while it runs ends it quietly, as its
+   * `cancel()` does (the Python clients raise RuntimeError there instead).
    */
   subscribe(sessionId: string, options: SubscribeOptions = {}): Subscription {
     checkRetryPolicy(options.retry, "retry");

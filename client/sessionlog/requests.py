@@ -105,7 +105,6 @@ class ResumeInfo:
             "repairSeqs": self.repair_seqs,
             "endSeedSeq": self.end_seed_seq,
             "lastTurn": self.last_turn,
-            "openTurn": None,
         }
 
 

@@ -86,7 +86,7 @@ from sessionlog.core.clock import Placement, SessionClock
 from sessionlog.core.costs import Figures, own_figures
 from sessionlog.core.events import Event, JsonObject
 from sessionlog.core.messages import message_of
-from sessionlog.core.projections.stats import StatsAccumulator, usage_of
+from sessionlog.core.projections.stats import usage_of
 from sessionlog.core.projections.timeline import TimelineFold, usage_view
 from sessionlog.core.repair import is_repair_closer
 from sessionlog.core.surface import surface_messages
@@ -268,12 +268,6 @@ def fork_origin(parent_id: str | None, fork_seq: int | None, parent_trace: str |
     return ForkOrigin(parent_id, fork_seq, parent_trace)
 
 
-def _figures(totals: StatsAccumulator, events: int) -> dict[str, Any]:
-    """The stats of `events` events of running totals `totals`, as `costs` reads stats (its
-    `messages`, no figure of a cost, is not counted here)."""
-    return totals.as_dict(events=events, messages=0)
-
-
 def _between(records: list[JsonObject], key: str, first: int, last: int) -> list[JsonObject]:
     """The records (sorted by `key`) whose `key` lies in first..last."""
     low = bisect.bisect_left(records, first, key=lambda record: int(record[key]))
@@ -321,8 +315,8 @@ class OtlpFold:
         self.fork = fork
         self.own_from = 0 if fork is None else fork.seq + 1
         """The first seq of the session's own events: after a fork's cut, else the log's start."""
-        self.inherited: StatsAccumulator | None = None
-        """A fork's totals at its cut (what it inherited), once folded that far."""
+        self.inherited: JsonObject | None = None
+        """A fork's stats at its cut (what it inherited), once folded that far."""
         self.parent_trace = None if fork is None else fork.parent_trace
         if fork is not None and self.parent_trace is None and trace is None:
             self.parent_trace = trace_id(fork.parent_id)  # both hashed from ids, as without a service
@@ -365,7 +359,7 @@ class OtlpFold:
         self.fold.add(event)
         self.clock.add(event)
         if event.seq == self.own_from - 1:
-            self.inherited = self.fold.totals.copy()
+            self.inherited = self.fold.stats()
 
     def common(self, operation: str) -> dict[str, Any]:
         return {"gen_ai.operation.name": operation, "gen_ai.conversation.id": self.session_id}
@@ -391,12 +385,10 @@ class OtlpFold:
     def own_figures(self) -> Figures:
         """The session's own figures, as `sessionlog costs` counts them (`costs.own_figures`):
         a fork's totals less those at its cut, all of them for a session that is no fork."""
-        events = len(self.fold.events)
-        whole = _figures(self.fold.totals, events)
+        whole = self.fold.stats()
         if self.fork is None:
             return own_figures(whole, None)
-        inherited = self.fold.totals if self.inherited is None else self.inherited  # not folded past the cut
-        return own_figures(whole, _figures(inherited, min(self.own_from, events)))
+        return own_figures(whole, whole if self.inherited is None else self.inherited)  # None: not folded past the cut
 
     def root_extent(self) -> Extent:
         """The root spans every event's time; a fork's, the times of its own events and of the

@@ -409,12 +409,15 @@ class TimelineFold:
 
     # --- result -----------------------------------------------------------------------
 
+    def stats(self) -> JsonObject:
+        """The stats of the events folded so far (`stats()` of that prefix)."""
+        return self.totals.as_dict(events=self.counts["events"], messages=len(self.message_nodes))
+
     def result(self) -> JsonObject:
         """The timeline of the events folded so far (the record lists as they stand)."""
         counts = self.counts
-        stats = self.totals.as_dict(events=counts["events"], messages=len(self.message_nodes))
         return {
-            "stats": stats,
+            "stats": self.stats(),
             "counts": {key: value for key, value in counts.items() if key != "events"},
             "requests": self.requests,
             "turns": self.turns,

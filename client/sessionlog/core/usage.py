@@ -150,7 +150,13 @@ class CostSum:
 
     def value(self) -> float:
         """The total, rounded to `COST_DECIMALS`."""
-        return round(math.fsum(self.partials), COST_DECIMALS)
+        return round_cost(math.fsum(self.partials))
+
+
+def round_cost(cost: int | float) -> int | float:
+    """A cost as every figure reports it: rounded to `COST_DECIMALS` (a sum's total, and a single
+    call's cost summed from its parts, whose float noise would show otherwise)."""
+    return round(cost, COST_DECIMALS)
 
 
 def total_cost(costs: list[int | float]) -> float:

@@ -83,7 +83,7 @@ from sessionlog.core.surface import (
     plan_surface_event,
     surface_node,
 )
-from sessionlog.core.usage import COST_DECIMALS, is_unpriced, number, usage_cost
+from sessionlog.core.usage import is_unpriced, number, round_cost, usage_cost
 from sessionlog.core.vocabulary import (
     ASSISTANT_ATTEMPT,
     COMPACTION_SUMMARY,
@@ -455,9 +455,9 @@ def usage_view(usage: JsonObject) -> JsonObject:
         "output": number(usage.get("output")),
         "context": context,
         "cacheShare": (cache_read / context) if context else 0.0,
-        # Rounded as the stats' costs are (`COST_DECIMALS`): a cost summed from its parts
-        # carried float noise (0.008924999999999999) to the page and the export.
-        "cost": None if is_unpriced(usage) else round(usage_cost(usage), COST_DECIMALS),
+        # Rounded as the stats' costs are: a cost summed from its parts carried float noise
+        # (0.008924999999999999) to the page and the export.
+        "cost": None if is_unpriced(usage) else round_cost(usage_cost(usage)),
     }
 
 
